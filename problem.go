@@ -1,0 +1,252 @@
+package vkattn
+
+import (
+	"fmt"
+	"math"
+)
+
+// Causal selects a causal mask and, when L != S, how it is aligned.
+type Causal int
+
+const (
+	// NotCausal applies no causal mask. It is the zero value.
+	NotCausal Causal = iota
+	// CausalTopLeft lets query t see keys j <= t (PyTorch is_causal).
+	CausalTopLeft
+	// CausalBottomRight lets query t see keys j <= t + S - L, so the last
+	// query sees every key (FlashAttention >= 2.1, what a KV cache needs).
+	CausalBottomRight
+)
+
+func (c Causal) String() string {
+	switch c {
+	case NotCausal:
+		return "none"
+	case CausalTopLeft:
+		return "top-left"
+	case CausalBottomRight:
+		return "bottom-right"
+	}
+	return fmt.Sprintf("Causal(%d)", int(c))
+}
+
+// ParseCausal reads the names String prints ("none", "top-left", "bottom-right").
+func ParseCausal(s string) (Causal, error) {
+	for _, c := range []Causal{NotCausal, CausalTopLeft, CausalBottomRight} {
+		if c.String() == s {
+			return c, nil
+		}
+	}
+	return NotCausal, fmt.Errorf("vkattn: unknown causal alignment %q (want none, top-left or bottom-right)", s)
+}
+
+// MaskMeaning says what true means in a BoolMask. Its zero value is invalid on
+// purpose: interfaces disagree (PyTorch's MultiheadAttention blocks where
+// true, its scaled_dot_product_attention allows where true), so the caller
+// must say which.
+type MaskMeaning int
+
+const (
+	meaningUnset MaskMeaning = iota
+	// TrueAllows: true marks a key the query may attend to.
+	TrueAllows
+	// TrueBlocks: true marks a key the query must not attend to.
+	TrueBlocks
+)
+
+func (m MaskMeaning) String() string {
+	switch m {
+	case TrueAllows:
+		return "true-allows"
+	case TrueBlocks:
+		return "true-blocks"
+	}
+	return "unset"
+}
+
+// MaskShape is the shape of a mask over (B, H, L, S). Each axis is either the
+// full extent or 1, meaning the mask is broadcast along it.
+type MaskShape [4]int
+
+// Mask is an additive float mask: its values are added to the scaled scores.
+// -Inf blocks a key; NaN and +Inf are rejected.
+type Mask struct {
+	Shape  MaskShape
+	Values []float32 // row-major over Shape
+}
+
+// BoolMask is a boolean mask whose sense is named by Meaning.
+type BoolMask struct {
+	Shape   MaskShape
+	Values  []bool // row-major over Shape
+	Meaning MaskMeaning
+}
+
+// Scale overrides the default score scale 1/sqrt(d_k). The zero value means
+// the default.
+type Scale struct {
+	value float64
+	set   bool
+}
+
+// CustomScale returns a Scale that multiplies q.k by x instead of 1/sqrt(d_k).
+func CustomScale(x float64) Scale { return Scale{value: x, set: true} }
+
+// IsDefault reports whether s is the default 1/sqrt(d_k).
+func (s Scale) IsDefault() bool { return !s.set }
+
+// For returns the scale applied for key width dk.
+func (s Scale) For(dk int) float64 {
+	if s.set {
+		return s.value
+	}
+	return 1 / math.Sqrt(float64(dk))
+}
+
+// Options are everything about an attention call except Q, K and V. The zero
+// value is plain softmax(Q K^T / sqrt(d_k)) V.
+type Options struct {
+	Scale    Scale
+	Causal   Causal
+	Mask     *Mask     // additive, may be nil
+	BoolMask *BoolMask // may be nil
+	// KeyLengths[b] keys are valid in batch item b; the rest are masked for
+	// every head and query. nil means all S keys.
+	KeyLengths []int
+	// QueryLengths[b] query rows are valid in batch item b; rows past it give
+	// zero output (and -Inf log-sum-exp). nil means all L rows.
+	QueryLengths []int
+	// WantLSE asks for the natural log-sum-exp of each row's scaled scores,
+	// shape (B, H, L); -Inf for fully masked rows.
+	WantLSE bool
+	// WantWeights asks for the attention weights, shape (B, H, L, S). Meant
+	// for small problems: it is the L*S buffer the fused path otherwise avoids.
+	WantWeights bool
+}
+
+// Dims are the extents of one attention problem.
+//
+//	Q: (B, H, L, DK)  K: (B, HKV, S, DK)  V: (B, HKV, S, DV)  O: (B, H, L, DV)
+type Dims struct {
+	B, H, HKV, L, S, DK, DV int
+}
+
+// FLOPs is the cost of Q K^T and A V, 2*B*H*L*S*(DK+DV) (spec.md §6).
+func (d Dims) FLOPs() float64 {
+	return 2 * float64(d.B) * float64(d.H) * float64(d.L) * float64(d.S) * float64(d.DK+d.DV)
+}
+
+func (d Dims) String() string {
+	return fmt.Sprintf("B=%d H=%d H_kv=%d L=%d S=%d d_k=%d d_v=%d", d.B, d.H, d.HKV, d.L, d.S, d.DK, d.DV)
+}
+
+// Shape4 fills a shape of rank 2 to 4 to four axes from the left with ones:
+// (L,d) -> (1,1,L,d), (H,L,d) -> (1,H,L,d).
+func Shape4(shape []int) ([4]int, error) {
+	var s [4]int
+	if len(shape) < 2 || len(shape) > 4 {
+		return s, errorf(ErrShape, "rank %d shape %v: want rank 2 (L,d), 3 (H,L,d) or 4 (B,H,L,d)", len(shape), shape)
+	}
+	for i := range s {
+		s[i] = 1
+	}
+	copy(s[4-len(shape):], shape)
+	for i, n := range s {
+		if n <= 0 {
+			return s, errorf(ErrEmpty, "shape %v has extent %d on axis %d", shape, n, i-(4-len(shape)))
+		}
+	}
+	return s, nil
+}
+
+// CheckProblem validates Q, K, V shapes (each (B, heads, positions, width))
+// and the options against each other and returns the problem's Dims. The GPU
+// path and the reference both call it, so they accept exactly the same inputs.
+func CheckProblem(q, k, v [4]int, opts *Options) (Dims, error) {
+	d := Dims{B: q[0], H: q[1], L: q[2], DK: q[3], HKV: k[1], S: k[2], DV: v[3]}
+	for _, s := range [][4]int{q, k, v} {
+		for _, n := range s {
+			if n <= 0 {
+				return d, errorf(ErrEmpty, "Q %v, K %v, V %v: every axis must be at least 1", q, k, v)
+			}
+		}
+	}
+	switch {
+	case k[0] != q[0] || v[0] != q[0]:
+		return d, errorf(ErrShape, "batch sizes differ: Q %d, K %d, V %d", q[0], k[0], v[0])
+	case k[3] != q[3]:
+		return d, errorf(ErrShape, "Q width d_k=%d but K width %d", q[3], k[3])
+	case v[2] != k[2]:
+		return d, errorf(ErrShape, "K has %d positions but V has %d", k[2], v[2])
+	case v[1] != k[1]:
+		return d, errorf(ErrHeads, "K has %d heads but V has %d", k[1], v[1])
+	case q[1]%k[1] != 0:
+		return d, errorf(ErrHeads, "K/V head count %d does not divide query head count %d", k[1], q[1])
+	}
+	if opts == nil {
+		return d, nil
+	}
+	if s := opts.Scale; s.set && (math.IsNaN(s.value) || math.IsInf(s.value, 0)) {
+		return d, errorf(ErrScale, "scale %v is not finite", s.value)
+	}
+	if opts.Causal < NotCausal || opts.Causal > CausalBottomRight {
+		return d, fmt.Errorf("vkattn: unknown causal alignment %d", int(opts.Causal))
+	}
+	full := MaskShape{d.B, d.H, d.L, d.S}
+	if m := opts.Mask; m != nil {
+		if err := checkMaskShape("additive mask", m.Shape, full, len(m.Values)); err != nil {
+			return d, err
+		}
+		for i, x := range m.Values {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 1) {
+				return d, errorf(ErrMask, "additive mask value %d is %v (only finite values and -Inf are allowed)", i, x)
+			}
+		}
+	}
+	if m := opts.BoolMask; m != nil {
+		if m.Meaning != TrueAllows && m.Meaning != TrueBlocks {
+			return d, errorf(ErrMask, "boolean mask Meaning is unset: say TrueAllows or TrueBlocks")
+		}
+		if err := checkMaskShape("boolean mask", m.Shape, full, len(m.Values)); err != nil {
+			return d, err
+		}
+	}
+	if err := checkLengths("key", opts.KeyLengths, d.B, d.S); err != nil {
+		return d, err
+	}
+	if err := checkLengths("query", opts.QueryLengths, d.B, d.L); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+func checkMaskShape(what string, s, full MaskShape, n int) error {
+	names := [4]string{"B", "H", "L", "S"}
+	count := 1
+	for i := range s {
+		if s[i] != 1 && s[i] != full[i] {
+			return errorf(ErrMask, "%s shape %v is not broadcastable to (B,H,L,S)=%v: axis %s is %d, want 1 or %d",
+				what, [4]int(s), [4]int(full), names[i], s[i], full[i])
+		}
+		count *= s[i]
+	}
+	if n != count {
+		return errorf(ErrMask, "%s shape %v needs %d values, got %d", what, [4]int(s), count, n)
+	}
+	return nil
+}
+
+func checkLengths(what string, lengths []int, b, max int) error {
+	if lengths == nil {
+		return nil
+	}
+	if len(lengths) != b {
+		return errorf(ErrLengths, "%d %s lengths for batch size %d", len(lengths), what, b)
+	}
+	for i, n := range lengths {
+		if n < 0 || n > max {
+			return errorf(ErrLengths, "%s length %d of batch item %d is outside [0, %d]", what, n, i, max)
+		}
+	}
+	return nil
+}

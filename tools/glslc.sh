@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds every SPIR-V variant listed in shaders/manifest.txt.
+#   tools/glslc.sh          rebuild shaders/*.spv
+#   tools/glslc.sh --check  fail if a committed .spv differs from a fresh build
+set -euo pipefail
+cd "$(dirname "$0")/../shaders"
+check=0
+[ "${1:-}" = "--check" ] && check=1
+command -v glslc >/dev/null || { echo "glslc not found: apt-get install glslc" >&2; exit 2; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+stale=0
+while read -r name src flags; do
+  case "$name" in ''|\#*) continue ;; esac
+  # shellcheck disable=SC2086
+  glslc -fshader-stage=compute --target-env=vulkan1.1 -O $flags "$src" -o "$tmp/$name.spv"
+  if [ $check = 1 ]; then
+    if ! cmp -s "$tmp/$name.spv" "$name.spv"; then
+      echo "stale SPIR-V: shaders/$name.spv does not match $src ($flags); run tools/glslc.sh" >&2
+      stale=1
+    fi
+  else
+    cp "$tmp/$name.spv" "$name.spv"
+    echo "built shaders/$name.spv"
+  fi
+done < manifest.txt
+if [ $check = 1 ]; then
+  [ $stale = 0 ] && echo "SPIR-V is fresh"
+  exit $stale
+fi

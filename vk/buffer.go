@@ -1,0 +1,272 @@
+package vk
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	vulkan "github.com/vulkan-go/vulkan"
+)
+
+// Buffer is device memory usable as a storage, uniform or texel buffer.
+// Where the device has host-visible device-local memory (lavapipe, integrated
+// GPUs, resizable BAR) it stays mapped and reads and writes are memcpy;
+// elsewhere they go through a temporary staging buffer.
+type Buffer struct {
+	dev    *Device
+	handle vulkan.Buffer
+	memory vulkan.DeviceMemory
+	size   uint64
+	mapped unsafe.Pointer
+	views  map[vulkan.Format]vulkan.BufferView
+}
+
+const allBufferUsage = vulkan.BufferUsageStorageBufferBit | vulkan.BufferUsageUniformBufferBit |
+	vulkan.BufferUsageUniformTexelBufferBit | vulkan.BufferUsageTransferSrcBit | vulkan.BufferUsageTransferDstBit
+
+// NewBuffer allocates size bytes of device memory (rounded up to 16).
+func (d *Device) NewBuffer(size uint64) (*Buffer, error) {
+	return d.newBuffer(size, false)
+}
+
+func (d *Device) newBuffer(size uint64, staging bool) (*Buffer, error) {
+	if size == 0 {
+		size = 16
+	}
+	size = (size + 15) &^ 15
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, errClosed
+	}
+	if max := d.Info.Limits.MaxMemoryAllocation; max > 0 && size > max {
+		return nil, fmt.Errorf("vk: buffer of %d bytes exceeds the largest memory heap (%d bytes)", size, max)
+	}
+	var handle vulkan.Buffer
+	err := check("vkCreateBuffer", vulkan.CreateBuffer(d.handle, &vulkan.BufferCreateInfo{
+		SType:       vulkan.StructureTypeBufferCreateInfo,
+		Size:        vulkan.DeviceSize(size),
+		Usage:       vulkan.BufferUsageFlags(allBufferUsage),
+		SharingMode: vulkan.SharingModeExclusive,
+	}, nil, &handle))
+	if err != nil {
+		return nil, err
+	}
+	objectCreated()
+	b := &Buffer{dev: d, handle: handle, size: size}
+	var req vulkan.MemoryRequirements
+	vulkan.GetBufferMemoryRequirements(d.handle, handle, &req)
+	req.Deref()
+	hostBits := vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
+	var typeIndex uint32
+	var ok bool
+	if staging {
+		typeIndex, ok = d.findMemoryType(req.MemoryTypeBits, hostBits)
+	} else {
+		typeIndex, ok = d.findMemoryType(req.MemoryTypeBits, hostBits|vulkan.MemoryPropertyDeviceLocalBit)
+		if !ok {
+			typeIndex, ok = d.findMemoryType(req.MemoryTypeBits, vulkan.MemoryPropertyDeviceLocalBit)
+		}
+	}
+	if !ok {
+		b.destroyHandle()
+		return nil, fmt.Errorf("vk: no suitable memory type for a %d-byte buffer", size)
+	}
+	var mem vulkan.DeviceMemory
+	err = check("vkAllocateMemory", vulkan.AllocateMemory(d.handle, &vulkan.MemoryAllocateInfo{
+		SType:           vulkan.StructureTypeMemoryAllocateInfo,
+		AllocationSize:  req.Size,
+		MemoryTypeIndex: typeIndex,
+	}, nil, &mem))
+	if err != nil {
+		b.destroyHandle()
+		return nil, err
+	}
+	b.memory = mem
+	objectCreated()
+	if err := check("vkBindBufferMemory", vulkan.BindBufferMemory(d.handle, handle, mem, 0)); err != nil {
+		b.destroy()
+		return nil, err
+	}
+	flags := vulkan.MemoryPropertyFlagBits(d.memTypes.MemoryTypes[typeIndex].PropertyFlags)
+	if flags&hostBits == hostBits {
+		var p unsafe.Pointer
+		if err := check("vkMapMemory", vulkan.MapMemory(d.handle, mem, 0, vulkan.DeviceSize(size), 0, &p)); err != nil {
+			b.destroy()
+			return nil, err
+		}
+		b.mapped = p
+	}
+	d.mu.Lock()
+	d.buffers[b] = struct{}{}
+	a := &d.allocLog
+	a.live += size
+	a.count++
+	a.peak = max(a.peak, a.live)
+	a.largest = max(a.largest, size)
+	d.mu.Unlock()
+	return b, nil
+}
+
+// Size is the buffer's size in bytes.
+func (b *Buffer) Size() uint64 { return b.size }
+
+// Write copies data into the buffer at byte offset off.
+func (b *Buffer) Write(off uint64, data []byte) error {
+	if err := b.bounds(off, len(data)); err != nil || len(data) == 0 {
+		return err
+	}
+	if b.mapped != nil {
+		copy(unsafe.Slice((*byte)(unsafe.Add(b.mapped, off)), len(data)), data)
+		return nil
+	}
+	st, err := b.dev.newBuffer(uint64(len(data)), true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Write(0, data); err != nil {
+		return err
+	}
+	return b.dev.copyNow(st, 0, b, off, uint64(len(data)))
+}
+
+// Read copies len(dst) bytes from byte offset off into dst.
+func (b *Buffer) Read(off uint64, dst []byte) error {
+	if err := b.bounds(off, len(dst)); err != nil || len(dst) == 0 {
+		return err
+	}
+	if b.mapped != nil {
+		copy(dst, unsafe.Slice((*byte)(unsafe.Add(b.mapped, off)), len(dst)))
+		return nil
+	}
+	st, err := b.dev.newBuffer(uint64(len(dst)), true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := b.dev.copyNow(b, off, st, 0, uint64(len(dst))); err != nil {
+		return err
+	}
+	return st.Read(0, dst)
+}
+
+// WriteFloat32 copies float32 values to element offset off.
+func (b *Buffer) WriteFloat32(off uint64, v []float32) error {
+	if len(v) == 0 {
+		return nil
+	}
+	return b.Write(off*4, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
+}
+
+// ReadFloat32 fills dst from element offset off.
+func (b *Buffer) ReadFloat32(off uint64, dst []float32) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return b.Read(off*4, unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)))
+}
+
+func (b *Buffer) bounds(off uint64, n int) error {
+	if b.handle == nil {
+		return fmt.Errorf("vk: buffer used after Close")
+	}
+	if off+uint64(n) > b.size {
+		return fmt.Errorf("vk: access [%d, %d) outside a %d-byte buffer", off, off+uint64(n), b.size)
+	}
+	return nil
+}
+
+// copyNow records, submits and waits for one buffer copy (staging path).
+func (d *Device) copyNow(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size uint64) error {
+	c, err := d.NewCommands(0)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.Begin(); err != nil {
+		return err
+	}
+	vulkan.CmdCopyBuffer(c.cmd, src.handle, dst.handle, 1, []vulkan.BufferCopy{{
+		SrcOffset: vulkan.DeviceSize(srcOff), DstOffset: vulkan.DeviceSize(dstOff), Size: vulkan.DeviceSize(size),
+	}})
+	if err := c.End(); err != nil {
+		return err
+	}
+	if err := c.Submit(); err != nil {
+		return err
+	}
+	return c.Wait(context.Background())
+}
+
+// texelView returns (creating once) an R32F-style view of the whole buffer
+// in format, for binding as a uniform texel buffer.
+func (b *Buffer) texelView(format vulkan.Format, texelBytes uint64) (vulkan.BufferView, error) {
+	if v, ok := b.views[format]; ok {
+		return v, nil
+	}
+	n := b.size / texelBytes
+	if max := uint64(b.dev.Info.Limits.MaxTexelBufferElements); n > max {
+		n = max // the planner refuses tensors beyond this; the view just covers what it can
+	}
+	var view vulkan.BufferView
+	err := check("vkCreateBufferView", vulkan.CreateBufferView(b.dev.handle, &vulkan.BufferViewCreateInfo{
+		SType:  vulkan.StructureTypeBufferViewCreateInfo,
+		Buffer: b.handle,
+		Format: format,
+		Offset: 0,
+		Range:  vulkan.DeviceSize(n * texelBytes),
+	}, nil, &view))
+	if err != nil {
+		return nil, err
+	}
+	objectCreated()
+	if b.views == nil {
+		b.views = map[vulkan.Format]vulkan.BufferView{}
+	}
+	b.views[format] = view
+	return view, nil
+}
+
+// Close frees the buffer. The caller must know the GPU no longer uses it.
+func (b *Buffer) Close() {
+	if b == nil || b.handle == nil {
+		return
+	}
+	d := b.dev
+	d.mu.Lock()
+	if _, owned := d.buffers[b]; owned {
+		delete(d.buffers, b)
+		d.allocLog.live -= b.size
+	}
+	d.mu.Unlock()
+	b.destroy()
+}
+
+func (b *Buffer) destroy() {
+	if b.handle == nil {
+		return
+	}
+	for _, v := range b.views {
+		vulkan.DestroyBufferView(b.dev.handle, v, nil)
+		objectDestroyed()
+	}
+	b.views = nil
+	if b.memory != nil {
+		if b.mapped != nil {
+			vulkan.UnmapMemory(b.dev.handle, b.memory)
+			b.mapped = nil
+		}
+		vulkan.FreeMemory(b.dev.handle, b.memory, nil)
+		b.memory = nil
+		objectDestroyed()
+	}
+	b.destroyHandle()
+}
+
+func (b *Buffer) destroyHandle() {
+	vulkan.DestroyBuffer(b.dev.handle, b.handle, nil)
+	b.handle = nil
+	objectDestroyed()
+}

@@ -1,0 +1,246 @@
+package vk
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	vulkan "github.com/vulkan-go/vulkan"
+)
+
+// liveObjects counts Vulkan objects created through this package and not yet
+// destroyed, so tests can prove that Close frees everything.
+var liveObjects atomic.Int64
+
+func objectCreated()   { liveObjects.Add(1) }
+func objectDestroyed() { liveObjects.Add(-1) }
+
+// LiveObjects returns the number of Vulkan objects currently alive.
+func LiveObjects() int64 { return liveObjects.Load() }
+
+// Device owns a logical device, its compute queue, a command pool and a
+// pipeline cache, plus everything created from it (buffers, kernels): Close
+// destroys them all.
+type Device struct {
+	Info PhysicalDevice
+
+	handle    vulkan.Device
+	queue     vulkan.Queue
+	pool      vulkan.CommandPool
+	cache     vulkan.PipelineCache
+	cachePath string
+	memTypes  vulkan.PhysicalDeviceMemoryProperties
+
+	mu       sync.Mutex // guards queue submission and the owner lists
+	buffers  map[*Buffer]struct{}
+	kernels  map[*Kernel]struct{}
+	closed   bool
+	allocLog allocations
+}
+
+// allocations is the device's memory accounting.
+type allocations struct {
+	live, peak, largest uint64
+	count               int
+}
+
+// AllocStats is a snapshot of a device's buffer allocations in bytes.
+type AllocStats struct {
+	Live    uint64 // bytes in live buffers
+	Peak    uint64 // most bytes live at once
+	Largest uint64 // the largest single buffer ever allocated
+	Count   int    // buffers allocated so far
+}
+
+// AllocStats returns the device's allocation accounting.
+func (d *Device) AllocStats() AllocStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a := d.allocLog
+	return AllocStats{Live: a.live, Peak: a.peak, Largest: a.largest, Count: a.count}
+}
+
+// ResetAllocStats restarts Peak and Largest from the live total, so a caller
+// can measure what one operation allocates.
+func (d *Device) ResetAllocStats() {
+	d.mu.Lock()
+	d.allocLog.peak = d.allocLog.live
+	d.allocLog.largest = 0
+	d.mu.Unlock()
+}
+
+// NewDevice creates a logical device on physical device index.
+func (in *Instance) NewDevice(index int) (*Device, error) {
+	if index < 0 || index >= len(in.devices) {
+		return nil, fmt.Errorf("vk: device index %d out of range: %d device(s)", index, len(in.devices))
+	}
+	pd := in.devices[index]
+	qinfo := vulkan.DeviceQueueCreateInfo{
+		SType:            vulkan.StructureTypeDeviceQueueCreateInfo,
+		QueueFamilyIndex: pd.queueFamily,
+		QueueCount:       1,
+		PQueuePriorities: []float32{1},
+	}
+	info := vulkan.DeviceCreateInfo{
+		SType:                vulkan.StructureTypeDeviceCreateInfo,
+		QueueCreateInfoCount: 1,
+		PQueueCreateInfos:    []vulkan.DeviceQueueCreateInfo{qinfo},
+	}
+	var handle vulkan.Device
+	if err := check("vkCreateDevice", vulkan.CreateDevice(pd.handle, &info, nil, &handle)); err != nil {
+		return nil, err
+	}
+	objectCreated()
+	d := &Device{
+		Info:    pd,
+		handle:  handle,
+		buffers: map[*Buffer]struct{}{},
+		kernels: map[*Kernel]struct{}{},
+	}
+	var queue vulkan.Queue
+	vulkan.GetDeviceQueue(handle, pd.queueFamily, 0, &queue)
+	d.queue = queue
+	vulkan.GetPhysicalDeviceMemoryProperties(pd.handle, &d.memTypes)
+	d.memTypes.Deref()
+	for i := range d.memTypes.MemoryTypes {
+		d.memTypes.MemoryTypes[i].Deref()
+	}
+
+	var pool vulkan.CommandPool
+	err := check("vkCreateCommandPool", vulkan.CreateCommandPool(handle, &vulkan.CommandPoolCreateInfo{
+		SType:            vulkan.StructureTypeCommandPoolCreateInfo,
+		Flags:            vulkan.CommandPoolCreateFlags(vulkan.CommandPoolCreateResetCommandBufferBit),
+		QueueFamilyIndex: pd.queueFamily,
+	}, nil, &pool))
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	d.pool = pool
+	objectCreated()
+	if err := d.openPipelineCache(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// openPipelineCache loads the on-disk pipeline cache for this exact device
+// and driver (keyed by pipelineCacheUUID); a missing or unreadable file just
+// means a cold cache.
+func (d *Device) openPipelineCache() error {
+	if dir, err := os.UserCacheDir(); err == nil {
+		d.cachePath = filepath.Join(dir, "vkattn", fmt.Sprintf("pipelines-%04x-%04x-%x.bin",
+			d.Info.VendorID, d.Info.DeviceID, d.Info.pipelineUUID))
+	}
+	var data []byte
+	if d.cachePath != "" {
+		data, _ = os.ReadFile(d.cachePath)
+	}
+	cdata := cBytes(data)
+	defer cFree(cdata)
+	var cache vulkan.PipelineCache
+	err := check("vkCreatePipelineCache", vulkan.CreatePipelineCache(d.handle, &vulkan.PipelineCacheCreateInfo{
+		SType:           vulkan.StructureTypePipelineCacheCreateInfo,
+		InitialDataSize: uint(len(data)),
+		PInitialData:    cdata,
+	}, nil, &cache))
+	if err != nil {
+		return err
+	}
+	d.cache = cache
+	objectCreated()
+	return nil
+}
+
+// savePipelineCache writes the pipeline cache back; failures only cost
+// compile time on the next run, so they are reported but not fatal to Close.
+func (d *Device) savePipelineCache() error {
+	if d.cachePath == "" || d.cache == nil {
+		return nil
+	}
+	var size uint
+	if err := check("vkGetPipelineCacheData", vulkan.GetPipelineCacheData(d.handle, d.cache, &size, nil)); err != nil {
+		return err
+	}
+	if size == 0 {
+		return nil
+	}
+	buf := make([]byte, size)
+	if err := check("vkGetPipelineCacheData", vulkan.GetPipelineCacheData(d.handle, d.cache, &size, unsafe.Pointer(&buf[0]))); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(d.cachePath), 0o755); err != nil {
+		return err
+	}
+	tmp := d.cachePath + ".tmp"
+	if err := os.WriteFile(tmp, buf[:size], 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, d.cachePath)
+}
+
+// WaitIdle blocks until the device has finished all submitted work.
+func (d *Device) WaitIdle() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errClosed
+	}
+	return check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle))
+}
+
+var errClosed = errors.New("vk: device is closed")
+
+// Close waits for the device, destroys every buffer and kernel it still
+// owns, saves the pipeline cache and destroys the device. Safe to call twice.
+func (d *Device) Close() error {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	var errs []error
+	if err := check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle)); err != nil {
+		errs = append(errs, err)
+	}
+	for b := range d.buffers {
+		b.destroy()
+	}
+	for k := range d.kernels {
+		k.destroy()
+	}
+	if err := d.savePipelineCache(); err != nil {
+		errs = append(errs, fmt.Errorf("vk: saving pipeline cache: %w", err))
+	}
+	if d.cache != nil {
+		vulkan.DestroyPipelineCache(d.handle, d.cache, nil)
+		objectDestroyed()
+	}
+	if d.pool != nil {
+		vulkan.DestroyCommandPool(d.handle, d.pool, nil)
+		objectDestroyed()
+	}
+	vulkan.DestroyDevice(d.handle, nil)
+	objectDestroyed()
+	return errors.Join(errs...)
+}
+
+func (d *Device) findMemoryType(bits uint32, want vulkan.MemoryPropertyFlagBits) (uint32, bool) {
+	for i := uint32(0); i < d.memTypes.MemoryTypeCount; i++ {
+		f := vulkan.MemoryPropertyFlagBits(d.memTypes.MemoryTypes[i].PropertyFlags)
+		if bits&(1<<i) != 0 && f&want == want {
+			return i, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,379 @@
+package vk
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"unsafe"
+
+	vulkan "github.com/vulkan-go/vulkan"
+)
+
+const validationLayer = "VK_LAYER_KHRONOS_validation"
+
+// Instance owns a VkInstance and, with validation on, its debug callback.
+type Instance struct {
+	handle     vulkan.Instance
+	callback   vulkan.DebugReportCallback
+	validation bool
+	devices    []PhysicalDevice
+}
+
+// InstanceConfig says how to create an Instance.
+type InstanceConfig struct {
+	// Validation enables VK_LAYER_KHRONOS_validation and collects its
+	// messages (see ValidationMessages). It fails if the layer is missing.
+	Validation bool
+}
+
+// validation messages are collected process-wide: vulkan-go dispatches every
+// debug-report callback through one global function.
+var (
+	messagesMu sync.Mutex
+	messages   []string
+)
+
+// ValidationMessages returns every warning or error the validation layer
+// reported in this process so far.
+func ValidationMessages() []string {
+	messagesMu.Lock()
+	defer messagesMu.Unlock()
+	return append([]string(nil), messages...)
+}
+
+func onDebugReport(flags vulkan.DebugReportFlags, _ vulkan.DebugReportObjectType, _ uint64, _ uint, code int32, prefix, msg string, _ unsafe.Pointer) vulkan.Bool32 {
+	messagesMu.Lock()
+	messages = append(messages, fmt.Sprintf("[%s %d] %s", prefix, code, msg))
+	messagesMu.Unlock()
+	return vulkan.False
+}
+
+// LayerAvailable reports whether the named instance layer is installed.
+func LayerAvailable(name string) (bool, error) {
+	if err := load(); err != nil {
+		return false, err
+	}
+	var n uint32
+	if err := check("vkEnumerateInstanceLayerProperties", vulkan.EnumerateInstanceLayerProperties(&n, nil)); err != nil {
+		return false, err
+	}
+	props := make([]vulkan.LayerProperties, n)
+	if err := check("vkEnumerateInstanceLayerProperties", vulkan.EnumerateInstanceLayerProperties(&n, props)); err != nil {
+		return false, err
+	}
+	for _, p := range props {
+		p.Deref()
+		if vulkan.ToString(p.LayerName[:]) == name {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// NewInstance creates a Vulkan 1.1 instance and enumerates its devices.
+func NewInstance(cfg InstanceConfig) (*Instance, error) {
+	if err := load(); err != nil {
+		return nil, err
+	}
+	info := vulkan.InstanceCreateInfo{
+		SType: vulkan.StructureTypeInstanceCreateInfo,
+		PApplicationInfo: &vulkan.ApplicationInfo{
+			SType:            vulkan.StructureTypeApplicationInfo,
+			PApplicationName: "vkattn\x00",
+			PEngineName:      "vkattn\x00",
+			ApiVersion:       vulkan.MakeVersion(1, 1, 0),
+		},
+	}
+	if cfg.Validation {
+		ok, err := LayerAvailable(validationLayer)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("vk: validation requested but %s is not installed (apt-get install vulkan-validationlayers)", validationLayer)
+		}
+		info.EnabledLayerCount = 1
+		info.PpEnabledLayerNames = []string{validationLayer + "\x00"}
+		info.EnabledExtensionCount = 1
+		info.PpEnabledExtensionNames = []string{"VK_EXT_debug_report\x00"}
+	}
+	var handle vulkan.Instance
+	if err := check("vkCreateInstance", vulkan.CreateInstance(&info, nil, &handle)); err != nil {
+		return nil, err
+	}
+	// Without InitInstance the first instance-level call jumps to address 0.
+	if err := vulkan.InitInstance(handle); err != nil {
+		vulkan.DestroyInstance(handle, nil)
+		return nil, fmt.Errorf("vk: InitInstance: %w", err)
+	}
+	inst := &Instance{handle: handle, validation: cfg.Validation}
+	objectCreated()
+	if cfg.Validation {
+		cb := vulkan.DebugReportCallbackCreateInfo{
+			SType:       vulkan.StructureTypeDebugReportCallbackCreateInfo,
+			Flags:       vulkan.DebugReportFlags(vulkan.DebugReportErrorBit | vulkan.DebugReportWarningBit | vulkan.DebugReportPerformanceWarningBit),
+			PfnCallback: onDebugReport,
+		}
+		var callback vulkan.DebugReportCallback
+		if err := check("vkCreateDebugReportCallbackEXT", vulkan.CreateDebugReportCallback(handle, &cb, nil, &callback)); err != nil {
+			inst.Close()
+			return nil, err
+		}
+		inst.callback = callback
+		objectCreated()
+	}
+	devs, err := inst.enumerate()
+	if err != nil {
+		inst.Close()
+		return nil, err
+	}
+	inst.devices = devs
+	return inst, nil
+}
+
+// Validation reports whether the validation layer is on.
+func (in *Instance) Validation() bool { return in.validation }
+
+// Close destroys the instance. Devices created from it must be closed first.
+func (in *Instance) Close() {
+	if in == nil || in.handle == nil {
+		return
+	}
+	if in.callback != nil {
+		vulkan.DestroyDebugReportCallback(in.handle, in.callback, nil)
+		in.callback = nil
+		objectDestroyed()
+	}
+	vulkan.DestroyInstance(in.handle, nil)
+	in.handle = nil
+	objectDestroyed()
+}
+
+// DeviceType mirrors VkPhysicalDeviceType.
+type DeviceType int
+
+const (
+	DeviceOther DeviceType = iota
+	DeviceIntegrated
+	DeviceDiscrete
+	DeviceVirtual
+	DeviceCPU
+)
+
+func (t DeviceType) String() string {
+	return [...]string{"other", "integrated-gpu", "discrete-gpu", "virtual-gpu", "cpu"}[t]
+}
+
+// preference orders device types for the default pick: discrete >
+// integrated > virtual > CPU > other.
+func (t DeviceType) preference() int {
+	return [...]int{0, 3, 4, 2, 1}[t]
+}
+
+// Driver IDs (VkDriverId) the planner's quirk table keys on.
+const (
+	DriverIDLavapipe     = 10 // VK_DRIVER_ID_MESA_LLVMPIPE
+	DriverIDNvidia       = 4  // VK_DRIVER_ID_NVIDIA_PROPRIETARY
+	DriverIDAMDOpen      = 2  // VK_DRIVER_ID_AMD_OPEN_SOURCE
+	DriverIDMesaRADV     = 3  // VK_DRIVER_ID_MESA_RADV
+	DriverIDIntelMesa    = 6  // VK_DRIVER_ID_INTEL_OPEN_SOURCE_MESA
+	DriverIDIntelWindows = 5  // VK_DRIVER_ID_INTEL_PROPRIETARY_WINDOWS
+)
+
+// Limits are the device limits vkattn plans with.
+type Limits struct {
+	MaxStorageBufferRange   uint32
+	MaxTexelBufferElements  uint32
+	MaxUniformBufferRange   uint32
+	MaxPushConstantsSize    uint32
+	MaxSharedMemory         uint32
+	MaxWorkGroupCount       [3]uint32
+	MaxWorkGroupSize        [3]uint32
+	MaxWorkGroupInvocations uint32
+	MinStorageAlignment     uint64
+	MinTexelAlignment       uint64
+	MinUniformAlignment     uint64
+	TimestampPeriod         float32
+	SubgroupSize            uint32
+	MaxMemoryAllocation     uint64 // largest heap, a bound for one allocation
+}
+
+// PhysicalDevice describes one Vulkan device.
+type PhysicalDevice struct {
+	Index        int
+	Name         string
+	Type         DeviceType
+	VendorID     uint32
+	DeviceID     uint32
+	APIVersion   string
+	DriverID     uint32
+	DriverName   string
+	DriverInfo   string
+	Limits       Limits
+	HostVisible  bool // a device-local memory type is also host visible
+	TexelR32F    bool // R32_SFLOAT is usable as a uniform texel buffer
+	TimestampsOK bool // the compute queue supports timestamps
+	queueFamily  uint32
+	handle       vulkan.PhysicalDevice
+	pipelineUUID [16]byte
+}
+
+// Devices lists the instance's devices in enumeration order.
+func (in *Instance) Devices() []PhysicalDevice { return append([]PhysicalDevice(nil), in.devices...) }
+
+// DefaultDevice returns the index of the preferred device.
+func (in *Instance) DefaultDevice() (int, error) {
+	best := -1
+	for i, d := range in.devices {
+		if best < 0 || d.Type.preference() > in.devices[best].Type.preference() {
+			best = i
+		}
+	}
+	if best < 0 {
+		return 0, fmt.Errorf("vk: no Vulkan device with a compute queue found")
+	}
+	return best, nil
+}
+
+// FindDevice resolves a user's choice: "" is the default, a number is an
+// index, anything else must match part of exactly one device name
+// (case-insensitive).
+func (in *Instance) FindDevice(choice string) (int, error) {
+	if choice == "" {
+		return in.DefaultDevice()
+	}
+	var idx int
+	if _, err := fmt.Sscanf(choice, "%d", &idx); err == nil && fmt.Sprint(idx) == choice {
+		if idx < 0 || idx >= len(in.devices) {
+			return 0, fmt.Errorf("vk: device index %d out of range: %d device(s)", idx, len(in.devices))
+		}
+		return idx, nil
+	}
+	found := -1
+	for i, d := range in.devices {
+		if strings.Contains(strings.ToLower(d.Name), strings.ToLower(choice)) {
+			if found >= 0 {
+				return 0, fmt.Errorf("vk: device name %q matches both %q and %q", choice, in.devices[found].Name, d.Name)
+			}
+			found = i
+		}
+	}
+	if found < 0 {
+		return 0, fmt.Errorf("vk: no device matches %q", choice)
+	}
+	return found, nil
+}
+
+func (in *Instance) enumerate() ([]PhysicalDevice, error) {
+	var n uint32
+	if err := check("vkEnumeratePhysicalDevices", vulkan.EnumeratePhysicalDevices(in.handle, &n, nil)); err != nil {
+		return nil, err
+	}
+	handles := make([]vulkan.PhysicalDevice, n)
+	if err := check("vkEnumeratePhysicalDevices", vulkan.EnumeratePhysicalDevices(in.handle, &n, handles)); err != nil {
+		return nil, err
+	}
+	var out []PhysicalDevice
+	for i, h := range handles[:n] {
+		d, ok, err := describe(in.handle, h)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue // no compute queue
+		}
+		d.Index = i
+		out = append(out, d)
+	}
+	for i := range out {
+		out[i].Index = i
+	}
+	return out, nil
+}
+
+func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bool, error) {
+	var props vulkan.PhysicalDeviceProperties
+	vulkan.GetPhysicalDeviceProperties(h, &props)
+	props.Deref()
+	props.Limits.Deref()
+	lim := props.Limits
+	d := PhysicalDevice{
+		Name:     vulkan.ToString(props.DeviceName[:]),
+		Type:     DeviceType(props.DeviceType),
+		VendorID: props.VendorID,
+		DeviceID: props.DeviceID,
+		APIVersion: fmt.Sprintf("%d.%d.%d", props.ApiVersion>>22, (props.ApiVersion>>12)&0x3ff,
+			props.ApiVersion&0xfff),
+		handle:       h,
+		pipelineUUID: props.PipelineCacheUUID,
+		Limits: Limits{
+			MaxStorageBufferRange:   lim.MaxStorageBufferRange,
+			MaxTexelBufferElements:  lim.MaxTexelBufferElements,
+			MaxUniformBufferRange:   lim.MaxUniformBufferRange,
+			MaxPushConstantsSize:    lim.MaxPushConstantsSize,
+			MaxSharedMemory:         lim.MaxComputeSharedMemorySize,
+			MaxWorkGroupCount:       lim.MaxComputeWorkGroupCount,
+			MaxWorkGroupSize:        lim.MaxComputeWorkGroupSize,
+			MaxWorkGroupInvocations: lim.MaxComputeWorkGroupInvocations,
+			MinStorageAlignment:     uint64(lim.MinStorageBufferOffsetAlignment),
+			MinTexelAlignment:       uint64(lim.MinTexelBufferOffsetAlignment),
+			MinUniformAlignment:     uint64(lim.MinUniformBufferOffsetAlignment),
+			TimestampPeriod:         lim.TimestampPeriod,
+		},
+	}
+	if d.Type < DeviceOther || d.Type > DeviceCPU {
+		d.Type = DeviceOther
+	}
+	extra, err := queryExtra(inst, h, props.ApiVersion)
+	if err != nil {
+		return d, false, err
+	}
+	d.DriverID, d.DriverName, d.DriverInfo = extra.driverID, extra.driverName, extra.driverInfo
+	d.Limits.SubgroupSize = extra.subgroup
+
+	var qn uint32
+	vulkan.GetPhysicalDeviceQueueFamilyProperties(h, &qn, nil)
+	qprops := make([]vulkan.QueueFamilyProperties, qn)
+	vulkan.GetPhysicalDeviceQueueFamilyProperties(h, &qn, qprops)
+	family := -1
+	for i := range qprops {
+		qprops[i].Deref()
+		flags := vulkan.QueueFlagBits(qprops[i].QueueFlags)
+		if flags&vulkan.QueueComputeBit == 0 {
+			continue
+		}
+		// Prefer a compute queue without graphics (dedicated compute) if any.
+		if family < 0 || flags&vulkan.QueueGraphicsBit == 0 {
+			family = i
+			d.TimestampsOK = qprops[i].TimestampValidBits > 0 && lim.TimestampPeriod > 0
+		}
+	}
+	if family < 0 {
+		return d, false, nil
+	}
+	d.queueFamily = uint32(family)
+
+	var mem vulkan.PhysicalDeviceMemoryProperties
+	vulkan.GetPhysicalDeviceMemoryProperties(h, &mem)
+	mem.Deref()
+	for i := uint32(0); i < mem.MemoryTypeCount; i++ {
+		mem.MemoryTypes[i].Deref()
+		f := vulkan.MemoryPropertyFlagBits(mem.MemoryTypes[i].PropertyFlags)
+		want := vulkan.MemoryPropertyDeviceLocalBit | vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
+		if f&want == want {
+			d.HostVisible = true
+		}
+	}
+	for i := uint32(0); i < mem.MemoryHeapCount; i++ {
+		mem.MemoryHeaps[i].Deref()
+		if s := uint64(mem.MemoryHeaps[i].Size); s > d.Limits.MaxMemoryAllocation {
+			d.Limits.MaxMemoryAllocation = s
+		}
+	}
+
+	var fp vulkan.FormatProperties
+	vulkan.GetPhysicalDeviceFormatProperties(h, vulkan.FormatR32Sfloat, &fp)
+	fp.Deref()
+	d.TexelR32F = vulkan.FormatFeatureFlagBits(fp.BufferFeatures)&vulkan.FormatFeatureUniformTexelBufferBit != 0
+	return d, true, nil
+}

@@ -1,0 +1,294 @@
+package vk
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	vulkan "github.com/vulkan-go/vulkan"
+)
+
+// BindingType is the kind of one descriptor binding of a kernel.
+type BindingType int
+
+const (
+	UniformBuffer BindingType = iota
+	StorageBuffer
+	UniformTexelR32F // a float texel buffer read with texelFetch
+)
+
+func (t BindingType) descriptorType() vulkan.DescriptorType {
+	switch t {
+	case UniformBuffer:
+		return vulkan.DescriptorTypeUniformBuffer
+	case UniformTexelR32F:
+		return vulkan.DescriptorTypeUniformTexelBuffer
+	}
+	return vulkan.DescriptorTypeStorageBuffer
+}
+
+// KernelSpec describes a compute kernel: its SPIR-V, its bindings (binding i
+// has type Bindings[i]) and its specialization constants (constant_id i gets
+// Spec[i], as a 32-bit int).
+type KernelSpec struct {
+	Name     string
+	SPIRV    []byte
+	Bindings []BindingType
+	Spec     []int32
+}
+
+// Kernel is a compute pipeline with its layouts.
+type Kernel struct {
+	dev      *Device
+	Spec     KernelSpec
+	module   vulkan.ShaderModule
+	setLay   vulkan.DescriptorSetLayout
+	pipeLay  vulkan.PipelineLayout
+	pipeline vulkan.Pipeline
+	sets     map[*DescriptorSet]struct{}
+}
+
+// NewKernel builds a compute pipeline. On lavapipe the real shader compile
+// happens at the first dispatch, not here.
+func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
+	if len(spec.SPIRV)%4 != 0 || len(spec.SPIRV) == 0 {
+		return nil, fmt.Errorf("vk: kernel %s: SPIR-V size %d is not a positive multiple of 4", spec.Name, len(spec.SPIRV))
+	}
+	k := &Kernel{dev: d, Spec: spec, sets: map[*DescriptorSet]struct{}{}}
+	code := make([]uint32, len(spec.SPIRV)/4)
+	for i := range code {
+		code[i] = binary.LittleEndian.Uint32(spec.SPIRV[4*i:])
+	}
+	var module vulkan.ShaderModule
+	err := check("vkCreateShaderModule", vulkan.CreateShaderModule(d.handle, &vulkan.ShaderModuleCreateInfo{
+		SType:    vulkan.StructureTypeShaderModuleCreateInfo,
+		CodeSize: uint(len(spec.SPIRV)),
+		PCode:    code,
+	}, nil, &module))
+	if err != nil {
+		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
+	}
+	k.module = module
+	objectCreated()
+
+	bindings := make([]vulkan.DescriptorSetLayoutBinding, len(spec.Bindings))
+	for i, t := range spec.Bindings {
+		bindings[i] = vulkan.DescriptorSetLayoutBinding{
+			Binding:         uint32(i),
+			DescriptorType:  t.descriptorType(),
+			DescriptorCount: 1,
+			StageFlags:      vulkan.ShaderStageFlags(vulkan.ShaderStageComputeBit),
+		}
+	}
+	var setLay vulkan.DescriptorSetLayout
+	err = check("vkCreateDescriptorSetLayout", vulkan.CreateDescriptorSetLayout(d.handle, &vulkan.DescriptorSetLayoutCreateInfo{
+		SType:        vulkan.StructureTypeDescriptorSetLayoutCreateInfo,
+		BindingCount: uint32(len(bindings)),
+		PBindings:    bindings,
+	}, nil, &setLay))
+	if err != nil {
+		k.destroy()
+		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
+	}
+	k.setLay = setLay
+	objectCreated()
+
+	var pipeLay vulkan.PipelineLayout
+	err = check("vkCreatePipelineLayout", vulkan.CreatePipelineLayout(d.handle, &vulkan.PipelineLayoutCreateInfo{
+		SType:          vulkan.StructureTypePipelineLayoutCreateInfo,
+		SetLayoutCount: 1,
+		PSetLayouts:    []vulkan.DescriptorSetLayout{setLay},
+	}, nil, &pipeLay))
+	if err != nil {
+		k.destroy()
+		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
+	}
+	k.pipeLay = pipeLay
+	objectCreated()
+
+	// Specialization data is passed through as a raw pointer: it must be C memory.
+	data := make([]byte, 4*len(spec.Spec))
+	entries := make([]vulkan.SpecializationMapEntry, len(spec.Spec))
+	for i, v := range spec.Spec {
+		binary.LittleEndian.PutUint32(data[4*i:], uint32(v))
+		entries[i] = vulkan.SpecializationMapEntry{ConstantID: uint32(i), Offset: uint32(4 * i), Size: 4}
+	}
+	cdata := cBytes(data)
+	defer cFree(cdata)
+	stage := vulkan.PipelineShaderStageCreateInfo{
+		SType:  vulkan.StructureTypePipelineShaderStageCreateInfo,
+		Stage:  vulkan.ShaderStageComputeBit,
+		Module: module,
+		PName:  "main\x00",
+	}
+	if len(spec.Spec) > 0 {
+		stage.PSpecializationInfo = []vulkan.SpecializationInfo{{
+			MapEntryCount: uint32(len(entries)),
+			PMapEntries:   entries,
+			DataSize:      uint(len(data)),
+			PData:         cdata,
+		}}
+	}
+	pipes := make([]vulkan.Pipeline, 1)
+	err = check("vkCreateComputePipelines", vulkan.CreateComputePipelines(d.handle, d.cache, 1, []vulkan.ComputePipelineCreateInfo{{
+		SType:  vulkan.StructureTypeComputePipelineCreateInfo,
+		Stage:  stage,
+		Layout: pipeLay,
+	}}, nil, pipes))
+	if err != nil {
+		k.destroy()
+		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
+	}
+	k.pipeline = pipes[0]
+	objectCreated()
+	d.mu.Lock()
+	d.kernels[k] = struct{}{}
+	d.mu.Unlock()
+	return k, nil
+}
+
+// Close destroys the kernel and its descriptor sets.
+func (k *Kernel) Close() {
+	if k == nil {
+		return
+	}
+	k.dev.mu.Lock()
+	delete(k.dev.kernels, k)
+	k.dev.mu.Unlock()
+	k.destroy()
+}
+
+func (k *Kernel) destroy() {
+	h := k.dev.handle
+	for s := range k.sets {
+		s.destroy()
+	}
+	k.sets = map[*DescriptorSet]struct{}{}
+	if k.pipeline != nil {
+		vulkan.DestroyPipeline(h, k.pipeline, nil)
+		k.pipeline = nil
+		objectDestroyed()
+	}
+	if k.pipeLay != nil {
+		vulkan.DestroyPipelineLayout(h, k.pipeLay, nil)
+		k.pipeLay = nil
+		objectDestroyed()
+	}
+	if k.setLay != nil {
+		vulkan.DestroyDescriptorSetLayout(h, k.setLay, nil)
+		k.setLay = nil
+		objectDestroyed()
+	}
+	if k.module != nil {
+		vulkan.DestroyShaderModule(h, k.module, nil)
+		k.module = nil
+		objectDestroyed()
+	}
+}
+
+// Arg binds a buffer range to one binding. Range 0 means to the end of the
+// buffer. Texel bindings always view the whole buffer from offset 0 (the
+// shader adds element offsets itself, avoiding texel offset alignment rules).
+type Arg struct {
+	Buffer *Buffer
+	Offset uint64
+	Range  uint64
+}
+
+// DescriptorSet is a set of buffers bound to a kernel's bindings, with its
+// own small pool so it can be freed on its own.
+type DescriptorSet struct {
+	kernel *Kernel
+	pool   vulkan.DescriptorPool
+	set    vulkan.DescriptorSet
+}
+
+// Bind creates a descriptor set with args[i] at binding i.
+func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
+	if len(args) != len(k.Spec.Bindings) {
+		return nil, fmt.Errorf("vk: kernel %s has %d bindings, got %d args", k.Spec.Name, len(k.Spec.Bindings), len(args))
+	}
+	counts := map[vulkan.DescriptorType]uint32{}
+	for _, t := range k.Spec.Bindings {
+		counts[t.descriptorType()]++
+	}
+	var sizes []vulkan.DescriptorPoolSize
+	for t, n := range counts {
+		sizes = append(sizes, vulkan.DescriptorPoolSize{Type: t, DescriptorCount: n})
+	}
+	d := k.dev
+	var pool vulkan.DescriptorPool
+	err := check("vkCreateDescriptorPool", vulkan.CreateDescriptorPool(d.handle, &vulkan.DescriptorPoolCreateInfo{
+		SType:         vulkan.StructureTypeDescriptorPoolCreateInfo,
+		MaxSets:       1,
+		PoolSizeCount: uint32(len(sizes)),
+		PPoolSizes:    sizes,
+	}, nil, &pool))
+	if err != nil {
+		return nil, err
+	}
+	objectCreated()
+	s := &DescriptorSet{kernel: k, pool: pool}
+	var set vulkan.DescriptorSet
+	err = check("vkAllocateDescriptorSets", vulkan.AllocateDescriptorSets(d.handle, &vulkan.DescriptorSetAllocateInfo{
+		SType:              vulkan.StructureTypeDescriptorSetAllocateInfo,
+		DescriptorPool:     pool,
+		DescriptorSetCount: 1,
+		PSetLayouts:        []vulkan.DescriptorSetLayout{k.setLay},
+	}, &set))
+	if err != nil {
+		s.destroy()
+		return nil, err
+	}
+	s.set = set
+	writes := make([]vulkan.WriteDescriptorSet, len(args))
+	for i, a := range args {
+		if a.Buffer == nil || a.Buffer.handle == nil {
+			s.destroy()
+			return nil, fmt.Errorf("vk: kernel %s binding %d: no buffer", k.Spec.Name, i)
+		}
+		w := vulkan.WriteDescriptorSet{
+			SType:           vulkan.StructureTypeWriteDescriptorSet,
+			DstSet:          set,
+			DstBinding:      uint32(i),
+			DescriptorCount: 1,
+			DescriptorType:  k.Spec.Bindings[i].descriptorType(),
+		}
+		if k.Spec.Bindings[i] == UniformTexelR32F {
+			view, err := a.Buffer.texelView(vulkan.FormatR32Sfloat, 4)
+			if err != nil {
+				s.destroy()
+				return nil, err
+			}
+			w.PTexelBufferView = []vulkan.BufferView{view}
+		} else {
+			rng := a.Range
+			if rng == 0 {
+				rng = a.Buffer.size - a.Offset
+			}
+			w.PBufferInfo = []vulkan.DescriptorBufferInfo{{
+				Buffer: a.Buffer.handle, Offset: vulkan.DeviceSize(a.Offset), Range: vulkan.DeviceSize(rng),
+			}}
+		}
+		writes[i] = w
+	}
+	vulkan.UpdateDescriptorSets(d.handle, uint32(len(writes)), writes, 0, nil)
+	k.sets[s] = struct{}{}
+	return s, nil
+}
+
+// Close frees the set. The GPU must no longer use it.
+func (s *DescriptorSet) Close() {
+	if s == nil || s.pool == nil {
+		return
+	}
+	delete(s.kernel.sets, s)
+	s.destroy()
+}
+
+func (s *DescriptorSet) destroy() {
+	if s.pool != nil {
+		vulkan.DestroyDescriptorPool(s.kernel.dev.handle, s.pool, nil)
+		s.pool = nil
+		objectDestroyed()
+	}
+}

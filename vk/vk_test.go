@@ -1,0 +1,112 @@
+package vk
+
+import (
+	"context"
+	"testing"
+)
+
+// TestBufferRoundTripAndClose checks the owner tree: a device with buffers
+// in it closes them all, the live-object count returns to where it started,
+// and the validation layer reports nothing.
+func TestBufferRoundTripAndClose(t *testing.T) {
+	before := LiveObjects()
+	inst, err := NewInstance(InstanceConfig{Validation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := inst.DefaultDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := inst.NewDevice(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := dev.NewBuffer(40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if err := buf.WriteFloat32(0, in); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, 4)
+	if err := buf.ReadFloat32(3, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range out {
+		if v != in[3+i] {
+			t.Fatalf("read back %v, want %v", out, in[3:7])
+		}
+	}
+	if err := buf.Read(40, make([]byte, 16)); err == nil {
+		t.Errorf("read past the end of a 48-byte buffer succeeded")
+	}
+	if st := dev.AllocStats(); st.Live != 48 || st.Count != 1 {
+		t.Errorf("alloc stats %+v, want 48 live bytes in 1 buffer", st)
+	}
+	// A second buffer left open is freed by the device's Close.
+	if _, err := dev.NewBuffer(100); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dev.NewCommands(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	c.Timestamp(0)
+	c.Barrier()
+	c.Timestamp(1)
+	if err := c.End(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // replay the same recording
+		if err := c.Submit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, err := c.Elapsed(0, 1); err != nil || (dev.Info.TimestampsOK && !ok) {
+		t.Errorf("Elapsed: ok=%v err=%v", ok, err)
+	}
+	c.Close()
+	buf.Close()
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	inst.Close()
+	if n := LiveObjects(); n != before {
+		t.Errorf("%d Vulkan objects alive after Close, want %d", n, before)
+	}
+	if msgs := ValidationMessages(); len(msgs) > 0 {
+		t.Errorf("validation messages:\n%v", msgs)
+	}
+}
+
+func TestFindDevice(t *testing.T) {
+	inst, err := NewInstance(InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	devs := inst.Devices()
+	if len(devs) == 0 {
+		t.Fatal("no devices")
+	}
+	if i, err := inst.FindDevice("0"); err != nil || i != 0 {
+		t.Errorf("FindDevice(0) = %d, %v", i, err)
+	}
+	if _, err := inst.FindDevice("99"); err == nil {
+		t.Errorf("FindDevice(99) succeeded with %d devices", len(devs))
+	}
+	if _, err := inst.FindDevice("no such device name"); err == nil {
+		t.Errorf("FindDevice of an unknown name succeeded")
+	}
+	if i, err := inst.FindDevice(devs[0].Name[:3]); err != nil && i != 0 {
+		t.Errorf("FindDevice by name prefix: %v", err)
+	}
+}
