@@ -1,6 +1,6 @@
 module github.com/vkattn/vkattn
 
-go 1.22
+go 1.24.0
 
 require (
 	codeberg.org/sbinet/npyio v0.14.0 // indirect

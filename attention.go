@@ -1,0 +1,223 @@
+package vkattn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/vkattn/vkattn/pipelines"
+)
+
+// Plan says what the device will run for a problem: which kernel variant,
+// load path, tiles and grid. Nothing is chosen silently.
+type Plan struct {
+	Dims   Dims
+	Device string
+	Kernel pipelines.AttentionPlan
+}
+
+func (p Plan) String() string {
+	return fmt.Sprintf("attention %v on %s: %v", p.Dims, p.Device, p.Kernel)
+}
+
+// Plan validates a problem given by its shapes (each rank 2-4, filled from
+// the left as in Upload) and returns what Attention would run.
+func (d *Device) Plan(q, k, v []int, opts Options) (Plan, error) {
+	var shapes [3][4]int
+	for i, s := range [][]int{q, k, v} {
+		var err error
+		if shapes[i], err = Shape4(s); err != nil {
+			return Plan{}, err
+		}
+	}
+	return d.plan(shapes[0], shapes[1], shapes[2], &opts)
+}
+
+func (d *Device) plan(q, k, v [4]int, opts *Options) (Plan, error) {
+	dims, err := CheckProblem(q, k, v, opts)
+	if err != nil {
+		return Plan{}, err
+	}
+	kp, err := pipelines.PlanAttention(d.dev.Info, dims.B, dims.H, dims.L, dims.DK, dims.DV, d.path)
+	if err != nil {
+		return Plan{}, deviceLimit(err)
+	}
+	if opts.WantWeights {
+		n := uint64(dims.B) * uint64(dims.H) * uint64(dims.L) * uint64(dims.S)
+		if lim := uint64(d.dev.Info.Limits.MaxStorageBufferRange) / 4; n > lim {
+			return Plan{}, errorf(ErrTooLarge, "attention weights (B,H,L,S) = %d values exceed the device's %d per buffer; ask for weights only on small problems", n, lim)
+		}
+	}
+	return Plan{Dims: dims, Device: d.String(), Kernel: kp}, nil
+}
+
+func deviceLimit(err error) error {
+	if errors.Is(err, pipelines.ErrTooLarge) {
+		return fmt.Errorf("%w: %v", ErrTooLarge, err)
+	}
+	return err
+}
+
+// Output is the result of Attention. Close it to free the device memory.
+type Output struct {
+	O       *Tensor // (B, H, L, d_v)
+	LSE     *Tensor // (B, H, L, 1), nil unless Options.WantLSE
+	Weights *Tensor // (B, H, L, S), nil unless Options.WantWeights
+	Plan    Plan
+	GPUTime time.Duration // device time of the dispatch; 0 without timestamps
+}
+
+// Close frees the output tensors.
+func (o *Output) Close() {
+	if o == nil {
+		return
+	}
+	o.O.Close()
+	o.LSE.Close()
+	o.Weights.Close()
+}
+
+// Attention computes softmax(Q K^T * scale + masks) V on the device.
+// q is (B,H,L,d_k), k is (B,H_kv,S,d_k), v is (B,H_kv,S,d_v).
+func (d *Device) Attention(q, k, v *Tensor, opts Options) (*Output, error) {
+	return d.AttentionContext(context.Background(), q, k, v, opts)
+}
+
+// AttentionContext is Attention with a context that can cancel the wait for
+// the device.
+func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Options) (*Output, error) {
+	for _, c := range []struct {
+		name string
+		t    *Tensor
+	}{{"Q", q}, {"K", k}, {"V", v}} {
+		switch {
+		case c.t == nil:
+			return nil, errorf(ErrShape, "%s is nil", c.name)
+		case c.t.root().closed:
+			return nil, errorf(ErrClosed, "%s was closed", c.name)
+		case c.t.dev != d:
+			return nil, errorf(ErrDevice, "%s lives on %s, not %s", c.name, c.t.dev, d)
+		case !c.t.finite:
+			return nil, errorf(ErrNonFinite, "%s holds NaN or Inf", c.name)
+		}
+	}
+	plan, err := d.plan(q.shape, k.shape, v.shape, &opts)
+	if err != nil {
+		return nil, err
+	}
+	dm := plan.Dims
+	x := pipelines.AttentionArgs{
+		B: dm.B, H: dm.H, HKV: dm.HKV, L: dm.L, S: dm.S, DK: dm.DK, DV: dm.DV,
+		Q: q.view(), K: k.view(), V: v.view(),
+		Scale:  opts.Scale.For(dm.DK),
+		Causal: int(opts.Causal),
+	}
+	// Per-call inputs (masks, lengths) live only for this call.
+	var scratch []*Tensor
+	defer func() {
+		for _, t := range scratch {
+			t.Close()
+		}
+	}()
+	upload := func(n int, fill func([]float32)) (*Tensor, error) {
+		t, err := d.newTensor([4]int{1, 1, 1, n})
+		if err != nil {
+			return nil, err
+		}
+		scratch = append(scratch, t)
+		host := make([]float32, n)
+		fill(host)
+		return t, t.buf.WriteFloat32(0, host)
+	}
+	if m := opts.Mask; m != nil {
+		t, err := upload(len(m.Values), func(h []float32) { copy(h, m.Values) })
+		if err != nil {
+			return nil, err
+		}
+		x.Mask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
+	}
+	if m := opts.BoolMask; m != nil {
+		// A boolean mask is an additive 0 / -inf mask; blocks AND because
+		// -inf absorbs every finite addend.
+		blockWhen := m.Meaning == TrueBlocks
+		t, err := upload(len(m.Values), func(h []float32) {
+			for i, b := range m.Values {
+				if b == blockWhen {
+					h[i] = float32(math.Inf(-1))
+				}
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		x.BoolMask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
+	}
+	if opts.KeyLengths != nil || opts.QueryLengths != nil {
+		t, err := upload(2*dm.B, func(h []float32) {
+			for b := 0; b < dm.B; b++ {
+				kl, ql := dm.S, dm.L
+				if opts.KeyLengths != nil {
+					kl = opts.KeyLengths[b]
+				}
+				if opts.QueryLengths != nil {
+					ql = opts.QueryLengths[b]
+				}
+				h[b] = math.Float32frombits(uint32(int32(kl)))
+				h[dm.B+b] = math.Float32frombits(uint32(int32(ql)))
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		x.Lengths = t.buf
+	}
+	out := &Output{Plan: plan}
+	fail := func(err error) (*Output, error) {
+		out.Close()
+		return nil, deviceLimit(err)
+	}
+	if out.O, err = d.newTensor([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
+		return fail(err)
+	}
+	x.O = out.O.view()
+	if opts.WantLSE {
+		if out.LSE, err = d.newTensor([4]int{dm.B, dm.H, dm.L, 1}); err != nil {
+			return fail(err)
+		}
+		x.LSE = out.LSE.buf
+	}
+	if opts.WantWeights {
+		if out.Weights, err = d.newTensor([4]int{dm.B, dm.H, dm.L, dm.S}); err != nil {
+			return fail(err)
+		}
+		x.Weights = out.Weights.buf
+	}
+	prepared, err := d.attention.Prepare(plan.Kernel, x)
+	if err != nil {
+		return fail(err)
+	}
+	out.GPUTime, err = prepared.Run(ctx)
+	// Close waits for work still in flight (a cancelled wait) before the
+	// buffers it uses are freed.
+	prepared.Close()
+	if err != nil {
+		return fail(err)
+	}
+	return out, nil
+}
+
+// broadcastStrides gives element strides of a row-major mask over
+// (B, H, L, S), with 0 on axes of extent 1 so they broadcast.
+func broadcastStrides(s MaskShape) [4]int {
+	var st [4]int
+	n := 1
+	for i := 3; i >= 0; i-- {
+		if s[i] != 1 {
+			st[i] = n
+		}
+		n *= s[i]
+	}
+	return st
+}

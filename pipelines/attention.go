@@ -1,0 +1,414 @@
+// Package pipelines holds vkattn's kernels in kernel terms: buffers,
+// element strides, dimensions and flags. It plans each dispatch from the
+// device's properties (load path, tile sizes, workgroup size, grid), records
+// it once and replays it. It knows nothing of the root package's options;
+// the root package translates them.
+package pipelines
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/vkattn/vkattn/shaders"
+	"github.com/vkattn/vkattn/vk"
+)
+
+// LoadPath is how a kernel reads its inputs.
+type LoadPath int
+
+const (
+	// AutoPath lets the planner choose per device.
+	AutoPath LoadPath = iota
+	// TexelPath reads through R32F uniform texel buffers (fast on lavapipe).
+	TexelPath
+	// StoragePath reads plain storage buffers (the portable path).
+	StoragePath
+)
+
+func (p LoadPath) String() string {
+	return [...]string{"auto", "texel", "storage"}[p]
+}
+
+// View is a tensor of four logical axes (batch, head, position, width) in a
+// buffer: the last axis is contiguous, the others have element strides, so
+// (B,H,L,d) and (B,L,H,d) layouts are read in place.
+type View struct {
+	Buffer  *vk.Buffer
+	Offset  int    // elements
+	Strides [3]int // batch, head, position, in elements
+}
+
+// MaskView is a float mask over (B, H, L, S) with element strides; a stride
+// of 0 broadcasts that axis.
+type MaskView struct {
+	Buffer  *vk.Buffer
+	Strides [4]int
+}
+
+// Causal alignment codes.
+const (
+	CausalNone = iota
+	CausalTopLeft
+	CausalBottomRight
+)
+
+// AttentionArgs is one attention call in kernel terms.
+type AttentionArgs struct {
+	B, H, HKV, L, S, DK, DV int
+	Q, K, V, O              View
+	Scale                   float64
+	Causal                  int
+	Mask                    *MaskView  // additive, nil if none
+	BoolMask                *MaskView  // boolean, uploaded as 0 / -inf, nil if none
+	Lengths                 *vk.Buffer // int32 key lengths [B] then query lengths [B]; nil if none
+	LSE                     *vk.Buffer // (B, H, L) float, nil if not wanted
+	Weights                 *vk.Buffer // (B, H, L, S) float, nil if not wanted
+}
+
+// AttentionPlan is what the planner chose for one problem.
+type AttentionPlan struct {
+	Variant   string // SPIR-V variant name (shaders/manifest.txt)
+	Path      LoadPath
+	DMax      int // compile-time bound on d_k and d_v
+	Rows      int // query rows per invocation
+	KeyTile   int // keys per online-softmax step
+	WorkGroup int // invocations per workgroup
+	Grid      [3]uint32
+	Why       string // why this load path
+}
+
+func (p AttentionPlan) String() string {
+	return fmt.Sprintf("kernel %s (load path %s: %s), d_max %d, %d query rows/invocation, key tile %d, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer",
+		p.Variant, p.Path, p.Why, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2])
+}
+
+// MaxHeadWidth is the widest d_k or d_v the attention kernel supports.
+const MaxHeadWidth = 256
+
+// ErrTooLarge is wrapped by planning errors about device limits.
+var ErrTooLarge = fmt.Errorf("too large for device")
+
+// PlanAttention picks the kernel variant and launch shape for a problem on
+// a device. force overrides the load path (AutoPath: choose).
+func PlanAttention(dev vk.PhysicalDevice, b, h, l, dk, dv int, force LoadPath) (AttentionPlan, error) {
+	var p AttentionPlan
+	width := max(dk, dv)
+	if width > MaxHeadWidth {
+		return p, fmt.Errorf("%w: head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d",
+			ErrTooLarge, width, dk, dv, MaxHeadWidth)
+	}
+	p.DMax = 16
+	for p.DMax < width {
+		p.DMax *= 2
+	}
+	// Load path: lavapipe turns storage-buffer loads in loops into per-lane
+	// loops and runs texel fetches ~20x faster (vulkan-notes.md); real GPUs
+	// read storage buffers at full speed.
+	p.Path = force
+	if p.Path == AutoPath {
+		if (dev.DriverID == vk.DriverIDLavapipe || dev.Type == vk.DeviceCPU) && dev.TexelR32F {
+			p.Path, p.Why = TexelPath, "CPU driver, texel fetches beat storage loads"
+		} else {
+			p.Path, p.Why = StoragePath, "GPU, storage buffers are the portable fast path"
+		}
+	} else {
+		p.Why = "forced"
+	}
+	if p.Path == TexelPath && !dev.TexelR32F {
+		return p, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT uniform texel buffers", dev.Name)
+	}
+	p.KeyTile = 8
+	if p.Path == TexelPath {
+		// One SIMD-8 lane group per workgroup; several rows per lane reuse
+		// each fetched key and value element.
+		p.Variant, p.WorkGroup = "attention_texel", 8
+		p.Rows = map[int]int{16: 4, 32: 4, 64: 4, 128: 2, 256: 1}[p.DMax]
+	} else {
+		p.Variant, p.WorkGroup, p.Rows = "attention_storage", 64, 1
+	}
+	p.WorkGroup = min(p.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
+	rowsPerGroup := p.Rows * p.WorkGroup
+	p.Grid = [3]uint32{uint32((l + rowsPerGroup - 1) / rowsPerGroup), uint32(h), uint32(b)}
+	names := [3]string{"query row blocks", "heads", "batch"}
+	for i, g := range p.Grid {
+		if g > dev.Limits.MaxWorkGroupCount[i] {
+			return p, fmt.Errorf("%w: %d %s exceed the device's %d workgroups on axis %d",
+				ErrTooLarge, g, names[i], dev.Limits.MaxWorkGroupCount[i], i)
+		}
+	}
+	return p, nil
+}
+
+// checkRange refuses a buffer the kernel could not address whole: the shader
+// indexes with 32-bit ints, texel views are limited in elements and storage
+// bindings in bytes.
+func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel bool) error {
+	if buf == nil {
+		return nil
+	}
+	elems := buf.Size() / 4
+	if elems > math.MaxInt32 {
+		return fmt.Errorf("%w: %s has %d elements, more than 2^31", ErrTooLarge, what, elems)
+	}
+	if texel {
+		if elems > uint64(dev.Limits.MaxTexelBufferElements) {
+			return fmt.Errorf("%w: %s has %d elements, the device's texel buffers hold %d",
+				ErrTooLarge, what, elems, dev.Limits.MaxTexelBufferElements)
+		}
+		return nil
+	}
+	if buf.Size() > uint64(dev.Limits.MaxStorageBufferRange) {
+		return fmt.Errorf("%w: %s is %d bytes, the device's storage buffer range is %d",
+			ErrTooLarge, what, buf.Size(), dev.Limits.MaxStorageBufferRange)
+	}
+	return nil
+}
+
+// Attention is the attention kernel family on one device: it builds each
+// variant once and keeps it.
+type Attention struct {
+	dev     *vk.Device
+	kernels map[string]*vk.Kernel
+	dummy   *vk.Buffer // bound where an optional input or output is absent
+}
+
+// NewAttention prepares the attention family on dev. Kernels are built
+// lazily on first use.
+func NewAttention(dev *vk.Device) *Attention {
+	return &Attention{dev: dev, kernels: map[string]*vk.Kernel{}}
+}
+
+// Close frees the family's kernels and buffers.
+func (a *Attention) Close() {
+	for _, k := range a.kernels {
+		k.Close()
+	}
+	a.kernels = map[string]*vk.Kernel{}
+	a.dummy.Close()
+	a.dummy = nil
+}
+
+func (a *Attention) kernel(p AttentionPlan) (*vk.Kernel, error) {
+	key := fmt.Sprintf("%s/d%d/r%d/t%d/w%d", p.Variant, p.DMax, p.Rows, p.KeyTile, p.WorkGroup)
+	if k, ok := a.kernels[key]; ok {
+		return k, nil
+	}
+	code, err := shaders.SPIRV(p.Variant)
+	if err != nil {
+		return nil, err
+	}
+	in := vk.StorageBuffer
+	if p.Path == TexelPath {
+		in = vk.UniformTexelR32F
+	}
+	k, err := a.dev.NewKernel(vk.KernelSpec{
+		Name:  key,
+		SPIRV: code,
+		Bindings: []vk.BindingType{vk.UniformBuffer, in, in, in, in, in,
+			vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer},
+		Spec: []int32{int32(p.WorkGroup), int32(p.DMax), int32(p.Rows), int32(p.KeyTile), int32(p.WorkGroup)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.kernels[key] = k
+	return k, nil
+}
+
+// Flags of the Params block, as in shaders/attention.comp.
+const (
+	flagMask     = 1
+	flagBoolMask = 2
+	flagCausal   = 4
+	flagLengths  = 8
+	flagLSE      = 16
+	flagWeights  = 32
+)
+
+// params encodes the shader's std140 Params block.
+func params(x *AttentionArgs) []byte {
+	flags := 0
+	var m, bm [4]int
+	if x.Mask != nil {
+		flags |= flagMask
+		m = x.Mask.Strides
+	}
+	if x.BoolMask != nil {
+		flags |= flagBoolMask
+		bm = x.BoolMask.Strides
+	}
+	shift := 0
+	switch x.Causal {
+	case CausalTopLeft:
+		flags |= flagCausal
+	case CausalBottomRight:
+		flags |= flagCausal
+		shift = x.S - x.L
+	}
+	if x.Lengths != nil {
+		flags |= flagLengths
+	}
+	if x.LSE != nil {
+		flags |= flagLSE
+	}
+	if x.Weights != nil {
+		flags |= flagWeights
+	}
+	ints := []int{
+		x.L, x.S, x.DK, x.DV,
+		x.B, x.H / x.HKV, flags, shift,
+		x.Q.Offset, x.K.Offset, x.V.Offset, x.O.Offset,
+		x.Q.Strides[0], x.Q.Strides[1], x.Q.Strides[2], 0,
+		x.K.Strides[0], x.K.Strides[1], x.K.Strides[2], 0,
+		x.V.Strides[0], x.V.Strides[1], x.V.Strides[2], 0,
+		x.O.Strides[0], x.O.Strides[1], x.O.Strides[2], 0,
+		m[0], m[1], m[2], m[3],
+		bm[0], bm[1], bm[2], bm[3],
+	}
+	out := make([]byte, 4*len(ints)+16)
+	for i, v := range ints {
+		binary.LittleEndian.PutUint32(out[4*i:], uint32(int32(v)))
+	}
+	binary.LittleEndian.PutUint32(out[4*len(ints):], math.Float32bits(float32(x.Scale*math.Log2E)))
+	return out
+}
+
+// Prepared is an attention dispatch recorded once, replayable with Run.
+type Prepared struct {
+	Plan   AttentionPlan
+	params *vk.Buffer
+	set    *vk.DescriptorSet
+	cmds   *vk.Commands
+}
+
+// Prepare checks args against the plan and the device, binds the buffers
+// and records the dispatch.
+func (a *Attention) Prepare(p AttentionPlan, x AttentionArgs) (*Prepared, error) {
+	info := a.dev.Info
+	texel := p.Path == TexelPath
+	for _, c := range []struct {
+		what  string
+		buf   *vk.Buffer
+		texel bool
+	}{
+		{"Q", x.Q.Buffer, texel}, {"K", x.K.Buffer, texel}, {"V", x.V.Buffer, texel}, {"O", x.O.Buffer, false},
+		{"LSE", x.LSE, false}, {"weights", x.Weights, false},
+	} {
+		if err := checkRange(info, c.what, c.buf, c.texel); err != nil {
+			return nil, err
+		}
+	}
+	for _, mv := range []*MaskView{x.Mask, x.BoolMask} {
+		if mv != nil {
+			if err := checkRange(info, "mask", mv.Buffer, texel); err != nil {
+				return nil, err
+			}
+		}
+	}
+	k, err := a.kernel(p)
+	if err != nil {
+		return nil, err
+	}
+	if a.dummy == nil {
+		if a.dummy, err = a.dev.NewBuffer(16); err != nil {
+			return nil, err
+		}
+	}
+	or := func(b *vk.Buffer) *vk.Buffer {
+		if b == nil {
+			return a.dummy
+		}
+		return b
+	}
+	maskBuf := func(m *MaskView) *vk.Buffer {
+		if m == nil {
+			return a.dummy
+		}
+		return m.Buffer
+	}
+	pr := &Prepared{Plan: p}
+	if pr.params, err = a.dev.NewBuffer(256); err != nil {
+		return nil, err
+	}
+	if err := pr.params.Write(0, params(&x)); err != nil {
+		pr.Close()
+		return nil, err
+	}
+	pr.set, err = k.Bind([]vk.Arg{
+		{Buffer: pr.params}, {Buffer: x.Q.Buffer}, {Buffer: x.K.Buffer}, {Buffer: x.V.Buffer},
+		{Buffer: maskBuf(x.Mask)}, {Buffer: maskBuf(x.BoolMask)}, {Buffer: or(x.Lengths)},
+		{Buffer: x.O.Buffer}, {Buffer: or(x.LSE)}, {Buffer: or(x.Weights)},
+	})
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	if pr.cmds, err = a.dev.NewCommands(2); err != nil {
+		pr.Close()
+		return nil, err
+	}
+	if err := pr.cmds.Begin(); err != nil {
+		pr.Close()
+		return nil, err
+	}
+	pr.cmds.Timestamp(0)
+	if err := pr.cmds.Dispatch(k, pr.set, p.Grid); err != nil {
+		pr.Close()
+		return nil, err
+	}
+	pr.cmds.Barrier()
+	pr.cmds.Timestamp(1)
+	if err := pr.cmds.End(); err != nil {
+		pr.Close()
+		return nil, err
+	}
+	return pr, nil
+}
+
+// Run submits the recorded dispatch and waits for it; it returns the device
+// time when the device has timestamps (0 otherwise).
+func (pr *Prepared) Run(ctx context.Context) (time.Duration, error) {
+	if err := pr.cmds.Submit(); err != nil {
+		return 0, err
+	}
+	if err := pr.cmds.Wait(ctx); err != nil {
+		return 0, err
+	}
+	t, _, err := pr.cmds.Elapsed(0, 1)
+	return t, err
+}
+
+// Close frees what Prepare made.
+func (pr *Prepared) Close() {
+	if pr == nil {
+		return
+	}
+	pr.cmds.Close()
+	pr.set.Close()
+	pr.params.Close()
+}
+
+// Describe is a one-line account of a plan for a problem, for --explain.
+func Describe(p AttentionPlan, x AttentionArgs) string {
+	var parts []string
+	if x.Mask != nil {
+		parts = append(parts, "additive mask")
+	}
+	if x.BoolMask != nil {
+		parts = append(parts, "boolean mask")
+	}
+	if x.Causal != CausalNone {
+		parts = append(parts, [...]string{"", "causal top-left", "causal bottom-right"}[x.Causal])
+	}
+	if x.Lengths != nil {
+		parts = append(parts, "per-batch lengths")
+	}
+	if len(parts) == 0 {
+		parts = []string{"no masks"}
+	}
+	return p.String() + "; " + strings.Join(parts, ", ")
+}

@@ -1,0 +1,11 @@
+// Package reference is a float64, deliberately naive implementation of
+// vkattn's attention semantics (spec.md §1–§2). Every GPU result is checked
+// against it, so it favours obvious correctness over speed: it materialises
+// every score row, applies every mask explicitly and always returns the
+// attention weights and the log-sum-exp.
+//
+// It validates inputs with vkattn.CheckProblem, exactly like the GPU path, so
+// both accept and reject the same problems. A row whose every key is masked
+// (or whose query lies past its query length) has output 0, log-sum-exp -Inf
+// and all-zero weights, never NaN.
+package reference

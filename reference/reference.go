@@ -1,0 +1,174 @@
+package reference
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/vkattn/vkattn"
+)
+
+// Result holds float64 outputs, dense row-major.
+type Result struct {
+	Dims vkattn.Dims
+	// O is the attention output, (B, H, L, DV).
+	O []float64
+	// LSE is (B, H, L): the natural-log log-sum-exp of the row's final scores
+	// (scaled scores plus additive mask, over unmasked keys only); -Inf for
+	// fully masked rows and padded query rows.
+	LSE []float64
+	// Weights is (B, H, L, S): 0 at masked keys, all 0 for fully masked rows
+	// and padded query rows.
+	Weights []float64
+}
+
+// Attention computes softmax(Q K^T * scale + M) V with every mask of opts.
+//
+// q is dense (B,H,L,DK), k is dense (B,HKV,S,DK) and v is dense (B,HKV,S,DV),
+// all row-major. It validates with vkattn.CheckProblem first and returns that
+// error unchanged; it then checks the slice lengths against the shapes
+// (vkattn.ErrShape) and that q, k and v are finite (vkattn.ErrNonFinite).
+// opts.WantLSE and opts.WantWeights are ignored: both are always filled.
+func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float32, vShape [4]int, opts vkattn.Options) (*Result, error) {
+	d, err := vkattn.CheckProblem(qShape, kShape, vShape, &opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range []struct {
+		name  string
+		data  []float32
+		shape [4]int
+	}{{"Q", q, qShape}, {"K", k, kShape}, {"V", v, vShape}} {
+		if n := t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]; len(t.data) != n {
+			return nil, fmt.Errorf("%w: %s has %d values but shape %v needs %d", vkattn.ErrShape, t.name, len(t.data), t.shape, n)
+		}
+		for i, x := range t.data {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, t.name, i, x)
+			}
+		}
+	}
+
+	// Widen once so every product and sum below is float64.
+	q64, k64, v64 := widen(q), widen(k), widen(v)
+	scale := opts.Scale.For(d.DK)
+	group := d.H / d.HKV
+
+	res := &Result{
+		Dims:    d,
+		O:       make([]float64, d.B*d.H*d.L*d.DV),
+		LSE:     make([]float64, d.B*d.H*d.L),
+		Weights: make([]float64, d.B*d.H*d.L*d.S),
+	}
+	e := make([]float64, d.S)
+	blocked := make([]bool, d.S)
+	for b := 0; b < d.B; b++ {
+		for h := 0; h < d.H; h++ {
+			kvh := h / group
+			for t := 0; t < d.L; t++ {
+				row := (b*d.H+h)*d.L + t
+				out := res.O[row*d.DV : (row+1)*d.DV]
+				w := res.Weights[row*d.S : (row+1)*d.S]
+				res.LSE[row] = math.Inf(-1)
+				if opts.QueryLengths != nil && t >= opts.QueryLengths[b] {
+					continue // padded query row: zeros, -Inf.
+				}
+				qrow := q64[row*d.DK : (row+1)*d.DK]
+				for j := 0; j < d.S; j++ {
+					kr := (b*d.HKV+kvh)*d.S + j
+					e[j] = scale*dot(qrow, k64[kr*d.DK:(kr+1)*d.DK]) + additive(opts.Mask, b, h, t, j)
+					blocked[j] = isBlocked(&opts, d, b, h, t, j) || math.IsInf(e[j], -1)
+				}
+				rowMax := math.Inf(-1)
+				for j := 0; j < d.S; j++ {
+					if !blocked[j] && e[j] > rowMax {
+						rowMax = e[j]
+					}
+				}
+				if math.IsInf(rowMax, -1) {
+					continue // every key masked: defined as zeros, -Inf (spec §2).
+				}
+				sum := 0.0
+				for j := 0; j < d.S; j++ {
+					if !blocked[j] {
+						w[j] = math.Exp(e[j] - rowMax)
+						sum += w[j]
+					}
+				}
+				res.LSE[row] = rowMax + math.Log(sum)
+				for j := 0; j < d.S; j++ {
+					if blocked[j] {
+						continue
+					}
+					w[j] /= sum
+					vr := (b*d.HKV+kvh)*d.S + j
+					for i, x := range v64[vr*d.DV : (vr+1)*d.DV] {
+						out[i] += w[j] * x
+					}
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// dot is a plain loop rather than gonum's floats.Dot: gonum v0.17 needs a go
+// directive >= 1.24 in go.mod, and the reference must build without it.
+func dot(a, b []float64) float64 {
+	s := 0.0
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func widen(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}
+
+// maskIndex is the row-major offset of (b,h,t,j) in a mask of the given
+// shape, reading index 0 on every broadcast (extent 1) axis.
+func maskIndex(s vkattn.MaskShape, b, h, t, j int) int {
+	idx := [4]int{b, h, t, j}
+	off := 0
+	for a := range s {
+		if s[a] == 1 {
+			idx[a] = 0
+		}
+		off = off*s[a] + idx[a]
+	}
+	return off
+}
+
+func additive(m *vkattn.Mask, b, h, t, j int) float64 {
+	if m == nil {
+		return 0
+	}
+	return float64(m.Values[maskIndex(m.Shape, b, h, t, j)])
+}
+
+// isBlocked reports whether any boolean-style mask (boolean mask, causal, key
+// length) blocks key j for query t of head h in batch item b.
+func isBlocked(opts *vkattn.Options, d vkattn.Dims, b, h, t, j int) bool {
+	if m := opts.BoolMask; m != nil {
+		val := m.Values[maskIndex(m.Shape, b, h, t, j)]
+		if (m.Meaning == vkattn.TrueAllows && !val) || (m.Meaning == vkattn.TrueBlocks && val) {
+			return true
+		}
+	}
+	switch opts.Causal {
+	case vkattn.CausalTopLeft:
+		if j > t {
+			return true
+		}
+	case vkattn.CausalBottomRight:
+		// Full extents S and L, not the per-batch lengths.
+		if j > t+d.S-d.L {
+			return true
+		}
+	}
+	return opts.KeyLengths != nil && j >= opts.KeyLengths[b]
+}

@@ -1,0 +1,141 @@
+package vkattn
+
+import (
+	"math"
+
+	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/vk"
+)
+
+// Tensor is float32 data on a device viewed as four axes (batch, heads,
+// positions, width). The last axis is contiguous; the others have strides,
+// so one buffer can be read as (B,H,L,d) or as (B,L,H,d) without a copy.
+type Tensor struct {
+	dev     *Device
+	buf     *vk.Buffer
+	owner   *Tensor // the tensor that owns buf; nil for an owner
+	shape   [4]int
+	offset  int
+	strides [3]int
+	finite  bool // every value is finite (checked at upload)
+	closed  bool
+}
+
+// Upload copies data of the given shape (rank 2 (L,d), 3 (H,L,d) or 4
+// (B,H,L,d), row-major) to the device.
+func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
+	s, err := Shape4(shape)
+	if err != nil {
+		return nil, err
+	}
+	n := s[0] * s[1] * s[2] * s[3]
+	if len(data) != n {
+		return nil, errorf(ErrShape, "shape %v needs %d values, got %d", shape, n, len(data))
+	}
+	t, err := d.newTensor(s)
+	if err != nil {
+		return nil, err
+	}
+	t.finite = true
+	for _, x := range data {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			t.finite = false
+			break
+		}
+	}
+	if err := t.buf.WriteFloat32(0, data); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// newTensor allocates a dense, uninitialised tensor.
+func (d *Device) newTensor(s [4]int) (*Tensor, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
+	n := s[0] * s[1] * s[2] * s[3]
+	buf, err := d.dev.NewBuffer(uint64(4 * n))
+	if err != nil {
+		return nil, err
+	}
+	t := &Tensor{dev: d, buf: buf, shape: s, strides: [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}, finite: true}
+	d.tensors[t] = struct{}{}
+	return t, nil
+}
+
+// Shape is the tensor's four logical axes.
+func (t *Tensor) Shape() [4]int { return t.shape }
+
+// SwapAxes12 returns a view that reads this tensor's axes 1 and 2 swapped:
+// data uploaded as (B, L, H, d) becomes the (B, H, L, d) tensor attention
+// expects, without a copy. The view shares the data and is freed with it.
+func (t *Tensor) SwapAxes12() *Tensor {
+	v := *t
+	v.owner = t.root()
+	v.shape[1], v.shape[2] = t.shape[2], t.shape[1]
+	v.strides[1], v.strides[2] = t.strides[2], t.strides[1]
+	return &v
+}
+
+func (t *Tensor) root() *Tensor {
+	if t.owner != nil {
+		return t.owner
+	}
+	return t
+}
+
+// view is the tensor in kernel terms.
+func (t *Tensor) view() pipelines.View {
+	return pipelines.View{Buffer: t.buf, Offset: t.offset, Strides: t.strides}
+}
+
+// Download copies the tensor to the host as dense row-major (B,H,L,d) data.
+func (t *Tensor) Download() ([]float32, error) {
+	if t.root().closed {
+		return nil, errorf(ErrClosed, "tensor used after Close")
+	}
+	s := t.shape
+	dense := t.strides == [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}
+	out := make([]float32, s[0]*s[1]*s[2]*s[3])
+	if dense {
+		return out, t.buf.ReadFloat32(uint64(t.offset), out)
+	}
+	row := make([]float32, s[3])
+	i := 0
+	for b := 0; b < s[0]; b++ {
+		for h := 0; h < s[1]; h++ {
+			for l := 0; l < s[2]; l++ {
+				off := t.offset + b*t.strides[0] + h*t.strides[1] + l*t.strides[2]
+				if err := t.buf.ReadFloat32(uint64(off), row); err != nil {
+					return nil, err
+				}
+				i += copy(out[i:], row)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Close frees the tensor's device memory. Closing a view closes the data it
+// views. Safe to call more than once.
+func (t *Tensor) Close() {
+	if t == nil {
+		return
+	}
+	r := t.root()
+	r.dev.mu.Lock()
+	defer r.dev.mu.Unlock()
+	if _, ok := r.dev.tensors[r]; ok {
+		delete(r.dev.tensors, r)
+		r.release()
+	}
+}
+
+func (t *Tensor) release() {
+	t.closed = true
+	t.buf.Close()
+}
