@@ -32,15 +32,16 @@ func (d *Device) Plan(q, k, v []int, opts Options) (Plan, error) {
 			return Plan{}, err
 		}
 	}
-	return d.plan(shapes[0], shapes[1], shapes[2], &opts)
+	// Dense tensors of these shapes are 4-aligned exactly when the widths are.
+	return d.plan(shapes[0], shapes[1], shapes[2], shapes[0][3]%4 == 0 && shapes[2][3]%4 == 0, &opts)
 }
 
-func (d *Device) plan(q, k, v [4]int, opts *Options) (Plan, error) {
+func (d *Device) plan(q, k, v [4]int, aligned bool, opts *Options) (Plan, error) {
 	dims, err := CheckProblem(q, k, v, opts)
 	if err != nil {
 		return Plan{}, err
 	}
-	kp, err := pipelines.PlanAttention(d.dev.Info, dims.B, dims.H, dims.L, dims.DK, dims.DV, d.path)
+	kp, err := pipelines.PlanAttention(d.dev.Info, dims.B, dims.H, dims.L, dims.DK, dims.DV, aligned, d.path)
 	if err != nil {
 		return Plan{}, deviceLimit(err)
 	}
@@ -103,7 +104,7 @@ func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Opt
 			return nil, errorf(ErrNonFinite, "%s holds NaN or Inf", c.name)
 		}
 	}
-	plan, err := d.plan(q.shape, k.shape, v.shape, &opts)
+	plan, err := d.plan(q.shape, k.shape, v.shape, q.aligned() && k.aligned() && v.aligned(), &opts)
 	if err != nil {
 		return nil, err
 	}

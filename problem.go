@@ -117,7 +117,8 @@ type Options struct {
 	// zero output (and -Inf log-sum-exp). nil means all L rows.
 	QueryLengths []int
 	// WantLSE asks for the natural log-sum-exp of each row's scaled scores,
-	// shape (B, H, L); -Inf for fully masked rows.
+	// one per (B, H, L) row, returned as a (B, H, L, 1) tensor; -Inf for
+	// fully masked and padded rows.
 	WantLSE bool
 	// WantWeights asks for the attention weights, shape (B, H, L, S). Meant
 	// for small problems: it is the L*S buffer the fused path otherwise avoids.
@@ -128,7 +129,13 @@ type Options struct {
 //
 //	Q: (B, H, L, DK)  K: (B, HKV, S, DK)  V: (B, HKV, S, DV)  O: (B, H, L, DV)
 type Dims struct {
-	B, H, HKV, L, S, DK, DV int
+	B   int `json:"B"`
+	H   int `json:"H"`
+	HKV int `json:"H_kv"`
+	L   int `json:"L"`
+	S   int `json:"S"`
+	DK  int `json:"d_k"`
+	DV  int `json:"d_v"`
 }
 
 // FLOPs is the cost of Q K^T and A V, 2*B*H*L*S*(DK+DV) (spec.md §6).

@@ -73,17 +73,22 @@ type AttentionArgs struct {
 type AttentionPlan struct {
 	Variant   string // SPIR-V variant name (shaders/manifest.txt)
 	Path      LoadPath
-	DMax      int // compile-time bound on d_k and d_v
-	Rows      int // query rows per invocation
-	KeyTile   int // keys per online-softmax step
-	WorkGroup int // invocations per workgroup
+	Vec4      bool // Q, K, V read four floats per load
+	DMax      int  // compile-time bound on d_k and d_v
+	Rows      int  // query rows per invocation
+	KeyTile   int  // keys per online-softmax step (fixed by the shader)
+	WorkGroup int  // invocations per workgroup
 	Grid      [3]uint32
 	Why       string // why this load path
 }
 
 func (p AttentionPlan) String() string {
-	return fmt.Sprintf("kernel %s (load path %s: %s), d_max %d, %d query rows/invocation, key tile %d, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer",
-		p.Variant, p.Path, p.Why, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2])
+	loads := "scalar loads"
+	if p.Vec4 {
+		loads = "vec4 loads"
+	}
+	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, key tile %d, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer",
+		p.Variant, p.Path, p.Why, loads, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2])
 }
 
 // MaxHeadWidth is the widest d_k or d_v the attention kernel supports.
@@ -93,8 +98,10 @@ const MaxHeadWidth = 256
 var ErrTooLarge = fmt.Errorf("too large for device")
 
 // PlanAttention picks the kernel variant and launch shape for a problem on
-// a device. force overrides the load path (AutoPath: choose).
-func PlanAttention(dev vk.PhysicalDevice, b, h, l, dk, dv int, force LoadPath) (AttentionPlan, error) {
+// a device. aligned says Q, K and V have widths, offsets and strides that
+// are multiples of 4 (so rows can be read as vec4s); force overrides the
+// load path (AutoPath: choose).
+func PlanAttention(dev vk.PhysicalDevice, b, h, l, dk, dv int, aligned bool, force LoadPath) (AttentionPlan, error) {
 	var p AttentionPlan
 	width := max(dk, dv)
 	if width > MaxHeadWidth {
@@ -121,14 +128,20 @@ func PlanAttention(dev vk.PhysicalDevice, b, h, l, dk, dv int, force LoadPath) (
 	if p.Path == TexelPath && !dev.TexelR32F {
 		return p, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT uniform texel buffers", dev.Name)
 	}
-	p.KeyTile = 8
+	p.KeyTile = 4
+	p.Vec4 = aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
+	shape := "scalar"
+	if p.Vec4 {
+		shape = "vec4"
+	}
 	if p.Path == TexelPath {
 		// One SIMD-8 lane group per workgroup; several rows per lane reuse
-		// each fetched key and value element.
-		p.Variant, p.WorkGroup = "attention_texel", 8
-		p.Rows = map[int]int{16: 4, 32: 4, 64: 4, 128: 2, 256: 1}[p.DMax]
+		// each fetched key and value element. The unrolled tile body grows
+		// with Rows*DMax, so wide heads get fewer rows.
+		p.Variant, p.WorkGroup = "attention_texel_"+shape, 8
+		p.Rows = map[int]int{16: 4, 32: 4, 64: 2, 128: 1, 256: 1}[p.DMax]
 	} else {
-		p.Variant, p.WorkGroup, p.Rows = "attention_storage", 64, 1
+		p.Variant, p.WorkGroup, p.Rows = "attention_storage_"+shape, 64, 1
 	}
 	p.WorkGroup = min(p.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
 	rowsPerGroup := p.Rows * p.WorkGroup
@@ -146,7 +159,7 @@ func PlanAttention(dev vk.PhysicalDevice, b, h, l, dk, dv int, force LoadPath) (
 // checkRange refuses a buffer the kernel could not address whole: the shader
 // indexes with 32-bit ints, texel views are limited in elements and storage
 // bindings in bytes.
-func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel bool) error {
+func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 bool) error {
 	if buf == nil {
 		return nil
 	}
@@ -155,6 +168,9 @@ func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel bool) 
 		return fmt.Errorf("%w: %s has %d elements, more than 2^31", ErrTooLarge, what, elems)
 	}
 	if texel {
+		if vec4 {
+			elems /= 4
+		}
 		if elems > uint64(dev.Limits.MaxTexelBufferElements) {
 			return fmt.Errorf("%w: %s has %d elements, the device's texel buffers hold %d",
 				ErrTooLarge, what, elems, dev.Limits.MaxTexelBufferElements)
@@ -193,7 +209,7 @@ func (a *Attention) Close() {
 }
 
 func (a *Attention) kernel(p AttentionPlan) (*vk.Kernel, error) {
-	key := fmt.Sprintf("%s/d%d/r%d/t%d/w%d", p.Variant, p.DMax, p.Rows, p.KeyTile, p.WorkGroup)
+	key := fmt.Sprintf("%s/d%d/r%d/w%d", p.Variant, p.DMax, p.Rows, p.WorkGroup)
 	if k, ok := a.kernels[key]; ok {
 		return k, nil
 	}
@@ -201,16 +217,19 @@ func (a *Attention) kernel(p AttentionPlan) (*vk.Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := vk.StorageBuffer
+	in, mask := vk.StorageBuffer, vk.StorageBuffer
 	if p.Path == TexelPath {
-		in = vk.UniformTexelR32F
+		in, mask = vk.UniformTexelR32F, vk.UniformTexelR32F
+		if p.Vec4 {
+			in = vk.UniformTexelRGBA32F
+		}
 	}
 	k, err := a.dev.NewKernel(vk.KernelSpec{
 		Name:  key,
 		SPIRV: code,
-		Bindings: []vk.BindingType{vk.UniformBuffer, in, in, in, in, in,
+		Bindings: []vk.BindingType{vk.UniformBuffer, in, in, in, mask, mask,
 			vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer},
-		Spec: []int32{int32(p.WorkGroup), int32(p.DMax), int32(p.Rows), int32(p.KeyTile), int32(p.WorkGroup)},
+		Spec: []int32{int32(p.WorkGroup), int32(p.DMax / 4), int32(p.Rows), int32(p.WorkGroup)},
 	})
 	if err != nil {
 		return nil, err
@@ -298,13 +317,13 @@ func (a *Attention) Prepare(p AttentionPlan, x AttentionArgs) (*Prepared, error)
 		{"Q", x.Q.Buffer, texel}, {"K", x.K.Buffer, texel}, {"V", x.V.Buffer, texel}, {"O", x.O.Buffer, false},
 		{"LSE", x.LSE, false}, {"weights", x.Weights, false},
 	} {
-		if err := checkRange(info, c.what, c.buf, c.texel); err != nil {
+		if err := checkRange(info, c.what, c.buf, c.texel, p.Vec4); err != nil {
 			return nil, err
 		}
 	}
 	for _, mv := range []*MaskView{x.Mask, x.BoolMask} {
 		if mv != nil {
-			if err := checkRange(info, "mask", mv.Buffer, texel); err != nil {
+			if err := checkRange(info, "mask", mv.Buffer, texel, false); err != nil {
 				return nil, err
 			}
 		}

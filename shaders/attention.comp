@@ -1,21 +1,30 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 // Fused scaled dot-product attention forward, fp32, online softmax
 // (FlashAttention-style): each invocation owns ROWS query rows of one
-// (batch, head), walks the keys in tiles of KEY_TILE with a running maximum
-// and running sum, and never stores the L x S score matrix.
+// (batch, head), walks the keys four at a time with a running maximum and
+// running sum, and never stores the L x S score matrix.
+//
+// Every loop that indexes the per-row register arrays (q, acc) has a
+// compile-time trip count and is unrolled, so the arrays stay in registers.
+// Mesa 22.3's lavapipe moves indirectly indexed private arrays to scratch
+// memory and then returned wrong results once a row saw more than a few
+// hundred keys; fully unrolled indexing avoids that path on every driver.
 //
 // Variants (shaders/manifest.txt):
-//   TEXEL_LOADS defined: Q, K, V and masks are read through R32F uniform texel
-//     buffers. On lavapipe a texelFetch in a loop is ~20x faster than a
-//     storage-buffer load (vulkan-notes.md).
-//   otherwise: plain storage buffers, the portable path for real GPUs.
-// Tiles and widths are specialization constants chosen by the planner.
+//   TEXEL_LOADS: Q, K, V and masks are read through uniform texel buffers; on
+//     lavapipe a texelFetch in a loop is ~20x faster than a storage load.
+//     Otherwise plain storage buffers, the portable path for real GPUs.
+//   VEC4_LOADS: Q, K, V rows are read four floats at a time (RGBA32F texels
+//     or vec4 storage); needs d % 4 == 0 and 4-aligned offsets and strides.
+//     Otherwise scalar loads assemble each vec4 (any width).
+// D4 (widths in vec4 slots), ROWS and the workgroup size are specialization
+// constants chosen by the planner.
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const int D_MAX = 64;   // compile-time bound of d_k and d_v
-layout(constant_id = 2) const int ROWS = 4;     // query rows per invocation
-layout(constant_id = 3) const int KEY_TILE = 8; // keys per online-softmax step
-layout(constant_id = 4) const int WG = 8;       // = local_size_x; rows interleave by it
+layout(constant_id = 1) const int D4 = 16;  // compile-time bound of d_k and d_v, in vec4s
+layout(constant_id = 2) const int ROWS = 2; // query rows per invocation
+layout(constant_id = 3) const int WG = 8;   // = local_size_x; rows interleave by it
 
 const int FLAG_MASK = 1;     // additive mask bound at binding 4
 const int FLAG_BOOLMASK = 2; // boolean mask (as 0 / -inf) bound at binding 5
@@ -43,27 +52,48 @@ layout(std140, binding = 0) uniform Params {
 } P;
 
 #ifdef TEXEL_LOADS
-layout(binding = 1) uniform samplerBuffer Qt;
+#ifdef VEC4_LOADS
+layout(binding = 1) uniform samplerBuffer Qt; // RGBA32F views
 layout(binding = 2) uniform samplerBuffer Kt;
 layout(binding = 3) uniform samplerBuffer Vt;
+#define ROW4(buf, base, c) texelFetch(buf, ((base) >> 2) + (c))
+#else
+layout(binding = 1) uniform samplerBuffer Qt; // R32F views
+layout(binding = 2) uniform samplerBuffer Kt;
+layout(binding = 3) uniform samplerBuffer Vt;
+#define AT(buf, i) texelFetch(buf, (i)).r
+#endif
 layout(binding = 4) uniform samplerBuffer Mt;
 layout(binding = 5) uniform samplerBuffer Bt;
-#define LOAD_Q(i) texelFetch(Qt, (i)).r
-#define LOAD_K(i) texelFetch(Kt, (i)).r
-#define LOAD_V(i) texelFetch(Vt, (i)).r
 #define LOAD_M(i) texelFetch(Mt, (i)).r
 #define LOAD_B(i) texelFetch(Bt, (i)).r
 #else
-layout(std430, binding = 1) readonly buffer QBuf { float qData[]; };
-layout(std430, binding = 2) readonly buffer KBuf { float kData[]; };
-layout(std430, binding = 3) readonly buffer VBuf { float vData[]; };
+#ifdef VEC4_LOADS
+layout(std430, binding = 1) readonly buffer QBuf { vec4 Qt[]; };
+layout(std430, binding = 2) readonly buffer KBuf { vec4 Kt[]; };
+layout(std430, binding = 3) readonly buffer VBuf { vec4 Vt[]; };
+#define ROW4(buf, base, c) buf[((base) >> 2) + (c)]
+#else
+layout(std430, binding = 1) readonly buffer QBuf { float Qt[]; };
+layout(std430, binding = 2) readonly buffer KBuf { float Kt[]; };
+layout(std430, binding = 3) readonly buffer VBuf { float Vt[]; };
+#define AT(buf, i) buf[(i)]
+#endif
 layout(std430, binding = 4) readonly buffer MBuf { float mData[]; };
 layout(std430, binding = 5) readonly buffer BBuf { float bData[]; };
-#define LOAD_Q(i) qData[(i)]
-#define LOAD_K(i) kData[(i)]
-#define LOAD_V(i) vData[(i)]
 #define LOAD_M(i) mData[(i)]
 #define LOAD_B(i) bData[(i)]
+#endif
+
+#ifdef VEC4_LOADS
+// Slot c of a row of width n (a multiple of 4); zero past the row.
+#define LOAD4(buf, base, c, n) ((4 * (c) < (n)) ? ROW4(buf, base, c) : vec4(0.0))
+#else
+// Slot c of a row of width n from scalar loads; indexes are clamped into the
+// row so every load is in bounds, and lanes past the row read as zero.
+#define AT_CLAMPED(buf, base, i, n) ((i) < (n) ? AT(buf, (base) + min((i), (n) - 1)) : 0.0)
+#define LOAD4(buf, base, c, n) vec4(AT_CLAMPED(buf, base, 4 * (c), n), AT_CLAMPED(buf, base, 4 * (c) + 1, n), \
+                                    AT_CLAMPED(buf, base, 4 * (c) + 2, n), AT_CLAMPED(buf, base, 4 * (c) + 3, n))
 #endif
 
 layout(std430, binding = 6) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries
@@ -71,34 +101,32 @@ layout(std430, binding = 7) writeonly buffer OBuf { float oData[]; };
 layout(std430, binding = 8) writeonly buffer LseBuf { float lseData[]; };
 layout(std430, binding = 9) writeonly buffer WBuf { float wData[]; };
 
-float q[ROWS * D_MAX];     // query rows, pre-multiplied by scale*log2(e)
-float acc[ROWS * D_MAX];   // unnormalised output rows
-float s[ROWS * KEY_TILE];  // scores of the current tile, base-2 exponent units
+vec4 q[ROWS * D4];   // query rows, pre-multiplied by scale*log2(e)
+vec4 acc[ROWS * D4]; // unnormalised output rows
+vec4 sc[ROWS];       // scores of the current 4 keys, base-2 exponent units
 int rowOf[ROWS];
 
-int L, S, DK, DV, flags, shift, b, h, hk, keyLen;
+int L, S, DK, DV, flags, shift, b, h, hk;
 
-// tileScores fills s for keys j0 .. j0+KEY_TILE-1; a key that is out of range
-// or masked gets -inf.
+// tileScores fills sc for keys j0 .. j0+3; a key that is out of range or
+// masked gets -inf.
 void tileScores(int j0, int keyEnd) {
-    for (int t = 0; t < KEY_TILE; t++) {
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
+        sc[r] = vec4(0.0);
+    }
+    [[unroll]] for (int t = 0; t < 4; t++) {
         int j = min(j0 + t, S - 1); // clamp so loads stay in bounds; masked below
         int kBase = P.offsets.y + b * P.kStride.x + hk * P.kStride.y + j * P.kStride.z;
-        for (int r = 0; r < ROWS; r++) {
-            s[r * KEY_TILE + t] = 0.0;
-        }
-        for (int i = 0; i < D_MAX; i++) {
-            if (i < DK) {
-                float kv = LOAD_K(kBase + i);
-                for (int r = 0; r < ROWS; r++) {
-                    s[r * KEY_TILE + t] += q[r * D_MAX + i] * kv;
-                }
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            vec4 k4 = LOAD4(Kt, kBase, c, DK);
+            [[unroll]] for (int r = 0; r < ROWS; r++) {
+                sc[r][t] += dot(q[r * D4 + c], k4);
             }
         }
     }
-    for (int r = 0; r < ROWS; r++) {
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
         int row = rowOf[r];
-        for (int t = 0; t < KEY_TILE; t++) {
+        [[unroll]] for (int t = 0; t < 4; t++) {
             int j = j0 + t;
             bool ok = j < keyEnd;
             if ((flags & FLAG_CAUSAL) != 0) {
@@ -112,8 +140,8 @@ void tileScores(int j0, int keyEnd) {
             if ((flags & FLAG_BOOLMASK) != 0) {
                 add += LOAD_B(b * P.bStride.x + h * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
             }
-            float e = s[r * KEY_TILE + t] + add * LOG2E;
-            s[r * KEY_TILE + t] = (ok && e != NEG_INF) ? e : NEG_INF;
+            float e = sc[r][t] + add * LOG2E;
+            sc[r][t] = (ok && e != NEG_INF) ? e : NEG_INF;
         }
     }
 }
@@ -132,7 +160,7 @@ void main() {
     int lane = int(gl_LocalInvocationID.x);
     int rowBase = int(gl_WorkGroupID.x) * ROWS * WG;
 
-    keyLen = S;
+    int keyLen = S;
     int queryLen = L;
     if ((flags & FLAG_LENGTHS) != 0) {
         keyLen = lengths[b];
@@ -147,60 +175,53 @@ void main() {
     }
 
     float scale2 = P.scaling.x;
-    for (int r = 0; r < ROWS; r++) {
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
         rowOf[r] = min(rowBase + r * WG + lane, L - 1);
         int qBase = P.offsets.x + b * P.qStride.x + h * P.qStride.y + rowOf[r] * P.qStride.z;
-        for (int i = 0; i < D_MAX; i++) {
-            q[r * D_MAX + i] = i < DK ? LOAD_Q(qBase + i) * scale2 : 0.0;
-            acc[r * D_MAX + i] = 0.0;
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            q[r * D4 + c] = LOAD4(Qt, qBase, c, DK) * scale2;
+            acc[r * D4 + c] = vec4(0.0);
         }
     }
     float m[ROWS];
     float l[ROWS];
-    for (int r = 0; r < ROWS; r++) {
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
         m[r] = NEG_INF;
         l[r] = 0.0;
     }
 
-    for (int j0 = 0; j0 < keyEnd; j0 += KEY_TILE) {
+    for (int j0 = 0; j0 < keyEnd; j0 += 4) {
         tileScores(j0, keyEnd);
-        for (int r = 0; r < ROWS; r++) {
-            float tileMax = NEG_INF;
-            for (int t = 0; t < KEY_TILE; t++) {
-                tileMax = max(tileMax, s[r * KEY_TILE + t]);
-            }
-            float mNew = max(m[r], tileMax);
+        [[unroll]] for (int r = 0; r < ROWS; r++) {
+            vec4 e = sc[r];
+            float mNew = max(m[r], max(max(e.x, e.y), max(e.z, e.w)));
             // While every key so far is masked mNew is -inf: keep alpha 1 and
             // p 0 instead of computing exp2(-inf - -inf) = NaN.
             float alpha = mNew == NEG_INF ? 1.0 : exp2(m[r] - mNew);
-            float sum = 0.0;
-            for (int t = 0; t < KEY_TILE; t++) {
-                float e = s[r * KEY_TILE + t];
-                float p = e == NEG_INF ? 0.0 : exp2(e - mNew);
-                s[r * KEY_TILE + t] = p;
-                sum += p;
+            vec4 p = vec4(0.0);
+            [[unroll]] for (int t = 0; t < 4; t++) {
+                p[t] = e[t] == NEG_INF ? 0.0 : exp2(e[t] - mNew);
             }
-            l[r] = l[r] * alpha + sum;
+            sc[r] = p;
+            l[r] = l[r] * alpha + (p.x + p.y + p.z + p.w);
             m[r] = mNew;
-            for (int i = 0; i < D_MAX; i++) {
-                acc[r * D_MAX + i] *= alpha;
+            [[unroll]] for (int c = 0; c < D4; c++) {
+                acc[r * D4 + c] *= alpha;
             }
         }
-        for (int t = 0; t < KEY_TILE; t++) {
+        [[unroll]] for (int t = 0; t < 4; t++) {
             int j = min(j0 + t, S - 1);
             int vBase = P.offsets.z + b * P.vStride.x + hk * P.vStride.y + j * P.vStride.z;
-            for (int i = 0; i < D_MAX; i++) {
-                if (i < DV) {
-                    float vv = LOAD_V(vBase + i);
-                    for (int r = 0; r < ROWS; r++) {
-                        acc[r * D_MAX + i] += s[r * KEY_TILE + t] * vv;
-                    }
+            [[unroll]] for (int c = 0; c < D4; c++) {
+                vec4 v4 = LOAD4(Vt, vBase, c, DV);
+                [[unroll]] for (int r = 0; r < ROWS; r++) {
+                    acc[r * D4 + c] += sc[r][t] * v4;
                 }
             }
         }
     }
 
-    for (int r = 0; r < ROWS; r++) {
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
         int row = rowBase + r * WG + lane;
         if (row >= L) {
             continue;
@@ -210,8 +231,13 @@ void main() {
         bool live = row < queryLen && l[r] > 0.0;
         float inv = live ? 1.0 / l[r] : 0.0;
         int oBase = P.offsets.w + b * P.oStride.x + h * P.oStride.y + row * P.oStride.z;
-        for (int i = 0; i < DV; i++) {
-            oData[oBase + i] = acc[r * D_MAX + i] * inv;
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            vec4 o = acc[r * D4 + c] * inv;
+            [[unroll]] for (int t = 0; t < 4; t++) {
+                if (4 * c + t < DV) {
+                    oData[oBase + 4 * c + t] = o[t];
+                }
+            }
         }
         int lseIndex = (b * int(gl_NumWorkGroups.y) + h) * L + row;
         if ((flags & FLAG_LSE) != 0) {
@@ -225,17 +251,17 @@ void main() {
     if ((flags & FLAG_WEIGHTS) != 0) {
         // Second pass for the optional (B,H,L,S) weights: recompute each
         // tile's scores and normalise with the final max and sum.
-        for (int j0 = 0; j0 < S; j0 += KEY_TILE) {
+        for (int j0 = 0; j0 < S; j0 += 4) {
             tileScores(j0, keyLen);
-            for (int r = 0; r < ROWS; r++) {
+            [[unroll]] for (int r = 0; r < ROWS; r++) {
                 int row = rowBase + r * WG + lane;
                 if (row >= L) {
                     continue;
                 }
                 int wBase = ((b * int(gl_NumWorkGroups.y) + h) * L + row) * S;
-                for (int t = 0; t < KEY_TILE; t++) {
+                [[unroll]] for (int t = 0; t < 4; t++) {
                     int j = j0 + t;
-                    float e = s[r * KEY_TILE + t];
+                    float e = sc[r][t];
                     if (j < S) {
                         wData[wBase + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2(e - m[r]) / l[r] : 0.0;
                     }

@@ -172,7 +172,7 @@ func (t DeviceType) preference() int {
 
 // Driver IDs (VkDriverId) the planner's quirk table keys on.
 const (
-	DriverIDLavapipe     = 10 // VK_DRIVER_ID_MESA_LLVMPIPE
+	DriverIDLavapipe     = 13 // VK_DRIVER_ID_MESA_LLVMPIPE
 	DriverIDNvidia       = 4  // VK_DRIVER_ID_NVIDIA_PROPRIETARY
 	DriverIDAMDOpen      = 2  // VK_DRIVER_ID_AMD_OPEN_SOURCE
 	DriverIDMesaRADV     = 3  // VK_DRIVER_ID_MESA_RADV
@@ -212,6 +212,7 @@ type PhysicalDevice struct {
 	Limits       Limits
 	HostVisible  bool // a device-local memory type is also host visible
 	TexelR32F    bool // R32_SFLOAT is usable as a uniform texel buffer
+	TexelRGBA32F bool // R32G32B32A32_SFLOAT is usable as a uniform texel buffer
 	TimestampsOK bool // the compute queue supports timestamps
 	queueFamily  uint32
 	handle       vulkan.PhysicalDevice
@@ -375,5 +376,9 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	vulkan.GetPhysicalDeviceFormatProperties(h, vulkan.FormatR32Sfloat, &fp)
 	fp.Deref()
 	d.TexelR32F = vulkan.FormatFeatureFlagBits(fp.BufferFeatures)&vulkan.FormatFeatureUniformTexelBufferBit != 0
+	var fp4 vulkan.FormatProperties
+	vulkan.GetPhysicalDeviceFormatProperties(h, vulkan.FormatR32g32b32a32Sfloat, &fp4)
+	fp4.Deref()
+	d.TexelRGBA32F = vulkan.FormatFeatureFlagBits(fp4.BufferFeatures)&vulkan.FormatFeatureUniformTexelBufferBit != 0
 	return d, true, nil
 }

@@ -13,14 +13,15 @@ type BindingType int
 const (
 	UniformBuffer BindingType = iota
 	StorageBuffer
-	UniformTexelR32F // a float texel buffer read with texelFetch
+	UniformTexelR32F    // a float texel buffer read with texelFetch
+	UniformTexelRGBA32F // a vec4 texel buffer read with texelFetch
 )
 
 func (t BindingType) descriptorType() vulkan.DescriptorType {
 	switch t {
 	case UniformBuffer:
 		return vulkan.DescriptorTypeUniformBuffer
-	case UniformTexelR32F:
+	case UniformTexelR32F, UniformTexelRGBA32F:
 		return vulkan.DescriptorTypeUniformTexelBuffer
 	}
 	return vulkan.DescriptorTypeStorageBuffer
@@ -253,8 +254,12 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 			DescriptorCount: 1,
 			DescriptorType:  k.Spec.Bindings[i].descriptorType(),
 		}
-		if k.Spec.Bindings[i] == UniformTexelR32F {
-			view, err := a.Buffer.texelView(vulkan.FormatR32Sfloat, 4)
+		if t := k.Spec.Bindings[i]; t == UniformTexelR32F || t == UniformTexelRGBA32F {
+			format, texel := vulkan.FormatR32Sfloat, uint64(4)
+			if t == UniformTexelRGBA32F {
+				format, texel = vulkan.FormatR32g32b32a32Sfloat, 16
+			}
+			view, err := a.Buffer.texelView(format, texel)
 			if err != nil {
 				s.destroy()
 				return nil, err

@@ -1,0 +1,27 @@
+# The two commands: `make test` (what CI runs) and `make demo`.
+GO ?= go
+
+.PHONY: test demo deps vet shaders bench build
+
+deps:
+	@tools/deps.sh
+
+# SPIR-V freshness, go vet, then the whole suite with the Vulkan validation
+# layer on (any validation message fails it).
+test: deps
+	tools/glslc.sh --check
+	$(GO) vet ./...
+	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 40m ./...
+
+demo: deps
+	$(GO) run ./cmd/vkattn demo
+
+build:
+	$(GO) build -o vkattn ./cmd/vkattn
+
+# Rebuild shaders/*.spv after editing a GLSL source or shaders/manifest.txt.
+shaders: deps
+	tools/glslc.sh
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 3x .

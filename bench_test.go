@@ -1,0 +1,76 @@
+package vkattn_test
+
+import (
+	"math/rand"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+)
+
+type benchShape struct {
+	b, h, hkv, l, s, d int
+	causal             bool
+}
+
+// benchAttention times Attention on random data and reports GFLOP/s with the
+// FLOP count of spec.md §6 (4*B*H*L*S*d; half of it when causal, since fully
+// masked key tiles are skipped) over device time when the device has
+// timestamps, wall time otherwise.
+func benchAttention(b *testing.B, sh benchShape) {
+	r := rand.New(rand.NewSource(1))
+	p := newProblem(r, sh.b, sh.h, sh.hkv, sh.l, sh.s, sh.d, sh.d)
+	q, err := dev.Upload(p.qs[:], p.q)
+	if err != nil {
+		b.Fatal(err)
+	}
+	k, _ := dev.Upload(p.ks[:], p.k)
+	v, _ := dev.Upload(p.vs[:], p.v)
+	defer q.Close()
+	defer k.Close()
+	defer v.Close()
+	opts := vkattn.Options{}
+	if sh.causal {
+		opts.Causal = vkattn.CausalBottomRight
+	}
+	warm, err := dev.Attention(q, k, v, opts) // first dispatch compiles the variant
+	if err != nil {
+		b.Fatal(err)
+	}
+	flops := warm.Plan.Dims.FLOPs()
+	if sh.causal {
+		flops /= 2
+	}
+	warm.Close()
+	var gpu float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		out, err := dev.Attention(q, k, v, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		gpu += out.GPUTime.Seconds()
+		out.Close()
+	}
+	b.StopTimer()
+	secs := gpu
+	if secs == 0 {
+		secs = b.Elapsed().Seconds()
+	}
+	b.ReportMetric(flops*float64(b.N)/secs/1e9, "GFLOP/s")
+}
+
+func BenchmarkAttentionL1024D64H8(b *testing.B) {
+	benchAttention(b, benchShape{b: 1, h: 8, hkv: 8, l: 1024, s: 1024, d: 64})
+}
+
+func BenchmarkAttentionL1024D64H8Causal(b *testing.B) {
+	benchAttention(b, benchShape{b: 1, h: 8, hkv: 8, l: 1024, s: 1024, d: 64, causal: true})
+}
+
+func BenchmarkAttentionL1024D128H8(b *testing.B) {
+	benchAttention(b, benchShape{b: 1, h: 8, hkv: 8, l: 1024, s: 1024, d: 128})
+}
+
+func BenchmarkDecodeS4096D128H32KV8(b *testing.B) {
+	benchAttention(b, benchShape{b: 1, h: 32, hkv: 8, l: 1, s: 4096, d: 128})
+}

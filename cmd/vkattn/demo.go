@@ -1,0 +1,211 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+)
+
+const demoUsage = `Usage: vkattn demo [--device N]
+
+Prints the worked examples of spec.md §5 (seeds 000 and 003) computed on the
+device: inputs, the attention weights A (asked for with WantWeights) and the
+output O, each next to the values the spec gives. Then runs one larger random
+problem (B=2, H=4, L=S=128, d=64, fixed seed) and prints its largest
+difference from the float64 reference and its GPU time.
+
+The first run of each kernel variant compiles it (seconds on lavapipe);
+later runs load it from the pipeline cache.
+
+Example:
+  vkattn demo
+  vkattn demo --device 1
+`
+
+// demoExample is one worked example of spec.md §5.
+type demoExample struct {
+	title, spec string // spec: what spec.md §5 says the result is
+	q, k, v     [][]float32
+	mask        []float32 // additive, over the S keys; nil if none
+	note        string
+}
+
+var demoExamples = []demoExample{
+	{
+		title: "seeds/000: B=L=1, S=3, d_k=d_v=2",
+		q:     [][]float32{{1, 0}},
+		k:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
+		v:     [][]float32{{2, 0}, {0, 4}, {2, 2}},
+		note:  "Q K^T = [1 0 1]; scaled by 1/sqrt(2): [0.7071 0 0.7071]",
+		spec:  "A ~ [0.4011 0.1978 0.4011]   O ~ [1.6044 1.5933]",
+	},
+	{
+		title: "seeds/000 with M = [0 0 -inf]",
+		q:     [][]float32{{1, 0}},
+		k:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
+		v:     [][]float32{{2, 0}, {0, 4}, {2, 2}},
+		mask:  []float32{0, 0, float32(math.Inf(-1))},
+		spec:  "A ~ [0.6698 0.3302 0]   O ~ [1.3395 1.3210]",
+	},
+	{
+		title: "weights (0.5, 0.25, 0.25) over V = (2,0),(0,4),(2,2)",
+		q:     [][]float32{{0, 0}},
+		k:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
+		v:     [][]float32{{2, 0}, {0, 4}, {2, 2}},
+		mask:  []float32{float32(math.Ln2), 0, 0},
+		note:  "a zero query scores every key 0; the mask [ln 2, 0, 0] makes exp 2:1:1",
+		spec:  "O = (1.5, 1.5)",
+	},
+	{
+		title: "seeds/003: self-attention, T=3, widths 2",
+		q:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
+		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
+		v:     [][]float32{{1, 0}, {1, 2}, {2, 2}},
+		note:  "X = [[1 0],[0 1],[1 1]], W_Q = I, W_K = [[1 1],[0 1]], W_V = [[1 0],[1 2]]; Q K^T = [[1 0 1],[1 1 2],[2 1 3]]",
+		spec: "A = [[0.401112 0.197776 0.401112] [0.248255 0.248255 0.503490] [0.283995 0.140029 0.575975]]\n" +
+			"O = [[1.401112 1.197776] [1.503490 1.503490] [1.575975 1.432009]]",
+	},
+	{
+		title: "seeds/003 with zero W_V",
+		q:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
+		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
+		v:     [][]float32{{0, 0}, {0, 0}, {0, 0}},
+		spec:  "O all zeros, A unchanged",
+	},
+	{
+		title: "seeds/003 with V + [2,-1] per row",
+		q:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
+		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
+		v:     [][]float32{{3, -1}, {3, 1}, {4, 1}},
+		spec:  "O + [2,-1]; first row [3.401112092679786, 0.1977758146404283]",
+	},
+	{
+		title: "seeds/003 with third query [0,0]",
+		q:     [][]float32{{1, 0}, {0, 1}, {0, 0}},
+		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
+		v:     [][]float32{{1, 0}, {1, 2}, {2, 2}},
+		spec:  "third row: weights [1/3 1/3 1/3], output [4/3 4/3]",
+	},
+}
+
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("demo", stderr)
+	device := fs.String("device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	if ok, code := parseFlags(fs, demoUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	dev, err := vkattn.Open(vkattn.Config{Device: *device})
+	if err != nil {
+		return failf(stderr, "demo", "%v", err)
+	}
+	defer dev.Close()
+	fmt.Fprintf(stdout, "device: %v\n", dev)
+	for _, ex := range demoExamples {
+		if err := demoOne(stdout, dev, ex); err != nil {
+			return failf(stderr, "demo", "%s: %v", ex.title, err)
+		}
+	}
+	if err := demoRandom(stdout, dev); err != nil {
+		return failf(stderr, "demo", "random problem: %v", err)
+	}
+	return exitOK
+}
+
+func demoOne(w io.Writer, dev *vkattn.Device, ex demoExample) error {
+	fmt.Fprintf(w, "\n== %s\n", ex.title)
+	if ex.note != "" {
+		fmt.Fprintf(w, "   %s\n", ex.note)
+	}
+	p := &problem{
+		q:    matrix(ex.q),
+		k:    matrix(ex.k),
+		v:    matrix(ex.v),
+		opts: vkattn.Options{WantWeights: true},
+	}
+	if ex.mask != nil {
+		p.opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, len(ex.mask)}, Values: ex.mask}
+	}
+	fmt.Fprintf(w, "Q = %s\nK = %s\nV = %s\n", formatRows(p.q.F32, len(ex.q[0]), false), formatRows(p.k.F32, len(ex.k[0]), false), formatRows(p.v.F32, len(ex.v[0]), false))
+	if ex.mask != nil {
+		fmt.Fprintf(w, "M = %s\n", formatRows(ex.mask, len(ex.mask), false))
+	}
+	res, err := attend(dev, p)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "GPU:  A = %s\n      O = %s\n", formatRows(res.weights, len(ex.k), true), formatRows(res.o, len(ex.v[0]), true))
+	fmt.Fprintf(w, "spec: %s\n", strings.ReplaceAll(ex.spec, "\n", "\n      "))
+	return nil
+}
+
+// demoRandom runs a larger seeded problem and compares it with the reference.
+func demoRandom(w io.Writer, dev *vkattn.Device) error {
+	const b, h, l, s, d = 2, 4, 128, 128, 64
+	rng := rand.New(rand.NewPCG(2024, 1))
+	gen := func(shape ...int) *npyArray {
+		n := 1
+		for _, x := range shape {
+			n *= x
+		}
+		a := &npyArray{Shape: shape, F32: make([]float32, n)}
+		for i := range a.F32 {
+			a.F32[i] = float32(rng.NormFloat64())
+		}
+		return a
+	}
+	p := &problem{q: gen(b, h, l, d), k: gen(b, h, s, d), v: gen(b, h, s, d)}
+	p.q4, p.k4, p.v4 = [4]int{b, h, l, d}, [4]int{b, h, s, d}, [4]int{b, h, s, d}
+	fmt.Fprintf(w, "\n== random problem B=%d H=%d L=S=%d d=%d (standard normal, fixed seed)\n", b, h, l, d)
+	res, err := attend(dev, p)
+	if err != nil {
+		return err
+	}
+	ref, err := reference.Attention(p.q.F32, p.q4, p.k.F32, p.k4, p.v.F32, p.v4, p.opts)
+	if err != nil {
+		return err
+	}
+	chk := &checkResult{}
+	chk.add("O", res.o, ref.O)
+	fmt.Fprintf(w, "plan: %v\n", res.plan)
+	fmt.Fprintf(w, "GPU time: %s\n", gpuTimeString(res.gpuTime, res.plan.Dims.FLOPs()))
+	fmt.Fprintln(w, chk.String())
+	if !chk.ok() {
+		return fmt.Errorf("the GPU result differs from the reference")
+	}
+	return nil
+}
+
+func matrix(rows [][]float32) *npyArray {
+	a := &npyArray{Shape: []int{len(rows), len(rows[0])}}
+	for _, r := range rows {
+		a.F32 = append(a.F32, r...)
+	}
+	return a
+}
+
+// formatRows prints row-major values as [[a b] [c d]], or [a b] for one row;
+// inputs in shortest form, results with 6 decimals like the spec's tables.
+func formatRows(x []float32, width int, result bool) string {
+	var rows []string
+	for i := 0; i < len(x); i += width {
+		var vals []string
+		for _, v := range x[i:min(i+width, len(x))] {
+			if result {
+				vals = append(vals, strconv.FormatFloat(float64(v), 'f', 6, 32))
+			} else {
+				vals = append(vals, strconv.FormatFloat(float64(v), 'g', -1, 32))
+			}
+		}
+		rows = append(rows, "["+strings.Join(vals, " ")+"]")
+	}
+	if len(rows) == 1 {
+		return rows[0]
+	}
+	return "[" + strings.Join(rows, " ") + "]"
+}

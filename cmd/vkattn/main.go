@@ -1,0 +1,141 @@
+// Command vkattn runs attention on a Vulkan device from the command line:
+// list devices, run a problem stored as .npy files, verify the golden cases
+// and show the worked examples of the spec.
+//
+//	vkattn devices [--json]
+//	vkattn run -q Q.npy -k K.npy -v V.npy [-o O.npy] [options]
+//	vkattn verify [--dir testdata]
+//	vkattn demo
+//
+// Every subcommand explains itself with -h.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/vkattn/vkattn"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1 // the command ran and failed: bad input, device error, check failed
+	exitUsage = 2 // the command line itself is wrong
+)
+
+const topUsage = `vkattn runs scaled dot-product attention on a Vulkan device (GPU or the
+lavapipe CPU driver) and checks it against a float64 reference.
+
+Usage:
+  vkattn <command> [flags]
+
+Commands:
+  devices   list Vulkan devices, their limits and the default pick
+  run       run attention on Q, K, V stored as .npy files
+  verify    run the golden cases in testdata/ and compare
+  demo      print the spec's worked examples and a larger random problem
+
+Run 'vkattn <command> -h' for a command's flags and an example.
+
+Example:
+  vkattn run -q q.npy -k k.npy -v v.npy --causal bottom-right -o out.npy --check
+`
+
+type command struct {
+	name string
+	run  func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands = []command{
+	{"devices", runDevices},
+	{"run", runRun},
+	{"verify", runVerify},
+	{"demo", runDemo},
+}
+
+// run is main without the process: tests call it in-process.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && args[0] == "help" {
+			// "vkattn help run" is "vkattn run -h".
+			return run([]string{args[1], "-h"}, stdout, stderr)
+		}
+		fmt.Fprint(stdout, topUsage)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			// With VKATTN_VALIDATION=1 the validation layer's messages are
+			// collected process-wide; show the ones this command caused.
+			before := len(vkattn.ValidationMessages())
+			code := c.run(args[1:], stdout, stderr)
+			for _, m := range vkattn.ValidationMessages()[before:] {
+				fmt.Fprintf(stderr, "vkattn %s: validation: %s\n", c.name, m)
+			}
+			return code
+		}
+	}
+	fmt.Fprintf(stderr, "vkattn: unknown command %q\n\n%s", args[0], topUsage)
+	return exitUsage
+}
+
+// newFlags makes a flag set whose errors go to stderr; parseFlags prints
+// its usage (a paragraph and an example, then the flags) to stdout on -h.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("vkattn "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {} // parseFlags prints usage itself, to the right stream
+	return fs
+}
+
+// parseFlags parses args and reports whether the command should go on; if
+// not, code is the exit status (0 after -h).
+func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (ok bool, code int) {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		fmt.Fprintln(stdout, "\nFlags:")
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(stderr)
+		return false, exitOK
+	}
+	if err != nil {
+		// flag has already printed what was wrong.
+		fmt.Fprintf(stderr, "run '%s -h' for usage\n", fs.Name())
+		return false, exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q (every input is given by a flag; run '%s -h')\n",
+			fs.Name(), fs.Arg(0), fs.Name())
+		return false, exitUsage
+	}
+	return true, exitOK
+}
+
+// failf reports an error on stderr and returns exitFail.
+func failf(stderr io.Writer, cmd, format string, args ...any) int {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintf(stderr, "vkattn %s: %s\n", cmd, strings.TrimSuffix(msg, "\n"))
+	return exitFail
+}
+
+// usagef reports a command-line mistake on stderr and returns exitUsage.
+func usagef(stderr io.Writer, cmd, format string, args ...any) int {
+	fmt.Fprintf(stderr, "vkattn %s: %s\nrun 'vkattn %s -h' for usage\n", cmd, fmt.Sprintf(format, args...), cmd)
+	return exitUsage
+}

@@ -1,0 +1,620 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/reference"
+)
+
+const runUsage = `Usage: vkattn run -q Q.npy -k K.npy -v V.npy [-o O.npy] [flags]
+
+Computes O = softmax(Q K^T * scale + masks) V on a Vulkan device, with the
+fused online-softmax kernel (no (B,H,L,S) score buffer unless --weights).
+
+Inputs are .npy files (float32; float64 is converted). Q, K and V have rank
+2 (L,d), 3 (H,L,d) or 4 (B,H,L,d); missing leading axes are 1:
+  Q (B,H,L,d_k)   K (B,H_kv,S,d_k)   V (B,H_kv,S,d_v)
+H_kv must divide H (H_kv = 1: multi-query, else grouped-query attention).
+The default scale is 1/sqrt(d_k).
+
+Masks have rank 1 to 4 and broadcast to (B,H,L,S) from the left, NumPy
+style (each axis full or 1). All masks combine:
+  --mask M.npy     additive float mask, may hold -inf
+  --allow A.npy    bool mask, true = may attend (PyTorch scaled_dot_product_attention)
+  --block A.npy    bool mask, true = blocked (PyTorch MultiheadAttention masks)
+  --causal top-left       query t sees keys j <= t (PyTorch is_causal)
+  --causal bottom-right   query t sees keys j <= t + S - L (FlashAttention, KV cache)
+  --key-lengths 3,5       keys past the length of batch item b are masked
+  --query-lengths 2,3     query rows past it give zeros
+A row whose every key is masked has output 0 and log-sum-exp -inf.
+
+Outputs are written to a temporary file and renamed, all or none:
+  -o O.npy         O, Q's shape with the last axis d_v
+  --lse LSE.npy    natural log-sum-exp of each row, Q's shape without d_k
+  --weights W.npy  attention weights, Q's leading axes then (L,S); small problems only
+Without -o a short summary is printed instead.
+
+--check compares with the float64 reference and exits 1 (writing nothing)
+if any |GPU - reference| > 1e-4 * max(1, |reference|).
+
+Examples:
+  python3 -c "import numpy as np; np.save('q.npy', np.array([[1,0]],'f4')); np.save('k.npy', np.array([[1,0],[0,1],[1,1]],'f4')); np.save('v.npy', np.array([[2,0],[0,4],[2,2]],'f4'))"
+  vkattn run -q q.npy -k k.npy -v v.npy            # O ~ [1.6044 1.5933]
+  vkattn run -q q.npy -k k.npy -v v.npy --key-lengths 2 --check --explain
+  vkattn run -q q.npy -k k.npy -v v.npy -o o.npy --weights w.npy --json
+`
+
+// runFlags are run's command line.
+type runFlags struct {
+	q, k, v, out       string
+	mask, allow, block string
+	causal             string
+	keyLens, queryLens intList
+	scale              optFloat
+	weights, lse       string
+	device             string
+	check, explain     bool
+	json               bool
+}
+
+// intList is a comma-separated list of integers, e.g. 3,5.
+type intList struct {
+	vals []int
+	set  bool
+}
+
+func (l *intList) String() string {
+	s := make([]string, len(l.vals))
+	for i, v := range l.vals {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(s string) error {
+	l.vals, l.set = nil, true
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("%q is not a comma-separated list of integers", s)
+		}
+		l.vals = append(l.vals, n)
+	}
+	return nil
+}
+
+// optFloat is a float flag that remembers whether it was given, since any
+// value (0 included) is a valid scale.
+type optFloat struct {
+	v   float64
+	set bool
+}
+
+func (f *optFloat) String() string {
+	if !f.set {
+		return ""
+	}
+	return strconv.FormatFloat(f.v, 'g', -1, 64)
+}
+
+func (f *optFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Errorf("%q is not a finite number", s)
+	}
+	f.v, f.set = v, true
+	return nil
+}
+
+// problem is a loaded and validated run: host arrays and options.
+type problem struct {
+	q, k, v    *npyArray
+	q4, k4, v4 [4]int
+	dims       vkattn.Dims
+	opts       vkattn.Options
+}
+
+func runRun(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("run", stderr)
+	var f runFlags
+	fs.StringVar(&f.q, "q", "", "queries `Q.npy`, (L,d_k), (H,L,d_k) or (B,H,L,d_k)")
+	fs.StringVar(&f.k, "k", "", "keys `K.npy`, (S,d_k), (H_kv,S,d_k) or (B,H_kv,S,d_k)")
+	fs.StringVar(&f.v, "v", "", "values `V.npy`, (S,d_v), (H_kv,S,d_v) or (B,H_kv,S,d_v)")
+	fs.StringVar(&f.out, "o", "", "write the output O to `O.npy` (Q's shape, last axis d_v)")
+	fs.StringVar(&f.mask, "mask", "", "additive float mask `M.npy` broadcast to (B,H,L,S); -inf blocks")
+	fs.StringVar(&f.allow, "allow", "", "bool mask `A.npy`: true = may attend")
+	fs.StringVar(&f.block, "block", "", "bool mask `A.npy`: true = blocked")
+	fs.StringVar(&f.causal, "causal", "none", "causal mask `alignment`: none, top-left or bottom-right")
+	fs.Var(&f.keyLens, "key-lengths", "valid key count per batch item, `N,N,...` (e.g. 3,5)")
+	fs.Var(&f.queryLens, "query-lengths", "valid query count per batch item, `N,N,...` (e.g. 2,3)")
+	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
+	fs.StringVar(&f.weights, "weights", "", "write the attention weights to `W.npy` (Q's leading axes, L, S)")
+	fs.StringVar(&f.lse, "lse", "", "write the log-sum-exp to `LSE.npy` (Q's shape without d_k)")
+	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
+	fs.BoolVar(&f.explain, "explain", false, "print the plan: kernel variant, load path, tiles, grid")
+	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
+	if ok, code := parseFlags(fs, runUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	switch {
+	case f.q == "" || f.k == "" || f.v == "":
+		return usagef(stderr, "run", "-q, -k and -v are required")
+	case f.allow != "" && f.block != "":
+		return usagef(stderr, "run", "--allow and --block are mutually exclusive: give one bool mask and say with the flag whether true allows or blocks")
+	}
+	causal, err := vkattn.ParseCausal(f.causal)
+	if err != nil {
+		return usagef(stderr, "run", "--causal %q: want none, top-left or bottom-right", f.causal)
+	}
+	outPaths := map[string]string{}
+	for _, o := range []struct{ flag, path string }{{"-o", f.out}, {"--lse", f.lse}, {"--weights", f.weights}} {
+		if o.path == "" {
+			continue
+		}
+		abs, _ := filepath.Abs(o.path)
+		if prev, ok := outPaths[abs]; ok {
+			return usagef(stderr, "run", "%s and %s both write %s", prev, o.flag, o.path)
+		}
+		outPaths[abs] = o.flag
+		if st, err := os.Stat(filepath.Dir(o.path)); err != nil || !st.IsDir() {
+			return failf(stderr, "run", "%s %s: directory %s does not exist", o.flag, o.path, filepath.Dir(o.path))
+		}
+		if st, err := os.Stat(o.path); err == nil && st.IsDir() {
+			return failf(stderr, "run", "%s %s is a directory", o.flag, o.path)
+		}
+	}
+
+	p, err := loadProblem(&f, causal)
+	if err != nil {
+		return failf(stderr, "run", "%v", err)
+	}
+	return execute(&f, p, stdout, stderr)
+}
+
+// loadProblem reads the inputs and validates them on the host, so bad input
+// fails before a device is opened.
+func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
+	p := &problem{}
+	for _, in := range []struct {
+		name, path string
+		dst        **npyArray
+		shape      *[4]int
+	}{{"Q", f.q, &p.q, &p.q4}, {"K", f.k, &p.k, &p.k4}, {"V", f.v, &p.v, &p.v4}} {
+		a, err := readNPY(in.path)
+		if err != nil {
+			return nil, err
+		}
+		if a.Bools != nil {
+			return nil, fmt.Errorf("%s %s holds bool values; want float32 or float64", in.name, in.path)
+		}
+		s, err := vkattn.Shape4(a.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", in.name, in.path, err)
+		}
+		for i, x := range a.F32 {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("%s %s: value %d is %v; Q, K and V must be finite", in.name, in.path, i, x)
+			}
+		}
+		*in.dst, *in.shape = a, s
+	}
+	opts := vkattn.Options{
+		Causal:      causal,
+		WantLSE:     f.lse != "",
+		WantWeights: f.weights != "",
+	}
+	if f.scale.set {
+		opts.Scale = vkattn.CustomScale(f.scale.v)
+	}
+	if f.keyLens.set {
+		opts.KeyLengths = f.keyLens.vals
+	}
+	if f.queryLens.set {
+		opts.QueryLengths = f.queryLens.vals
+	}
+	if f.mask != "" {
+		a, err := readNPY(f.mask)
+		if err != nil {
+			return nil, err
+		}
+		if a.Bools != nil {
+			return nil, fmt.Errorf("--mask %s holds bool values; use --allow or --block for a bool mask", f.mask)
+		}
+		s, err := golden.FillMaskShape(a.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("--mask %s: %w", f.mask, err)
+		}
+		opts.Mask = &vkattn.Mask{Shape: s, Values: a.F32}
+	}
+	for _, b := range []struct {
+		flag, path string
+		meaning    vkattn.MaskMeaning
+	}{{"--allow", f.allow, vkattn.TrueAllows}, {"--block", f.block, vkattn.TrueBlocks}} {
+		if b.path == "" {
+			continue
+		}
+		a, err := readNPY(b.path)
+		if err != nil {
+			return nil, err
+		}
+		if a.Bools == nil {
+			return nil, fmt.Errorf("%s %s holds %s values; want bool (use --mask for an additive float mask)", b.flag, b.path, a.DType)
+		}
+		s, err := golden.FillMaskShape(a.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", b.flag, b.path, err)
+		}
+		opts.BoolMask = &vkattn.BoolMask{Shape: s, Values: a.Bools, Meaning: b.meaning}
+	}
+	d, err := vkattn.CheckProblem(p.q4, p.k4, p.v4, &opts)
+	if err != nil {
+		return nil, fmt.Errorf("Q %v, K %v, V %v: %w", p.q.Shape, p.k.Shape, p.v.Shape, err)
+	}
+	p.dims, p.opts = d, opts
+	return p, nil
+}
+
+// result is what one device run produced.
+type result struct {
+	o, lse, weights []float32
+	plan            vkattn.Plan
+	gpuTime         time.Duration
+}
+
+// attend runs p on dev and downloads every output it asked for.
+func attend(dev *vkattn.Device, p *problem) (*result, error) {
+	var inputs []*vkattn.Tensor
+	defer func() {
+		for _, t := range inputs {
+			t.Close()
+		}
+	}()
+	for _, a := range []*npyArray{p.q, p.k, p.v} {
+		t, err := dev.Upload(a.Shape, a.F32)
+		if err != nil {
+			return nil, err
+		}
+		inputs = append(inputs, t)
+	}
+	out, err := dev.Attention(inputs[0], inputs[1], inputs[2], p.opts)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	r := &result{plan: out.Plan, gpuTime: out.GPUTime}
+	if r.o, err = out.O.Download(); err != nil {
+		return nil, err
+	}
+	if out.LSE != nil {
+		if r.lse, err = out.LSE.Download(); err != nil {
+			return nil, err
+		}
+	}
+	if out.Weights != nil {
+		if r.weights, err = out.Weights.Download(); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
+	dev, err := vkattn.Open(vkattn.Config{Device: f.device})
+	if err != nil {
+		return failf(stderr, "run", "%v", err)
+	}
+	defer dev.Close()
+	plan, err := dev.Plan(p.q.Shape, p.k.Shape, p.v.Shape, p.opts)
+	if err != nil {
+		return failf(stderr, "run", "%v", err)
+	}
+	if f.explain && !f.json {
+		printPlan(stdout, plan, &p.opts)
+	}
+	res, err := attend(dev, p)
+	if err != nil {
+		return failf(stderr, "run", "%v", err)
+	}
+
+	oShape, wShape, lseShape := golden.OutputShapes(p.q.Shape, p.dims.S, p.dims.DV)
+	var chk *checkResult
+	if f.check {
+		ref, err := reference.Attention(p.q.F32, p.q4, p.k.F32, p.k4, p.v.F32, p.v4, p.opts)
+		if err != nil {
+			return failf(stderr, "run", "reference: %v", err)
+		}
+		chk = &checkResult{}
+		chk.add("O", res.o, ref.O)
+		if res.lse != nil {
+			chk.add("LSE", res.lse, ref.LSE)
+		}
+		if res.weights != nil {
+			chk.add("weights", res.weights, ref.Weights)
+		}
+	}
+
+	var outs []output
+	if f.out != "" {
+		outs = append(outs, output{"O", f.out, oShape, res.o})
+	}
+	if f.lse != "" {
+		outs = append(outs, output{"LSE", f.lse, lseShape, res.lse})
+	}
+	if f.weights != "" {
+		outs = append(outs, output{"weights", f.weights, wShape, res.weights})
+	}
+	// A failed check writes nothing: a non-zero exit never leaves files.
+	if chk == nil || chk.ok() {
+		if err := writeNPYFiles(outs); err != nil {
+			return failf(stderr, "run", "%v", err)
+		}
+	}
+
+	if f.json {
+		s := runSummary(p, res, oShape, wShape, lseShape, outs, chk)
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(s); err != nil {
+			return failf(stderr, "run", "%v", err)
+		}
+	} else {
+		if f.out == "" {
+			fmt.Fprintf(stdout, "O %s: %s\n", shapeString(oShape), firstValues(res.o, 8))
+			if res.lse != nil && f.lse == "" {
+				fmt.Fprintf(stdout, "LSE %s: %s\n", shapeString(lseShape), firstValues(res.lse, 8))
+			}
+			if !f.explain {
+				fmt.Fprintf(stdout, "plan: %v\n", res.plan)
+			}
+			fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.gpuTime, p.dims.FLOPs()))
+		}
+		if chk == nil || chk.ok() {
+			for _, o := range outs {
+				fmt.Fprintf(stdout, "wrote %s %s to %s\n", o.name, shapeString(o.shape), o.path)
+			}
+		}
+		if chk != nil {
+			fmt.Fprintln(stdout, chk.String())
+		}
+	}
+	if chk != nil && !chk.ok() {
+		return failf(stderr, "run", "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.worst)
+	}
+	return exitOK
+}
+
+// checkTol is --check's criterion: |gpu - ref| <= checkTol * max(1, |ref|).
+const checkTol = 1e-4
+
+// relFloor: the relative error is reported over reference values at least
+// this large; near zero it measures float32 rounding of tiny values, not
+// the kernel (a 1e-7 error on a 1e-5 output would read as 1%).
+const relFloor = 1e-3
+
+// checkResult accumulates --check's comparison over the outputs.
+type checkResult struct {
+	MaxAbs float64 `json:"max_abs_err"`
+	MaxRel float64 `json:"max_rel_err"`
+	Pass   bool    `json:"pass"`
+	failed bool
+	worst  string // the worst element relative to its limit, for messages
+	ratio  float64
+}
+
+// add compares got with want. Equal infinities (the -inf log-sum-exp of a
+// fully masked row) count as exact.
+func (c *checkResult) add(name string, got []float32, want []float64) {
+	if len(got) != len(want) {
+		c.failed = true
+		c.worst = fmt.Sprintf("%s has %d values, reference %d", name, len(got), len(want))
+		return
+	}
+	for i, g := range got {
+		w := want[i]
+		var d float64
+		switch {
+		case float64(g) == w:
+			continue
+		case math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) || math.IsInf(w, 0):
+			d = math.Inf(1)
+		default:
+			d = math.Abs(float64(g) - w)
+		}
+		c.MaxAbs = math.Max(c.MaxAbs, d)
+		if math.Abs(w) >= relFloor {
+			c.MaxRel = math.Max(c.MaxRel, d/math.Abs(w))
+		}
+		limit := checkTol * math.Max(1, math.Abs(w))
+		if r := d / limit; r > c.ratio {
+			c.ratio = r
+			c.worst = fmt.Sprintf("%s[%d] = %v, reference %v", name, i, g, w)
+		}
+		if d > limit {
+			c.failed = true
+		}
+	}
+	c.Pass = !c.failed
+}
+
+func (c *checkResult) ok() bool { return !c.failed }
+
+func (c *checkResult) String() string {
+	verdict := "ok"
+	if c.failed {
+		verdict = "FAILED, worst " + c.worst
+	}
+	return fmt.Sprintf("check vs float64 reference: max abs err %.3g, max rel err %.3g (where |ref| >= %g); limit %g * max(1,|ref|): %s",
+		c.MaxAbs, c.MaxRel, relFloor, checkTol, verdict)
+}
+
+// printPlan is --explain: the plan field by field, with what each means.
+func printPlan(w io.Writer, p vkattn.Plan, opts *vkattn.Options) {
+	k := p.Kernel
+	d := p.Dims
+	row := func(key, format string, args ...any) {
+		fmt.Fprintf(w, "  %-11s %s\n", key, fmt.Sprintf(format, args...))
+	}
+	fmt.Fprintln(w, "plan:")
+	row("problem", "%v, %.4g FLOPs (2*B*H*L*S*(d_k+d_v))", d, d.FLOPs())
+	if d.HKV != d.H {
+		row("heads", "%d query heads share %d K/V heads (%d per group)", d.H, d.HKV, d.H/d.HKV)
+	}
+	row("device", "%s", p.Device)
+	row("kernel", "%s", k.Variant)
+	row("load path", "%s (%s)", k.Path, k.Why)
+	row("d_max", "%d (compile-time bound on d_k and d_v)", k.DMax)
+	row("rows", "%d query rows per invocation", k.Rows)
+	row("key tile", "%d keys per online-softmax step", k.KeyTile)
+	row("workgroup", "%d invocations", k.WorkGroup)
+	row("grid", "%d x %d x %d workgroups (query row blocks x heads x batch)", k.Grid[0], k.Grid[1], k.Grid[2])
+	row("scale", "%.6g%s", opts.Scale.For(d.DK), map[bool]string{true: " (1/sqrt(d_k))", false: " (custom)"}[opts.Scale.IsDefault()])
+	row("masks", "%s", describeMasks(opts))
+	memory := "no (B,H,L,S) buffer: memory grows with L*d"
+	if opts.WantWeights {
+		memory = fmt.Sprintf("weights requested: a (B,H,L,S) buffer of %s", bytesString(4*uint64(d.B)*uint64(d.H)*uint64(d.L)*uint64(d.S)))
+	}
+	row("memory", "%s", memory)
+}
+
+func describeMasks(o *vkattn.Options) string {
+	var parts []string
+	if o.Mask != nil {
+		parts = append(parts, fmt.Sprintf("additive %v", [4]int(o.Mask.Shape)))
+	}
+	if o.BoolMask != nil {
+		parts = append(parts, fmt.Sprintf("bool %v (%s)", [4]int(o.BoolMask.Shape), o.BoolMask.Meaning))
+	}
+	if o.Causal != vkattn.NotCausal {
+		parts = append(parts, "causal "+o.Causal.String())
+	}
+	if o.KeyLengths != nil {
+		parts = append(parts, fmt.Sprintf("key lengths %v", o.KeyLengths))
+	}
+	if o.QueryLengths != nil {
+		parts = append(parts, fmt.Sprintf("query lengths %v", o.QueryLengths))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// JSON summary types. Values use golden.Number so -inf (the log-sum-exp of
+// a fully masked row) survives encoding.
+type arrayJSON struct {
+	Shape []int           `json:"shape"`
+	First []golden.Number `json:"first"` // up to 8 leading values
+	File  string          `json:"file,omitempty"`
+}
+
+type runJSON struct {
+	Device    string       `json:"device"`
+	Dims      vkattn.Dims  `json:"dims"`
+	Plan      string       `json:"plan"`
+	Kernel    any          `json:"kernel"`
+	Masks     string       `json:"masks"`
+	GPUTimeNS int64        `json:"gpu_time_ns"` // 0 when the device has no timestamps
+	FLOPs     float64      `json:"flops"`
+	GFLOPS    float64      `json:"gflops,omitempty"`
+	O         arrayJSON    `json:"O"`
+	LSE       *arrayJSON   `json:"LSE,omitempty"`
+	Weights   *arrayJSON   `json:"weights,omitempty"`
+	Check     *checkResult `json:"check,omitempty"`
+	Written   []string     `json:"written"`
+}
+
+func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []output, chk *checkResult) runJSON {
+	k := r.plan.Kernel
+	s := runJSON{
+		Device: r.plan.Device,
+		Dims:   r.plan.Dims,
+		Plan:   r.plan.String(),
+		Kernel: struct {
+			Variant   string    `json:"variant"`
+			LoadPath  string    `json:"load_path"`
+			Why       string    `json:"why"`
+			DMax      int       `json:"d_max"`
+			Rows      int       `json:"rows"`
+			KeyTile   int       `json:"key_tile"`
+			WorkGroup int       `json:"workgroup"`
+			Grid      [3]uint32 `json:"grid"`
+		}{k.Variant, k.Path.String(), k.Why, k.DMax, k.Rows, k.KeyTile, k.WorkGroup, k.Grid},
+		Masks:     describeMasks(&p.opts),
+		GPUTimeNS: r.gpuTime.Nanoseconds(),
+		FLOPs:     p.dims.FLOPs(),
+		O:         arrayJSON{Shape: oShape, First: first(r.o, 8)},
+		Check:     chk,
+		Written:   []string{},
+	}
+	if r.gpuTime > 0 {
+		s.GFLOPS = p.dims.FLOPs() / r.gpuTime.Seconds() / 1e9
+	}
+	if r.lse != nil {
+		s.LSE = &arrayJSON{Shape: lseShape, First: first(r.lse, 8)}
+	}
+	if r.weights != nil {
+		s.Weights = &arrayJSON{Shape: wShape, First: first(r.weights, 8)}
+	}
+	if chk == nil || chk.ok() {
+		for _, o := range outs {
+			s.Written = append(s.Written, o.path)
+			switch o.name {
+			case "O":
+				s.O.File = o.path
+			case "LSE":
+				s.LSE.File = o.path
+			case "weights":
+				s.Weights.File = o.path
+			}
+		}
+	}
+	return s
+}
+
+func first(x []float32, n int) []golden.Number {
+	out := make([]golden.Number, 0, min(n, len(x)))
+	for _, v := range x[:min(n, len(x))] {
+		out = append(out, golden.Number(v))
+	}
+	return out
+}
+
+func firstValues(x []float32, n int) string {
+	parts := make([]string, 0, n+1)
+	for _, v := range x[:min(n, len(x))] {
+		parts = append(parts, strconv.FormatFloat(float64(v), 'g', 6, 32))
+	}
+	if len(x) > n {
+		parts = append(parts, fmt.Sprintf("... (%d values)", len(x)))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func shapeString(s []int) string {
+	parts := make([]string, len(s))
+	for i, n := range s {
+		parts[i] = strconv.Itoa(n)
+	}
+	if len(s) == 1 {
+		return "(" + parts[0] + ",)"
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+func gpuTimeString(t time.Duration, flops float64) string {
+	if t <= 0 {
+		return "not measured (the device has no compute-queue timestamps)"
+	}
+	return fmt.Sprintf("%v (%.3g GFLOP/s)", t, flops/t.Seconds()/1e9)
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/reference"
+)
+
+const verifyUsage = `Usage: vkattn verify [--dir testdata] [--device N] [--run NAME]
+
+Runs every golden case in DIR/*.json (the worked examples of spec.md §5 and
+variants derived from them by hand; see testdata/README.md) on the device and
+compares the GPU output, and the weights and log-sum-exp where a case has
+them, with
+  * the case's expected values: max |GPU - expected| <= the case's tolerance
+    (1e-5 unless the case says otherwise, e.g. 1e-4 for 4-digit spec values);
+  * the float64 reference: |GPU - reference| <= 1e-5 * max(1, |reference|).
+It prints one line per case and, last, exactly "N passed, M failed"; the
+exit status is 1 if any case failed.
+
+Example:
+  vkattn verify
+  vkattn verify --dir ../vkattn/testdata --device llvmpipe --run seed003
+`
+
+// refTol bounds |GPU - reference| / max(1, |reference|) for golden cases;
+// they are tiny, so float32 accumulation error stays near 1e-7.
+const refTol = 1e-5
+
+func runVerify(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("verify", stderr)
+	dir := fs.String("dir", "testdata", "`directory` holding the golden *.json cases")
+	device := fs.String("device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	only := fs.String("run", "", "run only cases whose name contains `NAME`")
+	if ok, code := parseFlags(fs, verifyUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	cases, err := golden.Load(*dir)
+	if err != nil {
+		return failf(stderr, "verify", "%v (give the golden case directory with --dir)", err)
+	}
+	if *only != "" {
+		var kept []golden.Case
+		for _, c := range cases {
+			if strings.Contains(c.Name, *only) {
+				kept = append(kept, c)
+			}
+		}
+		if len(kept) == 0 {
+			return failf(stderr, "verify", "no case name contains %q", *only)
+		}
+		cases = kept
+	}
+	dev, err := vkattn.Open(vkattn.Config{Device: *device})
+	if err != nil {
+		return failf(stderr, "verify", "%v", err)
+	}
+	defer dev.Close()
+	width := 0
+	for _, c := range cases {
+		width = max(width, len(c.Name))
+	}
+	passed, failed := 0, 0
+	for i := range cases {
+		c := &cases[i]
+		line, ok := verifyCase(dev, c)
+		verdict := "PASS"
+		if ok {
+			passed++
+		} else {
+			failed++
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(stdout, "%-*s  %s  %s\n", width, c.Name, line, verdict)
+	}
+	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		return exitFail
+	}
+	return exitOK
+}
+
+// verifyCase runs one case and describes its errors in one line.
+func verifyCase(dev *vkattn.Device, c *golden.Case) (string, bool) {
+	gp, err := c.Problem()
+	if err != nil {
+		return "error: " + err.Error(), false
+	}
+	p := &problem{
+		q:    &npyArray{Shape: gp.QShape, F32: gp.Q},
+		k:    &npyArray{Shape: gp.KShape, F32: gp.K},
+		v:    &npyArray{Shape: gp.VShape, F32: gp.V},
+		q4:   gp.Q4,
+		k4:   gp.K4,
+		v4:   gp.V4,
+		dims: gp.Dims,
+		opts: gp.Opts,
+	}
+	res, err := attend(dev, p)
+	if err != nil {
+		return "device error: " + err.Error(), false
+	}
+	ref, err := reference.Attention(gp.Q, gp.Q4, gp.K, gp.K4, gp.V, gp.V4, gp.Opts)
+	if err != nil {
+		return "reference error: " + err.Error(), false
+	}
+
+	tol := c.Tolerance()
+	ok := true
+	var expErr, refErr float64
+	var worst []string
+	compare := func(what string, got []float32, want *golden.Array, refVals []float64) {
+		if want != nil {
+			d := golden.MaxAbsDiff(got, want.Float64())
+			expErr = math.Max(expErr, d)
+			if !(d <= tol) {
+				ok = false
+				worst = append(worst, fmt.Sprintf("%s off expected by %.3g", what, d))
+			}
+		}
+		if len(got) != len(refVals) {
+			ok = false
+			worst = append(worst, fmt.Sprintf("%s has %d values, reference %d", what, len(got), len(refVals)))
+			return
+		}
+		// Scaled like --check: absolute near 0, relative for large values.
+		d, bad := 0.0, false
+		for i, g := range got {
+			r := refVals[i]
+			e := math.Abs(float64(g) - r)
+			if float64(g) == r {
+				e = 0 // equal infinities: -inf log-sum-exp of masked rows
+			} else if math.IsNaN(e) || math.IsInf(e, 0) {
+				e = math.Inf(1)
+			}
+			d = math.Max(d, e)
+			if e > refTol*math.Max(1, math.Abs(r)) {
+				bad = true
+			}
+		}
+		refErr = math.Max(refErr, d)
+		if bad {
+			ok = false
+			worst = append(worst, fmt.Sprintf("%s off reference by %.3g", what, d))
+		}
+	}
+	compare("O", res.o, c.Expect.O, ref.O)
+	if res.weights != nil {
+		compare("A", res.weights, c.Expect.A, ref.Weights)
+	}
+	if res.lse != nil {
+		compare("LSE", res.lse, c.Expect.LSE, ref.LSE)
+	}
+	line := fmt.Sprintf("max err %.2e (tol %.0e), vs reference %.2e", expErr, tol, refErr)
+	if len(worst) > 0 {
+		line += ": " + strings.Join(worst, ", ")
+	}
+	return line, ok
+}

@@ -1,0 +1,58 @@
+// Package vkattn computes scaled dot-product attention on any Vulkan device:
+// AMD, Intel and NVIDIA GPUs, and lavapipe, Mesa's CPU driver. The kernels
+// are GLSL compute shaders compiled to SPIR-V and embedded in the binary; a
+// float64 reference (package reference) checks every result in the tests.
+//
+// # The computation
+//
+// For queries Q (B, H, L, d_k), keys K (B, H_kv, S, d_k) and values
+// V (B, H_kv, S, d_v):
+//
+//	O = softmax(Q K^T * scale + M) V      O: (B, H, L, d_v)
+//
+// with scale = 1/sqrt(d_k) unless Options.Scale overrides it. H_kv must
+// divide H: query head h reads key/value head h / (H/H_kv), which covers
+// multi-head (H_kv = H), grouped-query and multi-query (H_kv = 1) attention.
+// The kernel is fused: it walks keys in tiles with a running maximum and sum
+// (online softmax) and never stores the L x S scores.
+//
+// # Masks
+//
+// Every mask kind may be given at once; they combine (additive masks add,
+// blocks AND):
+//
+//	Options.Mask          additive float, broadcast over (B,H,L,S); -Inf blocks
+//	Options.BoolMask      boolean, broadcast likewise; Meaning must say
+//	                      TrueAllows or TrueBlocks (the zero value is an error)
+//	Options.Causal        CausalTopLeft: query t sees keys j <= t;
+//	                      CausalBottomRight: j <= t + S - L (KV-cache decoding)
+//	Options.KeyLengths    keys j >= KeyLengths[b] are masked
+//	Options.QueryLengths  rows t >= QueryLengths[b] are padding
+//
+// The default is NotCausal. Causal alignment uses the full extents L and S,
+// not the per-batch lengths. A row with no visible key, and a padded query
+// row, has output zeros and log-sum-exp -Inf; vkattn never returns NaN for
+// it. The reference package defines the same.
+//
+// # Use
+//
+// Open a device, upload tensors, call Attention, download the output, Close:
+//
+//	dev, err := vkattn.Open(vkattn.Config{})  // best device; Config.Device picks one
+//	q, err := dev.Upload([]int{B, H, L, dk}, qData)
+//	...
+//	out, err := dev.Attention(q, k, v, vkattn.Options{Causal: vkattn.CausalBottomRight})
+//	o, err := out.O.Download()
+//
+// Shapes of rank 2 (L, d) and 3 (H, L, d) are filled from the left with
+// ones. Data laid out as (B, L, H, d) is read in place through
+// Tensor.SwapAxes12. Device.Plan says which kernel variant, load path,
+// tiles and grid a problem gets, without running it.
+//
+// # Errors
+//
+// Invalid input returns an error wrapping one of ErrShape, ErrHeads,
+// ErrMask, ErrLengths, ErrScale, ErrEmpty, ErrNonFinite, ErrTooLarge,
+// ErrClosed or ErrDevice (test with errors.Is); a failed Vulkan call returns
+// a *vk.Error naming the call. Nothing panics on bad input.
+package vkattn

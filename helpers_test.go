@@ -1,0 +1,152 @@
+package vkattn_test
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+)
+
+// problem is one attention call with host data, runnable on the GPU and on
+// the float64 reference.
+type problem struct {
+	q, k, v          []float32
+	qs, ks, vs       [4]int
+	opts             vkattn.Options
+	blhd             bool // upload Q, K, V as (B, L, H, d) and read through strided views
+	wantLSE, weights bool
+}
+
+func randomValues(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = 2*r.Float32() - 1
+	}
+	return x
+}
+
+func size(s [4]int) int { return s[0] * s[1] * s[2] * s[3] }
+
+func newProblem(r *rand.Rand, b, h, hkv, l, s, dk, dv int) *problem {
+	p := &problem{
+		qs: [4]int{b, h, l, dk}, ks: [4]int{b, hkv, s, dk}, vs: [4]int{b, hkv, s, dv},
+	}
+	p.q = randomValues(r, size(p.qs))
+	p.k = randomValues(r, size(p.ks))
+	p.v = randomValues(r, size(p.vs))
+	return p
+}
+
+// toBLHD rewrites dense (B,H,L,d) data as (B,L,H,d).
+func toBLHD(x []float32, s [4]int) []float32 {
+	out := make([]float32, len(x))
+	for b := 0; b < s[0]; b++ {
+		for h := 0; h < s[1]; h++ {
+			for l := 0; l < s[2]; l++ {
+				src := ((b*s[1]+h)*s[2] + l) * s[3]
+				dst := ((b*s[2]+l)*s[1] + h) * s[3]
+				copy(out[dst:dst+s[3]], x[src:src+s[3]])
+			}
+		}
+	}
+	return out
+}
+
+type gpuResult struct {
+	o, lse, w []float32
+	out       *vkattn.Output
+}
+
+// runGPU uploads the problem, runs it and downloads every output.
+func runGPU(t *testing.T, d *vkattn.Device, p *problem) gpuResult {
+	t.Helper()
+	upload := func(x []float32, s [4]int) *vkattn.Tensor {
+		if p.blhd {
+			tt, err := d.Upload([]int{s[0], s[2], s[1], s[3]}, toBLHD(x, s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tt.SwapAxes12()
+		}
+		tt, err := d.Upload(s[:], x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tt
+	}
+	q, k, v := upload(p.q, p.qs), upload(p.k, p.ks), upload(p.v, p.vs)
+	defer q.Close()
+	defer k.Close()
+	defer v.Close()
+	opts := p.opts
+	opts.WantLSE, opts.WantWeights = p.wantLSE, p.weights
+	out, err := d.Attention(q, k, v, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	res := gpuResult{out: out}
+	if res.o, err = out.O.Download(); err != nil {
+		t.Fatal(err)
+	}
+	if out.LSE != nil {
+		if res.lse, err = out.LSE.Download(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out.Weights != nil {
+		if res.w, err = out.Weights.Download(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return res
+}
+
+func runReference(t *testing.T, p *problem) *reference.Result {
+	t.Helper()
+	want, err := reference.Attention(p.q, p.qs, p.k, p.ks, p.v, p.vs, p.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// tolerance is the sweep's error bound: |got - want| <= 2e-5 * max(1, |want|).
+const tolerance = 2e-5
+
+// compare checks got against want element-wise under the sweep bound and
+// treats -Inf (log-sum-exp of fully masked rows) as exact.
+func compare(t *testing.T, what string, got []float32, want []float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		g, w := float64(got[i]), want[i]
+		if math.IsInf(w, -1) {
+			if !math.IsInf(g, -1) {
+				t.Fatalf("%s[%d] = %v, want -Inf", what, i, g)
+			}
+			continue
+		}
+		if math.IsNaN(g) || math.Abs(g-w) > tolerance*math.Max(1, math.Abs(w)) {
+			t.Fatalf("%s[%d] = %v, want %v (error %.3g)", what, i, g, w, math.Abs(g-w))
+		}
+	}
+}
+
+// checkAgainstReference runs p on d and on the reference and compares every output.
+func checkAgainstReference(t *testing.T, d *vkattn.Device, p *problem) {
+	t.Helper()
+	got := runGPU(t, d, p)
+	want := runReference(t, p)
+	compare(t, "O", got.o, want.O)
+	if p.wantLSE {
+		compare(t, "LSE", got.lse, want.LSE)
+	}
+	if p.weights {
+		compare(t, "weights", got.w, want.Weights)
+	}
+}

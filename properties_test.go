@@ -1,0 +1,123 @@
+package vkattn_test
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+)
+
+// Properties of spec.md §4, checked on the GPU output itself (not only
+// against the reference).
+
+// TestWeightsAreADistribution: weights are >= 0 and each row sums to 1; each
+// output coordinate lies between the min and max of that value coordinate.
+func TestWeightsAreADistribution(t *testing.T) {
+	const l, s, d = 17, 33, 16
+	p := newProblem(rand.New(rand.NewSource(11)), 2, 3, 3, l, s, d, d)
+	p.weights = true
+	got := runGPU(t, dev, p)
+	for row := 0; row < 2*3*l; row++ {
+		sum := 0.0
+		for j := 0; j < s; j++ {
+			w := float64(got.w[row*s+j])
+			if w < 0 {
+				t.Fatalf("row %d weight %d = %v < 0", row, j, w)
+			}
+			sum += w
+		}
+		if math.Abs(sum-1) > 1e-5 {
+			t.Fatalf("row %d weights sum to %v, want 1", row, sum)
+		}
+	}
+	for bh := 0; bh < 2*3; bh++ {
+		for i := 0; i < d; i++ {
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for j := 0; j < s; j++ {
+				x := float64(p.v[(bh*s+j)*d+i])
+				lo, hi = math.Min(lo, x), math.Max(hi, x)
+			}
+			for t0 := 0; t0 < l; t0++ {
+				o := float64(got.o[(bh*l+t0)*d+i])
+				if o < lo-1e-6 || o > hi+1e-6 {
+					t.Fatalf("output %v outside value range [%v, %v]", o, lo, hi)
+				}
+			}
+		}
+	}
+}
+
+// TestPermutationEquivariance: permuting the positions of self-attention
+// inputs permutes the output rows the same way.
+func TestPermutationEquivariance(t *testing.T) {
+	const n, d = 29, 24
+	r := rand.New(rand.NewSource(5))
+	x := randomValues(r, n*d)
+	perm := r.Perm(n)
+	px := make([]float32, n*d)
+	for i, j := range perm {
+		copy(px[i*d:(i+1)*d], x[j*d:(j+1)*d])
+	}
+	self := func(x []float32) []float32 {
+		p := &problem{q: x, k: x, v: x, qs: [4]int{1, 1, n, d}, ks: [4]int{1, 1, n, d}, vs: [4]int{1, 1, n, d}}
+		return runGPU(t, dev, p).o
+	}
+	o, po := self(x), self(px)
+	for i, j := range perm {
+		for c := 0; c < d; c++ {
+			if diff := math.Abs(float64(po[i*d+c] - o[j*d+c])); diff > 1e-5 {
+				t.Fatalf("permuted row %d differs from row %d by %v", i, j, diff)
+			}
+		}
+	}
+}
+
+// TestValueShift: adding u to every value row adds u to every output row;
+// zero values give zero output.
+func TestValueShift(t *testing.T) {
+	const l, s, d = 9, 13, 8
+	p := newProblem(rand.New(rand.NewSource(9)), 1, 2, 2, l, s, d, d)
+	base := runGPU(t, dev, p).o
+	u := []float32{2, -1, 0.5, 3, -4, 0, 1, 7}
+	shifted := *p
+	shifted.v = append([]float32(nil), p.v...)
+	for i := range shifted.v {
+		shifted.v[i] += u[i%d]
+	}
+	got := runGPU(t, dev, &shifted).o
+	for i := range got {
+		if diff := math.Abs(float64(got[i] - base[i] - u[i%d])); diff > 2e-5 {
+			t.Fatalf("output %d: shifted %v, base %v + u %v (diff %v)", i, got[i], base[i], u[i%d], diff)
+		}
+	}
+	zero := *p
+	zero.v = make([]float32, len(p.v))
+	for i, x := range runGPU(t, dev, &zero).o {
+		if x != 0 {
+			t.Fatalf("zero values gave output[%d] = %v", i, x)
+		}
+	}
+}
+
+// TestZeroQueryUniformWeights: a zero query scores every key 0, so its
+// weights are uniform and its output is the mean of the values.
+func TestZeroQueryUniformWeights(t *testing.T) {
+	const l, s, d = 3, 7, 5
+	p := newProblem(rand.New(rand.NewSource(4)), 1, 1, 1, l, s, d, d)
+	p.q = make([]float32, l*d)
+	p.weights = true
+	got := runGPU(t, dev, p)
+	for i, w := range got.w {
+		if math.Abs(float64(w)-1.0/s) > 1e-6 {
+			t.Fatalf("weight %d = %v, want 1/%d", i, w, s)
+		}
+	}
+	for c := 0; c < d; c++ {
+		mean := 0.0
+		for j := 0; j < s; j++ {
+			mean += float64(p.v[j*d+c]) / s
+		}
+		if math.Abs(float64(got.o[c])-mean) > 1e-6 {
+			t.Fatalf("output[%d] = %v, want mean %v", c, got.o[c], mean)
+		}
+	}
+}

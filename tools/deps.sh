@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Ensures the system packages vkattn needs are installed: installs the
+# missing ones with apt when running as root, otherwise names them and fails.
+set -euo pipefail
+packages=(mesa-vulkan-drivers libvulkan1 libvulkan-dev glslc spirv-tools vulkan-validationlayers)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing: ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  echo "missing system packages: ${missing[*]}" >&2
+  echo "install them with: sudo apt-get install ${missing[*]}" >&2
+  exit 1
+fi
