@@ -23,5 +23,8 @@ build:
 shaders: deps
 	tools/glslc.sh
 
+# Every preset suite of the CLI harness (long takes minutes on lavapipe),
+# then the Go benchmarks.
 bench: deps
+	$(GO) run ./cmd/vkattn bench --suite all
 	$(GO) test -run '^$$' -bench . -benchtime 3x .

@@ -54,9 +54,11 @@ func (d *Device) plan(q, k, v [4]int, aligned bool, opts *Options) (Plan, error)
 	return Plan{Dims: dims, Device: d.String(), Kernel: kp}, nil
 }
 
+// deviceLimit turns the planner's limit errors into ErrTooLarge.
 func deviceLimit(err error) error {
-	if errors.Is(err, pipelines.ErrTooLarge) {
-		return fmt.Errorf("%w: %v", ErrTooLarge, err)
+	var limit *pipelines.LimitError
+	if errors.As(err, &limit) {
+		return errorf(ErrTooLarge, "%s", limit.Msg)
 	}
 	return err
 }

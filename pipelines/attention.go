@@ -94,8 +94,14 @@ func (p AttentionPlan) String() string {
 // MaxHeadWidth is the widest d_k or d_v the attention kernel supports.
 const MaxHeadWidth = 256
 
-// ErrTooLarge is wrapped by planning errors about device limits.
-var ErrTooLarge = fmt.Errorf("too large for device")
+// LimitError is a problem that does not fit the device or the kernel.
+type LimitError struct{ Msg string }
+
+func (e *LimitError) Error() string { return e.Msg }
+
+func limitf(format string, args ...any) error {
+	return &LimitError{Msg: fmt.Sprintf(format, args...)}
+}
 
 // PlanAttention picks the kernel variant and launch shape for a problem on
 // a device. aligned says Q, K and V have widths, offsets and strides that
@@ -105,8 +111,7 @@ func PlanAttention(dev vk.PhysicalDevice, b, h, l, dk, dv int, aligned bool, for
 	var p AttentionPlan
 	width := max(dk, dv)
 	if width > MaxHeadWidth {
-		return p, fmt.Errorf("%w: head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d",
-			ErrTooLarge, width, dk, dv, MaxHeadWidth)
+		return p, limitf("head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, MaxHeadWidth)
 	}
 	p.DMax = 16
 	for p.DMax < width {
@@ -149,8 +154,7 @@ func PlanAttention(dev vk.PhysicalDevice, b, h, l, dk, dv int, aligned bool, for
 	names := [3]string{"query row blocks", "heads", "batch"}
 	for i, g := range p.Grid {
 		if g > dev.Limits.MaxWorkGroupCount[i] {
-			return p, fmt.Errorf("%w: %d %s exceed the device's %d workgroups on axis %d",
-				ErrTooLarge, g, names[i], dev.Limits.MaxWorkGroupCount[i], i)
+			return p, limitf("%d %s exceed the device's %d workgroups on axis %d", g, names[i], dev.Limits.MaxWorkGroupCount[i], i)
 		}
 	}
 	return p, nil
@@ -165,21 +169,19 @@ func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 
 	}
 	elems := buf.Size() / 4
 	if elems > math.MaxInt32 {
-		return fmt.Errorf("%w: %s has %d elements, more than 2^31", ErrTooLarge, what, elems)
+		return limitf("%s has %d elements, more than 2^31", what, elems)
 	}
 	if texel {
 		if vec4 {
 			elems /= 4
 		}
 		if elems > uint64(dev.Limits.MaxTexelBufferElements) {
-			return fmt.Errorf("%w: %s has %d elements, the device's texel buffers hold %d",
-				ErrTooLarge, what, elems, dev.Limits.MaxTexelBufferElements)
+			return limitf("%s has %d elements, the device's texel buffers hold %d", what, elems, dev.Limits.MaxTexelBufferElements)
 		}
 		return nil
 	}
 	if buf.Size() > uint64(dev.Limits.MaxStorageBufferRange) {
-		return fmt.Errorf("%w: %s is %d bytes, the device's storage buffer range is %d",
-			ErrTooLarge, what, buf.Size(), dev.Limits.MaxStorageBufferRange)
+		return limitf("%s is %d bytes, the device's storage buffer range is %d", what, buf.Size(), dev.Limits.MaxStorageBufferRange)
 	}
 	return nil
 }

@@ -1,11 +1,12 @@
 // Command vkattn runs attention on a Vulkan device from the command line:
-// list devices, run a problem stored as .npy files, verify the golden cases
-// and show the worked examples of the spec.
+// list devices, run a problem stored as .npy files, verify the golden cases,
+// show the worked examples of the spec and benchmark the kernel.
 //
 //	vkattn devices [--json]
 //	vkattn run -q Q.npy -k K.npy -v V.npy [-o O.npy] [options]
 //	vkattn verify [--dir testdata]
 //	vkattn demo
+//	vkattn bench [--suite prefill|decode|long|all | --shape B,H,H_kv,L,S,d] [--json] [--plot FILE.png]
 //
 // Every subcommand explains itself with -h.
 package main
@@ -43,11 +44,13 @@ Commands:
   run       run attention on Q, K, V stored as .npy files
   verify    run the golden cases in testdata/ and compare
   demo      print the spec's worked examples and a larger random problem
+  bench     time attention on preset suites or given shapes (GFLOP/s, GB/s, plot)
 
 Run 'vkattn <command> -h' for a command's flags and an example.
 
-Example:
+Examples:
   vkattn run -q q.npy -k k.npy -v v.npy --causal bottom-right -o out.npy --check
+  vkattn bench --suite prefill --plot gflops.png
 `
 
 type command struct {
@@ -60,6 +63,7 @@ var commands = []command{
 	{"run", runRun},
 	{"verify", runVerify},
 	{"demo", runDemo},
+	{"bench", runBench},
 }
 
 // run is main without the process: tests call it in-process.

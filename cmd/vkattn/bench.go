@@ -1,0 +1,656 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/vkattn/vkattn"
+)
+
+const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all] [flags]
+       vkattn bench --shape B,H,H_kv,L,S,d [--shape ...] [--causal] [flags]
+
+Times attention on random float32 data (fixed seed) and prints one row per
+problem shape. Each shape gets one warm-up call, reported apart as "cold"
+(the first dispatch of a kernel variant compiles it: seconds on lavapipe),
+then --reps timed calls of Device.Attention. For each the GPU time (device
+timestamps) and the wall time of the whole call (output allocation,
+descriptor setup, dispatch and wait) are recorded; min/median/max of both
+are reported.
+
+Suites (B=1 and d_k = d_v = d throughout):
+  prefill  H=8, L=S in 512, 1024, 2048, 4096, d=64, no mask and causal;
+           d=128 at L=S in 1024, 2048, no mask and causal
+  decode   H=32, H_kv=8 (grouped-query), L=1, S in 1024, 4096, 16384, d=128
+  long     H=1, L=S in 8192, 16384, 32768, d=64 (slow on lavapipe)
+  all      every suite above
+Causal rows use the bottom-right alignment (query t sees keys j <= t + S - L).
+
+--shape replaces the suite with your own shapes: six integers B,H,H_kv,L,S,d
+(d_k = d_v = d; H_kv must divide H). Repeat the flag, or separate shapes
+with ';' ("1,8,8,512,512,64;1,8,8,1024,1024,64"), or list 6n integers.
+--causal applies a bottom-right causal mask to every --shape
+(--causal=top-left for the other alignment).
+
+Rates, both from the median (GPU time; wall time where the device has no
+timestamps, which the "timing" column/field says):
+  GFLOP/s  spec.md §6 count 2*B*H*L*S*(d_k+d_v) = 4*B*H*L*S*d over the median
+           time, halved for causal rows: the kernel skips key tiles that are
+           fully masked, so a causal L = S problem does about half the work
+  GB/s     bytes of Q, K, V read plus O written (4 bytes a value) over the
+           median time: the minimum traffic, not a measured one
+
+Output: an aligned table on stdout (--json: a JSON array, one object per
+shape, times in nanoseconds), a progress bar on stderr (--quiet hides it).
+--plot draws GFLOP/s against the sequence length S, one line per series
+(same d, heads, causal and L regime); the format follows the extension
+(.png, .svg, .pdf). Files are written to a temporary name and renamed.
+
+Every shape is planned before any runs, so one the device cannot run (d
+over the kernel's limit, say) fails at once with exit status 1. A shape
+that fails while running (out of device memory, say) is reported on
+stderr; the others still run and the exit status is 1. Ctrl-C stops the
+run and prints what was measured so far.
+
+Examples:
+  vkattn bench                                    # prefill suite, 5 reps
+  vkattn bench --suite decode --reps 10 --json > decode.json
+  vkattn bench --suite all --plot gflops.png
+  vkattn bench --shape 1,8,8,2048,2048,64 --causal --reps 3
+  vkattn bench --shape '1,2,1,16,16,8;1,2,1,64,64,8' --reps 2 --quiet
+  vkattn bench --device 1 --load-path storage     # force a load path
+`
+
+// benchCase is one shape to time.
+type benchCase struct {
+	suite  string
+	dims   vkattn.Dims
+	causal vkattn.Causal
+}
+
+// benchSuites lists the preset suites in the order "all" runs them.
+var benchSuites = []string{"prefill", "decode", "long"}
+
+func suiteCases(name string) []benchCase {
+	sq := func(h, hkv, n, d int) vkattn.Dims {
+		return vkattn.Dims{B: 1, H: h, HKV: hkv, L: n, S: n, DK: d, DV: d}
+	}
+	var cs []benchCase
+	switch name {
+	case "prefill":
+		for _, g := range []struct {
+			d  int
+			ls []int
+		}{{64, []int{512, 1024, 2048, 4096}}, {128, []int{1024, 2048}}} {
+			for _, c := range []vkattn.Causal{vkattn.NotCausal, vkattn.CausalBottomRight} {
+				for _, n := range g.ls {
+					cs = append(cs, benchCase{name, sq(8, 8, n, g.d), c})
+				}
+			}
+		}
+	case "decode":
+		for _, s := range []int{1024, 4096, 16384} {
+			cs = append(cs, benchCase{name, vkattn.Dims{B: 1, H: 32, HKV: 8, L: 1, S: s, DK: 128, DV: 128}, vkattn.NotCausal})
+		}
+	case "long":
+		for _, n := range []int{8192, 16384, 32768} {
+			cs = append(cs, benchCase{name, sq(1, 1, n, 64), vkattn.NotCausal})
+		}
+	case "all":
+		for _, s := range benchSuites {
+			cs = append(cs, suiteCases(s)...)
+		}
+	}
+	return cs
+}
+
+// shapeList is --shape: repeatable, each value one or more B,H,H_kv,L,S,d.
+type shapeList struct{ dims []vkattn.Dims }
+
+func (l *shapeList) String() string {
+	var parts []string
+	for _, d := range l.dims {
+		parts = append(parts, fmt.Sprintf("%d,%d,%d,%d,%d,%d", d.B, d.H, d.HKV, d.L, d.S, d.DK))
+	}
+	return strings.Join(parts, ";")
+}
+
+func (l *shapeList) Set(s string) error {
+	groups := strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ' ' || r == '\t' || r == '\n' })
+	if len(groups) == 0 {
+		return fmt.Errorf("empty shape: want B,H,H_kv,L,S,d")
+	}
+	for _, g := range groups {
+		fields := strings.Split(strings.Trim(g, ","), ",")
+		if len(fields)%6 != 0 {
+			return fmt.Errorf("%q has %d values: want B,H,H_kv,L,S,d (6 integers per shape)", g, len(fields))
+		}
+		var n [6]int
+		for i, f := range fields {
+			x, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("%q: %q is not an integer (want B,H,H_kv,L,S,d)", g, f)
+			}
+			n[i%6] = x
+			if i%6 < 5 {
+				continue
+			}
+			d := vkattn.Dims{B: n[0], H: n[1], HKV: n[2], L: n[3], S: n[4], DK: n[5], DV: n[5]}
+			q, k, v := [4]int{d.B, d.H, d.L, d.DK}, [4]int{d.B, d.HKV, d.S, d.DK}, [4]int{d.B, d.HKV, d.S, d.DV}
+			if _, err := vkattn.CheckProblem(q, k, v, nil); err != nil {
+				return fmt.Errorf("B,H,H_kv,L,S,d = %d,%d,%d,%d,%d,%d: %v", n[0], n[1], n[2], n[3], n[4], n[5], err)
+			}
+			l.dims = append(l.dims, d)
+		}
+	}
+	return nil
+}
+
+// causalFlag is --causal: a bool flag meaning bottom-right, which also
+// takes an alignment (--causal=top-left).
+type causalFlag struct{ c vkattn.Causal }
+
+func (f *causalFlag) IsBoolFlag() bool { return true }
+func (f *causalFlag) String() string {
+	if f == nil || f.c == vkattn.NotCausal {
+		return "false"
+	}
+	return f.c.String()
+}
+
+func (f *causalFlag) Set(s string) error {
+	switch s {
+	case "true", "1":
+		f.c = vkattn.CausalBottomRight
+		return nil
+	case "false", "0":
+		f.c = vkattn.NotCausal
+		return nil
+	}
+	c, err := vkattn.ParseCausal(s)
+	if err != nil {
+		return fmt.Errorf("%q: want no value (bottom-right), top-left, bottom-right or none", s)
+	}
+	f.c = c
+	return nil
+}
+
+type benchFlags struct {
+	suite    string
+	shapes   shapeList
+	causal   causalFlag
+	reps     int
+	seed     uint64
+	json     bool
+	plot     string
+	device   string
+	loadPath string
+	quiet    bool
+}
+
+// benchStats are the min, median and max of a set of times, in nanoseconds.
+type benchStats struct {
+	Min    int64 `json:"min"`
+	Median int64 `json:"median"`
+	Max    int64 `json:"max"`
+}
+
+func statsOf(ts []time.Duration) benchStats {
+	s := slices.Clone(ts)
+	slices.Sort(s)
+	n := len(s)
+	med := s[n/2]
+	if n%2 == 0 {
+		med = (s[n/2-1] + s[n/2]) / 2
+	}
+	return benchStats{Min: int64(s[0]), Median: int64(med), Max: int64(s[n-1])}
+}
+
+// benchResult is one shape's measurements: a row of the table, an object of
+// the --json array.
+type benchResult struct {
+	Suite      string      `json:"suite,omitempty"` // empty for --shape
+	Dims       vkattn.Dims `json:"dims"`
+	Causal     string      `json:"causal"` // none, top-left, bottom-right
+	Device     string      `json:"device"`
+	Variant    string      `json:"variant"`
+	LoadPath   string      `json:"load_path"`
+	DMax       int         `json:"d_max"`
+	Rows       int         `json:"rows"`
+	WorkGroup  int         `json:"workgroup"`
+	KeyTile    int         `json:"key_tile"`
+	Grid       [3]uint32   `json:"grid"`
+	Plan       string      `json:"plan"`
+	Reps       int         `json:"reps"`
+	ColdWallNS int64       `json:"cold_wall_ns"`
+	ColdGPUNS  int64       `json:"cold_gpu_ns"`
+	GPU        benchStats  `json:"gpu_ns"` // all 0 without device timestamps
+	Wall       benchStats  `json:"wall_ns"`
+	Timing     string      `json:"timing"` // "gpu" or "wall": the median the rates divide by
+	FLOPs      float64     `json:"flops"`  // spec.md §6, halved when causal
+	Bytes      int64       `json:"bytes"`  // Q, K, V read + O written
+	GFLOPS     float64     `json:"gflops"`
+	GBPS       float64     `json:"gb_per_s"`
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("bench", stderr)
+	var f benchFlags
+	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long or all")
+	fs.Var(&f.shapes, "shape", "time `B,H,H_kv,L,S,d` instead of a suite (repeatable; ';' separates shapes)")
+	fs.Var(&f.causal, "causal", "bottom-right causal mask on every --shape (--causal=top-left for the other alignment)")
+	fs.IntVar(&f.reps, "reps", 5, "timed calls per shape, after one warm-up call")
+	fs.Uint64Var(&f.seed, "seed", 1, "random `seed` for Q, K and V")
+	fs.BoolVar(&f.json, "json", false, "print a JSON array of results instead of the table")
+	fs.StringVar(&f.plot, "plot", "", "draw GFLOP/s against S to `FILE.png` (or .svg, .pdf)")
+	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	fs.StringVar(&f.loadPath, "load-path", "auto", "force the kernel's load `path`: auto, texel or storage")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
+	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+
+	var cases []benchCase
+	switch {
+	case set["shape"] && set["suite"]:
+		return usagef(stderr, "bench", "--suite and --shape are mutually exclusive: a suite is a preset list of shapes")
+	case set["shape"]:
+		for _, d := range f.shapes.dims {
+			cases = append(cases, benchCase{dims: d, causal: f.causal.c})
+		}
+	case set["causal"]:
+		return usagef(stderr, "bench", "--causal applies to --shape; the suites say per shape whether they are causal")
+	default:
+		if cases = suiteCases(f.suite); cases == nil {
+			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long or all", f.suite)
+		}
+	}
+	if f.reps < 1 {
+		return usagef(stderr, "bench", "--reps %d: want at least 1", f.reps)
+	}
+	var path vkattn.LoadPath
+	switch f.loadPath {
+	case "auto":
+		path = vkattn.AutoLoadPath
+	case "texel":
+		path = vkattn.TexelLoadPath
+	case "storage":
+		path = vkattn.StorageLoadPath
+	default:
+		return usagef(stderr, "bench", "--load-path %q: want auto, texel or storage", f.loadPath)
+	}
+	if f.plot != "" {
+		if _, ok := plotFormat(f.plot); !ok {
+			return usagef(stderr, "bench", "--plot %s: unknown image format; want a name ending in .png, .svg or .pdf", f.plot)
+		}
+		if err := checkOutputPath(f.plot); err != nil {
+			return failf(stderr, "bench", "--plot %v", err)
+		}
+	}
+
+	dev, err := vkattn.Open(vkattn.Config{Device: f.device, LoadPath: path})
+	if err != nil {
+		return failf(stderr, "bench", "%v", err)
+	}
+	defer dev.Close()
+
+	// Plan every shape first: one the device cannot run fails before any
+	// time is spent on the others.
+	for _, c := range cases {
+		d := c.dims
+		if _, err := dev.Plan([]int{d.B, d.H, d.L, d.DK}, []int{d.B, d.HKV, d.S, d.DK}, []int{d.B, d.HKV, d.S, d.DV},
+			vkattn.Options{Causal: c.causal}); err != nil {
+			return failf(stderr, "bench", "%s: %v", caseName(c), err)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	prog := newBenchProgress(stderr, f.quiet, len(cases)*(1+f.reps))
+	var results []benchResult
+	failed := 0
+	interrupted := false
+	for _, c := range cases {
+		prog.describe(caseName(c))
+		r, err := benchOne(ctx, dev, c, f.reps, f.seed, prog.add)
+		if err != nil {
+			prog.clear()
+			if ctx.Err() != nil {
+				interrupted = true
+				break
+			}
+			failf(stderr, "bench", "%s: %v", caseName(c), err)
+			failed++
+			continue
+		}
+		results = append(results, r)
+	}
+	prog.finish()
+	stop()
+
+	if f.json {
+		if results == nil {
+			results = []benchResult{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			return failf(stderr, "bench", "%v", err)
+		}
+	} else {
+		printBenchTable(stdout, dev.String(), results)
+	}
+	if f.plot != "" && len(results) > 0 {
+		if err := writePlot(f.plot, dev.String(), results); err != nil {
+			return failf(stderr, "bench", "--plot: %v", err)
+		}
+		if !f.json {
+			fmt.Fprintf(stdout, "wrote %s\n", f.plot)
+		}
+	}
+	switch {
+	case interrupted:
+		return failf(stderr, "bench", "interrupted after %d of %d shapes", len(results), len(cases))
+	case failed > 0:
+		return failf(stderr, "bench", "%d of %d shapes failed", failed, len(cases))
+	}
+	return exitOK
+}
+
+// checkOutputPath fails early (before a long run) if path cannot be written.
+func checkOutputPath(path string) error {
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("%s: directory %s does not exist", path, dir)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	return nil
+}
+
+func caseName(c benchCase) string {
+	d := c.dims
+	s := fmt.Sprintf("B=%d H=%d", d.B, d.H)
+	if d.HKV != d.H {
+		s += fmt.Sprintf(" H_kv=%d", d.HKV)
+	}
+	s += fmt.Sprintf(" L=%d S=%d d=%d", d.L, d.S, d.DK)
+	if c.causal != vkattn.NotCausal {
+		s += " causal " + c.causal.String()
+	}
+	return s
+}
+
+// randomData is n uniform values in [-1, 1).
+func randomData(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = 2*r.Float32() - 1
+	}
+	return x
+}
+
+// benchOne uploads random Q, K, V for c, runs one warm-up call and reps
+// timed calls, and summarises them. tick is called after every call.
+func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, seed uint64, tick func()) (benchResult, error) {
+	d := c.dims
+	// The same seed for every shape: a shape's data does not depend on
+	// which other shapes run.
+	r := rand.New(rand.NewPCG(seed, 0x7661747461)) // "vkatt"
+	shapes := [][]int{{d.B, d.H, d.L, d.DK}, {d.B, d.HKV, d.S, d.DK}, {d.B, d.HKV, d.S, d.DV}}
+	var in [3]*vkattn.Tensor
+	defer func() {
+		for _, t := range in {
+			if t != nil {
+				t.Close()
+			}
+		}
+	}()
+	for i, s := range shapes {
+		t, err := dev.Upload(s, randomData(r, s[0]*s[1]*s[2]*s[3]))
+		if err != nil {
+			return benchResult{}, fmt.Errorf("upload: %w", err)
+		}
+		in[i] = t
+	}
+	opts := vkattn.Options{Causal: c.causal}
+	call := func() (time.Duration, *vkattn.Output, error) {
+		start := time.Now()
+		out, err := dev.AttentionContext(ctx, in[0], in[1], in[2], opts)
+		wall := time.Since(start)
+		tick()
+		return wall, out, err
+	}
+
+	coldWall, out, err := call()
+	if err != nil {
+		return benchResult{}, err
+	}
+	plan, coldGPU := out.Plan, out.GPUTime
+	out.Close()
+	gpu := make([]time.Duration, reps)
+	wall := make([]time.Duration, reps)
+	for i := range reps {
+		if wall[i], out, err = call(); err != nil {
+			return benchResult{}, err
+		}
+		gpu[i] = out.GPUTime
+		out.Close()
+	}
+
+	k := plan.Kernel
+	res := benchResult{
+		Suite:      c.suite,
+		Dims:       plan.Dims,
+		Causal:     c.causal.String(),
+		Device:     plan.Device,
+		Variant:    k.Variant,
+		LoadPath:   k.Path.String(),
+		DMax:       k.DMax,
+		Rows:       k.Rows,
+		WorkGroup:  k.WorkGroup,
+		KeyTile:    k.KeyTile,
+		Grid:       k.Grid,
+		Plan:       plan.String(),
+		Reps:       reps,
+		ColdWallNS: int64(coldWall),
+		ColdGPUNS:  int64(coldGPU),
+		GPU:        statsOf(gpu),
+		Wall:       statsOf(wall),
+		Timing:     "gpu",
+		FLOPs:      benchFLOPs(plan.Dims, c.causal),
+		Bytes:      benchBytes(plan.Dims),
+	}
+	median := time.Duration(res.GPU.Median)
+	if slices.Contains(gpu, 0) {
+		// No timestamps (or a call without one): time the whole call.
+		res.GPU = benchStats{}
+		res.Timing = "wall"
+		median = time.Duration(res.Wall.Median)
+	}
+	if median > 0 {
+		res.GFLOPS = res.FLOPs / median.Seconds() / 1e9
+		res.GBPS = float64(res.Bytes) / median.Seconds() / 1e9
+	}
+	return res, nil
+}
+
+// benchFLOPs is spec.md §6's count, halved when causal: the kernel skips
+// fully masked key tiles, so about half the work is done for L = S.
+func benchFLOPs(d vkattn.Dims, c vkattn.Causal) float64 {
+	f := d.FLOPs()
+	if c != vkattn.NotCausal {
+		f /= 2
+	}
+	return f
+}
+
+// benchBytes is the least traffic a call needs: Q, K and V read, O written.
+func benchBytes(d vkattn.Dims) int64 {
+	b, h, hkv, l, s := int64(d.B), int64(d.H), int64(d.HKV), int64(d.L), int64(d.S)
+	return 4 * (b*h*l*int64(d.DK) + b*hkv*s*int64(d.DK+d.DV) + b*h*l*int64(d.DV))
+}
+
+// printBenchTable writes the results as an aligned table: numbers right,
+// names left.
+func printBenchTable(w io.Writer, device string, rs []benchResult) {
+	fmt.Fprintf(w, "device: %s\n", device)
+	if len(rs) == 0 {
+		fmt.Fprintln(w, "no results")
+		return
+	}
+	header := []string{"B", "H", "H_kv", "L", "S", "d", "causal", "kernel", "rows", "wg", "cold", "gpu min/med/max", "wall min/med/max", "GFLOP/s", "GB/s"}
+	left := map[int]bool{6: true, 7: true}
+	rows := [][]string{header}
+	for _, r := range rs {
+		d := r.Dims
+		causal := "-"
+		if r.Causal != vkattn.NotCausal.String() {
+			causal = r.Causal
+		}
+		dd := strconv.Itoa(d.DK)
+		if d.DV != d.DK {
+			dd = fmt.Sprintf("%d/%d", d.DK, d.DV)
+		}
+		gpu := "n/a"
+		if r.Timing == "gpu" {
+			gpu = durTriple(r.GPU)
+		}
+		rows = append(rows, []string{
+			strconv.Itoa(d.B), strconv.Itoa(d.H), strconv.Itoa(d.HKV), strconv.Itoa(d.L), strconv.Itoa(d.S), dd,
+			causal, r.Variant, strconv.Itoa(r.Rows), strconv.Itoa(r.WorkGroup),
+			durString(time.Duration(r.ColdWallNS)), gpu, durTriple(r.Wall), rate(r.GFLOPS), rate(r.GBPS),
+		})
+	}
+	width := make([]int, len(header))
+	for _, row := range rows {
+		for i, c := range row {
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	for _, row := range rows {
+		var b strings.Builder
+		for i, c := range row {
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			if left[i] {
+				b.WriteString(c + pad)
+			} else {
+				b.WriteString(pad + c)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+	timing := "median GPU time"
+	if slices.ContainsFunc(rs, func(r benchResult) bool { return r.Timing == "wall" }) {
+		timing = "median GPU time (wall time where gpu is n/a: no device timestamps)"
+	}
+	fmt.Fprintf(w, "%d timed calls per shape after one cold call (wall time, includes compiling the variant).\n", rs[0].Reps)
+	fmt.Fprintf(w, "GFLOP/s: 4*B*H*L*S*d (halved when causal) over the %s; GB/s: Q, K, V read + O written over the same.\n", timing)
+}
+
+// durTriple formats min/median/max in one unit, the median's.
+func durTriple(s benchStats) string {
+	unit, div := durUnit(time.Duration(s.Median))
+	f := func(ns int64) string {
+		return strconv.FormatFloat(float64(ns)/div, 'f', 3-digitsBefore(float64(s.Median)/div), 64)
+	}
+	return fmt.Sprintf("%s/%s/%s %s", f(s.Min), f(s.Median), f(s.Max), unit)
+}
+
+func durString(t time.Duration) string {
+	unit, div := durUnit(t)
+	x := float64(t) / div
+	return strconv.FormatFloat(x, 'f', 3-digitsBefore(x), 64) + " " + unit
+}
+
+func durUnit(t time.Duration) (string, float64) {
+	switch {
+	case t >= time.Second:
+		return "s", float64(time.Second)
+	case t >= time.Millisecond:
+		return "ms", float64(time.Millisecond)
+	}
+	return "µs", float64(time.Microsecond)
+}
+
+// digitsBefore is the number of digits before the point (at least 1, at
+// most 3 so the result leaves 0 to 2 decimals).
+func digitsBefore(x float64) int {
+	switch {
+	case x >= 100:
+		return 3
+	case x >= 10:
+		return 2
+	}
+	return 1
+}
+
+func rate(x float64) string {
+	if x == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(x, 'f', 3-digitsBefore(x), 64)
+}
+
+// benchProgress is the progress bar on stderr, or nothing with --quiet or
+// when stderr is not a file (tests).
+type benchProgress struct{ bar *progressbar.ProgressBar }
+
+func newBenchProgress(stderr io.Writer, quiet bool, total int) *benchProgress {
+	f, ok := stderr.(*os.File)
+	if quiet || !ok {
+		return &benchProgress{}
+	}
+	return &benchProgress{bar: progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(f),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetRenderBlankState(true),
+	)}
+}
+
+func (p *benchProgress) describe(s string) {
+	if p.bar != nil {
+		p.bar.Describe(s)
+	}
+}
+
+func (p *benchProgress) add() {
+	if p.bar != nil {
+		p.bar.Add(1)
+	}
+}
+
+// clear erases the bar's line so a message can be written to stderr.
+func (p *benchProgress) clear() {
+	if p.bar != nil {
+		p.bar.Clear()
+	}
+}
+
+// finish erases the bar: the results follow on stdout.
+func (p *benchProgress) finish() { p.clear() }
