@@ -209,3 +209,16 @@ func TestFullyMaskedRowsAreZero(t *testing.T) {
 		}
 	}
 }
+
+// TestLongKeySequences checks rows that see thousands of keys: an earlier
+// kernel whose register arrays lavapipe moved to scratch memory went wrong
+// only past a few hundred keys, which the odd-shape sweep does not reach.
+func TestLongKeySequences(t *testing.T) {
+	r := rand.New(rand.NewSource(12))
+	for _, d := range []int{33, 64, 128} {
+		p := newProblem(r, 1, 2, 1, 5, 3000, d, d)
+		p.opts.Causal = vkattn.CausalBottomRight
+		p.wantLSE = true
+		t.Run(fmt.Sprintf("d%d", d), func(t *testing.T) { checkAgainstReference(t, dev, p) })
+	}
+}

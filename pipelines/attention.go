@@ -144,7 +144,7 @@ func PlanAttention(dev vk.PhysicalDevice, b, h, l, dk, dv int, aligned bool, for
 		// each fetched key and value element. The unrolled tile body grows
 		// with Rows*DMax, so wide heads get fewer rows.
 		p.Variant, p.WorkGroup = "attention_texel_"+shape, 8
-		p.Rows = map[int]int{16: 4, 32: 4, 64: 2, 128: 1, 256: 1}[p.DMax]
+		p.Rows = map[int]int{16: 8, 32: 8, 64: 4, 128: 2, 256: 1}[p.DMax]
 	} else {
 		p.Variant, p.WorkGroup, p.Rows = "attention_storage_"+shape, 64, 1
 	}
