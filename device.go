@@ -1,6 +1,7 @@
 package vkattn
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -108,16 +109,16 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	if err := d.dev.WaitIdle(); err != nil {
-		return err
-	}
+	// Work a cancelled call left running must finish before its buffers go;
+	// a failed wait is reported, but everything is still freed.
+	waitErr := d.dev.WaitIdle()
 	for t := range d.tensors {
 		t.release()
 	}
 	d.attention.Close()
 	err := d.dev.Close()
 	d.instance.Close()
-	return err
+	return errors.Join(waitErr, err)
 }
 
 func (d *Device) checkOpen() error {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -87,18 +88,6 @@ func near(t *testing.T, what string, got []float32, want []float64, tol float64)
 	}
 }
 
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func TestRunSpecExample(t *testing.T) {
 	withDevice(t)
 	dir := t.TempDir()
@@ -117,7 +106,7 @@ func TestRunSpecExample(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	got := load(t, o)
-	if !equalShape(got.Shape, []int{1, 2}) {
+	if !slices.Equal(got.Shape, []int{1, 2}) {
 		t.Errorf("O shape %v, want [1 2]", got.Shape)
 	}
 	near(t, "O", got.F32, []float64{1.6044, 1.5933}, 1e-4)
@@ -142,7 +131,7 @@ func TestRunMask(t *testing.T) {
 	}
 	near(t, "O", load(t, o).F32, []float64{1.3395, 1.3210}, 1e-4)
 	weights := load(t, w)
-	if !equalShape(weights.Shape, []int{1, 3}) {
+	if !slices.Equal(weights.Shape, []int{1, 3}) {
 		t.Errorf("weights shape %v, want [1 3]", weights.Shape)
 	}
 	near(t, "A", weights.F32, []float64{0.6698, 0.3302, 0}, 1e-4)
@@ -210,7 +199,7 @@ func TestRunShapesGQA(t *testing.T) {
 		path  string
 		shape []int
 	}{{o, []int{2, 1, 2}}, {lse, []int{2, 1}}, {w, []int{2, 1, 3}}} {
-		if a := load(t, c.path); !equalShape(a.Shape, c.shape) {
+		if a := load(t, c.path); !slices.Equal(a.Shape, c.shape) {
 			t.Errorf("%s: shape %v, want %v", filepath.Base(c.path), a.Shape, c.shape)
 		}
 	}
@@ -346,7 +335,7 @@ func TestNPYFortranAndRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !equalShape(a.Shape, []int{2, 3}) || !equalFloats(a.F32, []float32{1, 2, 3, 4, 5, 6}) {
+	if !slices.Equal(a.Shape, []int{2, 3}) || !slices.Equal(a.F32, []float32{1, 2, 3, 4, 5, 6}) {
 		t.Errorf("Fortran order: shape %v values %v", a.Shape, a.F32)
 	}
 
@@ -369,21 +358,9 @@ func TestNPYFortranAndRoundTrip(t *testing.T) {
 	if err := r.Read(&back); err != nil {
 		t.Fatal(err)
 	}
-	if !equalShape(r.Header.Descr.Shape, []int{2, 1, 2, 2}) || !equalFloats(back, vals) {
+	if !slices.Equal(r.Header.Descr.Shape, []int{2, 1, 2, 2}) || !slices.Equal(back, vals) {
 		t.Errorf("round trip: shape %v values %v", r.Header.Descr.Shape, back)
 	}
-}
-
-func equalFloats(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestVerify(t *testing.T) {

@@ -33,6 +33,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -319,7 +320,7 @@ func (c *Case) validate() error {
 		if err := e.a.check(e.name); err != nil {
 			return err
 		}
-		if !equalInts(e.a.Shape, e.shape) {
+		if !slices.Equal(e.a.Shape, e.shape) {
 			return fmt.Errorf("%s has shape %v, want %v (Q's leading axes, then its own)", e.name, e.a.Shape, e.shape)
 		}
 		for i, x := range e.a.Values {
@@ -441,16 +442,4 @@ func count(shape []int) (int, error) {
 		n *= s
 	}
 	return n, nil
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
