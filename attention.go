@@ -41,7 +41,10 @@ func (d *Device) plan(q, k, v [4]int, aligned bool, opts *Options) (Plan, error)
 	if err != nil {
 		return Plan{}, err
 	}
-	kp, err := pipelines.PlanAttention(d.dev.Info, dims.B, dims.H, dims.L, dims.DK, dims.DV, aligned, d.path)
+	kp, err := pipelines.PlanAttention(d.dev.Info, pipelines.PlanInput{
+		B: dims.B, H: dims.H, HKV: dims.HKV, L: dims.L, S: dims.S, DK: dims.DK, DV: dims.DV,
+		Aligned: aligned, Weights: opts.WantWeights, Force: d.path,
+	})
 	if err != nil {
 		return Plan{}, deviceLimit(err)
 	}

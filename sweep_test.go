@@ -222,3 +222,35 @@ func TestLongKeySequences(t *testing.T) {
 		t.Run(fmt.Sprintf("d%d", d), func(t *testing.T) { checkAgainstReference(t, dev, p) })
 	}
 }
+
+// TestDecodeSplitK covers the split-K (flash-decoding) path: few query rows
+// per KV head and many keys, GQA/MQA packing, every mask kind, keys that do
+// not fill the last split, on both load paths.
+func TestDecodeSplitK(t *testing.T) {
+	r := rand.New(rand.NewSource(21))
+	for c := 0; c < 14; c++ {
+		d := storageDev
+		widths := []int{8, 64}
+		if c%2 == 0 {
+			d, widths = dev, []int{8, 64, 128}
+		}
+		b := 1 + r.Intn(2)
+		hkv := []int{1, 2}[r.Intn(2)]
+		group := []int{1, 2, 4}[r.Intn(3)]
+		l := []int{1, 1, 2}[r.Intn(3)]
+		s := []int{256, 300, 1000, 2053}[r.Intn(4)]
+		dk, dv := pick(r, widths), pick(r, widths)
+		p := newProblem(r, b, hkv*group, hkv, l, s, dk, dv)
+		kinds := randomMasks(r, p)
+		p.wantLSE = r.Intn(2) == 0
+		plan, err := d.Plan(p.qs[:], p.ks[:], p.vs[:], p.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Kernel.Splits == 0 {
+			t.Fatalf("case %d: planner did not choose split-K for a decode shape: %v", c, plan)
+		}
+		name := fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s", c, b, hkv*group, hkv, l, s, dk, dv, kinds)
+		t.Run(name, func(t *testing.T) { checkAgainstReference(t, d, p) })
+	}
+}

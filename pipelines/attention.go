@@ -78,14 +78,23 @@ type AttentionPlan struct {
 	Rows      int  // query rows per invocation
 	KeyTile   int  // keys per online-softmax step (fixed by the shader)
 	WorkGroup int  // invocations per workgroup
-	Grid      [3]uint32
-	Why       string // why this load path
+	// Split-K (flash-decoding): Splits > 0 splits the keys into Splits
+	// chunks of SplitKeys, one per lane, with the rows of all query heads of
+	// a KV head packed together (RowBlocks blocks of Rows rows per KV head);
+	// a combine pass merges the partial results.
+	Splits, SplitKeys, RowBlocks int
+	Grid                         [3]uint32
+	Why                          string // why this load path
 }
 
 func (p AttentionPlan) String() string {
 	loads := "scalar loads"
 	if p.Vec4 {
 		loads = "vec4 loads"
+	}
+	if p.Splits > 0 {
+		return fmt.Sprintf("kernel %s (load path %s: %s; %s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer",
+			p.Variant, p.Path, p.Why, loads, p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2])
 	}
 	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, key tile %d, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer",
 		p.Variant, p.Path, p.Why, loads, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2])
@@ -103,12 +112,23 @@ func limitf(format string, args ...any) error {
 	return &LimitError{Msg: fmt.Sprintf(format, args...)}
 }
 
+// PlanInput is what the planner needs to know about a problem.
+type PlanInput struct {
+	B, H, HKV, L, S, DK, DV int
+	// Aligned: Q, K and V have widths, offsets and strides that are
+	// multiples of 4, so rows can be read as vec4s.
+	Aligned bool
+	// Weights: the (B,H,L,S) weights are wanted (rules out split-K).
+	Weights bool
+	// Force overrides the load path (AutoPath: choose).
+	Force LoadPath
+}
+
 // PlanAttention picks the kernel variant and launch shape for a problem on
-// a device. aligned says Q, K and V have widths, offsets and strides that
-// are multiples of 4 (so rows can be read as vec4s); force overrides the
-// load path (AutoPath: choose).
-func PlanAttention(dev vk.PhysicalDevice, b, h, l, dk, dv int, aligned bool, force LoadPath) (AttentionPlan, error) {
+// a device.
+func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	var p AttentionPlan
+	b, h, l, dk, dv, aligned, force := in.B, in.H, in.L, in.DK, in.DV, in.Aligned, in.Force
 	width := max(dk, dv)
 	if width > MaxHeadWidth {
 		return p, limitf("head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, MaxHeadWidth)
@@ -152,6 +172,21 @@ func PlanAttention(dev vk.PhysicalDevice, b, h, l, dk, dv int, aligned bool, for
 	rowsPerGroup := p.Rows * p.WorkGroup
 	p.Grid = [3]uint32{uint32((l + rowsPerGroup - 1) / rowsPerGroup), uint32(h), uint32(b)}
 	names := [3]string{"query row blocks", "heads", "batch"}
+	// Decode-like problems (few query rows per KV head, many keys) leave
+	// most lanes idle and read K/V once per query head; split the keys over
+	// lanes instead and pack each KV head's query rows together.
+	packed := (h / in.HKV) * l
+	if p.Vec4 && !in.Weights && packed <= max(2*p.Rows, 8) && in.S >= 256 {
+		p.SplitKeys = 64
+		if p.Path == TexelPath {
+			p.SplitKeys = 128
+		}
+		p.Splits = (in.S + p.SplitKeys - 1) / p.SplitKeys
+		p.RowBlocks = (packed + p.Rows - 1) / p.Rows
+		p.Variant += "_split"
+		p.Grid = [3]uint32{uint32((p.Splits + p.WorkGroup - 1) / p.WorkGroup), uint32(in.HKV * p.RowBlocks), uint32(b)}
+		names = [3]string{"key split blocks", "KV heads x row blocks", "batch"}
+	}
 	for i, g := range p.Grid {
 		if g > dev.Limits.MaxWorkGroupCount[i] {
 			return p, limitf("%d %s exceed the device's %d workgroups on axis %d", g, names[i], dev.Limits.MaxWorkGroupCount[i], i)
@@ -240,6 +275,28 @@ func (a *Attention) kernel(p AttentionPlan) (*vk.Kernel, error) {
 	return k, nil
 }
 
+// combineKernel is the split-K combine pass (one variant per device).
+func (a *Attention) combineKernel() (*vk.Kernel, error) {
+	const key = "attention_combine"
+	if k, ok := a.kernels[key]; ok {
+		return k, nil
+	}
+	code, err := shaders.SPIRV(key)
+	if err != nil {
+		return nil, err
+	}
+	k, err := a.dev.NewKernel(vk.KernelSpec{
+		Name:     key,
+		SPIRV:    code,
+		Bindings: []vk.BindingType{vk.UniformBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer},
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.kernels[key] = k
+	return k, nil
+}
+
 // Flags of the Params block, as in shaders/attention.comp.
 const (
 	flagMask     = 1
@@ -250,8 +307,8 @@ const (
 	flagWeights  = 32
 )
 
-// params encodes the shader's std140 Params block.
-func params(x *AttentionArgs) []byte {
+// params encodes the shaders' std140 Params block (attention_params.glsl).
+func params(p AttentionPlan, x *AttentionArgs) []byte {
 	flags := 0
 	var m, bm [4]int
 	if x.Mask != nil {
@@ -290,20 +347,26 @@ func params(x *AttentionArgs) []byte {
 		m[0], m[1], m[2], m[3],
 		bm[0], bm[1], bm[2], bm[3],
 	}
-	out := make([]byte, 4*len(ints)+16)
+	split := []int{p.Splits, p.SplitKeys, p.RowBlocks, x.H}
+	out := make([]byte, 4*len(ints)+16+16)
 	for i, v := range ints {
 		binary.LittleEndian.PutUint32(out[4*i:], uint32(int32(v)))
 	}
 	binary.LittleEndian.PutUint32(out[4*len(ints):], math.Float32bits(float32(x.Scale*math.Log2E)))
+	for i, v := range split {
+		binary.LittleEndian.PutUint32(out[4*len(ints)+16+4*i:], uint32(int32(v)))
+	}
 	return out
 }
 
 // Prepared is an attention dispatch recorded once, replayable with Run.
 type Prepared struct {
-	Plan   AttentionPlan
-	params *vk.Buffer
-	set    *vk.DescriptorSet
-	cmds   *vk.Commands
+	Plan       AttentionPlan
+	params     *vk.Buffer
+	set        *vk.DescriptorSet
+	partials   *vk.Buffer        // split-K partial results
+	combineSet *vk.DescriptorSet // split-K combine pass
+	cmds       *vk.Commands
 }
 
 // Prepare checks args against the plan and the device, binds the buffers
@@ -355,14 +418,38 @@ func (a *Attention) Prepare(p AttentionPlan, x AttentionArgs) (*Prepared, error)
 	if pr.params, err = a.dev.NewBuffer(256); err != nil {
 		return nil, err
 	}
-	if err := pr.params.Write(0, params(&x)); err != nil {
+	if err := pr.params.Write(0, params(p, &x)); err != nil {
 		pr.Close()
 		return nil, err
+	}
+	last := or(x.Weights) // binding 9: weights, or the split-K partials
+	var combine *vk.Kernel
+	if p.Splits > 0 {
+		// Per split and row: max, sum and the unnormalised d_v-wide output.
+		n := uint64(x.B) * uint64(x.H) * uint64(x.L) * uint64(p.Splits) * uint64(x.DV+2)
+		if pr.partials, err = a.dev.NewBuffer(4 * n); err != nil {
+			pr.Close()
+			return nil, err
+		}
+		if err := checkRange(info, "split-K partials", pr.partials, false, false); err != nil {
+			pr.Close()
+			return nil, err
+		}
+		last = pr.partials
+		if combine, err = a.combineKernel(); err != nil {
+			pr.Close()
+			return nil, err
+		}
+		pr.combineSet, err = combine.Bind([]vk.Arg{{Buffer: pr.params}, {Buffer: pr.partials}, {Buffer: x.O.Buffer}, {Buffer: or(x.LSE)}})
+		if err != nil {
+			pr.Close()
+			return nil, err
+		}
 	}
 	pr.set, err = k.Bind([]vk.Arg{
 		{Buffer: pr.params}, {Buffer: x.Q.Buffer}, {Buffer: x.K.Buffer}, {Buffer: x.V.Buffer},
 		{Buffer: maskBuf(x.Mask)}, {Buffer: maskBuf(x.BoolMask)}, {Buffer: or(x.Lengths)},
-		{Buffer: x.O.Buffer}, {Buffer: or(x.LSE)}, {Buffer: or(x.Weights)},
+		{Buffer: x.O.Buffer}, {Buffer: or(x.LSE)}, {Buffer: last},
 	})
 	if err != nil {
 		pr.Close()
@@ -382,6 +469,14 @@ func (a *Attention) Prepare(p AttentionPlan, x AttentionArgs) (*Prepared, error)
 		return nil, err
 	}
 	pr.cmds.Barrier()
+	if combine != nil {
+		rows := x.B * x.H * x.L
+		if err := pr.cmds.Dispatch(combine, pr.combineSet, [3]uint32{uint32((rows + 63) / 64), 1, 1}); err != nil {
+			pr.Close()
+			return nil, err
+		}
+		pr.cmds.Barrier()
+	}
 	pr.cmds.Timestamp(1)
 	if err := pr.cmds.End(); err != nil {
 		pr.Close()
@@ -410,6 +505,8 @@ func (pr *Prepared) Close() {
 	}
 	pr.cmds.Close()
 	pr.set.Close()
+	pr.combineSet.Close()
+	pr.partials.Close()
 	pr.params.Close()
 }
 

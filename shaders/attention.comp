@@ -1,5 +1,6 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
 // Fused scaled dot-product attention forward, fp32, online softmax
 // (FlashAttention-style): each invocation owns ROWS query rows of one
 // (batch, head), walks the keys four at a time with a running maximum and
@@ -18,6 +19,12 @@
 //   VEC4_LOADS: Q, K, V rows are read four floats at a time (RGBA32F texels
 //     or vec4 storage); needs d % 4 == 0 and 4-aligned offsets and strides.
 //     Otherwise scalar loads assemble each vec4 (any width).
+//   SPLIT_K: flash-decoding for few query rows and many keys. Each lane owns
+//     one split of the keys; the rows of an invocation are the query rows of
+//     all query heads sharing one K/V head (GQA), so each K/V element is
+//     read once per row block of its KV head. Lanes write unnormalised
+//     partial results (max, sum, output) to binding 9, and
+//     attention_combine.comp merges them.
 // D4 (widths in vec4 slots), ROWS and the workgroup size are specialization
 // constants chosen by the planner.
 
@@ -37,19 +44,7 @@ const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
 const float NEG_INF = -1.0 / 0.0;
 
-// All strides and offsets are in elements. A stride of 0 broadcasts.
-layout(std140, binding = 0) uniform Params {
-    ivec4 dims;     // L, S, d_k, d_v
-    ivec4 heads;    // B, group = H / H_kv, flags, causal shift (0 top-left, S-L bottom-right)
-    ivec4 offsets;  // Q, K, V, O element offsets
-    ivec4 qStride;  // b, h, l (last axis contiguous)
-    ivec4 kStride;  // b, h_kv, s
-    ivec4 vStride;  // b, h_kv, s
-    ivec4 oStride;  // b, h, l
-    ivec4 mStride;  // additive mask b, h, l, s
-    ivec4 bStride;  // boolean mask b, h, l, s
-    vec4 scaling;   // x = scale * log2(e)
-} P;
+#include "attention_params.glsl"
 
 #ifdef TEXEL_LOADS
 #ifdef VEC4_LOADS
@@ -99,14 +94,16 @@ layout(std430, binding = 5) readonly buffer BBuf { float bData[]; };
 layout(std430, binding = 6) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries
 layout(std430, binding = 7) writeonly buffer OBuf { float oData[]; };
 layout(std430, binding = 8) writeonly buffer LseBuf { float lseData[]; };
-layout(std430, binding = 9) writeonly buffer WBuf { float wData[]; };
+layout(std430, binding = 9) writeonly buffer WBuf { float wData[]; }; // weights, or split-K partials
 
 vec4 q[ROWS * D4];   // query rows, pre-multiplied by scale*log2(e)
 vec4 acc[ROWS * D4]; // unnormalised output rows
 vec4 sc[ROWS];       // scores of the current 4 keys, base-2 exponent units
-int rowOf[ROWS];
+int rowOf[ROWS];  // query position of each row (clamped into range)
+int headOf[ROWS]; // query head of each row
+bool rowOK[ROWS]; // the row exists (not past L, or past the packed GQA rows)
 
-int L, S, DK, DV, flags, shift, b, h, hk;
+int L, S, DK, DV, flags, shift, b, hk;
 
 // tileScores fills sc for keys j0 .. j0+3; a key that is out of range or
 // masked gets -inf.
@@ -135,10 +132,10 @@ void tileScores(int j0, int keyEnd) {
             int jc = min(j, S - 1);
             float add = 0.0;
             if ((flags & FLAG_MASK) != 0) {
-                add += LOAD_M(b * P.mStride.x + h * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
+                add += LOAD_M(b * P.mStride.x + headOf[r] * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
             }
             if ((flags & FLAG_BOOLMASK) != 0) {
-                add += LOAD_B(b * P.bStride.x + h * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
+                add += LOAD_B(b * P.bStride.x + headOf[r] * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
             }
             float e = sc[r][t] + add * LOG2E;
             sc[r][t] = (ok && e != NEG_INF) ? e : NEG_INF;
@@ -152,13 +149,12 @@ void main() {
     DK = P.dims.z;
     DV = P.dims.w;
     int B = P.heads.x;
+    int group = P.heads.y;
     flags = P.heads.z;
     shift = P.heads.w;
-    h = int(gl_WorkGroupID.y);
     b = int(gl_WorkGroupID.z);
-    hk = h / P.heads.y;
     int lane = int(gl_LocalInvocationID.x);
-    int rowBase = int(gl_WorkGroupID.x) * ROWS * WG;
+    int H; // query heads
 
     int keyLen = S;
     int queryLen = L;
@@ -166,18 +162,49 @@ void main() {
         keyLen = lengths[b];
         queryLen = lengths[B + b];
     }
+#ifdef SPLIT_K
+    int rowBlocks = P.split.z;
+    hk = int(gl_WorkGroupID.y) / rowBlocks;
+    H = (int(gl_NumWorkGroups.y) / rowBlocks) * group;
+    int packed = group * L; // rows of all query heads of this KV head
+    int split = int(gl_WorkGroupID.x) * WG + lane;
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
+        int rho = (int(gl_WorkGroupID.y) % rowBlocks) * ROWS + r;
+        rowOK[r] = rho < packed && split < P.split.x;
+        rho = min(rho, packed - 1);
+        rowOf[r] = rho % L;
+        headOf[r] = hk * group + rho / L;
+    }
+    // Every lane walks the same number of keys (uniform trip count); keys
+    // past its split or past the key length are masked.
+    int keyBegin = split * P.split.y;
+    int keyStop = keyBegin + P.split.y;
+    int keyEnd = min(keyStop, keyLen);
+#else
+    H = int(gl_NumWorkGroups.y);
+    int h = int(gl_WorkGroupID.y);
+    hk = h / group;
+    int rowBase = int(gl_WorkGroupID.x) * ROWS * WG;
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
+        int row = rowBase + r * WG + lane;
+        rowOK[r] = row < L;
+        rowOf[r] = min(row, L - 1);
+        headOf[r] = h;
+    }
     // The key loop bound is the same for the whole workgroup (uniform control
     // flow keeps lavapipe fast); rows that must see fewer keys mask them.
+    int keyBegin = 0;
     int keyEnd = keyLen;
     if ((flags & FLAG_CAUSAL) != 0) {
         int lastRow = min(L, rowBase + ROWS * WG) - 1;
         keyEnd = clamp(lastRow + shift + 1, 0, keyLen);
     }
+    int keyStop = keyEnd;
+#endif
 
     float scale2 = P.scaling.x;
     [[unroll]] for (int r = 0; r < ROWS; r++) {
-        rowOf[r] = min(rowBase + r * WG + lane, L - 1);
-        int qBase = P.offsets.x + b * P.qStride.x + h * P.qStride.y + rowOf[r] * P.qStride.z;
+        int qBase = P.offsets.x + b * P.qStride.x + headOf[r] * P.qStride.y + rowOf[r] * P.qStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {
             q[r * D4 + c] = LOAD4(Qt, qBase, c, DK) * scale2;
             acc[r * D4 + c] = vec4(0.0);
@@ -190,7 +217,7 @@ void main() {
         l[r] = 0.0;
     }
 
-    for (int j0 = 0; j0 < keyEnd; j0 += 4) {
+    for (int j0 = keyBegin; j0 < keyStop; j0 += 4) {
         tileScores(j0, keyEnd);
         [[unroll]] for (int r = 0; r < ROWS; r++) {
             vec4 e = sc[r];
@@ -221,16 +248,35 @@ void main() {
         }
     }
 
+#ifdef SPLIT_K
+    // Partial results, base-2 units: max, sum, unnormalised output row.
     [[unroll]] for (int r = 0; r < ROWS; r++) {
-        int row = rowBase + r * WG + lane;
-        if (row >= L) {
+        if (!rowOK[r]) {
+            continue;
+        }
+        bool live = rowOf[r] < queryLen && l[r] > 0.0;
+        int base = (((b * H + headOf[r]) * L + rowOf[r]) * P.split.x + split) * (DV + 2);
+        wData[base] = live ? m[r] : NEG_INF;
+        wData[base + 1] = live ? l[r] : 0.0;
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            [[unroll]] for (int t = 0; t < 4; t++) {
+                if (4 * c + t < DV) {
+                    wData[base + 2 + 4 * c + t] = live ? acc[r * D4 + c][t] : 0.0;
+                }
+            }
+        }
+    }
+#else
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
+        int row = rowOf[r];
+        if (!rowOK[r]) {
             continue;
         }
         // A padded query row or a row with no visible key has no softmax:
         // vkattn defines its output as zeros and its log-sum-exp as -inf.
         bool live = row < queryLen && l[r] > 0.0;
         float inv = live ? 1.0 / l[r] : 0.0;
-        int oBase = P.offsets.w + b * P.oStride.x + h * P.oStride.y + row * P.oStride.z;
+        int oBase = P.offsets.w + b * P.oStride.x + headOf[r] * P.oStride.y + row * P.oStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {
             vec4 o = acc[r * D4 + c] * inv;
             [[unroll]] for (int t = 0; t < 4; t++) {
@@ -239,7 +285,7 @@ void main() {
                 }
             }
         }
-        int lseIndex = (b * int(gl_NumWorkGroups.y) + h) * L + row;
+        int lseIndex = (b * H + headOf[r]) * L + row;
         if ((flags & FLAG_LSE) != 0) {
             lseData[lseIndex] = live ? (m[r] + log2(l[r])) * LN2 : NEG_INF;
         }
@@ -254,11 +300,11 @@ void main() {
         for (int j0 = 0; j0 < S; j0 += 4) {
             tileScores(j0, keyLen);
             [[unroll]] for (int r = 0; r < ROWS; r++) {
-                int row = rowBase + r * WG + lane;
-                if (row >= L) {
+                int row = rowOf[r];
+                if (!rowOK[r]) {
                     continue;
                 }
-                int wBase = ((b * int(gl_NumWorkGroups.y) + h) * L + row) * S;
+                int wBase = ((b * H + headOf[r]) * L + row) * S;
                 [[unroll]] for (int t = 0; t < 4; t++) {
                     int j = j0 + t;
                     float e = sc[r][t];
@@ -269,4 +315,5 @@ void main() {
             }
         }
     }
+#endif
 }

@@ -1,0 +1,62 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Combine pass of split-K attention (flash-decoding): merges the partial
+// (max, sum, unnormalised output) of every key split of a query row into the
+// final output row and log-sum-exp. One invocation per (batch, head, row).
+
+layout(local_size_x = 64) in;
+
+#include "attention_params.glsl"
+
+const int FLAG_LSE = 16;
+const float LN2 = 0.6931471805599453;
+const float NEG_INF = -1.0 / 0.0;
+
+layout(std430, binding = 1) readonly buffer Partials { float part[]; };
+layout(std430, binding = 2) writeonly buffer OBuf { float oData[]; };
+layout(std430, binding = 3) writeonly buffer LseBuf { float lseData[]; };
+
+void main() {
+    int L = P.dims.x;
+    int DV = P.dims.w;
+    int B = P.heads.x;
+    int H = P.split.w; // query heads
+    int splits = P.split.x;
+    int row = int(gl_GlobalInvocationID.x);
+    if (row >= B * H * L) {
+        return;
+    }
+    int t = row % L;
+    int h = (row / L) % H;
+    int b = row / (L * H);
+    int base = row * splits * (DV + 2);
+
+    float mMax = NEG_INF;
+    for (int s = 0; s < splits; s++) {
+        mMax = max(mMax, part[base + s * (DV + 2)]);
+    }
+    // Splits that saw no visible key hold max -inf and sum 0; when every
+    // split is like that the row is fully masked: zeros and -inf.
+    float sum = 0.0;
+    for (int s = 0; s < splits; s++) {
+        float m = part[base + s * (DV + 2)];
+        if (m != NEG_INF) {
+            sum += part[base + s * (DV + 2) + 1] * exp2(m - mMax);
+        }
+    }
+    float inv = sum > 0.0 ? 1.0 / sum : 0.0;
+    int oBase = P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z;
+    for (int i = 0; i < DV; i++) {
+        float o = 0.0;
+        for (int s = 0; s < splits; s++) {
+            float m = part[base + s * (DV + 2)];
+            if (m != NEG_INF) {
+                o += part[base + s * (DV + 2) + 2 + i] * exp2(m - mMax);
+            }
+        }
+        oData[oBase + i] = o * inv;
+    }
+    if ((P.heads.z & FLAG_LSE) != 0) {
+        lseData[row] = sum > 0.0 ? (mMax + log2(sum)) * LN2 : NEG_INF;
+    }
+}

@@ -1,0 +1,16 @@
+// The Params block shared by the attention kernels (attention.comp,
+// attention_combine.comp); pipelines/attention.go encodes it.
+// All strides and offsets are in elements. A stride of 0 broadcasts.
+layout(std140, binding = 0) uniform Params {
+    ivec4 dims;     // L, S, d_k, d_v
+    ivec4 heads;    // B, group = H / H_kv, flags, causal shift (0 top-left, S-L bottom-right)
+    ivec4 offsets;  // Q, K, V, O element offsets
+    ivec4 qStride;  // b, h, l (last axis contiguous)
+    ivec4 kStride;  // b, h_kv, s
+    ivec4 vStride;  // b, h_kv, s
+    ivec4 oStride;  // b, h, l
+    ivec4 mStride;  // additive mask b, h, l, s
+    ivec4 bStride;  // boolean mask b, h, l, s
+    vec4 scaling;   // x = scale * log2(e)
+    ivec4 split;    // split-K: splits, keys per split, row blocks per KV head, unused
+} P;
