@@ -1,0 +1,201 @@
+package reference
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/vkattn/vkattn"
+)
+
+// AdditiveWeights are the parameters of additive (Bahdanau) attention,
+// spec.md §1:
+//
+//	e_{t,j} = tanh(q_t W_q + k_j W_k + b) . w_a
+//
+// with row vectors q_t and k_j, so W_q and W_k are (in, out) row-major, not
+// PyTorch's (out, in). One set is shared by every position.
+type AdditiveWeights struct {
+	// DQ and DK are the query and key widths, DA the attention width.
+	DQ, DK, DA int
+	WQ         []float32 // W_q, (DQ, DA)
+	WK         []float32 // W_k, (DK, DA)
+	Bias       []float32 // b, (DA); nil means zero
+	WA         []float32 // w_a, (DA)
+}
+
+// Check reports whether every tensor has its dimensions' size (errors name
+// the tensor and both shapes, wrapping vkattn.ErrShape) and is finite
+// (vkattn.ErrNonFinite).
+func (w *AdditiveWeights) Check() error {
+	if w.DQ <= 0 || w.DK <= 0 || w.DA <= 0 {
+		return fmt.Errorf("%w: additive weights have DQ %d, DK %d, DA %d: all must be at least 1", vkattn.ErrEmpty, w.DQ, w.DK, w.DA)
+	}
+	for _, t := range []struct {
+		name     string
+		data     []float32
+		shape    []int
+		optional bool
+	}{
+		{"W_q", w.WQ, []int{w.DQ, w.DA}, false},
+		{"W_k", w.WK, []int{w.DK, w.DA}, false},
+		{"b", w.Bias, []int{w.DA}, true},
+		{"w_a", w.WA, []int{w.DA}, false},
+	} {
+		if t.data == nil && t.optional {
+			continue
+		}
+		n := 1
+		for _, s := range t.shape {
+			n *= s
+		}
+		if len(t.data) != n {
+			return fmt.Errorf("%w: %s has %d values, want shape %v (%d values)", vkattn.ErrShape, t.name, len(t.data), t.shape, n)
+		}
+		if i := firstNonFinite(t.data); i >= 0 {
+			return fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, t.name, i, t.data[i])
+		}
+	}
+	return nil
+}
+
+// AdditiveAttention computes additive attention with the masks of opts:
+//
+//	e_{t,j} = tanh(q_t W_q + k_j W_k + b) . w_a + M
+//	a_{t,j} = softmax over j of e_{t,j}
+//	o_t     = sum_j a_{t,j} v_j
+//
+// q is (B,L,DQ), k (B,S,DK), v (B,S,DV), dense row-major. opts.Mask,
+// BoolMask, Causal, KeyLengths and QueryLengths act exactly as they do in
+// Attention (masks broadcast over (B,1,L,S): there is one head), and
+// fully masked or padded rows likewise give zeros, -Inf log-sum-exp and
+// zero weights. opts.Scale must be the default: additive scores have no
+// scale. The Result is that of a single head: Dims has H = HKV = 1 and
+// DK = DK of the weights, O is (B,1,L,DV), Weights (B,1,L,S), LSE (B,1,L).
+func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v []float32, vShape [3]int, w *AdditiveWeights, opts vkattn.Options) (*Result, error) {
+	if w == nil {
+		return nil, fmt.Errorf("%w: additive weights are nil", vkattn.ErrShape)
+	}
+	if err := w.Check(); err != nil {
+		return nil, err
+	}
+	if !opts.Scale.IsDefault() {
+		return nil, fmt.Errorf("%w: additive attention has no score scale", vkattn.ErrScale)
+	}
+	// CheckProblem sees width-1 queries and keys: it validates the batch,
+	// the positions and every mask and length exactly as for SDPA, and the
+	// widths are checked against the weights below.
+	d, err := vkattn.CheckProblem([4]int{qShape[0], 1, qShape[1], 1}, [4]int{kShape[0], 1, kShape[1], 1}, [4]int{vShape[0], 1, vShape[1], vShape[2]}, &opts)
+	if err != nil {
+		return nil, err
+	}
+	d.DK = w.DK
+	for _, t := range []struct {
+		name  string
+		data  []float32
+		shape [3]int
+		width int
+	}{{"Q", q, qShape, w.DQ}, {"K", k, kShape, w.DK}, {"V", v, vShape, vShape[2]}} {
+		if t.shape[2] != t.width {
+			return nil, fmt.Errorf("%w: %s shape %v has width %d but the weights expect %d", vkattn.ErrShape, t.name, t.shape, t.shape[2], t.width)
+		}
+		n := 1
+		for _, e := range t.shape {
+			if n > math.MaxInt32/e {
+				return nil, fmt.Errorf("%w: %s shape %v is too large", vkattn.ErrShape, t.name, t.shape)
+			}
+			n *= e
+		}
+		if len(t.data) != n {
+			return nil, fmt.Errorf("%w: %s has %d values but shape %v needs %d", vkattn.ErrShape, t.name, len(t.data), t.shape, n)
+		}
+		if i := firstNonFinite(t.data); i >= 0 {
+			return nil, fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, t.name, i, t.data[i])
+		}
+	}
+
+	// Project every query and key once: qp = q W_q + b, kp = k W_k.
+	qp := project(widen(q), d.B*d.L, w.DQ, w.WQ, w.Bias, w.DA)
+	kp := project(widen(k), d.B*d.S, w.DK, w.WK, nil, w.DA)
+	v64 := widen(v)
+	wa := widen(w.WA)
+
+	res := &Result{
+		Dims:    d,
+		O:       make([]float64, d.B*d.L*d.DV),
+		LSE:     make([]float64, d.B*d.L),
+		Weights: make([]float64, d.B*d.L*d.S),
+	}
+	e := make([]float64, d.S)
+	blocked := make([]bool, d.S)
+	for b := 0; b < d.B; b++ {
+		for t := 0; t < d.L; t++ {
+			row := b*d.L + t
+			out := res.O[row*d.DV : (row+1)*d.DV]
+			wt := res.Weights[row*d.S : (row+1)*d.S]
+			res.LSE[row] = math.Inf(-1)
+			if opts.QueryLengths != nil && t >= opts.QueryLengths[b] {
+				continue // padded query row: zeros, -Inf.
+			}
+			qr := qp[row*w.DA : (row+1)*w.DA]
+			for j := 0; j < d.S; j++ {
+				kr := kp[(b*d.S+j)*w.DA : (b*d.S+j+1)*w.DA]
+				s := 0.0
+				for a := range qr {
+					s += math.Tanh(qr[a]+kr[a]) * wa[a]
+				}
+				// The masks are read through Attention's helpers so both
+				// score functions share one masking semantics.
+				e[j] = s + additive(opts.Mask, b, 0, t, j)
+				blocked[j] = isBlocked(&opts, d, b, 0, t, j) || math.IsInf(e[j], -1)
+			}
+			rowMax := math.Inf(-1)
+			for j := 0; j < d.S; j++ {
+				if !blocked[j] && e[j] > rowMax {
+					rowMax = e[j]
+				}
+			}
+			if math.IsInf(rowMax, -1) {
+				continue // every key masked: defined as zeros, -Inf (spec §2).
+			}
+			sum := 0.0
+			for j := 0; j < d.S; j++ {
+				if !blocked[j] {
+					wt[j] = math.Exp(e[j] - rowMax)
+					sum += wt[j]
+				}
+			}
+			res.LSE[row] = rowMax + math.Log(sum)
+			for j := 0; j < d.S; j++ {
+				if blocked[j] {
+					continue
+				}
+				wt[j] /= sum
+				vr := b*d.S + j
+				for i, x := range v64[vr*d.DV : (vr+1)*d.DV] {
+					out[i] += wt[j] * x
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// project returns x W + b for x (rows, in) and W (in, out) row-major; b
+// (out) may be nil.
+func project(x []float64, rows, in int, w, b []float32, out int) []float64 {
+	y := make([]float64, rows*out)
+	for r := 0; r < rows; r++ {
+		yr := y[r*out : (r+1)*out]
+		if b != nil {
+			for o := range yr {
+				yr[o] = float64(b[o])
+			}
+		}
+		for i, xv := range x[r*in : (r+1)*in] {
+			for o, wv := range w[i*out : (i+1)*out] {
+				yr[o] += xv * float64(wv)
+			}
+		}
+	}
+	return y
+}

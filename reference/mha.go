@@ -1,0 +1,410 @@
+package reference
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/vkattn/vkattn"
+)
+
+// MHAWeights are the parameters of one PyTorch nn.MultiheadAttention layer
+// in PyTorch's own layout: every weight is (out, in) row-major, so a
+// projection is y = x W^T + b.
+//
+// Either InProjWeight is set (the packed layout PyTorch uses when
+// KDim == VDim == DModel) or QProjWeight, KProjWeight and VProjWeight are
+// (the layout it uses otherwise), never both. PyTorch's add_bias_kv
+// (bias_k, bias_v) and add_zero_attn are not supported.
+type MHAWeights struct {
+	// DModel is PyTorch's embed_dim; KDim and VDim are the widths of the key
+	// and value inputs (PyTorch kdim, vdim), DModel for self-attention.
+	DModel, KDim, VDim int
+
+	// InProjWeight is in_proj_weight, (3*DModel, DModel): W_q, W_k, W_v
+	// stacked along the output axis.
+	InProjWeight []float32
+	// QProjWeight (DModel, DModel), KProjWeight (DModel, KDim) and
+	// VProjWeight (DModel, VDim) are q_proj_weight, k_proj_weight and
+	// v_proj_weight.
+	QProjWeight, KProjWeight, VProjWeight []float32
+	// InProjBias is in_proj_bias, (3*DModel): b_q, b_k, b_v, used with
+	// either weight layout. nil means no bias (PyTorch bias=False).
+	InProjBias []float32
+	// OutProjWeight is out_proj.weight, (DModel, DModel).
+	OutProjWeight []float32
+	// OutProjBias is out_proj.bias, (DModel); nil means no bias.
+	OutProjBias []float32
+}
+
+// ParamCount is the number of weights and biases, 4d^2 + 4d for a
+// self-attention layer with biases (spec.md §3: 288 for d = 8).
+func (w *MHAWeights) ParamCount() int {
+	return len(w.InProjWeight) + len(w.QProjWeight) + len(w.KProjWeight) + len(w.VProjWeight) +
+		len(w.InProjBias) + len(w.OutProjWeight) + len(w.OutProjBias)
+}
+
+// Check reports whether the weights are consistent with their dimensions:
+// one weight layout, every tensor of the right size (errors name the
+// PyTorch tensor and both shapes, wrapping vkattn.ErrShape) and every value
+// finite (vkattn.ErrNonFinite).
+func (w *MHAWeights) Check() error {
+	d, kd, vd := w.DModel, w.KDim, w.VDim
+	if d <= 0 || kd <= 0 || vd <= 0 {
+		return fmt.Errorf("%w: MHA weights have DModel %d, KDim %d, VDim %d: all must be at least 1", vkattn.ErrEmpty, d, kd, vd)
+	}
+	packed := w.InProjWeight != nil
+	separate := w.QProjWeight != nil || w.KProjWeight != nil || w.VProjWeight != nil
+	switch {
+	case packed && separate:
+		return fmt.Errorf("%w: MHA weights have both in_proj_weight and q/k/v_proj_weight", vkattn.ErrShape)
+	case !packed && !separate:
+		return fmt.Errorf("%w: MHA weights have neither in_proj_weight nor q/k/v_proj_weight", vkattn.ErrShape)
+	case packed && (kd != d || vd != d):
+		return fmt.Errorf("%w: packed in_proj_weight needs kdim = vdim = embed_dim %d, have kdim %d, vdim %d (use q/k/v_proj_weight)", vkattn.ErrShape, d, kd, vd)
+	}
+	type tensor struct {
+		name     string
+		data     []float32
+		shape    []int
+		optional bool
+	}
+	ts := []tensor{
+		{"in_proj_bias", w.InProjBias, []int{3 * d}, true},
+		{"out_proj.weight", w.OutProjWeight, []int{d, d}, false},
+		{"out_proj.bias", w.OutProjBias, []int{d}, true},
+	}
+	if packed {
+		ts = append(ts, tensor{"in_proj_weight", w.InProjWeight, []int{3 * d, d}, false})
+	} else {
+		ts = append(ts,
+			tensor{"q_proj_weight", w.QProjWeight, []int{d, d}, false},
+			tensor{"k_proj_weight", w.KProjWeight, []int{d, kd}, false},
+			tensor{"v_proj_weight", w.VProjWeight, []int{d, vd}, false})
+	}
+	for _, t := range ts {
+		if t.data == nil && t.optional {
+			continue
+		}
+		n := 1
+		for _, s := range t.shape {
+			n *= s
+		}
+		if len(t.data) != n {
+			return fmt.Errorf("%w: %s has %d values, want shape %v (%d values)", vkattn.ErrShape, t.name, len(t.data), t.shape, n)
+		}
+		if i := firstNonFinite(t.data); i >= 0 {
+			return fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, t.name, i, t.data[i])
+		}
+	}
+	return nil
+}
+
+// projections returns W_q, W_k, W_v and b_q, b_k, b_v (nil without bias)
+// for either layout; Check must have passed.
+func (w *MHAWeights) projections() (wq, wk, wv, bq, bk, bv []float32) {
+	d := w.DModel
+	if w.InProjWeight != nil {
+		wq, wk, wv = w.InProjWeight[:d*d], w.InProjWeight[d*d:2*d*d], w.InProjWeight[2*d*d:]
+	} else {
+		wq, wk, wv = w.QProjWeight, w.KProjWeight, w.VProjWeight
+	}
+	if w.InProjBias != nil {
+		bq, bk, bv = w.InProjBias[:d], w.InProjBias[d:2*d], w.InProjBias[2*d:]
+	}
+	return
+}
+
+// KeyPadding is PyTorch's boolean key_padding_mask: Padded is (B, S)
+// row-major and Padded[b*S+j] is true where key j of batch item b is padding,
+// ignored by every head and query. The field name carries the sense.
+type KeyPadding struct {
+	Padded []bool
+}
+
+// MHAOptions configure MultiHeadAttention.
+type MHAOptions struct {
+	// Heads is PyTorch's num_heads; it must divide DModel. Each head has
+	// width DModel/Heads and the default scale 1/sqrt(DModel/Heads).
+	Heads int
+	// KeyPadding, if not nil, masks padded keys (PyTorch key_padding_mask).
+	KeyPadding *KeyPadding
+	// Attention holds what applies to every head's attention, with exactly
+	// the semantics of Attention: Mask and BoolMask broadcast over
+	// (B, Heads, T, S) (PyTorch's (T,S) attn_mask is MaskShape{1,1,T,S}, its
+	// (B*Heads,T,S) one MaskShape{B,Heads,T,S}; its boolean attn_mask is a
+	// TrueBlocks mask), Causal, KeyLengths, QueryLengths and Scale.
+	// WantLSE and WantWeights are ignored.
+	Attention vkattn.Options
+	// NeedWeights fills MHAResult.Weights and AvgWeights (PyTorch
+	// need_weights with average_attn_weights False and True).
+	NeedWeights bool
+}
+
+// MHAResult is a multi-head attention layer's output and every intermediate
+// step, so each stage of a GPU implementation can be checked on its own.
+type MHAResult struct {
+	B, T, S, DModel, Heads int
+	// Q (B,T,DModel), K and V (B,S,DModel): the input projections with
+	// bias, rounded to float32 because Attention consumes float32 (as the
+	// GPU keeps its projections).
+	Q, K, V []float32
+	// Attention is the attention of every head on Q, K, V split into heads
+	// (B, Heads, T|S, DModel/Heads): Attention.O is (B,Heads,T,DModel/Heads),
+	// Attention.Weights (B,Heads,T,S), Attention.LSE (B,Heads,T).
+	Attention *Result
+	// Concat is Attention.O with the heads merged back, (B,T,DModel): the
+	// input of the output projection.
+	Concat []float64
+	// Out is the layer output, (B,T,DModel).
+	Out []float64
+	// Weights (B,Heads,T,S, the same slice as Attention.Weights) and
+	// AvgWeights (B,T,S, their mean over heads); nil unless NeedWeights.
+	Weights, AvgWeights []float64
+}
+
+// MultiHeadAttention computes PyTorch's nn.MultiheadAttention forward pass
+// (batch_first=True, eval mode: no dropout) in float64:
+//
+//	Q = x W_q^T + b_q, K = key W_k^T + b_k, V = value W_v^T + b_v
+//	split into Heads heads of width DModel/Heads: (B,T,d) -> (B,Heads,T,d/Heads)
+//	per head: Attention with opts.Attention and the key padding mask
+//	merge heads -> (B,T,d), Out = merged W_o^T + b_o
+//
+// x is the query input, (B,T,DModel) or (T,DModel) for B = 1. key
+// (B,S,KDim) and value (B,S,VDim), of the same rank as x, are the
+// cross-attention inputs; both nil (with nil shapes) means self-attention on
+// x.
+//
+// A row whose every key is masked has zero weights and zero attention output
+// (spec.md §2), so its layer output is OutProjBias (zeros without bias);
+// PyTorch returns NaN there. Query rows past opts.Attention.QueryLengths
+// likewise give OutProjBias.
+func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int, value []float32, valueShape []int, w *MHAWeights, opts MHAOptions) (*MHAResult, error) {
+	if w == nil {
+		return nil, fmt.Errorf("%w: MHA weights are nil", vkattn.ErrShape)
+	}
+	if err := w.Check(); err != nil {
+		return nil, err
+	}
+	if (key == nil) != (value == nil) || (key == nil) != (keyShape == nil && valueShape == nil) {
+		return nil, fmt.Errorf("%w: give key and value (with shapes) for cross-attention, or neither for self-attention", vkattn.ErrShape)
+	}
+	if key == nil {
+		key, keyShape, value, valueShape = x, xShape, x, xShape
+	}
+	xs, err := shape3("query", x, xShape, len(xShape), w.DModel, "embed_dim")
+	if err != nil {
+		return nil, err
+	}
+	ks, err := shape3("key", key, keyShape, len(xShape), w.KDim, "kdim")
+	if err != nil {
+		return nil, err
+	}
+	vs, err := shape3("value", value, valueShape, len(xShape), w.VDim, "vdim")
+	if err != nil {
+		return nil, err
+	}
+	if ks[0] != xs[0] || vs[0] != xs[0] {
+		return nil, fmt.Errorf("%w: batch sizes differ: query %d, key %d, value %d", vkattn.ErrShape, xs[0], ks[0], vs[0])
+	}
+	if vs[1] != ks[1] {
+		return nil, fmt.Errorf("%w: key has %d positions but value has %d", vkattn.ErrShape, ks[1], vs[1])
+	}
+	h, d := opts.Heads, w.DModel
+	if h <= 0 || d%h != 0 {
+		return nil, fmt.Errorf("%w: %d heads do not divide embed_dim %d", vkattn.ErrHeads, h, d)
+	}
+	B, T, S, dh := xs[0], xs[1], ks[1], d/h
+
+	// Validate the caller's options against the per-head problem before
+	// reading any mask, then fold the key padding mask into them.
+	qShape, kvShape := [4]int{B, h, T, dh}, [4]int{B, h, S, dh}
+	attnOpts := opts.Attention
+	if _, err := vkattn.CheckProblem(qShape, kvShape, kvShape, &attnOpts); err != nil {
+		return nil, err
+	}
+	if opts.KeyPadding != nil {
+		if attnOpts.BoolMask, err = withKeyPadding(attnOpts.BoolMask, opts.KeyPadding, B, S); err != nil {
+			return nil, err
+		}
+	}
+
+	wq, wk, wv, bq, bk, bv := w.projections()
+	res := &MHAResult{B: B, T: T, S: S, DModel: d, Heads: h}
+	for _, p := range []struct {
+		name   string
+		dst    *[]float32
+		in     []float32
+		rows   int
+		inW    int
+		wt, bs []float32
+	}{
+		{"Q", &res.Q, x, B * T, d, wq, bq},
+		{"K", &res.K, key, B * S, w.KDim, wk, bk},
+		{"V", &res.V, value, B * S, w.VDim, wv, bv},
+	} {
+		if *p.dst, err = narrowAll(p.name, linear(widen(p.in), p.rows, p.inW, p.wt, p.bs, d)); err != nil {
+			return nil, err
+		}
+	}
+
+	r, err := Attention(splitHeads(res.Q, B, T, h, dh), qShape, splitHeads(res.K, B, S, h, dh), kvShape,
+		splitHeads(res.V, B, S, h, dh), kvShape, attnOpts)
+	if err != nil {
+		return nil, err
+	}
+	res.Attention = r
+	res.Concat = mergeHeads(r.O, B, T, h, dh)
+	res.Out = linear(res.Concat, B*T, d, w.OutProjWeight, w.OutProjBias, d)
+	if opts.NeedWeights {
+		res.Weights = r.Weights
+		res.AvgWeights = make([]float64, B*T*S)
+		for b := 0; b < B; b++ {
+			for hh := 0; hh < h; hh++ {
+				src := r.Weights[(b*h+hh)*T*S : (b*h+hh+1)*T*S]
+				dst := res.AvgWeights[b*T*S : (b+1)*T*S]
+				for i, a := range src {
+					dst[i] += a / float64(h)
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// shape3 checks an MHA input of rank 2 (T,width) or 3 (B,T,width) against
+// its data and the width the weights expect, and returns (B,T,width).
+func shape3(name string, data []float32, shape []int, rank, width int, widthName string) ([3]int, error) {
+	var s [3]int
+	if len(shape) != 2 && len(shape) != 3 {
+		return s, fmt.Errorf("%w: %s shape %v: want rank 3 (B,T,width) or 2 (T,width)", vkattn.ErrShape, name, shape)
+	}
+	if len(shape) != rank {
+		return s, fmt.Errorf("%w: %s has rank %d but query has rank %d", vkattn.ErrShape, name, len(shape), rank)
+	}
+	s = [3]int{1, shape[len(shape)-2], shape[len(shape)-1]}
+	if len(shape) == 3 {
+		s[0] = shape[0]
+	}
+	n := 1
+	for _, e := range s {
+		if e <= 0 {
+			return s, fmt.Errorf("%w: %s shape %v has an empty axis", vkattn.ErrEmpty, name, shape)
+		}
+		if n > math.MaxInt32/e {
+			return s, fmt.Errorf("%w: %s shape %v is too large", vkattn.ErrShape, name, shape)
+		}
+		n *= e
+	}
+	if s[2] != width {
+		return s, fmt.Errorf("%w: %s shape %v has width %d but the weights' %s is %d", vkattn.ErrShape, name, shape, s[2], widthName, width)
+	}
+	if len(data) != n {
+		return s, fmt.Errorf("%w: %s has %d values but shape %v needs %d", vkattn.ErrShape, name, len(data), shape, n)
+	}
+	if i := firstNonFinite(data); i >= 0 {
+		return s, fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, name, i, data[i])
+	}
+	return s, nil
+}
+
+// withKeyPadding returns a TrueBlocks boolean mask that blocks what m blocks
+// (m already validated, may be nil) and every padded key: Options has one
+// boolean mask, and both must apply. The result keeps m's head and query
+// axes and is full on B and S.
+func withKeyPadding(m *vkattn.BoolMask, kp *KeyPadding, B, S int) (*vkattn.BoolMask, error) {
+	if len(kp.Padded) != B*S {
+		return nil, fmt.Errorf("%w: key padding mask has %d values, want (B,S) = (%d,%d)", vkattn.ErrMask, len(kp.Padded), B, S)
+	}
+	hm, tm := 1, 1
+	if m != nil {
+		hm, tm = m.Shape[1], m.Shape[2]
+	}
+	out := &vkattn.BoolMask{Shape: vkattn.MaskShape{B, hm, tm, S}, Values: make([]bool, B*hm*tm*S), Meaning: vkattn.TrueBlocks}
+	i := 0
+	for b := 0; b < B; b++ {
+		for h := 0; h < hm; h++ {
+			for t := 0; t < tm; t++ {
+				for j := 0; j < S; j++ {
+					blocked := kp.Padded[b*S+j]
+					if m != nil {
+						v := m.Values[maskIndex(m.Shape, b, h, t, j)]
+						blocked = blocked || v == (m.Meaning == vkattn.TrueBlocks)
+					}
+					out.Values[i] = blocked
+					i++
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// linear returns x W^T + b for x (rows, in) and W (out, in), PyTorch's
+// layout; b (out) may be nil.
+func linear(x []float64, rows, in int, w, b []float32, out int) []float64 {
+	y := make([]float64, rows*out)
+	for r := 0; r < rows; r++ {
+		xr := x[r*in : (r+1)*in]
+		for o := 0; o < out; o++ {
+			s := 0.0
+			if b != nil {
+				s = float64(b[o])
+			}
+			for i, wv := range w[o*in : (o+1)*in] {
+				s += xr[i] * float64(wv)
+			}
+			y[r*out+o] = s
+		}
+	}
+	return y
+}
+
+// splitHeads reads (B,T,h*dh) as (B,T,h,dh) and swaps the middle axes to
+// (B,h,T,dh). Reinterpreting the data as (B,h,T,dh) without the swap mixes
+// positions into heads: the bug spec.md §3 warns about.
+func splitHeads(x []float32, B, T, h, dh int) []float32 {
+	y := make([]float32, len(x))
+	for b := 0; b < B; b++ {
+		for t := 0; t < T; t++ {
+			for hh := 0; hh < h; hh++ {
+				copy(y[((b*h+hh)*T+t)*dh:((b*h+hh)*T+t+1)*dh], x[((b*T+t)*h+hh)*dh:((b*T+t)*h+hh+1)*dh])
+			}
+		}
+	}
+	return y
+}
+
+// mergeHeads is the inverse of splitHeads: (B,h,T,dh) -> (B,T,h*dh).
+func mergeHeads(x []float64, B, T, h, dh int) []float64 {
+	y := make([]float64, len(x))
+	for b := 0; b < B; b++ {
+		for t := 0; t < T; t++ {
+			for hh := 0; hh < h; hh++ {
+				copy(y[((b*T+t)*h+hh)*dh:((b*T+t)*h+hh+1)*dh], x[((b*h+hh)*T+t)*dh:((b*h+hh)*T+t+1)*dh])
+			}
+		}
+	}
+	return y
+}
+
+// narrowAll rounds to float32, failing on values float32 cannot hold.
+func narrowAll(name string, x []float64) ([]float32, error) {
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = float32(v)
+		if math.IsInf(float64(y[i]), 0) || math.IsNaN(v) {
+			return nil, fmt.Errorf("%w: projection %s value %d is %v, outside float32", vkattn.ErrNonFinite, name, i, v)
+		}
+	}
+	return y, nil
+}
+
+func firstNonFinite(x []float32) int {
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,187 @@
+package weights
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+)
+
+// LoadMHA reads the weights of a PyTorch nn.MultiheadAttention layer saved
+// at top level (torch's state_dict names without a prefix) from a .npz or
+// .safetensors file. See MHA for names, shapes and errors.
+func LoadMHA(path string, dModel, kdim, vdim int) (*reference.MHAWeights, error) {
+	ts, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	w, err := MHA(ts, "", dModel, kdim, vdim)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return w, nil
+}
+
+// MHA picks the tensors of an nn.MultiheadAttention layer out of ts by
+// their state_dict names, each preceded by prefix (such as
+// "layers.0.self_attn."):
+//
+//	in_proj_weight (3d, d)                           packed, when kdim = vdim = d
+//	q_proj_weight (d, d), k_proj_weight (d, kdim),
+//	v_proj_weight (d, vdim)                          otherwise
+//	in_proj_bias (3d)                                optional, either layout
+//	out_proj.weight (d, d)
+//	out_proj.bias (d)                                optional
+//
+// d is dModel (embed_dim); kdim and vdim of 0 mean d, as PyTorch's None.
+// Other tensors in ts are ignored, except bias_k and bias_v (add_bias_kv),
+// which are not supported. A missing tensor is an error wrapping
+// ErrMissing; a wrongly shaped one an error wrapping vkattn.ErrShape that
+// names the tensor, its shape and the shape wanted.
+func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*reference.MHAWeights, error) {
+	if kdim == 0 {
+		kdim = dModel
+	}
+	if vdim == 0 {
+		vdim = dModel
+	}
+	if dModel <= 0 || kdim < 0 || vdim < 0 {
+		return nil, fmt.Errorf("%w: embed_dim %d, kdim %d, vdim %d", vkattn.ErrEmpty, dModel, kdim, vdim)
+	}
+	d := dModel
+	for _, n := range []string{"bias_k", "bias_v"} {
+		if _, ok := ts[prefix+n]; ok {
+			return nil, fmt.Errorf("%w: %s%s (add_bias_kv=True)", ErrUnsupported, prefix, n)
+		}
+	}
+	g := getter{ts: ts, prefix: prefix}
+	w := &reference.MHAWeights{DModel: d, KDim: kdim, VDim: vdim}
+	_, packed := ts[prefix+"in_proj_weight"]
+	_, hasQ := ts[prefix+"q_proj_weight"]
+	_, hasK := ts[prefix+"k_proj_weight"]
+	_, hasV := ts[prefix+"v_proj_weight"]
+	switch {
+	case packed && (hasQ || hasK || hasV):
+		return nil, fmt.Errorf("%w: %sin_proj_weight and %sq/k/v_proj_weight both present", ErrUnsupported, prefix, prefix)
+	case packed && (kdim != d || vdim != d):
+		return nil, fmt.Errorf("%w: %sin_proj_weight is packed, which needs kdim = vdim = embed_dim %d, but kdim is %d and vdim %d (PyTorch stores q/k/v_proj_weight then)",
+			vkattn.ErrShape, prefix, d, kdim, vdim)
+	case packed:
+		w.InProjWeight = g.get("in_proj_weight", 3*d, d)
+	case hasQ || hasK || hasV:
+		w.QProjWeight = g.get("q_proj_weight", d, d)
+		w.KProjWeight = g.get("k_proj_weight", d, kdim)
+		w.VProjWeight = g.get("v_proj_weight", d, vdim)
+	default:
+		return nil, fmt.Errorf("%w: neither %sin_proj_weight nor %sq/k/v_proj_weight is present (tensors: %s)", ErrMissing, prefix, prefix, names(ts))
+	}
+	w.OutProjWeight = g.get("out_proj.weight", d, d)
+	w.InProjBias = g.optional("in_proj_bias", 3*d)
+	w.OutProjBias = g.optional("out_proj.bias", d)
+	if g.err != nil {
+		return nil, g.err
+	}
+	// Check also rejects non-finite values.
+	if err := w.Check(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// LoadAdditive reads additive attention weights (names W_q, W_k, b, w_a at
+// top level) from a .npz or .safetensors file. See Additive.
+func LoadAdditive(path string, dQ, dK int) (*reference.AdditiveWeights, error) {
+	ts, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	w, err := Additive(ts, "", dQ, dK)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return w, nil
+}
+
+// Additive picks additive (Bahdanau) attention weights out of ts (spec.md
+// §1), each name preceded by prefix:
+//
+//	W_q (dQ, d_a), W_k (dK, d_a), b (d_a) optional, w_a (d_a) or (d_a, 1)
+//
+// d_a is read from W_q. W_q and W_k are (in, out), as the spec writes
+// q W_q, not PyTorch's (out, in). Errors are those of MHA.
+func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*reference.AdditiveWeights, error) {
+	if dQ <= 0 || dK <= 0 {
+		return nil, fmt.Errorf("%w: d_q %d, d_k %d", vkattn.ErrEmpty, dQ, dK)
+	}
+	wq, ok := ts[prefix+"W_q"]
+	if !ok {
+		return nil, fmt.Errorf("%w: %sW_q (tensors: %s)", ErrMissing, prefix, names(ts))
+	}
+	da := 0
+	if len(wq.Shape) == 2 {
+		da = wq.Shape[1]
+	}
+	if da <= 0 {
+		return nil, fmt.Errorf("%w: %sW_q has shape %v, want (%d, d_a)", vkattn.ErrShape, prefix, wq.Shape, dQ)
+	}
+	g := getter{ts: ts, prefix: prefix}
+	w := &reference.AdditiveWeights{DQ: dQ, DK: dK, DA: da}
+	w.WQ = g.get("W_q", dQ, da)
+	w.WK = g.get("W_k", dK, da)
+	w.Bias = g.optional("b", da)
+	if wa, ok := ts[prefix+"w_a"]; ok && len(wa.Shape) == 2 {
+		w.WA = g.get("w_a", da, 1) // a column vector, as spec.md writes it
+	} else {
+		w.WA = g.get("w_a", da)
+	}
+	if g.err != nil {
+		return nil, g.err
+	}
+	if err := w.Check(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// getter reads float tensors of a fixed shape, keeping the first error.
+type getter struct {
+	ts     map[string]Tensor
+	prefix string
+	err    error
+}
+
+func (g *getter) get(name string, shape ...int) []float32 {
+	if g.err != nil {
+		return nil
+	}
+	t, ok := g.ts[g.prefix+name]
+	if !ok {
+		g.err = fmt.Errorf("%w: %s%s, shape %v (tensors: %s)", ErrMissing, g.prefix, name, shape, names(g.ts))
+		return nil
+	}
+	return g.check(name, t, shape)
+}
+
+func (g *getter) optional(name string, shape ...int) []float32 {
+	if g.err != nil {
+		return nil
+	}
+	t, ok := g.ts[g.prefix+name]
+	if !ok {
+		return nil
+	}
+	return g.check(name, t, shape)
+}
+
+func (g *getter) check(name string, t Tensor, shape []int) []float32 {
+	switch {
+	case t.Data == nil || t.DType == "BOOL":
+		g.err = fmt.Errorf("%w: %s%s has dtype %s, want a float type (F32, F64, F16, BF16)", ErrUnsupported, g.prefix, name, t.DType)
+	case !slices.Equal(t.Shape, shape):
+		g.err = fmt.Errorf("%w: %s%s has shape %v, want %v", vkattn.ErrShape, g.prefix, name, t.Shape, shape)
+	default:
+		return t.Data
+	}
+	return nil
+}

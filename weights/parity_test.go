@@ -1,0 +1,139 @@
+package weights
+
+import (
+	"math"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+)
+
+// PyTorch parity: testdata/mha/ holds nn.MultiheadAttention cases written
+// by tools/mha_parity.py (which says how to regenerate them); here the Go
+// loaders read them and the float64 reference must reproduce PyTorch's
+// outputs and attention weights to 1e-5.
+var parityCases = []struct {
+	name               string
+	heads              int
+	dModel, kdim, vdim int
+}{
+	{"self", 2, 8, 8, 8},         // spec.md §3 walk-through shapes, packed weights
+	{"cross", 2, 8, 5, 6},        // kdim, vdim != d: q/k/v_proj_weight
+	{"padcausal", 3, 12, 12, 12}, // key padding + causal boolean attn_mask
+	{"mask3d", 4, 16, 16, 16},    // (B*h,T,S) additive attn_mask + key padding, no biases
+}
+
+const parityTol = 1e-5
+
+func TestPyTorchParity(t *testing.T) {
+	dir := filepath.Join("..", "testdata", "mha")
+	for _, c := range parityCases {
+		t.Run(c.name, func(t *testing.T) {
+			data, err := Load(filepath.Join(dir, c.name+".npz"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wNPZ, err := LoadMHA(filepath.Join(dir, c.name+"_params.npz"), c.dModel, c.kdim, c.vdim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wST, err := LoadMHA(filepath.Join(dir, c.name+"_params.safetensors"), c.dModel, c.kdim, c.vdim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(wNPZ, wST) {
+				t.Fatal("the .npz and .safetensors weights differ")
+			}
+			if (wNPZ.InProjWeight != nil) != (c.kdim == c.dModel && c.vdim == c.dModel) {
+				t.Fatalf("packed layout %v for kdim %d vdim %d", wNPZ.InProjWeight != nil, c.kdim, c.vdim)
+			}
+
+			q := data["query"]
+			B, T := q.Shape[0], q.Shape[1]
+			var k, v []float32
+			var ks, vs []int
+			if kt, ok := data["key"]; ok {
+				k, ks, v, vs = kt.Data, kt.Shape, data["value"].Data, data["value"].Shape
+			}
+			S := T
+			if ks != nil {
+				S = ks[1]
+			}
+			opts := optionsFor(t, data, c.heads, B, T, S)
+			opts.NeedWeights = true
+			res, err := reference.MultiHeadAttention(q.Data, q.Shape, k, ks, v, vs, wNPZ, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(what string, got []float64, want Tensor, shape ...int) {
+				t.Helper()
+				if !reflect.DeepEqual(want.Shape, shape) || len(got) != len(want.Data) {
+					t.Fatalf("%s: PyTorch shape %v (%d values), reference %v (%d values)", what, want.Shape, len(want.Data), shape, len(got))
+				}
+				worst := 0.0
+				for i := range got {
+					diff := math.Abs(got[i] - float64(want.Data[i]))
+					if !(diff <= parityTol) {
+						t.Fatalf("%s[%d] = %.9g, PyTorch %.9g", what, i, got[i], want.Data[i])
+					}
+					worst = math.Max(worst, diff)
+				}
+				t.Logf("%s: max |reference - PyTorch| = %.2g", what, worst)
+			}
+			check("out", res.Out, data["out"], B, T, c.dModel)
+			check("weights", res.Weights, data["weights"], B, c.heads, T, S)
+			check("weights_avg", res.AvgWeights, data["weights_avg"], B, T, S)
+
+			// PyTorch's causal boolean mask is vkattn's top-left causal.
+			if c.name == "padcausal" {
+				opts.Attention.BoolMask, opts.Attention.Causal = nil, vkattn.CausalTopLeft
+				res, err := reference.MultiHeadAttention(q.Data, q.Shape, k, ks, v, vs, wNPZ, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check("out (Causal)", res.Out, data["out"], B, T, c.dModel)
+			}
+		})
+	}
+}
+
+// optionsFor turns a case's key_padding_mask and attn_mask into
+// reference options with PyTorch's meanings.
+func optionsFor(t *testing.T, data map[string]Tensor, heads, B, T, S int) reference.MHAOptions {
+	t.Helper()
+	opts := reference.MHAOptions{Heads: heads}
+	if kp, ok := data["key_padding_mask"]; ok {
+		if kp.DType != "BOOL" || !reflect.DeepEqual(kp.Shape, []int{B, S}) {
+			t.Fatalf("key_padding_mask is %s %v, want BOOL [%d %d]", kp.DType, kp.Shape, B, S)
+		}
+		opts.KeyPadding = &reference.KeyPadding{Padded: make([]bool, len(kp.Data))}
+		for i, x := range kp.Data {
+			opts.KeyPadding.Padded[i] = x != 0
+		}
+	}
+	am, ok := data["attn_mask"]
+	if !ok {
+		return opts
+	}
+	var shape vkattn.MaskShape
+	switch {
+	case reflect.DeepEqual(am.Shape, []int{T, S}):
+		shape = vkattn.MaskShape{1, 1, T, S}
+	case reflect.DeepEqual(am.Shape, []int{B * heads, T, S}):
+		shape = vkattn.MaskShape{B, heads, T, S} // PyTorch's (B*h) axis is b-major
+	default:
+		t.Fatalf("attn_mask shape %v", am.Shape)
+	}
+	if am.DType == "BOOL" {
+		m := &vkattn.BoolMask{Shape: shape, Values: make([]bool, len(am.Data)), Meaning: vkattn.TrueBlocks}
+		for i, x := range am.Data {
+			m.Values[i] = x != 0
+		}
+		opts.Attention.BoolMask = m
+	} else {
+		opts.Attention.Mask = &vkattn.Mask{Shape: shape, Values: am.Data}
+	}
+	return opts
+}
