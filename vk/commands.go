@@ -89,6 +89,19 @@ func (c *Commands) Dispatch(k *Kernel, set *DescriptorSet, groups [3]uint32) err
 	return nil
 }
 
+// Push records the kernel's push constants for the dispatches that follow;
+// data must be the kernel's PushSize bytes.
+func (c *Commands) Push(k *Kernel, data []byte) error {
+	if uint32(len(data)) != k.Spec.PushSize || len(data) == 0 {
+		return fmt.Errorf("vk: kernel %s takes %d bytes of push constants, got %d", k.Spec.Name, k.Spec.PushSize, len(data))
+	}
+	// Copied into C memory: vulkan-go passes the pointer through unconverted.
+	p := cBytes(data)
+	defer cFree(p)
+	vulkan.CmdPushConstants(c.cmd, k.pipeLay, vulkan.ShaderStageFlags(vulkan.ShaderStageComputeBit), 0, uint32(len(data)), p)
+	return nil
+}
+
 // Barrier makes earlier shader and transfer writes visible to later shader
 // work, transfers and the host.
 func (c *Commands) Barrier() {

@@ -28,13 +28,14 @@ func (t BindingType) descriptorType() vulkan.DescriptorType {
 }
 
 // KernelSpec describes a compute kernel: its SPIR-V, its bindings (binding i
-// has type Bindings[i]) and its specialization constants (constant_id i gets
-// Spec[i], as a 32-bit int).
+// has type Bindings[i]), its specialization constants (constant_id i gets
+// Spec[i], as a 32-bit int) and the size of its push-constant block.
 type KernelSpec struct {
 	Name     string
 	SPIRV    []byte
 	Bindings []BindingType
 	Spec     []int32
+	PushSize uint32 // bytes, a multiple of 4; 0 for none
 }
 
 // Kernel is a compute pipeline with its layouts.
@@ -93,12 +94,24 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	k.setLay = setLay
 	objectCreated()
 
-	var pipeLay vulkan.PipelineLayout
-	err = check("vkCreatePipelineLayout", vulkan.CreatePipelineLayout(d.handle, &vulkan.PipelineLayoutCreateInfo{
+	layoutInfo := vulkan.PipelineLayoutCreateInfo{
 		SType:          vulkan.StructureTypePipelineLayoutCreateInfo,
 		SetLayoutCount: 1,
 		PSetLayouts:    []vulkan.DescriptorSetLayout{setLay},
-	}, nil, &pipeLay))
+	}
+	if spec.PushSize > 0 {
+		if spec.PushSize%4 != 0 || spec.PushSize > d.Info.Limits.MaxPushConstantsSize {
+			k.destroy()
+			return nil, fmt.Errorf("vk: kernel %s: push constants of %d bytes (device allows %d, multiple of 4)",
+				spec.Name, spec.PushSize, d.Info.Limits.MaxPushConstantsSize)
+		}
+		layoutInfo.PushConstantRangeCount = 1
+		layoutInfo.PPushConstantRanges = []vulkan.PushConstantRange{{
+			StageFlags: vulkan.ShaderStageFlags(vulkan.ShaderStageComputeBit), Size: spec.PushSize,
+		}}
+	}
+	var pipeLay vulkan.PipelineLayout
+	err = check("vkCreatePipelineLayout", vulkan.CreatePipelineLayout(d.handle, &layoutInfo, nil, &pipeLay))
 	if err != nil {
 		k.destroy()
 		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
