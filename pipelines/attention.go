@@ -10,7 +10,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/vkattn/vkattn/shaders"
@@ -508,25 +507,4 @@ func (pr *Prepared) Close() {
 	pr.combineSet.Close()
 	pr.partials.Close()
 	pr.params.Close()
-}
-
-// Describe is a one-line account of a plan for a problem, for --explain.
-func Describe(p AttentionPlan, x AttentionArgs) string {
-	var parts []string
-	if x.Mask != nil {
-		parts = append(parts, "additive mask")
-	}
-	if x.BoolMask != nil {
-		parts = append(parts, "boolean mask")
-	}
-	if x.Causal != CausalNone {
-		parts = append(parts, [...]string{"", "causal top-left", "causal bottom-right"}[x.Causal])
-	}
-	if x.Lengths != nil {
-		parts = append(parts, "per-batch lengths")
-	}
-	if len(parts) == 0 {
-		parts = []string{"no masks"}
-	}
-	return p.String() + "; " + strings.Join(parts, ", ")
 }
