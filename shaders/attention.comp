@@ -111,14 +111,23 @@ void tileScores(int j0, int keyEnd) {
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         sc[r] = vec4(0.0);
     }
-    [[unroll]] for (int t = 0; t < 4; t++) {
+    // The key loop (t) stays rolled: unrolling it too made lavapipe compile
+    // the wide variants for minutes. Only loops that index q/acc unroll.
+    for (int t = 0; t < 4; t++) {
         int j = min(j0 + t, S - 1); // clamp so loads stay in bounds; masked below
         int kBase = P.offsets.y + b * P.kStride.x + hk * P.kStride.y + j * P.kStride.z;
+        float dots[ROWS];
+        [[unroll]] for (int r = 0; r < ROWS; r++) {
+            dots[r] = 0.0;
+        }
         [[unroll]] for (int c = 0; c < D4; c++) {
             vec4 k4 = LOAD4(Kt, kBase, c, DK);
             [[unroll]] for (int r = 0; r < ROWS; r++) {
-                sc[r][t] += dot(q[r * D4 + c], k4);
+                dots[r] += dot(q[r * D4 + c], k4);
             }
+        }
+        [[unroll]] for (int r = 0; r < ROWS; r++) {
+            sc[r][t] = dots[r];
         }
     }
     [[unroll]] for (int r = 0; r < ROWS; r++) {
@@ -236,13 +245,17 @@ void main() {
                 acc[r * D4 + c] *= alpha;
             }
         }
-        [[unroll]] for (int t = 0; t < 4; t++) {
+        for (int t = 0; t < 4; t++) {
             int j = min(j0 + t, S - 1);
             int vBase = P.offsets.z + b * P.vStride.x + hk * P.vStride.y + j * P.vStride.z;
+            float p[ROWS];
+            [[unroll]] for (int r = 0; r < ROWS; r++) {
+                p[r] = sc[r][t];
+            }
             [[unroll]] for (int c = 0; c < D4; c++) {
                 vec4 v4 = LOAD4(Vt, vBase, c, DV);
                 [[unroll]] for (int r = 0; r < ROWS; r++) {
-                    acc[r * D4 + c] += sc[r][t] * v4;
+                    acc[r * D4 + c] += p[r] * v4;
                 }
             }
         }
