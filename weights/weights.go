@@ -209,7 +209,7 @@ func decodeNPY(data []byte) (t Tensor, err error) {
 		return t, formatErr("read %d values, shape %v needs %d", len(t.Data), t.Shape, n)
 	}
 	if h.Fortran && len(t.Shape) > 1 {
-		t.Data = fromFortran(t.Data, t.Shape)
+		t.Data = FromFortran(t.Data, t.Shape)
 	}
 	return t, nil
 }
@@ -308,9 +308,13 @@ func narrow(x []float64) ([]float32, error) {
 	return out, nil
 }
 
-// fromFortran reorders column-major data of the given shape to row-major.
-func fromFortran(x []float32, shape []int) []float32 {
-	out := make([]float32, len(x))
+// FromFortran reorders column-major (NumPy fortran_order) data of the given
+// shape to row-major.
+func FromFortran[T any](x []T, shape []int) []T {
+	if len(x) == 0 {
+		return x
+	}
+	out := make([]T, len(x))
 	idx := make([]int, len(shape))
 	for i := range out {
 		// i is the row-major index; find its column-major offset.

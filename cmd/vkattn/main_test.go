@@ -26,15 +26,15 @@ func cli(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return o.String(), e.String(), code
 }
 
-// withDevice turns on the validation layer (when installed) for a test that
+// withDevice turns on the validation layer for a test that
 // opens a device and checks at the end that it reported nothing.
 func withDevice(t *testing.T) {
 	t.Helper()
-	if ok, err := vk.LayerAvailable("VK_LAYER_KHRONOS_validation"); err != nil {
-		t.Skipf("no Vulkan: %v", err)
-	} else if ok {
-		t.Setenv("VKATTN_VALIDATION", "1")
+	// make test installs the layer; a missing one is a failure, not a skip.
+	if ok, err := vk.LayerAvailable("VK_LAYER_KHRONOS_validation"); err != nil || !ok {
+		t.Fatalf("Vulkan validation layer unavailable (ok=%v): %v", ok, err)
 	}
+	t.Setenv("VKATTN_VALIDATION", "1")
 	before := len(vkattn.ValidationMessages())
 	t.Cleanup(func() {
 		if msgs := vkattn.ValidationMessages()[before:]; len(msgs) > 0 {

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"codeberg.org/sbinet/npyio"
+
+	"github.com/vkattn/vkattn/weights"
 )
 
 // npyArray is the content of a .npy file: float data (float32, or float64
@@ -119,8 +121,8 @@ func readNPY(path string) (arr *npyArray, err error) {
 		arr.F32 = []float32{}
 	}
 	if h.Fortran && len(h.Shape) > 1 {
-		arr.F32 = fromFortran(arr.F32, h.Shape)
-		arr.Bools = fromFortran(arr.Bools, h.Shape)
+		arr.F32 = weights.FromFortran(arr.F32, h.Shape)
+		arr.Bools = weights.FromFortran(arr.Bools, h.Shape)
 	}
 	return arr, nil
 }
@@ -136,32 +138,6 @@ func narrow(x []float64) ([]float32, error) {
 		}
 	}
 	return out, nil
-}
-
-// fromFortran reorders column-major data of the given shape to row-major.
-func fromFortran[T any](x []T, shape []int) []T {
-	if len(x) == 0 {
-		return x
-	}
-	out := make([]T, len(x))
-	idx := make([]int, len(shape))
-	for i := range out {
-		// i is the row-major index; find its column-major offset.
-		off, stride := 0, 1
-		for a := range shape {
-			off += idx[a] * stride
-			stride *= shape[a]
-		}
-		out[i] = x[off]
-		for a := len(shape) - 1; a >= 0; a-- {
-			idx[a]++
-			if idx[a] < shape[a] {
-				break
-			}
-			idx[a] = 0
-		}
-	}
-	return out
 }
 
 // encodeNPY writes a little-endian float32 .npy (format 1.0). The header is
