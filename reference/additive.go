@@ -30,32 +30,12 @@ func (w *AdditiveWeights) Check() error {
 	if w.DQ <= 0 || w.DK <= 0 || w.DA <= 0 {
 		return fmt.Errorf("%w: additive weights have DQ %d, DK %d, DA %d: all must be at least 1", vkattn.ErrEmpty, w.DQ, w.DK, w.DA)
 	}
-	for _, t := range []struct {
-		name     string
-		data     []float32
-		shape    []int
-		optional bool
-	}{
+	return checkTensors([]namedTensor{
 		{"W_q", w.WQ, []int{w.DQ, w.DA}, false},
 		{"W_k", w.WK, []int{w.DK, w.DA}, false},
 		{"b", w.Bias, []int{w.DA}, true},
 		{"w_a", w.WA, []int{w.DA}, false},
-	} {
-		if t.data == nil && t.optional {
-			continue
-		}
-		n := 1
-		for _, s := range t.shape {
-			n *= s
-		}
-		if len(t.data) != n {
-			return fmt.Errorf("%w: %s has %d values, want shape %v (%d values)", vkattn.ErrShape, t.name, len(t.data), t.shape, n)
-		}
-		if i := firstNonFinite(t.data); i >= 0 {
-			return fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, t.name, i, t.data[i])
-		}
-	}
-	return nil
+	})
 }
 
 // AdditiveAttention computes additive attention with the masks of opts:
@@ -148,28 +128,15 @@ func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v
 				e[j] = s + additive(opts.Mask, b, 0, t, j)
 				blocked[j] = isBlocked(&opts, d, b, 0, t, j) || math.IsInf(e[j], -1)
 			}
-			rowMax := math.Inf(-1)
-			for j := 0; j < d.S; j++ {
-				if !blocked[j] && e[j] > rowMax {
-					rowMax = e[j]
-				}
-			}
-			if math.IsInf(rowMax, -1) {
+			lse, live := softmaxRow(e, blocked, wt)
+			if !live {
 				continue // every key masked: defined as zeros, -Inf (spec §2).
 			}
-			sum := 0.0
-			for j := 0; j < d.S; j++ {
-				if !blocked[j] {
-					wt[j] = math.Exp(e[j] - rowMax)
-					sum += wt[j]
-				}
-			}
-			res.LSE[row] = rowMax + math.Log(sum)
+			res.LSE[row] = lse
 			for j := 0; j < d.S; j++ {
 				if blocked[j] {
 					continue
 				}
-				wt[j] /= sum
 				vr := b*d.S + j
 				for i, x := range v64[vr*d.DV : (vr+1)*d.DV] {
 					out[i] += wt[j] * x

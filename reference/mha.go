@@ -62,25 +62,33 @@ func (w *MHAWeights) Check() error {
 	case packed && (kd != d || vd != d):
 		return fmt.Errorf("%w: packed in_proj_weight needs kdim = vdim = embed_dim %d, have kdim %d, vdim %d (use q/k/v_proj_weight)", vkattn.ErrShape, d, kd, vd)
 	}
-	type tensor struct {
-		name     string
-		data     []float32
-		shape    []int
-		optional bool
-	}
-	ts := []tensor{
+	ts := []namedTensor{
 		{"in_proj_bias", w.InProjBias, []int{3 * d}, true},
 		{"out_proj.weight", w.OutProjWeight, []int{d, d}, false},
 		{"out_proj.bias", w.OutProjBias, []int{d}, true},
 	}
 	if packed {
-		ts = append(ts, tensor{"in_proj_weight", w.InProjWeight, []int{3 * d, d}, false})
+		ts = append(ts, namedTensor{"in_proj_weight", w.InProjWeight, []int{3 * d, d}, false})
 	} else {
 		ts = append(ts,
-			tensor{"q_proj_weight", w.QProjWeight, []int{d, d}, false},
-			tensor{"k_proj_weight", w.KProjWeight, []int{d, kd}, false},
-			tensor{"v_proj_weight", w.VProjWeight, []int{d, vd}, false})
+			namedTensor{"q_proj_weight", w.QProjWeight, []int{d, d}, false},
+			namedTensor{"k_proj_weight", w.KProjWeight, []int{d, kd}, false},
+			namedTensor{"v_proj_weight", w.VProjWeight, []int{d, vd}, false})
 	}
+	return checkTensors(ts)
+}
+
+// namedTensor is a weight tensor with its PyTorch name, for shape errors.
+type namedTensor struct {
+	name     string
+	data     []float32
+	shape    []int
+	optional bool
+}
+
+// checkTensors checks each tensor's value count against its shape and that
+// every value is finite; a nil optional tensor is fine.
+func checkTensors(ts []namedTensor) error {
 	for _, t := range ts {
 		if t.data == nil && t.optional {
 			continue

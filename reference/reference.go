@@ -78,28 +78,15 @@ func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float
 					e[j] = scale*dot(qrow, k64[kr*d.DK:(kr+1)*d.DK]) + additive(opts.Mask, b, h, t, j)
 					blocked[j] = isBlocked(&opts, d, b, h, t, j) || math.IsInf(e[j], -1)
 				}
-				rowMax := math.Inf(-1)
-				for j := 0; j < d.S; j++ {
-					if !blocked[j] && e[j] > rowMax {
-						rowMax = e[j]
-					}
-				}
-				if math.IsInf(rowMax, -1) {
+				lse, live := softmaxRow(e, blocked, w)
+				if !live {
 					continue // every key masked: defined as zeros, -Inf (spec §2).
 				}
-				sum := 0.0
-				for j := 0; j < d.S; j++ {
-					if !blocked[j] {
-						w[j] = math.Exp(e[j] - rowMax)
-						sum += w[j]
-					}
-				}
-				res.LSE[row] = rowMax + math.Log(sum)
+				res.LSE[row] = lse
 				for j := 0; j < d.S; j++ {
 					if blocked[j] {
 						continue
 					}
-					w[j] /= sum
 					vr := (b*d.HKV+kvh)*d.S + j
 					for i, x := range v64[vr*d.DV : (vr+1)*d.DV] {
 						out[i] += w[j] * x
@@ -109,6 +96,32 @@ func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float
 		}
 	}
 	return res, nil
+}
+
+// softmaxRow writes the stable softmax of the unblocked scores e into w
+// (blocked keys keep weight 0) and returns the row's log-sum-exp. live is
+// false when every key is blocked: the row has no softmax.
+func softmaxRow(e []float64, blocked []bool, w []float64) (lse float64, live bool) {
+	rowMax := math.Inf(-1)
+	for j := range e {
+		if !blocked[j] && e[j] > rowMax {
+			rowMax = e[j]
+		}
+	}
+	if math.IsInf(rowMax, -1) {
+		return rowMax, false
+	}
+	sum := 0.0
+	for j := range e {
+		if !blocked[j] {
+			w[j] = math.Exp(e[j] - rowMax)
+			sum += w[j]
+		}
+	}
+	for j := range e {
+		w[j] /= sum
+	}
+	return rowMax + math.Log(sum), true
 }
 
 // dot is a plain loop rather than gonum's floats.Dot: gonum v0.17 needs a go
