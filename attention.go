@@ -94,6 +94,64 @@ func (d *Device) Attention(q, k, v *Tensor, opts Options) (*Output, error) {
 // AttentionContext is Attention with a context that can cancel the wait for
 // the device.
 func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Options) (*Output, error) {
+	c, err := d.Prepare(q, k, v, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Run(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	out := c.out
+	c.out = nil // the caller owns the outputs now
+	c.Close()
+	return out, nil
+}
+
+// Call is an attention call prepared once: its plan, output tensors, mask
+// buffers and recorded commands are kept, so Run replays the dispatch with
+// no allocation and no re-recording (a decode loop, a benchmark). Change
+// the inputs between runs with Tensor.Write. Close it when done.
+type Call struct {
+	out      *Output
+	prepared *pipelines.Prepared
+	scratch  []*Tensor // masks and lengths uploaded for this call
+}
+
+// Output is the call's output; its tensors belong to the Call and are freed
+// by Close.
+func (c *Call) Output() *Output { return c.out }
+
+// Run executes the recorded dispatch and waits for it. It returns the
+// device time (0 without timestamps), also kept in Output().GPUTime.
+func (c *Call) Run(ctx context.Context) (time.Duration, error) {
+	t, err := c.prepared.Run(ctx)
+	if err != nil {
+		return 0, deviceLimit(err)
+	}
+	c.out.GPUTime = t
+	return t, nil
+}
+
+// Close frees the call's commands, scratch buffers and outputs. It waits
+// for work still in flight (after a cancelled Run) before freeing anything.
+func (c *Call) Close() {
+	if c == nil {
+		return
+	}
+	c.prepared.Close()
+	c.prepared = nil
+	for _, t := range c.scratch {
+		t.Close()
+	}
+	c.scratch = nil
+	c.out.Close()
+	c.out = nil
+}
+
+// Prepare validates an attention call, allocates its outputs and records its
+// dispatch without running it.
+func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	for _, c := range []struct {
 		name string
 		t    *Tensor
@@ -120,19 +178,14 @@ func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Opt
 		Scale:  opts.Scale.For(dm.DK),
 		Causal: int(opts.Causal),
 	}
-	// Per-call inputs (masks, lengths) live only for this call.
-	var scratch []*Tensor
-	defer func() {
-		for _, t := range scratch {
-			t.Close()
-		}
-	}()
+	// Per-call inputs (masks, lengths) live as long as the call.
+	call := &Call{out: &Output{Plan: plan}}
 	upload := func(n int, fill func([]float32)) (*Tensor, error) {
 		t, err := d.newTensor([4]int{1, 1, 1, n})
 		if err != nil {
 			return nil, err
 		}
-		scratch = append(scratch, t)
+		call.scratch = append(call.scratch, t)
 		host := make([]float32, n)
 		fill(host)
 		return t, t.buf.WriteFloat32(0, host)
@@ -140,6 +193,7 @@ func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Opt
 	if m := opts.Mask; m != nil {
 		t, err := upload(len(m.Values), func(h []float32) { copy(h, m.Values) })
 		if err != nil {
+			call.Close()
 			return nil, err
 		}
 		x.Mask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
@@ -156,6 +210,7 @@ func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Opt
 			}
 		})
 		if err != nil {
+			call.Close()
 			return nil, err
 		}
 		x.BoolMask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
@@ -175,13 +230,14 @@ func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Opt
 			}
 		})
 		if err != nil {
+			call.Close()
 			return nil, err
 		}
 		x.Lengths = t.buf
 	}
-	out := &Output{Plan: plan}
-	fail := func(err error) (*Output, error) {
-		out.Close()
+	out := call.out
+	fail := func(err error) (*Call, error) {
+		call.Close()
 		return nil, deviceLimit(err)
 	}
 	if out.O, err = d.newTensor([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
@@ -200,18 +256,10 @@ func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Opt
 		}
 		x.Weights = out.Weights.buf
 	}
-	prepared, err := d.attention.Prepare(plan.Kernel, x)
-	if err != nil {
+	if call.prepared, err = d.attention.Prepare(plan.Kernel, x); err != nil {
 		return fail(err)
 	}
-	out.GPUTime, err = prepared.Run(ctx)
-	// Close waits for work still in flight (a cancelled wait) before the
-	// buffers it uses are freed.
-	prepared.Close()
-	if err != nil {
-		return fail(err)
-	}
-	return out, nil
+	return call, nil
 }
 
 // broadcastStrides gives element strides of a row-major mask over

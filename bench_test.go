@@ -1,6 +1,7 @@
 package vkattn_test
 
 import (
+	"context"
 	"math/rand"
 	"testing"
 
@@ -12,7 +13,8 @@ type benchShape struct {
 	causal             bool
 }
 
-// benchAttention times Attention on random data and reports GFLOP/s with the
+// benchAttention times a prepared attention call (recorded once, replayed)
+// on random data and reports GFLOP/s with the
 // FLOP count of spec.md §6 (4*B*H*L*S*d; half of it when causal, since fully
 // masked key tiles are skipped) over device time when the device has
 // timestamps, wall time otherwise.
@@ -32,24 +34,26 @@ func benchAttention(b *testing.B, sh benchShape) {
 	if sh.causal {
 		opts.Causal = vkattn.CausalBottomRight
 	}
-	warm, err := dev.Attention(q, k, v, opts) // first dispatch compiles the variant
+	call, err := dev.Prepare(q, k, v, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
-	flops := warm.Plan.Dims.FLOPs()
+	defer call.Close()
+	if _, err := call.Run(context.Background()); err != nil { // first dispatch compiles the variant
+		b.Fatal(err)
+	}
+	flops := call.Output().Plan.Dims.FLOPs()
 	if sh.causal {
 		flops /= 2
 	}
-	warm.Close()
 	var gpu float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		out, err := dev.Attention(q, k, v, opts)
+		t, err := call.Run(context.Background())
 		if err != nil {
 			b.Fatal(err)
 		}
-		gpu += out.GPUTime.Seconds()
-		out.Close()
+		gpu += t.Seconds()
 	}
 	b.StopTimer()
 	secs := gpu

@@ -45,7 +45,8 @@
 //	o, err := out.O.Download()
 //
 // Shapes of rank 2 (L, d) and 3 (H, L, d) are filled from the left with
-// ones. Data laid out as (B, L, H, d) is read in place through
+// ones. Device.Prepare records a call once for repeated runs (Call.Run,
+// Tensor.Write for new inputs). Data laid out as (B, L, H, d) is read in place through
 // Tensor.SwapAxes12. Device.Plan says which kernel variant, load path,
 // tiles and grid a problem gets, without running it.
 //

@@ -1,9 +1,14 @@
 package vkattn_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/vkattn/vkattn"
 )
 
 // Properties of spec.md §4, checked on the GPU output itself (not only
@@ -119,5 +124,56 @@ func TestZeroQueryUniformWeights(t *testing.T) {
 		if math.Abs(float64(got.o[c])-mean) > 1e-6 {
 			t.Fatalf("output[%d] = %v, want mean %v", c, got.o[c], mean)
 		}
+	}
+}
+
+// TestPreparedCallReplays: a Call records its dispatch once; running it
+// again after Tensor.Write gives the reference result for the new inputs,
+// and allocates nothing per run.
+func TestPreparedCallReplays(t *testing.T) {
+	r := rand.New(rand.NewSource(31))
+	p := newProblem(r, 1, 4, 2, 9, 300, 16, 16)
+	p.opts.Causal = vkattn.CausalBottomRight
+	q, err := dev.Upload(p.qs[:], p.q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	k, _ := dev.Upload(p.ks[:], p.k)
+	defer k.Close()
+	v, _ := dev.Upload(p.vs[:], p.v)
+	defer v.Close()
+	call, err := dev.Prepare(q, k, v, p.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Close()
+	for run := 0; run < 3; run++ {
+		if run > 0 {
+			p.q = randomValues(r, len(p.q))
+			if err := q.Write(p.q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := dev.AllocStats().Count
+		if _, err := call.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := dev.AllocStats().Count - before; n != 0 {
+			t.Errorf("run %d allocated %d buffers", run, n)
+		}
+		got, err := call.Output().O.Download()
+		if err != nil {
+			t.Fatal(err)
+		}
+		compare(t, fmt.Sprintf("run %d O", run), got, runReference(t, p).O)
+	}
+	bad := make([]float32, len(p.q))
+	bad[0] = float32(math.NaN())
+	if err := q.Write(bad); !errors.Is(err, vkattn.ErrNonFinite) {
+		t.Errorf("Write of NaN: got %v, want ErrNonFinite", err)
+	}
+	if err := q.SwapAxes12().Write(p.q); !errors.Is(err, vkattn.ErrShape) {
+		t.Errorf("Write to a view: got %v, want ErrShape", err)
 	}
 }

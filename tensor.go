@@ -36,18 +36,42 @@ func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.finite = true
-	for _, x := range data {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			t.finite = false
-			break
-		}
-	}
+	t.finite = allFinite(data)
 	if err := t.buf.WriteFloat32(0, data); err != nil {
 		t.Close()
 		return nil, err
 	}
 	return t, nil
+}
+
+func allFinite(data []float32) bool {
+	for _, x := range data {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// Write replaces the data of a dense tensor (one made by Upload), keeping
+// its shape; prepared Calls that read it see the new values on their next
+// Run. NaN or Inf is refused (ErrNonFinite) since a prepared call checked
+// finiteness once.
+func (t *Tensor) Write(data []float32) error {
+	if t.root().closed {
+		return errorf(ErrClosed, "tensor used after Close")
+	}
+	s := t.shape
+	if t.owner != nil || t.strides != [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} {
+		return errorf(ErrShape, "Write needs the dense tensor Upload made, not a view")
+	}
+	if n := s[0] * s[1] * s[2] * s[3]; len(data) != n {
+		return errorf(ErrShape, "shape %v needs %d values, got %d", s, n, len(data))
+	}
+	if !allFinite(data) {
+		return errorf(ErrNonFinite, "Write data holds NaN or Inf")
+	}
+	return t.buf.WriteFloat32(uint64(t.offset), data)
 }
 
 // newTensor allocates a dense, uninitialised tensor.

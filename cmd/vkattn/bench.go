@@ -27,10 +27,10 @@ const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all] [flags
 Times attention on random float32 data (fixed seed) and prints one row per
 problem shape. Each shape gets one warm-up call, reported apart as "cold"
 (the first dispatch of a kernel variant compiles it: seconds on lavapipe),
-then --reps timed calls of Device.Attention. For each the GPU time (device
-timestamps) and the wall time of the whole call (output allocation,
-descriptor setup, dispatch and wait) are recorded; min/median/max of both
-are reported.
+then --reps timed runs. The call is prepared once (Device.Prepare: outputs
+allocated, commands recorded) and replayed, as a decode loop would; for
+each run the GPU time (device timestamps) and the wall time (submit and
+wait) are recorded; min/median/max of both are reported.
 
 Suites (B=1 and d_k = d_v = d throughout):
   prefill  H=8, L=S in 512, 1024, 2048, 4096, d=64, no mask and causal;
@@ -431,28 +431,32 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 		in[i] = t
 	}
 	opts := vkattn.Options{Causal: c.causal}
-	call := func() (time.Duration, *vkattn.Output, error) {
-		start := time.Now()
-		out, err := dev.AttentionContext(ctx, in[0], in[1], in[2], opts)
-		wall := time.Since(start)
-		tick()
-		return wall, out, err
-	}
-
-	coldWall, out, err := call()
+	// Prepared once (outputs allocated, commands recorded), then replayed:
+	// the timings are the dispatch and its wait, not allocation.
+	prepared, err := dev.Prepare(in[0], in[1], in[2], opts)
 	if err != nil {
 		return benchResult{}, err
 	}
-	plan, coldGPU := out.Plan, out.GPUTime
-	out.Close()
+	defer prepared.Close()
+	call := func() (wall, gpu time.Duration, err error) {
+		start := time.Now()
+		gpu, err = prepared.Run(ctx)
+		wall = time.Since(start)
+		tick()
+		return wall, gpu, err
+	}
+
+	coldWall, coldGPU, err := call()
+	if err != nil {
+		return benchResult{}, err
+	}
+	plan := prepared.Output().Plan
 	gpu := make([]time.Duration, reps)
 	wall := make([]time.Duration, reps)
 	for i := range reps {
-		if wall[i], out, err = call(); err != nil {
+		if wall[i], gpu[i], err = call(); err != nil {
 			return benchResult{}, err
 		}
-		gpu[i] = out.GPUTime
-		out.Close()
 	}
 
 	k := plan.Kernel
