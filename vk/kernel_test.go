@@ -15,19 +15,8 @@ import (
 // commands are replayed with new input to show record-once, submit-many.
 func TestKernelPushAndSpecConstants(t *testing.T) {
 	before := LiveObjects()
-	inst, err := NewInstance(InstanceConfig{Validation: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst, dev := openTestDevice(t)
 	defer inst.Close()
-	idx, err := inst.DefaultDevice()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := inst.NewDevice(idx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	code, err := shaders.SPIRV("selftest")
 	if err != nil {
 		t.Fatal(err)

@@ -5,23 +5,33 @@ import (
 	"testing"
 )
 
-// TestBufferRoundTripAndClose checks the owner tree: a device with buffers
-// in it closes them all, the live-object count returns to where it started,
-// and the validation layer reports nothing.
-func TestBufferRoundTripAndClose(t *testing.T) {
-	before := LiveObjects()
+// openTestDevice opens the default device with the validation layer on.
+// The caller closes both (the tests check that closing frees everything).
+func openTestDevice(t *testing.T) (*Instance, *Device) {
+	t.Helper()
 	inst, err := NewInstance(InstanceConfig{Validation: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	idx, err := inst.DefaultDevice()
 	if err != nil {
+		inst.Close()
 		t.Fatal(err)
 	}
 	dev, err := inst.NewDevice(idx)
 	if err != nil {
+		inst.Close()
 		t.Fatal(err)
 	}
+	return inst, dev
+}
+
+// TestBufferRoundTripAndClose checks the owner tree: a device with buffers
+// in it closes them all, the live-object count returns to where it started,
+// and the validation layer reports nothing.
+func TestBufferRoundTripAndClose(t *testing.T) {
+	before := LiveObjects()
+	inst, dev := openTestDevice(t)
 	buf, err := dev.NewBuffer(40)
 	if err != nil {
 		t.Fatal(err)
