@@ -5,6 +5,8 @@ import (
 	"math"
 
 	"github.com/vkattn/vkattn"
+
+	"gonum.org/v1/gonum/floats"
 )
 
 // Result holds float64 outputs, dense row-major.
@@ -75,7 +77,7 @@ func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float
 				qrow := q64[row*d.DK : (row+1)*d.DK]
 				for j := 0; j < d.S; j++ {
 					kr := (b*d.HKV+kvh)*d.S + j
-					e[j] = scale*dot(qrow, k64[kr*d.DK:(kr+1)*d.DK]) + additive(opts.Mask, b, h, t, j)
+					e[j] = scale*floats.Dot(qrow, k64[kr*d.DK:(kr+1)*d.DK]) + additive(opts.Mask, b, h, t, j)
 					blocked[j] = isBlocked(&opts, d, b, h, t, j) || math.IsInf(e[j], -1)
 				}
 				lse, live := softmaxRow(e, blocked, w)
@@ -122,16 +124,6 @@ func softmaxRow(e []float64, blocked []bool, w []float64) (lse float64, live boo
 		w[j] /= sum
 	}
 	return rowMax + math.Log(sum), true
-}
-
-// dot is a plain loop rather than gonum's floats.Dot: gonum v0.17 needs a go
-// directive >= 1.24 in go.mod, and the reference must build without it.
-func dot(a, b []float64) float64 {
-	s := 0.0
-	for i := range a {
-		s += a[i] * b[i]
-	}
-	return s
 }
 
 func widen(x []float32) []float64 {

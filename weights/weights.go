@@ -188,7 +188,7 @@ func decodeNPY(data []byte) (t Tensor, err error) {
 			err = r.Read(&f64)
 		}
 		if err == nil {
-			t.Data, err = narrow(f64)
+			t.Data, err = Narrow(f64)
 		}
 	case 1:
 		var bs []bool
@@ -295,14 +295,14 @@ func elements(shape []int) (int, error) {
 	return n, nil
 }
 
-// narrow converts float64 to float32, refusing finite values float32
+// Narrow converts float64 to float32, refusing finite values float32
 // cannot hold (they would silently become infinities).
-func narrow(x []float64) ([]float32, error) {
+func Narrow(x []float64) ([]float32, error) {
 	out := make([]float32, len(x))
 	for i, v := range x {
 		out[i] = float32(v)
 		if math.IsInf(float64(out[i]), 0) && !math.IsInf(v, 0) {
-			return nil, formatErr("float64 value %d (%g) is outside the float32 range", i, v)
+			return nil, fmt.Errorf("float64 value %d (%g) is outside the float32 range", i, v)
 		}
 	}
 	return out, nil

@@ -108,7 +108,7 @@ func readNPY(path string) (arr *npyArray, err error) {
 	case 8:
 		var f64 []float64
 		if err = r.Read(&f64); err == nil {
-			arr.F32, err = narrow(f64)
+			arr.F32, err = weights.Narrow(f64)
 		}
 	case 1:
 		err = r.Read(&arr.Bools)
@@ -125,19 +125,6 @@ func readNPY(path string) (arr *npyArray, err error) {
 		arr.Bools = weights.FromFortran(arr.Bools, h.Shape)
 	}
 	return arr, nil
-}
-
-// narrow converts float64 to float32, refusing finite values float32
-// cannot hold (they would silently become infinities).
-func narrow(x []float64) ([]float32, error) {
-	out := make([]float32, len(x))
-	for i, v := range x {
-		out[i] = float32(v)
-		if math.IsInf(float64(out[i]), 0) && !math.IsInf(v, 0) {
-			return nil, fmt.Errorf("float64 value %d (%g) is outside the float32 range", i, v)
-		}
-	}
-	return out, nil
 }
 
 // encodeNPY writes a little-endian float32 .npy (format 1.0). The header is
