@@ -7,37 +7,6 @@ import (
 	"github.com/vkattn/vkattn"
 )
 
-// AdditiveWeights are the parameters of additive (Bahdanau) attention,
-// spec.md §1:
-//
-//	e_{t,j} = tanh(q_t W_q + k_j W_k + b) . w_a
-//
-// with row vectors q_t and k_j, so W_q and W_k are (in, out) row-major, not
-// PyTorch's (out, in). One set is shared by every position.
-type AdditiveWeights struct {
-	// DQ and DK are the query and key widths, DA the attention width.
-	DQ, DK, DA int
-	WQ         []float32 // W_q, (DQ, DA)
-	WK         []float32 // W_k, (DK, DA)
-	Bias       []float32 // b, (DA); nil means zero
-	WA         []float32 // w_a, (DA)
-}
-
-// Check reports whether every tensor has its dimensions' size (errors name
-// the tensor and both shapes, wrapping vkattn.ErrShape) and is finite
-// (vkattn.ErrNonFinite).
-func (w *AdditiveWeights) Check() error {
-	if w.DQ <= 0 || w.DK <= 0 || w.DA <= 0 {
-		return fmt.Errorf("%w: additive weights have DQ %d, DK %d, DA %d: all must be at least 1", vkattn.ErrEmpty, w.DQ, w.DK, w.DA)
-	}
-	return checkTensors([]namedTensor{
-		{"W_q", w.WQ, []int{w.DQ, w.DA}, false},
-		{"W_k", w.WK, []int{w.DK, w.DA}, false},
-		{"b", w.Bias, []int{w.DA}, true},
-		{"w_a", w.WA, []int{w.DA}, false},
-	})
-}
-
 // AdditiveAttention computes additive attention with the masks of opts:
 //
 //	e_{t,j} = tanh(q_t W_q + k_j W_k + b) . w_a + M
@@ -51,7 +20,7 @@ func (w *AdditiveWeights) Check() error {
 // zero weights. opts.Scale must be the default: additive scores have no
 // scale. The Result is that of a single head: Dims has H = HKV = 1 and
 // DK = DK of the weights, O is (B,1,L,DV), Weights (B,1,L,S), LSE (B,1,L).
-func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v []float32, vShape [3]int, w *AdditiveWeights, opts vkattn.Options) (*Result, error) {
+func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v []float32, vShape [3]int, w *vkattn.AdditiveWeights, opts vkattn.Options) (*Result, error) {
 	if w == nil {
 		return nil, fmt.Errorf("%w: additive weights are nil", vkattn.ErrShape)
 	}

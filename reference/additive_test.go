@@ -15,7 +15,7 @@ import (
 // tolerances of the hand-worked cases.
 var atanhHalf = float32(math.Log(3) / 2)
 
-func mustAdditive(t *testing.T, q []float32, qs [3]int, k []float32, ks [3]int, v []float32, vs [3]int, w *AdditiveWeights, opts vkattn.Options) *Result {
+func mustAdditive(t *testing.T, q []float32, qs [3]int, k []float32, ks [3]int, v []float32, vs [3]int, w *vkattn.AdditiveWeights, opts vkattn.Options) *Result {
 	t.Helper()
 	r, err := AdditiveAttention(q, qs, k, ks, v, vs, w, opts)
 	if err != nil {
@@ -36,7 +36,7 @@ func mustAdditive(t *testing.T, q []float32, qs [3]int, k []float32, ks [3]int, 
 //	LSE = ln Z = 1.680269671
 func TestAdditiveGoldenKeys(t *testing.T) {
 	a := atanhHalf
-	w := &AdditiveWeights{DQ: 2, DK: 2, DA: 2, WQ: []float32{1, 0, 0, 1}, WK: []float32{1, 0, 0, 1}, Bias: []float32{0, 0}, WA: []float32{1, 1}}
+	w := &vkattn.AdditiveWeights{DQ: 2, DK: 2, DA: 2, WQ: []float32{1, 0, 0, 1}, WK: []float32{1, 0, 0, 1}, Bias: []float32{0, 0}, WA: []float32{1, 1}}
 	r := mustAdditive(t, []float32{0, 0}, [3]int{1, 1, 2}, []float32{0, 0, a, 0, a, a}, [3]int{1, 3, 2},
 		[]float32{1, 0, 0, 1, 1, 1}, [3]int{1, 3, 2}, w, vkattn.Options{})
 	e, eh := math.E, math.Exp(0.5)
@@ -69,7 +69,7 @@ func TestAdditiveGoldenKeys(t *testing.T) {
 //	    = [0.689974481, 0, 0.310025519], O = 0.689974481 + 4*0.310025519 = 1.930076557
 func TestAdditiveGoldenQuery(t *testing.T) {
 	a := atanhHalf
-	w := &AdditiveWeights{DQ: 1, DK: 1, DA: 2, WQ: []float32{1, -1}, WK: []float32{1, 1}, WA: []float32{2, -1}}
+	w := &vkattn.AdditiveWeights{DQ: 1, DK: 1, DA: 2, WQ: []float32{1, -1}, WK: []float32{1, 1}, WA: []float32{2, -1}}
 	run := func(opts vkattn.Options) *Result {
 		return mustAdditive(t, []float32{a}, [3]int{1, 1, 1}, []float32{-a, a, 0}, [3]int{1, 3, 1}, []float32{1, 2, 4}, [3]int{1, 3, 1}, w, opts)
 	}
@@ -125,7 +125,7 @@ func TestAdditiveGoldenBias(t *testing.T) {
 		6, -3,
 	}
 	for _, bias := range []float32{atanhHalf, 1e30} {
-		w := &AdditiveWeights{DQ: 1, DK: 1, DA: 1, WQ: []float32{0}, WK: []float32{0}, Bias: []float32{bias}, WA: []float32{2}}
+		w := &vkattn.AdditiveWeights{DQ: 1, DK: 1, DA: 1, WQ: []float32{0}, WK: []float32{0}, Bias: []float32{bias}, WA: []float32{2}}
 		r := mustAdditive(t, q, [3]int{2, 2, 1}, k, [3]int{2, 3, 1}, v, [3]int{2, 3, 2}, w, vkattn.Options{})
 		third := 1.0 / 3
 		near(t, "A", r.Weights, []float64{third, third, third, third, third, third, third, third, third, third, third, third}, 1e-15)
@@ -138,7 +138,7 @@ func TestAdditiveGoldenBias(t *testing.T) {
 type additiveProblem struct {
 	B, L, S, DQ, DK, DA, DV int
 	q, k, v                 []float32
-	w                       *AdditiveWeights
+	w                       *vkattn.AdditiveWeights
 }
 
 func newAdditiveProblem(seed int64, B, L, S, DQ, DK, DA, DV int) additiveProblem {
@@ -146,7 +146,7 @@ func newAdditiveProblem(seed int64, B, L, S, DQ, DK, DA, DV int) additiveProblem
 	return additiveProblem{
 		B: B, L: L, S: S, DQ: DQ, DK: DK, DA: DA, DV: DV,
 		q: randF32(r, B*L*DQ), k: randF32(r, B*S*DK), v: randF32(r, B*S*DV),
-		w: &AdditiveWeights{DQ: DQ, DK: DK, DA: DA, WQ: randF32(r, DQ*DA), WK: randF32(r, DK*DA), Bias: randF32(r, DA), WA: randF32(r, DA)},
+		w: &vkattn.AdditiveWeights{DQ: DQ, DK: DK, DA: DA, WQ: randF32(r, DQ*DA), WK: randF32(r, DK*DA), Bias: randF32(r, DA), WA: randF32(r, DA)},
 	}
 }
 
@@ -306,8 +306,8 @@ func TestAdditiveProperties(t *testing.T) {
 }
 
 func TestAdditiveErrors(t *testing.T) {
-	good := &AdditiveWeights{DQ: 2, DK: 3, DA: 4, WQ: make([]float32, 8), WK: make([]float32, 12), Bias: make([]float32, 4), WA: make([]float32, 4)}
-	mod := func(f func(w *AdditiveWeights)) *AdditiveWeights {
+	good := &vkattn.AdditiveWeights{DQ: 2, DK: 3, DA: 4, WQ: make([]float32, 8), WK: make([]float32, 12), Bias: make([]float32, 4), WA: make([]float32, 4)}
+	mod := func(f func(w *vkattn.AdditiveWeights)) *vkattn.AdditiveWeights {
 		w := *good
 		f(&w)
 		return &w
@@ -316,7 +316,7 @@ func TestAdditiveErrors(t *testing.T) {
 	qs, ks, vs := [3]int{1, 2, 2}, [3]int{1, 5, 3}, [3]int{1, 5, 2}
 	cases := []struct {
 		name       string
-		w          *AdditiveWeights
+		w          *vkattn.AdditiveWeights
 		q, k, v    []float32
 		qs, ks, vs [3]int
 		opts       vkattn.Options
@@ -324,11 +324,13 @@ func TestAdditiveErrors(t *testing.T) {
 		msg        string
 	}{
 		{name: "nil weights", err: vkattn.ErrShape, msg: "nil"},
-		{name: "dims", w: mod(func(w *AdditiveWeights) { w.DA = 0 }), err: vkattn.ErrEmpty},
-		{name: "W_q", w: mod(func(w *AdditiveWeights) { w.WQ = make([]float32, 6) }), err: vkattn.ErrShape, msg: "W_q has 6 values, want shape [2 4]"},
-		{name: "w_a missing", w: mod(func(w *AdditiveWeights) { w.WA = nil }), err: vkattn.ErrShape, msg: "w_a has 0 values"},
-		{name: "b", w: mod(func(w *AdditiveWeights) { w.Bias = make([]float32, 3) }), err: vkattn.ErrShape, msg: "b has 3 values"},
-		{name: "NaN W_k", w: mod(func(w *AdditiveWeights) { w.WK = []float32{0, 0, 0, 0, 0, float32(math.NaN()), 0, 0, 0, 0, 0, 0} }), err: vkattn.ErrNonFinite, msg: "W_k value 5"},
+		{name: "dims", w: mod(func(w *vkattn.AdditiveWeights) { w.DA = 0 }), err: vkattn.ErrEmpty},
+		{name: "W_q", w: mod(func(w *vkattn.AdditiveWeights) { w.WQ = make([]float32, 6) }), err: vkattn.ErrShape, msg: "W_q has 6 values, want shape [2 4]"},
+		{name: "w_a missing", w: mod(func(w *vkattn.AdditiveWeights) { w.WA = nil }), err: vkattn.ErrShape, msg: "w_a has 0 values"},
+		{name: "b", w: mod(func(w *vkattn.AdditiveWeights) { w.Bias = make([]float32, 3) }), err: vkattn.ErrShape, msg: "b has 3 values"},
+		{name: "NaN W_k", w: mod(func(w *vkattn.AdditiveWeights) {
+			w.WK = []float32{0, 0, 0, 0, 0, float32(math.NaN()), 0, 0, 0, 0, 0, 0}
+		}), err: vkattn.ErrNonFinite, msg: "W_k value 5"},
 		{name: "scale", opts: vkattn.Options{Scale: vkattn.CustomScale(2)}, err: vkattn.ErrScale},
 		{name: "query width", qs: [3]int{1, 1, 4}, err: vkattn.ErrShape, msg: "Q shape [1 1 4] has width 4"},
 		{name: "key width", ks: [3]int{1, 5, 5}, err: vkattn.ErrShape, msg: "K shape"},

@@ -7,147 +7,6 @@ import (
 	"github.com/vkattn/vkattn"
 )
 
-// MHAWeights are the parameters of one PyTorch nn.MultiheadAttention layer
-// in PyTorch's own layout: every weight is (out, in) row-major, so a
-// projection is y = x W^T + b.
-//
-// Either InProjWeight is set (the packed layout PyTorch uses when
-// KDim == VDim == DModel) or QProjWeight, KProjWeight and VProjWeight are
-// (the layout it uses otherwise), never both. PyTorch's add_bias_kv
-// (bias_k, bias_v) and add_zero_attn are not supported.
-type MHAWeights struct {
-	// DModel is PyTorch's embed_dim; KDim and VDim are the widths of the key
-	// and value inputs (PyTorch kdim, vdim), DModel for self-attention.
-	DModel, KDim, VDim int
-
-	// InProjWeight is in_proj_weight, (3*DModel, DModel): W_q, W_k, W_v
-	// stacked along the output axis.
-	InProjWeight []float32
-	// QProjWeight (DModel, DModel), KProjWeight (DModel, KDim) and
-	// VProjWeight (DModel, VDim) are q_proj_weight, k_proj_weight and
-	// v_proj_weight.
-	QProjWeight, KProjWeight, VProjWeight []float32
-	// InProjBias is in_proj_bias, (3*DModel): b_q, b_k, b_v, used with
-	// either weight layout. nil means no bias (PyTorch bias=False).
-	InProjBias []float32
-	// OutProjWeight is out_proj.weight, (DModel, DModel).
-	OutProjWeight []float32
-	// OutProjBias is out_proj.bias, (DModel); nil means no bias.
-	OutProjBias []float32
-}
-
-// ParamCount is the number of weights and biases, 4d^2 + 4d for a
-// self-attention layer with biases (spec.md §3: 288 for d = 8).
-func (w *MHAWeights) ParamCount() int {
-	return len(w.InProjWeight) + len(w.QProjWeight) + len(w.KProjWeight) + len(w.VProjWeight) +
-		len(w.InProjBias) + len(w.OutProjWeight) + len(w.OutProjBias)
-}
-
-// Check reports whether the weights are consistent with their dimensions:
-// one weight layout, every tensor of the right size (errors name the
-// PyTorch tensor and both shapes, wrapping vkattn.ErrShape) and every value
-// finite (vkattn.ErrNonFinite).
-func (w *MHAWeights) Check() error {
-	d, kd, vd := w.DModel, w.KDim, w.VDim
-	if d <= 0 || kd <= 0 || vd <= 0 {
-		return fmt.Errorf("%w: MHA weights have DModel %d, KDim %d, VDim %d: all must be at least 1", vkattn.ErrEmpty, d, kd, vd)
-	}
-	packed := w.InProjWeight != nil
-	separate := w.QProjWeight != nil || w.KProjWeight != nil || w.VProjWeight != nil
-	switch {
-	case packed && separate:
-		return fmt.Errorf("%w: MHA weights have both in_proj_weight and q/k/v_proj_weight", vkattn.ErrShape)
-	case !packed && !separate:
-		return fmt.Errorf("%w: MHA weights have neither in_proj_weight nor q/k/v_proj_weight", vkattn.ErrShape)
-	case packed && (kd != d || vd != d):
-		return fmt.Errorf("%w: packed in_proj_weight needs kdim = vdim = embed_dim %d, have kdim %d, vdim %d (use q/k/v_proj_weight)", vkattn.ErrShape, d, kd, vd)
-	}
-	ts := []namedTensor{
-		{"in_proj_bias", w.InProjBias, []int{3 * d}, true},
-		{"out_proj.weight", w.OutProjWeight, []int{d, d}, false},
-		{"out_proj.bias", w.OutProjBias, []int{d}, true},
-	}
-	if packed {
-		ts = append(ts, namedTensor{"in_proj_weight", w.InProjWeight, []int{3 * d, d}, false})
-	} else {
-		ts = append(ts,
-			namedTensor{"q_proj_weight", w.QProjWeight, []int{d, d}, false},
-			namedTensor{"k_proj_weight", w.KProjWeight, []int{d, kd}, false},
-			namedTensor{"v_proj_weight", w.VProjWeight, []int{d, vd}, false})
-	}
-	return checkTensors(ts)
-}
-
-// namedTensor is a weight tensor with its PyTorch name, for shape errors.
-type namedTensor struct {
-	name     string
-	data     []float32
-	shape    []int
-	optional bool
-}
-
-// checkTensors checks each tensor's value count against its shape and that
-// every value is finite; a nil optional tensor is fine.
-func checkTensors(ts []namedTensor) error {
-	for _, t := range ts {
-		if t.data == nil && t.optional {
-			continue
-		}
-		n := 1
-		for _, s := range t.shape {
-			n *= s
-		}
-		if len(t.data) != n {
-			return fmt.Errorf("%w: %s has %d values, want shape %v (%d values)", vkattn.ErrShape, t.name, len(t.data), t.shape, n)
-		}
-		if i := firstNonFinite(t.data); i >= 0 {
-			return fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, t.name, i, t.data[i])
-		}
-	}
-	return nil
-}
-
-// projections returns W_q, W_k, W_v and b_q, b_k, b_v (nil without bias)
-// for either layout; Check must have passed.
-func (w *MHAWeights) projections() (wq, wk, wv, bq, bk, bv []float32) {
-	d := w.DModel
-	if w.InProjWeight != nil {
-		wq, wk, wv = w.InProjWeight[:d*d], w.InProjWeight[d*d:2*d*d], w.InProjWeight[2*d*d:]
-	} else {
-		wq, wk, wv = w.QProjWeight, w.KProjWeight, w.VProjWeight
-	}
-	if w.InProjBias != nil {
-		bq, bk, bv = w.InProjBias[:d], w.InProjBias[d:2*d], w.InProjBias[2*d:]
-	}
-	return
-}
-
-// KeyPadding is PyTorch's boolean key_padding_mask: Padded is (B, S)
-// row-major and Padded[b*S+j] is true where key j of batch item b is padding,
-// ignored by every head and query. The field name carries the sense.
-type KeyPadding struct {
-	Padded []bool
-}
-
-// MHAOptions configure MultiHeadAttention.
-type MHAOptions struct {
-	// Heads is PyTorch's num_heads; it must divide DModel. Each head has
-	// width DModel/Heads and the default scale 1/sqrt(DModel/Heads).
-	Heads int
-	// KeyPadding, if not nil, masks padded keys (PyTorch key_padding_mask).
-	KeyPadding *KeyPadding
-	// Attention holds what applies to every head's attention, with exactly
-	// the semantics of Attention: Mask and BoolMask broadcast over
-	// (B, Heads, T, S) (PyTorch's (T,S) attn_mask is MaskShape{1,1,T,S}, its
-	// (B*Heads,T,S) one MaskShape{B,Heads,T,S}; its boolean attn_mask is a
-	// TrueBlocks mask), Causal, KeyLengths, QueryLengths and Scale.
-	// WantLSE and WantWeights are ignored.
-	Attention vkattn.Options
-	// NeedWeights fills MHAResult.Weights and AvgWeights (PyTorch
-	// need_weights with average_attn_weights False and True).
-	NeedWeights bool
-}
-
 // MHAResult is a multi-head attention layer's output and every intermediate
 // step, so each stage of a GPU implementation can be checked on its own.
 type MHAResult struct {
@@ -187,7 +46,7 @@ type MHAResult struct {
 // (spec.md §2), so its layer output is OutProjBias (zeros without bias);
 // PyTorch returns NaN there. Query rows past opts.Attention.QueryLengths
 // likewise give OutProjBias.
-func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int, value []float32, valueShape []int, w *MHAWeights, opts MHAOptions) (*MHAResult, error) {
+func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int, value []float32, valueShape []int, w *vkattn.MHAWeights, opts vkattn.MHAOptions) (*MHAResult, error) {
 	if w == nil {
 		return nil, fmt.Errorf("%w: MHA weights are nil", vkattn.ErrShape)
 	}
@@ -237,7 +96,7 @@ func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int
 		}
 	}
 
-	wq, wk, wv, bq, bk, bv := w.projections()
+	wq, wk, wv, bq, bk, bv := w.Projections()
 	res := &MHAResult{B: B, T: T, S: S, DModel: d, Heads: h}
 	for _, p := range []struct {
 		name   string
@@ -320,7 +179,7 @@ func shape3(name string, data []float32, shape []int, rank, width int, widthName
 // (m already validated, may be nil) and every padded key: Options has one
 // boolean mask, and both must apply. The result keeps m's head and query
 // axes and is full on B and S.
-func withKeyPadding(m *vkattn.BoolMask, kp *KeyPadding, B, S int) (*vkattn.BoolMask, error) {
+func withKeyPadding(m *vkattn.BoolMask, kp *vkattn.KeyPadding, B, S int) (*vkattn.BoolMask, error) {
 	if len(kp.Padded) != B*S {
 		return nil, fmt.Errorf("%w: key padding mask has %d values, want (B,S) = (%d,%d)", vkattn.ErrMask, len(kp.Padded), B, S)
 	}

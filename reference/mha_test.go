@@ -12,8 +12,8 @@ import (
 
 // randMHA returns random weights: packed when kdim = vdim = d, separate
 // otherwise, with biases when bias is set.
-func randMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *MHAWeights {
-	w := &MHAWeights{DModel: d, KDim: kdim, VDim: vdim, OutProjWeight: randF32(r, d*d)}
+func randMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *vkattn.MHAWeights {
+	w := &vkattn.MHAWeights{DModel: d, KDim: kdim, VDim: vdim, OutProjWeight: randF32(r, d*d)}
 	if kdim == d && vdim == d {
 		w.InProjWeight = randF32(r, 3*d*d)
 	} else {
@@ -25,7 +25,7 @@ func randMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *MHAWeights {
 	return w
 }
 
-func mustMHA(t *testing.T, x []float32, xs []int, k []float32, ks []int, v []float32, vs []int, w *MHAWeights, opts MHAOptions) *MHAResult {
+func mustMHA(t *testing.T, x []float32, xs []int, k []float32, ks []int, v []float32, vs []int, w *vkattn.MHAWeights, opts vkattn.MHAOptions) *MHAResult {
 	t.Helper()
 	r, err := MultiHeadAttention(x, xs, k, ks, v, vs, w, opts)
 	if err != nil {
@@ -45,7 +45,7 @@ func mustMHA(t *testing.T, x []float32, xs []int, k []float32, ks []int, v []flo
 // naiveMHA computes the layer from the projections res.Q, res.K, res.V with
 // nothing but loops: no Attention, no head split, head hh reading columns
 // hh*dh..(hh+1)*dh of every position. No masks.
-func naiveMHA(res *MHAResult, w *MHAWeights) []float64 {
+func naiveMHA(res *MHAResult, w *vkattn.MHAWeights) []float64 {
 	B, T, S, d, h := res.B, res.T, res.S, res.DModel, res.Heads
 	dh := d / h
 	concat := make([]float64, B*T*d)
@@ -107,7 +107,7 @@ func TestMHASpecWalkthrough(t *testing.T) {
 		t.Fatalf("ParamCount = %d, want 4d^2+4d = 288", n)
 	}
 
-	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, MHAOptions{Heads: h})
+	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h})
 	if res.B != B || res.T != T || res.S != T || res.DModel != d || res.Heads != h {
 		t.Fatalf("result dims B=%d T=%d S=%d d=%d h=%d", res.B, res.T, res.S, res.DModel, res.Heads)
 	}
@@ -168,7 +168,7 @@ func TestMHAAxisSwapMatters(t *testing.T) {
 	r := rand.New(rand.NewSource(4))
 	w := randMHA(r, d, d, d, true)
 	x := randF32(r, B*T*d)
-	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, MHAOptions{Heads: h})
+	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h})
 
 	// Split and merge are inverses, and split really moves data.
 	back := mergeHeads(widen(splitHeads(res.Q, B, T, h, dh)), B, T, h, dh)
@@ -198,7 +198,7 @@ func TestMHACross(t *testing.T) {
 	r := rand.New(rand.NewSource(5))
 	w := randMHA(r, d, kd, vd, true)
 	x, k, v := randF32(r, B*T*d), randF32(r, B*S*kd), randF32(r, B*S*vd)
-	res := mustMHA(t, x, []int{B, T, d}, k, []int{B, S, kd}, v, []int{B, S, vd}, w, MHAOptions{Heads: h, NeedWeights: true})
+	res := mustMHA(t, x, []int{B, T, d}, k, []int{B, S, kd}, v, []int{B, S, vd}, w, vkattn.MHAOptions{Heads: h, NeedWeights: true})
 	if res.S != S || len(res.K) != B*S*d || len(res.V) != B*S*d || len(res.Weights) != B*h*T*S || len(res.AvgWeights) != B*T*S {
 		t.Fatalf("S %d, K %d, V %d, weights %d, avg %d", res.S, len(res.K), len(res.V), len(res.Weights), len(res.AvgWeights))
 	}
@@ -222,7 +222,7 @@ func TestMHACross(t *testing.T) {
 	}
 
 	// Rank 2 inputs are batch 1.
-	r2 := mustMHA(t, x[:T*d], []int{T, d}, k[:S*kd], []int{S, kd}, v[:S*vd], []int{S, vd}, w, MHAOptions{Heads: h})
+	r2 := mustMHA(t, x[:T*d], []int{T, d}, k[:S*kd], []int{S, kd}, v[:S*vd], []int{S, vd}, w, vkattn.MHAOptions{Heads: h})
 	near(t, "rank 2", r2.Out, res.Out[:T*d], 0)
 }
 
@@ -245,8 +245,8 @@ func TestMHALayouts(t *testing.T) {
 	sep := *packed
 	sep.InProjWeight = nil
 	sep.QProjWeight, sep.KProjWeight, sep.VProjWeight = packed.InProjWeight[:d*d], packed.InProjWeight[d*d:2*d*d], packed.InProjWeight[2*d*d:]
-	a := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, packed, MHAOptions{Heads: h})
-	b := mustMHA(t, x, []int{B, T, d}, x, []int{B, T, d}, x, []int{B, T, d}, &sep, MHAOptions{Heads: h})
+	a := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, packed, vkattn.MHAOptions{Heads: h})
+	b := mustMHA(t, x, []int{B, T, d}, x, []int{B, T, d}, x, []int{B, T, d}, &sep, vkattn.MHAOptions{Heads: h})
 	near(t, "separate vs packed", b.Out, a.Out, 0)
 	if packed.ParamCount() != sep.ParamCount() {
 		t.Fatalf("ParamCount %d vs %d", packed.ParamCount(), sep.ParamCount())
@@ -256,8 +256,8 @@ func TestMHALayouts(t *testing.T) {
 	nob.InProjBias, nob.OutProjBias = nil, nil
 	zero := *packed
 	zero.InProjBias, zero.OutProjBias = make([]float32, 3*d), make([]float32, d)
-	near(t, "nil vs zero bias", mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &nob, MHAOptions{Heads: h}).Out,
-		mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &zero, MHAOptions{Heads: h}).Out, 0)
+	near(t, "nil vs zero bias", mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &nob, vkattn.MHAOptions{Heads: h}).Out,
+		mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &zero, vkattn.MHAOptions{Heads: h}).Out, 0)
 	if nob.ParamCount() != 4*d*d {
 		t.Fatalf("ParamCount without bias %d, want %d", nob.ParamCount(), 4*d*d)
 	}
@@ -275,8 +275,8 @@ func TestMHAPermutation(t *testing.T) {
 	for i, p := range perm {
 		copy(px[i*d:(i+1)*d], x[p*d:(p+1)*d])
 	}
-	a := mustMHA(t, x, []int{T, d}, nil, nil, nil, nil, w, MHAOptions{Heads: h})
-	b := mustMHA(t, px, []int{T, d}, nil, nil, nil, nil, w, MHAOptions{Heads: h})
+	a := mustMHA(t, x, []int{T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h})
+	b := mustMHA(t, px, []int{T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h})
 	for i, p := range perm {
 		near(t, "permuted row", b.Out[i*d:(i+1)*d], a.Out[p*d:(p+1)*d], 1e-12)
 	}
@@ -287,17 +287,17 @@ func TestMHAKeyPadding(t *testing.T) {
 	r := rand.New(rand.NewSource(8))
 	w := randMHA(r, d, d, d, true)
 	x, kv := randF32(r, B*T*d), randF32(r, B*S*d)
-	run := func(opts MHAOptions) *MHAResult {
+	run := func(opts vkattn.MHAOptions) *MHAResult {
 		opts.Heads, opts.NeedWeights = h, true
 		return mustMHA(t, x, []int{B, T, d}, kv, []int{B, S, d}, kv, []int{B, S, d}, w, opts)
 	}
 
 	// Padding the last keys is KeyLengths, and a (B,1,1,S) TrueBlocks mask.
-	pad := &KeyPadding{Padded: []bool{false, false, false, true, false, false, true, true}}
-	got := run(MHAOptions{KeyPadding: pad})
-	near(t, "padding vs key lengths", got.Out, run(MHAOptions{Attention: vkattn.Options{KeyLengths: []int{3, 2}}}).Out, 0)
+	pad := &vkattn.KeyPadding{Padded: []bool{false, false, false, true, false, false, true, true}}
+	got := run(vkattn.MHAOptions{KeyPadding: pad})
+	near(t, "padding vs key lengths", got.Out, run(vkattn.MHAOptions{Attention: vkattn.Options{KeyLengths: []int{3, 2}}}).Out, 0)
 	bm := &vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: pad.Padded, Meaning: vkattn.TrueBlocks}
-	near(t, "padding vs bool mask", got.Out, run(MHAOptions{Attention: vkattn.Options{BoolMask: bm}}).Out, 0)
+	near(t, "padding vs bool mask", got.Out, run(vkattn.MHAOptions{Attention: vkattn.Options{BoolMask: bm}}).Out, 0)
 	for i, a := range got.Weights {
 		if j := i % S; (i/(h*T*S) == 0 && j == 3 || i/(h*T*S) == 1 && j >= 2) && a != 0 {
 			t.Fatalf("padded key has weight %v at %d", a, i)
@@ -320,8 +320,8 @@ func TestMHAKeyPadding(t *testing.T) {
 		}
 	}
 	mm := &vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, T, S}, Values: merged, Meaning: vkattn.TrueBlocks}
-	near(t, "padding + mask", run(MHAOptions{KeyPadding: pad, Attention: vkattn.Options{BoolMask: am}}).Out,
-		run(MHAOptions{Attention: vkattn.Options{BoolMask: mm}}).Out, 0)
+	near(t, "padding + mask", run(vkattn.MHAOptions{KeyPadding: pad, Attention: vkattn.Options{BoolMask: am}}).Out,
+		run(vkattn.MHAOptions{Attention: vkattn.Options{BoolMask: mm}}).Out, 0)
 	// The caller's mask is left as it was.
 	if am.Shape != (vkattn.MaskShape{1, 1, T, S}) || !am.Values[0] || am.Values[2] {
 		t.Fatal("the caller's boolean mask was modified")
@@ -329,8 +329,8 @@ func TestMHAKeyPadding(t *testing.T) {
 
 	// A fully masked row: zero weights and attention output, so the layer
 	// output is out_proj.bias (PyTorch gives NaN).
-	full := &KeyPadding{Padded: []bool{false, false, false, false, true, true, true, true}}
-	res := run(MHAOptions{KeyPadding: full})
+	full := &vkattn.KeyPadding{Padded: []bool{false, false, false, false, true, true, true, true}}
+	res := run(vkattn.MHAOptions{KeyPadding: full})
 	for tt := 0; tt < T; tt++ {
 		near(t, "fully masked out", res.Out[(T+tt)*d:(T+tt+1)*d], widen(w.OutProjBias), 0)
 		near(t, "fully masked avg weights", res.AvgWeights[(T+tt)*S:(T+tt+1)*S], make([]float64, S), 0)
@@ -347,7 +347,7 @@ func TestMHAMasksPassThrough(t *testing.T) {
 	m := &vkattn.Mask{Shape: vkattn.MaskShape{B, h, T, T}, Values: randF32(r, B*h*T*T)}
 	m.Values[5] = negInf
 	opts := vkattn.Options{Causal: vkattn.CausalTopLeft, Mask: m, Scale: vkattn.CustomScale(0.3)}
-	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, MHAOptions{Heads: h, Attention: opts, NeedWeights: true})
+	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h, Attention: opts, NeedWeights: true})
 	s := [4]int{B, h, T, dh}
 	want := mustRun(t, splitHeads(res.Q, B, T, h, dh), s, splitHeads(res.K, B, T, h, dh), s, splitHeads(res.V, B, T, h, dh), s, opts)
 	same(t, "per head", res.Attention, want)
@@ -368,7 +368,7 @@ func TestMHAErrors(t *testing.T) {
 	good := randMHA(r, d, d, d, true)
 	x := randF32(r, B*T*d)
 	xs := []int{B, T, d}
-	mod := func(f func(w *MHAWeights)) *MHAWeights {
+	mod := func(f func(w *vkattn.MHAWeights)) *vkattn.MHAWeights {
 		w := *good
 		f(&w)
 		return &w
@@ -376,31 +376,31 @@ func TestMHAErrors(t *testing.T) {
 	nan := float32(math.NaN())
 	cases := []struct {
 		name string
-		w    *MHAWeights
+		w    *vkattn.MHAWeights
 		x    []float32
 		xs   []int
 		k, v []float32
 		ks   []int
 		vs   []int
-		opts MHAOptions
+		opts vkattn.MHAOptions
 		err  error
 		msg  string
 	}{
 		{name: "nil weights", err: vkattn.ErrShape, msg: "nil"},
-		{name: "no dims", w: mod(func(w *MHAWeights) { w.KDim = 0 }), err: vkattn.ErrEmpty},
-		{name: "both layouts", w: mod(func(w *MHAWeights) { w.QProjWeight = make([]float32, d*d) }), err: vkattn.ErrShape, msg: "both"},
-		{name: "no layout", w: mod(func(w *MHAWeights) { w.InProjWeight = nil }), err: vkattn.ErrShape, msg: "neither"},
-		{name: "packed with kdim", w: mod(func(w *MHAWeights) { w.KDim = 3 }), err: vkattn.ErrShape, msg: "kdim"},
-		{name: "short in_proj_weight", w: mod(func(w *MHAWeights) { w.InProjWeight = w.InProjWeight[:40] }), err: vkattn.ErrShape, msg: "in_proj_weight has 40 values, want shape [12 4]"},
-		{name: "short bias", w: mod(func(w *MHAWeights) { w.OutProjBias = w.OutProjBias[:3] }), err: vkattn.ErrShape, msg: "out_proj.bias has 3 values, want shape [4]"},
-		{name: "NaN weight", w: mod(func(w *MHAWeights) {
+		{name: "no dims", w: mod(func(w *vkattn.MHAWeights) { w.KDim = 0 }), err: vkattn.ErrEmpty},
+		{name: "both layouts", w: mod(func(w *vkattn.MHAWeights) { w.QProjWeight = make([]float32, d*d) }), err: vkattn.ErrShape, msg: "both"},
+		{name: "no layout", w: mod(func(w *vkattn.MHAWeights) { w.InProjWeight = nil }), err: vkattn.ErrShape, msg: "neither"},
+		{name: "packed with kdim", w: mod(func(w *vkattn.MHAWeights) { w.KDim = 3 }), err: vkattn.ErrShape, msg: "kdim"},
+		{name: "short in_proj_weight", w: mod(func(w *vkattn.MHAWeights) { w.InProjWeight = w.InProjWeight[:40] }), err: vkattn.ErrShape, msg: "in_proj_weight has 40 values, want shape [12 4]"},
+		{name: "short bias", w: mod(func(w *vkattn.MHAWeights) { w.OutProjBias = w.OutProjBias[:3] }), err: vkattn.ErrShape, msg: "out_proj.bias has 3 values, want shape [4]"},
+		{name: "NaN weight", w: mod(func(w *vkattn.MHAWeights) {
 			w.OutProjWeight = append([]float32(nil), w.OutProjWeight...)
 			w.OutProjWeight[2] = nan
 		}), err: vkattn.ErrNonFinite, msg: "out_proj.weight"},
-		{name: "separate k_proj", w: &MHAWeights{DModel: d, KDim: 3, VDim: d, QProjWeight: make([]float32, d*d), KProjWeight: make([]float32, d*d), VProjWeight: make([]float32, d*d), OutProjWeight: make([]float32, d*d)},
+		{name: "separate k_proj", w: &vkattn.MHAWeights{DModel: d, KDim: 3, VDim: d, QProjWeight: make([]float32, d*d), KProjWeight: make([]float32, d*d), VProjWeight: make([]float32, d*d), OutProjWeight: make([]float32, d*d)},
 			err: vkattn.ErrShape, msg: "k_proj_weight has 16 values, want shape [4 3]"},
-		{name: "heads", opts: MHAOptions{Heads: 3}, err: vkattn.ErrHeads},
-		{name: "zero heads", opts: MHAOptions{Heads: 0}, err: vkattn.ErrHeads},
+		{name: "heads", opts: vkattn.MHAOptions{Heads: 3}, err: vkattn.ErrHeads},
+		{name: "zero heads", opts: vkattn.MHAOptions{Heads: 0}, err: vkattn.ErrHeads},
 		{name: "width", xs: []int{B, T * 2, d / 2}, err: vkattn.ErrShape, msg: "embed_dim"},
 		{name: "rank", xs: []int{1, B, T, d}, err: vkattn.ErrShape, msg: "rank"},
 		{name: "length", x: x[:5], err: vkattn.ErrShape, msg: "query has 5 values"},
@@ -410,11 +410,11 @@ func TestMHAErrors(t *testing.T) {
 		{name: "key rank", k: x, ks: []int{T, d}, v: x, vs: []int{T, d}, err: vkattn.ErrShape, msg: "rank"},
 		{name: "batch", k: append(x, x...), ks: []int{2, T, d}, v: append(x, x...), vs: []int{2, T, d}, err: vkattn.ErrShape, msg: "batch"},
 		{name: "positions", k: x, ks: xs, v: x[:d], vs: []int{B, 1, d}, err: vkattn.ErrShape, msg: "positions"},
-		{name: "padding length", opts: MHAOptions{Heads: h, KeyPadding: &KeyPadding{Padded: []bool{true}}}, err: vkattn.ErrMask},
-		{name: "mask shape", opts: MHAOptions{Heads: h, Attention: vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 3, T, T}, Values: make([]float32, 3*T*T)}}}, err: vkattn.ErrMask},
-		{name: "mask meaning", opts: MHAOptions{Heads: h, KeyPadding: &KeyPadding{Padded: make([]bool, T)}, Attention: vkattn.Options{BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, T}, Values: make([]bool, T)}}}, err: vkattn.ErrMask},
-		{name: "missing out_proj.weight", w: mod(func(w *MHAWeights) { w.OutProjWeight = nil }), err: vkattn.ErrShape, msg: "out_proj.weight has 0 values"},
-		{name: "projection overflow", w: mod(func(w *MHAWeights) {
+		{name: "padding length", opts: vkattn.MHAOptions{Heads: h, KeyPadding: &vkattn.KeyPadding{Padded: []bool{true}}}, err: vkattn.ErrMask},
+		{name: "mask shape", opts: vkattn.MHAOptions{Heads: h, Attention: vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 3, T, T}, Values: make([]float32, 3*T*T)}}}, err: vkattn.ErrMask},
+		{name: "mask meaning", opts: vkattn.MHAOptions{Heads: h, KeyPadding: &vkattn.KeyPadding{Padded: make([]bool, T)}, Attention: vkattn.Options{BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, T}, Values: make([]bool, T)}}}, err: vkattn.ErrMask},
+		{name: "missing out_proj.weight", w: mod(func(w *vkattn.MHAWeights) { w.OutProjWeight = nil }), err: vkattn.ErrShape, msg: "out_proj.weight has 0 values"},
+		{name: "projection overflow", w: mod(func(w *vkattn.MHAWeights) {
 			w.InProjWeight = make([]float32, 3*d*d)
 			w.InProjWeight[0], w.InProjWeight[1] = 3e38, 3e38
 		}), x: []float32{10, 10, 0, 0, 0, 0, 0, 0}, err: vkattn.ErrNonFinite, msg: "projection Q"},

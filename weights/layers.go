@@ -5,13 +5,12 @@ import (
 	"slices"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/reference"
 )
 
 // LoadMHA reads the weights of a PyTorch nn.MultiheadAttention layer saved
 // at top level (torch's state_dict names without a prefix) from a .npz or
 // .safetensors file. See MHA for names, shapes and errors.
-func LoadMHA(path string, dModel, kdim, vdim int) (*reference.MHAWeights, error) {
+func LoadMHA(path string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
 	ts, err := Load(path)
 	if err != nil {
 		return nil, err
@@ -39,7 +38,7 @@ func LoadMHA(path string, dModel, kdim, vdim int) (*reference.MHAWeights, error)
 // which are not supported. A missing tensor is an error wrapping
 // ErrMissing; a wrongly shaped one an error wrapping vkattn.ErrShape that
 // names the tensor, its shape and the shape wanted.
-func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*reference.MHAWeights, error) {
+func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
 	if kdim == 0 {
 		kdim = dModel
 	}
@@ -56,7 +55,7 @@ func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*referenc
 		}
 	}
 	g := getter{ts: ts, prefix: prefix}
-	w := &reference.MHAWeights{DModel: d, KDim: kdim, VDim: vdim}
+	w := &vkattn.MHAWeights{DModel: d, KDim: kdim, VDim: vdim}
 	_, packed := ts[prefix+"in_proj_weight"]
 	_, hasQ := ts[prefix+"q_proj_weight"]
 	_, hasK := ts[prefix+"k_proj_weight"]
@@ -91,7 +90,7 @@ func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*referenc
 
 // LoadAdditive reads additive attention weights (names W_q, W_k, b, w_a at
 // top level) from a .npz or .safetensors file. See Additive.
-func LoadAdditive(path string, dQ, dK int) (*reference.AdditiveWeights, error) {
+func LoadAdditive(path string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
 	ts, err := Load(path)
 	if err != nil {
 		return nil, err
@@ -110,7 +109,7 @@ func LoadAdditive(path string, dQ, dK int) (*reference.AdditiveWeights, error) {
 //
 // d_a is read from W_q. W_q and W_k are (in, out), as the spec writes
 // q W_q, not PyTorch's (out, in). Errors are those of MHA.
-func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*reference.AdditiveWeights, error) {
+func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
 	if dQ <= 0 || dK <= 0 {
 		return nil, fmt.Errorf("%w: d_q %d, d_k %d", vkattn.ErrEmpty, dQ, dK)
 	}
@@ -126,7 +125,7 @@ func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*reference.Addit
 		return nil, fmt.Errorf("%w: %sW_q has shape %v, want (%d, d_a)", vkattn.ErrShape, prefix, wq.Shape, dQ)
 	}
 	g := getter{ts: ts, prefix: prefix}
-	w := &reference.AdditiveWeights{DQ: dQ, DK: dK, DA: da}
+	w := &vkattn.AdditiveWeights{DQ: dQ, DK: dK, DA: da}
 	w.WQ = g.get("W_q", dQ, da)
 	w.WK = g.get("W_k", dK, da)
 	w.Bias = g.optional("b", da)

@@ -101,14 +101,14 @@ func TestPyTorchParity(t *testing.T) {
 
 // optionsFor turns a case's key_padding_mask and attn_mask into
 // reference options with PyTorch's meanings.
-func optionsFor(t *testing.T, data map[string]Tensor, heads, B, T, S int) reference.MHAOptions {
+func optionsFor(t *testing.T, data map[string]Tensor, heads, B, T, S int) vkattn.MHAOptions {
 	t.Helper()
-	opts := reference.MHAOptions{Heads: heads}
+	opts := vkattn.MHAOptions{Heads: heads}
 	if kp, ok := data["key_padding_mask"]; ok {
 		if kp.DType != "BOOL" || !reflect.DeepEqual(kp.Shape, []int{B, S}) {
 			t.Fatalf("key_padding_mask is %s %v, want BOOL [%d %d]", kp.DType, kp.Shape, B, S)
 		}
-		opts.KeyPadding = &reference.KeyPadding{Padded: make([]bool, len(kp.Data))}
+		opts.KeyPadding = &vkattn.KeyPadding{Padded: make([]bool, len(kp.Data))}
 		for i, x := range kp.Data {
 			opts.KeyPadding.Padded[i] = x != 0
 		}
