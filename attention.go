@@ -256,7 +256,7 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		}
 		x.Weights = out.Weights.buf
 	}
-	if call.prepared, err = d.attention.Prepare(plan.Kernel, x); err != nil {
+	if call.prepared, err = d.kernels.PrepareAttention(plan.Kernel, x); err != nil {
 		return fail(err)
 	}
 	return call, nil

@@ -41,13 +41,13 @@ type Config struct {
 // Device is an open Vulkan device with everything vkattn made on it.
 // Methods are safe for use by one goroutine at a time.
 type Device struct {
-	mu        sync.Mutex
-	instance  *vk.Instance
-	dev       *vk.Device
-	attention *pipelines.Attention
-	path      LoadPath
-	tensors   map[*Tensor]struct{}
-	closed    bool
+	mu       sync.Mutex
+	instance *vk.Instance
+	dev      *vk.Device
+	kernels  *pipelines.Kernels
+	path     LoadPath
+	tensors  map[*Tensor]struct{}
+	closed   bool
 }
 
 // Devices lists every Vulkan device with a compute queue and the index the
@@ -83,11 +83,11 @@ func Open(cfg Config) (*Device, error) {
 		return nil, err
 	}
 	return &Device{
-		instance:  inst,
-		dev:       dev,
-		attention: pipelines.NewAttention(dev),
-		path:      cfg.LoadPath,
-		tensors:   map[*Tensor]struct{}{},
+		instance: inst,
+		dev:      dev,
+		kernels:  pipelines.NewKernels(dev),
+		path:     cfg.LoadPath,
+		tensors:  map[*Tensor]struct{}{},
 	}, nil
 }
 
@@ -115,7 +115,7 @@ func (d *Device) Close() error {
 	for t := range d.tensors {
 		t.release()
 	}
-	d.attention.Close()
+	d.kernels.Close()
 	err := d.dev.Close()
 	d.instance.Close()
 	return errors.Join(waitErr, err)

@@ -6,13 +6,10 @@
 package pipelines
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
-	"time"
 
-	"github.com/vkattn/vkattn/shaders"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -66,6 +63,8 @@ type AttentionArgs struct {
 	Lengths                 *vk.Buffer // int32 key lengths [B] then query lengths [B]; nil if none
 	LSE                     *vk.Buffer // (B, H, L) float, nil if not wanted
 	Weights                 *vk.Buffer // (B, H, L, S) float, nil if not wanted
+	KeyPadding              *vk.Buffer // (B, S) float 0 / -inf, nil if none
+	WA                      *vk.Buffer // additive plans: w_a, DK floats
 }
 
 // AttentionPlan is what the planner chose for one problem.
@@ -82,8 +81,10 @@ type AttentionPlan struct {
 	// a KV head packed together (RowBlocks blocks of Rows rows per KV head);
 	// a combine pass merges the partial results.
 	Splits, SplitKeys, RowBlocks int
-	Grid                         [3]uint32
-	Why                          string // why this load path
+	// Additive: additive (Bahdanau) scores; Q and K are the projections.
+	Additive bool
+	Grid     [3]uint32
+	Why      string // why this load path
 }
 
 func (p AttentionPlan) String() string {
@@ -121,6 +122,8 @@ type PlanInput struct {
 	Weights bool
 	// Force overrides the load path (AutoPath: choose).
 	Force LoadPath
+	// Additive: additive scores w_a . tanh(q + k) instead of q . k.
+	Additive bool
 }
 
 // PlanAttention picks the kernel variant and launch shape for a problem on
@@ -136,21 +139,14 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	for p.DMax < width {
 		p.DMax *= 2
 	}
-	// Load path: lavapipe turns storage-buffer loads in loops into per-lane
-	// loops and runs texel fetches ~20x faster (vulkan-notes.md); real GPUs
-	// read storage buffers at full speed.
-	p.Path = force
-	if p.Path == AutoPath {
-		if (dev.DriverID == vk.DriverIDLavapipe || dev.Type == vk.DeviceCPU) && dev.TexelR32F {
-			p.Path, p.Why = TexelPath, "CPU driver, texel fetches beat storage loads"
-		} else {
-			p.Path, p.Why = StoragePath, "GPU, storage buffers are the portable fast path"
-		}
-	} else {
-		p.Why = "forced"
+	var err error
+	if p.Path, p.Why, err = choosePath(dev, force); err != nil {
+		return p, err
 	}
-	if p.Path == TexelPath && !dev.TexelR32F {
-		return p, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT uniform texel buffers", dev.Name)
+	p.Additive = in.Additive
+	family := "attention_"
+	if p.Additive {
+		family = "additive_"
 	}
 	p.KeyTile = 4
 	p.Vec4 = aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
@@ -162,10 +158,10 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 		// One SIMD-8 lane group per workgroup; several rows per lane reuse
 		// each fetched key and value element. The unrolled tile body grows
 		// with Rows*DMax, so wide heads get fewer rows.
-		p.Variant, p.WorkGroup = "attention_texel_"+shape, 8
+		p.Variant, p.WorkGroup = family+"texel_"+shape, 8
 		p.Rows = map[int]int{16: 8, 32: 8, 64: 4, 128: 2, 256: 1}[p.DMax]
 	} else {
-		p.Variant, p.WorkGroup, p.Rows = "attention_storage_"+shape, 64, 1
+		p.Variant, p.WorkGroup, p.Rows = family+"storage_"+shape, 64, 1
 	}
 	p.WorkGroup = min(p.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
 	rowsPerGroup := p.Rows * p.WorkGroup
@@ -175,7 +171,7 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	// most lanes idle and read K/V once per query head; split the keys over
 	// lanes instead and pack each KV head's query rows together.
 	packed := (h / in.HKV) * l
-	if p.Vec4 && !in.Weights && packed <= max(2*p.Rows, 8) && in.S >= 256 {
+	if p.Vec4 && !in.Weights && !p.Additive && packed <= max(2*p.Rows, 8) && in.S >= 256 {
 		p.SplitKeys = 64
 		if p.Path == TexelPath {
 			p.SplitKeys = 128
@@ -220,39 +216,8 @@ func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 
 	return nil
 }
 
-// Attention is the attention kernel family on one device: it builds each
-// variant once and keeps it.
-type Attention struct {
-	dev     *vk.Device
-	kernels map[string]*vk.Kernel
-	dummy   *vk.Buffer // bound where an optional input or output is absent
-}
-
-// NewAttention prepares the attention family on dev. Kernels are built
-// lazily on first use.
-func NewAttention(dev *vk.Device) *Attention {
-	return &Attention{dev: dev, kernels: map[string]*vk.Kernel{}}
-}
-
-// Close frees the family's kernels and buffers.
-func (a *Attention) Close() {
-	for _, k := range a.kernels {
-		k.Close()
-	}
-	a.kernels = map[string]*vk.Kernel{}
-	a.dummy.Close()
-	a.dummy = nil
-}
-
-func (a *Attention) kernel(p AttentionPlan) (*vk.Kernel, error) {
-	key := fmt.Sprintf("%s/d%d/r%d/w%d", p.Variant, p.DMax, p.Rows, p.WorkGroup)
-	if k, ok := a.kernels[key]; ok {
-		return k, nil
-	}
-	code, err := shaders.SPIRV(p.Variant)
-	if err != nil {
-		return nil, err
-	}
+// attentionKernel is the kernel of an attention plan, built once per device.
+func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	in, mask := vk.StorageBuffer, vk.StorageBuffer
 	if p.Path == TexelPath {
 		in, mask = vk.UniformTexelR32F, vk.UniformTexelR32F
@@ -260,40 +225,24 @@ func (a *Attention) kernel(p AttentionPlan) (*vk.Kernel, error) {
 			in = vk.UniformTexelRGBA32F
 		}
 	}
-	k, err := a.dev.NewKernel(vk.KernelSpec{
-		Name:  key,
-		SPIRV: code,
-		Bindings: []vk.BindingType{vk.UniformBuffer, in, in, in, mask, mask,
-			vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer},
-		Spec: []int32{int32(p.WorkGroup), int32(p.DMax / 4), int32(p.Rows), int32(p.WorkGroup)},
-	})
-	if err != nil {
-		return nil, err
+	bindings := []vk.BindingType{vk.UniformBuffer, in, in, in, mask, mask,
+		vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, mask}
+	if p.Additive {
+		bindings = append(bindings, vk.StorageBuffer) // w_a
 	}
-	a.kernels[key] = k
-	return k, nil
+	return ks.get(vk.KernelSpec{
+		Name:     fmt.Sprintf("%s/d%d/r%d/w%d", p.Variant, p.DMax, p.Rows, p.WorkGroup),
+		Bindings: bindings,
+		Spec:     []int32{int32(p.WorkGroup), int32(p.DMax / 4), int32(p.Rows), int32(p.WorkGroup)},
+	}, p.Variant)
 }
 
 // combineKernel is the split-K combine pass (one variant per device).
-func (a *Attention) combineKernel() (*vk.Kernel, error) {
-	const key = "attention_combine"
-	if k, ok := a.kernels[key]; ok {
-		return k, nil
-	}
-	code, err := shaders.SPIRV(key)
-	if err != nil {
-		return nil, err
-	}
-	k, err := a.dev.NewKernel(vk.KernelSpec{
-		Name:     key,
-		SPIRV:    code,
+func (ks *Kernels) combineKernel() (*vk.Kernel, error) {
+	return ks.get(vk.KernelSpec{
+		Name:     "attention_combine",
 		Bindings: []vk.BindingType{vk.UniformBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer},
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.kernels[key] = k
-	return k, nil
+	}, "attention_combine")
 }
 
 // Flags of the Params block, as in shaders/attention.comp.
@@ -304,10 +253,11 @@ const (
 	flagLengths  = 8
 	flagLSE      = 16
 	flagWeights  = 32
+	flagKeyPad   = 64
 )
 
-// params encodes the shaders' std140 Params block (attention_params.glsl).
-func params(p AttentionPlan, x *AttentionArgs) []byte {
+// attentionParams encodes the shaders' std140 Params block (attention_params.glsl).
+func attentionParams(p AttentionPlan, x *AttentionArgs) []byte {
 	flags := 0
 	var m, bm [4]int
 	if x.Mask != nil {
@@ -335,6 +285,9 @@ func params(p AttentionPlan, x *AttentionArgs) []byte {
 	if x.Weights != nil {
 		flags |= flagWeights
 	}
+	if x.KeyPadding != nil {
+		flags |= flagKeyPad
+	}
 	ints := []int{
 		x.L, x.S, x.DK, x.DV,
 		x.B, x.H / x.HKV, flags, shift,
@@ -346,42 +299,29 @@ func params(p AttentionPlan, x *AttentionArgs) []byte {
 		m[0], m[1], m[2], m[3],
 		bm[0], bm[1], bm[2], bm[3],
 	}
-	split := []int{p.Splits, p.SplitKeys, p.RowBlocks, x.H}
-	out := make([]byte, 4*len(ints)+16+16)
-	for i, v := range ints {
-		binary.LittleEndian.PutUint32(out[4*i:], uint32(int32(v)))
-	}
-	binary.LittleEndian.PutUint32(out[4*len(ints):], math.Float32bits(float32(x.Scale*math.Log2E)))
-	for i, v := range split {
-		binary.LittleEndian.PutUint32(out[4*len(ints)+16+4*i:], uint32(int32(v)))
-	}
-	return out
+	scaling := make([]byte, 16)
+	binary.LittleEndian.PutUint32(scaling, math.Float32bits(float32(x.Scale*math.Log2E)))
+	out := append(int32Bytes(ints), scaling...)
+	return append(out, int32Bytes([]int{p.Splits, p.SplitKeys, p.RowBlocks, x.H})...)
 }
 
-// Prepared is an attention dispatch recorded once, replayable with Run.
-type Prepared struct {
-	Plan       AttentionPlan
-	params     *vk.Buffer
-	set        *vk.DescriptorSet
-	partials   *vk.Buffer        // split-K partial results
-	combineSet *vk.DescriptorSet // split-K combine pass
-	cmds       *vk.Commands
-}
-
-// Prepare checks args against the plan and the device, binds the buffers
-// and records the dispatch.
-func (a *Attention) Prepare(p AttentionPlan, x AttentionArgs) (*Prepared, error) {
-	info := a.dev.Info
+// Attention binds an attention call: its parameters, scratch buffers and
+// descriptor sets, and the split-K combine pass when the plan has one.
+func (ks *Kernels) Attention(p AttentionPlan, x AttentionArgs) (*Step, error) {
+	info := ks.dev.Info
 	texel := p.Path == TexelPath
+	if p.Additive != (x.WA != nil) {
+		return nil, fmt.Errorf("pipelines: additive plan %v with w_a %v", p.Additive, x.WA != nil)
+	}
 	for _, c := range []struct {
 		what  string
 		buf   *vk.Buffer
 		texel bool
 	}{
 		{"Q", x.Q.Buffer, texel}, {"K", x.K.Buffer, texel}, {"V", x.V.Buffer, texel}, {"O", x.O.Buffer, false},
-		{"LSE", x.LSE, false}, {"weights", x.Weights, false},
+		{"LSE", x.LSE, false}, {"weights", x.Weights, false}, {"key padding", x.KeyPadding, texel},
 	} {
-		if err := checkRange(info, c.what, c.buf, c.texel, p.Vec4); err != nil {
+		if err := checkRange(info, c.what, c.buf, c.texel, p.Vec4 && c.what != "key padding"); err != nil {
 			return nil, err
 		}
 	}
@@ -392,119 +332,88 @@ func (a *Attention) Prepare(p AttentionPlan, x AttentionArgs) (*Prepared, error)
 			}
 		}
 	}
-	k, err := a.kernel(p)
+	k, err := ks.attentionKernel(p)
 	if err != nil {
 		return nil, err
 	}
-	if a.dummy == nil {
-		if a.dummy, err = a.dev.NewBuffer(16); err != nil {
-			return nil, err
-		}
+	st := &Step{}
+	fail := func(err error) (*Step, error) {
+		st.Close()
+		return nil, err
 	}
-	or := func(b *vk.Buffer) *vk.Buffer {
-		if b == nil {
-			return a.dummy
-		}
-		return b
+	params, err := ks.dev.NewBuffer(256)
+	if err != nil {
+		return nil, err
+	}
+	st.own(params)
+	if err := params.Write(0, attentionParams(p, &x)); err != nil {
+		return fail(err)
 	}
 	maskBuf := func(m *MaskView) *vk.Buffer {
 		if m == nil {
-			return a.dummy
+			return nil
 		}
 		return m.Buffer
 	}
-	pr := &Prepared{Plan: p}
-	if pr.params, err = a.dev.NewBuffer(256); err != nil {
-		return nil, err
-	}
-	if err := pr.params.Write(0, params(p, &x)); err != nil {
-		pr.Close()
-		return nil, err
-	}
-	last := or(x.Weights) // binding 9: weights, or the split-K partials
-	var combine *vk.Kernel
+	last := x.Weights // binding 9: weights, or the split-K partials
+	var combine dispatch
 	if p.Splits > 0 {
 		// Per split and row: max, sum and the unnormalised d_v-wide output.
 		n := uint64(x.B) * uint64(x.H) * uint64(x.L) * uint64(p.Splits) * uint64(x.DV+2)
-		if pr.partials, err = a.dev.NewBuffer(4 * n); err != nil {
-			pr.Close()
-			return nil, err
-		}
-		if err := checkRange(info, "split-K partials", pr.partials, false, false); err != nil {
-			pr.Close()
-			return nil, err
-		}
-		last = pr.partials
-		if combine, err = a.combineKernel(); err != nil {
-			pr.Close()
-			return nil, err
-		}
-		pr.combineSet, err = combine.Bind([]vk.Arg{{Buffer: pr.params}, {Buffer: pr.partials}, {Buffer: x.O.Buffer}, {Buffer: or(x.LSE)}})
+		partials, err := ks.dev.NewBuffer(4 * n)
 		if err != nil {
-			pr.Close()
-			return nil, err
+			return fail(err)
 		}
-	}
-	pr.set, err = k.Bind([]vk.Arg{
-		{Buffer: pr.params}, {Buffer: x.Q.Buffer}, {Buffer: x.K.Buffer}, {Buffer: x.V.Buffer},
-		{Buffer: maskBuf(x.Mask)}, {Buffer: maskBuf(x.BoolMask)}, {Buffer: or(x.Lengths)},
-		{Buffer: x.O.Buffer}, {Buffer: or(x.LSE)}, {Buffer: last},
-	})
-	if err != nil {
-		pr.Close()
-		return nil, err
-	}
-	if pr.cmds, err = a.dev.NewCommands(2); err != nil {
-		pr.Close()
-		return nil, err
-	}
-	if err := pr.cmds.Begin(); err != nil {
-		pr.Close()
-		return nil, err
-	}
-	pr.cmds.Timestamp(0)
-	if err := pr.cmds.Dispatch(k, pr.set, p.Grid); err != nil {
-		pr.Close()
-		return nil, err
-	}
-	pr.cmds.Barrier()
-	if combine != nil {
+		st.own(partials)
+		if err := checkRange(info, "split-K partials", partials, false, false); err != nil {
+			return fail(err)
+		}
+		last = partials
+		if combine.kernel, err = ks.combineKernel(); err != nil {
+			return fail(err)
+		}
+		if combine.set, err = ks.bind(combine.kernel, params, partials, x.O.Buffer, x.LSE); err != nil {
+			return fail(err)
+		}
+		st.own(combine.set)
 		rows := x.B * x.H * x.L
-		if err := pr.cmds.Dispatch(combine, pr.combineSet, [3]uint32{uint32((rows + 63) / 64), 1, 1}); err != nil {
-			pr.Close()
+		combine.groups = [3]uint32{uint32((rows + 63) / 64), 1, 1}
+	}
+	args := []*vk.Buffer{params, x.Q.Buffer, x.K.Buffer, x.V.Buffer, maskBuf(x.Mask), maskBuf(x.BoolMask),
+		x.Lengths, x.O.Buffer, x.LSE, last, x.KeyPadding}
+	if p.Additive {
+		args = append(args, x.WA)
+	}
+	set, err := ks.bind(k, args...)
+	if err != nil {
+		return fail(err)
+	}
+	st.own(set)
+	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: p.Grid})
+	if combine.kernel != nil {
+		st.dispatches = append(st.dispatches, combine)
+	}
+	return st, nil
+}
+
+// bind binds buffers to a kernel's bindings in order; nil binds the dummy
+// buffer (an absent optional input or output).
+func (ks *Kernels) bind(k *vk.Kernel, bufs ...*vk.Buffer) (*vk.DescriptorSet, error) {
+	args := make([]vk.Arg, len(bufs))
+	for i, b := range bufs {
+		var err error
+		if args[i].Buffer, err = ks.or(b); err != nil {
 			return nil, err
 		}
-		pr.cmds.Barrier()
 	}
-	pr.cmds.Timestamp(1)
-	if err := pr.cmds.End(); err != nil {
-		pr.Close()
+	return k.Bind(args)
+}
+
+// PrepareAttention binds an attention call and records it on its own.
+func (ks *Kernels) PrepareAttention(p AttentionPlan, x AttentionArgs) (*Prepared, error) {
+	st, err := ks.Attention(p, x)
+	if err != nil {
 		return nil, err
 	}
-	return pr, nil
-}
-
-// Run submits the recorded dispatch and waits for it; it returns the device
-// time when the device has timestamps (0 otherwise).
-func (pr *Prepared) Run(ctx context.Context) (time.Duration, error) {
-	if err := pr.cmds.Submit(); err != nil {
-		return 0, err
-	}
-	if err := pr.cmds.Wait(ctx); err != nil {
-		return 0, err
-	}
-	t, _, err := pr.cmds.Elapsed(0, 1)
-	return t, err
-}
-
-// Close frees what Prepare made.
-func (pr *Prepared) Close() {
-	if pr == nil {
-		return
-	}
-	pr.cmds.Close()
-	pr.set.Close()
-	pr.combineSet.Close()
-	pr.partials.Close()
-	pr.params.Close()
+	return ks.Prepare(st)
 }

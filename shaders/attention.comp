@@ -19,6 +19,8 @@
 //   VEC4_LOADS: Q, K, V rows are read four floats at a time (RGBA32F texels
 //     or vec4 storage); needs d % 4 == 0 and 4-aligned offsets and strides.
 //     Otherwise scalar loads assemble each vec4 (any width).
+//   ADDITIVE: additive (Bahdanau) scores w_a . tanh(q + k) on projected
+//     queries and keys (width d_k = d_a), w_a at binding 11; no scale.
 //   SPLIT_K: flash-decoding for few query rows and many keys. Each lane owns
 //     one split of the keys; the rows of an invocation are the query rows of
 //     all query heads sharing one K/V head (GQA), so each K/V element is
@@ -39,6 +41,7 @@ const int FLAG_CAUSAL = 4;
 const int FLAG_LENGTHS = 8;  // per-batch key and query lengths at binding 6
 const int FLAG_LSE = 16;
 const int FLAG_WEIGHTS = 32;
+const int FLAG_KEYPAD = 64; // key padding (B, S) as 0 / -inf at binding 10
 
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
@@ -47,54 +50,42 @@ const float NEG_INF = -1.0 / 0.0;
 #include "attention_params.glsl"
 
 #ifdef TEXEL_LOADS
-#ifdef VEC4_LOADS
-layout(binding = 1) uniform samplerBuffer Qt; // RGBA32F views
+layout(binding = 1) uniform samplerBuffer Qt; // RGBA32F views with VEC4_LOADS, else R32F
 layout(binding = 2) uniform samplerBuffer Kt;
 layout(binding = 3) uniform samplerBuffer Vt;
-#define ROW4(buf, base, c) texelFetch(buf, ((base) >> 2) + (c))
-#else
-layout(binding = 1) uniform samplerBuffer Qt; // R32F views
-layout(binding = 2) uniform samplerBuffer Kt;
-layout(binding = 3) uniform samplerBuffer Vt;
-#define AT(buf, i) texelFetch(buf, (i)).r
-#endif
 layout(binding = 4) uniform samplerBuffer Mt;
 layout(binding = 5) uniform samplerBuffer Bt;
+layout(binding = 10) uniform samplerBuffer Pt;
 #define LOAD_M(i) texelFetch(Mt, (i)).r
 #define LOAD_B(i) texelFetch(Bt, (i)).r
+#define LOAD_PAD(i) texelFetch(Pt, (i)).r
 #else
 #ifdef VEC4_LOADS
 layout(std430, binding = 1) readonly buffer QBuf { vec4 Qt[]; };
 layout(std430, binding = 2) readonly buffer KBuf { vec4 Kt[]; };
 layout(std430, binding = 3) readonly buffer VBuf { vec4 Vt[]; };
-#define ROW4(buf, base, c) buf[((base) >> 2) + (c)]
 #else
 layout(std430, binding = 1) readonly buffer QBuf { float Qt[]; };
 layout(std430, binding = 2) readonly buffer KBuf { float Kt[]; };
 layout(std430, binding = 3) readonly buffer VBuf { float Vt[]; };
-#define AT(buf, i) buf[(i)]
 #endif
 layout(std430, binding = 4) readonly buffer MBuf { float mData[]; };
 layout(std430, binding = 5) readonly buffer BBuf { float bData[]; };
+layout(std430, binding = 10) readonly buffer PadBuf { float padData[]; };
 #define LOAD_M(i) mData[(i)]
 #define LOAD_B(i) bData[(i)]
+#define LOAD_PAD(i) padData[(i)]
 #endif
-
-#ifdef VEC4_LOADS
-// Slot c of a row of width n (a multiple of 4); zero past the row.
-#define LOAD4(buf, base, c, n) ((4 * (c) < (n)) ? ROW4(buf, base, c) : vec4(0.0))
-#else
-// Slot c of a row of width n from scalar loads; indexes are clamped into the
-// row so every load is in bounds, and lanes past the row read as zero.
-#define AT_CLAMPED(buf, base, i, n) ((i) < (n) ? AT(buf, (base) + min((i), (n) - 1)) : 0.0)
-#define LOAD4(buf, base, c, n) vec4(AT_CLAMPED(buf, base, 4 * (c), n), AT_CLAMPED(buf, base, 4 * (c) + 1, n), \
-                                    AT_CLAMPED(buf, base, 4 * (c) + 2, n), AT_CLAMPED(buf, base, 4 * (c) + 3, n))
-#endif
+#include "loads.glsl"
 
 layout(std430, binding = 6) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries
 layout(std430, binding = 7) writeonly buffer OBuf { float oData[]; };
 layout(std430, binding = 8) writeonly buffer LseBuf { float lseData[]; };
 layout(std430, binding = 9) writeonly buffer WBuf { float wData[]; }; // weights, or split-K partials
+#ifdef ADDITIVE
+layout(std430, binding = 11) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
+vec4 wa[D4]; // w_a, zero past d_k
+#endif
 
 vec4 q[ROWS * D4];   // query rows, pre-multiplied by scale*log2(e)
 vec4 acc[ROWS * D4]; // unnormalised output rows
@@ -123,11 +114,21 @@ void tileScores(int j0, int keyEnd) {
         [[unroll]] for (int c = 0; c < D4; c++) {
             vec4 k4 = LOAD4(Kt, kBase, c, DK);
             [[unroll]] for (int r = 0; r < ROWS; r++) {
+#ifdef ADDITIVE
+                // Bahdanau: q and k are the projections q W_q + b and k W_k;
+                // slots past d_k hold tanh(0) * 0.
+                dots[r] += dot(wa[c], tanh(q[r * D4 + c] + k4));
+#else
                 dots[r] += dot(q[r * D4 + c], k4);
+#endif
             }
         }
         [[unroll]] for (int r = 0; r < ROWS; r++) {
+#ifdef ADDITIVE
+            sc[r][t] = dots[r] * LOG2E;
+#else
             sc[r][t] = dots[r];
+#endif
         }
     }
     [[unroll]] for (int r = 0; r < ROWS; r++) {
@@ -145,6 +146,9 @@ void tileScores(int j0, int keyEnd) {
             }
             if ((flags & FLAG_BOOLMASK) != 0) {
                 add += LOAD_B(b * P.bStride.x + headOf[r] * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
+            }
+            if ((flags & FLAG_KEYPAD) != 0) {
+                add += LOAD_PAD(b * S + jc);
             }
             float e = sc[r][t] + add * LOG2E;
             sc[r][t] = (ok && e != NEG_INF) ? e : NEG_INF;
@@ -211,7 +215,19 @@ void main() {
     int keyStop = keyEnd;
 #endif
 
+#ifdef ADDITIVE
+    float scale2 = 1.0; // additive scores have no scale; tileScores converts to base 2
+    [[unroll]] for (int c = 0; c < D4; c++) {
+        wa[c] = vec4(0.0);
+        [[unroll]] for (int t = 0; t < 4; t++) {
+            if (4 * c + t < DK) {
+                wa[c][t] = waData[4 * c + t];
+            }
+        }
+    }
+#else
     float scale2 = P.scaling.x;
+#endif
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         int qBase = P.offsets.x + b * P.qStride.x + headOf[r] * P.qStride.y + rowOf[r] * P.qStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {

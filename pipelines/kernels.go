@@ -1,0 +1,190 @@
+package pipelines
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/vkattn/vkattn/shaders"
+	"github.com/vkattn/vkattn/vk"
+)
+
+// Kernels is vkattn's kernel library on one device: every variant is built
+// on first use and kept until Close.
+type Kernels struct {
+	dev    *vk.Device
+	kernel map[string]*vk.Kernel
+	dummy  *vk.Buffer // bound where an optional input or output is absent
+}
+
+// NewKernels prepares the kernel library of dev. Nothing is built yet.
+func NewKernels(dev *vk.Device) *Kernels {
+	return &Kernels{dev: dev, kernel: map[string]*vk.Kernel{}}
+}
+
+// Close frees the library's kernels and buffers.
+func (ks *Kernels) Close() {
+	for _, k := range ks.kernel {
+		k.Close()
+	}
+	ks.kernel = map[string]*vk.Kernel{}
+	ks.dummy.Close()
+	ks.dummy = nil
+}
+
+// get returns the kernel named spec.Name, building it from the SPIR-V
+// variant on first use.
+func (ks *Kernels) get(spec vk.KernelSpec, variant string) (*vk.Kernel, error) {
+	if k, ok := ks.kernel[spec.Name]; ok {
+		return k, nil
+	}
+	code, err := shaders.SPIRV(variant)
+	if err != nil {
+		return nil, err
+	}
+	spec.SPIRV = code
+	k, err := ks.dev.NewKernel(spec)
+	if err != nil {
+		return nil, err
+	}
+	ks.kernel[spec.Name] = k
+	return k, nil
+}
+
+// or returns b, or a small dummy buffer for an absent optional binding.
+func (ks *Kernels) or(b *vk.Buffer) (*vk.Buffer, error) {
+	if b != nil {
+		return b, nil
+	}
+	if ks.dummy == nil {
+		var err error
+		if ks.dummy, err = ks.dev.NewBuffer(16); err != nil {
+			return nil, err
+		}
+	}
+	return ks.dummy, nil
+}
+
+// choosePath picks the load path of a kernel on dev. Lavapipe turns
+// storage-buffer loads in loops into per-lane loops and runs texel fetches
+// ~20x faster (vulkan-notes.md); real GPUs read storage buffers at full
+// speed.
+func choosePath(dev vk.PhysicalDevice, force LoadPath) (LoadPath, string, error) {
+	path, why := force, "forced"
+	if path == AutoPath {
+		if (dev.DriverID == vk.DriverIDLavapipe || dev.Type == vk.DeviceCPU) && dev.TexelR32F {
+			path, why = TexelPath, "CPU driver, texel fetches beat storage loads"
+		} else {
+			path, why = StoragePath, "GPU, storage buffers are the portable fast path"
+		}
+	}
+	if path == TexelPath && !dev.TexelR32F {
+		return path, why, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT uniform texel buffers", dev.Name)
+	}
+	return path, why, nil
+}
+
+// closer is what a Step owns and frees.
+type closer interface{ Close() }
+
+// dispatch is one kernel launch of a Step.
+type dispatch struct {
+	kernel *vk.Kernel
+	set    *vk.DescriptorSet
+	groups [3]uint32
+	push   []byte
+}
+
+// Step is bound work (one or more dispatches with their parameters and
+// scratch buffers) ready to be recorded; a Prepared sequence of Steps runs
+// as one submission with a barrier after every dispatch.
+type Step struct {
+	dispatches []dispatch
+	owned      []closer
+}
+
+// own records something the step frees on Close.
+func (s *Step) own(c closer) { s.owned = append(s.owned, c) }
+
+// Close frees what the step owns. Steps handed to Prepare belong to it.
+func (s *Step) Close() {
+	if s == nil {
+		return
+	}
+	for i := len(s.owned) - 1; i >= 0; i-- {
+		s.owned[i].Close()
+	}
+	s.owned = nil
+}
+
+// Prepared is a sequence of Steps recorded once into one command buffer,
+// replayable with Run.
+type Prepared struct {
+	steps []*Step
+	cmds  *vk.Commands
+}
+
+// Prepare records steps in order, with a barrier after each dispatch and
+// timestamps around the whole sequence. The Prepared owns the steps (also
+// when Prepare fails).
+func (ks *Kernels) Prepare(steps ...*Step) (*Prepared, error) {
+	pr := &Prepared{steps: steps}
+	var err error
+	if pr.cmds, err = ks.dev.NewCommands(2); err != nil {
+		pr.Close()
+		return nil, err
+	}
+	if err := pr.record(); err != nil {
+		pr.Close()
+		return nil, err
+	}
+	return pr, nil
+}
+
+func (pr *Prepared) record() error {
+	c := pr.cmds
+	if err := c.Begin(); err != nil {
+		return err
+	}
+	c.Timestamp(0)
+	for _, s := range pr.steps {
+		for _, d := range s.dispatches {
+			if d.push != nil {
+				if err := c.Push(d.kernel, d.push); err != nil {
+					return err
+				}
+			}
+			if err := c.Dispatch(d.kernel, d.set, d.groups); err != nil {
+				return err
+			}
+			c.Barrier()
+		}
+	}
+	c.Timestamp(1)
+	return c.End()
+}
+
+// Run submits the recorded sequence and waits for it; it returns the device
+// time when the device has timestamps (0 otherwise).
+func (pr *Prepared) Run(ctx context.Context) (time.Duration, error) {
+	if err := pr.cmds.Submit(); err != nil {
+		return 0, err
+	}
+	if err := pr.cmds.Wait(ctx); err != nil {
+		return 0, err
+	}
+	t, _, err := pr.cmds.Elapsed(0, 1)
+	return t, err
+}
+
+// Close frees the commands (waiting for work in flight) and the steps.
+func (pr *Prepared) Close() {
+	if pr == nil {
+		return
+	}
+	pr.cmds.Close()
+	for _, s := range pr.steps {
+		s.Close()
+	}
+	pr.steps = nil
+}

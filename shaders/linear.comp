@@ -1,0 +1,99 @@
+#version 450
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
+// Dense layer Y = X W^T + b in fp32 (PyTorch nn.Linear layout: W is
+// (outputs, inputs) row-major, so each output is a dot product of two
+// contiguous rows). Each invocation computes a TR x TC tile of Y, reading
+// four inputs of TR rows of X and TC rows of W per step, so every loaded
+// vec4 feeds TR or TC dot products.
+//
+// X and Y are row views (element offset and row stride), so a projection can
+// read or write one slice of a wider buffer: the fused QKV output (B*T, 3d)
+// holds Q, K and V side by side and attention reads heads out of it through
+// strides. The tile arrays are indexed only inside unrolled loops (see
+// attention.comp on lavapipe and private arrays).
+//
+// Variants: TEXEL_LOADS / VEC4_LOADS as in loads.glsl, for X and W.
+
+layout(local_size_x_id = 0) in;
+
+const int TR = 4; // rows of X per invocation
+const int TC = 4; // outputs per invocation
+const int FLAG_BIAS = 1;
+
+layout(std140, binding = 0) uniform Params {
+    ivec4 dims; // rows M, outputs N, inputs K, flags
+    ivec4 x;    // X element offset, row stride
+    ivec4 w;    // W element offset, row stride
+    ivec4 y;    // Y element offset, row stride; bias element offset
+} P;
+
+#ifdef TEXEL_LOADS
+layout(binding = 1) uniform samplerBuffer Xt; // RGBA32F views with VEC4_LOADS, else R32F
+layout(binding = 2) uniform samplerBuffer Wt;
+#else
+#ifdef VEC4_LOADS
+layout(std430, binding = 1) readonly buffer XBuf { vec4 Xt[]; };
+layout(std430, binding = 2) readonly buffer WBuf { vec4 Wt[]; };
+#else
+layout(std430, binding = 1) readonly buffer XBuf { float Xt[]; };
+layout(std430, binding = 2) readonly buffer WBuf { float Wt[]; };
+#endif
+#endif
+#include "loads.glsl"
+layout(std430, binding = 3) readonly buffer BiasBuf { float bias[]; };
+layout(std430, binding = 4) writeonly buffer YBuf { float yData[]; };
+
+void main() {
+    int M = P.dims.x;
+    int N = P.dims.y;
+    int K = P.dims.z;
+    int col0 = int(gl_GlobalInvocationID.x) * TC;
+    int row0 = int(gl_WorkGroupID.y) * TR;
+    if (col0 >= N) {
+        return;
+    }
+    // Rows and outputs past the end are clamped for loading and not stored.
+    int xBase[TR];
+    int wBase[TC];
+    vec4 acc[TR]; // acc[r][c]: row row0+r, output col0+c
+    [[unroll]] for (int r = 0; r < TR; r++) {
+        xBase[r] = P.x.x + min(row0 + r, M - 1) * P.x.y;
+        acc[r] = vec4(0.0);
+    }
+    [[unroll]] for (int c = 0; c < TC; c++) {
+        wBase[c] = P.w.x + min(col0 + c, N - 1) * P.w.y;
+    }
+    int steps = (K + 3) / 4;
+    for (int i = 0; i < steps; i++) {
+        vec4 xs[TR];
+        vec4 ws[TC];
+        [[unroll]] for (int r = 0; r < TR; r++) {
+            xs[r] = LOAD4(Xt, xBase[r], i, K);
+        }
+        [[unroll]] for (int c = 0; c < TC; c++) {
+            ws[c] = LOAD4(Wt, wBase[c], i, K);
+        }
+        [[unroll]] for (int r = 0; r < TR; r++) {
+            [[unroll]] for (int c = 0; c < TC; c++) {
+                acc[r][c] += dot(xs[r], ws[c]);
+            }
+        }
+    }
+    vec4 b = vec4(0.0);
+    if ((P.dims.w & FLAG_BIAS) != 0) {
+        [[unroll]] for (int c = 0; c < TC; c++) {
+            b[c] = bias[P.y.z + min(col0 + c, N - 1)];
+        }
+    }
+    [[unroll]] for (int r = 0; r < TR; r++) {
+        if (row0 + r < M) {
+            int yBase = P.y.x + (row0 + r) * P.y.y + col0;
+            [[unroll]] for (int c = 0; c < TC; c++) {
+                if (col0 + c < N) {
+                    yData[yBase + c] = acc[r][c] + b[c];
+                }
+            }
+        }
+    }
+}
