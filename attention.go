@@ -16,10 +16,21 @@ type Plan struct {
 	Dims   Dims
 	Device string
 	Kernel pipelines.AttentionPlan
+	// Projections are the dense layers that run first (additive attention's
+	// q W_q + b and k W_k); none for scaled dot-product attention.
+	Projections []LayerPlan
 }
 
 func (p Plan) String() string {
-	return fmt.Sprintf("attention %v on %s: %v", p.Dims, p.Device, p.Kernel)
+	kind := "attention"
+	if p.Kernel.Additive {
+		kind = "additive attention"
+	}
+	s := fmt.Sprintf("%s %v on %s: %v", kind, p.Dims, p.Device, p.Kernel)
+	for _, l := range p.Projections {
+		s += "; after " + l.String()
+	}
+	return s
 }
 
 // Plan validates a problem given by its shapes (each rank 2-4, filled from
@@ -33,17 +44,19 @@ func (d *Device) Plan(q, k, v []int, opts Options) (Plan, error) {
 		}
 	}
 	// Dense tensors of these shapes are 4-aligned exactly when the widths are.
-	return d.plan(shapes[0], shapes[1], shapes[2], shapes[0][3]%4 == 0 && shapes[2][3]%4 == 0, &opts)
+	return d.plan(shapes[0], shapes[1], shapes[2], shapes[0][3]%4 == 0 && shapes[2][3]%4 == 0, false, &opts)
 }
 
-func (d *Device) plan(q, k, v [4]int, aligned bool, opts *Options) (Plan, error) {
+// plan checks a problem and plans its attention kernel; additive plans
+// the additive score variant (q and k are then the projections, width d_a).
+func (d *Device) plan(q, k, v [4]int, aligned, additive bool, opts *Options) (Plan, error) {
 	dims, err := CheckProblem(q, k, v, opts)
 	if err != nil {
 		return Plan{}, err
 	}
 	kp, err := pipelines.PlanAttention(d.dev.Info, pipelines.PlanInput{
 		B: dims.B, H: dims.H, HKV: dims.HKV, L: dims.L, S: dims.S, DK: dims.DK, DV: dims.DV,
-		Aligned: aligned, Weights: opts.WantWeights, Force: d.path,
+		Aligned: aligned, Weights: opts.WantWeights, Force: d.path, Additive: additive,
 	})
 	if err != nil {
 		return Plan{}, deviceLimit(err)
@@ -156,18 +169,11 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		name string
 		t    *Tensor
 	}{{"Q", q}, {"K", k}, {"V", v}} {
-		switch {
-		case c.t == nil:
-			return nil, errorf(ErrShape, "%s is nil", c.name)
-		case c.t.root().closed:
-			return nil, errorf(ErrClosed, "%s was closed", c.name)
-		case c.t.dev != d:
-			return nil, errorf(ErrDevice, "%s lives on %s, not %s", c.name, c.t.dev, d)
-		case !c.t.finite:
-			return nil, errorf(ErrNonFinite, "%s holds NaN or Inf", c.name)
+		if err := d.checkInput(c.name, c.t); err != nil {
+			return nil, err
 		}
 	}
-	plan, err := d.plan(q.shape, k.shape, v.shape, q.aligned() && k.aligned() && v.aligned(), &opts)
+	plan, err := d.plan(q.shape, k.shape, v.shape, q.aligned() && k.aligned() && v.aligned(), false, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -180,60 +186,9 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	}
 	// Per-call inputs (masks, lengths) live as long as the call.
 	call := &Call{out: &Output{Plan: plan}}
-	upload := func(n int, fill func([]float32)) (*Tensor, error) {
-		t, err := d.newTensor([4]int{1, 1, 1, n})
-		if err != nil {
-			return nil, err
-		}
-		call.scratch = append(call.scratch, t)
-		host := make([]float32, n)
-		fill(host)
-		return t, t.buf.WriteFloat32(0, host)
-	}
-	if m := opts.Mask; m != nil {
-		t, err := upload(len(m.Values), func(h []float32) { copy(h, m.Values) })
-		if err != nil {
-			call.Close()
-			return nil, err
-		}
-		x.Mask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
-	}
-	if m := opts.BoolMask; m != nil {
-		// A boolean mask is an additive 0 / -inf mask; blocks AND because
-		// -inf absorbs every finite addend.
-		blockWhen := m.Meaning == TrueBlocks
-		t, err := upload(len(m.Values), func(h []float32) {
-			for i, b := range m.Values {
-				if b == blockWhen {
-					h[i] = float32(math.Inf(-1))
-				}
-			}
-		})
-		if err != nil {
-			call.Close()
-			return nil, err
-		}
-		x.BoolMask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
-	}
-	if opts.KeyLengths != nil || opts.QueryLengths != nil {
-		t, err := upload(2*dm.B, func(h []float32) {
-			for b := 0; b < dm.B; b++ {
-				kl, ql := dm.S, dm.L
-				if opts.KeyLengths != nil {
-					kl = opts.KeyLengths[b]
-				}
-				if opts.QueryLengths != nil {
-					ql = opts.QueryLengths[b]
-				}
-				h[b] = math.Float32frombits(uint32(int32(kl)))
-				h[dm.B+b] = math.Float32frombits(uint32(int32(ql)))
-			}
-		})
-		if err != nil {
-			call.Close()
-			return nil, err
-		}
-		x.Lengths = t.buf
+	if err := d.bindOptions(dm, &opts, &x, &call.scratch); err != nil {
+		call.Close()
+		return nil, err
 	}
 	out := call.out
 	fail := func(err error) (*Call, error) {
@@ -260,6 +215,82 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		return fail(err)
 	}
 	return call, nil
+}
+
+// checkInput checks that an input tensor can be read by a call on d.
+func (d *Device) checkInput(name string, t *Tensor) error {
+	switch {
+	case t == nil:
+		return errorf(ErrShape, "%s is nil", name)
+	case t.root().closed:
+		return errorf(ErrClosed, "%s was closed", name)
+	case t.dev != d:
+		return errorf(ErrDevice, "%s lives on %s, not %s", name, t.dev, d)
+	case !t.finite:
+		return errorf(ErrNonFinite, "%s holds NaN or Inf", name)
+	}
+	return nil
+}
+
+// bindOptions uploads the masks and lengths of opts (already checked
+// against dm) into scratch tensors, appended to scratch for the caller to
+// free, and points x at them.
+func (d *Device) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs, scratch *[]*Tensor) error {
+	if m := opts.Mask; m != nil {
+		t, err := d.uploadScratch(scratch, len(m.Values), func(h []float32) { copy(h, m.Values) })
+		if err != nil {
+			return err
+		}
+		x.Mask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
+	}
+	if m := opts.BoolMask; m != nil {
+		// A boolean mask is an additive 0 / -inf mask; blocks AND because
+		// -inf absorbs every finite addend.
+		blockWhen := m.Meaning == TrueBlocks
+		t, err := d.uploadScratch(scratch, len(m.Values), func(h []float32) {
+			for i, b := range m.Values {
+				if b == blockWhen {
+					h[i] = float32(math.Inf(-1))
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		x.BoolMask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
+	}
+	if opts.KeyLengths != nil || opts.QueryLengths != nil {
+		t, err := d.uploadScratch(scratch, 2*dm.B, func(h []float32) {
+			for b := 0; b < dm.B; b++ {
+				kl, ql := dm.S, dm.L
+				if opts.KeyLengths != nil {
+					kl = opts.KeyLengths[b]
+				}
+				if opts.QueryLengths != nil {
+					ql = opts.QueryLengths[b]
+				}
+				h[b] = math.Float32frombits(uint32(int32(kl)))
+				h[dm.B+b] = math.Float32frombits(uint32(int32(ql)))
+			}
+		})
+		if err != nil {
+			return err
+		}
+		x.Lengths = t.buf
+	}
+	return nil
+}
+
+// uploadScratch makes an n-float tensor filled by fill, appended to scratch.
+func (d *Device) uploadScratch(scratch *[]*Tensor, n int, fill func([]float32)) (*Tensor, error) {
+	t, err := d.newTensor([4]int{1, 1, 1, n})
+	if err != nil {
+		return nil, err
+	}
+	*scratch = append(*scratch, t)
+	host := make([]float32, n)
+	fill(host)
+	return t, t.buf.WriteFloat32(0, host)
 }
 
 // broadcastStrides gives element strides of a row-major mask over

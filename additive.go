@@ -1,0 +1,252 @@
+package vkattn
+
+import (
+	"context"
+
+	"github.com/vkattn/vkattn/pipelines"
+)
+
+// Additive is additive (Bahdanau) attention, spec.md §1, with its weights on
+// a device:
+//
+//	e_{t,j} = tanh(q_t W_q + k_j W_k + b) . w_a + masks,  O = softmax_j(e) V
+//
+// Each query and key is projected once by a dense layer; the attention
+// kernel then scores every (query, key) pair from the projections with the
+// same online softmax, masks, lengths, log-sum-exp and weights as scaled
+// dot-product attention. Additive scores have no scale.
+type Additive struct {
+	dev        *Device
+	dq, dk, da int
+	// wq and wk are W_q and W_k transposed to the (out, in) layout of the
+	// dense-layer kernel; bias and wa as given.
+	wq, wk, bias, wa *Tensor
+	closed           bool
+}
+
+// NewAdditive checks the weights (errors name the tensor and both shapes)
+// and uploads them.
+func (d *Device) NewAdditive(w *AdditiveWeights) (*Additive, error) {
+	if w == nil {
+		return nil, errorf(ErrShape, "additive weights are nil")
+	}
+	if err := w.Check(); err != nil {
+		return nil, err
+	}
+	a := &Additive{dev: d, dq: w.DQ, dk: w.DK, da: w.DA}
+	for _, u := range []struct {
+		dst  **Tensor
+		data []float32
+	}{
+		{&a.wq, transpose(w.WQ, w.DQ, w.DA)}, {&a.wk, transpose(w.WK, w.DK, w.DA)}, {&a.bias, w.Bias}, {&a.wa, w.WA},
+	} {
+		if u.data == nil {
+			continue
+		}
+		t, err := d.Upload([]int{1, len(u.data)}, u.data)
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		*u.dst = t
+	}
+	return a, nil
+}
+
+// transpose returns the (cols, rows) transpose of a row-major (rows, cols)
+// matrix.
+func transpose(x []float32, rows, cols int) []float32 {
+	y := make([]float32, len(x))
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			y[c*rows+r] = x[r*cols+c]
+		}
+	}
+	return y
+}
+
+// Close frees the weights.
+func (a *Additive) Close() {
+	if a == nil {
+		return
+	}
+	for _, t := range []*Tensor{a.wq, a.wk, a.bias, a.wa} {
+		t.Close()
+	}
+	a.closed = true
+}
+
+// Plan validates a call given by its input shapes, q (B,L,d_q), k (B,S,d_k)
+// and v (B,S,d_v) (or rank 2 without B), and returns what Attention would
+// run. Dims are those of the attention kernel: H = 1, d_k = d_a.
+func (a *Additive) Plan(q, k, v []int, opts Options) (Plan, error) {
+	var dims [3][3]int
+	for i, s := range [][]int{q, k, v} {
+		name := []string{"query", "key", "value"}[i]
+		if len(s) != 2 && len(s) != 3 {
+			return Plan{}, errorf(ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
+		}
+		if len(s) != len(q) {
+			return Plan{}, errorf(ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(q))
+		}
+		dims[i] = [3]int{1, s[len(s)-2], s[len(s)-1]}
+		if len(s) == 3 {
+			dims[i][0] = s[0]
+		}
+	}
+	return a.plan(dims, &opts)
+}
+
+// plan checks a call of (B, positions, width) inputs and plans it.
+func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
+	if a.closed {
+		return Plan{}, errorf(ErrClosed, "additive attention used after Close")
+	}
+	if !opts.Scale.IsDefault() {
+		return Plan{}, errorf(ErrScale, "additive attention has no score scale")
+	}
+	for i, want := range []int{a.dq, a.dk} {
+		if dims[i][2] != want {
+			return Plan{}, errorf(ErrShape, "%s has width %d but the weights expect %d", []string{"query", "key"}[i], dims[i][2], want)
+		}
+	}
+	B, L, S, dv := dims[0][0], dims[0][1], dims[1][1], dims[2][2]
+	q, k, v := [4]int{B, 1, L, a.da}, [4]int{dims[1][0], 1, S, a.da}, [4]int{dims[2][0], 1, dims[2][1], dv}
+	// The projections are dense buffers of width d_a; V is read in place.
+	p, err := a.dev.plan(q, k, v, a.da%4 == 0 && dv%4 == 0, true, opts)
+	if err != nil {
+		return p, err
+	}
+	lq, err := a.dev.planLayer("q W_q + b", B*L, a.da, a.dq, 0)
+	if err != nil {
+		return p, err
+	}
+	lk, err := a.dev.planLayer("k W_k", B*S, a.da, a.dk, 0)
+	if err != nil {
+		return p, err
+	}
+	p.Projections = []LayerPlan{lq, lk}
+	return p, nil
+}
+
+// Attention computes additive attention of q (B,L,d_q), k (B,S,d_k) and v
+// (B,S,d_v), dense tensors made by Upload with those shapes (or (L,d_q),
+// (S,d_k), (S,d_v) for one sequence). Options act as for scaled
+// dot-product attention with one head: masks broadcast over (B,1,L,S);
+// Scale must be the default. The Output is that of one head: O (B,1,L,d_v),
+// LSE (B,1,L,1), Weights (B,1,L,S).
+func (a *Additive) Attention(q, k, v *Tensor, opts Options) (*Output, error) {
+	return a.AttentionContext(context.Background(), q, k, v, opts)
+}
+
+// AttentionContext is Attention with a context that can cancel the wait.
+func (a *Additive) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Options) (*Output, error) {
+	c, err := a.Prepare(q, k, v, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Run(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	out := c.out
+	c.out = nil
+	c.Close()
+	return out, nil
+}
+
+// Prepare validates a call, allocates its outputs and records the
+// projections and the attention as one submission without running it.
+func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
+	d := a.dev
+	var dims [3][3]int
+	for i, in := range []struct {
+		name string
+		t    *Tensor
+	}{{"query", q}, {"key", k}, {"value", v}} {
+		if err := d.checkInput(in.name, in.t); err != nil {
+			return nil, err
+		}
+		b, n, err := mhaInput(in.name, in.t, in.t.shape[3], "width")
+		if err != nil {
+			return nil, err
+		}
+		dims[i] = [3]int{b, n, in.t.shape[3]}
+	}
+	plan, err := a.plan(dims, &opts)
+	if err != nil {
+		return nil, err
+	}
+	dm := plan.Dims
+	call := &Call{out: &Output{Plan: plan}}
+	var steps []*pipelines.Step
+	fail := func(err error) (*Call, error) {
+		for _, s := range steps {
+			s.Close()
+		}
+		call.Close()
+		return nil, deviceLimit(err)
+	}
+	project := func(l LayerPlan, in, w, bias *Tensor) (*Tensor, error) {
+		y, err := d.newTensor([4]int{1, 1, l.Rows, l.Outputs})
+		if err != nil {
+			return nil, err
+		}
+		call.scratch = append(call.scratch, y)
+		st, err := d.linearStep(l, in, w, 0, bias, 0, y, l.Outputs)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, st)
+		return y, nil
+	}
+	qp, err := project(plan.Projections[0], q, a.wq, a.bias)
+	if err != nil {
+		return fail(err)
+	}
+	kp, err := project(plan.Projections[1], k, a.wk, nil)
+	if err != nil {
+		return fail(err)
+	}
+	x := pipelines.AttentionArgs{
+		B: dm.B, H: 1, HKV: 1, L: dm.L, S: dm.S, DK: dm.DK, DV: dm.DV,
+		Q:      pipelines.View{Buffer: qp.buf, Strides: [3]int{dm.L * dm.DK, dm.L * dm.DK, dm.DK}},
+		K:      pipelines.View{Buffer: kp.buf, Strides: [3]int{dm.S * dm.DK, dm.S * dm.DK, dm.DK}},
+		V:      pipelines.View{Buffer: v.buf, Offset: v.offset, Strides: [3]int{dm.S * dm.DV, dm.S * dm.DV, dm.DV}},
+		Scale:  1,
+		Causal: int(opts.Causal),
+		WA:     a.wa.buf,
+	}
+	if err := d.bindOptions(dm, &opts, &x, &call.scratch); err != nil {
+		return fail(err)
+	}
+	out := call.out
+	if out.O, err = d.newTensor([4]int{dm.B, 1, dm.L, dm.DV}); err != nil {
+		return fail(err)
+	}
+	x.O = out.O.view()
+	if opts.WantLSE {
+		if out.LSE, err = d.newTensor([4]int{dm.B, 1, dm.L, 1}); err != nil {
+			return fail(err)
+		}
+		x.LSE = out.LSE.buf
+	}
+	if opts.WantWeights {
+		if out.Weights, err = d.newTensor([4]int{dm.B, 1, dm.L, dm.S}); err != nil {
+			return fail(err)
+		}
+		x.Weights = out.Weights.buf
+	}
+	st, err := d.kernels.Attention(plan.Kernel, x)
+	if err != nil {
+		return fail(err)
+	}
+	steps = append(steps, st)
+	prepared, err := d.kernels.Prepare(steps...)
+	steps = nil // Prepare owns them now, also on failure
+	if err != nil {
+		return fail(err)
+	}
+	call.prepared = prepared
+	return call, nil
+}

@@ -1,0 +1,516 @@
+package vkattn
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/vkattn/vkattn/pipelines"
+)
+
+// MHA is a multi-head attention layer (PyTorch nn.MultiheadAttention with
+// batch_first=True, in eval mode) whose weights live on a device. Make one
+// with Device.NewMHA, run it with Forward or Prepare, Close it when done.
+//
+// Inputs are dense tensors made by Upload with shape (B,T,width), or (T,width)
+// for one sequence. The layer runs as one submission: the input projections
+// (one fused dense layer for self-attention with packed weights), the
+// attention of every head read through strides straight out of the
+// projection output, the output projection, and the head-averaged weights
+// when asked. Nothing is transposed or copied between the steps.
+type MHA struct {
+	dev                *Device
+	dModel, kdim, vdim int
+	packed             bool
+	// Weights in PyTorch's (out, in) layout; inW when packed, else qW, kW, vW.
+	inW, qW, kW, vW, inB, outW, outB *Tensor
+	closed                           bool
+}
+
+// NewMHA checks the weights (errors name the tensor and both shapes) and
+// uploads them.
+func (d *Device) NewMHA(w *MHAWeights) (*MHA, error) {
+	if w == nil {
+		return nil, errorf(ErrShape, "MHA weights are nil")
+	}
+	if err := w.Check(); err != nil {
+		return nil, err
+	}
+	m := &MHA{dev: d, dModel: w.DModel, kdim: w.KDim, vdim: w.VDim, packed: w.InProjWeight != nil}
+	for _, u := range []struct {
+		dst  **Tensor
+		data []float32
+	}{
+		{&m.inW, w.InProjWeight}, {&m.qW, w.QProjWeight}, {&m.kW, w.KProjWeight}, {&m.vW, w.VProjWeight},
+		{&m.inB, w.InProjBias}, {&m.outW, w.OutProjWeight}, {&m.outB, w.OutProjBias},
+	} {
+		if u.data == nil {
+			continue
+		}
+		t, err := d.Upload([]int{1, len(u.data)}, u.data)
+		if err != nil {
+			m.Close()
+			return nil, err
+		}
+		*u.dst = t
+	}
+	return m, nil
+}
+
+// Close frees the layer's weights.
+func (m *MHA) Close() {
+	if m == nil {
+		return
+	}
+	for _, t := range []*Tensor{m.inW, m.qW, m.kW, m.vW, m.inB, m.outW, m.outB} {
+		t.Close()
+	}
+	m.closed = true
+}
+
+// LayerPlan is one dense layer of an MHA plan.
+type LayerPlan struct {
+	Name                  string // "in_proj (Q,K,V fused)", "q_proj", "out_proj", ...
+	Rows, Outputs, Inputs int
+	Kernel                pipelines.LinearPlan
+}
+
+func (l LayerPlan) String() string {
+	return fmt.Sprintf("%s: (%d x %d) x (%d x %d)^T: %v", l.Name, l.Rows, l.Inputs, l.Outputs, l.Inputs, l.Kernel)
+}
+
+// FLOPs counts a multiply-add as two operations.
+func (l LayerPlan) FLOPs() float64 {
+	return 2 * float64(l.Rows) * float64(l.Outputs) * float64(l.Inputs)
+}
+
+// MHAPlan says what an MHA call runs: its dense layers in order and the
+// attention of every head.
+type MHAPlan struct {
+	B, T, S, DModel, Heads int
+	Projections            []LayerPlan // input projections, in order
+	Attention              Plan        // per-head attention (H = Heads, d = DModel/Heads)
+	OutProj                LayerPlan
+	HeadMean               bool // averaged weights computed on the device
+}
+
+// FLOPs is the layer's floating-point work: every dense layer plus the
+// attention count of spec.md §6.
+func (p MHAPlan) FLOPs() float64 {
+	f := p.Attention.Dims.FLOPs() + p.OutProj.FLOPs()
+	for _, l := range p.Projections {
+		f += l.FLOPs()
+	}
+	return f
+}
+
+func (p MHAPlan) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "multi-head attention B=%d T=%d S=%d d=%d heads=%d (%.4g GFLOP), one submission:\n", p.B, p.T, p.S, p.DModel, p.Heads, p.FLOPs()/1e9)
+	layer := func(l LayerPlan) {
+		fmt.Fprintf(&b, "  %v\n", l)
+	}
+	for _, l := range p.Projections {
+		layer(l)
+	}
+	fmt.Fprintf(&b, "  per head: %v\n", p.Attention)
+	layer(p.OutProj)
+	if p.HeadMean {
+		b.WriteString("  head_mean: weights averaged over heads\n")
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// MHAOutput is the result of an MHA call.
+type MHAOutput struct {
+	Out        *Tensor // (B, T, DModel), shaped (1, B, T, DModel)
+	Weights    *Tensor // (B, Heads, T, S); nil unless NeedWeights
+	AvgWeights *Tensor // (B, T, S) mean over heads, shaped (1, B, T, S); nil unless NeedWeights
+	Plan       MHAPlan
+	GPUTime    time.Duration // device time of the whole layer; 0 without timestamps
+}
+
+// Close frees the output tensors.
+func (o *MHAOutput) Close() {
+	if o == nil {
+		return
+	}
+	o.Out.Close()
+	o.Weights.Close()
+	o.AvgWeights.Close()
+}
+
+// MHACall is an MHA call recorded once and replayable, like Call.
+type MHACall struct {
+	out      *MHAOutput
+	prepared *pipelines.Prepared
+	scratch  []*Tensor // projections, concatenated heads, masks
+}
+
+// Output is the call's output; its tensors belong to the call.
+func (c *MHACall) Output() *MHAOutput { return c.out }
+
+// Run executes the recorded layer and waits for it.
+func (c *MHACall) Run(ctx context.Context) (time.Duration, error) {
+	t, err := c.prepared.Run(ctx)
+	if err != nil {
+		return 0, deviceLimit(err)
+	}
+	c.out.GPUTime = t
+	return t, nil
+}
+
+// Close frees the call's commands, scratch buffers and outputs.
+func (c *MHACall) Close() {
+	if c == nil {
+		return
+	}
+	c.prepared.Close()
+	c.prepared = nil
+	for _, t := range c.scratch {
+		t.Close()
+	}
+	c.scratch = nil
+	c.out.Close()
+	c.out = nil
+}
+
+// Forward runs the layer: x is the query input (B,T,DModel); key
+// (B,S,KDim) and value (B,S,VDim) are the cross-attention inputs, both nil
+// for self-attention. A query row whose every key is masked gets zero
+// attention, so its output is out_proj.bias (PyTorch gives NaN there).
+func (m *MHA) Forward(x, key, value *Tensor, opts MHAOptions) (*MHAOutput, error) {
+	return m.ForwardContext(context.Background(), x, key, value, opts)
+}
+
+// ForwardContext is Forward with a context that can cancel the wait.
+func (m *MHA) ForwardContext(ctx context.Context, x, key, value *Tensor, opts MHAOptions) (*MHAOutput, error) {
+	c, err := m.Prepare(x, key, value, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Run(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	out := c.out
+	c.out = nil
+	c.Close()
+	return out, nil
+}
+
+// mhaInput reads an MHA input tensor as (B, T, width).
+func mhaInput(name string, t *Tensor, width int, widthName string) (b, n int, err error) {
+	s := t.shape
+	if t.owner != nil || t.offset != 0 || t.strides != [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} {
+		return 0, 0, errorf(ErrShape, "%s must be a dense tensor made by Upload, not a view", name)
+	}
+	if s[0] != 1 {
+		return 0, 0, errorf(ErrShape, "%s has shape %v: want (B,T,width) or (T,width)", name, s)
+	}
+	if s[3] != width {
+		return 0, 0, errorf(ErrShape, "%s has width %d but the weights' %s is %d", name, s[3], widthName, width)
+	}
+	return s[1], s[2], nil
+}
+
+// mhaProblem is a validated MHA call.
+type mhaProblem struct {
+	plan MHAPlan
+	attn Options // per-head attention options (weights wanted when NeedWeights)
+	self bool    // self-attention with packed weights: one fused projection
+}
+
+// Plan validates a call given by its input shapes ((B,T,width) or
+// (T,width); nil key and value shapes for self-attention) and returns what
+// Forward would run.
+func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts MHAOptions) (MHAPlan, error) {
+	shapes := [3][]int{xShape, keyShape, valueShape}
+	if keyShape == nil && valueShape == nil {
+		shapes[1], shapes[2] = xShape, xShape
+	}
+	var dims [3][2]int
+	for i, name := range []string{"query", "key", "value"} {
+		s := shapes[i]
+		if len(s) != 2 && len(s) != 3 {
+			return MHAPlan{}, errorf(ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
+		}
+		if len(s) != len(xShape) {
+			return MHAPlan{}, errorf(ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(xShape))
+		}
+		dims[i] = [2]int{1, s[len(s)-2]}
+		if len(s) == 3 {
+			dims[i][0] = s[0]
+		}
+		width := []int{m.dModel, m.kdim, m.vdim}[i]
+		if s[len(s)-1] != width {
+			return MHAPlan{}, errorf(ErrShape, "%s shape %v has width %d but the weights' %s is %d", name, s, s[len(s)-1], []string{"embed_dim", "kdim", "vdim"}[i], width)
+		}
+	}
+	p, err := m.problem(dims, keyShape == nil && valueShape == nil, &opts)
+	return p.plan, err
+}
+
+// problem checks a call of inputs with (B, T) dims and plans it.
+func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, error) {
+	var pr mhaProblem
+	if m.closed {
+		return pr, errorf(ErrClosed, "MHA layer used after Close")
+	}
+	if err := m.dev.checkOpen(); err != nil {
+		return pr, err
+	}
+	B, T, S := dims[0][0], dims[0][1], dims[1][1]
+	if dims[1][0] != B || dims[2][0] != B {
+		return pr, errorf(ErrShape, "batch sizes differ: query %d, key %d, value %d", B, dims[1][0], dims[2][0])
+	}
+	if dims[2][1] != S {
+		return pr, errorf(ErrShape, "key has %d positions but value has %d", S, dims[2][1])
+	}
+	h, d := opts.Heads, m.dModel
+	if h <= 0 || d%h != 0 {
+		return pr, errorf(ErrHeads, "%d heads do not divide embed_dim %d", h, d)
+	}
+	dh := d / h
+	pr.attn = opts.Attention
+	pr.attn.WantLSE = false
+	pr.attn.WantWeights = opts.NeedWeights
+	if kp := opts.KeyPadding; kp != nil && len(kp.Padded) != B*S {
+		return pr, errorf(ErrMask, "key padding mask has %d values, want (B,S) = (%d,%d)", len(kp.Padded), B, S)
+	}
+	// Heads are read out of the projection output through strides; they are
+	// vec4-aligned exactly when the head width is a multiple of 4.
+	attn, err := m.dev.plan([4]int{B, h, T, dh}, [4]int{B, h, S, dh}, [4]int{B, h, S, dh}, dh%4 == 0, false, &pr.attn)
+	if err != nil {
+		return pr, err
+	}
+	pr.self = self && m.packed
+	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn, HeadMean: opts.NeedWeights}
+	layer := m.dev.planLayer
+	if pr.self {
+		l, err := layer("in_proj (Q,K,V fused)", B*T, 3*d, d, 0)
+		if err != nil {
+			return pr, err
+		}
+		p.Projections = []LayerPlan{l}
+	} else {
+		for i, in := range []struct {
+			name         string
+			rows, inputs int
+		}{{"q_proj", B * T, d}, {"k_proj", B * S, m.kdim}, {"v_proj", B * S, m.vdim}} {
+			l, err := layer(in.name, in.rows, d, in.inputs, m.projOffset(i))
+			if err != nil {
+				return pr, err
+			}
+			p.Projections = append(p.Projections, l)
+		}
+	}
+	if p.OutProj, err = layer("out_proj", B*T, d, d, 0); err != nil {
+		return pr, err
+	}
+	pr.plan = p
+	return pr, nil
+}
+
+// projOffset is the element offset of projection i (0 Q, 1 K, 2 V) in its
+// weight tensor: the packed in_proj_weight stacks them.
+func (m *MHA) projOffset(i int) int {
+	if m.packed {
+		return i * m.dModel * m.dModel
+	}
+	return 0
+}
+
+// Prepare validates an MHA call, allocates its outputs and scratch buffers
+// and records the whole layer without running it. Change the inputs
+// between runs with Tensor.Write.
+func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) {
+	d := m.dev
+	self := key == nil && value == nil
+	if (key == nil) != (value == nil) {
+		return nil, errorf(ErrShape, "give key and value for cross-attention, or neither for self-attention")
+	}
+	if self {
+		key, value = x, x
+	}
+	var dims [3][2]int
+	for i, in := range []struct {
+		name, widthName string
+		t               *Tensor
+		width           int
+	}{{"query", "embed_dim", x, m.dModel}, {"key", "kdim", key, m.kdim}, {"value", "vdim", value, m.vdim}} {
+		if err := d.checkInput(in.name, in.t); err != nil {
+			return nil, err
+		}
+		b, n, err := mhaInput(in.name, in.t, in.width, in.widthName)
+		if err != nil {
+			return nil, err
+		}
+		dims[i] = [2]int{b, n}
+	}
+	pr, err := m.problem(dims, self, &opts)
+	if err != nil {
+		return nil, err
+	}
+	p := pr.plan
+	B, T, S, dm, h := p.B, p.T, p.S, p.DModel, p.Heads
+	dh := dm / h
+
+	call := &MHACall{out: &MHAOutput{Plan: p}}
+	var steps []*pipelines.Step
+	fail := func(err error) (*MHACall, error) {
+		for _, s := range steps {
+			s.Close()
+		}
+		call.Close()
+		return nil, deviceLimit(err)
+	}
+	scratch := func(rows, width int) (*Tensor, error) {
+		t, err := d.newTensor([4]int{1, 1, rows, width})
+		if err == nil {
+			call.scratch = append(call.scratch, t)
+		}
+		return t, err
+	}
+	linear := func(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, biasOffset int, out *Tensor, outStride int) error {
+		st, err := d.linearStep(l, in, w, wOffset, bias, biasOffset, out, outStride)
+		if err == nil {
+			steps = append(steps, st)
+		}
+		return err
+	}
+
+	// Input projections; each head of Q, K and V is then a strided view of
+	// their output: (B, T, h, dh) read as (B, h, T, dh).
+	var q, k, v pipelines.View
+	if pr.self {
+		qkv, err := scratch(B*T, 3*dm)
+		if err != nil {
+			return fail(err)
+		}
+		if err := linear(p.Projections[0], x, m.inW, 0, m.inB, 0, qkv, 3*dm); err != nil {
+			return fail(err)
+		}
+		strides := [3]int{T * 3 * dm, dh, 3 * dm}
+		q = pipelines.View{Buffer: qkv.buf, Offset: 0, Strides: strides}
+		k = pipelines.View{Buffer: qkv.buf, Offset: dm, Strides: strides}
+		v = pipelines.View{Buffer: qkv.buf, Offset: 2 * dm, Strides: strides}
+	} else {
+		inputs := []*Tensor{x, key, value}
+		weights := []*Tensor{m.qW, m.kW, m.vW}
+		views := []*pipelines.View{&q, &k, &v}
+		for i, l := range p.Projections {
+			w := weights[i]
+			if m.packed {
+				w = m.inW
+			}
+			y, err := scratch(l.Rows, dm)
+			if err != nil {
+				return fail(err)
+			}
+			if err := linear(l, inputs[i], w, m.projOffset(i), m.inB, i*dm, y, dm); err != nil {
+				return fail(err)
+			}
+			n := T
+			if i > 0 {
+				n = S
+			}
+			*views[i] = pipelines.View{Buffer: y.buf, Strides: [3]int{n * dm, dh, dm}}
+		}
+	}
+
+	// Attention writes each head's output into its columns of the
+	// concatenation (B, T, h*dh), the input of out_proj.
+	concat, err := scratch(B*T, dm)
+	if err != nil {
+		return fail(err)
+	}
+	dims4 := p.Attention.Dims
+	ax := pipelines.AttentionArgs{
+		B: B, H: h, HKV: h, L: T, S: S, DK: dh, DV: dh,
+		Q: q, K: k, V: v, O: pipelines.View{Buffer: concat.buf, Strides: [3]int{T * dm, dh, dm}},
+		Scale:  pr.attn.Scale.For(dh),
+		Causal: int(pr.attn.Causal),
+	}
+	if err := d.bindOptions(dims4, &pr.attn, &ax, &call.scratch); err != nil {
+		return fail(err)
+	}
+	if kp := opts.KeyPadding; kp != nil {
+		t, err := d.uploadScratch(&call.scratch, B*S, func(f []float32) {
+			for i, padded := range kp.Padded {
+				if padded {
+					f[i] = float32(math.Inf(-1))
+				}
+			}
+		})
+		if err != nil {
+			return fail(err)
+		}
+		ax.KeyPadding = t.buf
+	}
+	out := call.out
+	if opts.NeedWeights {
+		if out.Weights, err = d.newTensor([4]int{B, h, T, S}); err != nil {
+			return fail(err)
+		}
+		ax.Weights = out.Weights.buf
+	}
+	st, err := d.kernels.Attention(p.Attention.Kernel, ax)
+	if err != nil {
+		return fail(err)
+	}
+	steps = append(steps, st)
+
+	if out.Out, err = d.newTensor([4]int{1, B, T, dm}); err != nil {
+		return fail(err)
+	}
+	if err := linear(p.OutProj, concat, m.outW, 0, m.outB, 0, out.Out, dm); err != nil {
+		return fail(err)
+	}
+	if opts.NeedWeights {
+		if out.AvgWeights, err = d.newTensor([4]int{1, B, T, S}); err != nil {
+			return fail(err)
+		}
+		st, err := d.kernels.HeadMean(out.Weights.buf, out.AvgWeights.buf, B, h, T*S)
+		if err != nil {
+			return fail(err)
+		}
+		steps = append(steps, st)
+	}
+	prepared, err := d.kernels.Prepare(steps...)
+	steps = nil // Prepare owns them now, also on failure
+	if err != nil {
+		return fail(err)
+	}
+	call.prepared = prepared
+	return call, nil
+}
+
+// planLayer plans a dense layer whose input rows are dense (row stride =
+// inputs) and whose weight starts at element wOffset of its tensor.
+func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int) (LayerPlan, error) {
+	kp, err := pipelines.PlanLinear(d.dev.Info, pipelines.LinearInput{
+		Rows: rows, Outputs: outputs, Inputs: inputs,
+		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path,
+	})
+	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: kp}, deviceLimit(err)
+}
+
+// linearStep binds out = in W^T + bias for a planned layer: in is dense,
+// W starts at element wOffset of w, bias (may be nil) at biasOffset, and
+// out rows are outStride apart.
+func (d *Device) linearStep(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, biasOffset int, out *Tensor, outStride int) (*pipelines.Step, error) {
+	args := pipelines.LinearArgs{
+		Rows: l.Rows, Outputs: l.Outputs, Inputs: l.Inputs,
+		X:          pipelines.Rows{Buffer: in.buf, Offset: in.offset, Stride: l.Inputs},
+		W:          pipelines.Rows{Buffer: w.buf, Offset: wOffset, Stride: l.Inputs},
+		Y:          pipelines.Rows{Buffer: out.buf, Offset: out.offset, Stride: outStride},
+		BiasOffset: biasOffset,
+	}
+	if bias != nil {
+		args.Bias = bias.buf
+	}
+	return d.kernels.Linear(l.Kernel, args)
+}
