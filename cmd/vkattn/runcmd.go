@@ -157,22 +157,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usagef(stderr, "run", "--causal %q: want none, top-left or bottom-right", f.causal)
 	}
-	outPaths := map[string]string{}
-	for _, o := range []struct{ flag, path string }{{"-o", f.out}, {"--lse", f.lse}, {"--weights", f.weights}} {
-		if o.path == "" {
-			continue
-		}
-		abs, _ := filepath.Abs(o.path)
-		if prev, ok := outPaths[abs]; ok {
-			return usagef(stderr, "run", "%s and %s both write %s", prev, o.flag, o.path)
-		}
-		outPaths[abs] = o.flag
-		if st, err := os.Stat(filepath.Dir(o.path)); err != nil || !st.IsDir() {
-			return failf(stderr, "run", "%s %s: directory %s does not exist", o.flag, o.path, filepath.Dir(o.path))
-		}
-		if st, err := os.Stat(o.path); err == nil && st.IsDir() {
-			return failf(stderr, "run", "%s %s is a directory", o.flag, o.path)
-		}
+	if code := checkOutputPaths("run", stderr, []outputFlag{{"-o", f.out}, {"--lse", f.lse}, {"--weights", f.weights}}); code != exitOK {
+		return code
 	}
 
 	p, err := loadProblem(&f, causal)
@@ -180,6 +166,67 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return failf(stderr, "run", "%v", err)
 	}
 	return execute(&f, p, stdout, stderr)
+}
+
+// outputFlag is an output file given on the command line; path "" means
+// the flag was not given.
+type outputFlag struct{ flag, path string }
+
+// checkOutputPaths checks, before any work, that the given outputs are
+// distinct files in existing directories, and returns exitOK or the exit
+// status after reporting what is wrong.
+func checkOutputPaths(cmd string, stderr io.Writer, outs []outputFlag) int {
+	outPaths := map[string]string{}
+	for _, o := range outs {
+		if o.path == "" {
+			continue
+		}
+		abs, _ := filepath.Abs(o.path)
+		if prev, ok := outPaths[abs]; ok {
+			return usagef(stderr, cmd, "%s and %s both write %s", prev, o.flag, o.path)
+		}
+		outPaths[abs] = o.flag
+		if st, err := os.Stat(filepath.Dir(o.path)); err != nil || !st.IsDir() {
+			return failf(stderr, cmd, "%s %s: directory %s does not exist", o.flag, o.path, filepath.Dir(o.path))
+		}
+		if st, err := os.Stat(o.path); err == nil && st.IsDir() {
+			return failf(stderr, cmd, "%s %s is a directory", o.flag, o.path)
+		}
+	}
+	return exitOK
+}
+
+// readFloatInput reads an input tensor (name as the help calls it, e.g. Q)
+// that must hold finite float values.
+func readFloatInput(name, path string) (*npyArray, error) {
+	a, err := readNPY(path)
+	if err != nil {
+		return nil, err
+	}
+	if a.Bools != nil {
+		return nil, fmt.Errorf("%s %s holds bool values; want float32 or float64", name, path)
+	}
+	for i, x := range a.F32 {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return nil, fmt.Errorf("%s %s: value %d is %v; %s must be finite", name, path, i, x, name)
+		}
+	}
+	return a, nil
+}
+
+// readMask reads the mask file given with flag, float or bool, and fits
+// its shape to (B,H,L,S) with fit (golden.FillMaskShape: NumPy broadcasting
+// from the left).
+func readMask(flag, path string, fit func([]int) (vkattn.MaskShape, error)) (*npyArray, vkattn.MaskShape, error) {
+	a, err := readNPY(path)
+	if err != nil {
+		return nil, vkattn.MaskShape{}, err
+	}
+	s, err := fit(a.Shape)
+	if err != nil {
+		return nil, s, fmt.Errorf("%s %s: %w", flag, path, err)
+	}
+	return a, s, nil
 }
 
 // loadProblem reads the inputs and validates them on the host, so bad input
@@ -191,21 +238,13 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 		dst        **npyArray
 		shape      *[4]int
 	}{{"Q", f.q, &p.q, &p.q4}, {"K", f.k, &p.k, &p.k4}, {"V", f.v, &p.v, &p.v4}} {
-		a, err := readNPY(in.path)
+		a, err := readFloatInput(in.name, in.path)
 		if err != nil {
 			return nil, err
-		}
-		if a.Bools != nil {
-			return nil, fmt.Errorf("%s %s holds bool values; want float32 or float64", in.name, in.path)
 		}
 		s, err := vkattn.Shape4(a.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", in.name, in.path, err)
-		}
-		for i, x := range a.F32 {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return nil, fmt.Errorf("%s %s: value %d is %v; Q, K and V must be finite", in.name, in.path, i, x)
-			}
 		}
 		*in.dst, *in.shape = a, s
 	}
@@ -224,16 +263,12 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 		opts.QueryLengths = f.queryLens.vals
 	}
 	if f.mask != "" {
-		a, err := readNPY(f.mask)
+		a, s, err := readMask("--mask", f.mask, golden.FillMaskShape)
 		if err != nil {
 			return nil, err
 		}
 		if a.Bools != nil {
 			return nil, fmt.Errorf("--mask %s holds bool values; use --allow or --block for a bool mask", f.mask)
-		}
-		s, err := golden.FillMaskShape(a.Shape)
-		if err != nil {
-			return nil, fmt.Errorf("--mask %s: %w", f.mask, err)
 		}
 		opts.Mask = &vkattn.Mask{Shape: s, Values: a.F32}
 	}
@@ -244,16 +279,12 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 		if b.path == "" {
 			continue
 		}
-		a, err := readNPY(b.path)
+		a, s, err := readMask(b.flag, b.path, golden.FillMaskShape)
 		if err != nil {
 			return nil, err
 		}
 		if a.Bools == nil {
 			return nil, fmt.Errorf("%s %s holds %s values; want bool (use --mask for an additive float mask)", b.flag, b.path, a.DType)
-		}
-		s, err := golden.FillMaskShape(a.Shape)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", b.flag, b.path, err)
 		}
 		opts.BoolMask = &vkattn.BoolMask{Shape: s, Values: a.Bools, Meaning: b.meaning}
 	}

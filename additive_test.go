@@ -1,0 +1,258 @@
+package vkattn_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+)
+
+// additiveCase is one additive attention call with host data: q (B,L,DQ),
+// k (B,S,DK), v (B,S,DV).
+type additiveCase struct {
+	w                       *vkattn.AdditiveWeights
+	q, k, v                 []float32
+	B, L, S, DQ, DK, DA, DV int
+	opts                    vkattn.Options
+}
+
+// runAdditive runs c on d; it returns O (B,1,L,DV), LSE and weights.
+func runAdditive(t *testing.T, d *vkattn.Device, c *additiveCase) (o, lse, w []float32) {
+	t.Helper()
+	a, err := d.NewAdditive(c.w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	up := func(x []float32, s ...int) *vkattn.Tensor {
+		tt, err := d.Upload(s, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tt
+	}
+	q, k, v := up(c.q, c.B, c.L, c.DQ), up(c.k, c.B, c.S, c.DK), up(c.v, c.B, c.S, c.DV)
+	defer q.Close()
+	defer k.Close()
+	defer v.Close()
+	opts := c.opts
+	opts.WantLSE, opts.WantWeights = true, true
+	out, err := a.Attention(q, k, v, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if s := out.O.Shape(); s != [4]int{c.B, 1, c.L, c.DV} {
+		t.Fatalf("O shape %v", s)
+	}
+	if !out.Plan.Kernel.Additive || len(out.Plan.Projections) != 2 {
+		t.Fatalf("plan %v: want the additive kernel after two projections", out.Plan)
+	}
+	for _, x := range []struct {
+		dst *[]float32
+		t   *vkattn.Tensor
+	}{{&o, out.O}, {&lse, out.LSE}, {&w, out.Weights}} {
+		if *x.dst, err = x.t.Download(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return o, lse, w
+}
+
+// checkAdditive compares the GPU with the float64 reference.
+func checkAdditive(t *testing.T, d *vkattn.Device, c *additiveCase) {
+	t.Helper()
+	o, lse, w := runAdditive(t, d, c)
+	want, err := reference.AdditiveAttention(c.q, [3]int{c.B, c.L, c.DQ}, c.k, [3]int{c.B, c.S, c.DK}, c.v, [3]int{c.B, c.S, c.DV}, c.w, c.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compare(t, "O", o, want.O)
+	compare(t, "LSE", lse, want.LSE)
+	compare(t, "weights", w, want.Weights)
+}
+
+// near checks got against numbers derived by hand.
+func near(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if math.IsInf(want[i], -1) && math.IsInf(float64(got[i]), -1) {
+			continue
+		}
+		if !(math.Abs(float64(got[i])-want[i]) <= tol) {
+			t.Fatalf("%s[%d] = %.9g, want %.9g", what, i, got[i], want[i])
+		}
+	}
+}
+
+// a = atanh(1/2) = ln(3)/2: tanh(a) = 1/2, tanh(2a) = 4/5.
+var atanhHalf = float32(math.Log(3) / 2)
+
+// Worked by hand: only the keys matter.
+//
+//	W_q = W_k = I (2x2), b = 0, w_a = [1 1], q = [0 0]
+//	K = [[0 0] [a 0] [a a]] -> tanh(k_j) = [0 0], [1/2 0], [1/2 1/2] -> e = [0, 1/2, 1]
+//	Z = 1 + e^(1/2) + e = 5.367003...; A = [0.186323723, 0.307195886, 0.506480391]
+//	V = [[1 0] [0 1] [1 1]] -> O = [(1+e)/Z, (e^(1/2)+e)/Z] = [0.692804114, 0.813676277]
+//	LSE = ln Z = 1.680269671
+func TestAdditiveGoldenKeysGPU(t *testing.T) {
+	a := atanhHalf
+	for _, d := range []*vkattn.Device{dev, storageDev} {
+		c := &additiveCase{
+			w: &vkattn.AdditiveWeights{DQ: 2, DK: 2, DA: 2, WQ: []float32{1, 0, 0, 1}, WK: []float32{1, 0, 0, 1}, Bias: []float32{0, 0}, WA: []float32{1, 1}},
+			q: []float32{0, 0}, k: []float32{0, 0, a, 0, a, a}, v: []float32{1, 0, 0, 1, 1, 1},
+			B: 1, L: 1, S: 3, DQ: 2, DK: 2, DA: 2, DV: 2,
+		}
+		o, lse, w := runAdditive(t, d, c)
+		near(t, "A", w, []float64{0.186323723, 0.307195886, 0.506480391}, 1e-6)
+		near(t, "O", o, []float64{0.692804114, 0.813676277}, 1e-6)
+		near(t, "LSE", lse, []float64{1.680269671}, 1e-6)
+	}
+}
+
+// Worked by hand: query and key interact, w_a has mixed signs, masks act as
+// for SDPA.
+//
+//	d_q = d_k = 1, d_a = 2: W_q = [[1 -1]], W_k = [[1 1]], b = 0, w_a = [2 -1]
+//	q = [a]; K = [[-a] [a] [0]]; V = [[1] [2] [4]]
+//	key 0: (0, -2a) -> tanh (0, -4/5) -> e = 0.8
+//	key 1: (2a, 0) -> (4/5, 0) -> e = 1.6
+//	key 2: (a, -a) -> (1/2, -1/2) -> e = 1.5
+//	A = softmax [0.8 1.6 1.5] = [0.190865424, 0.424778812, 0.384355764]
+//	O = 1*A0 + 2*A1 + 4*A2 = 2.577846104, LSE = 2.456186687
+//	key length 2: A = [1, e^0.8] / (1 + e^0.8) = [0.310025519, 0.689974481, 0], O = 1.689974481
+//	causal top-left (L=1 < S=3): query 0 sees key 0 only: A = [1 0 0], O = 1, LSE = 0.8
+//	additive mask [0, -inf, -1.5]: [e^0.8, 0, 1] / (1 + e^0.8) = [0.689974481, 0, 0.310025519],
+//	    O = 0.689974481 + 4*0.310025519 = 1.930076557
+//	query length 0: zeros and LSE -inf
+func TestAdditiveGoldenQueryGPU(t *testing.T) {
+	a := atanhHalf
+	inf := math.Inf(-1)
+	for _, c := range []struct {
+		name   string
+		opts   vkattn.Options
+		w      []float64
+		o, lse float64
+	}{
+		{"plain", vkattn.Options{}, []float64{0.190865424, 0.424778812, 0.384355764}, 2.577846104, 2.456186687},
+		{"key length 2", vkattn.Options{KeyLengths: []int{2}}, []float64{0.310025519, 0.689974481, 0}, 1.689974481, math.Log(math.Exp(0.8) + math.Exp(1.6))},
+		{"causal top-left", vkattn.Options{Causal: vkattn.CausalTopLeft}, []float64{1, 0, 0}, 1, 0.8},
+		{"causal bottom-right", vkattn.Options{Causal: vkattn.CausalBottomRight}, []float64{0.190865424, 0.424778812, 0.384355764}, 2.577846104, 2.456186687},
+		{"additive mask", vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []float32{0, float32(inf), -1.5}}},
+			[]float64{0.689974481, 0, 0.310025519}, 1.930076557, math.Log(math.Exp(0.8) + 1)},
+		{"query length 0", vkattn.Options{QueryLengths: []int{0}}, []float64{0, 0, 0}, 0, inf},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ac := &additiveCase{
+				w: &vkattn.AdditiveWeights{DQ: 1, DK: 1, DA: 2, WQ: []float32{1, -1}, WK: []float32{1, 1}, WA: []float32{2, -1}},
+				q: []float32{a}, k: []float32{-a, a, 0}, v: []float32{1, 2, 4},
+				B: 1, L: 1, S: 3, DQ: 1, DK: 1, DA: 2, DV: 1, opts: c.opts,
+			}
+			o, lse, w := runAdditive(t, dev, ac)
+			near(t, "A", w, c.w, 1e-6)
+			near(t, "O", o, []float64{c.o}, 1e-6)
+			near(t, "LSE", lse, []float64{c.lse}, 1e-6)
+		})
+	}
+}
+
+// Randomised sweep against the float64 reference (fixed seed): widths on
+// both sides of the vec4 rule, each mask kind in turn, both load paths.
+func TestAdditiveSweep(t *testing.T) {
+	r := rand.New(rand.NewSource(21))
+	shapes := []struct{ B, L, S, DQ, DK, DA, DV int }{
+		{1, 1, 1, 1, 1, 1, 1},
+		{2, 5, 7, 3, 2, 6, 5},
+		{2, 17, 33, 8, 12, 16, 8},
+		{1, 9, 300, 16, 16, 32, 16},
+		{3, 4, 9, 5, 7, 64, 12},
+		{1, 33, 20, 64, 32, 128, 64},
+	}
+	for i, s := range shapes {
+		for _, d := range []*vkattn.Device{dev, storageDev} {
+			masks := []string{"none", "additive", "boolean", "causal", "lengths", "all"}[i%6]
+			name := fmt.Sprintf("%v/%s/%s", s, masks, map[bool]string{false: "auto", true: "storage"}[d == storageDev])
+			t.Run(name, func(t *testing.T) {
+				c := &additiveCase{B: s.B, L: s.L, S: s.S, DQ: s.DQ, DK: s.DK, DA: s.DA, DV: s.DV}
+				c.q, c.k, c.v = randomValues(r, s.B*s.L*s.DQ), randomValues(r, s.B*s.S*s.DK), randomValues(r, s.B*s.S*s.DV)
+				c.w = &vkattn.AdditiveWeights{DQ: s.DQ, DK: s.DK, DA: s.DA, WQ: randomValues(r, s.DQ*s.DA), WK: randomValues(r, s.DK*s.DA), WA: randomValues(r, s.DA)}
+				if i%2 == 0 {
+					c.w.Bias = randomValues(r, s.DA)
+				}
+				all := masks == "all"
+				if all || masks == "additive" {
+					c.opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, s.L, s.S}, Values: randomValues(r, s.L*s.S)}
+				}
+				if all || masks == "boolean" {
+					m := &vkattn.BoolMask{Shape: vkattn.MaskShape{s.B, 1, 1, s.S}, Values: make([]bool, s.B*s.S), Meaning: vkattn.TrueBlocks}
+					for j := range m.Values {
+						m.Values[j] = r.Intn(4) == 0
+					}
+					c.opts.BoolMask = m
+				}
+				if all || masks == "causal" {
+					c.opts.Causal = vkattn.CausalBottomRight
+				}
+				if all || masks == "lengths" {
+					c.opts.KeyLengths, c.opts.QueryLengths = make([]int, s.B), make([]int, s.B)
+					for b := range s.B {
+						c.opts.KeyLengths[b], c.opts.QueryLengths[b] = r.Intn(s.S+1), r.Intn(s.L+1)
+					}
+				}
+				checkAdditive(t, d, c)
+			})
+		}
+	}
+}
+
+func TestAdditiveErrors(t *testing.T) {
+	w := &vkattn.AdditiveWeights{DQ: 2, DK: 3, DA: 4, WQ: make([]float32, 8), WK: make([]float32, 12), WA: make([]float32, 4)}
+	a, err := dev.NewAdditive(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	up := func(s ...int) *vkattn.Tensor {
+		n := 1
+		for _, x := range s {
+			n *= x
+		}
+		tt, err := dev.Upload(s, make([]float32, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tt
+	}
+	q, k, v, k2 := up(1, 2, 2), up(1, 3, 3), up(1, 3, 5), up(1, 3, 2)
+	for _, x := range []*vkattn.Tensor{q, k, v, k2} {
+		defer x.Close()
+	}
+	bad := *w
+	bad.WK = bad.WK[:11]
+	for _, c := range []struct {
+		name string
+		err  error
+		run  func() error
+	}{
+		{"nil weights", vkattn.ErrShape, func() error { _, err := dev.NewAdditive(nil); return err }},
+		{"short W_k", vkattn.ErrShape, func() error { _, err := dev.NewAdditive(&bad); return err }},
+		{"key width", vkattn.ErrShape, func() error { _, err := a.Attention(q, k2, v, vkattn.Options{}); return err }},
+		{"scale", vkattn.ErrScale, func() error { _, err := a.Attention(q, k, v, vkattn.Options{Scale: vkattn.CustomScale(2)}); return err }},
+		{"head mask", vkattn.ErrMask, func() error {
+			_, err := a.Attention(q, k, v, vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 2, 2, 3}, Values: make([]float32, 12)}})
+			return err
+		}},
+		{"plan rank", vkattn.ErrShape, func() error { _, err := a.Plan([]int{2}, []int{3, 3}, []int{3, 5}, vkattn.Options{}); return err }},
+	} {
+		if err := c.run(); !errors.Is(err, c.err) {
+			t.Errorf("%s: error %v, want %v", c.name, err, c.err)
+		}
+	}
+}
