@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand"
 	"testing"
+	"time"
 
 	"github.com/vkattn/vkattn"
 )
@@ -46,10 +47,16 @@ func benchAttention(b *testing.B, sh benchShape) {
 	if sh.causal {
 		flops /= 2
 	}
+	timeReplays(b, call.Run, flops)
+}
+
+// timeReplays runs a prepared call b.N times and reports GFLOP/s over
+// device time when the device has timestamps, wall time otherwise.
+func timeReplays(b *testing.B, run func(context.Context) (time.Duration, error), flops float64) {
 	var gpu float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t, err := call.Run(context.Background())
+		t, err := run(context.Background())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -62,6 +69,34 @@ func benchAttention(b *testing.B, sh benchShape) {
 	}
 	b.ReportMetric(flops*float64(b.N)/secs/1e9, "GFLOP/s")
 }
+
+// benchMHA times a prepared self-attention layer (packed weights with
+// biases, one sequence of T positions) and reports GFLOP/s counting the
+// projections and the attention (MHAPlan.FLOPs).
+func benchMHA(b *testing.B, d, h, T int) {
+	r := rand.New(rand.NewSource(1))
+	layer, err := dev.NewMHA(randomMHA(r, d, d, d, true))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer layer.Close()
+	x, err := dev.Upload([]int{1, T, d}, randomValues(r, T*d))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Close()
+	call, err := layer.Prepare(x, nil, nil, vkattn.MHAOptions{Heads: h})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer call.Close()
+	if _, err := call.Run(context.Background()); err != nil { // compiles the variants
+		b.Fatal(err)
+	}
+	timeReplays(b, call.Run, call.Output().Plan.FLOPs())
+}
+
+func BenchmarkMHAD512H8T1024(b *testing.B) { benchMHA(b, 512, 8, 1024) }
 
 func BenchmarkAttentionL1024D64H8(b *testing.B) {
 	benchAttention(b, benchShape{b: 1, h: 8, hkv: 8, l: 1024, s: 1024, d: 64})

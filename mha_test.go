@@ -420,7 +420,10 @@ func TestMHAErrors(t *testing.T) {
 		{"zero heads", vkattn.ErrHeads, func() error { _, err := layer.Forward(x, nil, nil, vkattn.MHAOptions{}); return err }},
 		{"wrong width", vkattn.ErrShape, func() error { _, err := layer.Forward(narrow, nil, nil, vkattn.MHAOptions{Heads: 2}); return err }},
 		{"key without value", vkattn.ErrShape, func() error { _, err := layer.Forward(x, x, nil, vkattn.MHAOptions{Heads: 2}); return err }},
-		{"view input", vkattn.ErrShape, func() error { _, err := layer.Forward(x.SwapAxes12(), nil, nil, vkattn.MHAOptions{Heads: 2}); return err }},
+		{"view input", vkattn.ErrShape, func() error {
+			_, err := layer.Forward(x.SwapAxes12(), nil, nil, vkattn.MHAOptions{Heads: 2})
+			return err
+		}},
 		{"key padding size", vkattn.ErrMask, func() error {
 			_, err := layer.Forward(x, nil, nil, vkattn.MHAOptions{Heads: 2, KeyPadding: &vkattn.KeyPadding{Padded: make([]bool, 5)}})
 			return err

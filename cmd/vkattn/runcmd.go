@@ -490,6 +490,7 @@ func (c *checkResult) String() string {
 }
 
 // printPlan is --explain: the plan field by field, with what each means.
+// An additive attention plan (vkattn additive) also lists its projections.
 func printPlan(w io.Writer, p vkattn.Plan, opts *vkattn.Options) {
 	k := p.Kernel
 	d := p.Dims
@@ -497,7 +498,14 @@ func printPlan(w io.Writer, p vkattn.Plan, opts *vkattn.Options) {
 		fmt.Fprintf(w, "  %-11s %s\n", key, fmt.Sprintf(format, args...))
 	}
 	fmt.Fprintln(w, "plan:")
-	row("problem", "%v, %.4g FLOPs (2*B*H*L*S*(d_k+d_v))", d, d.FLOPs())
+	if k.Additive {
+		row("problem", "%v (d_k is d_a, the width of the projections)", d)
+		for _, l := range p.Projections {
+			row("projection", "%v", l)
+		}
+	} else {
+		row("problem", "%v, %.4g FLOPs (2*B*H*L*S*(d_k+d_v))", d, d.FLOPs())
+	}
 	if d.HKV != d.H {
 		row("heads", "%d query heads share %d K/V heads (%d per group)", d.H, d.HKV, d.H/d.HKV)
 	}
@@ -509,7 +517,11 @@ func printPlan(w io.Writer, p vkattn.Plan, opts *vkattn.Options) {
 	row("key tile", "%d keys per online-softmax step", k.KeyTile)
 	row("workgroup", "%d invocations", k.WorkGroup)
 	row("grid", "%d x %d x %d workgroups (query row blocks x heads x batch)", k.Grid[0], k.Grid[1], k.Grid[2])
-	row("scale", "%.6g%s", opts.Scale.For(d.DK), map[bool]string{true: " (1/sqrt(d_k))", false: " (custom)"}[opts.Scale.IsDefault()])
+	if k.Additive {
+		row("scores", "w_a . tanh(q W_q + b + k W_k), no scale")
+	} else {
+		row("scale", "%.6g%s", opts.Scale.For(d.DK), map[bool]string{true: " (1/sqrt(d_k))", false: " (custom)"}[opts.Scale.IsDefault()])
+	}
 	row("masks", "%s", describeMasks(opts))
 	memory := "no (B,H,L,S) buffer: memory grows with L*d"
 	if opts.WantWeights {
