@@ -210,6 +210,30 @@ func TestFullyMaskedRowsAreZero(t *testing.T) {
 	}
 }
 
+// Rows of one workgroup whose leading keys are masked next to rows that see
+// them: the running maximum of the masked rows stays -inf while other lanes
+// raise theirs, which once gave NaN (exp2(-inf - -inf)). Both load paths,
+// also with the split-K decode kernel.
+func TestLeadingMaskedKeysBesideLiveRows(t *testing.T) {
+	for _, c := range []struct{ h, hkv, l, s int }{{2, 2, 16, 40}, {8, 2, 1, 300}} {
+		for _, d := range []*vkattn.Device{dev, storageDev} {
+			p := newProblem(rand.New(rand.NewSource(4)), 1, c.h, c.hkv, c.l, c.s, 16, 16)
+			m := &vkattn.Mask{Shape: vkattn.MaskShape{1, c.h, c.l, c.s}, Values: make([]float32, c.h*c.l*c.s)}
+			for h := 0; h < c.h; h++ {
+				for t := 0; t < c.l; t++ {
+					for j := 0; j < c.s/3; j++ {
+						if (h+t)%2 == 0 {
+							m.Values[(h*c.l+t)*c.s+j] = float32(math.Inf(-1))
+						}
+					}
+				}
+			}
+			p.opts.Mask, p.wantLSE = m, true
+			checkAgainstReference(t, d, p)
+		}
+	}
+}
+
 // TestLongKeySequences checks rows that see thousands of keys: an earlier
 // kernel whose register arrays lavapipe moved to scratch memory went wrong
 // only past a few hundred keys, which the odd-shape sweep does not reach.

@@ -74,7 +74,7 @@ type AttentionPlan struct {
 	Vec4      bool // Q, K, V read four floats per load
 	DMax      int  // compile-time bound on d_k and d_v
 	Rows      int  // query rows per invocation
-	KeyTile   int  // keys per online-softmax step (fixed by the shader)
+	KeyTile   int  // keys per online-softmax step (fixed by the shader: 1, with lazy rescaling)
 	WorkGroup int  // invocations per workgroup
 	// Split-K (flash-decoding): Splits > 0 splits the keys into Splits
 	// chunks of SplitKeys, one per lane, with the rows of all query heads of
@@ -96,7 +96,7 @@ func (p AttentionPlan) String() string {
 		return fmt.Sprintf("kernel %s (load path %s: %s; %s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer",
 			p.Variant, p.Path, p.Why, loads, p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2])
 	}
-	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, key tile %d, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer",
+	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, %d key per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax with lazy rescaling, no L*S buffer",
 		p.Variant, p.Path, p.Why, loads, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2])
 }
 
@@ -148,7 +148,10 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if p.Additive {
 		family = "additive_"
 	}
-	p.KeyTile = 4
+	if !dev.SubgroupVote {
+		return p, fmt.Errorf("attention: device %s has no subgroup vote operations in compute shaders (Vulkan 1.1 subgroupAny), which the kernel needs", dev.Name)
+	}
+	p.KeyTile = 1
 	p.Vec4 = aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
 	shape := "scalar"
 	if p.Vec4 {

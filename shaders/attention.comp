@@ -1,9 +1,10 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_vote : require
 // Fused scaled dot-product attention forward, fp32, online softmax
 // (FlashAttention-style): each invocation owns ROWS query rows of one
-// (batch, head), walks the keys four at a time with a running maximum and
+// (batch, head), walks the keys one at a time with a running maximum and
 // running sum, and never stores the L x S score matrix.
 //
 // Every loop that indexes the per-row register arrays (q, acc) has a
@@ -46,6 +47,7 @@ const int FLAG_KEYPAD = 64; // key padding (B, S) as 0 / -inf at binding 10
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
 const float NEG_INF = -1.0 / 0.0;
+const float RESCALE_SLACK = 8.0; // base-2 exponent the running max may lag by
 
 #include "attention_params.glsl"
 
@@ -89,70 +91,55 @@ vec4 wa[D4]; // w_a, zero past d_k
 
 vec4 q[ROWS * D4];   // query rows, pre-multiplied by scale*log2(e)
 vec4 acc[ROWS * D4]; // unnormalised output rows
-vec4 sc[ROWS];       // scores of the current 4 keys, base-2 exponent units
+float sc[ROWS];      // scores of the current key, base-2 exponent units
 int rowOf[ROWS];  // query position of each row (clamped into range)
 int headOf[ROWS]; // query head of each row
 bool rowOK[ROWS]; // the row exists (not past L, or past the packed GQA rows)
 
 int L, S, DK, DV, flags, shift, b, hk;
 
-// tileScores fills sc for keys j0 .. j0+3; a key that is out of range or
-// masked gets -inf.
-void tileScores(int j0, int keyEnd) {
+// keyScores fills sc for key j; a key that is out of range or masked gets
+// -inf.
+void keyScores(int j, int keyEnd) {
+    int jc = min(j, S - 1); // clamp so loads stay in bounds; masked below
+    int kBase = P.offsets.y + b * P.kStride.x + hk * P.kStride.y + jc * P.kStride.z;
     [[unroll]] for (int r = 0; r < ROWS; r++) {
-        sc[r] = vec4(0.0);
+        sc[r] = 0.0;
     }
-    // The key loop (t) stays rolled: unrolling it too made lavapipe compile
-    // the wide variants for minutes. Only loops that index q/acc unroll.
-    for (int t = 0; t < 4; t++) {
-        int j = min(j0 + t, S - 1); // clamp so loads stay in bounds; masked below
-        int kBase = P.offsets.y + b * P.kStride.x + hk * P.kStride.y + j * P.kStride.z;
-        float dots[ROWS];
-        [[unroll]] for (int r = 0; r < ROWS; r++) {
-            dots[r] = 0.0;
-        }
-        [[unroll]] for (int c = 0; c < D4; c++) {
-            vec4 k4 = LOAD4(Kt, kBase, c, DK);
-            [[unroll]] for (int r = 0; r < ROWS; r++) {
-#ifdef ADDITIVE
-                // Bahdanau: q and k are the projections q W_q + b and k W_k;
-                // slots past d_k hold tanh(0) * 0.
-                dots[r] += dot(wa[c], tanh(q[r * D4 + c] + k4));
-#else
-                dots[r] += dot(q[r * D4 + c], k4);
-#endif
-            }
-        }
+    [[unroll]] for (int c = 0; c < D4; c++) {
+        vec4 k4 = LOAD4(Kt, kBase, c, DK);
         [[unroll]] for (int r = 0; r < ROWS; r++) {
 #ifdef ADDITIVE
-            sc[r][t] = dots[r] * LOG2E;
+            // Bahdanau: q and k are the projections q W_q + b and k W_k;
+            // slots past d_k hold tanh(0) * 0.
+            sc[r] += dot(wa[c], tanh(q[r * D4 + c] + k4));
 #else
-            sc[r][t] = dots[r];
+            sc[r] += dot(q[r * D4 + c], k4);
 #endif
         }
     }
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         int row = rowOf[r];
-        [[unroll]] for (int t = 0; t < 4; t++) {
-            int j = j0 + t;
-            bool ok = j < keyEnd;
-            if ((flags & FLAG_CAUSAL) != 0) {
-                ok = ok && j <= row + shift;
-            }
-            int jc = min(j, S - 1);
-            float add = 0.0;
-            if ((flags & FLAG_MASK) != 0) {
-                add += LOAD_M(b * P.mStride.x + headOf[r] * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
-            }
-            if ((flags & FLAG_BOOLMASK) != 0) {
-                add += LOAD_B(b * P.bStride.x + headOf[r] * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
-            }
-            if ((flags & FLAG_KEYPAD) != 0) {
-                add += LOAD_PAD(b * S + jc);
-            }
-            float e = sc[r][t] + add * LOG2E;
-            sc[r][t] = (ok && e != NEG_INF) ? e : NEG_INF;
+        bool ok = j < keyEnd;
+        if ((flags & FLAG_CAUSAL) != 0) {
+            ok = ok && j <= row + shift;
         }
+        float add = 0.0;
+        if ((flags & FLAG_MASK) != 0) {
+            add += LOAD_M(b * P.mStride.x + headOf[r] * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
+        }
+        if ((flags & FLAG_BOOLMASK) != 0) {
+            add += LOAD_B(b * P.bStride.x + headOf[r] * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
+        }
+        if ((flags & FLAG_KEYPAD) != 0) {
+            add += LOAD_PAD(b * S + jc);
+        }
+#ifdef ADDITIVE
+        float e = (sc[r] + add) * LOG2E;
+#else
+        float e = sc[r] + add * LOG2E;
+#endif
+        sc[r] = (ok && e != NEG_INF) ? e : NEG_INF;
     }
 }
 
@@ -216,7 +203,7 @@ void main() {
 #endif
 
 #ifdef ADDITIVE
-    float scale2 = 1.0; // additive scores have no scale; tileScores converts to base 2
+    float scale2 = 1.0; // additive scores have no scale; keyScores converts to base 2
     [[unroll]] for (int c = 0; c < D4; c++) {
         wa[c] = vec4(0.0);
         [[unroll]] for (int t = 0; t < 4; t++) {
@@ -242,37 +229,36 @@ void main() {
         l[r] = 0.0;
     }
 
-    for (int j0 = keyBegin; j0 < keyStop; j0 += 4) {
-        tileScores(j0, keyEnd);
+    // One key at a time, no score tile: every private array is indexed by
+    // unrolled constants only. The running maximum is raised lazily: while
+    // a score exceeds it by at most 2^8 (base 2) the old maximum is kept,
+    // since exp2(s - m) <= 256 cannot overflow the float sums; the
+    // rescaling of acc runs only when some lane of the subgroup needs it
+    // (a uniform branch), which after the first keys is rare.
+    for (int j = keyBegin; j < keyStop; j++) {
+        keyScores(j, keyEnd);
         [[unroll]] for (int r = 0; r < ROWS; r++) {
-            vec4 e = sc[r];
-            float mNew = max(m[r], max(max(e.x, e.y), max(e.z, e.w)));
-            // While every key so far is masked mNew is -inf: keep alpha 1 and
-            // p 0 instead of computing exp2(-inf - -inf) = NaN.
-            float alpha = mNew == NEG_INF ? 1.0 : exp2(m[r] - mNew);
-            vec4 p = vec4(0.0);
-            [[unroll]] for (int t = 0; t < 4; t++) {
-                p[t] = e[t] == NEG_INF ? 0.0 : exp2(e[t] - mNew);
-            }
-            sc[r] = p;
-            l[r] = l[r] * alpha + (p.x + p.y + p.z + p.w);
-            m[r] = mNew;
-            [[unroll]] for (int c = 0; c < D4; c++) {
-                acc[r * D4 + c] *= alpha;
-            }
-        }
-        for (int t = 0; t < 4; t++) {
-            int j = min(j0 + t, S - 1);
-            int vBase = P.offsets.z + b * P.vStride.x + hk * P.vStride.y + j * P.vStride.z;
-            float p[ROWS];
-            [[unroll]] for (int r = 0; r < ROWS; r++) {
-                p[r] = sc[r][t];
-            }
-            [[unroll]] for (int c = 0; c < D4; c++) {
-                vec4 v4 = LOAD4(Vt, vBase, c, DV);
-                [[unroll]] for (int r = 0; r < ROWS; r++) {
-                    acc[r * D4 + c] += p[r] * v4;
+            float e = sc[r];
+            bool raise = e > m[r] + RESCALE_SLACK;
+            if (subgroupAny(raise)) {
+                // Lanes that need no raise keep alpha 1 (never exp2 of
+                // -inf - -inf); a first visible key gives alpha 0 while
+                // acc and l are still zero.
+                float alpha = raise ? exp2(m[r] - e) : 1.0;
+                l[r] *= alpha;
+                [[unroll]] for (int c = 0; c < D4; c++) {
+                    acc[r * D4 + c] *= alpha;
                 }
+                m[r] = raise ? e : m[r];
+            }
+            sc[r] = e == NEG_INF ? 0.0 : exp2(e - m[r]);
+            l[r] += sc[r];
+        }
+        int vBase = P.offsets.z + b * P.vStride.x + hk * P.vStride.y + min(j, S - 1) * P.vStride.z;
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            vec4 v4 = LOAD4(Vt, vBase, c, DV);
+            [[unroll]] for (int r = 0; r < ROWS; r++) {
+                acc[r * D4 + c] += sc[r] * v4;
             }
         }
     }
@@ -326,21 +312,15 @@ void main() {
     if ((flags & FLAG_WEIGHTS) != 0) {
         // Second pass for the optional (B,H,L,S) weights: recompute each
         // tile's scores and normalise with the final max and sum.
-        for (int j0 = 0; j0 < S; j0 += 4) {
-            tileScores(j0, keyLen);
+        for (int j = 0; j < S; j++) {
+            keyScores(j, keyLen);
             [[unroll]] for (int r = 0; r < ROWS; r++) {
                 int row = rowOf[r];
                 if (!rowOK[r]) {
                     continue;
                 }
-                int wBase = ((b * H + headOf[r]) * L + row) * S;
-                [[unroll]] for (int t = 0; t < 4; t++) {
-                    int j = j0 + t;
-                    float e = sc[r][t];
-                    if (j < S) {
-                        wData[wBase + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2(e - m[r]) / l[r] : 0.0;
-                    }
-                }
+                float e = sc[r];
+                wData[((b * H + headOf[r]) * L + row) * S + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2(e - m[r]) / l[r] : 0.0;
             }
         }
     }

@@ -1,9 +1,13 @@
 // Command vkattn runs attention on a Vulkan device from the command line:
-// list devices, run a problem stored as .npy files, verify the golden cases,
-// show the worked examples of the spec and benchmark the kernel.
+// list devices, run a problem stored as .npy files, run a PyTorch
+// nn.MultiheadAttention layer or additive (Bahdanau) attention with weights
+// from a .npz or .safetensors file, verify the golden cases, show the worked
+// examples of the spec and benchmark the kernel.
 //
 //	vkattn devices [--json]
 //	vkattn run -q Q.npy -k K.npy -v V.npy [-o O.npy] [options]
+//	vkattn mha -x X.npy [--kv KV.npy] --params P.npz --heads H -o OUT.npy [options]
+//	vkattn additive -q Q.npy -k K.npy -v V.npy --params P.npz [-o O.npy] [options]
 //	vkattn verify [--dir testdata]
 //	vkattn demo
 //	vkattn bench [--suite prefill|decode|long|all | --shape B,H,H_kv,L,S,d] [--json] [--plot FILE.png]
@@ -33,8 +37,9 @@ const (
 	exitUsage = 2 // the command line itself is wrong
 )
 
-const topUsage = `vkattn runs scaled dot-product attention on a Vulkan device (GPU or the
-lavapipe CPU driver) and checks it against a float64 reference.
+const topUsage = `vkattn runs scaled dot-product attention, multi-head attention layers and
+additive attention on a Vulkan device (GPU or the lavapipe CPU driver) and
+checks them against a float64 reference.
 
 Usage:
   vkattn <command> [flags]
@@ -42,6 +47,8 @@ Usage:
 Commands:
   devices   list Vulkan devices, their limits and the default pick
   run       run attention on Q, K, V stored as .npy files
+  mha       run a PyTorch nn.MultiheadAttention layer (weights from .npz/.safetensors)
+  additive  run additive (Bahdanau) attention with weights W_q, W_k, b, w_a
   verify    run the golden cases in testdata/ and compare
   demo      print the spec's worked examples and a larger random problem
   bench     time attention on preset suites or given shapes (GFLOP/s, GB/s, plot)
@@ -50,6 +57,7 @@ Run 'vkattn <command> -h' for a command's flags and an example.
 
 Examples:
   vkattn run -q q.npy -k k.npy -v v.npy --causal bottom-right -o out.npy --check
+  vkattn mha -x x.npy --params mha.safetensors --heads 2 -o out.npy --check
   vkattn bench --suite prefill --plot gflops.png
 `
 
@@ -61,6 +69,8 @@ type command struct {
 var commands = []command{
 	{"devices", runDevices},
 	{"run", runRun},
+	{"mha", runMHA},
+	{"additive", runAdditive},
 	{"verify", runVerify},
 	{"demo", runDemo},
 	{"bench", runBench},

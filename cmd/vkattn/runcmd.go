@@ -305,20 +305,29 @@ type result struct {
 
 // attend runs p on dev and downloads every output it asked for.
 func attend(dev *vkattn.Device, p *problem) (*result, error) {
+	return attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Output, error) {
+		return dev.Attention(q, k, v, p.opts)
+	})
+}
+
+// attendWith uploads q, k and v with their own shapes, runs call on them
+// (Device.Attention for run, Additive.Attention for additive) and downloads
+// every output it asked for.
+func attendWith(dev *vkattn.Device, q, k, v *npyArray, call func(q, k, v *vkattn.Tensor) (*vkattn.Output, error)) (*result, error) {
 	var inputs []*vkattn.Tensor
 	defer func() {
 		for _, t := range inputs {
 			t.Close()
 		}
 	}()
-	for _, a := range []*npyArray{p.q, p.k, p.v} {
+	for _, a := range []*npyArray{q, k, v} {
 		t, err := dev.Upload(a.Shape, a.F32)
 		if err != nil {
 			return nil, err
 		}
 		inputs = append(inputs, t)
 	}
-	out, err := dev.Attention(inputs[0], inputs[1], inputs[2], p.opts)
+	out, err := call(inputs[0], inputs[1], inputs[2])
 	if err != nil {
 		return nil, err
 	}

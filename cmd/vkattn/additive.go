@@ -1,0 +1,226 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/weights"
+)
+
+const additiveUsage = `Usage: vkattn additive -q Q.npy -k K.npy -v V.npy --params P.npz [-o OUT.npy] [flags]
+
+Computes additive (Bahdanau) attention on a Vulkan device:
+  e_{t,j} = tanh(q_t W_q + k_j W_k + b) . w_a + masks,   O = softmax_j(e) V
+Each query and key is projected once; the attention kernel then scores
+every pair with the same online softmax and masks as 'vkattn run'.
+Additive scores have no scale.
+
+Inputs are .npy files (float32; float64 is converted), all of rank 3 or
+all of rank 2 (one sequence, without B):
+  -q Q.npy   queries (B,L,d_q)     -k K.npy   keys (B,S,d_k)
+  -v V.npy   values (B,S,d_v)
+
+--params reads, from .npz or .safetensors, at top level:
+  W_q (d_q,d_a), W_k (d_k,d_a)   (in, out): e uses q W_q, not PyTorch's (out, in)
+  b (d_a)                         optional, zero without it
+  w_a (d_a) or (d_a,1)
+
+Masks combine and broadcast to (B,1,L,S) (one head) from the left; a 3-D
+(B,L,S) mask is per batch item:
+  --mask M.npy             float values are added to the scores (-inf blocks);
+                           a bool mask needs --mask-means allow|block
+  --causal top-left        query t sees keys j <= t
+  --causal bottom-right    query t sees keys j <= t + S - L
+  --key-lengths 3,5        keys past the length of batch item b are masked
+  --query-lengths 2,3      query rows past it give zeros
+A row whose every key is masked has output 0 and log-sum-exp -inf.
+
+Outputs are written to a temporary file and renamed, all or none:
+  -o OUT.npy       O, (B,L,d_v)
+  --lse LSE.npy    natural log-sum-exp of each row's scores, (B,L)
+  --weights W.npy  attention weights, (B,L,S)
+Without -o a short summary is printed instead.
+
+--check compares with the float64 reference (reference.AdditiveAttention)
+and exits 1, writing nothing, if any |GPU - reference| > 1e-4 * max(1, |reference|).
+--explain prints the plan: the two projections and the attention kernel.
+
+Examples:
+  # Python: np.savez("p.npz", W_q=Wq, W_k=Wk, b=b, w_a=wa)  (all float32)
+  vkattn additive -q q.npy -k k.npy -v v.npy --params p.npz --check
+  vkattn additive -q q.npy -k k.npy -v v.npy --params p.npz -o o.npy --weights w.npy --key-lengths 3,5
+  vkattn additive -q q.npy -k k.npy -v v.npy --params p.npz --mask m.npy --mask-means block --explain
+`
+
+// additiveFlags are additive's command line.
+type additiveFlags struct {
+	q, k, v, params    string
+	masks              maskFlags
+	keyLens, queryLens intList
+	out, weights, lse  string
+	device             string
+	check, explain     bool
+}
+
+// additiveProblem is a loaded and validated additive run.
+type additiveProblem struct {
+	q, k, v *npyArray
+	w       *vkattn.AdditiveWeights
+	opts    vkattn.Options
+	// q3, k3, v3 are the shapes as (B, positions, width).
+	q3, k3, v3 [3]int
+}
+
+func runAdditive(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("additive", stderr)
+	var f additiveFlags
+	fs.StringVar(&f.q, "q", "", "queries `Q.npy`, (B,L,d_q) or (L,d_q)")
+	fs.StringVar(&f.k, "k", "", "keys `K.npy`, (B,S,d_k) or (S,d_k)")
+	fs.StringVar(&f.v, "v", "", "values `V.npy`, (B,S,d_v) or (S,d_v)")
+	fs.StringVar(&f.params, "params", "", "weights `P.npz|P.safetensors`: W_q (d_q,d_a), W_k (d_k,d_a), b (d_a, optional), w_a (d_a)")
+	f.masks.register(fs, "(B,1,L,S)")
+	fs.Var(&f.keyLens, "key-lengths", "valid key count per batch item, `N,N,...` (e.g. 3,5)")
+	fs.Var(&f.queryLens, "query-lengths", "valid query count per batch item, `N,N,...` (e.g. 2,3)")
+	fs.StringVar(&f.out, "o", "", "write the output O to `OUT.npy`, (B,L,d_v) or (L,d_v)")
+	fs.StringVar(&f.weights, "weights", "", "write the attention weights to `W.npy`, (B,L,S) or (L,S)")
+	fs.StringVar(&f.lse, "lse", "", "write the log-sum-exp to `LSE.npy`, (B,L) or (L)")
+	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
+	fs.BoolVar(&f.explain, "explain", false, "print the plan: projections, kernel variant, tiles, grid, masks")
+	if ok, code := parseFlags(fs, additiveUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	switch {
+	case f.q == "" || f.k == "" || f.v == "":
+		return usagef(stderr, "additive", "-q, -k and -v are required")
+	case f.params == "":
+		return usagef(stderr, "additive", "--params is required: W_q, W_k, b, w_a in a .npz or .safetensors file")
+	}
+	causal, meaning, err := f.masks.parse()
+	if err != nil {
+		return reportError(stderr, "additive", err)
+	}
+	if code := checkOutputPaths("additive", stderr, []outputFlag{{"-o", f.out}, {"--lse", f.lse}, {"--weights", f.weights}}); code != exitOK {
+		return code
+	}
+	p, err := loadAdditive(&f, causal, meaning)
+	if err != nil {
+		return reportError(stderr, "additive", err)
+	}
+	return executeAdditive(&f, p, stdout, stderr)
+}
+
+// loadAdditive reads the inputs, weights and masks and validates them on
+// the host, so bad input fails before a device is opened.
+func loadAdditive(f *additiveFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*additiveProblem, error) {
+	p := &additiveProblem{}
+	for _, in := range []struct {
+		name, path string
+		dst        **npyArray
+		shape      *[3]int
+	}{{"Q", f.q, &p.q, &p.q3}, {"K", f.k, &p.k, &p.k3}, {"V", f.v, &p.v, &p.v3}} {
+		a, err := readFloatInput(in.name, in.path)
+		if err != nil {
+			return nil, err
+		}
+		b, n, width, err := batchedShape(in.name, in.path, a.Shape)
+		if err != nil {
+			return nil, err
+		}
+		if p.q != nil && len(a.Shape) != len(p.q.Shape) {
+			return nil, fmt.Errorf("%s %s has shape %v but Q %s has %v: give all with a batch axis or none", in.name, in.path, a.Shape, f.q, p.q.Shape)
+		}
+		*in.dst, *in.shape = a, [3]int{b, n, width}
+	}
+	var err error
+	if p.w, err = weights.LoadAdditive(f.params, p.q3[2], p.k3[2]); err != nil {
+		return nil, fmt.Errorf("--params: %w", err)
+	}
+	p.opts = vkattn.Options{
+		Causal:      causal,
+		WantLSE:     f.lse != "",
+		WantWeights: f.weights != "",
+	}
+	if f.keyLens.set {
+		p.opts.KeyLengths = f.keyLens.vals
+	}
+	if f.queryLens.set {
+		p.opts.QueryLengths = f.queryLens.vals
+	}
+	B, L, S := p.q3[0], p.q3[1], p.k3[1]
+	if err := f.masks.load(&p.opts, meaning, vkattn.MaskShape{B, 1, L, S}); err != nil {
+		return nil, err
+	}
+	// The kernel sees one head; the widths were checked by the loader.
+	q4, k4, v4 := [4]int{B, 1, L, 1}, [4]int{p.k3[0], 1, S, 1}, [4]int{p.v3[0], 1, p.v3[1], p.v3[2]}
+	if _, err := vkattn.CheckProblem(q4, k4, v4, &p.opts); err != nil {
+		return nil, fmt.Errorf("Q %v, K %v, V %v: %w", p.q.Shape, p.k.Shape, p.v.Shape, err)
+	}
+	return p, nil
+}
+
+func executeAdditive(f *additiveFlags, p *additiveProblem, stdout, stderr io.Writer) int {
+	dev, err := vkattn.Open(vkattn.Config{Device: f.device})
+	if err != nil {
+		return failf(stderr, "additive", "%v", err)
+	}
+	defer dev.Close()
+	layer, err := dev.NewAdditive(p.w)
+	if err != nil {
+		return failf(stderr, "additive", "--params %s: %v", f.params, err)
+	}
+	defer layer.Close()
+	plan, err := layer.Plan(p.q.Shape, p.k.Shape, p.v.Shape, p.opts)
+	if err != nil {
+		return failf(stderr, "additive", "%v", err)
+	}
+	if f.explain {
+		printPlan(stdout, plan, &p.opts)
+	}
+	res, err := attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Output, error) {
+		return layer.Attention(q, k, v, p.opts)
+	})
+	if err != nil {
+		return failf(stderr, "additive", "%v", err)
+	}
+
+	// O drops the kernel's head axis: Q's leading axes, then d_v.
+	oShape, wShape, lseShape := golden.OutputShapes(p.q.Shape, p.k3[1], p.v3[2])
+	var chk *checkResult
+	if f.check {
+		ref, err := reference.AdditiveAttention(p.q.F32, p.q3, p.k.F32, p.k3, p.v.F32, p.v3, p.w, p.opts)
+		if err != nil {
+			return failf(stderr, "additive", "reference: %v", err)
+		}
+		chk = &checkResult{}
+		chk.add("O", res.o, ref.O)
+		if res.lse != nil {
+			chk.add("LSE", res.lse, ref.LSE)
+		}
+		if res.weights != nil {
+			chk.add("weights", res.weights, ref.Weights)
+		}
+	}
+
+	var outs []output
+	for _, o := range []output{{"O", f.out, oShape, res.o}, {"LSE", f.lse, lseShape, res.lse}, {"weights", f.weights, wShape, res.weights}} {
+		if o.path != "" {
+			outs = append(outs, o)
+		}
+	}
+	if f.out == "" {
+		fmt.Fprintf(stdout, "O %s: %s\n", shapeString(oShape), firstValues(res.o, 8))
+		if !f.explain {
+			fmt.Fprintf(stdout, "plan: %v\n", plan)
+		}
+		flops := plan.Dims.FLOPs()
+		for _, l := range plan.Projections {
+			flops += l.FLOPs()
+		}
+		fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.gpuTime, flops))
+	}
+	return finishOutputs("additive", outs, chk, stdout, stderr)
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+)
+
+// additiveOK runs vkattn additive and fails the test unless it exits 0.
+func additiveOK(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := cli(t, append([]string{"additive"}, args...)...)
+	if code != 0 {
+		t.Fatalf("vkattn additive %s: exit %d: %s\n%s", strings.Join(args, " "), code, errOut, out)
+	}
+	return out
+}
+
+// goldenAdditive writes the hand-worked case of reference's
+// TestAdditiveGoldenKeys: W_q = W_k = I, b = 0, w_a = [1 1], q = [0 0],
+// K = [[0 0] [a 0] [a a]] with a = atanh(1/2), so the scores are 0, 1/2
+// and 1; V = [[1 0] [0 1] [1 1]].
+func goldenAdditive(t *testing.T, dir string) (params, q, k, v string) {
+	t.Helper()
+	a := float32(math.Atanh(0.5))
+	params = writeNPZ(t, dir, "p.npz", map[string]any{
+		"W_q": [][]float32{{1, 0}, {0, 1}},
+		"W_k": [][]float32{{1, 0}, {0, 1}},
+		"b":   []float32{0, 0},
+		"w_a": []float32{1, 1},
+	})
+	q = save(t, dir, "q.npy", [][]float32{{0, 0}})
+	k = save(t, dir, "k.npy", [][]float32{{0, 0}, {a, 0}, {a, a}})
+	v = save(t, dir, "v.npy", [][]float32{{1, 0}, {0, 1}, {1, 1}})
+	return params, q, k, v
+}
+
+func TestAdditiveGolden(t *testing.T) {
+	withDevice(t)
+	dir := t.TempDir()
+	params, q, k, v := goldenAdditive(t, dir)
+	o, w, lse := filepath.Join(dir, "o.npy"), filepath.Join(dir, "w.npy"), filepath.Join(dir, "lse.npy")
+	e, eh := math.E, math.Exp(0.5)
+	z := 1 + eh + e
+
+	out := additiveOK(t, "-q", q, "-k", k, "-v", v, "--params", params, "-o", o, "--weights", w, "--lse", lse, "--check")
+	if !strings.Contains(out, "wrote O (1, 2) to "+o) || !strings.Contains(out, ": ok") {
+		t.Errorf("output:\n%s", out)
+	}
+	near(t, "O", load(t, o).F32, []float64{0.692804114, 0.813676277}, 1e-5)
+	near(t, "A", load(t, w).F32, []float64{0.186323723, 0.307195886, 0.506480391}, 1e-5)
+	near(t, "LSE", load(t, lse).F32, []float64{math.Log(z)}, 1e-5)
+	for _, c := range []struct {
+		path  string
+		shape []int
+	}{{o, []int{1, 2}}, {w, []int{1, 3}}, {lse, []int{1}}} {
+		if got := load(t, c.path).Shape; !slices.Equal(got, c.shape) {
+			t.Errorf("%s: shape %v, want %v", filepath.Base(c.path), got, c.shape)
+		}
+	}
+
+	// Without -o: a summary; --explain shows the projections.
+	out = additiveOK(t, "-q", q, "-k", k, "-v", v, "--params", params, "--explain")
+	for _, want := range []string{"O (1, 2): [0.6928", "projection", "q W_q + b", "k W_k", "no scale", "additive", "GPU time"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Bool masks in both senses: keys 0 and 2 remain, O = [1, e/(1+e)].
+	masked := []float64{1, e / (1 + e)}
+	block := save(t, dir, "block.npy", []bool{false, true, false})
+	allow := save(t, dir, "allow.npy", [][]bool{{true, false, true}})
+	for _, m := range [][]string{{block, "block"}, {allow, "allow"}} {
+		additiveOK(t, "-q", q, "-k", k, "-v", v, "--params", params, "--mask", m[0], "--mask-means", m[1], "-o", o, "--check")
+		near(t, "O masked ("+m[1]+")", load(t, o).F32, masked, 1e-5)
+	}
+
+	// Rank-3 inputs and --key-lengths 2: keys 0 and 1, scores 0 and 1/2.
+	q3 := save(t, dir, "q3.npy", [][][]float32{{{0, 0}}})
+	k3 := writeArray(t, dir, "k3.npy", []int{1, 3, 2}, load(t, k).F32)
+	v3 := writeArray(t, dir, "v3.npy", []int{1, 3, 2}, load(t, v).F32)
+	additiveOK(t, "-q", q3, "-k", k3, "-v", v3, "--params", params, "--key-lengths", "2", "-o", o, "--check")
+	got := load(t, o)
+	if !slices.Equal(got.Shape, []int{1, 1, 2}) {
+		t.Errorf("O shape %v, want [1 1 2]", got.Shape)
+	}
+	near(t, "O with key length 2", got.F32, []float64{1 / (1 + eh), eh / (1 + eh)}, 1e-5)
+}
+
+// A batch with a 3-D (B,L,S) mask, per batch item, against the reference.
+func TestAdditiveBatchMask(t *testing.T) {
+	withDevice(t)
+	r := rand.New(rand.NewSource(3))
+	dir := t.TempDir()
+	const B, L, S, dq, dk, da, dv = 2, 3, 5, 4, 3, 6, 2
+	w := &vkattn.AdditiveWeights{DQ: dq, DK: dk, DA: da,
+		WQ: randomValues(r, dq*da), WK: randomValues(r, dk*da), Bias: randomValues(r, da), WA: randomValues(r, da)}
+	params := writeNPZ(t, dir, "p.npz", map[string]any{
+		"W_q": rows(w.WQ, da), "W_k": rows(w.WK, da), "b": w.Bias, "w_a": rows(w.WA, 1), // w_a as a column (d_a,1)
+	})
+	qd, kd, vd := randomValues(r, B*L*dq), randomValues(r, B*S*dk), randomValues(r, B*S*dv)
+	q := writeArray(t, dir, "q.npy", []int{B, L, dq}, qd)
+	k := writeArray(t, dir, "k.npy", []int{B, S, dk}, kd)
+	v := writeArray(t, dir, "v.npy", []int{B, S, dv}, vd)
+	mask := make([]float32, B*L*S)
+	for i := range mask {
+		if i%4 == 1 {
+			mask[i] = float32(math.Inf(-1))
+		} else {
+			mask[i] = float32(i%3) - 1
+		}
+	}
+	m := writeArray(t, dir, "m.npy", []int{B, L, S}, mask)
+	o, wp := filepath.Join(dir, "o.npy"), filepath.Join(dir, "w.npy")
+	additiveOK(t, "-q", q, "-k", k, "-v", v, "--params", params, "--mask", m, "--causal", "bottom-right", "-o", o, "--weights", wp, "--check")
+
+	opts := vkattn.Options{Causal: vkattn.CausalBottomRight, Mask: &vkattn.Mask{Shape: vkattn.MaskShape{B, 1, L, S}, Values: mask}}
+	ref, err := reference.AdditiveAttention(qd, [3]int{B, L, dq}, kd, [3]int{B, S, dk}, vd, [3]int{B, S, dv}, w, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := load(t, o)
+	if !slices.Equal(got.Shape, []int{B, L, dv}) {
+		t.Fatalf("O shape %v", got.Shape)
+	}
+	near(t, "O", got.F32, ref.O, 1e-4)
+	gw := load(t, wp)
+	if !slices.Equal(gw.Shape, []int{B, L, S}) {
+		t.Fatalf("weights shape %v", gw.Shape)
+	}
+	near(t, "weights", gw.F32, ref.Weights, 1e-4)
+}
+
+func TestAdditiveErrors(t *testing.T) {
+	dir := t.TempDir()
+	params, q, k, v := goldenAdditive(t, dir)
+	q3w := save(t, dir, "q3w.npy", [][]float32{{0, 0, 0}})
+	k3 := writeArray(t, dir, "k3.npy", []int{1, 3, 2}, make([]float32, 6))
+	v4 := save(t, dir, "v4.npy", [][]float32{{1, 0}, {0, 1}, {1, 1}, {1, 1}})
+	bm := save(t, dir, "bm.npy", []bool{false, true, false})
+	noWk := writeNPZ(t, dir, "nowk.npz", map[string]any{"W_q": [][]float32{{1, 0}, {0, 1}}, "w_a": []float32{1, 1}})
+	o := filepath.Join(dir, "o.npy")
+	base := []string{"-q", q, "-k", k, "-v", v, "--params", params, "-o", o}
+	with := func(args ...string) []string { return append(slices.Clone(base), args...) }
+
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"missing params", []string{"-q", q, "-k", k, "-v", v}, exitUsage, "--params is required"},
+		{"missing v", []string{"-q", q, "-k", k, "--params", params}, exitUsage, "-q, -k and -v are required"},
+		{"bool mask without meaning", with("--mask", bm), exitUsage, "--mask-means"},
+		{"scale is not a flag", with("--scale", "2"), exitUsage, "-scale"},
+		{"W_q width", with("-q", q3w), exitFail, "W_q has shape [2 2], want [3 2]"},
+		{"missing W_k", with("--params", noWk), exitFail, "W_k"},
+		{"rank mismatch", with("-k", k3), exitFail, "K " + k3 + " has shape [1 3 2] but Q"},
+		{"K/V lengths", with("-v", v4), exitFail, "positions"},
+		{"key lengths count", with("--key-lengths", "2,2"), exitFail, "key lengths"},
+		{"missing params file", with("--params", filepath.Join(dir, "nope.npz")), exitFail, "nope.npz"},
+	} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			_, errOut, code := cli(t, append([]string{"additive"}, c.args...)...)
+			if code != c.code || !strings.Contains(errOut, c.want) {
+				t.Errorf("exit %d, want %d; stderr lacks %q:\n%s", code, c.code, c.want, errOut)
+			}
+			if strings.Contains(errOut, "panic") {
+				t.Errorf("stderr: %s", errOut)
+			}
+			if _, err := os.Stat(o); err == nil {
+				t.Errorf("output file written")
+				os.Remove(o)
+			}
+		})
+	}
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
+)
+
+// Helpers shared by the layer commands, mha and additive.
+
+// usageError is a mistake on the command line found only once an input was
+// read (a bool mask without --mask-means): it exits with exitUsage.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// reportError reports err and returns its exit status: exitUsage for a
+// usageError, exitFail otherwise.
+func reportError(stderr io.Writer, cmd string, err error) int {
+	var u usageError
+	if errors.As(err, &u) {
+		return usagef(stderr, cmd, "%s", u.msg)
+	}
+	return failf(stderr, cmd, "%v", err)
+}
+
+// maskFlags are the mask flags of the layer commands: one --mask file,
+// float (additive) or bool with --mask-means, and --causal.
+type maskFlags struct {
+	mask, means, causal string
+}
+
+// register adds the flags; axes names the (B,H,L,S) axes the mask
+// broadcasts to, e.g. "(B,h,T,S)".
+func (m *maskFlags) register(fs *flag.FlagSet, axes string) {
+	fs.StringVar(&m.mask, "mask", "", "mask `M.npy` broadcast to "+axes+": float values are added to the scores (-inf blocks); bool values need --mask-means")
+	fs.StringVar(&m.means, "mask-means", "", "what true means in a bool --mask: `allow|block` (block: true = blocked, as PyTorch's MultiheadAttention; allow: true = may attend)")
+	fs.StringVar(&m.causal, "causal", "none", "causal mask `alignment`: none, top-left (PyTorch is_causal) or bottom-right")
+}
+
+// parse checks the flags' values (errors are usage errors): the causal
+// alignment and what true means in a bool mask (0 when not given).
+func (m *maskFlags) parse() (vkattn.Causal, vkattn.MaskMeaning, error) {
+	causal, err := vkattn.ParseCausal(m.causal)
+	if err != nil {
+		return 0, 0, usageError{fmt.Sprintf("--causal %q: want none, top-left or bottom-right", m.causal)}
+	}
+	var meaning vkattn.MaskMeaning
+	switch m.means {
+	case "":
+	case "allow":
+		meaning = vkattn.TrueAllows
+	case "block":
+		meaning = vkattn.TrueBlocks
+	default:
+		return 0, 0, usageError{fmt.Sprintf("--mask-means %q: want allow (true = may attend) or block (true = blocked)", m.means)}
+	}
+	if meaning != 0 && m.mask == "" {
+		return 0, 0, usageError{"--mask-means says what true means in a bool --mask, but no --mask is given"}
+	}
+	return causal, meaning, nil
+}
+
+// load reads --mask, if given, into opts. full is the (B,H,L,S) extent the
+// mask broadcasts to; the mask is validated against it here, so a bad mask
+// fails before a device is opened, naming the file.
+func (m *maskFlags) load(opts *vkattn.Options, meaning vkattn.MaskMeaning, full vkattn.MaskShape) error {
+	if m.mask == "" {
+		return nil
+	}
+	a, s, err := readMask("--mask", m.mask, func(shape []int) (vkattn.MaskShape, error) {
+		return fitLayerMask(shape, full)
+	})
+	if err != nil {
+		return err
+	}
+	check := vkattn.Options{}
+	switch {
+	case a.Bools != nil && meaning == 0:
+		return usageError{fmt.Sprintf("--mask %s holds bool values: say with --mask-means allow|block whether true allows or blocks (PyTorch's bool attn_mask blocks)", m.mask)}
+	case a.Bools != nil:
+		check.BoolMask = &vkattn.BoolMask{Shape: s, Values: a.Bools, Meaning: meaning}
+	case meaning != 0:
+		return usageError{fmt.Sprintf("--mask-means applies to a bool mask, but --mask %s holds %s values (an additive float mask)", m.mask, a.DType)}
+	default:
+		check.Mask = &vkattn.Mask{Shape: s, Values: a.F32}
+	}
+	q := [4]int{full[0], full[1], full[2], 1}
+	k := [4]int{full[0], full[1], full[3], 1}
+	if _, err := vkattn.CheckProblem(q, k, k, &check); err != nil {
+		return fmt.Errorf("--mask %s (shape %v): %w", m.mask, a.Shape, err)
+	}
+	opts.Mask, opts.BoolMask = check.Mask, check.BoolMask
+	return nil
+}
+
+// fitLayerMask fits a mask's shape to full (B,H,L,S): NumPy broadcasting
+// from the left, as run's masks, except that a 3-D (B*H,L,S) mask with
+// B > 1 is PyTorch's per-batch-and-head attn_mask, (B,H,L,S). The two
+// readings never disagree: NumPy's (H,L,S) differs from (B*H,L,S) when
+// B > 1, and they are the same for B = 1.
+func fitLayerMask(shape []int, full vkattn.MaskShape) (vkattn.MaskShape, error) {
+	if len(shape) == 3 && full[0] > 1 && shape[0] == full[0]*full[1] {
+		return vkattn.MaskShape{full[0], full[1], shape[1], shape[2]}, nil
+	}
+	return golden.FillMaskShape(shape)
+}
+
+// batchedShape reads an input of rank 3 (B,T,width) or 2 (T,width) as
+// (B,T,width); name and path are for errors.
+func batchedShape(name, path string, shape []int) (b, t, width int, err error) {
+	if len(shape) != 2 && len(shape) != 3 {
+		return 0, 0, 0, fmt.Errorf("%s %s has shape %v: want (B,T,width) or (T,width)", name, path, shape)
+	}
+	for _, n := range shape {
+		if n <= 0 {
+			return 0, 0, 0, fmt.Errorf("%s %s has shape %v: every axis must be at least 1", name, path, shape)
+		}
+	}
+	b = 1
+	if len(shape) == 3 {
+		b = shape[0]
+	}
+	return b, shape[len(shape)-2], shape[len(shape)-1], nil
+}
+
+// finishOutputs writes outs, unless the check failed, and reports what it
+// wrote and the check's verdict. A failed check writes nothing and exits 1.
+func finishOutputs(cmd string, outs []output, chk *checkResult, stdout, stderr io.Writer) int {
+	if chk == nil || chk.ok() {
+		if err := writeNPYFiles(outs); err != nil {
+			return failf(stderr, cmd, "%v", err)
+		}
+		for _, o := range outs {
+			fmt.Fprintf(stdout, "wrote %s %s to %s\n", o.name, shapeString(o.shape), o.path)
+		}
+	}
+	if chk != nil {
+		fmt.Fprintln(stdout, chk.String())
+		if !chk.ok() {
+			return failf(stderr, cmd, "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.worst)
+		}
+	}
+	return exitOK
+}

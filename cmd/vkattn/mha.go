@@ -1,0 +1,328 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/weights"
+)
+
+const mhaUsage = `Usage: vkattn mha -x X.npy [--kv KV.npy] --params P.npz|P.safetensors --heads H -o OUT.npy [flags]
+
+Runs a PyTorch nn.MultiheadAttention layer (batch_first=True, eval mode) on
+a Vulkan device, as one submission: the input projections, the attention of
+every head, the output projection and, with --weights, the weights.
+
+Inputs are .npy files (float32; float64 is converted):
+  -x X.npy      the query input (B,T,d), batch first, or (T,d) for one
+                sequence (PyTorch's unbatched mode: the outputs drop B too)
+  --kv KV.npy   the key = value input (B,S,kdim) of cross-attention, such as
+                an encoder's memory; without it the layer attends over X
+d (embed_dim) is X's last axis; kdim = vdim is KV's last axis (d without --kv).
+
+--params reads the layer's state_dict saved at top level, as .npz
+(numpy.savez("p.npz", **{k: v.numpy() for k, v in mha.state_dict().items()}))
+or .safetensors (safetensors.torch.save_file(mha.state_dict(), "p.safetensors")):
+  in_proj_weight (3d,d)                          when kdim = vdim = d
+  q_proj_weight (d,d), k_proj_weight (d,kdim),
+  v_proj_weight (d,vdim)                         otherwise
+  in_proj_bias (3d), out_proj.weight (d,d), out_proj.bias (d)   (biases optional)
+--heads H is num_heads; it must divide d. add_bias_kv is not supported.
+
+Masks combine, with PyTorch's meanings:
+  --key-padding M.npy    bool (B,S), or (S) for a (T,d) X: true = padding
+  --mask M.npy           attn_mask: float values are added to the scores and
+                         -inf blocks; a bool mask needs --mask-means (block for
+                         PyTorch's bool attn_mask, allow if true = may attend).
+                         (T,S), (h,T,S) or (B,h,T,S) broadcast to (B,h,T,S)
+                         from the left; PyTorch's (B*h,T,S) reads as (B,h,T,S)
+  --causal top-left      query t sees keys j <= t (PyTorch is_causal)
+  --causal bottom-right  query t sees keys j <= t + S - T
+A query row whose every key is masked gets zero attention, so its output is
+out_proj.bias (zeros without a bias), where PyTorch gives NaN.
+
+Outputs are written to a temporary file and renamed, all or none:
+  -o OUT.npy           attn_output, (B,T,d)
+  --weights W.npy      attention weights per head, (B,h,T,S); with
+                       --average-weights their mean over heads, (B,T,S)
+                       (PyTorch need_weights, average_attn_weights)
+
+--check compares with the float64 reference (reference.MultiHeadAttention)
+and exits 1, writing nothing, if any |GPU - reference| > 1e-4 * max(1, |reference|).
+--explain prints the plan: each dense layer, the per-head attention kernel.
+
+Examples:
+  # Python: mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+  #         safetensors.torch.save_file(mha.state_dict(), "mha.safetensors")
+  vkattn mha -x x.npy --params mha.safetensors --heads 2 -o out.npy --check
+  vkattn mha -x x.npy --params mha.npz --heads 2 --causal top-left -o out.npy --explain
+  vkattn mha -x tgt.npy --kv memory.npy --params cross.npz --heads 4 \
+      --key-padding pad.npy -o out.npy --weights w.npy --average-weights
+`
+
+// mhaFlags are mha's command line.
+type mhaFlags struct {
+	x, kv, params  string
+	heads          int
+	keyPadding     string
+	masks          maskFlags
+	out, weights   string
+	average        bool
+	device         string
+	check, explain bool
+}
+
+// mhaProblem is a loaded and validated mha run.
+type mhaProblem struct {
+	x, kv       *npyArray // kv nil for self-attention
+	w           *vkattn.MHAWeights
+	opts        vkattn.MHAOptions
+	B, T, S, d  int
+	batched     bool // X has rank 3
+	outShape    []int
+	weightShape []int // of what --weights writes
+}
+
+func runMHA(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("mha", stderr)
+	var f mhaFlags
+	fs.StringVar(&f.x, "x", "", "query input `X.npy`, (B,T,d) or (T,d); d is embed_dim")
+	fs.StringVar(&f.kv, "kv", "", "key = value input `KV.npy` for cross-attention, (B,S,kdim) or (S,kdim); default: X (self-attention)")
+	fs.StringVar(&f.params, "params", "", "the layer's state_dict, `P.npz|P.safetensors` (in_proj_weight or q/k/v_proj_weight, out_proj.weight, biases)")
+	fs.IntVar(&f.heads, "heads", 0, "number of heads `H` (num_heads); must divide d")
+	fs.StringVar(&f.keyPadding, "key-padding", "", "bool key_padding_mask `M.npy`, (B,S) or (S): true = padding, ignored")
+	f.masks.register(fs, "(B,h,T,S)")
+	fs.StringVar(&f.out, "o", "", "write attn_output to `OUT.npy`, (B,T,d) or (T,d)")
+	fs.StringVar(&f.weights, "weights", "", "write the attention weights per head to `W.npy`, (B,h,T,S)")
+	fs.BoolVar(&f.average, "average-weights", false, "with --weights: write their mean over heads instead, (B,T,S)")
+	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
+	fs.BoolVar(&f.explain, "explain", false, "print the plan: dense layers, attention kernel, masks")
+	if ok, code := parseFlags(fs, mhaUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	switch {
+	case f.x == "":
+		return usagef(stderr, "mha", "-x is required")
+	case f.params == "":
+		return usagef(stderr, "mha", "--params is required: the layer's weights, .npz or .safetensors")
+	case f.heads <= 0:
+		return usagef(stderr, "mha", "--heads H is required: a positive number of heads that divides d")
+	case f.out == "":
+		return usagef(stderr, "mha", "-o is required")
+	case f.average && f.weights == "":
+		return usagef(stderr, "mha", "--average-weights needs --weights W.npy")
+	}
+	causal, meaning, err := f.masks.parse()
+	if err != nil {
+		return reportError(stderr, "mha", err)
+	}
+	if code := checkOutputPaths("mha", stderr, []outputFlag{{"-o", f.out}, {"--weights", f.weights}}); code != exitOK {
+		return code
+	}
+	p, err := loadMHA(&f, causal, meaning)
+	if err != nil {
+		return reportError(stderr, "mha", err)
+	}
+	return executeMHA(&f, p, stdout, stderr)
+}
+
+// loadMHA reads the inputs, weights and masks and validates them on the
+// host, so bad input fails before a device is opened.
+func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mhaProblem, error) {
+	p := &mhaProblem{}
+	var err error
+	if p.x, err = readFloatInput("X", f.x); err != nil {
+		return nil, err
+	}
+	if p.B, p.T, p.d, err = batchedShape("X", f.x, p.x.Shape); err != nil {
+		return nil, err
+	}
+	p.batched = len(p.x.Shape) == 3
+	p.S = p.T
+	kdim := p.d
+	if f.kv != "" {
+		if p.kv, err = readFloatInput("KV", f.kv); err != nil {
+			return nil, err
+		}
+		var b int
+		if b, p.S, kdim, err = batchedShape("KV", f.kv, p.kv.Shape); err != nil {
+			return nil, err
+		}
+		switch {
+		case len(p.kv.Shape) != len(p.x.Shape):
+			return nil, fmt.Errorf("KV %s has shape %v but X %s has %v: give both with a batch axis or neither", f.kv, p.kv.Shape, f.x, p.x.Shape)
+		case b != p.B:
+			return nil, fmt.Errorf("KV %s has batch size %d but X %s has %d", f.kv, b, f.x, p.B)
+		}
+	}
+	if p.d%f.heads != 0 {
+		return nil, fmt.Errorf("--heads %d does not divide embed_dim d = %d (the last axis of X %s)", f.heads, p.d, f.x)
+	}
+	if p.w, err = weights.LoadMHA(f.params, p.d, kdim, kdim); err != nil {
+		if errors.Is(err, vkattn.ErrShape) {
+			from := "X, without --kv"
+			if f.kv != "" {
+				from = "KV's last axis"
+			}
+			return nil, fmt.Errorf("--params: %w (embed_dim d = %d is X's last axis, kdim = vdim = %d from %s)", err, p.d, kdim, from)
+		}
+		return nil, fmt.Errorf("--params: %w", err)
+	}
+
+	h := f.heads
+	p.opts = vkattn.MHAOptions{Heads: h, NeedWeights: f.weights != ""}
+	p.opts.Attention.Causal = causal
+	if f.keyPadding != "" {
+		a, err := readNPY(f.keyPadding)
+		if err != nil {
+			return nil, err
+		}
+		if a.Bools == nil {
+			return nil, fmt.Errorf("--key-padding %s holds %s values; want bool, true = padding", f.keyPadding, a.DType)
+		}
+		ok := slices.Equal(a.Shape, []int{p.B, p.S})
+		want := fmt.Sprintf("(B,S) = (%d,%d)", p.B, p.S)
+		if !p.batched {
+			ok = ok || slices.Equal(a.Shape, []int{p.S})
+			want = fmt.Sprintf("(S) = (%d)", p.S)
+		}
+		if !ok {
+			return nil, fmt.Errorf("--key-padding %s has shape %v: want %s", f.keyPadding, a.Shape, want)
+		}
+		p.opts.KeyPadding = &vkattn.KeyPadding{Padded: a.Bools}
+	}
+	if err := f.masks.load(&p.opts.Attention, meaning, vkattn.MaskShape{p.B, h, p.T, p.S}); err != nil {
+		return nil, err
+	}
+
+	// PyTorch's unbatched mode: outputs drop B as X does.
+	lead := []int{p.B}
+	if !p.batched {
+		lead = nil
+	}
+	p.outShape = append(slices.Clone(lead), p.T, p.d)
+	if f.average {
+		p.weightShape = append(slices.Clone(lead), p.T, p.S)
+	} else {
+		p.weightShape = append(slices.Clone(lead), h, p.T, p.S)
+	}
+	return p, nil
+}
+
+// kvShape is KV's shape, nil for self-attention, as MHA.Plan takes it.
+func (p *mhaProblem) kvShape() []int {
+	if p.kv == nil {
+		return nil
+	}
+	return p.kv.Shape
+}
+
+func executeMHA(f *mhaFlags, p *mhaProblem, stdout, stderr io.Writer) int {
+	dev, err := vkattn.Open(vkattn.Config{Device: f.device})
+	if err != nil {
+		return failf(stderr, "mha", "%v", err)
+	}
+	defer dev.Close()
+	layer, err := dev.NewMHA(p.w)
+	if err != nil {
+		return failf(stderr, "mha", "--params %s: %v", f.params, err)
+	}
+	defer layer.Close()
+	plan, err := layer.Plan(p.x.Shape, p.kvShape(), p.kvShape(), p.opts)
+	if err != nil {
+		return failf(stderr, "mha", "%v", err)
+	}
+	if f.explain {
+		fmt.Fprintf(stdout, "plan: %v\n", plan)
+		masks := describeMasks(&p.opts.Attention)
+		if p.opts.KeyPadding != nil {
+			kp := fmt.Sprintf("key padding (%d,%d)", p.B, p.S)
+			if masks == "none" {
+				masks = kp
+			} else {
+				masks = kp + ", " + masks
+			}
+		}
+		fmt.Fprintf(stdout, "  masks: %s\n", masks)
+	}
+
+	res, err := forwardMHA(dev, layer, p, f.average)
+	if err != nil {
+		return failf(stderr, "mha", "%v", err)
+	}
+	if f.explain {
+		fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.gpuTime, plan.FLOPs()))
+	}
+
+	var chk *checkResult
+	if f.check {
+		var kv []float32
+		if p.kv != nil {
+			kv = p.kv.F32
+		}
+		ref, err := reference.MultiHeadAttention(p.x.F32, p.x.Shape, kv, p.kvShape(), kv, p.kvShape(), p.w, p.opts)
+		if err != nil {
+			return failf(stderr, "mha", "reference: %v", err)
+		}
+		chk = &checkResult{}
+		chk.add("out", res.o, ref.Out)
+		switch {
+		case res.weights == nil:
+		case f.average:
+			chk.add("averaged weights", res.weights, ref.AvgWeights)
+		default:
+			chk.add("weights", res.weights, ref.Weights)
+		}
+	}
+
+	outs := []output{{"out", f.out, p.outShape, res.o}}
+	if f.weights != "" {
+		name := "weights"
+		if f.average {
+			name = "averaged weights"
+		}
+		outs = append(outs, output{name, f.weights, p.weightShape, res.weights})
+	}
+	return finishOutputs("mha", outs, chk, stdout, stderr)
+}
+
+// forwardMHA uploads the inputs, runs the layer and downloads the output
+// and, when asked, the per-head or averaged weights (in result.weights).
+func forwardMHA(dev *vkattn.Device, layer *vkattn.MHA, p *mhaProblem, average bool) (*result, error) {
+	x, err := dev.Upload(p.x.Shape, p.x.F32)
+	if err != nil {
+		return nil, err
+	}
+	defer x.Close()
+	var kv *vkattn.Tensor
+	if p.kv != nil {
+		if kv, err = dev.Upload(p.kv.Shape, p.kv.F32); err != nil {
+			return nil, err
+		}
+		defer kv.Close()
+	}
+	out, err := layer.Forward(x, kv, kv, p.opts)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	r := &result{gpuTime: out.GPUTime}
+	if r.o, err = out.Out.Download(); err != nil {
+		return nil, err
+	}
+	if p.opts.NeedWeights {
+		w := out.Weights
+		if average {
+			w = out.AvgWeights
+		}
+		if r.weights, err = w.Download(); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}

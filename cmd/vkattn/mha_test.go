@@ -1,0 +1,350 @@
+package main
+
+import (
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"codeberg.org/sbinet/npyio/npz"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/weights"
+)
+
+// mhaDir holds the PyTorch parity cases (tools/mha_parity.py).
+var mhaDir = filepath.Join("..", "..", "testdata", "mha")
+
+// parityCase reads testdata/mha/NAME.npz: inputs and PyTorch's outputs.
+func parityCase(t *testing.T, name string) map[string]weights.Tensor {
+	t.Helper()
+	ts, err := weights.Load(filepath.Join(mhaDir, name+".npz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// writeArray writes float32 data of the given shape as a .npy file in dir.
+func writeArray(t *testing.T, dir, name string, shape []int, data []float32) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := writeNPYFiles([]output{{name, path, shape, data}}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// writeBools writes a bool tensor (weights reads bools as 0 and 1) of rank
+// 1 or 2 as a |b1 .npy file.
+func writeBools(t *testing.T, dir, name string, x weights.Tensor) string {
+	t.Helper()
+	b := make([]bool, len(x.Data))
+	for i, v := range x.Data {
+		b[i] = v != 0
+	}
+	switch len(x.Shape) {
+	case 1:
+		return save(t, dir, name, b)
+	case 2:
+		return save(t, dir, name, rows(b, x.Shape[1]))
+	}
+	t.Fatalf("%s: rank %d bool tensor", name, len(x.Shape))
+	return ""
+}
+
+// rows splits x into rows of n values, for npyio's writer.
+func rows[T any](x []T, n int) [][]T {
+	var r [][]T
+	for i := 0; i < len(x); i += n {
+		r = append(r, x[i:i+n])
+	}
+	return r
+}
+
+// writeNPZ writes arrays (name -> []float32 or [][]float32) as a .npz.
+func writeNPZ(t *testing.T, dir, name string, arrays map[string]any) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	m := map[string]any{}
+	for k, v := range arrays {
+		m[k+".npy"] = v
+	}
+	if err := npz.Write(path, m); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// sameTensor checks an output file against a PyTorch parity array: shape
+// and values.
+func sameTensor(t *testing.T, what, path string, want weights.Tensor, shape []int, tol float64) {
+	t.Helper()
+	got := load(t, path)
+	if !slices.Equal(got.Shape, shape) {
+		t.Fatalf("%s: shape %v, want %v", what, got.Shape, shape)
+	}
+	w := make([]float64, len(want.Data))
+	for i, x := range want.Data {
+		w[i] = float64(x)
+	}
+	near(t, what, got.F32, w, tol)
+}
+
+// mhaOK runs vkattn mha and fails the test unless it exits 0.
+func mhaOK(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := cli(t, append([]string{"mha"}, args...)...)
+	if code != 0 {
+		t.Fatalf("vkattn mha %s: exit %d: %s\n%s", strings.Join(args, " "), code, errOut, out)
+	}
+	return out
+}
+
+// parityTol: the GPU in float32 against PyTorch in float64.
+const parityTol = 2e-5
+
+func TestMHASelfParity(t *testing.T) {
+	withDevice(t)
+	dir := t.TempDir()
+	data := parityCase(t, "self") // B=2, T=3, d=8, heads=2
+	q := data["query"]
+	x := writeArray(t, dir, "x.npy", q.Shape, q.Data)
+	o, w := filepath.Join(dir, "out.npy"), filepath.Join(dir, "w.npy")
+	params := filepath.Join(mhaDir, "self_params.npz")
+
+	out := mhaOK(t, "-x", x, "--params", params, "--heads", "2", "-o", o, "--check")
+	if !strings.Contains(out, "wrote out (2, 3, 8) to "+o) || !strings.Contains(out, "check vs float64 reference") || !strings.Contains(out, ": ok") {
+		t.Errorf("output:\n%s", out)
+	}
+	sameTensor(t, "out", o, data["out"], []int{2, 3, 8}, parityTol)
+
+	// Per-head weights, then their mean, read from the .safetensors copy.
+	mhaOK(t, "-x", x, "--params", params, "--heads", "2", "-o", o, "--weights", w, "--check")
+	sameTensor(t, "weights", w, data["weights"], []int{2, 2, 3, 3}, parityTol)
+	st := filepath.Join(mhaDir, "self_params.safetensors")
+	mhaOK(t, "-x", x, "--params", st, "--heads", "2", "-o", o, "--weights", w, "--average-weights", "--check")
+	sameTensor(t, "out (safetensors)", o, data["out"], []int{2, 3, 8}, parityTol)
+	sameTensor(t, "averaged weights", w, data["weights_avg"], []int{2, 3, 3}, parityTol)
+
+	// Unbatched: X (T,d) is batch item 0; the outputs drop B.
+	x0 := writeArray(t, dir, "x0.npy", []int{3, 8}, q.Data[:24])
+	mhaOK(t, "-x", x0, "--params", params, "--heads", "2", "-o", o, "--weights", w, "--check")
+	first := func(x weights.Tensor, n int) weights.Tensor { return weights.Tensor{Data: x.Data[:n]} }
+	sameTensor(t, "unbatched out", o, first(data["out"], 24), []int{3, 8}, parityTol)
+	sameTensor(t, "unbatched weights", w, first(data["weights"], 18), []int{2, 3, 3}, parityTol)
+}
+
+// Key padding and PyTorch's bool attn_mask (true = blocked), also given as
+// --causal top-left, which is the same mask here.
+func TestMHAPaddingParity(t *testing.T) {
+	withDevice(t)
+	dir := t.TempDir()
+	data := parityCase(t, "padcausal") // B=2, T=S=5, d=12, heads=3
+	q := data["query"]
+	x := writeArray(t, dir, "x.npy", q.Shape, q.Data)
+	kp := writeBools(t, dir, "kp.npy", data["key_padding_mask"])
+	am := writeBools(t, dir, "am.npy", data["attn_mask"])
+	o, w := filepath.Join(dir, "out.npy"), filepath.Join(dir, "w.npy")
+	params := filepath.Join(mhaDir, "padcausal_params.npz")
+
+	mhaOK(t, "-x", x, "--params", params, "--heads", "3", "--key-padding", kp, "--mask", am, "--mask-means", "block",
+		"-o", o, "--weights", w, "--check")
+	sameTensor(t, "out", o, data["out"], []int{2, 5, 12}, parityTol)
+	sameTensor(t, "weights", w, data["weights"], []int{2, 3, 5, 5}, parityTol)
+
+	out := mhaOK(t, "-x", x, "--params", params, "--heads", "3", "--key-padding", kp, "--causal", "top-left", "-o", o, "--check", "--explain")
+	sameTensor(t, "out (causal)", o, data["out"], []int{2, 5, 12}, parityTol)
+	for _, want := range []string{"plan: multi-head attention B=2 T=5 S=5 d=12 heads=3", "in_proj (Q,K,V fused)", "out_proj", "masks: key padding (2,5), causal top-left", "GPU time"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--explain output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// randomCross writes the weights of a cross-attention layer with kdim =
+// vdim != d (separate q/k/v_proj_weight) and returns them with the path.
+func randomCross(t *testing.T, r *rand.Rand, dir string, d, kdim int) (string, *vkattn.MHAWeights) {
+	t.Helper()
+	vals := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 0.4)
+		}
+		return x
+	}
+	w := &vkattn.MHAWeights{
+		DModel: d, KDim: kdim, VDim: kdim,
+		QProjWeight: vals(d * d), KProjWeight: vals(d * kdim), VProjWeight: vals(d * kdim),
+		InProjBias: vals(3 * d), OutProjWeight: vals(d * d), OutProjBias: vals(d),
+	}
+	path := writeNPZ(t, dir, "cross.npz", map[string]any{
+		"q_proj_weight":   rows(w.QProjWeight, d),
+		"k_proj_weight":   rows(w.KProjWeight, kdim),
+		"v_proj_weight":   rows(w.VProjWeight, kdim),
+		"in_proj_bias":    w.InProjBias,
+		"out_proj.weight": rows(w.OutProjWeight, d),
+		"out_proj.bias":   w.OutProjBias,
+	})
+	return path, w
+}
+
+func randomValues(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
+// Cross-attention (key = value = KV, kdim 6 != d 8) against the reference,
+// plain and with key padding and PyTorch's 3-D (B*h,T,S) additive mask.
+func TestMHACross(t *testing.T) {
+	withDevice(t)
+	r := rand.New(rand.NewSource(7))
+	dir := t.TempDir()
+	const B, T, S, d, kdim, h = 2, 3, 4, 8, 6, 2
+	params, w := randomCross(t, r, dir, d, kdim)
+	xd, kvd := randomValues(r, B*T*d), randomValues(r, B*S*kdim)
+	x := writeArray(t, dir, "x.npy", []int{B, T, d}, xd)
+	kv := writeArray(t, dir, "kv.npy", []int{B, S, kdim}, kvd)
+	o, wp := filepath.Join(dir, "out.npy"), filepath.Join(dir, "w.npy")
+
+	expect := func(what string, opts vkattn.MHAOptions, average bool) {
+		t.Helper()
+		opts.NeedWeights = true
+		ref, err := reference.MultiHeadAttention(xd, []int{B, T, d}, kvd, []int{B, S, kdim}, kvd, []int{B, S, kdim}, w, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := load(t, o)
+		if !slices.Equal(got.Shape, []int{B, T, d}) {
+			t.Fatalf("%s: out shape %v", what, got.Shape)
+		}
+		near(t, what+" out", got.F32, ref.Out, 1e-4)
+		gw, want, shape := load(t, wp), ref.Weights, []int{B, h, T, S}
+		if average {
+			want, shape = ref.AvgWeights, []int{B, T, S}
+		}
+		if !slices.Equal(gw.Shape, shape) {
+			t.Fatalf("%s: weights shape %v, want %v", what, gw.Shape, shape)
+		}
+		near(t, what+" weights", gw.F32, want, 1e-4)
+	}
+
+	out := mhaOK(t, "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--weights", wp, "--check", "--explain")
+	expect("cross", vkattn.MHAOptions{Heads: h}, false)
+	for _, want := range []string{"q_proj", "k_proj", "v_proj", "out_proj", "masks: none", ": ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Batch item 1 pads its last key; the (B*h,T,S) mask blocks one key of
+	// one row per head and adds a bias elsewhere: no row is fully masked.
+	padded := []bool{false, false, false, false, false, false, false, true}
+	kp := save(t, dir, "kp.npy", rows(padded, S))
+	mask := make([]float32, B*h*T*S)
+	for i := range mask {
+		mask[i] = float32(i%5) * 0.25
+	}
+	for bh := 0; bh < B*h; bh++ {
+		mask[bh*T*S+(bh%T)*S+bh%S] = float32(math.Inf(-1))
+	}
+	m := writeArray(t, dir, "m.npy", []int{B * h, T, S}, mask)
+	mhaOK(t, "-x", x, "--kv", kv, "--params", params, "--heads", "2", "--key-padding", kp, "--mask", m,
+		"-o", o, "--weights", wp, "--average-weights", "--check")
+	expect("masked cross", vkattn.MHAOptions{
+		Heads:      h,
+		KeyPadding: &vkattn.KeyPadding{Padded: padded},
+		Attention:  vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{B, h, T, S}, Values: mask}},
+	}, true)
+}
+
+// Errors are found on the host, before a device is opened: exit 1 for bad
+// files (naming them), 2 for bad command lines; nothing is written.
+func TestMHAErrors(t *testing.T) {
+	dir := t.TempDir()
+	data := parityCase(t, "self")
+	q := data["query"]
+	x := writeArray(t, dir, "x.npy", q.Shape, q.Data)
+	x4 := writeArray(t, dir, "x4.npy", append([]int{1}, q.Shape...), q.Data)
+	kv := writeArray(t, dir, "kv.npy", []int{1, 3, 8}, q.Data[:24])
+	params := filepath.Join(mhaDir, "self_params.npz")
+	cross := filepath.Join(mhaDir, "cross_params.npz")
+	noOut := writeNPZ(t, dir, "broken.npz", map[string]any{"in_proj_weight": rows(make([]float32, 24*8), 8)})
+	boolMask := save(t, dir, "bm.npy", rows([]bool{false, true, false, false, false, true, false, false, false}, 3))
+	floatMask := writeArray(t, dir, "fm.npy", []int{3, 3}, make([]float32, 9))
+	wideMask := writeArray(t, dir, "wm.npy", []int{3, 4}, make([]float32, 12))
+	kpFloat := writeArray(t, dir, "kpf.npy", []int{2, 3}, make([]float32, 6))
+	kpShape := save(t, dir, "kps.npy", rows(make([]bool, 6), 2))
+	o := filepath.Join(dir, "out.npy")
+	base := []string{"-x", x, "--params", params, "--heads", "2", "-o", o}
+	with := func(args ...string) []string { return append(slices.Clone(base), args...) }
+
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want string // in stderr
+	}{
+		{"bad heads", with("--heads", "3"), exitFail, "--heads 3 does not divide embed_dim d = 8"},
+		{"missing params", []string{"-x", x, "--heads", "2", "-o", o}, exitUsage, "--params is required"},
+		{"missing heads", []string{"-x", x, "--params", params, "-o", o}, exitUsage, "--heads H is required"},
+		{"negative heads", with("--heads", "-2"), exitUsage, "--heads"},
+		{"missing x", []string{"--params", params, "--heads", "2", "-o", o}, exitUsage, "-x is required"},
+		{"missing o", []string{"-x", x, "--params", params, "--heads", "2"}, exitUsage, "-o is required"},
+		{"average without weights", with("--average-weights"), exitUsage, "--average-weights needs --weights"},
+		{"bool mask without meaning", with("--mask", boolMask), exitUsage, "--mask-means"},
+		{"meaning with float mask", with("--mask", floatMask, "--mask-means", "block"), exitUsage, "--mask-means applies to a bool mask"},
+		{"meaning without mask", with("--mask-means", "block"), exitUsage, "no --mask"},
+		{"bad meaning", with("--mask", boolMask, "--mask-means", "yes"), exitUsage, "--mask-means \"yes\""},
+		{"bad causal", with("--causal", "diagonal"), exitUsage, "--causal"},
+		{"mask shape", with("--mask", wideMask), exitFail, "--mask " + wideMask},
+		{"float key padding", with("--key-padding", kpFloat), exitFail, "--key-padding " + kpFloat + " holds <f4 values"},
+		{"key padding shape", with("--key-padding", kpShape), exitFail, "want (B,S) = (2,3)"},
+		{"rank-4 X", []string{"-x", x4, "--params", params, "--heads", "2", "-o", o}, exitFail, "X " + x4 + " has shape [1 2 3 8]"},
+		{"missing X file", []string{"-x", filepath.Join(dir, "nope.npy"), "--params", params, "--heads", "2", "-o", o}, exitFail, "nope.npy"},
+		{"missing params file", with("--params", filepath.Join(dir, "nope.npz")), exitFail, "nope.npz"},
+		{"cross params without kv", with("--params", cross), exitFail, "kdim = vdim = 8 from X, without --kv"},
+		{"params lack out_proj", with("--params", noOut), exitFail, "out_proj.weight"},
+		{"kv batch", with("--kv", kv), exitFail, "KV " + kv + " has batch size 1"},
+		{"scale is not a flag", with("--scale", "2"), exitUsage, "-scale"},
+		{"stray argument", with("extra"), exitUsage, "unexpected argument"},
+		{"same output twice", with("--weights", o), exitUsage, "both write"},
+	} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			_, errOut, code := cli(t, append([]string{"mha"}, c.args...)...)
+			if code != c.code || !strings.Contains(errOut, c.want) {
+				t.Errorf("exit %d, want %d; stderr lacks %q:\n%s", code, c.code, c.want, errOut)
+			}
+			if strings.Contains(errOut, "panic") {
+				t.Errorf("stderr: %s", errOut)
+			}
+			if _, err := os.Stat(o); err == nil {
+				t.Errorf("output file written")
+				os.Remove(o)
+			}
+		})
+	}
+}
+
+func TestMHAHelp(t *testing.T) {
+	for _, c := range []string{"mha", "additive"} {
+		out, _, code := cli(t, c, "-h")
+		if code != 0 || !strings.Contains(out, "Examples:") || !strings.Contains(out, "Flags:") || !strings.Contains(out, "-mask-means") {
+			t.Errorf("%s -h: exit %d\n%s", c, code, out)
+		}
+	}
+	out, _, _ := cli(t, "mha", "-h")
+	if !strings.Contains(out, "out_proj.bias") || !strings.Contains(out, "NaN") {
+		t.Errorf("mha -h does not say what a fully masked row gives:\n%s", out)
+	}
+	if out, _, _ := cli(t, "--help"); !strings.Contains(out, "  mha ") || !strings.Contains(out, "  additive ") {
+		t.Errorf("top-level help lacks the commands:\n%s", out)
+	}
+}
