@@ -56,7 +56,7 @@ func (d *Device) plan(q, k, v [4]int, aligned, additive bool, opts *Options) (Pl
 	}
 	kp, err := pipelines.PlanAttention(d.dev.Info, pipelines.PlanInput{
 		B: dims.B, H: dims.H, HKV: dims.HKV, L: dims.L, S: dims.S, DK: dims.DK, DV: dims.DV,
-		Aligned: aligned, Weights: opts.WantWeights, Force: d.path, Additive: additive,
+		Aligned: aligned, Weights: opts.WantWeights, Force: d.path, Additive: additive, Tuning: &d.tuning,
 	})
 	if err != nil {
 		return Plan{}, deviceLimit(err)

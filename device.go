@@ -1,9 +1,11 @@
 package vkattn
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/vkattn/vkattn/pipelines"
@@ -36,7 +38,15 @@ type Config struct {
 	// LoadPath forces a load path for the attention kernel (testing and
 	// benchmarking); AutoLoadPath lets the planner choose.
 	LoadPath LoadPath
+	// DefaultTuning ignores a tuning saved by `vkattn tune` (SaveTuning)
+	// and plans with the quirk-table defaults of the device's driver.
+	DefaultTuning bool
 }
+
+// Tuning is how the planner launches the attention kernel on a device:
+// preferred load path, query rows per invocation, workgroup size, split-K
+// chunk. Device.Tuning says which is in use.
+type Tuning = pipelines.Tuning
 
 // Device is an open Vulkan device with everything vkattn made on it.
 // Methods are safe for use by one goroutine at a time.
@@ -46,6 +56,7 @@ type Device struct {
 	dev      *vk.Device
 	kernels  *pipelines.Kernels
 	path     LoadPath
+	tuning   pipelines.Tuning
 	tensors  map[*Tensor]struct{}
 	closed   bool
 }
@@ -82,13 +93,84 @@ func Open(cfg Config) (*Device, error) {
 		inst.Close()
 		return nil, err
 	}
-	return &Device{
+	d := &Device{
 		instance: inst,
 		dev:      dev,
 		kernels:  pipelines.NewKernels(dev),
 		path:     cfg.LoadPath,
+		tuning:   pipelines.DefaultTuning(dev.Info),
 		tensors:  map[*Tensor]struct{}{},
-	}, nil
+	}
+	if !cfg.DefaultTuning {
+		// A saved tuning that no longer loads or fits (a hand edit, a
+		// new vkattn) falls back to the defaults rather than failing Open.
+		if t, err := LoadTuning(dev.Info); err == nil && t.Check(dev.Info) == nil {
+			d.tuning = t
+		}
+	}
+	return d, nil
+}
+
+// TuningFile is where SaveTuning keeps the tuning of a device: in the user
+// cache directory, named by the device and driver build.
+func TuningFile(info DeviceInfo) (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "vkattn", "tuning-"+info.CacheKey()+".json"), nil
+}
+
+// LoadTuning reads the tuning saved for a device.
+func LoadTuning(info DeviceInfo) (Tuning, error) {
+	var t Tuning
+	path, err := TuningFile(info)
+	if err != nil {
+		return t, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return t, err
+	}
+	if err := json.Unmarshal(data, &t); err != nil {
+		return t, fmt.Errorf("vkattn: tuning file %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// SaveTuning checks t against the device and saves it where Open finds it
+// (TuningFile); it also becomes d's tuning. It returns the file's path.
+func (d *Device) SaveTuning(t Tuning) (string, error) {
+	if err := d.SetTuning(t); err != nil {
+		return "", err
+	}
+	path, err := TuningFile(d.dev.Info)
+	if err != nil {
+		return "", err
+	}
+	data, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// Tuning is the tuning the planner uses on d.
+func (d *Device) Tuning() Tuning { return d.tuning.Clone() }
+
+// SetTuning makes the planner use t for later calls on d (calls already
+// prepared keep theirs); `vkattn tune` tries candidates with it.
+func (d *Device) SetTuning(t Tuning) error {
+	if err := t.Check(d.dev.Info); err != nil {
+		return errorf(ErrTuning, "%v", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.tuning = t.Clone()
+	return nil
 }
 
 // Info describes the open device.

@@ -30,6 +30,8 @@ var (
 	ErrClosed = errors.New("vkattn: use after Close")
 	// ErrDevice: a tensor belongs to another device.
 	ErrDevice = errors.New("vkattn: wrong device")
+	// ErrTuning: a tuning does not fit the device (SetTuning, SaveTuning).
+	ErrTuning = errors.New("vkattn: invalid tuning")
 )
 
 func errorf(kind error, format string, args ...any) error {

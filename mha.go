@@ -493,7 +493,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int) (LayerPlan, error) {
 	kp, err := pipelines.PlanLinear(d.dev.Info, pipelines.LinearInput{
 		Rows: rows, Outputs: outputs, Inputs: inputs,
-		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path,
+		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path, Tuning: &d.tuning,
 	})
 	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: kp}, deviceLimit(err)
 }

@@ -124,6 +124,8 @@ type PlanInput struct {
 	Force LoadPath
 	// Additive: additive scores w_a . tanh(q + k) instead of q . k.
 	Additive bool
+	// Tuning is the device's launch shapes; nil means DefaultTuning.
+	Tuning *Tuning
 }
 
 // PlanAttention picks the kernel variant and launch shape for a problem on
@@ -139,10 +141,11 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	for p.DMax < width {
 		p.DMax *= 2
 	}
-	var err error
-	if p.Path, p.Why, err = choosePath(dev, force); err != nil {
+	path, tuning, why, err := choosePath(dev, force, in.Tuning)
+	if err != nil {
 		return p, err
 	}
+	p.Path, p.Why = path, why
 	p.Additive = in.Additive
 	family := "attention_"
 	if p.Additive {
@@ -157,16 +160,12 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if p.Vec4 {
 		shape = "vec4"
 	}
-	if p.Path == TexelPath {
-		// One SIMD-8 lane group per workgroup; several rows per lane reuse
-		// each fetched key and value element. The unrolled tile body grows
-		// with Rows*DMax, so wide heads get fewer rows.
-		p.Variant, p.WorkGroup = family+"texel_"+shape, 8
-		p.Rows = map[int]int{16: 8, 32: 8, 64: 4, 128: 2, 256: 1}[p.DMax]
-	} else {
-		p.Variant, p.WorkGroup, p.Rows = family+"storage_"+shape, 64, 1
-	}
+	p.Variant = family + p.Path.String() + "_" + shape
+	p.Rows, p.WorkGroup = tuning.Rows[p.DMax], tuning.WorkGroup
 	p.WorkGroup = min(p.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
+	if p.Rows < 1 {
+		return p, fmt.Errorf("attention: tuning has no rows per invocation for d_max %d", p.DMax)
+	}
 	rowsPerGroup := p.Rows * p.WorkGroup
 	p.Grid = [3]uint32{uint32((l + rowsPerGroup - 1) / rowsPerGroup), uint32(h), uint32(b)}
 	names := [3]string{"query row blocks", "heads", "batch"}
@@ -175,10 +174,7 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	// lanes instead and pack each KV head's query rows together.
 	packed := (h / in.HKV) * l
 	if p.Vec4 && !in.Weights && !p.Additive && packed <= max(2*p.Rows, 8) && in.S >= 256 {
-		p.SplitKeys = 64
-		if p.Path == TexelPath {
-			p.SplitKeys = 128
-		}
+		p.SplitKeys = tuning.SplitKeys
 		p.Splits = (in.S + p.SplitKeys - 1) / p.SplitKeys
 		p.RowBlocks = (packed + p.Rows - 1) / p.Rows
 		p.Variant += "_split"

@@ -65,23 +65,21 @@ func (ks *Kernels) or(b *vk.Buffer) (*vk.Buffer, error) {
 	return ks.dummy, nil
 }
 
-// choosePath picks the load path of a kernel on dev. Lavapipe turns
-// storage-buffer loads in loops into per-lane loops and runs texel fetches
-// ~20x faster (vulkan-notes.md); real GPUs read storage buffers at full
-// speed.
-func choosePath(dev vk.PhysicalDevice, force LoadPath) (LoadPath, string, error) {
+// choosePath picks the load path of a kernel on dev: the forced one, or
+// the tuning's (nil: the device's default tuning).
+func choosePath(dev vk.PhysicalDevice, force LoadPath, t *Tuning) (LoadPath, *PathTuning, string, error) {
+	if t == nil {
+		d := DefaultTuning(dev)
+		t = &d
+	}
 	path, why := force, "forced"
 	if path == AutoPath {
-		if (dev.DriverID == vk.DriverIDLavapipe || dev.Type == vk.DeviceCPU) && dev.TexelR32F {
-			path, why = TexelPath, "CPU driver, texel fetches beat storage loads"
-		} else {
-			path, why = StoragePath, "GPU, storage buffers are the portable fast path"
-		}
+		path, why = t.Path, t.Source
 	}
 	if path == TexelPath && !dev.TexelR32F {
-		return path, why, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT uniform texel buffers", dev.Name)
+		return path, nil, why, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT uniform texel buffers", dev.Name)
 	}
-	return path, why, nil
+	return path, t.For(path), why, nil
 }
 
 // closer is what a Step owns and frees.

@@ -35,6 +35,7 @@ type LinearInput struct {
 	// is Inputs), so rows can be read as vec4s.
 	Aligned bool
 	Force   LoadPath
+	Tuning  *Tuning // nil: DefaultTuning; the path's workgroup size is used
 }
 
 // PlanLinear picks the dense-layer variant and grid for a device.
@@ -43,10 +44,11 @@ func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
 	if in.Rows <= 0 || in.Outputs <= 0 || in.Inputs <= 0 {
 		return p, limitf("dense layer of %d rows, %d outputs, %d inputs: all must be at least 1", in.Rows, in.Outputs, in.Inputs)
 	}
-	var err error
-	if p.Path, p.Why, err = choosePath(dev, in.Force); err != nil {
+	path, tuning, why, err := choosePath(dev, in.Force, in.Tuning)
+	if err != nil {
 		return p, err
 	}
+	p.Path, p.Why = path, why
 	p.Vec4 = in.Aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
 	shape := "scalar"
 	if p.Vec4 {
@@ -54,12 +56,7 @@ func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
 	}
 	p.Variant = "linear_" + p.Path.String() + "_" + shape
 	p.TileRows, p.TileCols = 4, 4
-	// One SIMD-8 lane group on lavapipe; 64 lanes on GPUs.
-	p.WorkGroup = 64
-	if p.Path == TexelPath {
-		p.WorkGroup = 8
-	}
-	p.WorkGroup = min(p.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
+	p.WorkGroup = min(tuning.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
 	colTiles := (in.Outputs + p.TileCols - 1) / p.TileCols
 	p.Grid = [3]uint32{uint32((colTiles + p.WorkGroup - 1) / p.WorkGroup), uint32((in.Rows + p.TileRows - 1) / p.TileRows), 1}
 	for i, what := range []string{"output tile blocks", "row tiles"} {

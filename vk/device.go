@@ -134,8 +134,7 @@ func (in *Instance) NewDevice(index int) (*Device, error) {
 // means a cold cache.
 func (d *Device) openPipelineCache() error {
 	if dir, err := os.UserCacheDir(); err == nil {
-		d.cachePath = filepath.Join(dir, "vkattn", fmt.Sprintf("pipelines-%04x-%04x-%x.bin",
-			d.Info.VendorID, d.Info.DeviceID, d.Info.pipelineUUID))
+		d.cachePath = filepath.Join(dir, "vkattn", "pipelines-"+d.Info.CacheKey()+".bin")
 	}
 	var data []byte
 	if d.cachePath != "" {

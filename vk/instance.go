@@ -220,6 +220,12 @@ type PhysicalDevice struct {
 	pipelineUUID [16]byte
 }
 
+// CacheKey names this exact device and driver build (vendor, device and
+// pipeline cache UUID) for files that must not outlive a driver update.
+func (d PhysicalDevice) CacheKey() string {
+	return fmt.Sprintf("%04x-%04x-%x", d.VendorID, d.DeviceID, d.pipelineUUID)
+}
+
 // Devices lists the instance's devices in enumeration order.
 func (in *Instance) Devices() []PhysicalDevice { return append([]PhysicalDevice(nil), in.devices...) }
 

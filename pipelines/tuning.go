@@ -1,0 +1,157 @@
+package pipelines
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/vkattn/vkattn/vk"
+)
+
+// PathTuning is the attention kernel's launch shape on one load path.
+type PathTuning struct {
+	// Rows is the query rows per invocation for each d_max bucket (16, 32,
+	// 64, 128, 256): more rows reuse each loaded key and value element
+	// more, at the price of registers and compile time.
+	Rows map[int]int `json:"rows_by_d_max"`
+	// WorkGroup is the invocations per workgroup.
+	WorkGroup int `json:"workgroup"`
+	// SplitKeys is the keys per lane of split-K decode.
+	SplitKeys int `json:"split_keys"`
+}
+
+// Tuning is how the attention planner launches kernels on one device: the
+// preferred load path and the shape for each path (a forced path uses its
+// own). The default comes from a quirk table keyed by driver ID; `vkattn
+// tune` measures candidates and saves the winners.
+type Tuning struct {
+	Path    LoadPath   `json:"path"`
+	Texel   PathTuning `json:"texel"`
+	Storage PathTuning `json:"storage"`
+	// Source says where the tuning came from, for Plan.
+	Source string `json:"source"`
+}
+
+// DMaxBuckets are the compile-time head-width bounds of the attention
+// kernel variants.
+var DMaxBuckets = []int{16, 32, 64, 128, 256}
+
+// RowChoices are the query rows per invocation a tuning may use.
+var RowChoices = []int{1, 2, 4, 8}
+
+func rowsEach(n int) map[int]int {
+	m := map[int]int{}
+	for _, d := range DMaxBuckets {
+		m[d] = n
+	}
+	return m
+}
+
+// quirk is a quirk-table entry: the tuning of a driver and why.
+type quirk struct {
+	name   string
+	tuning Tuning
+}
+
+// gpuTuning is the starting point on GPUs: storage buffers, one row per
+// invocation, 64-lane workgroups. Not measured on a real GPU yet.
+var gpuTuning = Tuning{
+	Path:    StoragePath,
+	Texel:   PathTuning{Rows: rowsEach(1), WorkGroup: 64, SplitKeys: 64},
+	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, SplitKeys: 64},
+}
+
+// cpuTuning is lavapipe's, measured (BENCHMARKS.md): texel fetches ~20x
+// faster than storage loads in loops; one SIMD-8 lane group per workgroup;
+// as many rows as keep the unrolled body small (rows x d_max <= 256).
+var cpuTuning = Tuning{
+	Path:    TexelPath,
+	Texel:   PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 2, 256: 1}, WorkGroup: 8, SplitKeys: 128},
+	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, SplitKeys: 64},
+}
+
+// quirks is keyed by VkDriverId.
+var quirks = map[uint32]quirk{
+	vk.DriverIDLavapipe:     {"lavapipe: texel fetches, 8-lane workgroups (measured)", cpuTuning},
+	vk.DriverIDNvidia:       {"NVIDIA: storage buffers (GPU defaults, not yet measured)", gpuTuning},
+	vk.DriverIDMesaRADV:     {"RADV: storage buffers (GPU defaults, not yet measured)", gpuTuning},
+	vk.DriverIDAMDOpen:      {"AMDVLK: storage buffers (GPU defaults, not yet measured)", gpuTuning},
+	vk.DriverIDIntelMesa:    {"ANV: storage buffers (GPU defaults, not yet measured)", gpuTuning},
+	vk.DriverIDIntelWindows: {"Intel: storage buffers (GPU defaults, not yet measured)", gpuTuning},
+}
+
+// Clone copies t so that callers cannot share its maps.
+func (t Tuning) Clone() Tuning {
+	t.Texel.Rows = maps.Clone(t.Texel.Rows)
+	t.Storage.Rows = maps.Clone(t.Storage.Rows)
+	return t
+}
+
+// DefaultTuning is the quirk-table tuning of a device's driver, or the
+// defaults for its kind of device.
+func DefaultTuning(dev vk.PhysicalDevice) Tuning {
+	if q, ok := quirks[dev.DriverID]; ok {
+		t := q.tuning.Clone()
+		t.Source = "quirk table: " + q.name
+		return t
+	}
+	if dev.Type == vk.DeviceCPU && dev.TexelR32F {
+		t := cpuTuning.Clone()
+		t.Source = "defaults for CPU drivers"
+		return t
+	}
+	t := gpuTuning.Clone()
+	t.Source = "defaults for GPUs"
+	return t
+}
+
+// For returns the shape of one load path.
+func (t *Tuning) For(path LoadPath) *PathTuning {
+	if path == TexelPath {
+		return &t.Texel
+	}
+	return &t.Storage
+}
+
+// Check reports whether t can run on dev: a concrete preferred path the
+// device supports, a row count from RowChoices for every d_max bucket,
+// a power-of-two workgroup within the device's limits, and split-K chunks
+// of a positive multiple of 4 keys.
+func (t Tuning) Check(dev vk.PhysicalDevice) error {
+	if t.Path != TexelPath && t.Path != StoragePath {
+		return fmt.Errorf("tuning: preferred load path %v: want texel or storage", t.Path)
+	}
+	if t.Path == TexelPath && !dev.TexelR32F {
+		return fmt.Errorf("tuning: texel load path on %s, which has no R32F texel buffers", dev.Name)
+	}
+	for _, path := range []LoadPath{TexelPath, StoragePath} {
+		pt := t.For(path)
+		for _, d := range DMaxBuckets {
+			if !slices.Contains(RowChoices, pt.Rows[d]) {
+				return fmt.Errorf("tuning: %v path, d_max %d: %d rows per invocation, want one of %v", path, d, pt.Rows[d], RowChoices)
+			}
+		}
+		wg := pt.WorkGroup
+		if wg <= 0 || wg&(wg-1) != 0 || wg > int(dev.Limits.MaxWorkGroupSize[0]) || wg > int(dev.Limits.MaxWorkGroupInvocations) {
+			return fmt.Errorf("tuning: %v path: workgroup %d, want a power of two up to the device's %d", path, wg, min(dev.Limits.MaxWorkGroupSize[0], dev.Limits.MaxWorkGroupInvocations))
+		}
+		if pt.SplitKeys < 4 || pt.SplitKeys%4 != 0 {
+			return fmt.Errorf("tuning: %v path: %d split-K keys per lane, want a positive multiple of 4", path, pt.SplitKeys)
+		}
+	}
+	return nil
+}
+
+// MarshalText writes the path's name, so tunings save as readable JSON.
+func (p LoadPath) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText reads a name String prints.
+func (p *LoadPath) UnmarshalText(b []byte) error {
+	for _, c := range []LoadPath{AutoPath, TexelPath, StoragePath} {
+		if c.String() == string(b) {
+			*p = c
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown load path %q (want auto, texel or storage)", b)
+}
