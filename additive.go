@@ -237,7 +237,7 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		}
 		x.Weights = out.Weights.buf
 	}
-	st, err := d.kernels.Attention(plan.Kernel, x)
+	st, err := d.kernels.Attention(&out.Plan.Kernel, x)
 	if err != nil {
 		return fail(err)
 	}

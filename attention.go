@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/vk"
 )
 
 // Plan says what the device will run for a problem: which kernel variant,
@@ -61,13 +62,36 @@ func (d *Device) plan(q, k, v [4]int, aligned, additive bool, opts *Options) (Pl
 	if err != nil {
 		return Plan{}, deviceLimit(err)
 	}
-	if opts.WantWeights {
-		n := uint64(dims.B) * uint64(dims.H) * uint64(dims.L) * uint64(dims.S)
-		if lim := uint64(d.dev.Info.Limits.MaxStorageBufferRange) / 4; n > lim {
-			return Plan{}, errorf(ErrTooLarge, "attention weights (B,H,L,S) = %d values exceed the device's %d per buffer; ask for weights only on small problems", n, lim)
-		}
+	// How a call of dense tensors this large would be split (Prepare
+	// redoes it for the actual views).
+	dense := func(s [4]int) pipelines.View {
+		return pipelines.View{Strides: [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}}
+	}
+	x := pipelines.AttentionArgs{B: dims.B, H: dims.H, HKV: dims.HKV, L: dims.L, S: dims.S, DK: dims.DK, DV: dims.DV,
+		Q: dense(q), K: dense(k), V: dense(v), O: dense([4]int{dims.B, dims.H, dims.L, dims.DV})}
+	planningMasks(opts, &x)
+	if err := pipelines.PlanChunks(d.dev.Info, &kp, &x); err != nil {
+		return Plan{}, deviceLimit(err)
 	}
 	return Plan{Dims: dims, Device: d.String(), Kernel: kp}, nil
+}
+
+// planningMasks gives x, used only for planning (PlanChunks), the masks,
+// LSE and weights that opts asks for, without buffers.
+func planningMasks(opts *Options, x *pipelines.AttentionArgs) {
+	if opts.Mask != nil {
+		x.Mask = &pipelines.MaskView{Strides: broadcastStrides(opts.Mask.Shape)}
+	}
+	if opts.BoolMask != nil {
+		x.BoolMask = &pipelines.MaskView{Strides: broadcastStrides(opts.BoolMask.Shape)}
+	}
+	var placeholder vk.Buffer // PlanChunks asks only whether LSE and weights are wanted
+	if opts.WantLSE {
+		x.LSE = &placeholder
+	}
+	if opts.WantWeights {
+		x.Weights = &placeholder
+	}
 }
 
 // deviceLimit turns the planner's limit errors into ErrTooLarge.
@@ -211,7 +235,7 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		}
 		x.Weights = out.Weights.buf
 	}
-	if call.prepared, err = d.kernels.PrepareAttention(plan.Kernel, x); err != nil {
+	if call.prepared, err = d.kernels.PrepareAttention(&call.out.Plan.Kernel, x); err != nil {
 		return fail(err)
 	}
 	return call, nil

@@ -41,6 +41,10 @@ type Config struct {
 	// DefaultTuning ignores a tuning saved by `vkattn tune` (SaveTuning)
 	// and plans with the quirk-table defaults of the device's driver.
 	DefaultTuning bool
+	// BindingLimit, if positive, lowers the bytes one buffer binding may
+	// reach below the device's maxStorageBufferRange and texel limits, so
+	// the split of calls larger than a binding can be tested on small data.
+	BindingLimit uint32
 }
 
 // Tuning is how the planner launches the attention kernel on a device:
@@ -92,6 +96,11 @@ func Open(cfg Config) (*Device, error) {
 	if err != nil {
 		inst.Close()
 		return nil, err
+	}
+	if lim := cfg.BindingLimit; lim > 0 {
+		l := &dev.Info.Limits
+		l.MaxStorageBufferRange = min(l.MaxStorageBufferRange, lim)
+		l.MaxTexelBufferElements = min(l.MaxTexelBufferElements, lim/16) // RGBA32F views reach lim bytes
 	}
 	d := &Device{
 		instance: inst,

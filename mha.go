@@ -221,6 +221,9 @@ type mhaProblem struct {
 	plan MHAPlan
 	attn Options // per-head attention options (weights wanted when NeedWeights)
 	self bool    // self-attention with packed weights: one fused projection
+	// views are Q, K, V and O of every head inside the projection outputs
+	// and the concatenation (buffers not set).
+	views [4]pipelines.View
 }
 
 // Plan validates a call given by its input shapes ((B,T,width) or
@@ -287,6 +290,19 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 		return pr, err
 	}
 	pr.self = self && m.packed
+	// Heads are strided views of the projection outputs: (B, T, h, dh)
+	// read as (B, h, T, dh). The plan's split of calls too large for one
+	// binding depends on these strides.
+	if pr.self {
+		strides := [3]int{T * 3 * d, dh, 3 * d}
+		pr.views = [4]pipelines.View{{Strides: strides}, {Offset: d, Strides: strides}, {Offset: 2 * d, Strides: strides}}
+	} else {
+		pr.views = [4]pipelines.View{{Strides: [3]int{T * d, dh, d}}, {Strides: [3]int{S * d, dh, d}}, {Strides: [3]int{S * d, dh, d}}}
+	}
+	pr.views[3] = pipelines.View{Strides: [3]int{T * d, dh, d}}
+	if err := m.planChunks(&attn, pr.views, &pr.attn); err != nil {
+		return pr, err
+	}
 	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn, HeadMean: opts.NeedWeights}
 	layer := m.dev.planLayer
 	if pr.self {
@@ -393,10 +409,8 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 		if err := linear(p.Projections[0], x, m.inW, 0, m.inB, 0, qkv, 3*dm); err != nil {
 			return fail(err)
 		}
-		strides := [3]int{T * 3 * dm, dh, 3 * dm}
-		q = pipelines.View{Buffer: qkv.buf, Offset: 0, Strides: strides}
-		k = pipelines.View{Buffer: qkv.buf, Offset: dm, Strides: strides}
-		v = pipelines.View{Buffer: qkv.buf, Offset: 2 * dm, Strides: strides}
+		q, k, v = pr.views[0], pr.views[1], pr.views[2]
+		q.Buffer, k.Buffer, v.Buffer = qkv.buf, qkv.buf, qkv.buf
 	} else {
 		inputs := []*Tensor{x, key, value}
 		weights := []*Tensor{m.qW, m.kW, m.vW}
@@ -413,11 +427,8 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 			if err := linear(l, inputs[i], w, m.projOffset(i), m.inB, i*dm, y, dm); err != nil {
 				return fail(err)
 			}
-			n := T
-			if i > 0 {
-				n = S
-			}
-			*views[i] = pipelines.View{Buffer: y.buf, Strides: [3]int{n * dm, dh, dm}}
+			*views[i] = pr.views[i]
+			views[i].Buffer = y.buf
 		}
 	}
 
@@ -430,10 +441,11 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	dims4 := p.Attention.Dims
 	ax := pipelines.AttentionArgs{
 		B: B, H: h, HKV: h, L: T, S: S, DK: dh, DV: dh,
-		Q: q, K: k, V: v, O: pipelines.View{Buffer: concat.buf, Strides: [3]int{T * dm, dh, dm}},
+		Q: q, K: k, V: v, O: pr.views[3],
 		Scale:  pr.attn.Scale.For(dh),
 		Causal: int(pr.attn.Causal),
 	}
+	ax.O.Buffer = concat.buf
 	if err := d.bindOptions(dims4, &pr.attn, &ax, &call.scratch); err != nil {
 		return fail(err)
 	}
@@ -457,7 +469,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 		}
 		ax.Weights = out.Weights.buf
 	}
-	st, err := d.kernels.Attention(p.Attention.Kernel, ax)
+	st, err := d.kernels.Attention(&out.Plan.Attention.Kernel, ax)
 	if err != nil {
 		return fail(err)
 	}
@@ -513,4 +525,14 @@ func (d *Device) linearStep(l LayerPlan, in, w *Tensor, wOffset int, bias *Tenso
 		args.Bias = bias.buf
 	}
 	return d.kernels.Linear(l.Kernel, args)
+}
+
+// planChunks redoes the attention plan's split for the heads' strided views
+// (Device.plan assumed dense per-head tensors).
+func (m *MHA) planChunks(attn *Plan, views [4]pipelines.View, opts *Options) error {
+	dm := attn.Dims
+	x := pipelines.AttentionArgs{B: dm.B, H: dm.H, HKV: dm.HKV, L: dm.L, S: dm.S, DK: dm.DK, DV: dm.DV,
+		Q: views[0], K: views[1], V: views[2], O: views[3]}
+	planningMasks(opts, &x)
+	return deviceLimit(pipelines.PlanChunks(m.dev.dev.Info, &attn.Kernel, &x))
 }

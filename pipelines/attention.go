@@ -83,8 +83,11 @@ type AttentionPlan struct {
 	Splits, SplitKeys, RowBlocks int
 	// Additive: additive (Bahdanau) scores; Q and K are the projections.
 	Additive bool
-	Grid     [3]uint32
-	Why      string // why this load path
+	// Chunks > 1: the call is larger than one binding reaches and runs as
+	// Chunks parts of ChunkKVHeads KV heads of one batch item (PlanChunks).
+	Chunks, ChunkKVHeads int
+	Grid                 [3]uint32
+	Why                  string // why this load path
 }
 
 func (p AttentionPlan) String() string {
@@ -93,11 +96,19 @@ func (p AttentionPlan) String() string {
 		loads = "vec4 loads"
 	}
 	if p.Splits > 0 {
-		return fmt.Sprintf("kernel %s (load path %s: %s; %s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer",
-			p.Variant, p.Path, p.Why, loads, p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2])
+		return fmt.Sprintf("kernel %s (load path %s: %s; %s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s",
+			p.Variant, p.Path, p.Why, loads, p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.chunkNote())
 	}
-	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, %d key per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax with lazy rescaling, no L*S buffer",
-		p.Variant, p.Path, p.Why, loads, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2])
+	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, %d key per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax with lazy rescaling, no L*S buffer%s",
+		p.Variant, p.Path, p.Why, loads, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.chunkNote())
+}
+
+// chunkNote describes the split of a call larger than one binding.
+func (p AttentionPlan) chunkNote() string {
+	if p.Chunks <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("; tensors exceed one binding's reach: %d chunks of one batch item and %d KV heads, each through buffer windows, one submission", p.Chunks, p.ChunkKVHeads)
 }
 
 // MaxHeadWidth is the widest d_k or d_v the attention kernel supports.
@@ -256,7 +267,13 @@ const (
 )
 
 // attentionParams encodes the shaders' std140 Params block (attention_params.glsl).
-func attentionParams(p AttentionPlan, x *AttentionArgs) []byte {
+// chunkParams are the Params of one chunk of a split call.
+type chunkParams struct {
+	mask, boolMask int // element offsets of the masks in their windows
+	b0, batch      int // the chunk's first batch item; the call's batch size
+}
+
+func attentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) []byte {
 	flags := 0
 	var m, bm [4]int
 	if x.Mask != nil {
@@ -301,37 +318,29 @@ func attentionParams(p AttentionPlan, x *AttentionArgs) []byte {
 	scaling := make([]byte, 16)
 	binary.LittleEndian.PutUint32(scaling, math.Float32bits(float32(x.Scale*math.Log2E)))
 	out := append(int32Bytes(ints), scaling...)
-	return append(out, int32Bytes([]int{p.Splits, p.SplitKeys, p.RowBlocks, x.H})...)
+	out = append(out, int32Bytes([]int{p.Splits, p.SplitKeys, p.RowBlocks, x.H})...)
+	return append(out, int32Bytes([]int{c.mask, c.boolMask, c.b0, c.batch})...)
 }
 
 // Attention binds an attention call: its parameters, scratch buffers and
-// descriptor sets, and the split-K combine pass when the plan has one.
-func (ks *Kernels) Attention(p AttentionPlan, x AttentionArgs) (*Step, error) {
+// descriptor sets, and the split-K combine pass when the plan has one. A
+// call larger than one binding reaches is split into chunks (PlanChunks),
+// each bound through windows of the buffers; p.Chunks is updated.
+func (ks *Kernels) Attention(p *AttentionPlan, x AttentionArgs) (*Step, error) {
 	info := ks.dev.Info
-	texel := p.Path == TexelPath
 	if p.Additive != (x.WA != nil) {
 		return nil, fmt.Errorf("pipelines: additive plan %v with w_a %v", p.Additive, x.WA != nil)
 	}
-	for _, c := range []struct {
-		what  string
-		buf   *vk.Buffer
-		texel bool
-	}{
-		{"Q", x.Q.Buffer, texel}, {"K", x.K.Buffer, texel}, {"V", x.V.Buffer, texel}, {"O", x.O.Buffer, false},
-		{"LSE", x.LSE, false}, {"weights", x.Weights, false}, {"key padding", x.KeyPadding, texel},
-	} {
-		if err := checkRange(info, c.what, c.buf, c.texel, p.Vec4 && c.what != "key padding"); err != nil {
-			return nil, err
-		}
+	chunks, err := planChunks(info, *p, &x)
+	if err != nil {
+		return nil, err
 	}
-	for _, mv := range []*MaskView{x.Mask, x.BoolMask} {
-		if mv != nil {
-			if err := checkRange(info, "mask", mv.Buffer, texel, false); err != nil {
-				return nil, err
-			}
-		}
+	p.Chunks, p.ChunkKVHeads = len(chunks), chunks[0].nkv
+	texel := p.Path == TexelPath
+	if err := checkRange(info, "key padding", x.KeyPadding, texel, false); err != nil {
+		return nil, err
 	}
-	k, err := ks.attentionKernel(p)
+	k, err := ks.attentionKernel(*p)
 	if err != nil {
 		return nil, err
 	}
@@ -340,59 +349,119 @@ func (ks *Kernels) Attention(p AttentionPlan, x AttentionArgs) (*Step, error) {
 		st.Close()
 		return nil, err
 	}
-	params, err := ks.dev.NewBuffer(256)
-	if err != nil {
-		return nil, err
-	}
-	st.own(params)
-	if err := params.Write(0, attentionParams(p, &x)); err != nil {
-		return fail(err)
-	}
-	maskBuf := func(m *MaskView) *vk.Buffer {
-		if m == nil {
-			return nil
-		}
-		return m.Buffer
-	}
-	last := x.Weights // binding 9: weights, or the split-K partials
-	var combine dispatch
+	group := x.H / x.HKV
+	var partials *vk.Buffer
+	var combine *vk.Kernel
 	if p.Splits > 0 {
-		// Per split and row: max, sum and the unnormalised d_v-wide output.
-		n := uint64(x.B) * uint64(x.H) * uint64(x.L) * uint64(p.Splits) * uint64(x.DV+2)
-		partials, err := ks.dev.NewBuffer(4 * n)
-		if err != nil {
+		// Per split and row: max, sum and the unnormalised d_v-wide output;
+		// one buffer serves every chunk in turn.
+		most := 0
+		for _, c := range chunks {
+			most = max(most, c.nb*c.nkv)
+		}
+		n := uint64(most) * uint64(group) * uint64(x.L) * uint64(p.Splits) * uint64(x.DV+2)
+		if partials, err = ks.dev.NewBuffer(4 * n); err != nil {
 			return fail(err)
 		}
 		st.own(partials)
 		if err := checkRange(info, "split-K partials", partials, false, false); err != nil {
 			return fail(err)
 		}
-		last = partials
-		if combine.kernel, err = ks.combineKernel(); err != nil {
+		if combine, err = ks.combineKernel(); err != nil {
 			return fail(err)
 		}
-		if combine.set, err = ks.bind(combine.kernel, params, partials, x.O.Buffer, x.LSE); err != nil {
+	}
+	for _, c := range chunks {
+		if err := ks.attentionChunk(st, k, combine, partials, *p, &x, c); err != nil {
 			return fail(err)
 		}
-		st.own(combine.set)
-		rows := x.B * x.H * x.L
-		combine.groups = [3]uint32{uint32((rows + 63) / 64), 1, 1}
-	}
-	args := []*vk.Buffer{params, x.Q.Buffer, x.K.Buffer, x.V.Buffer, maskBuf(x.Mask), maskBuf(x.BoolMask),
-		x.Lengths, x.O.Buffer, x.LSE, last, x.KeyPadding}
-	if p.Additive {
-		args = append(args, x.WA)
-	}
-	set, err := ks.bind(k, args...)
-	if err != nil {
-		return fail(err)
-	}
-	st.own(set)
-	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: p.Grid})
-	if combine.kernel != nil {
-		st.dispatches = append(st.dispatches, combine)
 	}
 	return st, nil
+}
+
+// attentionChunk binds chunk c of x into st.
+func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.Buffer, p AttentionPlan, x *AttentionArgs, c chunk) error {
+	info := ks.dev.Info
+	group := x.H / x.HKV
+	cx := *x
+	cx.B, cx.H, cx.HKV = c.nb, c.nkv*group, c.nkv
+	extra := chunkParams{b0: c.b0, batch: x.B}
+	args := map[string]vk.Arg{}
+	for _, b := range chunkBindings(p, x, c) {
+		w, err := bindWindow(info, b.what, b.sp, b.texel, b.vec4)
+		if err != nil {
+			return err
+		}
+		args[b.what] = vk.Arg{Buffer: b.buf, Offset: w.offset, Range: w.size}
+		switch b.what {
+		case "Q":
+			cx.Q.Offset = b.sp.lo - w.first
+		case "K":
+			cx.K.Offset = b.sp.lo - w.first
+		case "V":
+			cx.V.Offset = b.sp.lo - w.first
+		case "O":
+			cx.O.Offset = b.sp.lo - w.first
+		case "mask":
+			extra.mask = b.sp.lo - w.first
+		case "boolean mask":
+			extra.boolMask = b.sp.lo - w.first
+		}
+	}
+	params, err := ks.dev.NewBuffer(256)
+	if err != nil {
+		return err
+	}
+	st.own(params)
+	if err := params.Write(0, attentionParams(p, &cx, extra)); err != nil {
+		return err
+	}
+	arg := func(what string, whole *vk.Buffer) (vk.Arg, error) {
+		if a, ok := args[what]; ok {
+			return a, nil
+		}
+		b, err := ks.or(whole)
+		return vk.Arg{Buffer: b}, err
+	}
+	names := []string{"params", "Q", "K", "V", "mask", "boolean mask", "lengths", "O", "LSE", "weights", "key padding"}
+	whole := []*vk.Buffer{params, nil, nil, nil, nil, nil, x.Lengths, nil, x.LSE, x.Weights, x.KeyPadding}
+	if p.Splits > 0 {
+		whole[9] = partials // binding 9: the split-K partials instead of weights
+	}
+	if p.Additive {
+		names, whole = append(names, "w_a"), append(whole, x.WA)
+	}
+	bound := make([]vk.Arg, len(names))
+	for i, n := range names {
+		if p.Splits > 0 && n == "weights" {
+			bound[i] = vk.Arg{Buffer: partials}
+			continue
+		}
+		if bound[i], err = arg(n, whole[i]); err != nil {
+			return err
+		}
+	}
+	set, err := k.Bind(bound)
+	if err != nil {
+		return err
+	}
+	st.own(set)
+	grid := [3]uint32{p.Grid[0], uint32(cx.H), uint32(cx.B)}
+	if p.Splits > 0 {
+		grid[1] = uint32(cx.HKV * p.RowBlocks)
+	}
+	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: grid})
+	if combine != nil {
+		o, lse := bound[7], bound[8]
+		cset, err := combine.Bind([]vk.Arg{{Buffer: params}, {Buffer: partials}, o, lse})
+		if err != nil {
+			return err
+		}
+		st.own(cset)
+		rows := cx.B * cx.H * cx.L
+		st.dispatches = append(st.dispatches, dispatch{kernel: combine, set: cset, groups: [3]uint32{uint32((rows + 63) / 64), 1, 1}})
+	}
+	return nil
 }
 
 // bind binds buffers to a kernel's bindings in order; nil binds the dummy
@@ -409,7 +478,7 @@ func (ks *Kernels) bind(k *vk.Kernel, bufs ...*vk.Buffer) (*vk.DescriptorSet, er
 }
 
 // PrepareAttention binds an attention call and records it on its own.
-func (ks *Kernels) PrepareAttention(p AttentionPlan, x AttentionArgs) (*Prepared, error) {
+func (ks *Kernels) PrepareAttention(p *AttentionPlan, x AttentionArgs) (*Prepared, error) {
 	st, err := ks.Attention(p, x)
 	if err != nil {
 		return nil, err

@@ -87,19 +87,12 @@ type LinearArgs struct {
 
 const linearFlagBias = 1
 
-// Linear binds a dense layer.
+// Linear binds a dense layer. A layer whose X, W or Y is larger than one
+// binding reaches runs as blocks of rows and outputs, each bound through
+// buffer windows, in the same step.
 func (ks *Kernels) Linear(p LinearPlan, x LinearArgs) (*Step, error) {
 	info := ks.dev.Info
 	texel := p.Path == TexelPath
-	for _, c := range []struct {
-		what  string
-		buf   *vk.Buffer
-		texel bool
-	}{{"X", x.X.Buffer, texel}, {"W", x.W.Buffer, texel}, {"Y", x.Y.Buffer, false}, {"bias", x.Bias, false}} {
-		if err := checkRange(info, c.what, c.buf, c.texel, p.Vec4 && c.texel); err != nil {
-			return nil, err
-		}
-	}
 	in := vk.StorageBuffer
 	if texel {
 		in = vk.UniformTexelR32F
@@ -115,34 +108,118 @@ func (ks *Kernels) Linear(p LinearPlan, x LinearArgs) (*Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Step{}
-	params, err := ks.dev.NewBuffer(64)
+	rows, outs, err := linearBlocks(info, p, &x)
 	if err != nil {
 		return nil, err
+	}
+	st := &Step{}
+	for r0 := 0; r0 < x.Rows; r0 += rows {
+		for o0 := 0; o0 < x.Outputs; o0 += outs {
+			if err := ks.linearBlock(st, k, p, &x, r0, min(rows, x.Rows-r0), o0, min(outs, x.Outputs-o0)); err != nil {
+				st.Close()
+				return nil, err
+			}
+		}
+	}
+	return st, nil
+}
+
+// linearSpans are the element ranges of X, W, Y and bias that the block of
+// rows [r0, r0+nr) and outputs [o0, o0+no) touches.
+func linearSpans(x *LinearArgs, r0, nr, o0, no int) [4]span {
+	row := func(v Rows, first, n, width int) span {
+		lo := v.Offset + first*v.Stride
+		return span{lo, lo + (n-1)*v.Stride + width}
+	}
+	return [4]span{
+		row(x.X, r0, nr, x.Inputs),
+		row(x.W, o0, no, x.Inputs),
+		{x.Y.Offset + r0*x.Y.Stride + o0, x.Y.Offset + (r0+nr-1)*x.Y.Stride + o0 + no},
+		{x.BiasOffset + o0, x.BiasOffset + o0 + no},
+	}
+}
+
+// linearBlocks picks the block size: the whole layer if it fits, else as
+// many rows (and outputs) per block as fit, in whole tiles.
+func linearBlocks(dev vk.PhysicalDevice, p LinearPlan, x *LinearArgs) (rows, outs int, err error) {
+	texel := p.Path == TexelPath
+	fit := func(nr, no int) error {
+		sp := linearSpans(x, 0, nr, 0, no)
+		for i, what := range []string{"X", "W", "Y", "bias"} {
+			if i == 3 && x.Bias == nil {
+				continue
+			}
+			if _, err := bindWindow(dev, what, sp[i], texel && i < 2, p.Vec4 && i < 2); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Halve the outputs until W's block fits beside one row tile, then
+	// the rows until everything fits.
+	rows, outs = x.Rows, x.Outputs
+	for outs > p.TileCols && fit(min(rows, p.TileRows), outs) != nil {
+		outs = (outs/2 + p.TileCols - 1) / p.TileCols * p.TileCols
+	}
+	for rows > p.TileRows && fit(rows, outs) != nil {
+		rows = (rows/2 + p.TileRows - 1) / p.TileRows * p.TileRows
+	}
+	if err := fit(rows, outs); err != nil {
+		return 0, 0, limitf("dense layer (%d x %d) x (%d x %d)^T: even one tile does not fit a binding: %v", x.Rows, x.Inputs, x.Outputs, x.Inputs, err)
+	}
+	return rows, outs, nil
+}
+
+// linearBlock binds one block of rows and outputs into st.
+func (ks *Kernels) linearBlock(st *Step, k *vk.Kernel, p LinearPlan, x *LinearArgs, r0, nr, o0, no int) error {
+	info := ks.dev.Info
+	texel := p.Path == TexelPath
+	sp := linearSpans(x, r0, nr, o0, no)
+	var args [4]vk.Arg
+	var first [4]int
+	for i, buf := range []*vk.Buffer{x.X.Buffer, x.W.Buffer, x.Y.Buffer, x.Bias} {
+		if buf == nil {
+			continue
+		}
+		w, err := bindWindow(info, []string{"X", "W", "Y", "bias"}[i], sp[i], texel && i < 2, p.Vec4 && i < 2)
+		if err != nil {
+			return err
+		}
+		args[i], first[i] = vk.Arg{Buffer: buf, Offset: w.offset, Range: w.size}, w.first
+	}
+	params, err := ks.dev.NewBuffer(64)
+	if err != nil {
+		return err
 	}
 	st.own(params)
 	flags := 0
 	if x.Bias != nil {
 		flags |= linearFlagBias
+	} else {
+		b, err := ks.or(nil)
+		if err != nil {
+			return err
+		}
+		args[3] = vk.Arg{Buffer: b}
 	}
 	ints := []int{
-		x.Rows, x.Outputs, x.Inputs, flags,
-		x.X.Offset, x.X.Stride, 0, 0,
-		x.W.Offset, x.W.Stride, 0, 0,
-		x.Y.Offset, x.Y.Stride, x.BiasOffset, 0,
+		nr, no, x.Inputs, flags,
+		sp[0].lo - first[0], x.X.Stride, 0, 0,
+		sp[1].lo - first[1], x.W.Stride, 0, 0,
+		sp[2].lo - first[2], x.Y.Stride, sp[3].lo - first[3], 0,
 	}
 	if err := params.Write(0, int32Bytes(ints)); err != nil {
-		st.Close()
-		return nil, err
+		return err
 	}
-	set, err := ks.bind(k, params, x.X.Buffer, x.W.Buffer, x.Bias, x.Y.Buffer)
+	set, err := k.Bind([]vk.Arg{{Buffer: params}, args[0], args[1], args[3], args[2]})
 	if err != nil {
-		st.Close()
-		return nil, err
+		return err
 	}
 	st.own(set)
-	st.dispatches = []dispatch{{kernel: k, set: set, groups: p.Grid}}
-	return st, nil
+	colTiles := (no + p.TileCols - 1) / p.TileCols
+	groups := [3]uint32{uint32((colTiles + p.WorkGroup - 1) / p.WorkGroup), uint32((nr + p.TileRows - 1) / p.TileRows), 1}
+	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: groups})
+	return nil
 }
 
 // HeadMean binds the mean over heads of attention weights (B, H, n) into

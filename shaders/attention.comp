@@ -80,7 +80,7 @@ layout(std430, binding = 10) readonly buffer PadBuf { float padData[]; };
 #endif
 #include "loads.glsl"
 
-layout(std430, binding = 6) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries
+layout(std430, binding = 6) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries of the whole call
 layout(std430, binding = 7) writeonly buffer OBuf { float oData[]; };
 layout(std430, binding = 8) writeonly buffer LseBuf { float lseData[]; };
 layout(std430, binding = 9) writeonly buffer WBuf { float wData[]; }; // weights, or split-K partials
@@ -126,13 +126,13 @@ void keyScores(int j, int keyEnd) {
         }
         float add = 0.0;
         if ((flags & FLAG_MASK) != 0) {
-            add += LOAD_M(b * P.mStride.x + headOf[r] * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
+            add += LOAD_M(P.chunk.x + b * P.mStride.x + headOf[r] * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
         }
         if ((flags & FLAG_BOOLMASK) != 0) {
-            add += LOAD_B(b * P.bStride.x + headOf[r] * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
+            add += LOAD_B(P.chunk.y + b * P.bStride.x + headOf[r] * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
         }
         if ((flags & FLAG_KEYPAD) != 0) {
-            add += LOAD_PAD(b * S + jc);
+            add += LOAD_PAD((P.chunk.z + b) * S + jc);
         }
 #ifdef ADDITIVE
         float e = (sc[r] + add) * LOG2E;
@@ -148,7 +148,6 @@ void main() {
     S = P.dims.y;
     DK = P.dims.z;
     DV = P.dims.w;
-    int B = P.heads.x;
     int group = P.heads.y;
     flags = P.heads.z;
     shift = P.heads.w;
@@ -159,8 +158,8 @@ void main() {
     int keyLen = S;
     int queryLen = L;
     if ((flags & FLAG_LENGTHS) != 0) {
-        keyLen = lengths[b];
-        queryLen = lengths[B + b];
+        keyLen = lengths[P.chunk.z + b];
+        queryLen = lengths[P.chunk.w + P.chunk.z + b];
     }
 #ifdef SPLIT_K
     int rowBlocks = P.split.z;

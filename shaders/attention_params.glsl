@@ -3,7 +3,7 @@
 // All strides and offsets are in elements. A stride of 0 broadcasts.
 layout(std140, binding = 0) uniform Params {
     ivec4 dims;     // L, S, d_k, d_v
-    ivec4 heads;    // B, group = H / H_kv, flags, causal shift (0 top-left, S-L bottom-right)
+    ivec4 heads;    // B (of this chunk), group = H / H_kv, flags, causal shift (0 top-left, S-L bottom-right)
     ivec4 offsets;  // Q, K, V, O element offsets
     ivec4 qStride;  // b, h, l (last axis contiguous)
     ivec4 kStride;  // b, h_kv, s
@@ -12,5 +12,10 @@ layout(std140, binding = 0) uniform Params {
     ivec4 mStride;  // additive mask b, h, l, s
     ivec4 bStride;  // boolean mask b, h, l, s
     vec4 scaling;   // x = scale * log2(e)
-    ivec4 split;    // split-K: splits, keys per split, row blocks per KV head, unused
+    ivec4 split;    // split-K: splits, keys per split, row blocks per KV head, query heads
+    // A call too large for one binding runs as chunks of batch items and
+    // KV heads, each bound through its own buffer windows: element offsets
+    // of the additive and boolean masks in their windows, the chunk's first
+    // batch item and the call's batch size (for lengths and key padding).
+    ivec4 chunk;
 } P;

@@ -18,7 +18,7 @@ type Buffer struct {
 	memory vulkan.DeviceMemory
 	size   uint64
 	mapped unsafe.Pointer
-	views  map[vulkan.Format]vulkan.BufferView
+	views  map[viewKey]vulkan.BufferView
 }
 
 const allBufferUsage = vulkan.BufferUsageStorageBufferBit | vulkan.BufferUsageUniformBufferBit |
@@ -200,32 +200,49 @@ func (d *Device) copyNow(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size u
 	return c.Wait(context.Background())
 }
 
-// texelView returns (creating once) an R32F-style view of the whole buffer
-// in format, for binding as a uniform texel buffer.
-func (b *Buffer) texelView(format vulkan.Format, texelBytes uint64) (vulkan.BufferView, error) {
-	if v, ok := b.views[format]; ok {
-		return v, nil
+// viewKey names a texel view of a buffer: format and byte range.
+type viewKey struct {
+	format       vulkan.Format
+	offset, size uint64
+}
+
+// texelView returns (creating once) a view of size bytes from offset (0:
+// to the end, capped at the device's texel limit) in format, for binding
+// as a uniform texel buffer.
+func (b *Buffer) texelView(format vulkan.Format, texelBytes, offset, size uint64) (vulkan.BufferView, error) {
+	if offset > b.size || (offset+size) > b.size {
+		return nil, fmt.Errorf("vk: texel view [%d, +%d) outside a %d-byte buffer", offset, size, b.size)
 	}
-	n := b.size / texelBytes
+	if a := b.dev.Info.Limits.MinTexelAlignment; a > 1 && offset%a != 0 {
+		return nil, fmt.Errorf("vk: texel view offset %d is not a multiple of the device's %d", offset, a)
+	}
+	if size == 0 {
+		size = b.size - offset
+	}
+	n := size / texelBytes
 	if max := uint64(b.dev.Info.Limits.MaxTexelBufferElements); n > max {
-		n = max // the planner refuses tensors beyond this; the view just covers what it can
+		n = max // the planner splits tensors beyond this; the view covers what it can
+	}
+	key := viewKey{format, offset, n * texelBytes}
+	if v, ok := b.views[key]; ok {
+		return v, nil
 	}
 	var view vulkan.BufferView
 	err := check("vkCreateBufferView", vulkan.CreateBufferView(b.dev.handle, &vulkan.BufferViewCreateInfo{
 		SType:  vulkan.StructureTypeBufferViewCreateInfo,
 		Buffer: b.handle,
 		Format: format,
-		Offset: 0,
-		Range:  vulkan.DeviceSize(n * texelBytes),
+		Offset: vulkan.DeviceSize(offset),
+		Range:  vulkan.DeviceSize(key.size),
 	}, nil, &view))
 	if err != nil {
 		return nil, err
 	}
 	objectCreated()
 	if b.views == nil {
-		b.views = map[vulkan.Format]vulkan.BufferView{}
+		b.views = map[viewKey]vulkan.BufferView{}
 	}
-	b.views[format] = view
+	b.views[key] = view
 	return view, nil
 }
 

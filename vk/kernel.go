@@ -200,8 +200,8 @@ func (k *Kernel) destroy() {
 }
 
 // Arg binds a buffer range to one binding. Range 0 means to the end of the
-// buffer. Texel bindings always view the whole buffer from offset 0 (the
-// shader adds element offsets itself, avoiding texel offset alignment rules).
+// buffer. Offsets must respect the device's storage or texel offset
+// alignment; shaders add finer element offsets themselves.
 type Arg struct {
 	Buffer *Buffer
 	Offset uint64
@@ -272,7 +272,7 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 			if t == UniformTexelRGBA32F {
 				format, texel = vulkan.FormatR32g32b32a32Sfloat, 16
 			}
-			view, err := a.Buffer.texelView(format, texel)
+			view, err := a.Buffer.texelView(format, texel, a.Offset, a.Range)
 			if err != nil {
 				s.destroy()
 				return nil, err

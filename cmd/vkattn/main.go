@@ -2,7 +2,8 @@
 // list devices, run a problem stored as .npy files, run a PyTorch
 // nn.MultiheadAttention layer or additive (Bahdanau) attention with weights
 // from a .npz or .safetensors file, verify the golden cases, show the worked
-// examples of the spec and benchmark the kernel.
+// examples of the spec, benchmark the kernel and tune its launch shapes for
+// the device.
 //
 //	vkattn devices [--json]
 //	vkattn run -q Q.npy -k K.npy -v V.npy [-o O.npy] [options]
@@ -11,6 +12,7 @@
 //	vkattn verify [--dir testdata]
 //	vkattn demo
 //	vkattn bench [--suite prefill|decode|long|all | --shape B,H,H_kv,L,S,d] [--json] [--plot FILE.png]
+//	vkattn tune [--device N|NAME] [--d 64,128] [--reps N] [--dry-run] [--json]
 //
 // Every subcommand explains itself with -h.
 package main
@@ -52,6 +54,7 @@ Commands:
   verify    run the golden cases in testdata/ and compare
   demo      print the spec's worked examples and a larger random problem
   bench     time attention on preset suites or given shapes (GFLOP/s, GB/s, plot)
+  tune      measure the kernel's launch shapes on this device and save the fastest
 
 Run 'vkattn <command> -h' for a command's flags and an example.
 
@@ -59,6 +62,7 @@ Examples:
   vkattn run -q q.npy -k k.npy -v v.npy --causal bottom-right -o out.npy --check
   vkattn mha -x x.npy --params mha.safetensors --heads 2 -o out.npy --check
   vkattn bench --suite prefill --plot gflops.png
+  vkattn tune --d 64,128
 `
 
 type command struct {
@@ -74,6 +78,7 @@ var commands = []command{
 	{"verify", runVerify},
 	{"demo", runDemo},
 	{"bench", runBench},
+	{"tune", runTune},
 }
 
 // run is main without the process: tests call it in-process.

@@ -1,0 +1,88 @@
+package vkattn_test
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+)
+
+// Calls larger than one binding reaches run as chunks through buffer
+// windows. A device whose binding reach is lowered to 128 KiB exercises the
+// split on small data: the results must still match the reference, with
+// masks, lengths, causal alignment, log-sum-exp, weights and split-K.
+// (Texel views are capped at 128 KiB too: BindingLimit/16 RGBA32F texels.)
+func TestCallsLargerThanABinding(t *testing.T) {
+	const limit = 128 << 10
+	for _, path := range []vkattn.LoadPath{vkattn.AutoLoadPath, vkattn.StorageLoadPath} {
+		d, err := vkattn.Open(vkattn.Config{Validation: true, LoadPath: path, BindingLimit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		for _, c := range []struct {
+			name                  string
+			b, h, hkv, l, s, dk   int
+			chunks, kvHeadsChunks int
+		}{
+			// K is 205 KB, one batch item 102 KB: a chunk per batch item.
+			{"per batch item", 2, 4, 2, 8, 400, 32, 2, 2},
+			// One batch item's K is 230 KB, one KV head 115 KB.
+			{"per KV head", 2, 4, 2, 8, 900, 32, 4, 1},
+			// Decode: split-K inside every chunk.
+			{"split-K", 2, 8, 2, 1, 900, 32, 4, 1},
+		} {
+			t.Run(fmt.Sprintf("%v/%s", path, c.name), func(t *testing.T) {
+				r := rand.New(rand.NewSource(int64(c.s + c.l)))
+				p := newProblem(r, c.b, c.h, c.hkv, c.l, c.s, c.dk, c.dk)
+				mask := randomValues(r, c.b*c.l*c.s)
+				p.opts = vkattn.Options{
+					Mask:         &vkattn.Mask{Shape: vkattn.MaskShape{c.b, 1, c.l, c.s}, Values: mask},
+					KeyLengths:   []int{c.s - 7, c.s},
+					QueryLengths: []int{c.l, c.l - c.l/2},
+					Causal:       vkattn.CausalBottomRight,
+				}
+				p.wantLSE = true
+				p.weights = c.l > 1 // weights rule out split-K
+				got := runGPU(t, d, p)
+				kp := got.out.Plan.Kernel
+				if kp.Chunks != c.chunks || kp.ChunkKVHeads != c.kvHeadsChunks || (c.l == 1) != (kp.Splits > 0) {
+					t.Fatalf("plan %v: want %d chunks of %d KV heads", kp, c.chunks, c.kvHeadsChunks)
+				}
+				want := runReference(t, p)
+				compare(t, "O", got.o, want.O)
+				compare(t, "LSE", got.lse, want.LSE)
+				if p.weights {
+					compare(t, "weights", got.w, want.Weights)
+				}
+				// The shape-only plan predicts the same split.
+				opts := p.opts
+				opts.WantLSE, opts.WantWeights = p.wantLSE, p.weights
+				plan, err := d.Plan(p.qs[:], p.ks[:], p.vs[:], opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if plan.Kernel.Chunks != c.chunks {
+					t.Fatalf("Plan says %d chunks, Prepare made %d", plan.Kernel.Chunks, c.chunks)
+				}
+			})
+		}
+		// Multi-head attention layers larger than a binding: heads are read
+		// through strides, so the attention splits per batch item (and per
+		// head for the per-head mask); the dense layers split by rows (a
+		// 198 KB fused projection output) or by outputs (a 196 KB
+		// in_proj_weight).
+		for _, mc := range []struct{ d, h, T, chunks int }{{64, 4, 129, 2}, {128, 2, 40, 1}} {
+			t.Run(fmt.Sprintf("%v/MHA d=%d T=%d", path, mc.d, mc.T), func(t *testing.T) {
+				r := rand.New(rand.NewSource(31))
+				c := randomMHACase(r, mc.d, mc.h, mc.T, "key padding", false)
+				c.opts.Attention.Causal = vkattn.CausalTopLeft
+				got := checkMHA(t, d, c)
+				if n := got.plan.Attention.Kernel.Chunks; n != mc.chunks {
+					t.Fatalf("MHA attention plan %v: want %d chunks", got.plan.Attention.Kernel, mc.chunks)
+				}
+			})
+		}
+	}
+}

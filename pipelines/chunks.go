@@ -1,0 +1,161 @@
+package pipelines
+
+import (
+	"fmt"
+
+	"github.com/vkattn/vkattn/vk"
+)
+
+// A binding reaches at most maxStorageBufferRange bytes (storage) or
+// maxTexelBufferElements texels (texel views), so a call whose tensors are
+// larger runs as chunks: batch items and KV heads (with their query heads),
+// each bound through windows of the buffers that hold only what the chunk
+// reads and writes. The chunks are recorded in one submission.
+
+// chunk is the part of a call over nb batch items from b0 and nkv KV heads
+// from hk0 (nb > 1 only with every head).
+type chunk struct{ b0, nb, hk0, nkv int }
+
+// span is the element range [lo, hi) of a tensor a chunk touches.
+type span struct{ lo, hi int }
+
+// viewSpan is the range of a strided view over nb x nh x rows x width
+// elements from batch b0 and head h0 (strides are non-negative).
+func viewSpan(v View, b0, nb, h0, nh, rows, width int) span {
+	lo := v.Offset + b0*v.Strides[0] + h0*v.Strides[1]
+	return span{lo, lo + (nb-1)*v.Strides[0] + (nh-1)*v.Strides[1] + (rows-1)*v.Strides[2] + width}
+}
+
+// maskSpan is the range of a mask over a chunk's (batch, head, row, key)
+// indices.
+func maskSpan(m *MaskView, b0, nb, h0, nh, l, s int) span {
+	st := m.Strides
+	lo := b0*st[0] + h0*st[1]
+	return span{lo, lo + (nb-1)*st[0] + (nh-1)*st[1] + (l-1)*st[2] + (s-1)*st[3] + 1}
+}
+
+// window is a buffer range bound for one chunk: bytes [offset, offset+size)
+// and the element index of the range start.
+type window struct {
+	offset, size uint64
+	first        int
+}
+
+// bindWindow aligns a span's start down to the binding's offset alignment
+// (and to whole vec4s for vec4 texel views) and checks the window against
+// the binding's reach.
+func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool) (window, error) {
+	align := uint64(4)
+	reach := uint64(dev.Limits.MaxStorageBufferRange)
+	if texel {
+		align = max(align, dev.Limits.MinTexelAlignment)
+		texelBytes := uint64(4)
+		if vec4 {
+			texelBytes = 16
+			align = max(align, 16)
+		}
+		reach = uint64(dev.Limits.MaxTexelBufferElements) * texelBytes
+	} else {
+		align = max(align, dev.Limits.MinStorageAlignment)
+	}
+	lo := uint64(sp.lo) * 4 / align * align
+	w := window{offset: lo, size: uint64(sp.hi)*4 - lo, first: int(lo / 4)}
+	if w.size > reach {
+		return w, limitf("%s needs a %d-byte window, more than one binding reaches (%d bytes)", what, w.size, reach)
+	}
+	return w, nil
+}
+
+// chunkBinding is one buffer of a chunk: its window and where the chunk's
+// arguments keep its element offset.
+type chunkBinding struct {
+	what  string
+	buf   *vk.Buffer
+	sp    span
+	texel bool
+	vec4  bool
+}
+
+// chunkBindings lists the windowed buffers of chunk c of x.
+func chunkBindings(p AttentionPlan, x *AttentionArgs, c chunk) []chunkBinding {
+	group := x.H / x.HKV
+	h0, nh := c.hk0*group, c.nkv*group
+	texel := p.Path == TexelPath
+	bs := []chunkBinding{
+		{"Q", x.Q.Buffer, viewSpan(x.Q, c.b0, c.nb, h0, nh, x.L, x.DK), texel, p.Vec4},
+		{"K", x.K.Buffer, viewSpan(x.K, c.b0, c.nb, c.hk0, c.nkv, x.S, x.DK), texel, p.Vec4},
+		{"V", x.V.Buffer, viewSpan(x.V, c.b0, c.nb, c.hk0, c.nkv, x.S, x.DV), texel, p.Vec4},
+		{"O", x.O.Buffer, viewSpan(x.O, c.b0, c.nb, h0, nh, x.L, x.DV), false, false},
+	}
+	// LSE and weights are dense (B, H, L[, S]); a chunk of several batch
+	// items has every head, so its range is contiguous.
+	rows := span{(c.b0*x.H + h0) * x.L, ((c.b0+c.nb-1)*x.H + h0 + nh) * x.L}
+	if x.LSE != nil {
+		bs = append(bs, chunkBinding{"LSE", x.LSE, rows, false, false})
+	}
+	if x.Weights != nil {
+		bs = append(bs, chunkBinding{"weights", x.Weights, span{rows.lo * x.S, rows.hi * x.S}, false, false})
+	}
+	if x.Mask != nil {
+		bs = append(bs, chunkBinding{"mask", x.Mask.Buffer, maskSpan(x.Mask, c.b0, c.nb, h0, nh, x.L, x.S), texel, false})
+	}
+	if x.BoolMask != nil {
+		bs = append(bs, chunkBinding{"boolean mask", x.BoolMask.Buffer, maskSpan(x.BoolMask, c.b0, c.nb, h0, nh, x.L, x.S), texel, false})
+	}
+	return bs
+}
+
+// fits reports whether every binding of chunk c has a window within reach.
+func fits(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs, c chunk) error {
+	for _, b := range chunkBindings(p, x, c) {
+		if _, err := bindWindow(dev, b.what, b.sp, b.texel, b.vec4); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// planChunks splits a call into the fewest chunks whose windows fit: the
+// whole call, else one batch item with as many KV heads as fit. A single
+// KV head of one batch item that does not fit is a LimitError.
+func planChunks(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs) ([]chunk, error) {
+	whole := chunk{0, x.B, 0, x.HKV}
+	if fits(dev, p, x, whole) == nil {
+		return []chunk{whole}, nil
+	}
+	var lastErr error
+	for g := x.HKV; g >= 1; g-- {
+		var cs []chunk
+		ok := true
+		for b := 0; b < x.B && ok; b++ {
+			for hk := 0; hk < x.HKV; hk += g {
+				c := chunk{b, 1, hk, min(g, x.HKV-hk)}
+				if err := fits(dev, p, x, c); err != nil {
+					ok, lastErr = false, err
+					break
+				}
+				cs = append(cs, c)
+			}
+		}
+		if ok {
+			return cs, nil
+		}
+	}
+	return nil, limitf("one KV head of one batch item does not fit a binding: %v", lastErr)
+}
+
+// PlanChunks fills p.Chunks and p.ChunkKVHeads for the call x (only its
+// dimensions, views and masks are read; buffers may be nil), so a plan says
+// how a call larger than one binding is split.
+func PlanChunks(dev vk.PhysicalDevice, p *AttentionPlan, x *AttentionArgs) error {
+	cs, err := planChunks(dev, *p, x)
+	if err != nil {
+		return err
+	}
+	p.Chunks, p.ChunkKVHeads = len(cs), cs[0].nkv
+	return nil
+}
+
+func (c chunk) String() string {
+	return fmt.Sprintf("batch %d+%d, KV heads %d+%d", c.b0, c.nb, c.hk0, c.nkv)
+}
