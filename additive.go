@@ -142,17 +142,7 @@ func (a *Additive) Attention(q, k, v *Tensor, opts Options) (*Output, error) {
 // AttentionContext is Attention with a context that can cancel the wait.
 func (a *Additive) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Options) (*Output, error) {
 	c, err := a.Prepare(q, k, v, opts)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.Run(ctx); err != nil {
-		c.Close()
-		return nil, err
-	}
-	out := c.out
-	c.out = nil
-	c.Close()
-	return out, nil
+	return runOnce[*Output](ctx, c, err)
 }
 
 // Prepare validates a call, allocates its outputs and records the

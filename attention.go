@@ -132,17 +132,7 @@ func (d *Device) Attention(q, k, v *Tensor, opts Options) (*Output, error) {
 // the device.
 func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Options) (*Output, error) {
 	c, err := d.Prepare(q, k, v, opts)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.Run(ctx); err != nil {
-		c.Close()
-		return nil, err
-	}
-	out := c.out
-	c.out = nil // the caller owns the outputs now
-	c.Close()
-	return out, nil
+	return runOnce[*Output](ctx, c, err)
 }
 
 // Call is an attention call prepared once: its plan, output tensors, mask
@@ -150,21 +140,72 @@ func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Opt
 // no allocation and no re-recording (a decode loop, a benchmark). Change
 // the inputs between runs with Tensor.Write. Close it when done.
 type Call struct {
-	out      *Output
+	out *Output
+	recorded
+}
+
+// recorded is what every prepared call keeps: its recorded commands and
+// the scratch tensors (masks, lengths, intermediate results) they use.
+type recorded struct {
 	prepared *pipelines.Prepared
-	scratch  []*Tensor // masks and lengths uploaded for this call
+	scratch  []*Tensor
+}
+
+// run replays the commands and waits for them.
+func (r *recorded) run(ctx context.Context) (time.Duration, error) {
+	t, err := r.prepared.Run(ctx)
+	return t, deviceLimit(err)
+}
+
+// free waits for work in flight and frees the commands and scratch tensors.
+func (r *recorded) free() {
+	r.prepared.Close()
+	r.prepared = nil
+	for _, t := range r.scratch {
+		t.Close()
+	}
+	r.scratch = nil
+}
+
+// oneShot is a prepared call that Forward-style methods run once.
+type oneShot[O any] interface {
+	Run(context.Context) (time.Duration, error)
+	Close()
+	takeOutput() O
+}
+
+// runOnce runs a call just prepared (or returns prepareErr) and hands its
+// output over to the caller before closing the call.
+func runOnce[O any](ctx context.Context, c oneShot[O], prepareErr error) (O, error) {
+	var none O
+	if prepareErr != nil {
+		return none, prepareErr
+	}
+	if _, err := c.Run(ctx); err != nil {
+		c.Close()
+		return none, err
+	}
+	out := c.takeOutput()
+	c.Close()
+	return out, nil
 }
 
 // Output is the call's output; its tensors belong to the Call and are freed
 // by Close.
 func (c *Call) Output() *Output { return c.out }
 
+func (c *Call) takeOutput() *Output {
+	out := c.out
+	c.out = nil
+	return out
+}
+
 // Run executes the recorded dispatch and waits for it. It returns the
 // device time (0 without timestamps), also kept in Output().GPUTime.
 func (c *Call) Run(ctx context.Context) (time.Duration, error) {
-	t, err := c.prepared.Run(ctx)
+	t, err := c.run(ctx)
 	if err != nil {
-		return 0, deviceLimit(err)
+		return 0, err
 	}
 	c.out.GPUTime = t
 	return t, nil
@@ -176,12 +217,7 @@ func (c *Call) Close() {
 	if c == nil {
 		return
 	}
-	c.prepared.Close()
-	c.prepared = nil
-	for _, t := range c.scratch {
-		t.Close()
-	}
-	c.scratch = nil
+	c.free()
 	c.out.Close()
 	c.out = nil
 }

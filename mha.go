@@ -144,19 +144,24 @@ func (o *MHAOutput) Close() {
 
 // MHACall is an MHA call recorded once and replayable, like Call.
 type MHACall struct {
-	out      *MHAOutput
-	prepared *pipelines.Prepared
-	scratch  []*Tensor // projections, concatenated heads, masks
+	out *MHAOutput
+	recorded
 }
 
 // Output is the call's output; its tensors belong to the call.
 func (c *MHACall) Output() *MHAOutput { return c.out }
 
+func (c *MHACall) takeOutput() *MHAOutput {
+	out := c.out
+	c.out = nil
+	return out
+}
+
 // Run executes the recorded layer and waits for it.
 func (c *MHACall) Run(ctx context.Context) (time.Duration, error) {
-	t, err := c.prepared.Run(ctx)
+	t, err := c.run(ctx)
 	if err != nil {
-		return 0, deviceLimit(err)
+		return 0, err
 	}
 	c.out.GPUTime = t
 	return t, nil
@@ -167,12 +172,7 @@ func (c *MHACall) Close() {
 	if c == nil {
 		return
 	}
-	c.prepared.Close()
-	c.prepared = nil
-	for _, t := range c.scratch {
-		t.Close()
-	}
-	c.scratch = nil
+	c.free()
 	c.out.Close()
 	c.out = nil
 }
@@ -188,17 +188,7 @@ func (m *MHA) Forward(x, key, value *Tensor, opts MHAOptions) (*MHAOutput, error
 // ForwardContext is Forward with a context that can cancel the wait.
 func (m *MHA) ForwardContext(ctx context.Context, x, key, value *Tensor, opts MHAOptions) (*MHAOutput, error) {
 	c, err := m.Prepare(x, key, value, opts)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.Run(ctx); err != nil {
-		c.Close()
-		return nil, err
-	}
-	out := c.out
-	c.out = nil
-	c.Close()
-	return out, nil
+	return runOnce[*MHAOutput](ctx, c, err)
 }
 
 // mhaInput reads an MHA input tensor as (B, T, width).

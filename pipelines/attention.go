@@ -74,7 +74,7 @@ type AttentionPlan struct {
 	Vec4      bool // Q, K, V read four floats per load
 	DMax      int  // compile-time bound on d_k and d_v
 	Rows      int  // query rows per invocation
-	KeyTile   int  // keys per online-softmax step (fixed by the shader: 1, with lazy rescaling)
+	KeyTile   int  // keys per online-softmax step (the shader's KEYS)
 	WorkGroup int  // invocations per workgroup
 	// Split-K (flash-decoding): Splits > 0 splits the keys into Splits
 	// chunks of SplitKeys, one per lane, with the rows of all query heads of
@@ -99,7 +99,7 @@ func (p AttentionPlan) String() string {
 		return fmt.Sprintf("kernel %s (load path %s: %s; %s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s",
 			p.Variant, p.Path, p.Why, loads, p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.chunkNote())
 	}
-	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, %d key per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax with lazy rescaling, no L*S buffer%s",
+	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, %d keys per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax with lazy rescaling, no L*S buffer%s",
 		p.Variant, p.Path, p.Why, loads, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.chunkNote())
 }
 
@@ -165,7 +165,18 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if !dev.SubgroupVote {
 		return p, fmt.Errorf("attention: device %s has no subgroup vote operations in compute shaders (Vulkan 1.1 subgroupAny), which the kernel needs", dev.Name)
 	}
-	p.KeyTile = 1
+	p.KeyTile = tuning.Keys
+	if p.Additive || !p.Vec4 {
+		// One key per step for additive scores (each costs d tanh, so the
+		// loop-carried writes that more keys save are a small share, and
+		// the unrolled tanh body compiled several times longer) and for
+		// scalar loads (odd widths, rare; four clamped loads per vec4 slot
+		// made the 4-key body slow to compile).
+		p.KeyTile = 1
+	}
+	if p.KeyTile < 1 {
+		return p, fmt.Errorf("attention: tuning has no keys per step")
+	}
 	p.Vec4 = aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
 	shape := "scalar"
 	if p.Vec4 {
@@ -241,9 +252,9 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 		bindings = append(bindings, vk.StorageBuffer) // w_a
 	}
 	return ks.get(vk.KernelSpec{
-		Name:     fmt.Sprintf("%s/d%d/r%d/w%d", p.Variant, p.DMax, p.Rows, p.WorkGroup),
+		Name:     fmt.Sprintf("%s/d%d/r%d/w%d/k%d", p.Variant, p.DMax, p.Rows, p.WorkGroup, p.KeyTile),
 		Bindings: bindings,
-		Spec:     []int32{int32(p.WorkGroup), int32(p.DMax / 4), int32(p.Rows), int32(p.WorkGroup)},
+		Spec:     []int32{int32(p.WorkGroup), int32(p.DMax / 4), int32(p.Rows), int32(p.WorkGroup), int32(p.KeyTile)},
 	}, p.Variant)
 }
 

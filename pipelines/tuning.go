@@ -16,6 +16,10 @@ type PathTuning struct {
 	Rows map[int]int `json:"rows_by_d_max"`
 	// WorkGroup is the invocations per workgroup.
 	WorkGroup int `json:"workgroup"`
+	// Keys is the keys per online-softmax step (KeyChoices): more keys
+	// write the loop-carried output rows less often, at the price of a
+	// longer unrolled body (compile time on lavapipe).
+	Keys int `json:"keys_per_step"`
 	// SplitKeys is the keys per lane of split-K decode.
 	SplitKeys int `json:"split_keys"`
 }
@@ -39,6 +43,9 @@ var DMaxBuckets = []int{16, 32, 64, 128, 256}
 // RowChoices are the query rows per invocation a tuning may use.
 var RowChoices = []int{1, 2, 4, 8}
 
+// KeyChoices are the keys per online-softmax step a tuning may use.
+var KeyChoices = []int{1, 2, 4, 8}
+
 func rowsEach(n int) map[int]int {
 	m := map[int]int{}
 	for _, d := range DMaxBuckets {
@@ -53,21 +60,25 @@ type quirk struct {
 	tuning Tuning
 }
 
-// gpuTuning is the starting point on GPUs: storage buffers, one row per
-// invocation, 64-lane workgroups. Not measured on a real GPU yet.
+// gpuTuning is the starting point on GPUs: storage buffers, one row and
+// one key per step (fewest registers), 64-lane workgroups. Not measured on
+// a real GPU yet.
 var gpuTuning = Tuning{
 	Path:    StoragePath,
-	Texel:   PathTuning{Rows: rowsEach(1), WorkGroup: 64, SplitKeys: 64},
-	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, SplitKeys: 64},
+	Texel:   PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
+	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 }
 
 // cpuTuning is lavapipe's, measured (BENCHMARKS.md): texel fetches ~20x
 // faster than storage loads in loops; one SIMD-8 lane group per workgroup;
-// as many rows as keep the unrolled body small (rows x d_max <= 256).
+// as many rows as keep the unrolled body small (rows x d_max <= 256); 4
+// keys per step (~30% less CPU than 1). The storage path, slow there and
+// run only when forced (tests), keeps 1 key: its d_max 256 variant
+// compiled for ~60 s with 4.
 var cpuTuning = Tuning{
 	Path:    TexelPath,
-	Texel:   PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 2, 256: 1}, WorkGroup: 8, SplitKeys: 128},
-	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, SplitKeys: 64},
+	Texel:   PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 2, 256: 1}, WorkGroup: 8, Keys: 4, SplitKeys: 128},
+	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 }
 
 // quirks is keyed by VkDriverId.
@@ -115,8 +126,9 @@ func (t *Tuning) For(path LoadPath) *PathTuning {
 
 // Check reports whether t can run on dev: a concrete preferred path the
 // device supports, a row count from RowChoices for every d_max bucket,
-// a power-of-two workgroup within the device's limits, and split-K chunks
-// of a positive multiple of 4 keys.
+// a power-of-two workgroup within the device's limits, keys per step from
+// KeyChoices, and split-K chunks of a positive multiple of 4 keys and of
+// the keys per step.
 func (t Tuning) Check(dev vk.PhysicalDevice) error {
 	if t.Path != TexelPath && t.Path != StoragePath {
 		return fmt.Errorf("tuning: preferred load path %v: want texel or storage", t.Path)
@@ -135,8 +147,11 @@ func (t Tuning) Check(dev vk.PhysicalDevice) error {
 		if wg <= 0 || wg&(wg-1) != 0 || wg > int(dev.Limits.MaxWorkGroupSize[0]) || wg > int(dev.Limits.MaxWorkGroupInvocations) {
 			return fmt.Errorf("tuning: %v path: workgroup %d, want a power of two up to the device's %d", path, wg, min(dev.Limits.MaxWorkGroupSize[0], dev.Limits.MaxWorkGroupInvocations))
 		}
-		if pt.SplitKeys < 4 || pt.SplitKeys%4 != 0 {
-			return fmt.Errorf("tuning: %v path: %d split-K keys per lane, want a positive multiple of 4", path, pt.SplitKeys)
+		if !slices.Contains(KeyChoices, pt.Keys) {
+			return fmt.Errorf("tuning: %v path: %d keys per step, want one of %v", path, pt.Keys, KeyChoices)
+		}
+		if pt.SplitKeys < 4 || pt.SplitKeys%4 != 0 || pt.SplitKeys%pt.Keys != 0 {
+			return fmt.Errorf("tuning: %v path: %d split-K keys per lane, want a positive multiple of 4 and of the %d keys per step", path, pt.SplitKeys, pt.Keys)
 		}
 	}
 	return nil
