@@ -71,13 +71,15 @@ var gpuTuning = Tuning{
 
 // cpuTuning is lavapipe's, measured (BENCHMARKS.md): texel fetches ~20x
 // faster than storage loads in loops; one SIMD-8 lane group per workgroup;
-// as many rows as keep the unrolled body small (rows x d_max <= 256); 4
-// keys per step (~30% less CPU than 1). The storage path, slow there and
+// as many rows as keep the unrolled body small (rows x d_max <= 256, 512
+// at d_max 128 where 4 rows beat 2 by 20-40% and let decode read K/V once
+// per KV head of 4 query heads); 4 keys per step (~30% less CPU than 1);
+// 256 keys per split-K lane (~35% faster decode than 128). The storage path, slow there and
 // run only when forced (tests), keeps 1 key: its d_max 256 variant
 // compiled for ~60 s with 4.
 var cpuTuning = Tuning{
 	Path:    TexelPath,
-	Texel:   PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 2, 256: 1}, WorkGroup: 8, Keys: 4, SplitKeys: 128},
+	Texel:   PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 4, 256: 1}, WorkGroup: 8, Keys: 4, SplitKeys: 256},
 	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 }
 
