@@ -99,7 +99,7 @@ func (p AttentionPlan) String() string {
 		return fmt.Sprintf("kernel %s (load path %s: %s; %s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s",
 			p.Variant, p.Path, p.Why, loads, p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.chunkNote())
 	}
-	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, %d keys per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax with lazy rescaling, no L*S buffer%s",
+	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, %d keys per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer%s",
 		p.Variant, p.Path, p.Why, loads, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.chunkNote())
 }
 
@@ -161,9 +161,6 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	family := "attention_"
 	if p.Additive {
 		family = "additive_"
-	}
-	if !dev.SubgroupVote {
-		return p, fmt.Errorf("attention: device %s has no subgroup vote operations in compute shaders (Vulkan 1.1 subgroupAny), which the kernel needs", dev.Name)
 	}
 	p.KeyTile = tuning.Keys
 	if p.Additive || !p.Vec4 {

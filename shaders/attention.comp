@@ -1,7 +1,6 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
-#extension GL_KHR_shader_subgroup_vote : require
 // Fused scaled dot-product attention forward, fp32, online softmax
 // (FlashAttention-style): each invocation owns ROWS query rows of one
 // (batch, head), walks the keys four at a time with a running maximum and
@@ -48,7 +47,6 @@ const int FLAG_KEYPAD = 64; // key padding (B, S) as 0 / -inf at binding 10
 const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
 const float NEG_INF = -1.0 / 0.0;
-const float RESCALE_SLACK = 8.0; // base-2 exponent the running max may lag by
 
 #include "attention_params.glsl"
 
@@ -232,14 +230,11 @@ void main() {
     // KEYS keys per step, every loop over them unrolled, so every private
     // array is indexed by constants only (no dynamically indexed score
     // tile), and acc, which the loop carries, is written once per step
-    // (our reading of lavapipe: each write of a loop-carried value costs a
-    // masked store; measured there, 4 keys per step took ~30% less CPU
-    // than 1, and 8 no less than 4 but compiled 2-3x longer). The running
-    // maximum is raised lazily: while
-    // a score exceeds it by at most 2^8 (base 2) the old maximum is kept,
-    // since exp2(s - m) <= 256 cannot overflow the float sums; the
-    // rescaling of acc runs only when some lane of the subgroup needs it
-    // (a uniform branch), which after the first keys is rare.
+    // with the softmax rescaling folded into that write (our reading of
+    // lavapipe: each write of a loop-carried value costs a masked store;
+    // measured there, 4 keys per step took ~30% less CPU than 1, and 8 no
+    // less than 4 but compiled 2-3x longer; a lazily skipped rescale behind
+    // a subgroupAny branch cost ~15% more than this).
     for (int j0 = keyBegin; j0 < keyStop; j0 += KEYS) {
         // Keys past the end are masked by keyScores (keyEnd <= keyStop,
         // and split-K chunks are multiples of KEYS).
@@ -250,26 +245,20 @@ void main() {
                 p[t * ROWS + r] = sc[r];
             }
         }
+        float alpha[ROWS];
         [[unroll]] for (int r = 0; r < ROWS; r++) {
-            float e = NEG_INF;
+            float mNew = m[r];
             [[unroll]] for (int t = 0; t < KEYS; t++) {
-                e = max(e, p[t * ROWS + r]);
+                mNew = max(mNew, p[t * ROWS + r]);
             }
-            bool raise = e > m[r] + RESCALE_SLACK;
-            if (subgroupAny(raise)) {
-                // Lanes that need no raise keep alpha 1 (never exp2 of
-                // -inf - -inf); a first visible key gives alpha 0 while
-                // acc and l are still zero.
-                float alpha = raise ? exp2(m[r] - e) : 1.0;
-                l[r] *= alpha;
-                [[unroll]] for (int c = 0; c < D4; c++) {
-                    acc[r * D4 + c] *= alpha;
-                }
-                m[r] = raise ? e : m[r];
-            }
+            // While every key so far is masked mNew is -inf: keep alpha 1
+            // (never exp2(-inf - -inf)); acc and l are still zero then.
+            alpha[r] = mNew == NEG_INF ? 1.0 : exp2(m[r] - mNew);
+            m[r] = mNew;
+            l[r] *= alpha[r];
             [[unroll]] for (int t = 0; t < KEYS; t++) {
                 float x = p[t * ROWS + r];
-                p[t * ROWS + r] = x == NEG_INF ? 0.0 : exp2(x - m[r]);
+                p[t * ROWS + r] = x == NEG_INF ? 0.0 : exp2(x - mNew);
                 l[r] += p[t * ROWS + r];
             }
         }
@@ -283,7 +272,7 @@ void main() {
                 v[t] = LOAD4(Vt, vBase[t], c, DV);
             }
             [[unroll]] for (int r = 0; r < ROWS; r++) {
-                vec4 sum = acc[r * D4 + c];
+                vec4 sum = acc[r * D4 + c] * alpha[r]; // rescale folded into the one write
                 [[unroll]] for (int t = 0; t < KEYS; t++) {
                     sum += p[t * ROWS + r] * v[t];
                 }

@@ -214,7 +214,6 @@ type PhysicalDevice struct {
 	TexelR32F    bool // R32_SFLOAT is usable as a uniform texel buffer
 	TexelRGBA32F bool // R32G32B32A32_SFLOAT is usable as a uniform texel buffer
 	TimestampsOK bool // the compute queue supports timestamps
-	SubgroupVote bool // compute shaders have subgroup vote operations (subgroupAny)
 	queueFamily  uint32
 	handle       vulkan.PhysicalDevice
 	pipelineUUID [16]byte
@@ -338,7 +337,6 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	}
 	d.DriverID, d.DriverName, d.DriverInfo = extra.driverID, extra.driverName, extra.driverInfo
 	d.Limits.SubgroupSize = extra.subgroup
-	d.SubgroupVote = extra.vote
 
 	var qn uint32
 	vulkan.GetPhysicalDeviceQueueFamilyProperties(h, &qn, nil)

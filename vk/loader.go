@@ -26,7 +26,6 @@ typedef struct {
 	char driverName[VK_MAX_DRIVER_NAME_SIZE];
 	char driverInfo[VK_MAX_DRIVER_INFO_SIZE];
 	uint32_t subgroupSize;
-	uint32_t subgroupVote; // subgroup vote operations in compute shaders
 	uint32_t hasDriverProps;
 } vkattn_extra_props;
 
@@ -47,8 +46,6 @@ static int vkattn_query_extra(void *instance, void *pd, uint32_t apiVersion, vka
 	}
 	get((VkPhysicalDevice)pd, &props);
 	out->subgroupSize = subgroup.subgroupSize;
-	out->subgroupVote = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-		(subgroup.supportedOperations & VK_SUBGROUP_FEATURE_VOTE_BIT);
 	if (out->hasDriverProps) {
 		out->driverID = driver.driverID;
 		memcpy(out->driverName, driver.driverName, sizeof(out->driverName));
@@ -95,7 +92,6 @@ type extraProps struct {
 	driverName string
 	driverInfo string
 	subgroup   uint32
-	vote       bool
 }
 
 func queryExtra(inst vulkan.Instance, pd vulkan.PhysicalDevice, apiVersion uint32) (extraProps, error) {
@@ -108,7 +104,6 @@ func queryExtra(inst vulkan.Instance, pd vulkan.PhysicalDevice, apiVersion uint3
 		driverName: C.GoString(&out.driverName[0]),
 		driverInfo: C.GoString(&out.driverInfo[0]),
 		subgroup:   uint32(out.subgroupSize),
-		vote:       out.subgroupVote != 0,
 	}, nil
 }
 
