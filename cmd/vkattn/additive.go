@@ -195,14 +195,7 @@ func executeAdditive(f *additiveFlags, p *additiveProblem, stdout, stderr io.Wri
 		if err != nil {
 			return failf(stderr, "additive", "reference: %v", err)
 		}
-		chk = &checkResult{}
-		chk.add("O", res.o, ref.O)
-		if res.lse != nil {
-			chk.add("LSE", res.lse, ref.LSE)
-		}
-		if res.weights != nil {
-			chk.add("weights", res.weights, ref.Weights)
-		}
+		chk = checkAttention(res, ref)
 	}
 
 	var outs []output

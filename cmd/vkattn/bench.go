@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/schollz/progressbar/v3"
 
@@ -543,27 +542,7 @@ func printBenchTable(w io.Writer, device string, rs []benchResult) {
 			durString(time.Duration(r.ColdWallNS)), gpu, durTriple(r.Wall), rate(r.GFLOPS), rate(r.GBPS),
 		})
 	}
-	width := make([]int, len(header))
-	for _, row := range rows {
-		for i, c := range row {
-			width[i] = max(width[i], utf8.RuneCountInString(c))
-		}
-	}
-	for _, row := range rows {
-		var b strings.Builder
-		for i, c := range row {
-			if i > 0 {
-				b.WriteString("  ")
-			}
-			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
-			if left[i] {
-				b.WriteString(c + pad)
-			} else {
-				b.WriteString(pad + c)
-			}
-		}
-		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
-	}
+	printAligned(w, rows, left)
 	timing := "median GPU time"
 	if slices.ContainsFunc(rs, func(r benchResult) bool { return r.Timing == "wall" }) {
 		timing = "median GPU time (wall time where gpu is n/a: no device timestamps)"

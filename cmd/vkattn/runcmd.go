@@ -374,14 +374,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		if err != nil {
 			return failf(stderr, "run", "reference: %v", err)
 		}
-		chk = &checkResult{}
-		chk.add("O", res.o, ref.O)
-		if res.lse != nil {
-			chk.add("LSE", res.lse, ref.LSE)
-		}
-		if res.weights != nil {
-			chk.add("weights", res.weights, ref.Weights)
-		}
+		chk = checkAttention(res, ref)
 	}
 
 	var outs []output
@@ -485,6 +478,20 @@ func (c *checkResult) add(name string, got []float32, want []float64) {
 		}
 	}
 	c.Pass = !c.failed
+}
+
+// checkAttention compares every output of an attention result with the
+// reference's.
+func checkAttention(res *result, ref *reference.Result) *checkResult {
+	chk := &checkResult{}
+	chk.add("O", res.o, ref.O)
+	if res.lse != nil {
+		chk.add("LSE", res.lse, ref.LSE)
+	}
+	if res.weights != nil {
+		chk.add("weights", res.weights, ref.Weights)
+	}
+	return chk
 }
 
 func (c *checkResult) ok() bool { return !c.failed }
