@@ -34,23 +34,35 @@ func (d *Device) NewAdditive(w *AdditiveWeights) (*Additive, error) {
 		return nil, err
 	}
 	a := &Additive{dev: d, dq: w.DQ, dk: w.DK, da: w.DA}
-	for _, u := range []struct {
-		dst  **Tensor
-		data []float32
-	}{
+	err := d.uploadWeights([]weightUpload{
 		{&a.wq, transpose(w.WQ, w.DQ, w.DA)}, {&a.wk, transpose(w.WK, w.DK, w.DA)}, {&a.bias, w.Bias}, {&a.wa, w.WA},
-	} {
+	})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// weightUpload is a layer's weight tensor and the field that keeps it.
+type weightUpload struct {
+	dst  **Tensor
+	data []float32
+}
+
+// uploadWeights uploads every weight that is present as a flat tensor.
+func (d *Device) uploadWeights(ws []weightUpload) error {
+	for _, u := range ws {
 		if u.data == nil {
 			continue
 		}
 		t, err := d.Upload([]int{1, len(u.data)}, u.data)
 		if err != nil {
-			a.Close()
-			return nil, err
+			return err
 		}
 		*u.dst = t
 	}
-	return a, nil
+	return nil
 }
 
 // transpose returns the (cols, rows) transpose of a row-major (rows, cols)

@@ -39,22 +39,13 @@ func (d *Device) NewMHA(w *MHAWeights) (*MHA, error) {
 		return nil, err
 	}
 	m := &MHA{dev: d, dModel: w.DModel, kdim: w.KDim, vdim: w.VDim, packed: w.InProjWeight != nil}
-	for _, u := range []struct {
-		dst  **Tensor
-		data []float32
-	}{
+	err := d.uploadWeights([]weightUpload{
 		{&m.inW, w.InProjWeight}, {&m.qW, w.QProjWeight}, {&m.kW, w.KProjWeight}, {&m.vW, w.VProjWeight},
 		{&m.inB, w.InProjBias}, {&m.outW, w.OutProjWeight}, {&m.outB, w.OutProjBias},
-	} {
-		if u.data == nil {
-			continue
-		}
-		t, err := d.Upload([]int{1, len(u.data)}, u.data)
-		if err != nil {
-			m.Close()
-			return nil, err
-		}
-		*u.dst = t
+	})
+	if err != nil {
+		m.Close()
+		return nil, err
 	}
 	return m, nil
 }
