@@ -14,16 +14,23 @@ type MHAWeights struct {
 	// DModel is PyTorch's embed_dim; KDim and VDim are the widths of the key
 	// and value inputs (PyTorch kdim, vdim), DModel for self-attention.
 	DModel, KDim, VDim int
+	// KVDim is the output width of the K and V projections; 0 means DModel
+	// (every PyTorch nn.MultiheadAttention). A smaller multiple of the head
+	// width DModel/Heads gives grouped-query attention: KVDim/(DModel/Heads)
+	// K/V heads, each shared by a group of query heads. It needs the
+	// separate q/k/v_proj_weight layout.
+	KVDim int
 
 	// InProjWeight is in_proj_weight, (3*DModel, DModel): W_q, W_k, W_v
 	// stacked along the output axis.
 	InProjWeight []float32
-	// QProjWeight (DModel, DModel), KProjWeight (DModel, KDim) and
-	// VProjWeight (DModel, VDim) are q_proj_weight, k_proj_weight and
+	// QProjWeight (DModel, DModel), KProjWeight (KVDim, KDim) and
+	// VProjWeight (KVDim, VDim) are q_proj_weight, k_proj_weight and
 	// v_proj_weight.
 	QProjWeight, KProjWeight, VProjWeight []float32
 	// InProjBias is in_proj_bias, (3*DModel): b_q, b_k, b_v, used with
-	// either weight layout. nil means no bias (PyTorch bias=False).
+	// either weight layout ((DModel + 2*KVDim) with grouped K/V heads). nil
+	// means no bias (PyTorch bias=False).
 	InProjBias []float32
 	// OutProjWeight is out_proj.weight, (DModel, DModel).
 	OutProjWeight []float32
@@ -43,9 +50,9 @@ func (w *MHAWeights) ParamCount() int {
 // PyTorch tensor and both shapes, wrapping ErrShape) and every value
 // finite (ErrNonFinite).
 func (w *MHAWeights) Check() error {
-	d, kd, vd := w.DModel, w.KDim, w.VDim
-	if d <= 0 || kd <= 0 || vd <= 0 {
-		return errorf(ErrEmpty, "MHA weights have DModel %d, KDim %d, VDim %d: all must be at least 1", d, kd, vd)
+	d, kd, vd, kv := w.DModel, w.KDim, w.VDim, w.KVOut()
+	if d <= 0 || kd <= 0 || vd <= 0 || kv <= 0 {
+		return errorf(ErrEmpty, "MHA weights have DModel %d, KDim %d, VDim %d, KVDim %d: all must be at least 1", d, kd, vd, kv)
 	}
 	packed := w.InProjWeight != nil
 	separate := w.QProjWeight != nil || w.KProjWeight != nil || w.VProjWeight != nil
@@ -54,11 +61,11 @@ func (w *MHAWeights) Check() error {
 		return errorf(ErrShape, "MHA weights have both in_proj_weight and q/k/v_proj_weight")
 	case !packed && !separate:
 		return errorf(ErrShape, "MHA weights have neither in_proj_weight nor q/k/v_proj_weight")
-	case packed && (kd != d || vd != d):
-		return errorf(ErrShape, "packed in_proj_weight needs kdim = vdim = embed_dim %d, have kdim %d, vdim %d (use q/k/v_proj_weight)", d, kd, vd)
+	case packed && (kd != d || vd != d || kv != d):
+		return errorf(ErrShape, "packed in_proj_weight needs kdim = vdim = K/V width = embed_dim %d, have kdim %d, vdim %d, K/V width %d (use q/k/v_proj_weight)", d, kd, vd, kv)
 	}
 	ts := []namedTensor{
-		{"in_proj_bias", w.InProjBias, []int{3 * d}, true},
+		{"in_proj_bias", w.InProjBias, []int{d + 2*kv}, true},
 		{"out_proj.weight", w.OutProjWeight, []int{d, d}, false},
 		{"out_proj.bias", w.OutProjBias, []int{d}, true},
 	}
@@ -67,8 +74,8 @@ func (w *MHAWeights) Check() error {
 	} else {
 		ts = append(ts,
 			namedTensor{"q_proj_weight", w.QProjWeight, []int{d, d}, false},
-			namedTensor{"k_proj_weight", w.KProjWeight, []int{d, kd}, false},
-			namedTensor{"v_proj_weight", w.VProjWeight, []int{d, vd}, false})
+			namedTensor{"k_proj_weight", w.KProjWeight, []int{kv, kd}, false},
+			namedTensor{"v_proj_weight", w.VProjWeight, []int{kv, vd}, false})
 	}
 	return checkTensors(ts)
 }
@@ -83,10 +90,36 @@ func (w *MHAWeights) Projections() (wq, wk, wv, bq, bk, bv []float32) {
 	} else {
 		wq, wk, wv = w.QProjWeight, w.KProjWeight, w.VProjWeight
 	}
-	if w.InProjBias != nil {
-		bq, bk, bv = w.InProjBias[:d], w.InProjBias[d:2*d], w.InProjBias[2*d:]
+	if kv := w.KVOut(); w.InProjBias != nil {
+		bq, bk, bv = w.InProjBias[:d], w.InProjBias[d:d+kv], w.InProjBias[d+kv:]
 	}
 	return
+}
+
+// KVOut is the output width of the K and V projections: KVDim, or DModel
+// when KVDim is 0.
+func (w *MHAWeights) KVOut() int {
+	if w.KVDim == 0 {
+		return w.DModel
+	}
+	return w.KVDim
+}
+
+// KVHeads is the number of K/V heads for heads query heads (heads when
+// KVDim is 0), or an error wrapping ErrHeads when the widths do not divide.
+func (w *MHAWeights) KVHeads(heads int) (int, error) {
+	return kvHeadCount(w.DModel, w.KVOut(), heads)
+}
+
+func kvHeadCount(d, kv, heads int) (int, error) {
+	if heads <= 0 || d%heads != 0 {
+		return 0, errorf(ErrHeads, "%d heads do not divide embed_dim %d", heads, d)
+	}
+	dh := d / heads
+	if kv%dh != 0 || heads%(kv/dh) != 0 {
+		return 0, errorf(ErrHeads, "K/V width %d is not a number of %d-wide heads dividing the %d query heads", kv, dh, heads)
+	}
+	return kv / dh, nil
 }
 
 // KeyPadding is PyTorch's boolean key_padding_mask: Padded is (B, S)

@@ -23,6 +23,7 @@ import (
 type MHA struct {
 	dev                *Device
 	dModel, kdim, vdim int
+	kvOut              int // width of the K and V projections (grouped-query when < dModel)
 	packed             bool
 	// Weights in PyTorch's (out, in) layout; inW when packed, else qW, kW, vW.
 	inW, qW, kW, vW, inB, outW, outB *Tensor
@@ -38,7 +39,7 @@ func (d *Device) NewMHA(w *MHAWeights) (*MHA, error) {
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
-	m := &MHA{dev: d, dModel: w.DModel, kdim: w.KDim, vdim: w.VDim, packed: w.InProjWeight != nil}
+	m := &MHA{dev: d, dModel: w.DModel, kdim: w.KDim, vdim: w.VDim, kvOut: w.KVOut(), packed: w.InProjWeight != nil}
 	err := d.uploadWeights([]weightUpload{
 		{&m.inW, w.InProjWeight}, {&m.qW, w.QProjWeight}, {&m.kW, w.KProjWeight}, {&m.vW, w.VProjWeight},
 		{&m.inB, w.InProjBias}, {&m.outW, w.OutProjWeight}, {&m.outB, w.OutProjBias},
@@ -253,9 +254,10 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 	if dims[2][1] != S {
 		return pr, errorf(ErrShape, "key has %d positions but value has %d", S, dims[2][1])
 	}
-	h, d := opts.Heads, m.dModel
-	if h <= 0 || d%h != 0 {
-		return pr, errorf(ErrHeads, "%d heads do not divide embed_dim %d", h, d)
+	h, d, kv := opts.Heads, m.dModel, m.kvOut
+	hkv, err := kvHeadCount(d, kv, h)
+	if err != nil {
+		return pr, err
 	}
 	dh := d / h
 	pr.attn = opts.Attention
@@ -266,7 +268,7 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 	}
 	// Heads are read out of the projection output through strides; they are
 	// vec4-aligned exactly when the head width is a multiple of 4.
-	attn, err := m.dev.plan([4]int{B, h, T, dh}, [4]int{B, h, S, dh}, [4]int{B, h, S, dh}, dh%4 == 0, false, &pr.attn)
+	attn, err := m.dev.plan([4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, dh%4 == 0, false, &pr.attn)
 	if err != nil {
 		return pr, err
 	}
@@ -278,7 +280,7 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 		strides := [3]int{T * 3 * d, dh, 3 * d}
 		pr.views = [4]pipelines.View{{Strides: strides}, {Offset: d, Strides: strides}, {Offset: 2 * d, Strides: strides}}
 	} else {
-		pr.views = [4]pipelines.View{{Strides: [3]int{T * d, dh, d}}, {Strides: [3]int{S * d, dh, d}}, {Strides: [3]int{S * d, dh, d}}}
+		pr.views = [4]pipelines.View{{Strides: [3]int{T * d, dh, d}}, {Strides: [3]int{S * kv, dh, kv}}, {Strides: [3]int{S * kv, dh, kv}}}
 	}
 	pr.views[3] = pipelines.View{Strides: [3]int{T * d, dh, d}}
 	if err := m.planChunks(&attn, pr.views, &pr.attn); err != nil {
@@ -294,10 +296,10 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 		p.Projections = []LayerPlan{l}
 	} else {
 		for i, in := range []struct {
-			name         string
-			rows, inputs int
-		}{{"q_proj", B * T, d}, {"k_proj", B * S, m.kdim}, {"v_proj", B * S, m.vdim}} {
-			l, err := layer(in.name, in.rows, d, in.inputs, m.projOffset(i))
+			name                  string
+			rows, outputs, inputs int
+		}{{"q_proj", B * T, d, d}, {"k_proj", B * S, kv, m.kdim}, {"v_proj", B * S, kv, m.vdim}} {
+			l, err := layer(in.name, in.rows, in.outputs, in.inputs, m.projOffset(i))
 			if err != nil {
 				return pr, err
 			}
@@ -401,11 +403,13 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 			if m.packed {
 				w = m.inW
 			}
-			y, err := scratch(l.Rows, dm)
+			y, err := scratch(l.Rows, l.Outputs)
 			if err != nil {
 				return fail(err)
 			}
-			if err := linear(l, inputs[i], w, m.projOffset(i), m.inB, i*dm, y, dm); err != nil {
+			// in_proj_bias holds b_q (d), b_k and b_v (the K/V width each).
+			biasOffset := []int{0, dm, dm + m.kvOut}[i]
+			if err := linear(l, inputs[i], w, m.projOffset(i), m.inB, biasOffset, y, l.Outputs); err != nil {
 				return fail(err)
 			}
 			*views[i] = pr.views[i]
@@ -421,7 +425,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	}
 	dims4 := p.Attention.Dims
 	ax := pipelines.AttentionArgs{
-		B: B, H: h, HKV: h, L: T, S: S, DK: dh, DV: dh,
+		B: B, H: h, HKV: p.Attention.Dims.HKV, L: T, S: S, DK: dh, DV: dh,
 		Q: q, K: k, V: v, O: pr.views[3],
 		Scale:  pr.attn.Scale.For(dh),
 		Causal: int(pr.attn.Causal),

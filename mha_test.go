@@ -443,3 +443,45 @@ func TestMHAErrors(t *testing.T) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 }
+
+// Grouped-query layers (k_proj_weight and v_proj_weight with fewer rows
+// than d) on both load paths, self- and cross-attention, with masks and
+// weights, against the reference.
+func TestMHAGroupedQueryGPU(t *testing.T) {
+	r := rand.New(rand.NewSource(41))
+	for i, s := range []struct{ d, h, kvHeads, T, S, kdim int }{
+		{64, 8, 2, 17, 17, 64}, // self-attention (separate weights)
+		{32, 4, 1, 9, 12, 20},  // multi-query, cross-attention
+		{96, 8, 4, 33, 33, 96},
+	} {
+		for _, d := range []*vkattn.Device{dev, storageDev} {
+			t.Run(fmt.Sprintf("d%d/h%d/kv%d/%d", s.d, s.h, s.kvHeads, i), func(t *testing.T) {
+				const B = 2
+				dh := s.d / s.h
+				kv := s.kvHeads * dh
+				scaled := func(n, fanIn int) []float32 {
+					x := randomValues(r, n)
+					for j := range x {
+						x[j] /= float32(math.Sqrt(float64(fanIn)))
+					}
+					return x
+				}
+				w := &vkattn.MHAWeights{DModel: s.d, KDim: s.kdim, VDim: s.kdim, KVDim: kv,
+					QProjWeight: scaled(s.d*s.d, s.d), KProjWeight: scaled(kv*s.kdim, s.kdim), VProjWeight: scaled(kv*s.kdim, s.kdim),
+					InProjBias: randomValues(r, s.d+2*kv), OutProjWeight: scaled(s.d*s.d, s.d), OutProjBias: randomValues(r, s.d)}
+				c := &mhaCase{w: w, x: randomValues(r, B*s.T*s.d), xs: []int{B, s.T, s.d},
+					opts: vkattn.MHAOptions{Heads: s.h, NeedWeights: true, Attention: vkattn.Options{Causal: vkattn.CausalBottomRight}}}
+				if s.kdim != s.d || s.S != s.T {
+					c.key, c.keyS = randomValues(r, B*s.S*s.kdim), []int{B, s.S, s.kdim}
+					c.value, c.valueS = randomValues(r, B*s.S*s.kdim), []int{B, s.S, s.kdim}
+				}
+				c.opts.KeyPadding = &vkattn.KeyPadding{Padded: make([]bool, B*s.S)}
+				c.opts.KeyPadding.Padded[2*s.S-1] = true
+				got := checkMHA(t, d, c)
+				if got.plan.Attention.Dims.HKV != s.kvHeads {
+					t.Fatalf("plan %v: want %d K/V heads", got.plan.Attention, s.kvHeads)
+				}
+			})
+		}
+	}
+}

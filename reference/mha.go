@@ -11,7 +11,7 @@ import (
 // step, so each stage of a GPU implementation can be checked on its own.
 type MHAResult struct {
 	B, T, S, DModel, Heads int
-	// Q (B,T,DModel), K and V (B,S,DModel): the input projections with
+	// Q (B,T,DModel), K and V (B,S,KVOut): the input projections with
 	// bias, rounded to float32 because Attention consumes float32 (as the
 	// GPU keeps its projections).
 	Q, K, V []float32
@@ -77,15 +77,16 @@ func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int
 	if vs[1] != ks[1] {
 		return nil, fmt.Errorf("%w: key has %d positions but value has %d", vkattn.ErrShape, ks[1], vs[1])
 	}
-	h, d := opts.Heads, w.DModel
-	if h <= 0 || d%h != 0 {
-		return nil, fmt.Errorf("%w: %d heads do not divide embed_dim %d", vkattn.ErrHeads, h, d)
+	h, d, kv := opts.Heads, w.DModel, w.KVOut()
+	hkv, err := w.KVHeads(h)
+	if err != nil {
+		return nil, err
 	}
 	B, T, S, dh := xs[0], xs[1], ks[1], d/h
 
 	// Validate the caller's options against the per-head problem before
 	// reading any mask, then fold the key padding mask into them.
-	qShape, kvShape := [4]int{B, h, T, dh}, [4]int{B, h, S, dh}
+	qShape, kvShape := [4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}
 	attnOpts := opts.Attention
 	if _, err := vkattn.CheckProblem(qShape, kvShape, kvShape, &attnOpts); err != nil {
 		return nil, err
@@ -105,18 +106,19 @@ func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int
 		rows   int
 		inW    int
 		wt, bs []float32
+		out    int
 	}{
-		{"Q", &res.Q, x, B * T, d, wq, bq},
-		{"K", &res.K, key, B * S, w.KDim, wk, bk},
-		{"V", &res.V, value, B * S, w.VDim, wv, bv},
+		{"Q", &res.Q, x, B * T, d, wq, bq, d},
+		{"K", &res.K, key, B * S, w.KDim, wk, bk, kv},
+		{"V", &res.V, value, B * S, w.VDim, wv, bv, kv},
 	} {
-		if *p.dst, err = narrowAll(p.name, linear(widen(p.in), p.rows, p.inW, p.wt, p.bs, d)); err != nil {
+		if *p.dst, err = narrowAll(p.name, linear(widen(p.in), p.rows, p.inW, p.wt, p.bs, p.out)); err != nil {
 			return nil, err
 		}
 	}
 
-	r, err := Attention(splitHeads(res.Q, B, T, h, dh), qShape, splitHeads(res.K, B, S, h, dh), kvShape,
-		splitHeads(res.V, B, S, h, dh), kvShape, attnOpts)
+	r, err := Attention(splitHeads(res.Q, B, T, h, dh), qShape, splitHeads(res.K, B, S, hkv, dh), kvShape,
+		splitHeads(res.V, B, S, hkv, dh), kvShape, attnOpts)
 	if err != nil {
 		return nil, err
 	}

@@ -444,3 +444,45 @@ func TestMHAErrors(t *testing.T) {
 		})
 	}
 }
+
+// Grouped-query attention (KVDim < DModel): a layer whose K and V
+// projections have kvHeads heads equals the plain layer whose K and V
+// weights repeat each K/V head's rows for every query head of its group
+// (query head hh reads K/V head hh / (Heads/kvHeads)).
+func TestMHAGroupedQueryEqualsRepeatedKV(t *testing.T) {
+	const B, T, S, d, h, kvHeads = 2, 5, 7, 16, 8, 2
+	const dh, kv, group = d / h, kvHeads * d / h, h / kvHeads
+	r := rand.New(rand.NewSource(17))
+	g := &vkattn.MHAWeights{DModel: d, KDim: 6, VDim: 5, KVDim: kv,
+		QProjWeight: randF32(r, d*d), KProjWeight: randF32(r, kv*6), VProjWeight: randF32(r, kv*5),
+		InProjBias: randF32(r, d+2*kv), OutProjWeight: randF32(r, d*d), OutProjBias: randF32(r, d)}
+	full := &vkattn.MHAWeights{DModel: d, KDim: 6, VDim: 5, QProjWeight: g.QProjWeight,
+		OutProjWeight: g.OutProjWeight, OutProjBias: g.OutProjBias, InProjBias: append([]float32(nil), g.InProjBias[:d]...)}
+	repeat := func(w []float32, in int) []float32 {
+		var out []float32
+		for hh := 0; hh < h; hh++ {
+			src := (hh / group) * dh
+			out = append(out, w[src*in:(src+dh)*in]...)
+		}
+		return out
+	}
+	full.KProjWeight, full.VProjWeight = repeat(g.KProjWeight, 6), repeat(g.VProjWeight, 5)
+	full.InProjBias = append(full.InProjBias, repeat(g.InProjBias[d:d+kv], 1)...)
+	full.InProjBias = append(full.InProjBias, repeat(g.InProjBias[d+kv:], 1)...)
+	x, key, value := randF32(r, B*T*d), randF32(r, B*S*6), randF32(r, B*S*5)
+	opts := vkattn.MHAOptions{Heads: h, NeedWeights: true, Attention: vkattn.Options{Causal: vkattn.CausalBottomRight}}
+	got := mustMHA(t, x, []int{B, T, d}, key, []int{B, S, 6}, value, []int{B, S, 5}, g, opts)
+	want := mustMHA(t, x, []int{B, T, d}, key, []int{B, S, 6}, value, []int{B, S, 5}, full, opts)
+	near(t, "Out", got.Out, want.Out, 1e-12)
+	near(t, "AvgWeights", got.AvgWeights, want.AvgWeights, 1e-12)
+	if got.Attention.Dims.HKV != kvHeads {
+		t.Fatalf("K/V heads %d, want %d", got.Attention.Dims.HKV, kvHeads)
+	}
+	// A K/V width that is not a whole number of heads dividing the query
+	// heads is refused.
+	bad := *g
+	bad.KVDim, bad.KProjWeight, bad.VProjWeight, bad.InProjBias = 3*dh, randF32(r, 3*dh*6), randF32(r, 3*dh*5), nil
+	if _, err := MultiHeadAttention(x, []int{B, T, d}, key, []int{B, S, 6}, value, []int{B, S, 5}, &bad, opts); !errors.Is(err, vkattn.ErrHeads) {
+		t.Fatalf("3 K/V heads for 8 query heads: %v, want ErrHeads", err)
+	}
+}

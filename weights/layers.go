@@ -27,13 +27,15 @@ func LoadMHA(path string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
 // "layers.0.self_attn."):
 //
 //	in_proj_weight (3d, d)                           packed, when kdim = vdim = d
-//	q_proj_weight (d, d), k_proj_weight (d, kdim),
-//	v_proj_weight (d, vdim)                          otherwise
-//	in_proj_bias (3d)                                optional, either layout
+//	q_proj_weight (d, d), k_proj_weight (kv, kdim),
+//	v_proj_weight (kv, vdim)                         otherwise
+//	in_proj_bias (d + 2kv)                           optional, either layout
 //	out_proj.weight (d, d)
 //	out_proj.bias (d)                                optional
 //
 // d is dModel (embed_dim); kdim and vdim of 0 mean d, as PyTorch's None.
+// kv is d for PyTorch's layers; a k_proj_weight with fewer rows sets
+// MHAWeights.KVDim (grouped-query K/V heads).
 // Other tensors in ts are ignored, except bias_k and bias_v (add_bias_kv),
 // which are not supported. A missing tensor is an error wrapping
 // ErrMissing; a wrongly shaped one an error wrapping vkattn.ErrShape that
@@ -69,14 +71,18 @@ func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*vkattn.M
 	case packed:
 		w.InProjWeight = g.get("in_proj_weight", 3*d, d)
 	case hasQ || hasK || hasV:
+		// k_proj_weight with fewer rows than d: grouped-query K/V heads.
+		if kt, ok := ts[prefix+"k_proj_weight"]; ok && len(kt.Shape) == 2 && kt.Shape[0] != d {
+			w.KVDim = kt.Shape[0]
+		}
 		w.QProjWeight = g.get("q_proj_weight", d, d)
-		w.KProjWeight = g.get("k_proj_weight", d, kdim)
-		w.VProjWeight = g.get("v_proj_weight", d, vdim)
+		w.KProjWeight = g.get("k_proj_weight", w.KVOut(), kdim)
+		w.VProjWeight = g.get("v_proj_weight", w.KVOut(), vdim)
 	default:
 		return nil, fmt.Errorf("%w: neither %sin_proj_weight nor %sq/k/v_proj_weight is present (tensors: %s)", ErrMissing, prefix, prefix, names(ts))
 	}
 	w.OutProjWeight = g.get("out_proj.weight", d, d)
-	w.InProjBias = g.optional("in_proj_bias", 3*d)
+	w.InProjBias = g.optional("in_proj_bias", d+2*w.KVOut())
 	w.OutProjBias = g.optional("out_proj.bias", d)
 	if g.err != nil {
 		return nil, g.err
