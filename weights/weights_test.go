@@ -507,3 +507,28 @@ func TestAdditive(t *testing.T) {
 		t.Fatalf("d_k 5: %v", err)
 	}
 }
+
+// k_proj_weight and v_proj_weight with fewer rows than d are grouped-query
+// K/V heads: KVDim is set and in_proj_bias is (d + 2 kv); a v_proj_weight
+// that disagrees with k_proj_weight is a shape error naming it.
+func TestMHAGroupedQueryWeights(t *testing.T) {
+	const d, kv, kdim = 8, 4, 6
+	ts := mhaTensors(d, kdim, kdim, false, false)
+	ts["k_proj_weight"] = Tensor{Shape: []int{kv, kdim}, DType: "F32", Data: seq(kv * kdim)}
+	ts["v_proj_weight"] = Tensor{Shape: []int{kv, kdim}, DType: "F32", Data: seq(kv * kdim)}
+	ts["in_proj_bias"] = Tensor{Shape: []int{d + 2*kv}, DType: "F32", Data: seq(d + 2*kv)}
+	w, err := MHA(ts, "", d, kdim, kdim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.KVDim != kv || w.KVOut() != kv || len(w.InProjBias) != d+2*kv {
+		t.Fatalf("KVDim %d, bias %d values", w.KVDim, len(w.InProjBias))
+	}
+	if h, err := w.KVHeads(4); err != nil || h != 2 {
+		t.Fatalf("4 query heads of width 2: %d K/V heads, %v; want 2", h, err)
+	}
+	ts["v_proj_weight"] = Tensor{Shape: []int{d, kdim}, DType: "F32", Data: seq(d * kdim)}
+	if _, err := MHA(ts, "", d, kdim, kdim); !errors.Is(err, vkattn.ErrShape) || !strings.Contains(err.Error(), "v_proj_weight") {
+		t.Fatalf("mismatched v_proj_weight: %v", err)
+	}
+}
