@@ -441,10 +441,6 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 	}
 	bound := make([]vk.Arg, len(names))
 	for i, n := range names {
-		if p.Splits > 0 && n == "weights" {
-			bound[i] = vk.Arg{Buffer: partials}
-			continue
-		}
 		if bound[i], err = arg(n, whole[i]); err != nil {
 			return err
 		}

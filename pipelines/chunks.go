@@ -1,10 +1,6 @@
 package pipelines
 
-import (
-	"fmt"
-
-	"github.com/vkattn/vkattn/vk"
-)
+import "github.com/vkattn/vkattn/vk"
 
 // A binding reaches at most maxStorageBufferRange bytes (storage) or
 // maxTexelBufferElements texels (texel views), so a call whose tensors are
@@ -154,8 +150,4 @@ func PlanChunks(dev vk.PhysicalDevice, p *AttentionPlan, x *AttentionArgs) error
 	}
 	p.Chunks, p.ChunkKVHeads = len(cs), cs[0].nkv
 	return nil
-}
-
-func (c chunk) String() string {
-	return fmt.Sprintf("batch %d+%d, KV heads %d+%d", c.b0, c.nb, c.hk0, c.nkv)
 }
