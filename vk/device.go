@@ -176,11 +176,21 @@ func (d *Device) savePipelineCache() error {
 	if err := os.MkdirAll(filepath.Dir(d.cachePath), 0o755); err != nil {
 		return err
 	}
-	tmp := d.cachePath + ".tmp"
-	if err := os.WriteFile(tmp, buf[:size], 0o644); err != nil {
+	// A temporary file of its own, so processes closing devices at once
+	// (parallel test packages) never rename each other's half-written data.
+	f, err := os.CreateTemp(filepath.Dir(d.cachePath), filepath.Base(d.cachePath)+".*.tmp")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, d.cachePath)
+	_, err = f.Write(buf[:size])
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), d.cachePath)
 }
 
 // WaitIdle blocks until the device has finished all submitted work.
