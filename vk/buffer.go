@@ -188,9 +188,7 @@ func (d *Device) copyNow(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size u
 	if err := c.Begin(); err != nil {
 		return err
 	}
-	vulkan.CmdCopyBuffer(c.cmd, src.handle, dst.handle, 1, []vulkan.BufferCopy{{
-		SrcOffset: vulkan.DeviceSize(srcOff), DstOffset: vulkan.DeviceSize(dstOff), Size: vulkan.DeviceSize(size),
-	}})
+	d.copyBuffer(c.cmd, src.handle, dst.handle, srcOff, dstOff, size)
 	if err := c.End(); err != nil {
 		return err
 	}

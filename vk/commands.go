@@ -106,13 +106,10 @@ func (c *Commands) Push(k *Kernel, data []byte) error {
 // work, transfers and the host.
 func (c *Commands) Barrier() {
 	stages := vulkan.PipelineStageFlags(vulkan.PipelineStageComputeShaderBit | vulkan.PipelineStageTransferBit)
-	vulkan.CmdPipelineBarrier(c.cmd, stages, stages|vulkan.PipelineStageFlags(vulkan.PipelineStageHostBit), 0,
-		1, []vulkan.MemoryBarrier{{
-			SType:         vulkan.StructureTypeMemoryBarrier,
-			SrcAccessMask: vulkan.AccessFlags(vulkan.AccessShaderWriteBit | vulkan.AccessTransferWriteBit),
-			DstAccessMask: vulkan.AccessFlags(vulkan.AccessShaderReadBit | vulkan.AccessShaderWriteBit |
-				vulkan.AccessTransferReadBit | vulkan.AccessTransferWriteBit | vulkan.AccessHostReadBit),
-		}}, 0, nil, 0, nil)
+	c.dev.barrier(c.cmd, stages, stages|vulkan.PipelineStageFlags(vulkan.PipelineStageHostBit),
+		vulkan.AccessFlags(vulkan.AccessShaderWriteBit|vulkan.AccessTransferWriteBit),
+		vulkan.AccessFlags(vulkan.AccessShaderReadBit|vulkan.AccessShaderWriteBit|
+			vulkan.AccessTransferReadBit|vulkan.AccessTransferWriteBit|vulkan.AccessHostReadBit))
 }
 
 // Timestamp writes timestamp query i after all earlier work; a no-op on
@@ -142,11 +139,7 @@ func (c *Commands) Submit() error {
 	if err := check("vkResetFences", vulkan.ResetFences(d.handle, 1, []vulkan.Fence{c.fence})); err != nil {
 		return err
 	}
-	err := check("vkQueueSubmit", vulkan.QueueSubmit(d.queue, 1, []vulkan.SubmitInfo{{
-		SType:              vulkan.StructureTypeSubmitInfo,
-		CommandBufferCount: 1,
-		PCommandBuffers:    []vulkan.CommandBuffer{c.cmd},
-	}}, c.fence))
+	err := d.submit(c.cmd, c.fence)
 	if err == nil {
 		c.submitted = true
 	}

@@ -29,6 +29,7 @@ type Device struct {
 	Info PhysicalDevice
 
 	handle    vulkan.Device
+	calls     *deviceCalls
 	queue     vulkan.Queue
 	pool      vulkan.CommandPool
 	cache     vulkan.PipelineCache
@@ -79,25 +80,18 @@ func (in *Instance) NewDevice(index int) (*Device, error) {
 		return nil, fmt.Errorf("vk: device index %d out of range: %d device(s)", index, len(in.devices))
 	}
 	pd := in.devices[index]
-	qinfo := vulkan.DeviceQueueCreateInfo{
-		SType:            vulkan.StructureTypeDeviceQueueCreateInfo,
-		QueueFamilyIndex: pd.queueFamily,
-		QueueCount:       1,
-		PQueuePriorities: []float32{1},
-	}
-	info := vulkan.DeviceCreateInfo{
-		SType:                vulkan.StructureTypeDeviceCreateInfo,
-		QueueCreateInfoCount: 1,
-		PQueueCreateInfos:    []vulkan.DeviceQueueCreateInfo{qinfo},
-	}
-	var handle vulkan.Device
-	if err := check("vkCreateDevice", vulkan.CreateDevice(pd.handle, &info, nil, &handle)); err != nil {
+	handle, calls, err := createDevice(in.handle, pd.handle, pd.queueFamily)
+	if err != nil {
+		if handle != nil {
+			vulkan.DestroyDevice(handle, nil)
+		}
 		return nil, err
 	}
 	objectCreated()
 	d := &Device{
 		Info:    pd,
 		handle:  handle,
+		calls:   calls,
 		buffers: map[*Buffer]struct{}{},
 		kernels: map[*Kernel]struct{}{},
 	}
@@ -111,7 +105,7 @@ func (in *Instance) NewDevice(index int) (*Device, error) {
 	}
 
 	var pool vulkan.CommandPool
-	err := check("vkCreateCommandPool", vulkan.CreateCommandPool(handle, &vulkan.CommandPoolCreateInfo{
+	err = check("vkCreateCommandPool", vulkan.CreateCommandPool(handle, &vulkan.CommandPoolCreateInfo{
 		SType:            vulkan.StructureTypeCommandPoolCreateInfo,
 		Flags:            vulkan.CommandPoolCreateFlags(vulkan.CommandPoolCreateResetCommandBufferBit),
 		QueueFamilyIndex: pd.queueFamily,

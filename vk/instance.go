@@ -53,17 +53,12 @@ func LayerAvailable(name string) (bool, error) {
 	if err := load(); err != nil {
 		return false, err
 	}
-	var n uint32
-	if err := check("vkEnumerateInstanceLayerProperties", vulkan.EnumerateInstanceLayerProperties(&n, nil)); err != nil {
+	names, err := enumerateLayers()
+	if err != nil {
 		return false, err
 	}
-	props := make([]vulkan.LayerProperties, n)
-	if err := check("vkEnumerateInstanceLayerProperties", vulkan.EnumerateInstanceLayerProperties(&n, props)); err != nil {
-		return false, err
-	}
-	for _, p := range props {
-		p.Deref()
-		if vulkan.ToString(p.LayerName[:]) == name {
+	for _, n := range names {
+		if n == name {
 			return true, nil
 		}
 	}
@@ -75,15 +70,7 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 	if err := load(); err != nil {
 		return nil, err
 	}
-	info := vulkan.InstanceCreateInfo{
-		SType: vulkan.StructureTypeInstanceCreateInfo,
-		PApplicationInfo: &vulkan.ApplicationInfo{
-			SType:            vulkan.StructureTypeApplicationInfo,
-			PApplicationName: "vkattn\x00",
-			PEngineName:      "vkattn\x00",
-			ApiVersion:       vulkan.MakeVersion(1, 1, 0),
-		},
-	}
+	var layer, extension string
 	if cfg.Validation {
 		ok, err := LayerAvailable(validationLayer)
 		if err != nil {
@@ -92,13 +79,10 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 		if !ok {
 			return nil, fmt.Errorf("vk: validation requested but %s is not installed (apt-get install vulkan-validationlayers)", validationLayer)
 		}
-		info.EnabledLayerCount = 1
-		info.PpEnabledLayerNames = []string{validationLayer + "\x00"}
-		info.EnabledExtensionCount = 1
-		info.PpEnabledExtensionNames = []string{"VK_EXT_debug_report\x00"}
+		layer, extension = validationLayer, "VK_EXT_debug_report"
 	}
-	var handle vulkan.Instance
-	if err := check("vkCreateInstance", vulkan.CreateInstance(&info, nil, &handle)); err != nil {
+	handle, err := createInstance(vulkan.MakeVersion(1, 1, 0), layer, extension)
+	if err != nil {
 		return nil, err
 	}
 	// Without InitInstance the first instance-level call jumps to address 0.
@@ -338,21 +322,20 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	d.DriverID, d.DriverName, d.DriverInfo = extra.driverID, extra.driverName, extra.driverInfo
 	d.Limits.SubgroupSize = extra.subgroup
 
-	var qn uint32
-	vulkan.GetPhysicalDeviceQueueFamilyProperties(h, &qn, nil)
-	qprops := make([]vulkan.QueueFamilyProperties, qn)
-	vulkan.GetPhysicalDeviceQueueFamilyProperties(h, &qn, qprops)
+	qprops, err := queueFamilies(inst, h)
+	if err != nil {
+		return d, false, err
+	}
 	family := -1
 	for i := range qprops {
-		qprops[i].Deref()
-		flags := vulkan.QueueFlagBits(qprops[i].QueueFlags)
+		flags := qprops[i].flags
 		if flags&vulkan.QueueComputeBit == 0 {
 			continue
 		}
 		// Prefer a compute queue without graphics (dedicated compute) if any.
 		if family < 0 || flags&vulkan.QueueGraphicsBit == 0 {
 			family = i
-			d.TimestampsOK = qprops[i].TimestampValidBits > 0 && lim.TimestampPeriod > 0
+			d.TimestampsOK = qprops[i].timestampBits > 0 && lim.TimestampPeriod > 0
 		}
 	}
 	if family < 0 {

@@ -60,33 +60,18 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	for i := range code {
 		code[i] = binary.LittleEndian.Uint32(spec.SPIRV[4*i:])
 	}
-	var module vulkan.ShaderModule
-	err := check("vkCreateShaderModule", vulkan.CreateShaderModule(d.handle, &vulkan.ShaderModuleCreateInfo{
-		SType:    vulkan.StructureTypeShaderModuleCreateInfo,
-		CodeSize: uint(len(spec.SPIRV)),
-		PCode:    code,
-	}, nil, &module))
+	module, err := d.createShaderModule(code)
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
 	}
 	k.module = module
 	objectCreated()
 
-	bindings := make([]vulkan.DescriptorSetLayoutBinding, len(spec.Bindings))
+	types := make([]uint32, len(spec.Bindings))
 	for i, t := range spec.Bindings {
-		bindings[i] = vulkan.DescriptorSetLayoutBinding{
-			Binding:         uint32(i),
-			DescriptorType:  t.descriptorType(),
-			DescriptorCount: 1,
-			StageFlags:      vulkan.ShaderStageFlags(vulkan.ShaderStageComputeBit),
-		}
+		types[i] = uint32(t.descriptorType())
 	}
-	var setLay vulkan.DescriptorSetLayout
-	err = check("vkCreateDescriptorSetLayout", vulkan.CreateDescriptorSetLayout(d.handle, &vulkan.DescriptorSetLayoutCreateInfo{
-		SType:        vulkan.StructureTypeDescriptorSetLayoutCreateInfo,
-		BindingCount: uint32(len(bindings)),
-		PBindings:    bindings,
-	}, nil, &setLay))
+	setLay, err := d.createSetLayout(types)
 	if err != nil {
 		k.destroy()
 		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
@@ -94,24 +79,12 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	k.setLay = setLay
 	objectCreated()
 
-	layoutInfo := vulkan.PipelineLayoutCreateInfo{
-		SType:          vulkan.StructureTypePipelineLayoutCreateInfo,
-		SetLayoutCount: 1,
-		PSetLayouts:    []vulkan.DescriptorSetLayout{setLay},
+	if spec.PushSize%4 != 0 || spec.PushSize > d.Info.Limits.MaxPushConstantsSize {
+		k.destroy()
+		return nil, fmt.Errorf("vk: kernel %s: push constants of %d bytes (device allows %d, multiple of 4)",
+			spec.Name, spec.PushSize, d.Info.Limits.MaxPushConstantsSize)
 	}
-	if spec.PushSize > 0 {
-		if spec.PushSize%4 != 0 || spec.PushSize > d.Info.Limits.MaxPushConstantsSize {
-			k.destroy()
-			return nil, fmt.Errorf("vk: kernel %s: push constants of %d bytes (device allows %d, multiple of 4)",
-				spec.Name, spec.PushSize, d.Info.Limits.MaxPushConstantsSize)
-		}
-		layoutInfo.PushConstantRangeCount = 1
-		layoutInfo.PPushConstantRanges = []vulkan.PushConstantRange{{
-			StageFlags: vulkan.ShaderStageFlags(vulkan.ShaderStageComputeBit), Size: spec.PushSize,
-		}}
-	}
-	var pipeLay vulkan.PipelineLayout
-	err = check("vkCreatePipelineLayout", vulkan.CreatePipelineLayout(d.handle, &layoutInfo, nil, &pipeLay))
+	pipeLay, err := d.createPipelineLayout(setLay, spec.PushSize)
 	if err != nil {
 		k.destroy()
 		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
@@ -119,40 +92,12 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	k.pipeLay = pipeLay
 	objectCreated()
 
-	// Specialization data is passed through as a raw pointer: it must be C memory.
-	data := make([]byte, 4*len(spec.Spec))
-	entries := make([]vulkan.SpecializationMapEntry, len(spec.Spec))
-	for i, v := range spec.Spec {
-		binary.LittleEndian.PutUint32(data[4*i:], uint32(v))
-		entries[i] = vulkan.SpecializationMapEntry{ConstantID: uint32(i), Offset: uint32(4 * i), Size: 4}
-	}
-	cdata := cBytes(data)
-	defer cFree(cdata)
-	stage := vulkan.PipelineShaderStageCreateInfo{
-		SType:  vulkan.StructureTypePipelineShaderStageCreateInfo,
-		Stage:  vulkan.ShaderStageComputeBit,
-		Module: module,
-		PName:  "main\x00",
-	}
-	if len(spec.Spec) > 0 {
-		stage.PSpecializationInfo = []vulkan.SpecializationInfo{{
-			MapEntryCount: uint32(len(entries)),
-			PMapEntries:   entries,
-			DataSize:      uint(len(data)),
-			PData:         cdata,
-		}}
-	}
-	pipes := make([]vulkan.Pipeline, 1)
-	err = check("vkCreateComputePipelines", vulkan.CreateComputePipelines(d.handle, d.cache, 1, []vulkan.ComputePipelineCreateInfo{{
-		SType:  vulkan.StructureTypeComputePipelineCreateInfo,
-		Stage:  stage,
-		Layout: pipeLay,
-	}}, nil, pipes))
+	pipeline, err := d.createComputePipeline(module, pipeLay, spec.Spec)
 	if err != nil {
 		k.destroy()
 		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
 	}
-	k.pipeline = pipes[0]
+	k.pipeline = pipeline
 	objectCreated()
 	d.mu.Lock()
 	d.kernels[k] = struct{}{}
@@ -225,49 +170,33 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 	for _, t := range k.Spec.Bindings {
 		counts[t.descriptorType()]++
 	}
-	var sizes []vulkan.DescriptorPoolSize
+	var types, sizes []uint32
 	for t, n := range counts {
-		sizes = append(sizes, vulkan.DescriptorPoolSize{Type: t, DescriptorCount: n})
+		types = append(types, uint32(t))
+		sizes = append(sizes, n)
 	}
 	d := k.dev
-	var pool vulkan.DescriptorPool
-	err := check("vkCreateDescriptorPool", vulkan.CreateDescriptorPool(d.handle, &vulkan.DescriptorPoolCreateInfo{
-		SType:         vulkan.StructureTypeDescriptorPoolCreateInfo,
-		MaxSets:       1,
-		PoolSizeCount: uint32(len(sizes)),
-		PPoolSizes:    sizes,
-	}, nil, &pool))
+	pool, err := d.createDescriptorPool(types, sizes)
 	if err != nil {
 		return nil, err
 	}
 	objectCreated()
 	s := &DescriptorSet{kernel: k, pool: pool}
-	var set vulkan.DescriptorSet
-	err = check("vkAllocateDescriptorSets", vulkan.AllocateDescriptorSets(d.handle, &vulkan.DescriptorSetAllocateInfo{
-		SType:              vulkan.StructureTypeDescriptorSetAllocateInfo,
-		DescriptorPool:     pool,
-		DescriptorSetCount: 1,
-		PSetLayouts:        []vulkan.DescriptorSetLayout{k.setLay},
-	}, &set))
+	set, err := d.allocateSet(pool, k.setLay)
 	if err != nil {
 		s.destroy()
 		return nil, err
 	}
 	s.set = set
-	writes := make([]vulkan.WriteDescriptorSet, len(args))
+	descs := make([]descriptor, len(args))
 	for i, a := range args {
 		if a.Buffer == nil || a.Buffer.handle == nil {
 			s.destroy()
 			return nil, fmt.Errorf("vk: kernel %s binding %d: no buffer", k.Spec.Name, i)
 		}
-		w := vulkan.WriteDescriptorSet{
-			SType:           vulkan.StructureTypeWriteDescriptorSet,
-			DstSet:          set,
-			DstBinding:      uint32(i),
-			DescriptorCount: 1,
-			DescriptorType:  k.Spec.Bindings[i].descriptorType(),
-		}
-		if t := k.Spec.Bindings[i]; t == UniformTexelR32F || t == UniformTexelRGBA32F {
+		t := k.Spec.Bindings[i]
+		descs[i] = descriptor{kind: t.descriptorType()}
+		if t == UniformTexelR32F || t == UniformTexelRGBA32F {
 			format, texel := vulkan.FormatR32Sfloat, uint64(4)
 			if t == UniformTexelRGBA32F {
 				format, texel = vulkan.FormatR32g32b32a32Sfloat, 16
@@ -277,19 +206,16 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 				s.destroy()
 				return nil, err
 			}
-			w.PTexelBufferView = []vulkan.BufferView{view}
+			descs[i].view = view
 		} else {
 			rng := a.Range
 			if rng == 0 {
 				rng = a.Buffer.size - a.Offset
 			}
-			w.PBufferInfo = []vulkan.DescriptorBufferInfo{{
-				Buffer: a.Buffer.handle, Offset: vulkan.DeviceSize(a.Offset), Range: vulkan.DeviceSize(rng),
-			}}
+			descs[i].buffer, descs[i].offset, descs[i].size = a.Buffer.handle, a.Offset, rng
 		}
-		writes[i] = w
 	}
-	vulkan.UpdateDescriptorSets(d.handle, uint32(len(writes)), writes, 0, nil)
+	d.updateSet(set, descs)
 	k.sets[s] = struct{}{}
 	return s, nil
 }

@@ -79,6 +79,7 @@ func load() error {
 			loadErr = fmt.Errorf("vk: cannot load the Vulkan loader libvulkan.so.1 (install libvulkan1 and a driver such as mesa-vulkan-drivers): %s", C.GoString(cerr))
 			return
 		}
+		procAddr = gipa
 		vulkan.SetGetInstanceProcAddr(gipa)
 		if err := vulkan.Init(); err != nil {
 			loadErr = fmt.Errorf("vk: vulkan-go Init: %w", err)

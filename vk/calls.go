@@ -1,0 +1,452 @@
+package vk
+
+// Vulkan calls whose create infos hold arrays or nested structs are made
+// here, through C shims that build those structs on the C stack.
+//
+// vulkan-go converts such arguments into C memory that it frees from a Go
+// finalizer, and the finalizer is attached to a variable that is unreachable
+// as soon as the conversion returns: a garbage collection during the call
+// (lavapipe compiles a pipeline for seconds inside vkCreateComputePipelines)
+// frees the create info while the driver and the validation layer still read
+// it. That crashed the test suite intermittently (TestCallsSurviveGC).
+// Go memory passed as an argument here is pinned by cgo for the call.
+
+/*
+#include <stdlib.h>
+#include <vulkan/vulkan.h>
+
+typedef struct {
+	PFN_vkCreateShaderModule createShaderModule;
+	PFN_vkCreateDescriptorSetLayout createDescriptorSetLayout;
+	PFN_vkCreatePipelineLayout createPipelineLayout;
+	PFN_vkCreateComputePipelines createComputePipelines;
+	PFN_vkCreateDescriptorPool createDescriptorPool;
+	PFN_vkAllocateDescriptorSets allocateDescriptorSets;
+	PFN_vkUpdateDescriptorSets updateDescriptorSets;
+	PFN_vkQueueSubmit queueSubmit;
+	PFN_vkCmdPipelineBarrier cmdPipelineBarrier;
+	PFN_vkCmdCopyBuffer cmdCopyBuffer;
+} vkattn_device_calls;
+
+static PFN_vkVoidFunction vkattn_proc(void *gipa, VkInstance inst, const char *name) {
+	return ((PFN_vkGetInstanceProcAddr)gipa)(inst, name);
+}
+
+static VkResult vkattn_enumerate_layers(void *gipa, uint32_t *n, VkLayerProperties *props) {
+	PFN_vkEnumerateInstanceLayerProperties f = (PFN_vkEnumerateInstanceLayerProperties)
+		vkattn_proc(gipa, NULL, "vkEnumerateInstanceLayerProperties");
+	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
+	return f(n, props);
+}
+
+static VkResult vkattn_create_instance(void *gipa, uint32_t apiVersion, const char *layer,
+		const char *extension, VkInstance *out) {
+	PFN_vkCreateInstance f = (PFN_vkCreateInstance)vkattn_proc(gipa, NULL, "vkCreateInstance");
+	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
+	VkApplicationInfo app = {VK_STRUCTURE_TYPE_APPLICATION_INFO};
+	app.pApplicationName = "vkattn";
+	app.pEngineName = "vkattn";
+	app.apiVersion = apiVersion;
+	VkInstanceCreateInfo info = {VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+	info.pApplicationInfo = &app;
+	if (layer) {
+		info.enabledLayerCount = 1;
+		info.ppEnabledLayerNames = &layer;
+	}
+	if (extension) {
+		info.enabledExtensionCount = 1;
+		info.ppEnabledExtensionNames = &extension;
+	}
+	return f(&info, NULL, out);
+}
+
+static VkResult vkattn_queue_families(void *gipa, VkInstance inst, VkPhysicalDevice pd,
+		uint32_t *n, VkQueueFamilyProperties *props) {
+	PFN_vkGetPhysicalDeviceQueueFamilyProperties f = (PFN_vkGetPhysicalDeviceQueueFamilyProperties)
+		vkattn_proc(gipa, inst, "vkGetPhysicalDeviceQueueFamilyProperties");
+	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
+	f(pd, n, props);
+	return VK_SUCCESS;
+}
+
+static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevice pd,
+		uint32_t family, VkDevice *out) {
+	PFN_vkCreateDevice f = (PFN_vkCreateDevice)vkattn_proc(gipa, inst, "vkCreateDevice");
+	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
+	float priority = 1.0f;
+	VkDeviceQueueCreateInfo queue = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+	queue.queueFamilyIndex = family;
+	queue.queueCount = 1;
+	queue.pQueuePriorities = &priority;
+	VkDeviceCreateInfo info = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+	info.queueCreateInfoCount = 1;
+	info.pQueueCreateInfos = &queue;
+	return f(pd, &info, NULL, out);
+}
+
+// vkattn_resolve_device fills c with the device-level entry points (through
+// vkGetDeviceProcAddr, so calls go straight down the device's layer chain).
+static int vkattn_resolve_device(void *gipa, VkInstance inst, VkDevice dev, vkattn_device_calls *c) {
+	PFN_vkGetDeviceProcAddr gdpa = (PFN_vkGetDeviceProcAddr)vkattn_proc(gipa, inst, "vkGetDeviceProcAddr");
+	if (!gdpa) return -1;
+	c->createShaderModule = (PFN_vkCreateShaderModule)gdpa(dev, "vkCreateShaderModule");
+	c->createDescriptorSetLayout = (PFN_vkCreateDescriptorSetLayout)gdpa(dev, "vkCreateDescriptorSetLayout");
+	c->createPipelineLayout = (PFN_vkCreatePipelineLayout)gdpa(dev, "vkCreatePipelineLayout");
+	c->createComputePipelines = (PFN_vkCreateComputePipelines)gdpa(dev, "vkCreateComputePipelines");
+	c->createDescriptorPool = (PFN_vkCreateDescriptorPool)gdpa(dev, "vkCreateDescriptorPool");
+	c->allocateDescriptorSets = (PFN_vkAllocateDescriptorSets)gdpa(dev, "vkAllocateDescriptorSets");
+	c->updateDescriptorSets = (PFN_vkUpdateDescriptorSets)gdpa(dev, "vkUpdateDescriptorSets");
+	c->queueSubmit = (PFN_vkQueueSubmit)gdpa(dev, "vkQueueSubmit");
+	c->cmdPipelineBarrier = (PFN_vkCmdPipelineBarrier)gdpa(dev, "vkCmdPipelineBarrier");
+	c->cmdCopyBuffer = (PFN_vkCmdCopyBuffer)gdpa(dev, "vkCmdCopyBuffer");
+	return c->createShaderModule && c->createDescriptorSetLayout && c->createPipelineLayout &&
+		c->createComputePipelines && c->createDescriptorPool && c->allocateDescriptorSets &&
+		c->updateDescriptorSets && c->queueSubmit && c->cmdPipelineBarrier && c->cmdCopyBuffer ? 0 : -1;
+}
+
+static VkResult vkattn_create_shader_module(const vkattn_device_calls *c, VkDevice dev,
+		const uint32_t *code, size_t size, VkShaderModule *out) {
+	VkShaderModuleCreateInfo info = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+	info.codeSize = size;
+	info.pCode = code;
+	return c->createShaderModule(dev, &info, NULL, out);
+}
+
+// One descriptor of types[i] at binding i, visible to compute shaders.
+static VkResult vkattn_create_set_layout(const vkattn_device_calls *c, VkDevice dev,
+		const uint32_t *types, uint32_t n, VkDescriptorSetLayout *out) {
+	VkDescriptorSetLayoutBinding *bindings = calloc(n ? n : 1, sizeof(*bindings));
+	if (!bindings) return VK_ERROR_OUT_OF_HOST_MEMORY;
+	for (uint32_t i = 0; i < n; i++) {
+		bindings[i].binding = i;
+		bindings[i].descriptorType = (VkDescriptorType)types[i];
+		bindings[i].descriptorCount = 1;
+		bindings[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+	}
+	VkDescriptorSetLayoutCreateInfo info = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+	info.bindingCount = n;
+	info.pBindings = bindings;
+	VkResult r = c->createDescriptorSetLayout(dev, &info, NULL, out);
+	free(bindings);
+	return r;
+}
+
+static VkResult vkattn_create_pipeline_layout(const vkattn_device_calls *c, VkDevice dev,
+		VkDescriptorSetLayout set, uint32_t pushSize, VkPipelineLayout *out) {
+	VkPushConstantRange push = {VK_SHADER_STAGE_COMPUTE_BIT, 0, pushSize};
+	VkPipelineLayoutCreateInfo info = {VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+	info.setLayoutCount = 1;
+	info.pSetLayouts = &set;
+	if (pushSize > 0) {
+		info.pushConstantRangeCount = 1;
+		info.pPushConstantRanges = &push;
+	}
+	return c->createPipelineLayout(dev, &info, NULL, out);
+}
+
+// Specialization constant i is the 4-byte spec[i].
+static VkResult vkattn_create_compute_pipeline(const vkattn_device_calls *c, VkDevice dev,
+		VkPipelineCache cache, VkShaderModule module, VkPipelineLayout layout,
+		const int32_t *spec, uint32_t n, VkPipeline *out) {
+	VkSpecializationMapEntry *entries = calloc(n ? n : 1, sizeof(*entries));
+	if (!entries) return VK_ERROR_OUT_OF_HOST_MEMORY;
+	for (uint32_t i = 0; i < n; i++) {
+		entries[i].constantID = i;
+		entries[i].offset = 4 * i;
+		entries[i].size = 4;
+	}
+	VkSpecializationInfo specInfo = {n, entries, 4 * (size_t)n, spec};
+	VkComputePipelineCreateInfo info = {VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+	info.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+	info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+	info.stage.module = module;
+	info.stage.pName = "main";
+	if (n > 0) info.stage.pSpecializationInfo = &specInfo;
+	info.layout = layout;
+	VkResult r = c->createComputePipelines(dev, cache, 1, &info, NULL, out);
+	free(entries);
+	return r;
+}
+
+// A pool for exactly one set: counts[i] descriptors of types[i].
+static VkResult vkattn_create_descriptor_pool(const vkattn_device_calls *c, VkDevice dev,
+		const uint32_t *types, const uint32_t *counts, uint32_t n, VkDescriptorPool *out) {
+	VkDescriptorPoolSize *sizes = calloc(n ? n : 1, sizeof(*sizes));
+	if (!sizes) return VK_ERROR_OUT_OF_HOST_MEMORY;
+	for (uint32_t i = 0; i < n; i++) {
+		sizes[i].type = (VkDescriptorType)types[i];
+		sizes[i].descriptorCount = counts[i];
+	}
+	VkDescriptorPoolCreateInfo info = {VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+	info.maxSets = 1;
+	info.poolSizeCount = n;
+	info.pPoolSizes = sizes;
+	VkResult r = c->createDescriptorPool(dev, &info, NULL, out);
+	free(sizes);
+	return r;
+}
+
+static VkResult vkattn_allocate_set(const vkattn_device_calls *c, VkDevice dev,
+		VkDescriptorPool pool, VkDescriptorSetLayout layout, VkDescriptorSet *out) {
+	VkDescriptorSetAllocateInfo info = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+	info.descriptorPool = pool;
+	info.descriptorSetCount = 1;
+	info.pSetLayouts = &layout;
+	return c->allocateDescriptorSets(dev, &info, out);
+}
+
+// vkattn_binding is one descriptor write: a texel view when view is set,
+// else a buffer range.
+typedef struct {
+	uint32_t type;
+	VkBuffer buffer;
+	VkDeviceSize offset, range;
+	VkBufferView view;
+} vkattn_binding;
+
+// Binding i of set gets b[i].
+static VkResult vkattn_update_set(const vkattn_device_calls *c, VkDevice dev, VkDescriptorSet set,
+		const vkattn_binding *b, uint32_t n) {
+	VkWriteDescriptorSet *writes = calloc(n ? n : 1, sizeof(*writes));
+	VkDescriptorBufferInfo *infos = calloc(n ? n : 1, sizeof(*infos));
+	if (!writes || !infos) {
+		free(writes);
+		free(infos);
+		return VK_ERROR_OUT_OF_HOST_MEMORY;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+		writes[i].dstSet = set;
+		writes[i].dstBinding = i;
+		writes[i].descriptorCount = 1;
+		writes[i].descriptorType = (VkDescriptorType)b[i].type;
+		if (b[i].view != VK_NULL_HANDLE) {
+			writes[i].pTexelBufferView = &b[i].view;
+		} else {
+			infos[i].buffer = b[i].buffer;
+			infos[i].offset = b[i].offset;
+			infos[i].range = b[i].range;
+			writes[i].pBufferInfo = &infos[i];
+		}
+	}
+	c->updateDescriptorSets(dev, n, writes, 0, NULL);
+	free(writes);
+	free(infos);
+	return VK_SUCCESS;
+}
+
+static VkResult vkattn_submit(const vkattn_device_calls *c, VkQueue queue, VkCommandBuffer cmd, VkFence fence) {
+	VkSubmitInfo info = {VK_STRUCTURE_TYPE_SUBMIT_INFO};
+	info.commandBufferCount = 1;
+	info.pCommandBuffers = &cmd;
+	return c->queueSubmit(queue, 1, &info, fence);
+}
+
+static void vkattn_barrier(const vkattn_device_calls *c, VkCommandBuffer cmd,
+		VkPipelineStageFlags srcStages, VkPipelineStageFlags dstStages,
+		VkAccessFlags srcAccess, VkAccessFlags dstAccess) {
+	VkMemoryBarrier barrier = {VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+	barrier.srcAccessMask = srcAccess;
+	barrier.dstAccessMask = dstAccess;
+	c->cmdPipelineBarrier(cmd, srcStages, dstStages, 0, 1, &barrier, 0, NULL, 0, NULL);
+}
+
+static void vkattn_copy(const vkattn_device_calls *c, VkCommandBuffer cmd, VkBuffer src, VkBuffer dst,
+		VkDeviceSize srcOffset, VkDeviceSize dstOffset, VkDeviceSize size) {
+	VkBufferCopy region = {srcOffset, dstOffset, size};
+	c->cmdCopyBuffer(cmd, src, dst, 1, &region);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	vulkan "github.com/vulkan-go/vulkan"
+)
+
+// procAddr is the loader's vkGetInstanceProcAddr, set by load.
+var procAddr unsafe.Pointer
+
+// deviceCalls are the device-level entry points the shims call.
+type deviceCalls struct {
+	c C.vkattn_device_calls
+}
+
+func result(r C.VkResult) vulkan.Result { return vulkan.Result(r) }
+
+// enumerateLayers lists the names of the installed instance layers.
+func enumerateLayers() ([]string, error) {
+	var n C.uint32_t
+	if err := check("vkEnumerateInstanceLayerProperties", result(C.vkattn_enumerate_layers(procAddr, &n, nil))); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	props := make([]C.VkLayerProperties, n)
+	if err := check("vkEnumerateInstanceLayerProperties", result(C.vkattn_enumerate_layers(procAddr, &n, &props[0]))); err != nil {
+		return nil, err
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = C.GoString(&props[i].layerName[0])
+	}
+	return names, nil
+}
+
+// createInstance creates an instance for apiVersion, with one layer and one
+// extension when they are not empty.
+func createInstance(apiVersion uint32, layer, extension string) (vulkan.Instance, error) {
+	var cLayer, cExtension *C.char
+	if layer != "" {
+		cLayer = C.CString(layer)
+		defer C.free(unsafe.Pointer(cLayer))
+	}
+	if extension != "" {
+		cExtension = C.CString(extension)
+		defer C.free(unsafe.Pointer(cExtension))
+	}
+	var h C.VkInstance
+	err := check("vkCreateInstance", result(C.vkattn_create_instance(procAddr, C.uint32_t(apiVersion), cLayer, cExtension, &h)))
+	return vulkan.Instance(unsafe.Pointer(h)), err
+}
+
+// queueFamily is what device selection needs of a queue family.
+type queueFamily struct {
+	flags         vulkan.QueueFlagBits
+	timestampBits uint32
+}
+
+// queueFamilies returns the physical device's queue families.
+func queueFamilies(inst vulkan.Instance, pd vulkan.PhysicalDevice) ([]queueFamily, error) {
+	ci, cpd := C.VkInstance(unsafe.Pointer(inst)), C.VkPhysicalDevice(unsafe.Pointer(pd))
+	var n C.uint32_t
+	if err := check("vkGetPhysicalDeviceQueueFamilyProperties", result(C.vkattn_queue_families(procAddr, ci, cpd, &n, nil))); err != nil || n == 0 {
+		return nil, err
+	}
+	props := make([]C.VkQueueFamilyProperties, n)
+	if err := check("vkGetPhysicalDeviceQueueFamilyProperties", result(C.vkattn_queue_families(procAddr, ci, cpd, &n, &props[0]))); err != nil {
+		return nil, err
+	}
+	families := make([]queueFamily, n)
+	for i := range families {
+		families[i] = queueFamily{vulkan.QueueFlagBits(props[i].queueFlags), uint32(props[i].timestampValidBits)}
+	}
+	return families, nil
+}
+
+// createDevice creates a device with one queue of family and resolves the
+// device-level entry points.
+func createDevice(inst vulkan.Instance, pd vulkan.PhysicalDevice, family uint32) (vulkan.Device, *deviceCalls, error) {
+	ci := C.VkInstance(unsafe.Pointer(inst))
+	var h C.VkDevice
+	if err := check("vkCreateDevice", result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), &h))); err != nil {
+		return nil, nil, err
+	}
+	calls := &deviceCalls{}
+	if C.vkattn_resolve_device(procAddr, ci, h, &calls.c) != 0 {
+		return vulkan.Device(unsafe.Pointer(h)), nil, fmt.Errorf("vk: vkGetDeviceProcAddr: a core Vulkan 1.0 command is missing")
+	}
+	return vulkan.Device(unsafe.Pointer(h)), calls, nil
+}
+
+func (d *Device) createShaderModule(code []uint32) (vulkan.ShaderModule, error) {
+	var h C.VkShaderModule
+	err := check("vkCreateShaderModule", result(C.vkattn_create_shader_module(&d.calls.c, d.cDevice(),
+		(*C.uint32_t)(unsafe.Pointer(&code[0])), C.size_t(4*len(code)), &h)))
+	return vulkan.ShaderModule(unsafe.Pointer(h)), err
+}
+
+func (d *Device) createSetLayout(types []uint32) (vulkan.DescriptorSetLayout, error) {
+	var h C.VkDescriptorSetLayout
+	err := check("vkCreateDescriptorSetLayout", result(C.vkattn_create_set_layout(&d.calls.c, d.cDevice(),
+		uint32Ptr(types), C.uint32_t(len(types)), &h)))
+	return vulkan.DescriptorSetLayout(unsafe.Pointer(h)), err
+}
+
+func (d *Device) createPipelineLayout(set vulkan.DescriptorSetLayout, pushSize uint32) (vulkan.PipelineLayout, error) {
+	var h C.VkPipelineLayout
+	err := check("vkCreatePipelineLayout", result(C.vkattn_create_pipeline_layout(&d.calls.c, d.cDevice(),
+		C.VkDescriptorSetLayout(unsafe.Pointer(set)), C.uint32_t(pushSize), &h)))
+	return vulkan.PipelineLayout(unsafe.Pointer(h)), err
+}
+
+func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan.PipelineLayout, spec []int32) (vulkan.Pipeline, error) {
+	var specPtr *C.int32_t
+	if len(spec) > 0 {
+		specPtr = (*C.int32_t)(unsafe.Pointer(&spec[0]))
+	}
+	var h C.VkPipeline
+	err := check("vkCreateComputePipelines", result(C.vkattn_create_compute_pipeline(&d.calls.c, d.cDevice(),
+		C.VkPipelineCache(unsafe.Pointer(d.cache)), C.VkShaderModule(unsafe.Pointer(module)),
+		C.VkPipelineLayout(unsafe.Pointer(layout)), specPtr, C.uint32_t(len(spec)), &h)))
+	return vulkan.Pipeline(unsafe.Pointer(h)), err
+}
+
+func (d *Device) createDescriptorPool(types, counts []uint32) (vulkan.DescriptorPool, error) {
+	var h C.VkDescriptorPool
+	err := check("vkCreateDescriptorPool", result(C.vkattn_create_descriptor_pool(&d.calls.c, d.cDevice(),
+		uint32Ptr(types), uint32Ptr(counts), C.uint32_t(len(types)), &h)))
+	return vulkan.DescriptorPool(unsafe.Pointer(h)), err
+}
+
+func (d *Device) allocateSet(pool vulkan.DescriptorPool, layout vulkan.DescriptorSetLayout) (vulkan.DescriptorSet, error) {
+	var h C.VkDescriptorSet
+	err := check("vkAllocateDescriptorSets", result(C.vkattn_allocate_set(&d.calls.c, d.cDevice(),
+		C.VkDescriptorPool(unsafe.Pointer(pool)), C.VkDescriptorSetLayout(unsafe.Pointer(layout)), &h)))
+	return vulkan.DescriptorSet(unsafe.Pointer(h)), err
+}
+
+// descriptor is one binding's write: a texel view, or a buffer range.
+type descriptor struct {
+	kind   vulkan.DescriptorType
+	buffer vulkan.Buffer
+	offset uint64
+	size   uint64
+	view   vulkan.BufferView
+}
+
+func (d *Device) updateSet(set vulkan.DescriptorSet, descs []descriptor) {
+	if len(descs) == 0 {
+		return
+	}
+	b := make([]C.vkattn_binding, len(descs))
+	for i, w := range descs {
+		b[i] = C.vkattn_binding{
+			_type:  C.uint32_t(w.kind),
+			buffer: C.VkBuffer(unsafe.Pointer(w.buffer)),
+			offset: C.VkDeviceSize(w.offset),
+			_range: C.VkDeviceSize(w.size),
+			view:   C.VkBufferView(unsafe.Pointer(w.view)),
+		}
+	}
+	C.vkattn_update_set(&d.calls.c, d.cDevice(), C.VkDescriptorSet(unsafe.Pointer(set)), &b[0], C.uint32_t(len(b)))
+}
+
+func (d *Device) submit(cmd vulkan.CommandBuffer, fence vulkan.Fence) error {
+	return check("vkQueueSubmit", result(C.vkattn_submit(&d.calls.c, C.VkQueue(unsafe.Pointer(d.queue)),
+		C.VkCommandBuffer(unsafe.Pointer(cmd)), C.VkFence(unsafe.Pointer(fence)))))
+}
+
+func (d *Device) barrier(cmd vulkan.CommandBuffer, srcStages, dstStages vulkan.PipelineStageFlags, srcAccess, dstAccess vulkan.AccessFlags) {
+	C.vkattn_barrier(&d.calls.c, C.VkCommandBuffer(unsafe.Pointer(cmd)),
+		C.VkPipelineStageFlags(srcStages), C.VkPipelineStageFlags(dstStages),
+		C.VkAccessFlags(srcAccess), C.VkAccessFlags(dstAccess))
+}
+
+func (d *Device) copyBuffer(cmd vulkan.CommandBuffer, src, dst vulkan.Buffer, srcOffset, dstOffset, size uint64) {
+	C.vkattn_copy(&d.calls.c, C.VkCommandBuffer(unsafe.Pointer(cmd)),
+		C.VkBuffer(unsafe.Pointer(src)), C.VkBuffer(unsafe.Pointer(dst)),
+		C.VkDeviceSize(srcOffset), C.VkDeviceSize(dstOffset), C.VkDeviceSize(size))
+}
+
+func (d *Device) cDevice() C.VkDevice { return C.VkDevice(unsafe.Pointer(d.handle)) }
+
+func uint32Ptr(s []uint32) *C.uint32_t {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.uint32_t)(unsafe.Pointer(&s[0]))
+}
