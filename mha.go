@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/vk"
 )
 
 // MHA is a multi-head attention layer (PyTorch nn.MultiheadAttention with
@@ -283,7 +284,7 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 		pr.views = [4]pipelines.View{{Strides: [3]int{T * d, dh, d}}, {Strides: [3]int{S * kv, dh, kv}}, {Strides: [3]int{S * kv, dh, kv}}}
 	}
 	pr.views[3] = pipelines.View{Strides: [3]int{T * d, dh, d}}
-	if err := m.planChunks(&attn, pr.views, &pr.attn); err != nil {
+	if err := m.planChunks(&attn, pr.views, &pr.attn, opts.KeyPadding != nil); err != nil {
 		return pr, err
 	}
 	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn, HeadMean: opts.NeedWeights}
@@ -513,11 +514,14 @@ func (d *Device) linearStep(l LayerPlan, in, w *Tensor, wOffset int, bias *Tenso
 }
 
 // planChunks redoes the attention plan's split for the heads' strided views
-// (Device.plan assumed dense per-head tensors).
-func (m *MHA) planChunks(attn *Plan, views [4]pipelines.View, opts *Options) error {
+// (Device.plan assumed dense per-head tensors) and the layer's key padding.
+func (m *MHA) planChunks(attn *Plan, views [4]pipelines.View, opts *Options, keyPadding bool) error {
 	dm := attn.Dims
 	x := pipelines.AttentionArgs{B: dm.B, H: dm.H, HKV: dm.HKV, L: dm.L, S: dm.S, DK: dm.DK, DV: dm.DV,
 		Q: views[0], K: views[1], V: views[2], O: views[3]}
 	planningMasks(opts, &x)
+	if keyPadding {
+		x.KeyPadding = &vk.Buffer{} // a placeholder: planning reads only whether it is there
+	}
 	return deviceLimit(pipelines.PlanChunks(m.dev.dev.Info, &attn.Kernel, &x))
 }

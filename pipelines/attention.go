@@ -83,6 +83,13 @@ type AttentionPlan struct {
 	Splits, SplitKeys, RowBlocks int
 	// Additive: additive (Bahdanau) scores; Q and K are the projections.
 	Additive bool
+	// Masked: the call has an additive, boolean or key-padding mask, so the
+	// kernel is specialized with the mask loads (PlanChunks and Attention
+	// set it from the call).
+	Masked bool
+	// SharedLoads > 0: the lanes of each subgroup (this many) fetch every
+	// K and V row once between them and share it by subgroup shuffles.
+	SharedLoads int
 	// Chunks > 1: the call is larger than one binding reaches and runs as
 	// Chunks parts of ChunkKVHeads KV heads of one batch item (PlanChunks).
 	Chunks, ChunkKVHeads int
@@ -96,11 +103,23 @@ func (p AttentionPlan) String() string {
 		loads = "vec4 loads"
 	}
 	if p.Splits > 0 {
-		return fmt.Sprintf("kernel %s (load path %s: %s; %s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s",
-			p.Variant, p.Path, p.Why, loads, p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.chunkNote())
+		return fmt.Sprintf("kernel %s (load path %s: %s; %s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), %d keys per step, d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s%s",
+			p.Variant, p.Path, p.Why, loads, p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.KeyTile, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
 	}
-	return fmt.Sprintf("kernel %s (load path %s: %s; %s), d_max %d, %d query rows/invocation, %d keys per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer%s",
-		p.Variant, p.Path, p.Why, loads, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.chunkNote())
+	shared := ""
+	if p.SharedLoads > 0 {
+		shared = fmt.Sprintf(", K/V rows fetched once per %d-lane subgroup and shared by shuffles", p.SharedLoads)
+	}
+	return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), d_max %d, %d query rows/invocation, %d keys per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer%s%s",
+		p.Variant, p.Path, p.Why, loads, shared, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
+}
+
+// maskNote says whether mask loads are compiled in.
+func (p AttentionPlan) maskNote() string {
+	if p.Masked {
+		return "; mask loads compiled in"
+	}
+	return "; no mask loads (none given)"
 }
 
 // chunkNote describes the split of a call larger than one binding.
@@ -162,6 +181,7 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if p.Additive {
 		family = "additive_"
 	}
+	p.Vec4 = aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
 	p.KeyTile = tuning.Keys
 	if p.Additive || !p.Vec4 {
 		// One key per step for additive scores (each costs d tanh, so the
@@ -174,7 +194,6 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if p.KeyTile < 1 {
 		return p, fmt.Errorf("attention: tuning has no keys per step")
 	}
-	p.Vec4 = aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
 	shape := "scalar"
 	if p.Vec4 {
 		shape = "vec4"
@@ -199,6 +218,15 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 		p.Variant += "_split"
 		p.Grid = [3]uint32{uint32((p.Splits + p.WorkGroup - 1) / p.WorkGroup), uint32(in.HKV * p.RowBlocks), uint32(b)}
 		names = [3]string{"key split blocks", "KV heads x row blocks", "batch"}
+	}
+	// Prefill lanes of a workgroup all read the same key row: let each
+	// subgroup fetch it once and share it by shuffles where the tuning
+	// asks for it and the subgroups tile the workgroup.
+	if tuning.SharedLoads && p.Path == TexelPath && p.Vec4 && p.Splits == 0 && !p.Additive {
+		if sg := int(dev.Limits.SubgroupSize); dev.Limits.SubgroupShuffle && sg > 1 && p.WorkGroup%sg == 0 {
+			p.SharedLoads = sg
+			p.Variant += "_shared"
+		}
 	}
 	for i, g := range p.Grid {
 		if g > dev.Limits.MaxWorkGroupCount[i] {
@@ -249,10 +277,19 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 		bindings = append(bindings, vk.StorageBuffer) // w_a
 	}
 	return ks.get(vk.KernelSpec{
-		Name:     fmt.Sprintf("%s/d%d/r%d/w%d/k%d", p.Variant, p.DMax, p.Rows, p.WorkGroup, p.KeyTile),
+		Name:     fmt.Sprintf("%s/d%d/r%d/w%d/k%d/m%t/s%d", p.Variant, p.DMax, p.Rows, p.WorkGroup, p.KeyTile, p.Masked, p.SharedLoads),
 		Bindings: bindings,
-		Spec:     []int32{int32(p.WorkGroup), int32(p.DMax / 4), int32(p.Rows), int32(p.WorkGroup), int32(p.KeyTile)},
+		Spec: []int32{int32(p.WorkGroup), int32(p.DMax / 4), int32(p.Rows), int32(p.WorkGroup), int32(p.KeyTile),
+			boolSpec(p.Masked), int32(max(p.SharedLoads, 1))},
 	}, p.Variant)
+}
+
+// boolSpec is a boolean specialization constant (a VkBool32).
+func boolSpec(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // combineKernel is the split-K combine pass (one variant per device).
@@ -339,11 +376,10 @@ func (ks *Kernels) Attention(p *AttentionPlan, x AttentionArgs) (*Step, error) {
 	if p.Additive != (x.WA != nil) {
 		return nil, fmt.Errorf("pipelines: additive plan %v with w_a %v", p.Additive, x.WA != nil)
 	}
-	chunks, err := planChunks(info, *p, &x)
+	chunks, err := settle(info, p, &x)
 	if err != nil {
 		return nil, err
 	}
-	p.Chunks, p.ChunkKVHeads = len(chunks), chunks[0].nkv
 	texel := p.Path == TexelPath
 	if err := checkRange(info, "key padding", x.KeyPadding, texel, false); err != nil {
 		return nil, err

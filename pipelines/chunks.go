@@ -140,14 +140,22 @@ func planChunks(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs) ([]chu
 	return nil, limitf("one KV head of one batch item does not fit a binding: %v", lastErr)
 }
 
-// PlanChunks fills p.Chunks and p.ChunkKVHeads for the call x (only its
-// dimensions, views and masks are read; buffers may be nil), so a plan says
-// how a call larger than one binding is split.
+// PlanChunks completes p for the call x (only its dimensions, views and
+// which masks it has are read; buffers may be nil): p.Chunks and
+// p.ChunkKVHeads say how a call larger than one binding is split, p.Masked
+// whether the kernel needs its mask loads.
 func PlanChunks(dev vk.PhysicalDevice, p *AttentionPlan, x *AttentionArgs) error {
+	_, err := settle(dev, p, x)
+	return err
+}
+
+// settle is PlanChunks, also returning the chunks.
+func settle(dev vk.PhysicalDevice, p *AttentionPlan, x *AttentionArgs) ([]chunk, error) {
 	cs, err := planChunks(dev, *p, x)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.Chunks, p.ChunkKVHeads = len(cs), cs[0].nkv
-	return nil
+	p.Masked = x.Mask != nil || x.BoolMask != nil || x.KeyPadding != nil
+	return cs, nil
 }

@@ -22,6 +22,11 @@ type PathTuning struct {
 	Keys int `json:"keys_per_step"`
 	// SplitKeys is the keys per lane of split-K decode.
 	SplitKeys int `json:"split_keys"`
+	// SharedLoads: the lanes of a subgroup fetch each K and V row once
+	// between them and share it by shuffles (texel path, vec4 prefill; used
+	// where the device has compute subgroup shuffles and the workgroup is
+	// a multiple of the subgroup size).
+	SharedLoads bool `json:"shared_loads"`
 }
 
 // Tuning is how the attention planner launches kernels on one device: the
@@ -74,12 +79,14 @@ var gpuTuning = Tuning{
 // as many rows as keep the unrolled body small (rows x d_max <= 256, 512
 // at d_max 128 where 4 rows beat 2 by 20-40% and let decode read K/V once
 // per KV head of 4 query heads); 4 keys per step (~30% less CPU than 1);
-// 256 keys per split-K lane (~35% faster decode than 128). The storage path, slow there and
+// 256 keys per split-K lane (~35% faster decode than 128); K/V rows shared
+// across the 8 lanes by shuffles (a texel fetch is a call with a per-lane
+// gather there; ~20% faster prefill). The storage path, slow there and
 // run only when forced (tests), keeps 1 key: its d_max 256 variant
 // compiled for ~60 s with 4.
 var cpuTuning = Tuning{
 	Path:    TexelPath,
-	Texel:   PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 4, 256: 1}, WorkGroup: 8, Keys: 4, SplitKeys: 256},
+	Texel:   PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 4, 256: 1}, WorkGroup: 8, Keys: 4, SplitKeys: 256, SharedLoads: true},
 	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 }
 

@@ -1,6 +1,9 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
+#ifdef SHARED_LOADS
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 // Fused scaled dot-product attention forward, fp32, online softmax
 // (FlashAttention-style): each invocation owns ROWS query rows of one
 // (batch, head), walks the keys four at a time with a running maximum and
@@ -27,14 +30,25 @@
 //     read once per row block of its KV head. Lanes write unnormalised
 //     partial results (max, sum, output) to binding 9, and
 //     attention_combine.comp merges them.
-// D4 (widths in vec4 slots), ROWS, KEYS and the workgroup size are
-// specialization constants chosen by the planner.
+//   SHARED_LOADS (not with SPLIT_K): every lane of a subgroup reads the
+//     same K and V rows, so each lane fetches every SHARE-th vec4 slot and
+//     takes the others from its neighbours by subgroupShuffle: D4/SHARE
+//     fetches per lane and row instead of D4. On lavapipe a texel fetch is
+//     a call with a per-lane gather, and this cut the prefill time ~20%.
+// D4 (widths in vec4 slots), ROWS, KEYS, MASKED, SHARE and the workgroup
+// size are specialization constants chosen by the planner.
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int D4 = 16;  // compile-time bound of d_k and d_v, in vec4s
 layout(constant_id = 2) const int ROWS = 2; // query rows per invocation
 layout(constant_id = 3) const int WG = 8;   // = local_size_x; rows interleave by it
 layout(constant_id = 4) const int KEYS = 4; // keys per online-softmax step
+// MASKED: the call has an additive, boolean or key-padding mask. Without
+// one the mask loads are compiled out: lavapipe runs both sides of a
+// branch, even a uniform one, and the three unused loads per key took ~30%
+// of the prefill time.
+layout(constant_id = 5) const bool MASKED = true;
+layout(constant_id = 6) const int SHARE = 1; // lanes sharing K/V row loads (SHARED_LOADS)
 
 const int FLAG_MASK = 1;     // additive mask bound at binding 4
 const int FLAG_BOOLMASK = 2; // boolean mask (as 0 / -inf) bound at binding 5
@@ -97,6 +111,22 @@ bool rowOK[ROWS]; // the row exists (not past L, or past the packed GQA rows)
 
 int L, S, DK, DV, flags, shift, b, hk;
 
+#ifdef SHARED_LOADS
+#ifdef SPLIT_K
+#error "split-K lanes read different keys: no shared loads"
+#endif
+const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per row
+
+// LOAD_SHARED fetches this lane's slots of the row at base: slot
+// u * SHARE + lane, clamped (the clamped copies are never shuffled out).
+#define LOAD_SHARED(own, buf, base, n)                                                         \
+    [[unroll]] for (int u = 0; u < SLOTS; u++) {                                                \
+        own[u] = LOAD4(buf, base, min(u * SHARE + int(gl_SubgroupInvocationID), D4 - 1), n); \
+    }
+// Slot c of a row loaded by LOAD_SHARED into own.
+#define SLOT(own, c) subgroupShuffle(own[(c) / SHARE], (c) % SHARE)
+#endif
+
 // keyScores fills sc for key j; a key that is out of range or masked gets
 // -inf.
 void keyScores(int j, int keyEnd) {
@@ -105,8 +135,16 @@ void keyScores(int j, int keyEnd) {
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         sc[r] = 0.0;
     }
+#ifdef SHARED_LOADS
+    vec4 kOwn[SLOTS];
+    LOAD_SHARED(kOwn, Kt, kBase, DK)
+#endif
     [[unroll]] for (int c = 0; c < D4; c++) {
+#ifdef SHARED_LOADS
+        vec4 k4 = SLOT(kOwn, c);
+#else
         vec4 k4 = LOAD4(Kt, kBase, c, DK);
+#endif
         [[unroll]] for (int r = 0; r < ROWS; r++) {
 #ifdef ADDITIVE
             // Bahdanau: q and k are the projections q W_q + b and k W_k;
@@ -124,14 +162,16 @@ void keyScores(int j, int keyEnd) {
             ok = ok && j <= row + shift;
         }
         float add = 0.0;
-        if ((flags & FLAG_MASK) != 0) {
-            add += LOAD_M(P.chunk.x + b * P.mStride.x + headOf[r] * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
-        }
-        if ((flags & FLAG_BOOLMASK) != 0) {
-            add += LOAD_B(P.chunk.y + b * P.bStride.x + headOf[r] * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
-        }
-        if ((flags & FLAG_KEYPAD) != 0) {
-            add += LOAD_PAD((P.chunk.z + b) * S + jc);
+        if (MASKED) {
+            if ((flags & FLAG_MASK) != 0) {
+                add += LOAD_M(P.chunk.x + b * P.mStride.x + headOf[r] * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
+            }
+            if ((flags & FLAG_BOOLMASK) != 0) {
+                add += LOAD_B(P.chunk.y + b * P.bStride.x + headOf[r] * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
+            }
+            if ((flags & FLAG_KEYPAD) != 0) {
+                add += LOAD_PAD((P.chunk.z + b) * S + jc);
+            }
         }
 #ifdef ADDITIVE
         float e = (sc[r] + add) * LOG2E;
@@ -266,10 +306,20 @@ void main() {
         [[unroll]] for (int t = 0; t < KEYS; t++) {
             vBase[t] = P.offsets.z + b * P.vStride.x + hk * P.vStride.y + min(j0 + t, S - 1) * P.vStride.z;
         }
+#ifdef SHARED_LOADS
+        vec4 vOwn[KEYS][SLOTS];
+        [[unroll]] for (int t = 0; t < KEYS; t++) {
+            LOAD_SHARED(vOwn[t], Vt, vBase[t], DV)
+        }
+#endif
         [[unroll]] for (int c = 0; c < D4; c++) {
             vec4 v[KEYS];
             [[unroll]] for (int t = 0; t < KEYS; t++) {
+#ifdef SHARED_LOADS
+                v[t] = SLOT(vOwn[t], c);
+#else
                 v[t] = LOAD4(Vt, vBase[t], c, DV);
+#endif
             }
             [[unroll]] for (int r = 0; r < ROWS; r++) {
                 vec4 sum = acc[r * D4 + c] * alpha[r]; // rescale folded into the one write

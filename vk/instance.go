@@ -179,6 +179,7 @@ type Limits struct {
 	MinUniformAlignment     uint64
 	TimestampPeriod         float32
 	SubgroupSize            uint32
+	SubgroupShuffle         bool   // compute shaders may use subgroupShuffle
 	MaxMemoryAllocation     uint64 // largest heap, a bound for one allocation
 }
 
@@ -321,6 +322,7 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	}
 	d.DriverID, d.DriverName, d.DriverInfo = extra.driverID, extra.driverName, extra.driverInfo
 	d.Limits.SubgroupSize = extra.subgroup
+	d.Limits.SubgroupShuffle = extra.shuffle
 
 	qprops, err := queueFamilies(inst, h)
 	if err != nil {

@@ -26,11 +26,12 @@ typedef struct {
 	char driverName[VK_MAX_DRIVER_NAME_SIZE];
 	char driverInfo[VK_MAX_DRIVER_INFO_SIZE];
 	uint32_t subgroupSize;
+	uint32_t subgroupShuffle;
 	uint32_t hasDriverProps;
 } vkattn_extra_props;
 
 // vkattn_query_extra reads the Vulkan 1.1/1.2 properties the 1.1.88 headers
-// of vulkan-go cannot express (driver ID and name, subgroup size).
+// of vulkan-go cannot express (driver ID and name, subgroup size and shuffles).
 static int vkattn_query_extra(void *instance, void *pd, uint32_t apiVersion, vkattn_extra_props *out) {
 	memset(out, 0, sizeof(*out));
 	PFN_vkGetPhysicalDeviceProperties2 get = (PFN_vkGetPhysicalDeviceProperties2)
@@ -46,6 +47,8 @@ static int vkattn_query_extra(void *instance, void *pd, uint32_t apiVersion, vka
 	}
 	get((VkPhysicalDevice)pd, &props);
 	out->subgroupSize = subgroup.subgroupSize;
+	out->subgroupShuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+		(subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
 	if (out->hasDriverProps) {
 		out->driverID = driver.driverID;
 		memcpy(out->driverName, driver.driverName, sizeof(out->driverName));
@@ -93,6 +96,7 @@ type extraProps struct {
 	driverName string
 	driverInfo string
 	subgroup   uint32
+	shuffle    bool
 }
 
 func queryExtra(inst vulkan.Instance, pd vulkan.PhysicalDevice, apiVersion uint32) (extraProps, error) {
@@ -105,6 +109,7 @@ func queryExtra(inst vulkan.Instance, pd vulkan.PhysicalDevice, apiVersion uint3
 		driverName: C.GoString(&out.driverName[0]),
 		driverInfo: C.GoString(&out.driverInfo[0]),
 		subgroup:   uint32(out.subgroupSize),
+		shuffle:    out.subgroupShuffle != 0,
 	}, nil
 }
 

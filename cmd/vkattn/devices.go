@@ -50,6 +50,7 @@ type limitsJSON struct {
 	MaxPushConstantsSize    uint32    `json:"max_push_constants_size"`
 	MaxSharedMemory         uint32    `json:"max_shared_memory"`
 	SubgroupSize            uint32    `json:"subgroup_size"`
+	SubgroupShuffle         bool      `json:"subgroup_shuffle"`
 	MaxWorkGroupCount       [3]uint32 `json:"max_workgroup_count"`
 	MaxWorkGroupSize        [3]uint32 `json:"max_workgroup_size"`
 	MaxWorkGroupInvocations uint32    `json:"max_workgroup_invocations"`
@@ -71,6 +72,7 @@ func toDeviceJSON(d vkattn.DeviceInfo, def int) deviceJSON {
 			MaxPushConstantsSize:    l.MaxPushConstantsSize,
 			MaxSharedMemory:         l.MaxSharedMemory,
 			SubgroupSize:            l.SubgroupSize,
+			SubgroupShuffle:         l.SubgroupShuffle,
 			MaxWorkGroupCount:       l.MaxWorkGroupCount,
 			MaxWorkGroupSize:        l.MaxWorkGroupSize,
 			MaxWorkGroupInvocations: l.MaxWorkGroupInvocations,
@@ -130,7 +132,7 @@ func printDevice(w io.Writer, d vkattn.DeviceInfo, isDefault bool) {
 	row("max storage buffer range", "%d B (%s)", l.MaxStorageBufferRange, bytesString(uint64(l.MaxStorageBufferRange)))
 	row("max texel buffer elements", "%d", l.MaxTexelBufferElements)
 	row("shared memory", "%d B (%s)", l.MaxSharedMemory, bytesString(uint64(l.MaxSharedMemory)))
-	row("subgroup size", "%d", l.SubgroupSize)
+	row("subgroup size", "%d (shuffles in compute: %s)", l.SubgroupSize, yesNo(l.SubgroupShuffle))
 	row("max workgroup count", "%d x %d x %d", l.MaxWorkGroupCount[0], l.MaxWorkGroupCount[1], l.MaxWorkGroupCount[2])
 	row("max workgroup size", "%d x %d x %d (%d invocations)", l.MaxWorkGroupSize[0], l.MaxWorkGroupSize[1], l.MaxWorkGroupSize[2], l.MaxWorkGroupInvocations)
 	row("push constants", "%d B", l.MaxPushConstantsSize)
