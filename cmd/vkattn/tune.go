@@ -41,9 +41,9 @@ of two >= 16: d=64 tunes bucket 64, d=100 bucket 128):
               rows*d_max = 512), then --reps timed calls of the prepared
               call; median GPU time (wall time without device timestamps);
               GFLOP/s = 4*B*H*L*S*d over the median
-Then split-K decode: B=1, H=32, H_kv=8, L=1, S=4096, d=128 with 32, 64, 128
-and 256 keys per lane (and the default), using the chosen rows for d_max 128
-and the chosen workgroup.
+Then split-K decode: B=1, H=32, H_kv=8, L=1, S=4096, d = the widest --d
+(128 by default) with 32, 64, 128 and 256 keys per lane (and the default),
+using the chosen rows for its d_max bucket and the chosen workgroup.
 
 Choosing (timings on a shared machine vary by +-20%, lavapipe on a busy CPU
 more, so a change must win clearly; more --reps steady the medians, and a
@@ -91,8 +91,10 @@ const tuneMaxBody = 512
 // tuneMinGain is how much faster a candidate must be to replace a default.
 const tuneMinGain = 1.05
 
-// tuneDecode is the split-K problem.
-var tuneDecode = vkattn.Dims{B: 1, H: 32, HKV: 8, L: 1, S: 4096, DK: 128, DV: 128}
+// tuneDecode is the split-K problem for head width d.
+func tuneDecode(d int) vkattn.Dims {
+	return vkattn.Dims{B: 1, H: 32, HKV: 8, L: 1, S: 4096, DK: d, DV: d}
+}
 
 // widthList is --d: comma-separated head widths, one per d_max bucket.
 type widthList struct{ ds []int }
@@ -316,10 +318,11 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// Split-K with the chosen rows and workgroup.
+	decode := tuneDecode(slices.Max(f.ds.ds))
 	var split []tuneResult
 	splitNote := ""
 	if !interrupted {
-		split, splitNote, interrupted = tuneSplit(ctx, dev, chosen, r, f.reps, prog)
+		split, splitNote, interrupted = tuneSplit(ctx, dev, chosen, decode, r, f.reps, prog)
 		if !interrupted && splitNote == "" {
 			keys := tuneChooseSplit(def.For(path).SplitKeys, split)
 			chosen.For(path).SplitKeys = keys
@@ -336,7 +339,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 			writeTuneJSON(stdout, tuneReport{Device: dev.String(), LoadPath: path.String(), Reps: f.reps,
 				Default: def, Candidates: nonNil(all), SplitK: nonNil(split), Tuning: def})
 		} else {
-			printTuneTable(stdout, dev.String(), path, def, all, split, splitNote)
+			printTuneTable(stdout, dev.String(), path, def, all, split, splitNote, decode)
 		}
 		return failf(stderr, "tune", "interrupted: nothing saved")
 	}
@@ -349,7 +352,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 				writeTuneJSON(stdout, tuneReport{Device: dev.String(), LoadPath: path.String(), Reps: f.reps,
 					Default: def, Candidates: nonNil(all), SplitK: nonNil(split), SplitNote: splitNote, Tuning: chosen})
 			} else {
-				printTuneTable(stdout, dev.String(), path, def, all, split, splitNote)
+				printTuneTable(stdout, dev.String(), path, def, all, split, splitNote, decode)
 			}
 			return failf(stderr, "tune", "saving the tuning: %v", err)
 		}
@@ -361,7 +364,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	printTuneTable(stdout, dev.String(), path, def, all, split, splitNote)
+	printTuneTable(stdout, dev.String(), path, def, all, split, splitNote, decode)
 	printTuneChoice(stdout, path, def, chosen, f.ds.ds)
 	if f.dryRun {
 		fmt.Fprintln(stdout, "dry run: not saved")
@@ -558,11 +561,10 @@ func tuneChoose(defWG int, defRows map[int]int, groups [][]tuneResult) (int, map
 	return bestWG, bestRows
 }
 
-// tuneSplit measures split-K keys per lane on the decode problem with t's
-// rows and workgroup. note says why nothing was measured (the device does
-// not split the decode problem); interrupted reports Ctrl-C.
-func tuneSplit(ctx context.Context, dev *vkattn.Device, t vkattn.Tuning, r *rand.Rand, reps int, prog *benchProgress) (res []tuneResult, note string, interrupted bool) {
-	d := tuneDecode
+// tuneSplit measures split-K keys per lane on the decode problem d with
+// t's rows and workgroup. note says why nothing was measured (the device
+// does not split the decode problem); interrupted reports Ctrl-C.
+func tuneSplit(ctx context.Context, dev *vkattn.Device, t vkattn.Tuning, d vkattn.Dims, r *rand.Rand, reps int, prog *benchProgress) (res []tuneResult, note string, interrupted bool) {
 	pt := t.For(t.Path)
 	keys := slices.Clone(tuneSplitKeys)
 	if !slices.Contains(keys, pt.SplitKeys) {
@@ -658,7 +660,7 @@ func tuningEqual(a, b vkattn.Tuning) bool {
 
 // printTuneTable writes the candidates and split-K results as one aligned
 // table.
-func printTuneTable(w io.Writer, device string, path vkattn.LoadPath, def vkattn.Tuning, rs, split []tuneResult, splitNote string) {
+func printTuneTable(w io.Writer, device string, path vkattn.LoadPath, def vkattn.Tuning, rs, split []tuneResult, splitNote string, decode vkattn.Dims) {
 	fmt.Fprintf(w, "device: %s\n", device)
 	fmt.Fprintf(w, "load path: %s; defaults: %s\n", path, def.Source)
 	header := []string{"problem", "candidate", "cold", "median ms", "GFLOP/s", ""}
@@ -697,7 +699,7 @@ func printTuneTable(w io.Writer, device string, path vkattn.LoadPath, def vkattn
 	if len(rs) > 0 {
 		reps = rs[0].Reps
 	}
-	fmt.Fprintf(w, "prefill: B=1 H=4, no mask; decode: %s. Cold: Prepare and the first call (compiles the variant).\n", tuneDecode)
+	fmt.Fprintf(w, "prefill: B=1 H=4, no mask; decode: %s. Cold: Prepare and the first call (compiles the variant).\n", decode)
 	fmt.Fprintf(w, "Median of %d timed calls (GPU time; wall where marked); GFLOP/s = 4*B*H*L*S*d over it. Noise is about +-20%%:\n", reps)
 	fmt.Fprintf(w, "a candidate replaces a default only if at least %d%% faster.\n", int(math.Round((tuneMinGain-1)*100)))
 }

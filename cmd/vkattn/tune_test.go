@@ -182,6 +182,9 @@ func TestTuneDryRunJSON(t *testing.T) {
 	if rep.SplitNote == "" {
 		splitWinners := 0
 		for _, c := range rep.SplitK {
+			if c.Dims.DK != 16 || c.Dims.DV != 16 {
+				t.Errorf("split-K measured at d_k=%d d_v=%d, want the widest --d, 16", c.Dims.DK, c.Dims.DV)
+			}
 			if c.Winner {
 				splitWinners++
 				if pt := rep.Tuning.For(rep.Tuning.Path); pt.SplitKeys != c.SplitKeys {
