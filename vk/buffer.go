@@ -44,12 +44,14 @@ func (d *Device) newBuffer(size uint64, staging bool) (*Buffer, error) {
 		return nil, fmt.Errorf("vk: buffer of %d bytes exceeds the largest memory heap (%d bytes)", size, max)
 	}
 	var handle vulkan.Buffer
-	err := check("vkCreateBuffer", vulkan.CreateBuffer(d.handle, &vulkan.BufferCreateInfo{
+	info := vulkan.BufferCreateInfo{
 		SType:       vulkan.StructureTypeBufferCreateInfo,
 		Size:        vulkan.DeviceSize(size),
 		Usage:       vulkan.BufferUsageFlags(allBufferUsage),
 		SharingMode: vulkan.SharingModeExclusive,
-	}, nil, &handle))
+	}
+	defer info.Free() // vulkan-go keeps the C copy of a struct until Free
+	err := check("vkCreateBuffer", vulkan.CreateBuffer(d.handle, &info, nil, &handle))
 	if err != nil {
 		return nil, err
 	}
@@ -58,6 +60,7 @@ func (d *Device) newBuffer(size uint64, staging bool) (*Buffer, error) {
 	var req vulkan.MemoryRequirements
 	vulkan.GetBufferMemoryRequirements(d.handle, handle, &req)
 	req.Deref()
+	req.Free()
 	hostBits := vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
 	var typeIndex uint32
 	var ok bool
@@ -74,11 +77,13 @@ func (d *Device) newBuffer(size uint64, staging bool) (*Buffer, error) {
 		return nil, fmt.Errorf("vk: no suitable memory type for a %d-byte buffer", size)
 	}
 	var mem vulkan.DeviceMemory
-	err = check("vkAllocateMemory", vulkan.AllocateMemory(d.handle, &vulkan.MemoryAllocateInfo{
+	alloc := vulkan.MemoryAllocateInfo{
 		SType:           vulkan.StructureTypeMemoryAllocateInfo,
 		AllocationSize:  req.Size,
 		MemoryTypeIndex: typeIndex,
-	}, nil, &mem))
+	}
+	defer alloc.Free()
+	err = check("vkAllocateMemory", vulkan.AllocateMemory(d.handle, &alloc, nil, &mem))
 	if err != nil {
 		b.destroyHandle()
 		return nil, err
@@ -226,13 +231,15 @@ func (b *Buffer) texelView(format vulkan.Format, texelBytes, offset, size uint64
 		return v, nil
 	}
 	var view vulkan.BufferView
-	err := check("vkCreateBufferView", vulkan.CreateBufferView(b.dev.handle, &vulkan.BufferViewCreateInfo{
+	info := vulkan.BufferViewCreateInfo{
 		SType:  vulkan.StructureTypeBufferViewCreateInfo,
 		Buffer: b.handle,
 		Format: format,
 		Offset: vulkan.DeviceSize(offset),
 		Range:  vulkan.DeviceSize(key.size),
-	}, nil, &view))
+	}
+	defer info.Free()
+	err := check("vkCreateBufferView", vulkan.CreateBufferView(b.dev.handle, &info, nil, &view))
 	if err != nil {
 		return nil, err
 	}

@@ -25,21 +25,24 @@ type Commands struct {
 func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 	c := &Commands{dev: d}
 	bufs := make([]vulkan.CommandBuffer, 1)
-	err := check("vkAllocateCommandBuffers", vulkan.AllocateCommandBuffers(d.handle, &vulkan.CommandBufferAllocateInfo{
+	// vulkan-go keeps the C copy of each struct passed by pointer until Free.
+	info := vulkan.CommandBufferAllocateInfo{
 		SType:              vulkan.StructureTypeCommandBufferAllocateInfo,
 		CommandPool:        d.pool,
 		Level:              vulkan.CommandBufferLevelPrimary,
 		CommandBufferCount: 1,
-	}, bufs))
+	}
+	defer info.Free()
+	err := check("vkAllocateCommandBuffers", vulkan.AllocateCommandBuffers(d.handle, &info, bufs))
 	if err != nil {
 		return nil, err
 	}
 	c.cmd = bufs[0]
 	objectCreated()
 	var fence vulkan.Fence
-	if err := check("vkCreateFence", vulkan.CreateFence(d.handle, &vulkan.FenceCreateInfo{
-		SType: vulkan.StructureTypeFenceCreateInfo,
-	}, nil, &fence)); err != nil {
+	fenceInfo := vulkan.FenceCreateInfo{SType: vulkan.StructureTypeFenceCreateInfo}
+	defer fenceInfo.Free()
+	if err := check("vkCreateFence", vulkan.CreateFence(d.handle, &fenceInfo, nil, &fence)); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -47,11 +50,13 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 	objectCreated()
 	if timestamps > 0 && d.Info.TimestampsOK {
 		var qp vulkan.QueryPool
-		if err := check("vkCreateQueryPool", vulkan.CreateQueryPool(d.handle, &vulkan.QueryPoolCreateInfo{
+		queryInfo := vulkan.QueryPoolCreateInfo{
 			SType:      vulkan.StructureTypeQueryPoolCreateInfo,
 			QueryType:  vulkan.QueryTypeTimestamp,
 			QueryCount: uint32(timestamps),
-		}, nil, &qp)); err != nil {
+		}
+		defer queryInfo.Free()
+		if err := check("vkCreateQueryPool", vulkan.CreateQueryPool(d.handle, &queryInfo, nil, &qp)); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -64,9 +69,9 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 
 // Begin starts recording (resetting the timestamp queries).
 func (c *Commands) Begin() error {
-	if err := check("vkBeginCommandBuffer", vulkan.BeginCommandBuffer(c.cmd, &vulkan.CommandBufferBeginInfo{
-		SType: vulkan.StructureTypeCommandBufferBeginInfo,
-	})); err != nil {
+	info := vulkan.CommandBufferBeginInfo{SType: vulkan.StructureTypeCommandBufferBeginInfo}
+	defer info.Free() // vulkan-go keeps its C copy until Free
+	if err := check("vkBeginCommandBuffer", vulkan.BeginCommandBuffer(c.cmd, &info)); err != nil {
 		return err
 	}
 	if c.queries != nil {

@@ -103,13 +103,16 @@ func (in *Instance) NewDevice(index int) (*Device, error) {
 	for i := range d.memTypes.MemoryTypes {
 		d.memTypes.MemoryTypes[i].Deref()
 	}
+	d.memTypes.Free() // the values are in the Go fields now; vulkan-go's C copy is not freed otherwise
 
 	var pool vulkan.CommandPool
-	err = check("vkCreateCommandPool", vulkan.CreateCommandPool(handle, &vulkan.CommandPoolCreateInfo{
+	poolInfo := vulkan.CommandPoolCreateInfo{
 		SType:            vulkan.StructureTypeCommandPoolCreateInfo,
 		Flags:            vulkan.CommandPoolCreateFlags(vulkan.CommandPoolCreateResetCommandBufferBit),
 		QueueFamilyIndex: pd.queueFamily,
-	}, nil, &pool))
+	}
+	defer poolInfo.Free()
+	err = check("vkCreateCommandPool", vulkan.CreateCommandPool(handle, &poolInfo, nil, &pool))
 	if err != nil {
 		d.Close()
 		return nil, err
@@ -137,11 +140,13 @@ func (d *Device) openPipelineCache() error {
 	cdata := cBytes(data)
 	defer cFree(cdata)
 	var cache vulkan.PipelineCache
-	err := check("vkCreatePipelineCache", vulkan.CreatePipelineCache(d.handle, &vulkan.PipelineCacheCreateInfo{
+	info := vulkan.PipelineCacheCreateInfo{
 		SType:           vulkan.StructureTypePipelineCacheCreateInfo,
 		InitialDataSize: uint(len(data)),
 		PInitialData:    cdata,
-	}, nil, &cache))
+	}
+	defer info.Free()
+	err := check("vkCreatePipelineCache", vulkan.CreatePipelineCache(d.handle, &info, nil, &cache))
 	if err != nil {
 		return err
 	}

@@ -8,4 +8,6 @@
 // whose create infos hold arrays or nested structs go through the C shims of
 // calls.go instead: vulkan-go frees its C copies of those from a finalizer
 // that a garbage collection can run while the call is still reading them.
+// A struct passed to vulkan-go by pointer keeps vulkan-go's C copy until its
+// Free method runs, so every such struct here is freed after the call.
 package vk

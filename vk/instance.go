@@ -99,7 +99,9 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 			PfnCallback: onDebugReport,
 		}
 		var callback vulkan.DebugReportCallback
-		if err := check("vkCreateDebugReportCallbackEXT", vulkan.CreateDebugReportCallback(handle, &cb, nil, &callback)); err != nil {
+		err := check("vkCreateDebugReportCallbackEXT", vulkan.CreateDebugReportCallback(handle, &cb, nil, &callback))
+		cb.Free() // vulkan-go keeps the C copy of a struct until Free
+		if err != nil {
 			inst.Close()
 			return nil, err
 		}
@@ -288,6 +290,7 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	vulkan.GetPhysicalDeviceProperties(h, &props)
 	props.Deref()
 	props.Limits.Deref()
+	defer props.Free() // vulkan-go's C copy; the values are in the Go fields
 	lim := props.Limits
 	d := PhysicalDevice{
 		Name:     vulkan.ToString(props.DeviceName[:]),
@@ -348,6 +351,7 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	var mem vulkan.PhysicalDeviceMemoryProperties
 	vulkan.GetPhysicalDeviceMemoryProperties(h, &mem)
 	mem.Deref()
+	defer mem.Free()
 	for i := uint32(0); i < mem.MemoryTypeCount; i++ {
 		mem.MemoryTypes[i].Deref()
 		f := vulkan.MemoryPropertyFlagBits(mem.MemoryTypes[i].PropertyFlags)
@@ -366,10 +370,12 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	var fp vulkan.FormatProperties
 	vulkan.GetPhysicalDeviceFormatProperties(h, vulkan.FormatR32Sfloat, &fp)
 	fp.Deref()
+	fp.Free()
 	d.TexelR32F = vulkan.FormatFeatureFlagBits(fp.BufferFeatures)&vulkan.FormatFeatureUniformTexelBufferBit != 0
 	var fp4 vulkan.FormatProperties
 	vulkan.GetPhysicalDeviceFormatProperties(h, vulkan.FormatR32g32b32a32Sfloat, &fp4)
 	fp4.Deref()
+	fp4.Free()
 	d.TexelRGBA32F = vulkan.FormatFeatureFlagBits(fp4.BufferFeatures)&vulkan.FormatFeatureUniformTexelBufferBit != 0
 	return d, true, nil
 }
