@@ -2,8 +2,6 @@ package vk
 
 import (
 	"context"
-	"encoding/binary"
-	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -59,9 +57,7 @@ func TestCallsSurviveGC(t *testing.T) {
 		if err := in.WriteFloat32(0, x); err != nil {
 			t.Fatal(err)
 		}
-		push := make([]byte, 8)
-		binary.LittleEndian.PutUint32(push, math.Float32bits(2))
-		binary.LittleEndian.PutUint32(push[4:], n)
+		push := selftestPush(2, n)
 		for add := int32(0); add < 30; add++ {
 			k, err := dev.NewKernel(KernelSpec{
 				Name: "selftest", SPIRV: code, Bindings: []BindingType{StorageBuffer, StorageBuffer},
@@ -74,23 +70,7 @@ func TestCallsSurviveGC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmds, err := dev.NewCommands(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmds.Begin(); err != nil {
-				t.Fatal(err)
-			}
-			if err := cmds.Push(k, push); err != nil {
-				t.Fatal(err)
-			}
-			if err := cmds.Dispatch(k, set, [3]uint32{1, 1, 1}); err != nil {
-				t.Fatal(err)
-			}
-			cmds.Barrier()
-			if err := cmds.End(); err != nil {
-				t.Fatal(err)
-			}
+			cmds := recordSelftest(t, dev, k, set, push, 1)
 			if err := cmds.Submit(); err != nil {
 				t.Fatal(err)
 			}

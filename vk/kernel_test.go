@@ -35,26 +35,8 @@ func TestKernelPushAndSpecConstants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmds, err := dev.NewCommands(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	push := make([]byte, 8)
-	binary.LittleEndian.PutUint32(push, math.Float32bits(2.5))
-	binary.LittleEndian.PutUint32(push[4:], 90) // the last 10 outputs stay untouched
-	if err := cmds.Begin(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmds.Push(k, push); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmds.Dispatch(k, set, [3]uint32{2, 1, 1}); err != nil {
-		t.Fatal(err)
-	}
-	cmds.Barrier()
-	if err := cmds.End(); err != nil {
-		t.Fatal(err)
-	}
+	push := selftestPush(2.5, 90) // the last 10 outputs stay untouched
+	cmds := recordSelftest(t, dev, k, set, push, 2)
 	if err := cmds.Push(k, push[:4]); err == nil {
 		t.Errorf("Push with 4 of 8 bytes succeeded")
 	}
@@ -100,4 +82,36 @@ func TestKernelPushAndSpecConstants(t *testing.T) {
 	if msgs := ValidationMessages(); len(msgs) > 0 {
 		t.Errorf("validation messages:\n%v", msgs)
 	}
+}
+
+// selftestPush is the push constants of shaders/selftest.comp.
+func selftestPush(factor float32, count uint32) []byte {
+	push := make([]byte, 8)
+	binary.LittleEndian.PutUint32(push, math.Float32bits(factor))
+	binary.LittleEndian.PutUint32(push[4:], count)
+	return push
+}
+
+// recordSelftest records push constants, one dispatch of groups workgroups
+// of the selftest kernel, and a barrier.
+func recordSelftest(t *testing.T, dev *Device, k *Kernel, set *DescriptorSet, push []byte, groups uint32) *Commands {
+	t.Helper()
+	cmds, err := dev.NewCommands(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmds.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmds.Push(k, push); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmds.Dispatch(k, set, [3]uint32{groups, 1, 1}); err != nil {
+		t.Fatal(err)
+	}
+	cmds.Barrier()
+	if err := cmds.End(); err != nil {
+		t.Fatal(err)
+	}
+	return cmds
 }
