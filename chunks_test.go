@@ -30,8 +30,14 @@ func TestCallsLargerThanABinding(t *testing.T) {
 			{"per batch item", 2, 4, 2, 8, 400, 32, 2, 2},
 			// One batch item's K is 230 KB, one KV head 115 KB.
 			{"per KV head", 2, 4, 2, 8, 900, 32, 4, 1},
+			// Odd query rows: the LSE and weights windows of later chunks
+			// start off the binding's offset alignment.
+			{"per KV head, odd rows", 2, 4, 2, 3, 900, 32, 4, 1},
 			// Decode: split-K inside every chunk.
 			{"split-K", 2, 8, 2, 1, 900, 32, 4, 1},
+			// Three query heads per KV head: the combine pass's LSE windows
+			// start off the alignment too.
+			{"split-K, odd heads", 2, 6, 2, 1, 900, 32, 4, 1},
 		} {
 			t.Run(fmt.Sprintf("%v/%s", path, c.name), func(t *testing.T) {
 				r := rand.New(rand.NewSource(int64(c.s + c.l)))

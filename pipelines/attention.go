@@ -316,6 +316,7 @@ const (
 type chunkParams struct {
 	mask, boolMask int // element offsets of the masks in their windows
 	b0, batch      int // the chunk's first batch item; the call's batch size
+	lse, weights   int // element offsets of the LSE and weights in their windows
 }
 
 func attentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) []byte {
@@ -364,7 +365,8 @@ func attentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) []byte {
 	binary.LittleEndian.PutUint32(scaling, math.Float32bits(float32(x.Scale*math.Log2E)))
 	out := append(int32Bytes(ints), scaling...)
 	out = append(out, int32Bytes([]int{p.Splits, p.SplitKeys, p.RowBlocks, x.H})...)
-	return append(out, int32Bytes([]int{c.mask, c.boolMask, c.b0, c.batch})...)
+	out = append(out, int32Bytes([]int{c.mask, c.boolMask, c.b0, c.batch})...)
+	return append(out, int32Bytes([]int{c.lse, c.weights, 0, 0})...)
 }
 
 // Attention binds an attention call: its parameters, scratch buffers and
@@ -450,6 +452,10 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 			extra.mask = b.sp.lo - w.first
 		case "boolean mask":
 			extra.boolMask = b.sp.lo - w.first
+		case "LSE":
+			extra.lse = b.sp.lo - w.first
+		case "weights":
+			extra.weights = b.sp.lo - w.first
 		}
 	}
 	params, err := ks.dev.NewBuffer(256)

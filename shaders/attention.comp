@@ -370,7 +370,7 @@ void main() {
         }
         int lseIndex = (b * H + headOf[r]) * L + row;
         if ((flags & FLAG_LSE) != 0) {
-            lseData[lseIndex] = live ? (m[r] + log2(l[r])) * LN2 : NEG_INF;
+            lseData[P.outs.x + lseIndex] = live ? (m[r] + log2(l[r])) * LN2 : NEG_INF;
         }
         if (!live) {
             l[r] = 0.0;
@@ -388,7 +388,7 @@ void main() {
                     continue;
                 }
                 float e = sc[r];
-                wData[((b * H + headOf[r]) * L + row) * S + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2(e - m[r]) / l[r] : 0.0;
+                wData[P.outs.y + ((b * H + headOf[r]) * L + row) * S + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2(e - m[r]) / l[r] : 0.0;
             }
         }
     }

@@ -57,6 +57,6 @@ void main() {
         oData[oBase + i] = o * inv;
     }
     if ((P.heads.z & FLAG_LSE) != 0) {
-        lseData[row] = sum > 0.0 ? (mMax + log2(sum)) * LN2 : NEG_INF;
+        lseData[P.outs.x + row] = sum > 0.0 ? (mMax + log2(sum)) * LN2 : NEG_INF;
     }
 }

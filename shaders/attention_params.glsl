@@ -18,4 +18,8 @@ layout(std140, binding = 0) uniform Params {
     // of the additive and boolean masks in their windows, the chunk's first
     // batch item and the call's batch size (for lengths and key padding).
     ivec4 chunk;
+    // Element offsets of the chunk's log-sum-exp and weights in their
+    // windows (a window starts at the binding's offset alignment, which
+    // need not be where the chunk's rows start).
+    ivec4 outs;
 } P;
