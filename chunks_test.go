@@ -38,6 +38,10 @@ func TestCallsLargerThanABinding(t *testing.T) {
 			// Three query heads per KV head: the combine pass's LSE windows
 			// start off the alignment too.
 			{"split-K, odd heads", 2, 6, 2, 1, 900, 32, 4, 1},
+			// One query head's weights are 240 KB (and its (L, S) mask as
+			// large): blocks of query rows of one head. chunks 0: as many
+			// as the path's reach needs (texel views reach less).
+			{"query rows of one head", 2, 2, 1, 300, 200, 16, 0, 1},
 		} {
 			t.Run(fmt.Sprintf("%v/%s", path, c.name), func(t *testing.T) {
 				r := rand.New(rand.NewSource(int64(c.s + c.l)))
@@ -53,6 +57,13 @@ func TestCallsLargerThanABinding(t *testing.T) {
 				p.weights = c.l > 1 // weights rule out split-K
 				got := runGPU(t, d, p)
 				kp := got.out.Plan.Kernel
+				if c.chunks == 0 {
+					// Blocks of rows of one query head each.
+					if kp.ChunkRows >= c.l || kp.Chunks != c.b*c.h*((c.l+kp.ChunkRows-1)/kp.ChunkRows) {
+						t.Fatalf("plan %v: want blocks of fewer than %d rows of one query head", kp, c.l)
+					}
+					c.chunks = kp.Chunks
+				}
 				if kp.Chunks != c.chunks || kp.ChunkKVHeads != c.kvHeadsChunks || (c.l == 1) != (kp.Splits > 0) {
 					t.Fatalf("plan %v: want %d chunks of %d KV heads", kp, c.chunks, c.kvHeadsChunks)
 				}

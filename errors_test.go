@@ -113,10 +113,15 @@ func TestInvalidInputs(t *testing.T) {
 	if _, err := dev.Attention(other, k, v, vkattn.Options{}); !errors.Is(err, vkattn.ErrDevice) {
 		t.Errorf("tensor of another device: got %v, want ErrDevice", err)
 	}
-	// Weights of one head too large for one binding (256 MiB > 128 MiB on
-	// lavapipe); larger calls whose heads fit are split instead.
-	if _, err := dev.Plan([]int{1, 1, 8192, 8}, []int{1, 1, 8192, 8}, []int{1, 1, 8192, 8}, vkattn.Options{WantWeights: true}); !errors.Is(err, vkattn.ErrTooLarge) {
-		t.Errorf("huge weights: got %v, want ErrTooLarge", err)
+	// K of one KV head too large for one binding (4 GiB; lavapipe's vec4
+	// texel views reach 2 GiB, its storage bindings 128 MiB) cannot be
+	// split; weights of one head too large (256 MiB) can, into blocks of
+	// query rows, and larger calls whose heads fit are split by heads.
+	if _, err := dev.Plan([]int{1, 1, 16, 8}, []int{1, 1, 1 << 27, 8}, []int{1, 1, 1 << 27, 8}, vkattn.Options{}); !errors.Is(err, vkattn.ErrTooLarge) {
+		t.Errorf("huge K of one head: got %v, want ErrTooLarge", err)
+	}
+	if p, err := dev.Plan([]int{1, 1, 8192, 8}, []int{1, 1, 8192, 8}, []int{1, 1, 8192, 8}, vkattn.Options{WantWeights: true}); err != nil || p.Kernel.Chunks < 2 || p.Kernel.ChunkRows >= 8192 {
+		t.Errorf("256 MiB of weights for one head: plan %v, %v; want blocks of query rows", p.Kernel, err)
 	}
 	if p, err := dev.Plan([]int{1, 64, 4096, 8}, []int{1, 64, 4096, 8}, []int{1, 64, 4096, 8}, vkattn.Options{WantWeights: true}); err != nil || p.Kernel.Chunks < 2 {
 		t.Errorf("4 GiB of weights, 64 MiB per head: plan %v, %v; want chunks", p.Kernel, err)

@@ -91,10 +91,11 @@ type AttentionPlan struct {
 	// K and V row once between them and share it by subgroup shuffles.
 	SharedLoads int
 	// Chunks > 1: the call is larger than one binding reaches and runs as
-	// Chunks parts of ChunkKVHeads KV heads of one batch item (PlanChunks).
-	Chunks, ChunkKVHeads int
-	Grid                 [3]uint32
-	Why                  string // why this load path
+	// Chunks parts of ChunkKVHeads KV heads of one batch item and up to
+	// ChunkRows query rows (PlanChunks).
+	Chunks, ChunkKVHeads, ChunkRows int
+	Grid                            [3]uint32
+	Why                             string // why this load path
 }
 
 func (p AttentionPlan) String() string {
@@ -127,7 +128,7 @@ func (p AttentionPlan) chunkNote() string {
 	if p.Chunks <= 1 {
 		return ""
 	}
-	return fmt.Sprintf("; tensors exceed one binding's reach: %d chunks of one batch item and %d KV heads, each through buffer windows, one submission", p.Chunks, p.ChunkKVHeads)
+	return fmt.Sprintf("; tensors exceed one binding's reach: %d chunks of one batch item, %d KV heads and up to %d query rows, each through buffer windows, one submission", p.Chunks, p.ChunkKVHeads, p.ChunkRows)
 }
 
 // MaxHeadWidth is the widest d_k or d_v the attention kernel supports.
@@ -284,6 +285,9 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	}, p.Variant)
 }
 
+// ceilDiv is a/b rounded up, for positive b.
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
 // boolSpec is a boolean specialization constant (a VkBool32).
 func boolSpec(b bool) int32 {
 	if b {
@@ -317,6 +321,7 @@ type chunkParams struct {
 	mask, boolMask int // element offsets of the masks in their windows
 	b0, batch      int // the chunk's first batch item; the call's batch size
 	lse, weights   int // element offsets of the LSE and weights in their windows
+	l0, rows       int // the chunk's first query row; the call's query rows L
 }
 
 func attentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) []byte {
@@ -330,13 +335,15 @@ func attentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) []byte {
 		flags |= flagBoolMask
 		bm = x.BoolMask.Strides
 	}
-	shift := 0
+	// Key j is visible to query row t when j <= t + shift; a chunk's rows
+	// count from its first row l0.
+	shift := c.l0
 	switch x.Causal {
 	case CausalTopLeft:
 		flags |= flagCausal
 	case CausalBottomRight:
 		flags |= flagCausal
-		shift = x.S - x.L
+		shift += x.S - c.rows
 	}
 	if x.Lengths != nil {
 		flags |= flagLengths
@@ -366,7 +373,7 @@ func attentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) []byte {
 	out := append(int32Bytes(ints), scaling...)
 	out = append(out, int32Bytes([]int{p.Splits, p.SplitKeys, p.RowBlocks, x.H})...)
 	out = append(out, int32Bytes([]int{c.mask, c.boolMask, c.b0, c.batch})...)
-	return append(out, int32Bytes([]int{c.lse, c.weights, 0, 0})...)
+	return append(out, int32Bytes([]int{c.lse, c.weights, c.rows, c.l0})...)
 }
 
 // Attention binds an attention call: its parameters, scratch buffers and
@@ -395,7 +402,6 @@ func (ks *Kernels) Attention(p *AttentionPlan, x AttentionArgs) (*Step, error) {
 		st.Close()
 		return nil, err
 	}
-	group := x.H / x.HKV
 	var partials *vk.Buffer
 	var combine *vk.Kernel
 	if p.Splits > 0 {
@@ -403,9 +409,9 @@ func (ks *Kernels) Attention(p *AttentionPlan, x AttentionArgs) (*Step, error) {
 		// one buffer serves every chunk in turn.
 		most := 0
 		for _, c := range chunks {
-			most = max(most, c.nb*c.nkv)
+			most = max(most, c.nb*c.nh)
 		}
-		n := uint64(most) * uint64(group) * uint64(x.L) * uint64(p.Splits) * uint64(x.DV+2)
+		n := uint64(most) * uint64(x.L) * uint64(p.Splits) * uint64(x.DV+2)
 		if partials, err = ks.dev.NewBuffer(4 * n); err != nil {
 			return fail(err)
 		}
@@ -428,10 +434,9 @@ func (ks *Kernels) Attention(p *AttentionPlan, x AttentionArgs) (*Step, error) {
 // attentionChunk binds chunk c of x into st.
 func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.Buffer, p AttentionPlan, x *AttentionArgs, c chunk) error {
 	info := ks.dev.Info
-	group := x.H / x.HKV
 	cx := *x
-	cx.B, cx.H, cx.HKV = c.nb, c.nkv*group, c.nkv
-	extra := chunkParams{b0: c.b0, batch: x.B}
+	cx.B, cx.H, cx.HKV, cx.L = c.nb, c.nh, c.nkv, c.nl
+	extra := chunkParams{b0: c.b0, batch: x.B, l0: c.l0, rows: x.L}
 	args := map[string]vk.Arg{}
 	for _, b := range chunkBindings(p, x, c) {
 		w, err := bindWindow(info, b.what, b.sp, b.texel, b.vec4)
@@ -492,9 +497,9 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 		return err
 	}
 	st.own(set)
-	grid := [3]uint32{p.Grid[0], uint32(cx.H), uint32(cx.B)}
+	grid := [3]uint32{uint32(ceilDiv(c.nl, p.Rows*p.WorkGroup)), uint32(cx.H), uint32(cx.B)}
 	if p.Splits > 0 {
-		grid[1] = uint32(cx.HKV * p.RowBlocks)
+		grid[0], grid[1] = p.Grid[0], uint32(cx.HKV*p.RowBlocks)
 	}
 	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: grid})
 	if combine != nil {

@@ -5,12 +5,23 @@ import "github.com/vkattn/vkattn/vk"
 // A binding reaches at most maxStorageBufferRange bytes (storage) or
 // maxTexelBufferElements texels (texel views), so a call whose tensors are
 // larger runs as chunks: batch items and KV heads (with their query heads),
-// each bound through windows of the buffers that hold only what the chunk
-// reads and writes. The chunks are recorded in one submission.
+// and if one KV head is still too large, blocks of query rows of one query
+// head; each chunk is bound through windows of the buffers that hold only
+// what it reads and writes. The chunks are recorded in one submission.
 
-// chunk is the part of a call over nb batch items from b0 and nkv KV heads
-// from hk0 (nb > 1 only with every head).
-type chunk struct{ b0, nb, hk0, nkv int }
+// chunk is the part of a call over nb batch items from b0, nkv KV heads
+// from hk0 with nh query heads from h0, and nl query rows from l0. Either
+// the query heads are all those of the KV heads, or (nkv = nh = 1) one
+// query head of its KV head; nb > 1 only with every head, nl < L only with
+// one query head of one batch item.
+type chunk struct{ b0, nb, hk0, nkv, h0, nh, l0, nl int }
+
+// headsChunk is every query row of batch item b's KV heads [hk0, hk0+nkv)
+// and their query heads.
+func headsChunk(x *AttentionArgs, b, nb, hk0, nkv int) chunk {
+	group := x.H / x.HKV
+	return chunk{b, nb, hk0, nkv, hk0 * group, nkv * group, 0, x.L}
+}
 
 // span is the element range [lo, hi) of a tensor a chunk touches.
 type span struct{ lo, hi int }
@@ -23,11 +34,17 @@ func viewSpan(v View, b0, nb, h0, nh, rows, width int) span {
 }
 
 // maskSpan is the range of a mask over a chunk's (batch, head, row, key)
-// indices.
-func maskSpan(m *MaskView, b0, nb, h0, nh, l, s int) span {
+// indices: rows [l0, l0+nl).
+func maskSpan(m *MaskView, b0, nb, h0, nh, l0, nl, s int) span {
 	st := m.Strides
-	lo := b0*st[0] + h0*st[1]
-	return span{lo, lo + (nb-1)*st[0] + (nh-1)*st[1] + (l-1)*st[2] + (s-1)*st[3] + 1}
+	lo := b0*st[0] + h0*st[1] + l0*st[2]
+	return span{lo, lo + (nb-1)*st[0] + (nh-1)*st[1] + (nl-1)*st[2] + (s-1)*st[3] + 1}
+}
+
+// rowsFrom is v starting at position l0.
+func rowsFrom(v View, l0 int) View {
+	v.Offset += l0 * v.Strides[2]
+	return v
 }
 
 // window is a buffer range bound for one chunk: bytes [offset, offset+size)
@@ -74,18 +91,18 @@ type chunkBinding struct {
 
 // chunkBindings lists the windowed buffers of chunk c of x.
 func chunkBindings(p AttentionPlan, x *AttentionArgs, c chunk) []chunkBinding {
-	group := x.H / x.HKV
-	h0, nh := c.hk0*group, c.nkv*group
+	h0, nh := c.h0, c.nh
 	texel := p.Path == TexelPath
 	bs := []chunkBinding{
-		{"Q", x.Q.Buffer, viewSpan(x.Q, c.b0, c.nb, h0, nh, x.L, x.DK), texel, p.Vec4},
+		{"Q", x.Q.Buffer, viewSpan(rowsFrom(x.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, x.DK), texel, p.Vec4},
 		{"K", x.K.Buffer, viewSpan(x.K, c.b0, c.nb, c.hk0, c.nkv, x.S, x.DK), texel, p.Vec4},
 		{"V", x.V.Buffer, viewSpan(x.V, c.b0, c.nb, c.hk0, c.nkv, x.S, x.DV), texel, p.Vec4},
-		{"O", x.O.Buffer, viewSpan(x.O, c.b0, c.nb, h0, nh, x.L, x.DV), false, false},
+		{"O", x.O.Buffer, viewSpan(rowsFrom(x.O, c.l0), c.b0, c.nb, h0, nh, c.nl, x.DV), false, false},
 	}
 	// LSE and weights are dense (B, H, L[, S]); a chunk of several batch
-	// items has every head, so its range is contiguous.
-	rows := span{(c.b0*x.H + h0) * x.L, ((c.b0+c.nb-1)*x.H + h0 + nh) * x.L}
+	// items has every head, so its range is contiguous (a block of query
+	// rows is contiguous within each of its heads).
+	rows := span{(c.b0*x.H+h0)*x.L + c.l0, ((c.b0+c.nb-1)*x.H+h0+nh-1)*x.L + c.l0 + c.nl}
 	if x.LSE != nil {
 		bs = append(bs, chunkBinding{"LSE", x.LSE, rows, false, false})
 	}
@@ -93,10 +110,10 @@ func chunkBindings(p AttentionPlan, x *AttentionArgs, c chunk) []chunkBinding {
 		bs = append(bs, chunkBinding{"weights", x.Weights, span{rows.lo * x.S, rows.hi * x.S}, false, false})
 	}
 	if x.Mask != nil {
-		bs = append(bs, chunkBinding{"mask", x.Mask.Buffer, maskSpan(x.Mask, c.b0, c.nb, h0, nh, x.L, x.S), texel, false})
+		bs = append(bs, chunkBinding{"mask", x.Mask.Buffer, maskSpan(x.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, x.S), texel, false})
 	}
 	if x.BoolMask != nil {
-		bs = append(bs, chunkBinding{"boolean mask", x.BoolMask.Buffer, maskSpan(x.BoolMask, c.b0, c.nb, h0, nh, x.L, x.S), texel, false})
+		bs = append(bs, chunkBinding{"boolean mask", x.BoolMask.Buffer, maskSpan(x.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, x.S), texel, false})
 	}
 	return bs
 }
@@ -112,32 +129,69 @@ func fits(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs, c chunk) err
 }
 
 // planChunks splits a call into the fewest chunks whose windows fit: the
-// whole call, else one batch item with as many KV heads as fit. A single
-// KV head of one batch item that does not fit is a LimitError.
+// whole call, else one batch item with as many KV heads as fit, else one
+// KV head of one batch item with as many query rows as fit (not for
+// split-K, whose few query rows are never what is large). A chunk of one
+// query row of one KV head that does not fit is a LimitError.
 func planChunks(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs) ([]chunk, error) {
-	whole := chunk{0, x.B, 0, x.HKV}
+	whole := headsChunk(x, 0, x.B, 0, x.HKV)
 	if fits(dev, p, x, whole) == nil {
 		return []chunk{whole}, nil
 	}
 	var lastErr error
-	for g := x.HKV; g >= 1; g-- {
+	// all returns the chunks that make of each batch item, or nil if one
+	// does not fit.
+	all := func(perItem func(b int) []chunk) []chunk {
 		var cs []chunk
-		ok := true
-		for b := 0; b < x.B && ok; b++ {
-			for hk := 0; hk < x.HKV; hk += g {
-				c := chunk{b, 1, hk, min(g, x.HKV-hk)}
+		for b := 0; b < x.B; b++ {
+			for _, c := range perItem(b) {
 				if err := fits(dev, p, x, c); err != nil {
-					ok, lastErr = false, err
-					break
+					lastErr = err
+					return nil
 				}
 				cs = append(cs, c)
 			}
 		}
-		if ok {
+		return cs
+	}
+	for g := x.HKV; g >= 1; g-- {
+		cs := all(func(b int) (cs []chunk) {
+			for hk := 0; hk < x.HKV; hk += g {
+				cs = append(cs, headsChunk(x, b, 1, hk, min(g, x.HKV-hk)))
+			}
+			return cs
+		})
+		if cs != nil {
 			return cs, nil
 		}
 	}
-	return nil, limitf("one KV head of one batch item does not fit a binding: %v", lastErr)
+	if p.Splits == 0 {
+		// Blocks of rows of one query head, halved until they fit: windows
+		// grow with the rows, so the first size that fits is within 2x of
+		// the largest.
+		group := x.H / x.HKV
+		for nl := (x.L + 1) / 2; ; nl = (nl + 1) / 2 {
+			cs := all(func(b int) (cs []chunk) {
+				for h := 0; h < x.H; h++ {
+					for l0 := 0; l0 < x.L; l0 += nl {
+						cs = append(cs, chunk{b, 1, h / group, 1, h, 1, l0, min(nl, x.L-l0)})
+					}
+				}
+				return cs
+			})
+			if cs != nil {
+				return cs, nil
+			}
+			if nl == 1 {
+				break
+			}
+		}
+	}
+	how := ""
+	if p.Splits == 0 {
+		how = ", even a query row at a time"
+	}
+	return nil, limitf("one KV head of one batch item does not fit a binding%s: %v", how, lastErr)
 }
 
 // PlanChunks completes p for the call x (only its dimensions, views and
@@ -155,7 +209,7 @@ func settle(dev vk.PhysicalDevice, p *AttentionPlan, x *AttentionArgs) ([]chunk,
 	if err != nil {
 		return nil, err
 	}
-	p.Chunks, p.ChunkKVHeads = len(cs), cs[0].nkv
+	p.Chunks, p.ChunkKVHeads, p.ChunkRows = len(cs), cs[0].nkv, cs[0].nl
 	p.Masked = x.Mask != nil || x.BoolMask != nil || x.KeyPadding != nil
 	return cs, nil
 }

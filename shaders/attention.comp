@@ -195,7 +195,7 @@ void main() {
     int H; // query heads
 
     int keyLen = S;
-    int queryLen = L;
+    int queryLen = P.outs.z; // the call's rows (L is this chunk's)
     if ((flags & FLAG_LENGTHS) != 0) {
         keyLen = lengths[P.chunk.z + b];
         queryLen = lengths[P.chunk.w + P.chunk.z + b];
@@ -357,7 +357,7 @@ void main() {
         }
         // A padded query row or a row with no visible key has no softmax:
         // vkattn defines its output as zeros and its log-sum-exp as -inf.
-        bool live = row < queryLen && l[r] > 0.0;
+        bool live = P.outs.w + row < queryLen && l[r] > 0.0;
         float inv = live ? 1.0 / l[r] : 0.0;
         int oBase = P.offsets.w + b * P.oStride.x + headOf[r] * P.oStride.y + row * P.oStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {
@@ -368,7 +368,7 @@ void main() {
                 }
             }
         }
-        int lseIndex = (b * H + headOf[r]) * L + row;
+        int lseIndex = (b * H + headOf[r]) * P.outs.z + row;
         if ((flags & FLAG_LSE) != 0) {
             lseData[P.outs.x + lseIndex] = live ? (m[r] + log2(l[r])) * LN2 : NEG_INF;
         }
@@ -388,7 +388,7 @@ void main() {
                     continue;
                 }
                 float e = sc[r];
-                wData[P.outs.y + ((b * H + headOf[r]) * L + row) * S + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2(e - m[r]) / l[r] : 0.0;
+                wData[P.outs.y + ((b * H + headOf[r]) * P.outs.z + row) * S + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2(e - m[r]) / l[r] : 0.0;
             }
         }
     }

@@ -20,6 +20,8 @@ layout(std140, binding = 0) uniform Params {
     ivec4 chunk;
     // Element offsets of the chunk's log-sum-exp and weights in their
     // windows (a window starts at the binding's offset alignment, which
-    // need not be where the chunk's rows start).
+    // need not be where the chunk's rows start); the call's query rows L
+    // (the rows of a head in LSE and weights); the chunk's first query row
+    // (a chunk may hold a block of one head's rows; dims.x is its rows).
     ivec4 outs;
 } P;
