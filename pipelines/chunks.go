@@ -130,17 +130,17 @@ func fits(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs, c chunk) err
 
 // planChunks splits a call into the fewest chunks whose windows fit: the
 // whole call, else one batch item with as many KV heads as fit, else one
-// KV head of one batch item with as many query rows as fit (not for
+// query head of one batch item with as many of its rows as fit (not for
 // split-K, whose few query rows are never what is large). A chunk of one
-// query row of one KV head that does not fit is a LimitError.
+// query row that does not fit is a LimitError.
 func planChunks(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs) ([]chunk, error) {
 	whole := headsChunk(x, 0, x.B, 0, x.HKV)
 	if fits(dev, p, x, whole) == nil {
 		return []chunk{whole}, nil
 	}
 	var lastErr error
-	// all returns the chunks that make of each batch item, or nil if one
-	// does not fit.
+	// all returns the chunks perItem makes of every batch item, or nil if
+	// one does not fit.
 	all := func(perItem func(b int) []chunk) []chunk {
 		var cs []chunk
 		for b := 0; b < x.B; b++ {
@@ -166,11 +166,11 @@ func planChunks(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs) ([]chu
 		}
 	}
 	if p.Splits == 0 {
-		// Blocks of rows of one query head, halved until they fit: windows
-		// grow with the rows, so the first size that fits is within 2x of
-		// the largest.
+		// One query head at a time, with all its rows, then blocks of
+		// them halved until they fit: windows grow with the rows, so the
+		// first size that fits is within 2x of the largest.
 		group := x.H / x.HKV
-		for nl := (x.L + 1) / 2; ; nl = (nl + 1) / 2 {
+		for nl := x.L; ; nl = (nl + 1) / 2 {
 			cs := all(func(b int) (cs []chunk) {
 				for h := 0; h < x.H; h++ {
 					for l0 := 0; l0 < x.L; l0 += nl {
