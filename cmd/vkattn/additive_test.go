@@ -3,7 +3,6 @@ package main
 import (
 	"math"
 	"math/rand"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -169,17 +168,7 @@ func TestAdditiveErrors(t *testing.T) {
 		{"missing params file", with("--params", filepath.Join(dir, "nope.npz")), exitFail, "nope.npz"},
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
-			_, errOut, code := cli(t, append([]string{"additive"}, c.args...)...)
-			if code != c.code || !strings.Contains(errOut, c.want) {
-				t.Errorf("exit %d, want %d; stderr lacks %q:\n%s", code, c.code, c.want, errOut)
-			}
-			if strings.Contains(errOut, "panic") {
-				t.Errorf("stderr: %s", errOut)
-			}
-			if _, err := os.Stat(o); err == nil {
-				t.Errorf("output file written")
-				os.Remove(o)
-			}
+			checkRefused(t, append([]string{"additive"}, c.args...), c.code, c.want, o)
 		})
 	}
 }

@@ -456,3 +456,20 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
+
+// checkRefused runs the CLI with args and checks that it exits with code,
+// says want on stderr, does not panic and writes no output file.
+func checkRefused(t *testing.T, args []string, code int, want, output string) {
+	t.Helper()
+	_, errOut, got := cli(t, args...)
+	if got != code || !strings.Contains(errOut, want) {
+		t.Errorf("exit %d, want %d; stderr lacks %q:\n%s", got, code, want, errOut)
+	}
+	if strings.Contains(errOut, "panic") {
+		t.Errorf("stderr: %s", errOut)
+	}
+	if _, err := os.Stat(output); err == nil {
+		t.Errorf("output file written")
+		os.Remove(output)
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"math"
 	"math/rand"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -318,17 +317,7 @@ func TestMHAErrors(t *testing.T) {
 		{"same output twice", with("--weights", o), exitUsage, "both write"},
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
-			_, errOut, code := cli(t, append([]string{"mha"}, c.args...)...)
-			if code != c.code || !strings.Contains(errOut, c.want) {
-				t.Errorf("exit %d, want %d; stderr lacks %q:\n%s", code, c.code, c.want, errOut)
-			}
-			if strings.Contains(errOut, "panic") {
-				t.Errorf("stderr: %s", errOut)
-			}
-			if _, err := os.Stat(o); err == nil {
-				t.Errorf("output file written")
-				os.Remove(o)
-			}
+			checkRefused(t, append([]string{"mha"}, c.args...), c.code, c.want, o)
 		})
 	}
 }
