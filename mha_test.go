@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand"
 	"path/filepath"
-	"reflect"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -190,7 +189,11 @@ func TestMHAPyTorchParityGPU(t *testing.T) {
 				if mc.keyS != nil {
 					S = mc.keyS[1]
 				}
-				mc.opts = pytorchOptions(t, data, c.heads, B, T, S)
+				opts, err := weights.MHAOptions(data, c.heads, B, T, S)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mc.opts = opts
 				mc.opts.NeedWeights = true
 				got := runMHA(t, d, mc)
 				for _, o := range []struct {
@@ -214,40 +217,6 @@ func TestMHAPyTorchParityGPU(t *testing.T) {
 			})
 		}
 	}
-}
-
-// pytorchOptions turns a parity case's key_padding_mask and attn_mask into
-// options with PyTorch's meanings (true pads / blocks).
-func pytorchOptions(t *testing.T, data map[string]weights.Tensor, heads, B, T, S int) vkattn.MHAOptions {
-	t.Helper()
-	opts := vkattn.MHAOptions{Heads: heads}
-	if kp, ok := data["key_padding_mask"]; ok {
-		if !reflect.DeepEqual(kp.Shape, []int{B, S}) {
-			t.Fatalf("key_padding_mask shape %v", kp.Shape)
-		}
-		opts.KeyPadding = &vkattn.KeyPadding{Padded: make([]bool, len(kp.Data))}
-		for i, x := range kp.Data {
-			opts.KeyPadding.Padded[i] = x != 0
-		}
-	}
-	am, ok := data["attn_mask"]
-	if !ok {
-		return opts
-	}
-	shape := vkattn.MaskShape{1, 1, T, S}
-	if len(am.Shape) == 3 {
-		shape = vkattn.MaskShape{B, heads, T, S} // PyTorch's (B*h) axis is b-major
-	}
-	if am.DType == "BOOL" {
-		m := &vkattn.BoolMask{Shape: shape, Values: make([]bool, len(am.Data)), Meaning: vkattn.TrueBlocks}
-		for i, x := range am.Data {
-			m.Values[i] = x != 0
-		}
-		opts.Attention.BoolMask = m
-	} else {
-		opts.Attention.Mask = &vkattn.Mask{Shape: shape, Values: am.Data}
-	}
-	return opts
 }
 
 // Randomised sweep against the float64 reference (fixed seed): every d in

@@ -190,3 +190,44 @@ func (g *getter) check(name string, t Tensor, shape []int) []float32 {
 	}
 	return nil
 }
+
+// MHAOptions turns the masks of a PyTorch nn.MultiheadAttention call
+// saved beside its inputs into layer options with PyTorch's meanings:
+// key_padding_mask, bool (B, S), true = padded; attn_mask, (T, S) or
+// (B*heads, T, S) with the b-major (B*heads) axis of PyTorch, bool with
+// true = blocked, or float added to the scores. Either may be absent.
+func MHAOptions(ts map[string]Tensor, heads, B, T, S int) (vkattn.MHAOptions, error) {
+	opts := vkattn.MHAOptions{Heads: heads}
+	if kp, ok := ts["key_padding_mask"]; ok {
+		if kp.DType != "BOOL" || !slices.Equal(kp.Shape, []int{B, S}) {
+			return opts, formatErr("key_padding_mask is %s %v, want BOOL [%d %d]", kp.DType, kp.Shape, B, S)
+		}
+		opts.KeyPadding = &vkattn.KeyPadding{Padded: make([]bool, len(kp.Data))}
+		for i, x := range kp.Data {
+			opts.KeyPadding.Padded[i] = x != 0
+		}
+	}
+	am, ok := ts["attn_mask"]
+	if !ok {
+		return opts, nil
+	}
+	var shape vkattn.MaskShape
+	switch {
+	case slices.Equal(am.Shape, []int{T, S}):
+		shape = vkattn.MaskShape{1, 1, T, S}
+	case slices.Equal(am.Shape, []int{B * heads, T, S}):
+		shape = vkattn.MaskShape{B, heads, T, S}
+	default:
+		return opts, formatErr("attn_mask shape %v, want [%d %d] or [%d %d %d]", am.Shape, T, S, B*heads, T, S)
+	}
+	if am.DType == "BOOL" {
+		m := &vkattn.BoolMask{Shape: shape, Values: make([]bool, len(am.Data)), Meaning: vkattn.TrueBlocks}
+		for i, x := range am.Data {
+			m.Values[i] = x != 0
+		}
+		opts.Attention.BoolMask = m
+	} else {
+		opts.Attention.Mask = &vkattn.Mask{Shape: shape, Values: am.Data}
+	}
+	return opts, nil
+}

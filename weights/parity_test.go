@@ -61,7 +61,10 @@ func TestPyTorchParity(t *testing.T) {
 			if ks != nil {
 				S = ks[1]
 			}
-			opts := optionsFor(t, data, c.heads, B, T, S)
+			opts, err := MHAOptions(data, c.heads, B, T, S)
+			if err != nil {
+				t.Fatal(err)
+			}
 			opts.NeedWeights = true
 			res, err := reference.MultiHeadAttention(q.Data, q.Shape, k, ks, v, vs, wNPZ, opts)
 			if err != nil {
@@ -97,43 +100,4 @@ func TestPyTorchParity(t *testing.T) {
 			}
 		})
 	}
-}
-
-// optionsFor turns a case's key_padding_mask and attn_mask into
-// reference options with PyTorch's meanings.
-func optionsFor(t *testing.T, data map[string]Tensor, heads, B, T, S int) vkattn.MHAOptions {
-	t.Helper()
-	opts := vkattn.MHAOptions{Heads: heads}
-	if kp, ok := data["key_padding_mask"]; ok {
-		if kp.DType != "BOOL" || !reflect.DeepEqual(kp.Shape, []int{B, S}) {
-			t.Fatalf("key_padding_mask is %s %v, want BOOL [%d %d]", kp.DType, kp.Shape, B, S)
-		}
-		opts.KeyPadding = &vkattn.KeyPadding{Padded: make([]bool, len(kp.Data))}
-		for i, x := range kp.Data {
-			opts.KeyPadding.Padded[i] = x != 0
-		}
-	}
-	am, ok := data["attn_mask"]
-	if !ok {
-		return opts
-	}
-	var shape vkattn.MaskShape
-	switch {
-	case reflect.DeepEqual(am.Shape, []int{T, S}):
-		shape = vkattn.MaskShape{1, 1, T, S}
-	case reflect.DeepEqual(am.Shape, []int{B * heads, T, S}):
-		shape = vkattn.MaskShape{B, heads, T, S} // PyTorch's (B*h) axis is b-major
-	default:
-		t.Fatalf("attn_mask shape %v", am.Shape)
-	}
-	if am.DType == "BOOL" {
-		m := &vkattn.BoolMask{Shape: shape, Values: make([]bool, len(am.Data)), Meaning: vkattn.TrueBlocks}
-		for i, x := range am.Data {
-			m.Values[i] = x != 0
-		}
-		opts.Attention.BoolMask = m
-	} else {
-		opts.Attention.Mask = &vkattn.Mask{Shape: shape, Values: am.Data}
-	}
-	return opts
 }

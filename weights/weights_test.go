@@ -532,3 +532,38 @@ func TestMHAGroupedQueryWeights(t *testing.T) {
 		t.Fatalf("mismatched v_proj_weight: %v", err)
 	}
 }
+
+// TestMHAOptions checks the PyTorch mask conversion: meanings, the (B*h)
+// axis, and errors for shapes and types PyTorch would not accept.
+func TestMHAOptions(t *testing.T) {
+	const heads, B, T, S = 2, 1, 2, 3
+	ts := map[string]Tensor{
+		"key_padding_mask": {Shape: []int{B, S}, DType: "BOOL", Data: []float32{0, 0, 1}},
+		"attn_mask":        {Shape: []int{B * heads, T, S}, DType: "BOOL", Data: []float32{0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0}},
+	}
+	opts, err := MHAOptions(ts, heads, B, T, S)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Heads != heads || !slices.Equal(opts.KeyPadding.Padded, []bool{false, false, true}) {
+		t.Errorf("heads %d, key padding %v", opts.Heads, opts.KeyPadding.Padded)
+	}
+	bm := opts.Attention.BoolMask
+	if bm == nil || bm.Shape != (vkattn.MaskShape{B, heads, T, S}) || bm.Meaning != vkattn.TrueBlocks || !bm.Values[1] || bm.Values[0] {
+		t.Errorf("boolean mask %+v", bm)
+	}
+	ts["attn_mask"] = Tensor{Shape: []int{T, S}, DType: "F32", Data: []float32{0, -1, 0, 0, 0, -2}}
+	if opts, err = MHAOptions(ts, heads, B, T, S); err != nil || opts.Attention.Mask == nil || opts.Attention.Mask.Shape != (vkattn.MaskShape{1, 1, T, S}) {
+		t.Errorf("float (T, S) mask: %v, %+v", err, opts.Attention.Mask)
+	}
+	for name, bad := range map[string]Tensor{
+		"key_padding_mask": {Shape: []int{B, S}, DType: "F32", Data: make([]float32, B*S)},
+		"attn_mask":        {Shape: []int{3, T, S}, DType: "F32", Data: make([]float32, 3*T*S)},
+	} {
+		c := maps.Clone(ts)
+		c[name] = bad
+		if _, err := MHAOptions(c, heads, B, T, S); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), name) {
+			t.Errorf("bad %s: got %v, want ErrFormat naming it", name, err)
+		}
+	}
+}
