@@ -3,6 +3,7 @@ package pipelines
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/vkattn/vkattn/shaders"
@@ -10,9 +11,10 @@ import (
 )
 
 // Kernels is vkattn's kernel library on one device: every variant is built
-// on first use and kept until Close.
+// on first use and kept until Close. Safe for concurrent use.
 type Kernels struct {
 	dev    *vk.Device
+	mu     sync.Mutex // guards kernel and dummy
 	kernel map[string]*vk.Kernel
 	dummy  *vk.Buffer // bound where an optional input or output is absent
 }
@@ -24,6 +26,8 @@ func NewKernels(dev *vk.Device) *Kernels {
 
 // Close frees the library's kernels and buffers.
 func (ks *Kernels) Close() {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
 	for _, k := range ks.kernel {
 		k.Close()
 	}
@@ -35,6 +39,8 @@ func (ks *Kernels) Close() {
 // get returns the kernel named spec.Name, building it from the SPIR-V
 // variant on first use.
 func (ks *Kernels) get(spec vk.KernelSpec, variant string) (*vk.Kernel, error) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
 	if k, ok := ks.kernel[spec.Name]; ok {
 		return k, nil
 	}
@@ -56,6 +62,8 @@ func (ks *Kernels) or(b *vk.Buffer) (*vk.Buffer, error) {
 	if b != nil {
 		return b, nil
 	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
 	if ks.dummy == nil {
 		var err error
 		if ks.dummy, err = ks.dev.NewBuffer(16); err != nil {
@@ -116,8 +124,10 @@ func (s *Step) Close() {
 }
 
 // Prepared is a sequence of Steps recorded once into one command buffer,
-// replayable with Run.
+// replayable with Run. Its methods are serialized, so it is safe for
+// concurrent use (runs take turns).
 type Prepared struct {
+	mu    sync.Mutex
 	steps []*Step
 	cmds  *vk.Commands
 }
@@ -163,8 +173,22 @@ func (pr *Prepared) record() error {
 }
 
 // Run submits the recorded sequence and waits for it; it returns the device
-// time when the device has timestamps (0 otherwise).
+// time when the device has timestamps (0 otherwise). A done ctx submits
+// nothing; a ctx done while waiting returns at once (within a fence slice)
+// and leaves the work running: the next Run or Close waits for it.
 func (pr *Prepared) Run(ctx context.Context) (time.Duration, error) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.cmds == nil {
+		return 0, fmt.Errorf("pipelines: %w: prepared call", vk.ErrClosed)
+	}
+	// A run an earlier cancelled Run left in flight finishes first.
+	if err := pr.cmds.Wait(ctx); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	if err := pr.cmds.Submit(); err != nil {
 		return 0, err
 	}
@@ -180,7 +204,10 @@ func (pr *Prepared) Close() {
 	if pr == nil {
 		return
 	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
 	pr.cmds.Close()
+	pr.cmds = nil
 	for _, s := range pr.steps {
 		s.Close()
 	}

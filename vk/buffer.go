@@ -12,13 +12,19 @@ import (
 // Where the device has host-visible device-local memory (lavapipe, integrated
 // GPUs, resizable BAR) it stays mapped and reads and writes are memcpy;
 // elsewhere they go through a temporary staging buffer.
+//
+// Close may come while submitted work still uses the buffer (a cancelled
+// wait): the buffer is then freed when that work is seen to finish.
 type Buffer struct {
 	dev    *Device
 	handle vulkan.Buffer
 	memory vulkan.DeviceMemory
 	size   uint64
 	mapped unsafe.Pointer
-	views  map[viewKey]vulkan.BufferView
+	// Guarded by dev.mu:
+	views   map[viewKey]vulkan.BufferView
+	closing bool // Close was called
+	users   int  // host accesses and submissions in flight that use it
 }
 
 const allBufferUsage = vulkan.BufferUsageStorageBufferBit | vulkan.BufferUsageUniformBufferBit |
@@ -26,6 +32,10 @@ const allBufferUsage = vulkan.BufferUsageStorageBufferBit | vulkan.BufferUsageUn
 
 // NewBuffer allocates size bytes of device memory (rounded up to 16).
 func (d *Device) NewBuffer(size uint64) (*Buffer, error) {
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	defer d.exit()
 	return d.newBuffer(size, false)
 }
 
@@ -34,12 +44,6 @@ func (d *Device) newBuffer(size uint64, staging bool) (*Buffer, error) {
 		size = 16
 	}
 	size = (size + 15) &^ 15
-	d.mu.Lock()
-	closed := d.closed
-	d.mu.Unlock()
-	if closed {
-		return nil, errClosed
-	}
 	if max := d.Info.Limits.MaxMemoryAllocation; max > 0 && size > max {
 		return nil, fmt.Errorf("vk: buffer of %d bytes exceeds the largest memory heap (%d bytes)", size, max)
 	}
@@ -122,6 +126,10 @@ func (b *Buffer) Write(off uint64, data []byte) error {
 	if err := b.bounds(off, len(data)); err != nil || len(data) == 0 {
 		return err
 	}
+	if err := b.hold(); err != nil {
+		return err
+	}
+	defer b.release()
 	if b.mapped != nil {
 		copy(unsafe.Slice((*byte)(unsafe.Add(b.mapped, off)), len(data)), data)
 		return nil
@@ -131,9 +139,7 @@ func (b *Buffer) Write(off uint64, data []byte) error {
 		return err
 	}
 	defer st.Close()
-	if err := st.Write(0, data); err != nil {
-		return err
-	}
+	copy(unsafe.Slice((*byte)(st.mapped), len(data)), data)
 	return b.dev.copyNow(st, 0, b, off, uint64(len(data)))
 }
 
@@ -142,6 +148,10 @@ func (b *Buffer) Read(off uint64, dst []byte) error {
 	if err := b.bounds(off, len(dst)); err != nil || len(dst) == 0 {
 		return err
 	}
+	if err := b.hold(); err != nil {
+		return err
+	}
+	defer b.release()
 	if b.mapped != nil {
 		copy(dst, unsafe.Slice((*byte)(unsafe.Add(b.mapped, off)), len(dst)))
 		return nil
@@ -154,7 +164,54 @@ func (b *Buffer) Read(off uint64, dst []byte) error {
 	if err := b.dev.copyNow(b, off, st, 0, uint64(len(dst))); err != nil {
 		return err
 	}
-	return st.Read(0, dst)
+	copy(dst, unsafe.Slice((*byte)(st.mapped), len(dst)))
+	return nil
+}
+
+// hold enters the device and keeps the buffer alive until release: a
+// concurrent Close then frees it only after the access.
+func (b *Buffer) hold() error {
+	d := b.dev
+	if err := d.enter(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	closing := b.closing
+	if !closing {
+		b.users++
+	}
+	d.mu.Unlock()
+	if closing {
+		d.exit()
+		return fmt.Errorf("%w: buffer of %d bytes", ErrClosed, b.size)
+	}
+	return nil
+}
+
+// release ends a hold, freeing the buffer if it was closed meanwhile.
+func (b *Buffer) release() {
+	d := b.dev
+	d.mu.Lock()
+	d.dropUserLocked(b)
+	d.mu.Unlock()
+	d.exit()
+}
+
+// dropUserLocked ends one use of b and frees it once closed and unused.
+func (d *Device) dropUserLocked(b *Buffer) {
+	b.users--
+	if b.closing && b.users == 0 {
+		d.freeBufferLocked(b)
+	}
+}
+
+// freeBufferLocked removes b from the owner list and destroys it.
+func (d *Device) freeBufferLocked(b *Buffer) {
+	if _, owned := d.buffers[b]; owned {
+		delete(d.buffers, b)
+		d.allocLog.live -= b.size
+	}
+	b.destroy()
 }
 
 // WriteFloat32 copies float32 values to element offset off.
@@ -174,16 +231,14 @@ func (b *Buffer) ReadFloat32(off uint64, dst []float32) error {
 }
 
 func (b *Buffer) bounds(off uint64, n int) error {
-	if b.handle == nil {
-		return fmt.Errorf("vk: buffer used after Close")
-	}
-	if off+uint64(n) > b.size {
+	if off+uint64(n) > b.size || off+uint64(n) < off {
 		return fmt.Errorf("vk: access [%d, %d) outside a %d-byte buffer", off, off+uint64(n), b.size)
 	}
 	return nil
 }
 
-// copyNow records, submits and waits for one buffer copy (staging path).
+// copyNow records, submits and waits for one buffer copy (staging path);
+// the caller holds both buffers.
 func (d *Device) copyNow(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size uint64) error {
 	c, err := d.NewCommands(0)
 	if err != nil {
@@ -193,7 +248,9 @@ func (d *Device) copyNow(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size u
 	if err := c.Begin(); err != nil {
 		return err
 	}
-	d.copyBuffer(c.cmd, src.handle, dst.handle, srcOff, dstOff, size)
+	if err := c.Copy(src, srcOff, dst, dstOff, size); err != nil {
+		return err
+	}
 	if err := c.End(); err != nil {
 		return err
 	}
@@ -211,7 +268,7 @@ type viewKey struct {
 
 // texelView returns (creating once) a view of size bytes from offset (0:
 // to the end, capped at the device's texel limit) in format, for binding
-// as a uniform texel buffer.
+// as a uniform texel buffer. The caller holds b.dev.mu.
 func (b *Buffer) texelView(format vulkan.Format, texelBytes, offset, size uint64) (vulkan.BufferView, error) {
 	if offset > b.size || (offset+size) > b.size {
 		return nil, fmt.Errorf("vk: texel view [%d, +%d) outside a %d-byte buffer", offset, size, b.size)
@@ -251,21 +308,34 @@ func (b *Buffer) texelView(format vulkan.Format, texelBytes, offset, size uint64
 	return view, nil
 }
 
-// Close frees the buffer. The caller must know the GPU no longer uses it.
+// Close frees the buffer, at once or, while submitted work still uses it,
+// when that work is seen to finish. After the device's Close it is a
+// no-op (the device freed it).
 func (b *Buffer) Close() {
-	if b == nil || b.handle == nil {
+	if b == nil {
 		return
 	}
 	d := b.dev
-	d.mu.Lock()
-	if _, owned := d.buffers[b]; owned {
-		delete(d.buffers, b)
-		d.allocLog.live -= b.size
+	if d.enter() != nil {
+		return
 	}
-	d.mu.Unlock()
-	b.destroy()
+	defer d.exit()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b.closing {
+		return
+	}
+	b.closing = true
+	if b.users > 0 {
+		d.pollLocked() // work that finished already need not delay the free
+	}
+	if b.users == 0 {
+		d.freeBufferLocked(b)
+	}
 }
 
+// destroy frees the buffer's Vulkan objects; the device is entered (or
+// being closed) and nothing uses the buffer.
 func (b *Buffer) destroy() {
 	if b.handle == nil {
 		return

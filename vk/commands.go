@@ -3,39 +3,69 @@ package vk
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	vulkan "github.com/vulkan-go/vulkan"
 )
 
-// Commands is a recorded command buffer with its fence and, optionally,
-// timestamp queries. Record once (Begin ... End), then Submit and Wait as
-// often as needed.
+// Commands is a recorded command buffer with its own command pool, its
+// fence and, optionally, timestamp queries. Record once (Begin ... End),
+// then Submit and Wait as often as needed. Each Commands has its own pool
+// so goroutines record in parallel without locking each other out.
+//
+// The methods of one Commands are serialized by its lock; the buffers its
+// dispatches and copies use are kept alive while a submission is in
+// flight, so closing one of them then (after a cancelled Wait) is safe.
 type Commands struct {
-	dev       *Device
-	cmd       vulkan.CommandBuffer
-	fence     vulkan.Fence
-	queries   vulkan.QueryPool
-	nQueries  uint32
-	submitted bool
+	dev      *Device
+	mu       sync.Mutex
+	pool     vulkan.CommandPool
+	cmd      vulkan.CommandBuffer
+	fence    vulkan.Fence
+	queries  vulkan.QueryPool
+	nQueries uint32
+	uses     map[*Buffer]struct{} // buffers the recorded commands use
+	err      error                // first recording error, returned by End
+	// Guarded by dev.mu:
+	submitted bool // in flight: submitted and not yet seen finished
+	destroyed bool
 }
 
 // NewCommands allocates a command buffer and fence, plus a pool of
 // timestamps queries when timestamps > 0 and the device supports them.
 func (d *Device) NewCommands(timestamps int) (*Commands, error) {
-	c := &Commands{dev: d}
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	defer d.exit()
+	c := &Commands{dev: d, uses: map[*Buffer]struct{}{}}
+	fail := func(err error) (*Commands, error) {
+		c.destroy()
+		return nil, err
+	}
+	var pool vulkan.CommandPool
+	poolInfo := vulkan.CommandPoolCreateInfo{
+		SType:            vulkan.StructureTypeCommandPoolCreateInfo,
+		Flags:            vulkan.CommandPoolCreateFlags(vulkan.CommandPoolCreateResetCommandBufferBit),
+		QueueFamilyIndex: d.Info.queueFamily,
+	}
+	defer poolInfo.Free() // vulkan-go keeps the C copy of each struct passed by pointer until Free
+	if err := check("vkCreateCommandPool", vulkan.CreateCommandPool(d.handle, &poolInfo, nil, &pool)); err != nil {
+		return fail(err)
+	}
+	c.pool = pool
+	objectCreated()
 	bufs := make([]vulkan.CommandBuffer, 1)
-	// vulkan-go keeps the C copy of each struct passed by pointer until Free.
 	info := vulkan.CommandBufferAllocateInfo{
 		SType:              vulkan.StructureTypeCommandBufferAllocateInfo,
-		CommandPool:        d.pool,
+		CommandPool:        c.pool,
 		Level:              vulkan.CommandBufferLevelPrimary,
 		CommandBufferCount: 1,
 	}
 	defer info.Free()
-	err := check("vkAllocateCommandBuffers", vulkan.AllocateCommandBuffers(d.handle, &info, bufs))
-	if err != nil {
-		return nil, err
+	if err := check("vkAllocateCommandBuffers", vulkan.AllocateCommandBuffers(d.handle, &info, bufs)); err != nil {
+		return fail(err)
 	}
 	c.cmd = bufs[0]
 	objectCreated()
@@ -43,8 +73,7 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 	fenceInfo := vulkan.FenceCreateInfo{SType: vulkan.StructureTypeFenceCreateInfo}
 	defer fenceInfo.Free()
 	if err := check("vkCreateFence", vulkan.CreateFence(d.handle, &fenceInfo, nil, &fence)); err != nil {
-		c.Close()
-		return nil, err
+		return fail(err)
 	}
 	c.fence = fence
 	objectCreated()
@@ -57,27 +86,73 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 		}
 		defer queryInfo.Free()
 		if err := check("vkCreateQueryPool", vulkan.CreateQueryPool(d.handle, &queryInfo, nil, &qp)); err != nil {
-			c.Close()
-			return nil, err
+			return fail(err)
 		}
 		c.queries = qp
 		c.nQueries = uint32(timestamps)
 		objectCreated()
 	}
+	d.mu.Lock()
+	d.commands[c] = struct{}{}
+	d.mu.Unlock()
 	return c, nil
+}
+
+// recording runs fn on the command buffer with the device entered; a
+// failure is kept for End to return.
+func (c *Commands) recording(fn func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	if err := c.dev.enter(); err != nil {
+		c.err = err
+		return err
+	}
+	defer c.dev.exit()
+	if err := c.live(); err != nil {
+		c.err = err
+		return err
+	}
+	c.dev.mu.Lock()
+	inFlight := c.submitted
+	c.dev.mu.Unlock()
+	if inFlight {
+		// Its buffer list must not change while retiring may read it.
+		return fmt.Errorf("vk: recording commands that are still in flight")
+	}
+	c.err = fn()
+	return c.err
+}
+
+// live reports ErrClosed once the commands were closed.
+func (c *Commands) live() error {
+	c.dev.mu.Lock()
+	defer c.dev.mu.Unlock()
+	if c.destroyed {
+		return fmt.Errorf("%w: commands", ErrClosed)
+	}
+	return nil
 }
 
 // Begin starts recording (resetting the timestamp queries).
 func (c *Commands) Begin() error {
-	info := vulkan.CommandBufferBeginInfo{SType: vulkan.StructureTypeCommandBufferBeginInfo}
-	defer info.Free() // vulkan-go keeps its C copy until Free
-	if err := check("vkBeginCommandBuffer", vulkan.BeginCommandBuffer(c.cmd, &info)); err != nil {
-		return err
-	}
-	if c.queries != nil {
-		vulkan.CmdResetQueryPool(c.cmd, c.queries, 0, c.nQueries)
-	}
-	return nil
+	c.mu.Lock()
+	c.err = nil
+	c.mu.Unlock()
+	return c.recording(func() error {
+		c.uses = map[*Buffer]struct{}{}
+		info := vulkan.CommandBufferBeginInfo{SType: vulkan.StructureTypeCommandBufferBeginInfo}
+		defer info.Free() // vulkan-go keeps its C copy until Free
+		if err := check("vkBeginCommandBuffer", vulkan.BeginCommandBuffer(c.cmd, &info)); err != nil {
+			return err
+		}
+		if c.queries != nil {
+			vulkan.CmdResetQueryPool(c.cmd, c.queries, 0, c.nQueries)
+		}
+		return nil
+	})
 }
 
 // Dispatch records a kernel dispatch of groups workgroups.
@@ -88,10 +163,30 @@ func (c *Commands) Dispatch(k *Kernel, set *DescriptorSet, groups [3]uint32) err
 			return fmt.Errorf("vk: kernel %s: %d workgroups on axis %d, device allows 1..%d", k.Spec.Name, g, i, lim[i])
 		}
 	}
-	vulkan.CmdBindPipeline(c.cmd, vulkan.PipelineBindPointCompute, k.pipeline)
-	vulkan.CmdBindDescriptorSets(c.cmd, vulkan.PipelineBindPointCompute, k.pipeLay, 0, 1, []vulkan.DescriptorSet{set.set}, 0, nil)
-	vulkan.CmdDispatch(c.cmd, groups[0], groups[1], groups[2])
-	return nil
+	return c.recording(func() error {
+		if set.kernel != k {
+			return fmt.Errorf("vk: kernel %s dispatched with a descriptor set of kernel %s", k.Spec.Name, set.kernel.Spec.Name)
+		}
+		for _, b := range set.buffers {
+			c.uses[b] = struct{}{}
+		}
+		vulkan.CmdBindPipeline(c.cmd, vulkan.PipelineBindPointCompute, k.pipeline)
+		vulkan.CmdBindDescriptorSets(c.cmd, vulkan.PipelineBindPointCompute, k.pipeLay, 0, 1, []vulkan.DescriptorSet{set.set}, 0, nil)
+		vulkan.CmdDispatch(c.cmd, groups[0], groups[1], groups[2])
+		return nil
+	})
+}
+
+// Copy records a copy of size bytes between buffers.
+func (c *Commands) Copy(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size uint64) error {
+	if srcOff+size > src.size || dstOff+size > dst.size {
+		return fmt.Errorf("vk: copy of %d bytes outside a %d- or %d-byte buffer", size, src.size, dst.size)
+	}
+	return c.recording(func() error {
+		c.uses[src], c.uses[dst] = struct{}{}, struct{}{}
+		c.dev.copyBuffer(c.cmd, src.handle, dst.handle, srcOff, dstOff, size)
+		return nil
+	})
 }
 
 // Push records the kernel's push constants for the dispatches that follow;
@@ -100,55 +195,107 @@ func (c *Commands) Push(k *Kernel, data []byte) error {
 	if uint32(len(data)) != k.Spec.PushSize || len(data) == 0 {
 		return fmt.Errorf("vk: kernel %s takes %d bytes of push constants, got %d", k.Spec.Name, k.Spec.PushSize, len(data))
 	}
-	// Copied into C memory: vulkan-go passes the pointer through unconverted.
-	p := cBytes(data)
-	defer cFree(p)
-	vulkan.CmdPushConstants(c.cmd, k.pipeLay, vulkan.ShaderStageFlags(vulkan.ShaderStageComputeBit), 0, uint32(len(data)), p)
-	return nil
+	return c.recording(func() error {
+		// Copied into C memory: vulkan-go passes the pointer through unconverted.
+		p := cBytes(data)
+		defer cFree(p)
+		vulkan.CmdPushConstants(c.cmd, k.pipeLay, vulkan.ShaderStageFlags(vulkan.ShaderStageComputeBit), 0, uint32(len(data)), p)
+		return nil
+	})
 }
 
 // Barrier makes earlier shader and transfer writes visible to later shader
-// work, transfers and the host.
+// work, transfers and the host. A failure is returned by End.
 func (c *Commands) Barrier() {
-	stages := vulkan.PipelineStageFlags(vulkan.PipelineStageComputeShaderBit | vulkan.PipelineStageTransferBit)
-	c.dev.barrier(c.cmd, stages, stages|vulkan.PipelineStageFlags(vulkan.PipelineStageHostBit),
-		vulkan.AccessFlags(vulkan.AccessShaderWriteBit|vulkan.AccessTransferWriteBit),
-		vulkan.AccessFlags(vulkan.AccessShaderReadBit|vulkan.AccessShaderWriteBit|
-			vulkan.AccessTransferReadBit|vulkan.AccessTransferWriteBit|vulkan.AccessHostReadBit))
+	c.recording(func() error {
+		stages := vulkan.PipelineStageFlags(vulkan.PipelineStageComputeShaderBit | vulkan.PipelineStageTransferBit)
+		c.dev.barrier(c.cmd, stages, stages|vulkan.PipelineStageFlags(vulkan.PipelineStageHostBit),
+			vulkan.AccessFlags(vulkan.AccessShaderWriteBit|vulkan.AccessTransferWriteBit),
+			vulkan.AccessFlags(vulkan.AccessShaderReadBit|vulkan.AccessShaderWriteBit|
+				vulkan.AccessTransferReadBit|vulkan.AccessTransferWriteBit|vulkan.AccessHostReadBit))
+		return nil
+	})
 }
 
 // Timestamp writes timestamp query i after all earlier work; a no-op on
-// devices without timestamps.
+// devices without timestamps. A failure is returned by End.
 func (c *Commands) Timestamp(i uint32) {
-	if c.queries != nil && i < c.nQueries {
-		vulkan.CmdWriteTimestamp(c.cmd, vulkan.PipelineStageBottomOfPipeBit, c.queries, i)
-	}
+	c.recording(func() error {
+		if c.queries != nil && i < c.nQueries {
+			vulkan.CmdWriteTimestamp(c.cmd, vulkan.PipelineStageBottomOfPipeBit, c.queries, i)
+		}
+		return nil
+	})
 }
 
-// End finishes recording.
+// End finishes recording; it returns the first error of the recording.
 func (c *Commands) End() error {
-	return check("vkEndCommandBuffer", vulkan.EndCommandBuffer(c.cmd))
+	return c.recording(func() error {
+		return check("vkEndCommandBuffer", vulkan.EndCommandBuffer(c.cmd))
+	})
 }
 
-// Submit queues the recorded commands.
+// Submit queues the recorded commands. Commands still in flight from an
+// earlier Submit (a cancelled Wait) are an error: Wait for them first.
+// Every buffer the commands use must still be open.
 func (c *Commands) Submit() error {
-	if c.submitted {
-		return fmt.Errorf("vk: commands submitted twice without Wait")
-	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	d := c.dev
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
-		return errClosed
+	switch {
+	case c.destroyed:
+		return fmt.Errorf("%w: commands", ErrClosed)
+	case c.submitted:
+		return fmt.Errorf("vk: commands submitted again while still in flight")
+	case c.err != nil:
+		return fmt.Errorf("vk: submitting commands whose recording failed: %w", c.err)
+	}
+	for b := range c.uses {
+		if b.closing {
+			return fmt.Errorf("%w: a buffer of %d bytes the commands use", ErrClosed, b.size)
+		}
 	}
 	if err := check("vkResetFences", vulkan.ResetFences(d.handle, 1, []vulkan.Fence{c.fence})); err != nil {
 		return err
 	}
-	err := d.submit(c.cmd, c.fence)
-	if err == nil {
-		c.submitted = true
+	if err := d.submit(c.cmd, c.fence); err != nil {
+		return err
 	}
-	return err
+	c.submitted = true
+	d.inFlight[c] = struct{}{}
+	for b := range c.uses {
+		b.users++
+	}
+	return nil
+}
+
+// retireLocked records that c's submission finished: its buffers are free
+// to go. The caller holds d.mu and knows the fence is signalled.
+func (d *Device) retireLocked(c *Commands) {
+	if !c.submitted {
+		return
+	}
+	c.submitted = false
+	delete(d.inFlight, c)
+	for b := range c.uses {
+		d.dropUserLocked(b)
+	}
+}
+
+// pollLocked retires every submission whose fence has signalled. The
+// caller holds d.mu and has entered the device.
+func (d *Device) pollLocked() {
+	for c := range d.inFlight {
+		if vulkan.GetFenceStatus(d.handle, c.fence) == vulkan.Success {
+			d.retireLocked(c)
+		}
+	}
 }
 
 // fenceSlice bounds one vkWaitForFences call so a cancelled context is
@@ -156,17 +303,35 @@ func (c *Commands) Submit() error {
 // at first dispatch and can take minutes).
 const fenceSlice = 100 * time.Millisecond
 
-// Wait blocks until the submitted work finishes or ctx is done. On
-// cancellation the work keeps running on the device; Close waits for it.
+// Wait blocks until the submitted work finishes or ctx is done; nothing
+// in flight returns at once. On cancellation the work keeps running on the
+// device (Wait again, or Close, which waits for it).
 func (c *Commands) Wait(ctx context.Context) error {
-	if !c.submitted {
-		return fmt.Errorf("vk: Wait without Submit")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.dev.enter(); err != nil {
+		return err
 	}
+	defer c.dev.exit()
+	return c.wait(ctx)
+}
+
+// wait is Wait with c.mu held and the device entered.
+func (c *Commands) wait(ctx context.Context) error {
+	d := c.dev
 	for {
-		r := vulkan.WaitForFences(c.dev.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, uint64(fenceSlice))
+		d.mu.Lock()
+		inFlight := c.submitted
+		d.mu.Unlock()
+		if !inFlight {
+			return nil
+		}
+		r := vulkan.WaitForFences(d.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, uint64(fenceSlice))
 		switch r {
 		case vulkan.Success:
-			c.submitted = false
+			d.mu.Lock()
+			d.retireLocked(c)
+			d.mu.Unlock()
 			return nil
 		case vulkan.Timeout:
 			if err := ctx.Err(); err != nil {
@@ -181,34 +346,70 @@ func (c *Commands) Wait(ctx context.Context) error {
 // Elapsed returns the device time between timestamps i and j of the last
 // completed submission, and false when the device has no timestamps.
 func (c *Commands) Elapsed(i, j uint32) (time.Duration, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.queries == nil {
 		return 0, false, nil
+	}
+	d := c.dev
+	if err := d.enter(); err != nil {
+		return 0, false, err
+	}
+	defer d.exit()
+	if err := c.live(); err != nil {
+		return 0, false, err
 	}
 	var ticks [2]uint64
 	for n, q := range [2]uint32{i, j} {
 		var v uint64
-		err := check("vkGetQueryPoolResults", vulkan.GetQueryPoolResults(c.dev.handle, c.queries, q, 1, 8,
+		err := check("vkGetQueryPoolResults", vulkan.GetQueryPoolResults(d.handle, c.queries, q, 1, 8,
 			unsafePointer(&v), 8, vulkan.QueryResultFlags(vulkan.QueryResult64Bit|vulkan.QueryResultWaitBit)))
 		if err != nil {
 			return 0, false, err
 		}
 		ticks[n] = v
 	}
-	ns := float64(ticks[1]-ticks[0]) * float64(c.dev.Info.Limits.TimestampPeriod)
+	ns := float64(ticks[1]-ticks[0]) * float64(d.Info.Limits.TimestampPeriod)
 	return time.Duration(ns), true, nil
 }
 
-// Close frees the command buffer, fence and queries. If work is still in
-// flight (a cancelled Wait) it waits for the device first.
+// Close frees the command buffer, pool, fence and queries. If work is
+// still in flight (a cancelled Wait) it waits for it first. After the
+// device's Close it is a no-op.
 func (c *Commands) Close() {
 	if c == nil {
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	d := c.dev
-	if c.submitted {
-		vulkan.WaitForFences(d.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, ^uint64(0))
-		c.submitted = false
+	if d.enter() != nil {
+		return
 	}
+	defer d.exit()
+	d.mu.Lock()
+	destroyed := c.destroyed
+	d.mu.Unlock()
+	if destroyed {
+		return
+	}
+	if err := c.wait(context.Background()); err != nil {
+		// The fence is lost (device lost): retire anyway, the device's
+		// Close waits for the queue before freeing anything else.
+		d.mu.Lock()
+		d.retireLocked(c)
+		d.mu.Unlock()
+	}
+	d.mu.Lock()
+	delete(d.commands, c)
+	d.mu.Unlock()
+	c.destroy()
+}
+
+// destroy frees the Vulkan objects; nothing of c is in flight.
+func (c *Commands) destroy() {
+	d := c.dev
+	c.destroyed = true
 	if c.queries != nil {
 		vulkan.DestroyQueryPool(d.handle, c.queries, nil)
 		c.queries = nil
@@ -220,8 +421,13 @@ func (c *Commands) Close() {
 		objectDestroyed()
 	}
 	if c.cmd != nil {
-		vulkan.FreeCommandBuffers(d.handle, d.pool, 1, []vulkan.CommandBuffer{c.cmd})
+		vulkan.FreeCommandBuffers(d.handle, c.pool, 1, []vulkan.CommandBuffer{c.cmd})
 		c.cmd = nil
+		objectDestroyed()
+	}
+	if c.pool != nil {
+		vulkan.DestroyCommandPool(d.handle, c.pool, nil)
+		c.pool = nil
 		objectDestroyed()
 	}
 }

@@ -22,25 +22,77 @@ func objectDestroyed() { liveObjects.Add(-1) }
 // LiveObjects returns the number of Vulkan objects currently alive.
 func LiveObjects() int64 { return liveObjects.Load() }
 
-// Device owns a logical device, its compute queue, a command pool and a
-// pipeline cache, plus everything created from it (buffers, kernels): Close
-// destroys them all.
+// Device owns a logical device, its compute queue and a pipeline cache,
+// plus everything created from it (buffers, kernels, command buffers):
+// Close destroys them all.
+//
+// A Device and everything made on it are safe for concurrent use. Every
+// operation that touches Vulkan enters the device (enter/exit) and Close
+// waits until none is inside, so nothing is destroyed under a running
+// call; after Close every operation fails with ErrClosed and every Close of
+// an object is a no-op.
 type Device struct {
 	Info PhysicalDevice
 
 	handle    vulkan.Device
 	calls     *deviceCalls
 	queue     vulkan.Queue
-	pool      vulkan.CommandPool
 	cache     vulkan.PipelineCache
 	cachePath string
 	memTypes  vulkan.PhysicalDeviceMemoryProperties
+	// serial tells devices apart in messages (two opened on one GPU).
+	serial int64
 
-	mu       sync.Mutex // guards queue submission and the owner lists
+	// mu guards queue submission, the owner lists, the state of buffers
+	// and commands, and the fields below.
+	mu       sync.Mutex
+	idle     sync.Cond // signalled when active drops to zero
+	active   int       // operations inside the device
+	closed   bool
 	buffers  map[*Buffer]struct{}
 	kernels  map[*Kernel]struct{}
-	closed   bool
+	commands map[*Commands]struct{}
+	inFlight map[*Commands]struct{} // submitted, not yet seen finished
 	allocLog allocations
+}
+
+// ErrClosed is wrapped by every error of an operation on a closed device,
+// or on a buffer or commands after their Close.
+var ErrClosed = errors.New("vk: use after Close")
+
+// deviceSerial numbers the devices opened in this process.
+var deviceSerial atomic.Int64
+
+// enter marks the start of an operation that uses the device's Vulkan
+// handles; Close waits for every entered operation to exit. Entering never
+// blocks on other operations, so nested enters are fine.
+func (d *Device) enter() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("%w: device %s", ErrClosed, d)
+	}
+	d.active++
+	return nil
+}
+
+// exit ends an operation begun by enter.
+func (d *Device) exit() {
+	d.mu.Lock()
+	d.active--
+	if d.active == 0 {
+		d.idle.Broadcast()
+	}
+	d.mu.Unlock()
+}
+
+// Serial numbers the devices opened in this process, from 1.
+func (d *Device) Serial() int64 { return d.serial }
+
+// String names the device and tells it apart from others opened on the
+// same physical device.
+func (d *Device) String() string {
+	return fmt.Sprintf("%s (device #%d, %s)", d.Info.Name, d.serial, d.Info.Type)
 }
 
 // allocations is the device's memory accounting.
@@ -89,12 +141,16 @@ func (in *Instance) NewDevice(index int) (*Device, error) {
 	}
 	objectCreated()
 	d := &Device{
-		Info:    pd,
-		handle:  handle,
-		calls:   calls,
-		buffers: map[*Buffer]struct{}{},
-		kernels: map[*Kernel]struct{}{},
+		Info:     pd,
+		handle:   handle,
+		calls:    calls,
+		serial:   deviceSerial.Add(1),
+		buffers:  map[*Buffer]struct{}{},
+		kernels:  map[*Kernel]struct{}{},
+		commands: map[*Commands]struct{}{},
+		inFlight: map[*Commands]struct{}{},
 	}
+	d.idle.L = &d.mu
 	var queue vulkan.Queue
 	vulkan.GetDeviceQueue(handle, pd.queueFamily, 0, &queue)
 	d.queue = queue
@@ -105,20 +161,6 @@ func (in *Instance) NewDevice(index int) (*Device, error) {
 	}
 	d.memTypes.Free() // the values are in the Go fields now; vulkan-go's C copy is not freed otherwise
 
-	var pool vulkan.CommandPool
-	poolInfo := vulkan.CommandPoolCreateInfo{
-		SType:            vulkan.StructureTypeCommandPoolCreateInfo,
-		Flags:            vulkan.CommandPoolCreateFlags(vulkan.CommandPoolCreateResetCommandBufferBit),
-		QueueFamilyIndex: pd.queueFamily,
-	}
-	defer poolInfo.Free()
-	err = check("vkCreateCommandPool", vulkan.CreateCommandPool(handle, &poolInfo, nil, &pool))
-	if err != nil {
-		d.Close()
-		return nil, err
-	}
-	d.pool = pool
-	objectCreated()
 	if err := d.openPipelineCache(); err != nil {
 		d.Close()
 		return nil, err
@@ -194,18 +236,25 @@ func (d *Device) savePipelineCache() error {
 
 // WaitIdle blocks until the device has finished all submitted work.
 func (d *Device) WaitIdle() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return errClosed
+	if err := d.enter(); err != nil {
+		return err
 	}
-	return check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle))
+	defer d.exit()
+	d.mu.Lock() // vkDeviceWaitIdle needs the queue externally synchronized
+	defer d.mu.Unlock()
+	err := check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle))
+	if err == nil {
+		for c := range d.inFlight {
+			d.retireLocked(c)
+		}
+	}
+	return err
 }
 
-var errClosed = errors.New("vk: device is closed")
-
-// Close waits for the device, destroys every buffer and kernel it still
-// owns, saves the pipeline cache and destroys the device. Safe to call twice.
+// Close waits for the operations inside the device and for its work in
+// flight, destroys every command buffer, buffer and kernel it still owns
+// (whatever their owners' state), saves the pipeline cache and destroys the
+// device. Safe to call twice and from any goroutine.
 func (d *Device) Close() error {
 	if d == nil {
 		return nil
@@ -216,10 +265,17 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
+	for d.active > 0 {
+		d.idle.Wait()
+	}
 	d.mu.Unlock()
+	// Nothing can enter now: the owner lists are ours alone.
 	var errs []error
 	if err := check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle)); err != nil {
 		errs = append(errs, err)
+	}
+	for c := range d.commands {
+		c.destroy()
 	}
 	for b := range d.buffers {
 		b.destroy()
@@ -227,15 +283,13 @@ func (d *Device) Close() error {
 	for k := range d.kernels {
 		k.destroy()
 	}
+	d.commands, d.inFlight, d.buffers, d.kernels = nil, nil, nil, nil
+	d.allocLog.live = 0
 	if err := d.savePipelineCache(); err != nil {
 		errs = append(errs, fmt.Errorf("vk: saving pipeline cache: %w", err))
 	}
 	if d.cache != nil {
 		vulkan.DestroyPipelineCache(d.handle, d.cache, nil)
-		objectDestroyed()
-	}
-	if d.pool != nil {
-		vulkan.DestroyCommandPool(d.handle, d.pool, nil)
 		objectDestroyed()
 	}
 	vulkan.DestroyDevice(d.handle, nil)

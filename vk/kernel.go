@@ -46,7 +46,7 @@ type Kernel struct {
 	setLay   vulkan.DescriptorSetLayout
 	pipeLay  vulkan.PipelineLayout
 	pipeline vulkan.Pipeline
-	sets     map[*DescriptorSet]struct{}
+	sets     map[*DescriptorSet]struct{} // guarded by dev.mu
 }
 
 // NewKernel builds a compute pipeline. On lavapipe the real shader compile
@@ -55,6 +55,10 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	if len(spec.SPIRV)%4 != 0 || len(spec.SPIRV) == 0 {
 		return nil, fmt.Errorf("vk: kernel %s: SPIR-V size %d is not a positive multiple of 4", spec.Name, len(spec.SPIRV))
 	}
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	defer d.exit()
 	k := &Kernel{dev: d, Spec: spec, sets: map[*DescriptorSet]struct{}{}}
 	code := make([]uint32, len(spec.SPIRV)/4)
 	for i := range code {
@@ -105,17 +109,28 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	return k, nil
 }
 
-// Close destroys the kernel and its descriptor sets.
+// Close destroys the kernel and its descriptor sets; work using them must
+// have finished. After the device's Close it is a no-op.
 func (k *Kernel) Close() {
 	if k == nil {
 		return
 	}
-	k.dev.mu.Lock()
-	delete(k.dev.kernels, k)
-	k.dev.mu.Unlock()
+	d := k.dev
+	if d.enter() != nil {
+		return
+	}
+	defer d.exit()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.kernels[k]; !ok {
+		return
+	}
+	delete(d.kernels, k)
 	k.destroy()
 }
 
+// destroy frees the kernel's objects; the caller holds dev.mu or is the
+// device's Close.
 func (k *Kernel) destroy() {
 	h := k.dev.handle
 	for s := range k.sets {
@@ -156,9 +171,10 @@ type Arg struct {
 // DescriptorSet is a set of buffers bound to a kernel's bindings, with its
 // own small pool so it can be freed on its own.
 type DescriptorSet struct {
-	kernel *Kernel
-	pool   vulkan.DescriptorPool
-	set    vulkan.DescriptorSet
+	kernel  *Kernel
+	pool    vulkan.DescriptorPool // guarded by kernel.dev.mu
+	set     vulkan.DescriptorSet
+	buffers []*Buffer // what the set binds, kept alive by submissions using it
 }
 
 // Bind creates a descriptor set with args[i] at binding i.
@@ -166,6 +182,27 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 	if len(args) != len(k.Spec.Bindings) {
 		return nil, fmt.Errorf("vk: kernel %s has %d bindings, got %d args", k.Spec.Name, len(k.Spec.Bindings), len(args))
 	}
+	for i, a := range args {
+		if a.Buffer == nil {
+			return nil, fmt.Errorf("vk: kernel %s binding %d: no buffer", k.Spec.Name, i)
+		}
+	}
+	d := k.dev
+	// Holding every buffer keeps a concurrent Close from freeing one while
+	// the set is written.
+	for i, a := range args {
+		if err := a.Buffer.hold(); err != nil {
+			for _, h := range args[:i] {
+				h.Buffer.release()
+			}
+			return nil, fmt.Errorf("vk: kernel %s binding %d: %w", k.Spec.Name, i, err)
+		}
+	}
+	defer func() {
+		for _, a := range args {
+			a.Buffer.release()
+		}
+	}()
 	counts := map[vulkan.DescriptorType]uint32{}
 	for _, t := range k.Spec.Bindings {
 		counts[t.descriptorType()]++
@@ -175,7 +212,6 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 		types = append(types, uint32(t))
 		sizes = append(sizes, n)
 	}
-	d := k.dev
 	pool, err := d.createDescriptorPool(types, sizes)
 	if err != nil {
 		return nil, err
@@ -189,11 +225,8 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 	}
 	s.set = set
 	descs := make([]descriptor, len(args))
+	d.mu.Lock() // texel views are cached per buffer
 	for i, a := range args {
-		if a.Buffer == nil || a.Buffer.handle == nil {
-			s.destroy()
-			return nil, fmt.Errorf("vk: kernel %s binding %d: no buffer", k.Spec.Name, i)
-		}
 		t := k.Spec.Bindings[i]
 		descs[i] = descriptor{kind: t.descriptorType()}
 		if t == UniformTexelR32F || t == UniformTexelRGBA32F {
@@ -203,6 +236,7 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 			}
 			view, err := a.Buffer.texelView(format, texel, a.Offset, a.Range)
 			if err != nil {
+				d.mu.Unlock()
 				s.destroy()
 				return nil, err
 			}
@@ -214,21 +248,35 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 			}
 			descs[i].buffer, descs[i].offset, descs[i].size = a.Buffer.handle, a.Offset, rng
 		}
+		s.buffers = append(s.buffers, a.Buffer)
 	}
+	d.mu.Unlock()
 	d.updateSet(set, descs)
+	d.mu.Lock()
 	k.sets[s] = struct{}{}
+	d.mu.Unlock()
 	return s, nil
 }
 
-// Close frees the set. The GPU must no longer use it.
+// Close frees the set; work using it must have finished. After the
+// device's Close it is a no-op.
 func (s *DescriptorSet) Close() {
-	if s == nil || s.pool == nil {
+	if s == nil {
 		return
 	}
+	d := s.kernel.dev
+	if d.enter() != nil {
+		return
+	}
+	defer d.exit()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	delete(s.kernel.sets, s)
 	s.destroy()
 }
 
+// destroy frees the set's pool; the caller holds dev.mu, owns s alone, or
+// is the device's Close.
 func (s *DescriptorSet) destroy() {
 	if s.pool != nil {
 		vulkan.DestroyDescriptorPool(s.kernel.dev.handle, s.pool, nil)

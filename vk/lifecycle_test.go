@@ -1,0 +1,232 @@
+package vk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/vkattn/vkattn/shaders"
+)
+
+// selftestKernel builds shaders/selftest.comp (out = in*factor + 7).
+func selftestKernel(t *testing.T, dev *Device) *Kernel {
+	t.Helper()
+	code, err := shaders.SPIRV("selftest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := dev.NewKernel(KernelSpec{
+		Name: "selftest", SPIRV: code, Bindings: []BindingType{StorageBuffer, StorageBuffer},
+		Spec: []int32{7}, PushSize: 8,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// closeTestDevice closes dev and inst and checks that nothing is left
+// alive and the validation layer said nothing.
+func closeTestDevice(t *testing.T, inst *Instance, dev *Device, before int64) {
+	t.Helper()
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	inst.Close()
+	if n := LiveObjects(); n != before {
+		t.Errorf("%d Vulkan objects alive after Close, want %d", n, before)
+	}
+	if msgs := ValidationMessages(); len(msgs) > 0 {
+		t.Errorf("validation messages:\n%v", msgs)
+	}
+}
+
+// TestBufferClosedWhileInFlight: a buffer closed while submitted work uses
+// it is freed only once that work is seen to finish; the commands then
+// refuse to run again, and everything is gone after the device's Close.
+func TestBufferClosedWhileInFlight(t *testing.T) {
+	before := LiveObjects()
+	inst, dev := openTestDevice(t)
+	k := selftestKernel(t, dev)
+	const n = 1 << 16
+	in, err := dev.NewBuffer(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := dev.NewBuffer(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := k.Bind([]Arg{{Buffer: in}, {Buffer: out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := recordSelftest(t, dev, k, set, selftestPush(2, n), n/64)
+	if err := cmds.Submit(); err != nil {
+		t.Fatal(err)
+	}
+	live := dev.AllocStats().Live
+	in.Close() // while (or just after) the dispatch reads it
+	if err := in.Write(0, make([]byte, 4)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Write to a closed buffer: %v, want ErrClosed", err)
+	}
+	if err := cmds.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := dev.AllocStats().Live; got != live-4*n {
+		t.Errorf("%d live bytes after the work finished, want %d (the closed buffer freed)", got, live-4*n)
+	}
+	if err := cmds.Submit(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Submit of commands using a closed buffer: %v, want ErrClosed", err)
+	}
+	cmds.Close()
+	in.Close() // twice is fine
+	closeTestDevice(t, inst, dev, before)
+}
+
+// TestObjectsAfterDeviceClose: the device's Close frees every object made
+// on it, open commands included; each object's own Close afterwards is a
+// no-op and every use returns ErrClosed.
+func TestObjectsAfterDeviceClose(t *testing.T) {
+	before := LiveObjects()
+	inst, dev := openTestDevice(t)
+	k := selftestKernel(t, dev)
+	in, _ := dev.NewBuffer(256)
+	out, _ := dev.NewBuffer(256)
+	set, err := k.Bind([]Arg{{Buffer: in}, {Buffer: out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	neverRun := recordSelftest(t, dev, k, set, selftestPush(1, 64), 1)
+	finished := recordSelftest(t, dev, k, set, selftestPush(1, 64), 1)
+	if err := finished.Submit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := finished.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := recordSelftest(t, dev, k, set, selftestPush(1, 64), 1)
+	if err := inFlight.Submit(); err != nil {
+		t.Fatal(err)
+	}
+	closeTestDevice(t, inst, dev, before)
+	for _, c := range []*Commands{neverRun, finished, inFlight} {
+		if err := c.Submit(); !errors.Is(err, ErrClosed) {
+			t.Errorf("Submit after the device's Close: %v, want ErrClosed", err)
+		}
+		if err := c.Wait(context.Background()); !errors.Is(err, ErrClosed) {
+			t.Errorf("Wait after the device's Close: %v, want ErrClosed", err)
+		}
+		c.Close()
+	}
+	if err := out.Read(0, make([]byte, 4)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Read after the device's Close: %v, want ErrClosed", err)
+	}
+	if _, err := dev.NewBuffer(16); !errors.Is(err, ErrClosed) {
+		t.Errorf("NewBuffer after the device's Close: %v, want ErrClosed", err)
+	}
+	set.Close()
+	k.Close()
+	in.Close()
+	out.Close()
+	if n := LiveObjects(); n != before {
+		t.Errorf("%d Vulkan objects alive after closing everything, want %d", n, before)
+	}
+}
+
+// TestConcurrentRecordingAndSubmission: goroutines record, submit and wait
+// on one device at once, each with its own buffers and one input shared by
+// all, and check their results; run under -race by `make test`.
+func TestConcurrentRecordingAndSubmission(t *testing.T) {
+	before := LiveObjects()
+	inst, dev := openTestDevice(t)
+	k := selftestKernel(t, dev)
+	const n = 256
+	shared, err := dev.NewBuffer(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(i)
+	}
+	if err := shared.WriteFloat32(0, x); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			errs <- selftestRounds(dev, k, shared, x, float32(g+1), 20)
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	closeTestDevice(t, inst, dev, before)
+}
+
+// selftestRounds binds in to a buffer of its own, runs the selftest kernel
+// with factor rounds times and checks every output.
+func selftestRounds(dev *Device, k *Kernel, in *Buffer, x []float32, factor float32, rounds int) error {
+	n := uint32(len(x))
+	for r := 0; r < rounds; r++ {
+		out, err := dev.NewBuffer(uint64(4 * n))
+		if err != nil {
+			return err
+		}
+		set, err := k.Bind([]Arg{{Buffer: in}, {Buffer: out}})
+		if err != nil {
+			return err
+		}
+		c, err := dev.NewCommands(2)
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			if err := c.Begin(); err != nil {
+				return err
+			}
+			if err := c.Push(k, selftestPush(factor, n)); err != nil {
+				return err
+			}
+			if err := c.Dispatch(k, set, [3]uint32{(n + 63) / 64, 1, 1}); err != nil {
+				return err
+			}
+			c.Barrier()
+			if err := c.End(); err != nil {
+				return err
+			}
+			if err := c.Submit(); err != nil {
+				return err
+			}
+			return c.Wait(context.Background())
+		}()
+		c.Close()
+		set.Close()
+		if err != nil {
+			out.Close()
+			return err
+		}
+		got := make([]float32, n)
+		err = out.ReadFloat32(0, got)
+		out.Close()
+		if err != nil {
+			return err
+		}
+		for i, g := range got {
+			if want := x[i]*factor + 7; g != want {
+				return fmt.Errorf("factor %v round %d: out[%d] = %v, want %v", factor, r, i, g, want)
+			}
+		}
+	}
+	return nil
+}
