@@ -1,6 +1,7 @@
 // Package weights reads named weight tensors from .npz (NumPy) and
 // .safetensors files, and assembles from them the parameters of PyTorch's
-// nn.MultiheadAttention and of additive (Bahdanau) attention.
+// nn.MultiheadAttention and of additive (Bahdanau) attention. ReadNPY,
+// the same .npy reader .npz members go through, reads single arrays.
 //
 // Values come back as float32: float64 is rounded (a finite value float32
 // cannot hold is an error), float16 and bfloat16 widened, bool read as 0
@@ -9,6 +10,7 @@
 package weights
 
 import (
+	"archive/zip"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -19,10 +21,10 @@ import (
 	"sort"
 	"strings"
 
-	"codeberg.org/sbinet/npyio/npy"
-	"codeberg.org/sbinet/npyio/npy/float16"
-	"codeberg.org/sbinet/npyio/npz"
 	"github.com/nlpodyssey/safetensors"
+	"github.com/x448/float16"
+
+	"github.com/vkattn/vkattn/internal/filekind"
 )
 
 var (
@@ -53,23 +55,44 @@ const maxElements = math.MaxInt32
 
 // Load reads every tensor of a .npz or .safetensors file, told apart by
 // their content (a zip archive is .npz), not by the file name. .npz member
-// names lose their ".npy" suffix, as numpy.load shows them.
+// names lose their ".npy" suffix, as numpy.load shows them. The file must
+// be a regular file: a .npz is read in place, a member at a time.
 func Load(path string) (map[string]Tensor, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	ts, err := decode(data)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is %s; a weights file must be a regular file", ErrUnsupported, path, filekind.Describe(st.Mode()))
+	}
+	ts, err := decodeAt(f, st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return ts, nil
 }
 
-// decode reads the content of a .npz (a zip archive) or .safetensors file.
+// decode reads the content of a .npz or .safetensors file held in memory.
 func decode(data []byte) (map[string]Tensor, error) {
-	if bytes.HasPrefix(data, []byte("PK\x03\x04")) || bytes.HasPrefix(data, []byte("PK\x05\x06")) {
-		return decodeNPZ(data)
+	return decodeAt(bytes.NewReader(data), int64(len(data)))
+}
+
+// decodeAt reads a .npz (a zip archive) or .safetensors file of size bytes.
+func decodeAt(r io.ReaderAt, size int64) (map[string]Tensor, error) {
+	var magic [4]byte
+	n, _ := r.ReadAt(magic[:], 0)
+	if m := string(magic[:n]); m == "PK\x03\x04" || m == "PK\x05\x06" {
+		return decodeNPZ(r, size)
+	}
+	// The safetensors library parses a whole file in memory.
+	data := make([]byte, size)
+	if _, err := io.ReadFull(io.NewSectionReader(r, 0, size), data); err != nil {
+		return nil, fmt.Errorf("reading: %w", err)
 	}
 	return decodeSafetensors(data)
 }
@@ -79,36 +102,19 @@ func formatErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrFormat, fmt.Sprintf(format, args...))
 }
 
-func decodeNPZ(data []byte) (ts map[string]Tensor, err error) {
-	// Neither library below should panic on bad input, but a weights file
-	// is untrusted: any panic becomes an error.
-	defer func() {
-		if r := recover(); r != nil {
-			ts, err = nil, formatErr("not a valid .npz file (%v)", r)
-		}
-	}()
-	zr, err := npz.NewReader(bytes.NewReader(data), int64(len(data)))
+// decodeNPZ reads every member of a .npz archive as a .npy array.
+func decodeNPZ(r io.ReaderAt, size int64) (map[string]Tensor, error) {
+	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return nil, formatErr("not a valid .npz file: %v", err)
 	}
-	ts = make(map[string]Tensor, len(zr.Keys()))
-	for _, key := range zr.Keys() {
-		name := strings.TrimSuffix(key, ".npy")
+	ts := make(map[string]Tensor, len(zr.File))
+	for _, f := range zr.File {
+		name := strings.TrimSuffix(f.Name, ".npy")
 		if _, dup := ts[name]; dup {
 			return nil, formatErr("array %q appears twice", name)
 		}
-		rc, err := zr.Open(key)
-		if err != nil {
-			return nil, formatErr("array %q: %v", name, err)
-		}
-		// ReadAll grows with the data actually decompressed, and the zip
-		// reader checks the CRC at the end, so truncation is caught here.
-		b, err := io.ReadAll(io.LimitReader(rc, 1<<16+8*maxElements+1))
-		rc.Close()
-		if err != nil {
-			return nil, formatErr("array %q: %v", name, err)
-		}
-		t, err := decodeNPY(b)
+		t, err := readMember(f)
 		if err != nil {
 			return nil, fmt.Errorf("array %q: %w", name, err)
 		}
@@ -117,99 +123,41 @@ func decodeNPZ(data []byte) (ts map[string]Tensor, err error) {
 	return ts, nil
 }
 
-// decodeNPY parses one .npy member. npyio parses the header and the data;
-// the preamble, header and data size are checked here first, because npyio
-// trusts them (a truncated header would make it index out of range).
-func decodeNPY(data []byte) (t Tensor, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			t, err = Tensor{}, formatErr("malformed .npy header (%v)", r)
-		}
-	}()
-	if len(data) < 10 || string(data[:6]) != "\x93NUMPY" {
-		return t, formatErr("missing the \\x93NUMPY magic")
+// readMember decodes one .npz member. The zip directory's uncompressed
+// size must be what the .npy header needs, so a member that would inflate
+// to more (a zip bomb) fails after its header, not after inflating; the zip
+// reader itself refuses to inflate past the declared size.
+func readMember(f *zip.File) (Tensor, error) {
+	if f.UncompressedSize64 > uint64(12+maxHeaderBytes+maxDataBytes) {
+		return Tensor{}, formatErr("the zip directory says it inflates to %d bytes, more than a .npy array may hold", f.UncompressedSize64)
 	}
-	var hdrEnd int
-	switch data[6] {
-	case 1:
-		hdrEnd = 10 + int(binary.LittleEndian.Uint16(data[8:10]))
-	case 2:
-		if len(data) < 12 {
-			return t, formatErr("truncated .npy header")
-		}
-		hdrEnd = 12 + int(binary.LittleEndian.Uint32(data[8:12]))
-	default:
-		return t, formatErr(".npy format version %d.%d is not supported", data[6], data[7])
-	}
-	if hdrEnd > len(data) || hdrEnd < 0 {
-		return t, formatErr(".npy header is truncated")
-	}
-	if bytes.IndexByte(data[:hdrEnd], '\n') < 0 || bytes.IndexByte(data[:hdrEnd], '}') < 0 {
-		return t, formatErr(".npy header is not a dictionary ending in a newline")
-	}
-	r, err := npy.NewReader(bytes.NewReader(data))
+	rc, err := f.Open()
 	if err != nil {
-		return t, formatErr("%v", err)
+		return Tensor{}, formatErr("%v", err)
 	}
-	h := r.Header.Descr
-	t.Shape = h.Shape
-	if t.Shape == nil {
-		t.Shape = []int{}
+	defer rc.Close()
+	a, err := decodeNPY(rc, int64(f.UncompressedSize64), false)
+	switch {
+	case errors.Is(err, ErrFormat):
+		return Tensor{}, fmt.Errorf("not a valid .npy member: %w", err)
+	case errors.Is(err, zip.ErrFormat):
+		// What the zip reader says when a member inflates past its size.
+		return Tensor{}, formatErr("inflates past the %d bytes its zip entry declares", f.UncompressedSize64)
+	case err != nil:
+		// A damaged deflate stream or a CRC mismatch.
+		return Tensor{}, formatErr("%v", err)
 	}
-	n, err := elements(t.Shape)
-	if err != nil {
-		return t, err
+	t := Tensor{Shape: a.Shape, DType: a.Descr, Data: a.F32}
+	if typ, ok := parseDescr(a.Descr); ok {
+		t.DType = typ.dtype
 	}
-	descr := strings.Trim(h.Type, `'" `)
-	var size int
-	switch descr {
-	case "<f4", ">f4", "=f4":
-		t.DType, size = "F32", 4
-	case "<f8", ">f8", "=f8":
-		t.DType, size = "F64", 8
-	case "|b1", "b1", "?":
-		t.DType, size = "BOOL", 1
-	default:
-		t.DType = descr
-		return t, nil // kept, without data: only a weight that needs it fails.
-	}
-	if got := int64(len(data) - hdrEnd); got != int64(n)*int64(size) {
-		return t, formatErr("shape %v of %s needs %d data bytes, the array has %d", t.Shape, descr, int64(n)*int64(size), got)
-	}
-	switch size {
-	case 4:
-		t.Data = make([]float32, 0, n)
-		if n > 0 {
-			err = r.Read(&t.Data)
-		}
-	case 8:
-		var f64 []float64
-		if n > 0 {
-			err = r.Read(&f64)
-		}
-		if err == nil {
-			t.Data, err = Narrow(f64)
-		}
-	case 1:
-		var bs []bool
-		if n > 0 {
-			err = r.Read(&bs)
-		}
-		t.Data = make([]float32, len(bs))
-		for i, b := range bs {
+	if a.Bools != nil {
+		t.Data = make([]float32, len(a.Bools))
+		for i, b := range a.Bools {
 			if b {
 				t.Data[i] = 1
 			}
 		}
-	}
-	if err != nil {
-		return t, formatErr("%v", err)
-	}
-	if len(t.Data) != n {
-		return t, formatErr("read %d values, shape %v needs %d", len(t.Data), t.Shape, n)
-	}
-	if h.Fortran && len(t.Shape) > 1 {
-		t.Data = FromFortran(t.Data, t.Shape)
 	}
 	return t, nil
 }
@@ -259,13 +207,11 @@ func decodeSafetensors(data []byte) (ts map[string]Tensor, err error) {
 			case safetensors.F32:
 				t.Data[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 			case safetensors.F64:
-				v := math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
-				t.Data[i] = float32(v)
-				if math.IsInf(float64(t.Data[i]), 0) && !math.IsInf(v, 0) {
-					return nil, formatErr("tensor %q: float64 value %d (%g) is outside the float32 range", nv.Name, i, v)
+				if t.Data[i], err = narrow(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))); err != nil {
+					return nil, formatErr("tensor %q: value %d: %v", nv.Name, i, err)
 				}
 			case safetensors.F16:
-				t.Data[i] = float16.Float16Frombits(binary.LittleEndian.Uint16(raw[2*i:])).Float32()
+				t.Data[i] = float16.Frombits(binary.LittleEndian.Uint16(raw[2*i:])).Float32()
 			case safetensors.BF16:
 				t.Data[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
 			case safetensors.BOOL:
@@ -300,12 +246,21 @@ func elements(shape []int) (int, error) {
 func Narrow(x []float64) ([]float32, error) {
 	out := make([]float32, len(x))
 	for i, v := range x {
-		out[i] = float32(v)
-		if math.IsInf(float64(out[i]), 0) && !math.IsInf(v, 0) {
-			return nil, fmt.Errorf("float64 value %d (%g) is outside the float32 range", i, v)
+		var err error
+		if out[i], err = narrow(v); err != nil {
+			return nil, fmt.Errorf("value %d: %w", i, err)
 		}
 	}
 	return out, nil
+}
+
+// narrow is one value of Narrow.
+func narrow(v float64) (float32, error) {
+	x := float32(v)
+	if math.IsInf(float64(x), 0) && !math.IsInf(v, 0) {
+		return 0, fmt.Errorf("float64 value %g is outside the float32 range", v)
+	}
+	return x, nil
 }
 
 // FromFortran reorders column-major (NumPy fortran_order) data of the given

@@ -241,7 +241,6 @@ func TestLoadErrors(t *testing.T) {
 		"header past end":  []byte("\x93NUMPY\x01\x00\xff\x00{'descr'"),
 		"no newline":       append([]byte("\x93NUMPY\x01\x00\x04\x00"), "{ab}"...),
 		"no dict":          npyBytes("nothing here", nil),
-		"key order":        npyBytes("{'shape': (1,), 'fortran_order': False, 'descr': '<f4', }", f32Bytes(1)),
 		"bad shape":        npyBytes(npyDict("<f4", false)+"x", nil),
 		"shape text":       npyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (a, 2), }", nil),
 		"bad order":        npyBytes("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", f32Bytes(1)),

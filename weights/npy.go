@@ -1,0 +1,452 @@
+package weights
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/x448/float16"
+
+	"github.com/vkattn/vkattn/internal/filekind"
+)
+
+// maxDataBytes bounds the data one .npy array may promise: 4 GiB, the most
+// a Vulkan storage buffer can address (maxStorageBufferRange is 32-bit). A
+// regular file must also hold what it promises; this bound is what stops
+// an endless stream (a pipe, a device) from filling memory.
+const maxDataBytes int64 = 4 << 30
+
+// maxHeaderBytes bounds the header dictionary (NumPy's own reader refuses
+// more than 10000 bytes by default).
+const maxHeaderBytes = 1 << 20
+
+// Array is the content of one .npy file, row-major: Fortran-ordered data
+// is reordered.
+type Array struct {
+	// Shape as stored; empty for a scalar.
+	Shape []int
+	// Descr is the header's dtype, e.g. "<f4".
+	Descr string
+	// F32 holds float data (float32; float64 narrowed; float16 widened),
+	// nil for any other dtype.
+	F32 []float32
+	// Bools holds bool data, nil for any other dtype.
+	Bools []bool
+}
+
+// npyError is what is wrong with a .npy file or member; callers add which
+// one. It matches ErrFormat.
+type npyError struct{ msg string }
+
+func (e *npyError) Error() string        { return e.msg }
+func (e *npyError) Is(target error) bool { return target == ErrFormat }
+
+func npyErr(format string, args ...any) error {
+	return &npyError{fmt.Sprintf(format, args...)}
+}
+
+// ReadNPY reads a .npy file of float32, float64 (narrowed to float32, a
+// finite value out of float32's range is an error), float16 or bool values.
+// It reads the header, then exactly the data the header promises: never
+// more than a regular file holds or maxDataBytes from a pipe or device.
+func ReadNPY(path string) (*Array, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size, prealloc := int64(-1), false
+	switch {
+	case st.Mode().IsRegular():
+		size, prealloc = st.Size(), true
+	case st.IsDir():
+		return nil, fmt.Errorf("%s is %s, not a .npy file", path, filekind.Describe(st.Mode()))
+	}
+	a, err := decodeNPY(f, size, prealloc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a valid .npy file: %w", path, err)
+	}
+	if a.F32 == nil && a.Bools == nil {
+		return nil, fmt.Errorf("%w: %s: dtype %s is not supported: want float32, float64, float16 or bool", ErrUnsupported, path, a.Descr)
+	}
+	return a, nil
+}
+
+// npyType is how a supported dtype is stored.
+type npyType struct {
+	dtype string // Tensor.DType
+	size  int    // bytes per value
+	order binary.ByteOrder
+}
+
+// parseDescr maps a header dtype to its storage; ok is false for a dtype
+// this package does not read ('=' is taken as little-endian, the order of
+// every machine vkattn runs on).
+func parseDescr(descr string) (t npyType, ok bool) {
+	switch descr {
+	case "|b1", "b1", "?", "|?":
+		return npyType{"BOOL", 1, binary.LittleEndian}, true
+	}
+	if len(descr) != 3 {
+		return t, false
+	}
+	switch descr[0] {
+	case '<', '=':
+		t.order = binary.LittleEndian
+	case '>':
+		t.order = binary.BigEndian
+	default:
+		return t, false
+	}
+	switch descr[1:] {
+	case "f2":
+		t.dtype, t.size = "F16", 2
+	case "f4":
+		t.dtype, t.size = "F32", 4
+	case "f8":
+		t.dtype, t.size = "F64", 8
+	default:
+		return t, false
+	}
+	return t, true
+}
+
+// decodeNPY reads one .npy array from r: the preamble and header, then, for
+// a dtype it reads, exactly the data the header promises, then checks that
+// r ends there. size is what r holds if known (a file's size, a zip
+// member's declared size), else -1; the header must agree with it. Only
+// with prealloc (size is a regular file's) is the data allocated in one go;
+// otherwise memory grows with the data actually read, so a size that lies
+// costs nothing. For a dtype it does not read, only the header is read.
+func decodeNPY(r io.Reader, size int64, prealloc bool) (*Array, error) {
+	var pre [12]byte
+	n, err := io.ReadFull(r, pre[:8])
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	const magic = "\x93NUMPY"
+	switch {
+	case n == 0:
+		return nil, npyErr("empty, not even the \\x93NUMPY magic")
+	case string(pre[:min(n, 6)]) != magic[:min(n, 6)]:
+		return nil, npyErr("missing the \\x93NUMPY magic")
+	case n < 8:
+		return nil, npyErr("truncated after %d bytes, within the preamble", n)
+	}
+	pl := 10 // preamble length
+	switch pre[6] {
+	case 1:
+	case 2:
+		pl = 12
+	default:
+		return nil, npyErr("format version %d.%d is not supported (1.0 or 2.0)", pre[6], pre[7])
+	}
+	if _, err := io.ReadFull(r, pre[8:pl]); err != nil {
+		return nil, readErr(err, "the header length")
+	}
+	var hdrLen int64
+	if pl == 10 {
+		hdrLen = int64(binary.LittleEndian.Uint16(pre[8:10]))
+	} else {
+		hdrLen = int64(binary.LittleEndian.Uint32(pre[8:12]))
+	}
+	if hdrLen > maxHeaderBytes {
+		return nil, npyErr("header length %d is more than the %d bytes allowed", hdrLen, maxHeaderBytes)
+	}
+	if size >= 0 && int64(pl)+hdrLen > size {
+		return nil, npyErr("header length %d runs past the end (%d bytes in all)", hdrLen, size)
+	}
+	hdr := make([]byte, hdrLen)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return nil, readErr(err, "the header")
+	}
+	h, err := parseHeader(string(hdr))
+	if err != nil {
+		return nil, err
+	}
+	a := &Array{Shape: h.shape, Descr: h.descr}
+	typ, ok := parseDescr(h.descr)
+	if !ok {
+		return a, nil
+	}
+	elems, err := elements(h.shape)
+	if err != nil {
+		return nil, npyErr("shape %v has more than %d elements", h.shape, maxElements)
+	}
+	want := int64(elems) * int64(typ.size)
+	switch {
+	case want > maxDataBytes:
+		return nil, npyErr("shape %v of %s promises %d data bytes, more than the %d GiB allowed", h.shape, h.descr, want, maxDataBytes>>30)
+	case size >= 0 && int64(pl)+hdrLen+want != size:
+		return nil, npyErr("shape %v of %s needs %d data bytes, there are %d", h.shape, h.descr, want, size-int64(pl)-hdrLen)
+	}
+	if err := readValues(r, a, typ, elems, prealloc); err != nil {
+		return nil, err
+	}
+	// The zip reader checks a member's CRC only at its end, so look for it
+	// even when the size is known.
+	var one [1]byte
+	switch _, err := io.ReadFull(r, one[:]); {
+	case err == nil:
+		return nil, npyErr("data continues past the %d bytes shape %v of %s needs", want, h.shape, h.descr)
+	case !errors.Is(err, io.EOF):
+		return nil, err
+	}
+	if h.fortran && len(h.shape) > 1 {
+		a.F32 = FromFortran(a.F32, h.shape)
+		a.Bools = FromFortran(a.Bools, h.shape)
+	}
+	return a, nil
+}
+
+// readErr describes a failed read of what (part of the file); running out
+// of bytes is a format error.
+func readErr(err error, what string) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return npyErr("truncated within %s", what)
+	}
+	return fmt.Errorf("reading %s: %w", what, err)
+}
+
+// readValues reads n values of typ from r into a.F32 or a.Bools, a chunk at
+// a time.
+func readValues(r io.Reader, a *Array, typ npyType, n int, prealloc bool) error {
+	const chunk = 1 << 16 // bytes, a multiple of every value size
+	capacity := n
+	if !prealloc {
+		capacity = min(n, chunk)
+	}
+	if typ.dtype == "BOOL" {
+		a.Bools = make([]bool, 0, capacity)
+	} else {
+		a.F32 = make([]float32, 0, capacity)
+	}
+	buf := make([]byte, min(int64(n)*int64(typ.size), chunk))
+	for done := 0; done < n; {
+		b := buf[:min(len(buf), (n-done)*typ.size)]
+		if _, err := io.ReadFull(r, b); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return npyErr("data is truncated: shape %v of %s needs %d bytes", a.Shape, a.Descr, int64(n)*int64(typ.size))
+			}
+			return fmt.Errorf("reading the data: %w", err)
+		}
+		for i := 0; i < len(b); i += typ.size {
+			switch typ.size {
+			case 1:
+				a.Bools = append(a.Bools, b[i] != 0)
+			case 2:
+				a.F32 = append(a.F32, float16.Frombits(typ.order.Uint16(b[i:])).Float32())
+			case 4:
+				a.F32 = append(a.F32, math.Float32frombits(typ.order.Uint32(b[i:])))
+			case 8:
+				v := math.Float64frombits(typ.order.Uint64(b[i:]))
+				x, err := narrow(v)
+				if err != nil {
+					return npyErr("value %d: %v", done+i/8, err)
+				}
+				a.F32 = append(a.F32, x)
+			}
+		}
+		done += len(b) / typ.size
+	}
+	return nil
+}
+
+// npyHeader is the header dictionary of a .npy file.
+type npyHeader struct {
+	descr   string
+	fortran bool
+	shape   []int
+}
+
+// parseHeader parses the header: a Python dict literal with exactly the
+// keys descr (a dtype string), fortran_order (True or False) and shape (a
+// tuple of integers), padded with spaces and ending in a newline. Any
+// other content (a structured dtype, an extra key) is described as an
+// error.
+func parseHeader(s string) (npyHeader, error) {
+	var h npyHeader
+	if !strings.HasSuffix(s, "\n") {
+		return h, npyErr("header does not end with a newline")
+	}
+	p := &dictParser{s: s}
+	p.space()
+	if !p.eat('{') {
+		return h, npyErr("header is not a dict: it starts with %q", p.rest(10))
+	}
+	seen := map[string]bool{}
+	for {
+		p.space()
+		if p.eat('}') {
+			break
+		}
+		if p.done() {
+			return h, npyErr("header dict is not terminated")
+		}
+		key, err := p.str("a key")
+		if err != nil {
+			return h, err
+		}
+		if seen[key] {
+			return h, npyErr("key %q appears twice in the header dict", key)
+		}
+		seen[key] = true
+		p.space()
+		if !p.eat(':') {
+			return h, npyErr("header dict: no ':' after key %q", key)
+		}
+		p.space()
+		switch key {
+		case "descr":
+			if p.peek() == '[' {
+				return h, npyErr("descr is a list: structured dtypes are not supported")
+			}
+			h.descr, err = p.str("the descr value")
+		case "fortran_order":
+			switch {
+			case strings.HasPrefix(p.s[p.i:], "True"):
+				h.fortran, p.i = true, p.i+4
+			case strings.HasPrefix(p.s[p.i:], "False"):
+				p.i += 5
+			default:
+				err = npyErr("fortran_order is %q, want True or False", p.rest(10))
+			}
+		case "shape":
+			h.shape, err = p.tuple()
+		default:
+			err = npyErr("unknown key %q in the header dict (want descr, fortran_order and shape)", key)
+		}
+		if err != nil {
+			return h, err
+		}
+		p.space()
+		if !p.eat(',') && p.peek() != '}' {
+			if p.done() {
+				return h, npyErr("header dict is not terminated")
+			}
+			return h, npyErr("header dict: %q after the %s value, want ',' or '}'", p.rest(10), key)
+		}
+	}
+	if p.space(); !p.done() {
+		return h, npyErr("header has %q after the dict", p.rest(10))
+	}
+	for _, k := range []string{"descr", "fortran_order", "shape"} {
+		if !seen[k] {
+			return h, npyErr("%s field missing from the header dict", k)
+		}
+	}
+	return h, nil
+}
+
+// dictParser walks the header text; i is the next byte.
+type dictParser struct {
+	s string
+	i int
+}
+
+func (p *dictParser) done() bool { return p.i >= len(p.s) }
+
+func (p *dictParser) peek() byte {
+	if p.done() {
+		return 0
+	}
+	return p.s[p.i]
+}
+
+func (p *dictParser) eat(c byte) bool {
+	if p.peek() == c && !p.done() {
+		p.i++
+		return true
+	}
+	return false
+}
+
+func (p *dictParser) space() {
+	for !p.done() && strings.IndexByte(" \t\r\n", p.s[p.i]) >= 0 {
+		p.i++
+	}
+}
+
+// rest is up to n bytes from the current position, for messages.
+func (p *dictParser) rest(n int) string {
+	return p.s[p.i:min(len(p.s), p.i+n)]
+}
+
+// str parses a quoted string without escapes (a dtype or key needs none).
+func (p *dictParser) str(what string) (string, error) {
+	q := p.peek()
+	if q != '\'' && q != '"' {
+		if p.done() {
+			return "", npyErr("header dict is not terminated")
+		}
+		return "", npyErr("header dict: %s is not a quoted string: %q", what, p.rest(10))
+	}
+	end := strings.IndexByte(p.s[p.i+1:], q)
+	if end < 0 {
+		return "", npyErr("header dict: %s has no closing quote", what)
+	}
+	v := p.s[p.i+1 : p.i+1+end]
+	if strings.ContainsAny(v, "\\\n") {
+		return "", npyErr("header dict: %s %q has an escape or a newline", what, v)
+	}
+	p.i += end + 2
+	return v, nil
+}
+
+// tuple parses the shape: "()", "(n,)" or "(n, m, ...)" with an optional
+// trailing comma; Python 2 wrote long integers with an L suffix.
+func (p *dictParser) tuple() ([]int, error) {
+	if !p.eat('(') {
+		return nil, npyErr("shape is not a tuple: %q", p.rest(10))
+	}
+	shape := []int{}
+	comma := false // the last extent had a comma after it
+	for {
+		p.space()
+		if p.eat(')') {
+			if len(shape) == 1 && !comma {
+				return nil, npyErr("shape (%d) is not a tuple: a one-element tuple needs a trailing comma", shape[0])
+			}
+			return shape, nil
+		}
+		start := p.i
+		p.eat('-')
+		for !p.done() && p.s[p.i] >= '0' && p.s[p.i] <= '9' {
+			p.i++
+		}
+		digits := p.s[start:p.i]
+		if digits == "" || digits == "-" {
+			if p.done() {
+				return nil, npyErr("shape tuple is not terminated")
+			}
+			return nil, npyErr("shape has %q where an integer should be", p.rest(10))
+		}
+		if p.peek() == 'L' || p.peek() == 'l' {
+			p.i++
+		}
+		v, err := strconv.Atoi(digits)
+		switch {
+		case err != nil:
+			return nil, npyErr("shape extent %s is too large", digits)
+		case v < 0:
+			return nil, npyErr("shape has a negative extent %d", v)
+		}
+		shape = append(shape, v)
+		p.space()
+		if comma = p.eat(','); !comma && p.peek() != ')' {
+			if p.done() {
+				return nil, npyErr("shape tuple is not terminated")
+			}
+			return nil, npyErr("shape has %q after an extent, want ',' or ')'", p.rest(10))
+		}
+	}
+}
