@@ -369,7 +369,9 @@ func attentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) []byte {
 		bm[0], bm[1], bm[2], bm[3],
 	}
 	scaling := make([]byte, 16)
-	binary.LittleEndian.PutUint32(scaling, math.Float32bits(float32(x.Scale*math.Log2E)))
+	// The scale alone: the shader scales each dot product once, then
+	// converts to base 2 (pre-scaling q would break exact ties).
+	binary.LittleEndian.PutUint32(scaling, math.Float32bits(float32(x.Scale)))
 	out := append(int32Bytes(ints), scaling...)
 	out = append(out, int32Bytes([]int{p.Splits, p.SplitKeys, p.RowBlocks, x.H})...)
 	out = append(out, int32Bytes([]int{c.mask, c.boolMask, c.b0, c.batch})...)

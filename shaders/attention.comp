@@ -102,7 +102,7 @@ layout(std430, binding = 11) readonly buffer WaBuf { float waData[]; }; // w_a, 
 vec4 wa[D4]; // w_a, zero past d_k
 #endif
 
-vec4 q[ROWS * D4];   // query rows, pre-multiplied by scale*log2(e)
+vec4 q[ROWS * D4];   // query rows as stored (scaling them first would break exact ties)
 vec4 acc[ROWS * D4]; // unnormalised output rows
 float sc[ROWS];      // scores of the current key, base-2 exponent units
 int rowOf[ROWS];  // query position of each row (clamped into range)
@@ -173,11 +173,9 @@ void keyScores(int j, int keyEnd) {
                 add += LOAD_PAD((P.chunk.z + b) * S + jc);
             }
         }
-#ifdef ADDITIVE
-        float e = (sc[r] + add) * LOG2E;
-#else
-        float e = sc[r] + add * LOG2E;
-#endif
+        // The dot product of the stored values, scaled once, then in base 2:
+        // equal dot products give equal scores (spec §7, exact ties).
+        float e = (sc[r] * P.scaling.x + add) * LOG2E;
         sc[r] = (ok && e != NEG_INF) ? e : NEG_INF;
     }
 }
@@ -241,7 +239,6 @@ void main() {
 #endif
 
 #ifdef ADDITIVE
-    float scale2 = 1.0; // additive scores have no scale; keyScores converts to base 2
     [[unroll]] for (int c = 0; c < D4; c++) {
         wa[c] = vec4(0.0);
         [[unroll]] for (int t = 0; t < 4; t++) {
@@ -250,13 +247,11 @@ void main() {
             }
         }
     }
-#else
-    float scale2 = P.scaling.x;
 #endif
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         int qBase = P.offsets.x + b * P.qStride.x + headOf[r] * P.qStride.y + rowOf[r] * P.qStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {
-            q[r * D4 + c] = LOAD4(Qt, qBase, c, DK) * scale2;
+            q[r * D4 + c] = LOAD4(Qt, qBase, c, DK);
             acc[r * D4 + c] = vec4(0.0);
         }
     }

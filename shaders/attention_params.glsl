@@ -11,7 +11,7 @@ layout(std140, binding = 0) uniform Params {
     ivec4 oStride;  // b, h, l
     ivec4 mStride;  // additive mask b, h, l, s
     ivec4 bStride;  // boolean mask b, h, l, s
-    vec4 scaling;   // x = scale * log2(e)
+    vec4 scaling;   // x = scale (1 for additive scores)
     ivec4 split;    // split-K: splits, keys per split, row blocks per KV head, query heads
     // A call too large for one binding runs as chunks of batch items and
     // KV heads, each bound through its own buffer windows: element offsets
