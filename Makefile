@@ -7,11 +7,15 @@ deps:
 	@tools/deps.sh
 
 # SPIR-V freshness, go vet, then the whole suite with the Vulkan validation
-# layer on (any validation message fails it).
+# layer on (any validation message fails it), then the tests of a device
+# shared by goroutines and closed under load again under the race detector.
+RACE_TESTS = Concurrent|Cancelled|AfterDeviceClose|InFlight
+
 test: deps
 	tools/glslc.sh --check
 	$(GO) vet ./...
 	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 40m ./...
+	VKATTN_VALIDATION=1 $(GO) test -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
 
 demo: deps
 	$(GO) run ./cmd/vkattn demo

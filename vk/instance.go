@@ -1,7 +1,9 @@
 package vk
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"unsafe"
@@ -10,6 +12,22 @@ import (
 )
 
 const validationLayer = "VK_LAYER_KHRONOS_validation"
+
+// ErrNoDriver is wrapped by the error of an instance or device choice when
+// the Vulkan loader finds no driver (or none with a compute queue).
+var ErrNoDriver = errors.New("vk: no Vulkan driver found")
+
+// noDriverHint says how to get a driver.
+func noDriverHint() string {
+	hint := "install your GPU vendor's Vulkan driver, or Mesa's CPU driver lavapipe " +
+		"(Debian/Ubuntu: apt-get install mesa-vulkan-drivers)"
+	for _, env := range []string{"VK_ICD_FILENAMES", "VK_DRIVER_FILES"} {
+		if v, ok := os.LookupEnv(env); ok {
+			hint += fmt.Sprintf("; %s=%q must name a driver's JSON manifest (unset it to search the usual places)", env, v)
+		}
+	}
+	return hint
+}
 
 // Instance owns a VkInstance and, with validation on, its debug callback.
 type Instance struct {
@@ -82,6 +100,10 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 		layer, extension = validationLayer, "VK_EXT_debug_report"
 	}
 	handle, err := createInstance(vulkan.MakeVersion(1, 1, 0), layer, extension)
+	var verr *Error
+	if errors.As(err, &verr) && verr.Result == vulkan.ErrorIncompatibleDriver {
+		return nil, fmt.Errorf("%w: %s (%v)", ErrNoDriver, noDriverHint(), err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +246,7 @@ func (in *Instance) DefaultDevice() (int, error) {
 		}
 	}
 	if best < 0 {
-		return 0, fmt.Errorf("vk: no Vulkan device with a compute queue found")
+		return 0, fmt.Errorf("%w: no device with a compute queue; %s", ErrNoDriver, noDriverHint())
 	}
 	return best, nil
 }

@@ -3,30 +3,19 @@
 package vk
 
 import (
-	"os"
-	"runtime"
-	"runtime/debug"
-	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/vkattn/vkattn/internal/resident"
 )
 
-// residentBytes is the process's resident memory after a collection that
-// returns freed Go memory to the OS, so what remains growing is C memory.
+// residentBytes is the process's resident memory (see package resident).
 func residentBytes(t *testing.T) int64 {
 	t.Helper()
-	runtime.GC()
-	debug.FreeOSMemory()
-	b, err := os.ReadFile("/proc/self/statm") // Linux only (the build tag)
+	n, err := resident.Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fields := strings.Fields(string(b))
-	pages, err := strconv.ParseInt(fields[1], 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pages * int64(os.Getpagesize())
+	return n
 }
 
 // TestPerCallObjectsDoNotLeak creates and frees what every unprepared call

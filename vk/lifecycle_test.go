@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 
@@ -229,4 +232,33 @@ func selftestRounds(dev *Device, k *Kernel, in *Buffer, x []float32, factor floa
 		}
 	}
 	return nil
+}
+
+// TestNoDriverMessage: with no driver to load (VK_ICD_FILENAMES naming no
+// file, in a child process) the error says so and how to get one.
+func TestNoDriverMessage(t *testing.T) {
+	if os.Getenv("VKATTN_SUBPROCESS") != t.Name() {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "VKATTN_SUBPROCESS="+t.Name(),
+			"VK_ICD_FILENAMES=/nonexistent/icd.json", "VK_DRIVER_FILES=/nonexistent/icd.json")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+			t.Fatalf("%s in a subprocess: %v\n%s", t.Name(), err, out)
+		}
+		return
+	}
+	inst, err := NewInstance(InstanceConfig{})
+	if err == nil {
+		_, err = inst.DefaultDevice()
+		inst.Close()
+	}
+	if !errors.Is(err, ErrNoDriver) {
+		t.Fatalf("no driver: %v, want ErrNoDriver", err)
+	}
+	for _, want := range []string{"no Vulkan driver", "mesa-vulkan-drivers", "VK_ICD_FILENAMES"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("no-driver error %q does not mention %q", err, want)
+		}
+	}
+	t.Log(err)
 }
