@@ -39,15 +39,19 @@ type Array struct {
 	Bools []bool
 }
 
-// npyError is what is wrong with a .npy file or member; callers add which
-// one. It matches ErrFormat.
-type npyError struct{ msg string }
+// kindError is an error that matches kind (ErrFormat, ErrUnsupported)
+// without showing its text, so that callers can put the file name first.
+type kindError struct {
+	msg  string
+	kind error
+}
 
-func (e *npyError) Error() string        { return e.msg }
-func (e *npyError) Is(target error) bool { return target == ErrFormat }
+func (e *kindError) Error() string        { return e.msg }
+func (e *kindError) Is(target error) bool { return target == e.kind }
 
+// npyErr is what is wrong with a .npy file or member; callers add which.
 func npyErr(format string, args ...any) error {
-	return &npyError{fmt.Sprintf(format, args...)}
+	return &kindError{fmt.Sprintf(format, args...), ErrFormat}
 }
 
 // ReadNPY reads a .npy file of float32, float64 (narrowed to float32, a
@@ -76,7 +80,7 @@ func ReadNPY(path string) (*Array, error) {
 		return nil, fmt.Errorf("%s: not a valid .npy file: %w", path, err)
 	}
 	if a.F32 == nil && a.Bools == nil {
-		return nil, fmt.Errorf("%w: %s: dtype %s is not supported: want float32, float64, float16 or bool", ErrUnsupported, path, a.Descr)
+		return nil, fmt.Errorf("%s: %w", path, &kindError{fmt.Sprintf("dtype %s is not supported: want float32, float64, float16 or bool", a.Descr), ErrUnsupported})
 	}
 	return a, nil
 }
