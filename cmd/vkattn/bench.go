@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -298,8 +297,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		if _, ok := plotFormat(f.plot); !ok {
 			return usagef(stderr, "bench", "--plot %s: unknown image format; want a name ending in .png, .svg or .pdf", f.plot)
 		}
-		if err := checkOutputPath(f.plot); err != nil {
-			return failf(stderr, "bench", "--plot %v", err)
+		if code := checkOutputPaths("bench", stderr, []outputFlag{{"--plot", f.plot}}); code != exitOK {
+			return code
 		}
 	}
 
@@ -370,18 +369,6 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return failf(stderr, "bench", "%d of %d shapes failed", failed, len(cases))
 	}
 	return exitOK
-}
-
-// checkOutputPath fails early (before a long run) if path cannot be written.
-func checkOutputPath(path string) error {
-	dir := filepath.Dir(path)
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return fmt.Errorf("%s: directory %s does not exist", path, dir)
-	}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return fmt.Errorf("%s is a directory", path)
-	}
-	return nil
 }
 
 func caseName(c benchCase) string {

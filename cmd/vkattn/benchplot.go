@@ -1,10 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"cmp"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -127,8 +127,7 @@ func newBenchPlot(device string, rs []benchResult) (*plot.Plot, error) {
 	return p, nil
 }
 
-// writePlot draws rs to path, written to a temporary file beside it and
-// renamed into place.
+// writePlot draws rs to path, atomically (writeFileAtomic).
 func writePlot(path, device string, rs []benchResult) error {
 	format, ok := plotFormat(path)
 	if !ok {
@@ -142,31 +141,8 @@ func writePlot(path, device string, rs []benchResult) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	return writeFileAtomic(path, func(w *bufio.Writer) error {
+		_, err := wt.WriteTo(w)
 		return err
-	}
-	tmp := f.Name()
-	mode := os.FileMode(0o644)
-	if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
-		mode = st.Mode().Perm()
-	}
-	err = f.Chmod(mode)
-	if err == nil {
-		_, err = wt.WriteTo(f)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	})
 }

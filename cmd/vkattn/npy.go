@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/vkattn/vkattn/weights"
@@ -69,51 +67,10 @@ func encodeNPY(w *bufio.Writer, shape []int, data []float32) error {
 	return w.Flush()
 }
 
-// pendingFile is an output written to a temporary file beside its final
-// path; commit renames it into place, so no reader ever sees half a file.
-type pendingFile struct {
-	tmp, path string
-}
-
-// stageNPY writes data to a temporary file in path's directory.
+// stageNPY writes data to a temporary file beside path's target.
 func stageNPY(path string, shape []int, data []float32) (*pendingFile, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return nil, err
-	}
-	p := &pendingFile{tmp: f.Name(), path: path}
-	// CreateTemp makes the file 0600; give the output the mode of the file
-	// it replaces, or the usual 0644.
-	mode := os.FileMode(0o644)
-	if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
-		mode = st.Mode().Perm()
-	}
-	err = f.Chmod(mode)
-	if err == nil {
-		err = encodeNPY(bufio.NewWriter(f), shape, data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(p.tmp)
-		return nil, fmt.Errorf("writing %s: %w", path, err)
-	}
-	return p, nil
+	return stageFile(path, func(w *bufio.Writer) error { return encodeNPY(w, shape, data) })
 }
-
-func (p *pendingFile) commit() error {
-	if err := os.Rename(p.tmp, p.path); err != nil {
-		os.Remove(p.tmp)
-		return err
-	}
-	return nil
-}
-
-func (p *pendingFile) discard() { os.Remove(p.tmp) }
 
 // writeNPYFiles writes every output or none: all are staged first, then
 // renamed into place.

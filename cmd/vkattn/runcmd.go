@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -166,34 +164,6 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return failf(stderr, "run", "%v", err)
 	}
 	return execute(&f, p, stdout, stderr)
-}
-
-// outputFlag is an output file given on the command line; path "" means
-// the flag was not given.
-type outputFlag struct{ flag, path string }
-
-// checkOutputPaths checks, before any work, that the given outputs are
-// distinct files in existing directories, and returns exitOK or the exit
-// status after reporting what is wrong.
-func checkOutputPaths(cmd string, stderr io.Writer, outs []outputFlag) int {
-	outPaths := map[string]string{}
-	for _, o := range outs {
-		if o.path == "" {
-			continue
-		}
-		abs, _ := filepath.Abs(o.path)
-		if prev, ok := outPaths[abs]; ok {
-			return usagef(stderr, cmd, "%s and %s both write %s", prev, o.flag, o.path)
-		}
-		outPaths[abs] = o.flag
-		if st, err := os.Stat(filepath.Dir(o.path)); err != nil || !st.IsDir() {
-			return failf(stderr, cmd, "%s %s: directory %s does not exist", o.flag, o.path, filepath.Dir(o.path))
-		}
-		if st, err := os.Stat(o.path); err == nil && st.IsDir() {
-			return failf(stderr, cmd, "%s %s is a directory", o.flag, o.path)
-		}
-	}
-	return exitOK
 }
 
 // readFloatInput reads an input tensor (name as the help calls it, e.g. Q)
