@@ -191,11 +191,11 @@ func TestAdditiveSweep(t *testing.T) {
 					c.opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, s.L, s.S}, Values: randomValues(r, s.L*s.S)}
 				}
 				if all || masks == "boolean" {
-					m := &vkattn.BoolMask{Shape: vkattn.MaskShape{s.B, 1, 1, s.S}, Values: make([]bool, s.B*s.S), Meaning: vkattn.TrueBlocks}
+					m := vkattn.BoolMask{Shape: vkattn.MaskShape{s.B, 1, 1, s.S}, Values: make([]bool, s.B*s.S), Meaning: vkattn.TrueBlocks}
 					for j := range m.Values {
 						m.Values[j] = r.Intn(4) == 0
 					}
-					c.opts.BoolMask = m
+					c.opts.BoolMasks = []vkattn.BoolMask{m}
 				}
 				if all || masks == "causal" {
 					c.opts.Causal = vkattn.CausalBottomRight

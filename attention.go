@@ -82,8 +82,8 @@ func planningMasks(opts *Options, x *pipelines.AttentionArgs) {
 	if opts.Mask != nil {
 		x.Mask = &pipelines.MaskView{Strides: broadcastStrides(opts.Mask.Shape)}
 	}
-	if opts.BoolMask != nil {
-		x.BoolMask = &pipelines.MaskView{Strides: broadcastStrides(opts.BoolMask.Shape)}
+	if len(opts.BoolMasks) > 0 {
+		x.BoolMask = &pipelines.MaskView{Strides: broadcastStrides(boolMasksShape(opts.BoolMasks))}
 	}
 	var placeholder vk.Buffer // PlanChunks asks only whether LSE and weights are wanted
 	if opts.WantLSE {
@@ -303,21 +303,18 @@ func (d *Device) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs,
 		}
 		x.Mask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
 	}
-	if m := opts.BoolMask; m != nil {
-		// A boolean mask is an additive 0 / -inf mask; blocks AND because
-		// -inf absorbs every finite addend.
-		blockWhen := m.Meaning == TrueBlocks
-		t, err := d.uploadScratch(scratch, len(m.Values), func(h []float32) {
-			for i, b := range m.Values {
-				if b == blockWhen {
-					h[i] = float32(math.Inf(-1))
-				}
-			}
+	if ms := opts.BoolMasks; len(ms) > 0 {
+		// The boolean masks become one additive 0 / -inf mask over the
+		// union of their shapes; blocks AND because -inf absorbs every
+		// finite addend.
+		shape := boolMasksShape(ms)
+		t, err := d.uploadScratch(scratch, shape[0]*shape[1]*shape[2]*shape[3], func(h []float32) {
+			foldBoolMasks(ms, shape, h)
 		})
 		if err != nil {
 			return err
 		}
-		x.BoolMask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
+		x.BoolMask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(shape)}
 	}
 	if opts.KeyLengths != nil || opts.QueryLengths != nil {
 		t, err := d.uploadScratch(scratch, 2*dm.B, func(h []float32) {
@@ -351,6 +348,42 @@ func (d *Device) uploadScratch(scratch *[]*Tensor, n int, fill func([]float32)) 
 	host := make([]float32, n)
 	fill(host)
 	return t, t.buf.WriteFloat32(0, host)
+}
+
+// boolMasksShape is the union of the masks' broadcast shapes: full on every
+// axis where any of them is.
+func boolMasksShape(ms []BoolMask) MaskShape {
+	u := MaskShape{1, 1, 1, 1}
+	for _, m := range ms {
+		for a := range u {
+			u[a] = max(u[a], m.Shape[a])
+		}
+	}
+	return u
+}
+
+// foldBoolMasks writes -inf into h, row-major over shape (their union),
+// wherever any of the masks blocks, and 0 elsewhere.
+func foldBoolMasks(ms []BoolMask, shape MaskShape, h []float32) {
+	clear(h)
+	for _, m := range ms {
+		st := broadcastStrides(m.Shape)
+		blockWhen := m.Meaning == TrueBlocks
+		i := 0
+		for b := 0; b < shape[0]; b++ {
+			for hh := 0; hh < shape[1]; hh++ {
+				for l := 0; l < shape[2]; l++ {
+					row := b*st[0] + hh*st[1] + l*st[2]
+					for j := 0; j < shape[3]; j++ {
+						if m.Values[row+j*st[3]] == blockWhen {
+							h[i] = float32(math.Inf(-1))
+						}
+						i++
+					}
+				}
+			}
+		}
+	}
 }
 
 // broadcastStrides gives element strides of a row-major mask over

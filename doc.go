@@ -22,8 +22,10 @@
 // blocks AND):
 //
 //	Options.Mask          additive float, broadcast over (B,H,L,S); -Inf blocks
-//	Options.BoolMask      boolean, broadcast likewise; Meaning must say
-//	                      TrueAllows or TrueBlocks (the zero value is an error)
+//	Options.BoolMasks     boolean, any number, each broadcast likewise; each
+//	                      Meaning must say TrueAllows or TrueBlocks (the zero
+//	                      value is an error); a key is visible only where
+//	                      every one allows it
 //	Options.Causal        CausalTopLeft: query t sees keys j <= t;
 //	                      CausalBottomRight: j <= t + S - L (KV-cache decoding)
 //	Options.KeyLengths    keys j >= KeyLengths[b] are masked

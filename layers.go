@@ -138,7 +138,7 @@ type MHAOptions struct {
 	// KeyPadding, if not nil, masks padded keys (PyTorch key_padding_mask).
 	KeyPadding *KeyPadding
 	// Attention holds what applies to every head's attention, with exactly
-	// the semantics of Attention: Mask and BoolMask broadcast over
+	// the semantics of Attention: Mask and BoolMasks broadcast over
 	// (B, Heads, T, S) (PyTorch's (T,S) attn_mask is MaskShape{1,1,T,S}, its
 	// (B*Heads,T,S) one MaskShape{B,Heads,T,S}; its boolean attn_mask is a
 	// TrueBlocks mask), Causal, KeyLengths, QueryLengths and Scale.

@@ -285,11 +285,11 @@ func randomMHACase(r *rand.Rand, d, h, T int, masks string, cross bool) *mhaCase
 		c.opts.Attention.Mask = m
 	}
 	if all || masks == "boolean" {
-		m := &vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, T, S}, Values: make([]bool, B*T*S), Meaning: vkattn.TrueAllows}
+		m := vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, T, S}, Values: make([]bool, B*T*S), Meaning: vkattn.TrueAllows}
 		for i := range m.Values {
 			m.Values[i] = r.Intn(5) != 0
 		}
-		c.opts.Attention.BoolMask = m
+		c.opts.Attention.BoolMasks = []vkattn.BoolMask{m}
 	}
 	if all || masks == "causal" {
 		c.opts.Attention.Causal = vkattn.CausalBottomRight

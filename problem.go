@@ -75,7 +75,9 @@ type Mask struct {
 	Values []float32 // row-major over Shape
 }
 
-// BoolMask is a boolean mask whose sense is named by Meaning.
+// BoolMask is a boolean mask whose sense is named by Meaning. Options take
+// any number of them, of either meaning: a key is visible only where every
+// one allows it.
 type BoolMask struct {
 	Shape   MaskShape
 	Values  []bool // row-major over Shape
@@ -106,10 +108,12 @@ func (s Scale) For(dk int) float64 {
 // Options are everything about an attention call except Q, K and V. The zero
 // value is plain softmax(Q K^T / sqrt(d_k)) V.
 type Options struct {
-	Scale    Scale
-	Causal   Causal
-	Mask     *Mask     // additive, may be nil
-	BoolMask *BoolMask // may be nil
+	Scale  Scale
+	Causal Causal
+	Mask   *Mask // additive, may be nil
+	// BoolMasks combine by AND: a key is visible only where every mask
+	// allows it (each with its own Meaning and broadcast shape).
+	BoolMasks []BoolMask
 	// KeyLengths[b] keys are valid in batch item b; the rest are masked for
 	// every head and query. nil means all S keys.
 	KeyLengths []int
@@ -210,11 +214,12 @@ func CheckProblem(q, k, v [4]int, opts *Options) (Dims, error) {
 			}
 		}
 	}
-	if m := opts.BoolMask; m != nil {
+	for i, m := range opts.BoolMasks {
+		what := fmt.Sprintf("boolean mask %d", i)
 		if m.Meaning != TrueAllows && m.Meaning != TrueBlocks {
-			return d, errorf(ErrMask, "boolean mask Meaning is unset: say TrueAllows or TrueBlocks")
+			return d, errorf(ErrMask, "%s: Meaning is %v: say TrueAllows or TrueBlocks", what, m.Meaning)
 		}
-		if err := checkMaskShape("boolean mask", m.Shape, full, len(m.Values)); err != nil {
+		if err := checkMaskShape(what, m.Shape, full, len(m.Values)); err != nil {
 			return d, err
 		}
 	}

@@ -53,7 +53,7 @@ func randomMasks(r *rand.Rand, p *problem) string {
 			vals[i] = r.Intn(4) != 0
 		}
 		meaning := []vkattn.MaskMeaning{vkattn.TrueAllows, vkattn.TrueBlocks}[r.Intn(2)]
-		p.opts.BoolMask = &vkattn.BoolMask{Shape: ms, Values: vals, Meaning: meaning}
+		p.opts.BoolMasks = []vkattn.BoolMask{{Shape: ms, Values: vals, Meaning: meaning}}
 		kinds += fmt.Sprintf(" bool-%v%v", meaning, [4]int(ms))
 	}
 	if r.Intn(2) == 0 {
@@ -149,11 +149,11 @@ func TestMaskKinds(t *testing.T) {
 	cases := map[string]vkattn.Options{
 		"none":                {},
 		"additive-rows":       {Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, l, s}, Values: rowMask}},
-		"bool-allows-keys":    {BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: blockSome, Meaning: vkattn.TrueAllows}},
-		"bool-blocks-keys":    {BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: blockSome, Meaning: vkattn.TrueBlocks}},
-		"bool-blocks-nothing": {BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: make([]bool, s), Meaning: vkattn.TrueBlocks}},
-		"bool-allows-all":     {BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: allowAll, Meaning: vkattn.TrueAllows}},
-		"bool-full":           {BoolMask: &vkattn.BoolMask{Shape: full, Values: boolFull, Meaning: vkattn.TrueAllows}},
+		"bool-allows-keys":    {BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: blockSome, Meaning: vkattn.TrueAllows}}},
+		"bool-blocks-keys":    {BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: blockSome, Meaning: vkattn.TrueBlocks}}},
+		"bool-blocks-nothing": {BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: make([]bool, s), Meaning: vkattn.TrueBlocks}}},
+		"bool-allows-all":     {BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: allowAll, Meaning: vkattn.TrueAllows}}},
+		"bool-full":           {BoolMasks: []vkattn.BoolMask{{Shape: full, Values: boolFull, Meaning: vkattn.TrueAllows}}},
 		"causal-top-left":     {Causal: vkattn.CausalTopLeft},
 		"causal-bottom-right": {Causal: vkattn.CausalBottomRight},
 		"key-lengths-zero":    {KeyLengths: []int{0, 4}},
@@ -161,7 +161,7 @@ func TestMaskKinds(t *testing.T) {
 		"scale":               {Scale: vkattn.CustomScale(2)},
 		"all": {
 			Mask:         &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, l, s}, Values: rowMask},
-			BoolMask:     &vkattn.BoolMask{Shape: full, Values: boolFull, Meaning: vkattn.TrueBlocks},
+			BoolMasks:    []vkattn.BoolMask{{Shape: full, Values: boolFull, Meaning: vkattn.TrueBlocks}},
 			Causal:       vkattn.CausalBottomRight,
 			KeyLengths:   []int{6, 1},
 			QueryLengths: []int{4, 5},
@@ -176,6 +176,38 @@ func TestMaskKinds(t *testing.T) {
 				checkAgainstReference(t, d, p)
 			})
 		}
+	}
+}
+
+// TestBoolMasksCombine: boolean masks of both meanings and different
+// broadcast shapes, with an additive mask and a causal one, all apply (a
+// key is visible only where every boolean mask allows it); the GPU folds
+// them into one mask, the reference reads each.
+func TestBoolMasksCombine(t *testing.T) {
+	const b, h, hkv, l, s, width = 2, 4, 2, 5, 7, 8
+	r := rand.New(rand.NewSource(8))
+	bools := func(n int, pTrue float64) []bool {
+		x := make([]bool, n)
+		for i := range x {
+			x[i] = r.Float64() < pTrue
+		}
+		return x
+	}
+	add := randomValues(r, l*s)
+	add[3] = float32(math.Inf(-1))
+	opts := vkattn.Options{
+		Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, l, s}, Values: add},
+		BoolMasks: []vkattn.BoolMask{
+			{Shape: vkattn.MaskShape{1, h, 1, s}, Values: bools(h*s, 0.8), Meaning: vkattn.TrueAllows}, // per head and key
+			{Shape: vkattn.MaskShape{b, 1, l, 1}, Values: bools(b*l, 0.2), Meaning: vkattn.TrueBlocks}, // whole rows
+			{Shape: vkattn.MaskShape{b, 1, 1, s}, Values: bools(b*s, 0.2), Meaning: vkattn.TrueBlocks}, // per batch item and key
+		},
+		Causal: vkattn.CausalTopLeft,
+	}
+	for _, d := range []*vkattn.Device{dev, storageDev} {
+		p := newProblem(rand.New(rand.NewSource(9)), b, h, hkv, l, s, width, width)
+		p.opts, p.wantLSE, p.weights = opts, true, true
+		checkAgainstReference(t, d, p)
 	}
 }
 

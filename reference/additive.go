@@ -14,7 +14,7 @@ import (
 //	o_t     = sum_j a_{t,j} v_j
 //
 // q is (B,L,DQ), k (B,S,DK), v (B,S,DV), dense row-major. opts.Mask,
-// BoolMask, Causal, KeyLengths and QueryLengths act exactly as they do in
+// BoolMasks, Causal, KeyLengths and QueryLengths act exactly as they do in
 // Attention (masks broadcast over (B,1,L,S): there is one head), and
 // fully masked or padded rows likewise give zeros, -Inf log-sum-exp and
 // zero weights. opts.Scale must be the default: additive scores have no

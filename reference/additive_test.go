@@ -95,10 +95,10 @@ func TestAdditiveGoldenQuery(t *testing.T) {
 	near(t, "mask O", r.O, []float64{1.930076557}, 1e-7)
 
 	// The same block as a boolean mask of either meaning.
-	blocks := &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []bool{false, false, true}, Meaning: vkattn.TrueBlocks}
-	allows := &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []bool{true, true, false}, Meaning: vkattn.TrueAllows}
-	same(t, "true-blocks vs key length", run(vkattn.Options{BoolMask: blocks}), run(vkattn.Options{KeyLengths: []int{2}}))
-	same(t, "true-allows vs key length", run(vkattn.Options{BoolMask: allows}), run(vkattn.Options{KeyLengths: []int{2}}))
+	blocks := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []bool{false, false, true}, Meaning: vkattn.TrueBlocks}
+	allows := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []bool{true, true, false}, Meaning: vkattn.TrueAllows}
+	same(t, "true-blocks vs key length", run(vkattn.Options{BoolMasks: []vkattn.BoolMask{blocks}}), run(vkattn.Options{KeyLengths: []int{2}}))
+	same(t, "true-allows vs key length", run(vkattn.Options{BoolMasks: []vkattn.BoolMask{allows}}), run(vkattn.Options{KeyLengths: []int{2}}))
 
 	// Every key masked, or the query padded: zeros and -Inf, never NaN.
 	for _, opts := range []vkattn.Options{{KeyLengths: []int{0}}, {QueryLengths: []int{0}}} {
@@ -198,8 +198,8 @@ func TestAdditiveMatchesSDPAWithScoresAsMask(t *testing.T) {
 		{Causal: vkattn.CausalBottomRight},
 		{KeyLengths: []int{3, 0}, QueryLengths: []int{4, 2}},
 		{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, L, S}, Values: userMask}},
-		{BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: bm, Meaning: vkattn.TrueAllows}},
-		{BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: bm, Meaning: vkattn.TrueBlocks}, Causal: vkattn.CausalTopLeft, KeyLengths: []int{5, 4}},
+		{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: bm, Meaning: vkattn.TrueAllows}}},
+		{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: bm, Meaning: vkattn.TrueBlocks}}, Causal: vkattn.CausalTopLeft, KeyLengths: []int{5, 4}},
 	} {
 		got := p.run(t, opts)
 		m := make([]float32, B*L*S)
@@ -340,7 +340,7 @@ func TestAdditiveErrors(t *testing.T) {
 		{name: "length", q: make([]float32, 3), err: vkattn.ErrShape, msg: "Q has 3 values"},
 		{name: "non-finite", v: append(make([]float32, 9), float32(math.Inf(1))), err: vkattn.ErrNonFinite, msg: "V value 9"},
 		{name: "mask heads", opts: vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 2, 2, 5}, Values: make([]float32, 20)}}, err: vkattn.ErrMask},
-		{name: "mask meaning", opts: vkattn.Options{BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, 5}, Values: make([]bool, 5)}}, err: vkattn.ErrMask},
+		{name: "mask meaning", opts: vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, 5}, Values: make([]bool, 5)}}}, err: vkattn.ErrMask},
 		{name: "lengths", opts: vkattn.Options{KeyLengths: []int{6}}, err: vkattn.ErrLengths},
 	}
 	for _, c := range cases {

@@ -3,6 +3,7 @@ package reference
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/vkattn/vkattn"
 )
@@ -91,10 +92,12 @@ func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int
 	if _, err := vkattn.CheckProblem(qShape, kvShape, kvShape, &attnOpts); err != nil {
 		return nil, err
 	}
-	if opts.KeyPadding != nil {
-		if attnOpts.BoolMask, err = withKeyPadding(attnOpts.BoolMask, opts.KeyPadding, B, S); err != nil {
-			return nil, err
+	if kp := opts.KeyPadding; kp != nil {
+		if len(kp.Padded) != B*S {
+			return nil, fmt.Errorf("%w: key padding mask has %d values, want (B,S) = (%d,%d)", vkattn.ErrMask, len(kp.Padded), B, S)
 		}
+		// Key padding is one more boolean mask, (B,1,1,S), true = padded.
+		attnOpts.BoolMasks = append(slices.Clip(attnOpts.BoolMasks), vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: kp.Padded, Meaning: vkattn.TrueBlocks})
 	}
 
 	wq, wk, wv, bq, bk, bv := w.Projections()
@@ -175,38 +178,6 @@ func shape3(name string, data []float32, shape []int, rank, width int, widthName
 		return s, fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, name, i, data[i])
 	}
 	return s, nil
-}
-
-// withKeyPadding returns a TrueBlocks boolean mask that blocks what m blocks
-// (m already validated, may be nil) and every padded key: Options has one
-// boolean mask, and both must apply. The result keeps m's head and query
-// axes and is full on B and S.
-func withKeyPadding(m *vkattn.BoolMask, kp *vkattn.KeyPadding, B, S int) (*vkattn.BoolMask, error) {
-	if len(kp.Padded) != B*S {
-		return nil, fmt.Errorf("%w: key padding mask has %d values, want (B,S) = (%d,%d)", vkattn.ErrMask, len(kp.Padded), B, S)
-	}
-	hm, tm := 1, 1
-	if m != nil {
-		hm, tm = m.Shape[1], m.Shape[2]
-	}
-	out := &vkattn.BoolMask{Shape: vkattn.MaskShape{B, hm, tm, S}, Values: make([]bool, B*hm*tm*S), Meaning: vkattn.TrueBlocks}
-	i := 0
-	for b := 0; b < B; b++ {
-		for h := 0; h < hm; h++ {
-			for t := 0; t < tm; t++ {
-				for j := 0; j < S; j++ {
-					blocked := kp.Padded[b*S+j]
-					if m != nil {
-						v := m.Values[maskIndex(m.Shape, b, h, t, j)]
-						blocked = blocked || v == (m.Meaning == vkattn.TrueBlocks)
-					}
-					out.Values[i] = blocked
-					i++
-				}
-			}
-		}
-	}
-	return out, nil
 }
 
 // linear returns x W^T + b for x (rows, in) and W (out, in), PyTorch's

@@ -296,8 +296,8 @@ func TestMHAKeyPadding(t *testing.T) {
 	pad := &vkattn.KeyPadding{Padded: []bool{false, false, false, true, false, false, true, true}}
 	got := run(vkattn.MHAOptions{KeyPadding: pad})
 	near(t, "padding vs key lengths", got.Out, run(vkattn.MHAOptions{Attention: vkattn.Options{KeyLengths: []int{3, 2}}}).Out, 0)
-	bm := &vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: pad.Padded, Meaning: vkattn.TrueBlocks}
-	near(t, "padding vs bool mask", got.Out, run(vkattn.MHAOptions{Attention: vkattn.Options{BoolMask: bm}}).Out, 0)
+	bm := vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: pad.Padded, Meaning: vkattn.TrueBlocks}
+	near(t, "padding vs bool mask", got.Out, run(vkattn.MHAOptions{Attention: vkattn.Options{BoolMasks: []vkattn.BoolMask{bm}}}).Out, 0)
 	for i, a := range got.Weights {
 		if j := i % S; (i/(h*T*S) == 0 && j == 3 || i/(h*T*S) == 1 && j >= 2) && a != 0 {
 			t.Fatalf("padded key has weight %v at %d", a, i)
@@ -310,7 +310,7 @@ func TestMHAKeyPadding(t *testing.T) {
 		false, true, true, true,
 		true, false, true, true,
 	}
-	am := &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, T, S}, Values: allow, Meaning: vkattn.TrueAllows}
+	am := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, T, S}, Values: allow, Meaning: vkattn.TrueAllows}
 	merged := make([]bool, B*T*S)
 	for b := 0; b < B; b++ {
 		for tt := 0; tt < T; tt++ {
@@ -319,9 +319,9 @@ func TestMHAKeyPadding(t *testing.T) {
 			}
 		}
 	}
-	mm := &vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, T, S}, Values: merged, Meaning: vkattn.TrueBlocks}
-	near(t, "padding + mask", run(vkattn.MHAOptions{KeyPadding: pad, Attention: vkattn.Options{BoolMask: am}}).Out,
-		run(vkattn.MHAOptions{Attention: vkattn.Options{BoolMask: mm}}).Out, 0)
+	mm := vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, T, S}, Values: merged, Meaning: vkattn.TrueBlocks}
+	near(t, "padding + mask", run(vkattn.MHAOptions{KeyPadding: pad, Attention: vkattn.Options{BoolMasks: []vkattn.BoolMask{am}}}).Out,
+		run(vkattn.MHAOptions{Attention: vkattn.Options{BoolMasks: []vkattn.BoolMask{mm}}}).Out, 0)
 	// The caller's mask is left as it was.
 	if am.Shape != (vkattn.MaskShape{1, 1, T, S}) || !am.Values[0] || am.Values[2] {
 		t.Fatal("the caller's boolean mask was modified")
@@ -412,7 +412,7 @@ func TestMHAErrors(t *testing.T) {
 		{name: "positions", k: x, ks: xs, v: x[:d], vs: []int{B, 1, d}, err: vkattn.ErrShape, msg: "positions"},
 		{name: "padding length", opts: vkattn.MHAOptions{Heads: h, KeyPadding: &vkattn.KeyPadding{Padded: []bool{true}}}, err: vkattn.ErrMask},
 		{name: "mask shape", opts: vkattn.MHAOptions{Heads: h, Attention: vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 3, T, T}, Values: make([]float32, 3*T*T)}}}, err: vkattn.ErrMask},
-		{name: "mask meaning", opts: vkattn.MHAOptions{Heads: h, KeyPadding: &vkattn.KeyPadding{Padded: make([]bool, T)}, Attention: vkattn.Options{BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, T}, Values: make([]bool, T)}}}, err: vkattn.ErrMask},
+		{name: "mask meaning", opts: vkattn.MHAOptions{Heads: h, KeyPadding: &vkattn.KeyPadding{Padded: make([]bool, T)}, Attention: vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, T}, Values: make([]bool, T)}}}}, err: vkattn.ErrMask},
 		{name: "missing out_proj.weight", w: mod(func(w *vkattn.MHAWeights) { w.OutProjWeight = nil }), err: vkattn.ErrShape, msg: "out_proj.weight has 0 values"},
 		{name: "projection overflow", w: mod(func(w *vkattn.MHAWeights) {
 			w.InProjWeight = make([]float32, 3*d*d)

@@ -155,10 +155,11 @@ func additive(m *vkattn.Mask, b, h, t, j int) float64 {
 	return float64(m.Values[maskIndex(m.Shape, b, h, t, j)])
 }
 
-// isBlocked reports whether any boolean-style mask (boolean mask, causal, key
-// length) blocks key j for query t of head h in batch item b.
+// isBlocked reports whether any boolean-style mask (each boolean mask,
+// causal, key length) blocks key j for query t of head h in batch item b:
+// a key is visible only if every one allows it.
 func isBlocked(opts *vkattn.Options, d vkattn.Dims, b, h, t, j int) bool {
-	if m := opts.BoolMask; m != nil {
+	for _, m := range opts.BoolMasks {
 		val := m.Values[maskIndex(m.Shape, b, h, t, j)]
 		if (m.Meaning == vkattn.TrueAllows && !val) || (m.Meaning == vkattn.TrueBlocks && val) {
 			return true

@@ -344,8 +344,8 @@ func TestBoolMaskMeaning(t *testing.T) {
 			add[i] = negInf
 		}
 	}
-	ra := p.run(t, vkattn.Options{BoolMask: &vkattn.BoolMask{Shape: shape, Values: allow, Meaning: vkattn.TrueAllows}})
-	rb := p.run(t, vkattn.Options{BoolMask: &vkattn.BoolMask{Shape: shape, Values: block, Meaning: vkattn.TrueBlocks}})
+	ra := p.run(t, vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: shape, Values: allow, Meaning: vkattn.TrueAllows}}})
+	rb := p.run(t, vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: shape, Values: block, Meaning: vkattn.TrueBlocks}}})
 	same(t, "TrueAllows vs inverted TrueBlocks", ra, rb)
 	rm := p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: shape, Values: add}})
 	same(t, "bool block vs additive -Inf", ra, rm)
@@ -521,7 +521,7 @@ func TestCombinedAndBroadcast(t *testing.T) {
 	keyLen := []int{4, 5}
 	opts := vkattn.Options{
 		Mask:       &vkattn.Mask{Shape: vkattn.MaskShape{1, H, 1, S}, Values: add},
-		BoolMask:   &vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, L, S}, Values: bools, Meaning: vkattn.TrueBlocks},
+		BoolMasks:  []vkattn.BoolMask{{Shape: vkattn.MaskShape{B, 1, L, S}, Values: bools, Meaning: vkattn.TrueBlocks}},
 		Causal:     vkattn.CausalBottomRight,
 		KeyLengths: keyLen,
 	}
@@ -557,8 +557,65 @@ func TestCombinedAndBroadcast(t *testing.T) {
 		}
 	}
 	same(t, "per-head bool mask",
-		p.run(t, vkattn.Options{BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{1, H, 1, S}, Values: perHead, Meaning: vkattn.TrueAllows}}),
+		p.run(t, vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, H, 1, S}, Values: perHead, Meaning: vkattn.TrueAllows}}}),
 		p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: fullShape, Values: headAdd}}))
+}
+
+// Boolean masks AND: several of either meaning and of different broadcast
+// shapes, with an additive mask and causal, equal the one additive mask
+// that blocks wherever any of them blocks (spec §2).
+func TestBoolMasksAND(t *testing.T) {
+	const B, H, L, S = 2, 3, 4, 5
+	p := newProblem(15, B, H, 1, L, S, 4, 3)
+	rng := rand.New(rand.NewSource(16))
+	bools := func(n int) []bool {
+		x := make([]bool, n)
+		for i := range x {
+			x[i] = rng.Intn(4) == 0
+		}
+		return x
+	}
+	add := randF32(rng, L*S) // (1,1,L,S)
+	allow := bools(H * S)    // (1,H,1,S), true allows
+	for i := range allow {
+		allow[i] = !allow[i]
+	}
+	blockRows := bools(B * L) // (B,1,L,1), true blocks
+	blockKeys := bools(B * S) // (B,1,1,S), true blocks
+	opts := vkattn.Options{
+		Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, L, S}, Values: add},
+		BoolMasks: []vkattn.BoolMask{
+			{Shape: vkattn.MaskShape{1, H, 1, S}, Values: allow, Meaning: vkattn.TrueAllows},
+			{Shape: vkattn.MaskShape{B, 1, L, 1}, Values: blockRows, Meaning: vkattn.TrueBlocks},
+			{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: blockKeys, Meaning: vkattn.TrueBlocks},
+		},
+		Causal: vkattn.CausalBottomRight,
+	}
+	full := make([]float32, B*H*L*S)
+	for b := 0; b < B; b++ {
+		for h := 0; h < H; h++ {
+			for l := 0; l < L; l++ {
+				for j := 0; j < S; j++ {
+					i := ((b*H+h)*L+l)*S + j
+					full[i] = add[l*S+j]
+					if !allow[h*S+j] || blockRows[b*L+l] || blockKeys[b*S+j] || j > l+S-L {
+						full[i] = negInf
+					}
+				}
+			}
+		}
+	}
+	same(t, "boolean masks AND", p.run(t, opts), p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{B, H, L, S}, Values: full}}))
+
+	// Seed 000 (spec §5): allowing keys 1 and 2 and blocking key 2 leaves
+	// key 1: weights (1, 0, 0), output v_1 = (2, 0).
+	s := [4]int{1, 1, 3, 2}
+	r := mustRun(t, []float32{1, 0}, [4]int{1, 1, 1, 2}, []float32{1, 0, 0, 1, 1, 1}, s, []float32{2, 0, 0, 4, 2, 2}, s, vkattn.Options{BoolMasks: []vkattn.BoolMask{
+		{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []bool{true, true, false}, Meaning: vkattn.TrueAllows},
+		{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []bool{false, true, false}, Meaning: vkattn.TrueBlocks},
+	}})
+	near(t, "weights", r.Weights, []float64{1, 0, 0}, 0)
+	near(t, "O", r.O, []float64{2, 0}, 0)
 }
 
 // Large scores must not overflow: the row max is subtracted before exp.
@@ -591,7 +648,7 @@ func TestErrors(t *testing.T) {
 			[4]int{1, 3, 2, 2}, [4]int{1, 2, 3, 2}, [4]int{1, 2, 3, 2}, vkattn.Options{}, vkattn.ErrHeads},
 		{"empty", nil, ok.k, ok.v, [4]int{1, 2, 0, 2}, ok.ks, ok.vs, vkattn.Options{}, vkattn.ErrEmpty},
 		{"mask meaning unset", ok.q, ok.k, ok.v, ok.qs, ok.ks, ok.vs,
-			vkattn.Options{BoolMask: &vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: make([]bool, 3)}}, vkattn.ErrMask},
+			vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: make([]bool, 3)}}}, vkattn.ErrMask},
 		{"key length", ok.q, ok.k, ok.v, ok.qs, ok.ks, ok.vs, vkattn.Options{KeyLengths: []int{4}}, vkattn.ErrLengths},
 		{"scale", ok.q, ok.k, ok.v, ok.qs, ok.ks, ok.vs, vkattn.Options{Scale: vkattn.CustomScale(math.NaN())}, vkattn.ErrScale},
 		{"short q", ok.q[1:], ok.k, ok.v, ok.qs, ok.ks, ok.vs, vkattn.Options{}, vkattn.ErrShape},

@@ -221,11 +221,11 @@ func MHAOptions(ts map[string]Tensor, heads, B, T, S int) (vkattn.MHAOptions, er
 		return opts, formatErr("attn_mask shape %v, want [%d %d] or [%d %d %d]", am.Shape, T, S, B*heads, T, S)
 	}
 	if am.DType == "BOOL" {
-		m := &vkattn.BoolMask{Shape: shape, Values: make([]bool, len(am.Data)), Meaning: vkattn.TrueBlocks}
+		m := vkattn.BoolMask{Shape: shape, Values: make([]bool, len(am.Data)), Meaning: vkattn.TrueBlocks}
 		for i, x := range am.Data {
 			m.Values[i] = x != 0
 		}
-		opts.Attention.BoolMask = m
+		opts.Attention.BoolMasks = []vkattn.BoolMask{m}
 	} else {
 		opts.Attention.Mask = &vkattn.Mask{Shape: shape, Values: am.Data}
 	}

@@ -91,7 +91,7 @@ func TestPyTorchParity(t *testing.T) {
 
 			// PyTorch's causal boolean mask is vkattn's top-left causal.
 			if c.name == "padcausal" {
-				opts.Attention.BoolMask, opts.Attention.Causal = nil, vkattn.CausalTopLeft
+				opts.Attention.BoolMasks, opts.Attention.Causal = nil, vkattn.CausalTopLeft
 				res, err := reference.MultiHeadAttention(q.Data, q.Shape, k, ks, v, vs, wNPZ, opts)
 				if err != nil {
 					t.Fatal(err)

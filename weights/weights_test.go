@@ -547,8 +547,11 @@ func TestMHAOptions(t *testing.T) {
 	if opts.Heads != heads || !slices.Equal(opts.KeyPadding.Padded, []bool{false, false, true}) {
 		t.Errorf("heads %d, key padding %v", opts.Heads, opts.KeyPadding.Padded)
 	}
-	bm := opts.Attention.BoolMask
-	if bm == nil || bm.Shape != (vkattn.MaskShape{B, heads, T, S}) || bm.Meaning != vkattn.TrueBlocks || !bm.Values[1] || bm.Values[0] {
+	if len(opts.Attention.BoolMasks) != 1 {
+		t.Fatalf("%d boolean masks, want 1", len(opts.Attention.BoolMasks))
+	}
+	bm := opts.Attention.BoolMasks[0]
+	if bm.Shape != (vkattn.MaskShape{B, heads, T, S}) || bm.Meaning != vkattn.TrueBlocks || !bm.Values[1] || bm.Values[0] {
 		t.Errorf("boolean mask %+v", bm)
 	}
 	ts["attn_mask"] = Tensor{Shape: []int{T, S}, DType: "F32", Data: []float32{0, -1, 0, 0, 0, -2}}

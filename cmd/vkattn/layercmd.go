@@ -83,7 +83,7 @@ func (m *maskFlags) load(opts *vkattn.Options, meaning vkattn.MaskMeaning, full 
 	case a.Bools != nil && meaning == 0:
 		return usageError{fmt.Sprintf("--mask %s holds bool values: say with --mask-means allow|block whether true allows or blocks (PyTorch's bool attn_mask blocks)", m.mask)}
 	case a.Bools != nil:
-		check.BoolMask = &vkattn.BoolMask{Shape: s, Values: a.Bools, Meaning: meaning}
+		check.BoolMasks = []vkattn.BoolMask{{Shape: s, Values: a.Bools, Meaning: meaning}}
 	case meaning != 0:
 		return usageError{fmt.Sprintf("--mask-means applies to a bool mask, but --mask %s holds %s values (an additive float mask)", m.mask, a.DType)}
 	default:
@@ -94,7 +94,7 @@ func (m *maskFlags) load(opts *vkattn.Options, meaning vkattn.MaskMeaning, full 
 	if _, err := vkattn.CheckProblem(q, k, k, &check); err != nil {
 		return fmt.Errorf("--mask %s (shape %v): %w", m.mask, a.Shape, err)
 	}
-	opts.Mask, opts.BoolMask = check.Mask, check.BoolMask
+	opts.Mask, opts.BoolMasks = check.Mask, check.BoolMasks
 	return nil
 }
 

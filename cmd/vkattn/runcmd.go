@@ -30,6 +30,8 @@ style (each axis full or 1). All masks combine:
   --mask M.npy     additive float mask, may hold -inf
   --allow A.npy    bool mask, true = may attend (PyTorch scaled_dot_product_attention)
   --block A.npy    bool mask, true = blocked (PyTorch MultiheadAttention masks)
+                   --allow and --block repeat and mix: a key is visible only
+                   where every bool mask allows it
   --causal top-left       query t sees keys j <= t (PyTorch is_causal)
   --causal bottom-right   query t sees keys j <= t + S - L (FlashAttention, KV cache)
   --key-lengths 3,5       keys past the length of batch item b are masked
@@ -55,7 +57,8 @@ Examples:
 // runFlags are run's command line.
 type runFlags struct {
 	q, k, v, out       string
-	mask, allow, block string
+	mask               string
+	allow, block       pathList
 	causal             string
 	keyLens, queryLens intList
 	scale              optFloat
@@ -88,6 +91,16 @@ func (l *intList) Set(s string) error {
 		}
 		l.vals = append(l.vals, n)
 	}
+	return nil
+}
+
+// pathList is a file flag that may be repeated; each use adds a file.
+type pathList []string
+
+func (l *pathList) String() string { return strings.Join(*l, ",") }
+
+func (l *pathList) Set(s string) error {
+	*l = append(*l, s)
 	return nil
 }
 
@@ -130,8 +143,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.v, "v", "", "values `V.npy`, (S,d_v), (H_kv,S,d_v) or (B,H_kv,S,d_v)")
 	fs.StringVar(&f.out, "o", "", "write the output O to `O.npy` (Q's shape, last axis d_v)")
 	fs.StringVar(&f.mask, "mask", "", "additive float mask `M.npy` broadcast to (B,H,L,S); -inf blocks")
-	fs.StringVar(&f.allow, "allow", "", "bool mask `A.npy`: true = may attend")
-	fs.StringVar(&f.block, "block", "", "bool mask `A.npy`: true = blocked")
+	fs.Var(&f.allow, "allow", "bool mask `A.npy`: true = may attend (repeatable; every bool mask must allow a key)")
+	fs.Var(&f.block, "block", "bool mask `A.npy`: true = blocked (repeatable; every bool mask must allow a key)")
 	fs.StringVar(&f.causal, "causal", "none", "causal mask `alignment`: none, top-left or bottom-right")
 	fs.Var(&f.keyLens, "key-lengths", "valid key count per batch item, `N,N,...` (e.g. 3,5)")
 	fs.Var(&f.queryLens, "query-lengths", "valid query count per batch item, `N,N,...` (e.g. 2,3)")
@@ -145,11 +158,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if ok, code := parseFlags(fs, runUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	switch {
-	case f.q == "" || f.k == "" || f.v == "":
+	if f.q == "" || f.k == "" || f.v == "" {
 		return usagef(stderr, "run", "-q, -k and -v are required")
-	case f.allow != "" && f.block != "":
-		return usagef(stderr, "run", "--allow and --block are mutually exclusive: give one bool mask and say with the flag whether true allows or blocks")
 	}
 	causal, err := vkattn.ParseCausal(f.causal)
 	if err != nil {
@@ -243,20 +253,20 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 		opts.Mask = &vkattn.Mask{Shape: s, Values: a.F32}
 	}
 	for _, b := range []struct {
-		flag, path string
-		meaning    vkattn.MaskMeaning
+		flag    string
+		paths   pathList
+		meaning vkattn.MaskMeaning
 	}{{"--allow", f.allow, vkattn.TrueAllows}, {"--block", f.block, vkattn.TrueBlocks}} {
-		if b.path == "" {
-			continue
+		for _, path := range b.paths {
+			a, s, err := readMask(b.flag, path, golden.FillMaskShape)
+			if err != nil {
+				return nil, err
+			}
+			if a.Bools == nil {
+				return nil, fmt.Errorf("%s %s holds %s values; want bool (use --mask for an additive float mask)", b.flag, path, a.DType)
+			}
+			opts.BoolMasks = append(opts.BoolMasks, vkattn.BoolMask{Shape: s, Values: a.Bools, Meaning: b.meaning})
 		}
-		a, s, err := readMask(b.flag, b.path, golden.FillMaskShape)
-		if err != nil {
-			return nil, err
-		}
-		if a.Bools == nil {
-			return nil, fmt.Errorf("%s %s holds %s values; want bool (use --mask for an additive float mask)", b.flag, b.path, a.DType)
-		}
-		opts.BoolMask = &vkattn.BoolMask{Shape: s, Values: a.Bools, Meaning: b.meaning}
 	}
 	d, err := vkattn.CheckProblem(p.q4, p.k4, p.v4, &opts)
 	if err != nil {
@@ -521,8 +531,8 @@ func describeMasks(o *vkattn.Options) string {
 	if o.Mask != nil {
 		parts = append(parts, fmt.Sprintf("additive %v", [4]int(o.Mask.Shape)))
 	}
-	if o.BoolMask != nil {
-		parts = append(parts, fmt.Sprintf("bool %v (%s)", [4]int(o.BoolMask.Shape), o.BoolMask.Meaning))
+	for _, m := range o.BoolMasks {
+		parts = append(parts, fmt.Sprintf("bool %v (%s)", [4]int(m.Shape), m.Meaning))
 	}
 	if o.Causal != vkattn.NotCausal {
 		parts = append(parts, "causal "+o.Causal.String())

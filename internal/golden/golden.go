@@ -249,7 +249,7 @@ func (c *Case) Problem() (*Problem, error) {
 		default:
 			return nil, fmt.Errorf("bool_mask: meaning %q: want %q or %q", m.Meaning, vkattn.TrueAllows, vkattn.TrueBlocks)
 		}
-		opts.BoolMask = &vkattn.BoolMask{Shape: s, Values: m.Values, Meaning: meaning}
+		opts.BoolMasks = []vkattn.BoolMask{{Shape: s, Values: m.Values, Meaning: meaning}}
 	}
 	d, err := vkattn.CheckProblem(p.Q4, p.K4, p.V4, &opts)
 	if err != nil {
