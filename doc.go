@@ -55,7 +55,7 @@
 // # Errors
 //
 // Invalid input returns an error wrapping one of ErrShape, ErrHeads,
-// ErrMask, ErrLengths, ErrScale, ErrEmpty, ErrNonFinite, ErrTooLarge,
-// ErrClosed or ErrDevice (test with errors.Is); a failed Vulkan call returns
-// a *vk.Error naming the call. Nothing panics on bad input.
+// ErrMask, ErrLengths, ErrScale, ErrOption, ErrEmpty, ErrNonFinite,
+// ErrTooLarge, ErrClosed or ErrDevice (test with errors.Is); a failed Vulkan
+// call returns a *vk.Error naming the call. Nothing panics on bad input.
 package vkattn

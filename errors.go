@@ -18,8 +18,11 @@ var (
 	ErrMask = errors.New("vkattn: invalid mask")
 	// ErrLengths: per-batch key or query lengths are missing, extra or out of range.
 	ErrLengths = errors.New("vkattn: invalid sequence lengths")
-	// ErrScale: the custom scale is NaN or infinite.
+	// ErrScale: the custom scale is NaN, infinite or beyond float32's range.
 	ErrScale = errors.New("vkattn: invalid scale")
+	// ErrOption: an option holds a value outside its defined set (an
+	// unknown Causal alignment).
+	ErrOption = errors.New("vkattn: invalid option")
 	// ErrEmpty: an axis has extent zero.
 	ErrEmpty = errors.New("vkattn: empty axis")
 	// ErrNonFinite: Q, K or V holds NaN or Inf.

@@ -37,7 +37,7 @@ func ParseCausal(s string) (Causal, error) {
 			return c, nil
 		}
 	}
-	return NotCausal, fmt.Errorf("vkattn: unknown causal alignment %q (want none, top-left or bottom-right)", s)
+	return NotCausal, errorf(ErrOption, "unknown causal alignment %q (want none, top-left or bottom-right)", s)
 }
 
 // MaskMeaning says what true means in a BoolMask. Its zero value is invalid on
@@ -60,8 +60,10 @@ func (m MaskMeaning) String() string {
 		return "true-allows"
 	case TrueBlocks:
 		return "true-blocks"
+	case meaningUnset:
+		return "unset"
 	}
-	return "unset"
+	return fmt.Sprintf("MaskMeaning(%d)", int(m))
 }
 
 // MaskShape is the shape of a mask over (B, H, L, S). Each axis is either the
@@ -182,6 +184,12 @@ func CheckProblem(q, k, v [4]int, opts *Options) (Dims, error) {
 			}
 		}
 	}
+	// Larger counts would wrap around the int products that size masks.
+	for _, s := range [][4]int{q, k, v, {d.B, d.H, d.L, d.S}} {
+		if n := float64(s[0]) * float64(s[1]) * float64(s[2]) * float64(s[3]); n > 1<<62 {
+			return d, errorf(ErrTooLarge, "Q %v, K %v, V %v: %.3g elements in %v, beyond any device", q, k, v, n, s)
+		}
+	}
 	switch {
 	case k[0] != q[0] || v[0] != q[0]:
 		return d, errorf(ErrShape, "batch sizes differ: Q %d, K %d, V %d", q[0], k[0], v[0])
@@ -197,11 +205,12 @@ func CheckProblem(q, k, v [4]int, opts *Options) (Dims, error) {
 	if opts == nil {
 		return d, nil
 	}
-	if s := opts.Scale; s.set && (math.IsNaN(s.value) || math.IsInf(s.value, 0)) {
-		return d, errorf(ErrScale, "scale %v is not finite", s.value)
+	if s := opts.Scale; s.set && !(math.Abs(s.value) <= math.MaxFloat32) {
+		// The kernels compute in float32: a larger scale would be Inf there.
+		return d, errorf(ErrScale, "scale %v is not a finite float32 (|scale| <= %g)", s.value, math.MaxFloat32)
 	}
 	if opts.Causal < NotCausal || opts.Causal > CausalBottomRight {
-		return d, fmt.Errorf("vkattn: unknown causal alignment %d", int(opts.Causal))
+		return d, errorf(ErrOption, "unknown causal alignment %v (want NotCausal, CausalTopLeft or CausalBottomRight)", opts.Causal)
 	}
 	full := MaskShape{d.B, d.H, d.L, d.S}
 	if m := opts.Mask; m != nil {
