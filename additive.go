@@ -50,13 +50,14 @@ type weightUpload struct {
 	data []float32
 }
 
-// uploadWeights uploads every weight that is present as a flat tensor.
+// uploadWeights uploads every weight that is present as a flat tensor,
+// with its exact largest |value| as its bound (weights are never written).
 func (d *Device) uploadWeights(ws []weightUpload) error {
 	for _, u := range ws {
 		if u.data == nil {
 			continue
 		}
-		t, err := d.Upload([]int{1, len(u.data)}, u.data)
+		t, err := d.upload([]int{1, len(u.data)}, u.data, 0)
 		if err != nil {
 			return err
 		}
@@ -180,6 +181,10 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		return nil, err
 	}
 	dm := plan.Dims
+	oBound, err := a.checkRange(dm, &opts, q, k, v)
+	if err != nil {
+		return nil, err
+	}
 	call := &Call{out: &Output{Plan: plan}}
 	var steps []*pipelines.Step
 	fail := func(err error) (*Call, error) {
@@ -239,6 +244,7 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		}
 		x.Weights = out.Weights.buf
 	}
+	out.setBounds(oBound)
 	st, err := d.kernels.Attention(&out.Plan.Kernel, x)
 	if err != nil {
 		return fail(err)

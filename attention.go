@@ -238,6 +238,10 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		return nil, err
 	}
 	dm := plan.Dims
+	oBound, err := attentionRange(dm, &opts, q, k, v)
+	if err != nil {
+		return nil, err
+	}
 	x := pipelines.AttentionArgs{
 		B: dm.B, H: dm.H, HKV: dm.HKV, L: dm.L, S: dm.S, DK: dm.DK, DV: dm.DV,
 		Q: q.view(), K: k.view(), V: v.view(),
@@ -271,6 +275,7 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		}
 		x.Weights = out.Weights.buf
 	}
+	out.setBounds(oBound)
 	if call.prepared, err = d.kernels.PrepareAttention(&call.out.Plan.Kernel, x); err != nil {
 		return fail(err)
 	}

@@ -56,6 +56,15 @@
 //
 // Invalid input returns an error wrapping one of ErrShape, ErrHeads,
 // ErrMask, ErrLengths, ErrScale, ErrOption, ErrEmpty, ErrNonFinite,
-// ErrTooLarge, ErrClosed or ErrDevice (test with errors.Is); a failed Vulkan
-// call returns a *vk.Error naming the call. Nothing panics on bad input.
+// ErrOverflow, ErrTooLarge, ErrClosed or ErrDevice (test with errors.Is); a
+// failed Vulkan call returns a *vk.Error naming the call. Nothing panics on
+// bad input.
+//
+// The kernels compute in float32. Prepare refuses (ErrOverflow) a call
+// whose scores, output sums or projections could exceed float32's range,
+// from magnitude bounds of its inputs: Upload records each tensor's
+// largest |value|, and Write may store up to the larger of that and 2^32.
+// Outputs carry bounds too (O within its V's, weights within [0, 1], MHA
+// outputs from the layer's weights), so chained calls are checked; a
+// log-sum-exp may hold -Inf and is refused as an input (ErrNonFinite).
 package vkattn

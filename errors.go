@@ -27,6 +27,9 @@ var (
 	ErrEmpty = errors.New("vkattn: empty axis")
 	// ErrNonFinite: Q, K or V holds NaN or Inf.
 	ErrNonFinite = errors.New("vkattn: non-finite input")
+	// ErrOverflow: finite inputs whose scores (or output sums) could exceed
+	// float32's range, where the kernel would produce Inf or NaN.
+	ErrOverflow = errors.New("vkattn: float32 overflow")
 	// ErrTooLarge: the problem does not fit the device's limits.
 	ErrTooLarge = errors.New("vkattn: too large for device")
 	// ErrClosed: the device or tensor was used after Close.

@@ -354,6 +354,10 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	if err != nil {
 		return nil, err
 	}
+	outBound, err := m.checkRange(pr.plan, &pr.attn, x, key, value)
+	if err != nil {
+		return nil, err
+	}
 	p := pr.plan
 	B, T, S, dm, h := p.B, p.T, p.S, p.DModel, p.Heads
 	dh := dm / h
@@ -454,6 +458,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 			return fail(err)
 		}
 		ax.Weights = out.Weights.buf
+		out.Weights.bound = 1
 	}
 	st, err := d.kernels.Attention(&out.Plan.Attention.Kernel, ax)
 	if err != nil {
@@ -464,6 +469,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	if out.Out, err = d.newTensor([4]int{1, B, T, dm}); err != nil {
 		return fail(err)
 	}
+	out.Out.bound = outBound
 	if err := linear(p.OutProj, concat, m.outW, 0, m.outB, 0, out.Out, dm); err != nil {
 		return fail(err)
 	}
@@ -471,6 +477,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 		if out.AvgWeights, err = d.newTensor([4]int{1, B, T, S}); err != nil {
 			return fail(err)
 		}
+		out.AvgWeights.bound = 1
 		st, err := d.kernels.HeadMean(out.Weights.buf, out.AvgWeights.buf, B, h, T*S)
 		if err != nil {
 			return fail(err)

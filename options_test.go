@@ -12,7 +12,7 @@ import (
 // sentinels are every sentinel error of errors.go.
 var sentinels = []error{
 	vkattn.ErrShape, vkattn.ErrHeads, vkattn.ErrMask, vkattn.ErrLengths, vkattn.ErrScale,
-	vkattn.ErrOption, vkattn.ErrEmpty, vkattn.ErrNonFinite,
+	vkattn.ErrOption, vkattn.ErrEmpty, vkattn.ErrNonFinite, vkattn.ErrOverflow,
 	vkattn.ErrTooLarge, vkattn.ErrClosed, vkattn.ErrDevice, vkattn.ErrTuning,
 }
 

@@ -19,11 +19,29 @@ type Tensor struct {
 	strides [3]int
 	finite  bool // every value is finite (checked at upload)
 	closed  bool
+	// bound is no less than any |value| the owner holds, now or after a
+	// Write (Write refuses more), so calls prepared on it stay in float32
+	// range (checkScores); +Inf when unknown. Read it through root().
+	bound float64
 }
 
+// writeHeadroom is the magnitude Write may reach in any uploaded tensor,
+// whatever Upload held (zeros for a cache filled later): calls prepared on
+// it were checked against it. 2^32 leaves scores of d_k <= 256 in range up
+// to a scale of about 1e16.
+const writeHeadroom = 1 << 32
+
 // Upload copies data of the given shape (rank 2 (L,d), 3 (H,L,d) or 4
-// (B,H,L,d), row-major) to the device.
+// (B,H,L,d), row-major) to the device. Later Writes may hold values up to
+// the larger of 2^32 and the largest |value| uploaded.
 func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
+	return d.upload(shape, data, writeHeadroom)
+}
+
+// upload is Upload with the tensor's bound at least headroom; weights,
+// which are never written, have none, so the bounds derived from them
+// (checkLinear) stay tight.
+func (d *Device) upload(shape []int, data []float32, headroom float64) (*Tensor, error) {
 	s, err := Shape4(shape)
 	if err != nil {
 		return nil, err
@@ -36,7 +54,8 @@ func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.finite = allFinite(data)
+	most, finite := magnitude(data)
+	t.finite, t.bound = finite, max(most, headroom)
 	if err := t.buf.WriteFloat32(0, data); err != nil {
 		t.Close()
 		return nil, err
@@ -44,19 +63,23 @@ func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
 	return t, nil
 }
 
-func allFinite(data []float32) bool {
+// magnitude returns the largest |x| of data and whether every x is finite.
+func magnitude(data []float32) (most float64, finite bool) {
 	for _, x := range data {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return false
+		a := math.Abs(float64(x))
+		if math.IsNaN(a) || math.IsInf(a, 0) {
+			return math.Inf(1), false
 		}
+		most = max(most, a)
 	}
-	return true
+	return most, true
 }
 
 // Write replaces the data of a dense tensor (one made by Upload), keeping
 // its shape; prepared Calls that read it see the new values on their next
-// Run. NaN or Inf is refused (ErrNonFinite) since a prepared call checked
-// finiteness once.
+// Run. A prepared call checked its inputs once, so NaN or Inf is refused
+// (ErrNonFinite), and so is a value beyond the tensor's bound, the larger
+// of 2^32 and the largest |value| it was uploaded with (ErrOverflow).
 func (t *Tensor) Write(data []float32) error {
 	if t.root().closed {
 		return errorf(ErrClosed, "tensor used after Close")
@@ -68,8 +91,12 @@ func (t *Tensor) Write(data []float32) error {
 	if n := s[0] * s[1] * s[2] * s[3]; len(data) != n {
 		return errorf(ErrShape, "shape %v needs %d values, got %d", s, n, len(data))
 	}
-	if !allFinite(data) {
+	most, finite := magnitude(data)
+	if !finite {
 		return errorf(ErrNonFinite, "Write data holds NaN or Inf")
+	}
+	if bound := t.root().bound; most > bound {
+		return errorf(ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
 	}
 	return t.buf.WriteFloat32(uint64(t.offset), data)
 }
@@ -86,7 +113,7 @@ func (d *Device) newTensor(s [4]int) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tensor{dev: d, buf: buf, shape: s, strides: [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}, finite: true}
+	t := &Tensor{dev: d, buf: buf, shape: s, strides: [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}, finite: true, bound: math.Inf(1)}
 	d.tensors[t] = struct{}{}
 	return t, nil
 }

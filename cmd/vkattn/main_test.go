@@ -246,6 +246,7 @@ func TestRunErrors(t *testing.T) {
 	floatMask := save(t, dir, "fm.npy", [][]float32{{0, 0, 0}})
 	wideMask := save(t, dir, "wide.npy", [][]float32{{0, 0, 0, 0}})
 	nanQ := save(t, dir, "nan.npy", [][]float32{{float32(math.NaN()), 0}})
+	hugeQ := save(t, dir, "huge.npy", [][]float32{{3e38, 3e38}, {3e38, 3e38}, {3e38, 3e38}}) // as Q and K: q.k ~ 2e77
 	rank1 := save(t, dir, "rank1.npy", []float32{1, 0})
 	garbage := filepath.Join(dir, "garbage.npy")
 	os.WriteFile(garbage, []byte("not an npy file at all"), 0o644)
@@ -276,6 +277,7 @@ func TestRunErrors(t *testing.T) {
 		"scale 1e39":           {"-q", q, "-k", k, "-v", v, "--scale", "1e39"},
 		"scale 3.5e38":         {"-q", q, "-k", k, "-v", v, "--scale", "3.5e38"},
 		"scale 1e308":          {"-q", q, "-k", k, "-v", v, "--scale", "1e308"},
+		"scores overflow":      {"-q", hugeQ, "-k", hugeQ, "-v", v},
 		"unknown flag":         {"-q", q, "-k", k, "-v", v, "--causl", "top-left"},
 		"stray argument":       {"-q", q, "-k", k, "-v", v, "extra"},
 		"same output twice":    {"-q", q, "-k", k, "-v", v, "--lse", o},

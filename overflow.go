@@ -1,0 +1,148 @@
+package vkattn
+
+import (
+	"fmt"
+	"math"
+)
+
+// Inputs near float32's limit give scores, sums or projections that are
+// Inf on the device, and then NaN rows, never an error. Each uploaded
+// tensor carries a bound on its magnitude (Tensor.bound), each weight
+// tensor its exact largest |value|; Prepare derives bounds of everything
+// the kernels compute from them and refuses a call (ErrOverflow) whose
+// float32 sums could overflow. Device-produced tensors get bounds from the
+// call that makes them, so chained calls are checked too.
+
+// f32Limit bounds every sum the kernels form in float32 (scores, output
+// accumulators, projections): half of float32's range leaves room for
+// rounding and for converting scores to base 2 (times log2(e)) for exp2.
+const f32Limit = math.MaxFloat32 / 2
+
+// checkScores refuses a call whose float32 arithmetic could overflow, which
+// gives Inf and then NaN rows, never an error, on the device. dot bounds the
+// unscaled score (d_k max|q| max|k| for scaled dot products, described by
+// dotWhat), vBound bounds |V|; the bounds are host-side facts about the
+// inputs (Tensor.bound), not the data itself.
+func checkScores(d Dims, opts *Options, dotWhat string, dot, scale, vBound float64) error {
+	scaled := dot * math.Abs(scale)
+	mask := maskMagnitude(opts.Mask)
+	score := scaled + mask
+	switch {
+	case !(dot <= f32Limit):
+		return errorf(ErrOverflow, "unscaled scores could reach %s = %.3g, beyond %.3g, half of float32's range", dotWhat, dot, f32Limit)
+	case !(scaled <= f32Limit):
+		return errorf(ErrOverflow, "scaled scores could reach %.3g (%s times scale %g), beyond %.3g, half of float32's range", scaled, dotWhat, scale, f32Limit)
+	case !(score <= f32Limit):
+		return errorf(ErrOverflow, "scores plus the additive mask (largest finite |value| %.3g) could reach %.3g, beyond %.3g, half of float32's range", mask, score, f32Limit)
+	case !(float64(d.S)*vBound <= f32Limit):
+		// Each output row accumulates up to S value rows (weights <= 1)
+		// before it is normalised.
+		return errorf(ErrOverflow, "output sums could reach S %d x max|V| %.3g = %.3g, beyond %.3g, half of float32's range", d.S, vBound, float64(d.S)*vBound, f32Limit)
+	}
+	return nil
+}
+
+// checkLinear bounds the outputs of a dense layer y = x W^T + b of the given
+// number of inputs from bounds of |x|, |W| and |b|, and refuses it when they
+// could overflow float32.
+func checkLinear(name string, inputs int, x, w, b float64) (float64, error) {
+	y := float64(inputs)*x*w + b
+	if !(y <= f32Limit) {
+		return 0, errorf(ErrOverflow, "%s outputs could reach %d inputs x max|x| %.3g x max|W| %.3g + max|b| %.3g = %.3g, beyond %.3g, half of float32's range", name, inputs, x, w, b, y, f32Limit)
+	}
+	return y, nil
+}
+
+// maskMagnitude is the largest finite |value| of an additive mask (0 for
+// none); -Inf entries block and add nothing.
+func maskMagnitude(m *Mask) float64 {
+	if m == nil {
+		return 0
+	}
+	most := 0.0
+	for _, x := range m.Values {
+		if a := math.Abs(float64(x)); a > most && !math.IsInf(a, 0) {
+			most = a
+		}
+	}
+	return most
+}
+
+// magnitudeBound is t's bound; 0 for an absent optional tensor (a bias).
+func (t *Tensor) magnitudeBound() float64 {
+	if t == nil {
+		return 0
+	}
+	return t.root().bound
+}
+
+// attentionRange checks a scaled dot-product call (checkScores) and returns
+// the bound of its output O: a convex combination of V rows, or zeros.
+func attentionRange(dm Dims, opts *Options, q, k, v *Tensor) (float64, error) {
+	qb, kb, vb := q.magnitudeBound(), k.magnitudeBound(), v.magnitudeBound()
+	what := fmt.Sprintf("d_k %d x max|Q| %.3g x max|K| %.3g", dm.DK, qb, kb)
+	return vb, checkScores(dm, opts, what, float64(dm.DK)*qb*kb, opts.Scale.For(dm.DK), vb)
+}
+
+// setBounds records what an attention call's outputs may hold: O within
+// oBound, weights within [0, 1]; the log-sum-exp is -Inf on fully masked
+// rows, so it has no finite bound.
+func (o *Output) setBounds(oBound float64) {
+	o.O.bound = oBound
+	if o.LSE != nil {
+		o.LSE.finite = false
+	}
+	if o.Weights != nil {
+		o.Weights.bound = 1
+	}
+}
+
+// checkRange bounds every step of an MHA call: the input projections, the
+// per-head scores and output sums, and out_proj, whose output bound it
+// returns.
+func (m *MHA) checkRange(p MHAPlan, attn *Options, x, key, value *Tensor) (float64, error) {
+	wq, wk, wv := m.qW, m.kW, m.vW
+	if m.packed {
+		wq, wk, wv = m.inW, m.inW, m.inW
+	}
+	bias := m.inB.magnitudeBound()
+	qb, err := checkLinear("q projection", m.dModel, x.magnitudeBound(), wq.magnitudeBound(), bias)
+	if err != nil {
+		return 0, err
+	}
+	kb, err := checkLinear("k projection", m.kdim, key.magnitudeBound(), wk.magnitudeBound(), bias)
+	if err != nil {
+		return 0, err
+	}
+	vb, err := checkLinear("v projection", m.vdim, value.magnitudeBound(), wv.magnitudeBound(), bias)
+	if err != nil {
+		return 0, err
+	}
+	dm := p.Attention.Dims
+	what := fmt.Sprintf("d_head %d x max|Q| %.3g x max|K| %.3g (bounds of the projections)", dm.DK, qb, kb)
+	if err := checkScores(dm, attn, what, float64(dm.DK)*qb*kb, attn.Scale.For(dm.DK), vb); err != nil {
+		return 0, err
+	}
+	// The concatenated head outputs lie within the V projection's bound.
+	return checkLinear("out_proj", m.dModel, vb, m.outW.magnitudeBound(), m.outB.magnitudeBound())
+}
+
+// checkRange bounds an additive call: the projections q W_q + b and k W_k,
+// their sum (tanh's argument), the scores |w_a . tanh(...)| <= sum |w_a|,
+// and the output sums. It returns O's bound.
+func (a *Additive) checkRange(dm Dims, opts *Options, q, k, v *Tensor) (float64, error) {
+	qb, err := checkLinear("q W_q + b", a.dq, q.magnitudeBound(), a.wq.magnitudeBound(), a.bias.magnitudeBound())
+	if err != nil {
+		return 0, err
+	}
+	kb, err := checkLinear("k W_k", a.dk, k.magnitudeBound(), a.wk.magnitudeBound(), 0)
+	if err != nil {
+		return 0, err
+	}
+	if !(qb+kb <= f32Limit) {
+		return 0, errorf(ErrOverflow, "q W_q + b + k W_k could reach %.3g + %.3g, beyond %.3g, half of float32's range", qb, kb, f32Limit)
+	}
+	what := fmt.Sprintf("d_a %d x max|w_a| %.3g", a.da, a.wa.magnitudeBound())
+	vb := v.magnitudeBound()
+	return vb, checkScores(dm, opts, what, float64(a.da)*a.wa.magnitudeBound(), 1, vb)
+}
