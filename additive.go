@@ -2,6 +2,7 @@ package vkattn
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/vkattn/vkattn/pipelines"
 )
@@ -21,7 +22,7 @@ type Additive struct {
 	// wq and wk are W_q and W_k transposed to the (out, in) layout of the
 	// dense-layer kernel; bias and wa as given.
 	wq, wk, bias, wa *Tensor
-	closed           bool
+	closed           atomic.Bool
 }
 
 // NewAdditive checks the weights (errors name the tensor and both shapes)
@@ -86,7 +87,7 @@ func (a *Additive) Close() {
 	for _, t := range []*Tensor{a.wq, a.wk, a.bias, a.wa} {
 		t.Close()
 	}
-	a.closed = true
+	a.closed.Store(true)
 }
 
 // Plan validates a call given by its input shapes, q (B,L,d_q), k (B,S,d_k)
@@ -112,7 +113,7 @@ func (a *Additive) Plan(q, k, v []int, opts Options) (Plan, error) {
 
 // plan checks a call of (B, positions, width) inputs and plans it.
 func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
-	if a.closed {
+	if a.closed.Load() {
 		return Plan{}, errorf(ErrClosed, "additive attention used after Close")
 	}
 	if !opts.Scale.IsDefault() {
@@ -154,8 +155,7 @@ func (a *Additive) Attention(q, k, v *Tensor, opts Options) (*Output, error) {
 
 // AttentionContext is Attention with a context that can cancel the wait.
 func (a *Additive) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Options) (*Output, error) {
-	c, err := a.Prepare(q, k, v, opts)
-	return runOnce[*Output](ctx, c, err)
+	return runOnce(ctx, func() (*Call, error) { return a.Prepare(q, k, v, opts) })
 }
 
 // Prepare validates a call, allocates its outputs and records the
@@ -192,7 +192,7 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 			s.Close()
 		}
 		call.Close()
-		return nil, deviceLimit(err)
+		return nil, deviceError(err)
 	}
 	project := func(l LayerPlan, in, w, bias *Tensor) (*Tensor, error) {
 		y, err := d.newTensor([4]int{1, 1, l.Rows, l.Outputs})

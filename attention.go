@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/vkattn/vkattn/pipelines"
@@ -55,12 +56,13 @@ func (d *Device) plan(q, k, v [4]int, aligned, additive bool, opts *Options) (Pl
 	if err != nil {
 		return Plan{}, err
 	}
+	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanAttention(d.dev.Info, pipelines.PlanInput{
 		B: dims.B, H: dims.H, HKV: dims.HKV, L: dims.L, S: dims.S, DK: dims.DK, DV: dims.DV,
-		Aligned: aligned, Weights: opts.WantWeights, Force: d.path, Additive: additive, Tuning: &d.tuning,
+		Aligned: aligned, Weights: opts.WantWeights, Force: d.path, Additive: additive, Tuning: &tuning,
 	})
 	if err != nil {
-		return Plan{}, deviceLimit(err)
+		return Plan{}, deviceError(err)
 	}
 	// How a call of dense tensors this large would be split (Prepare
 	// redoes it for the actual views).
@@ -71,7 +73,7 @@ func (d *Device) plan(q, k, v [4]int, aligned, additive bool, opts *Options) (Pl
 		Q: dense(q), K: dense(k), V: dense(v), O: dense([4]int{dims.B, dims.H, dims.L, dims.DV})}
 	planningMasks(opts, &x)
 	if err := pipelines.PlanChunks(d.dev.Info, &kp, &x); err != nil {
-		return Plan{}, deviceLimit(err)
+		return Plan{}, deviceError(err)
 	}
 	return Plan{Dims: dims, Device: d.String(), Kernel: kp}, nil
 }
@@ -94,11 +96,15 @@ func planningMasks(opts *Options, x *pipelines.AttentionArgs) {
 	}
 }
 
-// deviceLimit turns the planner's limit errors into ErrTooLarge.
-func deviceLimit(err error) error {
+// deviceError turns the planner's limit errors into ErrTooLarge, and a use
+// of a closed device or buffer into ErrClosed.
+func deviceError(err error) error {
 	var limit *pipelines.LimitError
-	if errors.As(err, &limit) {
+	switch {
+	case errors.As(err, &limit):
 		return errorf(ErrTooLarge, "%s", limit.Msg)
+	case errors.Is(err, vk.ErrClosed) && !errors.Is(err, ErrClosed):
+		return fmt.Errorf("%w (%w)", ErrClosed, err)
 	}
 	return err
 }
@@ -131,8 +137,7 @@ func (d *Device) Attention(q, k, v *Tensor, opts Options) (*Output, error) {
 // AttentionContext is Attention with a context that can cancel the wait for
 // the device.
 func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Options) (*Output, error) {
-	c, err := d.Prepare(q, k, v, opts)
-	return runOnce[*Output](ctx, c, err)
+	return runOnce(ctx, func() (*Call, error) { return d.Prepare(q, k, v, opts) })
 }
 
 // Call is an attention call prepared once: its plan, output tensors, mask
@@ -146,25 +151,43 @@ type Call struct {
 
 // recorded is what every prepared call keeps: its recorded commands and
 // the scratch tensors (masks, lengths, intermediate results) they use.
+// Its lock makes the call's Run and Close take turns.
 type recorded struct {
+	mu       sync.Mutex
 	prepared *pipelines.Prepared
 	scratch  []*Tensor
 }
 
-// run replays the commands and waits for them.
-func (r *recorded) run(ctx context.Context) (time.Duration, error) {
+// run replays the commands and waits for them; done, when not nil, runs
+// under the call's lock after a successful run.
+func (r *recorded) run(ctx context.Context, done func(time.Duration)) (time.Duration, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.prepared == nil {
+		return 0, errorf(ErrClosed, "call used after Close")
+	}
 	t, err := r.prepared.Run(ctx)
-	return t, deviceLimit(err)
+	if err != nil {
+		return 0, deviceError(err)
+	}
+	if done != nil {
+		done(t)
+	}
+	return t, nil
 }
 
-// free waits for work in flight and frees the commands and scratch tensors.
-func (r *recorded) free() {
+// free waits for work in flight and frees the commands and scratch
+// tensors, then runs also (the outputs' Close) under the call's lock.
+func (r *recorded) free(also func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.prepared.Close()
 	r.prepared = nil
 	for _, t := range r.scratch {
 		t.Close()
 	}
 	r.scratch = nil
+	also()
 }
 
 // oneShot is a prepared call that Forward-style methods run once.
@@ -174,15 +197,25 @@ type oneShot[O any] interface {
 	takeOutput() O
 }
 
-// runOnce runs a call just prepared (or returns prepareErr) and hands its
-// output over to the caller before closing the call.
-func runOnce[O any](ctx context.Context, c oneShot[O], prepareErr error) (O, error) {
+// runOnce prepares a call, runs it and hands its output over to the caller
+// before closing the call. A done ctx prepares and submits nothing; a ctx
+// done while waiting returns at once, and the call is freed in the
+// background when the device has finished it.
+func runOnce[O any, C oneShot[O]](ctx context.Context, prepare func() (C, error)) (O, error) {
 	var none O
-	if prepareErr != nil {
-		return none, prepareErr
+	if err := ctx.Err(); err != nil {
+		return none, err
+	}
+	c, err := prepare()
+	if err != nil {
+		return none, err
 	}
 	if _, err := c.Run(ctx); err != nil {
-		c.Close()
+		if ctx.Err() != nil {
+			go c.Close()
+		} else {
+			c.Close()
+		}
 		return none, err
 	}
 	out := c.takeOutput()
@@ -203,12 +236,7 @@ func (c *Call) takeOutput() *Output {
 // Run executes the recorded dispatch and waits for it. It returns the
 // device time (0 without timestamps), also kept in Output().GPUTime.
 func (c *Call) Run(ctx context.Context) (time.Duration, error) {
-	t, err := c.run(ctx)
-	if err != nil {
-		return 0, err
-	}
-	c.out.GPUTime = t
-	return t, nil
+	return c.run(ctx, func(t time.Duration) { c.out.GPUTime = t })
 }
 
 // Close frees the call's commands, scratch buffers and outputs. It waits
@@ -217,9 +245,10 @@ func (c *Call) Close() {
 	if c == nil {
 		return
 	}
-	c.free()
-	c.out.Close()
-	c.out = nil
+	c.free(func() {
+		c.out.Close()
+		c.out = nil
+	})
 }
 
 // Prepare validates an attention call, allocates its outputs and records its
@@ -257,7 +286,7 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	out := call.out
 	fail := func(err error) (*Call, error) {
 		call.Close()
-		return nil, deviceLimit(err)
+		return nil, deviceError(err)
 	}
 	if out.O, err = d.newTensor([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
 		return fail(err)
@@ -287,10 +316,10 @@ func (d *Device) checkInput(name string, t *Tensor) error {
 	switch {
 	case t == nil:
 		return errorf(ErrShape, "%s is nil", name)
-	case t.root().closed:
+	case t.root().closed.Load():
 		return errorf(ErrClosed, "%s was closed", name)
 	case t.dev != d:
-		return errorf(ErrDevice, "%s lives on %s, not %s", name, t.dev, d)
+		return errorf(ErrDevice, "%s lives on %s, not on %s", name, t.dev.ident(), d.ident())
 	case !t.finite:
 		return errorf(ErrNonFinite, "%s holds NaN or Inf", name)
 	}

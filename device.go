@@ -2,11 +2,11 @@ package vkattn
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
@@ -53,16 +53,24 @@ type Config struct {
 type Tuning = pipelines.Tuning
 
 // Device is an open Vulkan device with everything vkattn made on it.
-// Methods are safe for use by one goroutine at a time.
+//
+// A Device is safe for concurrent use, like an *sql.DB: share one among
+// goroutines. So are the tensors, calls and layers made on it: calls from
+// different goroutines record and wait independently and take turns only
+// at queue submission; the runs of one prepared call take turns. Close
+// may come at any time: it waits for work in flight, frees everything
+// made on the device (open calls included), and every later use returns
+// an error wrapping ErrClosed (a Close of something already freed is a
+// no-op).
 type Device struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // guards tuning and tensors; Close holds it
 	instance *vk.Instance
 	dev      *vk.Device
 	kernels  *pipelines.Kernels
 	path     LoadPath
 	tuning   pipelines.Tuning
 	tensors  map[*Tensor]struct{}
-	closed   bool
+	closed   atomic.Bool
 }
 
 // Devices lists every Vulkan device with a compute queue and the index the
@@ -168,7 +176,11 @@ func (d *Device) SaveTuning(t Tuning) (string, error) {
 }
 
 // Tuning is the tuning the planner uses on d.
-func (d *Device) Tuning() Tuning { return d.tuning.Clone() }
+func (d *Device) Tuning() Tuning {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.tuning.Clone()
+}
 
 // SetTuning makes the planner use t for later calls on d (calls already
 // prepared keep theirs); `vkattn tune` tries candidates with it.
@@ -196,24 +208,25 @@ func (d *Device) ResetAllocStats() { d.dev.ResetAllocStats() }
 func (d *Device) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed.Load() {
 		return nil
 	}
-	d.closed = true
-	// Work a cancelled call left running must finish before its buffers go;
-	// a failed wait is reported, but everything is still freed.
-	waitErr := d.dev.WaitIdle()
+	d.closed.Store(true)
 	for t := range d.tensors {
-		t.release()
+		t.closed.Store(true)
 	}
-	d.kernels.Close()
+	d.tensors = nil
+	// The vk device waits for work in flight (a cancelled call's) and
+	// frees every object made on it, those of open calls included; the
+	// kernel library's Close then only forgets them.
 	err := d.dev.Close()
+	d.kernels.Close()
 	d.instance.Close()
-	return errors.Join(waitErr, err)
+	return err
 }
 
 func (d *Device) checkOpen() error {
-	if d.closed {
+	if d.closed.Load() {
 		return errorf(ErrClosed, "device %s is closed", d.dev.Info.Name)
 	}
 	return nil
@@ -230,4 +243,10 @@ func LiveObjects() int64 { return vk.LiveObjects() }
 func (d *Device) String() string {
 	i := d.dev.Info
 	return fmt.Sprintf("%s (%s, %s)", i.Name, i.Type, i.DriverName)
+}
+
+// ident tells d apart from other devices open on the same GPU, for
+// messages about tensors of the wrong device.
+func (d *Device) ident() string {
+	return fmt.Sprintf("device #%d (%s, GPU index %d)", d.dev.Serial(), d.dev.Info.Name, d.dev.Info.Index)
 }

@@ -52,6 +52,25 @@
 // Tensor.SwapAxes12. Device.Plan says which kernel variant, load path,
 // tiles and grid a problem gets, without running it.
 //
+// # Goroutines, cancellation and Close
+//
+// A Device is meant to be shared, like an *sql.DB: it and everything made
+// on it (tensors, calls, layers) are safe for concurrent use. Calls from
+// different goroutines record and wait independently and take turns only
+// at queue submission; runs of one prepared Call take turns.
+//
+// AttentionContext (and every *Context method) submits nothing for a done
+// context; a context done while the work runs returns within about 100 ms
+// with the context's error, and the work finishes in the background, its
+// buffers kept alive until it does. Tensors may be closed at any time: a
+// buffer still read by work in flight is freed when that work ends, and a
+// prepared Call whose inputs were closed refuses to run (ErrClosed).
+//
+// Device.Close waits for work in flight and frees everything made on the
+// device, open calls included; afterwards every use returns an error
+// wrapping ErrClosed and every Close is a no-op. LiveObjects is zero once
+// every device is closed.
+//
 // # Errors
 //
 // Invalid input returns an error wrapping one of ErrShape, ErrHeads,

@@ -3,6 +3,8 @@ package vkattn
 import (
 	"errors"
 	"fmt"
+
+	"github.com/vkattn/vkattn/vk"
 )
 
 // Sentinel errors. Every error vkattn returns for bad input wraps exactly one
@@ -36,6 +38,9 @@ var (
 	ErrClosed = errors.New("vkattn: use after Close")
 	// ErrDevice: a tensor belongs to another device.
 	ErrDevice = errors.New("vkattn: wrong device")
+	// ErrNoDriver: Open (or Devices) found no Vulkan driver, or no device
+	// with a compute queue; the message says how to get one.
+	ErrNoDriver = vk.ErrNoDriver
 	// ErrTuning: a tuning does not fit the device (SetTuning, SaveTuning).
 	ErrTuning = errors.New("vkattn: invalid tuning")
 )

@@ -1,6 +1,7 @@
 package vkattn_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -113,6 +114,16 @@ func runReference(t *testing.T, p *problem) *reference.Result {
 	return want
 }
 
+// referenceOf is the reference output of p, for goroutines other than the
+// test's.
+func referenceOf(p *problem) ([]float64, error) {
+	want, err := reference.Attention(p.q, p.qs, p.k, p.ks, p.v, p.vs, p.opts)
+	if err != nil {
+		return nil, err
+	}
+	return want.O, nil
+}
+
 // tolerance is the sweep's error bound: |got - want| <= 2e-5 * max(1, |want|).
 const tolerance = 2e-5
 
@@ -120,21 +131,30 @@ const tolerance = 2e-5
 // treats -Inf (log-sum-exp of fully masked rows) as exact.
 func compare(t *testing.T, what string, got []float32, want []float64) {
 	t.Helper()
+	if err := closeTo(got, want); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// closeTo is compare's check as an error, for goroutines other than the
+// test's.
+func closeTo(got []float32, want []float64) error {
 	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+		return fmt.Errorf("%d values, want %d", len(got), len(want))
 	}
 	for i := range got {
 		g, w := float64(got[i]), want[i]
 		if math.IsInf(w, -1) {
 			if !math.IsInf(g, -1) {
-				t.Fatalf("%s[%d] = %v, want -Inf", what, i, g)
+				return fmt.Errorf("[%d] = %v, want -Inf", i, g)
 			}
 			continue
 		}
 		if math.IsNaN(g) || math.Abs(g-w) > tolerance*math.Max(1, math.Abs(w)) {
-			t.Fatalf("%s[%d] = %v, want %v (error %.3g)", what, i, g, w, math.Abs(g-w))
+			return fmt.Errorf("[%d] = %v, want %v (error %.3g)", i, g, w, math.Abs(g-w))
 		}
 	}
+	return nil
 }
 
 // checkAgainstReference runs p on d and on the reference and compares every output.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/vkattn/vkattn/pipelines"
@@ -28,7 +29,7 @@ type MHA struct {
 	packed             bool
 	// Weights in PyTorch's (out, in) layout; inW when packed, else qW, kW, vW.
 	inW, qW, kW, vW, inB, outW, outB *Tensor
-	closed                           bool
+	closed                           atomic.Bool
 }
 
 // NewMHA checks the weights (errors name the tensor and both shapes) and
@@ -60,7 +61,7 @@ func (m *MHA) Close() {
 	for _, t := range []*Tensor{m.inW, m.qW, m.kW, m.vW, m.inB, m.outW, m.outB} {
 		t.Close()
 	}
-	m.closed = true
+	m.closed.Store(true)
 }
 
 // LayerPlan is one dense layer of an MHA plan.
@@ -152,12 +153,7 @@ func (c *MHACall) takeOutput() *MHAOutput {
 
 // Run executes the recorded layer and waits for it.
 func (c *MHACall) Run(ctx context.Context) (time.Duration, error) {
-	t, err := c.run(ctx)
-	if err != nil {
-		return 0, err
-	}
-	c.out.GPUTime = t
-	return t, nil
+	return c.run(ctx, func(t time.Duration) { c.out.GPUTime = t })
 }
 
 // Close frees the call's commands, scratch buffers and outputs.
@@ -165,9 +161,10 @@ func (c *MHACall) Close() {
 	if c == nil {
 		return
 	}
-	c.free()
-	c.out.Close()
-	c.out = nil
+	c.free(func() {
+		c.out.Close()
+		c.out = nil
+	})
 }
 
 // Forward runs the layer: x is the query input (B,T,DModel); key
@@ -180,8 +177,7 @@ func (m *MHA) Forward(x, key, value *Tensor, opts MHAOptions) (*MHAOutput, error
 
 // ForwardContext is Forward with a context that can cancel the wait.
 func (m *MHA) ForwardContext(ctx context.Context, x, key, value *Tensor, opts MHAOptions) (*MHAOutput, error) {
-	c, err := m.Prepare(x, key, value, opts)
-	return runOnce[*MHAOutput](ctx, c, err)
+	return runOnce(ctx, func() (*MHACall, error) { return m.Prepare(x, key, value, opts) })
 }
 
 // mhaInput reads an MHA input tensor as (B, T, width).
@@ -242,7 +238,7 @@ func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts MHAOptions) (MHAPlan
 // problem checks a call of inputs with (B, T) dims and plans it.
 func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, error) {
 	var pr mhaProblem
-	if m.closed {
+	if m.closed.Load() {
 		return pr, errorf(ErrClosed, "MHA layer used after Close")
 	}
 	if err := m.dev.checkOpen(); err != nil {
@@ -369,7 +365,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 			s.Close()
 		}
 		call.Close()
-		return nil, deviceLimit(err)
+		return nil, deviceError(err)
 	}
 	scratch := func(rows, width int) (*Tensor, error) {
 		t, err := d.newTensor([4]int{1, 1, rows, width})
@@ -500,7 +496,7 @@ func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int) (Lay
 		Rows: rows, Outputs: outputs, Inputs: inputs,
 		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path, Tuning: &d.tuning,
 	})
-	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: kp}, deviceLimit(err)
+	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: kp}, deviceError(err)
 }
 
 // linearStep binds out = in W^T + bias for a planned layer: in is dense,
@@ -530,5 +526,5 @@ func (m *MHA) planChunks(attn *Plan, views [4]pipelines.View, opts *Options, key
 	if keyPadding {
 		x.KeyPadding = &vk.Buffer{} // a placeholder: planning reads only whether it is there
 	}
-	return deviceLimit(pipelines.PlanChunks(m.dev.dev.Info, &attn.Kernel, &x))
+	return deviceError(pipelines.PlanChunks(m.dev.dev.Info, &attn.Kernel, &x))
 }

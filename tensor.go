@@ -2,6 +2,7 @@ package vkattn
 
 import (
 	"math"
+	"sync/atomic"
 
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
@@ -17,8 +18,8 @@ type Tensor struct {
 	shape   [4]int
 	offset  int
 	strides [3]int
-	finite  bool // every value is finite (checked at upload)
-	closed  bool
+	finite  bool        // every value is finite (checked at upload)
+	closed  atomic.Bool // on the owner: Close or the device's Close ran
 	// bound is no less than any |value| the owner holds, now or after a
 	// Write (Write refuses more), so calls prepared on it stay in float32
 	// range (checkScores); +Inf when unknown. Read it through root().
@@ -81,7 +82,7 @@ func magnitude(data []float32) (most float64, finite bool) {
 // (ErrNonFinite), and so is a value beyond the tensor's bound, the larger
 // of 2^32 and the largest |value| it was uploaded with (ErrOverflow).
 func (t *Tensor) Write(data []float32) error {
-	if t.root().closed {
+	if t.root().closed.Load() {
 		return errorf(ErrClosed, "tensor used after Close")
 	}
 	s := t.shape
@@ -125,11 +126,10 @@ func (t *Tensor) Shape() [4]int { return t.shape }
 // data uploaded as (B, L, H, d) becomes the (B, H, L, d) tensor attention
 // expects, without a copy. The view shares the data and is freed with it.
 func (t *Tensor) SwapAxes12() *Tensor {
-	v := *t
-	v.owner = t.root()
+	v := &Tensor{dev: t.dev, buf: t.buf, owner: t.root(), shape: t.shape, offset: t.offset, strides: t.strides, finite: t.finite}
 	v.shape[1], v.shape[2] = t.shape[2], t.shape[1]
 	v.strides[1], v.strides[2] = t.strides[2], t.strides[1]
-	return &v
+	return v
 }
 
 func (t *Tensor) root() *Tensor {
@@ -152,7 +152,7 @@ func (t *Tensor) view() pipelines.View {
 
 // Download copies the tensor to the host as dense row-major (B,H,L,d) data.
 func (t *Tensor) Download() ([]float32, error) {
-	if t.root().closed {
+	if t.root().closed.Load() {
 		return nil, errorf(ErrClosed, "tensor used after Close")
 	}
 	s := t.shape
@@ -188,11 +188,9 @@ func (t *Tensor) Close() {
 	defer r.dev.mu.Unlock()
 	if _, ok := r.dev.tensors[r]; ok {
 		delete(r.dev.tensors, r)
-		r.release()
+		r.closed.Store(true)
+		// Work in flight that reads the buffer (a cancelled call's) keeps
+		// it alive until it finishes.
+		r.buf.Close()
 	}
-}
-
-func (t *Tensor) release() {
-	t.closed = true
-	t.buf.Close()
 }
