@@ -434,6 +434,9 @@ func (p *dictParser) tuple() ([]int, error) {
 			}
 			return nil, npyErr("shape has %q where an integer should be", p.rest(10))
 		}
+		if d := strings.TrimPrefix(digits, "-"); len(d) > 1 && d[0] == '0' {
+			return nil, npyErr("shape extent %s has a leading zero, which Python 3 does not allow", digits)
+		}
 		if p.peek() == 'L' || p.peek() == 'l' {
 			p.i++
 		}

@@ -121,6 +121,7 @@ func TestReadNPYMalformed(t *testing.T) {
 		{"unterminated shape", "shape tuple is not terminated", npyBytes("{"+ok+", 'shape': (2", nil)},
 		{"shape separator", `shape has "; 3), }\n" after an extent`, npyBytes("{"+ok+", 'shape': (2; 3), }", nil)},
 		{"negative", "shape has a negative extent -2", npyBytes(npyDict("<f4", false, -2, 3), nil)},
+		{"leading zero", "shape extent 02 has a leading zero", npyBytes("{"+ok+", 'shape': (2, 02), }", nil)},
 		{"huge extent", "shape extent 99999999999999999999 is too large", npyBytes("{"+ok+", 'shape': (99999999999999999999,), }", nil)},
 		{"too many elements", "shape [1048576 1048576] has more than 2147483647 elements", npyBytes(npyDict("<f4", false, 1<<20, 1<<20), nil)},
 		{"extra key", `unknown key "extra"`, npyBytes("{"+ok+", 'shape': (1,), 'extra': 1}", f32Bytes(1))},

@@ -1,0 +1,202 @@
+package weights
+
+import (
+	"archive/zip"
+	"bytes"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+// The fuzz targets check that no input panics and that whatever loads is
+// self-consistent. `go test` runs their seeds; run one for longer with
+//
+//	go test ./weights -run '^$' -fuzz FuzzDecodeNPY -fuzztime 60s
+
+// npySeeds are valid and malformed .npy files.
+func npySeeds() [][]byte {
+	ok := "'descr': '<f4', 'fortran_order': False"
+	return [][]byte{
+		f32NPY([]int{2, 3}, seq(6)),
+		npyBytes(npyDict("<f8", false, 2), f64Bytes(0.5, -1e300)),
+		npyBytes(npyDict("<f2", true, 2, 2), []byte{0, 0x3c, 1, 0, 0xff, 0x7b, 0, 0x7c}),
+		npyBytes(npyDict(">f4", false, 1), []byte{0x3f, 0x80, 0, 0}),
+		npyBytes(npyDict("|b1", true, 2, 2), []byte{1, 0, 2, 1}),
+		npyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", f32Bytes(7)),
+		npyBytes(npyDict("<f4", false, 0, 3), nil),
+		npyBytes(npyDict("<i8", false, 1), make([]byte, 8)),
+		npyV2(`{"shape": (1L,), "descr": "<f4", "fortran_order": False}`, f32Bytes(1)),
+		npyBytes("{"+ok+", 'shape': (2,), ", f32Bytes(1, 2)),
+		npyBytes("{"+ok+", 'shape': (2), }", f32Bytes(1, 2)),
+		npyBytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", f32Bytes(1)),
+		npyBytes(npyDict("<f4", false, 1<<20, 1<<20), nil),
+		npyBytes(npyDict("<f4", false, 2), f32Bytes(1, 2, 3)),
+		[]byte("\x93NUMPY\x02\x00\xff\xff\xff\xff{"),
+		[]byte("\x93NUMPY\x01\x00\xff\x00{'descr'"),
+		{},
+	}
+}
+
+// npzBytes is a .npz archive of members (name -> .npy bytes), in name order.
+func npzBytes(members map[string][]byte, compress bool) []byte {
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	method := zip.Store
+	if compress {
+		method = zip.Deflate
+	}
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: name + ".npy", Method: method})
+		if err != nil {
+			panic(err)
+		}
+		w.Write(members[name])
+	}
+	if err := zw.Close(); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
+}
+
+// checkArray checks what decodeNPY returned: values for exactly the
+// supported dtypes, as many as the shape has.
+func checkArray(t *testing.T, a *Array) {
+	t.Helper()
+	n := 1
+	for _, s := range a.Shape {
+		n *= s
+	}
+	_, supported := parseDescr(a.Descr)
+	switch {
+	case !supported && (a.F32 != nil || a.Bools != nil):
+		t.Fatalf("values for dtype %q: %+v", a.Descr, a)
+	case supported && (a.F32 == nil) == (a.Bools == nil):
+		t.Fatalf("dtype %q: F32 %v, Bools %v", a.Descr, a.F32, a.Bools)
+	case supported && len(a.F32)+len(a.Bools) != n:
+		t.Fatalf("shape %v has %d elements, read %d", a.Shape, n, len(a.F32)+len(a.Bools))
+	}
+}
+
+// FuzzDecodeNPY reads each input as a file and as a stream; the two must
+// agree.
+func FuzzDecodeNPY(f *testing.F) {
+	for _, s := range npySeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, ferr := decodeNPY(bytes.NewReader(data), int64(len(data)), true)
+		stream, serr := decodeNPY(bytes.NewReader(data), -1, false)
+		if ferr == nil {
+			checkArray(t, file)
+		}
+		if serr == nil {
+			checkArray(t, stream)
+		}
+		// A stream's size is unknown, so only a dtype this package reads
+		// (all of whose data is read) must fail or succeed alike.
+		if ferr == nil && serr == nil && !sameArray(file, stream) {
+			t.Fatalf("as a file %+v, as a stream %+v", file, stream)
+		}
+		if ferr == nil && serr != nil {
+			t.Fatalf("loads as a file but not as a stream: %v", serr)
+		}
+	})
+}
+
+// sameArray compares arrays, float values by their bits (NaN included).
+func sameArray(a, b *Array) bool {
+	if !reflect.DeepEqual(a.Shape, b.Shape) || a.Descr != b.Descr || !slices.Equal(a.Bools, b.Bools) ||
+		(a.F32 == nil) != (b.F32 == nil) || (a.Bools == nil) != (b.Bools == nil) || len(a.F32) != len(b.F32) {
+		return false
+	}
+	for i := range a.F32 {
+		if math.Float32bits(a.F32[i]) != math.Float32bits(b.F32[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzDecodeNPZ loads .npz archives.
+func FuzzDecodeNPZ(f *testing.F) {
+	members := map[string][]byte{}
+	for i, s := range npySeeds()[:8] { // the valid ones
+		members[string(rune('a'+i))] = s
+	}
+	f.Add(npzBytes(members, false))
+	f.Add(npzBytes(members, true))
+	for _, s := range npySeeds()[8:] {
+		f.Add(npzBytes(map[string][]byte{"x": s}, true))
+	}
+	for _, name := range []string{"self.npz", "self_params.npz", "padcausal.npz"} {
+		if b, err := os.ReadFile(filepath.Join("..", "testdata", "mha", name)); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte("PK\x05\x06" + string(make([]byte, 18))))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ts, err := decodeNPZ(bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			if ts != nil {
+				t.Fatalf("tensors returned with error %v", err)
+			}
+			return
+		}
+		checkTensors(t, ts)
+	})
+}
+
+// FuzzDecodeSafetensors loads .safetensors files.
+func FuzzDecodeSafetensors(f *testing.F) {
+	f.Add(stBytes(map[string]stTensor{
+		"a":    {"F32", []int{2, 3}, f32Bytes(seq(6)...)},
+		"dbl":  {"F64", []int{1}, f64Bytes(0.1)},
+		"half": {"F16", []int{2}, []byte{0x01, 0x00, 0x00, 0xfc}},
+		"bf":   {"BF16", []int{2}, []byte{0x80, 0x3f, 0x40, 0xc0}},
+		"mask": {"BOOL", []int{3}, []byte{1, 0, 1}},
+		"ints": {"I64", []int{2}, make([]byte, 16)},
+	}))
+	hdr := func(s string) []byte { return []byte(s) }
+	for _, b := range [][]byte{
+		{},
+		stRaw(hdr(`{"a":`), nil),
+		stRaw(hdr(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}`), make([]byte, 4)),
+		stRaw(hdr(`{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}`), nil),
+		stRaw(hdr(`{"__metadata__":{"format":"pt"},"a":{"dtype":"BOOL","shape":[],"data_offsets":[0,1]}}`), []byte{1}),
+		stBytes(map[string]stTensor{"a": {"F64", []int{1}, f64Bytes(1e300)}}),
+	} {
+		f.Add(b)
+	}
+	if b, err := os.ReadFile(filepath.Join("..", "testdata", "mha", "self_params.safetensors")); err == nil {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ts, err := decodeSafetensors(data)
+		if err != nil {
+			if ts != nil {
+				t.Fatalf("tensors returned with error %v", err)
+			}
+			return
+		}
+		checkTensors(t, ts)
+	})
+}
+
+// checkTensors checks that each tensor with data has as many values as its
+// shape.
+func checkTensors(t *testing.T, ts map[string]Tensor) {
+	t.Helper()
+	for name, x := range ts {
+		n := 1
+		for _, s := range x.Shape {
+			n *= s
+		}
+		if x.Data != nil && len(x.Data) != n {
+			t.Fatalf("%s: shape %v, %d values", name, x.Shape, len(x.Data))
+		}
+	}
+}
