@@ -18,8 +18,8 @@ Each query and key is projected once; the attention kernel then scores
 every pair with the same online softmax and masks as 'vkattn run'.
 Additive scores have no scale.
 
-Inputs are .npy files (float32; float64 is converted), all of rank 3 or
-all of rank 2 (one sequence, without B):
+Inputs are .npy files (float32; float16 and float64 are converted), all
+of rank 3 or all of rank 2 (one sequence, without B):
   -q Q.npy   queries (B,L,d_q)     -k K.npy   keys (B,S,d_k)
   -v V.npy   values (B,S,d_v)
 
@@ -38,7 +38,8 @@ Masks combine and broadcast to (B,1,L,S) (one head) from the left; a 3-D
   --query-lengths 2,3      query rows past it give zeros
 A row whose every key is masked has output 0 and log-sum-exp -inf.
 
-Outputs are written to a temporary file and renamed, all or none:
+Outputs are written to a temporary file and renamed, all or none; a
+symbolic link is written through to its target, a FIFO or device refused:
   -o OUT.npy       O, (B,L,d_v)
   --lse LSE.npy    natural log-sum-exp of each row's scores, (B,L)
   --weights W.npy  attention weights, (B,L,S)

@@ -17,7 +17,7 @@ Runs a PyTorch nn.MultiheadAttention layer (batch_first=True, eval mode) on
 a Vulkan device, as one submission: the input projections, the attention of
 every head, the output projection and, with --weights, the weights.
 
-Inputs are .npy files (float32; float64 is converted):
+Inputs are .npy files (float32; float16 and float64 are converted):
   -x X.npy      the query input (B,T,d), batch first, or (T,d) for one
                 sequence (PyTorch's unbatched mode: the outputs drop B too)
   --kv KV.npy   the key = value input (B,S,kdim) of cross-attention, such as
@@ -45,7 +45,8 @@ Masks combine, with PyTorch's meanings:
 A query row whose every key is masked gets zero attention, so its output is
 out_proj.bias (zeros without a bias), where PyTorch gives NaN.
 
-Outputs are written to a temporary file and renamed, all or none:
+Outputs are written to a temporary file and renamed, all or none; a
+symbolic link is written through to its target, a FIFO or device refused:
   -o OUT.npy           attn_output, (B,T,d)
   --weights W.npy      attention weights per head, (B,h,T,S); with
                        --average-weights their mean over heads, (B,T,S)

@@ -19,8 +19,8 @@ const runUsage = `Usage: vkattn run -q Q.npy -k K.npy -v V.npy [-o O.npy] [flags
 Computes O = softmax(Q K^T * scale + masks) V on a Vulkan device, with the
 fused online-softmax kernel (no (B,H,L,S) score buffer unless --weights).
 
-Inputs are .npy files (float32; float64 is converted). Q, K and V have rank
-2 (L,d), 3 (H,L,d) or 4 (B,H,L,d); missing leading axes are 1:
+Inputs are .npy files (float32; float16 and float64 are converted). Q, K
+and V have rank 2 (L,d), 3 (H,L,d) or 4 (B,H,L,d); missing leading axes are 1:
   Q (B,H,L,d_k)   K (B,H_kv,S,d_k)   V (B,H_kv,S,d_v)
 H_kv must divide H (H_kv = 1: multi-query, else grouped-query attention).
 The default scale is 1/sqrt(d_k).
@@ -38,7 +38,8 @@ style (each axis full or 1). All masks combine:
   --query-lengths 2,3     query rows past it give zeros
 A row whose every key is masked has output 0 and log-sum-exp -inf.
 
-Outputs are written to a temporary file and renamed, all or none:
+Outputs are written to a temporary file and renamed, all or none; a
+symbolic link is written through to its target, a FIFO or device refused:
   -o O.npy         O, Q's shape with the last axis d_v
   --lse LSE.npy    natural log-sum-exp of each row, Q's shape without d_k
   --weights W.npy  attention weights, Q's leading axes then (L,S); small problems only
