@@ -13,6 +13,7 @@
 //	vkattn demo
 //	vkattn bench [--suite prefill|decode|long|all | --shape B,H,H_kv,L,S,d] [--json] [--plot FILE.png]
 //	vkattn tune [--device N|NAME] [--d 64,128] [--reps N] [--dry-run] [--json]
+//	vkattn heatmap --weights W.npy -o HEAT.png [--heads 0,3] [--contribution V.npy]
 //
 // Every subcommand explains itself with -h.
 package main
@@ -55,6 +56,7 @@ Commands:
   demo      print the spec's worked examples and a larger random problem
   bench     time attention on preset suites or given shapes (GFLOP/s, GB/s, plot)
   tune      measure the kernel's launch shapes on this device and save the fastest
+  heatmap   draw attention weights (or a_ij*||v_j||) as heat maps: PNG, SVG or PDF
 
 Run 'vkattn <command> -h' for a command's flags and an example.
 
@@ -63,6 +65,7 @@ Examples:
   vkattn mha -x x.npy --params mha.safetensors --heads 2 -o out.npy --check
   vkattn bench --suite prefill --plot gflops.png
   vkattn tune --d 64,128
+  vkattn heatmap --weights w.npy -o heat.png
 `
 
 type command struct {
@@ -79,6 +82,7 @@ var commands = []command{
 	{"demo", runDemo},
 	{"bench", runBench},
 	{"tune", runTune},
+	{"heatmap", runHeatmap},
 }
 
 // run is main without the process: tests call it in-process.

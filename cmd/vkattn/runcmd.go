@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/heatmap"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -43,6 +44,8 @@ symbolic link is written through to its target, a FIFO or device refused:
   -o O.npy         O, Q's shape with the last axis d_v
   --lse LSE.npy    natural log-sum-exp of each row, Q's shape without d_k
   --weights W.npy  attention weights, Q's leading axes then (L,S); small problems only
+  --heatmap F.png  the weights as heat maps, one panel per head of batch item 0
+                   (.png, .svg or .pdf; 'vkattn heatmap -h' draws more choices)
 Without -o a short summary is printed instead.
 
 --check compares with the float64 reference and exits 1 (writing nothing)
@@ -64,6 +67,7 @@ type runFlags struct {
 	keyLens, queryLens intList
 	scale              optFloat
 	weights, lse       string
+	heatmap            string
 	device             string
 	check, explain     bool
 	json               bool
@@ -152,6 +156,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
 	fs.StringVar(&f.weights, "weights", "", "write the attention weights to `W.npy` (Q's leading axes, L, S)")
 	fs.StringVar(&f.lse, "lse", "", "write the log-sum-exp to `LSE.npy` (Q's shape without d_k)")
+	fs.StringVar(&f.heatmap, "heatmap", "", "draw the weights of batch item 0 to `FILE` (.png, .svg or .pdf)")
 	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
 	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
 	fs.BoolVar(&f.explain, "explain", false, "print the plan: kernel variant, load path, tiles, grid")
@@ -166,7 +171,12 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usagef(stderr, "run", "--causal %q: want none, top-left or bottom-right", f.causal)
 	}
-	if code := checkOutputPaths("run", stderr, []outputFlag{{"-o", f.out}, {"--lse", f.lse}, {"--weights", f.weights}}); code != exitOK {
+	if f.heatmap != "" {
+		if _, err := heatmap.Format(f.heatmap); err != nil {
+			return usagef(stderr, "run", "--heatmap %s: want a name ending in .png, .svg or .pdf", f.heatmap)
+		}
+	}
+	if code := checkOutputPaths("run", stderr, []outputFlag{{"-o", f.out}, {"--lse", f.lse}, {"--weights", f.weights}, {"--heatmap", f.heatmap}}); code != exitOK {
 		return code
 	}
 
@@ -232,7 +242,7 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 	opts := vkattn.Options{
 		Causal:      causal,
 		WantLSE:     f.lse != "",
-		WantWeights: f.weights != "",
+		WantWeights: f.weights != "" || f.heatmap != "",
 	}
 	if f.scale.set {
 		opts.Scale = vkattn.CustomScale(f.scale.v)
@@ -370,8 +380,29 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 	}
 	// A failed check writes nothing: a non-zero exit never leaves files.
 	if chk == nil || chk.ok() {
+		// The picture is drawn first and put in place last, so a failure
+		// to draw it leaves no array written either.
+		var pic *pendingFile
+		if f.heatmap != "" {
+			w, err := heatmap.NewWeights(wShape, res.weights)
+			if err == nil {
+				pic, _, err = stageHeatmap(f.heatmap, w, heatmap.Options{})
+			}
+			if err != nil {
+				return failf(stderr, "run", "--heatmap: %v", err)
+			}
+		}
 		if err := writeNPYFiles(outs); err != nil {
+			if pic != nil {
+				pic.discard()
+			}
 			return failf(stderr, "run", "%v", err)
+		}
+		if pic != nil {
+			if err := pic.commit(); err != nil {
+				return failf(stderr, "run", "--heatmap: %v", err)
+			}
+			outs = append(outs, output{name: "heat map", path: f.heatmap, shape: wShape})
 		}
 	}
 
