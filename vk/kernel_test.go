@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"math"
 	"testing"
-
-	"github.com/vkattn/vkattn/shaders"
 )
 
 // TestKernelPushAndSpecConstants runs shaders/selftest.comp, which computes
@@ -16,18 +14,7 @@ import (
 func TestKernelPushAndSpecConstants(t *testing.T) {
 	before := LiveObjects()
 	inst, dev := openTestDevice(t)
-	defer inst.Close()
-	code, err := shaders.SPIRV("selftest")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := dev.NewKernel(KernelSpec{
-		Name: "selftest", SPIRV: code, Bindings: []BindingType{StorageBuffer, StorageBuffer},
-		Spec: []int32{7}, PushSize: 8,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := selftestKernel(t, dev)
 	const n = 100
 	in, _ := dev.NewBuffer(4 * n)
 	out, _ := dev.NewBuffer(4 * n)
@@ -72,16 +59,7 @@ func TestKernelPushAndSpecConstants(t *testing.T) {
 		}
 	}
 	cmds.Close()
-	if err := dev.Close(); err != nil { // also frees the kernel, its set and both buffers
-		t.Fatal(err)
-	}
-	inst.Close()
-	if n := LiveObjects(); n != before {
-		t.Errorf("%d Vulkan objects alive after Close, want %d", n, before)
-	}
-	if msgs := ValidationMessages(); len(msgs) > 0 {
-		t.Errorf("validation messages:\n%v", msgs)
-	}
+	closeTestDevice(t, inst, dev, before) // also frees the kernel, its set and both buffers
 }
 
 // selftestPush is the push constants of shaders/selftest.comp.

@@ -9,42 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/vkattn/vkattn/shaders"
 )
-
-// selftestKernel builds shaders/selftest.comp (out = in*factor + 7).
-func selftestKernel(t *testing.T, dev *Device) *Kernel {
-	t.Helper()
-	code, err := shaders.SPIRV("selftest")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := dev.NewKernel(KernelSpec{
-		Name: "selftest", SPIRV: code, Bindings: []BindingType{StorageBuffer, StorageBuffer},
-		Spec: []int32{7}, PushSize: 8,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// closeTestDevice closes dev and inst and checks that nothing is left
-// alive and the validation layer said nothing.
-func closeTestDevice(t *testing.T, inst *Instance, dev *Device, before int64) {
-	t.Helper()
-	if err := dev.Close(); err != nil {
-		t.Fatal(err)
-	}
-	inst.Close()
-	if n := LiveObjects(); n != before {
-		t.Errorf("%d Vulkan objects alive after Close, want %d", n, before)
-	}
-	if msgs := ValidationMessages(); len(msgs) > 0 {
-		t.Errorf("validation messages:\n%v", msgs)
-	}
-}
 
 // TestBufferClosedWhileInFlight: a buffer closed while submitted work uses
 // it is freed only once that work is seen to finish; the commands then

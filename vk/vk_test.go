@@ -3,6 +3,8 @@ package vk
 import (
 	"context"
 	"testing"
+
+	"github.com/vkattn/vkattn/shaders"
 )
 
 // openTestDevice opens the default device with the validation layer on.
@@ -24,6 +26,39 @@ func openTestDevice(t *testing.T) (*Instance, *Device) {
 		t.Fatal(err)
 	}
 	return inst, dev
+}
+
+// selftestKernel builds shaders/selftest.comp (out = in*factor + 7).
+func selftestKernel(t *testing.T, dev *Device) *Kernel {
+	t.Helper()
+	code, err := shaders.SPIRV("selftest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := dev.NewKernel(KernelSpec{
+		Name: "selftest", SPIRV: code, Bindings: []BindingType{StorageBuffer, StorageBuffer},
+		Spec: []int32{7}, PushSize: 8,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// closeTestDevice closes dev and inst and checks that nothing is left
+// alive and the validation layer said nothing.
+func closeTestDevice(t *testing.T, inst *Instance, dev *Device, before int64) {
+	t.Helper()
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	inst.Close()
+	if n := LiveObjects(); n != before {
+		t.Errorf("%d Vulkan objects alive after Close, want %d", n, before)
+	}
+	if msgs := ValidationMessages(); len(msgs) > 0 {
+		t.Errorf("validation messages:\n%v", msgs)
+	}
 }
 
 // TestBufferRoundTripAndClose checks the owner tree: a device with buffers
@@ -85,16 +120,7 @@ func TestBufferRoundTripAndClose(t *testing.T) {
 	}
 	c.Close()
 	buf.Close()
-	if err := dev.Close(); err != nil {
-		t.Fatal(err)
-	}
-	inst.Close()
-	if n := LiveObjects(); n != before {
-		t.Errorf("%d Vulkan objects alive after Close, want %d", n, before)
-	}
-	if msgs := ValidationMessages(); len(msgs) > 0 {
-		t.Errorf("validation messages:\n%v", msgs)
-	}
+	closeTestDevice(t, inst, dev, before)
 }
 
 func TestFindDevice(t *testing.T) {
