@@ -69,7 +69,7 @@ type AttentionArgs struct {
 
 // AttentionPlan is what the planner chose for one problem.
 type AttentionPlan struct {
-	Variant   string // SPIR-V variant name (shaders/manifest.txt)
+	Variant   Variant
 	Path      LoadPath
 	Vec4      bool // Q, K, V read four floats per load
 	DMax      int  // compile-time bound on d_k and d_v
@@ -178,10 +178,6 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	}
 	p.Path, p.Why = path, why
 	p.Additive = in.Additive
-	family := "attention_"
-	if p.Additive {
-		family = "additive_"
-	}
 	p.Vec4 = aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
 	p.KeyTile = tuning.Keys
 	if p.Additive || !p.Vec4 {
@@ -195,11 +191,10 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if p.KeyTile < 1 {
 		return p, fmt.Errorf("attention: tuning has no keys per step")
 	}
-	shape := "scalar"
-	if p.Vec4 {
-		shape = "vec4"
+	p.Variant = Variant{Family: FamilyAttention, Path: p.Path, Vec4: p.Vec4}
+	if p.Additive {
+		p.Variant.Family = FamilyAdditive
 	}
-	p.Variant = family + p.Path.String() + "_" + shape
 	p.Rows, p.WorkGroup = tuning.Rows[p.DMax], tuning.WorkGroup
 	p.WorkGroup = min(p.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
 	if p.Rows < 1 {
@@ -216,7 +211,7 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 		p.SplitKeys = tuning.SplitKeys
 		p.Splits = (in.S + p.SplitKeys - 1) / p.SplitKeys
 		p.RowBlocks = (packed + p.Rows - 1) / p.Rows
-		p.Variant += "_split"
+		p.Variant.SplitK = true
 		p.Grid = [3]uint32{uint32((p.Splits + p.WorkGroup - 1) / p.WorkGroup), uint32(in.HKV * p.RowBlocks), uint32(b)}
 		names = [3]string{"key split blocks", "KV heads x row blocks", "batch"}
 	}
@@ -226,7 +221,7 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if tuning.SharedLoads && p.Path == TexelPath && p.Vec4 && p.Splits == 0 && !p.Additive {
 		if sg := int(dev.Limits.SubgroupSize); dev.Limits.SubgroupShuffle && sg > 1 && p.WorkGroup%sg == 0 {
 			p.SharedLoads = sg
-			p.Variant += "_shared"
+			p.Variant.Shared = true
 		}
 	}
 	for i, g := range p.Grid {
@@ -277,12 +272,8 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	if p.Additive {
 		bindings = append(bindings, vk.StorageBuffer) // w_a
 	}
-	return ks.get(vk.KernelSpec{
-		Name:     fmt.Sprintf("%s/d%d/r%d/w%d/k%d/m%t/s%d", p.Variant, p.DMax, p.Rows, p.WorkGroup, p.KeyTile, p.Masked, p.SharedLoads),
-		Bindings: bindings,
-		Spec: []int32{int32(p.WorkGroup), int32(p.DMax / 4), int32(p.Rows), int32(p.WorkGroup), int32(p.KeyTile),
-			boolSpec(p.Masked), int32(max(p.SharedLoads, 1))},
-	}, p.Variant)
+	return ks.get(p.Variant, bindings, int32(p.WorkGroup), int32(p.DMax/4), int32(p.Rows), int32(p.WorkGroup),
+		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)))
 }
 
 // ceilDiv is a/b rounded up, for positive b.
@@ -298,10 +289,8 @@ func boolSpec(b bool) int32 {
 
 // combineKernel is the split-K combine pass (one variant per device).
 func (ks *Kernels) combineKernel() (*vk.Kernel, error) {
-	return ks.get(vk.KernelSpec{
-		Name:     "attention_combine",
-		Bindings: []vk.BindingType{vk.UniformBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer},
-	}, "attention_combine")
+	return ks.get(Variant{Family: FamilyCombine},
+		[]vk.BindingType{vk.UniformBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer})
 }
 
 // Flags of the Params block, as in shaders/attention.comp.

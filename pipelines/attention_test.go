@@ -49,7 +49,7 @@ func TestPlanUsesTheTuning(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if p.KeyTile != c.keys || p.SharedLoads != c.shared || p.Variant != c.variant || (p.Splits > 0) != c.splitKeyed {
+		if p.KeyTile != c.keys || p.SharedLoads != c.shared || p.Variant.Name() != c.variant || (p.Splits > 0) != c.splitKeyed {
 			t.Errorf("%s: variant %s, %d keys per step, shared loads %d, %d splits; want %s, %d, %d, split %v",
 				c.name, p.Variant, p.KeyTile, p.SharedLoads, p.Splits, c.variant, c.keys, c.shared, c.splitKeyed)
 		}
@@ -67,7 +67,7 @@ func TestPlanUsesTheTuning(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.SharedLoads != 0 || p.Variant != "attention_texel_vec4" {
+		if p.SharedLoads != 0 || p.Variant.Name() != "attention_texel_vec4" {
 			t.Errorf("subgroup %d, shuffles %v: variant %s with shared loads %d, want attention_texel_vec4 unshared",
 				d.Limits.SubgroupSize, d.Limits.SubgroupShuffle, p.Variant, p.SharedLoads)
 		}

@@ -15,13 +15,13 @@ import (
 type Kernels struct {
 	dev    *vk.Device
 	mu     sync.Mutex // guards kernel and dummy
-	kernel map[string]*vk.Kernel
+	kernel map[kernelKey]*vk.Kernel
 	dummy  *vk.Buffer // bound where an optional input or output is absent
 }
 
 // NewKernels prepares the kernel library of dev. Nothing is built yet.
 func NewKernels(dev *vk.Device) *Kernels {
-	return &Kernels{dev: dev, kernel: map[string]*vk.Kernel{}}
+	return &Kernels{dev: dev, kernel: map[kernelKey]*vk.Kernel{}}
 }
 
 // Close frees the library's kernels and buffers.
@@ -31,29 +31,56 @@ func (ks *Kernels) Close() {
 	for _, k := range ks.kernel {
 		k.Close()
 	}
-	ks.kernel = map[string]*vk.Kernel{}
+	ks.kernel = map[kernelKey]*vk.Kernel{}
 	ks.dummy.Close()
 	ks.dummy = nil
 }
 
-// get returns the kernel named spec.Name, building it from the SPIR-V
-// variant on first use.
-func (ks *Kernels) get(spec vk.KernelSpec, variant string) (*vk.Kernel, error) {
+// kernelKey names a built kernel: its variant, its specialization
+// constants and its push-constant size.
+type kernelKey struct {
+	variant Variant
+	spec    [maxSpec]int32
+	push    uint32
+}
+
+// maxSpec is the most specialization constants a kernel takes.
+const maxSpec = 8
+
+// get returns the kernel of variant v with the given bindings and
+// specialization constants (constant_id i gets spec[i]), building it from
+// the variant's SPIR-V on first use.
+func (ks *Kernels) get(v Variant, bindings []vk.BindingType, spec ...int32) (*vk.Kernel, error) {
+	return ks.build(v, bindings, 0, spec)
+}
+
+// getPushed is get for a kernel with push constants of push bytes.
+func (ks *Kernels) getPushed(v Variant, bindings []vk.BindingType, push uint32, spec ...int32) (*vk.Kernel, error) {
+	return ks.build(v, bindings, push, spec)
+}
+
+func (ks *Kernels) build(v Variant, bindings []vk.BindingType, push uint32, spec []int32) (*vk.Kernel, error) {
+	if len(spec) > maxSpec {
+		return nil, fmt.Errorf("pipelines: kernel %s takes %d specialization constants, at most %d", v, len(spec), maxSpec)
+	}
+	key := kernelKey{variant: v, push: push}
+	copy(key.spec[:], spec)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	if k, ok := ks.kernel[spec.Name]; ok {
+	if k, ok := ks.kernel[key]; ok {
 		return k, nil
 	}
-	code, err := shaders.SPIRV(variant)
+	code, err := shaders.SPIRV(v.Name())
 	if err != nil {
 		return nil, err
 	}
-	spec.SPIRV = code
-	k, err := ks.dev.NewKernel(spec)
+	k, err := ks.dev.NewKernel(vk.KernelSpec{
+		Name: fmt.Sprintf("%s%v", v, spec), SPIRV: code, Bindings: bindings, Spec: spec, PushSize: push,
+	})
 	if err != nil {
 		return nil, err
 	}
-	ks.kernel[spec.Name] = k
+	ks.kernel[key] = k
 	return k, nil
 }
 

@@ -9,7 +9,7 @@ import (
 
 // LinearPlan is what the planner chose for a dense layer Y = X W^T + b.
 type LinearPlan struct {
-	Variant   string // SPIR-V variant (shaders/manifest.txt)
+	Variant   Variant
 	Path      LoadPath
 	Vec4      bool
 	TileRows  int // rows of X per invocation (fixed by the shader)
@@ -50,11 +50,7 @@ func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
 	}
 	p.Path, p.Why = path, why
 	p.Vec4 = in.Aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
-	shape := "scalar"
-	if p.Vec4 {
-		shape = "vec4"
-	}
-	p.Variant = "linear_" + p.Path.String() + "_" + shape
+	p.Variant = Variant{Family: FamilyLinear, Path: p.Path, Vec4: p.Vec4}
 	p.TileRows, p.TileCols = 4, 4
 	p.WorkGroup = min(tuning.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
 	colTiles := (in.Outputs + p.TileCols - 1) / p.TileCols
@@ -100,11 +96,7 @@ func (ks *Kernels) Linear(p LinearPlan, x LinearArgs) (*Step, error) {
 			in = vk.UniformTexelRGBA32F
 		}
 	}
-	k, err := ks.get(vk.KernelSpec{
-		Name:     fmt.Sprintf("%s/w%d", p.Variant, p.WorkGroup),
-		Bindings: []vk.BindingType{vk.UniformBuffer, in, in, vk.StorageBuffer, vk.StorageBuffer},
-		Spec:     []int32{int32(p.WorkGroup)},
-	}, p.Variant)
+	k, err := ks.get(p.Variant, []vk.BindingType{vk.UniformBuffer, in, in, vk.StorageBuffer, vk.StorageBuffer}, int32(p.WorkGroup))
 	if err != nil {
 		return nil, err
 	}
@@ -228,11 +220,7 @@ func (ks *Kernels) HeadMean(weights, mean *vk.Buffer, b, h, n int) (*Step, error
 	if err := checkRange(ks.dev.Info, "weights", weights, false, false); err != nil {
 		return nil, err
 	}
-	k, err := ks.get(vk.KernelSpec{
-		Name:     "head_mean",
-		Bindings: []vk.BindingType{vk.StorageBuffer, vk.StorageBuffer},
-		PushSize: 12,
-	}, "head_mean")
+	k, err := ks.getPushed(Variant{Family: FamilyHeadMean}, []vk.BindingType{vk.StorageBuffer, vk.StorageBuffer}, 12)
 	if err != nil {
 		return nil, err
 	}

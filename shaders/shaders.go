@@ -6,6 +6,7 @@ package shaders
 import (
 	"embed"
 	"fmt"
+	"strings"
 )
 
 //go:embed *.spv
@@ -18,4 +19,14 @@ func SPIRV(name string) ([]byte, error) {
 		return nil, fmt.Errorf("shaders: no SPIR-V variant %q (listed in shaders/manifest.txt?)", name)
 	}
 	return b, nil
+}
+
+// Names lists the embedded SPIR-V variants.
+func Names() []string {
+	entries, _ := spirv.ReadDir(".") // the embedded root always reads
+	var names []string
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e.Name(), ".spv"))
+	}
+	return names
 }

@@ -451,7 +451,7 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 		Dims:       plan.Dims,
 		Causal:     c.causal.String(),
 		Device:     plan.Device,
-		Variant:    k.Variant,
+		Variant:    k.Variant.Name(),
 		LoadPath:   k.Path.String(),
 		DMax:       k.DMax,
 		Rows:       k.Rows,

@@ -620,7 +620,7 @@ func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []ou
 			KeyTile   int       `json:"key_tile"`
 			WorkGroup int       `json:"workgroup"`
 			Grid      [3]uint32 `json:"grid"`
-		}{k.Variant, k.Path.String(), k.Why, k.DMax, k.Rows, k.KeyTile, k.WorkGroup, k.Grid},
+		}{k.Variant.Name(), k.Path.String(), k.Why, k.DMax, k.Rows, k.KeyTile, k.WorkGroup, k.Grid},
 		Masks:     describeMasks(&p.opts),
 		GPUTimeNS: r.gpuTime.Nanoseconds(),
 		FLOPs:     p.dims.FLOPs(),

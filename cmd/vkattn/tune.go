@@ -442,7 +442,7 @@ func tuneMeasure(ctx context.Context, dev *vkattn.Device, t vkattn.Tuning, in [3
 	prog.add()
 	done++
 	k := call.Output().Plan.Kernel
-	c.Variant = k.Variant
+	c.Variant = k.Variant.Name()
 	if k.Rows != c.Rows || k.WorkGroup != c.WorkGroup || (c.SplitKeys > 0 && k.SplitKeys != c.SplitKeys) {
 		// The planner clamped the shape: this is not the candidate.
 		fail(fmt.Errorf("planned rows %d, workgroup %d, split keys %d instead", k.Rows, k.WorkGroup, k.SplitKeys))

@@ -1,0 +1,129 @@
+package pipelines
+
+import (
+	"fmt"
+	"strings"
+)
+
+//go:generate go run ../tools/manifest ../shaders/manifest.txt
+
+// Family is a kernel family: one GLSL source in shaders/.
+type Family int
+
+const (
+	FamilyAttention Family = iota // attention.comp, q.k scores
+	FamilyAdditive                // attention.comp, w_a.tanh(q + k) scores
+	FamilyCombine                 // attention_combine.comp, the split-K merge
+	FamilyLinear                  // linear.comp, Y = X W^T + b
+	FamilyHeadMean                // head_mean.comp, weights averaged over heads
+	FamilySelftest                // selftest.comp, the vk layer's own tests
+)
+
+var families = [...]struct{ name, source, define string }{
+	FamilyAttention: {"attention", "attention.comp", ""},
+	FamilyAdditive:  {"additive", "attention.comp", "-DADDITIVE=1"},
+	FamilyCombine:   {"attention_combine", "attention_combine.comp", ""},
+	FamilyLinear:    {"linear", "linear.comp", ""},
+	FamilyHeadMean:  {"head_mean", "head_mean.comp", ""},
+	FamilySelftest:  {"selftest", "selftest.comp", ""},
+}
+
+func (f Family) String() string { return families[f].name }
+
+// Variant is one SPIR-V build of a kernel family: the compile-time choices
+// that the GLSL source takes as #defines. It names its SPIR-V (Name) and is
+// part of the kernel cache key; the run-time choices (tile sizes, workgroup
+// size, mask loads) are specialization constants on top of it.
+type Variant struct {
+	Family Family
+	// Path is how the kernel reads its inputs; AutoPath for the families
+	// with one build (combine, head mean, selftest).
+	Path   LoadPath
+	Vec4   bool // inputs read as vec4s
+	SplitK bool // keys split over lanes (flash-decoding), merged by FamilyCombine
+	Shared bool // K/V rows fetched once per subgroup and shared by shuffles
+}
+
+// Name is the variant's SPIR-V name (shaders/<Name>.spv).
+func (v Variant) Name() string {
+	if v.Path == AutoPath {
+		return v.Family.String()
+	}
+	shape := "scalar"
+	if v.Vec4 {
+		shape = "vec4"
+	}
+	name := v.Family.String() + "_" + v.Path.String() + "_" + shape
+	if v.SplitK {
+		name += "_split"
+	}
+	if v.Shared {
+		name += "_shared"
+	}
+	return name
+}
+
+func (v Variant) String() string { return v.Name() }
+
+// defines are the glslc flags that build the variant from its source.
+func (v Variant) defines() []string {
+	var d []string
+	if v.Path == TexelPath {
+		d = append(d, "-DTEXEL_LOADS=1")
+	}
+	if v.Vec4 {
+		d = append(d, "-DVEC4_LOADS=1")
+	}
+	if v.SplitK {
+		d = append(d, "-DSPLIT_K=1")
+	}
+	if v.Shared {
+		d = append(d, "-DSHARED_LOADS=1")
+	}
+	if f := families[v.Family].define; f != "" {
+		d = append(d, f)
+	}
+	return d
+}
+
+// Variants is every SPIR-V variant vkattn ships, in manifest order: the one
+// table shaders/manifest.txt is generated from (go generate ./pipelines)
+// and that the planner's reachable variants are tested against.
+var Variants = func() []Variant {
+	var vs []Variant
+	paths := []LoadPath{TexelPath, StoragePath}
+	for _, p := range paths {
+		for _, vec4 := range []bool{true, false} {
+			vs = append(vs, Variant{Family: FamilyAttention, Path: p, Vec4: vec4})
+		}
+	}
+	vs = append(vs,
+		Variant{Family: FamilyAttention, Path: TexelPath, Vec4: true, SplitK: true},
+		Variant{Family: FamilyAttention, Path: TexelPath, Vec4: true, Shared: true},
+		Variant{Family: FamilyAttention, Path: StoragePath, Vec4: true, SplitK: true},
+		Variant{Family: FamilyCombine},
+		Variant{Family: FamilySelftest})
+	for _, f := range []Family{FamilyAdditive, FamilyLinear} {
+		for _, p := range paths {
+			for _, vec4 := range []bool{true, false} {
+				vs = append(vs, Variant{Family: f, Path: p, Vec4: vec4})
+			}
+		}
+	}
+	return append(vs, Variant{Family: FamilyHeadMean})
+}()
+
+// Manifest is the text of shaders/manifest.txt: a line per variant with its
+// name, source and glslc flags, read by tools/glslc.sh.
+func Manifest() string {
+	var b strings.Builder
+	b.WriteString("# Generated from pipelines.Variants by `go generate ./pipelines`: do not edit.\n")
+	b.WriteString("# One line per SPIR-V variant: output name, GLSL source, glslc flags.\n")
+	b.WriteString("# tools/glslc.sh builds shaders/<name>.spv from this list; --check verifies\n")
+	b.WriteString("# that the committed .spv files match their sources (and their includes).\n")
+	for _, v := range Variants {
+		line := fmt.Sprintf("%-28s %-22s %s", v.Name(), families[v.Family].source, strings.Join(v.defines(), " "))
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+	}
+	return b.String()
+}

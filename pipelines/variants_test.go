@@ -1,0 +1,94 @@
+package pipelines
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/vkattn/vkattn/shaders"
+	"github.com/vkattn/vkattn/vk"
+)
+
+// TestManifestIsTheVariantTable: shaders/manifest.txt, which tools/glslc.sh
+// builds the SPIR-V from, is what the variant table generates.
+func TestManifestIsTheVariantTable(t *testing.T) {
+	got, err := os.ReadFile("../shaders/manifest.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != Manifest() {
+		t.Errorf("shaders/manifest.txt is not pipelines.Manifest(): run go generate ./pipelines\ngot:\n%s\nwant:\n%s", got, Manifest())
+	}
+}
+
+// TestEveryVariantIsReachable plans a grid of problems (prefill and decode,
+// aligned and odd widths, weights or not, scaled dot-product and additive
+// scores, dense layers) on devices with and without vec4 texel buffers and
+// subgroup shuffles, on every load path, and checks that the variants the
+// planner picks are exactly the table's and that each has SPIR-V, and that
+// every embedded SPIR-V is in the table.
+func TestEveryVariantIsReachable(t *testing.T) {
+	gpu := lavapipeLike()
+	gpu.Name, gpu.Type, gpu.DriverID = "fake discrete GPU", vk.DeviceDiscrete, vk.DriverIDNvidia
+	gpu.Limits.SubgroupSize = 32
+	noVec4Texels := lavapipeLike()
+	noVec4Texels.TexelRGBA32F = false
+	reached := map[Variant]bool{
+		{Family: FamilyHeadMean}: true, // Kernels.HeadMean's one build
+		{Family: FamilySelftest}: true, // the vk package's tests
+	}
+	for _, dev := range []vk.PhysicalDevice{lavapipeLike(), gpu, noVec4Texels} {
+		for _, force := range []LoadPath{AutoPath, TexelPath, StoragePath} {
+			for _, aligned := range []bool{true, false} {
+				for _, in := range []PlanInput{
+					{B: 1, H: 8, HKV: 8, L: 1024, S: 1024, DK: 64, DV: 64},
+					{B: 1, H: 32, HKV: 8, L: 1, S: 4096, DK: 128, DV: 128},
+				} {
+					for _, additive := range []bool{false, true} {
+						for _, weights := range []bool{false, true} {
+							in.Aligned, in.Force, in.Additive, in.Weights = aligned, force, additive, weights
+							if !aligned {
+								in.DK, in.DV = in.DK-1, in.DV-1
+							}
+							p, err := PlanAttention(dev, in)
+							if err != nil {
+								t.Fatalf("%s %+v: %v", dev.Name, in, err)
+							}
+							reached[p.Variant] = true
+							if p.Splits > 0 {
+								reached[Variant{Family: FamilyCombine}] = true
+							}
+						}
+					}
+				}
+				lp, err := PlanLinear(dev, LinearInput{Rows: 6, Outputs: 24, Inputs: 8, Aligned: aligned, Force: force})
+				if err != nil {
+					t.Fatal(err)
+				}
+				reached[lp.Variant] = true
+			}
+		}
+	}
+	for v := range reached {
+		if !slices.Contains(Variants, v) {
+			t.Errorf("the planner reaches %s, which is not in the variant table", v)
+		}
+	}
+	embedded := shaders.Names()
+	for _, v := range Variants {
+		if !reached[v] {
+			t.Errorf("variant %s is in the table but no plan reaches it", v)
+		}
+		if _, err := shaders.SPIRV(v.Name()); err != nil {
+			t.Errorf("variant %s: %v", v, err)
+		}
+	}
+	for _, name := range embedded {
+		if !slices.ContainsFunc(Variants, func(v Variant) bool { return v.Name() == name }) {
+			t.Errorf("shaders/%s.spv is embedded but no variant names it", name)
+		}
+	}
+	if len(embedded) != len(Variants) {
+		t.Errorf("%d SPIR-V files for %d variants", len(embedded), len(Variants))
+	}
+}
