@@ -6,6 +6,7 @@
 package pipelines
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -258,6 +259,24 @@ func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 
 	return nil
 }
 
+// The attention kernel's descriptor bindings (attention.comp's
+// layout(binding = N)), in order.
+const (
+	bindParams = iota
+	bindQ
+	bindK
+	bindV
+	bindMask
+	bindBoolMask
+	bindLengths
+	bindO
+	bindLSE
+	bindWeights // the split-K partials in split-K plans
+	bindKeyPadding
+	bindWA // additive plans only
+	attentionBindings
+)
+
 // attentionKernel is the kernel of an attention plan, built once per device.
 func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	in, mask := vk.StorageBuffer, vk.StorageBuffer
@@ -267,10 +286,15 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 			in = vk.UniformTexelRGBA32F
 		}
 	}
-	bindings := []vk.BindingType{vk.UniformBuffer, in, in, in, mask, mask,
-		vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, mask}
-	if p.Additive {
-		bindings = append(bindings, vk.StorageBuffer) // w_a
+	bindings := make([]vk.BindingType, attentionBindings)
+	for i := range bindings {
+		bindings[i] = vk.StorageBuffer
+	}
+	bindings[bindParams] = vk.UniformBuffer
+	bindings[bindQ], bindings[bindK], bindings[bindV] = in, in, in
+	bindings[bindMask], bindings[bindBoolMask], bindings[bindKeyPadding] = mask, mask, mask
+	if !p.Additive {
+		bindings = bindings[:bindWA]
 	}
 	return ks.get(p.Variant, bindings, int32(p.WorkGroup), int32(p.DMax/4), int32(p.Rows), int32(p.WorkGroup),
 		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)))
@@ -304,7 +328,6 @@ const (
 	flagKeyPad   = 64
 )
 
-// attentionParams encodes the shaders' std140 Params block (attention_params.glsl).
 // chunkParams are the Params of one chunk of a split call.
 type chunkParams struct {
 	mask, boolMask int // element offsets of the masks in their windows
@@ -313,7 +336,40 @@ type chunkParams struct {
 	l0, rows       int // the chunk's first query row; the call's query rows L
 }
 
-func attentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) []byte {
+// attentionParams is the std140 Params block of
+// shaders/attention_params.glsl, member for member (TestParamsMatchGLSL
+// checks names, types and order): every member is a 16-byte vec4 or
+// ivec4, so the packed little-endian encoding is the std140 layout.
+type attentionParams struct {
+	Dims    [4]int32 // L, S, d_k, d_v
+	Heads   [4]int32 // B, H/H_kv, flags, causal shift
+	Offsets [4]int32 // Q, K, V, O
+	QStride [4]int32
+	KStride [4]int32
+	VStride [4]int32
+	OStride [4]int32
+	MStride [4]int32
+	BStride [4]int32
+	Scaling [4]float32
+	Split   [4]int32 // splits, keys per split, row blocks, H
+	Chunk   [4]int32 // mask and boolean-mask window offsets, b0, B
+	Outs    [4]int32 // LSE and weights window offsets, L, l0
+}
+
+// ivec4 packs four ints as a std140 ivec4.
+func ivec4(a, b, c, d int) [4]int32 { return [4]int32{int32(a), int32(b), int32(c), int32(d)} }
+
+// strides4 is a view's strides as an ivec4 (the last is unused).
+func strides4(s [3]int) [4]int32 { return ivec4(s[0], s[1], s[2], 0) }
+
+// encode is the block's bytes.
+func (p *attentionParams) encode() []byte {
+	var b bytes.Buffer
+	binary.Write(&b, binary.LittleEndian, p) // fixed-size fields: cannot fail
+	return b.Bytes()
+}
+
+func newAttentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) *attentionParams {
 	flags := 0
 	var m, bm [4]int
 	if x.Mask != nil {
@@ -346,25 +402,23 @@ func attentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) []byte {
 	if x.KeyPadding != nil {
 		flags |= flagKeyPad
 	}
-	ints := []int{
-		x.L, x.S, x.DK, x.DV,
-		x.B, x.H / x.HKV, flags, shift,
-		x.Q.Offset, x.K.Offset, x.V.Offset, x.O.Offset,
-		x.Q.Strides[0], x.Q.Strides[1], x.Q.Strides[2], 0,
-		x.K.Strides[0], x.K.Strides[1], x.K.Strides[2], 0,
-		x.V.Strides[0], x.V.Strides[1], x.V.Strides[2], 0,
-		x.O.Strides[0], x.O.Strides[1], x.O.Strides[2], 0,
-		m[0], m[1], m[2], m[3],
-		bm[0], bm[1], bm[2], bm[3],
+	return &attentionParams{
+		Dims:    ivec4(x.L, x.S, x.DK, x.DV),
+		Heads:   ivec4(x.B, x.H/x.HKV, flags, shift),
+		Offsets: ivec4(x.Q.Offset, x.K.Offset, x.V.Offset, x.O.Offset),
+		QStride: strides4(x.Q.Strides),
+		KStride: strides4(x.K.Strides),
+		VStride: strides4(x.V.Strides),
+		OStride: strides4(x.O.Strides),
+		MStride: ivec4(m[0], m[1], m[2], m[3]),
+		BStride: ivec4(bm[0], bm[1], bm[2], bm[3]),
+		// The scale alone: the shader scales each dot product once, then
+		// converts to base 2 (pre-scaling q would break exact ties).
+		Scaling: [4]float32{float32(x.Scale)},
+		Split:   ivec4(p.Splits, p.SplitKeys, p.RowBlocks, x.H),
+		Chunk:   ivec4(c.mask, c.boolMask, c.b0, c.batch),
+		Outs:    ivec4(c.lse, c.weights, c.rows, c.l0),
 	}
-	scaling := make([]byte, 16)
-	// The scale alone: the shader scales each dot product once, then
-	// converts to base 2 (pre-scaling q would break exact ties).
-	binary.LittleEndian.PutUint32(scaling, math.Float32bits(float32(x.Scale)))
-	out := append(int32Bytes(ints), scaling...)
-	out = append(out, int32Bytes([]int{p.Splits, p.SplitKeys, p.RowBlocks, x.H})...)
-	out = append(out, int32Bytes([]int{c.mask, c.boolMask, c.b0, c.batch})...)
-	return append(out, int32Bytes([]int{c.lse, c.weights, c.rows, c.l0})...)
 }
 
 // Attention binds an attention call: its parameters, scratch buffers and
@@ -428,58 +482,33 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 	cx := *x
 	cx.B, cx.H, cx.HKV, cx.L = c.nb, c.nh, c.nkv, c.nl
 	extra := chunkParams{b0: c.b0, batch: x.B, l0: c.l0, rows: x.L}
-	args := map[string]vk.Arg{}
-	for _, b := range chunkBindings(p, x, c) {
+	bound := make([]vk.Arg, attentionBindings)
+	bound[bindLengths].Buffer, bound[bindKeyPadding].Buffer, bound[bindWA].Buffer = x.Lengths, x.KeyPadding, x.WA
+	if p.Splits > 0 {
+		bound[bindWeights].Buffer = partials
+	}
+	for _, b := range chunkBindings(p, x, c, &cx, &extra) {
 		w, err := bindWindow(info, b.what, b.sp, b.texel, b.vec4)
 		if err != nil {
 			return err
 		}
-		args[b.what] = vk.Arg{Buffer: b.buf, Offset: w.offset, Range: w.size}
-		switch b.what {
-		case "Q":
-			cx.Q.Offset = b.sp.lo - w.first
-		case "K":
-			cx.K.Offset = b.sp.lo - w.first
-		case "V":
-			cx.V.Offset = b.sp.lo - w.first
-		case "O":
-			cx.O.Offset = b.sp.lo - w.first
-		case "mask":
-			extra.mask = b.sp.lo - w.first
-		case "boolean mask":
-			extra.boolMask = b.sp.lo - w.first
-		case "LSE":
-			extra.lse = b.sp.lo - w.first
-		case "weights":
-			extra.weights = b.sp.lo - w.first
-		}
+		bound[b.binding] = vk.Arg{Buffer: b.buf, Offset: w.offset, Range: w.size}
+		*b.offset = b.sp.lo - w.first
 	}
 	params, err := ks.dev.NewBuffer(256)
 	if err != nil {
 		return err
 	}
 	st.own(params)
-	if err := params.Write(0, attentionParams(p, &cx, extra)); err != nil {
+	if err := params.Write(0, newAttentionParams(p, &cx, extra).encode()); err != nil {
 		return err
 	}
-	arg := func(what string, whole *vk.Buffer) (vk.Arg, error) {
-		if a, ok := args[what]; ok {
-			return a, nil
-		}
-		b, err := ks.or(whole)
-		return vk.Arg{Buffer: b}, err
+	bound[bindParams].Buffer = params
+	if !p.Additive {
+		bound = bound[:bindWA]
 	}
-	names := []string{"params", "Q", "K", "V", "mask", "boolean mask", "lengths", "O", "LSE", "weights", "key padding"}
-	whole := []*vk.Buffer{params, nil, nil, nil, nil, nil, x.Lengths, nil, x.LSE, x.Weights, x.KeyPadding}
-	if p.Splits > 0 {
-		whole[9] = partials // binding 9: the split-K partials instead of weights
-	}
-	if p.Additive {
-		names, whole = append(names, "w_a"), append(whole, x.WA)
-	}
-	bound := make([]vk.Arg, len(names))
-	for i, n := range names {
-		if bound[i], err = arg(n, whole[i]); err != nil {
+	for i := range bound {
+		if bound[i].Buffer, err = ks.or(bound[i].Buffer); err != nil {
 			return err
 		}
 	}
@@ -494,7 +523,7 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 	}
 	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: grid})
 	if combine != nil {
-		o, lse := bound[7], bound[8]
+		o, lse := bound[bindO], bound[bindLSE]
 		cset, err := combine.Bind([]vk.Arg{{Buffer: params}, {Buffer: partials}, o, lse})
 		if err != nil {
 			return err

@@ -79,48 +79,55 @@ func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool) (
 	return w, nil
 }
 
-// chunkBinding is one buffer of a chunk: its window and where the chunk's
-// arguments keep its element offset.
+// chunkBinding is one buffer of a chunk: its binding, its window, and
+// where the chunk's parameters keep its element offset in the window.
 type chunkBinding struct {
-	what  string
-	buf   *vk.Buffer
-	sp    span
-	texel bool
-	vec4  bool
+	binding int
+	what    string
+	buf     *vk.Buffer
+	sp      span
+	texel   bool
+	vec4    bool
+	offset  *int
 }
 
-// chunkBindings lists the windowed buffers of chunk c of x.
-func chunkBindings(p AttentionPlan, x *AttentionArgs, c chunk) []chunkBinding {
+// chunkBindings lists the windowed buffers of chunk c of x; their offsets
+// go to the chunk's arguments cx and parameters extra (nil when only the
+// windows are wanted).
+func chunkBindings(p AttentionPlan, x *AttentionArgs, c chunk, cx *AttentionArgs, extra *chunkParams) []chunkBinding {
+	if cx == nil {
+		cx, extra = &AttentionArgs{}, &chunkParams{}
+	}
 	h0, nh := c.h0, c.nh
 	texel := p.Path == TexelPath
 	bs := []chunkBinding{
-		{"Q", x.Q.Buffer, viewSpan(rowsFrom(x.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, x.DK), texel, p.Vec4},
-		{"K", x.K.Buffer, viewSpan(x.K, c.b0, c.nb, c.hk0, c.nkv, x.S, x.DK), texel, p.Vec4},
-		{"V", x.V.Buffer, viewSpan(x.V, c.b0, c.nb, c.hk0, c.nkv, x.S, x.DV), texel, p.Vec4},
-		{"O", x.O.Buffer, viewSpan(rowsFrom(x.O, c.l0), c.b0, c.nb, h0, nh, c.nl, x.DV), false, false},
+		{bindQ, "Q", x.Q.Buffer, viewSpan(rowsFrom(x.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, x.DK), texel, p.Vec4, &cx.Q.Offset},
+		{bindK, "K", x.K.Buffer, viewSpan(x.K, c.b0, c.nb, c.hk0, c.nkv, x.S, x.DK), texel, p.Vec4, &cx.K.Offset},
+		{bindV, "V", x.V.Buffer, viewSpan(x.V, c.b0, c.nb, c.hk0, c.nkv, x.S, x.DV), texel, p.Vec4, &cx.V.Offset},
+		{bindO, "O", x.O.Buffer, viewSpan(rowsFrom(x.O, c.l0), c.b0, c.nb, h0, nh, c.nl, x.DV), false, false, &cx.O.Offset},
 	}
 	// LSE and weights are dense (B, H, L[, S]); a chunk of several batch
 	// items has every head, so its range is contiguous (a block of query
 	// rows is contiguous within each of its heads).
 	rows := span{(c.b0*x.H+h0)*x.L + c.l0, ((c.b0+c.nb-1)*x.H+h0+nh-1)*x.L + c.l0 + c.nl}
 	if x.LSE != nil {
-		bs = append(bs, chunkBinding{"LSE", x.LSE, rows, false, false})
+		bs = append(bs, chunkBinding{bindLSE, "LSE", x.LSE, rows, false, false, &extra.lse})
 	}
 	if x.Weights != nil {
-		bs = append(bs, chunkBinding{"weights", x.Weights, span{rows.lo * x.S, rows.hi * x.S}, false, false})
+		bs = append(bs, chunkBinding{bindWeights, "weights", x.Weights, span{rows.lo * x.S, rows.hi * x.S}, false, false, &extra.weights})
 	}
 	if x.Mask != nil {
-		bs = append(bs, chunkBinding{"mask", x.Mask.Buffer, maskSpan(x.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, x.S), texel, false})
+		bs = append(bs, chunkBinding{bindMask, "mask", x.Mask.Buffer, maskSpan(x.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, x.S), texel, false, &extra.mask})
 	}
 	if x.BoolMask != nil {
-		bs = append(bs, chunkBinding{"boolean mask", x.BoolMask.Buffer, maskSpan(x.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, x.S), texel, false})
+		bs = append(bs, chunkBinding{bindBoolMask, "boolean mask", x.BoolMask.Buffer, maskSpan(x.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, x.S), texel, false, &extra.boolMask})
 	}
 	return bs
 }
 
 // fits reports whether every binding of chunk c has a window within reach.
 func fits(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs, c chunk) error {
-	for _, b := range chunkBindings(p, x, c) {
+	for _, b := range chunkBindings(p, x, c, nil, nil) {
 		if _, err := bindWindow(dev, b.what, b.sp, b.texel, b.vec4); err != nil {
 			return err
 		}

@@ -1,0 +1,44 @@
+package pipelines
+
+import (
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// TestParamsMatchGLSL: the Go Params block has the members of the GLSL one
+// (shaders/attention_params.glsl), with the same names, types and order,
+// and encodes to 16 bytes a member, as std140 lays out vec4s and ivec4s.
+func TestParamsMatchGLSL(t *testing.T) {
+	src, err := os.ReadFile("../shaders/attention_params.glsl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile(`(?s)uniform Params \{(.*)\} P;`).FindSubmatch(src)
+	if block == nil {
+		t.Fatal("no Params block in attention_params.glsl")
+	}
+	var glsl []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+)\s+(\w+);`).FindAllSubmatch(block[1], -1) {
+		glsl = append(glsl, string(m[1])+" "+string(m[2]))
+	}
+	typ := reflect.TypeOf(attentionParams{})
+	var goMembers []string
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		glslType := map[reflect.Type]string{reflect.TypeOf([4]int32{}): "ivec4", reflect.TypeOf([4]float32{}): "vec4"}[f.Type]
+		name := []rune(f.Name)
+		name[0] = unicode.ToLower(name[0])
+		goMembers = append(goMembers, glslType+" "+string(name))
+	}
+	if strings.Join(glsl, "; ") != strings.Join(goMembers, "; ") {
+		t.Errorf("Params members differ:\nGLSL: %s\nGo:   %s", strings.Join(glsl, "; "), strings.Join(goMembers, "; "))
+	}
+	p := attentionParams{}
+	if n := len(p.encode()); n != 16*len(glsl) || n > 256 {
+		t.Errorf("Params encode to %d bytes, want %d (and at most the 256-byte buffer)", n, 16*len(glsl))
+	}
+}
