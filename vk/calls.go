@@ -39,8 +39,8 @@ static VkResult vkattn_enumerate_layers(void *gipa, uint32_t *n, VkLayerProperti
 	return f(n, props);
 }
 
-static VkResult vkattn_create_instance(void *gipa, uint32_t apiVersion, const char *layer,
-		const char *extension, VkInstance *out) {
+static VkResult vkattn_create_instance(void *gipa, uint32_t apiVersion, const char *const *layers, uint32_t nLayers,
+		const char *const *extensions, uint32_t nExtensions, VkInstance *out) {
 	PFN_vkCreateInstance f = (PFN_vkCreateInstance)vkattn_proc(gipa, NULL, "vkCreateInstance");
 	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
 	VkApplicationInfo app = {VK_STRUCTURE_TYPE_APPLICATION_INFO};
@@ -49,15 +49,26 @@ static VkResult vkattn_create_instance(void *gipa, uint32_t apiVersion, const ch
 	app.apiVersion = apiVersion;
 	VkInstanceCreateInfo info = {VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
 	info.pApplicationInfo = &app;
-	if (layer) {
-		info.enabledLayerCount = 1;
-		info.ppEnabledLayerNames = &layer;
-	}
-	if (extension) {
-		info.enabledExtensionCount = 1;
-		info.ppEnabledExtensionNames = &extension;
-	}
+	info.enabledLayerCount = nLayers;
+	info.ppEnabledLayerNames = layers;
+	info.enabledExtensionCount = nExtensions;
+	info.ppEnabledExtensionNames = extensions;
 	return f(&info, NULL, out);
+}
+
+static VkResult vkattn_enumerate_instance_extensions(void *gipa, uint32_t *n, VkExtensionProperties *props) {
+	PFN_vkEnumerateInstanceExtensionProperties f = (PFN_vkEnumerateInstanceExtensionProperties)
+		vkattn_proc(gipa, NULL, "vkEnumerateInstanceExtensionProperties");
+	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
+	return f(NULL, n, props);
+}
+
+static VkResult vkattn_enumerate_device_extensions(void *gipa, VkInstance inst, VkPhysicalDevice pd,
+		uint32_t *n, VkExtensionProperties *props) {
+	PFN_vkEnumerateDeviceExtensionProperties f = (PFN_vkEnumerateDeviceExtensionProperties)
+		vkattn_proc(gipa, inst, "vkEnumerateDeviceExtensionProperties");
+	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
+	return f(pd, NULL, n, props);
 }
 
 static VkResult vkattn_queue_families(void *gipa, VkInstance inst, VkPhysicalDevice pd,
@@ -70,7 +81,7 @@ static VkResult vkattn_queue_families(void *gipa, VkInstance inst, VkPhysicalDev
 }
 
 static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevice pd,
-		uint32_t family, VkDevice *out) {
+		uint32_t family, const char *const *extensions, uint32_t nExtensions, VkDevice *out) {
 	PFN_vkCreateDevice f = (PFN_vkCreateDevice)vkattn_proc(gipa, inst, "vkCreateDevice");
 	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
 	float priority = 1.0f;
@@ -81,6 +92,8 @@ static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevi
 	VkDeviceCreateInfo info = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
 	info.queueCreateInfoCount = 1;
 	info.pQueueCreateInfos = &queue;
+	info.enabledExtensionCount = nExtensions;
+	info.ppEnabledExtensionNames = extensions;
 	return f(pd, &info, NULL, out);
 }
 
@@ -195,13 +208,15 @@ static VkResult vkattn_allocate_set(const vkattn_device_calls *c, VkDevice dev,
 	return c->allocateDescriptorSets(dev, &info, out);
 }
 
-// vkattn_binding is one descriptor write: a texel view when view is set,
-// else a buffer range.
+// vkattn_binding is one descriptor write: a storage image (in the general
+// layout) when image is set, a texel view when view is set, else a buffer
+// range.
 typedef struct {
 	uint32_t type;
 	VkBuffer buffer;
 	VkDeviceSize offset, range;
 	VkBufferView view;
+	VkImageView image;
 } vkattn_binding;
 
 // Binding i of set gets b[i].
@@ -209,9 +224,11 @@ static VkResult vkattn_update_set(const vkattn_device_calls *c, VkDevice dev, Vk
 		const vkattn_binding *b, uint32_t n) {
 	VkWriteDescriptorSet *writes = calloc(n ? n : 1, sizeof(*writes));
 	VkDescriptorBufferInfo *infos = calloc(n ? n : 1, sizeof(*infos));
-	if (!writes || !infos) {
+	VkDescriptorImageInfo *images = calloc(n ? n : 1, sizeof(*images));
+	if (!writes || !infos || !images) {
 		free(writes);
 		free(infos);
+		free(images);
 		return VK_ERROR_OUT_OF_HOST_MEMORY;
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -220,7 +237,11 @@ static VkResult vkattn_update_set(const vkattn_device_calls *c, VkDevice dev, Vk
 		writes[i].dstBinding = i;
 		writes[i].descriptorCount = 1;
 		writes[i].descriptorType = (VkDescriptorType)b[i].type;
-		if (b[i].view != VK_NULL_HANDLE) {
+		if (b[i].image != VK_NULL_HANDLE) {
+			images[i].imageView = b[i].image;
+			images[i].imageLayout = VK_IMAGE_LAYOUT_GENERAL;
+			writes[i].pImageInfo = &images[i];
+		} else if (b[i].view != VK_NULL_HANDLE) {
 			writes[i].pTexelBufferView = &b[i].view;
 		} else {
 			infos[i].buffer = b[i].buffer;
@@ -232,6 +253,7 @@ static VkResult vkattn_update_set(const vkattn_device_calls *c, VkDevice dev, Vk
 	c->updateDescriptorSets(dev, n, writes, 0, NULL);
 	free(writes);
 	free(infos);
+	free(images);
 	return VK_SUCCESS;
 }
 
@@ -296,21 +318,69 @@ func enumerateLayers() ([]string, error) {
 	return names, nil
 }
 
-// createInstance creates an instance for apiVersion, with one layer and one
-// extension when they are not empty.
-func createInstance(apiVersion uint32, layer, extension string) (vulkan.Instance, error) {
-	var cLayer, cExtension *C.char
-	if layer != "" {
-		cLayer = C.CString(layer)
-		defer C.free(unsafe.Pointer(cLayer))
+// cStrings copies names into a C array of C strings; free releases both.
+func cStrings(names []string) (**C.char, C.uint32_t, func()) {
+	if len(names) == 0 {
+		return nil, 0, func() {}
 	}
-	if extension != "" {
-		cExtension = C.CString(extension)
-		defer C.free(unsafe.Pointer(cExtension))
+	arr := (*[1 << 20]*C.char)(C.malloc(C.size_t(len(names)) * C.size_t(unsafe.Sizeof((*C.char)(nil)))))[:len(names):len(names)]
+	for i, n := range names {
+		arr[i] = C.CString(n)
 	}
+	return &arr[0], C.uint32_t(len(names)), func() {
+		for _, p := range arr {
+			C.free(unsafe.Pointer(p))
+		}
+		C.free(unsafe.Pointer(&arr[0]))
+	}
+}
+
+// createInstance creates an instance for apiVersion with the given layers
+// and extensions.
+func createInstance(apiVersion uint32, layers, extensions []string) (vulkan.Instance, error) {
+	cLayers, nLayers, freeLayers := cStrings(layers)
+	defer freeLayers()
+	cExts, nExts, freeExts := cStrings(extensions)
+	defer freeExts()
 	var h C.VkInstance
-	err := check("vkCreateInstance", result(C.vkattn_create_instance(procAddr, C.uint32_t(apiVersion), cLayer, cExtension, &h)))
+	err := check("vkCreateInstance", result(C.vkattn_create_instance(procAddr, C.uint32_t(apiVersion), cLayers, nLayers, cExts, nExts, &h)))
 	return vulkan.Instance(unsafe.Pointer(h)), err
+}
+
+// extensionNames turns what vkEnumerate*ExtensionProperties filled into names.
+func extensionNames(props []C.VkExtensionProperties) []string {
+	names := make([]string, len(props))
+	for i := range props {
+		names[i] = C.GoString(&props[i].extensionName[0])
+	}
+	return names
+}
+
+// instanceExtensions lists the instance extensions the loader and drivers offer.
+func instanceExtensions() ([]string, error) {
+	var n C.uint32_t
+	if err := check("vkEnumerateInstanceExtensionProperties", result(C.vkattn_enumerate_instance_extensions(procAddr, &n, nil))); err != nil || n == 0 {
+		return nil, err
+	}
+	props := make([]C.VkExtensionProperties, n)
+	if err := check("vkEnumerateInstanceExtensionProperties", result(C.vkattn_enumerate_instance_extensions(procAddr, &n, &props[0]))); err != nil {
+		return nil, err
+	}
+	return extensionNames(props[:n]), nil
+}
+
+// deviceExtensions lists the extensions a physical device offers.
+func deviceExtensions(inst vulkan.Instance, pd vulkan.PhysicalDevice) ([]string, error) {
+	ci, cpd := C.VkInstance(unsafe.Pointer(inst)), C.VkPhysicalDevice(unsafe.Pointer(pd))
+	var n C.uint32_t
+	if err := check("vkEnumerateDeviceExtensionProperties", result(C.vkattn_enumerate_device_extensions(procAddr, ci, cpd, &n, nil))); err != nil || n == 0 {
+		return nil, err
+	}
+	props := make([]C.VkExtensionProperties, n)
+	if err := check("vkEnumerateDeviceExtensionProperties", result(C.vkattn_enumerate_device_extensions(procAddr, ci, cpd, &n, &props[0]))); err != nil {
+		return nil, err
+	}
+	return extensionNames(props[:n]), nil
 }
 
 // queueFamily is what device selection needs of a queue family.
@@ -337,12 +407,14 @@ func queueFamilies(inst vulkan.Instance, pd vulkan.PhysicalDevice) ([]queueFamil
 	return families, nil
 }
 
-// createDevice creates a device with one queue of family and resolves the
-// device-level entry points.
-func createDevice(inst vulkan.Instance, pd vulkan.PhysicalDevice, family uint32) (vulkan.Device, *deviceCalls, error) {
+// createDevice creates a device with one queue of family and the given
+// extensions, and resolves the device-level entry points.
+func createDevice(inst vulkan.Instance, pd vulkan.PhysicalDevice, family uint32, extensions []string) (vulkan.Device, *deviceCalls, error) {
 	ci := C.VkInstance(unsafe.Pointer(inst))
+	cExts, nExts, freeExts := cStrings(extensions)
+	defer freeExts()
 	var h C.VkDevice
-	if err := check("vkCreateDevice", result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), &h))); err != nil {
+	if err := check("vkCreateDevice", result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), cExts, nExts, &h))); err != nil {
 		return nil, nil, err
 	}
 	calls := &deviceCalls{}
@@ -399,13 +471,15 @@ func (d *Device) allocateSet(pool vulkan.DescriptorPool, layout vulkan.Descripto
 	return vulkan.DescriptorSet(unsafe.Pointer(h)), err
 }
 
-// descriptor is one binding's write: a texel view, or a buffer range.
+// descriptor is one binding's write: a storage image, a texel view, or a
+// buffer range.
 type descriptor struct {
 	kind   vulkan.DescriptorType
 	buffer vulkan.Buffer
 	offset uint64
 	size   uint64
 	view   vulkan.BufferView
+	image  vulkan.ImageView
 }
 
 func (d *Device) updateSet(set vulkan.DescriptorSet, descs []descriptor) {
@@ -420,6 +494,7 @@ func (d *Device) updateSet(set vulkan.DescriptorSet, descs []descriptor) {
 			offset: C.VkDeviceSize(w.offset),
 			_range: C.VkDeviceSize(w.size),
 			view:   C.VkBufferView(unsafe.Pointer(w.view)),
+			image:  C.VkImageView(unsafe.Pointer(w.image)),
 		}
 	}
 	C.vkattn_update_set(&d.calls.c, d.cDevice(), C.VkDescriptorSet(unsafe.Pointer(set)), &b[0], C.uint32_t(len(b)))

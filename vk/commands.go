@@ -238,7 +238,10 @@ func (c *Commands) End() error {
 // Submit queues the recorded commands. Commands still in flight from an
 // earlier Submit (a cancelled Wait) are an error: Wait for them first.
 // Every buffer the commands use must still be open.
-func (c *Commands) Submit() error {
+func (c *Commands) Submit() error { return c.submitWith(nil, nil) }
+
+// submitWith is Submit waiting for and signalling semaphores (SubmitSignal).
+func (c *Commands) submitWith(wait, signal *Semaphore) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := c.dev
@@ -264,7 +267,13 @@ func (c *Commands) Submit() error {
 	if err := check("vkResetFences", vulkan.ResetFences(d.handle, 1, []vulkan.Fence{c.fence})); err != nil {
 		return err
 	}
-	if err := d.submit(c.cmd, c.fence); err != nil {
+	var err error
+	if wait == nil && signal == nil {
+		err = d.submit(c.cmd, c.fence)
+	} else {
+		err = d.submitSems(c.cmd, c.fence, wait, signal)
+	}
+	if err != nil {
 		return err
 	}
 	c.submitted = true

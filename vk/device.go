@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -34,8 +35,10 @@ func LiveObjects() int64 { return liveObjects.Load() }
 type Device struct {
 	Info PhysicalDevice
 
+	inst      *Instance
 	handle    vulkan.Device
 	calls     *deviceCalls
+	present   *presentCalls // presentation entry points, resolved on first use
 	queue     vulkan.Queue
 	cache     vulkan.PipelineCache
 	cachePath string
@@ -53,6 +56,7 @@ type Device struct {
 	kernels  map[*Kernel]struct{}
 	commands map[*Commands]struct{}
 	inFlight map[*Commands]struct{} // submitted, not yet seen finished
+	extras   map[extra]struct{}     // swapchains, images, semaphores
 	allocLog allocations
 }
 
@@ -128,11 +132,45 @@ func (d *Device) ResetAllocStats() {
 
 // NewDevice creates a logical device on physical device index.
 func (in *Instance) NewDevice(index int) (*Device, error) {
+	return in.NewDeviceWith(index, DeviceConfig{})
+}
+
+// DeviceConfig asks a device for more than compute.
+type DeviceConfig struct {
+	// Extensions are device extensions to enable (VK_KHR_swapchain for a
+	// window); a missing one is an error naming it.
+	Extensions []string
+	// Present, if set, requires the device's queue to present to this
+	// surface as well as compute, so a window is drawn from the same queue.
+	Present *Surface
+}
+
+// NewDeviceWith creates a logical device on physical device index with
+// what cfg asks for.
+func (in *Instance) NewDeviceWith(index int, cfg DeviceConfig) (*Device, error) {
 	if index < 0 || index >= len(in.devices) {
 		return nil, fmt.Errorf("vk: device index %d out of range: %d device(s)", index, len(in.devices))
 	}
 	pd := in.devices[index]
-	handle, calls, err := createDevice(in.handle, pd.handle, pd.queueFamily)
+	if len(cfg.Extensions) > 0 {
+		have, err := deviceExtensions(in.handle, pd.handle)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range cfg.Extensions {
+			if !slices.Contains(have, e) {
+				return nil, fmt.Errorf("vk: device %s does not offer extension %s", pd.Name, e)
+			}
+		}
+	}
+	if cfg.Present != nil {
+		family, timestamps, err := in.presentFamily(pd, cfg.Present)
+		if err != nil {
+			return nil, err
+		}
+		pd.queueFamily, pd.TimestampsOK = family, timestamps
+	}
+	handle, calls, err := createDevice(in.handle, pd.handle, pd.queueFamily, cfg.Extensions)
 	if err != nil {
 		if handle != nil {
 			vulkan.DestroyDevice(handle, nil)
@@ -142,8 +180,11 @@ func (in *Instance) NewDevice(index int) (*Device, error) {
 	objectCreated()
 	d := &Device{
 		Info:     pd,
+		inst:     in,
 		handle:   handle,
 		calls:    calls,
+		present:  &presentCalls{},
+		extras:   map[extra]struct{}{},
 		serial:   deviceSerial.Add(1),
 		buffers:  map[*Buffer]struct{}{},
 		kernels:  map[*Kernel]struct{}{},
@@ -274,6 +315,9 @@ func (d *Device) Close() error {
 	if err := check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle)); err != nil {
 		errs = append(errs, err)
 	}
+	for o := range d.extras {
+		o.destroy()
+	}
 	for c := range d.commands {
 		c.destroy()
 	}
@@ -283,7 +327,7 @@ func (d *Device) Close() error {
 	for k := range d.kernels {
 		k.destroy()
 	}
-	d.commands, d.inFlight, d.buffers, d.kernels = nil, nil, nil, nil
+	d.commands, d.inFlight, d.buffers, d.kernels, d.extras = nil, nil, nil, nil, nil
 	d.allocLog.live = 0
 	if err := d.savePipelineCache(); err != nil {
 		errs = append(errs, fmt.Errorf("vk: saving pipeline cache: %w", err))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -29,12 +30,18 @@ func noDriverHint() string {
 	return hint
 }
 
-// Instance owns a VkInstance and, with validation on, its debug callback.
+// Instance owns a VkInstance and, with validation on, its debug callback,
+// and the window surfaces made on it.
 type Instance struct {
 	handle     vulkan.Instance
 	callback   vulkan.DebugReportCallback
 	validation bool
 	devices    []PhysicalDevice
+	extensions []string
+
+	surface  surfaceCalls // resolved on first use
+	mu       sync.Mutex
+	surfaces map[*Surface]struct{}
 }
 
 // InstanceConfig says how to create an Instance.
@@ -42,6 +49,10 @@ type InstanceConfig struct {
 	// Validation enables VK_LAYER_KHRONOS_validation and collects its
 	// messages (see ValidationMessages). It fails if the layer is missing.
 	Validation bool
+	// Extensions are instance extensions to enable, such as the surface
+	// extensions a window needs; compute needs none. A missing one is an
+	// error naming it.
+	Extensions []string
 }
 
 // validation messages are collected process-wide: vulkan-go dispatches every
@@ -88,7 +99,19 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 	if err := load(); err != nil {
 		return nil, err
 	}
-	var layer, extension string
+	var layers, extensions []string
+	if len(cfg.Extensions) > 0 {
+		have, err := instanceExtensions()
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range cfg.Extensions {
+			if !slices.Contains(have, e) {
+				return nil, fmt.Errorf("vk: instance extension %s is not available (the loader and drivers offer %s)", e, strings.Join(have, ", "))
+			}
+		}
+		extensions = append(extensions, cfg.Extensions...)
+	}
 	if cfg.Validation {
 		ok, err := LayerAvailable(validationLayer)
 		if err != nil {
@@ -97,9 +120,10 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 		if !ok {
 			return nil, fmt.Errorf("vk: validation requested but %s is not installed (apt-get install vulkan-validationlayers)", validationLayer)
 		}
-		layer, extension = validationLayer, "VK_EXT_debug_report"
+		layers = []string{validationLayer}
+		extensions = append(extensions, "VK_EXT_debug_report")
 	}
-	handle, err := createInstance(vulkan.MakeVersion(1, 1, 0), layer, extension)
+	handle, err := createInstance(vulkan.MakeVersion(1, 1, 0), layers, extensions)
 	var verr *Error
 	if errors.As(err, &verr) && verr.Result == vulkan.ErrorIncompatibleDriver {
 		return nil, fmt.Errorf("%w: %s (%v)", ErrNoDriver, noDriverHint(), err)
@@ -112,7 +136,7 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 		vulkan.DestroyInstance(handle, nil)
 		return nil, fmt.Errorf("vk: InitInstance: %w", err)
 	}
-	inst := &Instance{handle: handle, validation: cfg.Validation}
+	inst := &Instance{handle: handle, validation: cfg.Validation, extensions: cfg.Extensions, surfaces: map[*Surface]struct{}{}}
 	objectCreated()
 	if cfg.Validation {
 		cb := vulkan.DebugReportCallbackCreateInfo{
@@ -142,11 +166,17 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 // Validation reports whether the validation layer is on.
 func (in *Instance) Validation() bool { return in.validation }
 
-// Close destroys the instance. Devices created from it must be closed first.
+// Close destroys the instance and the surfaces still open on it. Devices
+// created from it must be closed first.
 func (in *Instance) Close() {
 	if in == nil || in.handle == nil {
 		return
 	}
+	in.mu.Lock()
+	for s := range in.surfaces {
+		s.destroyLocked()
+	}
+	in.mu.Unlock()
 	if in.callback != nil {
 		vulkan.DestroyDebugReportCallback(in.handle, in.callback, nil)
 		in.callback = nil
@@ -205,6 +235,7 @@ type Limits struct {
 	SubgroupSize            uint32
 	SubgroupShuffle         bool   // compute shaders may use subgroupShuffle
 	MaxMemoryAllocation     uint64 // largest heap, a bound for one allocation
+	MaxImageDimension2D     uint32 // widest and tallest 2D image (the viewer's picture)
 }
 
 // PhysicalDevice describes one Vulkan device.
@@ -336,6 +367,7 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 			MinTexelAlignment:       uint64(lim.MinTexelBufferOffsetAlignment),
 			MinUniformAlignment:     uint64(lim.MinUniformBufferOffsetAlignment),
 			TimestampPeriod:         lim.TimestampPeriod,
+			MaxImageDimension2D:     lim.MaxImageDimension2D,
 		},
 	}
 	if d.Type < DeviceOther || d.Type > DeviceCPU {

@@ -15,6 +15,7 @@ const (
 	StorageBuffer
 	UniformTexelR32F    // a float texel buffer read with texelFetch
 	UniformTexelRGBA32F // a vec4 texel buffer read with texelFetch
+	StorageImage        // an rgba8 image (NewStorageImage) in the general layout
 )
 
 func (t BindingType) descriptorType() vulkan.DescriptorType {
@@ -23,6 +24,8 @@ func (t BindingType) descriptorType() vulkan.DescriptorType {
 		return vulkan.DescriptorTypeUniformBuffer
 	case UniformTexelR32F, UniformTexelRGBA32F:
 		return vulkan.DescriptorTypeUniformTexelBuffer
+	case StorageImage:
+		return vulkan.DescriptorTypeStorageImage
 	}
 	return vulkan.DescriptorTypeStorageBuffer
 }
@@ -161,11 +164,13 @@ func (k *Kernel) destroy() {
 
 // Arg binds a buffer range to one binding. Range 0 means to the end of the
 // buffer. Offsets must respect the device's storage or texel offset
-// alignment; shaders add finer element offsets themselves.
+// alignment; shaders add finer element offsets themselves. A StorageImage
+// binding takes Image instead.
 type Arg struct {
 	Buffer *Buffer
 	Offset uint64
 	Range  uint64
+	Image  *Image
 }
 
 // DescriptorSet is a set of buffers bound to a kernel's bindings, with its
@@ -183,26 +188,32 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 		return nil, fmt.Errorf("vk: kernel %s has %d bindings, got %d args", k.Spec.Name, len(k.Spec.Bindings), len(args))
 	}
 	for i, a := range args {
-		if a.Buffer == nil {
+		if k.Spec.Bindings[i] == StorageImage {
+			if a.Image == nil || a.Image.view == nil {
+				return nil, fmt.Errorf("vk: kernel %s binding %d: no storage image", k.Spec.Name, i)
+			}
+		} else if a.Buffer == nil {
 			return nil, fmt.Errorf("vk: kernel %s binding %d: no buffer", k.Spec.Name, i)
 		}
 	}
 	d := k.dev
 	// Holding every buffer keeps a concurrent Close from freeing one while
 	// the set is written.
-	for i, a := range args {
-		if err := a.Buffer.hold(); err != nil {
-			for _, h := range args[:i] {
-				h.Buffer.release()
-			}
-			return nil, fmt.Errorf("vk: kernel %s binding %d: %w", k.Spec.Name, i, err)
-		}
-	}
+	var held []*Buffer
 	defer func() {
-		for _, a := range args {
-			a.Buffer.release()
+		for _, b := range held {
+			b.release()
 		}
 	}()
+	for i, a := range args {
+		if a.Buffer == nil {
+			continue
+		}
+		if err := a.Buffer.hold(); err != nil {
+			return nil, fmt.Errorf("vk: kernel %s binding %d: %w", k.Spec.Name, i, err)
+		}
+		held = append(held, a.Buffer)
+	}
 	counts := map[vulkan.DescriptorType]uint32{}
 	for _, t := range k.Spec.Bindings {
 		counts[t.descriptorType()]++
@@ -229,6 +240,10 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 	for i, a := range args {
 		t := k.Spec.Bindings[i]
 		descs[i] = descriptor{kind: t.descriptorType()}
+		if t == StorageImage {
+			descs[i].image = a.Image.view
+			continue
+		}
 		if t == UniformTexelR32F || t == UniformTexelRGBA32F {
 			format, texel := vulkan.FormatR32Sfloat, uint64(4)
 			if t == UniformTexelRGBA32F {
