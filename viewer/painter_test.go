@@ -1,0 +1,198 @@
+package viewer
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/heatmap"
+	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/vk"
+)
+
+// problem is a small masked grouped-query problem with its float64
+// reference weights.
+type problem struct {
+	q, k, v          []float32
+	qs, ks, vs       [4]int
+	opts             vkattn.Options
+	weights, vNorms  []float64 // (B,H,L,S); ||v_j|| per (B,HKV,S)
+	B, H, HKV, L, S  int
+	masked           func(b, i, j int) bool
+	shapes           [3][]int
+	dv               int
+	contributionTops map[[2]int]float64
+}
+
+func newProblem(t *testing.T) *problem {
+	const B, H, HKV, L, S, d, dv = 2, 4, 2, 5, 7, 3, 2
+	rng := rand.New(rand.NewPCG(13, 5))
+	rnd := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(2 * rng.NormFloat64())
+		}
+		return x
+	}
+	p := &problem{q: rnd(B * H * L * d), k: rnd(B * HKV * S * d), v: rnd(B * HKV * S * dv),
+		qs: [4]int{B, H, L, d}, ks: [4]int{B, HKV, S, d}, vs: [4]int{B, HKV, S, dv},
+		B: B, H: H, HKV: HKV, L: L, S: S, dv: dv}
+	p.shapes = [3][]int{p.qs[:], p.ks[:], p.vs[:]}
+	p.opts = vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{S, 4}, WantWeights: true}
+	p.masked = func(b, i, j int) bool { return j > i+S-L || j >= p.opts.KeyLengths[b] }
+	ref, err := reference.Attention(p.q, p.qs, p.k, p.ks, p.v, p.vs, p.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.weights = ref.Weights
+	p.vNorms = make([]float64, B*HKV*S)
+	for r := range p.vNorms {
+		var s float64
+		for _, x := range p.v[r*dv : (r+1)*dv] {
+			s += float64(x) * float64(x)
+		}
+		p.vNorms[r] = math.Sqrt(s)
+	}
+	return p
+}
+
+// value is what view v shows at query i, key j, in float64.
+func (p *problem) value(v View, i, j int) float64 {
+	w := p.weights[((v.Batch*p.H+v.Head)*p.L+i)*p.S+j]
+	if v.Contribution {
+		w *= p.vNorms[(v.Batch*p.HKV+v.Head/(p.H/p.HKV))*p.S+j]
+	}
+	return w
+}
+
+// TestPainterColoursMatchThePalette colours views on the device, copies
+// the picture back and checks every pixel against the palette colour of
+// the reference's value (masked cells the colour of 0), and the scale and
+// the values read for the title against the reference.
+func TestPainterColoursMatchThePalette(t *testing.T) {
+	validation := os.Getenv("VKATTN_VALIDATION") == "1"
+	before, msgs := vk.LiveObjects(), len(vk.ValidationMessages())
+	inst, err := vk.NewInstance(vk.InstanceConfig{Validation: validation})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := inst.DefaultDevice()
+	if err != nil {
+		inst.Close()
+		t.Fatal(err)
+	}
+	dev, err := inst.NewDevice(idx)
+	if err != nil {
+		inst.Close()
+		t.Fatal(err)
+	}
+	vdev := vkattn.OpenOn(inst, dev, vkattn.Config{})
+	p := newProblem(t)
+	var ts [3]*vkattn.Tensor
+	for i, data := range [][]float32{p.q, p.k, p.v} {
+		if ts[i], err = vdev.Upload(p.shapes[i], data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := vdev.Attention(ts[0], ts[1], ts[2], p.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	painter, err := NewPainter(dev, out.Weights, ts[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pix, err := dev.NewBuffer(uint64(4 * p.L * p.S))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := dev.NewCommands(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pal := heatmap.Palette()
+	for _, v := range []View{{0, 0, false}, {1, 3, false}, {1, 1, true}, {0, 2, true}} {
+		if err := cmds.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		if err := painter.Record(cmds, v); err != nil {
+			t.Fatal(err)
+		}
+		cmds.CopyImage(painter.Image, pix)
+		cmds.Barrier()
+		if err := cmds.End(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmds.Submit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmds.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		rgba := make([]byte, 4*p.L*p.S)
+		if err := pix.Read(0, rgba); err != nil {
+			t.Fatal(err)
+		}
+		var top float64
+		for i := range p.L {
+			for j := range p.S {
+				top = math.Max(top, p.value(v, i, j))
+			}
+		}
+		got, err := painter.Top()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(float64(got)-top) > 1e-5*math.Max(1, top) {
+			t.Errorf("%+v: scale top %v, reference %v", v, got, top)
+		}
+		for i := range p.L {
+			for j := range p.S {
+				px := rgba[4*(i*p.S+j):][:4]
+				want := p.value(v, i, j)
+				k := heatmap.Index(want, top)
+				ok := false
+				for _, e := range []int{k - 1, k, k + 1} {
+					if p.masked(v.Batch, i, j) && e != 0 {
+						continue // masked: exactly the colour of 0
+					}
+					if e >= 0 && e < len(pal) && px[0] == pal[e].R && px[1] == pal[e].G && px[2] == pal[e].B && px[3] == 255 {
+						ok = true
+					}
+				}
+				if !ok {
+					t.Errorf("%+v cell (%d,%d) value %.4f (masked %v): pixel %v, want palette entry %d %v",
+						v, i, j, want, p.masked(v.Batch, i, j), px, k, pal[k])
+				}
+			}
+		}
+		for _, c := range [][2]int{{0, 0}, {p.L - 1, p.S - 1}, {2, 3}} {
+			got, err := painter.Value(v, c[0], c[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := p.value(v, c[0], c[1]); math.Abs(float64(got)-want) > 1e-5 {
+				t.Errorf("%+v: Value(%d,%d) = %v, reference %v", v, c[0], c[1], got, want)
+			}
+		}
+	}
+	if err := painter.Record(cmds, View{Batch: 2}); err == nil {
+		t.Error("batch 2 of 2: no error")
+	}
+	cmds.Close()
+	pix.Close()
+	painter.Close()
+	out.Close()
+	if err := vdev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := vk.LiveObjects(); n != before {
+		t.Errorf("%d Vulkan objects alive after Close, want %d", n, before)
+	}
+	if m := vk.ValidationMessages()[msgs:]; len(m) > 0 {
+		t.Errorf("%d validation messages, first: %s", len(m), m[0])
+	}
+}
