@@ -17,6 +17,7 @@ const (
 	FamilyLinear                  // linear.comp, Y = X W^T + b
 	FamilyHeadMean                // head_mean.comp, weights averaged over heads
 	FamilySelftest                // selftest.comp, the vk layer's own tests
+	FamilyHeatmap                 // heat_colour.comp, the viewer's picture of weights
 )
 
 var families = [...]struct{ name, source, define string }{
@@ -26,6 +27,7 @@ var families = [...]struct{ name, source, define string }{
 	FamilyLinear:    {"linear", "linear.comp", ""},
 	FamilyHeadMean:  {"head_mean", "head_mean.comp", ""},
 	FamilySelftest:  {"selftest", "selftest.comp", ""},
+	FamilyHeatmap:   {"heat_colour", "heat_colour.comp", ""},
 }
 
 func (f Family) String() string { return families[f].name }
@@ -110,7 +112,7 @@ var Variants = func() []Variant {
 			}
 		}
 	}
-	return append(vs, Variant{Family: FamilyHeadMean})
+	return append(vs, Variant{Family: FamilyHeadMean}, Variant{Family: FamilyHeatmap})
 }()
 
 // Manifest is the text of shaders/manifest.txt: a line per variant with its

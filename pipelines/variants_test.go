@@ -36,6 +36,7 @@ func TestEveryVariantIsReachable(t *testing.T) {
 	reached := map[Variant]bool{
 		{Family: FamilyHeadMean}: true, // Kernels.HeadMean's one build
 		{Family: FamilySelftest}: true, // the vk package's tests
+		{Family: FamilyHeatmap}:  true, // package viewer's Painter
 	}
 	for _, dev := range []vk.PhysicalDevice{lavapipeLike(), gpu, noVec4Texels} {
 		for _, force := range []LoadPath{AutoPath, TexelPath, StoragePath} {
