@@ -7,7 +7,7 @@ import (
 	"github.com/vkattn/vkattn"
 )
 
-// The worked example of spec.md §5: one query, three keys, and the same
+// The worked example of SEMANTICS.md §14: one query, three keys, and the same
 // with the third key masked out.
 func Example() {
 	dev, err := vkattn.Open(vkattn.Config{})

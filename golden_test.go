@@ -8,10 +8,10 @@ import (
 )
 
 // TestGoldenCases runs every case in testdata/ (the worked examples of
-// spec.md §5 and hand derivations from them; the numbers are copied, not
+// SEMANTICS.md §14 and hand derivations from them; the numbers are copied, not
 // computed by vkattn) on both load paths and compares with the expected O,
-// weights and log-sum-exp under each case's tolerance (1e-5 unless the spec
-// gives fewer digits).
+// weights and log-sum-exp under each case's tolerance (1e-5 unless the worked
+// example gives fewer digits).
 func TestGoldenCases(t *testing.T) {
 	cases, err := golden.Load("testdata")
 	if err != nil {

@@ -91,7 +91,7 @@ type MHAPlan struct {
 }
 
 // FLOPs is the layer's floating-point work: every dense layer plus the
-// attention count of spec.md §6.
+// attention count of SEMANTICS.md §12.
 func (p MHAPlan) FLOPs() float64 {
 	f := p.Attention.Dims.FLOPs() + p.OutProj.FLOPs()
 	for _, l := range p.Projections {

@@ -120,7 +120,7 @@ func checkMHA(t *testing.T, d *vkattn.Device, c *mhaCase) mhaGot {
 	return got
 }
 
-// spec.md §3 walk-through, B=2, T=3, d=8, h=2: 288 parameters; X (2,3,8)
+// SEMANTICS.md §9 walk-through, B=2, T=3, d=8, h=2: 288 parameters; X (2,3,8)
 // -> one fused projection (6 rows x 24 outputs) -> per-head attention
 // (2,2,3,4) -> out_proj (6 x 8) -> (2,3,8), as the reference computes it.
 func TestMHASpecWalkthroughGPU(t *testing.T) {

@@ -144,7 +144,7 @@ type Dims struct {
 	DV  int `json:"d_v"`
 }
 
-// FLOPs is the cost of Q K^T and A V, 2*B*H*L*S*(DK+DV) (spec.md §6).
+// FLOPs is the cost of Q K^T and A V, 2*B*H*L*S*(DK+DV) (SEMANTICS.md §12).
 func (d Dims) FLOPs() float64 {
 	return 2 * float64(d.B) * float64(d.H) * float64(d.L) * float64(d.S) * float64(d.DK+d.DV)
 }

@@ -99,7 +99,7 @@ func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v
 			}
 			lse, live := softmaxRow(e, blocked, wt)
 			if !live {
-				continue // every key masked: defined as zeros, -Inf (spec §2).
+				continue // every key masked: defined as zeros, -Inf (SEMANTICS.md §5).
 			}
 			res.LSE[row] = lse
 			for j := 0; j < d.S; j++ {

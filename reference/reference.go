@@ -82,7 +82,7 @@ func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float
 				}
 				lse, live := softmaxRow(e, blocked, w)
 				if !live {
-					continue // every key masked: defined as zeros, -Inf (spec §2).
+					continue // every key masked: defined as zeros, -Inf (SEMANTICS.md §5).
 				}
 				res.LSE[row] = lse
 				for j := 0; j < d.S; j++ {

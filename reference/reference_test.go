@@ -88,7 +88,7 @@ func sum(xs []float64) float64 {
 	return s
 }
 
-// Golden values from spec.md §5, seeds/000 (B=L=1, S=3, d_k=d_v=2).
+// Golden values of seed 000, SEMANTICS.md §14 (B=L=1, S=3, d_k=d_v=2).
 func TestGoldenSeed000(t *testing.T) {
 	q := []float32{1, 0}
 	k := []float32{1, 0, 0, 1, 1, 1}
@@ -96,7 +96,7 @@ func TestGoldenSeed000(t *testing.T) {
 	qs, ks, vs := [4]int{1, 1, 1, 2}, [4]int{1, 1, 3, 2}, [4]int{1, 1, 3, 2}
 
 	r := mustRun(t, q, qs, k, ks, v, vs, vkattn.Options{})
-	// Rounded values as printed in spec.md §5.
+	// Rounded values as SEMANTICS.md §14 prints them.
 	near(t, "A", r.Weights, []float64{0.4011, 0.1978, 0.4011}, 1e-4)
 	near(t, "O", r.O, []float64{1.6044, 1.5933}, 1e-4)
 	// Closed form: scaled scores [1/sqrt2, 0, 1/sqrt2].
@@ -104,14 +104,14 @@ func TestGoldenSeed000(t *testing.T) {
 	near(t, "A exact", r.Weights, []float64{c / (2*c + 1), 1 / (2*c + 1), c / (2*c + 1)}, 1e-15)
 	near(t, "LSE", r.LSE, []float64{math.Log(2*c + 1)}, 1e-15)
 
-	// spec.md §5: with M = [0 0 -inf].
+	// SEMANTICS.md §14: with M = [0 0 -inf].
 	m := &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []float32{0, 0, negInf}}
 	r = mustRun(t, q, qs, k, ks, v, vs, vkattn.Options{Mask: m})
 	near(t, "masked A", r.Weights, []float64{0.6698, 0.3302, 0}, 1e-4)
 	near(t, "masked O", r.O, []float64{1.3395, 1.3210}, 1e-4)
 	near(t, "masked LSE", r.LSE, []float64{math.Log(c + 1)}, 1e-15)
 
-	// spec.md §5: weights (0.5, 0.25, 0.25) over the same V give (1.5, 1.5).
+	// SEMANTICS.md §14: weights (0.5, 0.25, 0.25) over the same V give (1.5, 1.5).
 	// A zero query makes the scores equal the additive mask [ln2 0 0].
 	m = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []float32{float32(math.Ln2), 0, 0}}
 	r = mustRun(t, []float32{0, 0}, qs, k, ks, v, vs, vkattn.Options{Mask: m})
@@ -119,7 +119,7 @@ func TestGoldenSeed000(t *testing.T) {
 	near(t, "weighted O", r.O, []float64{1.5, 1.5}, 1e-6)
 }
 
-// seed003 builds the spec.md §5 seeds/003 self-attention problem from X and
+// seed003 builds the seed 003 self-attention problem (SEMANTICS.md §14) from X and
 // the projection matrices (T=3, widths 2).
 func seed003(wv []float32) (q, k, v []float32) {
 	x := []float32{1, 0, 0, 1, 1, 1}
@@ -128,7 +128,7 @@ func seed003(wv []float32) (q, k, v []float32) {
 	return matmul(x, 3, 2, wq, 2), matmul(x, 3, 2, wk, 2), matmul(x, 3, 2, wv, 2)
 }
 
-// Golden values from spec.md §5, seeds/003.
+// Golden values of seed 003, SEMANTICS.md §14.
 func TestGoldenSeed003(t *testing.T) {
 	s := [4]int{1, 1, 3, 2}
 	wv := []float32{1, 0, 1, 2}
@@ -171,7 +171,7 @@ func TestGoldenSeed003(t *testing.T) {
 	near(t, "zero-query O", rz.O[4:], []float64{4.0 / 3, 4.0 / 3}, 1e-15)
 }
 
-// spec.md §5: Q, K (5,4), V (5,3): divisor sqrt(4) = 2, scores (5,5),
+// SEMANTICS.md §14: Q, K (5,4), V (5,3): divisor sqrt(4) = 2, scores (5,5),
 // output (5,3). Query t is [t 0 0 0] and only key 1 is [1 0 0 0] (the others
 // are zero), so row t's scores are [0 t/2 0 0 0] and its weights are
 // [1, e^(t/2), 1, 1, 1] / (4 + e^(t/2)). A divisor of sqrt(5) or sqrt(3)
@@ -209,7 +209,7 @@ func TestGoldenDivisor(t *testing.T) {
 	}
 }
 
-// Properties of spec.md §4 on random inputs.
+// Properties of SEMANTICS.md §11 on random inputs.
 func TestProperties(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	const B, H, HKV, L, S, DK, DV = 2, 4, 2, 5, 7, 4, 3
@@ -284,7 +284,7 @@ func TestProperties(t *testing.T) {
 }
 
 // Permuting the positions of a self-attention input permutes the output
-// rows the same way (spec.md §4). Q, K and V are row-wise projections of X,
+// rows the same way (SEMANTICS.md §11). Q, K and V are row-wise projections of X,
 // so permuting X permutes their rows.
 func TestPermutationEquivariance(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
@@ -563,7 +563,7 @@ func TestCombinedAndBroadcast(t *testing.T) {
 
 // Boolean masks AND: several of either meaning and of different broadcast
 // shapes, with an additive mask and causal, equal the one additive mask
-// that blocks wherever any of them blocks (spec §2).
+// that blocks wherever any of them blocks (SEMANTICS.md §4).
 func TestBoolMasksAND(t *testing.T) {
 	const B, H, L, S = 2, 3, 4, 5
 	p := newProblem(15, B, H, 1, L, S, 4, 3)
@@ -607,7 +607,7 @@ func TestBoolMasksAND(t *testing.T) {
 	}
 	same(t, "boolean masks AND", p.run(t, opts), p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{B, H, L, S}, Values: full}}))
 
-	// Seed 000 (spec §5): allowing keys 1 and 2 and blocking key 2 leaves
+	// Seed 000 (SEMANTICS.md §14): allowing keys 1 and 2 and blocking key 2 leaves
 	// key 1: weights (1, 0, 0), output v_1 = (2, 0).
 	s := [4]int{1, 1, 3, 2}
 	r := mustRun(t, []float32{1, 0}, [4]int{1, 1, 1, 2}, []float32{1, 0, 0, 1, 1, 1}, s, []float32{2, 0, 0, 4, 2, 2}, s, vkattn.Options{BoolMasks: []vkattn.BoolMask{

@@ -174,7 +174,7 @@ void keyScores(int j, int keyEnd) {
             }
         }
         // The dot product of the stored values, scaled once, then in base 2:
-        // equal dot products give equal scores (spec §7, exact ties).
+        // equal dot products give equal scores (SEMANTICS.md §7, exact ties).
         float e = (sc[r] * P.scaling.x + add) * LOG2E;
         sc[r] = (ok && e != NEG_INF) ? e : NEG_INF;
     }

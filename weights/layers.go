@@ -108,13 +108,13 @@ func LoadAdditive(path string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
 	return w, nil
 }
 
-// Additive picks additive (Bahdanau) attention weights out of ts (spec.md
-// §1), each name preceded by prefix:
+// Additive picks additive (Bahdanau) attention weights out of ts
+// (SEMANTICS.md §10), each name preceded by prefix:
 //
 //	W_q (dQ, d_a), W_k (dK, d_a), b (d_a) optional, w_a (d_a) or (d_a, 1)
 //
-// d_a is read from W_q. W_q and W_k are (in, out), as the spec writes
-// q W_q, not PyTorch's (out, in). Errors are those of MHA.
+// d_a is read from W_q. W_q and W_k are (in, out), as SEMANTICS.md §10
+// writes q W_q, not PyTorch's (out, in). Errors are those of MHA.
 func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
 	if dQ <= 0 || dK <= 0 {
 		return nil, fmt.Errorf("%w: d_q %d, d_k %d", vkattn.ErrEmpty, dQ, dK)
@@ -136,7 +136,7 @@ func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*vkattn.Additive
 	w.WK = g.get("W_k", dK, da)
 	w.Bias = g.optional("b", da)
 	if wa, ok := ts[prefix+"w_a"]; ok && len(wa.Shape) == 2 {
-		w.WA = g.get("w_a", da, 1) // a column vector, as spec.md writes it
+		w.WA = g.get("w_a", da, 1) // the column (d_a, 1) of SEMANTICS.md §10
 	} else {
 		w.WA = g.get("w_a", da)
 	}

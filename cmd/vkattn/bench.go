@@ -46,7 +46,7 @@ with ';' ("1,8,8,512,512,64;1,8,8,1024,1024,64"), or list 6n integers.
 
 Rates, both from the median (GPU time; wall time where the device has no
 timestamps, which the "timing" column/field says):
-  GFLOP/s  spec.md §6 count 2*B*H*L*S*(d_k+d_v) = 4*B*H*L*S*d over the median
+  GFLOP/s  SEMANTICS.md §12 count 2*B*H*L*S*(d_k+d_v) = 4*B*H*L*S*d over the median
            time, halved for causal rows: the kernel skips key tiles that are
            fully masked, so a causal L = S problem does about half the work
   GB/s     bytes of Q, K, V read plus O written (4 bytes a value) over the
@@ -239,7 +239,7 @@ type benchResult struct {
 	GPU        benchStats  `json:"gpu_ns"` // all 0 without device timestamps
 	Wall       benchStats  `json:"wall_ns"`
 	Timing     string      `json:"timing"` // "gpu" or "wall": the median the rates divide by
-	FLOPs      float64     `json:"flops"`  // spec.md §6, halved when causal
+	FLOPs      float64     `json:"flops"`  // SEMANTICS.md §12, halved when causal
 	Bytes      int64       `json:"bytes"`  // Q, K, V read + O written
 	GFLOPS     float64     `json:"gflops"`
 	GBPS       float64     `json:"gb_per_s"`
@@ -482,7 +482,7 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 	return res, nil
 }
 
-// benchFLOPs is spec.md §6's count, halved when causal: the kernel skips
+// benchFLOPs is the count of SEMANTICS.md §12, halved when causal: the kernel skips
 // fully masked key tiles, so about half the work is done for L = S.
 func benchFLOPs(d vkattn.Dims, c vkattn.Causal) float64 {
 	f := d.FLOPs()

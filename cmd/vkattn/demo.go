@@ -14,9 +14,9 @@ import (
 
 const demoUsage = `Usage: vkattn demo [--device N]
 
-Prints the worked examples of spec.md §5 (seeds 000 and 003) computed on the
+Prints the worked examples of SEMANTICS.md §14 (seeds 000 and 003) computed on the
 device: inputs, the attention weights A (asked for with WantWeights) and the
-output O, each next to the values the spec gives. Then runs one larger random
+output O, each next to the values SEMANTICS.md gives. Then runs one larger random
 problem (B=2, H=4, L=S=128, d=64, fixed seed) and prints its largest
 difference from the float64 reference and its GPU time.
 
@@ -28,9 +28,9 @@ Example:
   vkattn demo --device 1
 `
 
-// demoExample is one worked example of spec.md §5.
+// demoExample is one worked example of SEMANTICS.md §14.
 type demoExample struct {
-	title, spec string // spec: what spec.md §5 says the result is
+	title, spec string // spec: what SEMANTICS.md §14 says the result is
 	q, k, v     [][]float32
 	mask        []float32 // additive, over the S keys; nil if none
 	note        string
@@ -38,7 +38,7 @@ type demoExample struct {
 
 var demoExamples = []demoExample{
 	{
-		title: "seeds/000: B=L=1, S=3, d_k=d_v=2",
+		title: "seed 000: B=L=1, S=3, d_k=d_v=2",
 		q:     [][]float32{{1, 0}},
 		k:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
 		v:     [][]float32{{2, 0}, {0, 4}, {2, 2}},
@@ -46,7 +46,7 @@ var demoExamples = []demoExample{
 		spec:  "A ~ [0.4011 0.1978 0.4011]   O ~ [1.6044 1.5933]",
 	},
 	{
-		title: "seeds/000 with M = [0 0 -inf]",
+		title: "seed 000 with M = [0 0 -inf]",
 		q:     [][]float32{{1, 0}},
 		k:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
 		v:     [][]float32{{2, 0}, {0, 4}, {2, 2}},
@@ -63,7 +63,7 @@ var demoExamples = []demoExample{
 		spec:  "O = (1.5, 1.5)",
 	},
 	{
-		title: "seeds/003: self-attention, T=3, widths 2",
+		title: "seed 003: self-attention, T=3, widths 2",
 		q:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
 		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
 		v:     [][]float32{{1, 0}, {1, 2}, {2, 2}},
@@ -72,21 +72,21 @@ var demoExamples = []demoExample{
 			"O = [[1.401112 1.197776] [1.503490 1.503490] [1.575975 1.432009]]",
 	},
 	{
-		title: "seeds/003 with zero W_V",
+		title: "seed 003 with zero W_V",
 		q:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
 		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
 		v:     [][]float32{{0, 0}, {0, 0}, {0, 0}},
 		spec:  "O all zeros, A unchanged",
 	},
 	{
-		title: "seeds/003 with V + [2,-1] per row",
+		title: "seed 003 with V + [2,-1] per row",
 		q:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
 		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
 		v:     [][]float32{{3, -1}, {3, 1}, {4, 1}},
 		spec:  "O + [2,-1]; first row [3.401112092679786, 0.1977758146404283]",
 	},
 	{
-		title: "seeds/003 with third query [0,0]",
+		title: "seed 003 with third query [0,0]",
 		q:     [][]float32{{1, 0}, {0, 1}, {0, 0}},
 		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
 		v:     [][]float32{{1, 0}, {1, 2}, {2, 2}},
@@ -190,7 +190,7 @@ func matrix(rows [][]float32) *npyArray {
 }
 
 // formatRows prints row-major values as [[a b] [c d]], or [a b] for one row;
-// inputs in shortest form, results with 6 decimals like the spec's tables.
+// inputs in shortest form, results with 6 decimals as in SEMANTICS.md §14.
 func formatRows(x []float32, width int, result bool) string {
 	var rows []string
 	for i := 0; i < len(x); i += width {

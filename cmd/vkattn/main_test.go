@@ -58,7 +58,7 @@ func save(t *testing.T, dir, name string, v any) string {
 	return path
 }
 
-// seed000 writes the spec.md §5 seeds/000 inputs and returns their paths.
+// seed000 writes the seed 000 inputs (SEMANTICS.md §14) and returns their paths.
 func seed000(t *testing.T, dir string) (q, k, v string) {
 	q = save(t, dir, "q.npy", [][]float32{{1, 0}})
 	k = save(t, dir, "k.npy", [][]float32{{1, 0}, {0, 1}, {1, 1}})
@@ -151,7 +151,7 @@ func TestAllowBlockPolarity(t *testing.T) {
 	ttf := save(t, dir, "ttf.npy", [][]bool{{true, true, false}})
 	fft := save(t, dir, "fft.npy", [][]bool{{false, false, true}})
 	o := filepath.Join(dir, "o.npy")
-	masked := []float64{1.3395, 1.3210} // spec §5: M = [0 0 -inf]
+	masked := []float64{1.3395, 1.3210} // SEMANTICS.md §14: M = [0 0 -inf]
 	for _, c := range []struct {
 		flag, file string
 		want       []float64
@@ -170,7 +170,7 @@ func TestAllowBlockPolarity(t *testing.T) {
 }
 
 // TestAllowAndBlockTogether: --allow and --block repeat and mix; a key is
-// visible only where every bool mask allows it (seed 000, spec §5: O is
+// visible only where every bool mask allows it (seed 000, SEMANTICS.md §14: O is
 // then the one value row left).
 func TestAllowAndBlockTogether(t *testing.T) {
 	withDevice(t)

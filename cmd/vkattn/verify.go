@@ -13,12 +13,12 @@ import (
 
 const verifyUsage = `Usage: vkattn verify [--dir testdata] [--device N] [--run NAME]
 
-Runs every golden case in DIR/*.json (the worked examples of spec.md §5 and
+Runs every golden case in DIR/*.json (the worked examples of SEMANTICS.md §14 and
 variants derived from them by hand; see testdata/README.md) on the device and
 compares the GPU output, and the weights and log-sum-exp where a case has
 them, with
   * the case's expected values: max |GPU - expected| <= the case's tolerance
-    (1e-5 unless the case says otherwise, e.g. 1e-4 for 4-digit spec values);
+    (1e-5 unless the case says otherwise, e.g. 1e-4 for values given to 4 digits);
   * the float64 reference: |GPU - reference| <= 1e-5 * max(1, |reference|).
 It prints one line per case and, last, exactly "N passed, M failed"; the
 exit status is 1 if any case failed.
