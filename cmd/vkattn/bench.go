@@ -17,6 +17,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/tune"
 )
 
 const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all] [flags]
@@ -200,24 +201,6 @@ type benchFlags struct {
 	quiet    bool
 }
 
-// benchStats are the min, median and max of a set of times, in nanoseconds.
-type benchStats struct {
-	Min    int64 `json:"min"`
-	Median int64 `json:"median"`
-	Max    int64 `json:"max"`
-}
-
-func statsOf(ts []time.Duration) benchStats {
-	s := slices.Clone(ts)
-	slices.Sort(s)
-	n := len(s)
-	med := s[n/2]
-	if n%2 == 0 {
-		med = (s[n/2-1] + s[n/2]) / 2
-	}
-	return benchStats{Min: int64(s[0]), Median: int64(med), Max: int64(s[n-1])}
-}
-
 // benchResult is one shape's measurements: a row of the table, an object of
 // the --json array.
 type benchResult struct {
@@ -236,8 +219,8 @@ type benchResult struct {
 	Reps       int         `json:"reps"`
 	ColdWallNS int64       `json:"cold_wall_ns"`
 	ColdGPUNS  int64       `json:"cold_gpu_ns"`
-	GPU        benchStats  `json:"gpu_ns"` // all 0 without device timestamps
-	Wall       benchStats  `json:"wall_ns"`
+	GPU        tune.Stats  `json:"gpu_ns"` // all 0 without device timestamps
+	Wall       tune.Stats  `json:"wall_ns"`
 	Timing     string      `json:"timing"` // "gpu" or "wall": the median the rates divide by
 	FLOPs      float64     `json:"flops"`  // SEMANTICS.md §12, halved when causal
 	Bytes      int64       `json:"bytes"`  // Q, K, V read + O written
@@ -384,65 +367,37 @@ func caseName(c benchCase) string {
 	return s
 }
 
-// randomData is n uniform values in [-1, 1).
-func randomData(r *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = 2*r.Float32() - 1
-	}
-	return x
-}
-
 // benchOne uploads random Q, K, V for c, runs one warm-up call and reps
 // timed calls, and summarises them. tick is called after every call.
 func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, seed uint64, tick func()) (benchResult, error) {
-	d := c.dims
 	// The same seed for every shape: a shape's data does not depend on
 	// which other shapes run.
 	r := rand.New(rand.NewPCG(seed, 0x7661747461)) // "vkatt"
-	shapes := [][]int{{d.B, d.H, d.L, d.DK}, {d.B, d.HKV, d.S, d.DK}, {d.B, d.HKV, d.S, d.DV}}
-	var in [3]*vkattn.Tensor
-	defer func() {
-		for _, t := range in {
-			if t != nil {
-				t.Close()
-			}
-		}
-	}()
-	for i, s := range shapes {
-		t, err := dev.Upload(s, randomData(r, s[0]*s[1]*s[2]*s[3]))
-		if err != nil {
-			return benchResult{}, fmt.Errorf("upload: %w", err)
-		}
-		in[i] = t
+	in, err := tune.UploadRandom(dev, r, c.dims)
+	if err != nil {
+		return benchResult{}, err
 	}
+	defer in.Close()
 	opts := vkattn.Options{Causal: c.causal}
 	// Prepared once (outputs allocated, commands recorded), then replayed:
 	// the timings are the dispatch and its wait, not allocation.
-	prepared, err := dev.Prepare(in[0], in[1], in[2], opts)
+	prepared, err := dev.Prepare(in.Q, in.K, in.V, opts)
 	if err != nil {
 		return benchResult{}, err
 	}
 	defer prepared.Close()
-	call := func() (wall, gpu time.Duration, err error) {
-		start := time.Now()
-		gpu, err = prepared.Run(ctx)
-		wall = time.Since(start)
-		tick()
-		return wall, gpu, err
-	}
 
-	coldWall, coldGPU, err := call()
+	start := time.Now()
+	coldGPU, err := prepared.Run(ctx)
+	coldWall := time.Since(start)
+	tick()
 	if err != nil {
 		return benchResult{}, err
 	}
 	plan := prepared.Output().Plan
-	gpu := make([]time.Duration, reps)
-	wall := make([]time.Duration, reps)
-	for i := range reps {
-		if wall[i], gpu[i], err = call(); err != nil {
-			return benchResult{}, err
-		}
+	tm, err := tune.TimeRuns(ctx, prepared, reps, tick)
+	if err != nil {
+		return benchResult{}, err
 	}
 
 	k := plan.Kernel
@@ -462,20 +417,13 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 		Reps:       reps,
 		ColdWallNS: int64(coldWall),
 		ColdGPUNS:  int64(coldGPU),
-		GPU:        statsOf(gpu),
-		Wall:       statsOf(wall),
-		Timing:     "gpu",
+		GPU:        tm.GPU,
+		Wall:       tm.Wall,
+		Timing:     tm.Timing,
 		FLOPs:      benchFLOPs(plan.Dims, c.causal),
 		Bytes:      benchBytes(plan.Dims),
 	}
-	median := time.Duration(res.GPU.Median)
-	if slices.Contains(gpu, 0) {
-		// No timestamps (or a call without one): time the whole call.
-		res.GPU = benchStats{}
-		res.Timing = "wall"
-		median = time.Duration(res.Wall.Median)
-	}
-	if median > 0 {
+	if median := tm.Median; median > 0 {
 		res.GFLOPS = res.FLOPs / median.Seconds() / 1e9
 		res.GBPS = float64(res.Bytes) / median.Seconds() / 1e9
 	}
@@ -539,7 +487,7 @@ func printBenchTable(w io.Writer, device string, rs []benchResult) {
 }
 
 // durTriple formats min/median/max in one unit, the median's.
-func durTriple(s benchStats) string {
+func durTriple(s tune.Stats) string {
 	unit, div := durUnit(time.Duration(s.Median))
 	f := func(ns int64) string {
 		return strconv.FormatFloat(float64(ns)/div, 'f', 3-digitsBefore(float64(s.Median)/div), 64)
@@ -612,6 +560,13 @@ func (p *benchProgress) describe(s string) {
 func (p *benchProgress) add() {
 	if p.bar != nil {
 		p.bar.Add(1)
+	}
+}
+
+// set moves the bar to done steps.
+func (p *benchProgress) set(done int) {
+	if p.bar != nil {
+		p.bar.Set(done)
 	}
 }
 

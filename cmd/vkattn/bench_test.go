@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/vkattn/vkattn/tune"
 )
 
 // benchJSON runs bench with --json and decodes its results.
@@ -51,7 +53,7 @@ func TestBenchShapeJSON(t *testing.T) {
 	if r.GFLOPS <= 0 || r.GBPS <= 0 {
 		t.Errorf("GFLOP/s %v, GB/s %v: want both > 0", r.GFLOPS, r.GBPS)
 	}
-	ordered := func(s benchStats) bool { return 0 < s.Min && s.Min <= s.Median && s.Median <= s.Max }
+	ordered := func(s tune.Stats) bool { return 0 < s.Min && s.Min <= s.Median && s.Median <= s.Max }
 	if !ordered(r.Wall) || r.ColdWallNS <= 0 {
 		t.Errorf("wall times %+v, cold %d", r.Wall, r.ColdWallNS)
 	}
@@ -61,7 +63,7 @@ func TestBenchShapeJSON(t *testing.T) {
 			t.Errorf("GPU times %+v", r.GPU)
 		}
 	case "wall":
-		if r.GPU != (benchStats{}) {
+		if r.GPU != (tune.Stats{}) {
 			t.Errorf("timing wall but GPU times %+v", r.GPU)
 		}
 	default:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/tune"
 )
 
 // tempCache points the user cache directory (where SaveTuning writes) at
@@ -65,7 +66,7 @@ func TestTuneSaves(t *testing.T) {
 			t.Errorf("default rows %d wg %d not marked default: %q", c.rows, c.wg, m[0])
 		}
 	}
-	for _, wg := range tuneWorkGroups {
+	for _, wg := range tune.WorkGroups {
 		for _, rows := range pipelines.RowChoices {
 			if _, ok := seen[cand{rows, wg}]; !ok {
 				t.Errorf("no row for rows %d, wg %d", rows, wg)
@@ -151,8 +152,8 @@ func TestTuneDryRunJSON(t *testing.T) {
 	if rep.Saved != "" {
 		t.Errorf("dry run reports saved file %q", rep.Saved)
 	}
-	if len(rep.Candidates) != len(pipelines.RowChoices)*len(tuneWorkGroups) {
-		t.Errorf("%d candidates, want %d", len(rep.Candidates), len(pipelines.RowChoices)*len(tuneWorkGroups))
+	if len(rep.Candidates) != len(pipelines.RowChoices)*len(tune.WorkGroups) {
+		t.Errorf("%d candidates, want %d", len(rep.Candidates), len(pipelines.RowChoices)*len(tune.WorkGroups))
 	}
 	winners, defaults := 0, 0
 	for _, c := range rep.Candidates {
@@ -192,7 +193,7 @@ func TestTuneDryRunJSON(t *testing.T) {
 				}
 			}
 		}
-		if len(rep.SplitK) < len(tuneSplitKeys) || splitWinners != 1 {
+		if len(rep.SplitK) < len(tune.SplitKeys) || splitWinners != 1 {
 			t.Errorf("%d split-K results, %d winners", len(rep.SplitK), splitWinners)
 		}
 	}
