@@ -79,38 +79,17 @@ func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v
 	for b := 0; b < d.B; b++ {
 		for t := 0; t < d.L; t++ {
 			row := b*d.L + t
-			out := res.O[row*d.DV : (row+1)*d.DV]
-			wt := res.Weights[row*d.S : (row+1)*d.S]
-			res.LSE[row] = math.Inf(-1)
-			if opts.QueryLengths != nil && t >= opts.QueryLengths[b] {
-				continue // padded query row: zeros, -Inf.
-			}
 			qr := qp[row*w.DA : (row+1)*w.DA]
-			for j := 0; j < d.S; j++ {
+			// Attention's row step masks and normalises, so both score
+			// functions share one masking semantics.
+			res.LSE[row] = res.attendRow(&opts, b, 0, t, row, func(j int) float64 {
 				kr := kp[(b*d.S+j)*w.DA : (b*d.S+j+1)*w.DA]
 				s := 0.0
 				for a := range qr {
 					s += math.Tanh(qr[a]+kr[a]) * wa[a]
 				}
-				// The masks are read through Attention's helpers so both
-				// score functions share one masking semantics.
-				e[j] = s + additive(opts.Mask, b, 0, t, j)
-				blocked[j] = isBlocked(&opts, d, b, 0, t, j) || math.IsInf(e[j], -1)
-			}
-			lse, live := softmaxRow(e, blocked, wt)
-			if !live {
-				continue // every key masked: defined as zeros, -Inf (SEMANTICS.md §5).
-			}
-			res.LSE[row] = lse
-			for j := 0; j < d.S; j++ {
-				if blocked[j] {
-					continue
-				}
-				vr := b*d.S + j
-				for i, x := range v64[vr*d.DV : (vr+1)*d.DV] {
-					out[i] += wt[j] * x
-				}
-			}
+				return s
+			}, v64[b*d.S*d.DV:(b+1)*d.S*d.DV], e, blocked)
 		}
 	}
 	return res, nil

@@ -68,36 +68,47 @@ func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float
 			kvh := h / group
 			for t := 0; t < d.L; t++ {
 				row := (b*d.H+h)*d.L + t
-				out := res.O[row*d.DV : (row+1)*d.DV]
-				w := res.Weights[row*d.S : (row+1)*d.S]
-				res.LSE[row] = math.Inf(-1)
-				if opts.QueryLengths != nil && t >= opts.QueryLengths[b] {
-					continue // padded query row: zeros, -Inf.
-				}
 				qrow := q64[row*d.DK : (row+1)*d.DK]
-				for j := 0; j < d.S; j++ {
-					kr := (b*d.HKV+kvh)*d.S + j
-					e[j] = scale*floats.Dot(qrow, k64[kr*d.DK:(kr+1)*d.DK]) + additive(opts.Mask, b, h, t, j)
-					blocked[j] = isBlocked(&opts, d, b, h, t, j) || math.IsInf(e[j], -1)
-				}
-				lse, live := softmaxRow(e, blocked, w)
-				if !live {
-					continue // every key masked: defined as zeros, -Inf (SEMANTICS.md §5).
-				}
-				res.LSE[row] = lse
-				for j := 0; j < d.S; j++ {
-					if blocked[j] {
-						continue
-					}
-					vr := (b*d.HKV+kvh)*d.S + j
-					for i, x := range v64[vr*d.DV : (vr+1)*d.DV] {
-						out[i] += w[j] * x
-					}
-				}
+				kv := (b*d.HKV + kvh) * d.S // first key row of this head
+				res.LSE[row] = res.attendRow(&opts, b, h, t, row, func(j int) float64 {
+					return scale * floats.Dot(qrow, k64[(kv+j)*d.DK:(kv+j+1)*d.DK])
+				}, v64[kv*d.DV:(kv+d.S)*d.DV], e, blocked)
 			}
 		}
 	}
 	return res, nil
+}
+
+// attendRow computes query row t of head h in batch item b (row: its index
+// in the result) from the unmasked scores score(j) of its S keys: it applies
+// every mask of opts, writes the row's weights and output (values holds the
+// row's S value rows, dense) and returns its log-sum-exp. Padded and fully
+// masked rows keep zero output and weights and return -Inf (SEMANTICS.md
+// §5). e and blocked are scratch of length S.
+func (res *Result) attendRow(opts *vkattn.Options, b, h, t, row int, score func(j int) float64, values, e []float64, blocked []bool) float64 {
+	d := res.Dims
+	if opts.QueryLengths != nil && t >= opts.QueryLengths[b] {
+		return math.Inf(-1) // padded query row
+	}
+	for j := range e {
+		e[j] = score(j) + additive(opts.Mask, b, h, t, j)
+		blocked[j] = isBlocked(opts, d, b, h, t, j) || math.IsInf(e[j], -1)
+	}
+	w := res.Weights[row*d.S : (row+1)*d.S]
+	lse, live := softmaxRow(e, blocked, w)
+	if !live {
+		return lse // every key masked
+	}
+	out := res.O[row*d.DV : (row+1)*d.DV]
+	for j := range e {
+		if blocked[j] {
+			continue
+		}
+		for i, x := range values[j*d.DV : (j+1)*d.DV] {
+			out[i] += w[j] * x
+		}
+	}
+	return lse
 }
 
 // softmaxRow writes the stable softmax of the unblocked scores e into w
