@@ -203,25 +203,19 @@ func linear(x []float64, rows, in int, w, b []float32, out int) []float64 {
 // splitHeads reads (B,T,h*dh) as (B,T,h,dh) and swaps the middle axes to
 // (B,h,T,dh). Reinterpreting the data as (B,h,T,dh) without the swap mixes
 // positions into heads: the bug SEMANTICS.md §9 warns about.
-func splitHeads(x []float32, B, T, h, dh int) []float32 {
-	y := make([]float32, len(x))
-	for b := 0; b < B; b++ {
-		for t := 0; t < T; t++ {
-			for hh := 0; hh < h; hh++ {
-				copy(y[((b*h+hh)*T+t)*dh:((b*h+hh)*T+t+1)*dh], x[((b*T+t)*h+hh)*dh:((b*T+t)*h+hh+1)*dh])
-			}
-		}
-	}
-	return y
-}
+func splitHeads(x []float32, B, T, h, dh int) []float32 { return swapAxes12(x, B, T, h, dh) }
 
 // mergeHeads is the inverse of splitHeads: (B,h,T,dh) -> (B,T,h*dh).
-func mergeHeads(x []float64, B, T, h, dh int) []float64 {
-	y := make([]float64, len(x))
-	for b := 0; b < B; b++ {
-		for t := 0; t < T; t++ {
-			for hh := 0; hh < h; hh++ {
-				copy(y[((b*T+t)*h+hh)*dh:((b*T+t)*h+hh+1)*dh], x[((b*h+hh)*T+t)*dh:((b*h+hh)*T+t+1)*dh])
+func mergeHeads(x []float64, B, T, h, dh int) []float64 { return swapAxes12(x, B, h, T, dh) }
+
+// swapAxes12 returns dense (n0, n1, n2, w) data rearranged as (n0, n2, n1, w).
+func swapAxes12[E any](x []E, n0, n1, n2, w int) []E {
+	y := make([]E, len(x))
+	for a := 0; a < n0; a++ {
+		for i := 0; i < n1; i++ {
+			for j := 0; j < n2; j++ {
+				src, dst := ((a*n1+i)*n2+j)*w, ((a*n2+j)*n1+i)*w
+				copy(y[dst:dst+w], x[src:src+w])
 			}
 		}
 	}
