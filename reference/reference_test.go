@@ -525,40 +525,45 @@ func TestCombinedAndBroadcast(t *testing.T) {
 		Causal:     vkattn.CausalBottomRight,
 		KeyLengths: keyLen,
 	}
-	full := make([]float32, B*H*L*S)
-	expanded := make([]float32, B*H*L*S)
+	full := denseMask(B, H, L, S, func(b, h, l, j int) float32 {
+		if bools[(b*L+l)*S+j] || j > l+S-L || j >= keyLen[b] {
+			return negInf
+		}
+		return add[h*S+j]
+	})
+	expanded := denseMask(B, H, L, S, func(b, h, l, j int) float32 { return add[h*S+j] })
+	same(t, "combined masks", p.run(t, opts), p.run(t, vkattn.Options{Mask: full}))
+	same(t, "broadcast additive",
+		p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, H, 1, S}, Values: add}}),
+		p.run(t, vkattn.Options{Mask: expanded}))
+
+	// A per-head boolean mask (1,H,1,S) is read with the query head index.
+	perHead := []bool{true, false, true, true, false, false, true, true, false, true}
+	headAdd := denseMask(B, H, L, S, func(b, h, l, j int) float32 {
+		if !perHead[h*S+j] {
+			return negInf
+		}
+		return 0
+	})
+	same(t, "per-head bool mask",
+		p.run(t, vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, H, 1, S}, Values: perHead, Meaning: vkattn.TrueAllows}}}),
+		p.run(t, vkattn.Options{Mask: headAdd}))
+}
+
+// denseMask is the (B,H,L,S) additive mask whose element (b,h,l,j) is
+// at(b,h,l,j): the hand expansion broadcast and combined masks must equal.
+func denseMask(B, H, L, S int, at func(b, h, l, j int) float32) *vkattn.Mask {
+	m := &vkattn.Mask{Shape: vkattn.MaskShape{B, H, L, S}, Values: make([]float32, 0, B*H*L*S)}
 	for b := 0; b < B; b++ {
 		for h := 0; h < H; h++ {
 			for l := 0; l < L; l++ {
 				for j := 0; j < S; j++ {
-					i := ((b*H+h)*L+l)*S + j
-					expanded[i] = add[h*S+j]
-					full[i] = add[h*S+j]
-					if bools[(b*L+l)*S+j] || j > l+S-L || j >= keyLen[b] {
-						full[i] = negInf
-					}
+					m.Values = append(m.Values, at(b, h, l, j))
 				}
 			}
 		}
 	}
-	fullShape := vkattn.MaskShape{B, H, L, S}
-	same(t, "combined masks", p.run(t, opts), p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: fullShape, Values: full}}))
-	same(t, "broadcast additive",
-		p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, H, 1, S}, Values: add}}),
-		p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: fullShape, Values: expanded}}))
-
-	// A per-head boolean mask (1,H,1,S) is read with the query head index.
-	perHead := []bool{true, false, true, true, false, false, true, true, false, true}
-	headAdd := make([]float32, B*H*L*S)
-	for i := range headAdd {
-		h, j := i/(L*S)%H, i%S
-		if !perHead[h*S+j] {
-			headAdd[i] = negInf
-		}
-	}
-	same(t, "per-head bool mask",
-		p.run(t, vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, H, 1, S}, Values: perHead, Meaning: vkattn.TrueAllows}}}),
-		p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: fullShape, Values: headAdd}}))
+	return m
 }
 
 // Boolean masks AND: several of either meaning and of different broadcast
@@ -591,21 +596,13 @@ func TestBoolMasksAND(t *testing.T) {
 		},
 		Causal: vkattn.CausalBottomRight,
 	}
-	full := make([]float32, B*H*L*S)
-	for b := 0; b < B; b++ {
-		for h := 0; h < H; h++ {
-			for l := 0; l < L; l++ {
-				for j := 0; j < S; j++ {
-					i := ((b*H+h)*L+l)*S + j
-					full[i] = add[l*S+j]
-					if !allow[h*S+j] || blockRows[b*L+l] || blockKeys[b*S+j] || j > l+S-L {
-						full[i] = negInf
-					}
-				}
-			}
+	full := denseMask(B, H, L, S, func(b, h, l, j int) float32 {
+		if !allow[h*S+j] || blockRows[b*L+l] || blockKeys[b*S+j] || j > l+S-L {
+			return negInf
 		}
-	}
-	same(t, "boolean masks AND", p.run(t, opts), p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{B, H, L, S}, Values: full}}))
+		return add[l*S+j]
+	})
+	same(t, "boolean masks AND", p.run(t, opts), p.run(t, vkattn.Options{Mask: full}))
 
 	// Seed 000 (SEMANTICS.md §14): allowing keys 1 and 2 and blocking key 2 leaves
 	// key 1: weights (1, 0, 0), output v_1 = (2, 0).
