@@ -126,8 +126,9 @@ func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
 	}
 	B, L, S, dv := dims[0][0], dims[0][1], dims[1][1], dims[2][2]
 	q, k, v := [4]int{B, 1, L, a.da}, [4]int{dims[1][0], 1, S, a.da}, [4]int{dims[2][0], 1, dims[2][1], dv}
-	// The projections are dense buffers of width d_a; V is read in place.
-	p, err := a.dev.plan(q, k, v, a.da%4 == 0 && dv%4 == 0, true, opts)
+	// The projections are dense buffers of width d_a; V is dense and read
+	// in place.
+	p, err := a.dev.plan(q, k, v, nil, false, true, opts)
 	if err != nil {
 		return p, err
 	}
@@ -216,10 +217,7 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		return fail(err)
 	}
 	x := pipelines.AttentionArgs{
-		B: dm.B, H: 1, HKV: 1, L: dm.L, S: dm.S, DK: dm.DK, DV: dm.DV,
-		Q:      pipelines.View{Buffer: qp.buf, Strides: [3]int{dm.L * dm.DK, dm.L * dm.DK, dm.DK}},
-		K:      pipelines.View{Buffer: kp.buf, Strides: [3]int{dm.S * dm.DK, dm.S * dm.DK, dm.DK}},
-		V:      pipelines.View{Buffer: v.buf, Offset: v.offset, Strides: [3]int{dm.S * dm.DV, dm.S * dm.DV, dm.DV}},
+		Q: qp.buf, K: kp.buf, V: v.buf,
 		Scale:  1,
 		Causal: int(opts.Causal),
 		WA:     a.wa.buf,
@@ -231,7 +229,7 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	if out.O, err = d.newTensor([4]int{dm.B, 1, dm.L, dm.DV}); err != nil {
 		return fail(err)
 	}
-	x.O = out.O.view()
+	x.O = out.O.buf
 	if opts.WantLSE {
 		if out.LSE, err = d.newTensor([4]int{dm.B, 1, dm.L, 1}); err != nil {
 			return fail(err)
@@ -245,7 +243,7 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		x.Weights = out.Weights.buf
 	}
 	out.setBounds(oBound)
-	st, err := d.kernels.Attention(&out.Plan.Kernel, x)
+	st, err := d.kernels.Attention(out.Plan.Kernel, x)
 	if err != nil {
 		return fail(err)
 	}

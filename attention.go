@@ -45,55 +45,39 @@ func (d *Device) Plan(q, k, v []int, opts Options) (Plan, error) {
 			return Plan{}, err
 		}
 	}
-	// Dense tensors of these shapes are 4-aligned exactly when the widths are.
-	return d.plan(shapes[0], shapes[1], shapes[2], shapes[0][3]%4 == 0 && shapes[2][3]%4 == 0, false, &opts)
+	return d.plan(shapes[0], shapes[1], shapes[2], nil, false, false, &opts)
 }
 
-// plan checks a problem and plans its attention kernel; additive plans
+// plan checks a problem of tensors of shapes q, k and v and plans its
+// attention kernel, the one plan the call then binds its buffers to.
+// layouts are where Q, K, V and O lie in their buffers (nil: dense);
+// keyPadding says the call has a key-padding mask (MHA); additive plans
 // the additive score variant (q and k are then the projections, width d_a).
-func (d *Device) plan(q, k, v [4]int, aligned, additive bool, opts *Options) (Plan, error) {
+func (d *Device) plan(q, k, v [4]int, layouts *[4]pipelines.Layout, keyPadding, additive bool, opts *Options) (Plan, error) {
 	dims, err := CheckProblem(q, k, v, opts)
 	if err != nil {
 		return Plan{}, err
 	}
+	shape := pipelines.DenseShape(dims.B, dims.H, dims.HKV, dims.L, dims.S, dims.DK, dims.DV)
+	if layouts != nil {
+		shape.Q, shape.K, shape.V, shape.O = layouts[0], layouts[1], layouts[2], layouts[3]
+	}
+	if opts.Mask != nil {
+		shape.Mask = pipelines.MaskLayout{Given: true, Strides: broadcastStrides(opts.Mask.Shape)}
+	}
+	if len(opts.BoolMasks) > 0 {
+		shape.BoolMask = pipelines.MaskLayout{Given: true, Strides: broadcastStrides(boolMasksShape(opts.BoolMasks))}
+	}
+	shape.Lengths = opts.KeyLengths != nil || opts.QueryLengths != nil
+	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, keyPadding
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanAttention(d.dev.Info, pipelines.PlanInput{
-		B: dims.B, H: dims.H, HKV: dims.HKV, L: dims.L, S: dims.S, DK: dims.DK, DV: dims.DV,
-		Aligned: aligned, Weights: opts.WantWeights, Force: d.path, Additive: additive, Tuning: &tuning,
+		AttentionShape: shape, Force: d.path, Additive: additive, Tuning: &tuning,
 	})
 	if err != nil {
 		return Plan{}, deviceError(err)
 	}
-	// How a call of dense tensors this large would be split (Prepare
-	// redoes it for the actual views).
-	dense := func(s [4]int) pipelines.View {
-		return pipelines.View{Strides: [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}}
-	}
-	x := pipelines.AttentionArgs{B: dims.B, H: dims.H, HKV: dims.HKV, L: dims.L, S: dims.S, DK: dims.DK, DV: dims.DV,
-		Q: dense(q), K: dense(k), V: dense(v), O: dense([4]int{dims.B, dims.H, dims.L, dims.DV})}
-	planningMasks(opts, &x)
-	if err := pipelines.PlanChunks(d.dev.Info, &kp, &x); err != nil {
-		return Plan{}, deviceError(err)
-	}
 	return Plan{Dims: dims, Device: d.String(), Kernel: kp}, nil
-}
-
-// planningMasks gives x, used only for planning (PlanChunks), the masks,
-// LSE and weights that opts asks for, without buffers.
-func planningMasks(opts *Options, x *pipelines.AttentionArgs) {
-	if opts.Mask != nil {
-		x.Mask = &pipelines.MaskView{Strides: broadcastStrides(opts.Mask.Shape)}
-	}
-	if len(opts.BoolMasks) > 0 {
-		x.BoolMask = &pipelines.MaskView{Strides: broadcastStrides(boolMasksShape(opts.BoolMasks))}
-	}
-	var placeholder vk.Buffer // PlanChunks asks only whether LSE and weights are wanted
-	if opts.WantLSE {
-		x.LSE = &placeholder
-	}
-	if opts.WantWeights {
-		x.Weights = &placeholder
-	}
 }
 
 // deviceError turns the planner's limit errors into ErrTooLarge, and a use
@@ -262,7 +246,8 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 			return nil, err
 		}
 	}
-	plan, err := d.plan(q.shape, k.shape, v.shape, q.aligned() && k.aligned() && v.aligned(), false, &opts)
+	o := pipelines.DenseLayout(q.shape[0], q.shape[1], q.shape[2], v.shape[3]) // the output Prepare allocates
+	plan, err := d.plan(q.shape, k.shape, v.shape, &[4]pipelines.Layout{q.layout(), k.layout(), v.layout(), o}, false, false, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -272,8 +257,7 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		return nil, err
 	}
 	x := pipelines.AttentionArgs{
-		B: dm.B, H: dm.H, HKV: dm.HKV, L: dm.L, S: dm.S, DK: dm.DK, DV: dm.DV,
-		Q: q.view(), K: k.view(), V: v.view(),
+		Q: q.buf, K: k.buf, V: v.buf,
 		Scale:  opts.Scale.For(dm.DK),
 		Causal: int(opts.Causal),
 	}
@@ -291,7 +275,7 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	if out.O, err = d.newTensor([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
 		return fail(err)
 	}
-	x.O = out.O.view()
+	x.O = out.O.buf
 	if opts.WantLSE {
 		if out.LSE, err = d.newTensor([4]int{dm.B, dm.H, dm.L, 1}); err != nil {
 			return fail(err)
@@ -305,7 +289,7 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		x.Weights = out.Weights.buf
 	}
 	out.setBounds(oBound)
-	if call.prepared, err = d.kernels.PrepareAttention(&call.out.Plan.Kernel, x); err != nil {
+	if call.prepared, err = d.kernels.PrepareAttention(plan.Kernel, x); err != nil {
 		return fail(err)
 	}
 	return call, nil
@@ -335,7 +319,7 @@ func (d *Device) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs,
 		if err != nil {
 			return err
 		}
-		x.Mask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(m.Shape)}
+		x.Mask = t.buf
 	}
 	if ms := opts.BoolMasks; len(ms) > 0 {
 		// The boolean masks become one additive 0 / -inf mask over the
@@ -348,7 +332,7 @@ func (d *Device) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs,
 		if err != nil {
 			return err
 		}
-		x.BoolMask = &pipelines.MaskView{Buffer: t.buf, Strides: broadcastStrides(shape)}
+		x.BoolMask = t.buf
 	}
 	if opts.KeyLengths != nil || opts.QueryLengths != nil {
 		t, err := d.uploadScratch(scratch, 2*dm.B, func(h []float32) {

@@ -200,9 +200,9 @@ type mhaProblem struct {
 	plan MHAPlan
 	attn Options // per-head attention options (weights wanted when NeedWeights)
 	self bool    // self-attention with packed weights: one fused projection
-	// views are Q, K, V and O of every head inside the projection outputs
-	// and the concatenation (buffers not set).
-	views [4]pipelines.View
+	// layouts are where Q, K, V and O of every head lie inside the
+	// projection outputs and the concatenation.
+	layouts [4]pipelines.Layout
 }
 
 // Plan validates a call given by its input shapes ((B,T,width) or
@@ -263,24 +263,19 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 	if kp := opts.KeyPadding; kp != nil && len(kp.Padded) != B*S {
 		return pr, errorf(ErrMask, "key padding mask has %d values, want (B,S) = (%d,%d)", len(kp.Padded), B, S)
 	}
-	// Heads are read out of the projection output through strides; they are
-	// vec4-aligned exactly when the head width is a multiple of 4.
-	attn, err := m.dev.plan([4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, dh%4 == 0, false, &pr.attn)
-	if err != nil {
-		return pr, err
-	}
 	pr.self = self && m.packed
 	// Heads are strided views of the projection outputs: (B, T, h, dh)
-	// read as (B, h, T, dh). The plan's split of calls too large for one
-	// binding depends on these strides.
+	// read as (B, h, T, dh), planned as such (alignment, and the split of
+	// calls too large for one binding, depend on these strides).
 	if pr.self {
 		strides := [3]int{T * 3 * d, dh, 3 * d}
-		pr.views = [4]pipelines.View{{Strides: strides}, {Offset: d, Strides: strides}, {Offset: 2 * d, Strides: strides}}
+		pr.layouts = [4]pipelines.Layout{{Strides: strides}, {Offset: d, Strides: strides}, {Offset: 2 * d, Strides: strides}}
 	} else {
-		pr.views = [4]pipelines.View{{Strides: [3]int{T * d, dh, d}}, {Strides: [3]int{S * kv, dh, kv}}, {Strides: [3]int{S * kv, dh, kv}}}
+		pr.layouts = [4]pipelines.Layout{{Strides: [3]int{T * d, dh, d}}, {Strides: [3]int{S * kv, dh, kv}}, {Strides: [3]int{S * kv, dh, kv}}}
 	}
-	pr.views[3] = pipelines.View{Strides: [3]int{T * d, dh, d}}
-	if err := m.planChunks(&attn, pr.views, &pr.attn, opts.KeyPadding != nil); err != nil {
+	pr.layouts[3] = pipelines.Layout{Strides: [3]int{T * d, dh, d}}
+	attn, err := m.dev.plan([4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, &pr.layouts, opts.KeyPadding != nil, false, &pr.attn)
+	if err != nil {
 		return pr, err
 	}
 	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn, HeadMean: opts.NeedWeights}
@@ -384,7 +379,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 
 	// Input projections; each head of Q, K and V is then a strided view of
 	// their output: (B, T, h, dh) read as (B, h, T, dh).
-	var q, k, v pipelines.View
+	var q, k, v *vk.Buffer
 	if pr.self {
 		qkv, err := scratch(B*T, 3*dm)
 		if err != nil {
@@ -393,12 +388,11 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 		if err := linear(p.Projections[0], x, m.inW, 0, m.inB, 0, qkv, 3*dm); err != nil {
 			return fail(err)
 		}
-		q, k, v = pr.views[0], pr.views[1], pr.views[2]
-		q.Buffer, k.Buffer, v.Buffer = qkv.buf, qkv.buf, qkv.buf
+		q, k, v = qkv.buf, qkv.buf, qkv.buf
 	} else {
 		inputs := []*Tensor{x, key, value}
 		weights := []*Tensor{m.qW, m.kW, m.vW}
-		views := []*pipelines.View{&q, &k, &v}
+		bufs := []**vk.Buffer{&q, &k, &v}
 		for i, l := range p.Projections {
 			w := weights[i]
 			if m.packed {
@@ -413,8 +407,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 			if err := linear(l, inputs[i], w, m.projOffset(i), m.inB, biasOffset, y, l.Outputs); err != nil {
 				return fail(err)
 			}
-			*views[i] = pr.views[i]
-			views[i].Buffer = y.buf
+			*bufs[i] = y.buf
 		}
 	}
 
@@ -426,12 +419,10 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	}
 	dims4 := p.Attention.Dims
 	ax := pipelines.AttentionArgs{
-		B: B, H: h, HKV: p.Attention.Dims.HKV, L: T, S: S, DK: dh, DV: dh,
-		Q: q, K: k, V: v, O: pr.views[3],
+		Q: q, K: k, V: v, O: concat.buf,
 		Scale:  pr.attn.Scale.For(dh),
 		Causal: int(pr.attn.Causal),
 	}
-	ax.O.Buffer = concat.buf
 	if err := d.bindOptions(dims4, &pr.attn, &ax, &call.scratch); err != nil {
 		return fail(err)
 	}
@@ -456,7 +447,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 		ax.Weights = out.Weights.buf
 		out.Weights.bound = 1
 	}
-	st, err := d.kernels.Attention(&out.Plan.Attention.Kernel, ax)
+	st, err := d.kernels.Attention(out.Plan.Attention.Kernel, ax)
 	if err != nil {
 		return fail(err)
 	}
@@ -492,9 +483,10 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 // planLayer plans a dense layer whose input rows are dense (row stride =
 // inputs) and whose weight starts at element wOffset of its tensor.
 func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int) (LayerPlan, error) {
+	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanLinear(d.dev.Info, pipelines.LinearInput{
 		Rows: rows, Outputs: outputs, Inputs: inputs,
-		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path, Tuning: &d.tuning,
+		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path, Tuning: &tuning,
 	})
 	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: kp}, deviceError(err)
 }
@@ -514,17 +506,4 @@ func (d *Device) linearStep(l LayerPlan, in, w *Tensor, wOffset int, bias *Tenso
 		args.Bias = bias.buf
 	}
 	return d.kernels.Linear(l.Kernel, args)
-}
-
-// planChunks redoes the attention plan's split for the heads' strided views
-// (Device.plan assumed dense per-head tensors) and the layer's key padding.
-func (m *MHA) planChunks(attn *Plan, views [4]pipelines.View, opts *Options, keyPadding bool) error {
-	dm := attn.Dims
-	x := pipelines.AttentionArgs{B: dm.B, H: dm.H, HKV: dm.HKV, L: dm.L, S: dm.S, DK: dm.DK, DV: dm.DV,
-		Q: views[0], K: views[1], V: views[2], O: views[3]}
-	planningMasks(opts, &x)
-	if keyPadding {
-		x.KeyPadding = &vk.Buffer{} // a placeholder: planning reads only whether it is there
-	}
-	return deviceError(pipelines.PlanChunks(m.dev.dev.Info, &attn.Kernel, &x))
 }

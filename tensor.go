@@ -139,15 +139,9 @@ func (t *Tensor) root() *Tensor {
 	return t
 }
 
-// aligned reports whether rows can be read as vec4s: width, offset and
-// strides are multiples of 4.
-func (t *Tensor) aligned() bool {
-	return t.shape[3]%4 == 0 && t.offset%4 == 0 && t.strides[0]%4 == 0 && t.strides[1]%4 == 0 && t.strides[2]%4 == 0
-}
-
-// view is the tensor in kernel terms.
-func (t *Tensor) view() pipelines.View {
-	return pipelines.View{Buffer: t.buf, Offset: t.offset, Strides: t.strides}
+// layout is where the tensor lies in its buffer, in kernel terms.
+func (t *Tensor) layout() pipelines.Layout {
+	return pipelines.Layout{Offset: t.offset, Strides: t.strides}
 }
 
 // Download copies the tensor to the host as dense row-major (B,H,L,d) data.

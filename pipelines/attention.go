@@ -30,19 +30,28 @@ func (p LoadPath) String() string {
 	return [...]string{"auto", "texel", "storage"}[p]
 }
 
-// View is a tensor of four logical axes (batch, head, position, width) in a
-// buffer: the last axis is contiguous, the others have element strides, so
-// (B,H,L,d) and (B,L,H,d) layouts are read in place.
-type View struct {
-	Buffer  *vk.Buffer
+// Layout is where a tensor of four logical axes (batch, head, position,
+// width) lies in its buffer: the last axis is contiguous, the others have
+// element strides, so (B,H,L,d) and (B,L,H,d) layouts are read in place.
+type Layout struct {
 	Offset  int    // elements
 	Strides [3]int // batch, head, position, in elements
 }
 
-// MaskView is a float mask over (B, H, L, S) with element strides; a stride
-// of 0 broadcasts that axis.
-type MaskView struct {
-	Buffer  *vk.Buffer
+// DenseLayout is the layout of a dense row-major (b, h, l, w) tensor.
+func DenseLayout(b, h, l, w int) Layout {
+	return Layout{Strides: [3]int{h * l * w, l * w, w}}
+}
+
+// aligned reports whether rows of width w can be read as vec4s.
+func (l Layout) aligned(w int) bool {
+	return w%4 == 0 && l.Offset%4 == 0 && l.Strides[0]%4 == 0 && l.Strides[1]%4 == 0 && l.Strides[2]%4 == 0
+}
+
+// MaskLayout says whether a call has a float mask over (B, H, L, S) and
+// its element strides; a stride of 0 broadcasts that axis.
+type MaskLayout struct {
+	Given   bool
 	Strides [4]int
 }
 
@@ -53,19 +62,61 @@ const (
 	CausalBottomRight
 )
 
-// AttentionArgs is one attention call in kernel terms.
-type AttentionArgs struct {
+// AttentionShape is an attention call without its buffers: extents, where
+// Q, K, V and O lie in their buffers, and which masks, lengths and outputs
+// it has. It is all the planner reads of a call.
+type AttentionShape struct {
 	B, H, HKV, L, S, DK, DV int
-	Q, K, V, O              View
-	Scale                   float64
-	Causal                  int
-	Mask                    *MaskView  // additive, nil if none
-	BoolMask                *MaskView  // boolean, uploaded as 0 / -inf, nil if none
-	Lengths                 *vk.Buffer // int32 key lengths [B] then query lengths [B]; nil if none
-	LSE                     *vk.Buffer // (B, H, L) float, nil if not wanted
-	Weights                 *vk.Buffer // (B, H, L, S) float, nil if not wanted
-	KeyPadding              *vk.Buffer // (B, S) float 0 / -inf, nil if none
-	WA                      *vk.Buffer // additive plans: w_a, DK floats
+	Q, K, V, O              Layout
+	Mask                    MaskLayout // additive
+	BoolMask                MaskLayout // the boolean masks folded into one 0 / -inf mask
+	Lengths                 bool       // per-batch key and query lengths
+	KeyPadding              bool       // (B, S) 0 / -inf
+	LSE, Weights            bool       // outputs wanted
+}
+
+// DenseShape is the shape of a call of dense row-major tensors with no
+// masks, lengths or extra outputs.
+func DenseShape(b, h, hkv, l, s, dk, dv int) AttentionShape {
+	return AttentionShape{B: b, H: h, HKV: hkv, L: l, S: s, DK: dk, DV: dv,
+		Q: DenseLayout(b, h, l, dk), K: DenseLayout(b, hkv, s, dk), V: DenseLayout(b, hkv, s, dv), O: DenseLayout(b, h, l, dv)}
+}
+
+// masked reports whether the kernel needs its mask loads.
+func (s *AttentionShape) masked() bool { return s.Mask.Given || s.BoolMask.Given || s.KeyPadding }
+
+// AttentionArgs are the buffers and scalars of a planned attention call;
+// a buffer is nil exactly when the plan's shape lacks it.
+type AttentionArgs struct {
+	Q, K, V, O     *vk.Buffer
+	Mask, BoolMask *vk.Buffer
+	Lengths        *vk.Buffer // int32 key lengths [B] then query lengths [B]
+	LSE            *vk.Buffer // (B, H, L) float
+	Weights        *vk.Buffer // (B, H, L, S) float
+	KeyPadding     *vk.Buffer // (B, S) float 0 / -inf
+	WA             *vk.Buffer // additive plans: w_a, DK floats
+	Scale          float64
+	Causal         int
+}
+
+// check refuses buffers that do not match the plan's shape.
+func (x *AttentionArgs) check(p *AttentionPlan) error {
+	s := &p.Shape
+	for _, b := range []struct {
+		what    string
+		buf     *vk.Buffer
+		planned bool
+	}{
+		{"Q", x.Q, true}, {"K", x.K, true}, {"V", x.V, true}, {"O", x.O, true},
+		{"mask", x.Mask, s.Mask.Given}, {"boolean mask", x.BoolMask, s.BoolMask.Given},
+		{"lengths", x.Lengths, s.Lengths}, {"LSE", x.LSE, s.LSE}, {"weights", x.Weights, s.Weights},
+		{"key padding", x.KeyPadding, s.KeyPadding}, {"w_a", x.WA, p.Additive},
+	} {
+		if (b.buf != nil) != b.planned {
+			return fmt.Errorf("pipelines: %s given %v, planned %v", b.what, b.buf != nil, b.planned)
+		}
+	}
+	return nil
 }
 
 // AttentionPlan is what the planner chose for one problem.
@@ -85,18 +136,20 @@ type AttentionPlan struct {
 	// Additive: additive (Bahdanau) scores; Q and K are the projections.
 	Additive bool
 	// Masked: the call has an additive, boolean or key-padding mask, so the
-	// kernel is specialized with the mask loads (PlanChunks and Attention
-	// set it from the call).
+	// kernel is specialized with the mask loads.
 	Masked bool
 	// SharedLoads > 0: the lanes of each subgroup (this many) fetch every
 	// K and V row once between them and share it by subgroup shuffles.
 	SharedLoads int
 	// Chunks > 1: the call is larger than one binding reaches and runs as
-	// Chunks parts of ChunkKVHeads KV heads of one batch item and up to
-	// ChunkRows query rows (PlanChunks).
-	Chunks, ChunkKVHeads, ChunkRows int
-	Grid                            [3]uint32
-	Why                             string // why this load path
+	// Chunks parts of ChunkKVHeads KV heads with ChunkHeads query heads of
+	// one batch item and up to ChunkRows query rows.
+	Chunks, ChunkKVHeads, ChunkHeads, ChunkRows int
+	Grid                                        [3]uint32
+	Why                                         string // why this load path
+	// Shape is the call planned: binding its buffers reads the chunks and
+	// windows from the plan and never plans again.
+	Shape AttentionShape
 }
 
 func (p AttentionPlan) String() string {
@@ -144,14 +197,10 @@ func limitf(format string, args ...any) error {
 	return &LimitError{Msg: fmt.Sprintf(format, args...)}
 }
 
-// PlanInput is what the planner needs to know about a problem.
+// PlanInput is what the planner needs to know about a problem: its shape
+// and how to plan it.
 type PlanInput struct {
-	B, H, HKV, L, S, DK, DV int
-	// Aligned: Q, K and V have widths, offsets and strides that are
-	// multiples of 4, so rows can be read as vec4s.
-	Aligned bool
-	// Weights: the (B,H,L,S) weights are wanted (rules out split-K).
-	Weights bool
+	AttentionShape
 	// Force overrides the load path (AutoPath: choose).
 	Force LoadPath
 	// Additive: additive scores w_a . tanh(q + k) instead of q . k.
@@ -160,11 +209,14 @@ type PlanInput struct {
 	Tuning *Tuning
 }
 
-// PlanAttention picks the kernel variant and launch shape for a problem on
-// a device.
+// PlanAttention picks the kernel variant, launch shape and (for a call
+// larger than one binding reaches) the split into chunks for a problem on
+// a device. The plan is complete: Kernels.Attention binds buffers to it.
 func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
-	var p AttentionPlan
-	b, h, l, dk, dv, aligned, force := in.B, in.H, in.L, in.DK, in.DV, in.Aligned, in.Force
+	p := AttentionPlan{Shape: in.AttentionShape}
+	b, h, l, dk, dv, force := in.B, in.H, in.L, in.DK, in.DV, in.Force
+	// Rows read as vec4s need 4-aligned widths, offsets and strides.
+	aligned := in.Q.aligned(dk) && in.K.aligned(dk) && in.V.aligned(dv)
 	width := max(dk, dv)
 	if width > MaxHeadWidth {
 		return p, limitf("head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, MaxHeadWidth)
@@ -230,6 +282,12 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 			return p, limitf("%d %s exceed the device's %d workgroups on axis %d", g, names[i], dev.Limits.MaxWorkGroupCount[i], i)
 		}
 	}
+	p.Masked = p.Shape.masked()
+	cs, err := planChunks(dev, &p)
+	if err != nil {
+		return p, err
+	}
+	p.Chunks, p.ChunkKVHeads, p.ChunkHeads, p.ChunkRows = len(cs), cs[0].nkv, cs[0].nh, cs[0].nl
 	return p, nil
 }
 
@@ -369,16 +427,16 @@ func (p *attentionParams) encode() []byte {
 	return b.Bytes()
 }
 
-func newAttentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) *attentionParams {
+// newAttentionParams is the Params of a chunk whose shape is cs (its
+// extents, and its tensors' offsets within their windows).
+func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c chunkParams) *attentionParams {
 	flags := 0
-	var m, bm [4]int
-	if x.Mask != nil {
+	m, bm := cs.Mask.Strides, cs.BoolMask.Strides
+	if cs.Mask.Given {
 		flags |= flagMask
-		m = x.Mask.Strides
 	}
-	if x.BoolMask != nil {
+	if cs.BoolMask.Given {
 		flags |= flagBoolMask
-		bm = x.BoolMask.Strides
 	}
 	// Key j is visible to query row t when j <= t + shift; a chunk's rows
 	// count from its first row l0.
@@ -388,57 +446,54 @@ func newAttentionParams(p AttentionPlan, x *AttentionArgs, c chunkParams) *atten
 		flags |= flagCausal
 	case CausalBottomRight:
 		flags |= flagCausal
-		shift += x.S - c.rows
+		shift += cs.S - c.rows
 	}
-	if x.Lengths != nil {
+	if cs.Lengths {
 		flags |= flagLengths
 	}
-	if x.LSE != nil {
+	if cs.LSE {
 		flags |= flagLSE
 	}
-	if x.Weights != nil {
+	if cs.Weights {
 		flags |= flagWeights
 	}
-	if x.KeyPadding != nil {
+	if cs.KeyPadding {
 		flags |= flagKeyPad
 	}
 	return &attentionParams{
-		Dims:    ivec4(x.L, x.S, x.DK, x.DV),
-		Heads:   ivec4(x.B, x.H/x.HKV, flags, shift),
-		Offsets: ivec4(x.Q.Offset, x.K.Offset, x.V.Offset, x.O.Offset),
-		QStride: strides4(x.Q.Strides),
-		KStride: strides4(x.K.Strides),
-		VStride: strides4(x.V.Strides),
-		OStride: strides4(x.O.Strides),
+		Dims:    ivec4(cs.L, cs.S, cs.DK, cs.DV),
+		Heads:   ivec4(cs.B, cs.H/cs.HKV, flags, shift),
+		Offsets: ivec4(cs.Q.Offset, cs.K.Offset, cs.V.Offset, cs.O.Offset),
+		QStride: strides4(cs.Q.Strides),
+		KStride: strides4(cs.K.Strides),
+		VStride: strides4(cs.V.Strides),
+		OStride: strides4(cs.O.Strides),
 		MStride: ivec4(m[0], m[1], m[2], m[3]),
 		BStride: ivec4(bm[0], bm[1], bm[2], bm[3]),
 		// The scale alone: the shader scales each dot product once, then
 		// converts to base 2 (pre-scaling q would break exact ties).
 		Scaling: [4]float32{float32(x.Scale)},
-		Split:   ivec4(p.Splits, p.SplitKeys, p.RowBlocks, x.H),
+		Split:   ivec4(p.Splits, p.SplitKeys, p.RowBlocks, cs.H),
 		Chunk:   ivec4(c.mask, c.boolMask, c.b0, c.batch),
 		Outs:    ivec4(c.lse, c.weights, c.rows, c.l0),
 	}
 }
 
-// Attention binds an attention call: its parameters, scratch buffers and
-// descriptor sets, and the split-K combine pass when the plan has one. A
-// call larger than one binding reaches is split into chunks (PlanChunks),
-// each bound through windows of the buffers; p.Chunks is updated.
-func (ks *Kernels) Attention(p *AttentionPlan, x AttentionArgs) (*Step, error) {
+// Attention binds the buffers of a planned attention call: its
+// parameters, scratch buffers and descriptor sets, and the split-K combine
+// pass when the plan has one. A call larger than one binding reaches runs
+// as the plan's chunks, each bound through windows of the buffers.
+func (ks *Kernels) Attention(p AttentionPlan, x AttentionArgs) (*Step, error) {
 	info := ks.dev.Info
-	if p.Additive != (x.WA != nil) {
-		return nil, fmt.Errorf("pipelines: additive plan %v with w_a %v", p.Additive, x.WA != nil)
-	}
-	chunks, err := settle(info, p, &x)
-	if err != nil {
+	if err := x.check(&p); err != nil {
 		return nil, err
 	}
+	chunks := p.chunks()
 	texel := p.Path == TexelPath
 	if err := checkRange(info, "key padding", x.KeyPadding, texel, false); err != nil {
 		return nil, err
 	}
-	k, err := ks.attentionKernel(*p)
+	k, err := ks.attentionKernel(p)
 	if err != nil {
 		return nil, err
 	}
@@ -456,7 +511,7 @@ func (ks *Kernels) Attention(p *AttentionPlan, x AttentionArgs) (*Step, error) {
 		for _, c := range chunks {
 			most = max(most, c.nb*c.nh)
 		}
-		n := uint64(most) * uint64(x.L) * uint64(p.Splits) * uint64(x.DV+2)
+		n := uint64(most) * uint64(p.Shape.L) * uint64(p.Splits) * uint64(p.Shape.DV+2)
 		if partials, err = ks.dev.NewBuffer(4 * n); err != nil {
 			return fail(err)
 		}
@@ -469,25 +524,26 @@ func (ks *Kernels) Attention(p *AttentionPlan, x AttentionArgs) (*Step, error) {
 		}
 	}
 	for _, c := range chunks {
-		if err := ks.attentionChunk(st, k, combine, partials, *p, &x, c); err != nil {
+		if err := ks.attentionChunk(st, k, combine, partials, p, &x, c); err != nil {
 			return fail(err)
 		}
 	}
 	return st, nil
 }
 
-// attentionChunk binds chunk c of x into st.
+// attentionChunk binds chunk c of the call into st.
 func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.Buffer, p AttentionPlan, x *AttentionArgs, c chunk) error {
 	info := ks.dev.Info
-	cx := *x
-	cx.B, cx.H, cx.HKV, cx.L = c.nb, c.nh, c.nkv, c.nl
-	extra := chunkParams{b0: c.b0, batch: x.B, l0: c.l0, rows: x.L}
+	s := &p.Shape
+	cs := *s // the chunk's shape: its extents, offsets within its windows
+	cs.B, cs.H, cs.HKV, cs.L = c.nb, c.nh, c.nkv, c.nl
+	extra := chunkParams{b0: c.b0, batch: s.B, l0: c.l0, rows: s.L}
 	bound := make([]vk.Arg, attentionBindings)
 	bound[bindLengths].Buffer, bound[bindKeyPadding].Buffer, bound[bindWA].Buffer = x.Lengths, x.KeyPadding, x.WA
 	if p.Splits > 0 {
 		bound[bindWeights].Buffer = partials
 	}
-	for _, b := range chunkBindings(p, x, c, &cx, &extra) {
+	for _, b := range chunkBindings(&p, c, x, &cs, &extra) {
 		w, err := bindWindow(info, b.what, b.sp, b.texel, b.vec4)
 		if err != nil {
 			return err
@@ -500,7 +556,7 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 		return err
 	}
 	st.own(params)
-	if err := params.Write(0, newAttentionParams(p, &cx, extra).encode()); err != nil {
+	if err := params.Write(0, newAttentionParams(p, &cs, x, extra).encode()); err != nil {
 		return err
 	}
 	bound[bindParams].Buffer = params
@@ -517,9 +573,9 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 		return err
 	}
 	st.own(set)
-	grid := [3]uint32{uint32(ceilDiv(c.nl, p.Rows*p.WorkGroup)), uint32(cx.H), uint32(cx.B)}
+	grid := [3]uint32{uint32(ceilDiv(c.nl, p.Rows*p.WorkGroup)), uint32(cs.H), uint32(cs.B)}
 	if p.Splits > 0 {
-		grid[0], grid[1] = p.Grid[0], uint32(cx.HKV*p.RowBlocks)
+		grid[0], grid[1] = p.Grid[0], uint32(cs.HKV*p.RowBlocks)
 	}
 	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: grid})
 	if combine != nil {
@@ -529,7 +585,7 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 			return err
 		}
 		st.own(cset)
-		rows := cx.B * cx.H * cx.L
+		rows := cs.B * cs.H * cs.L
 		st.dispatches = append(st.dispatches, dispatch{kernel: combine, set: cset, groups: [3]uint32{uint32((rows + 63) / 64), 1, 1}})
 	}
 	return nil
@@ -549,7 +605,7 @@ func (ks *Kernels) bind(k *vk.Kernel, bufs ...*vk.Buffer) (*vk.DescriptorSet, er
 }
 
 // PrepareAttention binds an attention call and records it on its own.
-func (ks *Kernels) PrepareAttention(p *AttentionPlan, x AttentionArgs) (*Prepared, error) {
+func (ks *Kernels) PrepareAttention(p AttentionPlan, x AttentionArgs) (*Prepared, error) {
 	st, err := ks.Attention(p, x)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package pipelines
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/vkattn/vkattn/vk"
@@ -15,6 +16,8 @@ func lavapipeLike() vk.PhysicalDevice {
 		Limits: vk.Limits{
 			MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 64},
 			MaxWorkGroupInvocations: 1024, SubgroupSize: 8, SubgroupShuffle: true,
+			MaxStorageBufferRange: 128 << 20, MaxTexelBufferElements: 128 << 20,
+			MinStorageAlignment: 16, MinTexelAlignment: 16,
 		},
 	}
 }
@@ -27,7 +30,7 @@ func lavapipeLike() vk.PhysicalDevice {
 func TestPlanUsesTheTuning(t *testing.T) {
 	dev := lavapipeLike()
 	tuning := DefaultTuning(dev)
-	prefill := PlanInput{B: 1, H: 8, HKV: 8, L: 1024, S: 1024, DK: 64, DV: 64, Aligned: true}
+	prefill := PlanInput{AttentionShape: DenseShape(1, 8, 8, 1024, 1024, 64, 64)}
 	cases := []struct {
 		name       string
 		edit       func(*PlanInput)
@@ -37,9 +40,9 @@ func TestPlanUsesTheTuning(t *testing.T) {
 		splitKeyed bool
 	}{
 		{"prefill vec4", func(*PlanInput) {}, tuning.Texel.Keys, 8, "attention_texel_vec4_shared", false},
-		{"unaligned (scalar loads)", func(in *PlanInput) { in.DK, in.DV = 63, 63; in.Aligned = false }, 1, 0, "attention_texel_scalar", false},
+		{"unaligned (scalar loads)", func(in *PlanInput) { in.AttentionShape = DenseShape(1, 8, 8, 1024, 1024, 63, 63) }, 1, 0, "attention_texel_scalar", false},
 		{"additive", func(in *PlanInput) { in.Additive = true }, 1, 0, "additive_texel_vec4", false},
-		{"decode (split-K: lanes read different keys)", func(in *PlanInput) { in.L, in.S, in.H, in.HKV = 1, 4096, 32, 8 }, tuning.Texel.Keys, 0, "attention_texel_vec4_split", true},
+		{"decode (split-K: lanes read different keys)", func(in *PlanInput) { in.AttentionShape = DenseShape(1, 32, 8, 1, 4096, 64, 64) }, tuning.Texel.Keys, 0, "attention_texel_vec4_split", true},
 		{"storage path", func(in *PlanInput) { in.Force = StoragePath }, tuning.Storage.Keys, 0, "attention_storage_vec4", false},
 	}
 	for _, c := range cases {
@@ -74,39 +77,64 @@ func TestPlanUsesTheTuning(t *testing.T) {
 	}
 }
 
-// TestPlanChunksSetsMasked checks that the mask loads are compiled in
-// exactly when the call has an additive, boolean or key-padding mask.
-func TestPlanChunksSetsMasked(t *testing.T) {
+// TestPlanSetsMasked checks that the mask loads are compiled in exactly
+// when the call has an additive, boolean or key-padding mask.
+func TestPlanSetsMasked(t *testing.T) {
 	dev := lavapipeLike()
-	dev.Limits.MaxStorageBufferRange = 1 << 30
-	dev.Limits.MaxTexelBufferElements = 1 << 27
-	dev.Limits.MinStorageAlignment, dev.Limits.MinTexelAlignment = 16, 16
-	p, err := PlanAttention(dev, PlanInput{B: 1, H: 2, HKV: 2, L: 8, S: 8, DK: 16, DV: 16, Aligned: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dense := View{Strides: [3]int{2 * 8 * 16, 8 * 16, 16}}
-	var buf vk.Buffer
 	for _, c := range []struct {
 		name string
-		edit func(*AttentionArgs)
+		edit func(*AttentionShape)
 		want bool
 	}{
-		{"no mask", func(*AttentionArgs) {}, false},
-		{"causal only", func(x *AttentionArgs) { x.Causal = CausalBottomRight }, false},
-		{"lengths only", func(x *AttentionArgs) { x.Lengths = &buf }, false},
-		{"additive mask", func(x *AttentionArgs) { x.Mask = &MaskView{} }, true},
-		{"boolean mask", func(x *AttentionArgs) { x.BoolMask = &MaskView{} }, true},
-		{"key padding", func(x *AttentionArgs) { x.KeyPadding = &buf }, true},
+		{"no mask", func(*AttentionShape) {}, false},
+		{"lengths only", func(x *AttentionShape) { x.Lengths = true }, false},
+		{"additive mask", func(x *AttentionShape) { x.Mask.Given = true }, true},
+		{"boolean mask", func(x *AttentionShape) { x.BoolMask.Given = true }, true},
+		{"key padding", func(x *AttentionShape) { x.KeyPadding = true }, true},
 	} {
-		x := AttentionArgs{B: 1, H: 2, HKV: 2, L: 8, S: 8, DK: 16, DV: 16, Q: dense, K: dense, V: dense, O: dense}
-		c.edit(&x)
-		q := p
-		if err := PlanChunks(dev, &q, &x); err != nil {
+		in := PlanInput{AttentionShape: DenseShape(1, 2, 2, 8, 8, 16, 16)}
+		c.edit(&in.AttentionShape)
+		p, err := PlanAttention(dev, in)
+		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if q.Masked != c.want {
-			t.Errorf("%s: Masked = %v, want %v", c.name, q.Masked, c.want)
+		if p.Masked != c.want {
+			t.Errorf("%s: Masked = %v, want %v", c.name, p.Masked, c.want)
 		}
+	}
+}
+
+// TestChunksComeFromThePlan: a call too large for one binding is split by
+// the planner, and the chunks binding reads back from the plan are the
+// planned ones, for each way of splitting (KV heads of a batch item; rows
+// of one query head).
+func TestChunksComeFromThePlan(t *testing.T) {
+	dev := lavapipeLike()
+	for _, c := range []struct {
+		name  string
+		shape AttentionShape
+		reach uint32 // bytes one binding reaches
+	}{
+		{"one chunk", DenseShape(2, 4, 2, 64, 64, 16, 16), 1 << 30},
+		{"KV heads of one batch item", DenseShape(2, 4, 2, 64, 64, 16, 16), 64 * 16 * 4 * 2},
+		{"rows of one query head", DenseShape(1, 4, 1, 256, 16, 16, 16), 64 * 16 * 4},
+	} {
+		d := dev
+		d.Limits.MaxStorageBufferRange, d.Limits.MaxTexelBufferElements = c.reach, c.reach/16
+		p, err := PlanAttention(d, PlanInput{AttentionShape: c.shape, Force: StoragePath})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		planned, err := planChunks(d, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.chunks(); !slices.Equal(got, planned) {
+			t.Errorf("%s: the plan gives chunks %v, the planner chose %v", c.name, got, planned)
+		}
+		if c.reach < 1<<30 && p.Chunks < 2 {
+			t.Errorf("%s: %d chunks within a %d-byte reach, want a split", c.name, p.Chunks, c.reach)
+		}
+		t.Logf("%s: %d chunks of %d KV heads, %d query heads, %d rows", c.name, p.Chunks, p.ChunkKVHeads, p.ChunkHeads, p.ChunkRows)
 	}
 }

@@ -18,31 +18,70 @@ type chunk struct{ b0, nb, hk0, nkv, h0, nh, l0, nl int }
 
 // headsChunk is every query row of batch item b's KV heads [hk0, hk0+nkv)
 // and their query heads.
-func headsChunk(x *AttentionArgs, b, nb, hk0, nkv int) chunk {
+func headsChunk(x *AttentionShape, b, nb, hk0, nkv int) chunk {
 	group := x.H / x.HKV
 	return chunk{b, nb, hk0, nkv, hk0 * group, nkv * group, 0, x.L}
+}
+
+// headsChunks are the chunks of g KV heads (with their query heads) of one
+// batch item each.
+func headsChunks(x *AttentionShape, g int) []chunk {
+	var cs []chunk
+	for b := 0; b < x.B; b++ {
+		for hk := 0; hk < x.HKV; hk += g {
+			cs = append(cs, headsChunk(x, b, 1, hk, min(g, x.HKV-hk)))
+		}
+	}
+	return cs
+}
+
+// rowChunks are the chunks of up to nl query rows of one query head of one
+// batch item each.
+func rowChunks(x *AttentionShape, nl int) []chunk {
+	var cs []chunk
+	group := x.H / x.HKV
+	for b := 0; b < x.B; b++ {
+		for h := 0; h < x.H; h++ {
+			for l0 := 0; l0 < x.L; l0 += nl {
+				cs = append(cs, chunk{b, 1, h / group, 1, h, 1, l0, min(nl, x.L-l0)})
+			}
+		}
+	}
+	return cs
+}
+
+// chunks are the plan's chunks, as planChunks chose them.
+func (p *AttentionPlan) chunks() []chunk {
+	x := &p.Shape
+	switch {
+	case p.Chunks <= 1:
+		return []chunk{headsChunk(x, 0, x.B, 0, x.HKV)}
+	case p.ChunkHeads == p.ChunkKVHeads*(x.H/x.HKV) && p.ChunkRows == x.L:
+		return headsChunks(x, p.ChunkKVHeads)
+	}
+	return rowChunks(x, p.ChunkRows)
 }
 
 // span is the element range [lo, hi) of a tensor a chunk touches.
 type span struct{ lo, hi int }
 
-// viewSpan is the range of a strided view over nb x nh x rows x width
+// viewSpan is the range of a strided layout over nb x nh x rows x width
 // elements from batch b0 and head h0 (strides are non-negative).
-func viewSpan(v View, b0, nb, h0, nh, rows, width int) span {
+func viewSpan(v Layout, b0, nb, h0, nh, rows, width int) span {
 	lo := v.Offset + b0*v.Strides[0] + h0*v.Strides[1]
 	return span{lo, lo + (nb-1)*v.Strides[0] + (nh-1)*v.Strides[1] + (rows-1)*v.Strides[2] + width}
 }
 
 // maskSpan is the range of a mask over a chunk's (batch, head, row, key)
 // indices: rows [l0, l0+nl).
-func maskSpan(m *MaskView, b0, nb, h0, nh, l0, nl, s int) span {
+func maskSpan(m MaskLayout, b0, nb, h0, nh, l0, nl, s int) span {
 	st := m.Strides
 	lo := b0*st[0] + h0*st[1] + l0*st[2]
 	return span{lo, lo + (nb-1)*st[0] + (nh-1)*st[1] + (nl-1)*st[2] + (s-1)*st[3] + 1}
 }
 
 // rowsFrom is v starting at position l0.
-func rowsFrom(v View, l0 int) View {
+func rowsFrom(v Layout, l0 int) Layout {
 	v.Offset += l0 * v.Strides[2]
 	return v
 }
@@ -91,43 +130,45 @@ type chunkBinding struct {
 	offset  *int
 }
 
-// chunkBindings lists the windowed buffers of chunk c of x; their offsets
-// go to the chunk's arguments cx and parameters extra (nil when only the
-// windows are wanted).
-func chunkBindings(p AttentionPlan, x *AttentionArgs, c chunk, cx *AttentionArgs, extra *chunkParams) []chunkBinding {
-	if cx == nil {
-		cx, extra = &AttentionArgs{}, &chunkParams{}
+// chunkBindings lists the windowed buffers of chunk c of plan p with the
+// call's buffers x; their offsets go to the chunk's shape cs and
+// parameters extra. Planning passes nil for all three: only the windows
+// are wanted.
+func chunkBindings(p *AttentionPlan, c chunk, x *AttentionArgs, cs *AttentionShape, extra *chunkParams) []chunkBinding {
+	if x == nil {
+		x, cs, extra = &AttentionArgs{}, &AttentionShape{}, &chunkParams{}
 	}
+	s := &p.Shape
 	h0, nh := c.h0, c.nh
 	texel := p.Path == TexelPath
 	bs := []chunkBinding{
-		{bindQ, "Q", x.Q.Buffer, viewSpan(rowsFrom(x.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, x.DK), texel, p.Vec4, &cx.Q.Offset},
-		{bindK, "K", x.K.Buffer, viewSpan(x.K, c.b0, c.nb, c.hk0, c.nkv, x.S, x.DK), texel, p.Vec4, &cx.K.Offset},
-		{bindV, "V", x.V.Buffer, viewSpan(x.V, c.b0, c.nb, c.hk0, c.nkv, x.S, x.DV), texel, p.Vec4, &cx.V.Offset},
-		{bindO, "O", x.O.Buffer, viewSpan(rowsFrom(x.O, c.l0), c.b0, c.nb, h0, nh, c.nl, x.DV), false, false, &cx.O.Offset},
+		{bindQ, "Q", x.Q, viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, &cs.Q.Offset},
+		{bindK, "K", x.K, viewSpan(s.K, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DK), texel, p.Vec4, &cs.K.Offset},
+		{bindV, "V", x.V, viewSpan(s.V, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DV), texel, p.Vec4, &cs.V.Offset},
+		{bindO, "O", x.O, viewSpan(rowsFrom(s.O, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DV), false, false, &cs.O.Offset},
 	}
 	// LSE and weights are dense (B, H, L[, S]); a chunk of several batch
 	// items has every head, so its range is contiguous (a block of query
 	// rows is contiguous within each of its heads).
-	rows := span{(c.b0*x.H+h0)*x.L + c.l0, ((c.b0+c.nb-1)*x.H+h0+nh-1)*x.L + c.l0 + c.nl}
-	if x.LSE != nil {
+	rows := span{(c.b0*s.H+h0)*s.L + c.l0, ((c.b0+c.nb-1)*s.H+h0+nh-1)*s.L + c.l0 + c.nl}
+	if s.LSE {
 		bs = append(bs, chunkBinding{bindLSE, "LSE", x.LSE, rows, false, false, &extra.lse})
 	}
-	if x.Weights != nil {
-		bs = append(bs, chunkBinding{bindWeights, "weights", x.Weights, span{rows.lo * x.S, rows.hi * x.S}, false, false, &extra.weights})
+	if s.Weights {
+		bs = append(bs, chunkBinding{bindWeights, "weights", x.Weights, span{rows.lo * s.S, rows.hi * s.S}, false, false, &extra.weights})
 	}
-	if x.Mask != nil {
-		bs = append(bs, chunkBinding{bindMask, "mask", x.Mask.Buffer, maskSpan(x.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, x.S), texel, false, &extra.mask})
+	if s.Mask.Given {
+		bs = append(bs, chunkBinding{bindMask, "mask", x.Mask, maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, &extra.mask})
 	}
-	if x.BoolMask != nil {
-		bs = append(bs, chunkBinding{bindBoolMask, "boolean mask", x.BoolMask.Buffer, maskSpan(x.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, x.S), texel, false, &extra.boolMask})
+	if s.BoolMask.Given {
+		bs = append(bs, chunkBinding{bindBoolMask, "boolean mask", x.BoolMask, maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, &extra.boolMask})
 	}
 	return bs
 }
 
 // fits reports whether every binding of chunk c has a window within reach.
-func fits(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs, c chunk) error {
-	for _, b := range chunkBindings(p, x, c, nil, nil) {
+func fits(dev vk.PhysicalDevice, p *AttentionPlan, c chunk) error {
+	for _, b := range chunkBindings(p, c, nil, nil, nil) {
 		if _, err := bindWindow(dev, b.what, b.sp, b.texel, b.vec4); err != nil {
 			return err
 		}
@@ -140,35 +181,24 @@ func fits(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs, c chunk) err
 // query head of one batch item with as many of its rows as fit (not for
 // split-K, whose few query rows are never what is large). A chunk of one
 // query row that does not fit is a LimitError.
-func planChunks(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs) ([]chunk, error) {
-	whole := headsChunk(x, 0, x.B, 0, x.HKV)
-	if fits(dev, p, x, whole) == nil {
+func planChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
+	x := &p.Shape
+	if whole := headsChunk(x, 0, x.B, 0, x.HKV); fits(dev, p, whole) == nil {
 		return []chunk{whole}, nil
 	}
 	var lastErr error
-	// all returns the chunks perItem makes of every batch item, or nil if
-	// one does not fit.
-	all := func(perItem func(b int) []chunk) []chunk {
-		var cs []chunk
-		for b := 0; b < x.B; b++ {
-			for _, c := range perItem(b) {
-				if err := fits(dev, p, x, c); err != nil {
-					lastErr = err
-					return nil
-				}
-				cs = append(cs, c)
+	// allFit returns cs, or nil if one of them does not fit.
+	allFit := func(cs []chunk) []chunk {
+		for _, c := range cs {
+			if err := fits(dev, p, c); err != nil {
+				lastErr = err
+				return nil
 			}
 		}
 		return cs
 	}
 	for g := x.HKV; g >= 1; g-- {
-		cs := all(func(b int) (cs []chunk) {
-			for hk := 0; hk < x.HKV; hk += g {
-				cs = append(cs, headsChunk(x, b, 1, hk, min(g, x.HKV-hk)))
-			}
-			return cs
-		})
-		if cs != nil {
+		if cs := allFit(headsChunks(x, g)); cs != nil {
 			return cs, nil
 		}
 	}
@@ -176,17 +206,8 @@ func planChunks(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs) ([]chu
 		// One query head at a time, with all its rows, then blocks of
 		// them halved until they fit: windows grow with the rows, so the
 		// first size that fits is within 2x of the largest.
-		group := x.H / x.HKV
 		for nl := x.L; ; nl = (nl + 1) / 2 {
-			cs := all(func(b int) (cs []chunk) {
-				for h := 0; h < x.H; h++ {
-					for l0 := 0; l0 < x.L; l0 += nl {
-						cs = append(cs, chunk{b, 1, h / group, 1, h, 1, l0, min(nl, x.L-l0)})
-					}
-				}
-				return cs
-			})
-			if cs != nil {
+			if cs := allFit(rowChunks(x, nl)); cs != nil {
 				return cs, nil
 			}
 			if nl == 1 {
@@ -199,24 +220,4 @@ func planChunks(dev vk.PhysicalDevice, p AttentionPlan, x *AttentionArgs) ([]chu
 		how = ", even a query row at a time"
 	}
 	return nil, limitf("one KV head of one batch item does not fit a binding%s: %v", how, lastErr)
-}
-
-// PlanChunks completes p for the call x (only its dimensions, views and
-// which masks it has are read; buffers may be nil): p.Chunks and
-// p.ChunkKVHeads say how a call larger than one binding is split, p.Masked
-// whether the kernel needs its mask loads.
-func PlanChunks(dev vk.PhysicalDevice, p *AttentionPlan, x *AttentionArgs) error {
-	_, err := settle(dev, p, x)
-	return err
-}
-
-// settle is PlanChunks, also returning the chunks.
-func settle(dev vk.PhysicalDevice, p *AttentionPlan, x *AttentionArgs) ([]chunk, error) {
-	cs, err := planChunks(dev, *p, x)
-	if err != nil {
-		return nil, err
-	}
-	p.Chunks, p.ChunkKVHeads, p.ChunkRows = len(cs), cs[0].nkv, cs[0].nl
-	p.Masked = x.Mask != nil || x.BoolMask != nil || x.KeyPadding != nil
-	return cs, nil
 }

@@ -42,15 +42,15 @@ func TestEveryVariantIsReachable(t *testing.T) {
 		for _, force := range []LoadPath{AutoPath, TexelPath, StoragePath} {
 			for _, aligned := range []bool{true, false} {
 				for _, in := range []PlanInput{
-					{B: 1, H: 8, HKV: 8, L: 1024, S: 1024, DK: 64, DV: 64},
-					{B: 1, H: 32, HKV: 8, L: 1, S: 4096, DK: 128, DV: 128},
+					{AttentionShape: DenseShape(1, 8, 8, 1024, 1024, 64, 64)},
+					{AttentionShape: DenseShape(1, 32, 8, 1, 4096, 128, 128)},
 				} {
+					if !aligned {
+						in.Q.Offset++
+					}
 					for _, additive := range []bool{false, true} {
 						for _, weights := range []bool{false, true} {
-							in.Aligned, in.Force, in.Additive, in.Weights = aligned, force, additive, weights
-							if !aligned {
-								in.DK, in.DV = in.DK-1, in.DV-1
-							}
+							in.Force, in.Additive, in.Weights = force, additive, weights
 							p, err := PlanAttention(dev, in)
 							if err != nil {
 								t.Fatalf("%s %+v: %v", dev.Name, in, err)
