@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 
@@ -59,15 +58,11 @@ func npyErr(format string, args ...any) error {
 // It reads the header, then exactly the data the header promises: never
 // more than a regular file holds or maxDataBytes from a pipe or device.
 func ReadNPY(path string) (*Array, error) {
-	f, err := os.Open(path)
+	f, st, err := openStat(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	size, prealloc := int64(-1), false
 	switch {
 	case st.Mode().IsRegular():

@@ -58,15 +58,11 @@ const maxElements = math.MaxInt32
 // names lose their ".npy" suffix, as numpy.load shows them. The file must
 // be a regular file: a .npz is read in place, a member at a time.
 func Load(path string) (map[string]Tensor, error) {
-	f, err := os.Open(path)
+	f, st, err := openStat(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: %s is %s; a weights file must be a regular file", ErrUnsupported, path, filekind.Describe(st.Mode()))
 	}
@@ -75,6 +71,21 @@ func Load(path string) (map[string]Tensor, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return ts, nil
+}
+
+// openStat opens path and stats the file it opened (not the path, which
+// may name another file by then).
+func openStat(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
 }
 
 // decode reads the content of a .npz or .safetensors file held in memory.
