@@ -43,17 +43,11 @@ func TestFloat16Exact(t *testing.T) {
 		binary.LittleEndian.PutUint16(le[2*i:], uint16(i))
 		binary.BigEndian.PutUint16(be[2*i:], uint16(i))
 	}
-	ts, err := Load(writeNPZ(t, map[string][]byte{
+	ts := mustLoad(t, writeNPZ(t, map[string][]byte{
 		"le": npyBytes(npyDict("<f2", false, 1<<16), le),
 		"be": npyBytes(npyDict(">f2", false, 1<<16), be),
 	}, true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := Load(writeFile(t, "h.safetensors", stBytes(map[string]stTensor{"h": {"F16", []int{1 << 16}, le}})))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustLoad(t, writeFile(t, "h.safetensors", stBytes(map[string]stTensor{"h": {"F16", []int{1 << 16}, le}})))
 	for name, x := range map[string]Tensor{"npz <f2": ts["le"], "npz >f2": ts["be"], "safetensors F16": st["h"]} {
 		if x.DType != "F16" || len(x.Data) != 1<<16 {
 			t.Fatalf("%s: dtype %s, %d values", name, x.DType, len(x.Data))

@@ -31,10 +31,7 @@ func TestPyTorchParity(t *testing.T) {
 	dir := filepath.Join("..", "testdata", "mha")
 	for _, c := range parityCases {
 		t.Run(c.name, func(t *testing.T) {
-			data, err := Load(filepath.Join(dir, c.name+".npz"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			data := mustLoad(t, filepath.Join(dir, c.name+".npz"))
 			wNPZ, err := LoadMHA(filepath.Join(dir, c.name+"_params.npz"), c.dModel, c.kdim, c.vdim)
 			if err != nil {
 				t.Fatal(err)

@@ -103,6 +103,16 @@ func writeFile(t *testing.T, name string, data []byte) string {
 	return p
 }
 
+// mustLoad is Load that fails the test on an error.
+func mustLoad(t *testing.T, path string) map[string]Tensor {
+	t.Helper()
+	ts, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
 type stTensor struct {
 	dtype string
 	shape []int
@@ -148,10 +158,7 @@ func TestLoadNPZ(t *testing.T) {
 			"empty":   npyBytes(npyDict("<f4", false, 0, 4), nil),
 			"ints":    npyBytes(npyDict("<i8", false, 1), make([]byte, 8)),
 		}, compress)
-		ts, err := Load(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ts := mustLoad(t, p)
 		want := map[string]Tensor{
 			"a":       {Shape: []int{2, 3}, DType: "F32", Data: seq(6)},
 			"dbl":     {Shape: []int{3}, DType: "F64", Data: []float32{0.1, -2, 1e-3}},
@@ -174,10 +181,7 @@ func TestLoadNPZFromNpyio(t *testing.T) {
 	if err := npz.Write(p, map[string]any{"m.npy": [][]float32{{1, 2, 3}, {4, 5, 6}}, "v.npy": []float64{1.5, 2.5}}); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := mustLoad(t, p)
 	if m := ts["m"]; !reflect.DeepEqual(m.Shape, []int{2, 3}) || !reflect.DeepEqual(m.Data, []float32{1, 2, 3, 4, 5, 6}) {
 		t.Fatalf("m = %+v", m)
 	}
@@ -195,10 +199,7 @@ func TestLoadSafetensors(t *testing.T) {
 		"mask": {"BOOL", []int{3}, []byte{1, 0, 1}},
 		"ints": {"I64", []int{2}, make([]byte, 16)},
 	}))
-	ts, err := Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := mustLoad(t, p)
 	want := map[string]Tensor{
 		"a":    {Shape: []int{2, 3}, DType: "F32", Data: seq(6)},
 		"dbl":  {Shape: []int{3}, DType: "F64", Data: []float32{0.1, -2, 1e-3}},
