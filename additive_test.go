@@ -1,7 +1,6 @@
 package vkattn_test
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand"
@@ -28,14 +27,7 @@ func runAdditive(t *testing.T, d *vkattn.Device, c *additiveCase) (o, lse, w []f
 		t.Fatal(err)
 	}
 	defer a.Close()
-	up := func(x []float32, s ...int) *vkattn.Tensor {
-		tt, err := d.Upload(s, x)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tt
-	}
-	q, k, v := up(c.q, c.B, c.L, c.DQ), up(c.k, c.B, c.S, c.DK), up(c.v, c.B, c.S, c.DV)
+	q, k, v := mustUpload(t, d, []int{c.B, c.L, c.DQ}, c.q), mustUpload(t, d, []int{c.B, c.S, c.DK}, c.k), mustUpload(t, d, []int{c.B, c.S, c.DV}, c.v)
 	defer q.Close()
 	defer k.Close()
 	defer v.Close()
@@ -219,28 +211,10 @@ func TestAdditiveErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	up := func(s ...int) *vkattn.Tensor {
-		n := 1
-		for _, x := range s {
-			n *= x
-		}
-		tt, err := dev.Upload(s, make([]float32, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tt
-	}
-	q, k, v, k2 := up(1, 2, 2), up(1, 3, 3), up(1, 3, 5), up(1, 3, 2)
-	for _, x := range []*vkattn.Tensor{q, k, v, k2} {
-		defer x.Close()
-	}
+	q, k, v, k2 := zeros(t, dev, 1, 2, 2), zeros(t, dev, 1, 3, 3), zeros(t, dev, 1, 3, 5), zeros(t, dev, 1, 3, 2)
 	bad := *w
 	bad.WK = bad.WK[:11]
-	for _, c := range []struct {
-		name string
-		err  error
-		run  func() error
-	}{
+	checkRefusals(t, []refusal{
 		{"nil weights", vkattn.ErrShape, func() error { _, err := dev.NewAdditive(nil); return err }},
 		{"short W_k", vkattn.ErrShape, func() error { _, err := dev.NewAdditive(&bad); return err }},
 		{"key width", vkattn.ErrShape, func() error { _, err := a.Attention(q, k2, v, vkattn.Options{}); return err }},
@@ -250,9 +224,5 @@ func TestAdditiveErrors(t *testing.T) {
 			return err
 		}},
 		{"plan rank", vkattn.ErrShape, func() error { _, err := a.Plan([]int{2}, []int{3, 3}, []int{3, 5}, vkattn.Options{}); return err }},
-	} {
-		if err := c.run(); !errors.Is(err, c.err) {
-			t.Errorf("%s: error %v, want %v", c.name, err, c.err)
-		}
-	}
+	})
 }

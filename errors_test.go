@@ -12,17 +12,7 @@ import (
 // TestInvalidInputs: every kind of invalid input gives its typed error,
 // never a panic.
 func TestInvalidInputs(t *testing.T) {
-	up := func(shape ...int) *vkattn.Tensor {
-		n := 1
-		for _, s := range shape {
-			n *= s
-		}
-		x, err := dev.Upload(shape, make([]float32, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
+	up := func(shape ...int) *vkattn.Tensor { return zeros(t, dev, shape...) }
 	q, k, v := up(2, 4, 3, 8), up(2, 2, 5, 8), up(2, 2, 5, 6)
 	k3 := up(2, 3, 5, 8)
 	v3 := up(2, 3, 5, 6)
@@ -30,29 +20,11 @@ func TestInvalidInputs(t *testing.T) {
 	vShort := up(2, 2, 4, 6)
 	kBatch := up(1, 2, 5, 8)
 	huge := up(1, 1, 1, 300)
-	nan, err := dev.Upload([]int{2, 4, 3, 8}, func() []float32 {
-		x := make([]float32, 2*4*3*8)
-		x[17] = float32(math.NaN())
-		return x
-	}())
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf, err := dev.Upload([]int{2, 2, 5, 8}, func() []float32 {
-		x := make([]float32, 2*2*5*8)
-		x[3] = float32(math.Inf(1))
-		return x
-	}())
-	if err != nil {
-		t.Fatal(err)
-	}
+	nanData, infData := make([]float32, 2*4*3*8), make([]float32, 2*2*5*8)
+	nanData[17], infData[3] = float32(math.NaN()), float32(math.Inf(1))
+	nan, inf := upload(t, dev, []int{2, 4, 3, 8}, nanData), upload(t, dev, []int{2, 2, 5, 8}, infData)
 	closed := up(2, 4, 3, 8)
 	closed.Close()
-	defer func() {
-		for _, x := range []*vkattn.Tensor{q, k, v, k3, v3, kWide, vShort, kBatch, huge, nan, inf} {
-			x.Close()
-		}
-	}()
 
 	full := vkattn.MaskShape{2, 4, 3, 5}
 	cases := []struct {

@@ -1,6 +1,7 @@
 package vkattn_test
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand"
@@ -55,6 +56,51 @@ func toBLHD(x []float32, s [4]int) []float32 {
 	return out
 }
 
+// mustUpload uploads x with the given shape on d; the caller closes it.
+func mustUpload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
+	t.Helper()
+	tt, err := d.Upload(shape, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tt
+}
+
+// upload is mustUpload closed when the test ends.
+func upload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
+	t.Helper()
+	tt := mustUpload(t, d, shape, x)
+	t.Cleanup(tt.Close)
+	return tt
+}
+
+// zeros uploads a tensor of zeros on d, closed when the test ends.
+func zeros(t *testing.T, d *vkattn.Device, shape ...int) *vkattn.Tensor {
+	t.Helper()
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	return upload(t, d, shape, make([]float32, n))
+}
+
+// refusal is a call that must fail with an error wrapping err.
+type refusal struct {
+	name string
+	err  error
+	run  func() error
+}
+
+// checkRefusals reports every call whose error does not wrap its sentinel.
+func checkRefusals(t *testing.T, rs []refusal) {
+	t.Helper()
+	for _, c := range rs {
+		if err := c.run(); !errors.Is(err, c.err) {
+			t.Errorf("%s: error %v, want %v", c.name, err, c.err)
+		}
+	}
+}
+
 type gpuResult struct {
 	o, lse, w []float32
 	out       *vkattn.Output
@@ -65,17 +111,9 @@ func runGPU(t *testing.T, d *vkattn.Device, p *problem) gpuResult {
 	t.Helper()
 	upload := func(x []float32, s [4]int) *vkattn.Tensor {
 		if p.blhd {
-			tt, err := d.Upload([]int{s[0], s[2], s[1], s[3]}, toBLHD(x, s))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return tt.SwapAxes12()
+			return mustUpload(t, d, []int{s[0], s[2], s[1], s[3]}, toBLHD(x, s)).SwapAxes12()
 		}
-		tt, err := d.Upload(s[:], x)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tt
+		return mustUpload(t, d, s[:], x)
 	}
 	q, k, v := upload(p.q, p.qs), upload(p.k, p.ks), upload(p.v, p.vs)
 	defer q.Close()

@@ -62,11 +62,7 @@ func runMHA(t *testing.T, d *vkattn.Device, c *mhaCase) mhaGot {
 		if x == nil {
 			return nil
 		}
-		tt, err := d.Upload(s, x)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tt
+		return mustUpload(t, d, s, x)
 	}
 	x, key, value := upload(c.x, c.xs), upload(c.key, c.keyS), upload(c.value, c.valueS)
 	defer x.Close()
@@ -328,11 +324,7 @@ func TestMHAPreparedReplays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer layer.Close()
-	x, err := dev.Upload(c.xs, make([]float32, B*T*d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	x := zeros(t, dev, c.xs...)
 	call, err := layer.Prepare(x, nil, nil, c.opts)
 	if err != nil {
 		t.Fatal(err)
@@ -366,23 +358,11 @@ func TestMHAErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer layer.Close()
-	x, err := dev.Upload([]int{2, 3, 8}, randomValues(r, 48))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	narrow, err := dev.Upload([]int{2, 3, 7}, randomValues(r, 42))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer narrow.Close()
+	x := upload(t, dev, []int{2, 3, 8}, randomValues(r, 48))
+	narrow := upload(t, dev, []int{2, 3, 7}, randomValues(r, 42))
 	bad := *w
 	bad.OutProjWeight = bad.OutProjWeight[:60]
-	for _, c := range []struct {
-		name string
-		err  error
-		run  func() error
-	}{
+	checkRefusals(t, []refusal{
 		{"nil weights", vkattn.ErrShape, func() error { _, err := dev.NewMHA(nil); return err }},
 		{"short out_proj.weight", vkattn.ErrShape, func() error { _, err := dev.NewMHA(&bad); return err }},
 		{"heads do not divide d", vkattn.ErrHeads, func() error { _, err := layer.Forward(x, nil, nil, vkattn.MHAOptions{Heads: 3}); return err }},
@@ -402,11 +382,7 @@ func TestMHAErrors(t *testing.T) {
 			return err
 		}},
 		{"plan rank", vkattn.ErrShape, func() error { _, err := layer.Plan([]int{8}, nil, nil, vkattn.MHAOptions{Heads: 2}); return err }},
-	} {
-		if err := c.run(); !errors.Is(err, c.err) {
-			t.Errorf("%s: error %v, want %v", c.name, err, c.err)
-		}
-	}
+	})
 	layer.Close()
 	if _, err := layer.Forward(x, nil, nil, vkattn.MHAOptions{Heads: 2}); !errors.Is(err, vkattn.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)

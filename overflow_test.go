@@ -61,17 +61,6 @@ func TestOverflowIsRefused(t *testing.T) {
 	}
 }
 
-// upload uploads x with the given shape on d, closed when the test ends.
-func upload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
-	t.Helper()
-	tt, err := d.Upload(shape, x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tt.Close)
-	return tt
-}
-
 // TestLargeScoresInRange: scores of order 1e36, within the bounds, give
 // the reference's finite result (a one-hot softmax), not NaN.
 func TestLargeScoresInRange(t *testing.T) {

@@ -134,15 +134,7 @@ func TestPreparedCallReplays(t *testing.T) {
 	r := rand.New(rand.NewSource(31))
 	p := newProblem(r, 1, 4, 2, 9, 300, 16, 16)
 	p.opts.Causal = vkattn.CausalBottomRight
-	q, err := dev.Upload(p.qs[:], p.q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	k, _ := dev.Upload(p.ks[:], p.k)
-	defer k.Close()
-	v, _ := dev.Upload(p.vs[:], p.v)
-	defer v.Close()
+	q, k, v := upload(t, dev, p.qs[:], p.q), upload(t, dev, p.ks[:], p.k), upload(t, dev, p.vs[:], p.v)
 	call, err := dev.Prepare(q, k, v, p.opts)
 	if err != nil {
 		t.Fatal(err)
