@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -163,10 +164,10 @@ func referenceOf(p *problem) ([]float64, error) {
 }
 
 // tolerance is the sweep's error bound: |got - want| <= 2e-5 * max(1, |want|).
-const tolerance = 2e-5
+const tolerance = golden.SweepTolerance
 
-// compare checks got against want element-wise under the sweep bound and
-// treats -Inf (log-sum-exp of fully masked rows) as exact.
+// compare checks got against want element-wise under the sweep bound;
+// -Inf (log-sum-exp of fully masked rows) must be -Inf.
 func compare(t *testing.T, what string, got []float32, want []float64) {
 	t.Helper()
 	if err := closeTo(got, want); err != nil {
@@ -175,22 +176,15 @@ func compare(t *testing.T, what string, got []float32, want []float64) {
 }
 
 // closeTo is compare's check as an error, for goroutines other than the
-// test's.
+// test's: golden.Compare, the comparison the CLI's --check and verify use.
 func closeTo(got []float32, want []float64) error {
-	if len(got) != len(want) {
-		return fmt.Errorf("%d values, want %d", len(got), len(want))
-	}
-	for i := range got {
-		g, w := float64(got[i]), want[i]
-		if math.IsInf(w, -1) {
-			if !math.IsInf(g, -1) {
-				return fmt.Errorf("[%d] = %v, want -Inf", i, g)
-			}
-			continue
-		}
-		if math.IsNaN(g) || math.Abs(g-w) > tolerance*math.Max(1, math.Abs(w)) {
-			return fmt.Errorf("[%d] = %v, want %v (error %.3g)", i, g, w, math.Abs(g-w))
-		}
+	c := golden.Compare(got, want, tolerance)
+	switch {
+	case c.Got != c.Want:
+		return fmt.Errorf("%d values, want %d", c.Got, c.Want)
+	case !c.OK():
+		i := c.Worst
+		return fmt.Errorf("[%d] = %v, want %v (error %.3g, %.3g times the bound)", i, got[i], want[i], math.Abs(float64(got[i])-want[i]), c.Ratio)
 	}
 	return nil
 }

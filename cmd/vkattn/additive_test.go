@@ -130,12 +130,12 @@ func TestAdditiveBatchMask(t *testing.T) {
 	if !slices.Equal(got.Shape, []int{B, L, dv}) {
 		t.Fatalf("O shape %v", got.Shape)
 	}
-	near(t, "O", got.F32, ref.O, 1e-4)
+	nearReference(t, "O", got.F32, ref.O)
 	gw := load(t, wp)
 	if !slices.Equal(gw.Shape, []int{B, L, S}) {
 		t.Fatalf("weights shape %v", gw.Shape)
 	}
-	near(t, "weights", gw.F32, ref.Weights, 1e-4)
+	nearReference(t, "weights", gw.F32, ref.Weights)
 }
 
 func TestAdditiveErrors(t *testing.T) {

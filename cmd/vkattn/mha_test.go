@@ -224,7 +224,7 @@ func TestMHACross(t *testing.T) {
 		if !slices.Equal(got.Shape, []int{B, T, d}) {
 			t.Fatalf("%s: out shape %v", what, got.Shape)
 		}
-		near(t, what+" out", got.F32, ref.Out, 1e-4)
+		nearReference(t, what+" out", got.F32, ref.Out)
 		gw, want, shape := load(t, wp), ref.Weights, []int{B, h, T, S}
 		if average {
 			want, shape = ref.AvgWeights, []int{B, T, S}
@@ -232,7 +232,7 @@ func TestMHACross(t *testing.T) {
 		if !slices.Equal(gw.Shape, shape) {
 			t.Fatalf("%s: weights shape %v, want %v", what, gw.Shape, shape)
 		}
-		near(t, what+" weights", gw.F32, want, 1e-4)
+		nearReference(t, what+" weights", gw.F32, want)
 	}
 
 	out := mhaOK(t, "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--weights", wp, "--check", "--explain")

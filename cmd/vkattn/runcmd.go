@@ -439,57 +439,33 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// checkTol is --check's criterion: |gpu - ref| <= checkTol * max(1, |ref|).
-const checkTol = 1e-4
-
-// relFloor: the relative error is reported over reference values at least
-// this large; near zero it measures float32 rounding of tiny values, not
-// the kernel (a 1e-7 error on a 1e-5 output would read as 1%).
-const relFloor = 1e-3
-
-// checkResult accumulates --check's comparison over the outputs.
+// checkResult accumulates --check's comparisons with the reference over
+// the outputs: golden.Compare under golden.CheckTolerance. Its numbers are
+// golden.Numbers so an infinite error (NaN output) still encodes as JSON.
 type checkResult struct {
-	MaxAbs float64 `json:"max_abs_err"`
-	MaxRel float64 `json:"max_rel_err"`
-	Pass   bool    `json:"pass"`
+	MaxAbs golden.Number `json:"max_abs_err"`
+	MaxRel golden.Number `json:"max_rel_err"`
+	Pass   bool          `json:"pass"`
 	failed bool
-	worst  string // the worst element relative to its limit, for messages
-	ratio  float64
+	worst  string  // the worst element relative to its limit, for messages
+	ratio  float64 // its error over its limit
 }
 
-// add compares got with want. Equal infinities (the -inf log-sum-exp of a
-// fully masked row) count as exact.
+// add compares got with want.
 func (c *checkResult) add(name string, got []float32, want []float64) {
-	if len(got) != len(want) {
-		c.failed = true
-		c.worst = fmt.Sprintf("%s has %d values, reference %d", name, len(got), len(want))
+	cmp := golden.Compare(got, want, golden.CheckTolerance)
+	c.failed = c.failed || !cmp.OK()
+	c.Pass = !c.failed
+	if cmp.Got != cmp.Want {
+		c.worst, c.ratio = fmt.Sprintf("%s has %d values, reference %d", name, cmp.Got, cmp.Want), math.Inf(1)
 		return
 	}
-	for i, g := range got {
-		w := want[i]
-		var d float64
-		switch {
-		case float64(g) == w:
-			continue
-		case math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) || math.IsInf(w, 0):
-			d = math.Inf(1)
-		default:
-			d = math.Abs(float64(g) - w)
-		}
-		c.MaxAbs = math.Max(c.MaxAbs, d)
-		if math.Abs(w) >= relFloor {
-			c.MaxRel = math.Max(c.MaxRel, d/math.Abs(w))
-		}
-		limit := checkTol * math.Max(1, math.Abs(w))
-		if r := d / limit; r > c.ratio {
-			c.ratio = r
-			c.worst = fmt.Sprintf("%s[%d] = %v, reference %v", name, i, g, w)
-		}
-		if d > limit {
-			c.failed = true
-		}
+	c.MaxAbs = golden.Number(math.Max(float64(c.MaxAbs), cmp.MaxAbs))
+	c.MaxRel = golden.Number(math.Max(float64(c.MaxRel), cmp.MaxRel))
+	if cmp.Worst >= 0 && cmp.Ratio > c.ratio {
+		c.ratio = cmp.Ratio
+		c.worst = fmt.Sprintf("%s[%d] = %v, reference %v", name, cmp.Worst, got[cmp.Worst], want[cmp.Worst])
 	}
-	c.Pass = !c.failed
 }
 
 // checkAttention compares every output of an attention result with the
@@ -514,7 +490,7 @@ func (c *checkResult) String() string {
 		verdict = "FAILED, worst " + c.worst
 	}
 	return fmt.Sprintf("check vs float64 reference: max abs err %.3g, max rel err %.3g (where |ref| >= %g); limit %g * max(1,|ref|): %s",
-		c.MaxAbs, c.MaxRel, relFloor, checkTol, verdict)
+		float64(c.MaxAbs), float64(c.MaxRel), golden.RelFloor, golden.CheckTolerance, verdict)
 }
 
 // printPlan is --explain: the plan field by field, with what each means.

@@ -28,10 +28,6 @@ Example:
   vkattn verify --dir ../vkattn/testdata --device llvmpipe --run seed003
 `
 
-// refTol bounds |GPU - reference| / max(1, |reference|) for golden cases;
-// they are tiny, so float32 accumulation error stays near 1e-7.
-const refTol = 1e-5
-
 func runVerify(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("verify", stderr)
 	dir := fs.String("dir", "testdata", "`directory` holding the golden *.json cases")
@@ -128,25 +124,12 @@ func verifyCase(dev *vkattn.Device, c *golden.Case) (string, bool) {
 			worst = append(worst, fmt.Sprintf("%s has %d values, reference %d", what, len(got), len(refVals)))
 			return
 		}
-		// Scaled like --check: absolute near 0, relative for large values.
-		d, bad := 0.0, false
-		for i, g := range got {
-			r := refVals[i]
-			e := math.Abs(float64(g) - r)
-			if float64(g) == r {
-				e = 0 // equal infinities: -inf log-sum-exp of masked rows
-			} else if math.IsNaN(e) || math.IsInf(e, 0) {
-				e = math.Inf(1)
-			}
-			d = math.Max(d, e)
-			if e > refTol*math.Max(1, math.Abs(r)) {
-				bad = true
-			}
-		}
-		refErr = math.Max(refErr, d)
-		if bad {
+		// The reference: golden.Compare's rule under the golden cases' bound.
+		cmp := golden.Compare(got, refVals, golden.VerifyTolerance)
+		refErr = math.Max(refErr, cmp.MaxAbs)
+		if !cmp.OK() {
 			ok = false
-			worst = append(worst, fmt.Sprintf("%s off reference by %.3g", what, d))
+			worst = append(worst, fmt.Sprintf("%s off reference by %.3g", what, cmp.MaxAbs))
 		}
 	}
 	compare("O", res.o, c.Expect.O, ref.O)

@@ -401,32 +401,6 @@ func LoadFile(path string) ([]Case, error) {
 	return cases, nil
 }
 
-// MaxAbsDiff is the largest |got[i] - want[i]|; +Inf when the lengths differ
-// or a value is NaN where the other is not. Equal infinities count as 0.
-func MaxAbsDiff(got []float32, want []float64) float64 {
-	if len(got) != len(want) {
-		return math.Inf(1)
-	}
-	m := 0.0
-	for i, g := range got {
-		d := diff(float64(g), want[i])
-		if d > m || math.IsNaN(d) {
-			m = d
-		}
-	}
-	return m
-}
-
-func diff(a, b float64) float64 {
-	switch {
-	case a == b: // also equal infinities
-		return 0
-	case math.IsNaN(a) || math.IsNaN(b):
-		return math.Inf(1)
-	}
-	return math.Abs(a - b)
-}
-
 func count(shape []int) (int, error) {
 	if len(shape) == 0 {
 		return 0, errors.New("shape is missing")
