@@ -186,73 +186,39 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	if err != nil {
 		return nil, err
 	}
-	call := &Call{out: &Output{Plan: plan}}
-	var steps []*pipelines.Step
-	fail := func(err error) (*Call, error) {
-		for _, s := range steps {
-			s.Close()
-		}
-		call.Close()
-		return nil, deviceError(err)
-	}
+	b := &builder{d: d}
 	project := func(l LayerPlan, in, w, bias *Tensor) (*Tensor, error) {
-		y, err := d.newTensor([4]int{1, 1, l.Rows, l.Outputs})
+		y, err := b.scratchTensor([4]int{1, 1, l.Rows, l.Outputs})
 		if err != nil {
 			return nil, err
 		}
-		call.scratch = append(call.scratch, y)
-		st, err := d.linearStep(l, in, w, 0, bias, 0, y, l.Outputs)
-		if err != nil {
-			return nil, err
-		}
-		steps = append(steps, st)
-		return y, nil
+		return y, b.linear(l, in, w, 0, bias, 0, y, l.Outputs)
 	}
 	qp, err := project(plan.Projections[0], q, a.wq, a.bias)
 	if err != nil {
-		return fail(err)
+		return nil, b.fail(err)
 	}
 	kp, err := project(plan.Projections[1], k, a.wk, nil)
 	if err != nil {
-		return fail(err)
+		return nil, b.fail(err)
+	}
+	out := &Output{Plan: plan}
+	if out.O, err = b.output([4]int{dm.B, 1, dm.L, dm.DV}); err != nil {
+		return nil, b.fail(err)
 	}
 	x := pipelines.AttentionArgs{
-		Q: qp.buf, K: kp.buf, V: v.buf,
+		Q: qp.buf, K: kp.buf, V: v.buf, O: out.O.buf,
 		Scale:  1,
 		Causal: int(opts.Causal),
 		WA:     a.wa.buf,
 	}
-	if err := d.bindOptions(dm, &opts, &x, &call.scratch); err != nil {
-		return fail(err)
-	}
-	out := call.out
-	if out.O, err = d.newTensor([4]int{dm.B, 1, dm.L, dm.DV}); err != nil {
-		return fail(err)
-	}
-	x.O = out.O.buf
-	if opts.WantLSE {
-		if out.LSE, err = d.newTensor([4]int{dm.B, 1, dm.L, 1}); err != nil {
-			return fail(err)
-		}
-		x.LSE = out.LSE.buf
-	}
-	if opts.WantWeights {
-		if out.Weights, err = d.newTensor([4]int{dm.B, 1, dm.L, dm.S}); err != nil {
-			return fail(err)
-		}
-		x.Weights = out.Weights.buf
+	if out.LSE, out.Weights, err = b.attention(plan, &opts, x, nil); err != nil {
+		return nil, b.fail(err)
 	}
 	out.setBounds(oBound)
-	st, err := d.kernels.Attention(out.Plan.Kernel, x)
-	if err != nil {
-		return fail(err)
+	call := &Call{}
+	if err := finish(b, &call.prepared, out); err != nil {
+		return nil, err
 	}
-	steps = append(steps, st)
-	prepared, err := d.kernels.Prepare(steps...)
-	steps = nil // Prepare owns them now, also on failure
-	if err != nil {
-		return fail(err)
-	}
-	call.prepared = prepared
 	return call, nil
 }

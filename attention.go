@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/vkattn/vkattn/pipelines"
@@ -124,117 +123,6 @@ func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Opt
 	return runOnce(ctx, func() (*Call, error) { return d.Prepare(q, k, v, opts) })
 }
 
-// Call is an attention call prepared once: its plan, output tensors, mask
-// buffers and recorded commands are kept, so Run replays the dispatch with
-// no allocation and no re-recording (a decode loop, a benchmark). Change
-// the inputs between runs with Tensor.Write. Close it when done.
-type Call struct {
-	out *Output
-	recorded
-}
-
-// recorded is what every prepared call keeps: its recorded commands and
-// the scratch tensors (masks, lengths, intermediate results) they use.
-// Its lock makes the call's Run and Close take turns.
-type recorded struct {
-	mu       sync.Mutex
-	prepared *pipelines.Prepared
-	scratch  []*Tensor
-}
-
-// run replays the commands and waits for them; done, when not nil, runs
-// under the call's lock after a successful run.
-func (r *recorded) run(ctx context.Context, done func(time.Duration)) (time.Duration, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.prepared == nil {
-		return 0, errorf(ErrClosed, "call used after Close")
-	}
-	t, err := r.prepared.Run(ctx)
-	if err != nil {
-		return 0, deviceError(err)
-	}
-	if done != nil {
-		done(t)
-	}
-	return t, nil
-}
-
-// free waits for work in flight and frees the commands and scratch
-// tensors, then runs also (the outputs' Close) under the call's lock.
-func (r *recorded) free(also func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.prepared.Close()
-	r.prepared = nil
-	for _, t := range r.scratch {
-		t.Close()
-	}
-	r.scratch = nil
-	also()
-}
-
-// oneShot is a prepared call that Forward-style methods run once.
-type oneShot[O any] interface {
-	Run(context.Context) (time.Duration, error)
-	Close()
-	takeOutput() O
-}
-
-// runOnce prepares a call, runs it and hands its output over to the caller
-// before closing the call. A done ctx prepares and submits nothing; a ctx
-// done while waiting returns at once, and the call is freed in the
-// background when the device has finished it.
-func runOnce[O any, C oneShot[O]](ctx context.Context, prepare func() (C, error)) (O, error) {
-	var none O
-	if err := ctx.Err(); err != nil {
-		return none, err
-	}
-	c, err := prepare()
-	if err != nil {
-		return none, err
-	}
-	if _, err := c.Run(ctx); err != nil {
-		if ctx.Err() != nil {
-			go c.Close()
-		} else {
-			c.Close()
-		}
-		return none, err
-	}
-	out := c.takeOutput()
-	c.Close()
-	return out, nil
-}
-
-// Output is the call's output; its tensors belong to the Call and are freed
-// by Close.
-func (c *Call) Output() *Output { return c.out }
-
-func (c *Call) takeOutput() *Output {
-	out := c.out
-	c.out = nil
-	return out
-}
-
-// Run executes the recorded dispatch and waits for it. It returns the
-// device time (0 without timestamps), also kept in Output().GPUTime.
-func (c *Call) Run(ctx context.Context) (time.Duration, error) {
-	return c.run(ctx, func(t time.Duration) { c.out.GPUTime = t })
-}
-
-// Close frees the call's commands, scratch buffers and outputs. It waits
-// for work still in flight (after a cancelled Run) before freeing anything.
-func (c *Call) Close() {
-	if c == nil {
-		return
-	}
-	c.free(func() {
-		c.out.Close()
-		c.out = nil
-	})
-}
-
 // Prepare validates an attention call, allocates its outputs and records its
 // dispatch without running it.
 func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
@@ -256,41 +144,23 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	if err != nil {
 		return nil, err
 	}
+	b := &builder{d: d}
+	out := &Output{Plan: plan}
+	if out.O, err = b.output([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
+		return nil, b.fail(err)
+	}
 	x := pipelines.AttentionArgs{
-		Q: q.buf, K: k.buf, V: v.buf,
+		Q: q.buf, K: k.buf, V: v.buf, O: out.O.buf,
 		Scale:  opts.Scale.For(dm.DK),
 		Causal: int(opts.Causal),
 	}
-	// Per-call inputs (masks, lengths) live as long as the call.
-	call := &Call{out: &Output{Plan: plan}}
-	if err := d.bindOptions(dm, &opts, &x, &call.scratch); err != nil {
-		call.Close()
-		return nil, err
-	}
-	out := call.out
-	fail := func(err error) (*Call, error) {
-		call.Close()
-		return nil, deviceError(err)
-	}
-	if out.O, err = d.newTensor([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
-		return fail(err)
-	}
-	x.O = out.O.buf
-	if opts.WantLSE {
-		if out.LSE, err = d.newTensor([4]int{dm.B, dm.H, dm.L, 1}); err != nil {
-			return fail(err)
-		}
-		x.LSE = out.LSE.buf
-	}
-	if opts.WantWeights {
-		if out.Weights, err = d.newTensor([4]int{dm.B, dm.H, dm.L, dm.S}); err != nil {
-			return fail(err)
-		}
-		x.Weights = out.Weights.buf
+	if out.LSE, out.Weights, err = b.attention(plan, &opts, x, nil); err != nil {
+		return nil, b.fail(err)
 	}
 	out.setBounds(oBound)
-	if call.prepared, err = d.kernels.PrepareAttention(plan.Kernel, x); err != nil {
-		return fail(err)
+	call := &Call{}
+	if err := finish(b, &call.prepared, out); err != nil {
+		return nil, err
 	}
 	return call, nil
 }
@@ -311,11 +181,10 @@ func (d *Device) checkInput(name string, t *Tensor) error {
 }
 
 // bindOptions uploads the masks and lengths of opts (already checked
-// against dm) into scratch tensors, appended to scratch for the caller to
-// free, and points x at them.
-func (d *Device) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs, scratch *[]*Tensor) error {
+// against dm) into scratch tensors of the call and points x at them.
+func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs) error {
 	if m := opts.Mask; m != nil {
-		t, err := d.uploadScratch(scratch, len(m.Values), func(h []float32) { copy(h, m.Values) })
+		t, err := b.upload(len(m.Values), func(h []float32) { copy(h, m.Values) })
 		if err != nil {
 			return err
 		}
@@ -326,7 +195,7 @@ func (d *Device) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs,
 		// union of their shapes; blocks AND because -inf absorbs every
 		// finite addend.
 		shape := boolMasksShape(ms)
-		t, err := d.uploadScratch(scratch, shape[0]*shape[1]*shape[2]*shape[3], func(h []float32) {
+		t, err := b.upload(shape[0]*shape[1]*shape[2]*shape[3], func(h []float32) {
 			foldBoolMasks(ms, shape, h)
 		})
 		if err != nil {
@@ -335,7 +204,7 @@ func (d *Device) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs,
 		x.BoolMask = t.buf
 	}
 	if opts.KeyLengths != nil || opts.QueryLengths != nil {
-		t, err := d.uploadScratch(scratch, 2*dm.B, func(h []float32) {
+		t, err := b.upload(2*dm.B, func(h []float32) {
 			for b := 0; b < dm.B; b++ {
 				kl, ql := dm.S, dm.L
 				if opts.KeyLengths != nil {
@@ -354,18 +223,6 @@ func (d *Device) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs,
 		x.Lengths = t.buf
 	}
 	return nil
-}
-
-// uploadScratch makes an n-float tensor filled by fill, appended to scratch.
-func (d *Device) uploadScratch(scratch *[]*Tensor, n int, fill func([]float32)) (*Tensor, error) {
-	t, err := d.newTensor([4]int{1, 1, 1, n})
-	if err != nil {
-		return nil, err
-	}
-	*scratch = append(*scratch, t)
-	host := make([]float32, n)
-	fill(host)
-	return t, t.buf.WriteFloat32(0, host)
 }
 
 // boolMasksShape is the union of the masks' broadcast shapes: full on every

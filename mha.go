@@ -3,7 +3,6 @@ package vkattn
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -134,37 +133,6 @@ func (o *MHAOutput) Close() {
 	o.Out.Close()
 	o.Weights.Close()
 	o.AvgWeights.Close()
-}
-
-// MHACall is an MHA call recorded once and replayable, like Call.
-type MHACall struct {
-	out *MHAOutput
-	recorded
-}
-
-// Output is the call's output; its tensors belong to the call.
-func (c *MHACall) Output() *MHAOutput { return c.out }
-
-func (c *MHACall) takeOutput() *MHAOutput {
-	out := c.out
-	c.out = nil
-	return out
-}
-
-// Run executes the recorded layer and waits for it.
-func (c *MHACall) Run(ctx context.Context) (time.Duration, error) {
-	return c.run(ctx, func(t time.Duration) { c.out.GPUTime = t })
-}
-
-// Close frees the call's commands, scratch buffers and outputs.
-func (c *MHACall) Close() {
-	if c == nil {
-		return
-	}
-	c.free(func() {
-		c.out.Close()
-		c.out = nil
-	})
 }
 
 // Forward runs the layer: x is the query input (B,T,DModel); key
@@ -353,29 +321,9 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	B, T, S, dm, h := p.B, p.T, p.S, p.DModel, p.Heads
 	dh := dm / h
 
-	call := &MHACall{out: &MHAOutput{Plan: p}}
-	var steps []*pipelines.Step
-	fail := func(err error) (*MHACall, error) {
-		for _, s := range steps {
-			s.Close()
-		}
-		call.Close()
-		return nil, deviceError(err)
-	}
-	scratch := func(rows, width int) (*Tensor, error) {
-		t, err := d.newTensor([4]int{1, 1, rows, width})
-		if err == nil {
-			call.scratch = append(call.scratch, t)
-		}
-		return t, err
-	}
-	linear := func(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, biasOffset int, out *Tensor, outStride int) error {
-		st, err := d.linearStep(l, in, w, wOffset, bias, biasOffset, out, outStride)
-		if err == nil {
-			steps = append(steps, st)
-		}
-		return err
-	}
+	b := &builder{d: d}
+	out := &MHAOutput{Plan: p}
+	scratch := func(rows, width int) (*Tensor, error) { return b.scratchTensor([4]int{1, 1, rows, width}) }
 
 	// Input projections; each head of Q, K and V is then a strided view of
 	// their output: (B, T, h, dh) read as (B, h, T, dh).
@@ -383,10 +331,10 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	if pr.self {
 		qkv, err := scratch(B*T, 3*dm)
 		if err != nil {
-			return fail(err)
+			return nil, b.fail(err)
 		}
-		if err := linear(p.Projections[0], x, m.inW, 0, m.inB, 0, qkv, 3*dm); err != nil {
-			return fail(err)
+		if err := b.linear(p.Projections[0], x, m.inW, 0, m.inB, 0, qkv, 3*dm); err != nil {
+			return nil, b.fail(err)
 		}
 		q, k, v = qkv.buf, qkv.buf, qkv.buf
 	} else {
@@ -400,12 +348,12 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 			}
 			y, err := scratch(l.Rows, l.Outputs)
 			if err != nil {
-				return fail(err)
+				return nil, b.fail(err)
 			}
 			// in_proj_bias holds b_q (d), b_k and b_v (the K/V width each).
 			biasOffset := []int{0, dm, dm + m.kvOut}[i]
-			if err := linear(l, inputs[i], w, m.projOffset(i), m.inB, biasOffset, y, l.Outputs); err != nil {
-				return fail(err)
+			if err := b.linear(l, inputs[i], w, m.projOffset(i), m.inB, biasOffset, y, l.Outputs); err != nil {
+				return nil, b.fail(err)
 			}
 			*bufs[i] = y.buf
 		}
@@ -415,68 +363,39 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	// concatenation (B, T, h*dh), the input of out_proj.
 	concat, err := scratch(B*T, dm)
 	if err != nil {
-		return fail(err)
+		return nil, b.fail(err)
 	}
-	dims4 := p.Attention.Dims
 	ax := pipelines.AttentionArgs{
 		Q: q, K: k, V: v, O: concat.buf,
 		Scale:  pr.attn.Scale.For(dh),
 		Causal: int(pr.attn.Causal),
 	}
-	if err := d.bindOptions(dims4, &pr.attn, &ax, &call.scratch); err != nil {
-		return fail(err)
+	if _, out.Weights, err = b.attention(p.Attention, &pr.attn, ax, opts.KeyPadding); err != nil {
+		return nil, b.fail(err)
 	}
-	if kp := opts.KeyPadding; kp != nil {
-		t, err := d.uploadScratch(&call.scratch, B*S, func(f []float32) {
-			for i, padded := range kp.Padded {
-				if padded {
-					f[i] = float32(math.Inf(-1))
-				}
-			}
-		})
-		if err != nil {
-			return fail(err)
-		}
-		ax.KeyPadding = t.buf
-	}
-	out := call.out
-	if opts.NeedWeights {
-		if out.Weights, err = d.newTensor([4]int{B, h, T, S}); err != nil {
-			return fail(err)
-		}
-		ax.Weights = out.Weights.buf
+	if out.Weights != nil {
 		out.Weights.bound = 1
 	}
-	st, err := d.kernels.Attention(out.Plan.Attention.Kernel, ax)
-	if err != nil {
-		return fail(err)
-	}
-	steps = append(steps, st)
-
-	if out.Out, err = d.newTensor([4]int{1, B, T, dm}); err != nil {
-		return fail(err)
+	if out.Out, err = b.output([4]int{1, B, T, dm}); err != nil {
+		return nil, b.fail(err)
 	}
 	out.Out.bound = outBound
-	if err := linear(p.OutProj, concat, m.outW, 0, m.outB, 0, out.Out, dm); err != nil {
-		return fail(err)
+	if err := b.linear(p.OutProj, concat, m.outW, 0, m.outB, 0, out.Out, dm); err != nil {
+		return nil, b.fail(err)
 	}
 	if opts.NeedWeights {
-		if out.AvgWeights, err = d.newTensor([4]int{1, B, T, S}); err != nil {
-			return fail(err)
+		if out.AvgWeights, err = b.output([4]int{1, B, T, S}); err != nil {
+			return nil, b.fail(err)
 		}
 		out.AvgWeights.bound = 1
-		st, err := d.kernels.HeadMean(out.Weights.buf, out.AvgWeights.buf, B, h, T*S)
-		if err != nil {
-			return fail(err)
+		if err := b.add(d.kernels.HeadMean(out.Weights.buf, out.AvgWeights.buf, B, h, T*S)); err != nil {
+			return nil, b.fail(err)
 		}
-		steps = append(steps, st)
 	}
-	prepared, err := d.kernels.Prepare(steps...)
-	steps = nil // Prepare owns them now, also on failure
-	if err != nil {
-		return fail(err)
+	call := &MHACall{}
+	if err := finish(b, &call.prepared, out); err != nil {
+		return nil, err
 	}
-	call.prepared = prepared
 	return call, nil
 }
 
@@ -489,21 +408,4 @@ func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int) (Lay
 		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path, Tuning: &tuning,
 	})
 	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: kp}, deviceError(err)
-}
-
-// linearStep binds out = in W^T + bias for a planned layer: in is dense,
-// W starts at element wOffset of w, bias (may be nil) at biasOffset, and
-// out rows are outStride apart.
-func (d *Device) linearStep(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, biasOffset int, out *Tensor, outStride int) (*pipelines.Step, error) {
-	args := pipelines.LinearArgs{
-		Rows: l.Rows, Outputs: l.Outputs, Inputs: l.Inputs,
-		X:          pipelines.Rows{Buffer: in.buf, Offset: in.offset, Stride: l.Inputs},
-		W:          pipelines.Rows{Buffer: w.buf, Offset: wOffset, Stride: l.Inputs},
-		Y:          pipelines.Rows{Buffer: out.buf, Offset: out.offset, Stride: outStride},
-		BiasOffset: biasOffset,
-	}
-	if bias != nil {
-		args.Bias = bias.buf
-	}
-	return d.kernels.Linear(l.Kernel, args)
 }

@@ -1,0 +1,254 @@
+package vkattn
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/vkattn/vkattn/pipelines"
+)
+
+// Call is an attention call prepared once: its plan, output tensors, mask
+// buffers and recorded commands are kept, so Run replays the dispatch with
+// no allocation and no re-recording (a decode loop, a benchmark). Change
+// the inputs between runs with Tensor.Write. Close it when done.
+type Call struct{ prepared[*Output] }
+
+// MHACall is an MHA call recorded once and replayable, like Call.
+type MHACall struct{ prepared[*MHAOutput] }
+
+// outputs are what a prepared call hands out.
+type outputs interface {
+	*Output | *MHAOutput
+	Close()
+	setGPUTime(time.Duration)
+}
+
+func (o *Output) setGPUTime(t time.Duration)    { o.GPUTime = t }
+func (o *MHAOutput) setGPUTime(t time.Duration) { o.GPUTime = t }
+
+// prepared is the one prepared-call type behind Call and MHACall: recorded
+// commands, the scratch tensors they use (masks, lengths, intermediate
+// results) and the outputs. Its lock makes Run and Close take turns.
+type prepared[O outputs] struct {
+	mu       sync.Mutex
+	commands *pipelines.Prepared
+	scratch  []*Tensor
+	out      O
+}
+
+// Output is the call's output; its tensors belong to the call and are
+// freed by Close.
+func (c *prepared[O]) Output() O { return c.out }
+
+// Run executes the recorded commands and waits for them. It returns the
+// device time (0 without timestamps), also kept in Output().GPUTime.
+func (c *prepared[O]) Run(ctx context.Context) (time.Duration, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.commands == nil {
+		return 0, errorf(ErrClosed, "call used after Close")
+	}
+	t, err := c.commands.Run(ctx)
+	if err != nil {
+		return 0, deviceError(err)
+	}
+	c.out.setGPUTime(t)
+	return t, nil
+}
+
+// Close frees the call's commands, scratch buffers and outputs. It waits
+// for work still in flight (after a cancelled Run) before freeing
+// anything; after the device's Close it is a no-op.
+func (c *prepared[O]) Close() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.commands.Close()
+	c.commands = nil
+	for _, t := range c.scratch {
+		t.Close()
+	}
+	c.scratch = nil
+	c.out.Close()
+	var none O
+	c.out = none
+}
+
+// takeOutput hands the outputs over to the caller of a one-shot call.
+func (c *prepared[O]) takeOutput() O {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.out
+	var none O
+	c.out = none
+	return out
+}
+
+// oneShot is a prepared call that Forward-style methods run once.
+type oneShot[O any] interface {
+	Run(context.Context) (time.Duration, error)
+	Close()
+	takeOutput() O
+}
+
+// runOnce prepares a call, runs it and hands its output over to the caller
+// before closing the call. A done ctx prepares and submits nothing; a ctx
+// done while waiting returns at once, and the call is freed in the
+// background when the device has finished it.
+func runOnce[O any, C oneShot[O]](ctx context.Context, prepare func() (C, error)) (O, error) {
+	var none O
+	if err := ctx.Err(); err != nil {
+		return none, err
+	}
+	c, err := prepare()
+	if err != nil {
+		return none, err
+	}
+	if _, err := c.Run(ctx); err != nil {
+		if ctx.Err() != nil {
+			go c.Close()
+		} else {
+			c.Close()
+		}
+		return none, err
+	}
+	out := c.takeOutput()
+	c.Close()
+	return out, nil
+}
+
+// builder is the one place a prepared call (attention, additive or
+// multi-head) is put together: the tensors it allocates, its steps in
+// order, and one cleanup of all of them when something fails.
+type builder struct {
+	d       *Device
+	steps   []*pipelines.Step
+	scratch []*Tensor // freed with the call
+	outputs []*Tensor // handed to the caller with the call's output
+}
+
+// output allocates an output tensor of the call.
+func (b *builder) output(shape [4]int) (*Tensor, error) {
+	t, err := b.d.newTensor(shape)
+	if err == nil {
+		b.outputs = append(b.outputs, t)
+	}
+	return t, err
+}
+
+// scratchTensor allocates a tensor the call uses and frees itself.
+func (b *builder) scratchTensor(shape [4]int) (*Tensor, error) {
+	t, err := b.d.newTensor(shape)
+	if err == nil {
+		b.scratch = append(b.scratch, t)
+	}
+	return t, err
+}
+
+// upload makes an n-float scratch tensor filled by fill.
+func (b *builder) upload(n int, fill func([]float32)) (*Tensor, error) {
+	t, err := b.scratchTensor([4]int{1, 1, 1, n})
+	if err != nil {
+		return nil, err
+	}
+	host := make([]float32, n)
+	fill(host)
+	return t, t.buf.WriteFloat32(0, host)
+}
+
+// add appends a bound step.
+func (b *builder) add(st *pipelines.Step, err error) error {
+	if err == nil {
+		b.steps = append(b.steps, st)
+	}
+	return err
+}
+
+// attention binds the attention of plan: x holds Q, K, V, O and the
+// scalars; the masks and lengths of opts (and key padding, if not nil) are
+// uploaded here, and the LSE and weights opts asks for are allocated as
+// outputs (returned, nil when not asked for).
+func (b *builder) attention(plan Plan, opts *Options, x pipelines.AttentionArgs, keyPadding *KeyPadding) (lse, weights *Tensor, err error) {
+	dm := plan.Dims
+	if err := b.bindOptions(dm, opts, &x); err != nil {
+		return nil, nil, err
+	}
+	if kp := keyPadding; kp != nil {
+		t, err := b.upload(dm.B*dm.S, func(f []float32) {
+			for i, padded := range kp.Padded {
+				if padded {
+					f[i] = float32(math.Inf(-1))
+				}
+			}
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		x.KeyPadding = t.buf
+	}
+	if opts.WantLSE {
+		if lse, err = b.output([4]int{dm.B, dm.H, dm.L, 1}); err != nil {
+			return nil, nil, err
+		}
+		x.LSE = lse.buf
+	}
+	if opts.WantWeights {
+		if weights, err = b.output([4]int{dm.B, dm.H, dm.L, dm.S}); err != nil {
+			return nil, nil, err
+		}
+		x.Weights = weights.buf
+	}
+	return lse, weights, b.add(b.d.kernels.Attention(plan.Kernel, x))
+}
+
+// linear binds out = in W^T + bias for a planned layer: in is dense, W
+// starts at element wOffset of w, bias (may be nil) at biasOffset, and out
+// rows are outStride apart.
+func (b *builder) linear(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, biasOffset int, out *Tensor, outStride int) error {
+	args := pipelines.LinearArgs{
+		Rows: l.Rows, Outputs: l.Outputs, Inputs: l.Inputs,
+		X:          pipelines.Rows{Buffer: in.buf, Offset: in.offset, Stride: l.Inputs},
+		W:          pipelines.Rows{Buffer: w.buf, Offset: wOffset, Stride: l.Inputs},
+		Y:          pipelines.Rows{Buffer: out.buf, Offset: out.offset, Stride: outStride},
+		BiasOffset: biasOffset,
+	}
+	if bias != nil {
+		args.Bias = bias.buf
+	}
+	return b.add(b.d.kernels.Linear(l.Kernel, args))
+}
+
+// finish records the steps as one submission and moves everything into c;
+// out holds the output tensors (those output allocated).
+func finish[O outputs](b *builder, c *prepared[O], out O) error {
+	commands, err := b.d.kernels.Prepare(b.steps...)
+	b.steps = nil // Prepare owns them now, also on failure
+	if err != nil {
+		b.abandon()
+		return deviceError(err)
+	}
+	c.commands, c.scratch, c.out = commands, b.scratch, out
+	b.scratch, b.outputs = nil, nil
+	return nil
+}
+
+// abandon frees everything built so far.
+func (b *builder) abandon() {
+	for _, s := range b.steps {
+		s.Close()
+	}
+	for _, t := range append(b.scratch, b.outputs...) {
+		t.Close()
+	}
+	b.steps, b.scratch, b.outputs = nil, nil, nil
+}
+
+// fail abandons the build and returns err as the device would.
+func (b *builder) fail(err error) error {
+	b.abandon()
+	return deviceError(err)
+}
