@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
-	"sync"
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/parallel"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -36,54 +36,32 @@ func TestConcurrentCallsOnOneDevice(t *testing.T) {
 	for g := range queries {
 		queries[g] = randomValues(r, size(shared.qs))
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			errs <- concurrentWork(d, &mhaLayer{layer, weights}, shared, queries[g], k, v, g, rounds)
-		}(g)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
+	if err := parallel.Start(goroutines, func(g int) error {
+		return concurrentWork(d, &mhaLayer{layer, weights}, shared, queries[g], k, v, g, rounds)
+	})(); err != nil {
+		t.Error(err)
 	}
 	layer.Close()
 
 	// Close under load: every goroutine's calls succeed or fail with
 	// ErrClosed.
 	start := make(chan struct{})
-	errs = make(chan error, goroutines)
-	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			<-start
-			for i := 0; ; i++ {
-				err := concurrentWork(d, nil, shared, queries[g], k, v, g, 1)
-				if errors.Is(err, vkattn.ErrClosed) {
-					errs <- nil
-					return
-				}
-				if err != nil || i == 1000 {
-					errs <- fmt.Errorf("goroutine %d while the device closed: %v", g, err)
-					return
-				}
+	wait := parallel.Start(goroutines, func(g int) error {
+		<-start
+		for i := 0; ; i++ {
+			err := concurrentWork(d, nil, shared, queries[g], k, v, g, 1)
+			if errors.Is(err, vkattn.ErrClosed) {
+				return nil
 			}
-		}(g)
-	}
+			if err != nil || i == 1000 {
+				return fmt.Errorf("goroutine %d while the device closed: %v", g, err)
+			}
+		}
+	})
 	close(start)
 	closeOwnDevice(t, d, before)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
+	if err := wait(); err != nil {
+		t.Error(err)
 	}
 	k.Close()
 	v.Close()

@@ -7,8 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/vkattn/vkattn/internal/parallel"
 )
 
 // TestBufferClosedWhileInFlight: a buffer closed while submitted work uses
@@ -123,21 +124,10 @@ func TestConcurrentRecordingAndSubmission(t *testing.T) {
 	if err := shared.WriteFloat32(0, x); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			errs <- selftestRounds(dev, k, shared, x, float32(g+1), 20)
-		}(g)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
+	if err := parallel.Start(8, func(g int) error {
+		return selftestRounds(dev, k, shared, x, float32(g+1), 20)
+	})(); err != nil {
+		t.Error(err)
 	}
 	closeTestDevice(t, inst, dev, before)
 }
