@@ -55,9 +55,13 @@ func TestOptionErrorsWrapSentinels(t *testing.T) {
 		{"query lengths", vkattn.Options{QueryLengths: []int{1, 4}}, vkattn.ErrLengths},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := vkattn.CheckProblem(q, k, k, &c.opts)
+			d, err := vkattn.CheckProblem(q, k, k, &c.opts)
 			if in := sentinelsIn(err); len(in) != 1 || in[0] != c.want {
 				t.Errorf("error %v wraps %v, want exactly %v", err, in, c.want)
+			}
+			// The options alone, against the problem's extents: the same error.
+			if verr := c.opts.Validate(d); verr == nil || verr.Error() != err.Error() {
+				t.Errorf("Validate: %v, want CheckProblem's %v", verr, err)
 			}
 		})
 	}
@@ -69,6 +73,38 @@ func TestOptionErrorsWrapSentinels(t *testing.T) {
 	}
 	if _, err := vkattn.ParseCausal("diagonal"); !errors.Is(err, vkattn.ErrOption) {
 		t.Errorf("ParseCausal(diagonal): %v, want ErrOption", err)
+	}
+}
+
+// TestValidateChecksOptionsWithoutTensors: Options.Validate needs only the
+// extents masks and lengths refer to, and refuses extents no problem has.
+func TestValidateChecksOptionsWithoutTensors(t *testing.T) {
+	d := vkattn.Dims{B: 2, H: 4, L: 3, S: 5} // no widths or K/V heads
+	ok := vkattn.Options{
+		Causal:     vkattn.CausalBottomRight,
+		Mask:       &vkattn.Mask{Shape: vkattn.MaskShape{2, 1, 3, 5}, Values: make([]float32, 30)},
+		BoolMasks:  []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 4, 1, 5}, Values: make([]bool, 20), Meaning: vkattn.TrueBlocks}},
+		KeyLengths: []int{5, 0},
+	}
+	if err := ok.Validate(d); err != nil {
+		t.Errorf("valid options: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		d    vkattn.Dims
+		want error
+	}{
+		{"a mask over 3 heads of 4", vkattn.Dims{B: 2, H: 3, L: 3, S: 5}, vkattn.ErrMask},
+		{"masks over 5 keys where S = 4", vkattn.Dims{B: 2, H: 4, L: 3, S: 4}, vkattn.ErrMask},
+		{"no batch", vkattn.Dims{H: 4, L: 3, S: 5}, vkattn.ErrEmpty},
+		{"2^64 scores", vkattn.Dims{B: 1 << 16, H: 1 << 16, L: 1 << 16, S: 1 << 16}, vkattn.ErrTooLarge},
+	} {
+		if err := ok.Validate(c.d); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if err := (vkattn.Options{KeyLengths: []int{6, 1}}).Validate(d); !errors.Is(err, vkattn.ErrLengths) {
+		t.Errorf("key length 6 of S=5: %v, want ErrLengths", err)
 	}
 }
 
@@ -91,6 +127,13 @@ func FuzzCheckProblem(f *testing.F) {
 			opts.Scale = vkattn.CustomScale(scale)
 		}
 		opts.Causal = vkattn.Causal(causal)
+		// Where the shapes pass, Validate and CheckProblem agree on the options.
+		if d, err := vkattn.CheckProblem(q, k, v, nil); err == nil {
+			_, perr := vkattn.CheckProblem(q, k, v, &opts)
+			if verr := opts.Validate(d); fmt.Sprint(verr) != fmt.Sprint(perr) {
+				t.Fatalf("Validate(%v): %v; CheckProblem: %v", d, verr, perr)
+			}
+		}
 		if _, err := vkattn.CheckProblem(q, k, v, &opts); err != nil {
 			if in := sentinelsIn(err); len(in) != 1 {
 				t.Fatalf("error %q wraps %d sentinels %v, want exactly one", err, len(in), in)

@@ -184,9 +184,8 @@ func CheckProblem(q, k, v [4]int, opts *Options) (Dims, error) {
 			}
 		}
 	}
-	// Larger counts would wrap around the int products that size masks.
 	for _, s := range [][4]int{q, k, v, {d.B, d.H, d.L, d.S}} {
-		if n := float64(s[0]) * float64(s[1]) * float64(s[2]) * float64(s[3]); n > 1<<62 {
+		if n, ok := countFits(s); !ok {
 			return d, errorf(ErrTooLarge, "Q %v, K %v, V %v: %.3g elements in %v, beyond any device", q, k, v, n, s)
 		}
 	}
@@ -205,40 +204,67 @@ func CheckProblem(q, k, v [4]int, opts *Options) (Dims, error) {
 	if opts == nil {
 		return d, nil
 	}
-	if s := opts.Scale; s.set && !(math.Abs(s.value) <= math.MaxFloat32) {
-		// The kernels compute in float32: a larger scale would be Inf there.
-		return d, errorf(ErrScale, "scale %v is not a finite float32 (|scale| <= %g)", s.value, math.MaxFloat32)
-	}
-	if opts.Causal < NotCausal || opts.Causal > CausalBottomRight {
-		return d, errorf(ErrOption, "unknown causal alignment %v (want NotCausal, CausalTopLeft or CausalBottomRight)", opts.Causal)
-	}
+	return d, opts.validate(MaskShape{d.B, d.H, d.L, d.S})
+}
+
+// Validate checks the options against a problem's extents: the scale, the
+// causal alignment, each mask's meaning, shape (each axis 1 or the full
+// extent) and values, and the key and query lengths. Only d's B, H, L and
+// S matter, the extents masks and lengths refer to, so options can be
+// checked before Q, K and V exist (a layer's masks, say). CheckProblem
+// checks the shapes and then the options the same way.
+func (o Options) Validate(d Dims) error {
 	full := MaskShape{d.B, d.H, d.L, d.S}
-	if m := opts.Mask; m != nil {
+	for _, n := range full {
+		if n <= 0 {
+			return errorf(ErrEmpty, "(B,H,L,S) = %v: every extent must be at least 1", [4]int(full))
+		}
+	}
+	if n, ok := countFits(full); !ok {
+		return errorf(ErrTooLarge, "(B,H,L,S) = %v: %.3g elements, beyond any device", [4]int(full), n)
+	}
+	return o.validate(full)
+}
+
+// countFits returns the element count of s and whether it is at most
+// 2^62: larger counts would wrap around the int products that size masks.
+func countFits(s [4]int) (float64, bool) {
+	n := float64(s[0]) * float64(s[1]) * float64(s[2]) * float64(s[3])
+	return n, n <= 1<<62
+}
+
+// validate is Validate for positive extents full = (B, H, L, S).
+func (o *Options) validate(full MaskShape) error {
+	if s := o.Scale; s.set && !(math.Abs(s.value) <= math.MaxFloat32) {
+		// The kernels compute in float32: a larger scale would be Inf there.
+		return errorf(ErrScale, "scale %v is not a finite float32 (|scale| <= %g)", s.value, math.MaxFloat32)
+	}
+	if o.Causal < NotCausal || o.Causal > CausalBottomRight {
+		return errorf(ErrOption, "unknown causal alignment %v (want NotCausal, CausalTopLeft or CausalBottomRight)", o.Causal)
+	}
+	if m := o.Mask; m != nil {
 		if err := checkMaskShape("additive mask", m.Shape, full, len(m.Values)); err != nil {
-			return d, err
+			return err
 		}
 		for i, x := range m.Values {
 			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 1) {
-				return d, errorf(ErrMask, "additive mask value %d is %v (only finite values and -Inf are allowed)", i, x)
+				return errorf(ErrMask, "additive mask value %d is %v (only finite values and -Inf are allowed)", i, x)
 			}
 		}
 	}
-	for i, m := range opts.BoolMasks {
+	for i, m := range o.BoolMasks {
 		what := fmt.Sprintf("boolean mask %d", i)
 		if m.Meaning != TrueAllows && m.Meaning != TrueBlocks {
-			return d, errorf(ErrMask, "%s: Meaning is %v: say TrueAllows or TrueBlocks", what, m.Meaning)
+			return errorf(ErrMask, "%s: Meaning is %v: say TrueAllows or TrueBlocks", what, m.Meaning)
 		}
 		if err := checkMaskShape(what, m.Shape, full, len(m.Values)); err != nil {
-			return d, err
+			return err
 		}
 	}
-	if err := checkLengths("key", opts.KeyLengths, d.B, d.S); err != nil {
-		return d, err
+	if err := checkLengths("key", o.KeyLengths, full[0], full[3]); err != nil {
+		return err
 	}
-	if err := checkLengths("query", opts.QueryLengths, d.B, d.L); err != nil {
-		return d, err
-	}
-	return d, nil
+	return checkLengths("query", o.QueryLengths, full[0], full[2])
 }
 
 func checkMaskShape(what string, s, full MaskShape, n int) error {

@@ -155,8 +155,10 @@ func loadAdditive(f *additiveFlags, causal vkattn.Causal, meaning vkattn.MaskMea
 	if err := f.masks.load(&p.opts, meaning, vkattn.MaskShape{B, 1, L, S}); err != nil {
 		return nil, err
 	}
-	// The kernel sees one head; the widths were checked by the loader.
-	q4, k4, v4 := [4]int{B, 1, L, 1}, [4]int{p.k3[0], 1, S, 1}, [4]int{p.v3[0], 1, p.v3[1], p.v3[2]}
+	// The attention kernel's problem, as Additive.Plan makes it: one head,
+	// Q and K projected to d_a (their widths were checked by the loader).
+	da := p.w.DA
+	q4, k4, v4 := [4]int{B, 1, L, da}, [4]int{p.k3[0], 1, S, da}, [4]int{p.v3[0], 1, p.v3[1], p.v3[2]}
 	if _, err := vkattn.CheckProblem(q4, k4, v4, &p.opts); err != nil {
 		return nil, fmt.Errorf("Q %v, K %v, V %v: %w", p.q.Shape, p.k.Shape, p.v.Shape, err)
 	}

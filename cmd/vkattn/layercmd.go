@@ -89,9 +89,7 @@ func (m *maskFlags) load(opts *vkattn.Options, meaning vkattn.MaskMeaning, full 
 	default:
 		check.Mask = &vkattn.Mask{Shape: s, Values: a.F32}
 	}
-	q := [4]int{full[0], full[1], full[2], 1}
-	k := [4]int{full[0], full[1], full[3], 1}
-	if _, err := vkattn.CheckProblem(q, k, k, &check); err != nil {
+	if err := check.Validate(vkattn.Dims{B: full[0], H: full[1], L: full[2], S: full[3]}); err != nil {
 		return fmt.Errorf("--mask %s (shape %v): %w", m.mask, a.Shape, err)
 	}
 	opts.Mask, opts.BoolMasks = check.Mask, check.BoolMasks
