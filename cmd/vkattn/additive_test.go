@@ -12,16 +12,6 @@ import (
 	"github.com/vkattn/vkattn/reference"
 )
 
-// additiveOK runs vkattn additive and fails the test unless it exits 0.
-func additiveOK(t *testing.T, args ...string) string {
-	t.Helper()
-	out, errOut, code := cli(t, append([]string{"additive"}, args...)...)
-	if code != 0 {
-		t.Fatalf("vkattn additive %s: exit %d: %s\n%s", strings.Join(args, " "), code, errOut, out)
-	}
-	return out
-}
-
 // goldenAdditive writes the hand-worked case of reference's
 // TestAdditiveGoldenKeys: W_q = W_k = I, b = 0, w_a = [1 1], q = [0 0],
 // K = [[0 0] [a 0] [a a]] with a = atanh(1/2), so the scores are 0, 1/2
@@ -49,7 +39,7 @@ func TestAdditiveGolden(t *testing.T) {
 	e, eh := math.E, math.Exp(0.5)
 	z := 1 + eh + e
 
-	out := additiveOK(t, "-q", q, "-k", k, "-v", v, "--params", params, "-o", o, "--weights", w, "--lse", lse, "--check")
+	out := cliOK(t, "additive", "-q", q, "-k", k, "-v", v, "--params", params, "-o", o, "--weights", w, "--lse", lse, "--check")
 	if !strings.Contains(out, "wrote O (1, 2) to "+o) || !strings.Contains(out, ": ok") {
 		t.Errorf("output:\n%s", out)
 	}
@@ -66,7 +56,7 @@ func TestAdditiveGolden(t *testing.T) {
 	}
 
 	// Without -o: a summary; --explain shows the projections.
-	out = additiveOK(t, "-q", q, "-k", k, "-v", v, "--params", params, "--explain")
+	out = cliOK(t, "additive", "-q", q, "-k", k, "-v", v, "--params", params, "--explain")
 	for _, want := range []string{"O (1, 2): [0.6928", "projection", "q W_q + b", "k W_k", "no scale", "additive", "GPU time"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -78,7 +68,7 @@ func TestAdditiveGolden(t *testing.T) {
 	block := save(t, dir, "block.npy", []bool{false, true, false})
 	allow := save(t, dir, "allow.npy", [][]bool{{true, false, true}})
 	for _, m := range [][]string{{block, "block"}, {allow, "allow"}} {
-		additiveOK(t, "-q", q, "-k", k, "-v", v, "--params", params, "--mask", m[0], "--mask-means", m[1], "-o", o, "--check")
+		cliOK(t, "additive", "-q", q, "-k", k, "-v", v, "--params", params, "--mask", m[0], "--mask-means", m[1], "-o", o, "--check")
 		near(t, "O masked ("+m[1]+")", load(t, o).F32, masked, 1e-5)
 	}
 
@@ -86,7 +76,7 @@ func TestAdditiveGolden(t *testing.T) {
 	q3 := save(t, dir, "q3.npy", [][][]float32{{{0, 0}}})
 	k3 := writeArray(t, dir, "k3.npy", []int{1, 3, 2}, load(t, k).F32)
 	v3 := writeArray(t, dir, "v3.npy", []int{1, 3, 2}, load(t, v).F32)
-	additiveOK(t, "-q", q3, "-k", k3, "-v", v3, "--params", params, "--key-lengths", "2", "-o", o, "--check")
+	cliOK(t, "additive", "-q", q3, "-k", k3, "-v", v3, "--params", params, "--key-lengths", "2", "-o", o, "--check")
 	got := load(t, o)
 	if !slices.Equal(got.Shape, []int{1, 1, 2}) {
 		t.Errorf("O shape %v, want [1 1 2]", got.Shape)
@@ -119,7 +109,7 @@ func TestAdditiveBatchMask(t *testing.T) {
 	}
 	m := writeArray(t, dir, "m.npy", []int{B, L, S}, mask)
 	o, wp := filepath.Join(dir, "o.npy"), filepath.Join(dir, "w.npy")
-	additiveOK(t, "-q", q, "-k", k, "-v", v, "--params", params, "--mask", m, "--causal", "bottom-right", "-o", o, "--weights", wp, "--check")
+	cliOK(t, "additive", "-q", q, "-k", k, "-v", v, "--params", params, "--mask", m, "--causal", "bottom-right", "-o", o, "--weights", wp, "--check")
 
 	opts := vkattn.Options{Causal: vkattn.CausalBottomRight, Mask: &vkattn.Mask{Shape: vkattn.MaskShape{B, 1, L, S}, Values: mask}}
 	ref, err := reference.AdditiveAttention(qd, [3]int{B, L, dq}, kd, [3]int{B, S, dk}, vd, [3]int{B, S, dv}, w, opts)

@@ -26,6 +26,17 @@ func cli(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return o.String(), e.String(), code
 }
 
+// cliOK runs the command in-process, fails the test unless it exits 0 and
+// returns its stdout.
+func cliOK(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := cli(t, args...)
+	if code != 0 {
+		t.Fatalf("vkattn %s: exit %d: %s\n%s", strings.Join(args, " "), code, errOut, out)
+	}
+	return out
+}
+
 // withDevice turns on the validation layer for a test that
 // opens a device and checks at the end that it reported nothing.
 func withDevice(t *testing.T) {
@@ -93,18 +104,13 @@ func TestRunSpecExample(t *testing.T) {
 	dir := t.TempDir()
 	q, k, v := seed000(t, dir)
 
-	out, errOut, code := cli(t, "run", "-q", q, "-k", k, "-v", v)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := cliOK(t, "run", "-q", q, "-k", k, "-v", v)
 	if !strings.Contains(out, "O (1, 2): [1.6044") || !strings.Contains(out, "plan: ") || !strings.Contains(out, "GPU time") {
 		t.Errorf("summary:\n%s", out)
 	}
 
 	o := filepath.Join(dir, "o.npy")
-	if _, errOut, code := cli(t, "run", "-q", q, "-k", k, "-v", v, "-o", o, "--check"); code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	cliOK(t, "run", "-q", q, "-k", k, "-v", v, "-o", o, "--check")
 	got := load(t, o)
 	if !slices.Equal(got.Shape, []int{1, 2}) {
 		t.Errorf("O shape %v, want [1 2]", got.Shape)
@@ -113,9 +119,7 @@ func TestRunSpecExample(t *testing.T) {
 
 	// float64 inputs are converted.
 	q64 := save(t, dir, "q64.npy", [][]float64{{1, 0}})
-	if _, errOut, code := cli(t, "run", "-q", q64, "-k", k, "-v", v, "-o", o); code != 0 {
-		t.Fatalf("float64 Q: exit %d: %s", code, errOut)
-	}
+	cliOK(t, "run", "-q", q64, "-k", k, "-v", v, "-o", o)
 	near(t, "O from float64 Q", load(t, o).F32, []float64{1.6044, 1.5933}, 1e-4)
 }
 
@@ -126,9 +130,7 @@ func TestRunMask(t *testing.T) {
 	m := save(t, dir, "m.npy", [][]float32{{0, 0, float32(math.Inf(-1))}})
 	o := filepath.Join(dir, "o.npy")
 	w := filepath.Join(dir, "w.npy")
-	if _, errOut, code := cli(t, "run", "-q", q, "-k", k, "-v", v, "--mask", m, "-o", o, "--weights", w, "--check"); code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	cliOK(t, "run", "-q", q, "-k", k, "-v", v, "--mask", m, "-o", o, "--weights", w, "--check")
 	near(t, "O", load(t, o).F32, []float64{1.3395, 1.3210}, 1e-4)
 	weights := load(t, w)
 	if !slices.Equal(weights.Shape, []int{1, 3}) {
@@ -138,9 +140,7 @@ func TestRunMask(t *testing.T) {
 
 	// A rank-1 mask over the keys broadcasts the same way.
 	m1 := save(t, dir, "m1.npy", []float32{0, 0, float32(math.Inf(-1))})
-	if _, errOut, code := cli(t, "run", "-q", q, "-k", k, "-v", v, "--mask", m1, "-o", o); code != 0 {
-		t.Fatalf("rank-1 mask: exit %d: %s", code, errOut)
-	}
+	cliOK(t, "run", "-q", q, "-k", k, "-v", v, "--mask", m1, "-o", o)
 	near(t, "O with rank-1 mask", load(t, o).F32, []float64{1.3395, 1.3210}, 1e-4)
 }
 
@@ -162,9 +162,7 @@ func TestAllowBlockPolarity(t *testing.T) {
 		{"--allow", fft, []float64{2, 2}},         // only key 3 allowed
 		{"--causal", "top-left", []float64{2, 0}}, // L=1: key 1 only: O = v1
 	} {
-		if _, errOut, code := cli(t, "run", "-q", q, "-k", k, "-v", v, c.flag, c.file, "-o", o, "--check"); code != 0 {
-			t.Fatalf("%s %s: exit %d: %s", c.flag, c.file, code, errOut)
-		}
+		cliOK(t, "run", "-q", q, "-k", k, "-v", v, c.flag, c.file, "-o", o, "--check")
 		near(t, c.flag+" "+filepath.Base(c.file), load(t, o).F32, c.want, 1e-4)
 	}
 }
@@ -190,9 +188,7 @@ func TestAllowAndBlockTogether(t *testing.T) {
 		{"block 2 and allow 2,3 and block 2 again: key 3", []string{"--block", ftf, "--allow", ftt, "--block", ftf}, []float64{2, 2}},
 	} {
 		args := append([]string{"run", "-q", q, "-k", k, "-v", v, "-o", o, "--check"}, c.masks...)
-		if _, errOut, code := cli(t, args...); code != 0 {
-			t.Fatalf("%s: exit %d: %s", c.name, code, errOut)
-		}
+		cliOK(t, args...)
 		near(t, c.name, load(t, o).F32, c.want, 1e-6)
 	}
 }
@@ -205,10 +201,7 @@ func TestRunShapesGQA(t *testing.T) {
 	_, k, v := seed000(t, dir)
 	q := save(t, dir, "q3.npy", [][][]float32{{{1, 0}}, {{0, 0}}})
 	o, lse, w := filepath.Join(dir, "o.npy"), filepath.Join(dir, "lse.npy"), filepath.Join(dir, "w.npy")
-	out, errOut, code := cli(t, "run", "-q", q, "-k", k, "-v", v, "-o", o, "--lse", lse, "--weights", w, "--check", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := cliOK(t, "run", "-q", q, "-k", k, "-v", v, "-o", o, "--lse", lse, "--weights", w, "--check", "--json")
 	var s struct {
 		Dims    vkattn.Dims
 		Written []string
@@ -397,10 +390,7 @@ func TestNPYFortranAndRoundTrip(t *testing.T) {
 
 func TestVerify(t *testing.T) {
 	withDevice(t)
-	out, errOut, code := cli(t, "verify", "--dir", "../../testdata")
-	if code != 0 {
-		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
-	}
+	out := cliOK(t, "verify", "--dir", "../../testdata")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	last := lines[len(lines)-1]
 	if !regexp.MustCompile(`^[1-9][0-9]* passed, 0 failed$`).MatchString(last) {
@@ -418,7 +408,7 @@ func TestVerify(t *testing.T) {
 	  "k": {"shape": [3,2], "values": [1,0,0,1,1,1]}, "v": {"shape": [3,2], "values": [2,0,0,4,2,2]},
 	  "expect": {"O": {"shape": [1,2], "values": [1.6, 1.6]}, "tolerance": 1e-4}}`
 	os.WriteFile(filepath.Join(dir, "wrong.json"), []byte(wrong), 0o644)
-	out, _, code = cli(t, "verify", "--dir", dir)
+	out, _, code := cli(t, "verify", "--dir", dir)
 	if code == 0 || !strings.HasSuffix(strings.TrimSpace(out), "0 passed, 1 failed") || !strings.Contains(out, "FAIL") {
 		t.Errorf("wrong case: exit %d\n%s", code, out)
 	}
@@ -430,10 +420,7 @@ func TestVerify(t *testing.T) {
 
 func TestDevicesJSON(t *testing.T) {
 	withDevice(t)
-	out, errOut, code := cli(t, "devices", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out := cliOK(t, "devices", "--json")
 	var s struct {
 		Default int          `json:"default"`
 		Devices []deviceJSON `json:"devices"`
@@ -449,7 +436,7 @@ func TestDevicesJSON(t *testing.T) {
 			t.Errorf("device %+v", d)
 		}
 	}
-	out, _, code = cli(t, "devices")
+	out, _, code := cli(t, "devices")
 	if code != 0 || !strings.Contains(out, "(default)") || !strings.Contains(out, "max storage buffer range") {
 		t.Errorf("text: exit %d\n%s", code, out)
 	}
@@ -478,10 +465,7 @@ func TestDemo(t *testing.T) {
 		t.Skip("compiles a d=64 kernel variant")
 	}
 	withDevice(t)
-	out, errOut, code := cli(t, "demo")
-	if code != 0 {
-		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
-	}
+	out := cliOK(t, "demo")
 	for _, want := range []string{"O = [1.604", "O = [1.339", "O = [1.500000 1.500000]", "1.333333 1.333333", "random problem", "check vs float64 reference"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)

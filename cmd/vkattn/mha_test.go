@@ -94,16 +94,6 @@ func sameTensor(t *testing.T, what, path string, want weights.Tensor, shape []in
 	near(t, what, got.F32, w, tol)
 }
 
-// mhaOK runs vkattn mha and fails the test unless it exits 0.
-func mhaOK(t *testing.T, args ...string) string {
-	t.Helper()
-	out, errOut, code := cli(t, append([]string{"mha"}, args...)...)
-	if code != 0 {
-		t.Fatalf("vkattn mha %s: exit %d: %s\n%s", strings.Join(args, " "), code, errOut, out)
-	}
-	return out
-}
-
 // parityTol: the GPU in float32 against PyTorch in float64.
 const parityTol = 2e-5
 
@@ -116,23 +106,23 @@ func TestMHASelfParity(t *testing.T) {
 	o, w := filepath.Join(dir, "out.npy"), filepath.Join(dir, "w.npy")
 	params := filepath.Join(mhaDir, "self_params.npz")
 
-	out := mhaOK(t, "-x", x, "--params", params, "--heads", "2", "-o", o, "--check")
+	out := cliOK(t, "mha", "-x", x, "--params", params, "--heads", "2", "-o", o, "--check")
 	if !strings.Contains(out, "wrote out (2, 3, 8) to "+o) || !strings.Contains(out, "check vs float64 reference") || !strings.Contains(out, ": ok") {
 		t.Errorf("output:\n%s", out)
 	}
 	sameTensor(t, "out", o, data["out"], []int{2, 3, 8}, parityTol)
 
 	// Per-head weights, then their mean, read from the .safetensors copy.
-	mhaOK(t, "-x", x, "--params", params, "--heads", "2", "-o", o, "--weights", w, "--check")
+	cliOK(t, "mha", "-x", x, "--params", params, "--heads", "2", "-o", o, "--weights", w, "--check")
 	sameTensor(t, "weights", w, data["weights"], []int{2, 2, 3, 3}, parityTol)
 	st := filepath.Join(mhaDir, "self_params.safetensors")
-	mhaOK(t, "-x", x, "--params", st, "--heads", "2", "-o", o, "--weights", w, "--average-weights", "--check")
+	cliOK(t, "mha", "-x", x, "--params", st, "--heads", "2", "-o", o, "--weights", w, "--average-weights", "--check")
 	sameTensor(t, "out (safetensors)", o, data["out"], []int{2, 3, 8}, parityTol)
 	sameTensor(t, "averaged weights", w, data["weights_avg"], []int{2, 3, 3}, parityTol)
 
 	// Unbatched: X (T,d) is batch item 0; the outputs drop B.
 	x0 := writeArray(t, dir, "x0.npy", []int{3, 8}, q.Data[:24])
-	mhaOK(t, "-x", x0, "--params", params, "--heads", "2", "-o", o, "--weights", w, "--check")
+	cliOK(t, "mha", "-x", x0, "--params", params, "--heads", "2", "-o", o, "--weights", w, "--check")
 	first := func(x weights.Tensor, n int) weights.Tensor { return weights.Tensor{Data: x.Data[:n]} }
 	sameTensor(t, "unbatched out", o, first(data["out"], 24), []int{3, 8}, parityTol)
 	sameTensor(t, "unbatched weights", w, first(data["weights"], 18), []int{2, 3, 3}, parityTol)
@@ -151,12 +141,12 @@ func TestMHAPaddingParity(t *testing.T) {
 	o, w := filepath.Join(dir, "out.npy"), filepath.Join(dir, "w.npy")
 	params := filepath.Join(mhaDir, "padcausal_params.npz")
 
-	mhaOK(t, "-x", x, "--params", params, "--heads", "3", "--key-padding", kp, "--mask", am, "--mask-means", "block",
+	cliOK(t, "mha", "-x", x, "--params", params, "--heads", "3", "--key-padding", kp, "--mask", am, "--mask-means", "block",
 		"-o", o, "--weights", w, "--check")
 	sameTensor(t, "out", o, data["out"], []int{2, 5, 12}, parityTol)
 	sameTensor(t, "weights", w, data["weights"], []int{2, 3, 5, 5}, parityTol)
 
-	out := mhaOK(t, "-x", x, "--params", params, "--heads", "3", "--key-padding", kp, "--causal", "top-left", "-o", o, "--check", "--explain")
+	out := cliOK(t, "mha", "-x", x, "--params", params, "--heads", "3", "--key-padding", kp, "--causal", "top-left", "-o", o, "--check", "--explain")
 	sameTensor(t, "out (causal)", o, data["out"], []int{2, 5, 12}, parityTol)
 	for _, want := range []string{"plan: multi-head attention B=2 T=5 S=5 d=12 heads=3", "in_proj (Q,K,V fused)", "out_proj", "masks: key padding (2,5), causal top-left", "GPU time"} {
 		if !strings.Contains(out, want) {
@@ -235,7 +225,7 @@ func TestMHACross(t *testing.T) {
 		nearReference(t, what+" weights", gw.F32, want)
 	}
 
-	out := mhaOK(t, "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--weights", wp, "--check", "--explain")
+	out := cliOK(t, "mha", "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--weights", wp, "--check", "--explain")
 	expect("cross", vkattn.MHAOptions{Heads: h}, false)
 	for _, want := range []string{"q_proj", "k_proj", "v_proj", "out_proj", "masks: none", ": ok"} {
 		if !strings.Contains(out, want) {
@@ -255,7 +245,7 @@ func TestMHACross(t *testing.T) {
 		mask[bh*T*S+(bh%T)*S+bh%S] = float32(math.Inf(-1))
 	}
 	m := writeArray(t, dir, "m.npy", []int{B * h, T, S}, mask)
-	mhaOK(t, "-x", x, "--kv", kv, "--params", params, "--heads", "2", "--key-padding", kp, "--mask", m,
+	cliOK(t, "mha", "-x", x, "--kv", kv, "--params", params, "--heads", "2", "--key-padding", kp, "--mask", m,
 		"-o", o, "--weights", wp, "--average-weights", "--check")
 	expect("masked cross", vkattn.MHAOptions{
 		Heads:      h,
