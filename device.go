@@ -22,6 +22,15 @@ const (
 	StorageLoadPath = pipelines.StoragePath
 )
 
+// ParseLoadPath reads the names a LoadPath prints: auto, texel or storage.
+func ParseLoadPath(s string) (LoadPath, error) {
+	p, err := pipelines.ParseLoadPath(s)
+	if err != nil {
+		return p, errorf(ErrOption, "%v", err)
+	}
+	return p, nil
+}
+
 // DeviceInfo describes a Vulkan device: name, type, driver and limits.
 type DeviceInfo = vk.PhysicalDevice
 

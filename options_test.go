@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -105,6 +106,19 @@ func TestValidateChecksOptionsWithoutTensors(t *testing.T) {
 	}
 	if err := (vkattn.Options{KeyLengths: []int{6, 1}}).Validate(d); !errors.Is(err, vkattn.ErrLengths) {
 		t.Errorf("key length 6 of S=5: %v, want ErrLengths", err)
+	}
+}
+
+// TestParseLoadPathReadsWhatStringPrints: the --load-path names, one parser
+// for flags and saved tunings.
+func TestParseLoadPathReadsWhatStringPrints(t *testing.T) {
+	for _, p := range []vkattn.LoadPath{vkattn.AutoLoadPath, vkattn.TexelLoadPath, vkattn.StorageLoadPath} {
+		if got, err := vkattn.ParseLoadPath(p.String()); err != nil || got != p {
+			t.Errorf("ParseLoadPath(%q) = %v, %v", p.String(), got, err)
+		}
+	}
+	if _, err := vkattn.ParseLoadPath("Texel"); !errors.Is(err, vkattn.ErrOption) || !strings.Contains(err.Error(), "want auto, texel or storage") {
+		t.Errorf("ParseLoadPath(Texel): %v, want ErrOption naming the choices", err)
 	}
 }
 

@@ -169,13 +169,22 @@ func (t Tuning) Check(dev vk.PhysicalDevice) error {
 // MarshalText writes the path's name, so tunings save as readable JSON.
 func (p LoadPath) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
-// UnmarshalText reads a name String prints.
+// UnmarshalText reads a name String prints (ParseLoadPath).
 func (p *LoadPath) UnmarshalText(b []byte) error {
+	c, err := ParseLoadPath(string(b))
+	if err != nil {
+		return err
+	}
+	*p = c
+	return nil
+}
+
+// ParseLoadPath reads a name String prints: auto, texel or storage.
+func ParseLoadPath(s string) (LoadPath, error) {
 	for _, c := range []LoadPath{AutoPath, TexelPath, StoragePath} {
-		if c.String() == string(b) {
-			*p = c
-			return nil
+		if c.String() == s {
+			return c, nil
 		}
 	}
-	return fmt.Errorf("unknown load path %q (want auto, texel or storage)", b)
+	return AutoPath, fmt.Errorf("unknown load path %q (want auto, texel or storage)", s)
 }

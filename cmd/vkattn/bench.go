@@ -265,15 +265,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if f.reps < 1 {
 		return usagef(stderr, "bench", "--reps %d: want at least 1", f.reps)
 	}
-	var path vkattn.LoadPath
-	switch f.loadPath {
-	case "auto":
-		path = vkattn.AutoLoadPath
-	case "texel":
-		path = vkattn.TexelLoadPath
-	case "storage":
-		path = vkattn.StorageLoadPath
-	default:
+	path, err := vkattn.ParseLoadPath(f.loadPath)
+	if err != nil {
 		return usagef(stderr, "bench", "--load-path %q: want auto, texel or storage", f.loadPath)
 	}
 	if f.plot != "" {
