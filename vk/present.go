@@ -315,10 +315,12 @@ const SwapchainExtension = "VK_KHR_swapchain"
 // semaphores, swapchains); the device's Close destroys those left.
 type extra interface{ destroy() }
 
-// surfaceCalls are the instance-level entry points of VK_KHR_surface.
+// surfaceCalls are the instance-level entry points of VK_KHR_surface. The
+// table is an allocation of its own: cgo refuses a pointer into memory
+// that also holds Go pointers (err).
 type surfaceCalls struct {
 	once sync.Once
-	c    C.vkattn_surface_calls
+	c    *C.vkattn_surface_calls
 	err  error
 }
 
@@ -326,11 +328,12 @@ type surfaceCalls struct {
 func (in *Instance) surfaceCalls() (*C.vkattn_surface_calls, error) {
 	t := &in.surface
 	t.once.Do(func() {
-		if C.vkattn_resolve_surface(procAddr, C.VkInstance(unsafe.Pointer(in.handle)), &t.c) != 0 {
+		t.c = new(C.vkattn_surface_calls)
+		if C.vkattn_resolve_surface(procAddr, C.VkInstance(unsafe.Pointer(in.handle)), t.c) != 0 {
 			t.err = errors.New("vk: the instance has no VK_KHR_surface entry points (enable the window's instance extensions)")
 		}
 	})
-	return &t.c, t.err
+	return t.c, t.err
 }
 
 // Surface is a window's VkSurfaceKHR, owned by the Instance it was made
@@ -420,10 +423,11 @@ func (in *Instance) presentFamily(pd PhysicalDevice, s *Surface) (family uint32,
 	return uint32(found), f.timestampBits > 0 && pd.Limits.TimestampPeriod > 0, nil
 }
 
-// presentCalls are the device-level entry points of this file.
+// presentCalls are the device-level entry points of this file (the table
+// allocated alone, as surfaceCalls's).
 type presentCalls struct {
 	once      sync.Once
-	c         C.vkattn_present_calls
+	c         *C.vkattn_present_calls
 	swapchain bool
 	err       error
 }
@@ -433,12 +437,13 @@ func (d *Device) presentCalls() (*C.vkattn_present_calls, error) {
 	p := d.present
 	p.once.Do(func() {
 		var sc C.int
-		if C.vkattn_resolve_present(procAddr, C.VkInstance(unsafe.Pointer(d.inst.handle)), d.cDevice(), &p.c, &sc) != 0 {
+		p.c = new(C.vkattn_present_calls)
+		if C.vkattn_resolve_present(procAddr, C.VkInstance(unsafe.Pointer(d.inst.handle)), d.cDevice(), p.c, &sc) != 0 {
 			p.err = errors.New("vk: vkGetDeviceProcAddr: a core Vulkan 1.0 image command is missing")
 		}
 		p.swapchain = sc != 0
 	})
-	return &p.c, p.err
+	return p.c, p.err
 }
 
 // track adds an object to the device's owner list; untrack removes it and
