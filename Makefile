@@ -1,27 +1,36 @@
 # The two commands: `make test` (what CI runs) and `make demo`.
 GO ?= go
 
-.PHONY: test demo deps vet shaders bench build
+.PHONY: test demo deps deps-viewer vet shaders bench build
 
 deps:
 	@tools/deps.sh
+
+# The viewer window (vkattn view) builds with the "viewer" tag, against the
+# X11 headers GLFW needs; everything else builds without them.
+deps-viewer:
+	@tools/deps.sh --viewer
 
 # SPIR-V freshness, go vet, then the whole suite with the Vulkan validation
 # layer on (any validation message fails it), then the tests of a device
 # shared by goroutines and closed under load again under the race detector.
 RACE_TESTS = Concurrent|Cancelled|AfterDeviceClose|InFlight
 
-test: deps
+# Then the viewer build: its vet, and the window tests on a virtual X server.
+test: deps-viewer
 	tools/glslc.sh --check
 	$(GO) vet ./...
+	$(GO) vet -tags viewer ./viewer/... ./cmd/vkattn
 	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 40m ./...
+	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
 	VKATTN_VALIDATION=1 $(GO) test -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
 
 demo: deps
 	$(GO) run ./cmd/vkattn demo
 
-build:
-	$(GO) build -o vkattn ./cmd/vkattn
+# vkattn with the viewer window; 'go build ./cmd/vkattn' builds it without.
+build: deps-viewer
+	$(GO) build -tags viewer -o vkattn ./cmd/vkattn
 
 # Rebuild shaders/*.spv after editing a GLSL source or shaders/manifest.txt.
 shaders: deps

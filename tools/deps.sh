@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # Ensures the system packages vkattn needs are installed: installs the
 # missing ones with apt when running as root, otherwise names them and fails.
+#   tools/deps.sh           what the library and the CLI need (Vulkan, glslc)
+#   tools/deps.sh --viewer  also what the viewer window needs to build (the
+#                           X11 and GL headers GLFW compiles against) and
+#                           its tests (a virtual X server, xdotool, import)
 set -euo pipefail
 packages=(mesa-vulkan-drivers libvulkan1 libvulkan-dev glslc spirv-tools vulkan-validationlayers)
+if [ "${1:-}" = "--viewer" ]; then
+  packages+=(libx11-dev libxcursor-dev libxrandr-dev libxinerama-dev libxi-dev libxxf86vm-dev libgl-dev
+    xvfb xdotool imagemagick)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
