@@ -16,12 +16,7 @@ func TestKernelPushAndSpecConstants(t *testing.T) {
 	inst, dev := openTestDevice(t)
 	k := selftestKernel(t, dev)
 	const n = 100
-	in, _ := dev.NewBuffer(4 * n)
-	out, _ := dev.NewBuffer(4 * n)
-	set, err := k.Bind([]Arg{{Buffer: in}, {Buffer: out}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, out, set := selftestBuffers(t, dev, k, n)
 	push := selftestPush(2.5, 90) // the last 10 outputs stay untouched
 	cmds := recordSelftest(t, dev, k, set, push, 2)
 	if err := cmds.Push(k, push[:4]); err == nil {

@@ -20,18 +20,7 @@ func TestBufferClosedWhileInFlight(t *testing.T) {
 	inst, dev := openTestDevice(t)
 	k := selftestKernel(t, dev)
 	const n = 1 << 16
-	in, err := dev.NewBuffer(4 * n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := dev.NewBuffer(4 * n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := k.Bind([]Arg{{Buffer: in}, {Buffer: out}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, _, set := selftestBuffers(t, dev, k, n)
 	cmds := recordSelftest(t, dev, k, set, selftestPush(2, n), n/64)
 	if err := cmds.Submit(); err != nil {
 		t.Fatal(err)
@@ -62,12 +51,7 @@ func TestObjectsAfterDeviceClose(t *testing.T) {
 	before := LiveObjects()
 	inst, dev := openTestDevice(t)
 	k := selftestKernel(t, dev)
-	in, _ := dev.NewBuffer(256)
-	out, _ := dev.NewBuffer(256)
-	set, err := k.Bind([]Arg{{Buffer: in}, {Buffer: out}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, out, set := selftestBuffers(t, dev, k, 64)
 	neverRun := recordSelftest(t, dev, k, set, selftestPush(1, 64), 1)
 	finished := recordSelftest(t, dev, k, set, selftestPush(1, 64), 1)
 	if err := finished.Submit(); err != nil {

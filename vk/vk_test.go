@@ -45,6 +45,23 @@ func selftestKernel(t *testing.T, dev *Device) *Kernel {
 	return k
 }
 
+// selftestBuffers makes in and out buffers of n float32s and binds them
+// to the selftest kernel k.
+func selftestBuffers(t *testing.T, dev *Device, k *Kernel, n int) (in, out *Buffer, set *DescriptorSet) {
+	t.Helper()
+	in, err := dev.NewBuffer(4 * uint64(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err = dev.NewBuffer(4 * uint64(n)); err != nil {
+		t.Fatal(err)
+	}
+	if set, err = k.Bind([]Arg{{Buffer: in}, {Buffer: out}}); err != nil {
+		t.Fatal(err)
+	}
+	return in, out, set
+}
+
 // closeTestDevice closes dev and inst and checks that nothing is left
 // alive and the validation layer said nothing.
 func closeTestDevice(t *testing.T, inst *Instance, dev *Device, before int64) {
