@@ -1,7 +1,5 @@
 package vkattn
 
-import "math"
-
 // MHAWeights are the parameters of one PyTorch nn.MultiheadAttention layer
 // in PyTorch's own layout: every weight is (out, in) row-major, so a
 // projection is y = x W^T + b.
@@ -203,19 +201,9 @@ func checkTensors(ts []namedTensor) error {
 		if len(t.data) != n {
 			return errorf(ErrShape, "%s has %d values, want shape %v (%d values)", t.name, len(t.data), t.shape, n)
 		}
-		if i := firstNonFinite(t.data); i >= 0 {
+		if i := FirstNonFinite(t.data); i >= 0 {
 			return errorf(ErrNonFinite, "%s value %d is %v", t.name, i, t.data[i])
 		}
 	}
 	return nil
-}
-
-// firstNonFinite returns the index of the first NaN or Inf in x, or -1.
-func firstNonFinite(x []float32) int {
-	for i, v := range x {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return i
-		}
-	}
-	return -1
 }

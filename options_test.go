@@ -240,3 +240,21 @@ func fuzzOptions(q, k [4]int, spec []byte) vkattn.Options {
 	}
 	return opts
 }
+
+func TestFirstNonFiniteFindsNaNAndBothInfinities(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for _, c := range []struct {
+		x    []float32
+		want int
+	}{
+		{nil, -1},
+		{[]float32{0, -1, math.MaxFloat32}, -1},
+		{[]float32{0, nan, inf}, 1},
+		{[]float32{-inf}, 0},
+		{[]float32{1, 2, inf}, 2},
+	} {
+		if got := vkattn.FirstNonFinite(c.x); got != c.want {
+			t.Errorf("FirstNonFinite(%v) = %d, want %d", c.x, got, c.want)
+		}
+	}
+}

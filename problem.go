@@ -267,6 +267,18 @@ func (o *Options) validate(full MaskShape) error {
 	return checkLengths("query", o.QueryLengths, full[0], full[2])
 }
 
+// FirstNonFinite returns the index of the first NaN or Inf in x, or -1.
+// Inputs and weights must be finite (ErrNonFinite); a caller can name the
+// value before uploading anything.
+func FirstNonFinite(x []float32) int {
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return i
+		}
+	}
+	return -1
+}
+
 func checkMaskShape(what string, s, full MaskShape, n int) error {
 	names := [4]string{"B", "H", "L", "S"}
 	count := 1

@@ -197,10 +197,8 @@ func readFloatInput(name, path string) (*npyArray, error) {
 	if a.Bools != nil {
 		return nil, fmt.Errorf("%s %s holds bool values; want float32 or float64", name, path)
 	}
-	for i, x := range a.F32 {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return nil, fmt.Errorf("%s %s: value %d is %v; %s must be finite", name, path, i, x, name)
-		}
+	if i := vkattn.FirstNonFinite(a.F32); i >= 0 {
+		return nil, fmt.Errorf("%s %s: value %d is %v; %s must be finite", name, path, i, a.F32[i], name)
 	}
 	return a, nil
 }
