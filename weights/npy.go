@@ -80,6 +80,57 @@ func ReadNPY(path string) (*Array, error) {
 	return a, nil
 }
 
+// WriteNPY writes data of the given shape as a little-endian float32 .npy
+// file (format 1.0), its header padded so that the data starts on a 64-byte
+// boundary as NumPy writes it. The header is written here rather than by
+// npyio, whose writer only knows a shape from nested Go slices and walks
+// them element by element (seconds for a few million values).
+func WriteNPY(w io.Writer, shape []int, data []float32) error {
+	dict := npyDict("<f4", false, shape...)
+	hdrLen := len(dict) + 1 // with the closing newline
+	if pad := (10 + hdrLen) % 64; pad != 0 {
+		hdrLen += 64 - pad
+	}
+	if hdrLen > math.MaxUint16 {
+		return errors.New("npy header too long")
+	}
+	b := append([]byte("\x93NUMPY\x01\x00"), byte(hdrLen), byte(hdrLen>>8))
+	b = append(b, dict...)
+	b = append(b, strings.Repeat(" ", hdrLen-len(dict)-1)+"\n"...)
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	b = b[:0]
+	for i, x := range data {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+		if len(b) >= 1<<16 || i == len(data)-1 {
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+			b = b[:0]
+		}
+	}
+	return nil
+}
+
+// npyDict is the header dictionary of a .npy file of the given dtype,
+// order and shape, as NumPy writes it.
+func npyDict(descr string, fortran bool, shape ...int) string {
+	dims := make([]string, len(shape))
+	for i, s := range shape {
+		dims[i] = strconv.Itoa(s)
+	}
+	tuple := "(" + strings.Join(dims, ", ") + ")"
+	if len(shape) == 1 {
+		tuple = "(" + dims[0] + ",)"
+	}
+	order := "False"
+	if fortran {
+		order = "True"
+	}
+	return fmt.Sprintf("{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr, order, tuple)
+}
+
 // npyType is how a supported dtype is stored.
 type npyType struct {
 	dtype string // Tensor.DType

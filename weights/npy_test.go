@@ -244,3 +244,40 @@ func TestReadNPYPromiseExceedsFile(t *testing.T) {
 		t.Errorf("allocated %d bytes for a 1 GiB promise", grew)
 	}
 }
+
+// WriteNPY's files read back with their shape and values, the data on a
+// 64-byte boundary as NumPy aligns it; the large one is written in pieces.
+func TestWriteNPY(t *testing.T) {
+	large := make([]float32, 40000)
+	for i := range large {
+		large[i] = float32(i) / 7
+	}
+	for _, c := range []struct {
+		shape []int
+		data  []float32
+	}{
+		{[]int{}, []float32{2.5}},
+		{[]int{3}, []float32{1, -2, 3}},
+		{[]int{2, 3}, []float32{1, 2, 3, 4, 5, 6}},
+		{[]int{4, 100, 100}, large},
+	} {
+		var b bytes.Buffer
+		if err := WriteNPY(&b, c.shape, c.data); err != nil {
+			t.Fatal(err)
+		}
+		if hdr := 10 + int(binary.LittleEndian.Uint16(b.Bytes()[8:])); hdr%64 != 0 || b.Len() != hdr+4*len(c.data) {
+			t.Errorf("shape %v: data at byte %d of %d, want a multiple of 64 followed by %d bytes", c.shape, hdr, b.Len(), 4*len(c.data))
+		}
+		p := filepath.Join(t.TempDir(), "x.npy")
+		if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		a, err := ReadNPY(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Descr != "<f4" || !reflect.DeepEqual(a.Shape, c.shape) || !reflect.DeepEqual(a.F32, c.data) {
+			t.Errorf("shape %v: read back %s %v with %d values", c.shape, a.Descr, a.Shape, len(a.F32))
+		}
+	}
+}

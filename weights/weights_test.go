@@ -34,22 +34,6 @@ func npyBytes(dict string, raw []byte) []byte {
 	return b.Bytes()
 }
 
-func npyDict(descr string, fortran bool, shape ...int) string {
-	dims := make([]string, len(shape))
-	for i, s := range shape {
-		dims[i] = fmt.Sprint(s)
-	}
-	tuple := "(" + strings.Join(dims, ", ") + ")"
-	if len(shape) == 1 {
-		tuple = "(" + dims[0] + ",)"
-	}
-	order := "False"
-	if fortran {
-		order = "True"
-	}
-	return fmt.Sprintf("{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr, order, tuple)
-}
-
 func f32Bytes(xs ...float32) []byte {
 	b := make([]byte, 4*len(xs))
 	for i, x := range xs {

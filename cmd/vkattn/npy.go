@@ -2,11 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"math"
-	"strings"
 
 	"github.com/vkattn/vkattn/weights"
 )
@@ -32,37 +27,10 @@ func readNPY(path string) (*npyArray, error) {
 	return &npyArray{Path: path, Shape: a.Shape, DType: a.Descr, F32: a.F32, Bools: a.Bools}, nil
 }
 
-// encodeNPY writes a little-endian float32 .npy (format 1.0). The header is
-// written here rather than by npyio, whose writer only knows a shape from
-// nested Go slices and walks them element by element (seconds for a few
-// million values); tests read the result back with npyio.
+// encodeNPY writes a little-endian float32 .npy (weights.WriteNPY).
 func encodeNPY(w *bufio.Writer, shape []int, data []float32) error {
-	dims := make([]string, len(shape))
-	for i, s := range shape {
-		dims[i] = fmt.Sprint(s)
-	}
-	tuple := "(" + strings.Join(dims, ", ") + ")"
-	if len(shape) == 1 {
-		tuple = "(" + dims[0] + ",)"
-	}
-	dict := fmt.Sprintf("{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", tuple)
-	// Pad so the data starts on a 64-byte boundary, as NumPy does.
-	hdrLen := len(dict) + 1
-	if pad := (10 + hdrLen) % 64; pad != 0 {
-		hdrLen += 64 - pad
-	}
-	if hdrLen > math.MaxUint16 {
-		return errors.New("npy header too long")
-	}
-	w.WriteString("\x93NUMPY\x01\x00")
-	binary.Write(w, binary.LittleEndian, uint16(hdrLen))
-	w.WriteString(dict)
-	w.WriteString(strings.Repeat(" ", hdrLen-len(dict)-1))
-	w.WriteByte('\n')
-	var b [4]byte
-	for _, x := range data {
-		binary.LittleEndian.PutUint32(b[:], math.Float32bits(x))
-		w.Write(b[:])
+	if err := weights.WriteNPY(w, shape, data); err != nil {
+		return err
 	}
 	return w.Flush()
 }
