@@ -251,15 +251,14 @@ func (s *session) onKey(w *glfw.Window, key glfw.Key, _ int, action glfw.Action,
 	if action == glfw.Release {
 		return
 	}
-	P := s.painter
-	v := s.view
+	pt, v := s.painter, s.view
 	switch key {
 	case glfw.KeyN, glfw.KeyRight, glfw.KeyDown:
-		v.Head = (v.Head + 1) % P.H
+		v.Head = (v.Head + 1) % pt.H
 	case glfw.KeyP, glfw.KeyLeft, glfw.KeyUp:
-		v.Head = (v.Head + P.H - 1) % P.H
+		v.Head = (v.Head + pt.H - 1) % pt.H
 	case glfw.KeyB:
-		v.Batch = (v.Batch + 1) % P.B
+		v.Batch = (v.Batch + 1) % pt.B
 	case glfw.KeyC:
 		v.Contribution = !v.Contribution
 	case glfw.KeyQ, glfw.KeyEscape:
@@ -277,11 +276,11 @@ func (s *session) onKey(w *glfw.Window, key glfw.Key, _ int, action glfw.Action,
 // pixel column x shows key floor((x + 0.5) * S / width).
 func (s *session) onCursor(w *glfw.Window, x, y float64) {
 	ww, wh := w.GetSize()
-	P := s.painter
+	pt := s.painter
 	s.mouse.in = x >= 0 && y >= 0 && int(x) < ww && int(y) < wh
 	if s.mouse.in {
-		s.mouse.j = min(int((float64(int(x))+0.5)*float64(P.S)/float64(ww)), P.S-1)
-		s.mouse.i = min(int((float64(int(y))+0.5)*float64(P.L)/float64(wh)), P.L-1)
+		s.mouse.j = min(int((float64(int(x))+0.5)*float64(pt.S)/float64(ww)), pt.S-1)
+		s.mouse.i = min(int((float64(int(y))+0.5)*float64(pt.L)/float64(wh)), pt.L-1)
 	}
 	s.setTitle()
 }
@@ -289,14 +288,14 @@ func (s *session) onCursor(w *glfw.Window, x, y float64) {
 // setTitle says what is shown and, once the frame is on screen, the cell
 // under the mouse (its value is read from the device).
 func (s *session) setTitle() {
-	P, v := s.painter, s.view
+	pt, v := s.painter, s.view
 	what := "weights a_ij"
 	if v.Contribution {
 		what = "contributions a_ij*||v_j||"
 	}
-	title := fmt.Sprintf("vkattn view | batch %d/%d | head %d/%d | %s, scale 0 to %.4g", v.Batch, P.B, v.Head, P.H, what, s.top)
+	title := fmt.Sprintf("vkattn view | batch %d/%d | head %d/%d | %s, scale 0 to %.4g", v.Batch, pt.B, v.Head, pt.H, what, s.top)
 	if s.mouse.in && s.shown {
-		if x, err := P.Value(v, s.mouse.i, s.mouse.j); err == nil {
+		if x, err := pt.Value(v, s.mouse.i, s.mouse.j); err == nil {
 			title += fmt.Sprintf(" | query %d, key %d: %.4g", s.mouse.i, s.mouse.j, x)
 		}
 	}
