@@ -171,35 +171,33 @@ func TestAdditiveSweep(t *testing.T) {
 		for _, d := range []*vkattn.Device{dev, storageDev} {
 			masks := []string{"none", "additive", "boolean", "causal", "lengths", "all"}[i%6]
 			name := fmt.Sprintf("%v/%s/%s", s, masks, map[bool]string{false: "auto", true: "storage"}[d == storageDev])
-			t.Run(name, func(t *testing.T) {
-				c := &additiveCase{B: s.B, L: s.L, S: s.S, DQ: s.DQ, DK: s.DK, DA: s.DA, DV: s.DV}
-				c.q, c.k, c.v = randomValues(r, s.B*s.L*s.DQ), randomValues(r, s.B*s.S*s.DK), randomValues(r, s.B*s.S*s.DV)
-				c.w = &vkattn.AdditiveWeights{DQ: s.DQ, DK: s.DK, DA: s.DA, WQ: randomValues(r, s.DQ*s.DA), WK: randomValues(r, s.DK*s.DA), WA: randomValues(r, s.DA)}
-				if i%2 == 0 {
-					c.w.Bias = randomValues(r, s.DA)
+			c := &additiveCase{B: s.B, L: s.L, S: s.S, DQ: s.DQ, DK: s.DK, DA: s.DA, DV: s.DV}
+			c.q, c.k, c.v = randomValues(r, s.B*s.L*s.DQ), randomValues(r, s.B*s.S*s.DK), randomValues(r, s.B*s.S*s.DV)
+			c.w = &vkattn.AdditiveWeights{DQ: s.DQ, DK: s.DK, DA: s.DA, WQ: randomValues(r, s.DQ*s.DA), WK: randomValues(r, s.DK*s.DA), WA: randomValues(r, s.DA)}
+			if i%2 == 0 {
+				c.w.Bias = randomValues(r, s.DA)
+			}
+			all := masks == "all"
+			if all || masks == "additive" {
+				c.opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, s.L, s.S}, Values: randomValues(r, s.L*s.S)}
+			}
+			if all || masks == "boolean" {
+				m := vkattn.BoolMask{Shape: vkattn.MaskShape{s.B, 1, 1, s.S}, Values: make([]bool, s.B*s.S), Meaning: vkattn.TrueBlocks}
+				for j := range m.Values {
+					m.Values[j] = r.Intn(4) == 0
 				}
-				all := masks == "all"
-				if all || masks == "additive" {
-					c.opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, s.L, s.S}, Values: randomValues(r, s.L*s.S)}
+				c.opts.BoolMasks = []vkattn.BoolMask{m}
+			}
+			if all || masks == "causal" {
+				c.opts.Causal = vkattn.CausalBottomRight
+			}
+			if all || masks == "lengths" {
+				c.opts.KeyLengths, c.opts.QueryLengths = make([]int, s.B), make([]int, s.B)
+				for b := range s.B {
+					c.opts.KeyLengths[b], c.opts.QueryLengths[b] = r.Intn(s.S+1), r.Intn(s.L+1)
 				}
-				if all || masks == "boolean" {
-					m := vkattn.BoolMask{Shape: vkattn.MaskShape{s.B, 1, 1, s.S}, Values: make([]bool, s.B*s.S), Meaning: vkattn.TrueBlocks}
-					for j := range m.Values {
-						m.Values[j] = r.Intn(4) == 0
-					}
-					c.opts.BoolMasks = []vkattn.BoolMask{m}
-				}
-				if all || masks == "causal" {
-					c.opts.Causal = vkattn.CausalBottomRight
-				}
-				if all || masks == "lengths" {
-					c.opts.KeyLengths, c.opts.QueryLengths = make([]int, s.B), make([]int, s.B)
-					for b := range s.B {
-						c.opts.KeyLengths[b], c.opts.QueryLengths[b] = r.Intn(s.S+1), r.Intn(s.L+1)
-					}
-				}
-				checkAdditive(t, d, c)
-			})
+			}
+			t.Run(name, func(t *testing.T) { onPool(t, d, func(d *vkattn.Device) { checkAdditive(t, d, c) }) })
 		}
 	}
 }

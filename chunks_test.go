@@ -15,7 +15,19 @@ import (
 // (Texel views are capped at 128 KiB too: BindingLimit/16 RGBA32F texels.)
 func TestCallsLargerThanABinding(t *testing.T) {
 	const limit = 128 << 10
+	// The paths run in parallel: each compiles its variants on its own device.
 	for _, path := range []vkattn.LoadPath{vkattn.AutoLoadPath, vkattn.StorageLoadPath} {
+		t.Run(path.String(), func(t *testing.T) {
+			t.Parallel()
+			callsLargerThanABinding(t, path, limit)
+		})
+	}
+}
+
+// callsLargerThanABinding runs TestCallsLargerThanABinding's cases on a
+// device of the path whose bindings reach limit bytes.
+func callsLargerThanABinding(t *testing.T, path vkattn.LoadPath, limit uint32) {
+	{
 		d, err := vkattn.Open(vkattn.Config{Validation: true, LoadPath: path, BindingLimit: limit})
 		if err != nil {
 			t.Fatal(err)

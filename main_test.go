@@ -3,9 +3,11 @@ package vkattn_test
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/pipelines"
 )
 
 // Every test in this package shares two devices opened with the validation
@@ -15,6 +17,54 @@ var (
 	dev        *vkattn.Device
 	storageDev *vkattn.Device
 )
+
+// The sweeps run their cases as parallel subtests on pools of such
+// devices: lavapipe compiles a kernel variant at its first dispatch, on the
+// queue thread of the device, so devices in parallel compile variants in
+// parallel (and Mesa's shader cache serves the others what one compiled).
+// That is most of a cold run's time.
+var defaultPool, storagePool chan *vkattn.Device
+
+// poolSize is how many devices of each kind the sweeps share.
+func poolSize() int { return max(2, min(runtime.NumCPU(), 4)) }
+
+// kernelOf names the kernel a plan compiles: what lavapipe compiles once
+// per variant and specialization (a plan without its problem's extents).
+func kernelOf(p pipelines.AttentionPlan) pipelines.AttentionPlan {
+	return pipelines.AttentionPlan{Variant: p.Variant, DMax: p.DMax, Rows: p.Rows, KeyTile: p.KeyTile,
+		WorkGroup: p.WorkGroup, Masked: p.Masked, SharedLoads: p.SharedLoads, Splits: min(p.Splits, 1)}
+}
+
+// compileOrder orders cases so that the first case of each kernel comes
+// first: run in parallel, those compile different kernels at once, and the
+// rest find theirs compiled.
+func compileOrder[K comparable](kernels []K) []int {
+	var first, rest []int
+	seen := map[K]bool{}
+	for i, k := range kernels {
+		if seen[k] {
+			rest = append(rest, i)
+		} else {
+			seen[k] = true
+			first = append(first, i)
+		}
+	}
+	return append(first, rest...)
+}
+
+// onPool runs f as a parallel subtest on a free device of the pool like d
+// (the default or the storage path).
+func onPool(t *testing.T, d *vkattn.Device, f func(d *vkattn.Device)) {
+	t.Helper()
+	t.Parallel()
+	pool := defaultPool
+	if d == storageDev {
+		pool = storagePool
+	}
+	x := <-pool
+	defer func() { pool <- x }()
+	f(x)
+}
 
 func TestMain(m *testing.M) {
 	var err error
@@ -26,8 +76,26 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "open device:", err)
 		os.Exit(2)
 	}
+	defaultPool, storagePool = make(chan *vkattn.Device, poolSize()), make(chan *vkattn.Device, poolSize())
+	opened := []*vkattn.Device{dev, storageDev}
+	defaultPool <- dev
+	storagePool <- storageDev
+	for i := 1; i < poolSize() && os.Getenv("VKATTN_SUBPROCESS") == ""; i++ {
+		for _, c := range []struct {
+			pool chan *vkattn.Device
+			path vkattn.LoadPath
+		}{{defaultPool, vkattn.AutoLoadPath}, {storagePool, vkattn.StorageLoadPath}} {
+			d, err := vkattn.Open(vkattn.Config{Validation: true, LoadPath: c.path})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "open device:", err)
+				os.Exit(2)
+			}
+			opened = append(opened, d)
+			c.pool <- d
+		}
+	}
 	code := m.Run()
-	for _, d := range []*vkattn.Device{dev, storageDev} {
+	for _, d := range opened {
 		if err := d.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "close device:", err)
 			code = 1

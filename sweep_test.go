@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/pipelines"
 )
 
 var (
@@ -97,6 +98,8 @@ func TestSweepStoragePath(t *testing.T) {
 
 func sweep(t *testing.T, d *vkattn.Device, seed int64, cases int, widths []int) {
 	r := rand.New(rand.NewSource(seed))
+	var names []string
+	var problems []*problem
 	for c := 0; c < cases; c++ {
 		b := 1 + r.Intn(3)
 		hkv := []int{1, 1, 2, 4}[r.Intn(4)]
@@ -120,8 +123,28 @@ func sweep(t *testing.T, d *vkattn.Device, seed int64, cases int, widths []int) 
 		p.blhd = r.Intn(3) == 0
 		p.wantLSE = r.Intn(2) == 0
 		p.weights = r.Intn(3) == 0
-		name := fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s", c, b, h, hkv, l, s, dk, dv, kinds)
-		t.Run(name, func(t *testing.T) { checkAgainstReference(t, d, p) })
+		names = append(names, fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s", c, b, h, hkv, l, s, dk, dv, kinds))
+		problems = append(problems, p)
+	}
+	runInCompileOrder(t, d, names, problems)
+}
+
+// runInCompileOrder checks each problem against the reference as a
+// parallel subtest on d's pool, the first problem of each kernel first.
+func runInCompileOrder(t *testing.T, d *vkattn.Device, names []string, problems []*problem) {
+	kernels := make([]pipelines.AttentionPlan, len(problems))
+	for i, p := range problems {
+		opts := p.opts
+		opts.WantLSE, opts.WantWeights = p.wantLSE, p.weights
+		plan, err := d.Plan(p.qs[:], p.ks[:], p.vs[:], opts)
+		if err != nil {
+			t.Fatalf("%s: %v", names[i], err)
+		}
+		kernels[i] = kernelOf(plan.Kernel)
+	}
+	for _, i := range compileOrder(kernels) {
+		p := problems[i]
+		t.Run(names[i], func(t *testing.T) { onPool(t, d, func(d *vkattn.Device) { checkAgainstReference(t, d, p) }) })
 	}
 }
 
@@ -284,6 +307,8 @@ func TestLongKeySequences(t *testing.T) {
 // not fill the last split, on both load paths.
 func TestDecodeSplitK(t *testing.T) {
 	r := rand.New(rand.NewSource(21))
+	names := map[*vkattn.Device][]string{}
+	problems := map[*vkattn.Device][]*problem{}
 	for c := 0; c < 14; c++ {
 		d := storageDev
 		widths := []int{8, 64}
@@ -306,7 +331,10 @@ func TestDecodeSplitK(t *testing.T) {
 		if plan.Kernel.Splits == 0 {
 			t.Fatalf("case %d: planner did not choose split-K for a decode shape: %v", c, plan)
 		}
-		name := fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s", c, b, hkv*group, hkv, l, s, dk, dv, kinds)
-		t.Run(name, func(t *testing.T) { checkAgainstReference(t, d, p) })
+		names[d] = append(names[d], fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s", c, b, hkv*group, hkv, l, s, dk, dv, kinds))
+		problems[d] = append(problems[d], p)
+	}
+	for _, d := range []*vkattn.Device{dev, storageDev} {
+		runInCompileOrder(t, d, names[d], problems[d])
 	}
 }
