@@ -114,27 +114,7 @@ func Open(cfg Config) (*Device, error) {
 		inst.Close()
 		return nil, err
 	}
-	if lim := cfg.BindingLimit; lim > 0 {
-		l := &dev.Info.Limits
-		l.MaxStorageBufferRange = min(l.MaxStorageBufferRange, lim)
-		l.MaxTexelBufferElements = min(l.MaxTexelBufferElements, lim/16) // RGBA32F views reach lim bytes
-	}
-	d := &Device{
-		instance: inst,
-		dev:      dev,
-		kernels:  pipelines.NewKernels(dev),
-		path:     cfg.LoadPath,
-		tuning:   pipelines.DefaultTuning(dev.Info),
-		tensors:  map[*Tensor]struct{}{},
-	}
-	if !cfg.DefaultTuning {
-		// A saved tuning that no longer loads or fits (a hand edit, a
-		// new vkattn) falls back to the defaults rather than failing Open.
-		if t, err := LoadTuning(dev.Info); err == nil && t.Check(dev.Info) == nil {
-			d.tuning = t
-		}
-	}
-	return d, nil
+	return OpenOn(inst, dev, cfg), nil
 }
 
 // TuningFile is where SaveTuning keeps the tuning of a device: in the user

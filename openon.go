@@ -15,7 +15,7 @@ func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 	if lim := cfg.BindingLimit; lim > 0 {
 		l := &dev.Info.Limits
 		l.MaxStorageBufferRange = min(l.MaxStorageBufferRange, lim)
-		l.MaxTexelBufferElements = min(l.MaxTexelBufferElements, lim/16)
+		l.MaxTexelBufferElements = min(l.MaxTexelBufferElements, lim/16) // RGBA32F views reach lim bytes
 	}
 	d := &Device{
 		instance: inst,
@@ -26,6 +26,8 @@ func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 		tensors:  map[*Tensor]struct{}{},
 	}
 	if !cfg.DefaultTuning {
+		// A saved tuning that no longer loads or fits (a hand edit, a
+		// new vkattn) falls back to the defaults rather than failing.
 		if t, err := LoadTuning(dev.Info); err == nil && t.Check(dev.Info) == nil {
 			d.tuning = t
 		}
