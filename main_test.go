@@ -35,10 +35,12 @@ func kernelOf(p pipelines.AttentionPlan) pipelines.AttentionPlan {
 		WorkGroup: p.WorkGroup, Masked: p.Masked, SharedLoads: p.SharedLoads, Splits: min(p.Splits, 1)}
 }
 
-// compileOrder orders cases so that the first case of each kernel comes
-// first: run in parallel, those compile different kernels at once, and the
-// rest find theirs compiled.
-func compileOrder[K comparable](kernels []K) []int {
+// inCompileOrder runs case i of a sweep (run is a subtest body that calls
+// onPool) in two rounds: first one case of each kernel, in parallel, so
+// that the devices compile different kernels at once; then the rest, which
+// find theirs compiled. kernels[i] is the kernel case i compiles.
+func inCompileOrder[K comparable](t *testing.T, kernels []K, name func(i int) string, run func(t *testing.T, i int)) {
+	t.Helper()
 	var first, rest []int
 	seen := map[K]bool{}
 	for i, k := range kernels {
@@ -49,7 +51,16 @@ func compileOrder[K comparable](kernels []K) []int {
 			first = append(first, i)
 		}
 	}
-	return append(first, rest...)
+	for _, round := range []struct {
+		name  string
+		cases []int
+	}{{"compiling", first}, {"compiled", rest}} {
+		t.Run(round.name, func(t *testing.T) {
+			for _, i := range round.cases {
+				t.Run(name(i), func(t *testing.T) { run(t, i) })
+			}
+		})
+	}
 }
 
 // onPool runs f as a parallel subtest on a free device of the pool like d

@@ -254,10 +254,9 @@ func TestMHASweep(t *testing.T) {
 			}
 		}
 	}
-	for _, i := range compileOrder(kernels) {
-		c := cases[i]
-		t.Run(names[i], func(t *testing.T) { onPool(t, dev, func(d *vkattn.Device) { checkMHA(t, d, c) }) })
-	}
+	inCompileOrder(t, kernels, func(i int) string { return names[i] }, func(t *testing.T, i int) {
+		onPool(t, dev, func(d *vkattn.Device) { checkMHA(t, d, cases[i]) })
+	})
 }
 
 // The storage load path (what GPUs run) on a smaller sweep.

@@ -130,7 +130,7 @@ func sweep(t *testing.T, d *vkattn.Device, seed int64, cases int, widths []int) 
 }
 
 // runInCompileOrder checks each problem against the reference as a
-// parallel subtest on d's pool, the first problem of each kernel first.
+// parallel subtest on d's pool, one problem of each kernel first.
 func runInCompileOrder(t *testing.T, d *vkattn.Device, names []string, problems []*problem) {
 	kernels := make([]pipelines.AttentionPlan, len(problems))
 	for i, p := range problems {
@@ -142,10 +142,9 @@ func runInCompileOrder(t *testing.T, d *vkattn.Device, names []string, problems 
 		}
 		kernels[i] = kernelOf(plan.Kernel)
 	}
-	for _, i := range compileOrder(kernels) {
-		p := problems[i]
-		t.Run(names[i], func(t *testing.T) { onPool(t, d, func(d *vkattn.Device) { checkAgainstReference(t, d, p) }) })
-	}
+	inCompileOrder(t, kernels, func(i int) string { return names[i] }, func(t *testing.T, i int) {
+		onPool(t, d, func(d *vkattn.Device) { checkAgainstReference(t, d, problems[i]) })
+	})
 }
 
 // TestMaskKinds runs every mask kind alone and all together on one shape
