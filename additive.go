@@ -202,23 +202,6 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	if err != nil {
 		return nil, b.fail(err)
 	}
-	out := &Output{Plan: plan}
-	if out.O, err = b.output([4]int{dm.B, 1, dm.L, dm.DV}); err != nil {
-		return nil, b.fail(err)
-	}
-	x := pipelines.AttentionArgs{
-		Q: qp.buf, K: kp.buf, V: v.buf, O: out.O.buf,
-		Scale:  1,
-		Causal: int(opts.Causal),
-		WA:     a.wa.buf,
-	}
-	if out.LSE, out.Weights, err = b.attention(plan, &opts, x, nil); err != nil {
-		return nil, b.fail(err)
-	}
-	out.setBounds(oBound)
-	call := &Call{}
-	if err := finish(b, &call.prepared, out); err != nil {
-		return nil, err
-	}
-	return call, nil
+	x := pipelines.AttentionArgs{Q: qp.buf, K: kp.buf, V: v.buf, Scale: 1, Causal: int(opts.Causal), WA: a.wa.buf}
+	return b.attentionCall(plan, &opts, x, oBound)
 }

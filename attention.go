@@ -145,24 +145,8 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		return nil, err
 	}
 	b := &builder{d: d}
-	out := &Output{Plan: plan}
-	if out.O, err = b.output([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
-		return nil, b.fail(err)
-	}
-	x := pipelines.AttentionArgs{
-		Q: q.buf, K: k.buf, V: v.buf, O: out.O.buf,
-		Scale:  opts.Scale.For(dm.DK),
-		Causal: int(opts.Causal),
-	}
-	if out.LSE, out.Weights, err = b.attention(plan, &opts, x, nil); err != nil {
-		return nil, b.fail(err)
-	}
-	out.setBounds(oBound)
-	call := &Call{}
-	if err := finish(b, &call.prepared, out); err != nil {
-		return nil, err
-	}
-	return call, nil
+	x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, Scale: opts.Scale.For(dm.DK), Causal: int(opts.Causal)}
+	return b.attentionCall(plan, &opts, x, oBound)
 }
 
 // checkInput checks that an input tensor can be read by a call on d.

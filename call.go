@@ -205,6 +205,27 @@ func (b *builder) attention(plan Plan, opts *Options, x pipelines.AttentionArgs,
 	return lse, weights, b.add(b.d.kernels.Attention(plan.Kernel, x))
 }
 
+// attentionCall finishes a call whose last step is the attention of plan
+// (x without O): it allocates the outputs, O's bound oBound, and records.
+func (b *builder) attentionCall(plan Plan, opts *Options, x pipelines.AttentionArgs, oBound float64) (*Call, error) {
+	dm := plan.Dims
+	out := &Output{Plan: plan}
+	var err error
+	if out.O, err = b.output([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
+		return nil, b.fail(err)
+	}
+	x.O = out.O.buf
+	if out.LSE, out.Weights, err = b.attention(plan, opts, x, nil); err != nil {
+		return nil, b.fail(err)
+	}
+	out.setBounds(oBound)
+	call := &Call{}
+	if err := finish(b, &call.prepared, out); err != nil {
+		return nil, err
+	}
+	return call, nil
+}
+
 // linear binds out = in W^T + bias for a planned layer: in is dense, W
 // starts at element wOffset of w, bias (may be nil) at biasOffset, and out
 // rows are outStride apart.

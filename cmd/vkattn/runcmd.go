@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -140,13 +141,12 @@ type problem struct {
 	opts       vkattn.Options
 }
 
-func runRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("run", stderr)
-	var f runFlags
+// problemFlags registers the flags that give a problem: inputs, masks,
+// options and the device (run and view share them).
+func (f *runFlags) problemFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.q, "q", "", "queries `Q.npy`, (L,d_k), (H,L,d_k) or (B,H,L,d_k)")
 	fs.StringVar(&f.k, "k", "", "keys `K.npy`, (S,d_k), (H_kv,S,d_k) or (B,H_kv,S,d_k)")
 	fs.StringVar(&f.v, "v", "", "values `V.npy`, (S,d_v), (H_kv,S,d_v) or (B,H_kv,S,d_v)")
-	fs.StringVar(&f.out, "o", "", "write the output O to `O.npy` (Q's shape, last axis d_v)")
 	fs.StringVar(&f.mask, "mask", "", "additive float mask `M.npy` broadcast to (B,H,L,S); -inf blocks")
 	fs.Var(&f.allow, "allow", "bool mask `A.npy`: true = may attend (repeatable; every bool mask must allow a key)")
 	fs.Var(&f.block, "block", "bool mask `A.npy`: true = blocked (repeatable; every bool mask must allow a key)")
@@ -154,10 +154,17 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&f.keyLens, "key-lengths", "valid key count per batch item, `N,N,...` (e.g. 3,5)")
 	fs.Var(&f.queryLens, "query-lengths", "valid query count per batch item, `N,N,...` (e.g. 2,3)")
 	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
+	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+}
+
+func runRun(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("run", stderr)
+	var f runFlags
+	f.problemFlags(fs)
+	fs.StringVar(&f.out, "o", "", "write the output O to `O.npy` (Q's shape, last axis d_v)")
 	fs.StringVar(&f.weights, "weights", "", "write the attention weights to `W.npy` (Q's leading axes, L, S)")
 	fs.StringVar(&f.lse, "lse", "", "write the log-sum-exp to `LSE.npy` (Q's shape without d_k)")
 	fs.StringVar(&f.heatmap, "heatmap", "", "draw the weights of batch item 0 to `FILE` (.png, .svg or .pdf)")
-	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
 	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
 	fs.BoolVar(&f.explain, "explain", false, "print the plan: kernel variant, load path, tiles, grid")
 	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")

@@ -57,17 +57,7 @@ type viewRequest struct {
 func runView(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("view", stderr)
 	var f viewFlags
-	fs.StringVar(&f.q, "q", "", "queries `Q.npy`, (L,d_k), (H,L,d_k) or (B,H,L,d_k)")
-	fs.StringVar(&f.k, "k", "", "keys `K.npy`, (S,d_k), (H_kv,S,d_k) or (B,H_kv,S,d_k)")
-	fs.StringVar(&f.v, "v", "", "values `V.npy`, (S,d_v), (H_kv,S,d_v) or (B,H_kv,S,d_v)")
-	fs.StringVar(&f.mask, "mask", "", "additive float mask `M.npy` broadcast to (B,H,L,S); -inf blocks")
-	fs.Var(&f.allow, "allow", "bool mask `A.npy`: true = may attend (repeatable)")
-	fs.Var(&f.block, "block", "bool mask `A.npy`: true = blocked (repeatable)")
-	fs.StringVar(&f.causal, "causal", "none", "causal mask `alignment`: none, top-left or bottom-right")
-	fs.Var(&f.keyLens, "key-lengths", "valid key count per batch item, `N,N,...`")
-	fs.Var(&f.queryLens, "query-lengths", "valid query count per batch item, `N,N,...`")
-	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
-	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices')")
+	f.problemFlags(fs)
 	fs.StringVar(&f.size, "size", "", "the window's first size `WxH` in pixels (default: fits the weights)")
 	fs.BoolVar(&f.log, "log", false, "print a line for every frame shown (for scripts)")
 	if ok, code := parseFlags(fs, viewUsage, args, stdout, stderr); !ok {
