@@ -464,6 +464,18 @@ func (d *Device) untrack(o extra) bool {
 	return true
 }
 
+// closeExtra is the Close of a tracked object: it destroys o once, and not
+// at all after the device's Close (which destroyed it).
+func (d *Device) closeExtra(o extra) {
+	if d.enter() != nil {
+		return
+	}
+	defer d.exit()
+	if d.untrack(o) {
+		o.destroy()
+	}
+}
+
 // Image is a 2D colour image: a storage image the device owns
 // (NewStorageImage), or one of a swapchain's.
 type Image struct {
@@ -552,14 +564,7 @@ func (img *Image) Close() {
 	if img == nil || img.swapchain {
 		return
 	}
-	d := img.dev
-	if d.enter() != nil {
-		return
-	}
-	defer d.exit()
-	if d.untrack(img) {
-		img.destroy()
-	}
+	img.dev.closeExtra(img)
 }
 
 func (img *Image) destroy() {
@@ -609,14 +614,7 @@ func (s *Semaphore) Close() {
 	if s == nil {
 		return
 	}
-	d := s.dev
-	if d.enter() != nil {
-		return
-	}
-	defer d.exit()
-	if d.untrack(s) {
-		s.destroy()
-	}
+	s.dev.closeExtra(s)
 }
 
 func (s *Semaphore) destroy() {
@@ -824,14 +822,7 @@ func (s *Swapchain) Close() {
 	if s == nil {
 		return
 	}
-	d := s.dev
-	if d.enter() != nil {
-		return
-	}
-	defer d.exit()
-	if d.untrack(s) {
-		s.destroy()
-	}
+	s.dev.closeExtra(s)
 }
 
 func (s *Swapchain) destroy() {
