@@ -15,8 +15,15 @@ import (
 
 // f32Limit bounds every sum the kernels form in float32 (scores, output
 // accumulators, projections): half of float32's range leaves room for
-// rounding and for converting scores to base 2 (times log2(e)) for exp2.
+// rounding.
 const f32Limit = math.MaxFloat32 / 2
+
+// maskedScoreLimit bounds a score plus its additive mask: the kernel adds
+// them in float32 and only ever subtracts the row's maximum from the sum,
+// so the sum need only round to a finite float32 (below FLT_MAX plus half
+// an ulp, 2^103). A mask of -FLT_MAX, which models save as "blocked"
+// (torch.finfo(float32).min), passes with any score below about 1e31.
+const maskedScoreLimit = math.MaxFloat32 + 0x1p103
 
 // checkScores refuses a call whose float32 arithmetic could overflow, which
 // gives Inf and then NaN rows, never an error, on the device. dot bounds the
@@ -32,8 +39,8 @@ func checkScores(d Dims, opts *Options, dotWhat string, dot, scale, vBound float
 		return errorf(ErrOverflow, "unscaled scores could reach %s = %.3g, beyond %.3g, half of float32's range", dotWhat, dot, f32Limit)
 	case !(scaled <= f32Limit):
 		return errorf(ErrOverflow, "scaled scores could reach %.3g (%s times scale %g), beyond %.3g, half of float32's range", scaled, dotWhat, scale, f32Limit)
-	case !(score <= f32Limit):
-		return errorf(ErrOverflow, "scores plus the additive mask (largest finite |value| %.3g) could reach %.3g, beyond %.3g, half of float32's range", mask, score, f32Limit)
+	case !(score < maskedScoreLimit):
+		return errorf(ErrOverflow, "scores plus the additive mask (largest finite |value| %.3g) could reach %.3g, beyond float32's range", mask, score)
 	case !(float64(d.S)*vBound <= f32Limit):
 		// Each output row accumulates up to S value rows (weights <= 1)
 		// before it is normalised.

@@ -2,6 +2,7 @@ package vkattn_test
 
 import (
 	"errors"
+	"math"
 	"math/rand"
 	"strings"
 	"testing"
@@ -38,7 +39,8 @@ func TestOverflowIsRefused(t *testing.T) {
 		{"one product overflows", filled(l*d, 2e19), filled(s*d, 2e19), small(s * d), vkattn.Options{}},
 		// q.k <= 8e36 fits; times 100 it does not.
 		{"scaled scores", filled(l*d, 1e18), filled(s*d, 1e18), small(s * d), vkattn.Options{Scale: vkattn.CustomScale(100)}},
-		{"scores plus mask", small(l * d), small(s * d), small(s * d), vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: mask}}},
+		// Scores up to 8e37 (8 x 1e18 x 1e18 x 10) plus a mask of 3e38.
+		{"scores plus mask", filled(l*d, 1e18), filled(s*d, 1e18), small(s * d), vkattn.Options{Scale: vkattn.CustomScale(10), Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: mask}}},
 		// 3 keys x 3e38: the unnormalised output sum overflows.
 		{"output sums", small(l * d), small(s * d), filled(s*d, huge), vkattn.Options{}},
 	} {
@@ -168,5 +170,42 @@ func TestLayerOverflowIsRefused(t *testing.T) {
 	if out, err := add.Attention(aq, ak, av, vkattn.Options{}); !errors.Is(err, vkattn.ErrOverflow) {
 		out.Close()
 		t.Errorf("additive with q W_q = 6e38: %v, want ErrOverflow", err)
+	}
+}
+
+// TestFloat32MinMaskMatchesTheReference: models save "blocked" as the most
+// negative finite float32 (torch.finfo(float32).min) in additive masks. It
+// is finite, so it does not block as -Inf does: a key so masked beside
+// unmasked keys gets weight 0, and a row whose every key is so masked gets
+// the softmax of equal scores (uniform), as the float64 reference says;
+// prefill and split-K decode, weights and log-sum-exp.
+func TestFloat32MinMaskMatchesTheReference(t *testing.T) {
+	r := rand.New(rand.NewSource(51))
+	for _, c := range []struct {
+		name      string
+		l, s, d   int
+		weights   bool
+		onStorage bool
+	}{
+		{"prefill", 3, 5, 8, true, false},
+		{"prefill, storage path", 3, 5, 8, true, true},
+		{"split-K decode", 1, 300, 8, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newProblem(r, 1, 2, 2, c.l, c.s, c.d, c.d)
+			mask := make([]float32, c.l*c.s)
+			for i := range mask {
+				if r.Intn(2) == 0 || i/c.s == 0 { // row 0: every key
+					mask[i] = -math.MaxFloat32
+				}
+			}
+			p.opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, c.l, c.s}, Values: mask}
+			p.wantLSE, p.weights = true, c.weights
+			d := dev
+			if c.onStorage {
+				d = storageDev
+			}
+			checkAgainstReference(t, d, p)
+		})
 	}
 }

@@ -470,8 +470,8 @@ func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c
 		OStride: strides4(cs.O.Strides),
 		MStride: ivec4(m[0], m[1], m[2], m[3]),
 		BStride: ivec4(bm[0], bm[1], bm[2], bm[3]),
-		// The scale alone: the shader scales each dot product once, then
-		// converts to base 2 (pre-scaling q would break exact ties).
+		// The scale alone: the shader scales each dot product once
+		// (pre-scaling q would break exact ties).
 		Scaling: [4]float32{float32(x.Scale)},
 		Split:   ivec4(p.Splits, p.SplitKeys, p.RowBlocks, cs.H),
 		Chunk:   ivec4(c.mask, c.boolMask, c.b0, c.batch),

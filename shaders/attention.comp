@@ -59,7 +59,6 @@ const int FLAG_WEIGHTS = 32;
 const int FLAG_KEYPAD = 64; // key padding (B, S) as 0 / -inf at binding 10
 
 const float LOG2E = 1.4426950408889634;
-const float LN2 = 0.6931471805599453;
 const float NEG_INF = -1.0 / 0.0;
 
 #include "attention_params.glsl"
@@ -104,7 +103,7 @@ vec4 wa[D4]; // w_a, zero past d_k
 
 vec4 q[ROWS * D4];   // query rows as stored (scaling them first would break exact ties)
 vec4 acc[ROWS * D4]; // unnormalised output rows
-float sc[ROWS];      // scores of the current key, base-2 exponent units
+float sc[ROWS];      // scores of the current key (scaled, masked; natural units)
 int rowOf[ROWS];  // query position of each row (clamped into range)
 int headOf[ROWS]; // query head of each row
 bool rowOK[ROWS]; // the row exists (not past L, or past the packed GQA rows)
@@ -173,9 +172,12 @@ void keyScores(int j, int keyEnd) {
                 add += LOAD_PAD((P.chunk.z + b) * S + jc);
             }
         }
-        // The dot product of the stored values, scaled once, then in base 2:
-        // equal dot products give equal scores (SEMANTICS.md §7, exact ties).
-        float e = (sc[r] * P.scaling.x + add) * LOG2E;
+        // The dot product of the stored values, scaled once: equal dot
+        // products give equal scores (SEMANTICS.md §7, exact ties). Scores
+        // stay in natural units; only differences from the running max go
+        // to base 2, so a finite mask as large as float32 allows (-FLT_MAX,
+        // as models save "blocked") never overflows to -inf.
+        float e = sc[r] * P.scaling.x + add;
         sc[r] = (ok && e != NEG_INF) ? e : NEG_INF;
     }
 }
@@ -288,12 +290,12 @@ void main() {
             }
             // While every key so far is masked mNew is -inf: keep alpha 1
             // (never exp2(-inf - -inf)); acc and l are still zero then.
-            alpha[r] = mNew == NEG_INF ? 1.0 : exp2(m[r] - mNew);
+            alpha[r] = mNew == NEG_INF ? 1.0 : exp2((m[r] - mNew) * LOG2E);
             m[r] = mNew;
             l[r] *= alpha[r];
             [[unroll]] for (int t = 0; t < KEYS; t++) {
                 float x = p[t * ROWS + r];
-                p[t * ROWS + r] = x == NEG_INF ? 0.0 : exp2(x - mNew);
+                p[t * ROWS + r] = x == NEG_INF ? 0.0 : exp2((x - mNew) * LOG2E);
                 l[r] += p[t * ROWS + r];
             }
         }
@@ -327,7 +329,7 @@ void main() {
     }
 
 #ifdef SPLIT_K
-    // Partial results, base-2 units: max, sum, unnormalised output row.
+    // Partial results: max (natural units), sum, unnormalised output row.
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         if (!rowOK[r]) {
             continue;
@@ -365,7 +367,7 @@ void main() {
         }
         int lseIndex = (b * H + headOf[r]) * P.outs.z + row;
         if ((flags & FLAG_LSE) != 0) {
-            lseData[P.outs.x + lseIndex] = live ? (m[r] + log2(l[r])) * LN2 : NEG_INF;
+            lseData[P.outs.x + lseIndex] = live ? m[r] + log(l[r]) : NEG_INF;
         }
         if (!live) {
             l[r] = 0.0;
@@ -383,7 +385,7 @@ void main() {
                     continue;
                 }
                 float e = sc[r];
-                wData[P.outs.y + ((b * H + headOf[r]) * P.outs.z + row) * S + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2(e - m[r]) / l[r] : 0.0;
+                wData[P.outs.y + ((b * H + headOf[r]) * P.outs.z + row) * S + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2((e - m[r]) * LOG2E) / l[r] : 0.0;
             }
         }
     }

@@ -9,7 +9,7 @@ layout(local_size_x = 64) in;
 #include "attention_params.glsl"
 
 const int FLAG_LSE = 16;
-const float LN2 = 0.6931471805599453;
+const float LOG2E = 1.4426950408889634; // the partials' maxima are in natural units
 const float NEG_INF = -1.0 / 0.0;
 
 layout(std430, binding = 1) readonly buffer Partials { float part[]; };
@@ -41,7 +41,7 @@ void main() {
     for (int s = 0; s < splits; s++) {
         float m = part[base + s * (DV + 2)];
         if (m != NEG_INF) {
-            sum += part[base + s * (DV + 2) + 1] * exp2(m - mMax);
+            sum += part[base + s * (DV + 2) + 1] * exp2((m - mMax) * LOG2E);
         }
     }
     float inv = sum > 0.0 ? 1.0 / sum : 0.0;
@@ -51,12 +51,12 @@ void main() {
         for (int s = 0; s < splits; s++) {
             float m = part[base + s * (DV + 2)];
             if (m != NEG_INF) {
-                o += part[base + s * (DV + 2) + 2 + i] * exp2(m - mMax);
+                o += part[base + s * (DV + 2) + 2 + i] * exp2((m - mMax) * LOG2E);
             }
         }
         oData[oBase + i] = o * inv;
     }
     if ((P.heads.z & FLAG_LSE) != 0) {
-        lseData[P.outs.x + row] = sum > 0.0 ? (mMax + log2(sum)) * LN2 : NEG_INF;
+        lseData[P.outs.x + row] = sum > 0.0 ? mMax + log(sum) : NEG_INF;
     }
 }
