@@ -60,8 +60,9 @@
 // at queue submission; runs of one prepared Call take turns.
 //
 // AttentionContext (and every *Context method) submits nothing for a done
-// context; a context done while the work runs returns within about 100 ms
-// with the context's error, and the work finishes in the background, its
+// context; a context done while the work runs returns with the context's
+// error (at a deadline, within milliseconds of it; on a cancel, within
+// 50 ms), and the work finishes in the background, its
 // buffers kept alive until it does. Tensors may be closed at any time: a
 // buffer still read by work in flight is freed when that work ends, and a
 // prepared Call whose inputs were closed refuses to run (ErrClosed).

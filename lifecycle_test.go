@@ -128,6 +128,7 @@ func TestCancelledCallsLeaveTheDeviceUsable(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("AttentionContext past its deadline: %v, want context.DeadlineExceeded", err)
 	}
+	t.Logf("with a %v deadline AttentionContext returned after %v", deadline, took)
 	if limit := deadline + (full-deadline)/2; took > limit {
 		t.Errorf("AttentionContext with a %v deadline returned after %v; the work takes %v (want < %v)", deadline, took, full, limit)
 	}

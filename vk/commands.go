@@ -308,9 +308,10 @@ func (d *Device) pollLocked() {
 }
 
 // fenceSlice bounds one vkWaitForFences call so a cancelled context is
-// noticed promptly; the total wait is unbounded (lavapipe compiles shaders
-// at first dispatch and can take minutes).
-const fenceSlice = 100 * time.Millisecond
+// noticed promptly (a deadline ends the slice it falls in); the total wait
+// is unbounded (lavapipe compiles shaders at first dispatch and can take
+// minutes).
+const fenceSlice = 50 * time.Millisecond
 
 // Wait blocks until the submitted work finishes or ctx is done; nothing
 // in flight returns at once. On cancellation the work keeps running on the
@@ -335,7 +336,11 @@ func (c *Commands) wait(ctx context.Context) error {
 		if !inFlight {
 			return nil
 		}
-		r := vulkan.WaitForFences(d.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, uint64(fenceSlice))
+		slice := fenceSlice
+		if dl, ok := ctx.Deadline(); ok {
+			slice = min(slice, max(time.Until(dl), time.Millisecond))
+		}
+		r := vulkan.WaitForFences(d.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, uint64(slice))
 		switch r {
 		case vulkan.Success:
 			d.mu.Lock()
