@@ -59,17 +59,7 @@ func closeOwnDevice(t *testing.T, d *vkattn.Device, before int64) {
 // uploadProblem puts p's Q, K and V on d.
 func uploadProblem(t *testing.T, d *vkattn.Device, p *problem) (q, k, v *vkattn.Tensor) {
 	t.Helper()
-	var err error
-	if q, err = d.Upload(p.qs[:], p.q); err != nil {
-		t.Fatal(err)
-	}
-	if k, err = d.Upload(p.ks[:], p.k); err != nil {
-		t.Fatal(err)
-	}
-	if v, err = d.Upload(p.vs[:], p.v); err != nil {
-		t.Fatal(err)
-	}
-	return q, k, v
+	return mustUpload(t, d, p.qs[:], p.q), mustUpload(t, d, p.ks[:], p.k), mustUpload(t, d, p.vs[:], p.v)
 }
 
 // slowProblem is a call that runs long enough on lavapipe (about a second)

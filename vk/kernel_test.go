@@ -69,22 +69,34 @@ func selftestPush(factor float32, count uint32) []byte {
 // of the selftest kernel, and a barrier.
 func recordSelftest(t *testing.T, dev *Device, k *Kernel, set *DescriptorSet, push []byte, groups uint32) *Commands {
 	t.Helper()
-	cmds, err := dev.NewCommands(0)
+	cmds, err := selftestCommands(dev, k, set, push, groups)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmds.Begin(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmds.Push(k, push); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmds.Dispatch(k, set, [3]uint32{groups, 1, 1}); err != nil {
-		t.Fatal(err)
-	}
-	cmds.Barrier()
-	if err := cmds.End(); err != nil {
-		t.Fatal(err)
-	}
 	return cmds
+}
+
+// selftestCommands is recordSelftest returning its error, for goroutines
+// other than the test's.
+func selftestCommands(dev *Device, k *Kernel, set *DescriptorSet, push []byte, groups uint32) (*Commands, error) {
+	cmds, err := dev.NewCommands(0)
+	if err != nil {
+		return nil, err
+	}
+	err = cmds.Begin()
+	if err == nil {
+		err = cmds.Push(k, push)
+	}
+	if err == nil {
+		err = cmds.Dispatch(k, set, [3]uint32{groups, 1, 1})
+	}
+	if err == nil {
+		cmds.Barrier()
+		err = cmds.End()
+	}
+	if err != nil {
+		cmds.Close()
+		return nil, err
+	}
+	return cmds, nil
 }

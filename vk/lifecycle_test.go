@@ -129,29 +129,12 @@ func selftestRounds(dev *Device, k *Kernel, in *Buffer, x []float32, factor floa
 		if err != nil {
 			return err
 		}
-		c, err := dev.NewCommands(2)
-		if err != nil {
-			return err
+		c, err := selftestCommands(dev, k, set, selftestPush(factor, n), (n+63)/64)
+		if err == nil {
+			if err = c.Submit(); err == nil {
+				err = c.Wait(context.Background())
+			}
 		}
-		err = func() error {
-			if err := c.Begin(); err != nil {
-				return err
-			}
-			if err := c.Push(k, selftestPush(factor, n)); err != nil {
-				return err
-			}
-			if err := c.Dispatch(k, set, [3]uint32{(n + 63) / 64, 1, 1}); err != nil {
-				return err
-			}
-			c.Barrier()
-			if err := c.End(); err != nil {
-				return err
-			}
-			if err := c.Submit(); err != nil {
-				return err
-			}
-			return c.Wait(context.Background())
-		}()
 		c.Close()
 		set.Close()
 		if err != nil {
