@@ -58,7 +58,7 @@ func (d *Device) uploadWeights(ws []weightUpload) error {
 		if u.data == nil {
 			continue
 		}
-		t, err := d.upload([]int{1, len(u.data)}, u.data, 0)
+		t, err := d.upload([]int{1, len(u.data)}, u.data, Float32, 0)
 		if err != nil {
 			return err
 		}

@@ -133,7 +133,7 @@ type builder struct {
 
 // output allocates an output tensor of the call.
 func (b *builder) output(shape [4]int) (*Tensor, error) {
-	t, err := b.d.newTensor(shape)
+	t, err := b.d.newTensor(shape, Float32)
 	if err == nil {
 		b.outputs = append(b.outputs, t)
 	}
@@ -142,7 +142,7 @@ func (b *builder) output(shape [4]int) (*Tensor, error) {
 
 // scratchTensor allocates a tensor the call uses and frees itself.
 func (b *builder) scratchTensor(shape [4]int) (*Tensor, error) {
-	t, err := b.d.newTensor(shape)
+	t, err := b.d.newTensor(shape, Float32)
 	if err == nil {
 		b.scratch = append(b.scratch, t)
 	}

@@ -12,7 +12,7 @@ import (
 // windows. A device whose binding reach is lowered to 128 KiB exercises the
 // split on small data: the results must still match the reference, with
 // masks, lengths, causal alignment, log-sum-exp, weights and split-K.
-// (Texel views are capped at 128 KiB too: BindingLimit/16 RGBA32F texels.)
+// (Texel views are capped at 128 KiB too: BindingLimit/16 RGBA32UI texels.)
 func TestCallsLargerThanABinding(t *testing.T) {
 	const limit = 128 << 10
 	// The paths run in parallel: each compiles its variants on its own device.

@@ -30,8 +30,9 @@ var (
 	// ErrNonFinite: Q, K or V holds NaN or Inf.
 	ErrNonFinite = errors.New("vkattn: non-finite input")
 	// ErrOverflow: finite inputs whose scores (or output sums) could exceed
-	// float32's range, where the kernel would produce Inf or NaN.
-	ErrOverflow = errors.New("vkattn: float32 overflow")
+	// float32's range, where the kernel would produce Inf or NaN; or a value
+	// too large for the half type it is to be stored in.
+	ErrOverflow = errors.New("vkattn: overflow")
 	// ErrTooLarge: the problem does not fit the device's limits.
 	ErrTooLarge = errors.New("vkattn: too large for device")
 	// ErrClosed: the device or tensor was used after Close.

@@ -20,6 +20,9 @@ type problem struct {
 	opts             vkattn.Options
 	blhd             bool // upload Q, K, V as (B, L, H, d) and read through strided views
 	wantLSE, weights bool
+	// types are the element types Q, K and V are uploaded as (zero:
+	// float32); the reference reads the values rounded to them.
+	types [3]vkattn.DType
 }
 
 func randomValues(r *rand.Rand, n int) []float32 {
@@ -110,13 +113,13 @@ type gpuResult struct {
 // runGPU uploads the problem, runs it and downloads every output.
 func runGPU(t *testing.T, d *vkattn.Device, p *problem) gpuResult {
 	t.Helper()
-	upload := func(x []float32, s [4]int) *vkattn.Tensor {
+	upload := func(x []float32, s [4]int, dt vkattn.DType) *vkattn.Tensor {
 		if p.blhd {
-			return mustUpload(t, d, []int{s[0], s[2], s[1], s[3]}, toBLHD(x, s)).SwapAxes12()
+			return mustUploadAs(t, d, []int{s[0], s[2], s[1], s[3]}, toBLHD(x, s), dt).SwapAxes12()
 		}
-		return mustUpload(t, d, s[:], x)
+		return mustUploadAs(t, d, s[:], x, dt)
 	}
-	q, k, v := upload(p.q, p.qs), upload(p.k, p.ks), upload(p.v, p.vs)
+	q, k, v := upload(p.q, p.qs, p.types[0]), upload(p.k, p.ks, p.types[1]), upload(p.v, p.vs, p.types[2])
 	defer q.Close()
 	defer k.Close()
 	defer v.Close()
@@ -146,7 +149,8 @@ func runGPU(t *testing.T, d *vkattn.Device, p *problem) gpuResult {
 
 func runReference(t *testing.T, p *problem) *reference.Result {
 	t.Helper()
-	want, err := reference.Attention(p.q, p.qs, p.k, p.ks, p.v, p.vs, p.opts)
+	q, k, v := p.rounded()
+	want, err := reference.Attention(q, p.qs, k, p.ks, v, p.vs, p.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +160,8 @@ func runReference(t *testing.T, p *problem) *reference.Result {
 // referenceOf is the reference output of p, for goroutines other than the
 // test's.
 func referenceOf(p *problem) ([]float64, error) {
-	want, err := reference.Attention(p.q, p.qs, p.k, p.ks, p.v, p.vs, p.opts)
+	q, k, v := p.rounded()
+	want, err := reference.Attention(q, p.qs, k, p.ks, v, p.vs, p.opts)
 	if err != nil {
 		return nil, err
 	}

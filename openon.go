@@ -15,7 +15,7 @@ func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 	if lim := cfg.BindingLimit; lim > 0 {
 		l := &dev.Info.Limits
 		l.MaxStorageBufferRange = min(l.MaxStorageBufferRange, lim)
-		l.MaxTexelBufferElements = min(l.MaxTexelBufferElements, lim/16) // RGBA32F views reach lim bytes
+		l.MaxTexelBufferElements = min(l.MaxTexelBufferElements, lim/16) // RGBA32UI views reach lim bytes
 	}
 	d := &Device{
 		instance: inst,

@@ -1,20 +1,26 @@
 package vkattn
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
+	"github.com/x448/float16"
 )
 
-// Tensor is float32 data on a device viewed as four axes (batch, heads,
-// positions, width). The last axis is contiguous; the others have strides,
-// so one buffer can be read as (B,H,L,d) or as (B,L,H,d) without a copy.
+// Tensor is data on a device, stored as float32, float16 or bfloat16
+// (DType), viewed as four axes (batch, heads, positions, width). The last
+// axis is contiguous; the others have strides, so one buffer can be read as
+// (B,H,L,d) or as (B,L,H,d) without a copy.
 type Tensor struct {
 	dev     *Device
 	buf     *vk.Buffer
 	owner   *Tensor // the tensor that owns buf; nil for an owner
+	dtype   DType
 	shape   [4]int
 	offset  int
 	strides [3]int
@@ -36,32 +42,107 @@ const writeHeadroom = 1 << 32
 // (B,H,L,d), row-major) to the device. Later Writes may hold values up to
 // the larger of 2^32 and the largest |value| uploaded.
 func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
-	return d.upload(shape, data, writeHeadroom)
+	return d.upload(shape, data, Float32, writeHeadroom)
 }
 
-// upload is Upload with the tensor's bound at least headroom; weights,
+// UploadAs is Upload into a tensor stored as element type t: float32 data
+// rounded to the nearest float16 or bfloat16 (ties to even), as ToFloat16
+// and ToBFloat16 do. A NaN or Inf is ErrNonFinite and a value beyond the
+// type's range ErrOverflow, both naming the element; nothing is uploaded
+// then.
+func (d *Device) UploadAs(shape []int, data []float32, t DType) (*Tensor, error) {
+	return d.upload(shape, data, t, writeHeadroom)
+}
+
+// UploadBits uploads halves the caller already holds: bits[i] is the
+// float16 (t = Float16) or bfloat16 (t = BFloat16) bit pattern of element
+// i, stored as given. NaN and Inf patterns are ErrNonFinite.
+func (d *Device) UploadBits(shape []int, bits []uint16, t DType) (*Tensor, error) {
+	if t != Float16 && t != BFloat16 {
+		return nil, errorf(ErrOption, "UploadBits takes float16 or bfloat16 bits, not %v", t)
+	}
+	s, err := d.checkUpload(shape, len(bits))
+	if err != nil {
+		return nil, err
+	}
+	most := 0.0
+	for i, h := range bits {
+		x := widen(t, h)
+		if err := finiteElement(x, fmt.Sprintf("element %d (bits %#04x): ", i, h)); err != nil {
+			return nil, err
+		}
+		most = max(most, math.Abs(float64(x)))
+	}
+	return d.store(s, t, halfBytes(bits), most, writeHeadroom)
+}
+
+// UploadFloat16 uploads float16 values (github.com/x448/float16) as a
+// Float16 tensor, stored as given.
+func (d *Device) UploadFloat16(shape []int, data []float16.Float16) (*Tensor, error) {
+	bits := make([]uint16, len(data))
+	for i, h := range data {
+		bits[i] = h.Bits()
+	}
+	return d.UploadBits(shape, bits, Float16)
+}
+
+// upload is UploadAs with the tensor's bound at least headroom; weights,
 // which are never written, have none, so the bounds derived from them
 // (checkLinear) stay tight.
-func (d *Device) upload(shape []int, data []float32, headroom float64) (*Tensor, error) {
+func (d *Device) upload(shape []int, data []float32, t DType, headroom float64) (*Tensor, error) {
+	s, err := d.checkUpload(shape, len(data))
+	if err != nil {
+		return nil, err
+	}
+	if t == Float32 {
+		most, finite := magnitude(data)
+		tn, err := d.store(s, t, f32Bytes(data), most, headroom)
+		if err == nil {
+			tn.finite = finite
+		}
+		return tn, err
+	}
+	bits, err := halfBits(t, data)
+	if err != nil {
+		return nil, err
+	}
+	most, _ := magnitude(data)
+	return d.store(s, t, halfBytes(bits), most, headroom)
+}
+
+// checkUpload checks n values against a shape.
+func (d *Device) checkUpload(shape []int, n int) ([4]int, error) {
 	s, err := Shape4(shape)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
-	n := s[0] * s[1] * s[2] * s[3]
-	if len(data) != n {
-		return nil, errorf(ErrShape, "shape %v needs %d values, got %d", shape, n, len(data))
+	if want := s[0] * s[1] * s[2] * s[3]; n != want {
+		return s, errorf(ErrShape, "shape %v needs %d values, got %d", shape, want, n)
 	}
-	t, err := d.newTensor(s)
+	return s, nil
+}
+
+// store makes a dense tensor of type t holding raw, whose largest |value|
+// is most.
+func (d *Device) store(s [4]int, t DType, raw []byte, most, headroom float64) (*Tensor, error) {
+	tn, err := d.newTensor(s, t)
 	if err != nil {
 		return nil, err
 	}
-	most, finite := magnitude(data)
-	t.finite, t.bound = finite, max(most, headroom)
-	if err := t.buf.WriteFloat32(0, data); err != nil {
-		t.Close()
+	tn.bound = max(most, headroom)
+	if err := tn.buf.Write(0, raw); err != nil {
+		tn.Close()
 		return nil, err
 	}
-	return t, nil
+	return tn, nil
+}
+
+// f32Bytes views float32 data as the bytes the device reads.
+func f32Bytes(data []float32) []byte {
+	if len(data) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), 4*len(data))
 }
 
 // magnitude returns the largest |x| of data and whether every x is finite.
@@ -99,22 +180,30 @@ func (t *Tensor) Write(data []float32) error {
 	if bound := t.root().bound; most > bound {
 		return errorf(ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
 	}
-	return t.buf.WriteFloat32(uint64(t.offset), data)
+	if t.dtype == Float32 {
+		return t.buf.WriteFloat32(uint64(t.offset), data)
+	}
+	bits, err := halfBits(t.dtype, data)
+	if err != nil {
+		return err
+	}
+	return t.buf.Write(uint64(t.offset*2), halfBytes(bits))
 }
 
 // newTensor allocates a dense, uninitialised tensor.
-func (d *Device) newTensor(s [4]int) (*Tensor, error) {
+func (d *Device) newTensor(s [4]int, dt DType) (*Tensor, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {
 		return nil, err
 	}
 	n := s[0] * s[1] * s[2] * s[3]
-	buf, err := d.dev.NewBuffer(uint64(4 * n))
+	// Whole 32-bit words: kernels read halves two a word.
+	buf, err := d.dev.NewBuffer((uint64(dt.Bytes()*n) + 3) / 4 * 4)
 	if err != nil {
 		return nil, err
 	}
-	t := &Tensor{dev: d, buf: buf, shape: s, strides: [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}, finite: true, bound: math.Inf(1)}
+	t := &Tensor{dev: d, buf: buf, dtype: dt, shape: s, strides: [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}, finite: true, bound: math.Inf(1)}
 	d.tensors[t] = struct{}{}
 	return t, nil
 }
@@ -122,11 +211,14 @@ func (d *Device) newTensor(s [4]int) (*Tensor, error) {
 // Shape is the tensor's four logical axes.
 func (t *Tensor) Shape() [4]int { return t.shape }
 
+// DType is the element type the tensor is stored in.
+func (t *Tensor) DType() DType { return t.dtype }
+
 // SwapAxes12 returns a view that reads this tensor's axes 1 and 2 swapped:
 // data uploaded as (B, L, H, d) becomes the (B, H, L, d) tensor attention
 // expects, without a copy. The view shares the data and is freed with it.
 func (t *Tensor) SwapAxes12() *Tensor {
-	v := &Tensor{dev: t.dev, buf: t.buf, owner: t.root(), shape: t.shape, offset: t.offset, strides: t.strides, finite: t.finite}
+	v := &Tensor{dev: t.dev, buf: t.buf, owner: t.root(), dtype: t.dtype, shape: t.shape, offset: t.offset, strides: t.strides, finite: t.finite}
 	v.shape[1], v.shape[2] = t.shape[2], t.shape[1]
 	v.strides[1], v.strides[2] = t.strides[2], t.strides[1]
 	return v
@@ -141,34 +233,48 @@ func (t *Tensor) root() *Tensor {
 
 // layout is where the tensor lies in its buffer, in kernel terms.
 func (t *Tensor) layout() pipelines.Layout {
-	return pipelines.Layout{Offset: t.offset, Strides: t.strides}
+	return pipelines.Layout{Offset: t.offset, Strides: t.strides, Type: t.dtype}
 }
 
-// Download copies the tensor to the host as dense row-major (B,H,L,d) data.
+// Download copies the tensor to the host as dense row-major (B,H,L,d)
+// float32 data; halves widen exactly.
 func (t *Tensor) Download() ([]float32, error) {
 	if t.root().closed.Load() {
 		return nil, errorf(ErrClosed, "tensor used after Close")
 	}
 	s := t.shape
-	dense := t.strides == [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}
 	out := make([]float32, s[0]*s[1]*s[2]*s[3])
-	if dense {
-		return out, t.buf.ReadFloat32(uint64(t.offset), out)
+	if t.strides == [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} {
+		return out, t.readRow(t.offset, out)
 	}
-	row := make([]float32, s[3])
 	i := 0
 	for b := 0; b < s[0]; b++ {
 		for h := 0; h < s[1]; h++ {
 			for l := 0; l < s[2]; l++ {
 				off := t.offset + b*t.strides[0] + h*t.strides[1] + l*t.strides[2]
-				if err := t.buf.ReadFloat32(uint64(off), row); err != nil {
+				if err := t.readRow(off, out[i:i+s[3]]); err != nil {
 					return nil, err
 				}
-				i += copy(out[i:], row)
+				i += s[3]
 			}
 		}
 	}
 	return out, nil
+}
+
+// readRow fills dst with the elements from element offset off, widened.
+func (t *Tensor) readRow(off int, dst []float32) error {
+	if t.dtype == Float32 {
+		return t.buf.ReadFloat32(uint64(off), dst)
+	}
+	raw := make([]byte, 2*len(dst))
+	if err := t.buf.Read(uint64(2*off), raw); err != nil {
+		return err
+	}
+	for i := range dst {
+		dst[i] = widen(t.dtype, binary.LittleEndian.Uint16(raw[2*i:]))
+	}
+	return nil
 }
 
 // Close frees the tensor's device memory. Closing a view closes the data it

@@ -36,6 +36,7 @@ func (p LoadPath) String() string {
 type Layout struct {
 	Offset  int    // elements
 	Strides [3]int // batch, head, position, in elements
+	Type    DType  // element type
 }
 
 // DenseLayout is the layout of a dense row-major (b, h, l, w) tensor.
@@ -158,15 +159,20 @@ func (p AttentionPlan) String() string {
 		loads = "vec4 loads"
 	}
 	if p.Splits > 0 {
-		return fmt.Sprintf("kernel %s (load path %s: %s; %s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), %d keys per step, d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s%s",
-			p.Variant, p.Path, p.Why, loads, p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.KeyTile, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
+		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), %d keys per step, d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s%s",
+			p.Variant, p.Path, p.Why, loads, p.typesNote(), p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.KeyTile, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
 	}
 	shared := ""
 	if p.SharedLoads > 0 {
 		shared = fmt.Sprintf(", K/V rows fetched once per %d-lane subgroup and shared by shuffles", p.SharedLoads)
 	}
-	return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), d_max %d, %d query rows/invocation, %d keys per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer%s%s",
-		p.Variant, p.Path, p.Why, loads, shared, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
+	return fmt.Sprintf("kernel %s (load path %s: %s; %s%s%s), d_max %d, %d query rows/invocation, %d keys per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer%s%s",
+		p.Variant, p.Path, p.Why, loads, p.typesNote(), shared, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
+}
+
+// typesNote says how Q, K and V are read when one of them is a half.
+func (p AttentionPlan) typesNote() string {
+	return typesNote([]string{"Q", "K", "V"}, p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type)
 }
 
 // maskNote says whether mask loads are compiled in.
@@ -231,7 +237,10 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	}
 	p.Path, p.Why = path, why
 	p.Additive = in.Additive
-	p.Vec4 = aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
+	if err := in.checkTypes(); err != nil {
+		return p, err
+	}
+	p.Vec4 = aligned && (p.Path == StoragePath || dev.TexelWords4)
 	p.KeyTile = tuning.Keys
 	if p.Additive || !p.Vec4 {
 		// One key per step for additive scores (each costs d tanh, so the
@@ -294,11 +303,11 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 // checkRange refuses a buffer the kernel could not address whole: the shader
 // indexes with 32-bit ints, texel views are limited in elements and storage
 // bindings in bytes.
-func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 bool) error {
+func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 bool, t DType) error {
 	if buf == nil {
 		return nil
 	}
-	elems := buf.Size() / 4
+	elems := buf.Size() / uint64(t.Bytes())
 	if elems > math.MaxInt32 {
 		return limitf("%s has %d elements, more than 2^31", what, elems)
 	}
@@ -337,25 +346,21 @@ const (
 
 // attentionKernel is the kernel of an attention plan, built once per device.
 func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
-	in, mask := vk.StorageBuffer, vk.StorageBuffer
-	if p.Path == TexelPath {
-		in, mask = vk.UniformTexelR32F, vk.UniformTexelR32F
-		if p.Vec4 {
-			in = vk.UniformTexelRGBA32F
-		}
-	}
+	s := &p.Shape
 	bindings := make([]vk.BindingType, attentionBindings)
 	for i := range bindings {
 		bindings[i] = vk.StorageBuffer
 	}
 	bindings[bindParams] = vk.UniformBuffer
-	bindings[bindQ], bindings[bindK], bindings[bindV] = in, in, in
-	bindings[bindMask], bindings[bindBoolMask], bindings[bindKeyPadding] = mask, mask, mask
+	if p.Path == TexelPath {
+		bindings[bindQ], bindings[bindK], bindings[bindV] = s.Q.Type.texelBinding(p.Vec4), s.K.Type.texelBinding(p.Vec4), s.V.Type.texelBinding(p.Vec4)
+		bindings[bindMask], bindings[bindBoolMask], bindings[bindKeyPadding] = vk.UniformTexelR32F, vk.UniformTexelR32F, vk.UniformTexelR32F
+	}
 	if !p.Additive {
 		bindings = bindings[:bindWA]
 	}
 	return ks.get(p.Variant, bindings, int32(p.WorkGroup), int32(p.DMax/4), int32(p.Rows), int32(p.WorkGroup),
-		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)))
+		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec())
 }
 
 // ceilDiv is a/b rounded up, for positive b.
@@ -490,7 +495,7 @@ func (ks *Kernels) Attention(p AttentionPlan, x AttentionArgs) (*Step, error) {
 	}
 	chunks := p.chunks()
 	texel := p.Path == TexelPath
-	if err := checkRange(info, "key padding", x.KeyPadding, texel, false); err != nil {
+	if err := checkRange(info, "key padding", x.KeyPadding, texel, false, Float32); err != nil {
 		return nil, err
 	}
 	k, err := ks.attentionKernel(p)
@@ -516,7 +521,7 @@ func (ks *Kernels) Attention(p AttentionPlan, x AttentionArgs) (*Step, error) {
 			return fail(err)
 		}
 		st.own(partials)
-		if err := checkRange(info, "split-K partials", partials, false, false); err != nil {
+		if err := checkRange(info, "split-K partials", partials, false, false, Float32); err != nil {
 			return fail(err)
 		}
 		if combine, err = ks.combineKernel(); err != nil {
@@ -544,7 +549,7 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 		bound[bindWeights].Buffer = partials
 	}
 	for _, b := range chunkBindings(&p, c, x, &cs, &extra) {
-		w, err := bindWindow(info, b.what, b.sp, b.texel, b.vec4)
+		w, err := bindWindow(info, b.what, b.sp, b.texel, b.vec4, b.dtype)
 		if err != nil {
 			return err
 		}

@@ -12,7 +12,7 @@ import (
 func lavapipeLike() vk.PhysicalDevice {
 	return vk.PhysicalDevice{
 		Name: "fake lavapipe", Type: vk.DeviceCPU, DriverID: vk.DriverIDLavapipe,
-		TexelR32F: true, TexelRGBA32F: true,
+		TexelR32F: true, TexelWords: true, TexelWords4: true,
 		Limits: vk.Limits{
 			MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 64},
 			MaxWorkGroupInvocations: 1024, SubgroupSize: 8, SubgroupShuffle: true,

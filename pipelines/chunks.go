@@ -96,22 +96,31 @@ type window struct {
 // bindWindow aligns a span's start down to the binding's offset alignment
 // (and to whole vec4s for vec4 texel views) and checks the window against
 // the binding's reach.
-func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool) (window, error) {
+func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool, t DType) (window, error) {
+	elem := uint64(t.Bytes())
+	// Whole 32-bit words (halves are read two a word on the storage path),
+	// and whole vec4 slots: the shader finds slot c of a row at
+	// (element >> 2) + c of its window.
 	align := uint64(4)
+	if vec4 {
+		align = 4 * elem
+	}
 	reach := uint64(dev.Limits.MaxStorageBufferRange)
 	if texel {
 		align = max(align, dev.Limits.MinTexelAlignment)
-		texelBytes := uint64(4)
+		texelBytes := elem
 		if vec4 {
-			texelBytes = 16
-			align = max(align, 16)
+			texelBytes *= 4
 		}
 		reach = uint64(dev.Limits.MaxTexelBufferElements) * texelBytes
 	} else {
 		align = max(align, dev.Limits.MinStorageAlignment)
 	}
-	lo := uint64(sp.lo) * 4 / align * align
-	w := window{offset: lo, size: uint64(sp.hi)*4 - lo, first: int(lo / 4)}
+	lo := uint64(sp.lo) * elem / align * align
+	// The window ends on a word boundary so the last half's word is in it
+	// (half tensors' buffers are allocated in whole words).
+	hi := (uint64(sp.hi)*elem + 3) / 4 * 4
+	w := window{offset: lo, size: hi - lo, first: int(lo / elem)}
 	if w.size > reach {
 		return w, limitf("%s needs a %d-byte window, more than one binding reaches (%d bytes)", what, w.size, reach)
 	}
@@ -127,6 +136,7 @@ type chunkBinding struct {
 	sp      span
 	texel   bool
 	vec4    bool
+	dtype   DType
 	offset  *int
 }
 
@@ -142,26 +152,26 @@ func chunkBindings(p *AttentionPlan, c chunk, x *AttentionArgs, cs *AttentionSha
 	h0, nh := c.h0, c.nh
 	texel := p.Path == TexelPath
 	bs := []chunkBinding{
-		{bindQ, "Q", x.Q, viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, &cs.Q.Offset},
-		{bindK, "K", x.K, viewSpan(s.K, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DK), texel, p.Vec4, &cs.K.Offset},
-		{bindV, "V", x.V, viewSpan(s.V, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DV), texel, p.Vec4, &cs.V.Offset},
-		{bindO, "O", x.O, viewSpan(rowsFrom(s.O, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DV), false, false, &cs.O.Offset},
+		{bindQ, "Q", x.Q, viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, s.Q.Type, &cs.Q.Offset},
+		{bindK, "K", x.K, viewSpan(s.K, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DK), texel, p.Vec4, s.K.Type, &cs.K.Offset},
+		{bindV, "V", x.V, viewSpan(s.V, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DV), texel, p.Vec4, s.V.Type, &cs.V.Offset},
+		{bindO, "O", x.O, viewSpan(rowsFrom(s.O, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DV), false, false, Float32, &cs.O.Offset},
 	}
 	// LSE and weights are dense (B, H, L[, S]); a chunk of several batch
 	// items has every head, so its range is contiguous (a block of query
 	// rows is contiguous within each of its heads).
 	rows := span{(c.b0*s.H+h0)*s.L + c.l0, ((c.b0+c.nb-1)*s.H+h0+nh-1)*s.L + c.l0 + c.nl}
 	if s.LSE {
-		bs = append(bs, chunkBinding{bindLSE, "LSE", x.LSE, rows, false, false, &extra.lse})
+		bs = append(bs, chunkBinding{bindLSE, "LSE", x.LSE, rows, false, false, Float32, &extra.lse})
 	}
 	if s.Weights {
-		bs = append(bs, chunkBinding{bindWeights, "weights", x.Weights, span{rows.lo * s.S, rows.hi * s.S}, false, false, &extra.weights})
+		bs = append(bs, chunkBinding{bindWeights, "weights", x.Weights, span{rows.lo * s.S, rows.hi * s.S}, false, false, Float32, &extra.weights})
 	}
 	if s.Mask.Given {
-		bs = append(bs, chunkBinding{bindMask, "mask", x.Mask, maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, &extra.mask})
+		bs = append(bs, chunkBinding{bindMask, "mask", x.Mask, maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, Float32, &extra.mask})
 	}
 	if s.BoolMask.Given {
-		bs = append(bs, chunkBinding{bindBoolMask, "boolean mask", x.BoolMask, maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, &extra.boolMask})
+		bs = append(bs, chunkBinding{bindBoolMask, "boolean mask", x.BoolMask, maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, Float32, &extra.boolMask})
 	}
 	return bs
 }
@@ -169,7 +179,7 @@ func chunkBindings(p *AttentionPlan, c chunk, x *AttentionArgs, cs *AttentionSha
 // fits reports whether every binding of chunk c has a window within reach.
 func fits(dev vk.PhysicalDevice, p *AttentionPlan, c chunk) error {
 	for _, b := range chunkBindings(p, c, nil, nil, nil) {
-		if _, err := bindWindow(dev, b.what, b.sp, b.texel, b.vec4); err != nil {
+		if _, err := bindWindow(dev, b.what, b.sp, b.texel, b.vec4, b.dtype); err != nil {
 			return err
 		}
 	}

@@ -45,7 +45,7 @@ type kernelKey struct {
 }
 
 // maxSpec is the most specialization constants a kernel takes.
-const maxSpec = 8
+const maxSpec = 12
 
 // get returns the kernel of variant v with the given bindings and
 // specialization constants (constant_id i gets spec[i]), building it from
@@ -100,6 +100,10 @@ func (ks *Kernels) or(b *vk.Buffer) (*vk.Buffer, error) {
 	return ks.dummy, nil
 }
 
+// texelPathOK reports whether dev has the texel formats the texel load
+// path reads through: R32F for masks, raw words for inputs.
+func texelPathOK(dev vk.PhysicalDevice) bool { return dev.TexelR32F && dev.TexelWords }
+
 // choosePath picks the load path of a kernel on dev: the forced one, or
 // the tuning's (nil: the device's default tuning).
 func choosePath(dev vk.PhysicalDevice, force LoadPath, t *Tuning) (LoadPath, *PathTuning, string, error) {
@@ -111,8 +115,8 @@ func choosePath(dev vk.PhysicalDevice, force LoadPath, t *Tuning) (LoadPath, *Pa
 	if path == AutoPath {
 		path, why = t.Path, t.Source
 	}
-	if path == TexelPath && !dev.TexelR32F {
-		return path, nil, why, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT uniform texel buffers", dev.Name)
+	if path == TexelPath && !texelPathOK(dev) {
+		return path, nil, why, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT, R32_UINT and R16_UINT uniform texel buffers", dev.Name)
 	}
 	return path, t.For(path), why, nil
 }

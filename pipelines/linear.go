@@ -17,6 +17,7 @@ type LinearPlan struct {
 	WorkGroup int
 	Grid      [3]uint32
 	Why       string // why this load path
+	X, W      DType  // element types of the inputs and the weights
 }
 
 func (p LinearPlan) String() string {
@@ -24,8 +25,8 @@ func (p LinearPlan) String() string {
 	if p.Vec4 {
 		loads = "vec4 loads"
 	}
-	return fmt.Sprintf("kernel %s (load path %s: %s; %s), %dx%d output tile per invocation, workgroup %d, grid %dx%d",
-		p.Variant, p.Path, p.Why, loads, p.TileRows, p.TileCols, p.WorkGroup, p.Grid[0], p.Grid[1])
+	return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), %dx%d output tile per invocation, workgroup %d, grid %dx%d",
+		p.Variant, p.Path, p.Why, loads, typesNote([]string{"X", "W"}, p.X, p.W), p.TileRows, p.TileCols, p.WorkGroup, p.Grid[0], p.Grid[1])
 }
 
 // LinearInput is what the planner needs to know about a dense layer.
@@ -34,6 +35,7 @@ type LinearInput struct {
 	// Aligned: X and W offsets and row strides are multiples of 4 (and so
 	// is Inputs), so rows can be read as vec4s.
 	Aligned bool
+	X, W    DType // element types of the inputs and the weights
 	Force   LoadPath
 	Tuning  *Tuning // nil: DefaultTuning; the path's workgroup size is used
 }
@@ -48,8 +50,11 @@ func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
 	if err != nil {
 		return p, err
 	}
-	p.Path, p.Why = path, why
-	p.Vec4 = in.Aligned && (p.Path == StoragePath || dev.TexelRGBA32F)
+	if !in.X.Valid() || !in.W.Valid() {
+		return p, fmt.Errorf("dense layer: element types %v and %v; the kernel reads %v", in.X, in.W, DTypes)
+	}
+	p.Path, p.Why, p.X, p.W = path, why, in.X, in.W
+	p.Vec4 = in.Aligned && (p.Path == StoragePath || dev.TexelWords4)
 	p.Variant = Variant{Family: FamilyLinear, Path: p.Path, Vec4: p.Vec4}
 	p.TileRows, p.TileCols = 4, 4
 	p.WorkGroup = min(tuning.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
@@ -89,14 +94,11 @@ const linearFlagBias = 1
 func (ks *Kernels) Linear(p LinearPlan, x LinearArgs) (*Step, error) {
 	info := ks.dev.Info
 	texel := p.Path == TexelPath
-	in := vk.StorageBuffer
+	xb, wb := vk.StorageBuffer, vk.StorageBuffer
 	if texel {
-		in = vk.UniformTexelR32F
-		if p.Vec4 {
-			in = vk.UniformTexelRGBA32F
-		}
+		xb, wb = p.X.texelBinding(p.Vec4), p.W.texelBinding(p.Vec4)
 	}
-	k, err := ks.get(p.Variant, []vk.BindingType{vk.UniformBuffer, in, in, vk.StorageBuffer, vk.StorageBuffer}, int32(p.WorkGroup))
+	k, err := ks.get(p.Variant, []vk.BindingType{vk.UniformBuffer, xb, wb, vk.StorageBuffer, vk.StorageBuffer}, int32(p.WorkGroup), p.X.spec(), p.W.spec())
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +133,9 @@ func linearSpans(x *LinearArgs, r0, nr, o0, no int) [4]span {
 	}
 }
 
+// types are the element types of X, W, Y and the bias.
+func (p LinearPlan) types() [4]DType { return [4]DType{p.X, p.W, Float32, Float32} }
+
 // linearBlocks picks the block size: the whole layer if it fits, else as
 // many rows (and outputs) per block as fit, in whole tiles.
 func linearBlocks(dev vk.PhysicalDevice, p LinearPlan, x *LinearArgs) (rows, outs int, err error) {
@@ -141,7 +146,7 @@ func linearBlocks(dev vk.PhysicalDevice, p LinearPlan, x *LinearArgs) (rows, out
 			if i == 3 && x.Bias == nil {
 				continue
 			}
-			if _, err := bindWindow(dev, what, sp[i], texel && i < 2, p.Vec4 && i < 2); err != nil {
+			if _, err := bindWindow(dev, what, sp[i], texel && i < 2, p.Vec4 && i < 2, p.types()[i]); err != nil {
 				return err
 			}
 		}
@@ -173,7 +178,7 @@ func (ks *Kernels) linearBlock(st *Step, k *vk.Kernel, p LinearPlan, x *LinearAr
 		if buf == nil {
 			continue
 		}
-		w, err := bindWindow(info, []string{"X", "W", "Y", "bias"}[i], sp[i], texel && i < 2, p.Vec4 && i < 2)
+		w, err := bindWindow(info, []string{"X", "W", "Y", "bias"}[i], sp[i], texel && i < 2, p.Vec4 && i < 2, p.types()[i])
 		if err != nil {
 			return err
 		}
@@ -217,7 +222,7 @@ func (ks *Kernels) linearBlock(st *Step, k *vk.Kernel, p LinearPlan, x *LinearAr
 // HeadMean binds the mean over heads of attention weights (B, H, n) into
 // (B, n).
 func (ks *Kernels) HeadMean(weights, mean *vk.Buffer, b, h, n int) (*Step, error) {
-	if err := checkRange(ks.dev.Info, "weights", weights, false, false); err != nil {
+	if err := checkRange(ks.dev.Info, "weights", weights, false, false, Float32); err != nil {
 		return nil, err
 	}
 	k, err := ks.getPushed(Variant{Family: FamilyHeadMean}, []vk.BindingType{vk.StorageBuffer, vk.StorageBuffer}, 12)

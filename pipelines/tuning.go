@@ -115,7 +115,7 @@ func DefaultTuning(dev vk.PhysicalDevice) Tuning {
 		t.Source = "quirk table: " + q.name
 		return t
 	}
-	if dev.Type == vk.DeviceCPU && dev.TexelR32F {
+	if dev.Type == vk.DeviceCPU && texelPathOK(dev) {
 		t := cpuTuning.Clone()
 		t.Source = "defaults for CPU drivers"
 		return t
@@ -142,8 +142,8 @@ func (t Tuning) Check(dev vk.PhysicalDevice) error {
 	if t.Path != TexelPath && t.Path != StoragePath {
 		return fmt.Errorf("tuning: preferred load path %v: want texel or storage", t.Path)
 	}
-	if t.Path == TexelPath && !dev.TexelR32F {
-		return fmt.Errorf("tuning: texel load path on %s, which has no R32F texel buffers", dev.Name)
+	if t.Path == TexelPath && !texelPathOK(dev) {
+		return fmt.Errorf("tuning: texel load path on %s, which lacks the R32F, R32UI and R16UI texel buffers it reads through", dev.Name)
 	}
 	for _, path := range []LoadPath{TexelPath, StoragePath} {
 		pt := t.For(path)

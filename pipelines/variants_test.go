@@ -32,7 +32,7 @@ func TestEveryVariantIsReachable(t *testing.T) {
 	gpu.Name, gpu.Type, gpu.DriverID = "fake discrete GPU", vk.DeviceDiscrete, vk.DriverIDNvidia
 	gpu.Limits.SubgroupSize = 32
 	noVec4Texels := lavapipeLike()
-	noVec4Texels.TexelRGBA32F = false
+	noVec4Texels.TexelWords4 = false
 	reached := map[Variant]bool{
 		{Family: FamilyHeadMean}: true, // Kernels.HeadMean's one build
 		{Family: FamilySelftest}: true, // the vk package's tests

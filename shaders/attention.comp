@@ -49,6 +49,10 @@ layout(constant_id = 4) const int KEYS = 4; // keys per online-softmax step
 // of the prefill time.
 layout(constant_id = 5) const bool MASKED = true;
 layout(constant_id = 6) const int SHARE = 1; // lanes sharing K/V row loads (SHARED_LOADS)
+// Element types of Q, K and V (TYPE_F32, TYPE_F16, TYPE_BF16 of loads.glsl).
+layout(constant_id = 7) const int Q_TYPE = 0;
+layout(constant_id = 8) const int K_TYPE = 0;
+layout(constant_id = 9) const int V_TYPE = 0;
 
 const int FLAG_MASK = 1;     // additive mask bound at binding 4
 const int FLAG_BOOLMASK = 2; // boolean mask (as 0 / -inf) bound at binding 5
@@ -63,10 +67,11 @@ const float NEG_INF = -1.0 / 0.0;
 
 #include "attention_params.glsl"
 
+#include "loads.glsl"
+INPUT(1, Qt)
+INPUT(2, Kt)
+INPUT(3, Vt)
 #ifdef TEXEL_LOADS
-layout(binding = 1) uniform samplerBuffer Qt; // RGBA32F views with VEC4_LOADS, else R32F
-layout(binding = 2) uniform samplerBuffer Kt;
-layout(binding = 3) uniform samplerBuffer Vt;
 layout(binding = 4) uniform samplerBuffer Mt;
 layout(binding = 5) uniform samplerBuffer Bt;
 layout(binding = 10) uniform samplerBuffer Pt;
@@ -74,15 +79,6 @@ layout(binding = 10) uniform samplerBuffer Pt;
 #define LOAD_B(i) texelFetch(Bt, (i)).r
 #define LOAD_PAD(i) texelFetch(Pt, (i)).r
 #else
-#ifdef VEC4_LOADS
-layout(std430, binding = 1) readonly buffer QBuf { vec4 Qt[]; };
-layout(std430, binding = 2) readonly buffer KBuf { vec4 Kt[]; };
-layout(std430, binding = 3) readonly buffer VBuf { vec4 Vt[]; };
-#else
-layout(std430, binding = 1) readonly buffer QBuf { float Qt[]; };
-layout(std430, binding = 2) readonly buffer KBuf { float Kt[]; };
-layout(std430, binding = 3) readonly buffer VBuf { float Vt[]; };
-#endif
 layout(std430, binding = 4) readonly buffer MBuf { float mData[]; };
 layout(std430, binding = 5) readonly buffer BBuf { float bData[]; };
 layout(std430, binding = 10) readonly buffer PadBuf { float padData[]; };
@@ -90,7 +86,6 @@ layout(std430, binding = 10) readonly buffer PadBuf { float padData[]; };
 #define LOAD_B(i) bData[(i)]
 #define LOAD_PAD(i) padData[(i)]
 #endif
-#include "loads.glsl"
 
 layout(std430, binding = 6) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries of the whole call
 layout(std430, binding = 7) writeonly buffer OBuf { float oData[]; };
@@ -118,9 +113,9 @@ const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per 
 
 // LOAD_SHARED fetches this lane's slots of the row at base: slot
 // u * SHARE + lane, clamped (the clamped copies are never shuffled out).
-#define LOAD_SHARED(own, buf, base, n)                                                         \
+#define LOAD_SHARED(own, buf, T, base, n)                                                         \
     [[unroll]] for (int u = 0; u < SLOTS; u++) {                                                \
-        own[u] = LOAD4(buf, base, min(u * SHARE + int(gl_SubgroupInvocationID), D4 - 1), n); \
+        own[u] = LOAD4(buf, T, base, min(u * SHARE + int(gl_SubgroupInvocationID), D4 - 1), n); \
     }
 // Slot c of a row loaded by LOAD_SHARED into own.
 #define SLOT(own, c) subgroupShuffle(own[(c) / SHARE], (c) % SHARE)
@@ -136,13 +131,13 @@ void keyScores(int j, int keyEnd) {
     }
 #ifdef SHARED_LOADS
     vec4 kOwn[SLOTS];
-    LOAD_SHARED(kOwn, Kt, kBase, DK)
+    LOAD_SHARED(kOwn, Kt, K_TYPE, kBase, DK)
 #endif
     [[unroll]] for (int c = 0; c < D4; c++) {
 #ifdef SHARED_LOADS
         vec4 k4 = SLOT(kOwn, c);
 #else
-        vec4 k4 = LOAD4(Kt, kBase, c, DK);
+        vec4 k4 = LOAD4(Kt, K_TYPE, kBase, c, DK);
 #endif
         [[unroll]] for (int r = 0; r < ROWS; r++) {
 #ifdef ADDITIVE
@@ -253,7 +248,7 @@ void main() {
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         int qBase = P.offsets.x + b * P.qStride.x + headOf[r] * P.qStride.y + rowOf[r] * P.qStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {
-            q[r * D4 + c] = LOAD4(Qt, qBase, c, DK);
+            q[r * D4 + c] = LOAD4(Qt, Q_TYPE, qBase, c, DK);
             acc[r * D4 + c] = vec4(0.0);
         }
     }
@@ -306,7 +301,7 @@ void main() {
 #ifdef SHARED_LOADS
         vec4 vOwn[KEYS][SLOTS];
         [[unroll]] for (int t = 0; t < KEYS; t++) {
-            LOAD_SHARED(vOwn[t], Vt, vBase[t], DV)
+            LOAD_SHARED(vOwn[t], Vt, V_TYPE, vBase[t], DV)
         }
 #endif
         [[unroll]] for (int c = 0; c < D4; c++) {
@@ -315,7 +310,7 @@ void main() {
 #ifdef SHARED_LOADS
                 v[t] = SLOT(vOwn[t], c);
 #else
-                v[t] = LOAD4(Vt, vBase[t], c, DV);
+                v[t] = LOAD4(Vt, V_TYPE, vBase[t], c, DV);
 #endif
             }
             [[unroll]] for (int r = 0; r < ROWS; r++) {

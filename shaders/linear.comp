@@ -1,7 +1,7 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
-// Dense layer Y = X W^T + b in fp32 (PyTorch nn.Linear layout: W is
+// Dense layer Y = X W^T + b, computed in fp32 (PyTorch nn.Linear layout: W is
 // (outputs, inputs) row-major, so each output is a dot product of two
 // contiguous rows). Each invocation computes a TR x TC tile of Y, reading
 // four inputs of TR rows of X and TC rows of W per step, so every loaded
@@ -28,19 +28,13 @@ layout(std140, binding = 0) uniform Params {
     ivec4 y;    // Y element offset, row stride; bias element offset
 } P;
 
-#ifdef TEXEL_LOADS
-layout(binding = 1) uniform samplerBuffer Xt; // RGBA32F views with VEC4_LOADS, else R32F
-layout(binding = 2) uniform samplerBuffer Wt;
-#else
-#ifdef VEC4_LOADS
-layout(std430, binding = 1) readonly buffer XBuf { vec4 Xt[]; };
-layout(std430, binding = 2) readonly buffer WBuf { vec4 Wt[]; };
-#else
-layout(std430, binding = 1) readonly buffer XBuf { float Xt[]; };
-layout(std430, binding = 2) readonly buffer WBuf { float Wt[]; };
-#endif
-#endif
 #include "loads.glsl"
+INPUT(1, Xt)
+INPUT(2, Wt)
+// Element types of X and W (TYPE_F32, TYPE_F16, TYPE_BF16 of loads.glsl):
+// weights are read in the type they were stored in.
+layout(constant_id = 1) const int X_TYPE = 0;
+layout(constant_id = 2) const int W_TYPE = 0;
 layout(std430, binding = 3) readonly buffer BiasBuf { float bias[]; };
 layout(std430, binding = 4) writeonly buffer YBuf { float yData[]; };
 
@@ -69,10 +63,10 @@ void main() {
         vec4 xs[TR];
         vec4 ws[TC];
         [[unroll]] for (int r = 0; r < TR; r++) {
-            xs[r] = LOAD4(Xt, xBase[r], i, K);
+            xs[r] = LOAD4(Xt, X_TYPE, xBase[r], i, K);
         }
         [[unroll]] for (int c = 0; c < TC; c++) {
-            ws[c] = LOAD4(Wt, wBase[c], i, K);
+            ws[c] = LOAD4(Wt, W_TYPE, wBase[c], i, K);
         }
         [[unroll]] for (int r = 0; r < TR; r++) {
             [[unroll]] for (int c = 0; c < TC; c++) {

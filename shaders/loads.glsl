@@ -1,25 +1,77 @@
-// Row loads shared by the kernels that read float rows four at a time.
+// Row loads shared by the kernels that read rows four elements at a time.
 // Before including, a shader defines TEXEL_LOADS (inputs are uniform texel
-// buffers) or not (std430 storage buffers), and VEC4_LOADS (rows are read as
-// vec4s: widths, offsets and strides are multiples of 4) or not.
+// buffers) or not (std430 storage buffers), and VEC4_LOADS (rows are read
+// four elements per load: widths, offsets and strides are multiples of 4)
+// or not.
 //
-// LOAD4(buf, base, c, n) is vec4 slot c of the row of width n that starts at
-// element base; lanes past the row read as zero.
+// Every input is read as raw words and widened to float32 here, by its
+// element type (pipelines.DType): float32, float16 or bfloat16, a
+// specialization constant per input, so one SPIR-V serves every mix of
+// types and the driver folds the other branches away. Halves are read as
+// packed 32-bit words (storage) or 16-bit texels (texel views), which needs
+// no 16-bit storage feature: it runs on every Vulkan device.
+//
+// INPUT(b, name) declares input name at binding b; LOAD4(name, T, base, c, n)
+// is slot c (elements 4c..4c+3) of the row of width n that starts at
+// element base of input name of type T; elements past the row read as zero.
+const int TYPE_F32 = 0;
+const int TYPE_F16 = 1;
+const int TYPE_BF16 = 2;
+
+// f16Bits widens the float16 in the low 16 bits of h, exactly: integer
+// operations only, so subnormal halves survive on drivers that flush them
+// in conversions.
+float f16Bits(uint h) {
+    uint sign = (h & 0x8000u) << 16;
+    uint e = (h >> 10) & 0x1fu;
+    uint m = h & 0x3ffu;
+    float subnormal = float(m) * 5.9604644775390625e-8; // m * 2^-24, exact
+    uint e32 = e == 31u ? 255u : e + 112u;              // Inf/NaN stay so
+    float normal = uintBitsToFloat((e32 << 23) | (m << 13));
+    return uintBitsToFloat(floatBitsToUint(e == 0u ? subnormal : normal) | sign);
+}
+
+// widen16 widens the half of type T (TYPE_F16 or TYPE_BF16) in the low 16
+// bits of h; bfloat16 is the upper half of a float32, a shift.
+float widen16(uint h, int T) {
+    return T == TYPE_F16 ? f16Bits(h & 0xffffu) : uintBitsToFloat(h << 16);
+}
+
+vec4 widen16x4(uvec4 h, int T) {
+    return vec4(widen16(h.x, T), widen16(h.y, T), widen16(h.z, T), widen16(h.w, T));
+}
+
+#ifdef TEXEL_LOADS
+// 32-bit inputs through R32UI / RGBA32UI views, halves through R16UI /
+// RGBA16UI views (pipelines picks the view format by the element type).
+#define INPUT(b, name) layout(binding = b) uniform usamplerBuffer name;
 #ifdef VEC4_LOADS
-#ifdef TEXEL_LOADS
-#define ROW4(buf, base, c) texelFetch(buf, ((base) >> 2) + (c))
+#define ROW4(name, T, base, c) ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, ((base) >> 2) + (c))) \
+                                                : widen16x4(texelFetch(name, ((base) >> 2) + (c)), T))
 #else
-#define ROW4(buf, base, c) buf[((base) >> 2) + (c)]
+#define AT(name, T, i) ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, (i)).r) : widen16(texelFetch(name, (i)).r, T))
 #endif
-#define LOAD4(buf, base, c, n) ((4 * (c) < (n)) ? ROW4(buf, base, c) : vec4(0.0))
 #else
-#ifdef TEXEL_LOADS
-#define AT(buf, i) texelFetch(buf, (i)).r
+#ifdef VEC4_LOADS
+// Four float32s are a uvec4, four halves a uvec2 of the same binding.
+#define INPUT(b, name)                                                    \
+    layout(std430, binding = b) readonly buffer name##Words { uvec4 name[]; }; \
+    layout(std430, binding = b) readonly buffer name##Halves { uvec2 name##H[]; };
+#define ROW4(name, T, base, c) ((T) == TYPE_F32 ? uintBitsToFloat(name[((base) >> 2) + (c)]) \
+                                                : widen16x4(halves4(name##H[((base) >> 2) + (c)]), T))
+uvec4 halves4(uvec2 w) { return uvec4(w.x, w.x >> 16, w.y, w.y >> 16); }
 #else
-#define AT(buf, i) buf[(i)]
+// Element i of a half input is half (i & 1) of word i >> 1.
+#define INPUT(b, name) layout(std430, binding = b) readonly buffer name##Words { uint name[]; };
+#define AT(name, T, i) ((T) == TYPE_F32 ? uintBitsToFloat(name[(i)]) : widen16(name[(i) >> 1] >> (((i) & 1) * 16), T))
 #endif
+#endif
+
+#ifdef VEC4_LOADS
+#define LOAD4(name, T, base, c, n) ((4 * (c) < (n)) ? ROW4(name, T, base, c) : vec4(0.0))
+#else
 // Indexes are clamped into the row so every load is in bounds.
-#define AT_CLAMPED(buf, base, i, n) ((i) < (n) ? AT(buf, (base) + min((i), (n) - 1)) : 0.0)
-#define LOAD4(buf, base, c, n) vec4(AT_CLAMPED(buf, base, 4 * (c), n), AT_CLAMPED(buf, base, 4 * (c) + 1, n), \
-                                    AT_CLAMPED(buf, base, 4 * (c) + 2, n), AT_CLAMPED(buf, base, 4 * (c) + 3, n))
+#define AT_CLAMPED(name, T, base, i, n) ((i) < (n) ? AT(name, T, (base) + min((i), (n) - 1)) : 0.0)
+#define LOAD4(name, T, base, c, n) vec4(AT_CLAMPED(name, T, base, 4 * (c), n), AT_CLAMPED(name, T, base, 4 * (c) + 1, n), \
+                                        AT_CLAMPED(name, T, base, 4 * (c) + 2, n), AT_CLAMPED(name, T, base, 4 * (c) + 3, n))
 #endif

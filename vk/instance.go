@@ -240,23 +240,26 @@ type Limits struct {
 
 // PhysicalDevice describes one Vulkan device.
 type PhysicalDevice struct {
-	Index        int
-	Name         string
-	Type         DeviceType
-	VendorID     uint32
-	DeviceID     uint32
-	APIVersion   string
-	DriverID     uint32
-	DriverName   string
-	DriverInfo   string
-	Limits       Limits
-	HostVisible  bool // a device-local memory type is also host visible
-	TexelR32F    bool // R32_SFLOAT is usable as a uniform texel buffer
-	TexelRGBA32F bool // R32G32B32A32_SFLOAT is usable as a uniform texel buffer
-	TimestampsOK bool // the compute queue supports timestamps
-	queueFamily  uint32
-	handle       vulkan.PhysicalDevice
-	pipelineUUID [16]byte
+	Index       int
+	Name        string
+	Type        DeviceType
+	VendorID    uint32
+	DeviceID    uint32
+	APIVersion  string
+	DriverID    uint32
+	DriverName  string
+	DriverInfo  string
+	Limits      Limits
+	HostVisible bool // a device-local memory type is also host visible
+	TexelR32F   bool // R32_SFLOAT is usable as a uniform texel buffer (masks)
+	// The raw-word formats the texel load path reads inputs through (a
+	// usamplerBuffer): R32_UINT and R16_UINT for one element a texel, and
+	// R32G32B32A32_UINT and R16G16B16A16_UINT for four.
+	TexelWords, TexelWords4 bool
+	TimestampsOK            bool // the compute queue supports timestamps
+	queueFamily             uint32
+	handle                  vulkan.PhysicalDevice
+	pipelineUUID            [16]byte
 }
 
 // CacheKey names this exact device and driver build (vendor, device and
@@ -421,15 +424,17 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 		}
 	}
 
+	d.TexelR32F = uniformTexel(h, vulkan.FormatR32Sfloat)
+	d.TexelWords = uniformTexel(h, vulkan.FormatR32Uint) && uniformTexel(h, vulkan.FormatR16Uint)
+	d.TexelWords4 = uniformTexel(h, vulkan.FormatR32g32b32a32Uint) && uniformTexel(h, vulkan.FormatR16g16b16a16Uint)
+	return d, true, nil
+}
+
+// uniformTexel reports whether format is usable as a uniform texel buffer.
+func uniformTexel(h vulkan.PhysicalDevice, format vulkan.Format) bool {
 	var fp vulkan.FormatProperties
-	vulkan.GetPhysicalDeviceFormatProperties(h, vulkan.FormatR32Sfloat, &fp)
+	vulkan.GetPhysicalDeviceFormatProperties(h, format, &fp)
 	fp.Deref()
 	fp.Free()
-	d.TexelR32F = vulkan.FormatFeatureFlagBits(fp.BufferFeatures)&vulkan.FormatFeatureUniformTexelBufferBit != 0
-	var fp4 vulkan.FormatProperties
-	vulkan.GetPhysicalDeviceFormatProperties(h, vulkan.FormatR32g32b32a32Sfloat, &fp4)
-	fp4.Deref()
-	fp4.Free()
-	d.TexelRGBA32F = vulkan.FormatFeatureFlagBits(fp4.BufferFeatures)&vulkan.FormatFeatureUniformTexelBufferBit != 0
-	return d, true, nil
+	return vulkan.FormatFeatureFlagBits(fp.BufferFeatures)&vulkan.FormatFeatureUniformTexelBufferBit != 0
 }

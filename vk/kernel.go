@@ -13,17 +13,35 @@ type BindingType int
 const (
 	UniformBuffer BindingType = iota
 	StorageBuffer
-	UniformTexelR32F    // a float texel buffer read with texelFetch
-	UniformTexelRGBA32F // a vec4 texel buffer read with texelFetch
-	StorageImage        // an rgba8 image (NewStorageImage) in the general layout
+	UniformTexelR32F // a float texel buffer read with texelFetch
+	StorageImage     // an rgba8 image (NewStorageImage) in the general layout
+	// Raw words through a usamplerBuffer, widened by the shader: 32-bit
+	// words (float32 data) and 16-bit ones (halves), one or four a texel.
+	UniformTexelR32UI
+	UniformTexelRGBA32UI
+	UniformTexelR16UI
+	UniformTexelRGBA16UI
 )
 
+// texelFormats are the view format and texel size of each texel binding.
+var texelFormats = map[BindingType]struct {
+	format vulkan.Format
+	bytes  uint64
+}{
+	UniformTexelR32F:     {vulkan.FormatR32Sfloat, 4},
+	UniformTexelR32UI:    {vulkan.FormatR32Uint, 4},
+	UniformTexelRGBA32UI: {vulkan.FormatR32g32b32a32Uint, 16},
+	UniformTexelR16UI:    {vulkan.FormatR16Uint, 2},
+	UniformTexelRGBA16UI: {vulkan.FormatR16g16b16a16Uint, 8},
+}
+
 func (t BindingType) descriptorType() vulkan.DescriptorType {
+	if _, texel := texelFormats[t]; texel {
+		return vulkan.DescriptorTypeUniformTexelBuffer
+	}
 	switch t {
 	case UniformBuffer:
 		return vulkan.DescriptorTypeUniformBuffer
-	case UniformTexelR32F, UniformTexelRGBA32F:
-		return vulkan.DescriptorTypeUniformTexelBuffer
 	case StorageImage:
 		return vulkan.DescriptorTypeStorageImage
 	}
@@ -244,12 +262,8 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 			descs[i].image = a.Image.view
 			continue
 		}
-		if t == UniformTexelR32F || t == UniformTexelRGBA32F {
-			format, texel := vulkan.FormatR32Sfloat, uint64(4)
-			if t == UniformTexelRGBA32F {
-				format, texel = vulkan.FormatR32g32b32a32Sfloat, 16
-			}
-			view, err := a.Buffer.texelView(format, texel, a.Offset, a.Range)
+		if f, texel := texelFormats[t]; texel {
+			view, err := a.Buffer.texelView(f.format, f.bytes, a.Offset, a.Range)
 			if err != nil {
 				d.mu.Unlock()
 				s.destroy()

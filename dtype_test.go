@@ -1,0 +1,251 @@
+package vkattn_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/x448/float16"
+)
+
+// mustUploadAs uploads x as element type dt; the caller closes it.
+func mustUploadAs(t *testing.T, d *vkattn.Device, shape []int, x []float32, dt vkattn.DType) *vkattn.Tensor {
+	t.Helper()
+	tt, err := d.UploadAs(shape, x, dt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tt
+}
+
+// roundTo is x rounded to element type dt by means independent of
+// vkattn's conversion: x448/float16 for float16, and for bfloat16 the
+// nearer of the two bfloat16 neighbours of x compared in float64 (ties to
+// the even one).
+func roundTo(dt vkattn.DType, x float32) float32 {
+	switch dt {
+	case vkattn.Float16:
+		return float16.Fromfloat32(x).Float32()
+	case vkattn.BFloat16:
+		bits := math.Float32bits(x)
+		down := bits &^ 0xffff // toward zero
+		up := down + 0x10000   // away from zero
+		dd := math.Abs(float64(x) - float64(math.Float32frombits(down)))
+		du := math.Abs(float64(math.Float32frombits(up)) - float64(x))
+		if du < dd || (du == dd && (down>>16)&1 == 1) {
+			return math.Float32frombits(up)
+		}
+		return math.Float32frombits(down)
+	}
+	return x
+}
+
+// roundAll is roundTo over a slice.
+func roundAll(dt vkattn.DType, xs []float32) []float32 {
+	out := make([]float32, len(xs))
+	for i, x := range xs {
+		out[i] = roundTo(dt, x)
+	}
+	return out
+}
+
+// rounded is the problem's Q, K and V as the device holds them.
+func (p *problem) rounded() (q, k, v []float32) {
+	return roundAll(p.types[0], p.q), roundAll(p.types[1], p.k), roundAll(p.types[2], p.v)
+}
+
+// typeMixes are the element types the sweeps give Q, K and V, case by
+// case: float32, the decode case (float32 queries, half K/V), all float16,
+// all bfloat16, and bfloat16 queries beside float16 K/V.
+var typeMixes = [][3]vkattn.DType{
+	{vkattn.Float32, vkattn.Float32, vkattn.Float32},
+	{vkattn.Float32, vkattn.Float16, vkattn.Float16},
+	{vkattn.Float16, vkattn.Float16, vkattn.Float16},
+	{vkattn.BFloat16, vkattn.BFloat16, vkattn.BFloat16},
+	{vkattn.Float32, vkattn.BFloat16, vkattn.BFloat16},
+	{vkattn.BFloat16, vkattn.Float16, vkattn.Float16},
+}
+
+// typesName names a mix for subtest names ("" for all float32).
+func typesName(ts [3]vkattn.DType) string {
+	if ts == [3]vkattn.DType{} {
+		return ""
+	}
+	return fmt.Sprintf("_%v-%v-%v", ts[0], ts[1], ts[2])
+}
+
+// The conversions, bit for bit, on values whose rounding is worked out by
+// hand from the formats (binary16: 10 fraction bits, exponent bias 15,
+// subnormals down to 2^-24; bfloat16: 7 fraction bits, float32's exponent).
+func TestHalfConversionsBitExact(t *testing.T) {
+	for _, c := range []struct {
+		x    float32
+		bits uint16
+	}{
+		{1, 0x3c00}, {-2, 0xc000}, {0.5, 0x3800}, {65504, 0x7bff},
+		{65519, 0x7bff},                               // below the midpoint 65520: down to the largest half
+		{float32(math.Ldexp(1, -24)), 0x0001},         // the smallest subnormal
+		{float32(math.Ldexp(1, -25)), 0x0000},         // halfway to 0: ties to even (0)
+		{float32(math.Ldexp(3, -25)), 0x0002},         // 1.5 * 2^-24: ties to even (2 * 2^-24)
+		{float32(math.Ldexp(1023, -24)), 0x03ff},      // the largest subnormal
+		{float32(math.Ldexp(1, -14)), 0x0400},         // the smallest normal
+		{1 + float32(math.Ldexp(1, -11)), 0x3c00},     // halfway between 1 and its successor: even
+		{1 + float32(math.Ldexp(3, -11)), 0x3c02},     // halfway between 1+2^-10 and 1+2^-9: even
+		{float32(math.Copysign(0, -1)), 0x8000},       // -0 keeps its sign
+		{0.1, 0x2e66},                                 // 0.0999755859375
+		{-float32(math.Ldexp(1, -24)) * 0.75, 0x8001}, // rounds up to the smallest subnormal
+	} {
+		got, err := vkattn.ToFloat16(c.x)
+		if err != nil || got != c.bits {
+			t.Errorf("ToFloat16(%g) = %#04x, %v; want %#04x", c.x, got, err, c.bits)
+		}
+	}
+	for _, c := range []struct {
+		x    float32
+		bits uint16
+	}{
+		{1, 0x3f80}, {-2, 0xc000}, {0.1, 0x3dcd}, // 0.1 = 0x3dcccccd: round up
+		{1 + float32(math.Ldexp(1, -8)), 0x3f80}, // halfway between 1 and 1+2^-7: even
+		{1 + float32(math.Ldexp(3, -8)), 0x3f82}, // halfway between 1+2^-7 and 1+2^-6: even
+		{3.3895314e38, 0x7f7f},                   // the largest bfloat16
+		{float32(math.Ldexp(1, -133)), 0x0001},   // a float32 subnormal that is a bfloat16 one
+		{float32(math.Copysign(0, -1)), 0x8000},
+		{65504, 0x4780}, // 65504 = 0x477fe000: the low half 0xe000 is past the midpoint, up
+		{257, 0x4380},   // 257 = 0x43808000: exactly halfway, to the even 256
+		{259, 0x4382},   // 259 = 0x43818000: halfway, to the even 260
+	} {
+		got, err := vkattn.ToBFloat16(c.x)
+		if err != nil || got != c.bits {
+			t.Errorf("ToBFloat16(%g) = %#04x, %v; want %#04x", c.x, got, err, c.bits)
+		}
+	}
+	// Out of range is an error, never Inf; NaN and Inf are refused.
+	for _, c := range []struct {
+		convert func(float32) (uint16, error)
+		x       float32
+		want    error
+	}{
+		{vkattn.ToFloat16, 65520, vkattn.ErrOverflow}, // the midpoint rounds to even: 2^16, Inf
+		{vkattn.ToFloat16, -1e5, vkattn.ErrOverflow},
+		{vkattn.ToBFloat16, math.MaxFloat32, vkattn.ErrOverflow},
+		{vkattn.ToFloat16, float32(math.NaN()), vkattn.ErrNonFinite},
+		{vkattn.ToBFloat16, float32(math.Inf(-1)), vkattn.ErrNonFinite},
+	} {
+		if _, err := c.convert(c.x); !errors.Is(err, c.want) {
+			t.Errorf("converting %g: %v, want %v", c.x, err, c.want)
+		}
+	}
+}
+
+// Random values over many binades round as the independent rounding does,
+// and a half tensor downloads exactly what it holds.
+func TestHalfTensorsHoldTheRoundedValues(t *testing.T) {
+	r := rand.New(rand.NewSource(5))
+	x := make([]float32, 4099) // odd: the last word holds one half
+	for i := range x {
+		x[i] = float32(math.Ldexp(2*r.Float64()-1, r.Intn(40)-28))
+	}
+	x[0], x[1] = 65504, float32(math.Ldexp(1, -24))
+	for _, dt := range []vkattn.DType{vkattn.Float16, vkattn.BFloat16} {
+		tn := mustUploadAs(t, dev, []int{1, len(x)}, x, dt)
+		got, err := tn.Download()
+		tn.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := roundAll(dt, x)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%v: element %d (%g): holds %g, want %g", dt, i, x[i], got[i], want[i])
+			}
+		}
+		if tn.DType() != dt {
+			t.Errorf("DType() = %v, want %v", tn.DType(), dt)
+		}
+	}
+	// Raw bits are stored as given; a view of them reads them too.
+	bits := []uint16{0x3c00, 0x8001, 0x7bff, 0xc000}
+	tn, err := dev.UploadBits([]int{2, 2}, bits, vkattn.Float16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tn.Close()
+	got, err := tn.Download()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range bits {
+		if want := float16.Frombits(h).Float32(); got[i] != want {
+			t.Errorf("UploadBits: element %d = %g, want %g", i, got[i], want)
+		}
+	}
+}
+
+// Values that do not fit, NaN and Inf are refused naming the element, and
+// nothing is left allocated.
+func TestHalfUploadRefusals(t *testing.T) {
+	before := vkattn.LiveObjects()
+	for _, c := range []struct {
+		name string
+		do   func() error
+		want error
+	}{
+		{"f16 overflow", func() error { _, err := dev.UploadAs([]int{1, 3}, []float32{1, 7e4, 2}, vkattn.Float16); return err }, vkattn.ErrOverflow},
+		{"bf16 NaN", func() error {
+			_, err := dev.UploadAs([]int{1, 2}, []float32{1, float32(math.NaN())}, vkattn.BFloat16)
+			return err
+		}, vkattn.ErrNonFinite},
+		{"f16 Inf bits", func() error { _, err := dev.UploadBits([]int{1, 2}, []uint16{0, 0x7c00}, vkattn.Float16); return err }, vkattn.ErrNonFinite},
+		{"bf16 NaN bits", func() error { _, err := dev.UploadBits([]int{1, 1}, []uint16{0x7fc1}, vkattn.BFloat16); return err }, vkattn.ErrNonFinite},
+		{"bits of float32", func() error { _, err := dev.UploadBits([]int{1, 1}, []uint16{0}, vkattn.Float32); return err }, vkattn.ErrOption},
+		{"shape", func() error { _, err := dev.UploadAs([]int{2, 2}, []float32{1}, vkattn.Float16); return err }, vkattn.ErrShape},
+	} {
+		err := c.do()
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+		t.Logf("%s: %v", c.name, err)
+	}
+	if err := (func() error { _, err := dev.UploadAs([]int{1, 3}, []float32{1, 7e4, 2}, vkattn.Float16); return err })(); err == nil ||
+		!strings.Contains(err.Error(), "element 1: 70000 does not fit f16") {
+		t.Errorf("overflow error %q should name the element, the value and the type", err)
+	}
+	if n := vkattn.LiveObjects(); n != before {
+		t.Errorf("%d Vulkan objects alive after the refusals, %d before", n, before)
+	}
+	// A half tensor's Write rounds too, and refuses what does not fit.
+	tn := mustUploadAs(t, dev, []int{1, 2}, []float32{1, 2}, vkattn.Float16)
+	defer tn.Close()
+	if err := tn.Write([]float32{0.1, 7e4}); !errors.Is(err, vkattn.ErrOverflow) {
+		t.Errorf("Write of 7e4 to a float16 tensor: %v, want ErrOverflow", err)
+	}
+	if err := tn.Write([]float32{0.1, -3}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tn.Download(); err != nil || got[0] != roundTo(vkattn.Float16, 0.1) || got[1] != -3 {
+		t.Errorf("after Write: %v, %v", got, err)
+	}
+}
+
+// The kernels read every type on every load path: one small case per mix,
+// path and load width, against the reference on the rounded values.
+func TestHalfInputsEveryPath(t *testing.T) {
+	r := rand.New(rand.NewSource(9))
+	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+		for _, width := range []int{8, 5} { // vec4 and scalar loads
+			for i, ts := range typeMixes[1:] {
+				p := newProblem(r, 2, 2, 1, 5, 37, width, width)
+				p.types = ts
+				p.opts.Causal = vkattn.CausalBottomRight
+				p.wantLSE, p.weights = true, i%2 == 0
+				p.blhd = i == 2
+				name := fmt.Sprintf("%s/d%d%s", path, width, typesName(ts))
+				t.Run(name, func(t *testing.T) { checkAgainstReference(t, d, p) })
+			}
+		}
+	}
+}
