@@ -122,30 +122,16 @@ func (d *Device) newBuffer(size uint64, staging bool) (*Buffer, error) {
 func (b *Buffer) Size() uint64 { return b.size }
 
 // Write copies data into the buffer at byte offset off.
-func (b *Buffer) Write(off uint64, data []byte) error {
-	if err := b.bounds(off, len(data)); err != nil || len(data) == 0 {
-		return err
-	}
-	if err := b.hold(); err != nil {
-		return err
-	}
-	defer b.release()
-	if b.mapped != nil {
-		copy(unsafe.Slice((*byte)(unsafe.Add(b.mapped, off)), len(data)), data)
-		return nil
-	}
-	st, err := b.dev.newBuffer(uint64(len(data)), true)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	copy(unsafe.Slice((*byte)(st.mapped), len(data)), data)
-	return b.dev.copyNow(st, 0, b, off, uint64(len(data)))
-}
+func (b *Buffer) Write(off uint64, data []byte) error { return b.transfer(off, data, true) }
 
 // Read copies len(dst) bytes from byte offset off into dst.
-func (b *Buffer) Read(off uint64, dst []byte) error {
-	if err := b.bounds(off, len(dst)); err != nil || len(dst) == 0 {
+func (b *Buffer) Read(off uint64, dst []byte) error { return b.transfer(off, dst, false) }
+
+// transfer is Write (write set: host to buffer) and Read: a copy between
+// host and len(host) bytes of the buffer at off, through the buffer's
+// mapping or, when it has none, a host-visible staging buffer.
+func (b *Buffer) transfer(off uint64, host []byte, write bool) error {
+	if err := b.bounds(off, len(host)); err != nil || len(host) == 0 {
 		return err
 	}
 	if err := b.hold(); err != nil {
@@ -153,18 +139,29 @@ func (b *Buffer) Read(off uint64, dst []byte) error {
 	}
 	defer b.release()
 	if b.mapped != nil {
-		copy(dst, unsafe.Slice((*byte)(unsafe.Add(b.mapped, off)), len(dst)))
+		mem := unsafe.Slice((*byte)(unsafe.Add(b.mapped, off)), len(host))
+		if write {
+			copy(mem, host)
+		} else {
+			copy(host, mem)
+		}
 		return nil
 	}
-	st, err := b.dev.newBuffer(uint64(len(dst)), true)
+	n := uint64(len(host))
+	st, err := b.dev.newBuffer(n, true)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := b.dev.copyNow(b, off, st, 0, uint64(len(dst))); err != nil {
+	staged := unsafe.Slice((*byte)(st.mapped), len(host))
+	if write {
+		copy(staged, host)
+		return b.dev.copyNow(st, 0, b, off, n)
+	}
+	if err := b.dev.copyNow(b, off, st, 0, n); err != nil {
 		return err
 	}
-	copy(dst, unsafe.Slice((*byte)(st.mapped), len(dst)))
+	copy(host, staged)
 	return nil
 }
 
@@ -316,22 +313,18 @@ func (b *Buffer) Close() {
 		return
 	}
 	d := b.dev
-	if d.enter() != nil {
-		return
-	}
-	defer d.exit()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if b.closing {
-		return
-	}
-	b.closing = true
-	if b.users > 0 {
-		d.pollLocked() // work that finished already need not delay the free
-	}
-	if b.users == 0 {
-		d.freeBufferLocked(b)
-	}
+	d.closeLocked(func() {
+		if b.closing {
+			return
+		}
+		b.closing = true
+		if b.users > 0 {
+			d.pollLocked() // work that finished already need not delay the free
+		}
+		if b.users == 0 {
+			d.freeBufferLocked(b)
+		}
+	})
 }
 
 // destroy frees the buffer's Vulkan objects; the device is entered (or

@@ -97,11 +97,15 @@ static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevi
 	return f(pd, &info, NULL, out);
 }
 
-// vkattn_resolve_device fills c with the device-level entry points (through
-// vkGetDeviceProcAddr, so calls go straight down the device's layer chain).
-static int vkattn_resolve_device(void *gipa, VkInstance inst, VkDevice dev, vkattn_device_calls *c) {
-	PFN_vkGetDeviceProcAddr gdpa = (PFN_vkGetDeviceProcAddr)vkattn_proc(gipa, inst, "vkGetDeviceProcAddr");
-	if (!gdpa) return -1;
+// vkattn_gdpa is vkGetDeviceProcAddr, through which device-level entry
+// points are resolved (here and in present.go), so calls go straight down
+// the device's layer chain.
+static PFN_vkGetDeviceProcAddr vkattn_gdpa(void *gipa, VkInstance inst) {
+	return (PFN_vkGetDeviceProcAddr)vkattn_proc(gipa, inst, "vkGetDeviceProcAddr");
+}
+
+// vkattn_resolve_device fills c with the device-level entry points.
+static int vkattn_resolve_device(PFN_vkGetDeviceProcAddr gdpa, VkDevice dev, vkattn_device_calls *c) {
 	c->createShaderModule = (PFN_vkCreateShaderModule)gdpa(dev, "vkCreateShaderModule");
 	c->createDescriptorSetLayout = (PFN_vkCreateDescriptorSetLayout)gdpa(dev, "vkCreateDescriptorSetLayout");
 	c->createPipelineLayout = (PFN_vkCreatePipelineLayout)gdpa(dev, "vkCreatePipelineLayout");
@@ -291,9 +295,11 @@ import (
 // procAddr is the loader's vkGetInstanceProcAddr, set by load.
 var procAddr unsafe.Pointer
 
-// deviceCalls are the device-level entry points the shims call.
+// deviceCalls are the device-level entry points the shims call, and
+// vkGetDeviceProcAddr, which resolved them (present.go resolves more).
 type deviceCalls struct {
-	c C.vkattn_device_calls
+	c    C.vkattn_device_calls
+	gdpa C.PFN_vkGetDeviceProcAddr
 }
 
 func result(r C.VkResult) vulkan.Result { return vulkan.Result(r) }
@@ -417,8 +423,8 @@ func createDevice(inst vulkan.Instance, pd vulkan.PhysicalDevice, family uint32,
 	if err := check("vkCreateDevice", result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), cExts, nExts, &h))); err != nil {
 		return nil, nil, err
 	}
-	calls := &deviceCalls{}
-	if C.vkattn_resolve_device(procAddr, ci, h, &calls.c) != 0 {
+	calls := &deviceCalls{gdpa: C.vkattn_gdpa(procAddr, ci)}
+	if calls.gdpa == nil || C.vkattn_resolve_device(calls.gdpa, h, &calls.c) != 0 {
 		return vulkan.Device(unsafe.Pointer(h)), nil, fmt.Errorf("vk: vkGetDeviceProcAddr: a core Vulkan 1.0 command is missing")
 	}
 	return vulkan.Device(unsafe.Pointer(h)), calls, nil

@@ -92,9 +92,7 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 		c.nQueries = uint32(timestamps)
 		objectCreated()
 	}
-	d.mu.Lock()
-	d.commands[c] = struct{}{}
-	d.mu.Unlock()
+	own(&d.mu, d.commands, c)
 	return c, nil
 }
 
@@ -424,24 +422,10 @@ func (c *Commands) Close() {
 func (c *Commands) destroy() {
 	d := c.dev
 	c.destroyed = true
-	if c.queries != nil {
-		vulkan.DestroyQueryPool(d.handle, c.queries, nil)
-		c.queries = nil
-		objectDestroyed()
-	}
-	if c.fence != nil {
-		vulkan.DestroyFence(d.handle, c.fence, nil)
-		c.fence = nil
-		objectDestroyed()
-	}
-	if c.cmd != nil {
-		vulkan.FreeCommandBuffers(d.handle, c.pool, 1, []vulkan.CommandBuffer{c.cmd})
-		c.cmd = nil
-		objectDestroyed()
-	}
-	if c.pool != nil {
-		vulkan.DestroyCommandPool(d.handle, c.pool, nil)
-		c.pool = nil
-		objectDestroyed()
-	}
+	destroyOnce(&c.queries, func(q vulkan.QueryPool) { vulkan.DestroyQueryPool(d.handle, q, nil) })
+	destroyOnce(&c.fence, func(f vulkan.Fence) { vulkan.DestroyFence(d.handle, f, nil) })
+	destroyOnce(&c.cmd, func(cb vulkan.CommandBuffer) {
+		vulkan.FreeCommandBuffers(d.handle, c.pool, 1, []vulkan.CommandBuffer{cb})
+	})
+	destroyOnce(&c.pool, func(p vulkan.CommandPool) { vulkan.DestroyCommandPool(d.handle, p, nil) })
 }

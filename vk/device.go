@@ -20,6 +20,18 @@ var liveObjects atomic.Int64
 func objectCreated()   { liveObjects.Add(1) }
 func objectDestroyed() { liveObjects.Add(-1) }
 
+// destroyOnce destroys the object *h with destroy unless it is gone (nil),
+// then forgets and uncounts it: every destroy path frees a handle this way.
+func destroyOnce[H comparable](h *H, destroy func(H)) {
+	var none H
+	if *h == none {
+		return
+	}
+	destroy(*h)
+	*h = none
+	objectDestroyed()
+}
+
 // LiveObjects returns the number of Vulkan objects currently alive.
 func LiveObjects() int64 { return liveObjects.Load() }
 
@@ -90,6 +102,27 @@ func (d *Device) exit() {
 	d.mu.Unlock()
 }
 
+// own adds o to an owner set (a device's kernels, a kernel's sets...)
+// under the mutex that guards it; the owner's Close frees what is left.
+func own[T comparable](mu *sync.Mutex, set map[T]struct{}, o T) {
+	mu.Lock()
+	set[o] = struct{}{}
+	mu.Unlock()
+}
+
+// closeLocked is the body of an owned object's Close: free runs inside the
+// device with d.mu held, and not at all after the device's Close (which
+// freed everything).
+func (d *Device) closeLocked(free func()) {
+	if d.enter() != nil {
+		return
+	}
+	defer d.exit()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	free()
+}
+
 // Serial numbers the devices opened in this process, from 1.
 func (d *Device) Serial() int64 { return d.serial }
 
@@ -133,6 +166,25 @@ func (d *Device) ResetAllocStats() {
 // NewDevice creates a logical device on physical device index.
 func (in *Instance) NewDevice(index int) (*Device, error) {
 	return in.NewDeviceWith(index, DeviceConfig{})
+}
+
+// OpenDefault makes an instance with cfg and a device on its default
+// physical device. On an error nothing is left open; otherwise the caller
+// closes the device, then the instance.
+func OpenDefault(cfg InstanceConfig) (*Instance, *Device, error) {
+	inst, err := NewInstance(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	idx, err := inst.DefaultDevice()
+	if err == nil {
+		var dev *Device
+		if dev, err = inst.NewDevice(idx); err == nil {
+			return inst, dev, nil
+		}
+	}
+	inst.Close()
+	return nil, nil, err
 }
 
 // DeviceConfig asks a device for more than compute.

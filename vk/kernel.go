@@ -124,9 +124,7 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	}
 	k.pipeline = pipeline
 	objectCreated()
-	d.mu.Lock()
-	d.kernels[k] = struct{}{}
-	d.mu.Unlock()
+	own(&d.mu, d.kernels, k)
 	return k, nil
 }
 
@@ -136,18 +134,12 @@ func (k *Kernel) Close() {
 	if k == nil {
 		return
 	}
-	d := k.dev
-	if d.enter() != nil {
-		return
-	}
-	defer d.exit()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.kernels[k]; !ok {
-		return
-	}
-	delete(d.kernels, k)
-	k.destroy()
+	k.dev.closeLocked(func() {
+		if _, ok := k.dev.kernels[k]; ok {
+			delete(k.dev.kernels, k)
+			k.destroy()
+		}
+	})
 }
 
 // destroy frees the kernel's objects; the caller holds dev.mu or is the
@@ -158,26 +150,10 @@ func (k *Kernel) destroy() {
 		s.destroy()
 	}
 	k.sets = map[*DescriptorSet]struct{}{}
-	if k.pipeline != nil {
-		vulkan.DestroyPipeline(h, k.pipeline, nil)
-		k.pipeline = nil
-		objectDestroyed()
-	}
-	if k.pipeLay != nil {
-		vulkan.DestroyPipelineLayout(h, k.pipeLay, nil)
-		k.pipeLay = nil
-		objectDestroyed()
-	}
-	if k.setLay != nil {
-		vulkan.DestroyDescriptorSetLayout(h, k.setLay, nil)
-		k.setLay = nil
-		objectDestroyed()
-	}
-	if k.module != nil {
-		vulkan.DestroyShaderModule(h, k.module, nil)
-		k.module = nil
-		objectDestroyed()
-	}
+	destroyOnce(&k.pipeline, func(p vulkan.Pipeline) { vulkan.DestroyPipeline(h, p, nil) })
+	destroyOnce(&k.pipeLay, func(l vulkan.PipelineLayout) { vulkan.DestroyPipelineLayout(h, l, nil) })
+	destroyOnce(&k.setLay, func(l vulkan.DescriptorSetLayout) { vulkan.DestroyDescriptorSetLayout(h, l, nil) })
+	destroyOnce(&k.module, func(m vulkan.ShaderModule) { vulkan.DestroyShaderModule(h, m, nil) })
 }
 
 // Arg binds a buffer range to one binding. Range 0 means to the end of the
@@ -281,9 +257,7 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 	}
 	d.mu.Unlock()
 	d.updateSet(set, descs)
-	d.mu.Lock()
-	k.sets[s] = struct{}{}
-	d.mu.Unlock()
+	own(&d.mu, k.sets, s)
 	return s, nil
 }
 
@@ -293,23 +267,14 @@ func (s *DescriptorSet) Close() {
 	if s == nil {
 		return
 	}
-	d := s.kernel.dev
-	if d.enter() != nil {
-		return
-	}
-	defer d.exit()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(s.kernel.sets, s)
-	s.destroy()
+	s.kernel.dev.closeLocked(func() {
+		delete(s.kernel.sets, s)
+		s.destroy()
+	})
 }
 
 // destroy frees the set's pool; the caller holds dev.mu, owns s alone, or
 // is the device's Close.
 func (s *DescriptorSet) destroy() {
-	if s.pool != nil {
-		vulkan.DestroyDescriptorPool(s.kernel.dev.handle, s.pool, nil)
-		s.pool = nil
-		objectDestroyed()
-	}
+	destroyOnce(&s.pool, func(p vulkan.DescriptorPool) { vulkan.DestroyDescriptorPool(s.kernel.dev.handle, p, nil) })
 }

@@ -75,10 +75,9 @@ typedef struct {
 } vkattn_present_calls;
 
 // 0 when the core entry points were found; *swapchain is 1 when those of
-// VK_KHR_swapchain were too (the device enabled it).
-static int vkattn_resolve_present(void *gipa, VkInstance inst, VkDevice dev, vkattn_present_calls *c, int *swapchain) {
-	PFN_vkGetDeviceProcAddr gdpa = (PFN_vkGetDeviceProcAddr)vkattn_iproc(gipa, inst, "vkGetDeviceProcAddr");
-	if (!gdpa) return -1;
+// VK_KHR_swapchain were too (the device enabled it). gdpa is the device's
+// vkGetDeviceProcAddr (calls.go).
+static int vkattn_resolve_present(PFN_vkGetDeviceProcAddr gdpa, VkDevice dev, vkattn_present_calls *c, int *swapchain) {
 	c->createSwapchain = (PFN_vkCreateSwapchainKHR)gdpa(dev, "vkCreateSwapchainKHR");
 	c->destroySwapchain = (PFN_vkDestroySwapchainKHR)gdpa(dev, "vkDestroySwapchainKHR");
 	c->getSwapchainImages = (PFN_vkGetSwapchainImagesKHR)gdpa(dev, "vkGetSwapchainImagesKHR");
@@ -194,15 +193,25 @@ static VkResult vkattn_image_memory(const vkattn_present_calls *c, VkDevice dev,
 	return c->bindImageMemory(dev, image, *out, 0);
 }
 
+// Every image here is colour, with one mip level and one layer: views and
+// barriers cover all of it, blits and copies its one layer.
+static VkImageSubresourceRange vkattn_color_range(void) {
+	VkImageSubresourceRange r = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 1, 0, 1};
+	return r;
+}
+
+static VkImageSubresourceLayers vkattn_color_layers(void) {
+	VkImageSubresourceLayers l = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 0, 1};
+	return l;
+}
+
 static VkResult vkattn_create_view(const vkattn_present_calls *c, VkDevice dev, VkImage image,
 		VkFormat format, VkImageView *out) {
 	VkImageViewCreateInfo info = {VK_STRUCTURE_TYPE_IMAGE_VIEW_CREATE_INFO};
 	info.image = image;
 	info.viewType = VK_IMAGE_VIEW_TYPE_2D;
 	info.format = format;
-	info.subresourceRange.aspectMask = VK_IMAGE_ASPECT_COLOR_BIT;
-	info.subresourceRange.levelCount = 1;
-	info.subresourceRange.layerCount = 1;
+	info.subresourceRange = vkattn_color_range();
 	return c->createImageView(dev, &info, NULL, out);
 }
 
@@ -233,9 +242,7 @@ static void vkattn_image_barrier(const vkattn_present_calls *c, VkCommandBuffer 
 	b.srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
 	b.dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
 	b.image = image;
-	b.subresourceRange.aspectMask = VK_IMAGE_ASPECT_COLOR_BIT;
-	b.subresourceRange.levelCount = 1;
-	b.subresourceRange.layerCount = 1;
+	b.subresourceRange = vkattn_color_range();
 	c->cmdPipelineBarrier(cmd, srcStages, dstStages, 0, 0, NULL, 0, NULL, 1, &b);
 }
 
@@ -244,8 +251,7 @@ static void vkattn_image_barrier(const vkattn_present_calls *c, VkCommandBuffer 
 static void vkattn_blit(const vkattn_present_calls *c, VkCommandBuffer cmd, VkImage src, int32_t sw, int32_t sh,
 		VkImageLayout srcLayout, VkImage dst, int32_t dw, int32_t dh) {
 	VkImageBlit region = {0};
-	region.srcSubresource.aspectMask = VK_IMAGE_ASPECT_COLOR_BIT;
-	region.srcSubresource.layerCount = 1;
+	region.srcSubresource = vkattn_color_layers();
 	region.srcOffsets[1].x = sw;
 	region.srcOffsets[1].y = sh;
 	region.srcOffsets[1].z = 1;
@@ -260,8 +266,7 @@ static void vkattn_blit(const vkattn_present_calls *c, VkCommandBuffer cmd, VkIm
 static void vkattn_copy_image(const vkattn_present_calls *c, VkCommandBuffer cmd, VkImage src,
 		uint32_t w, uint32_t h, VkBuffer dst) {
 	VkBufferImageCopy region = {0};
-	region.imageSubresource.aspectMask = VK_IMAGE_ASPECT_COLOR_BIT;
-	region.imageSubresource.layerCount = 1;
+	region.imageSubresource = vkattn_color_layers();
 	region.imageExtent.width = w;
 	region.imageExtent.height = h;
 	region.imageExtent.depth = 1;
@@ -313,7 +318,14 @@ const SwapchainExtension = "VK_KHR_swapchain"
 
 // extra is an object of the presentation path a Device owns (images,
 // semaphores, swapchains); the device's Close destroys those left.
-type extra interface{ destroy() }
+type extra interface {
+	owner() *Device
+	destroy()
+}
+
+func (img *Image) owner() *Device   { return img.dev }
+func (s *Semaphore) owner() *Device { return s.dev }
+func (s *Swapchain) owner() *Device { return s.dev }
 
 // surfaceCalls are the instance-level entry points of VK_KHR_surface. The
 // table is an allocation of its own: cgo refuses a pointer into memory
@@ -359,9 +371,7 @@ func (in *Instance) NewSurface(create func(instance unsafe.Pointer) (surface uns
 	}
 	s := &Surface{inst: in, handle: vulkan.Surface(h)}
 	objectCreated()
-	in.mu.Lock()
-	in.surfaces[s] = struct{}{}
-	in.mu.Unlock()
+	own(&in.mu, in.surfaces, s)
 	return s, nil
 }
 
@@ -438,7 +448,7 @@ func (d *Device) presentCalls() (*C.vkattn_present_calls, error) {
 	p.once.Do(func() {
 		var sc C.int
 		p.c = new(C.vkattn_present_calls)
-		if C.vkattn_resolve_present(procAddr, C.VkInstance(unsafe.Pointer(d.inst.handle)), d.cDevice(), p.c, &sc) != 0 {
+		if C.vkattn_resolve_present(d.calls.gdpa, d.cDevice(), p.c, &sc) != 0 {
 			p.err = errors.New("vk: vkGetDeviceProcAddr: a core Vulkan 1.0 image command is missing")
 		}
 		p.swapchain = sc != 0
@@ -448,11 +458,7 @@ func (d *Device) presentCalls() (*C.vkattn_present_calls, error) {
 
 // track adds an object to the device's owner list; untrack removes it and
 // reports whether it was there (so each object is destroyed once).
-func (d *Device) track(o extra) {
-	d.mu.Lock()
-	d.extras[o] = struct{}{}
-	d.mu.Unlock()
-}
+func (d *Device) track(o extra) { own(&d.mu, d.extras, o) }
 
 func (d *Device) untrack(o extra) bool {
 	d.mu.Lock()
@@ -464,9 +470,17 @@ func (d *Device) untrack(o extra) bool {
 	return true
 }
 
-// closeExtra is the Close of a tracked object: it destroys o once, and not
-// at all after the device's Close (which destroyed it).
-func (d *Device) closeExtra(o extra) {
+// closeExtra is the Close of a tracked object: nil does nothing, and o is
+// destroyed once, not at all after the device's Close (which destroyed it).
+func closeExtra[E interface {
+	comparable
+	extra
+}](o E) {
+	var none E
+	if o == none {
+		return
+	}
+	d := o.owner()
 	if d.enter() != nil {
 		return
 	}
@@ -474,6 +488,20 @@ func (d *Device) closeExtra(o extra) {
 	if d.untrack(o) {
 		o.destroy()
 	}
+}
+
+// enterPresent enters the device (the caller exits) and returns its
+// presentation entry points; on an error it has not entered.
+func (d *Device) enterPresent() (*C.vkattn_present_calls, error) {
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	c, err := d.presentCalls()
+	if err != nil {
+		d.exit()
+		return nil, err
+	}
+	return c, nil
 }
 
 // Image is a 2D colour image: a storage image the device owns
@@ -499,14 +527,11 @@ func (d *Device) NewStorageImage(width, height uint32) (*Image, error) {
 	if width == 0 || height == 0 {
 		return nil, fmt.Errorf("vk: storage image of %d x %d pixels", width, height)
 	}
-	if err := d.enter(); err != nil {
-		return nil, err
-	}
-	defer d.exit()
-	c, err := d.presentCalls()
+	c, err := d.enterPresent()
 	if err != nil {
 		return nil, err
 	}
+	defer d.exit()
 	want := vulkan.FormatFeatureStorageImageBit | vulkan.FormatFeatureBlitSrcBit
 	if got := d.optimalFeatures(StorageImageFormat); got&want != want {
 		return nil, fmt.Errorf("vk: %s cannot use R8G8B8A8_UNORM as a storage image and blit source", d.Info.Name)
@@ -564,7 +589,7 @@ func (img *Image) Close() {
 	if img == nil || img.swapchain {
 		return
 	}
-	img.dev.closeExtra(img)
+	closeExtra(img)
 }
 
 func (img *Image) destroy() {
@@ -591,14 +616,11 @@ type Semaphore struct {
 
 // NewSemaphore makes a binary semaphore.
 func (d *Device) NewSemaphore() (*Semaphore, error) {
-	if err := d.enter(); err != nil {
-		return nil, err
-	}
-	defer d.exit()
-	c, err := d.presentCalls()
+	c, err := d.enterPresent()
 	if err != nil {
 		return nil, err
 	}
+	defer d.exit()
 	var h C.VkSemaphore
 	if err := check("vkCreateSemaphore", result(C.vkattn_create_semaphore(c, d.cDevice(), &h))); err != nil {
 		return nil, err
@@ -610,18 +632,13 @@ func (d *Device) NewSemaphore() (*Semaphore, error) {
 }
 
 // Close destroys the semaphore; no pending work may wait on it.
-func (s *Semaphore) Close() {
-	if s == nil {
-		return
-	}
-	s.dev.closeExtra(s)
-}
+func (s *Semaphore) Close() { closeExtra(s) }
 
 func (s *Semaphore) destroy() {
-	if c, err := s.dev.presentCalls(); err == nil && s.handle != nil {
-		C.vkattn_destroy_semaphore(c, s.dev.cDevice(), C.VkSemaphore(unsafe.Pointer(s.handle)))
-		s.handle = nil
-		objectDestroyed()
+	if c, err := s.dev.presentCalls(); err == nil {
+		destroyOnce(&s.handle, func(h vulkan.Semaphore) {
+			C.vkattn_destroy_semaphore(c, s.dev.cDevice(), C.VkSemaphore(unsafe.Pointer(h)))
+		})
 	}
 }
 
@@ -660,14 +677,11 @@ var unormFormats = []struct {
 // 8-bit UNORM format and images that blits write. old, if not nil, is the
 // swapchain being replaced (after a resize); close it after this returns.
 func (d *Device) NewSwapchain(s *Surface, width, height uint32, old *Swapchain) (*Swapchain, error) {
-	if err := d.enter(); err != nil {
-		return nil, err
-	}
-	defer d.exit()
-	c, err := d.presentCalls()
+	c, err := d.enterPresent()
 	if err != nil {
 		return nil, err
 	}
+	defer d.exit()
 	if !d.present.swapchain {
 		return nil, fmt.Errorf("vk: device %s was made without %s (DeviceConfig.Extensions)", d, SwapchainExtension)
 	}
@@ -772,14 +786,11 @@ const acquireTimeout = 10 * time.Second
 // when the image may be written. ErrOutOfDate means: make a new swapchain.
 func (s *Swapchain) Acquire(signal *Semaphore) (index uint32, err error) {
 	d := s.dev
-	if err := d.enter(); err != nil {
-		return 0, err
-	}
-	defer d.exit()
-	c, err := d.presentCalls()
+	c, err := d.enterPresent()
 	if err != nil {
 		return 0, err
 	}
+	defer d.exit()
 	var i C.uint32_t
 	r := result(C.vkattn_acquire(c, d.cDevice(), C.VkSwapchainKHR(unsafe.Pointer(s.handle)),
 		C.uint64_t(acquireTimeout.Nanoseconds()), signal.c(), &i))
@@ -795,14 +806,11 @@ func (s *Swapchain) Acquire(signal *Semaphore) (index uint32, err error) {
 // Present queues image index for display once wait is signalled.
 func (s *Swapchain) Present(index uint32, wait *Semaphore) error {
 	d := s.dev
-	if err := d.enter(); err != nil {
-		return err
-	}
-	defer d.exit()
-	c, err := d.presentCalls()
+	c, err := d.enterPresent()
 	if err != nil {
 		return err
 	}
+	defer d.exit()
 	d.mu.Lock() // the queue is externally synchronized
 	r := result(C.vkattn_present(c, C.VkQueue(unsafe.Pointer(d.queue)), C.VkSwapchainKHR(unsafe.Pointer(s.handle)),
 		C.uint32_t(index), wait.c()))
@@ -818,19 +826,14 @@ func (s *Swapchain) Present(index uint32, wait *Semaphore) error {
 
 // Close destroys the swapchain (and its images); nothing may still use
 // them (WaitIdle first).
-func (s *Swapchain) Close() {
-	if s == nil {
-		return
-	}
-	s.dev.closeExtra(s)
-}
+func (s *Swapchain) Close() { closeExtra(s) }
 
 func (s *Swapchain) destroy() {
-	if c, err := s.dev.presentCalls(); err == nil && s.handle != nil {
-		C.vkattn_destroy_swapchain(c, s.dev.cDevice(), C.VkSwapchainKHR(unsafe.Pointer(s.handle)))
-		s.handle = nil
+	if c, err := s.dev.presentCalls(); err == nil {
+		destroyOnce(&s.handle, func(h vulkan.Swapchain) {
+			C.vkattn_destroy_swapchain(c, s.dev.cDevice(), C.VkSwapchainKHR(unsafe.Pointer(h)))
+		})
 		s.Images = nil
-		objectDestroyed()
 	}
 }
 
@@ -872,22 +875,32 @@ func layoutSync(l ImageLayout) (layout C.VkImageLayout, stages C.VkPipelineStage
 // the writes before it visible to the uses after it. A failure is returned
 // by End.
 func (c *Commands) Transition(img *Image, from, to ImageLayout) {
-	c.recording(func() error {
-		pc, err := c.dev.presentCalls()
-		if err != nil {
-			return err
-		}
-		if img.handle == nil {
-			return fmt.Errorf("%w: image", ErrClosed)
-		}
+	c.recordImages(func(pc *C.vkattn_present_calls, cmd C.VkCommandBuffer) error {
 		oldL, srcStages, srcAccess, _ := layoutSync(from)
 		newL, dstStages, _, dstAccess := layoutSync(to)
 		if to == LayoutPresent {
 			dstStages = C.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
 		}
-		C.vkattn_image_barrier(pc, C.VkCommandBuffer(unsafe.Pointer(c.cmd)), C.VkImage(unsafe.Pointer(img.handle)),
+		C.vkattn_image_barrier(pc, cmd, C.VkImage(unsafe.Pointer(img.handle)),
 			oldL, newL, srcStages, dstStages, srcAccess, dstAccess)
 		return nil
+	}, img)
+}
+
+// recordImages records rec with the presentation entry points, once every
+// image in imgs is known to be open; a failure is returned by End.
+func (c *Commands) recordImages(rec func(pc *C.vkattn_present_calls, cmd C.VkCommandBuffer) error, imgs ...*Image) {
+	c.recording(func() error {
+		pc, err := c.dev.presentCalls()
+		if err != nil {
+			return err
+		}
+		for _, img := range imgs {
+			if img.handle == nil {
+				return fmt.Errorf("%w: image", ErrClosed)
+			}
+		}
+		return rec(pc, C.VkCommandBuffer(unsafe.Pointer(c.cmd)))
 	})
 }
 
@@ -895,41 +908,27 @@ func (c *Commands) Transition(img *Image, from, to ImageLayout) {
 // whole of dst (LayoutTransferDst), nearest texel, converting the format.
 // A failure is returned by End.
 func (c *Commands) Blit(src, dst *Image) {
-	c.recording(func() error {
-		pc, err := c.dev.presentCalls()
-		if err != nil {
-			return err
-		}
-		if src.handle == nil || dst.handle == nil {
-			return fmt.Errorf("%w: image", ErrClosed)
-		}
-		C.vkattn_blit(pc, C.VkCommandBuffer(unsafe.Pointer(c.cmd)),
+	c.recordImages(func(pc *C.vkattn_present_calls, cmd C.VkCommandBuffer) error {
+		C.vkattn_blit(pc, cmd,
 			C.VkImage(unsafe.Pointer(src.handle)), C.int32_t(src.Width), C.int32_t(src.Height), C.VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
 			C.VkImage(unsafe.Pointer(dst.handle)), C.int32_t(dst.Width), C.int32_t(dst.Height))
 		return nil
-	})
+	}, src, dst)
 }
 
 // CopyImage records a copy of a storage image (LayoutTransferSrc) into dst
 // from offset 0, 4 bytes a pixel, rows packed: for reading a picture back
 // in tests. A failure is returned by End.
 func (c *Commands) CopyImage(src *Image, dst *Buffer) {
-	c.recording(func() error {
-		pc, err := c.dev.presentCalls()
-		if err != nil {
-			return err
-		}
-		if src.handle == nil {
-			return fmt.Errorf("%w: image", ErrClosed)
-		}
+	c.recordImages(func(pc *C.vkattn_present_calls, cmd C.VkCommandBuffer) error {
 		if need := 4 * uint64(src.Width) * uint64(src.Height); dst.size < need {
 			return fmt.Errorf("vk: copying a %d x %d image needs %d bytes, the buffer has %d", src.Width, src.Height, need, dst.size)
 		}
 		c.uses[dst] = struct{}{}
-		C.vkattn_copy_image(pc, C.VkCommandBuffer(unsafe.Pointer(c.cmd)), C.VkImage(unsafe.Pointer(src.handle)),
+		C.vkattn_copy_image(pc, cmd, C.VkImage(unsafe.Pointer(src.handle)),
 			C.uint32_t(src.Width), C.uint32_t(src.Height), C.VkBuffer(unsafe.Pointer(dst.handle)))
 		return nil
-	})
+	}, src)
 }
 
 // SubmitSignal is Submit for a frame: the commands wait (at the transfer
