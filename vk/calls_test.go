@@ -43,7 +43,7 @@ func TestCallsSurviveGC(t *testing.T) {
 	}
 	const n = 64
 	for round := 0; round < 3; round++ {
-		inst, dev := openTestDevice(t)
+		inst, dev, _ := openTestDevice(t)
 		in, err1 := dev.NewBuffer(4 * n)
 		out, err2 := dev.NewBuffer(4 * n)
 		copied, err3 := dev.NewBuffer(4 * n)

@@ -24,7 +24,7 @@ func residentBytes(t *testing.T) int64 {
 // pointer until Free is called on it; before those were freed this grew by
 // ~300 bytes an iteration (~9 MB here), now it stays flat.
 func TestPerCallObjectsDoNotLeak(t *testing.T) {
-	inst, dev := openTestDevice(t)
+	inst, dev, _ := openTestDevice(t)
 	defer inst.Close()
 	defer dev.Close()
 	round := func(n int) {

@@ -16,9 +16,7 @@ import (
 // it is freed only once that work is seen to finish; the commands then
 // refuse to run again, and everything is gone after the device's Close.
 func TestBufferClosedWhileInFlight(t *testing.T) {
-	before := LiveObjects()
-	inst, dev := openTestDevice(t)
-	k := selftestKernel(t, dev)
+	inst, dev, k, before := openSelftest(t)
 	const n = 1 << 16
 	in, _, set := selftestBuffers(t, dev, k, n)
 	cmds := recordSelftest(t, dev, k, set, selftestPush(2, n), n/64)
@@ -48,9 +46,7 @@ func TestBufferClosedWhileInFlight(t *testing.T) {
 // on it, open commands included; each object's own Close afterwards is a
 // no-op and every use returns ErrClosed.
 func TestObjectsAfterDeviceClose(t *testing.T) {
-	before := LiveObjects()
-	inst, dev := openTestDevice(t)
-	k := selftestKernel(t, dev)
+	inst, dev, k, before := openSelftest(t)
 	in, out, set := selftestBuffers(t, dev, k, 64)
 	neverRun := recordSelftest(t, dev, k, set, selftestPush(1, 64), 1)
 	finished := recordSelftest(t, dev, k, set, selftestPush(1, 64), 1)
@@ -93,9 +89,7 @@ func TestObjectsAfterDeviceClose(t *testing.T) {
 // on one device at once, each with its own buffers and one input shared by
 // all, and check their results; run under -race by `make test`.
 func TestConcurrentRecordingAndSubmission(t *testing.T) {
-	before := LiveObjects()
-	inst, dev := openTestDevice(t)
-	k := selftestKernel(t, dev)
+	inst, dev, k, before := openSelftest(t)
 	const n = 256
 	shared, err := dev.NewBuffer(4 * n)
 	if err != nil {

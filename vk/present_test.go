@@ -12,8 +12,7 @@ import (
 // the semaphore another signals, and what a compute-only instance and
 // device lack is an error naming it.
 func TestPresentationObjects(t *testing.T) {
-	before := LiveObjects()
-	inst, dev := openTestDevice(t)
+	inst, dev, before := openTestDevice(t)
 	img, err := dev.NewStorageImage(5, 3)
 	if err != nil {
 		t.Fatal(err)
