@@ -16,13 +16,12 @@ import (
 // problem is a small masked grouped-query problem with its float64
 // reference weights.
 type problem struct {
-	q, k, v          []float32
-	qs, ks, vs       [4]int
+	in               [3][]float32 // Q, K and V
+	shapes           [3][4]int    // theirs, (B,H,L,d) and (B,HKV,S,d)
 	opts             vkattn.Options
 	weights, vNorms  []float64 // (B,H,L,S); ||v_j|| per (B,HKV,S)
 	B, H, HKV, L, S  int
 	masked           func(b, i, j int) bool
-	shapes           [3][]int
 	dv               int
 	contributionTops map[[2]int]float64
 }
@@ -37,13 +36,12 @@ func newProblem(t *testing.T) *problem {
 		}
 		return x
 	}
-	p := &problem{q: rnd(B * H * L * d), k: rnd(B * HKV * S * d), v: rnd(B * HKV * S * dv),
-		qs: [4]int{B, H, L, d}, ks: [4]int{B, HKV, S, d}, vs: [4]int{B, HKV, S, dv},
-		B: B, H: H, HKV: HKV, L: L, S: S, dv: dv}
-	p.shapes = [3][]int{p.qs[:], p.ks[:], p.vs[:]}
+	p := &problem{in: [3][]float32{rnd(B * H * L * d), rnd(B * HKV * S * d), rnd(B * HKV * S * dv)},
+		shapes: [3][4]int{{B, H, L, d}, {B, HKV, S, d}, {B, HKV, S, dv}},
+		B:      B, H: H, HKV: HKV, L: L, S: S, dv: dv}
 	p.opts = vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{S, 4}, WantWeights: true}
 	p.masked = func(b, i, j int) bool { return j > i+S-L || j >= p.opts.KeyLengths[b] }
-	ref, err := reference.Attention(p.q, p.qs, p.k, p.ks, p.v, p.vs, p.opts)
+	ref, err := reference.Attention(p.in[0], p.shapes[0], p.in[1], p.shapes[1], p.in[2], p.shapes[2], p.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +49,7 @@ func newProblem(t *testing.T) *problem {
 	p.vNorms = make([]float64, B*HKV*S)
 	for r := range p.vNorms {
 		var s float64
-		for _, x := range p.v[r*dv : (r+1)*dv] {
+		for _, x := range p.in[2][r*dv : (r+1)*dv] {
 			s += float64(x) * float64(x)
 		}
 		p.vNorms[r] = math.Sqrt(s)
@@ -75,25 +73,15 @@ func (p *problem) value(v View, i, j int) float64 {
 func TestPainterColoursMatchThePalette(t *testing.T) {
 	validation := os.Getenv("VKATTN_VALIDATION") == "1"
 	before, msgs := vk.LiveObjects(), len(vk.ValidationMessages())
-	inst, err := vk.NewInstance(vk.InstanceConfig{Validation: validation})
+	inst, dev, err := vk.OpenDefault(vk.InstanceConfig{Validation: validation})
 	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := inst.DefaultDevice()
-	if err != nil {
-		inst.Close()
-		t.Fatal(err)
-	}
-	dev, err := inst.NewDevice(idx)
-	if err != nil {
-		inst.Close()
 		t.Fatal(err)
 	}
 	vdev := vkattn.OpenOn(inst, dev, vkattn.Config{})
 	p := newProblem(t)
 	var ts [3]*vkattn.Tensor
-	for i, data := range [][]float32{p.q, p.k, p.v} {
-		if ts[i], err = vdev.Upload(p.shapes[i], data); err != nil {
+	for i, data := range p.in {
+		if ts[i], err = vdev.Upload(p.shapes[i][:], data); err != nil {
 			t.Fatal(err)
 		}
 	}
