@@ -36,7 +36,7 @@ func (d *Device) NewAdditive(w *AdditiveWeights) (*Additive, error) {
 	}
 	a := &Additive{dev: d, dq: w.DQ, dk: w.DK, da: w.DA}
 	err := d.uploadWeights([]weightUpload{
-		{&a.wq, transpose(w.WQ, w.DQ, w.DA)}, {&a.wk, transpose(w.WK, w.DK, w.DA)}, {&a.bias, w.Bias}, {&a.wa, w.WA},
+		{&a.wq, transpose(w.WQ, w.DQ, w.DA), Float32}, {&a.wk, transpose(w.WK, w.DK, w.DA), Float32}, {&a.bias, w.Bias, Float32}, {&a.wa, w.WA, Float32},
 	})
 	if err != nil {
 		a.Close()
@@ -47,8 +47,9 @@ func (d *Device) NewAdditive(w *AdditiveWeights) (*Additive, error) {
 
 // weightUpload is a layer's weight tensor and the field that keeps it.
 type weightUpload struct {
-	dst  **Tensor
-	data []float32
+	dst   **Tensor
+	data  []float32
+	dtype DType // what it is stored as (zero: float32)
 }
 
 // uploadWeights uploads every weight that is present as a flat tensor,
@@ -58,7 +59,7 @@ func (d *Device) uploadWeights(ws []weightUpload) error {
 		if u.data == nil {
 			continue
 		}
-		t, err := d.upload([]int{1, len(u.data)}, u.data, Float32, 0)
+		t, err := d.upload([]int{1, len(u.data)}, u.data, u.dtype, 0)
 		if err != nil {
 			return err
 		}
@@ -132,11 +133,11 @@ func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
 	if err != nil {
 		return p, err
 	}
-	lq, err := a.dev.planLayer("q W_q + b", B*L, a.da, a.dq, 0)
+	lq, err := a.dev.planLayer("q W_q + b", B*L, a.da, a.dq, 0, Float32)
 	if err != nil {
 		return p, err
 	}
-	lk, err := a.dev.planLayer("k W_k", B*S, a.da, a.dk, 0)
+	lk, err := a.dev.planLayer("k W_k", B*S, a.da, a.dk, 0, Float32)
 	if err != nil {
 		return p, err
 	}

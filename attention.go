@@ -35,16 +35,27 @@ func (p Plan) String() string {
 }
 
 // Plan validates a problem given by its shapes (each rank 2-4, filled from
-// the left as in Upload) and returns what Attention would run.
+// the left as in Upload) and returns what Attention would run on dense
+// float32 tensors of those shapes.
 func (d *Device) Plan(q, k, v []int, opts Options) (Plan, error) {
+	return d.PlanAs(q, k, v, [3]DType{}, opts)
+}
+
+// PlanAs is Plan for dense Q, K and V stored as the element types types.
+func (d *Device) PlanAs(q, k, v []int, types [3]DType, opts Options) (Plan, error) {
 	var shapes [3][4]int
+	var layouts [4]pipelines.Layout
 	for i, s := range [][]int{q, k, v} {
 		var err error
 		if shapes[i], err = Shape4(s); err != nil {
 			return Plan{}, err
 		}
+		x := shapes[i]
+		layouts[i] = pipelines.DenseLayout(x[0], x[1], x[2], x[3])
+		layouts[i].Type = types[i]
 	}
-	return d.plan(shapes[0], shapes[1], shapes[2], nil, false, false, &opts)
+	layouts[3] = pipelines.DenseLayout(shapes[0][0], shapes[0][1], shapes[0][2], shapes[2][3])
+	return d.plan(shapes[0], shapes[1], shapes[2], &layouts, false, false, &opts)
 }
 
 // plan checks a problem of tensors of shapes q, k and v and plans its

@@ -12,22 +12,25 @@ import (
 type benchShape struct {
 	b, h, hkv, l, s, d int
 	causal             bool
+	types              [3]vkattn.DType // of Q, K and V (zero: float32)
 }
 
 // benchAttention times a prepared attention call (recorded once, replayed)
 // on random data and reports GFLOP/s with the
 // FLOP count of SEMANTICS.md §12 (4*B*H*L*S*d; half of it when causal, since fully
 // masked key tiles are skipped) over device time when the device has
-// timestamps, wall time otherwise.
+// timestamps, wall time otherwise; and GB/s of the bytes of Q, K and V
+// read and O written once each (their element sizes): what a decode step
+// reads, since its kernel reads each K/V element once per KV head.
 func benchAttention(b *testing.B, sh benchShape) {
 	r := rand.New(rand.NewSource(1))
 	p := newProblem(r, sh.b, sh.h, sh.hkv, sh.l, sh.s, sh.d, sh.d)
-	q, err := dev.Upload(p.qs[:], p.q)
+	q, err := dev.UploadAs(p.qs[:], p.q, sh.types[0])
 	if err != nil {
 		b.Fatal(err)
 	}
-	k, _ := dev.Upload(p.ks[:], p.k)
-	v, _ := dev.Upload(p.vs[:], p.v)
+	k, _ := dev.UploadAs(p.ks[:], p.k, sh.types[1])
+	v, _ := dev.UploadAs(p.vs[:], p.v, sh.types[2])
 	defer q.Close()
 	defer k.Close()
 	defer v.Close()
@@ -47,12 +50,15 @@ func benchAttention(b *testing.B, sh benchShape) {
 	if sh.causal {
 		flops /= 2
 	}
-	timeReplays(b, call.Run, flops)
+	bytes := float64(len(p.q)*sh.types[0].Bytes() + len(p.k)*sh.types[1].Bytes() + len(p.v)*sh.types[2].Bytes() + 4*len(p.q))
+	secs := timeReplays(b, call.Run, flops)
+	b.ReportMetric(bytes*float64(b.N)/secs/1e9, "GB/s")
 }
 
 // timeReplays runs a prepared call b.N times and reports GFLOP/s over
 // device time when the device has timestamps, wall time otherwise.
-func timeReplays(b *testing.B, run func(context.Context) (time.Duration, error), flops float64) {
+// It returns the seconds timed.
+func timeReplays(b *testing.B, run func(context.Context) (time.Duration, error), flops float64) float64 {
 	var gpu float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -68,6 +74,7 @@ func timeReplays(b *testing.B, run func(context.Context) (time.Duration, error),
 		secs = b.Elapsed().Seconds()
 	}
 	b.ReportMetric(flops*float64(b.N)/secs/1e9, "GFLOP/s")
+	return secs
 }
 
 // benchMHA times a prepared self-attention layer (packed weights with
@@ -112,4 +119,24 @@ func BenchmarkAttentionL1024D128H8(b *testing.B) {
 
 func BenchmarkDecodeS4096D128H32KV8(b *testing.B) {
 	benchAttention(b, benchShape{b: 1, h: 32, hkv: 8, l: 1, s: 4096, d: 128})
+}
+
+// Half K/V: the decode step reads half the bytes.
+var halfKV = [3]vkattn.DType{vkattn.Float32, vkattn.Float16, vkattn.Float16}
+
+func BenchmarkDecodeS4096D128H32KV8F16KV(b *testing.B) {
+	benchAttention(b, benchShape{b: 1, h: 32, hkv: 8, l: 1, s: 4096, d: 128, types: halfKV})
+}
+
+func BenchmarkDecodeS16384D128H32KV8(b *testing.B) {
+	benchAttention(b, benchShape{b: 1, h: 32, hkv: 8, l: 1, s: 16384, d: 128})
+}
+
+func BenchmarkDecodeS16384D128H32KV8F16KV(b *testing.B) {
+	benchAttention(b, benchShape{b: 1, h: 32, hkv: 8, l: 1, s: 16384, d: 128, types: halfKV})
+}
+
+func BenchmarkAttentionL1024D64H8F16(b *testing.B) {
+	benchAttention(b, benchShape{b: 1, h: 8, hkv: 8, l: 1024, s: 1024, d: 64,
+		types: [3]vkattn.DType{vkattn.Float16, vkattn.Float16, vkattn.Float16}})
 }

@@ -37,23 +37,29 @@ func callsLargerThanABinding(t *testing.T, path vkattn.LoadPath, limit uint32) {
 			name                  string
 			b, h, hkv, l, s, dk   int
 			chunks, kvHeadsChunks int
+			types                 [3]vkattn.DType
 		}{
 			// K is 205 KB, one batch item 102 KB: a chunk per batch item.
-			{"per batch item", 2, 4, 2, 8, 400, 32, 2, 2},
+			{"per batch item", 2, 4, 2, 8, 400, 32, 2, 2, [3]vkattn.DType{}},
 			// One batch item's K is 230 KB, one KV head 115 KB.
-			{"per KV head", 2, 4, 2, 8, 900, 32, 4, 1},
+			{"per KV head", 2, 4, 2, 8, 900, 32, 4, 1, [3]vkattn.DType{}},
 			// Odd query rows: the LSE and weights windows of later chunks
 			// start off the binding's offset alignment.
-			{"per KV head, odd rows", 2, 4, 2, 3, 900, 32, 4, 1},
+			{"per KV head, odd rows", 2, 4, 2, 3, 900, 32, 4, 1, [3]vkattn.DType{}},
 			// Decode: split-K inside every chunk.
-			{"split-K", 2, 8, 2, 1, 900, 32, 4, 1},
+			{"split-K", 2, 8, 2, 1, 900, 32, 4, 1, [3]vkattn.DType{}},
 			// Three query heads per KV head: the combine pass's LSE windows
 			// start off the alignment too.
-			{"split-K, odd heads", 2, 6, 2, 1, 900, 32, 4, 1},
+			{"split-K, odd heads", 2, 6, 2, 1, 900, 32, 4, 1, [3]vkattn.DType{}},
 			// One query head's weights are 240 KB (and its (L, S) mask as
 			// large): blocks of query rows of one head. chunks 0: as many
 			// as the path's reach needs (texel views reach less).
-			{"query rows of one head", 2, 2, 1, 300, 200, 16, 0, 1},
+			{"query rows of one head", 2, 2, 1, 300, 200, 16, 0, 1, [3]vkattn.DType{}},
+			// Half K and V, windows counted in 2-byte elements: one batch
+			// item's K is 57.6 KB, under the texel views' reach of halves
+			// (64 KiB), three of them over the storage reach (128 KiB).
+			{"per batch item, f16 K/V", 3, 4, 1, 8, 900, 32, 3, 1, typeMixes[1]},
+			{"split-K, bf16", 3, 8, 1, 1, 900, 32, 3, 1, typeMixes[3]},
 		} {
 			t.Run(fmt.Sprintf("%v/%s", path, c.name), func(t *testing.T) {
 				r := rand.New(rand.NewSource(int64(c.s + c.l)))
@@ -61,12 +67,13 @@ func callsLargerThanABinding(t *testing.T, path vkattn.LoadPath, limit uint32) {
 				mask := randomValues(r, c.b*c.l*c.s)
 				p.opts = vkattn.Options{
 					Mask:         &vkattn.Mask{Shape: vkattn.MaskShape{c.b, 1, c.l, c.s}, Values: mask},
-					KeyLengths:   []int{c.s - 7, c.s},
-					QueryLengths: []int{c.l, c.l - c.l/2},
+					KeyLengths:   []int{c.s - 7, c.s, c.s - 1}[:c.b],
+					QueryLengths: []int{c.l, c.l - c.l/2, c.l}[:c.b],
 					Causal:       vkattn.CausalBottomRight,
 				}
 				p.wantLSE = true
 				p.weights = c.l > 1 // weights rule out split-K
+				p.types = c.types
 				got := runGPU(t, d, p)
 				kp := got.out.Plan.Kernel
 				if c.chunks == 0 {
@@ -88,7 +95,7 @@ func callsLargerThanABinding(t *testing.T, path vkattn.LoadPath, limit uint32) {
 				// The shape-only plan predicts the same split.
 				opts := p.opts
 				opts.WantLSE, opts.WantWeights = p.wantLSE, p.weights
-				plan, err := d.Plan(p.qs[:], p.ks[:], p.vs[:], opts)
+				plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, opts)
 				if err != nil {
 					t.Fatal(err)
 				}

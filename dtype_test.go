@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/x448/float16"
 )
 
@@ -244,7 +245,74 @@ func TestHalfInputsEveryPath(t *testing.T) {
 				p.wantLSE, p.weights = true, i%2 == 0
 				p.blhd = i == 2
 				name := fmt.Sprintf("%s/d%d%s", path, width, typesName(ts))
-				t.Run(name, func(t *testing.T) { checkAgainstReference(t, d, p) })
+				t.Run(name, func(t *testing.T) {
+					plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], ts, p.opts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					// The plan says how each input is read.
+					if want := fmt.Sprintf("Q %v K %v V %v widened to f32 on load", ts[0], ts[1], ts[2]); !strings.Contains(plan.String(), want) {
+						t.Errorf("plan %q does not say %q", plan, want)
+					}
+					checkAgainstReference(t, d, p)
+				})
+			}
+		}
+	}
+}
+
+// Every golden case with its inputs stored as halves (all three, and half
+// K/V beside float32 queries) on both load paths, against the reference on
+// the rounded values at the sweep's float32 tolerance.
+func TestGoldenCasesInHalves(t *testing.T) {
+	cases, err := golden.Load("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+			for _, ts := range [][3]vkattn.DType{typeMixes[2], typeMixes[3], typeMixes[4]} {
+				t.Run(c.Name+"/"+path+typesName(ts), func(t *testing.T) {
+					g, err := c.Problem()
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkAgainstReference(t, d, &problem{
+						q: g.Q, k: g.K, v: g.V, qs: g.Q4, ks: g.K4, vs: g.V4, opts: g.Opts,
+						wantLSE: c.Expect.LSE != nil, weights: c.Expect.A != nil, types: ts,
+					})
+				})
+			}
+		}
+	}
+}
+
+// Multi-head layers with float16 and bfloat16 weights (packed and
+// separate q/k/v projections, both load paths, vec4 and scalar widths):
+// against the reference on the rounded weights.
+func TestMHAHalfWeights(t *testing.T) {
+	r := rand.New(rand.NewSource(17))
+	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+		for _, dt := range []vkattn.DType{vkattn.Float16, vkattn.BFloat16} {
+			for _, cross := range []bool{false, true} {
+				width := 16
+				if cross {
+					width = 6 // scalar loads: the projections of width 7 and 8
+				}
+				c := randomMHACase(r, width, 2, 9, "key padding", cross)
+				w := c.w
+				w.DType = dt
+				for _, m := range []*[]float32{&w.InProjWeight, &w.QProjWeight, &w.KProjWeight, &w.VProjWeight, &w.OutProjWeight} {
+					if *m != nil {
+						*m = roundAll(dt, *m)
+					}
+				}
+				t.Run(fmt.Sprintf("%s/%v/cross=%v", path, dt, cross), func(t *testing.T) {
+					got := checkMHA(t, d, c)
+					if s := got.plan.OutProj.String(); !strings.Contains(s, "W "+dt.String()) {
+						t.Errorf("out_proj plan %q does not say it reads %v weights", s, dt)
+					}
+				})
 			}
 		}
 	}

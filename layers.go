@@ -18,6 +18,12 @@ type MHAWeights struct {
 	// K/V heads, each shared by a group of query heads. It needs the
 	// separate q/k/v_proj_weight layout.
 	KVDim int
+	// DType is the element type the weight matrices are stored in on the
+	// device (zero: float32): the values below are rounded to it, which is
+	// exact for weights read from float16 or bfloat16 files. The dense
+	// layers read them as stored and compute in float32; biases and every
+	// output stay float32.
+	DType DType
 
 	// InProjWeight is in_proj_weight, (3*DModel, DModel): W_q, W_k, W_v
 	// stacked along the output axis.

@@ -28,6 +28,7 @@ type MHA struct {
 	packed             bool
 	// Weights in PyTorch's (out, in) layout; inW when packed, else qW, kW, vW.
 	inW, qW, kW, vW, inB, outW, outB *Tensor
+	wType                            DType // element type of the weight matrices
 	closed                           atomic.Bool
 }
 
@@ -41,9 +42,13 @@ func (d *Device) NewMHA(w *MHAWeights) (*MHA, error) {
 		return nil, err
 	}
 	m := &MHA{dev: d, dModel: w.DModel, kdim: w.KDim, vdim: w.VDim, kvOut: w.KVOut(), packed: w.InProjWeight != nil}
+	if !w.DType.Valid() {
+		return nil, errorf(ErrOption, "MHA weights of element type %v: want f32, f16 or bf16", w.DType)
+	}
+	m.wType = w.DType
 	err := d.uploadWeights([]weightUpload{
-		{&m.inW, w.InProjWeight}, {&m.qW, w.QProjWeight}, {&m.kW, w.KProjWeight}, {&m.vW, w.VProjWeight},
-		{&m.inB, w.InProjBias}, {&m.outW, w.OutProjWeight}, {&m.outB, w.OutProjBias},
+		{&m.inW, w.InProjWeight, w.DType}, {&m.qW, w.QProjWeight, w.DType}, {&m.kW, w.KProjWeight, w.DType}, {&m.vW, w.VProjWeight, w.DType},
+		{&m.inB, w.InProjBias, Float32}, {&m.outW, w.OutProjWeight, w.DType}, {&m.outB, w.OutProjBias, Float32},
 	})
 	if err != nil {
 		m.Close()
@@ -154,6 +159,9 @@ func mhaInput(name string, t *Tensor, width int, widthName string) (b, n int, er
 	if t.owner != nil || t.offset != 0 || t.strides != [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} {
 		return 0, 0, errorf(ErrShape, "%s must be a dense tensor made by Upload, not a view", name)
 	}
+	if t.dtype != Float32 {
+		return 0, 0, errorf(ErrOption, "%s is %v: layer inputs are f32 (the weights may be f16 or bf16: MHAWeights.DType)", name, t.dtype)
+	}
 	if s[0] != 1 {
 		return 0, 0, errorf(ErrShape, "%s has shape %v: want (B,T,width) or (T,width)", name, s)
 	}
@@ -247,7 +255,9 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 		return pr, err
 	}
 	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn, HeadMean: opts.NeedWeights}
-	layer := m.dev.planLayer
+	layer := func(name string, rows, outputs, inputs, wOffset int) (LayerPlan, error) {
+		return m.dev.planLayer(name, rows, outputs, inputs, wOffset, m.wType)
+	}
 	if pr.self {
 		l, err := layer("in_proj (Q,K,V fused)", B*T, 3*d, d, 0)
 		if err != nil {
@@ -399,12 +409,13 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	return call, nil
 }
 
-// planLayer plans a dense layer whose input rows are dense (row stride =
-// inputs) and whose weight starts at element wOffset of its tensor.
-func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int) (LayerPlan, error) {
+// planLayer plans a dense layer whose input rows are dense float32 (row
+// stride = inputs) and whose weight, of element type w, starts at element
+// wOffset of its tensor.
+func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int, w DType) (LayerPlan, error) {
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanLinear(d.dev.Info, pipelines.LinearInput{
-		Rows: rows, Outputs: outputs, Inputs: inputs,
+		Rows: rows, Outputs: outputs, Inputs: inputs, W: w,
 		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path, Tuning: &tuning,
 	})
 	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: kp}, deviceError(err)

@@ -123,7 +123,8 @@ func sweep(t *testing.T, d *vkattn.Device, seed int64, cases int, widths []int) 
 		p.blhd = r.Intn(3) == 0
 		p.wantLSE = r.Intn(2) == 0
 		p.weights = r.Intn(3) == 0
-		names = append(names, fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s", c, b, h, hkv, l, s, dk, dv, kinds))
+		p.types = typeMixes[c%len(typeMixes)]
+		names = append(names, fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, h, hkv, l, s, dk, dv, kinds, typesName(p.types)))
 		problems = append(problems, p)
 	}
 	runInCompileOrder(t, d, names, problems)
@@ -136,7 +137,7 @@ func runInCompileOrder(t *testing.T, d *vkattn.Device, names []string, problems 
 	for i, p := range problems {
 		opts := p.opts
 		opts.WantLSE, opts.WantWeights = p.wantLSE, p.weights
-		plan, err := d.Plan(p.qs[:], p.ks[:], p.vs[:], opts)
+		plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, opts)
 		if err != nil {
 			t.Fatalf("%s: %v", names[i], err)
 		}
@@ -327,14 +328,15 @@ func TestDecodeSplitK(t *testing.T) {
 		p := newProblem(r, b, hkv*group, hkv, l, s, dk, dv)
 		kinds := randomMasks(r, p)
 		p.wantLSE = r.Intn(2) == 0
-		plan, err := d.Plan(p.qs[:], p.ks[:], p.vs[:], p.opts)
+		p.types = typeMixes[c%len(typeMixes)]
+		plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, p.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if plan.Kernel.Splits == 0 {
 			t.Fatalf("case %d: planner did not choose split-K for a decode shape: %v", c, plan)
 		}
-		names[d] = append(names[d], fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s", c, b, hkv*group, hkv, l, s, dk, dv, kinds))
+		names[d] = append(names[d], fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, hkv*group, hkv, l, s, dk, dv, kinds, typesName(p.types)))
 		problems[d] = append(problems[d], p)
 	}
 	for _, d := range []*vkattn.Device{dev, storageDev} {

@@ -87,6 +87,7 @@ func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*vkattn.M
 	if g.err != nil {
 		return nil, g.err
 	}
+	w.DType = storedType(ts, prefix, "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "out_proj.weight")
 	// Check also rejects non-finite values.
 	if err := w.Check(); err != nil {
 		return nil, err
@@ -147,6 +148,25 @@ func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*vkattn.Additive
 		return nil, err
 	}
 	return w, nil
+}
+
+// storedType is the element type the named tensors present share when
+// it is float16 or bfloat16 (float32 otherwise): weights stay as stored on
+// the device, half the bytes, exactly the file's values.
+func storedType(ts map[string]Tensor, prefix string, names ...string) vkattn.DType {
+	kinds := map[string]vkattn.DType{"F16": vkattn.Float16, "BF16": vkattn.BFloat16}
+	var common string
+	for _, n := range names {
+		t, ok := ts[prefix+n]
+		if !ok {
+			continue
+		}
+		if common != "" && t.DType != common {
+			return vkattn.Float32
+		}
+		common = t.DType
+	}
+	return kinds[common] // Float32 (the zero value) for any other type
 }
 
 // getter reads float tensors of a fixed shape, keeping the first error.
