@@ -225,3 +225,27 @@ func TestHalfMHAWeightsOnDevice(t *testing.T) {
 		t.Fatalf("validation messages: %v", msgs)
 	}
 }
+
+// A float16 .npy keeps its bit patterns (row-major, Fortran order
+// reordered) beside their widening.
+func TestReadNPYKeepsFloat16Bits(t *testing.T) {
+	// (2, 3) in Fortran order: column-major bits 1..6 of the halves below.
+	bits := []uint16{0x3c00, 0x0001, 0x8400, 0x7bff, 0x3555, 0xc000} // column-major
+	raw := make([]byte, 2*len(bits))
+	for i, h := range bits {
+		binary.LittleEndian.PutUint16(raw[2*i:], h)
+	}
+	a, err := ReadNPY(writeFile(t, "h.npy", npyBytes(npyDict("<f2", true, 2, 3), raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint16{0x3c00, 0x8400, 0x3555, 0x0001, 0x7bff, 0xc000} // row-major
+	if !reflect.DeepEqual(a.F16, want) {
+		t.Fatalf("F16 = %#04x, want %#04x", a.F16, want)
+	}
+	for i, h := range want {
+		if a.F32[i] != float16.Frombits(h).Float32() {
+			t.Fatalf("F32[%d] = %g, want the widening of %#04x", i, a.F32[i], h)
+		}
+	}
+}

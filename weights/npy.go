@@ -34,6 +34,9 @@ type Array struct {
 	// F32 holds float data (float32; float64 narrowed; float16 widened),
 	// nil for any other dtype.
 	F32 []float32
+	// F16 holds float16 data as stored (bit patterns, row-major), beside
+	// its widening in F32; nil for any other dtype.
+	F16 []uint16
 	// Bools holds bool data, nil for any other dtype.
 	Bools []bool
 }
@@ -254,6 +257,14 @@ func decodeNPY(r io.Reader, size int64, prealloc bool) (*Array, error) {
 	if h.fortran && len(h.shape) > 1 {
 		a.F32 = FromFortran(a.F32, h.shape)
 		a.Bools = FromFortran(a.Bools, h.shape)
+	}
+	if typ.dtype == "F16" {
+		// The stored bits, for a float16 tensor on the device: each value
+		// was widened exactly, so narrowing it again gives its bits back.
+		a.F16 = make([]uint16, len(a.F32))
+		for i, x := range a.F32 {
+			a.F16[i] = float16.Fromfloat32(x).Bits()
+		}
 	}
 	return a, nil
 }

@@ -51,8 +51,8 @@ func TestReadNPY(t *testing.T) {
 	}{
 		{"f4", f32NPY([]int{2, 3}, seq(6)), Array{Shape: []int{2, 3}, Descr: "<f4", F32: seq(6)}},
 		{"f8", npyBytes(npyDict("<f8", false, 2), f64Bytes(0.5, -1e-3)), Array{Shape: []int{2}, Descr: "<f8", F32: []float32{0.5, -1e-3}}},
-		{"f2", npyBytes(npyDict("<f2", false, 3), f16(0x3c00, 0xc000, 0x0001)), Array{Shape: []int{3}, Descr: "<f2", F32: []float32{1, -2, 0x1p-24}}},
-		{"big-endian f2", npyBytes(npyDict(">f2", false, 1), []byte{0x3c, 0x00}), Array{Shape: []int{1}, Descr: ">f2", F32: []float32{1}}},
+		{"f2", npyBytes(npyDict("<f2", false, 3), f16(0x3c00, 0xc000, 0x0001)), Array{Shape: []int{3}, Descr: "<f2", F32: []float32{1, -2, 0x1p-24}, F16: []uint16{0x3c00, 0xc000, 0x0001}}},
+		{"big-endian f2", npyBytes(npyDict(">f2", false, 1), []byte{0x3c, 0x00}), Array{Shape: []int{1}, Descr: ">f2", F32: []float32{1}, F16: []uint16{0x3c00}}},
 		{"big-endian f4", npyBytes(npyDict(">f4", false, 1), []byte{0x3f, 0x80, 0, 0}), Array{Shape: []int{1}, Descr: ">f4", F32: []float32{1}}},
 		{"bool", npyBytes(npyDict("|b1", false, 3), []byte{1, 0, 2}), Array{Shape: []int{3}, Descr: "|b1", Bools: []bool{true, false, true}}},
 		{"fortran", npyBytes(npyDict("<f4", true, 2, 3), f32Bytes(1, 4, 2, 5, 3, 6)), Array{Shape: []int{2, 3}, Descr: "<f4", F32: []float32{1, 2, 3, 4, 5, 6}}},
