@@ -58,12 +58,13 @@ Examples:
 
 // additiveFlags are additive's command line.
 type additiveFlags struct {
-	q, k, v, params    string
-	masks              maskFlags
-	keyLens, queryLens intList
-	out, weights, lse  string
-	device             string
-	check, explain     bool
+	qkvFlags
+	params string
+	masks  maskFlags
+	lengthFlags
+	outputFlags
+	device string
+	checkFlags
 }
 
 // additiveProblem is a loaded and validated additive run.
@@ -78,65 +79,52 @@ type additiveProblem struct {
 func runAdditive(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("additive", stderr)
 	var f additiveFlags
-	fs.StringVar(&f.q, "q", "", "queries `Q.npy`, (B,L,d_q) or (L,d_q)")
-	fs.StringVar(&f.k, "k", "", "keys `K.npy`, (B,S,d_k) or (S,d_k)")
-	fs.StringVar(&f.v, "v", "", "values `V.npy`, (B,S,d_v) or (S,d_v)")
+	f.qkvFlags.register(fs, "(B,L,d_q) or (L,d_q)", "(B,S,d_k) or (S,d_k)", "(B,S,d_v) or (S,d_v)")
 	fs.StringVar(&f.params, "params", "", "weights `P.npz|P.safetensors`: W_q (d_q,d_a), W_k (d_k,d_a), b (d_a, optional), w_a (d_a)")
 	f.masks.register(fs, "(B,1,L,S)")
-	fs.Var(&f.keyLens, "key-lengths", "valid key count per batch item, `N,N,...` (e.g. 3,5)")
-	fs.Var(&f.queryLens, "query-lengths", "valid query count per batch item, `N,N,...` (e.g. 2,3)")
-	fs.StringVar(&f.out, "o", "", "write the output O to `OUT.npy`, (B,L,d_v) or (L,d_v)")
-	fs.StringVar(&f.weights, "weights", "", "write the attention weights to `W.npy`, (B,L,S) or (L,S)")
-	fs.StringVar(&f.lse, "lse", "", "write the log-sum-exp to `LSE.npy`, (B,L) or (L)")
-	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
-	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
-	fs.BoolVar(&f.explain, "explain", false, "print the plan: projections, kernel variant, tiles, grid, masks")
+	f.lengthFlags.register(fs)
+	f.outputFlags.register(fs, "write the output O to `OUT.npy`, (B,L,d_v) or (L,d_v)",
+		"write the attention weights to `W.npy`, (B,L,S) or (L,S)", "write the log-sum-exp to `LSE.npy`, (B,L) or (L)")
+	deviceFlag(fs, &f.device)
+	f.checkFlags.register(fs, "projections, kernel variant, tiles, grid, masks")
 	if ok, code := parseFlags(fs, additiveUsage, args, stdout, stderr); !ok {
 		return code
 	}
 	switch {
-	case f.q == "" || f.k == "" || f.v == "":
+	case f.missing():
 		return usagef(stderr, "additive", "-q, -k and -v are required")
 	case f.params == "":
 		return usagef(stderr, "additive", "--params is required: W_q, W_k, b, w_a in a .npz or .safetensors file")
 	}
-	causal, meaning, err := f.masks.parse()
-	if err != nil {
-		return reportError(stderr, "additive", err)
-	}
-	if code := checkOutputPaths("additive", stderr, []outputFlag{{"-o", f.out}, {"--lse", f.lse}, {"--weights", f.weights}}); code != exitOK {
-		return code
-	}
-	p, err := loadAdditive(&f, causal, meaning)
-	if err != nil {
-		return reportError(stderr, "additive", err)
-	}
-	return executeAdditive(&f, p, stdout, stderr)
+	return runLayer("additive", f.device, &f.masks, f.paths(), stderr,
+		func(causal vkattn.Causal, meaning vkattn.MaskMeaning) (*additiveProblem, error) {
+			return loadAdditive(&f, causal, meaning)
+		},
+		func(dev *vkattn.Device, p *additiveProblem) int { return executeAdditive(&f, dev, p, stdout, stderr) })
 }
 
 // loadAdditive reads the inputs, weights and masks and validates them on
 // the host, so bad input fails before a device is opened.
 func loadAdditive(f *additiveFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*additiveProblem, error) {
-	p := &additiveProblem{}
-	for _, in := range []struct {
-		name, path string
-		dst        **npyArray
-		shape      *[3]int
-	}{{"Q", f.q, &p.q, &p.q3}, {"K", f.k, &p.k, &p.k3}, {"V", f.v, &p.v, &p.v3}} {
-		a, err := readFloatInput(in.name, in.path)
+	var shapes [3][3]int
+	var q *npyArray // read first: K and V must have its rank
+	in, err := f.read(func(i int, path string, a *npyArray) error {
+		b, n, width, err := batchedShape(qkvNames[i], path, a.Shape)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		b, n, width, err := batchedShape(in.name, in.path, a.Shape)
-		if err != nil {
-			return nil, err
+		if q == nil {
+			q = a
+		} else if len(a.Shape) != len(q.Shape) {
+			return fmt.Errorf("%s %s has shape %v but Q %s has %v: give all with a batch axis or none", qkvNames[i], path, a.Shape, f.q, q.Shape)
 		}
-		if p.q != nil && len(a.Shape) != len(p.q.Shape) {
-			return nil, fmt.Errorf("%s %s has shape %v but Q %s has %v: give all with a batch axis or none", in.name, in.path, a.Shape, f.q, p.q.Shape)
-		}
-		*in.dst, *in.shape = a, [3]int{b, n, width}
+		shapes[i] = [3]int{b, n, width}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	var err error
+	p := &additiveProblem{q: in[0], k: in[1], v: in[2], q3: shapes[0], k3: shapes[1], v3: shapes[2]}
 	if p.w, err = weights.LoadAdditive(f.params, p.q3[2], p.k3[2]); err != nil {
 		return nil, fmt.Errorf("--params: %w", err)
 	}
@@ -145,12 +133,7 @@ func loadAdditive(f *additiveFlags, causal vkattn.Causal, meaning vkattn.MaskMea
 		WantLSE:     f.lse != "",
 		WantWeights: f.weights != "",
 	}
-	if f.keyLens.set {
-		p.opts.KeyLengths = f.keyLens.vals
-	}
-	if f.queryLens.set {
-		p.opts.QueryLengths = f.queryLens.vals
-	}
+	f.apply(&p.opts)
 	B, L, S := p.q3[0], p.q3[1], p.k3[1]
 	if err := f.masks.load(&p.opts, meaning, vkattn.MaskShape{B, 1, L, S}); err != nil {
 		return nil, err
@@ -165,12 +148,7 @@ func loadAdditive(f *additiveFlags, causal vkattn.Causal, meaning vkattn.MaskMea
 	return p, nil
 }
 
-func executeAdditive(f *additiveFlags, p *additiveProblem, stdout, stderr io.Writer) int {
-	dev, err := vkattn.Open(vkattn.Config{Device: f.device})
-	if err != nil {
-		return failf(stderr, "additive", "%v", err)
-	}
-	defer dev.Close()
+func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, stdout, stderr io.Writer) int {
 	layer, err := dev.NewAdditive(p.w)
 	if err != nil {
 		return failf(stderr, "additive", "--params %s: %v", f.params, err)
@@ -201,12 +179,7 @@ func executeAdditive(f *additiveFlags, p *additiveProblem, stdout, stderr io.Wri
 		chk = checkAttention(res, ref)
 	}
 
-	var outs []output
-	for _, o := range []output{{"O", f.out, oShape, res.o}, {"LSE", f.lse, lseShape, res.lse}, {"weights", f.weights, wShape, res.weights}} {
-		if o.path != "" {
-			outs = append(outs, o)
-		}
-	}
+	outs := f.outputs(res, oShape, lseShape, wShape)
 	if f.out == "" {
 		fmt.Fprintf(stdout, "O %s: %s\n", shapeString(oShape), firstValues(res.o, 8))
 		if !f.explain {

@@ -28,6 +28,31 @@ func reportError(stderr io.Writer, cmd string, err error) int {
 	return failf(stderr, cmd, "%v", err)
 }
 
+// runLayer is what mha and additive do once their flags parse: check the
+// mask flags and output paths; read the inputs, weights and masks and
+// validate them on the host (load), so bad input fails before a device is
+// opened; then open the device and run the problem on it (execute).
+func runLayer[P any](cmd, device string, masks *maskFlags, outs []outputFlag, stderr io.Writer,
+	load func(vkattn.Causal, vkattn.MaskMeaning) (P, error), execute func(*vkattn.Device, P) int) int {
+	causal, meaning, err := masks.parse()
+	if err != nil {
+		return reportError(stderr, cmd, err)
+	}
+	if code := checkOutputPaths(cmd, stderr, outs); code != exitOK {
+		return code
+	}
+	p, err := load(causal, meaning)
+	if err != nil {
+		return reportError(stderr, cmd, err)
+	}
+	dev, err := vkattn.Open(vkattn.Config{Device: device})
+	if err != nil {
+		return failf(stderr, cmd, "%v", err)
+	}
+	defer dev.Close()
+	return execute(dev, p)
+}
+
 // maskFlags are the mask flags of the layer commands: one --mask file,
 // float (additive) or bool with --mask-means, and --causal.
 type maskFlags struct {

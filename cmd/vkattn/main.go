@@ -128,6 +128,22 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// deviceFlag registers --device, the device choice of every command that
+// opens one, into device.
+func deviceFlag(fs *flag.FlagSet, device *string) {
+	fs.StringVar(device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+}
+
+// checkFlags are --check and --explain, of the commands that run attention
+// (run, mha, additive).
+type checkFlags struct{ check, explain bool }
+
+// register adds the flags; plan says what --explain prints.
+func (c *checkFlags) register(fs *flag.FlagSet, plan string) {
+	fs.BoolVar(&c.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
+	fs.BoolVar(&c.explain, "explain", false, "print the plan: "+plan)
+}
+
 // parseFlags parses args and reports whether the command should go on; if
 // not, code is the exit status (0 after -h).
 func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (ok bool, code int) {

@@ -67,14 +67,14 @@ Examples:
 
 // mhaFlags are mha's command line.
 type mhaFlags struct {
-	x, kv, params  string
-	heads          int
-	keyPadding     string
-	masks          maskFlags
-	out, weights   string
-	average        bool
-	device         string
-	check, explain bool
+	x, kv, params string
+	heads         int
+	keyPadding    string
+	masks         maskFlags
+	out, weights  string
+	average       bool
+	device        string
+	checkFlags
 }
 
 // mhaProblem is a loaded and validated mha run.
@@ -100,9 +100,8 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.out, "o", "", "write attn_output to `OUT.npy`, (B,T,d) or (T,d)")
 	fs.StringVar(&f.weights, "weights", "", "write the attention weights per head to `W.npy`, (B,h,T,S)")
 	fs.BoolVar(&f.average, "average-weights", false, "with --weights: write their mean over heads instead, (B,T,S)")
-	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
-	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
-	fs.BoolVar(&f.explain, "explain", false, "print the plan: dense layers, attention kernel, masks")
+	deviceFlag(fs, &f.device)
+	f.checkFlags.register(fs, "dense layers, attention kernel, masks")
 	if ok, code := parseFlags(fs, mhaUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -118,18 +117,11 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 	case f.average && f.weights == "":
 		return usagef(stderr, "mha", "--average-weights needs --weights W.npy")
 	}
-	causal, meaning, err := f.masks.parse()
-	if err != nil {
-		return reportError(stderr, "mha", err)
-	}
-	if code := checkOutputPaths("mha", stderr, []outputFlag{{"-o", f.out}, {"--weights", f.weights}}); code != exitOK {
-		return code
-	}
-	p, err := loadMHA(&f, causal, meaning)
-	if err != nil {
-		return reportError(stderr, "mha", err)
-	}
-	return executeMHA(&f, p, stdout, stderr)
+	return runLayer("mha", f.device, &f.masks, []outputFlag{{"-o", f.out}, {"--weights", f.weights}}, stderr,
+		func(causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mhaProblem, error) {
+			return loadMHA(&f, causal, meaning)
+		},
+		func(dev *vkattn.Device, p *mhaProblem) int { return executeMHA(&f, dev, p, stdout, stderr) })
 }
 
 // loadMHA reads the inputs, weights and masks and validates them on the
@@ -223,12 +215,7 @@ func (p *mhaProblem) kvShape() []int {
 	return p.kv.Shape
 }
 
-func executeMHA(f *mhaFlags, p *mhaProblem, stdout, stderr io.Writer) int {
-	dev, err := vkattn.Open(vkattn.Config{Device: f.device})
-	if err != nil {
-		return failf(stderr, "mha", "%v", err)
-	}
-	defer dev.Close()
+func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr io.Writer) int {
 	layer, err := dev.NewMHA(p.w)
 	if err != nil {
 		return failf(stderr, "mha", "--params %s: %v", f.params, err)

@@ -61,17 +61,97 @@ Examples:
 
 // runFlags are run's command line.
 type runFlags struct {
-	q, k, v, out       string
-	mask               string
-	allow, block       pathList
-	causal             string
-	keyLens, queryLens intList
-	scale              optFloat
-	weights, lse       string
-	heatmap            string
-	device             string
-	check, explain     bool
-	json               bool
+	qkvFlags
+	mask         string
+	allow, block pathList
+	causal       string
+	lengthFlags
+	scale optFloat
+	outputFlags
+	heatmap string
+	device  string
+	checkFlags
+	json bool
+}
+
+// qkvFlags are -q, -k and -v, the input files of run, view and additive.
+type qkvFlags struct{ q, k, v string }
+
+// qkvNames name the inputs in messages, as the help does.
+var qkvNames = [3]string{"Q", "K", "V"}
+
+// register adds the flags; each shapes says the ranks that input may have.
+func (f *qkvFlags) register(fs *flag.FlagSet, qShapes, kShapes, vShapes string) {
+	fs.StringVar(&f.q, "q", "", "queries `Q.npy`, "+qShapes)
+	fs.StringVar(&f.k, "k", "", "keys `K.npy`, "+kShapes)
+	fs.StringVar(&f.v, "v", "", "values `V.npy`, "+vShapes)
+}
+
+// missing reports whether any of the three was not given.
+func (f *qkvFlags) missing() bool { return f.q == "" || f.k == "" || f.v == "" }
+
+// read reads Q, K and V in turn as finite floats, each then checked by fit
+// (given its index in qkvNames and its path), whose error is returned as
+// it is.
+func (f *qkvFlags) read(fit func(i int, path string, a *npyArray) error) ([3]*npyArray, error) {
+	var in [3]*npyArray
+	for i, path := range [3]string{f.q, f.k, f.v} {
+		a, err := readFloatInput(qkvNames[i], path)
+		if err != nil {
+			return in, err
+		}
+		if err := fit(i, path, a); err != nil {
+			return in, err
+		}
+		in[i] = a
+	}
+	return in, nil
+}
+
+// lengthFlags are --key-lengths and --query-lengths (run, view, additive).
+type lengthFlags struct{ keyLens, queryLens intList }
+
+func (l *lengthFlags) register(fs *flag.FlagSet) {
+	fs.Var(&l.keyLens, "key-lengths", "valid key count per batch item, `N,N,...` (e.g. 3,5)")
+	fs.Var(&l.queryLens, "query-lengths", "valid query count per batch item, `N,N,...` (e.g. 2,3)")
+}
+
+// apply sets the lengths given in opts.
+func (l *lengthFlags) apply(opts *vkattn.Options) {
+	if l.keyLens.set {
+		opts.KeyLengths = l.keyLens.vals
+	}
+	if l.queryLens.set {
+		opts.QueryLengths = l.queryLens.vals
+	}
+}
+
+// outputFlags are -o, --lse and --weights: where run and additive write O,
+// the log-sum-exp and the attention weights.
+type outputFlags struct{ out, lse, weights string }
+
+// register adds the flags, each with its help.
+func (o *outputFlags) register(fs *flag.FlagSet, outHelp, weightsHelp, lseHelp string) {
+	fs.StringVar(&o.out, "o", "", outHelp)
+	fs.StringVar(&o.weights, "weights", "", weightsHelp)
+	fs.StringVar(&o.lse, "lse", "", lseHelp)
+}
+
+// paths are the outputs as checkOutputPaths takes them.
+func (o *outputFlags) paths() []outputFlag {
+	return []outputFlag{{"-o", o.out}, {"--lse", o.lse}, {"--weights", o.weights}}
+}
+
+// outputs are the arrays of res asked for, with their shapes, in the order
+// O, LSE, weights.
+func (o *outputFlags) outputs(res *result, oShape, lseShape, wShape []int) []output {
+	var outs []output
+	for _, a := range []output{{"O", o.out, oShape, res.o}, {"LSE", o.lse, lseShape, res.lse}, {"weights", o.weights, wShape, res.weights}} {
+		if a.path != "" {
+			outs = append(outs, a)
+		}
+	}
+	return outs
 }
 
 // intList is a comma-separated list of integers, e.g. 3,5.
@@ -144,34 +224,29 @@ type problem struct {
 // problemFlags registers the flags that give a problem: inputs, masks,
 // options and the device (run and view share them).
 func (f *runFlags) problemFlags(fs *flag.FlagSet) {
-	fs.StringVar(&f.q, "q", "", "queries `Q.npy`, (L,d_k), (H,L,d_k) or (B,H,L,d_k)")
-	fs.StringVar(&f.k, "k", "", "keys `K.npy`, (S,d_k), (H_kv,S,d_k) or (B,H_kv,S,d_k)")
-	fs.StringVar(&f.v, "v", "", "values `V.npy`, (S,d_v), (H_kv,S,d_v) or (B,H_kv,S,d_v)")
+	f.qkvFlags.register(fs, "(L,d_k), (H,L,d_k) or (B,H,L,d_k)", "(S,d_k), (H_kv,S,d_k) or (B,H_kv,S,d_k)", "(S,d_v), (H_kv,S,d_v) or (B,H_kv,S,d_v)")
 	fs.StringVar(&f.mask, "mask", "", "additive float mask `M.npy` broadcast to (B,H,L,S); -inf blocks")
 	fs.Var(&f.allow, "allow", "bool mask `A.npy`: true = may attend (repeatable; every bool mask must allow a key)")
 	fs.Var(&f.block, "block", "bool mask `A.npy`: true = blocked (repeatable; every bool mask must allow a key)")
 	fs.StringVar(&f.causal, "causal", "none", "causal mask `alignment`: none, top-left or bottom-right")
-	fs.Var(&f.keyLens, "key-lengths", "valid key count per batch item, `N,N,...` (e.g. 3,5)")
-	fs.Var(&f.queryLens, "query-lengths", "valid query count per batch item, `N,N,...` (e.g. 2,3)")
+	f.lengthFlags.register(fs)
 	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
-	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	deviceFlag(fs, &f.device)
 }
 
 func runRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run", stderr)
 	var f runFlags
 	f.problemFlags(fs)
-	fs.StringVar(&f.out, "o", "", "write the output O to `O.npy` (Q's shape, last axis d_v)")
-	fs.StringVar(&f.weights, "weights", "", "write the attention weights to `W.npy` (Q's leading axes, L, S)")
-	fs.StringVar(&f.lse, "lse", "", "write the log-sum-exp to `LSE.npy` (Q's shape without d_k)")
+	f.outputFlags.register(fs, "write the output O to `O.npy` (Q's shape, last axis d_v)",
+		"write the attention weights to `W.npy` (Q's leading axes, L, S)", "write the log-sum-exp to `LSE.npy` (Q's shape without d_k)")
 	fs.StringVar(&f.heatmap, "heatmap", "", "draw the weights of batch item 0 to `FILE` (.png, .svg or .pdf)")
-	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
-	fs.BoolVar(&f.explain, "explain", false, "print the plan: kernel variant, load path, tiles, grid")
+	f.checkFlags.register(fs, "kernel variant, load path, tiles, grid")
 	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
 	if ok, code := parseFlags(fs, runUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	if f.q == "" || f.k == "" || f.v == "" {
+	if f.missing() {
 		return usagef(stderr, "run", "-q, -k and -v are required")
 	}
 	causal, err := vkattn.ParseCausal(f.causal)
@@ -183,7 +258,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 			return usagef(stderr, "run", "--heatmap %s: want a name ending in .png, .svg or .pdf", f.heatmap)
 		}
 	}
-	if code := checkOutputPaths("run", stderr, []outputFlag{{"-o", f.out}, {"--lse", f.lse}, {"--weights", f.weights}, {"--heatmap", f.heatmap}}); code != exitOK {
+	if code := checkOutputPaths("run", stderr, append(f.paths(), outputFlag{"--heatmap", f.heatmap})); code != exitOK {
 		return code
 	}
 
@@ -228,22 +303,17 @@ func readMask(flag, path string, fit func([]int) (vkattn.MaskShape, error)) (*np
 // loadProblem reads the inputs and validates them on the host, so bad input
 // fails before a device is opened.
 func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
-	p := &problem{}
-	for _, in := range []struct {
-		name, path string
-		dst        **npyArray
-		shape      *[4]int
-	}{{"Q", f.q, &p.q, &p.q4}, {"K", f.k, &p.k, &p.k4}, {"V", f.v, &p.v, &p.v4}} {
-		a, err := readFloatInput(in.name, in.path)
-		if err != nil {
-			return nil, err
+	var shapes [3][4]int
+	in, err := f.read(func(i int, path string, a *npyArray) (err error) {
+		if shapes[i], err = vkattn.Shape4(a.Shape); err != nil {
+			return fmt.Errorf("%s %s: %w", qkvNames[i], path, err)
 		}
-		s, err := vkattn.Shape4(a.Shape)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", in.name, in.path, err)
-		}
-		*in.dst, *in.shape = a, s
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	p := &problem{q: in[0], k: in[1], v: in[2], q4: shapes[0], k4: shapes[1], v4: shapes[2]}
 	opts := vkattn.Options{
 		Causal:      causal,
 		WantLSE:     f.lse != "",
@@ -252,12 +322,7 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 	if f.scale.set {
 		opts.Scale = vkattn.CustomScale(f.scale.v)
 	}
-	if f.keyLens.set {
-		opts.KeyLengths = f.keyLens.vals
-	}
-	if f.queryLens.set {
-		opts.QueryLengths = f.queryLens.vals
-	}
+	f.apply(&opts)
 	if f.mask != "" {
 		a, s, err := readMask("--mask", f.mask, golden.FillMaskShape)
 		if err != nil {
@@ -373,16 +438,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		chk = checkAttention(res, ref)
 	}
 
-	var outs []output
-	if f.out != "" {
-		outs = append(outs, output{"O", f.out, oShape, res.o})
-	}
-	if f.lse != "" {
-		outs = append(outs, output{"LSE", f.lse, lseShape, res.lse})
-	}
-	if f.weights != "" {
-		outs = append(outs, output{"weights", f.weights, wShape, res.weights})
-	}
+	outs := f.outputs(res, oShape, lseShape, wShape)
 	// A failed check writes nothing: a non-zero exit never leaves files.
 	if chk == nil || chk.ok() {
 		// The picture is drawn first and put in place last, so a failure

@@ -31,7 +31,8 @@ Example:
 func runVerify(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("verify", stderr)
 	dir := fs.String("dir", "testdata", "`directory` holding the golden *.json cases")
-	device := fs.String("device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	var device string
+	deviceFlag(fs, &device)
 	only := fs.String("run", "", "run only cases whose name contains `NAME`")
 	if ok, code := parseFlags(fs, verifyUsage, args, stdout, stderr); !ok {
 		return code
@@ -52,7 +53,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		}
 		cases = kept
 	}
-	dev, err := vkattn.Open(vkattn.Config{Device: *device})
+	dev, err := vkattn.Open(vkattn.Config{Device: device})
 	if err != nil {
 		return failf(stderr, "verify", "%v", err)
 	}

@@ -67,7 +67,7 @@ func runView(args []string, stdout, stderr io.Writer) int {
 		return failf(stderr, "view", "this vkattn was built without the viewer window (it needs the X11 headers); "+
 			"build it with 'go build -tags viewer ./cmd/vkattn' or 'make build', which installs them")
 	}
-	if f.q == "" || f.k == "" || f.v == "" {
+	if f.missing() {
 		return usagef(stderr, "view", "-q, -k and -v are required")
 	}
 	req := viewRequest{device: f.device}
