@@ -238,7 +238,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&f.seed, "seed", 1, "random `seed` for Q, K and V")
 	fs.BoolVar(&f.json, "json", false, "print a JSON array of results instead of the table")
 	fs.StringVar(&f.plot, "plot", "", "draw GFLOP/s against S to `FILE.png` (or .svg, .pdf)")
-	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	deviceFlag(fs, &f.device)
 	fs.StringVar(&f.loadPath, "load-path", "auto", "force the kernel's load `path`: auto, texel or storage")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
 	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {
@@ -294,7 +294,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := interruptible()
 	defer stop()
 	prog := newBenchProgress(stderr, f.quiet, len(cases)*(1+f.reps))
 	var results []benchResult
@@ -521,6 +521,12 @@ func rate(x float64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(x, 'f', 3-digitsBefore(x), 64)
+}
+
+// interruptible is the context bench and tune measure under: Ctrl-C ends
+// it, so they stop and report what they measured before.
+func interruptible() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt)
 }
 
 // benchProgress is the progress bar on stderr, or nothing with --quiet or

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,7 +133,7 @@ type tuneFlags struct {
 func runTune(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("tune", stderr)
 	f := tuneFlags{ds: widthList{ds: []int{64, 128}}}
-	fs.StringVar(&f.device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	deviceFlag(fs, &f.device)
 	fs.Var(&f.ds, "d", "head `widths` to tune, comma-separated, one per d_max bucket (16, 32, 64, 128, 256)")
 	fs.IntVar(&f.reps, "reps", 3, "timed calls per candidate, after one cold call")
 	fs.IntVar(&f.length, "len", 512, "L=S of the prefill problem (smaller is faster and noisier)")
@@ -165,7 +162,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	}
 	defer dev.Close()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := interruptible()
 	defer stop()
 	// The bar is made at the first report, which says how many steps.
 	var prog *benchProgress
