@@ -36,71 +36,83 @@ type demoExample struct {
 	note        string
 }
 
+// The inputs of SEMANTICS.md §14's two seeds, which the variations below
+// change one part of.
+var (
+	seed000Q = [][]float32{{1, 0}}
+	seed000K = [][]float32{{1, 0}, {0, 1}, {1, 1}}
+	seed000V = [][]float32{{2, 0}, {0, 4}, {2, 2}}
+	seed003Q = [][]float32{{1, 0}, {0, 1}, {1, 1}}
+	seed003K = [][]float32{{1, 1}, {0, 1}, {1, 2}}
+	seed003V = [][]float32{{1, 0}, {1, 2}, {2, 2}}
+)
+
 var demoExamples = []demoExample{
 	{
 		title: "seed 000: B=L=1, S=3, d_k=d_v=2",
-		q:     [][]float32{{1, 0}},
-		k:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
-		v:     [][]float32{{2, 0}, {0, 4}, {2, 2}},
+		q:     seed000Q,
+		k:     seed000K,
+		v:     seed000V,
 		note:  "Q K^T = [1 0 1]; scaled by 1/sqrt(2): [0.7071 0 0.7071]",
 		spec:  "A ~ [0.4011 0.1978 0.4011]   O ~ [1.6044 1.5933]",
 	},
 	{
 		title: "seed 000 with M = [0 0 -inf]",
-		q:     [][]float32{{1, 0}},
-		k:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
-		v:     [][]float32{{2, 0}, {0, 4}, {2, 2}},
+		q:     seed000Q,
+		k:     seed000K,
+		v:     seed000V,
 		mask:  []float32{0, 0, float32(math.Inf(-1))},
 		spec:  "A ~ [0.6698 0.3302 0]   O ~ [1.3395 1.3210]",
 	},
 	{
 		title: "weights (0.5, 0.25, 0.25) over V = (2,0),(0,4),(2,2)",
 		q:     [][]float32{{0, 0}},
-		k:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
-		v:     [][]float32{{2, 0}, {0, 4}, {2, 2}},
+		k:     seed000K,
+		v:     seed000V,
 		mask:  []float32{float32(math.Ln2), 0, 0},
 		note:  "a zero query scores every key 0; the mask [ln 2, 0, 0] makes exp 2:1:1",
 		spec:  "O = (1.5, 1.5)",
 	},
 	{
 		title: "seed 003: self-attention, T=3, widths 2",
-		q:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
-		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
-		v:     [][]float32{{1, 0}, {1, 2}, {2, 2}},
+		q:     seed003Q,
+		k:     seed003K,
+		v:     seed003V,
 		note:  "X = [[1 0],[0 1],[1 1]], W_Q = I, W_K = [[1 1],[0 1]], W_V = [[1 0],[1 2]]; Q K^T = [[1 0 1],[1 1 2],[2 1 3]]",
 		spec: "A = [[0.401112 0.197776 0.401112] [0.248255 0.248255 0.503490] [0.283995 0.140029 0.575975]]\n" +
 			"O = [[1.401112 1.197776] [1.503490 1.503490] [1.575975 1.432009]]",
 	},
 	{
 		title: "seed 003 with zero W_V",
-		q:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
-		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
+		q:     seed003Q,
+		k:     seed003K,
 		v:     [][]float32{{0, 0}, {0, 0}, {0, 0}},
 		spec:  "O all zeros, A unchanged",
 	},
 	{
 		title: "seed 003 with V + [2,-1] per row",
-		q:     [][]float32{{1, 0}, {0, 1}, {1, 1}},
-		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
+		q:     seed003Q,
+		k:     seed003K,
 		v:     [][]float32{{3, -1}, {3, 1}, {4, 1}},
 		spec:  "O + [2,-1]; first row [3.401112092679786, 0.1977758146404283]",
 	},
 	{
 		title: "seed 003 with third query [0,0]",
 		q:     [][]float32{{1, 0}, {0, 1}, {0, 0}},
-		k:     [][]float32{{1, 1}, {0, 1}, {1, 2}},
-		v:     [][]float32{{1, 0}, {1, 2}, {2, 2}},
+		k:     seed003K,
+		v:     seed003V,
 		spec:  "third row: weights [1/3 1/3 1/3], output [4/3 4/3]",
 	},
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", stderr)
-	device := fs.String("device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	var device string
+	deviceFlag(fs, &device)
 	if ok, code := parseFlags(fs, demoUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	dev, err := vkattn.Open(vkattn.Config{Device: *device})
+	dev, err := vkattn.Open(vkattn.Config{Device: device})
 	if err != nil {
 		return failf(stderr, "demo", "%v", err)
 	}
