@@ -4,6 +4,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -24,11 +25,30 @@ func decodePNG(t *testing.T, path string) image.Image {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	img, err := png.Decode(f)
+	return pngImage(t, path, f)
+}
+
+// pngImage decodes a PNG (a file's or a screenshot's: what, for errors).
+func pngImage(t *testing.T, what string, r io.Reader) image.Image {
+	t.Helper()
+	img, err := png.Decode(r)
 	if err != nil {
-		t.Fatalf("%s: %v", path, err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	return img
+}
+
+// normals returns a generator, seeded with the PCG seeds seed1 and seed2,
+// of n standard normal values times scale.
+func normals(seed1, seed2 uint64) func(n int, scale float64) []float32 {
+	rng := rand.New(rand.NewPCG(seed1, seed2))
+	return func(n int, scale float64) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(scale * rng.NormFloat64())
+		}
+		return x
+	}
 }
 
 // checkPicture checks every cell of img, a PNG of w drawn with o, against
@@ -159,15 +179,8 @@ func TestRunHeatmap(t *testing.T) {
 	withDevice(t)
 	dir := t.TempDir()
 	const H, L, S, d = 2, 4, 5, 3
-	rng := rand.New(rand.NewPCG(13, 1))
-	rnd := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		return x
-	}
-	qd, kd, vd := rnd(H*L*d), rnd(H*S*d), rnd(H*S*d)
+	rnd := normals(13, 1)
+	qd, kd, vd := rnd(H*L*d, 1), rnd(H*S*d, 1), rnd(H*S*d, 1)
 	q := writeArray(t, dir, "q.npy", []int{H, L, d}, qd)
 	k := writeArray(t, dir, "k.npy", []int{H, S, d}, kd)
 	v := writeArray(t, dir, "v.npy", []int{H, S, d}, vd)

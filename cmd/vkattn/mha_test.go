@@ -148,11 +148,8 @@ func TestMHAPaddingParity(t *testing.T) {
 
 	out := cliOK(t, "mha", "-x", x, "--params", params, "--heads", "3", "--key-padding", kp, "--causal", "top-left", "-o", o, "--check", "--explain")
 	sameTensor(t, "out (causal)", o, data["out"], []int{2, 5, 12}, parityTol)
-	for _, want := range []string{"plan: multi-head attention B=2 T=5 S=5 d=12 heads=3", "in_proj (Q,K,V fused)", "out_proj", "masks: key padding (2,5), causal top-left", "GPU time"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("--explain output lacks %q:\n%s", want, out)
-		}
-	}
+	mentions(t, "--explain output", out, "plan: multi-head attention B=2 T=5 S=5 d=12 heads=3", "in_proj (Q,K,V fused)", "out_proj",
+		"masks: key padding (2,5), causal top-left", "GPU time")
 }
 
 // randomCross writes the weights of a cross-attention layer with kdim =
@@ -227,11 +224,7 @@ func TestMHACross(t *testing.T) {
 
 	out := cliOK(t, "mha", "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--weights", wp, "--check", "--explain")
 	expect("cross", vkattn.MHAOptions{Heads: h}, false)
-	for _, want := range []string{"q_proj", "k_proj", "v_proj", "out_proj", "masks: none", ": ok"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
+	mentions(t, "output", out, "q_proj", "k_proj", "v_proj", "out_proj", "masks: none", ": ok")
 
 	// Batch item 1 pads its last key; the (B*h,T,S) mask blocks one key of
 	// one row per head and adds a bias elsewhere: no row is fully masked.
@@ -275,12 +268,7 @@ func TestMHAErrors(t *testing.T) {
 	base := []string{"-x", x, "--params", params, "--heads", "2", "-o", o}
 	with := func(args ...string) []string { return append(slices.Clone(base), args...) }
 
-	for _, c := range []struct {
-		name string
-		args []string
-		code int
-		want string // in stderr
-	}{
+	checkRefusals(t, "mha", o, []refusal{
 		{"bad heads", with("--heads", "3"), exitFail, "--heads 3 does not divide embed_dim d = 8"},
 		{"missing params", []string{"-x", x, "--heads", "2", "-o", o}, exitUsage, "--params is required"},
 		{"missing heads", []string{"-x", x, "--params", params, "-o", o}, exitUsage, "--heads H is required"},
@@ -305,11 +293,7 @@ func TestMHAErrors(t *testing.T) {
 		{"scale is not a flag", with("--scale", "2"), exitUsage, "-scale"},
 		{"stray argument", with("extra"), exitUsage, "unexpected argument"},
 		{"same output twice", with("--weights", o), exitUsage, "both write"},
-	} {
-		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
-			checkRefused(t, append([]string{"mha"}, c.args...), c.code, c.want, o)
-		})
-	}
+	})
 }
 
 func TestMHAHelp(t *testing.T) {

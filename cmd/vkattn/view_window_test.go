@@ -11,9 +11,7 @@ import (
 	"fmt"
 	"image"
 	"image/color"
-	"image/png"
 	"math"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"regexp"
@@ -188,11 +186,7 @@ func (c *viewChild) screenshot() image.Image {
 	if err != nil {
 		c.t.Fatalf("import -window root: %v", err)
 	}
-	img, err := png.Decode(bytes.NewReader(out))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return img
+	return pngImage(c.t, "screenshot", bytes.NewReader(out))
 }
 
 // viewProblem is the problem the window shows, with what each view must
@@ -206,14 +200,7 @@ type viewProblem struct {
 
 func newViewProblem(t *testing.T, dir string) *viewProblem {
 	const B, H, HKV, L, S, d, dv = 2, 2, 1, 4, 6, 4, 3
-	rng := rand.New(rand.NewPCG(42, 7))
-	rnd := func(n int, scale float64) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(scale * rng.NormFloat64())
-		}
-		return x
-	}
+	rnd := normals(42, 7)
 	qd, kd, vd := rnd(B*H*L*d, 1.5), rnd(B*HKV*S*d, 1.5), rnd(B*HKV*S*dv, 1)
 	p := &viewProblem{B: B, H: H, L: L, S: S,
 		q: writeArray(t, dir, "q.npy", []int{B, H, L, d}, qd),
@@ -340,18 +327,20 @@ func TestViewWindow(t *testing.T) {
 	if len(p.cellErrors(c.screenshot(), r, 0, 1, false)) == 0 {
 		t.Fatal("heads 0 and 1 look alike: the test cannot tell them apart")
 	}
-	c.xdo("key", "n")
-	c.waitFrame("batch 0 head 1 weights", 20*time.Second)
-	c.expectCells(p, r, 0, 1, false)
-	c.xdo("key", "c")
-	c.waitFrame("batch 0 head 1 contribution", 20*time.Second)
-	c.expectCells(p, r, 0, 1, true)
-	c.xdo("key", "b")
-	c.waitFrame("batch 1 head 1 contribution", 20*time.Second)
-	c.expectCells(p, r, 1, 1, true)
-	c.xdo("key", "p")
-	c.waitFrame("batch 1 head 0 contribution", 20*time.Second)
-	c.expectCells(p, r, 1, 0, true)
+	for _, k := range []struct {
+		key, frame   string
+		b, h         int
+		contribution bool
+	}{
+		{"n", "batch 0 head 1 weights", 0, 1, false},
+		{"c", "batch 0 head 1 contribution", 0, 1, true},
+		{"b", "batch 1 head 1 contribution", 1, 1, true},
+		{"p", "batch 1 head 0 contribution", 1, 0, true},
+	} {
+		c.xdo("key", k.key)
+		c.waitFrame(k.frame, 20*time.Second)
+		c.expectCells(p, r, k.b, k.h, k.contribution)
+	}
 
 	// A resize makes a new swapchain of the new size.
 	c.xdo("windowsize", id, "420", "260")
