@@ -1,10 +1,8 @@
 package reference
 
 import (
-	"errors"
 	"math"
 	"math/rand"
-	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -361,12 +359,7 @@ func TestAdditiveErrors(t *testing.T) {
 			def(&c.k, k, &c.ks, ks)
 			def(&c.v, v, &c.vs, vs)
 			_, err := AdditiveAttention(c.q, c.qs, c.k, c.ks, c.v, c.vs, w, c.opts)
-			if !errors.Is(err, c.err) {
-				t.Fatalf("err = %v, want %v", err, c.err)
-			}
-			if !strings.Contains(err.Error(), c.msg) {
-				t.Fatalf("err = %q, want it to mention %q", err, c.msg)
-			}
+			wantError(t, err, c.err, c.msg)
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"math/rand"
-	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -12,6 +11,15 @@ import (
 
 // randMHA returns random weights: packed when kdim = vdim = d, separate
 // otherwise, with biases when bias is set.
+// randSelf draws, from a generator seeded with seed, a self-attention
+// layer of width d (packed weights, biases), then n input values; r is
+// left to draw what else a test needs.
+func randSelf(seed int64, d, n int) (r *rand.Rand, w *vkattn.MHAWeights, x []float32) {
+	r = rand.New(rand.NewSource(seed))
+	w = randMHA(r, d, d, d, true)
+	return r, w, randF32(r, n)
+}
+
 func randMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *vkattn.MHAWeights {
 	w := &vkattn.MHAWeights{DModel: d, KDim: kdim, VDim: vdim, OutProjWeight: randF32(r, d*d)}
 	if kdim == d && vdim == d {
@@ -95,9 +103,7 @@ func naiveMHA(res *MHAResult, w *vkattn.MHAWeights) []float64 {
 // (2,3,8) -> W_O -> (2,3,8), with 4d^2 + 4d = 288 parameters.
 func TestMHASpecWalkthrough(t *testing.T) {
 	const B, T, d, h = 2, 3, 8, 2
-	r := rand.New(rand.NewSource(3))
-	w := randMHA(r, d, d, d, true)
-	x := randF32(r, B*T*d)
+	_, w, x := randSelf(3, d, B*T*d)
 
 	// 192 + 64 weights + 24 + 8 biases.
 	if got := []int{len(w.InProjWeight), len(w.OutProjWeight), len(w.InProjBias), len(w.OutProjBias)}; got[0] != 192 || got[1] != 64 || got[2] != 24 || got[3] != 8 {
@@ -165,9 +171,7 @@ func TestMHASpecWalkthrough(t *testing.T) {
 // differ from the layer's, or the walk-through would not catch the bug.
 func TestMHAAxisSwapMatters(t *testing.T) {
 	const B, T, d, h, dh = 2, 3, 8, 2, 4
-	r := rand.New(rand.NewSource(4))
-	w := randMHA(r, d, d, d, true)
-	x := randF32(r, B*T*d)
+	_, w, x := randSelf(4, d, B*T*d)
 	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h})
 
 	// Split and merge are inverses, and split really moves data.
@@ -239,9 +243,7 @@ func narrowMust(t *testing.T, x []float64) []float32 {
 // zero biases, give identical results.
 func TestMHALayouts(t *testing.T) {
 	const B, T, d, h = 2, 4, 6, 3
-	r := rand.New(rand.NewSource(6))
-	packed := randMHA(r, d, d, d, true)
-	x := randF32(r, B*T*d)
+	_, packed, x := randSelf(6, d, B*T*d)
 	sep := *packed
 	sep.InProjWeight = nil
 	sep.QProjWeight, sep.KProjWeight, sep.VProjWeight = packed.InProjWeight[:d*d], packed.InProjWeight[d*d:2*d*d], packed.InProjWeight[2*d*d:]
@@ -267,9 +269,7 @@ func TestMHALayouts(t *testing.T) {
 // (SEMANTICS.md §11), through projections, heads and merge.
 func TestMHAPermutation(t *testing.T) {
 	const T, d, h = 5, 8, 4
-	r := rand.New(rand.NewSource(7))
-	w := randMHA(r, d, d, d, true)
-	x := randF32(r, T*d)
+	r, w, x := randSelf(7, d, T*d)
 	perm := r.Perm(T)
 	px := make([]float32, len(x))
 	for i, p := range perm {
@@ -284,9 +284,8 @@ func TestMHAPermutation(t *testing.T) {
 
 func TestMHAKeyPadding(t *testing.T) {
 	const B, T, S, d, h = 2, 3, 4, 8, 2
-	r := rand.New(rand.NewSource(8))
-	w := randMHA(r, d, d, d, true)
-	x, kv := randF32(r, B*T*d), randF32(r, B*S*d)
+	r, w, x := randSelf(8, d, B*T*d)
+	kv := randF32(r, B*S*d)
 	run := func(opts vkattn.MHAOptions) *MHAResult {
 		opts.Heads, opts.NeedWeights = h, true
 		return mustMHA(t, x, []int{B, T, d}, kv, []int{B, S, d}, kv, []int{B, S, d}, w, opts)
@@ -435,12 +434,7 @@ func TestMHAErrors(t *testing.T) {
 				c.opts.Heads = h
 			}
 			_, err := MultiHeadAttention(c.x, c.xs, c.k, c.ks, c.v, c.vs, w, c.opts)
-			if !errors.Is(err, c.err) {
-				t.Fatalf("err = %v, want %v", err, c.err)
-			}
-			if !strings.Contains(err.Error(), c.msg) {
-				t.Fatalf("err = %q, want it to mention %q", err, c.msg)
-			}
+			wantError(t, err, c.err, c.msg)
 		})
 	}
 }
