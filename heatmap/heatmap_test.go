@@ -92,13 +92,18 @@ func TestPaletteDarkToBright(t *testing.T) {
 	}
 }
 
-func TestDiagonalWeightsDrawABrightDiagonal(t *testing.T) {
-	const n = 6
+// diagonal is n x n weights of 1 on the diagonal, 0 elsewhere.
+func diagonal(n int) []float32 {
 	data := make([]float32, n*n)
 	for i := range n {
 		data[i*n+i] = 1
 	}
-	w, err := NewWeights([]int{n, n}, data)
+	return data
+}
+
+func TestDiagonalWeightsDrawABrightDiagonal(t *testing.T) {
+	const n = 6
+	w, err := NewWeights([]int{n, n}, diagonal(n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,11 +252,7 @@ func TestVectorFormats(t *testing.T) {
 
 func TestLargeGridIsRasterized(t *testing.T) {
 	const n = 200
-	data := make([]float32, n*n)
-	for i := range n {
-		data[i*n+i] = 1
-	}
-	w, _ := NewWeights([]int{n, n}, data)
+	w, _ := NewWeights([]int{n, n}, diagonal(n))
 	pic, img := render(t, w, Options{})
 	if b := img.Bounds(); b.Dx() != int(math.Round(float64(pic.Width)*DPI/72)) {
 		t.Errorf("PNG %d pixels wide, picture %v points", b.Dx(), pic.Width)
