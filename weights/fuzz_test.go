@@ -1,9 +1,7 @@
 package weights
 
 import (
-	"archive/zip"
 	"bytes"
-	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -39,27 +37,6 @@ func npySeeds() [][]byte {
 		[]byte("\x93NUMPY\x01\x00\xff\x00{'descr'"),
 		{},
 	}
-}
-
-// npzBytes is a .npz archive of members (name -> .npy bytes), in name order.
-func npzBytes(members map[string][]byte, compress bool) []byte {
-	var b bytes.Buffer
-	zw := zip.NewWriter(&b)
-	method := zip.Store
-	if compress {
-		method = zip.Deflate
-	}
-	for _, name := range slices.Sorted(maps.Keys(members)) {
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: name + ".npy", Method: method})
-		if err != nil {
-			panic(err)
-		}
-		w.Write(members[name])
-	}
-	if err := zw.Close(); err != nil {
-		panic(err)
-	}
-	return b.Bytes()
 }
 
 // checkArray checks what decodeNPY returned: values for exactly the

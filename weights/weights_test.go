@@ -55,27 +55,33 @@ func f32NPY(shape []int, xs []float32) []byte {
 	return npyBytes(npyDict("<f4", false, shape...), f32Bytes(xs...))
 }
 
-// writeNPZ writes members (name -> .npy bytes; ".npy" is appended) as a
-// zip archive, deflated when compress is set, like np.savez_compressed.
-func writeNPZ(t *testing.T, members map[string][]byte, compress bool) string {
-	t.Helper()
+// npzBytes is a .npz archive of members (name -> .npy bytes; ".npy" is
+// appended), in name order, deflated when compress is set, like
+// np.savez_compressed.
+func npzBytes(members map[string][]byte, compress bool) []byte {
 	var b bytes.Buffer
 	zw := zip.NewWriter(&b)
-	for name, data := range members {
-		method := zip.Store
-		if compress {
-			method = zip.Deflate
-		}
+	method := zip.Store
+	if compress {
+		method = zip.Deflate
+	}
+	for _, name := range slices.Sorted(maps.Keys(members)) {
 		w, err := zw.CreateHeader(&zip.FileHeader{Name: name + ".npy", Method: method})
 		if err != nil {
-			t.Fatal(err)
+			panic(err)
 		}
-		w.Write(data)
+		w.Write(members[name])
 	}
 	if err := zw.Close(); err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
-	return writeFile(t, "w.npz", b.Bytes())
+	return b.Bytes()
+}
+
+// writeNPZ writes members as a .npz file (npzBytes).
+func writeNPZ(t *testing.T, members map[string][]byte, compress bool) string {
+	t.Helper()
+	return writeFile(t, "w.npz", npzBytes(members, compress))
 }
 
 func writeFile(t *testing.T, name string, data []byte) string {
