@@ -2,7 +2,6 @@ package vkattn_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand"
@@ -162,10 +161,8 @@ func TestPreparedCallReplays(t *testing.T) {
 	}
 	bad := make([]float32, len(p.q))
 	bad[0] = float32(math.NaN())
-	if err := q.Write(bad); !errors.Is(err, vkattn.ErrNonFinite) {
-		t.Errorf("Write of NaN: got %v, want ErrNonFinite", err)
-	}
-	if err := q.SwapAxes12().Write(p.q); !errors.Is(err, vkattn.ErrShape) {
-		t.Errorf("Write to a view: got %v, want ErrShape", err)
-	}
+	checkRefusals(t, []refusal{
+		{"Write of NaN", vkattn.ErrNonFinite, func() error { return q.Write(bad) }},
+		{"Write to a view", vkattn.ErrShape, func() error { return q.SwapAxes12().Write(p.q) }},
+	})
 }
