@@ -2,6 +2,7 @@ package pipelines
 
 import (
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -9,14 +10,22 @@ import (
 	"unicode"
 )
 
+// shaderFile reads a file of shaders/, which the tests hold the tables here
+// to.
+func shaderFile(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "shaders", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestParamsMatchGLSL: the Go Params block has the members of the GLSL one
 // (shaders/attention_params.glsl), with the same names, types and order,
 // and encodes to 16 bytes a member, as std140 lays out vec4s and ivec4s.
 func TestParamsMatchGLSL(t *testing.T) {
-	src, err := os.ReadFile("../shaders/attention_params.glsl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := shaderFile(t, "attention_params.glsl")
 	block := regexp.MustCompile(`(?s)uniform Params \{(.*)\} P;`).FindSubmatch(src)
 	if block == nil {
 		t.Fatal("no Params block in attention_params.glsl")

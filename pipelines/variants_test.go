@@ -1,7 +1,6 @@
 package pipelines
 
 import (
-	"os"
 	"slices"
 	"testing"
 
@@ -12,10 +11,7 @@ import (
 // TestManifestIsTheVariantTable: shaders/manifest.txt, which tools/glslc.sh
 // builds the SPIR-V from, is what the variant table generates.
 func TestManifestIsTheVariantTable(t *testing.T) {
-	got, err := os.ReadFile("../shaders/manifest.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := shaderFile(t, "manifest.txt")
 	if string(got) != Manifest() {
 		t.Errorf("shaders/manifest.txt is not pipelines.Manifest(): run go generate ./pipelines\ngot:\n%s\nwant:\n%s", got, Manifest())
 	}
