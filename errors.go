@@ -12,39 +12,42 @@ import (
 // what was wrong in detail.
 var (
 	// ErrShape: tensor ranks or extents do not fit together.
-	ErrShape = errors.New("vkattn: shape mismatch")
+	ErrShape = sentinel("shape mismatch")
 	// ErrHeads: the key/value head count does not divide the query head count.
-	ErrHeads = errors.New("vkattn: head counts incompatible")
+	ErrHeads = sentinel("head counts incompatible")
 	// ErrMask: a mask is not broadcastable to (B, H, L, S), has the wrong
 	// number of values, holds NaN or +Inf, or leaves its meaning unset.
-	ErrMask = errors.New("vkattn: invalid mask")
+	ErrMask = sentinel("invalid mask")
 	// ErrLengths: per-batch key or query lengths are missing, extra or out of range.
-	ErrLengths = errors.New("vkattn: invalid sequence lengths")
+	ErrLengths = sentinel("invalid sequence lengths")
 	// ErrScale: the custom scale is NaN, infinite or beyond float32's range.
-	ErrScale = errors.New("vkattn: invalid scale")
+	ErrScale = sentinel("invalid scale")
 	// ErrOption: an option holds a value outside its defined set (an
 	// unknown Causal alignment).
-	ErrOption = errors.New("vkattn: invalid option")
+	ErrOption = sentinel("invalid option")
 	// ErrEmpty: an axis has extent zero.
-	ErrEmpty = errors.New("vkattn: empty axis")
+	ErrEmpty = sentinel("empty axis")
 	// ErrNonFinite: Q, K or V holds NaN or Inf.
-	ErrNonFinite = errors.New("vkattn: non-finite input")
+	ErrNonFinite = sentinel("non-finite input")
 	// ErrOverflow: finite inputs whose scores (or output sums) could exceed
 	// float32's range, where the kernel would produce Inf or NaN; or a value
 	// too large for the half type it is to be stored in.
-	ErrOverflow = errors.New("vkattn: overflow")
+	ErrOverflow = sentinel("overflow")
 	// ErrTooLarge: the problem does not fit the device's limits.
-	ErrTooLarge = errors.New("vkattn: too large for device")
+	ErrTooLarge = sentinel("too large for device")
 	// ErrClosed: the device or tensor was used after Close.
-	ErrClosed = errors.New("vkattn: use after Close")
+	ErrClosed = sentinel("use after Close")
 	// ErrDevice: a tensor belongs to another device.
-	ErrDevice = errors.New("vkattn: wrong device")
+	ErrDevice = sentinel("wrong device")
 	// ErrNoDriver: Open (or Devices) found no Vulkan driver, or no device
 	// with a compute queue; the message says how to get one.
 	ErrNoDriver = vk.ErrNoDriver
 	// ErrTuning: a tuning does not fit the device (SetTuning, SaveTuning).
-	ErrTuning = errors.New("vkattn: invalid tuning")
+	ErrTuning = sentinel("invalid tuning")
 )
+
+// sentinel makes one of the sentinels above; its message names the package.
+func sentinel(what string) error { return errors.New("vkattn: " + what) }
 
 func errorf(kind error, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", kind, fmt.Sprintf(format, args...))
