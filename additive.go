@@ -164,19 +164,17 @@ func (a *Additive) AttentionContext(ctx context.Context, q, k, v *Tensor, opts O
 // projections and the attention as one submission without running it.
 func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	d := a.dev
+	names := [3]string{"query", "key", "value"}
+	if err := d.checkInputs(names, q, k, v); err != nil {
+		return nil, err
+	}
 	var dims [3][3]int
-	for i, in := range []struct {
-		name string
-		t    *Tensor
-	}{{"query", q}, {"key", k}, {"value", v}} {
-		if err := d.checkInput(in.name, in.t); err != nil {
-			return nil, err
-		}
-		b, n, err := mhaInput(in.name, in.t, in.t.shape[3], "width")
+	for i, t := range []*Tensor{q, k, v} {
+		b, n, err := mhaInput(names[i], t, t.shape[3], "width")
 		if err != nil {
 			return nil, err
 		}
-		dims[i] = [3]int{b, n, in.t.shape[3]}
+		dims[i] = [3]int{b, n, t.shape[3]}
 	}
 	plan, err := a.plan(dims, &opts)
 	if err != nil {

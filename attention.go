@@ -137,13 +137,8 @@ func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Opt
 // Prepare validates an attention call, allocates its outputs and records its
 // dispatch without running it.
 func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
-	for _, c := range []struct {
-		name string
-		t    *Tensor
-	}{{"Q", q}, {"K", k}, {"V", v}} {
-		if err := d.checkInput(c.name, c.t); err != nil {
-			return nil, err
-		}
+	if err := d.checkInputs([3]string{"Q", "K", "V"}, q, k, v); err != nil {
+		return nil, err
 	}
 	o := pipelines.DenseLayout(q.shape[0], q.shape[1], q.shape[2], v.shape[3]) // the output Prepare allocates
 	plan, err := d.plan(q.shape, k.shape, v.shape, &[4]pipelines.Layout{q.layout(), k.layout(), v.layout(), o}, false, false, &opts)
@@ -158,6 +153,16 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	b := &builder{d: d}
 	x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, Scale: opts.Scale.For(dm.DK), Causal: int(opts.Causal)}
 	return b.attentionCall(plan, &opts, x, oBound)
+}
+
+// checkInputs checks the three input tensors of a call, named names.
+func (d *Device) checkInputs(names [3]string, q, k, v *Tensor) error {
+	for i, t := range []*Tensor{q, k, v} {
+		if err := d.checkInput(names[i], t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkInput checks that an input tensor can be read by a call on d.
