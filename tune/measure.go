@@ -26,12 +26,18 @@ func (in Inputs) Close() {
 // of d, filled in that order with values uniform in [-1, 1) from r. On an
 // error nothing stays uploaded.
 func UploadRandom(dev *vkattn.Device, r *rand.Rand, d vkattn.Dims) (Inputs, error) {
+	return UploadRandomAs(dev, r, d, [3]vkattn.DType{})
+}
+
+// UploadRandomAs is UploadRandom with Q, K and V stored as the element
+// types types (the random values rounded to them).
+func UploadRandomAs(dev *vkattn.Device, r *rand.Rand, d vkattn.Dims, types [3]vkattn.DType) (Inputs, error) {
 	q, k, v := [4]int{d.B, d.H, d.L, d.DK}, [4]int{d.B, d.HKV, d.S, d.DK}, [4]int{d.B, d.HKV, d.S, d.DV}
 	if _, err := vkattn.CheckProblem(q, k, v, nil); err != nil {
 		return Inputs{}, err
 	}
 	var in Inputs
-	for _, u := range []struct {
+	for i, u := range []struct {
 		dst   **vkattn.Tensor
 		shape [4]int
 	}{{&in.Q, q}, {&in.K, k}, {&in.V, v}} {
@@ -42,7 +48,7 @@ func UploadRandom(dev *vkattn.Device, r *rand.Rand, d vkattn.Dims) (Inputs, erro
 			in.Close()
 			return Inputs{}, fmt.Errorf("%w: %v is %d values, more than the %d filled with random data on the host", vkattn.ErrTooLarge, u.shape, n, maxRandom)
 		}
-		t, err := dev.Upload(u.shape[:], randomData(r, n))
+		t, err := dev.UploadAs(u.shape[:], randomData(r, n), types[i])
 		if err != nil {
 			in.Close()
 			return Inputs{}, fmt.Errorf("upload: %w", err)

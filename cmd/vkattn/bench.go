@@ -23,7 +23,7 @@ import (
 const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all] [flags]
        vkattn bench --shape B,H,H_kv,L,S,d [--shape ...] [--causal] [flags]
 
-Times attention on random float32 data (fixed seed) and prints one row per
+Times attention on random data (fixed seed) and prints one row per
 problem shape. Each shape gets one warm-up call, reported apart as "cold"
 (the first dispatch of a kernel variant compiles it: seconds on lavapipe),
 then --reps timed runs. The call is prepared once (Device.Prepare: outputs
@@ -50,8 +50,15 @@ timestamps, which the "timing" column/field says):
   GFLOP/s  SEMANTICS.md §12 count 2*B*H*L*S*(d_k+d_v) = 4*B*H*L*S*d over the median
            time, halved for causal rows: the kernel skips key tiles that are
            fully masked, so a causal L = S problem does about half the work
-  GB/s     bytes of Q, K, V read plus O written (4 bytes a value) over the
-           median time: the minimum traffic, not a measured one
+  GB/s     bytes of Q, K, V read plus O written over the median time, at
+           their element sizes (4 bytes a float32, 2 a half; O is float32):
+           the minimum traffic, not a measured one; a decode step (split-K)
+           reads each K/V element once, so for decode it is the traffic
+
+Element types: the random data is float32 unless
+  --dtype f16|bf16      stores Q, K and V as that type
+  --kv-dtype f16|bf16   stores K and V so (Q as --dtype, else float32)
+The kernels widen on load and compute in float32.
 
 Output: an aligned table on stdout (--json: a JSON array, one object per
 shape, times in nanoseconds), a progress bar on stderr (--quiet hides it).
@@ -79,6 +86,7 @@ type benchCase struct {
 	suite  string
 	dims   vkattn.Dims
 	causal vkattn.Causal
+	types  [3]vkattn.DType // of Q, K and V
 }
 
 // benchSuites lists the preset suites in the order "all" runs them.
@@ -97,17 +105,17 @@ func suiteCases(name string) []benchCase {
 		}{{64, []int{512, 1024, 2048, 4096}}, {128, []int{1024, 2048}}} {
 			for _, c := range []vkattn.Causal{vkattn.NotCausal, vkattn.CausalBottomRight} {
 				for _, n := range g.ls {
-					cs = append(cs, benchCase{name, sq(8, 8, n, g.d), c})
+					cs = append(cs, benchCase{suite: name, dims: sq(8, 8, n, g.d), causal: c})
 				}
 			}
 		}
 	case "decode":
 		for _, s := range []int{1024, 4096, 16384} {
-			cs = append(cs, benchCase{name, vkattn.Dims{B: 1, H: 32, HKV: 8, L: 1, S: s, DK: 128, DV: 128}, vkattn.NotCausal})
+			cs = append(cs, benchCase{suite: name, dims: vkattn.Dims{B: 1, H: 32, HKV: 8, L: 1, S: s, DK: 128, DV: 128}})
 		}
 	case "long":
 		for _, n := range []int{8192, 16384, 32768} {
-			cs = append(cs, benchCase{name, sq(1, 1, n, 64), vkattn.NotCausal})
+			cs = append(cs, benchCase{suite: name, dims: sq(1, 1, n, 64)})
 		}
 	case "all":
 		for _, s := range benchSuites {
@@ -199,6 +207,7 @@ type benchFlags struct {
 	device   string
 	loadPath string
 	quiet    bool
+	typeFlags
 }
 
 // benchResult is one shape's measurements: a row of the table, an object of
@@ -223,7 +232,8 @@ type benchResult struct {
 	Wall       tune.Stats  `json:"wall_ns"`
 	Timing     string      `json:"timing"` // "gpu" or "wall": the median the rates divide by
 	FLOPs      float64     `json:"flops"`  // SEMANTICS.md §12, halved when causal
-	Bytes      int64       `json:"bytes"`  // Q, K, V read + O written
+	Bytes      int64       `json:"bytes"`  // Q, K, V read + O written, at their element sizes
+	DTypes     [3]string   `json:"dtypes"` // element types of Q, K and V
 	GFLOPS     float64     `json:"gflops"`
 	GBPS       float64     `json:"gb_per_s"`
 }
@@ -241,8 +251,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	deviceFlag(fs, &f.device)
 	fs.StringVar(&f.loadPath, "load-path", "auto", "force the kernel's load `path`: auto, texel or storage")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
+	f.typeFlags.register(fs)
 	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {
 		return code
+	}
+	types, err := f.types([3]vkattn.DType{})
+	if err != nil {
+		return usagef(stderr, "bench", "%v", err)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
@@ -261,6 +276,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		if cases = suiteCases(f.suite); cases == nil {
 			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long or all", f.suite)
 		}
+	}
+	for i := range cases {
+		cases[i].types = types
 	}
 	if f.reps < 1 {
 		return usagef(stderr, "bench", "--reps %d: want at least 1", f.reps)
@@ -288,8 +306,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	// time is spent on the others.
 	for _, c := range cases {
 		d := c.dims
-		if _, err := dev.Plan([]int{d.B, d.H, d.L, d.DK}, []int{d.B, d.HKV, d.S, d.DK}, []int{d.B, d.HKV, d.S, d.DV},
-			vkattn.Options{Causal: c.causal}); err != nil {
+		if _, err := dev.PlanAs([]int{d.B, d.H, d.L, d.DK}, []int{d.B, d.HKV, d.S, d.DK}, []int{d.B, d.HKV, d.S, d.DV},
+			c.types, vkattn.Options{Causal: c.causal}); err != nil {
 			return failf(stderr, "bench", "%s: %v", caseName(c), err)
 		}
 	}
@@ -366,7 +384,7 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 	// The same seed for every shape: a shape's data does not depend on
 	// which other shapes run.
 	r := rand.New(rand.NewPCG(seed, 0x7661747461)) // "vkatt"
-	in, err := tune.UploadRandom(dev, r, c.dims)
+	in, err := tune.UploadRandomAs(dev, r, c.dims, c.types)
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -414,7 +432,8 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 		Wall:       tm.Wall,
 		Timing:     tm.Timing,
 		FLOPs:      benchFLOPs(plan.Dims, c.causal),
-		Bytes:      benchBytes(plan.Dims),
+		Bytes:      benchBytes(plan.Dims, c.types),
+		DTypes:     [3]string{c.types[0].String(), c.types[1].String(), c.types[2].String()},
 	}
 	if median := tm.Median; median > 0 {
 		res.GFLOPS = res.FLOPs / median.Seconds() / 1e9
@@ -434,9 +453,10 @@ func benchFLOPs(d vkattn.Dims, c vkattn.Causal) float64 {
 }
 
 // benchBytes is the least traffic a call needs: Q, K and V read, O written.
-func benchBytes(d vkattn.Dims) int64 {
+func benchBytes(d vkattn.Dims, types [3]vkattn.DType) int64 {
 	b, h, hkv, l, s := int64(d.B), int64(d.H), int64(d.HKV), int64(d.L), int64(d.S)
-	return 4 * (b*h*l*int64(d.DK) + b*hkv*s*int64(d.DK+d.DV) + b*h*l*int64(d.DV))
+	size := func(i int) int64 { return int64(types[i].Bytes()) }
+	return size(0)*b*h*l*int64(d.DK) + size(1)*b*hkv*s*int64(d.DK) + size(2)*b*hkv*s*int64(d.DV) + 4*b*h*l*int64(d.DV)
 }
 
 // printBenchTable writes the results as an aligned table: numbers right,

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 
+	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/weights"
 )
 
@@ -13,7 +14,39 @@ type npyArray struct {
 	Shape []int
 	DType string // as the header says, e.g. "<f4"
 	F32   []float32
+	F16   []uint16 // a float16 file's bit patterns, nil for other dtypes
 	Bools []bool
+	// Store is the element type the array is uploaded as; F32 then holds
+	// the values rounded to it (what the device and the reference read).
+	Store vkattn.DType
+}
+
+// storeAs makes t the array's element type on the device: float32 values
+// are rounded to it (an error names the value that does not fit); a
+// float16 file stored as float16 keeps its bits as they are.
+func (a *npyArray) storeAs(t vkattn.DType) error {
+	a.Store = t
+	if t == vkattn.Float16 && a.F16 != nil {
+		return nil // F32 is their exact widening
+	}
+	a.F16 = nil
+	if t == vkattn.Float32 {
+		return nil
+	}
+	rounded, err := vkattn.Round(t, a.F32)
+	if err != nil {
+		return err
+	}
+	a.F32 = rounded
+	return nil
+}
+
+// upload puts the array on dev as its Store type.
+func (a *npyArray) upload(dev *vkattn.Device) (*vkattn.Tensor, error) {
+	if a.Store == vkattn.Float16 && a.F16 != nil {
+		return dev.UploadBits(a.Shape, a.F16, vkattn.Float16)
+	}
+	return dev.UploadAs(a.Shape, a.F32, a.Store)
 }
 
 // readNPY reads a .npy input with weights.ReadNPY, the reader .npz members
@@ -24,7 +57,7 @@ func readNPY(path string) (*npyArray, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &npyArray{Path: path, Shape: a.Shape, DType: a.Descr, F32: a.F32, Bools: a.Bools}, nil
+	return &npyArray{Path: path, Shape: a.Shape, DType: a.Descr, F32: a.F32, F16: a.F16, Bools: a.Bools}, nil
 }
 
 // encodeNPY writes a little-endian float32 .npy (weights.WriteNPY).

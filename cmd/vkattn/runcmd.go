@@ -21,8 +21,8 @@ const runUsage = `Usage: vkattn run -q Q.npy -k K.npy -v V.npy [-o O.npy] [flags
 Computes O = softmax(Q K^T * scale + masks) V on a Vulkan device, with the
 fused online-softmax kernel (no (B,H,L,S) score buffer unless --weights).
 
-Inputs are .npy files (float32; float16 and float64 are converted). Q, K
-and V have rank 2 (L,d), 3 (H,L,d) or 4 (B,H,L,d); missing leading axes are 1:
+Inputs are .npy files (float32, float16 or float64). Q, K and V have rank
+2 (L,d), 3 (H,L,d) or 4 (B,H,L,d); missing leading axes are 1:
   Q (B,H,L,d_k)   K (B,H_kv,S,d_k)   V (B,H_kv,S,d_v)
 H_kv must divide H (H_kv = 1: multi-query, else grouped-query attention).
 The default scale is 1/sqrt(d_k).
@@ -39,6 +39,14 @@ style (each axis full or 1). All masks combine:
   --key-lengths 3,5       keys past the length of batch item b are masked
   --query-lengths 2,3     query rows past it give zeros
 A row whose every key is masked has output 0 and log-sum-exp -inf.
+
+Element types: a float16 (<f2) input stays float16 on the device, others
+are stored as float32 (float64 narrowed), unless
+  --dtype f16|bf16|f32     stores Q, K and V as that type (rounded to nearest even;
+                           a value out of range is an error, never inf)
+  --kv-dtype f16|bf16|f32  stores K and V so, Q as --dtype or its file says
+The kernels widen on load and compute in float32; --check then compares
+with the reference on the rounded values.
 
 Outputs are written to a temporary file and renamed, all or none; a
 symbolic link is written through to its target, a FIFO or device refused:
@@ -67,6 +75,7 @@ type runFlags struct {
 	causal       string
 	lengthFlags
 	scale optFloat
+	typeFlags
 	outputFlags
 	heatmap string
 	device  string
@@ -221,6 +230,9 @@ type problem struct {
 	opts       vkattn.Options
 }
 
+// types are the element types Q, K and V are stored as.
+func (p *problem) types() [3]vkattn.DType { return [3]vkattn.DType{p.q.Store, p.k.Store, p.v.Store} }
+
 // problemFlags registers the flags that give a problem: inputs, masks,
 // options and the device (run and view share them).
 func (f *runFlags) problemFlags(fs *flag.FlagSet) {
@@ -231,7 +243,36 @@ func (f *runFlags) problemFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.causal, "causal", "none", "causal mask `alignment`: none, top-left or bottom-right")
 	f.lengthFlags.register(fs)
 	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
+	f.typeFlags.register(fs)
 	deviceFlag(fs, &f.device)
+}
+
+// typeFlags are --dtype and --kv-dtype: the element types Q, K and V are
+// stored as on the device (run, view, bench).
+type typeFlags struct{ dtype, kvDtype string }
+
+func (t *typeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.dtype, "dtype", "", "store Q, K and V on the device as `T`: f32, f16 or bf16 (default: as the file, f16 for <f2, else f32)")
+	fs.StringVar(&t.kvDtype, "kv-dtype", "", "store K and V as `T` (f32, f16 or bf16), overriding --dtype for them")
+}
+
+// types are the element types of Q, K and V: each input's own (files is
+// what each holds; nil: float32) unless a flag overrides it.
+func (t *typeFlags) types(files [3]vkattn.DType) ([3]vkattn.DType, error) {
+	ts := files
+	for i, fl := range []struct{ name, v string }{{"--dtype", t.dtype}, {"--kv-dtype", t.kvDtype}} {
+		if fl.v == "" {
+			continue
+		}
+		dt, err := vkattn.ParseDType(fl.v)
+		if err != nil {
+			return ts, fmt.Errorf("%s %q: want f32, f16 or bf16", fl.name, fl.v)
+		}
+		for j := i; j < 3; j++ { // --dtype sets all three, --kv-dtype K and V
+			ts[j] = dt
+		}
+	}
+	return ts, nil
 }
 
 func runRun(args []string, stdout, stderr io.Writer) int {
@@ -252,6 +293,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	causal, err := vkattn.ParseCausal(f.causal)
 	if err != nil {
 		return usagef(stderr, "run", "--causal %q: want none, top-left or bottom-right", f.causal)
+	}
+	if _, err := f.types([3]vkattn.DType{}); err != nil {
+		return usagef(stderr, "run", "%v", err)
 	}
 	if f.heatmap != "" {
 		if _, err := heatmap.Format(f.heatmap); err != nil {
@@ -312,6 +356,21 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	var files [3]vkattn.DType
+	for i, a := range in {
+		if a.F16 != nil {
+			files[i] = vkattn.Float16 // kept half on the device, not widened
+		}
+	}
+	types, err := f.types(files)
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range in {
+		if err := a.storeAs(types[i]); err != nil {
+			return nil, fmt.Errorf("%s %s as %v: %w", qkvNames[i], a.Path, types[i], err)
+		}
 	}
 	p := &problem{q: in[0], k: in[1], v: in[2], q4: shapes[0], k4: shapes[1], v4: shapes[2]}
 	opts := vkattn.Options{
@@ -382,7 +441,7 @@ func attendWith(dev *vkattn.Device, q, k, v *npyArray, call func(q, k, v *vkattn
 		}
 	}()
 	for _, a := range []*npyArray{q, k, v} {
-		t, err := dev.Upload(a.Shape, a.F32)
+		t, err := a.upload(dev)
 		if err != nil {
 			return nil, err
 		}
@@ -416,7 +475,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		return failf(stderr, "run", "%v", err)
 	}
 	defer dev.Close()
-	plan, err := dev.Plan(p.q.Shape, p.k.Shape, p.v.Shape, p.opts)
+	plan, err := dev.PlanAs(p.q.Shape, p.k.Shape, p.v.Shape, p.types(), p.opts)
 	if err != nil {
 		return failf(stderr, "run", "%v", err)
 	}
@@ -632,6 +691,7 @@ type runJSON struct {
 	Plan      string       `json:"plan"`
 	Kernel    any          `json:"kernel"`
 	Masks     string       `json:"masks"`
+	DTypes    [3]string    `json:"dtypes"`      // element types Q, K and V were stored as
 	GPUTimeNS int64        `json:"gpu_time_ns"` // 0 when the device has no timestamps
 	FLOPs     float64      `json:"flops"`
 	GFLOPS    float64      `json:"gflops,omitempty"`
@@ -659,6 +719,7 @@ func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []ou
 			Grid      [3]uint32 `json:"grid"`
 		}{k.Variant.Name(), k.Path.String(), k.Why, k.DMax, k.Rows, k.KeyTile, k.WorkGroup, k.Grid},
 		Masks:     describeMasks(&p.opts),
+		DTypes:    [3]string{p.q.Store.String(), p.k.Store.String(), p.v.Store.String()},
 		GPUTimeNS: r.gpuTime.Nanoseconds(),
 		FLOPs:     p.dims.FLOPs(),
 		O:         arrayJSON{Shape: oShape, First: first(r.o, 8)},
