@@ -7,5 +7,6 @@
 // It validates inputs with vkattn.CheckProblem, exactly like the GPU path, so
 // both accept and reject the same problems. A row whose every key is masked
 // (or whose query lies past its query length) has output 0, log-sum-exp -Inf
-// and all-zero weights, never NaN.
+// and all-zero weights, never NaN; with attention sinks a fully masked row's
+// log-sum-exp is its head's sink instead (§4.1).
 package reference

@@ -15,15 +15,17 @@ type Result struct {
 	// O is the attention output, (B, H, L, DV).
 	O []float64
 	// LSE is (B, H, L): the natural-log log-sum-exp of the row's final scores
-	// (scaled scores plus additive mask, over unmasked keys only); -Inf for
-	// fully masked rows and padded query rows.
+	// (scaled, soft-capped, ALiBi-biased scores plus additive mask, over
+	// unmasked keys only, and the head's sink if any); -Inf for padded query
+	// rows and for fully masked rows without sinks, the sink with them.
 	LSE []float64
 	// Weights is (B, H, L, S): 0 at masked keys, all 0 for fully masked rows
-	// and padded query rows.
+	// and padded query rows. With sinks a live row sums to less than 1.
 	Weights []float64
 }
 
-// Attention computes softmax(Q K^T * scale + M) V with every mask of opts.
+// Attention computes softmax(Q K^T * scale + M) V with every mask and score
+// variant of opts (window, soft-capping, sinks, ALiBi: SEMANTICS.md §4.1).
 //
 // q is dense (B,H,L,DK), k is dense (B,HKV,S,DK) and v is dense (B,HKV,S,DV),
 // all row-major. It validates with vkattn.CheckProblem first and returns that
@@ -81,23 +83,39 @@ func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float
 
 // attendRow computes query row t of head h in batch item b (row: its index
 // in the result) from the unmasked scores score(j) of its S keys: it applies
-// every mask of opts, writes the row's weights and output (values holds the
-// row's S value rows, dense) and returns its log-sum-exp. Padded and fully
-// masked rows keep zero output and weights and return -Inf (SEMANTICS.md
-// §5). e and blocked are scratch of length S.
+// the score variants and every mask of opts, writes the row's weights and
+// output (values holds the row's S value rows, dense) and returns its
+// log-sum-exp. Padded and fully masked rows keep zero output and weights;
+// they return -Inf, except that a fully masked row with a sink returns the
+// sink (SEMANTICS.md §4.1, §5). e and blocked are scratch of length S.
 func (res *Result) attendRow(opts *vkattn.Options, b, h, t, row int, score func(j int) float64, values, e []float64, blocked []bool) float64 {
 	d := res.Dims
 	if opts.QueryLengths != nil && t >= opts.QueryLengths[b] {
-		return math.Inf(-1) // padded query row
+		return math.Inf(-1) // padded query row, sinks or not
 	}
 	for j := range e {
-		e[j] = score(j) + additive(opts.Mask, b, h, t, j)
+		s := score(j)
+		if c := opts.Softcap; c > 0 {
+			s = c * math.Tanh(s/c)
+		}
+		if opts.ALiBi != nil {
+			// Distance from the bottom-right aligned diagonal, on the full
+			// extents like CausalBottomRight.
+			s += float64(opts.ALiBi[h]) * float64(j-(t+d.S-d.L))
+		}
+		e[j] = s + additive(opts.Mask, b, h, t, j)
 		blocked[j] = isBlocked(opts, d, b, h, t, j) || math.IsInf(e[j], -1)
 	}
+	// No sink is a sink of -Inf: exp(-Inf - m) adds exactly 0, so rows
+	// without sinks take the same arithmetic as before sinks existed.
+	sink := math.Inf(-1)
+	if opts.Sinks != nil {
+		sink = float64(opts.Sinks[h])
+	}
 	w := res.Weights[row*d.S : (row+1)*d.S]
-	lse, live := softmaxRow(e, blocked, w)
+	lse, live := softmaxRow(e, blocked, sink, w)
 	if !live {
-		return lse // every key masked
+		return lse // every key masked: -Inf, or the sink
 	}
 	out := res.O[row*d.DV : (row+1)*d.DV]
 	for j := range e {
@@ -112,19 +130,22 @@ func (res *Result) attendRow(opts *vkattn.Options, b, h, t, row int, score func(
 }
 
 // softmaxRow writes the stable softmax of the unblocked scores e into w
-// (blocked keys keep weight 0) and returns the row's log-sum-exp. live is
-// false when every key is blocked: the row has no softmax.
-func softmaxRow(e []float64, blocked []bool, w []float64) (lse float64, live bool) {
-	rowMax := math.Inf(-1)
+// (blocked keys keep weight 0), with sink (-Inf for none) one more logit in
+// the denominator that gets no weight, and returns the row's log-sum-exp,
+// sink included. live is false when every key is blocked: the row has no
+// weights, and its log-sum-exp is the sink's alone.
+func softmaxRow(e []float64, blocked []bool, sink float64, w []float64) (lse float64, live bool) {
+	keyMax := math.Inf(-1)
 	for j := range e {
-		if !blocked[j] && e[j] > rowMax {
-			rowMax = e[j]
+		if !blocked[j] && e[j] > keyMax {
+			keyMax = e[j]
 		}
 	}
-	if math.IsInf(rowMax, -1) {
-		return rowMax, false
+	if math.IsInf(keyMax, -1) {
+		return sink, false // log(exp(sink)) exactly, without rounding
 	}
-	sum := 0.0
+	rowMax := math.Max(keyMax, sink)
+	sum := math.Exp(sink - rowMax)
 	for j := range e {
 		if !blocked[j] {
 			w[j] = math.Exp(e[j] - rowMax)
@@ -167,12 +188,19 @@ func additive(m *vkattn.Mask, b, h, t, j int) float64 {
 }
 
 // isBlocked reports whether any boolean-style mask (each boolean mask,
-// causal, key length) blocks key j for query t of head h in batch item b:
+// window, causal, key length) blocks key j for query t of head h in batch item b:
 // a key is visible only if every one allows it.
 func isBlocked(opts *vkattn.Options, d vkattn.Dims, b, h, t, j int) bool {
 	for _, m := range opts.BoolMasks {
 		val := m.Values[maskIndex(m.Shape, b, h, t, j)]
 		if (m.Meaning == vkattn.TrueAllows && !val) || (m.Meaning == vkattn.TrueBlocks && val) {
+			return true
+		}
+	}
+	if win := opts.Window; win != nil {
+		// Bottom-right aligned band, on the full extents as for causal.
+		diag := t + d.S - d.L
+		if (win.Left != -1 && j < diag-win.Left) || (win.Right != -1 && j > diag+win.Right) {
 			return true
 		}
 	}
