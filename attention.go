@@ -80,6 +80,7 @@ func (d *Device) plan(q, k, v [4]int, layouts *[4]pipelines.Layout, keyPadding, 
 	}
 	shape.Lengths = opts.KeyLengths != nil || opts.QueryLengths != nil
 	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, keyPadding
+	shape.Window, shape.Softcap, shape.ALiBi, shape.Sinks = opts.Window != nil, opts.Softcap > 0, opts.ALiBi != nil, opts.Sinks != nil
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanAttention(d.dev.Info, pipelines.PlanInput{
 		AttentionShape: shape, Force: d.path, Additive: additive, Tuning: &tuning,
@@ -222,6 +223,26 @@ func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs
 		}
 		x.Lengths = t.buf
 	}
+	if opts.Sinks != nil || opts.ALiBi != nil {
+		t, err := b.upload(2*dm.H, func(h []float32) {
+			for i := 0; i < dm.H; i++ {
+				if opts.Sinks != nil {
+					h[2*i] = opts.Sinks[i]
+				}
+				if opts.ALiBi != nil {
+					h[2*i+1] = opts.ALiBi[i]
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		x.Heads = t.buf
+	}
+	if w := opts.Window; w != nil {
+		x.Window = [2]int{w.Left, w.Right}
+	}
+	x.Softcap = opts.Softcap
 	return nil
 }
 

@@ -317,3 +317,31 @@ func TestMHAHalfWeights(t *testing.T) {
 		}
 	}
 }
+
+// The kernels widen halves exactly, subnormals included: with one visible
+// key the output row is that key's value row, bit for bit.
+func TestHalfWideningIsExact(t *testing.T) {
+	v := []float32{
+		float32(math.Ldexp(1, -24)), float32(math.Ldexp(1023, -24)), -float32(math.Ldexp(3, -24)), 65504,
+		float32(math.Ldexp(1, -14)), -0.333251953125, 1, float32(math.Ldexp(1, -133)),
+	}
+	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+		for _, dt := range []vkattn.DType{vkattn.Float16, vkattn.BFloat16} {
+			for _, width := range []int{8, 7} { // vec4 and scalar loads
+				vals := roundAll(dt, v[:width])
+				if dt == vkattn.Float16 {
+					vals[width-1] = 0 // 2^-133 is a bfloat16 subnormal, not a float16 one
+				}
+				p := &problem{q: make([]float32, width), k: make([]float32, width), v: vals,
+					qs: [4]int{1, 1, 1, width}, ks: [4]int{1, 1, 1, width}, vs: [4]int{1, 1, 1, width},
+					types: [3]vkattn.DType{dt, dt, dt}}
+				got := runGPU(t, d, p)
+				for i := range vals {
+					if math.Float32bits(got.o[i]) != math.Float32bits(vals[i]) {
+						t.Errorf("%s/%v/d%d: O[%d] = %g, want the widened value %g exactly", path, dt, width, i, got.o[i], vals[i])
+					}
+				}
+			}
+		}
+	}
+}

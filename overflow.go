@@ -33,12 +33,20 @@ const maskedScoreLimit = math.MaxFloat32 + 0x1p103
 func checkScores(d Dims, opts *Options, dotWhat string, dot, scale, vBound float64) error {
 	scaled := dot * math.Abs(scale)
 	mask := maskMagnitude(opts.Mask)
-	score := scaled + mask
+	capped := scaled
+	if opts.Softcap > 0 {
+		capped = min(scaled, opts.Softcap) // c tanh(s / c) is within c
+	}
+	// ALiBi adds slope * (j - (t + S - L)): |j - pos| < S + L.
+	bias := float64(maxAbs(opts.ALiBi)) * float64(d.S+d.L)
+	score := capped + bias + mask
 	switch {
 	case !(dot <= f32Limit):
 		return errorf(ErrOverflow, "unscaled scores could reach %s = %.3g, beyond %.3g, half of float32's range", dotWhat, dot, f32Limit)
 	case !(scaled <= f32Limit):
 		return errorf(ErrOverflow, "scaled scores could reach %.3g (%s times scale %g), beyond %.3g, half of float32's range", scaled, dotWhat, scale, f32Limit)
+	case !(capped+bias <= f32Limit):
+		return errorf(ErrOverflow, "scores plus the ALiBi bias (largest slope x (S + L) = %.3g) could reach %.3g, beyond %.3g, half of float32's range", bias, capped+bias, f32Limit)
 	case !(score < maskedScoreLimit):
 		return errorf(ErrOverflow, "scores plus the additive mask (largest finite |value| %.3g) could reach %.3g, beyond float32's range", mask, score)
 	case !(float64(d.S)*vBound <= f32Limit):
@@ -152,4 +160,13 @@ func (a *Additive) checkRange(dm Dims, opts *Options, q, k, v *Tensor) (float64,
 	what := fmt.Sprintf("d_a %d x max|w_a| %.3g", a.da, a.wa.magnitudeBound())
 	vb := v.magnitudeBound()
 	return vb, checkScores(dm, opts, what, float64(a.da)*a.wa.magnitudeBound(), 1, vb)
+}
+
+// maxAbs is the largest |x| of xs (0 for none).
+func maxAbs(xs []float32) float32 {
+	var m float32
+	for _, x := range xs {
+		m = max(m, float32(math.Abs(float64(x))))
+	}
+	return m
 }

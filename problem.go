@@ -129,7 +129,30 @@ type Options struct {
 	// WantWeights asks for the attention weights, shape (B, H, L, S). Meant
 	// for small problems: it is the L*S buffer the fused path otherwise avoids.
 	WantWeights bool
+
+	// The score variants models ship with (SEMANTICS.md §4.1), each
+	// composable with everything above:
+
+	// Window limits each query to a band of keys around its bottom-right
+	// aligned position (FlashAttention's window_size); nil: no window.
+	Window *Window
+	// Softcap > 0 caps the scaled scores: s -> Softcap * tanh(s / Softcap)
+	// (Gemma 2), before ALiBi and masks. 0: none.
+	Softcap float64
+	// Sinks[h] is a learned logit of query head h that joins the softmax
+	// denominator only (no value row); nil: none. H entries.
+	Sinks []float32
+	// ALiBi[h] is the slope of query head h's linear position bias
+	// slope * (j - (t + S - L)) added to the scores; nil: none. H entries;
+	// ALiBiSlopes(H) gives the published ones.
+	ALiBi []float32
 }
+
+// Window is FlashAttention's window_size=(Left, Right) with bottom-right
+// aligned positions: key j is visible to query t iff
+// t + S - L - Left <= j <= t + S - L + Right. -1 leaves that side
+// unbounded.
+type Window struct{ Left, Right int }
 
 // Dims are the extents of one attention problem.
 //
@@ -264,7 +287,10 @@ func (o *Options) validate(full MaskShape) error {
 	if err := checkLengths("key", o.KeyLengths, full[0], full[3]); err != nil {
 		return err
 	}
-	return checkLengths("query", o.QueryLengths, full[0], full[2])
+	if err := checkLengths("query", o.QueryLengths, full[0], full[2]); err != nil {
+		return err
+	}
+	return o.validateVariants(full[1])
 }
 
 // FirstNonFinite returns the index of the first NaN or Inf in x, or -1.

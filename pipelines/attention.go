@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/vkattn/vkattn/vk"
 )
@@ -74,6 +75,31 @@ type AttentionShape struct {
 	Lengths                 bool       // per-batch key and query lengths
 	KeyPadding              bool       // (B, S) 0 / -inf
 	LSE, Weights            bool       // outputs wanted
+	// The score variants of SEMANTICS.md §4.1 the call uses (their values
+	// are AttentionArgs).
+	Window, Softcap, ALiBi, Sinks bool
+}
+
+// Score variant bits of attention.comp's VARIANTS constant.
+const (
+	variantWindow  = 1
+	variantSoftcap = 2
+	variantALiBi   = 4
+	variantSinks   = 8
+)
+
+// variants is the shape's VARIANTS specialization constant.
+func (s *AttentionShape) variants() int32 {
+	v := 0
+	for _, f := range []struct {
+		on  bool
+		bit int
+	}{{s.Window, variantWindow}, {s.Softcap, variantSoftcap}, {s.ALiBi, variantALiBi}, {s.Sinks, variantSinks}} {
+		if f.on {
+			v |= f.bit
+		}
+	}
+	return int32(v)
 }
 
 // DenseShape is the shape of a call of dense row-major tensors with no
@@ -96,8 +122,13 @@ type AttentionArgs struct {
 	Weights        *vk.Buffer // (B, H, L, S) float
 	KeyPadding     *vk.Buffer // (B, S) float 0 / -inf
 	WA             *vk.Buffer // additive plans: w_a, DK floats
-	Scale          float64
-	Causal         int
+	// Heads holds per query head the sink logit (element 2h) and the ALiBi
+	// slope (2h+1), for shapes with Sinks or ALiBi.
+	Heads   *vk.Buffer
+	Scale   float64
+	Causal  int
+	Window  [2]int  // left, right; -1 unbounded (shapes with Window)
+	Softcap float64 // c > 0 (shapes with Softcap)
 }
 
 // check refuses buffers that do not match the plan's shape.
@@ -112,6 +143,7 @@ func (x *AttentionArgs) check(p *AttentionPlan) error {
 		{"mask", x.Mask, s.Mask.Given}, {"boolean mask", x.BoolMask, s.BoolMask.Given},
 		{"lengths", x.Lengths, s.Lengths}, {"LSE", x.LSE, s.LSE}, {"weights", x.Weights, s.Weights},
 		{"key padding", x.KeyPadding, s.KeyPadding}, {"w_a", x.WA, p.Additive},
+		{"per-head sinks and slopes", x.Heads, s.Sinks || s.ALiBi},
 	} {
 		if (b.buf != nil) != b.planned {
 			return fmt.Errorf("pipelines: %s given %v, planned %v", b.what, b.buf != nil, b.planned)
@@ -175,12 +207,25 @@ func (p AttentionPlan) typesNote() string {
 	return typesNote([]string{"Q", "K", "V"}, p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type)
 }
 
-// maskNote says whether mask loads are compiled in.
+// maskNote says whether mask loads and score variants are compiled in.
 func (p AttentionPlan) maskNote() string {
+	note := "; no mask loads (none given)"
 	if p.Masked {
-		return "; mask loads compiled in"
+		note = "; mask loads compiled in"
 	}
-	return "; no mask loads (none given)"
+	var vs []string
+	for _, v := range []struct {
+		on   bool
+		name string
+	}{{p.Shape.Window, "sliding window"}, {p.Shape.Softcap, "soft-capping"}, {p.Shape.ALiBi, "ALiBi"}, {p.Shape.Sinks, "attention sinks"}} {
+		if v.on {
+			vs = append(vs, v.name)
+		}
+	}
+	if len(vs) > 0 {
+		note += "; " + strings.Join(vs, ", ") + " compiled in"
+	}
+	return note
 }
 
 // chunkNote describes the split of a call larger than one binding.
@@ -340,7 +385,8 @@ const (
 	bindLSE
 	bindWeights // the split-K partials in split-K plans
 	bindKeyPadding
-	bindWA // additive plans only
+	bindHeads // per-head sinks and ALiBi slopes
+	bindWA    // additive plans only
 	attentionBindings
 )
 
@@ -360,7 +406,7 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 		bindings = bindings[:bindWA]
 	}
 	return ks.get(p.Variant, bindings, int32(p.WorkGroup), int32(p.DMax/4), int32(p.Rows), int32(p.WorkGroup),
-		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec())
+		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec(), s.variants())
 }
 
 // ceilDiv is a/b rounded up, for positive b.
@@ -377,7 +423,7 @@ func boolSpec(b bool) int32 {
 // combineKernel is the split-K combine pass (one variant per device).
 func (ks *Kernels) combineKernel() (*vk.Kernel, error) {
 	return ks.get(Variant{Family: FamilyCombine},
-		[]vk.BindingType{vk.UniformBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer})
+		[]vk.BindingType{vk.UniformBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer})
 }
 
 // Flags of the Params block, as in shaders/attention.comp.
@@ -389,6 +435,7 @@ const (
 	flagLSE      = 16
 	flagWeights  = 32
 	flagKeyPad   = 64
+	flagSinks    = 128
 )
 
 // chunkParams are the Params of one chunk of a split call.
@@ -397,6 +444,7 @@ type chunkParams struct {
 	b0, batch      int // the chunk's first batch item; the call's batch size
 	lse, weights   int // element offsets of the LSE and weights in their windows
 	l0, rows       int // the chunk's first query row; the call's query rows L
+	h0             int // the chunk's first query head
 }
 
 // attentionParams is the std140 Params block of
@@ -417,6 +465,8 @@ type attentionParams struct {
 	Split   [4]int32 // splits, keys per split, row blocks, H
 	Chunk   [4]int32 // mask and boolean-mask window offsets, b0, B
 	Outs    [4]int32 // LSE and weights window offsets, L, l0
+	Window  [4]int32 // left, right, bottom-right shift of the chunk's rows, h0
+	Variant [4]float32
 }
 
 // ivec4 packs four ints as a std140 ivec4.
@@ -465,6 +515,9 @@ func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c
 	if cs.KeyPadding {
 		flags |= flagKeyPad
 	}
+	if cs.Sinks {
+		flags |= flagSinks
+	}
 	return &attentionParams{
 		Dims:    ivec4(cs.L, cs.S, cs.DK, cs.DV),
 		Heads:   ivec4(cs.B, cs.H/cs.HKV, flags, shift),
@@ -481,6 +534,8 @@ func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c
 		Split:   ivec4(p.Splits, p.SplitKeys, p.RowBlocks, cs.H),
 		Chunk:   ivec4(c.mask, c.boolMask, c.b0, c.batch),
 		Outs:    ivec4(c.lse, c.weights, c.rows, c.l0),
+		Window:  ivec4(x.Window[0], x.Window[1], c.l0+cs.S-c.rows, c.h0),
+		Variant: [4]float32{float32(x.Softcap)},
 	}
 }
 
@@ -542,9 +597,10 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 	s := &p.Shape
 	cs := *s // the chunk's shape: its extents, offsets within its windows
 	cs.B, cs.H, cs.HKV, cs.L = c.nb, c.nh, c.nkv, c.nl
-	extra := chunkParams{b0: c.b0, batch: s.B, l0: c.l0, rows: s.L}
+	extra := chunkParams{b0: c.b0, batch: s.B, l0: c.l0, rows: s.L, h0: c.h0}
 	bound := make([]vk.Arg, attentionBindings)
 	bound[bindLengths].Buffer, bound[bindKeyPadding].Buffer, bound[bindWA].Buffer = x.Lengths, x.KeyPadding, x.WA
+	bound[bindHeads].Buffer = x.Heads
 	if p.Splits > 0 {
 		bound[bindWeights].Buffer = partials
 	}
@@ -584,8 +640,8 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 	}
 	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: grid})
 	if combine != nil {
-		o, lse := bound[bindO], bound[bindLSE]
-		cset, err := combine.Bind([]vk.Arg{{Buffer: params}, {Buffer: partials}, o, lse})
+		o, lse, lengths, heads := bound[bindO], bound[bindLSE], bound[bindLengths], bound[bindHeads]
+		cset, err := combine.Bind([]vk.Arg{{Buffer: params}, {Buffer: partials}, o, lse, lengths, heads})
 		if err != nil {
 			return err
 		}

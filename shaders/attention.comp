@@ -53,6 +53,13 @@ layout(constant_id = 6) const int SHARE = 1; // lanes sharing K/V row loads (SHA
 layout(constant_id = 7) const int Q_TYPE = 0;
 layout(constant_id = 8) const int K_TYPE = 0;
 layout(constant_id = 9) const int V_TYPE = 0;
+// VARIANTS: the score variants compiled in (SEMANTICS.md §4.1), a bit each;
+// like MASKED, unused ones cost nothing.
+layout(constant_id = 10) const int VARIANTS = 0;
+const int VAR_WINDOW = 1;  // keys outside P.window's band are blocked
+const int VAR_SOFTCAP = 2; // s -> c tanh(s / c), c = P.variant.x
+const int VAR_ALIBI = 4;   // s += slope_h * (j - (t + S - L)), slopes at binding 11
+const int VAR_SINKS = 8;   // a logit per head joins the denominator, at binding 11
 
 const int FLAG_MASK = 1;     // additive mask bound at binding 4
 const int FLAG_BOOLMASK = 2; // boolean mask (as 0 / -inf) bound at binding 5
@@ -61,6 +68,7 @@ const int FLAG_LENGTHS = 8;  // per-batch key and query lengths at binding 6
 const int FLAG_LSE = 16;
 const int FLAG_WEIGHTS = 32;
 const int FLAG_KEYPAD = 64; // key padding (B, S) as 0 / -inf at binding 10
+const int FLAG_SINKS = 128; // (the combine pass reads it: sinks at binding 11)
 
 const float LOG2E = 1.4426950408889634;
 const float NEG_INF = -1.0 / 0.0;
@@ -92,13 +100,16 @@ layout(std430, binding = 7) writeonly buffer OBuf { float oData[]; };
 layout(std430, binding = 8) writeonly buffer LseBuf { float lseData[]; };
 layout(std430, binding = 9) writeonly buffer WBuf { float wData[]; }; // weights, or split-K partials
 #ifdef ADDITIVE
-layout(std430, binding = 11) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
+layout(std430, binding = 12) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
 vec4 wa[D4]; // w_a, zero past d_k
 #endif
 
 vec4 q[ROWS * D4];   // query rows as stored (scaling them first would break exact ties)
 vec4 acc[ROWS * D4]; // unnormalised output rows
 float sc[ROWS];      // scores of the current key (scaled, masked; natural units)
+// Per query head: sink logit at 2h, ALiBi slope at 2h + 1.
+layout(std430, binding = 11) readonly buffer HeadBuf { float headData[]; };
+float slope[ROWS]; // each row's ALiBi slope
 int rowOf[ROWS];  // query position of each row (clamped into range)
 int headOf[ROWS]; // query head of each row
 bool rowOK[ROWS]; // the row exists (not past L, or past the packed GQA rows)
@@ -172,7 +183,21 @@ void keyScores(int j, int keyEnd) {
         // stay in natural units; only differences from the running max go
         // to base 2, so a finite mask as large as float32 allows (-FLT_MAX,
         // as models save "blocked") never overflows to -inf.
-        float e = sc[r] * P.scaling.x + add;
+        float e = sc[r] * P.scaling.x;
+        if ((VARIANTS & VAR_SOFTCAP) != 0) {
+            e = P.variant.x * tanh(e / P.variant.x);
+        }
+        // Window and ALiBi positions are bottom-right aligned: query row t
+        // sits at key position t + S - L (P.window.z holds S - L plus the
+        // chunk's first row).
+        int pos = row + P.window.z;
+        if ((VARIANTS & VAR_ALIBI) != 0) {
+            e += slope[r] * float(j - pos);
+        }
+        if ((VARIANTS & VAR_WINDOW) != 0) {
+            ok = ok && (P.window.x < 0 || j >= pos - P.window.x) && (P.window.y < 0 || j <= pos + P.window.y);
+        }
+        e += add;
         sc[r] = (ok && e != NEG_INF) ? e : NEG_INF;
     }
 }
@@ -228,9 +253,18 @@ void main() {
     // flow keeps lavapipe fast); rows that must see fewer keys mask them.
     int keyBegin = 0;
     int keyEnd = keyLen;
+    int lastRow = min(L, rowBase + ROWS * WG) - 1;
     if ((flags & FLAG_CAUSAL) != 0) {
-        int lastRow = min(L, rowBase + ROWS * WG) - 1;
         keyEnd = clamp(lastRow + shift + 1, 0, keyLen);
+    }
+    // Keys outside every row's window band are never loaded.
+    if ((VARIANTS & VAR_WINDOW) != 0) {
+        if (P.window.y >= 0) {
+            keyEnd = clamp(lastRow + P.window.z + P.window.y + 1, 0, keyEnd);
+        }
+        if (P.window.x >= 0) {
+            keyBegin = clamp(rowBase + P.window.z - P.window.x, 0, keyEnd);
+        }
     }
     int keyStop = keyEnd;
 #endif
@@ -246,6 +280,7 @@ void main() {
     }
 #endif
     [[unroll]] for (int r = 0; r < ROWS; r++) {
+        slope[r] = (VARIANTS & VAR_ALIBI) != 0 ? headData[2 * (P.window.w + headOf[r]) + 1] : 0.0;
         int qBase = P.offsets.x + b * P.qStride.x + headOf[r] * P.qStride.y + rowOf[r] * P.qStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {
             q[r * D4 + c] = LOAD4(Qt, Q_TYPE, qBase, c, DK);
@@ -347,10 +382,23 @@ void main() {
         if (!rowOK[r]) {
             continue;
         }
-        // A padded query row or a row with no visible key has no softmax:
-        // vkattn defines its output as zeros and its log-sum-exp as -inf.
-        bool live = P.outs.w + row < queryLen && l[r] > 0.0;
-        float inv = live ? 1.0 / l[r] : 0.0;
+        bool padded = P.outs.w + row >= queryLen;
+        float alpha = 1.0;
+        if ((VARIANTS & VAR_SINKS) != 0 && !padded) {
+            // The sink joins the denominator only: m' = max(m, sink),
+            // l' = l e^(m - m') + e^(sink - m'); acc is rescaled by
+            // e^(m - m') below (0 when no key was visible).
+            float sink = headData[2 * (P.window.w + headOf[r])];
+            float mNew = max(m[r], sink);
+            alpha = exp2((m[r] - mNew) * LOG2E);
+            l[r] = l[r] * alpha + exp2((sink - mNew) * LOG2E);
+            m[r] = mNew;
+        }
+        // A padded query row or a row with no visible key (and no sink) has
+        // no softmax: vkattn defines its output as zeros and its
+        // log-sum-exp as -inf.
+        bool live = !padded && l[r] > 0.0;
+        float inv = live ? alpha / l[r] : 0.0;
         int oBase = P.offsets.w + b * P.oStride.x + headOf[r] * P.oStride.y + row * P.oStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {
             vec4 o = acc[r * D4 + c] * inv;

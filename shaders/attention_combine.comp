@@ -8,13 +8,17 @@ layout(local_size_x = 64) in;
 
 #include "attention_params.glsl"
 
+const int FLAG_LENGTHS = 8;
 const int FLAG_LSE = 16;
+const int FLAG_SINKS = 128;
 const float LOG2E = 1.4426950408889634; // the partials' maxima are in natural units
 const float NEG_INF = -1.0 / 0.0;
 
 layout(std430, binding = 1) readonly buffer Partials { float part[]; };
 layout(std430, binding = 2) writeonly buffer OBuf { float oData[]; };
 layout(std430, binding = 3) writeonly buffer LseBuf { float lseData[]; };
+layout(std430, binding = 4) readonly buffer Lengths { int lengths[]; }; // as attention.comp's
+layout(std430, binding = 5) readonly buffer HeadBuf { float headData[]; }; // sink of head h at 2h
 
 void main() {
     int L = P.dims.x;
@@ -43,6 +47,15 @@ void main() {
         if (m != NEG_INF) {
             sum += part[base + s * (DV + 2) + 1] * exp2((m - mMax) * LOG2E);
         }
+    }
+    int queryLen = (P.heads.z & FLAG_LENGTHS) != 0 ? lengths[P.chunk.w + P.chunk.z + b] : P.outs.z;
+    if ((P.heads.z & FLAG_SINKS) != 0 && P.outs.w + t < queryLen) {
+        // The sink joins the denominator only (see attention.comp); the
+        // outputs below are then summed relative to the new maximum.
+        float sink = headData[2 * (P.window.w + h)];
+        float mNew = max(mMax, sink);
+        sum = sum * exp2((mMax - mNew) * LOG2E) + exp2((sink - mNew) * LOG2E);
+        mMax = mNew;
     }
     float inv = sum > 0.0 ? 1.0 / sum : 0.0;
     int oBase = P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z;

@@ -24,4 +24,9 @@ layout(std140, binding = 0) uniform Params {
     // (the rows of a head in LSE and weights); the chunk's first query row
     // (a chunk may hold a block of one head's rows; dims.x is its rows).
     ivec4 outs;
+    // The sliding window (SEMANTICS.md §4.1): left, right (-1: unbounded),
+    // the bottom-right position shift of the chunk's rows (its first row
+    // plus S - L), the chunk's first query head (for per-head data).
+    ivec4 window;
+    vec4 variant; // x: the soft-cap c (0: none)
 } P;
