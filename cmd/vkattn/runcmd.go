@@ -40,6 +40,14 @@ style (each axis full or 1). All masks combine:
   --query-lengths 2,3     query rows past it give zeros
 A row whose every key is masked has output 0 and log-sum-exp -inf.
 
+Score variants (SEMANTICS.md §4.1), with every mask above:
+  --window L,R         sliding window, bottom-right aligned: query t sees keys
+                       t+S-L-L .. t+S-L+R (-1: that side unbounded)
+  --softcap C          scores s -> C tanh(s / C) before masks (Gemma 2)
+  --alibi              ALiBi bias slope_h * (j - (t + S - L)), slopes 2^(-8(h+1)/H)
+  --alibi-slopes A.npy the same with your slopes (H values)
+  --sinks S.npy        one logit per query head joins the softmax denominator
+
 Element types: a float16 (<f2) input stays float16 on the device, others
 are stored as float32 (float64 narrowed), unless
   --dtype f16|bf16|f32     stores Q, K and V as that type (rounded to nearest even;
@@ -76,6 +84,7 @@ type runFlags struct {
 	lengthFlags
 	scale optFloat
 	typeFlags
+	variantFlags
 	outputFlags
 	heatmap string
 	device  string
@@ -243,8 +252,66 @@ func (f *runFlags) problemFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.causal, "causal", "none", "causal mask `alignment`: none, top-left or bottom-right")
 	f.lengthFlags.register(fs)
 	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
+	f.variantFlags.register(fs)
 	f.typeFlags.register(fs)
 	deviceFlag(fs, &f.device)
+}
+
+// variantFlags are the score variants of SEMANTICS.md §4.1: --window,
+// --softcap, --sinks, --alibi and --alibi-slopes.
+type variantFlags struct {
+	window      intList
+	softcap     optFloat
+	sinks       string
+	alibi       bool
+	alibiSlopes string
+}
+
+func (v *variantFlags) register(fs *flag.FlagSet) {
+	fs.Var(&v.window, "window", "sliding window `LEFT,RIGHT` (-1: unbounded), bottom-right aligned: query t sees keys t+S-L-LEFT .. t+S-L+RIGHT")
+	fs.Var(&v.softcap, "softcap", "soft-cap the scaled scores: s -> `C` tanh(s/C), C > 0 (Gemma 2)")
+	fs.StringVar(&v.sinks, "sinks", "", "attention sinks `S.npy`: one logit per query head (H values) that joins the softmax denominator")
+	fs.BoolVar(&v.alibi, "alibi", false, "ALiBi position bias with the published slopes 2^(-8(h+1)/H)")
+	fs.StringVar(&v.alibiSlopes, "alibi-slopes", "", "ALiBi with the given slopes `A.npy` (H values)")
+}
+
+// setIn sets the variants in opts for h query heads, reading the files.
+func (v *variantFlags) setIn(opts *vkattn.Options, h int) error {
+	if v.window.set {
+		if len(v.window.vals) != 2 {
+			return fmt.Errorf("--window %s: want LEFT,RIGHT (two integers, -1 for unbounded)", v.window.String())
+		}
+		opts.Window = &vkattn.Window{Left: v.window.vals[0], Right: v.window.vals[1]}
+	}
+	if v.softcap.set {
+		if !(v.softcap.v > 0) {
+			return fmt.Errorf("--softcap %v: want a positive cap", v.softcap.v)
+		}
+		opts.Softcap = v.softcap.v
+	}
+	if v.alibi && v.alibiSlopes != "" {
+		return fmt.Errorf("--alibi and --alibi-slopes: give one (--alibi uses the published slopes)")
+	}
+	if v.alibi {
+		opts.ALiBi = vkattn.ALiBiSlopes(h)
+	}
+	for _, f := range []struct {
+		flag, path string
+		dst        *[]float32
+	}{{"--sinks", v.sinks, &opts.Sinks}, {"--alibi-slopes", v.alibiSlopes, &opts.ALiBi}} {
+		if f.path == "" {
+			continue
+		}
+		a, err := readFloatInput(f.flag, f.path)
+		if err != nil {
+			return err
+		}
+		if len(a.Shape) != 1 || a.Shape[0] != h {
+			return fmt.Errorf("%s %s has shape %v; want (%d,), one value per query head: %w", f.flag, f.path, a.Shape, h, vkattn.ErrShape)
+		}
+		*f.dst = a.F32
+	}
+	return nil
 }
 
 // typeFlags are --dtype and --kv-dtype: the element types Q, K and V are
@@ -407,6 +474,9 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 			}
 			opts.BoolMasks = append(opts.BoolMasks, vkattn.BoolMask{Shape: s, Values: a.Bools, Meaning: b.meaning})
 		}
+	}
+	if err := f.variantFlags.setIn(&opts, p.q4[1]); err != nil {
+		return nil, err
 	}
 	d, err := vkattn.CheckProblem(p.q4, p.k4, p.v4, &opts)
 	if err != nil {
