@@ -204,7 +204,10 @@ func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs
 		}
 		x.BoolMask = t.buf
 	}
-	if opts.KeyLengths != nil || opts.QueryLengths != nil {
+	x.AlignToKeyLengths = opts.AlignToKeyLengths
+	if opts.cacheLengths != nil {
+		x.Lengths = opts.cacheLengths.buf // kept current by the cache
+	} else if opts.KeyLengths != nil || opts.QueryLengths != nil {
 		t, err := b.upload(2*dm.B, func(h []float32) {
 			for b := 0; b < dm.B; b++ {
 				kl, ql := dm.S, dm.L

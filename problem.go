@@ -146,6 +146,15 @@ type Options struct {
 	// slope * (j - (t + S - L)) added to the scores; nil: none. H entries;
 	// ALiBiSlopes(H) gives the published ones.
 	ALiBi []float32
+	// AlignToKeyLengths: bottom-right positions (CausalBottomRight, Window,
+	// ALiBi) count from each item's KeyLengths[b] instead of S, so query t
+	// of item b sits at key position t + KeyLengths[b] - L: the queries are
+	// the last L tokens of sequences of different lengths (a KV cache).
+	AlignToKeyLengths bool
+
+	// cacheLengths, set by KVCache, is the device copy of the lengths the
+	// kernels read, kept current between replays of a prepared call.
+	cacheLengths *Tensor
 }
 
 // Window is FlashAttention's window_size=(Left, Right) with bottom-right

@@ -173,21 +173,36 @@ func (t *Tensor) Write(data []float32) error {
 	if n := s[0] * s[1] * s[2] * s[3]; len(data) != n {
 		return errorf(ErrShape, "shape %v needs %d values, got %d", s, n, len(data))
 	}
-	most, finite := magnitude(data)
-	if !finite {
-		return errorf(ErrNonFinite, "Write data holds NaN or Inf")
-	}
-	if bound := t.root().bound; most > bound {
-		return errorf(ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
-	}
-	if t.dtype == Float32 {
-		return t.buf.WriteFloat32(uint64(t.offset), data)
-	}
-	bits, err := halfBits(t.dtype, data)
+	raw, err := t.encode(data)
 	if err != nil {
 		return err
 	}
-	return t.buf.Write(uint64(t.offset*2), halfBytes(bits))
+	return t.writeRaw(t.offset, raw)
+}
+
+// encode checks values to be written into t (finite, within its bound,
+// fitting its type) and returns them as the device stores them.
+func (t *Tensor) encode(data []float32) ([]byte, error) {
+	most, finite := magnitude(data)
+	if !finite {
+		return nil, errorf(ErrNonFinite, "Write data holds NaN or Inf")
+	}
+	if bound := t.root().bound; most > bound {
+		return nil, errorf(ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
+	}
+	if t.dtype == Float32 {
+		return f32Bytes(data), nil // a view of data, copied by writeRaw
+	}
+	bits, err := halfBits(t.dtype, data)
+	if err != nil {
+		return nil, err
+	}
+	return halfBytes(bits), nil
+}
+
+// writeRaw stores encoded elements from element offset off of t's buffer.
+func (t *Tensor) writeRaw(off int, raw []byte) error {
+	return t.buf.Write(uint64(off*t.dtype.Bytes()), raw)
 }
 
 // newTensor allocates a dense, uninitialised tensor.

@@ -129,6 +129,9 @@ type AttentionArgs struct {
 	Causal  int
 	Window  [2]int  // left, right; -1 unbounded (shapes with Window)
 	Softcap float64 // c > 0 (shapes with Softcap)
+	// AlignToKeyLengths: bottom-right positions count from each item's key
+	// length (in Lengths) instead of S.
+	AlignToKeyLengths bool
 }
 
 // check refuses buffers that do not match the plan's shape.
@@ -436,6 +439,10 @@ const (
 	flagWeights  = 32
 	flagKeyPad   = 64
 	flagSinks    = 128
+	// Bottom-right alignment to each item's key length: for the causal
+	// mask, and for the window and ALiBi positions.
+	flagAlignCausal = 256
+	flagAlignPos    = 512
 )
 
 // chunkParams are the Params of one chunk of a split call.
@@ -517,6 +524,12 @@ func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c
 	}
 	if cs.Sinks {
 		flags |= flagSinks
+	}
+	if x.AlignToKeyLengths && cs.Lengths {
+		flags |= flagAlignPos
+		if x.Causal == CausalBottomRight {
+			flags |= flagAlignCausal
+		}
 	}
 	return &attentionParams{
 		Dims:    ivec4(cs.L, cs.S, cs.DK, cs.DV),

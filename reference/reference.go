@@ -101,7 +101,7 @@ func (res *Result) attendRow(opts *vkattn.Options, b, h, t, row int, score func(
 		if opts.ALiBi != nil {
 			// Distance from the bottom-right aligned diagonal, on the full
 			// extents like CausalBottomRight.
-			s += float64(opts.ALiBi[h]) * float64(j-(t+d.S-d.L))
+			s += float64(opts.ALiBi[h]) * float64(j-diagonal(opts, d, b, t))
 		}
 		e[j] = s + additive(opts.Mask, b, h, t, j)
 		blocked[j] = isBlocked(opts, d, b, h, t, j) || math.IsInf(e[j], -1)
@@ -199,7 +199,7 @@ func isBlocked(opts *vkattn.Options, d vkattn.Dims, b, h, t, j int) bool {
 	}
 	if win := opts.Window; win != nil {
 		// Bottom-right aligned band, on the full extents as for causal.
-		diag := t + d.S - d.L
+		diag := diagonal(opts, d, b, t)
 		if (win.Left != -1 && j < diag-win.Left) || (win.Right != -1 && j > diag+win.Right) {
 			return true
 		}
@@ -210,10 +210,21 @@ func isBlocked(opts *vkattn.Options, d vkattn.Dims, b, h, t, j int) bool {
 			return true
 		}
 	case vkattn.CausalBottomRight:
-		// Full extents S and L, not the per-batch lengths.
-		if j > t+d.S-d.L {
+		// Full extents S and L, not the per-batch lengths (unless
+		// AlignToKeyLengths).
+		if j > diagonal(opts, d, b, t) {
 			return true
 		}
 	}
 	return opts.KeyLengths != nil && j >= opts.KeyLengths[b]
+}
+
+// diagonal is the key position of query t of item b for the bottom-right
+// aligned masks and biases: t + S - L, or t + KeyLengths[b] - L with
+// AlignToKeyLengths (SEMANTICS.md §4.1).
+func diagonal(opts *vkattn.Options, d vkattn.Dims, b, t int) int {
+	if opts.AlignToKeyLengths && opts.KeyLengths != nil {
+		return t + opts.KeyLengths[b] - d.L
+	}
+	return t + d.S - d.L
 }

@@ -69,6 +69,10 @@ const int FLAG_LSE = 16;
 const int FLAG_WEIGHTS = 32;
 const int FLAG_KEYPAD = 64; // key padding (B, S) as 0 / -inf at binding 10
 const int FLAG_SINKS = 128; // (the combine pass reads it: sinks at binding 11)
+// Bottom-right positions count from each item's key length, not S: for
+// the causal mask, and for the window and ALiBi.
+const int FLAG_ALIGN_CAUSAL = 256;
+const int FLAG_ALIGN_POS = 512;
 
 const float LOG2E = 1.4426950408889634;
 const float NEG_INF = -1.0 / 0.0;
@@ -115,6 +119,7 @@ int headOf[ROWS]; // query head of each row
 bool rowOK[ROWS]; // the row exists (not past L, or past the packed GQA rows)
 
 int L, S, DK, DV, flags, shift, b, hk;
+int posShift; // key position of query row 0 for the window and ALiBi
 
 #ifdef SHARED_LOADS
 #ifdef SPLIT_K
@@ -190,7 +195,7 @@ void keyScores(int j, int keyEnd) {
         // Window and ALiBi positions are bottom-right aligned: query row t
         // sits at key position t + S - L (P.window.z holds S - L plus the
         // chunk's first row).
-        int pos = row + P.window.z;
+        int pos = row + posShift;
         if ((VARIANTS & VAR_ALIBI) != 0) {
             e += slope[r] * float(j - pos);
         }
@@ -219,6 +224,12 @@ void main() {
     if ((flags & FLAG_LENGTHS) != 0) {
         keyLen = lengths[P.chunk.z + b];
         queryLen = lengths[P.chunk.w + P.chunk.z + b];
+    }
+    // Bottom-right alignment to this item's key length: the chunk's first
+    // row l0 plus keyLen - L (P.outs.z is the call's L).
+    posShift = (flags & FLAG_ALIGN_POS) != 0 ? P.outs.w + keyLen - P.outs.z : P.window.z;
+    if ((flags & FLAG_ALIGN_CAUSAL) != 0) {
+        shift = P.outs.w + keyLen - P.outs.z;
     }
 #ifdef SPLIT_K
     int rowBlocks = P.split.z;
@@ -260,10 +271,10 @@ void main() {
     // Keys outside every row's window band are never loaded.
     if ((VARIANTS & VAR_WINDOW) != 0) {
         if (P.window.y >= 0) {
-            keyEnd = clamp(lastRow + P.window.z + P.window.y + 1, 0, keyEnd);
+            keyEnd = clamp(lastRow + posShift + P.window.y + 1, 0, keyEnd);
         }
         if (P.window.x >= 0) {
-            keyBegin = clamp(rowBase + P.window.z - P.window.x, 0, keyEnd);
+            keyBegin = clamp(rowBase + posShift - P.window.x, 0, keyEnd);
         }
     }
     int keyStop = keyEnd;

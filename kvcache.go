@@ -1,0 +1,267 @@
+package vkattn
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+)
+
+// ErrCapacity: an append would take a KV cache sequence past its capacity,
+// or a truncation past its length.
+var ErrCapacity = sentinel("KV cache capacity")
+
+// KVCacheConfig describes a KV cache: B sequences, each of up to Capacity
+// positions of HKV key/value heads of widths DK and DV, stored as DType.
+type KVCacheConfig struct {
+	B, HKV, Capacity, DK, DV int
+	DType                    DType // of K and V (zero: float32)
+}
+
+// KVCache holds the keys and values of B sequences on the device for
+// decoding: append each step's tokens, attend with their queries over
+// everything so far. Storage is contiguous: K is (B, HKV, Capacity, DK)
+// and V (B, HKV, Capacity, DV), sequence b filling its first Lengths()[b]
+// positions. Appending writes only the new positions; a prepared call
+// reads the current lengths each time it runs, so a decode step is one
+// Write of the query and one Run, with no allocation.
+//
+// A KVCache is safe for concurrent use; a prepared call must not run while
+// an append to its cache is under way.
+type KVCache struct {
+	dev  *Device
+	cfg  KVCacheConfig
+	k, v *Tensor
+	// lengths on the device as the kernels read them: key lengths [B]
+	// (the sequence lengths), then query lengths [B], all Capacity: no
+	// row of any call (L <= every length <= Capacity) is padding.
+	lenT   *Tensor
+	mu     sync.Mutex
+	lens   []int
+	closed bool
+}
+
+// NewKVCache allocates an empty cache (every sequence of length 0).
+func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
+	for _, x := range []struct {
+		name string
+		n    int
+	}{{"B", cfg.B}, {"HKV", cfg.HKV}, {"Capacity", cfg.Capacity}, {"DK", cfg.DK}, {"DV", cfg.DV}} {
+		if x.n <= 0 {
+			return nil, errorf(ErrEmpty, "KV cache %s is %d: must be at least 1", x.name, x.n)
+		}
+	}
+	if !cfg.DType.Valid() {
+		return nil, errorf(ErrOption, "KV cache of element type %v: want f32, f16 or bf16", cfg.DType)
+	}
+	if n := float64(cfg.B) * float64(cfg.HKV) * float64(cfg.Capacity) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
+		return nil, errorf(ErrTooLarge, "KV cache of %.3g elements per tensor: at most 2^31", n)
+	}
+	c := &KVCache{dev: d, cfg: cfg, lens: make([]int, cfg.B)}
+	fail := func(err error) (*KVCache, error) {
+		c.Close()
+		return nil, err
+	}
+	var err error
+	// Zeros, not garbage: the kernels load a few positions past a
+	// sequence's end (masked, but 0 * NaN would not be 0).
+	zeros := func(w int) (*Tensor, error) {
+		return d.UploadAs([]int{cfg.B, cfg.HKV, cfg.Capacity, w}, make([]float32, cfg.B*cfg.HKV*cfg.Capacity*w), cfg.DType)
+	}
+	if c.k, err = zeros(cfg.DK); err != nil {
+		return fail(err)
+	}
+	if c.v, err = zeros(cfg.DV); err != nil {
+		return fail(err)
+	}
+	lens := make([]float32, 2*cfg.B)
+	for b := cfg.B; b < 2*cfg.B; b++ {
+		lens[b] = math.Float32frombits(uint32(int32(cfg.Capacity)))
+	}
+	if c.lenT, err = d.newTensor([4]int{1, 1, 1, 2 * cfg.B}, Float32); err != nil {
+		return fail(err)
+	}
+	if err := c.lenT.writeRaw(0, f32Bytes(lens)); err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// Config is the cache's configuration.
+func (c *KVCache) Config() KVCacheConfig { return c.cfg }
+
+// Lengths are the current sequence lengths.
+func (c *KVCache) Lengths() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.lens)
+}
+
+// Append adds n tokens to every sequence: k is (B, HKV, n, DK) and v
+// (B, HKV, n, DV), row-major, stored after each sequence's last position.
+// Past the capacity it is ErrCapacity; bad values (non-finite, too large
+// for the cache's type) are refused as by Tensor.Write. Nothing is
+// written when it fails.
+func (c *KVCache) Append(k, v []float32, n int) error {
+	seqs := make([]int, c.cfg.B)
+	for b := range seqs {
+		seqs[b] = b
+	}
+	return c.append(seqs, k, v, n)
+}
+
+// AppendTo adds n tokens to sequence b alone: k is (HKV, n, DK) and v
+// (HKV, n, DV). Sequences so get different lengths.
+func (c *KVCache) AppendTo(b int, k, v []float32, n int) error {
+	if b < 0 || b >= c.cfg.B {
+		return errorf(ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
+	}
+	return c.append([]int{b}, k, v, n)
+}
+
+// append writes n tokens of each sequence in seqs (k and v hold them in
+// that order).
+func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
+	cfg := c.cfg
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errorf(ErrClosed, "KV cache used after Close")
+	}
+	if n < 0 {
+		return errorf(ErrShape, "append of %d tokens", n)
+	}
+	for _, x := range []struct {
+		name string
+		data []float32
+		w    int
+	}{{"k", k, cfg.DK}, {"v", v, cfg.DV}} {
+		if want := len(seqs) * cfg.HKV * n * x.w; len(x.data) != want {
+			return errorf(ErrShape, "append of %d tokens to %d sequences: %s has %d values, want %d (sequences x %d heads x %d tokens x %d)",
+				n, len(seqs), x.name, len(x.data), want, cfg.HKV, n, x.w)
+		}
+	}
+	for _, b := range seqs {
+		if c.lens[b]+n > cfg.Capacity {
+			return errorf(ErrCapacity, "sequence %d holds %d of %d positions: %d more do not fit", b, c.lens[b], cfg.Capacity, n)
+		}
+	}
+	rawK, err := c.k.encode(k)
+	if err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	rawV, err := c.v.encode(v)
+	if err != nil {
+		return fmt.Errorf("values: %w", err)
+	}
+	// One contiguous run of n rows per (sequence, head).
+	for i, b := range seqs {
+		for h := 0; h < cfg.HKV; h++ {
+			first := (b*cfg.HKV+h)*cfg.Capacity + c.lens[b]
+			src := i*cfg.HKV + h
+			for _, t := range []struct {
+				dst *Tensor
+				raw []byte
+				w   int
+			}{{c.k, rawK, cfg.DK}, {c.v, rawV, cfg.DV}} {
+				row := n * t.w * cfg.DType.Bytes()
+				if err := t.dst.writeRaw(first*t.w, t.raw[src*row:(src+1)*row]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, b := range seqs {
+		c.lens[b] += n
+	}
+	return c.syncLengths()
+}
+
+// Truncate shortens the sequences to lens (speculative decoding rolls
+// back); a length beyond a sequence's current one is ErrCapacity.
+func (c *KVCache) Truncate(lens []int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errorf(ErrClosed, "KV cache used after Close")
+	}
+	if len(lens) != c.cfg.B {
+		return errorf(ErrShape, "truncate to %d lengths, the cache has %d sequences", len(lens), c.cfg.B)
+	}
+	for b, n := range lens {
+		if n < 0 || n > c.lens[b] {
+			return errorf(ErrCapacity, "truncate sequence %d of length %d to %d", b, c.lens[b], n)
+		}
+	}
+	copy(c.lens, lens)
+	return c.syncLengths()
+}
+
+// Reset empties every sequence.
+func (c *KVCache) Reset() error { return c.Truncate(make([]int, c.cfg.B)) }
+
+// syncLengths writes the key lengths to the device. The caller holds c.mu.
+func (c *KVCache) syncLengths() error {
+	h := make([]float32, c.cfg.B)
+	for b, n := range c.lens {
+		h[b] = math.Float32frombits(uint32(int32(n)))
+	}
+	return c.lenT.writeRaw(0, f32Bytes(h))
+}
+
+// Attention attends with q, (B, H, L, DK), the queries of each sequence's
+// last L tokens, over the cache: query t of sequence b sits at position
+// Lengths()[b] - L + t and sees the positions up to it (bottom-right
+// causal by construction); Window and ALiBi positions count the same way.
+// Options other than KeyLengths, QueryLengths, Causal and
+// AlignToKeyLengths, which the cache sets, apply as for Device.Attention.
+func (c *KVCache) Attention(q *Tensor, opts Options) (*Output, error) {
+	return c.AttentionContext(context.Background(), q, opts)
+}
+
+// AttentionContext is Attention with a context that can cancel the wait.
+func (c *KVCache) AttentionContext(ctx context.Context, q *Tensor, opts Options) (*Output, error) {
+	return runOnce(ctx, func() (*Call, error) { return c.Prepare(q, opts) })
+}
+
+// Prepare records an attention call over the cache (see Attention). Each
+// Run reads the cache as it is then: a decode step appends its token,
+// writes its query into q and runs the call again.
+func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
+	if opts.KeyLengths != nil || opts.QueryLengths != nil || opts.Causal != NotCausal || opts.AlignToKeyLengths {
+		return nil, errorf(ErrOption, "a KV cache call sets KeyLengths, QueryLengths, Causal and AlignToKeyLengths itself")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errorf(ErrClosed, "KV cache used after Close")
+	}
+	if q == nil {
+		return nil, errorf(ErrShape, "Q is nil")
+	}
+	l := q.shape[2]
+	for b, n := range c.lens {
+		if n < l {
+			return nil, errorf(ErrLengths, "sequence %d holds %d tokens, fewer than the %d queries (a query's own token must be appended first)", b, n, l)
+		}
+	}
+	opts.KeyLengths = slices.Clone(c.lens)
+	opts.Causal = CausalBottomRight
+	opts.AlignToKeyLengths = true
+	opts.cacheLengths = c.lenT
+	return c.dev.Prepare(q, c.k, c.v, opts)
+}
+
+// Close frees the cache; close the calls prepared on it first.
+func (c *KVCache) Close() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.k.Close()
+	c.v.Close()
+	c.lenT.Close()
+}

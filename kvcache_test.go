@@ -1,0 +1,236 @@
+package vkattn_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+)
+
+// history is the host copy of a cache's contents: per sequence, per KV
+// head, the rows appended so far (as the cache's type rounds them).
+type history struct {
+	dt          vkattn.DType
+	hkv, dk, dv int
+	k, v        [][][]float32 // [b][h] flat rows
+}
+
+func newHistory(b, hkv, dk, dv int, dt vkattn.DType) *history {
+	h := &history{dt: dt, hkv: hkv, dk: dk, dv: dv, k: make([][][]float32, b), v: make([][][]float32, b)}
+	for i := range h.k {
+		h.k[i], h.v[i] = make([][]float32, hkv), make([][]float32, hkv)
+	}
+	return h
+}
+
+// add records n tokens of sequence b given as (HKV, n, d) data.
+func (h *history) add(b int, k, v []float32, n int) {
+	for j := 0; j < h.hkv; j++ {
+		h.k[b][j] = append(h.k[b][j], roundAll(h.dt, k[j*n*h.dk:(j+1)*n*h.dk])...)
+		h.v[b][j] = append(h.v[b][j], roundAll(h.dt, v[j*n*h.dv:(j+1)*n*h.dv])...)
+	}
+}
+
+func (h *history) truncate(b, n int) {
+	for j := range h.k[b] {
+		h.k[b][j], h.v[b][j] = h.k[b][j][:n*h.dk], h.v[b][j][:n*h.dv]
+	}
+}
+
+// want is full bottom-right causal attention of sequence b's last L
+// queries q (H, L, dk) over its whole history: the reference on that one
+// sequence alone, with opts' variants.
+func (h *history) want(t *testing.T, b int, q []float32, H, L int, opts vkattn.Options) []float64 {
+	t.Helper()
+	n := len(h.k[b][0]) / h.dk
+	var k, v []float32
+	for j := 0; j < h.hkv; j++ {
+		k, v = append(k, h.k[b][j]...), append(v, h.v[b][j]...)
+	}
+	opts.Causal = vkattn.CausalBottomRight
+	res, err := reference.Attention(q, [4]int{1, H, L, h.dk}, k, [4]int{1, h.hkv, n, h.dk}, v, [4]int{1, h.hkv, n, h.dv}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.O
+}
+
+// A decode loop through the cache equals attention over each sequence's
+// whole history: ragged prefills, one token per step for every sequence,
+// a rollback, in float32 and half caches, with the score variants too.
+func TestKVCacheDecodeLoop(t *testing.T) {
+	const B, H, HKV, D, capacity = 2, 4, 2, 8, 48
+	for _, c := range []struct {
+		name string
+		dt   vkattn.DType
+		opts vkattn.Options
+	}{
+		{"f32", vkattn.Float32, vkattn.Options{}},
+		{"f16", vkattn.Float16, vkattn.Options{}},
+		{"bf16 window alibi sinks", vkattn.BFloat16, vkattn.Options{
+			Window: &vkattn.Window{Left: 6, Right: 0}, ALiBi: vkattn.ALiBiSlopes(H), Sinks: []float32{0.5, -1, 0, 1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewSource(51))
+			cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: c.dt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cache.Close()
+			hist := newHistory(B, HKV, D, D, c.dt)
+			// Prefills of different lengths, then a block of 3 queries.
+			for b, n := range []int{13, 5} {
+				k, v := randomValues(r, HKV*n*D), randomValues(r, HKV*n*D)
+				if err := cache.AppendTo(b, k, v, n); err != nil {
+					t.Fatal(err)
+				}
+				hist.add(b, k, v, n)
+			}
+			check := func(what string, qData []float32, L int, got []float32) {
+				t.Helper()
+				for b := 0; b < B; b++ {
+					n := H * L * D
+					compare(t, fmt.Sprintf("%s, sequence %d (length %d)", what, b, cache.Lengths()[b]), got[b*n:(b+1)*n], hist.want(t, b, qData[b*n:(b+1)*n], H, L, c.opts))
+				}
+			}
+			qBlock := randomValues(r, B*H*3*D)
+			q3 := upload(t, dev, []int{B, H, 3, D}, qBlock)
+			out, err := cache.Attention(q3, c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := out.O.Download()
+			out.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("prefill queries", qBlock, 3, o)
+
+			// Decode: one prepared call, replayed; each step appends a
+			// token to both sequences and writes its query.
+			q := upload(t, dev, []int{B, H, 1, D}, make([]float32, B*H*D))
+			call, err := cache.Prepare(q, c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer call.Close()
+			dev.ResetAllocStats()
+			before := dev.AllocStats()
+			for step := 0; step < 12; step++ {
+				k, v := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D)
+				if err := cache.Append(k, v, 1); err != nil {
+					t.Fatal(err)
+				}
+				for b := 0; b < B; b++ {
+					hist.add(b, k[b*HKV*D:(b+1)*HKV*D], v[b*HKV*D:(b+1)*HKV*D], 1)
+				}
+				if step == 6 {
+					// Roll back two tokens of sequence 0, then go on.
+					lens := cache.Lengths()
+					lens[0] -= 2
+					if err := cache.Truncate(lens); err != nil {
+						t.Fatal(err)
+					}
+					hist.truncate(0, lens[0])
+				}
+				qData := randomValues(r, B*H*D)
+				if err := q.Write(qData); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := call.Run(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				o, err := call.Output().O.Download()
+				if err != nil {
+					t.Fatal(err)
+				}
+				check(fmt.Sprintf("step %d", step), qData, 1, o)
+			}
+			if after := dev.AllocStats(); after != before {
+				t.Errorf("decode steps allocated: %+v before, %+v after", before, after)
+			}
+		})
+	}
+}
+
+// A split-K decode over a long cache: the kernel reads only each
+// sequence's positions.
+func TestKVCacheSplitK(t *testing.T) {
+	const B, H, HKV, D, capacity = 2, 8, 2, 16, 600
+	r := rand.New(rand.NewSource(53))
+	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	hist := newHistory(B, HKV, D, D, vkattn.Float16)
+	for b, n := range []int{517, 290} {
+		k, v := randomValues(r, HKV*n*D), randomValues(r, HKV*n*D)
+		if err := cache.AppendTo(b, k, v, n); err != nil {
+			t.Fatal(err)
+		}
+		hist.add(b, k, v, n)
+	}
+	qData := randomValues(r, B*H*D)
+	q := upload(t, dev, []int{B, H, 1, D}, qData)
+	out, err := cache.Attention(q, vkattn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if out.Plan.Kernel.Splits == 0 {
+		t.Fatalf("plan %v: want split-K", out.Plan.Kernel)
+	}
+	o, err := out.O.Download()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := 0; b < B; b++ {
+		n := H * D
+		compare(t, fmt.Sprintf("sequence %d", b), o[b*n:(b+1)*n], hist.want(t, b, qData[b*n:(b+1)*n], H, 1, vkattn.Options{}))
+	}
+}
+
+// Appending past the capacity, truncating past a length, bad values and
+// options the cache sets itself are refused with sentinels, and nothing is
+// written.
+func TestKVCacheRefusals(t *testing.T) {
+	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 2, HKV: 1, Capacity: 4, DK: 2, DV: 2, DType: vkattn.Float16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	if err := cache.Append(make([]float32, 2*3*2), make([]float32, 2*3*2), 3); err != nil {
+		t.Fatal(err)
+	}
+	q := upload(t, dev, []int{2, 1, 1, 2}, []float32{1, 0, 0, 1})
+	for _, c := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"past capacity", cache.Append(make([]float32, 2*2*2), make([]float32, 2*2*2), 2), vkattn.ErrCapacity},
+		{"value too large for f16", cache.Append([]float32{1, 7e4, 0, 0}, make([]float32, 4), 1), vkattn.ErrOverflow},
+		{"wrong count", cache.Append(make([]float32, 3), make([]float32, 4), 1), vkattn.ErrShape},
+		{"truncate past the length", cache.Truncate([]int{4, 1}), vkattn.ErrCapacity},
+		{"sequence out of range", cache.AppendTo(2, make([]float32, 2), make([]float32, 2), 1), vkattn.ErrShape},
+		{"options the cache sets", func() error { _, err := cache.Attention(q, vkattn.Options{Causal: vkattn.CausalTopLeft}); return err }(), vkattn.ErrOption},
+		{"bad window", func() error {
+			_, err := cache.Attention(q, vkattn.Options{Window: &vkattn.Window{Left: -2}})
+			return err
+		}(), vkattn.ErrOption},
+	} {
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, c.err, c.want)
+		}
+	}
+	if got := cache.Lengths(); got[0] != 3 || got[1] != 3 {
+		t.Errorf("lengths %v after the refusals, want [3 3]", got)
+	}
+	if _, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 0, DK: 2, DV: 2}); !errors.Is(err, vkattn.ErrEmpty) {
+		t.Errorf("capacity 0: %v, want ErrEmpty", err)
+	}
+}
