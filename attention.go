@@ -81,6 +81,9 @@ func (d *Device) plan(q, k, v [4]int, layouts *[4]pipelines.Layout, keyPadding, 
 	shape.Lengths = opts.KeyLengths != nil || opts.QueryLengths != nil
 	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, keyPadding
 	shape.Window, shape.Softcap, shape.ALiBi, shape.Sinks = opts.Window != nil, opts.Softcap > 0, opts.ALiBi != nil, opts.Sinks != nil
+	if pt := opts.cachePages; pt != nil {
+		shape.Paging, shape.Pages, shape.PagesPerItem = pt.size, pt.pages, pt.perItem
+	}
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanAttention(d.dev.Info, pipelines.PlanInput{
 		AttentionShape: shape, Force: d.path, Additive: additive, Tuning: &tuning,
@@ -205,6 +208,9 @@ func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs
 		x.BoolMask = t.buf
 	}
 	x.AlignToKeyLengths = opts.AlignToKeyLengths
+	if pt := opts.cachePages; pt != nil {
+		x.PageTable = pt.table.buf
+	}
 	if opts.cacheLengths != nil {
 		x.Lengths = opts.cacheLengths.buf // kept current by the cache
 	} else if opts.KeyLengths != nil || opts.QueryLengths != nil {

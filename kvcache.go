@@ -17,6 +17,19 @@ var ErrCapacity = sentinel("KV cache capacity")
 type KVCacheConfig struct {
 	B, HKV, Capacity, DK, DV int
 	DType                    DType // of K and V (zero: float32)
+	// PageSize > 0 stores K and V paged, as paged attention does: a pool of
+	// Pages pages of PageSize positions (0: enough for every sequence to
+	// reach Capacity), handed to sequences as they grow, with a page table
+	// per sequence the kernels read directly (no gather copy). Capacity
+	// is rounded up to whole pages.
+	PageSize, Pages int
+}
+
+// pageTable is a paged cache's page table on the device: perItem entries
+// per sequence, pages of size positions, pages pages in the pool.
+type pageTable struct {
+	size, pages, perItem int
+	table                *Tensor // int32 (B, perItem)
 }
 
 // KVCache holds the keys and values of B sequences on the device for
@@ -32,7 +45,13 @@ type KVCacheConfig struct {
 type KVCache struct {
 	dev  *Device
 	cfg  KVCacheConfig
-	k, v *Tensor
+	k, v *Tensor // (B, HKV, Capacity, D); views of the page pools when paged
+	// Paged: the pools' owners, the table, each sequence's pages and the
+	// free ones.
+	kPool, vPool *Tensor
+	pt           *pageTable
+	pagesOf      [][]int
+	free         []int
 	// lengths on the device as the kernels read them: key lengths [B]
 	// (the sequence lengths), then query lengths [B], all Capacity: no
 	// row of any call (L <= every length <= Capacity) is padding.
@@ -55,7 +74,18 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	if !cfg.DType.Valid() {
 		return nil, errorf(ErrOption, "KV cache of element type %v: want f32, f16 or bf16", cfg.DType)
 	}
-	if n := float64(cfg.B) * float64(cfg.HKV) * float64(cfg.Capacity) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
+	if cfg.PageSize < 0 || cfg.Pages < 0 {
+		return nil, errorf(ErrOption, "KV cache pages of %d positions, %d pages: want positive numbers (or 0)", cfg.PageSize, cfg.Pages)
+	}
+	perItem := 0
+	if cfg.PageSize > 0 {
+		perItem = (cfg.Capacity + cfg.PageSize - 1) / cfg.PageSize
+		cfg.Capacity = perItem * cfg.PageSize
+		if cfg.Pages == 0 {
+			cfg.Pages = cfg.B * perItem
+		}
+	}
+	if n := float64(max(cfg.B*cfg.Capacity, cfg.Pages*cfg.PageSize)) * float64(cfg.HKV) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
 		return nil, errorf(ErrTooLarge, "KV cache of %.3g elements per tensor: at most 2^31", n)
 	}
 	c := &KVCache{dev: d, cfg: cfg, lens: make([]int, cfg.B)}
@@ -66,14 +96,37 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	var err error
 	// Zeros, not garbage: the kernels load a few positions past a
 	// sequence's end (masked, but 0 * NaN would not be 0).
-	zeros := func(w int) (*Tensor, error) {
-		return d.UploadAs([]int{cfg.B, cfg.HKV, cfg.Capacity, w}, make([]float32, cfg.B*cfg.HKV*cfg.Capacity*w), cfg.DType)
+	zeros := func(b, n, w int) (*Tensor, error) {
+		return d.UploadAs([]int{b, cfg.HKV, n, w}, make([]float32, b*cfg.HKV*n*w), cfg.DType)
 	}
-	if c.k, err = zeros(cfg.DK); err != nil {
-		return fail(err)
-	}
-	if c.v, err = zeros(cfg.DV); err != nil {
-		return fail(err)
+	if cfg.PageSize == 0 {
+		if c.k, err = zeros(cfg.B, cfg.Capacity, cfg.DK); err != nil {
+			return fail(err)
+		}
+		if c.v, err = zeros(cfg.B, cfg.Capacity, cfg.DV); err != nil {
+			return fail(err)
+		}
+	} else {
+		if c.kPool, err = zeros(cfg.Pages, cfg.PageSize, cfg.DK); err != nil {
+			return fail(err)
+		}
+		if c.vPool, err = zeros(cfg.Pages, cfg.PageSize, cfg.DV); err != nil {
+			return fail(err)
+		}
+		// The kernels see (B, HKV, Capacity, D) tensors whose batch stride
+		// is the pools' page stride: the page table says which page.
+		c.k, c.v = c.kPool.pagedView(cfg), c.vPool.pagedView(cfg)
+		c.pt = &pageTable{size: cfg.PageSize, pages: cfg.Pages, perItem: perItem}
+		if c.pt.table, err = d.newTensor([4]int{1, 1, cfg.B, perItem}, Float32); err != nil {
+			return fail(err)
+		}
+		c.pagesOf = make([][]int, cfg.B)
+		for p := cfg.Pages - 1; p >= 0; p-- {
+			c.free = append(c.free, p)
+		}
+		if err := c.syncPages(); err != nil {
+			return fail(err)
+		}
 	}
 	lens := make([]float32, 2*cfg.B)
 	for b := cfg.B; b < 2*cfg.B; b++ {
@@ -142,10 +195,17 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 				n, len(seqs), x.name, len(x.data), want, cfg.HKV, n, x.w)
 		}
 	}
+	need := 0 // new pages
 	for _, b := range seqs {
 		if c.lens[b]+n > cfg.Capacity {
 			return errorf(ErrCapacity, "sequence %d holds %d of %d positions: %d more do not fit", b, c.lens[b], cfg.Capacity, n)
 		}
+		if c.pt != nil {
+			need += (c.lens[b]+n+cfg.PageSize-1)/cfg.PageSize - len(c.pagesOf[b])
+		}
+	}
+	if need > len(c.free) {
+		return errorf(ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, len(c.free), cfg.Pages)
 	}
 	rawK, err := c.k.encode(k)
 	if err != nil {
@@ -155,20 +215,40 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 	if err != nil {
 		return fmt.Errorf("values: %w", err)
 	}
-	// One contiguous run of n rows per (sequence, head).
+	if c.pt != nil {
+		for _, b := range seqs {
+			for len(c.pagesOf[b])*cfg.PageSize < c.lens[b]+n {
+				c.pagesOf[b] = append(c.pagesOf[b], c.free[len(c.free)-1])
+				c.free = c.free[:len(c.free)-1]
+			}
+		}
+		if err := c.syncPages(); err != nil {
+			return err
+		}
+	}
+	// Runs of rows that are contiguous on the device: all n per (sequence,
+	// head) when contiguous, up to a page boundary when paged.
 	for i, b := range seqs {
 		for h := 0; h < cfg.HKV; h++ {
-			first := (b*cfg.HKV+h)*cfg.Capacity + c.lens[b]
 			src := i*cfg.HKV + h
-			for _, t := range []struct {
-				dst *Tensor
-				raw []byte
-				w   int
-			}{{c.k, rawK, cfg.DK}, {c.v, rawV, cfg.DV}} {
-				row := n * t.w * cfg.DType.Bytes()
-				if err := t.dst.writeRaw(first*t.w, t.raw[src*row:(src+1)*row]); err != nil {
-					return err
+			for done := 0; done < n; {
+				pos := c.lens[b] + done
+				run := n - done
+				if c.pt != nil {
+					run = min(run, cfg.PageSize-pos%cfg.PageSize)
 				}
+				for _, t := range []struct {
+					raw []byte
+					w   int
+					dst *Tensor
+				}{{rawK, cfg.DK, c.k.root()}, {rawV, cfg.DV, c.v.root()}} {
+					row := t.w * cfg.DType.Bytes()
+					from := (src*n + done) * row
+					if err := t.dst.writeRaw(c.rowOffset(b, h, pos, t.w), t.raw[from:from+run*row]); err != nil {
+						return err
+					}
+				}
+				done += run
 			}
 		}
 	}
@@ -176,6 +256,37 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 		c.lens[b] += n
 	}
 	return c.syncLengths()
+}
+
+// rowOffset is the element offset of position pos of sequence b, head h,
+// in a tensor of rows of width w.
+func (c *KVCache) rowOffset(b, h, pos, w int) int {
+	cfg := c.cfg
+	if c.pt == nil {
+		return ((b*cfg.HKV+h)*cfg.Capacity + pos) * w
+	}
+	page := c.pagesOf[b][pos/cfg.PageSize]
+	return ((page*cfg.HKV+h)*cfg.PageSize + pos%cfg.PageSize) * w
+}
+
+// syncPages writes the page table to the device (unused entries 0, never
+// read: they lie past every length). The caller holds c.mu.
+func (c *KVCache) syncPages() error {
+	h := make([]float32, c.cfg.B*c.pt.perItem)
+	for b, pages := range c.pagesOf {
+		for i, p := range pages {
+			h[b*c.pt.perItem+i] = math.Float32frombits(uint32(int32(p)))
+		}
+	}
+	return c.pt.table.writeRaw(0, f32Bytes(h))
+}
+
+// pagedView is the (B, HKV, Capacity, D) view of a page pool: its batch
+// stride is the pool's page stride, and the page table places each page.
+func (t *Tensor) pagedView(cfg KVCacheConfig) *Tensor {
+	v := &Tensor{dev: t.dev, buf: t.buf, owner: t.root(), dtype: t.dtype, strides: t.strides, finite: t.finite}
+	v.shape = [4]int{cfg.B, cfg.HKV, cfg.Capacity, t.shape[3]}
+	return v
 }
 
 // Truncate shortens the sequences to lens (speculative decoding rolls
@@ -195,6 +306,19 @@ func (c *KVCache) Truncate(lens []int) error {
 		}
 	}
 	copy(c.lens, lens)
+	if c.pt != nil {
+		// Pages past a sequence's new end go back to the pool.
+		for b, n := range lens {
+			keep := (n + c.cfg.PageSize - 1) / c.cfg.PageSize
+			for _, p := range c.pagesOf[b][keep:] {
+				c.free = append(c.free, p)
+			}
+			c.pagesOf[b] = c.pagesOf[b][:keep]
+		}
+		if err := c.syncPages(); err != nil {
+			return err
+		}
+	}
 	return c.syncLengths()
 }
 
@@ -250,6 +374,7 @@ func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
 	opts.Causal = CausalBottomRight
 	opts.AlignToKeyLengths = true
 	opts.cacheLengths = c.lenT
+	opts.cachePages = c.pt
 	return c.dev.Prepare(q, c.k, c.v, opts)
 }
 
@@ -264,4 +389,7 @@ func (c *KVCache) Close() {
 	c.k.Close()
 	c.v.Close()
 	c.lenT.Close()
+	if c.pt != nil {
+		c.pt.table.Close()
+	}
 }

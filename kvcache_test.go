@@ -64,18 +64,23 @@ func (h *history) want(t *testing.T, b int, q []float32, H, L int, opts vkattn.O
 func TestKVCacheDecodeLoop(t *testing.T) {
 	const B, H, HKV, D, capacity = 2, 4, 2, 8, 48
 	for _, c := range []struct {
-		name string
-		dt   vkattn.DType
-		opts vkattn.Options
+		name        string
+		dt          vkattn.DType
+		page, pages int // paged: pages of page positions, a pool of pages
+		opts        vkattn.Options
 	}{
-		{"f32", vkattn.Float32, vkattn.Options{}},
-		{"f16", vkattn.Float16, vkattn.Options{}},
-		{"bf16 window alibi sinks", vkattn.BFloat16, vkattn.Options{
+		{"f32", vkattn.Float32, 0, 0, vkattn.Options{}},
+		{"f16", vkattn.Float16, 0, 0, vkattn.Options{}},
+		{"bf16 window alibi sinks", vkattn.BFloat16, 0, 0, vkattn.Options{
 			Window: &vkattn.Window{Left: 6, Right: 0}, ALiBi: vkattn.ALiBiSlopes(H), Sinks: []float32{0.5, -1, 0, 1}}},
+		// Pages of 5 positions: prefills and steps cross page boundaries,
+		// and the rollback returns a page that the next steps reuse.
+		{"paged f32", vkattn.Float32, 5, 0, vkattn.Options{}},
+		{"paged f16 window", vkattn.Float16, 5, 9, vkattn.Options{Window: &vkattn.Window{Left: 4, Right: 0}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewSource(51))
-			cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: c.dt})
+			cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: c.dt, PageSize: c.page, Pages: c.pages})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,12 +161,18 @@ func TestKVCacheDecodeLoop(t *testing.T) {
 	}
 }
 
-// A split-K decode over a long cache: the kernel reads only each
-// sequence's positions.
+// A split-K decode over a long cache, contiguous and paged: the kernel
+// reads only each sequence's positions, through the page table when paged.
 func TestKVCacheSplitK(t *testing.T) {
+	for _, page := range []int{0, 64} {
+		t.Run(fmt.Sprintf("page %d", page), func(t *testing.T) { kvCacheSplitK(t, page) })
+	}
+}
+
+func kvCacheSplitK(t *testing.T, page int) {
 	const B, H, HKV, D, capacity = 2, 8, 2, 16, 600
 	r := rand.New(rand.NewSource(53))
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16})
+	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,5 +243,23 @@ func TestKVCacheRefusals(t *testing.T) {
 	}
 	if _, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 0, DK: 2, DV: 2}); !errors.Is(err, vkattn.ErrEmpty) {
 		t.Errorf("capacity 0: %v, want ErrEmpty", err)
+	}
+	// A paged cache whose pool runs out before the capacity does.
+	paged, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 2, HKV: 1, Capacity: 8, DK: 2, DV: 2, PageSize: 2, Pages: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer paged.Close()
+	if err := paged.AppendTo(0, make([]float32, 2*4), make([]float32, 2*4), 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := paged.AppendTo(1, make([]float32, 2*3), make([]float32, 2*3), 3); !errors.Is(err, vkattn.ErrCapacity) {
+		t.Errorf("past the pool: %v, want ErrCapacity", err)
+	}
+	if err := paged.Truncate([]int{1, 0}); err != nil { // frees a page
+		t.Fatal(err)
+	}
+	if err := paged.AppendTo(1, make([]float32, 2*3), make([]float32, 2*3), 3); err != nil {
+		t.Errorf("after the rollback freed a page: %v", err)
 	}
 }

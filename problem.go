@@ -153,8 +153,10 @@ type Options struct {
 	AlignToKeyLengths bool
 
 	// cacheLengths, set by KVCache, is the device copy of the lengths the
-	// kernels read, kept current between replays of a prepared call.
+	// kernels read, kept current between replays of a prepared call;
+	// cachePages its page table when it is paged.
 	cacheLengths *Tensor
+	cachePages   *pageTable
 }
 
 // Window is FlashAttention's window_size=(Left, Right) with bottom-right

@@ -78,6 +78,11 @@ type AttentionShape struct {
 	// The score variants of SEMANTICS.md §4.1 the call uses (their values
 	// are AttentionArgs).
 	Window, Softcap, ALiBi, Sinks bool
+	// Paging > 0: K and V are pools of Pages pages of Paging positions
+	// (K.Strides and V.Strides are page, head and position strides), key j
+	// of item b at row j % Paging of page PageTable[b][j / Paging], with
+	// PagesPerItem table entries per item (S <= PagesPerItem * Paging).
+	Paging, Pages, PagesPerItem int
 }
 
 // Score variant bits of attention.comp's VARIANTS constant.
@@ -124,7 +129,9 @@ type AttentionArgs struct {
 	WA             *vk.Buffer // additive plans: w_a, DK floats
 	// Heads holds per query head the sink logit (element 2h) and the ALiBi
 	// slope (2h+1), for shapes with Sinks or ALiBi.
-	Heads   *vk.Buffer
+	Heads *vk.Buffer
+	// PageTable is the int32 (B, PagesPerItem) page table of paged shapes.
+	PageTable *vk.Buffer
 	Scale   float64
 	Causal  int
 	Window  [2]int  // left, right; -1 unbounded (shapes with Window)
@@ -147,6 +154,7 @@ func (x *AttentionArgs) check(p *AttentionPlan) error {
 		{"lengths", x.Lengths, s.Lengths}, {"LSE", x.LSE, s.LSE}, {"weights", x.Weights, s.Weights},
 		{"key padding", x.KeyPadding, s.KeyPadding}, {"w_a", x.WA, p.Additive},
 		{"per-head sinks and slopes", x.Heads, s.Sinks || s.ALiBi},
+		{"page table", x.PageTable, s.Paging > 0},
 	} {
 		if (b.buf != nil) != b.planned {
 			return fmt.Errorf("pipelines: %s given %v, planned %v", b.what, b.buf != nil, b.planned)
@@ -388,8 +396,9 @@ const (
 	bindLSE
 	bindWeights // the split-K partials in split-K plans
 	bindKeyPadding
-	bindHeads // per-head sinks and ALiBi slopes
-	bindWA    // additive plans only
+	bindHeads     // per-head sinks and ALiBi slopes
+	bindPageTable // paged K and V
+	bindWA        // additive plans only
 	attentionBindings
 )
 
@@ -409,7 +418,7 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 		bindings = bindings[:bindWA]
 	}
 	return ks.get(p.Variant, bindings, int32(p.WorkGroup), int32(p.DMax/4), int32(p.Rows), int32(p.WorkGroup),
-		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec(), s.variants())
+		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec(), s.variants(), boolSpec(s.Paging > 0))
 }
 
 // ceilDiv is a/b rounded up, for positive b.
@@ -474,6 +483,7 @@ type attentionParams struct {
 	Outs    [4]int32 // LSE and weights window offsets, L, l0
 	Window  [4]int32 // left, right, bottom-right shift of the chunk's rows, h0
 	Variant [4]float32
+	Page    [4]int32 // positions per page, page-table entries per item
 }
 
 // ivec4 packs four ints as a std140 ivec4.
@@ -549,6 +559,7 @@ func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c
 		Outs:    ivec4(c.lse, c.weights, c.rows, c.l0),
 		Window:  ivec4(x.Window[0], x.Window[1], c.l0+cs.S-c.rows, c.h0),
 		Variant: [4]float32{float32(x.Softcap)},
+		Page:    ivec4(cs.Paging, cs.PagesPerItem, 0, 0),
 	}
 }
 
@@ -613,7 +624,7 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 	extra := chunkParams{b0: c.b0, batch: s.B, l0: c.l0, rows: s.L, h0: c.h0}
 	bound := make([]vk.Arg, attentionBindings)
 	bound[bindLengths].Buffer, bound[bindKeyPadding].Buffer, bound[bindWA].Buffer = x.Lengths, x.KeyPadding, x.WA
-	bound[bindHeads].Buffer = x.Heads
+	bound[bindHeads].Buffer, bound[bindPageTable].Buffer = x.Heads, x.PageTable
 	if p.Splits > 0 {
 		bound[bindWeights].Buffer = partials
 	}

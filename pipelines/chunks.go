@@ -151,10 +151,16 @@ func chunkBindings(p *AttentionPlan, c chunk, x *AttentionArgs, cs *AttentionSha
 	s := &p.Shape
 	h0, nh := c.h0, c.nh
 	texel := p.Path == TexelPath
+	kSpan, vSpan := viewSpan(s.K, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DK), viewSpan(s.V, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DV)
+	if s.Paging > 0 {
+		// Any page may hold any item's keys: the whole pools.
+		kSpan = viewSpan(s.K, 0, s.Pages, 0, s.HKV, s.Paging, s.DK)
+		vSpan = viewSpan(s.V, 0, s.Pages, 0, s.HKV, s.Paging, s.DV)
+	}
 	bs := []chunkBinding{
 		{bindQ, "Q", x.Q, viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, s.Q.Type, &cs.Q.Offset},
-		{bindK, "K", x.K, viewSpan(s.K, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DK), texel, p.Vec4, s.K.Type, &cs.K.Offset},
-		{bindV, "V", x.V, viewSpan(s.V, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DV), texel, p.Vec4, s.V.Type, &cs.V.Offset},
+		{bindK, "K", x.K, kSpan, texel, p.Vec4, s.K.Type, &cs.K.Offset},
+		{bindV, "V", x.V, vSpan, texel, p.Vec4, s.V.Type, &cs.V.Offset},
 		{bindO, "O", x.O, viewSpan(rowsFrom(s.O, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DV), false, false, Float32, &cs.O.Offset},
 	}
 	// LSE and weights are dense (B, H, L[, S]); a chunk of several batch
@@ -193,8 +199,14 @@ func fits(dev vk.PhysicalDevice, p *AttentionPlan, c chunk) error {
 // query row that does not fit is a LimitError.
 func planChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
 	x := &p.Shape
-	if whole := headsChunk(x, 0, x.B, 0, x.HKV); fits(dev, p, whole) == nil {
+	whole := headsChunk(x, 0, x.B, 0, x.HKV)
+	err := fits(dev, p, whole)
+	if err == nil {
 		return []chunk{whole}, nil
+	}
+	if x.Paging > 0 {
+		// Windows of the pools would need each chunk's head offset.
+		return nil, limitf("paged K/V pools larger than one binding are not split: %v", err)
 	}
 	var lastErr error
 	// allFit returns cs, or nil if one of them does not fit.

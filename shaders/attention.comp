@@ -60,6 +60,11 @@ const int VAR_WINDOW = 1;  // keys outside P.window's band are blocked
 const int VAR_SOFTCAP = 2; // s -> c tanh(s / c), c = P.variant.x
 const int VAR_ALIBI = 4;   // s += slope_h * (j - (t + S - L)), slopes at binding 11
 const int VAR_SINKS = 8;   // a logit per head joins the denominator, at binding 11
+// PAGED: K and V live in a pool of pages of P.page.x positions (page p of
+// KV head h at p * stride.x + h * stride.y); key j of item b is row
+// j % P.page.x of page table[b][j / P.page.x] (binding 12, P.page.y
+// entries per item), as paged attention reads a block table.
+layout(constant_id = 11) const bool PAGED = false;
 
 const int FLAG_MASK = 1;     // additive mask bound at binding 4
 const int FLAG_BOOLMASK = 2; // boolean mask (as 0 / -inf) bound at binding 5
@@ -104,7 +109,7 @@ layout(std430, binding = 7) writeonly buffer OBuf { float oData[]; };
 layout(std430, binding = 8) writeonly buffer LseBuf { float lseData[]; };
 layout(std430, binding = 9) writeonly buffer WBuf { float wData[]; }; // weights, or split-K partials
 #ifdef ADDITIVE
-layout(std430, binding = 12) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
+layout(std430, binding = 13) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
 vec4 wa[D4]; // w_a, zero past d_k
 #endif
 
@@ -114,6 +119,7 @@ float sc[ROWS];      // scores of the current key (scaled, masked; natural units
 // Per query head: sink logit at 2h, ALiBi slope at 2h + 1.
 layout(std430, binding = 11) readonly buffer HeadBuf { float headData[]; };
 float slope[ROWS]; // each row's ALiBi slope
+layout(std430, binding = 12) readonly buffer PageTable { int pageOf[]; };
 int rowOf[ROWS];  // query position of each row (clamped into range)
 int headOf[ROWS]; // query head of each row
 bool rowOK[ROWS]; // the row exists (not past L, or past the packed GQA rows)
@@ -137,11 +143,21 @@ const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per 
 #define SLOT(own, c) subgroupShuffle(own[(c) / SHARE], (c) % SHARE)
 #endif
 
+// keyRow is where key position j of this item starts in K or V (of the
+// given strides), but for the head's offset.
+int keyRow(ivec4 stride, int j) {
+    if (PAGED) {
+        int page = pageOf[(P.chunk.z + b) * P.page.y + j / P.page.x];
+        return page * stride.x + (j % P.page.x) * stride.z;
+    }
+    return b * stride.x + j * stride.z;
+}
+
 // keyScores fills sc for key j; a key that is out of range or masked gets
 // -inf.
 void keyScores(int j, int keyEnd) {
     int jc = min(j, S - 1); // clamp so loads stay in bounds; masked below
-    int kBase = P.offsets.y + b * P.kStride.x + hk * P.kStride.y + jc * P.kStride.z;
+    int kBase = P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, jc);
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         sc[r] = 0.0;
     }
@@ -342,7 +358,7 @@ void main() {
         }
         int vBase[KEYS];
         [[unroll]] for (int t = 0; t < KEYS; t++) {
-            vBase[t] = P.offsets.z + b * P.vStride.x + hk * P.vStride.y + min(j0 + t, S - 1) * P.vStride.z;
+            vBase[t] = P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, min(j0 + t, S - 1));
         }
 #ifdef SHARED_LOADS
         vec4 vOwn[KEYS][SLOTS];

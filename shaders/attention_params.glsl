@@ -29,4 +29,5 @@ layout(std140, binding = 0) uniform Params {
     // plus S - L), the chunk's first query head (for per-head data).
     ivec4 window;
     vec4 variant; // x: the soft-cap c (0: none)
+    ivec4 page;   // paged K/V: positions per page, page-table entries per item
 } P;
