@@ -17,7 +17,9 @@ type variantCase struct {
 }
 
 var variantCases = []variantCase{
-	{"window", func(r *rand.Rand, o *vkattn.Options, h int) { o.Window = &vkattn.Window{Left: 1 + r.Intn(20), Right: r.Intn(3)} }},
+	{"window", func(r *rand.Rand, o *vkattn.Options, h int) {
+		o.Window = &vkattn.Window{Left: 1 + r.Intn(20), Right: r.Intn(3)}
+	}},
 	{"window-left", func(r *rand.Rand, o *vkattn.Options, h int) { o.Window = &vkattn.Window{Left: 5, Right: -1} }},
 	{"softcap", func(r *rand.Rand, o *vkattn.Options, h int) { o.Softcap = 0.3 + r.Float64() }},
 	{"alibi", func(r *rand.Rand, o *vkattn.Options, h int) { o.ALiBi = vkattn.ALiBiSlopes(h) }},

@@ -132,10 +132,10 @@ type AttentionArgs struct {
 	Heads *vk.Buffer
 	// PageTable is the int32 (B, PagesPerItem) page table of paged shapes.
 	PageTable *vk.Buffer
-	Scale   float64
-	Causal  int
-	Window  [2]int  // left, right; -1 unbounded (shapes with Window)
-	Softcap float64 // c > 0 (shapes with Softcap)
+	Scale     float64
+	Causal    int
+	Window    [2]int  // left, right; -1 unbounded (shapes with Window)
+	Softcap   float64 // c > 0 (shapes with Softcap)
 	// AlignToKeyLengths: bottom-right positions count from each item's key
 	// length (in Lengths) instead of S.
 	AlignToKeyLengths bool
