@@ -55,6 +55,7 @@ Commands:
   additive  run additive (Bahdanau) attention with weights W_q, W_k, b, w_a
   verify    run the golden cases in testdata/ and compare
   demo      print the worked examples of SEMANTICS.md §14 and a larger random problem
+  decode    a generation loop through a KV cache: prefill, then one token a step
   bench     time attention on preset suites or given shapes (GFLOP/s, GB/s, plot)
   tune      measure the kernel's launch shapes on this device and save the fastest
   heatmap   draw attention weights (or a_ij*||v_j||) as heat maps: PNG, SVG or PDF
@@ -82,6 +83,7 @@ var commands = []command{
 	{"additive", runAdditive},
 	{"verify", runVerify},
 	{"demo", runDemo},
+	{"decode", runDecode},
 	{"bench", runBench},
 	{"tune", runTune},
 	{"heatmap", runHeatmap},

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+)
+
+const decodeUsage = `Usage: vkattn decode -q Q.npy -k K.npy -v V.npy [--prefill P] [flags] [-o O.npy]
+
+Runs a generation loop over a whole sequence through a KV cache on the
+device, as a Go program generating text does: the first P tokens go in as
+one prefill (their K and V appended, their P queries attended), then one
+token per step (append its K and V, attend with its query, the one
+prepared call replayed). O holds every token's output, Q's shape, so it
+equals full bottom-right causal attention over the sequence.
+
+Inputs (.npy, as for run): Q (B,H,T,d_k), K (B,H_kv,T,d_k), V (B,H_kv,T,d_v),
+rank 2 to 4 as for run; T is the sequence length, the cache's capacity.
+
+  --prefill P          tokens of the prefill (default 1; 1 <= P <= T)
+  --page N             a paged cache of N-position pages (default: contiguous)
+  --kv-dtype f16|bf16  the cache's element type (default f32); --dtype also
+                       stores Q so
+  --window L,R, --softcap C, --alibi, --alibi-slopes A.npy, --sinks S.npy
+                       the score variants, as for run
+
+--check compares O with the float64 reference (full causal attention over
+the sequence on the values as stored) and exits 1 if any |GPU - reference|
+> 1e-4 * max(1, |reference|). The summary gives the prefill's and the
+steps' device time and tokens/s (B tokens a step).
+
+Example:
+  vkattn decode -q q.npy -k k.npy -v v.npy --prefill 16 --page 16 --kv-dtype f16 --check -o o.npy
+`
+
+// decodeFlags are decode's command line.
+type decodeFlags struct {
+	qkvFlags
+	prefill int
+	page    int
+	typeFlags
+	variantFlags
+	out    string
+	device string
+	check  bool
+	json   bool
+}
+
+func runDecode(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("decode", stderr)
+	var f decodeFlags
+	f.qkvFlags.register(fs, "(B,H,T,d_k), (H,T,d_k) or (T,d_k)", "(B,H_kv,T,d_k), ...", "(B,H_kv,T,d_v), ...")
+	fs.IntVar(&f.prefill, "prefill", 1, "tokens of the first step, a prefill (`P`)")
+	fs.IntVar(&f.page, "page", 0, "a paged cache of `N`-position pages (0: contiguous)")
+	f.typeFlags.register(fs)
+	f.variantFlags.register(fs)
+	fs.StringVar(&f.out, "o", "", "write every token's output to `O.npy` (Q's shape, last axis d_v)")
+	deviceFlag(fs, &f.device)
+	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
+	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
+	if ok, code := parseFlags(fs, decodeUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if f.missing() {
+		return usagef(stderr, "decode", "-q, -k and -v are required")
+	}
+	if f.page < 0 {
+		return usagef(stderr, "decode", "--page %d: want a page size of at least 1 (or 0, contiguous)", f.page)
+	}
+	types, err := f.types([3]vkattn.DType{})
+	if err != nil {
+		return usagef(stderr, "decode", "%v", err)
+	}
+	if types[1] != types[2] {
+		return usagef(stderr, "decode", "K and V share the cache: one --kv-dtype")
+	}
+	if code := checkOutputPaths("decode", stderr, []outputFlag{{"-o", f.out}}); code != exitOK {
+		return code
+	}
+	var shapes [3][4]int
+	in, err := f.read(func(i int, path string, a *npyArray) (err error) {
+		if shapes[i], err = vkattn.Shape4(a.Shape); err != nil {
+			return fmt.Errorf("%s %s: %w", qkvNames[i], path, err)
+		}
+		return a.storeAs(types[i])
+	})
+	if err != nil {
+		return failf(stderr, "decode", "%v", err)
+	}
+	q, k, v := shapes[0], shapes[1], shapes[2]
+	T := q[2]
+	if k[2] != T || v[2] != T {
+		return failf(stderr, "decode", "Q, K and V hold %d, %d and %d tokens: one sequence length T, please", T, k[2], v[2])
+	}
+	if f.prefill < 1 || f.prefill > T {
+		return usagef(stderr, "decode", "--prefill %d: want 1..T (T = %d)", f.prefill, T)
+	}
+	opts := vkattn.Options{}
+	if err := f.variantFlags.setIn(&opts, q[1]); err != nil {
+		return failf(stderr, "decode", "%v", err)
+	}
+	// The whole problem checked on the host first: bad input fails before
+	// a device is opened.
+	full := opts
+	full.Causal = vkattn.CausalBottomRight
+	if _, err := vkattn.CheckProblem(q, k, v, &full); err != nil {
+		return failf(stderr, "decode", "Q %v, K %v, V %v: %v", q, k, v, err)
+	}
+
+	dev, err := vkattn.Open(vkattn.Config{Device: f.device})
+	if err != nil {
+		return failf(stderr, "decode", "%v", err)
+	}
+	defer dev.Close()
+	ctx, stop := interruptible()
+	defer stop()
+	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, types, opts)
+	if err != nil {
+		return failf(stderr, "decode", "%v", err)
+	}
+	var chk *checkResult
+	if f.check {
+		ref, err := reference.Attention(in[0].F32, q, in[1].F32, k, in[2].F32, v, full)
+		if err != nil {
+			return failf(stderr, "decode", "reference: %v", err)
+		}
+		chk = &checkResult{}
+		chk.add("O", res.o, ref.O)
+	}
+	if chk != nil && !chk.ok() {
+		return failf(stderr, "decode", "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.worst)
+	}
+	oShape := append(append([]int(nil), in[0].Shape[:len(in[0].Shape)-1]...), v[3])
+	if f.out != "" {
+		if err := writeNPYFiles([]output{{"O", f.out, oShape, res.o}}); err != nil {
+			return failf(stderr, "decode", "%v", err)
+		}
+	}
+	res.summary.Check = chk
+	if f.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res.summary); err != nil {
+			return failf(stderr, "decode", "%v", err)
+		}
+		return exitOK
+	}
+	s := res.summary
+	fmt.Fprintf(stdout, "decode %v on %s: cache %s, %d steps after a prefill of %d\n", s.Dims, s.Device, s.Cache, s.Steps, s.Prefill)
+	fmt.Fprintf(stdout, "prefill: %s; steps: %s device time per step (median), %.1f tokens/s over %s wall\n",
+		time.Duration(s.PrefillNS), time.Duration(s.StepMedianNS), s.TokensPerSec, time.Duration(s.StepsWallNS))
+	fmt.Fprintf(stdout, "step plan: %s\n", s.StepPlan)
+	if chk != nil {
+		fmt.Fprintln(stdout, chk.String())
+	}
+	if f.out != "" {
+		fmt.Fprintf(stdout, "wrote %s\n", f.out)
+	}
+	return exitOK
+}
+
+// decodeSummary is what decode reports (--json).
+type decodeSummary struct {
+	Device       string       `json:"device"`
+	Dims         vkattn.Dims  `json:"dims"`
+	Cache        string       `json:"cache"` // "contiguous f16", "paged (16) f32"
+	Prefill      int          `json:"prefill"`
+	Steps        int          `json:"steps"`
+	PrefillNS    int64        `json:"prefill_gpu_ns"`
+	StepMedianNS int64        `json:"step_gpu_median_ns"` // device time; wall time without timestamps
+	StepsWallNS  int64        `json:"steps_wall_ns"`      // append, query write and run, all steps
+	TokensPerSec float64      `json:"tokens_per_s"`       // B tokens a step over the steps' wall time
+	StepPlan     string       `json:"step_plan"`
+	Check        *checkResult `json:"check,omitempty"`
+}
+
+type decodeResult struct {
+	o       []float32 // (B, H, T, d_v)
+	summary decodeSummary
+}
+
+// decodeLoop runs the prefill and the steps, gathering every token's
+// output.
+func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page int, types [3]vkattn.DType, opts vkattn.Options) (*decodeResult, error) {
+	B, H, T, DK, HKV, DV := q[0], q[1], q[2], q[3], k[1], v[3]
+	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page})
+	if err != nil {
+		return nil, err
+	}
+	defer cache.Close()
+	kind := "contiguous"
+	if page > 0 {
+		kind = fmt.Sprintf("paged (%d positions a page)", page)
+	}
+	res := &decodeResult{o: make([]float32, B*H*T*DV), summary: decodeSummary{
+		Device: dev.String(), Dims: vkattn.Dims{B: B, H: H, HKV: HKV, L: T, S: T, DK: DK, DV: DV},
+		Cache: kind + " " + types[1].String(), Prefill: prefill, Steps: T - prefill,
+	}}
+	// tokens returns tokens [a, b) of a (B, heads, T, w) array as
+	// (B, heads, b-a, w), and place puts a (B, H, n, DV) output at token a.
+	tokens := func(x []float32, heads, w, a, b int) []float32 {
+		out := make([]float32, 0, B*heads*(b-a)*w)
+		for i := 0; i < B*heads; i++ {
+			out = append(out, x[(i*T+a)*w:(i*T+b)*w]...)
+		}
+		return out
+	}
+	place := func(o []float32, a, n int) {
+		for i := 0; i < B*H; i++ {
+			copy(res.o[(i*T+a)*DV:(i*T+a+n)*DV], o[i*n*DV:(i+1)*n*DV])
+		}
+	}
+	if err := cache.Append(tokens(in[1].F32, HKV, DK, 0, prefill), tokens(in[2].F32, HKV, DV, 0, prefill), prefill); err != nil {
+		return nil, err
+	}
+	qp, err := dev.UploadAs([]int{B, H, prefill, DK}, tokens(in[0].F32, H, DK, 0, prefill), types[0])
+	if err != nil {
+		return nil, err
+	}
+	defer qp.Close()
+	out, err := cache.AttentionContext(ctx, qp, opts)
+	if err != nil {
+		return nil, err
+	}
+	o, err := out.O.Download()
+	res.summary.PrefillNS = int64(out.GPUTime)
+	out.Close()
+	if err != nil {
+		return nil, err
+	}
+	place(o, 0, prefill)
+	if prefill == T {
+		return res, nil
+	}
+
+	qs, err := dev.UploadAs([]int{B, H, 1, DK}, make([]float32, B*H*DK), types[0])
+	if err != nil {
+		return nil, err
+	}
+	defer qs.Close()
+	// The query tensor must hold a row that the first Prepare can check;
+	// each step writes its own before running.
+	if err := cache.Append(tokens(in[1].F32, HKV, DK, prefill, prefill+1), tokens(in[2].F32, HKV, DV, prefill, prefill+1), 1); err != nil {
+		return nil, err
+	}
+	call, err := cache.Prepare(qs, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer call.Close()
+	res.summary.StepPlan = call.Output().Plan.String()
+	// One untimed run first: the first dispatch of a variant compiles it.
+	if _, err := call.Run(ctx); err != nil {
+		return nil, err
+	}
+	var times []time.Duration
+	start := time.Now()
+	for t := prefill; t < T; t++ {
+		if t > prefill { // the first step's token went in before Prepare
+			if err := cache.Append(tokens(in[1].F32, HKV, DK, t, t+1), tokens(in[2].F32, HKV, DV, t, t+1), 1); err != nil {
+				return nil, err
+			}
+		}
+		if err := qs.Write(tokens(in[0].F32, H, DK, t, t+1)); err != nil {
+			return nil, err
+		}
+		stepStart := time.Now()
+		gpu, err := call.Run(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if gpu == 0 {
+			gpu = time.Since(stepStart)
+		}
+		times = append(times, gpu)
+		o, err := call.Output().O.Download()
+		if err != nil {
+			return nil, err
+		}
+		place(o, t, 1)
+	}
+	wall := time.Since(start)
+	res.summary.StepsWallNS = int64(wall)
+	res.summary.StepMedianNS = int64(median(times))
+	res.summary.TokensPerSec = float64(B*len(times)) / wall.Seconds()
+	return res, nil
+}
+
+// median of durations (0 for none).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

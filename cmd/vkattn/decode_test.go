@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+)
+
+// decode's loop through the cache gives full bottom-right causal attention
+// over the sequence: --check against the reference, and the same O as
+// run --causal bottom-right on the same files, contiguous and paged, in
+// float32 and float16 caches, with a window.
+func TestDecode(t *testing.T) {
+	withDevice(t)
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(7, 7))
+	const B, H, HKV, T, D = 2, 4, 2, 23, 8
+	randn := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		return x
+	}
+	shape := func(h int, x []float32) [][][][]float32 {
+		out := make([][][][]float32, B)
+		for b := range out {
+			out[b] = make([][][]float32, h)
+			for i := range out[b] {
+				out[b][i] = make([][]float32, T)
+				for t := range out[b][i] {
+					n := ((b*h+i)*T + t) * D
+					out[b][i][t] = x[n : n+D]
+				}
+			}
+		}
+		return out
+	}
+	q := save(t, dir, "q.npy", shape(H, randn(B*H*T*D)))
+	k := save(t, dir, "k.npy", shape(HKV, randn(B*HKV*T*D)))
+	v := save(t, dir, "v.npy", shape(HKV, randn(B*HKV*T*D)))
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"contiguous", []string{"--prefill", "5"}},
+		{"paged f16", []string{"--prefill", "7", "--page", "4", "--kv-dtype", "f16"}},
+		{"paged window", []string{"--prefill", "1", "--page", "3", "--window", "5,0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := filepath.Join(t.TempDir(), "o.npy")
+			out := cliOK(t, append([]string{"decode", "-q", q, "-k", k, "-v", v, "-o", o, "--check", "--json"}, c.args...)...)
+			var s decodeSummary
+			if err := json.Unmarshal([]byte(out), &s); err != nil {
+				t.Fatalf("--json: %v\n%s", err, out)
+			}
+			if s.Check == nil || !s.Check.Pass || s.Steps+s.Prefill != T || s.TokensPerSec <= 0 {
+				t.Errorf("summary %+v", s)
+			}
+			// The same attention in one call: run's kernel on the whole
+			// sequence (the cache's values rounded as decode stores them).
+			ro := filepath.Join(t.TempDir(), "ro.npy")
+			runArgs := []string{"run", "-q", q, "-k", k, "-v", v, "--causal", "bottom-right", "-o", ro}
+			for i := 0; i+1 < len(c.args); i += 2 {
+				if c.args[i] == "--kv-dtype" || c.args[i] == "--window" {
+					runArgs = append(runArgs, c.args[i], c.args[i+1])
+				}
+			}
+			cliOK(t, runArgs...)
+			got, want := load(t, o).F32, load(t, ro).F32
+			for i := range want {
+				if d := got[i] - want[i]; d > 2e-5 || d < -2e-5 {
+					t.Fatalf("O[%d] = %v from decode, %v from run", i, got[i], want[i])
+				}
+			}
+		})
+	}
+	checkRefused(t, []string{"decode", "-q", q, "-k", k, "-v", v, "--prefill", "0"}, 2, "--prefill 0: want 1..T (T = 23)", "")
+	checkRefused(t, []string{"decode", "-q", q, "-k", k, "-v", v, "--page", "-1"}, 2, "--page -1", "")
+	short := save(t, dir, "short.npy", [][]float32{{1, 2, 3, 4, 5, 6, 7, 8}})
+	checkRefused(t, []string{"decode", "-q", q, "-k", short, "-v", v}, 1, "one sequence length T", "")
+}
