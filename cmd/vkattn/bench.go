@@ -37,6 +37,12 @@ Suites (B=1 and d_k = d_v = d throughout):
   decode   H=32, H_kv=8 (grouped-query), L=1, S in 1024, 4096, 16384, d=128
   long     H=1, L=S in 8192, 16384, 32768, d=64 (slow on lavapipe)
   all      every suite above
+  decode-loop  steps of a decode loop through a KV cache (vkattn decode's):
+           H=32, H_kv=8, d=128, cache lengths 1024, 4096, 16384, 32768,
+           contiguous and paged (256-position pages), f32 and f16 caches;
+           a step appends a token, writes its query and runs the prepared
+           call; steps/s, cache GB/s and device allocations per step (not
+           in all: it compiles four more variants)
 Causal rows use the bottom-right alignment (query t sees keys j <= t + S - L).
 
 --shape replaces the suite with your own shapes: six integers B,H,H_kv,L,S,d
@@ -261,6 +267,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if f.suite == "decode-loop" && !set["shape"] {
+		return runDecodeLoopSuite(&f, stdout, stderr)
+	}
 
 	var cases []benchCase
 	switch {
@@ -274,7 +283,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "bench", "--causal applies to --shape; the suites say per shape whether they are causal")
 	default:
 		if cases = suiteCases(f.suite); cases == nil {
-			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long or all", f.suite)
+			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all or decode-loop", f.suite)
 		}
 	}
 	for i := range cases {
@@ -598,3 +607,37 @@ func (p *benchProgress) clear() {
 
 // finish erases the bar: the results follow on stdout.
 func (p *benchProgress) finish() { p.clear() }
+
+// runDecodeLoopSuite is bench --suite decode-loop.
+func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
+	if f.reps < 1 {
+		return usagef(stderr, "bench", "--reps %d: want at least 1", f.reps)
+	}
+	dev, err := vkattn.Open(vkattn.Config{Device: f.device})
+	if err != nil {
+		return failf(stderr, "bench", "%v", err)
+	}
+	defer dev.Close()
+	ctx, stop := interruptible()
+	defer stop()
+	prog := newBenchProgress(stderr, f.quiet, len(loopLengths)*4*(1+f.reps))
+	prog.describe("decode loop")
+	results, err := benchDecodeLoop(ctx, dev, f.reps, f.seed, prog.add)
+	prog.finish()
+	if f.json {
+		if results == nil {
+			results = []loopResult{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			return failf(stderr, "bench", "%v", err)
+		}
+	} else {
+		printLoopTable(stdout, dev.String(), results)
+	}
+	if err != nil {
+		return failf(stderr, "bench", "%v", err)
+	}
+	return exitOK
+}

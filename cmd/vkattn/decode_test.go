@@ -81,3 +81,29 @@ func TestDecode(t *testing.T) {
 	short := save(t, dir, "short.npy", [][]float32{{1, 2, 3, 4, 5, 6, 7, 8}})
 	checkRefused(t, []string{"decode", "-q", q, "-k", short, "-v", v}, 1, "one sequence length T", "")
 }
+
+// bench --suite decode-loop on a small shape: every layout and type, no
+// device allocation in a step.
+func TestBenchDecodeLoop(t *testing.T) {
+	withDevice(t)
+	saved := [...]int{loopH, loopHKV, loopD, loopPage}
+	savedLengths := loopLengths
+	loopH, loopHKV, loopD, loopPage, loopLengths = 4, 2, 8, 64, []int{300}
+	defer func() { loopH, loopHKV, loopD, loopPage, loopLengths = saved[0], saved[1], saved[2], saved[3], savedLengths }()
+	out := cliOK(t, "bench", "--suite", "decode-loop", "--reps", "3", "--quiet", "--json")
+	var rs []loopResult
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if len(rs) != 4 {
+		t.Fatalf("%d results, want 4 (contiguous and paged, f32 and f16)", len(rs))
+	}
+	for _, r := range rs {
+		if r.Length != 300 || r.StepsPerS <= 0 || r.Allocs != 0 {
+			t.Errorf("result %+v: want cache length 300, a rate, no allocation", r)
+		}
+	}
+	if rs[2].Cache != "paged 64" || rs[1].DType != "f16" {
+		t.Errorf("results in the wrong order: %+v", rs)
+	}
+}
