@@ -164,6 +164,60 @@ func (c *KVCache) Append(k, v []float32, n int) error {
 	return c.append(seqs, k, v, n)
 }
 
+// AppendTensors adds the tokens of device tensors to every sequence: k is
+// (B, HKV, n, DK) and v (B, HKV, n, DV), e.g. the outputs of projections,
+// read through any strides. Dense tensors of the cache's element type
+// whose values are within its bound are copied on the device; others
+// (another type, a view) go through the host once, rounded as Append
+// rounds.
+func (c *KVCache) AppendTensors(k, v *Tensor) error {
+	cfg := c.cfg
+	if k == nil || v == nil {
+		return errorf(ErrShape, "AppendTensors of a nil tensor")
+	}
+	n := k.shape[2]
+	for _, x := range []struct {
+		name string
+		t    *Tensor
+		w    int
+	}{{"k", k, cfg.DK}, {"v", v, cfg.DV}} {
+		if want := [4]int{cfg.B, cfg.HKV, n, x.w}; x.t.shape != want {
+			return errorf(ErrShape, "AppendTensors: %s has shape %v, want %v", x.name, x.t.shape, want)
+		}
+		if err := c.dev.checkInput(x.name, x.t); err != nil {
+			return err
+		}
+	}
+	if !c.copyable(k) || !c.copyable(v) {
+		kd, err := k.Download()
+		if err != nil {
+			return err
+		}
+		vd, err := v.Download()
+		if err != nil {
+			return err
+		}
+		return c.Append(kd, vd, n)
+	}
+	seqs := make([]int, cfg.B)
+	for b := range seqs {
+		seqs[b] = b
+	}
+	size := uint64(cfg.DType.Bytes())
+	return c.store(seqs, n, func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+		src := [2]*Tensor{k, v}[i]
+		return src.buf.CopyTo(dst.buf, uint64(src.offset+first*w)*size, uint64(dstElem)*size, uint64(rows*w)*size)
+	})
+}
+
+// copyable reports whether t can be copied into the cache on the device:
+// dense, the cache's type, within its bound.
+func (c *KVCache) copyable(t *Tensor) bool {
+	s := t.shape
+	return t.owner == nil && t.dtype == c.cfg.DType && t.strides == [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} &&
+		t.root().bound <= c.k.root().bound
+}
+
 // AppendTo adds n tokens to sequence b alone: k is (HKV, n, DK) and v
 // (HKV, n, DV). Sequences so get different lengths.
 func (c *KVCache) AppendTo(b int, k, v []float32, n int) error {
@@ -177,11 +231,6 @@ func (c *KVCache) AppendTo(b int, k, v []float32, n int) error {
 // that order).
 func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 	cfg := c.cfg
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return errorf(ErrClosed, "KV cache used after Close")
-	}
 	if n < 0 {
 		return errorf(ErrShape, "append of %d tokens", n)
 	}
@@ -195,6 +244,34 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 				n, len(seqs), x.name, len(x.data), want, cfg.HKV, n, x.w)
 		}
 	}
+	rawK, err := c.k.encode(k)
+	if err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	rawV, err := c.v.encode(v)
+	if err != nil {
+		return fmt.Errorf("values: %w", err)
+	}
+	return c.store(seqs, n, func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+		raw := [2][]byte{rawK, rawV}[i]
+		row := w * cfg.DType.Bytes()
+		return dst.writeRaw(dstElem, raw[first*row:(first+rows)*row])
+	})
+}
+
+// store reserves n positions in each sequence of seqs (pages when paged),
+// has put write them, then counts them. put writes rows [first,
+// first+rows) of the new tokens of tensor i (0 K, 1 V: rows of width w,
+// numbered sequence by sequence, head by head) at element dstElem of dst;
+// the rows of one call are contiguous on the device. Nothing is written
+// when a check fails.
+func (c *KVCache) store(seqs []int, n int, put func(i int, dst *Tensor, dstElem, first, rows, w int) error) error {
+	cfg := c.cfg
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errorf(ErrClosed, "KV cache used after Close")
+	}
 	need := 0 // new pages
 	for _, b := range seqs {
 		if c.lens[b]+n > cfg.Capacity {
@@ -206,14 +283,6 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 	}
 	if need > len(c.free) {
 		return errorf(ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, len(c.free), cfg.Pages)
-	}
-	rawK, err := c.k.encode(k)
-	if err != nil {
-		return fmt.Errorf("keys: %w", err)
-	}
-	rawV, err := c.v.encode(v)
-	if err != nil {
-		return fmt.Errorf("values: %w", err)
 	}
 	if c.pt != nil {
 		for _, b := range seqs {
@@ -237,14 +306,11 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 				if c.pt != nil {
 					run = min(run, cfg.PageSize-pos%cfg.PageSize)
 				}
-				for _, t := range []struct {
-					raw []byte
+				for t, x := range []struct {
 					w   int
 					dst *Tensor
-				}{{rawK, cfg.DK, c.k.root()}, {rawV, cfg.DV, c.v.root()}} {
-					row := t.w * cfg.DType.Bytes()
-					from := (src*n + done) * row
-					if err := t.dst.writeRaw(c.rowOffset(b, h, pos, t.w), t.raw[from:from+run*row]); err != nil {
+				}{{cfg.DK, c.k.root()}, {cfg.DV, c.v.root()}} {
+					if err := put(t, x.dst, c.rowOffset(b, h, pos, x.w), src*n+done, run, x.w); err != nil {
 						return err
 					}
 				}

@@ -263,3 +263,60 @@ func TestKVCacheRefusals(t *testing.T) {
 		t.Errorf("after the rollback freed a page: %v", err)
 	}
 }
+
+// Tokens appended from device tensors: copied on the device when they are
+// dense and of the cache's type, through the host otherwise (a float32
+// projection output into a float16 cache, a strided view).
+func TestKVCacheAppendTensors(t *testing.T) {
+	const B, H, HKV, D = 2, 4, 2, 8
+	r := rand.New(rand.NewSource(57))
+	for _, page := range []int{0, 3} {
+		t.Run(fmt.Sprintf("page %d", page), func(t *testing.T) {
+			cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 20, DK: D, DV: D, DType: vkattn.Float16, PageSize: page})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cache.Close()
+			hist := newHistory(B, HKV, D, D, vkattn.Float16)
+			for i, src := range []struct {
+				dt   vkattn.DType
+				blhd bool
+			}{{vkattn.Float16, false}, {vkattn.Float32, false}, {vkattn.Float16, true}} {
+				n := 2 + i
+				k, v := randomValues(r, B*HKV*n*D), randomValues(r, B*HKV*n*D)
+				s := [4]int{B, HKV, n, D}
+				up := func(x []float32) *vkattn.Tensor {
+					if src.blhd {
+						return mustUploadAs(t, dev, []int{B, n, HKV, D}, toBLHD(x, s), src.dt).SwapAxes12()
+					}
+					return mustUploadAs(t, dev, s[:], x, src.dt)
+				}
+				kt, vt := up(k), up(v)
+				err := cache.AppendTensors(kt, vt)
+				kt.Close()
+				vt.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for b := 0; b < B; b++ {
+					m := HKV * n * D
+					hist.add(b, roundAll(src.dt, k[b*m:(b+1)*m]), roundAll(src.dt, v[b*m:(b+1)*m]), n)
+				}
+			}
+			qData := randomValues(r, B*H*D)
+			q := upload(t, dev, []int{B, H, 1, D}, qData)
+			out, err := cache.Attention(q, vkattn.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			o, err := out.O.Download()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b := 0; b < B; b++ {
+				compare(t, fmt.Sprintf("sequence %d", b), o[b*H*D:(b+1)*H*D], hist.want(t, b, qData[b*H*D:(b+1)*H*D], H, 1, vkattn.Options{}))
+			}
+		})
+	}
+}

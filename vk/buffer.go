@@ -234,6 +234,29 @@ func (b *Buffer) bounds(off uint64, n int) error {
 	return nil
 }
 
+// CopyTo copies size bytes from byte offset srcOff of b to dstOff of dst
+// on the device, and waits for it.
+func (b *Buffer) CopyTo(dst *Buffer, srcOff, dstOff, size uint64) error {
+	if err := b.bounds(srcOff, int(size)); err != nil {
+		return err
+	}
+	if err := dst.bounds(dstOff, int(size)); err != nil {
+		return err
+	}
+	if size == 0 {
+		return nil
+	}
+	if err := b.hold(); err != nil {
+		return err
+	}
+	defer b.release()
+	if err := dst.hold(); err != nil {
+		return err
+	}
+	defer dst.release()
+	return b.dev.copyNow(b, srcOff, dst, dstOff, size)
+}
+
 // copyNow records, submits and waits for one buffer copy (staging path);
 // the caller holds both buffers.
 func (d *Device) copyNow(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size uint64) error {
