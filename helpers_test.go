@@ -1,11 +1,13 @@
 package vkattn_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand"
 	"testing"
+	"time"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
@@ -68,6 +70,23 @@ func mustUpload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkatt
 		t.Fatal(err)
 	}
 	return tt
+}
+
+// replay writes data into in, runs a prepared call and returns its
+// output out downloaded: one step of a loop that replays a call.
+func replay(t *testing.T, in *vkattn.Tensor, data []float32, run func(context.Context) (time.Duration, error), out *vkattn.Tensor) []float32 {
+	t.Helper()
+	if err := in.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := out.Download()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // upload is mustUpload closed when the test ends.

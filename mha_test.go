@@ -354,16 +354,7 @@ func TestMHAPreparedReplays(t *testing.T) {
 	defer call.Close()
 	for run := 0; run < 3; run++ {
 		c.x = randomValues(r, B*T*d)
-		if err := x.Write(c.x); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := call.Run(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		got, err := call.Output().Out.Download()
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := replay(t, x, c.x, call.Run, call.Output().Out)
 		want, err := reference.MultiHeadAttention(c.x, c.xs, nil, nil, nil, nil, c.w, c.opts)
 		if err != nil {
 			t.Fatal(err)

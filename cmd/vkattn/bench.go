@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -345,17 +344,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	prog.finish()
 	stop()
 
-	if f.json {
-		if results == nil {
-			results = []benchResult{}
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(results); err != nil {
-			return failf(stderr, "bench", "%v", err)
-		}
-	} else {
-		printBenchTable(stdout, dev.String(), results)
+	if err := emitResults(stdout, f.json, results, func() { printBenchTable(stdout, dev.String(), results) }); err != nil {
+		return failf(stderr, "bench", "%v", err)
 	}
 	if f.plot != "" && len(results) > 0 {
 		if err := writePlot(f.plot, dev.String(), results); err != nil {
@@ -613,28 +603,17 @@ func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
 	if f.reps < 1 {
 		return usagef(stderr, "bench", "--reps %d: want at least 1", f.reps)
 	}
-	dev, err := vkattn.Open(vkattn.Config{Device: f.device})
-	if err != nil {
-		return failf(stderr, "bench", "%v", err)
+	dev, ctx, done, code := openInterruptible("bench", f.device, stderr)
+	if code != exitOK {
+		return code
 	}
-	defer dev.Close()
-	ctx, stop := interruptible()
-	defer stop()
+	defer done()
 	prog := newBenchProgress(stderr, f.quiet, len(loopLengths)*4*(1+f.reps))
 	prog.describe("decode loop")
 	results, err := benchDecodeLoop(ctx, dev, f.reps, f.seed, prog.add)
 	prog.finish()
-	if f.json {
-		if results == nil {
-			results = []loopResult{}
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(results); err != nil {
-			return failf(stderr, "bench", "%v", err)
-		}
-	} else {
-		printLoopTable(stdout, dev.String(), results)
+	if err := emitResults(stdout, f.json, results, func() { printLoopTable(stdout, dev.String(), results) }); err != nil {
+		return failf(stderr, "bench", "%v", err)
 	}
 	if err != nil {
 		return failf(stderr, "bench", "%v", err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -34,7 +33,8 @@ rank 2 to 4 as for run; T is the sequence length, the cache's capacity.
 --check compares O with the float64 reference (full causal attention over
 the sequence on the values as stored) and exits 1 if any |GPU - reference|
 > 1e-4 * max(1, |reference|). The summary gives the prefill's and the
-steps' device time and tokens/s (B tokens a step).
+steps' device time and tokens/s (B tokens a step); --explain adds the
+step's plan (kernel variant, load path, tiles, grid).
 
 Example:
   vkattn decode -q q.npy -k k.npy -v v.npy --prefill 16 --page 16 --kv-dtype f16 --check -o o.npy
@@ -49,8 +49,8 @@ type decodeFlags struct {
 	variantFlags
 	out    string
 	device string
-	check  bool
-	json   bool
+	checkFlags
+	json bool
 }
 
 func runDecode(args []string, stdout, stderr io.Writer) int {
@@ -63,7 +63,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	f.variantFlags.register(fs)
 	fs.StringVar(&f.out, "o", "", "write every token's output to `O.npy` (Q's shape, last axis d_v)")
 	deviceFlag(fs, &f.device)
-	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
+	f.checkFlags.register(fs, "the step's kernel variant, load path, tiles, grid")
 	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
 	if ok, code := parseFlags(fs, decodeUsage, args, stdout, stderr); !ok {
 		return code
@@ -114,13 +114,11 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return failf(stderr, "decode", "Q %v, K %v, V %v: %v", q, k, v, err)
 	}
 
-	dev, err := vkattn.Open(vkattn.Config{Device: f.device})
-	if err != nil {
-		return failf(stderr, "decode", "%v", err)
+	dev, ctx, done, code := openInterruptible("decode", f.device, stderr)
+	if code != exitOK {
+		return code
 	}
-	defer dev.Close()
-	ctx, stop := interruptible()
-	defer stop()
+	defer done()
 	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, types, opts)
 	if err != nil {
 		return failf(stderr, "decode", "%v", err)
@@ -145,9 +143,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	}
 	res.summary.Check = chk
 	if f.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res.summary); err != nil {
+		if err := printJSON(stdout, res.summary); err != nil {
 			return failf(stderr, "decode", "%v", err)
 		}
 		return exitOK
@@ -156,7 +152,9 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "decode %v on %s: cache %s, %d steps after a prefill of %d\n", s.Dims, s.Device, s.Cache, s.Steps, s.Prefill)
 	fmt.Fprintf(stdout, "prefill: %s; steps: %s device time per step (median), %.1f tokens/s over %s wall\n",
 		time.Duration(s.PrefillNS), time.Duration(s.StepMedianNS), s.TokensPerSec, time.Duration(s.StepsWallNS))
-	fmt.Fprintf(stdout, "step plan: %s\n", s.StepPlan)
+	if f.explain {
+		fmt.Fprintf(stdout, "step plan: %s\n", s.StepPlan)
+	}
 	if chk != nil {
 		fmt.Fprintln(stdout, chk.String())
 	}

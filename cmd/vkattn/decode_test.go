@@ -89,7 +89,9 @@ func TestBenchDecodeLoop(t *testing.T) {
 	saved := [...]int{loopH, loopHKV, loopD, loopPage}
 	savedLengths := loopLengths
 	loopH, loopHKV, loopD, loopPage, loopLengths = 4, 2, 8, 64, []int{300}
-	defer func() { loopH, loopHKV, loopD, loopPage, loopLengths = saved[0], saved[1], saved[2], saved[3], savedLengths }()
+	defer func() {
+		loopH, loopHKV, loopD, loopPage, loopLengths = saved[0], saved[1], saved[2], saved[3], savedLengths
+	}()
 	out := cliOK(t, "bench", "--suite", "decode-loop", "--reps", "3", "--quiet", "--json")
 	var rs []loopResult
 	if err := json.Unmarshal([]byte(out), &rs); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -100,9 +99,7 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 		for _, d := range devs {
 			out.Devices = append(out.Devices, toDeviceJSON(d, def))
 		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := printJSON(stdout, out); err != nil {
 			return failf(stderr, "devices", "%v", err)
 		}
 		return exitOK

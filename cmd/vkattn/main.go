@@ -20,6 +20,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -128,6 +130,37 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {} // parseFlags prints usage itself, to the right stream
 	return fs
+}
+
+// emitResults prints results as a JSON array ([] for none) when asJSON,
+// else with table: the two outputs of the commands that measure.
+func emitResults[T any](w io.Writer, asJSON bool, results []T, table func()) error {
+	if !asJSON {
+		table()
+		return nil
+	}
+	if results == nil {
+		results = []T{}
+	}
+	return printJSON(w, results)
+}
+
+// openInterruptible opens the device a command names, with a context that
+// Ctrl-C cancels; done closes both. code is exitOK, or what to exit with.
+func openInterruptible(cmd, device string, stderr io.Writer) (dev *vkattn.Device, ctx context.Context, done func(), code int) {
+	dev, err := vkattn.Open(vkattn.Config{Device: device})
+	if err != nil {
+		return nil, nil, nil, failf(stderr, cmd, "%v", err)
+	}
+	ctx, stop := interruptible()
+	return dev, ctx, func() { stop(); dev.Close() }, exitOK
+}
+
+// printJSON writes v as indented JSON, the --json output of every command.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // deviceFlag registers --device, the device choice of every command that

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -598,9 +597,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 
 	if f.json {
 		s := runSummary(p, res, oShape, wShape, lseShape, outs, chk)
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(s); err != nil {
+		if err := printJSON(stdout, s); err != nil {
 			return failf(stderr, "run", "%v", err)
 		}
 	} else {

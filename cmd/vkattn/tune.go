@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -231,11 +230,7 @@ func nonNil(rs []tune.Result) []tune.Result {
 	return rs
 }
 
-func writeTuneJSON(w io.Writer, rep tuneReport) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(rep)
-}
+func writeTuneJSON(w io.Writer, rep tuneReport) error { return printJSON(w, rep) }
 
 // printTuneTable writes the candidates and split-K results as one aligned
 // table.

@@ -1,3 +1,6 @@
+// Sequences of different lengths: the KV cache and packed (varlen)
+// batches (SEMANTICS.md §4.2).
+
 package vkattn_test
 
 import (
@@ -58,6 +61,51 @@ func (h *history) want(t *testing.T, b int, q []float32, H, L int, opts vkattn.O
 	return res.O
 }
 
+// filledCache makes a cache of cfg and appends lengths[b] random tokens
+// to sequence b, recording them in a history.
+func filledCache(t *testing.T, r *rand.Rand, cfg vkattn.KVCacheConfig, lengths ...int) (*vkattn.KVCache, *history) {
+	t.Helper()
+	cache, err := dev.NewKVCache(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cache.Close)
+	hist := newHistory(cfg.B, cfg.HKV, cfg.DK, cfg.DV, cfg.DType)
+	for b, n := range lengths {
+		k, v := randomValues(r, cfg.HKV*n*cfg.DK), randomValues(r, cfg.HKV*n*cfg.DV)
+		if err := cache.AppendTo(b, k, v, n); err != nil {
+			t.Fatal(err)
+		}
+		hist.add(b, k, v, n)
+	}
+	return cache, hist
+}
+
+// check compares o, the (B, H, L, dv) output of queries qData over the
+// cache, with each sequence's attention over its history.
+func (h *history) check(t *testing.T, what string, o, qData []float32, H, L int, opts vkattn.Options) {
+	t.Helper()
+	for b := range h.k {
+		n := H * L * h.dv
+		compare(t, fmt.Sprintf("%s, sequence %d (length %d)", what, b, len(h.k[b][0])/h.dk), o[b*n:(b+1)*n], h.want(t, b, qData[b*len(qData)/len(h.k):(b+1)*len(qData)/len(h.k)], H, L, opts))
+	}
+}
+
+// attendOnce runs one attention over the cache and returns O and the plan.
+func attendOnce(t *testing.T, cache *vkattn.KVCache, q *vkattn.Tensor, opts vkattn.Options) ([]float32, vkattn.Plan) {
+	t.Helper()
+	out, err := cache.Attention(q, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	o, err := out.O.Download()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, out.Plan
+}
+
 // A decode loop through the cache equals attention over each sequence's
 // whole history: ragged prefills, one token per step for every sequence,
 // a rollback, in float32 and half caches, with the score variants too.
@@ -80,39 +128,11 @@ func TestKVCacheDecodeLoop(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewSource(51))
-			cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: c.dt, PageSize: c.page, Pages: c.pages})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cache.Close()
-			hist := newHistory(B, HKV, D, D, c.dt)
 			// Prefills of different lengths, then a block of 3 queries.
-			for b, n := range []int{13, 5} {
-				k, v := randomValues(r, HKV*n*D), randomValues(r, HKV*n*D)
-				if err := cache.AppendTo(b, k, v, n); err != nil {
-					t.Fatal(err)
-				}
-				hist.add(b, k, v, n)
-			}
-			check := func(what string, qData []float32, L int, got []float32) {
-				t.Helper()
-				for b := 0; b < B; b++ {
-					n := H * L * D
-					compare(t, fmt.Sprintf("%s, sequence %d (length %d)", what, b, cache.Lengths()[b]), got[b*n:(b+1)*n], hist.want(t, b, qData[b*n:(b+1)*n], H, L, c.opts))
-				}
-			}
+			cache, hist := filledCache(t, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: c.dt, PageSize: c.page, Pages: c.pages}, 13, 5)
 			qBlock := randomValues(r, B*H*3*D)
-			q3 := upload(t, dev, []int{B, H, 3, D}, qBlock)
-			out, err := cache.Attention(q3, c.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			o, err := out.O.Download()
-			out.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			check("prefill queries", qBlock, 3, o)
+			o, _ := attendOnce(t, cache, upload(t, dev, []int{B, H, 3, D}, qBlock), c.opts)
+			hist.check(t, "prefill queries", o, qBlock, H, 3, c.opts)
 
 			// Decode: one prepared call, replayed; each step appends a
 			// token to both sequences and writes its query.
@@ -142,17 +162,8 @@ func TestKVCacheDecodeLoop(t *testing.T) {
 					hist.truncate(0, lens[0])
 				}
 				qData := randomValues(r, B*H*D)
-				if err := q.Write(qData); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := call.Run(t.Context()); err != nil {
-					t.Fatal(err)
-				}
-				o, err := call.Output().O.Download()
-				if err != nil {
-					t.Fatal(err)
-				}
-				check(fmt.Sprintf("step %d", step), qData, 1, o)
+				o := replay(t, q, qData, call.Run, call.Output().O)
+				hist.check(t, fmt.Sprintf("step %d", step), o, qData, H, 1, c.opts)
 			}
 			if after := dev.AllocStats(); after != before {
 				t.Errorf("decode steps allocated: %+v before, %+v after", before, after)
@@ -172,37 +183,13 @@ func TestKVCacheSplitK(t *testing.T) {
 func kvCacheSplitK(t *testing.T, page int) {
 	const B, H, HKV, D, capacity = 2, 8, 2, 16, 600
 	r := rand.New(rand.NewSource(53))
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Close()
-	hist := newHistory(B, HKV, D, D, vkattn.Float16)
-	for b, n := range []int{517, 290} {
-		k, v := randomValues(r, HKV*n*D), randomValues(r, HKV*n*D)
-		if err := cache.AppendTo(b, k, v, n); err != nil {
-			t.Fatal(err)
-		}
-		hist.add(b, k, v, n)
-	}
+	cache, hist := filledCache(t, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page}, 517, 290)
 	qData := randomValues(r, B*H*D)
-	q := upload(t, dev, []int{B, H, 1, D}, qData)
-	out, err := cache.Attention(q, vkattn.Options{})
-	if err != nil {
-		t.Fatal(err)
+	o, plan := attendOnce(t, cache, upload(t, dev, []int{B, H, 1, D}, qData), vkattn.Options{})
+	if plan.Kernel.Splits == 0 {
+		t.Fatalf("plan %v: want split-K", plan.Kernel)
 	}
-	defer out.Close()
-	if out.Plan.Kernel.Splits == 0 {
-		t.Fatalf("plan %v: want split-K", out.Plan.Kernel)
-	}
-	o, err := out.O.Download()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for b := 0; b < B; b++ {
-		n := H * D
-		compare(t, fmt.Sprintf("sequence %d", b), o[b*n:(b+1)*n], hist.want(t, b, qData[b*n:(b+1)*n], H, 1, vkattn.Options{}))
-	}
+	hist.check(t, "split-K", o, qData, H, 1, vkattn.Options{})
 }
 
 // Appending past the capacity, truncating past a length, bad values and
@@ -272,12 +259,7 @@ func TestKVCacheAppendTensors(t *testing.T) {
 	r := rand.New(rand.NewSource(57))
 	for _, page := range []int{0, 3} {
 		t.Run(fmt.Sprintf("page %d", page), func(t *testing.T) {
-			cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 20, DK: D, DV: D, DType: vkattn.Float16, PageSize: page})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cache.Close()
-			hist := newHistory(B, HKV, D, D, vkattn.Float16)
+			cache, hist := filledCache(t, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 20, DK: D, DV: D, DType: vkattn.Float16, PageSize: page})
 			for i, src := range []struct {
 				dt   vkattn.DType
 				blhd bool
@@ -304,19 +286,107 @@ func TestKVCacheAppendTensors(t *testing.T) {
 				}
 			}
 			qData := randomValues(r, B*H*D)
-			q := upload(t, dev, []int{B, H, 1, D}, qData)
-			out, err := cache.Attention(q, vkattn.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer out.Close()
-			o, err := out.O.Download()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for b := 0; b < B; b++ {
-				compare(t, fmt.Sprintf("sequence %d", b), o[b*H*D:(b+1)*H*D], hist.want(t, b, qData[b*H*D:(b+1)*H*D], H, 1, vkattn.Options{}))
-			}
+			o, _ := attendOnce(t, cache, upload(t, dev, []int{B, H, 1, D}, qData), vkattn.Options{})
+			hist.check(t, "appended from tensors", o, qData, H, 1, vkattn.Options{})
 		})
+	}
+}
+
+// A packed batch of sequences of different lengths (one with no queries,
+// one with no keys) gives each sequence's own attention: against the
+// reference on each sequence alone, with causal alignments and the score
+// variants counted within each sequence, packed (total, H, d) data read in
+// place, on both load paths and in half precision.
+func TestAttentionVarlen(t *testing.T) {
+	const H, HKV, D = 4, 2, 8
+	lq, lk := []int{5, 0, 9, 3, 1}, []int{7, 3, 9, 0, 12}
+	cuQ, cuK := []int{0}, []int{0}
+	for i := range lq {
+		cuQ, cuK = append(cuQ, cuQ[i]+lq[i]), append(cuK, cuK[i]+lk[i])
+	}
+	tq, tk := cuQ[len(lq)], cuK[len(lk)]
+	r := rand.New(rand.NewSource(61))
+	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+		for _, c := range []struct {
+			name string
+			opts vkattn.Options
+			dt   vkattn.DType
+		}{
+			{"bottom-right", vkattn.Options{Causal: vkattn.CausalBottomRight}, vkattn.Float32},
+			{"top-left window alibi", vkattn.Options{Causal: vkattn.CausalTopLeft, Window: &vkattn.Window{Left: 3, Right: 1}, ALiBi: vkattn.ALiBiSlopes(H)}, vkattn.Float16},
+			{"sinks softcap", vkattn.Options{Sinks: randomValues(r, H), Softcap: 0.7}, vkattn.BFloat16},
+		} {
+			t.Run(path+"/"+c.name, func(t *testing.T) {
+				// Packed (total, H, d) as a model lays it out.
+				qp, kp, vp := randomValues(r, tq*H*D), randomValues(r, tk*HKV*D), randomValues(r, tk*HKV*D)
+				q := mustUploadAs(t, d, []int{1, tq, H, D}, qp, c.dt).SwapAxes12()
+				defer q.Close()
+				k := mustUploadAs(t, d, []int{1, tk, HKV, D}, kp, c.dt).SwapAxes12()
+				defer k.Close()
+				v := mustUploadAs(t, d, []int{1, tk, HKV, D}, vp, c.dt).SwapAxes12()
+				defer v.Close()
+				out, err := d.AttentionVarlen(q, k, v, cuQ, cuK, c.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer out.Close()
+				o, err := out.O.Download() // (1, H, tq, D)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// sequence i's rows of a packed (total, heads, D) array as (heads, n, D).
+				seq := func(x []float32, heads, first, n int) []float32 {
+					s := make([]float32, 0, heads*n*D)
+					for h := 0; h < heads; h++ {
+						for p := first; p < first+n; p++ {
+							row := x[(p*heads+h)*D : (p*heads+h+1)*D]
+							s = append(s, roundAll(c.dt, row)...)
+						}
+					}
+					return s
+				}
+				for i := range lq {
+					if lq[i] == 0 {
+						continue
+					}
+					got := make([]float32, 0, H*lq[i]*D)
+					for h := 0; h < H; h++ {
+						got = append(got, o[(h*tq+cuQ[i])*D:(h*tq+cuQ[i]+lq[i])*D]...)
+					}
+					if lk[i] == 0 {
+						for j, x := range got {
+							if x != 0 {
+								t.Fatalf("sequence %d has no keys: O[%d] = %v, want 0", i, j, x)
+							}
+						}
+						continue
+					}
+					want, err := reference.Attention(seq(qp, H, cuQ[i], lq[i]), [4]int{1, H, lq[i], D},
+						seq(kp, HKV, cuK[i], lk[i]), [4]int{1, HKV, lk[i], D}, seq(vp, HKV, cuK[i], lk[i]), [4]int{1, HKV, lk[i], D}, c.opts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					compare(t, fmt.Sprintf("sequence %d (L=%d, S=%d)", i, lq[i], lk[i]), got, want.O)
+				}
+			})
+		}
+	}
+	q := upload(t, dev, []int{1, H, tq, D}, make([]float32, H*tq*D))
+	k := upload(t, dev, []int{1, HKV, tk, D}, make([]float32, HKV*tk*D))
+	for _, c := range []struct {
+		name     string
+		cuQ, cuK []int
+		opts     vkattn.Options
+		want     error
+	}{
+		{"not ending at the total", []int{0, 3}, []int{0, tk}, vkattn.Options{}, vkattn.ErrLengths},
+		{"decreasing", []int{0, 10, 5, tq}, []int{0, 1, 2, tk}, vkattn.Options{}, vkattn.ErrLengths},
+		{"counts differ", cuQ, []int{0, tk}, vkattn.Options{}, vkattn.ErrLengths},
+		{"a mask", cuQ, cuK, vkattn.Options{KeyLengths: []int{1}}, vkattn.ErrOption},
+		{"LSE", cuQ, cuK, vkattn.Options{WantLSE: true}, vkattn.ErrOption},
+	} {
+		if _, err := dev.AttentionVarlen(q, k, k, c.cuQ, c.cuK, c.opts); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
 	}
 }
