@@ -123,7 +123,12 @@ func sweep(t *testing.T, d *vkattn.Device, seed int64, cases int, widths []int) 
 		p.blhd = r.Intn(3) == 0
 		p.wantLSE = r.Intn(2) == 0
 		p.weights = r.Intn(3) == 0
-		p.types = typeMixes[c%len(typeMixes)]
+		if max(dk, dv) <= 64 {
+			// Half inputs on the small kernels only: the widening does not
+			// depend on the width, and each d_max 128/256 kernel of another
+			// type mix is another slow lavapipe compile.
+			p.types = typeMixes[c%len(typeMixes)]
+		}
 		names = append(names, fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, h, hkv, l, s, dk, dv, kinds, typesName(p.types)))
 		problems = append(problems, p)
 	}
