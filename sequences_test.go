@@ -63,9 +63,9 @@ func (h *history) want(t *testing.T, b int, q []float32, H, L int, opts vkattn.O
 
 // filledCache makes a cache of cfg and appends lengths[b] random tokens
 // to sequence b, recording them in a history.
-func filledCache(t *testing.T, r *rand.Rand, cfg vkattn.KVCacheConfig, lengths ...int) (*vkattn.KVCache, *history) {
+func filledCache(t *testing.T, d *vkattn.Device, r *rand.Rand, cfg vkattn.KVCacheConfig, lengths ...int) (*vkattn.KVCache, *history) {
 	t.Helper()
-	cache, err := dev.NewKVCache(cfg)
+	cache, err := d.NewKVCache(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestKVCacheDecodeLoop(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewSource(51))
 			// Prefills of different lengths, then a block of 3 queries.
-			cache, hist := filledCache(t, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: c.dt, PageSize: c.page, Pages: c.pages}, 13, 5)
+			cache, hist := filledCache(t, dev, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: c.dt, PageSize: c.page, Pages: c.pages}, 13, 5)
 			qBlock := randomValues(r, B*H*3*D)
 			o, _ := attendOnce(t, cache, upload(t, dev, []int{B, H, 3, D}, qBlock), c.opts)
 			hist.check(t, "prefill queries", o, qBlock, H, 3, c.opts)
@@ -172,20 +172,23 @@ func TestKVCacheDecodeLoop(t *testing.T) {
 	}
 }
 
-// A split-K decode over a long cache, contiguous and paged: the kernel
-// reads only each sequence's positions, through the page table when paged.
+// A split-K decode over a long cache, contiguous and paged, on both load
+// paths: the kernel reads only each sequence's positions, through the page
+// table when paged.
 func TestKVCacheSplitK(t *testing.T) {
-	for _, page := range []int{0, 64} {
-		t.Run(fmt.Sprintf("page %d", page), func(t *testing.T) { kvCacheSplitK(t, page) })
+	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+		for _, page := range []int{0, 64} {
+			t.Run(fmt.Sprintf("%s/page %d", path, page), func(t *testing.T) { kvCacheSplitK(t, d, page) })
+		}
 	}
 }
 
-func kvCacheSplitK(t *testing.T, page int) {
+func kvCacheSplitK(t *testing.T, d *vkattn.Device, page int) {
 	const B, H, HKV, D, capacity = 2, 8, 2, 16, 600
 	r := rand.New(rand.NewSource(53))
-	cache, hist := filledCache(t, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page}, 517, 290)
+	cache, hist := filledCache(t, d, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page}, 517, 290)
 	qData := randomValues(r, B*H*D)
-	o, plan := attendOnce(t, cache, upload(t, dev, []int{B, H, 1, D}, qData), vkattn.Options{})
+	o, plan := attendOnce(t, cache, upload(t, d, []int{B, H, 1, D}, qData), vkattn.Options{})
 	if plan.Kernel.Splits == 0 {
 		t.Fatalf("plan %v: want split-K", plan.Kernel)
 	}
@@ -259,7 +262,7 @@ func TestKVCacheAppendTensors(t *testing.T) {
 	r := rand.New(rand.NewSource(57))
 	for _, page := range []int{0, 3} {
 		t.Run(fmt.Sprintf("page %d", page), func(t *testing.T) {
-			cache, hist := filledCache(t, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 20, DK: D, DV: D, DType: vkattn.Float16, PageSize: page})
+			cache, hist := filledCache(t, dev, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 20, DK: D, DV: D, DType: vkattn.Float16, PageSize: page})
 			for i, src := range []struct {
 				dt   vkattn.DType
 				blhd bool
