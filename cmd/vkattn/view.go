@@ -26,7 +26,10 @@ Keys:
 The title shows the batch item, the head, the colour scale, and the query,
 key and value under the mouse.
 
-Inputs and masks are those of 'vkattn run' (see 'vkattn run -h').
+Inputs and masks are those of 'vkattn run' (see 'vkattn run -h'). With
+--dtype or --kv-dtype the inputs are rounded to that type, so the window
+shows the rounded problem, but it keeps them as float32 on the device (the
+contribution view reads V as float32).
 
 It needs a display (DISPLAY set; without one it fails at once, saying so)
 and a vkattn built with the viewer, which needs the X11 headers:
