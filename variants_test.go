@@ -133,3 +133,17 @@ func TestScoreVariantRefusals(t *testing.T) {
 		t.Errorf("%d Vulkan objects alive after the refusals, %d before", n, before)
 	}
 }
+
+// Additive attention runs the same kernel: the score variants apply to
+// its scores w_a . tanh(q + k) as to scaled dot products (one head).
+func TestScoreVariantsAdditive(t *testing.T) {
+	r := rand.New(rand.NewSource(47))
+	const B, L, S, DQ, DK, DA, DV = 2, 6, 11, 5, 7, 8, 4
+	for _, d := range []*vkattn.Device{dev, storageDev} {
+		c := &additiveCase{B: B, L: L, S: S, DQ: DQ, DK: DK, DA: DA, DV: DV}
+		c.q, c.k, c.v = randomValues(r, B*L*DQ), randomValues(r, B*S*DK), randomValues(r, B*S*DV)
+		c.w = &vkattn.AdditiveWeights{DQ: DQ, DK: DK, DA: DA, WQ: randomValues(r, DQ*DA), WK: randomValues(r, DK*DA), WA: randomValues(r, DA)}
+		c.opts = vkattn.Options{Window: &vkattn.Window{Left: 4, Right: 1}, Softcap: 0.9, ALiBi: []float32{0.3}, Sinks: []float32{0.2}}
+		t.Run(map[bool]string{false: "auto", true: "storage"}[d == storageDev], func(t *testing.T) { checkAdditive(t, d, c) })
+	}
+}
