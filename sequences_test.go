@@ -393,3 +393,27 @@ func TestAttentionVarlen(t *testing.T) {
 		}
 	}
 }
+
+// A step prepared on a cache that is closed afterwards fails with
+// ErrClosed when run, and frees cleanly.
+func TestKVCacheClosedUnderAPreparedStep(t *testing.T) {
+	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 4, DK: 4, DV: 4, PageSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Append(make([]float32, 4), make([]float32, 4), 1); err != nil {
+		t.Fatal(err)
+	}
+	step, err := cache.Prepare(upload(t, dev, []int{1, 1, 1, 4}, make([]float32, 4)), vkattn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer step.Close()
+	cache.Close()
+	if _, err := step.Run(t.Context()); !errors.Is(err, vkattn.ErrClosed) {
+		t.Errorf("run after the cache's Close: %v, want ErrClosed", err)
+	}
+	if err := cache.Append(make([]float32, 4), make([]float32, 4), 1); !errors.Is(err, vkattn.ErrClosed) {
+		t.Errorf("append after Close: %v, want ErrClosed", err)
+	}
+}
