@@ -2,6 +2,7 @@ package vk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -66,28 +67,25 @@ func (d *Device) newBuffer(size uint64, staging bool) (*Buffer, error) {
 	req.Deref()
 	req.Free()
 	hostBits := vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
-	var typeIndex uint32
-	var ok bool
-	if staging {
-		typeIndex, ok = d.findMemoryType(req.MemoryTypeBits, hostBits)
-	} else {
-		typeIndex, ok = d.findMemoryType(req.MemoryTypeBits, hostBits|vulkan.MemoryPropertyDeviceLocalBit)
-		if !ok {
-			typeIndex, ok = d.findMemoryType(req.MemoryTypeBits, vulkan.MemoryPropertyDeviceLocalBit)
-		}
-	}
-	if !ok {
+	types := d.memoryTypesFor(req.MemoryTypeBits, staging)
+	if len(types) == 0 {
 		b.destroyHandle()
 		return nil, fmt.Errorf("vk: no suitable memory type for a %d-byte buffer", size)
 	}
 	var mem vulkan.DeviceMemory
-	alloc := vulkan.MemoryAllocateInfo{
-		SType:           vulkan.StructureTypeMemoryAllocateInfo,
-		AllocationSize:  req.Size,
-		MemoryTypeIndex: typeIndex,
+	var typeIndex uint32
+	for _, typeIndex = range types {
+		alloc := vulkan.MemoryAllocateInfo{
+			SType:           vulkan.StructureTypeMemoryAllocateInfo,
+			AllocationSize:  req.Size,
+			MemoryTypeIndex: typeIndex,
+		}
+		err = check("vkAllocateMemory", allocateMemory(d.handle, &alloc, &mem))
+		alloc.Free()
+		if !outOfMemory(err) {
+			break // allocated, or failed for another reason than a full heap
+		}
 	}
-	defer alloc.Free()
-	err = check("vkAllocateMemory", vulkan.AllocateMemory(d.handle, &alloc, nil, &mem))
 	if err != nil {
 		b.destroyHandle()
 		return nil, err
@@ -232,6 +230,49 @@ func (b *Buffer) bounds(off uint64, n int) error {
 		return fmt.Errorf("vk: access [%d, %d) outside a %d-byte buffer", off, off+uint64(n), b.size)
 	}
 	return nil
+}
+
+// memoryTypesFor lists the memory types to try for a buffer, best first:
+// for staging, host-visible coherent memory, system memory before device
+// memory; otherwise device-local memory the host can map (no staging
+// copies), then device-local memory alone. A discrete GPU's mappable
+// device memory is often a 256 MiB BAR window: staging stays out of it,
+// and when it is full a buffer still fits in plain device memory, written
+// and read through staging buffers.
+func (d *Device) memoryTypesFor(bits uint32, staging bool) []uint32 {
+	hostBits := vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
+	if staging {
+		if t, ok := d.findMemoryType(bits, hostBits, vulkan.MemoryPropertyDeviceLocalBit); ok {
+			return []uint32{t}
+		}
+		if t, ok := d.findMemoryType(bits, hostBits, 0); ok {
+			return []uint32{t}
+		}
+		return nil
+	}
+	var types []uint32
+	if t, ok := d.findMemoryType(bits, hostBits|vulkan.MemoryPropertyDeviceLocalBit, 0); ok {
+		types = append(types, t)
+	}
+	if t, ok := d.findMemoryType(bits, vulkan.MemoryPropertyDeviceLocalBit, vulkan.MemoryPropertyHostVisibleBit); ok {
+		types = append(types, t)
+	} else if len(types) == 0 {
+		if t, ok := d.findMemoryType(bits, vulkan.MemoryPropertyDeviceLocalBit, 0); ok {
+			types = append(types, t)
+		}
+	}
+	return types
+}
+
+// allocateMemory is vkAllocateMemory; tests replace it to fill a heap.
+var allocateMemory = func(dev vulkan.Device, info *vulkan.MemoryAllocateInfo, mem *vulkan.DeviceMemory) vulkan.Result {
+	return vulkan.AllocateMemory(dev, info, nil, mem)
+}
+
+// outOfMemory reports whether err is a full heap (device or host memory).
+func outOfMemory(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.Result == vulkan.ErrorOutOfDeviceMemory || e.Result == vulkan.ErrorOutOfHostMemory)
 }
 
 // CopyTo copies size bytes from byte offset srcOff of b to dstOff of dst

@@ -393,10 +393,12 @@ func (d *Device) Close() error {
 	return errors.Join(errs...)
 }
 
-func (d *Device) findMemoryType(bits uint32, want vulkan.MemoryPropertyFlagBits) (uint32, bool) {
+// findMemoryType is the first memory type allowed by bits with every flag
+// of want and none of avoid.
+func (d *Device) findMemoryType(bits uint32, want, avoid vulkan.MemoryPropertyFlagBits) (uint32, bool) {
 	for i := uint32(0); i < d.memTypes.MemoryTypeCount; i++ {
 		f := vulkan.MemoryPropertyFlagBits(d.memTypes.MemoryTypes[i].PropertyFlags)
-		if bits&(1<<i) != 0 && f&want == want {
+		if bits&(1<<i) != 0 && f&want == want && f&avoid == 0 {
 			return i, true
 		}
 	}

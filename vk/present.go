@@ -547,7 +547,7 @@ func (d *Device) NewStorageImage(width, height uint32) (*Image, error) {
 	}
 	img.handle = vulkan.Image(unsafe.Pointer(h))
 	objectCreated()
-	typeIndex, ok := d.findMemoryType(uint32(bits), vulkan.MemoryPropertyDeviceLocalBit)
+	typeIndex, ok := d.findMemoryType(uint32(bits), vulkan.MemoryPropertyDeviceLocalBit, 0)
 	if !ok {
 		img.destroy()
 		return nil, fmt.Errorf("vk: no device-local memory type for a %d x %d image", width, height)
