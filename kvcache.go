@@ -46,12 +46,10 @@ type KVCache struct {
 	dev  *Device
 	cfg  KVCacheConfig
 	k, v *Tensor // (B, HKV, Capacity, D); views of the page pools when paged
-	// Paged: the pools' owners, the table, each sequence's pages and the
-	// free ones.
-	kPool, vPool *Tensor
-	pt           *pageTable
-	pagesOf      [][]int
-	free         []int
+	// Paged: the table, each sequence's pages and the free ones.
+	pt      *pageTable
+	pagesOf [][]int
+	free    []int
 	// lengths on the device as the kernels read them: key lengths [B]
 	// (the sequence lengths), then query lengths [B], all Capacity: no
 	// row of any call (L <= every length <= Capacity) is padding.
@@ -99,23 +97,25 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	zeros := func(b, n, w int) (*Tensor, error) {
 		return d.UploadAs([]int{b, cfg.HKV, n, w}, make([]float32, b*cfg.HKV*n*w), cfg.DType)
 	}
-	if cfg.PageSize == 0 {
-		if c.k, err = zeros(cfg.B, cfg.Capacity, cfg.DK); err != nil {
+	for _, x := range []struct {
+		dst **Tensor
+		w   int
+	}{{&c.k, cfg.DK}, {&c.v, cfg.DV}} {
+		if cfg.PageSize == 0 {
+			if *x.dst, err = zeros(cfg.B, cfg.Capacity, x.w); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+		pool, err := zeros(cfg.Pages, cfg.PageSize, x.w)
+		if err != nil {
 			return fail(err)
 		}
-		if c.v, err = zeros(cfg.B, cfg.Capacity, cfg.DV); err != nil {
-			return fail(err)
-		}
-	} else {
-		if c.kPool, err = zeros(cfg.Pages, cfg.PageSize, cfg.DK); err != nil {
-			return fail(err)
-		}
-		if c.vPool, err = zeros(cfg.Pages, cfg.PageSize, cfg.DV); err != nil {
-			return fail(err)
-		}
-		// The kernels see (B, HKV, Capacity, D) tensors whose batch stride
-		// is the pools' page stride: the page table says which page.
-		c.k, c.v = c.kPool.pagedView(cfg), c.vPool.pagedView(cfg)
+		// The kernels see a (B, HKV, Capacity, D) tensor whose batch
+		// stride is the pool's page stride: the page table says which page.
+		*x.dst = pool.pagedView(cfg)
+	}
+	if cfg.PageSize > 0 {
 		c.pt = &pageTable{size: cfg.PageSize, pages: cfg.Pages, perItem: perItem}
 		if c.pt.table, err = d.newTensor([4]int{1, 1, cfg.B, perItem}, Float32); err != nil {
 			return fail(err)
@@ -128,14 +128,14 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 			return fail(err)
 		}
 	}
-	lens := make([]float32, 2*cfg.B)
-	for b := cfg.B; b < 2*cfg.B; b++ {
-		lens[b] = math.Float32frombits(uint32(int32(cfg.Capacity)))
-	}
 	if c.lenT, err = d.newTensor([4]int{1, 1, 1, 2 * cfg.B}, Float32); err != nil {
 		return fail(err)
 	}
-	if err := c.lenT.writeRaw(0, f32Bytes(lens)); err != nil {
+	// Key lengths 0; query lengths Capacity, so that no row is padding.
+	if err := c.lenT.writeInts(cfg.B, slices.Repeat([]int{cfg.Capacity}, cfg.B)); err != nil {
+		return fail(err)
+	}
+	if err := c.syncLengths(); err != nil {
 		return fail(err)
 	}
 	return c, nil
@@ -157,11 +157,7 @@ func (c *KVCache) Lengths() []int {
 // for the cache's type) are refused as by Tensor.Write. Nothing is
 // written when it fails.
 func (c *KVCache) Append(k, v []float32, n int) error {
-	seqs := make([]int, c.cfg.B)
-	for b := range seqs {
-		seqs[b] = b
-	}
-	return c.append(seqs, k, v, n)
+	return c.append(c.everySequence(), k, v, n)
 }
 
 // AppendTensors adds the tokens of device tensors to every sequence: k is
@@ -199,12 +195,8 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 		}
 		return c.Append(kd, vd, n)
 	}
-	seqs := make([]int, cfg.B)
-	for b := range seqs {
-		seqs[b] = b
-	}
 	size := uint64(cfg.DType.Bytes())
-	return c.store(seqs, n, func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+	return c.store(c.everySequence(), n, func(i int, dst *Tensor, dstElem, first, rows, w int) error {
 		src := [2]*Tensor{k, v}[i]
 		return src.buf.CopyTo(dst.buf, uint64(src.offset+first*w)*size, uint64(dstElem)*size, uint64(rows*w)*size)
 	})
@@ -216,6 +208,15 @@ func (c *KVCache) copyable(t *Tensor) bool {
 	s := t.shape
 	return t.owner == nil && t.dtype == c.cfg.DType && t.strides == [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} &&
 		t.root().bound <= c.k.root().bound
+}
+
+// everySequence lists the sequences 0..B-1.
+func (c *KVCache) everySequence() []int {
+	seqs := make([]int, c.cfg.B)
+	for b := range seqs {
+		seqs[b] = b
+	}
+	return seqs
 }
 
 // AppendTo adds n tokens to sequence b alone: k is (HKV, n, DK) and v
@@ -338,13 +339,11 @@ func (c *KVCache) rowOffset(b, h, pos, w int) int {
 // syncPages writes the page table to the device (unused entries 0, never
 // read: they lie past every length). The caller holds c.mu.
 func (c *KVCache) syncPages() error {
-	h := make([]float32, c.cfg.B*c.pt.perItem)
+	table := make([]int, c.cfg.B*c.pt.perItem)
 	for b, pages := range c.pagesOf {
-		for i, p := range pages {
-			h[b*c.pt.perItem+i] = math.Float32frombits(uint32(int32(p)))
-		}
+		copy(table[b*c.pt.perItem:], pages)
 	}
-	return c.pt.table.writeRaw(0, f32Bytes(h))
+	return c.pt.table.writeInts(0, table)
 }
 
 // pagedView is the (B, HKV, Capacity, D) view of a page pool: its batch
@@ -393,11 +392,7 @@ func (c *KVCache) Reset() error { return c.Truncate(make([]int, c.cfg.B)) }
 
 // syncLengths writes the key lengths to the device. The caller holds c.mu.
 func (c *KVCache) syncLengths() error {
-	h := make([]float32, c.cfg.B)
-	for b, n := range c.lens {
-		h[b] = math.Float32frombits(uint32(int32(n)))
-	}
-	return c.lenT.writeRaw(0, f32Bytes(h))
+	return c.lenT.writeInts(0, c.lens)
 }
 
 // Attention attends with q, (B, H, L, DK), the queries of each sequence's

@@ -38,7 +38,8 @@ func checkScores(d Dims, opts *Options, dotWhat string, dot, scale, vBound float
 		capped = min(scaled, opts.Softcap) // c tanh(s / c) is within c
 	}
 	// ALiBi adds slope * (j - (t + S - L)): |j - pos| < S + L.
-	bias := float64(maxAbs(opts.ALiBi)) * float64(d.S+d.L)
+	slope, _ := magnitude(opts.ALiBi) // finite: checked with the options
+	bias := slope * float64(d.S+d.L)
 	score := capped + bias + mask
 	switch {
 	case !(dot <= f32Limit):
@@ -160,13 +161,4 @@ func (a *Additive) checkRange(dm Dims, opts *Options, q, k, v *Tensor) (float64,
 	what := fmt.Sprintf("d_a %d x max|w_a| %.3g", a.da, a.wa.magnitudeBound())
 	vb := v.magnitudeBound()
 	return vb, checkScores(dm, opts, what, float64(a.da)*a.wa.magnitudeBound(), 1, vb)
-}
-
-// maxAbs is the largest |x| of xs (0 for none).
-func maxAbs(xs []float32) float32 {
-	var m float32
-	for _, x := range xs {
-		m = max(m, float32(math.Abs(float64(x))))
-	}
-	return m
 }

@@ -200,6 +200,16 @@ func (t *Tensor) encode(data []float32) ([]byte, error) {
 	return halfBytes(bits), nil
 }
 
+// writeInts stores xs as int32 words from element offset off of a
+// float32-sized tensor (lengths and page tables the kernels read as ints).
+func (t *Tensor) writeInts(off int, xs []int) error {
+	raw := make([]byte, 4*len(xs))
+	for i, x := range xs {
+		binary.LittleEndian.PutUint32(raw[4*i:], uint32(int32(x)))
+	}
+	return t.writeRaw(off, raw)
+}
+
 // writeRaw stores encoded elements from element offset off of t's buffer.
 func (t *Tensor) writeRaw(off int, raw []byte) error {
 	return t.buf.Write(uint64(off*t.dtype.Bytes()), raw)

@@ -62,7 +62,7 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 	if err := out.O.writeRaw(0, f32Bytes(make([]float32, H*total*dv))); err != nil {
 		return nil, b.fail(err)
 	}
-	oBound, longest := 0.0, -1
+	oBound := 0.0
 	for i := 0; i+1 < len(cuSeqQ); i++ {
 		l, s := cuSeqQ[i+1]-cuSeqQ[i], cuSeqK[i+1]-cuSeqK[i]
 		if l == 0 || s == 0 {
@@ -83,8 +83,8 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 		if _, _, err := b.attention(plan, &opts, x, nil); err != nil {
 			return nil, b.fail(err)
 		}
-		if longest < 0 || l*s > out.Plan.Dims.L*out.Plan.Dims.S {
-			out.Plan, longest = plan, i
+		if l*s > out.Plan.Dims.L*out.Plan.Dims.S {
+			out.Plan = plan
 		}
 	}
 	out.setBounds(oBound)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/tune"
 )
 
 // The decode-loop suite: steps of a decode loop through a KV cache, H=32
@@ -124,10 +125,10 @@ func loopOne(ctx context.Context, dev *vkattn.Device, s, page int, dt vkattn.DTy
 		tick()
 	}
 	res.Allocs = (dev.AllocStats().Count - before) / reps
-	res.StepNS, res.GPUNS = int64(median(steps)), int64(median(gpus))
-	res.StepsPerS = 1 / median(steps).Seconds()
-	if t := median(gpus); t > 0 {
-		res.GBPS = float64(2*HKV*s*D*dt.Bytes()) / t.Seconds() / 1e9
+	res.StepNS, res.GPUNS = tune.StatsOf(steps).Median, tune.StatsOf(gpus).Median
+	res.StepsPerS = 1 / time.Duration(res.StepNS).Seconds()
+	if res.GPUNS > 0 {
+		res.GBPS = float64(2*HKV*s*D*dt.Bytes()) / time.Duration(res.GPUNS).Seconds() / 1e9
 	}
 	return res, nil
 }

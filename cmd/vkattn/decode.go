@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/tune"
 )
 
 const decodeUsage = `Usage: vkattn decode -q Q.npy -k K.npy -v V.npy [--prefill P] [flags] [-o O.npy]
@@ -243,11 +243,6 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 		return nil, err
 	}
 	defer qs.Close()
-	// The query tensor must hold a row that the first Prepare can check;
-	// each step writes its own before running.
-	if err := cache.Append(tokens(in[1].F32, HKV, DK, prefill, prefill+1), tokens(in[2].F32, HKV, DV, prefill, prefill+1), 1); err != nil {
-		return nil, err
-	}
 	call, err := cache.Prepare(qs, opts)
 	if err != nil {
 		return nil, err
@@ -261,10 +256,8 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 	var times []time.Duration
 	start := time.Now()
 	for t := prefill; t < T; t++ {
-		if t > prefill { // the first step's token went in before Prepare
-			if err := cache.Append(tokens(in[1].F32, HKV, DK, t, t+1), tokens(in[2].F32, HKV, DV, t, t+1), 1); err != nil {
-				return nil, err
-			}
+		if err := cache.Append(tokens(in[1].F32, HKV, DK, t, t+1), tokens(in[2].F32, HKV, DV, t, t+1), 1); err != nil {
+			return nil, err
 		}
 		if err := qs.Write(tokens(in[0].F32, H, DK, t, t+1)); err != nil {
 			return nil, err
@@ -286,17 +279,7 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 	}
 	wall := time.Since(start)
 	res.summary.StepsWallNS = int64(wall)
-	res.summary.StepMedianNS = int64(median(times))
+	res.summary.StepMedianNS = tune.StatsOf(times).Median
 	res.summary.TokensPerSec = float64(B*len(times)) / wall.Seconds()
 	return res, nil
-}
-
-// median of durations (0 for none).
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
