@@ -80,8 +80,10 @@ static VkResult vkattn_queue_families(void *gipa, VkInstance inst, VkPhysicalDev
 	return VK_SUCCESS;
 }
 
+// sizeControl > 0 enables subgroupSizeControl (and, if 2, computeFullSubgroups)
+// of VK_EXT_subgroup_size_control, which must be among the extensions.
 static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevice pd,
-		uint32_t family, const char *const *extensions, uint32_t nExtensions, VkDevice *out) {
+		uint32_t family, const char *const *extensions, uint32_t nExtensions, int sizeControl, VkDevice *out) {
 	PFN_vkCreateDevice f = (PFN_vkCreateDevice)vkattn_proc(gipa, inst, "vkCreateDevice");
 	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
 	float priority = 1.0f;
@@ -94,6 +96,12 @@ static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevi
 	info.pQueueCreateInfos = &queue;
 	info.enabledExtensionCount = nExtensions;
 	info.ppEnabledExtensionNames = extensions;
+	VkPhysicalDeviceSubgroupSizeControlFeaturesEXT sizes = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+	if (sizeControl > 0) {
+		sizes.subgroupSizeControl = VK_TRUE;
+		sizes.computeFullSubgroups = sizeControl > 1 ? VK_TRUE : VK_FALSE;
+		info.pNext = &sizes;
+	}
 	return f(pd, &info, NULL, out);
 }
 
@@ -161,10 +169,12 @@ static VkResult vkattn_create_pipeline_layout(const vkattn_device_calls *c, VkDe
 	return c->createPipelineLayout(dev, &info, NULL, out);
 }
 
-// Specialization constant i is the 4-byte spec[i].
+// Specialization constant i is the 4-byte spec[i]. subgroupSize > 0
+// requires that subgroup size; full requires full subgroups (both need the
+// features of VK_EXT_subgroup_size_control enabled).
 static VkResult vkattn_create_compute_pipeline(const vkattn_device_calls *c, VkDevice dev,
 		VkPipelineCache cache, VkShaderModule module, VkPipelineLayout layout,
-		const int32_t *spec, uint32_t n, VkPipeline *out) {
+		const int32_t *spec, uint32_t n, uint32_t subgroupSize, int full, VkPipeline *out) {
 	VkSpecializationMapEntry *entries = calloc(n ? n : 1, sizeof(*entries));
 	if (!entries) return VK_ERROR_OUT_OF_HOST_MEMORY;
 	for (uint32_t i = 0; i < n; i++) {
@@ -179,6 +189,13 @@ static VkResult vkattn_create_compute_pipeline(const vkattn_device_calls *c, VkD
 	info.stage.module = module;
 	info.stage.pName = "main";
 	if (n > 0) info.stage.pSpecializationInfo = &specInfo;
+	VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT required = {
+		VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT};
+	if (subgroupSize > 0) {
+		required.requiredSubgroupSize = subgroupSize;
+		info.stage.pNext = &required;
+	}
+	if (full) info.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT;
 	info.layout = layout;
 	VkResult r = c->createComputePipelines(dev, cache, 1, &info, NULL, out);
 	free(entries);
@@ -415,12 +432,12 @@ func queueFamilies(inst vulkan.Instance, pd vulkan.PhysicalDevice) ([]queueFamil
 
 // createDevice creates a device with one queue of family and the given
 // extensions, and resolves the device-level entry points.
-func createDevice(inst vulkan.Instance, pd vulkan.PhysicalDevice, family uint32, extensions []string) (vulkan.Device, *deviceCalls, error) {
+func createDevice(inst vulkan.Instance, pd vulkan.PhysicalDevice, family uint32, extensions []string, sizeControl int) (vulkan.Device, *deviceCalls, error) {
 	ci := C.VkInstance(unsafe.Pointer(inst))
 	cExts, nExts, freeExts := cStrings(extensions)
 	defer freeExts()
 	var h C.VkDevice
-	if err := check("vkCreateDevice", result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), cExts, nExts, &h))); err != nil {
+	if err := check("vkCreateDevice", result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), cExts, nExts, C.int(sizeControl), &h))); err != nil {
 		return nil, nil, err
 	}
 	calls := &deviceCalls{gdpa: C.vkattn_gdpa(procAddr, ci)}
@@ -451,7 +468,11 @@ func (d *Device) createPipelineLayout(set vulkan.DescriptorSetLayout, pushSize u
 	return vulkan.PipelineLayout(unsafe.Pointer(h)), err
 }
 
-func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan.PipelineLayout, spec []int32) (vulkan.Pipeline, error) {
+func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan.PipelineLayout, spec []int32, subgroupSize uint32, full bool) (vulkan.Pipeline, error) {
+	fullFlag := C.int(0)
+	if full {
+		fullFlag = 1
+	}
 	var specPtr *C.int32_t
 	if len(spec) > 0 {
 		specPtr = (*C.int32_t)(unsafe.Pointer(&spec[0]))
@@ -459,7 +480,7 @@ func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan
 	var h C.VkPipeline
 	err := check("vkCreateComputePipelines", result(C.vkattn_create_compute_pipeline(&d.calls.c, d.cDevice(),
 		C.VkPipelineCache(unsafe.Pointer(d.cache)), C.VkShaderModule(unsafe.Pointer(module)),
-		C.VkPipelineLayout(unsafe.Pointer(layout)), specPtr, C.uint32_t(len(spec)), &h)))
+		C.VkPipelineLayout(unsafe.Pointer(layout)), specPtr, C.uint32_t(len(spec)), C.uint32_t(subgroupSize), fullFlag, &h)))
 	return vulkan.Pipeline(unsafe.Pointer(h)), err
 }
 

@@ -222,7 +222,19 @@ func (in *Instance) NewDeviceWith(index int, cfg DeviceConfig) (*Device, error) 
 		}
 		pd.queueFamily, pd.TimestampsOK = family, timestamps
 	}
-	handle, calls, err := createDevice(in.handle, pd.handle, pd.queueFamily, cfg.Extensions)
+	// Subgroup size control is enabled wherever offered: the tiled kernels
+	// require their subgroup size and full subgroups through it.
+	exts, sizeControl := cfg.Extensions, 0
+	if pd.SubgroupSizeControl {
+		if !slices.Contains(exts, extSubgroupSizeControl) {
+			exts = append(slices.Clip(exts), extSubgroupSizeControl)
+		}
+		sizeControl = 1
+		if pd.FullSubgroups {
+			sizeControl = 2
+		}
+	}
+	handle, calls, err := createDevice(in.handle, pd.handle, pd.queueFamily, exts, sizeControl)
 	if err != nil {
 		if handle != nil {
 			vulkan.DestroyDevice(handle, nil)

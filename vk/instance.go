@@ -14,6 +14,10 @@ import (
 
 const validationLayer = "VK_LAYER_KHRONOS_validation"
 
+// extSubgroupSizeControl lets compute pipelines require a subgroup size
+// and full subgroups (core in Vulkan 1.3; vkattn's instance is 1.1).
+const extSubgroupSizeControl = "VK_EXT_subgroup_size_control"
+
 // ErrNoDriver is wrapped by the error of an instance or device choice when
 // the Vulkan loader finds no driver (or none with a compute queue).
 var ErrNoDriver = errors.New("vk: no Vulkan driver found")
@@ -233,9 +237,13 @@ type Limits struct {
 	MinUniformAlignment     uint64
 	TimestampPeriod         float32
 	SubgroupSize            uint32
-	SubgroupShuffle         bool   // compute shaders may use subgroupShuffle
-	MaxMemoryAllocation     uint64 // largest heap, a bound for one allocation
-	MaxImageDimension2D     uint32 // widest and tallest 2D image (the viewer's picture)
+	SubgroupShuffle         bool // compute shaders may use subgroupShuffle (and subgroupShuffleXor)
+	// MinSubgroupSize and MaxSubgroupSize bound the subgroup sizes a
+	// compute shader may run with (both SubgroupSize without subgroup size
+	// control: a variable-width device may then run narrower subgroups).
+	MinSubgroupSize, MaxSubgroupSize uint32
+	MaxMemoryAllocation              uint64 // largest heap, a bound for one allocation
+	MaxImageDimension2D              uint32 // widest and tallest 2D image (the viewer's picture)
 }
 
 // PhysicalDevice describes one Vulkan device.
@@ -257,9 +265,13 @@ type PhysicalDevice struct {
 	// R32G32B32A32_UINT and R16G16B16A16_UINT for four.
 	TexelWords, TexelWords4 bool
 	TimestampsOK            bool // the compute queue supports timestamps
-	queueFamily             uint32
-	handle                  vulkan.PhysicalDevice
-	pipelineUUID            [16]byte
+	// SubgroupSizeControl: VK_EXT_subgroup_size_control with compute
+	// pipelines allowed to require a subgroup size; FullSubgroups: they may
+	// also require full subgroups. NewDevice enables both where offered.
+	SubgroupSizeControl, FullSubgroups bool
+	queueFamily                        uint32
+	handle                             vulkan.PhysicalDevice
+	pipelineUUID                       [16]byte
 }
 
 // CacheKey names this exact device and driver build (vendor, device and
@@ -376,13 +388,19 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	if d.Type < DeviceOther || d.Type > DeviceCPU {
 		d.Type = DeviceOther
 	}
-	extra, err := queryExtra(inst, h, props.ApiVersion)
+	exts, err := deviceExtensions(inst, h)
+	if err != nil {
+		return d, false, err
+	}
+	extra, err := queryExtra(inst, h, props.ApiVersion, slices.Contains(exts, extSubgroupSizeControl))
 	if err != nil {
 		return d, false, err
 	}
 	d.DriverID, d.DriverName, d.DriverInfo = extra.driverID, extra.driverName, extra.driverInfo
 	d.Limits.SubgroupSize = extra.subgroup
 	d.Limits.SubgroupShuffle = extra.shuffle
+	d.Limits.MinSubgroupSize, d.Limits.MaxSubgroupSize = extra.minSubgroup, extra.maxSubgroup
+	d.SubgroupSizeControl, d.FullSubgroups = extra.sizeControl, extra.sizeControl && extra.fullGroups
 
 	qprops, err := queueFamilies(inst, h)
 	if err != nil {

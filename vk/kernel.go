@@ -57,6 +57,13 @@ type KernelSpec struct {
 	Bindings []BindingType
 	Spec     []int32
 	PushSize uint32 // bytes, a multiple of 4; 0 for none
+	// SubgroupSize > 0 requires the shader to run with subgroups of that
+	// size, and FullSubgroups requires every subgroup full (the workgroup
+	// size then a multiple of it): for kernels whose lanes cooperate
+	// through subgroup operations. Both need the device's
+	// SubgroupSizeControl (FullSubgroups its FullSubgroups).
+	SubgroupSize  uint32
+	FullSubgroups bool
 }
 
 // Kernel is a compute pipeline with its layouts.
@@ -117,7 +124,11 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	k.pipeLay = pipeLay
 	objectCreated()
 
-	pipeline, err := d.createComputePipeline(module, pipeLay, spec.Spec)
+	if err := d.checkSubgroupRequest(spec); err != nil {
+		k.destroy()
+		return nil, err
+	}
+	pipeline, err := d.createComputePipeline(module, pipeLay, spec.Spec, spec.SubgroupSize, spec.FullSubgroups)
 	if err != nil {
 		k.destroy()
 		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
@@ -126,6 +137,23 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	objectCreated()
 	own(&d.mu, d.kernels, k)
 	return k, nil
+}
+
+// checkSubgroupRequest refuses a subgroup size or full subgroups the device
+// cannot give (a request outside its range is invalid usage, not an error
+// Vulkan reports).
+func (d *Device) checkSubgroupRequest(spec KernelSpec) error {
+	lim := d.Info.Limits
+	if s := spec.SubgroupSize; s > 0 {
+		if !d.Info.SubgroupSizeControl || s < lim.MinSubgroupSize || s > lim.MaxSubgroupSize || s&(s-1) != 0 {
+			return fmt.Errorf("vk: kernel %s requires subgroups of %d lanes; device %s offers %d..%d (size control %v)",
+				spec.Name, s, d.Info.Name, lim.MinSubgroupSize, lim.MaxSubgroupSize, d.Info.SubgroupSizeControl)
+		}
+	}
+	if spec.FullSubgroups && !d.Info.FullSubgroups {
+		return fmt.Errorf("vk: kernel %s requires full subgroups; device %s cannot require them", spec.Name, d.Info.Name)
+	}
+	return nil
 }
 
 // Close destroys the kernel and its descriptor sets; work using them must

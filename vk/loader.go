@@ -28,11 +28,16 @@ typedef struct {
 	uint32_t subgroupSize;
 	uint32_t subgroupShuffle;
 	uint32_t hasDriverProps;
+	uint32_t minSubgroupSize, maxSubgroupSize;
+	uint32_t sizeControl;   // subgroupSizeControl, with compute among the required-size stages
+	uint32_t fullSubgroups; // computeFullSubgroups
 } vkattn_extra_props;
 
 // vkattn_query_extra reads the Vulkan 1.1/1.2 properties the 1.1.88 headers
-// of vulkan-go cannot express (driver ID and name, subgroup size and shuffles).
-static int vkattn_query_extra(void *instance, void *pd, uint32_t apiVersion, vkattn_extra_props *out) {
+// of vulkan-go cannot express (driver ID and name, subgroup size and
+// shuffles) and, where the device offers VK_EXT_subgroup_size_control
+// (sizeControlExt), its subgroup size range and features.
+static int vkattn_query_extra(void *instance, void *pd, uint32_t apiVersion, int sizeControlExt, vkattn_extra_props *out) {
 	memset(out, 0, sizeof(*out));
 	PFN_vkGetPhysicalDeviceProperties2 get = (PFN_vkGetPhysicalDeviceProperties2)
 		vkattn_gipa((VkInstance)instance, "vkGetPhysicalDeviceProperties2");
@@ -45,8 +50,27 @@ static int vkattn_query_extra(void *instance, void *pd, uint32_t apiVersion, vka
 		subgroup.pNext = &driver;
 		out->hasDriverProps = 1;
 	}
+	VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sizes = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+	if (sizeControlExt) {
+		sizes.pNext = props.pNext;
+		props.pNext = &sizes;
+	}
 	get((VkPhysicalDevice)pd, &props);
 	out->subgroupSize = subgroup.subgroupSize;
+	out->minSubgroupSize = out->maxSubgroupSize = subgroup.subgroupSize;
+	if (sizeControlExt) {
+		PFN_vkGetPhysicalDeviceFeatures2 feat = (PFN_vkGetPhysicalDeviceFeatures2)
+			vkattn_gipa((VkInstance)instance, "vkGetPhysicalDeviceFeatures2");
+		if (!feat) return -1;
+		VkPhysicalDeviceSubgroupSizeControlFeaturesEXT f = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+		VkPhysicalDeviceFeatures2 features = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+		features.pNext = &f;
+		feat((VkPhysicalDevice)pd, &features);
+		out->minSubgroupSize = sizes.minSubgroupSize;
+		out->maxSubgroupSize = sizes.maxSubgroupSize;
+		out->sizeControl = f.subgroupSizeControl && (sizes.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT);
+		out->fullSubgroups = f.computeFullSubgroups;
+	}
 	out->subgroupShuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
 		(subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
 	if (out->hasDriverProps) {
@@ -97,19 +121,30 @@ type extraProps struct {
 	driverInfo string
 	subgroup   uint32
 	shuffle    bool
+	// Subgroup size control (VK_EXT_subgroup_size_control).
+	minSubgroup, maxSubgroup uint32
+	sizeControl, fullGroups  bool
 }
 
-func queryExtra(inst vulkan.Instance, pd vulkan.PhysicalDevice, apiVersion uint32) (extraProps, error) {
+func queryExtra(inst vulkan.Instance, pd vulkan.PhysicalDevice, apiVersion uint32, sizeControlExt bool) (extraProps, error) {
 	var out C.vkattn_extra_props
-	if C.vkattn_query_extra(unsafe.Pointer(inst), unsafe.Pointer(pd), C.uint32_t(apiVersion), &out) != 0 {
+	ext := C.int(0)
+	if sizeControlExt {
+		ext = 1
+	}
+	if C.vkattn_query_extra(unsafe.Pointer(inst), unsafe.Pointer(pd), C.uint32_t(apiVersion), ext, &out) != 0 {
 		return extraProps{}, fmt.Errorf("vk: vkGetPhysicalDeviceProperties2 unavailable")
 	}
 	return extraProps{
-		driverID:   uint32(out.driverID),
-		driverName: C.GoString(&out.driverName[0]),
-		driverInfo: C.GoString(&out.driverInfo[0]),
-		subgroup:   uint32(out.subgroupSize),
-		shuffle:    out.subgroupShuffle != 0,
+		driverID:    uint32(out.driverID),
+		driverName:  C.GoString(&out.driverName[0]),
+		driverInfo:  C.GoString(&out.driverInfo[0]),
+		subgroup:    uint32(out.subgroupSize),
+		shuffle:     out.subgroupShuffle != 0,
+		minSubgroup: uint32(out.minSubgroupSize),
+		maxSubgroup: uint32(out.maxSubgroupSize),
+		sizeControl: out.sizeControl != 0,
+		fullGroups:  out.fullSubgroups != 0,
 	}, nil
 }
 

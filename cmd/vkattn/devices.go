@@ -130,6 +130,7 @@ func printDevice(w io.Writer, d vkattn.DeviceInfo, isDefault bool) {
 	row("max texel buffer elements", "%d", l.MaxTexelBufferElements)
 	row("shared memory", "%d B (%s)", l.MaxSharedMemory, bytesString(uint64(l.MaxSharedMemory)))
 	row("subgroup size", "%d (shuffles in compute: %s)", l.SubgroupSize, yesNo(l.SubgroupShuffle))
+	row("subgroup size control", "%s, sizes %d..%d, full subgroups %s", yesNo(d.SubgroupSizeControl), l.MinSubgroupSize, l.MaxSubgroupSize, yesNo(d.FullSubgroups))
 	row("max workgroup count", "%d x %d x %d", l.MaxWorkGroupCount[0], l.MaxWorkGroupCount[1], l.MaxWorkGroupCount[2])
 	row("max workgroup size", "%d x %d x %d (%d invocations)", l.MaxWorkGroupSize[0], l.MaxWorkGroupSize[1], l.MaxWorkGroupSize[2], l.MaxWorkGroupInvocations)
 	row("push constants", "%d B", l.MaxPushConstantsSize)
