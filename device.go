@@ -54,6 +54,33 @@ type Config struct {
 	// reach below the device's maxStorageBufferRange and texel limits, so
 	// the split of calls larger than a binding can be tested on small data.
 	BindingLimit uint32
+	// PlanAs plans as the quirk table says for another vendor's driver:
+	// "nvidia", "amd", "intel" or "lavapipe" (PlanAsVendors), on whatever
+	// device is open, so the GPU kernels run (slowly) on lavapipe in CI.
+	// The device's own limits still apply. The environment variable
+	// VKATTN_PLAN_AS does the same where PlanAs is empty; either way a
+	// saved tuning is ignored.
+	PlanAs string
+}
+
+// PlanAsVendors are the names Config.PlanAs takes.
+var PlanAsVendors = pipelines.PlanAsVendors
+
+// planAs is the vendor cfg plans as, from PlanAs or VKATTN_PLAN_AS ("" for
+// the device's own), with its tuning.
+func (cfg Config) planAs() (string, pipelines.Tuning, error) {
+	vendor := cfg.PlanAs
+	if vendor == "" {
+		vendor = os.Getenv("VKATTN_PLAN_AS")
+	}
+	if vendor == "" {
+		return "", pipelines.Tuning{}, nil
+	}
+	t, err := pipelines.VendorTuning(vendor)
+	if err != nil {
+		return "", t, errorf(ErrOption, "plan as: %v", err)
+	}
+	return vendor, t, nil
 }
 
 // Tuning is how the planner launches the attention kernel on a device:
@@ -99,6 +126,9 @@ func Devices() ([]DeviceInfo, int, error) {
 
 // Open opens a device.
 func Open(cfg Config) (*Device, error) {
+	if _, _, err := cfg.planAs(); err != nil {
+		return nil, err
+	}
 	validation := cfg.Validation || os.Getenv("VKATTN_VALIDATION") == "1"
 	inst, err := vk.NewInstance(vk.InstanceConfig{Validation: validation})
 	if err != nil {

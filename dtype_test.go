@@ -236,7 +236,7 @@ func TestHalfUploadRefusals(t *testing.T) {
 // path and load width, against the reference on the rounded values.
 func TestHalfInputsEveryPath(t *testing.T) {
 	r := rand.New(rand.NewSource(9))
-	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+	for path, d := range everyPlan() {
 		for _, width := range []int{8, 5} { // vec4 and scalar loads
 			for i, ts := range typeMixes[1:] {
 				p := newProblem(r, 2, 2, 1, 5, 37, width, width)
@@ -270,7 +270,7 @@ func TestGoldenCasesInHalves(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
-		for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+		for path, d := range everyPlan() {
 			for _, ts := range [][3]vkattn.DType{typeMixes[2], typeMixes[3], typeMixes[4]} {
 				t.Run(c.Name+"/"+path+typesName(ts), func(t *testing.T) {
 					g, err := c.Problem()
@@ -292,7 +292,7 @@ func TestGoldenCasesInHalves(t *testing.T) {
 // against the reference on the rounded weights.
 func TestMHAHalfWeights(t *testing.T) {
 	r := rand.New(rand.NewSource(17))
-	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+	for path, d := range everyPlan() {
 		for _, dt := range []vkattn.DType{vkattn.Float16, vkattn.BFloat16} {
 			for _, cross := range []bool{false, true} {
 				width := 16
@@ -325,7 +325,7 @@ func TestHalfWideningIsExact(t *testing.T) {
 		float32(math.Ldexp(1, -24)), float32(math.Ldexp(1023, -24)), -float32(math.Ldexp(3, -24)), 65504,
 		float32(math.Ldexp(1, -14)), -0.333251953125, 1, float32(math.Ldexp(1, -133)),
 	}
-	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+	for path, d := range everyPlan() {
 		for _, dt := range []vkattn.DType{vkattn.Float16, vkattn.BFloat16} {
 			for _, width := range []int{8, 7} { // vec4 and scalar loads
 				vals := roundAll(dt, v[:width])

@@ -3,7 +3,6 @@ package vkattn_test
 import (
 	"testing"
 
-	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
 )
 
@@ -21,7 +20,7 @@ func TestGoldenCases(t *testing.T) {
 		t.Fatalf("only %d golden cases loaded", len(cases))
 	}
 	for _, c := range cases {
-		for _, d := range []*vkattn.Device{dev, storageDev} {
+		for _, d := range everyPlan() {
 			t.Run(c.Name, func(t *testing.T) {
 				p, err := c.Problem()
 				if err != nil {

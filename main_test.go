@@ -10,20 +10,27 @@ import (
 	"github.com/vkattn/vkattn/pipelines"
 )
 
-// Every test in this package shares two devices opened with the validation
-// layer on: the default plan, and the same device forced onto the storage
-// load path so both kernel paths are proven on whatever device CI has.
+// Every test in this package shares devices opened with the validation
+// layer on: the default plan, the same device forced onto the storage
+// load path so both kernel paths are proven on whatever device CI has,
+// and the device planned as NVIDIA's and AMD's drivers would be (the
+// tiled GPU kernels, with their vendors' tile shapes).
 var (
 	dev        *vkattn.Device
 	storageDev *vkattn.Device
+	nvidiaDev  *vkattn.Device
+	amdDev     *vkattn.Device
 )
+
+// gpuPlanDevs are the devices planned as GPU vendors.
+func gpuPlanDevs() []*vkattn.Device { return []*vkattn.Device{nvidiaDev, amdDev} }
 
 // The sweeps run their cases as parallel subtests on pools of such
 // devices: lavapipe compiles a kernel variant at its first dispatch, on the
 // queue thread of the device, so devices in parallel compile variants in
 // parallel (and Mesa's shader cache serves the others what one compiled).
 // That is most of a cold run's time.
-var defaultPool, storagePool chan *vkattn.Device
+var pools = map[*vkattn.Device]chan *vkattn.Device{}
 
 // poolSize is how many devices of each kind the sweeps share.
 func poolSize() int { return max(2, min(runtime.NumCPU(), 4)) }
@@ -64,46 +71,44 @@ func inCompileOrder[K comparable](t *testing.T, kernels []K, name func(i int) st
 }
 
 // onPool runs f as a parallel subtest on a free device of the pool like d
-// (the default or the storage path).
+// (one of the shared devices above).
 func onPool(t *testing.T, d *vkattn.Device, f func(d *vkattn.Device)) {
 	t.Helper()
 	t.Parallel()
-	pool := defaultPool
-	if d == storageDev {
-		pool = storagePool
-	}
+	pool := pools[d]
 	x := <-pool
 	defer func() { pool <- x }()
 	f(x)
 }
 
 func TestMain(m *testing.M) {
-	var err error
-	if dev, err = vkattn.Open(vkattn.Config{Validation: true}); err != nil {
-		fmt.Fprintln(os.Stderr, "open device:", err)
-		os.Exit(2)
+	configs := []struct {
+		shared *(*vkattn.Device)
+		cfg    vkattn.Config
+	}{
+		{&dev, vkattn.Config{Validation: true}},
+		{&storageDev, vkattn.Config{Validation: true, LoadPath: vkattn.StorageLoadPath}},
+		{&nvidiaDev, vkattn.Config{Validation: true, PlanAs: "nvidia"}},
+		{&amdDev, vkattn.Config{Validation: true, PlanAs: "amd"}},
 	}
-	if storageDev, err = vkattn.Open(vkattn.Config{Validation: true, LoadPath: vkattn.StorageLoadPath}); err != nil {
-		fmt.Fprintln(os.Stderr, "open device:", err)
-		os.Exit(2)
-	}
-	defaultPool, storagePool = make(chan *vkattn.Device, poolSize()), make(chan *vkattn.Device, poolSize())
-	opened := []*vkattn.Device{dev, storageDev}
-	defaultPool <- dev
-	storagePool <- storageDev
-	for i := 1; i < poolSize() && os.Getenv("VKATTN_SUBPROCESS") == ""; i++ {
-		for _, c := range []struct {
-			pool chan *vkattn.Device
-			path vkattn.LoadPath
-		}{{defaultPool, vkattn.AutoLoadPath}, {storagePool, vkattn.StorageLoadPath}} {
-			d, err := vkattn.Open(vkattn.Config{Validation: true, LoadPath: c.path})
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "open device:", err)
-				os.Exit(2)
-			}
-			opened = append(opened, d)
-			c.pool <- d
+	var opened []*vkattn.Device
+	open := func(cfg vkattn.Config) *vkattn.Device {
+		d, err := vkattn.Open(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "open device:", err)
+			os.Exit(2)
 		}
+		opened = append(opened, d)
+		return d
+	}
+	for _, c := range configs {
+		*c.shared = open(c.cfg)
+		pool := make(chan *vkattn.Device, poolSize())
+		pool <- *c.shared
+		for i := 1; i < poolSize() && os.Getenv("VKATTN_SUBPROCESS") == ""; i++ {
+			pool <- open(c.cfg)
+		}
+		pools[*c.shared] = pool
 	}
 	code := m.Run()
 	for _, d := range opened {
@@ -125,4 +130,11 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
+}
+
+// everyPlan are the shared devices by plan, for tests that prove a
+// property of every kernel family: the row kernels on both load paths and
+// the tiled GPU kernels as two vendors plan them.
+func everyPlan() map[string]*vkattn.Device {
+	return map[string]*vkattn.Device{"auto": dev, "storage": storageDev, "nvidia": nvidiaDev, "amd": amdDev}
 }

@@ -180,7 +180,7 @@ func TestMHAPyTorchParityGPU(t *testing.T) {
 		{"mask3d", 4, 16, 16, 16},
 	}
 	for _, c := range cases {
-		for _, d := range []*vkattn.Device{dev, storageDev} {
+		for _, d := range everyPlan() {
 			t.Run(fmt.Sprintf("%s/%s", c.name, map[bool]string{false: "auto", true: "storage"}[d == storageDev]), func(t *testing.T) {
 				dir := filepath.Join("testdata", "mha")
 				data, err := weights.Load(filepath.Join(dir, c.name+".npz"))

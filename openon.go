@@ -8,8 +8,9 @@ import (
 // OpenOn makes a Device of a Vulkan instance and device the caller created
 // with package vk, for work of its own on the same device: a viewer that
 // enables a window's extensions and draws the weights vkattn computes
-// without copying them through the host. cfg's LoadPath, DefaultTuning and
-// BindingLimit apply; Device and Validation were the caller's choice. The
+// without copying them through the host. cfg's LoadPath, DefaultTuning,
+// BindingLimit and PlanAs apply (an unknown PlanAs, which Open refuses,
+// plans with the device's own tuning); Device and Validation were the caller's choice. The
 // Device takes both over: its Close closes dev, then inst.
 func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 	if lim := cfg.BindingLimit; lim > 0 {
@@ -25,7 +26,9 @@ func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 		tuning:   pipelines.DefaultTuning(dev.Info),
 		tensors:  map[*Tensor]struct{}{},
 	}
-	if !cfg.DefaultTuning {
+	if vendor, t, err := cfg.planAs(); err == nil && vendor != "" {
+		d.tuning = t
+	} else if !cfg.DefaultTuning {
 		// A saved tuning that no longer loads or fits (a hand edit, a
 		// new vkattn) falls back to the defaults rather than failing.
 		if t, err := LoadTuning(dev.Info); err == nil && t.Check(dev.Info) == nil {

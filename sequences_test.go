@@ -176,7 +176,7 @@ func TestKVCacheDecodeLoop(t *testing.T) {
 // paths: the kernel reads only each sequence's positions, through the page
 // table when paged.
 func TestKVCacheSplitK(t *testing.T) {
-	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+	for path, d := range everyPlan() {
 		for _, page := range []int{0, 64} {
 			t.Run(fmt.Sprintf("%s/page %d", path, page), func(t *testing.T) { kvCacheSplitK(t, d, page) })
 		}
@@ -309,7 +309,7 @@ func TestAttentionVarlen(t *testing.T) {
 	}
 	tq, tk := cuQ[len(lq)], cuK[len(lk)]
 	r := rand.New(rand.NewSource(61))
-	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+	for path, d := range everyPlan() {
 		for _, c := range []struct {
 			name string
 			opts vkattn.Options

@@ -197,7 +197,7 @@ func TestMaskKinds(t *testing.T) {
 		},
 	}
 	for name, opts := range cases {
-		for _, d := range []*vkattn.Device{dev, storageDev} {
+		for _, d := range everyPlan() {
 			p := newProblem(rand.New(rand.NewSource(7)), b, h, hkv, l, s, width, width)
 			p.opts, p.wantLSE, p.weights = opts, true, true
 			t.Run(name, func(t *testing.T) {
@@ -232,7 +232,7 @@ func TestBoolMasksCombine(t *testing.T) {
 		},
 		Causal: vkattn.CausalTopLeft,
 	}
-	for _, d := range []*vkattn.Device{dev, storageDev} {
+	for _, d := range everyPlan() {
 		p := newProblem(rand.New(rand.NewSource(9)), b, h, hkv, l, s, width, width)
 		p.opts, p.wantLSE, p.weights = opts, true, true
 		checkAgainstReference(t, d, p)
@@ -276,7 +276,7 @@ func TestFullyMaskedRowsAreZero(t *testing.T) {
 // also with the split-K decode kernel.
 func TestLeadingMaskedKeysBesideLiveRows(t *testing.T) {
 	for _, c := range []struct{ h, hkv, l, s int }{{2, 2, 16, 40}, {8, 2, 1, 300}} {
-		for _, d := range []*vkattn.Device{dev, storageDev} {
+		for _, d := range everyPlan() {
 			p := newProblem(rand.New(rand.NewSource(4)), 1, c.h, c.hkv, c.l, c.s, 16, 16)
 			m := &vkattn.Mask{Shape: vkattn.MaskShape{1, c.h, c.l, c.s}, Values: make([]float32, c.h*c.l*c.s)}
 			for h := 0; h < c.h; h++ {

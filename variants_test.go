@@ -37,7 +37,7 @@ var variantCases = []variantCase{
 // split-K decode, against the float64 reference.
 func TestScoreVariants(t *testing.T) {
 	r := rand.New(rand.NewSource(41))
-	for path, d := range map[string]*vkattn.Device{"auto": dev, "storage": storageDev} {
+	for path, d := range everyPlan() {
 		var names []string
 		var problems []*problem
 		for i, v := range variantCases {

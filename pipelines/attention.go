@@ -185,6 +185,13 @@ type AttentionPlan struct {
 	// SharedLoads > 0: the lanes of each subgroup (this many) fetch every
 	// K and V row once between them and share it by subgroup shuffles.
 	SharedLoads int
+	// Tiled plans (FamilyTiled, the GPU kernels): a workgroup owns TileRows
+	// query rows (Br) of one KV head's query heads and walks KeyTile keys
+	// (Bc) per tile staged in SharedBytes of shared memory; LanesPerRow
+	// lanes split each row's head dimension; the pipeline requires full
+	// subgroups of SubgroupSize lanes. With Splits > 0 (split-K decode) a
+	// workgroup reads a contiguous block of SplitKeys keys.
+	TileRows, LanesPerRow, SharedBytes, SubgroupSize int
 	// Chunks > 1: the call is larger than one binding reaches and runs as
 	// Chunks parts of ChunkKVHeads KV heads with ChunkHeads query heads of
 	// one batch item and up to ChunkRows query rows.
@@ -200,6 +207,16 @@ func (p AttentionPlan) String() string {
 	loads := "scalar loads"
 	if p.Vec4 {
 		loads = "vec4 loads"
+	}
+	if p.Variant.Family == FamilyTiled {
+		tiles := fmt.Sprintf("Br %d query rows x Bc %d keys per tile, %d lanes per row (each holds %d of the d_max %d), workgroup %d, K/V tiles %d B of shared memory, full subgroups of %d required (VK_EXT_subgroup_size_control enabled)",
+			p.TileRows, p.KeyTile, p.LanesPerRow, p.DMax/p.LanesPerRow, p.DMax, p.WorkGroup, p.SharedBytes, p.SubgroupSize)
+		if p.Splits > 0 {
+			return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), split-K: %d splits of %d keys, a workgroup each, query heads of each KV head packed (%d row blocks); %s; grid %dx%dx%d (key splits x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s%s",
+				p.Variant, p.Path, p.Why, loads, p.typesNote(), p.Splits, p.SplitKeys, p.RowBlocks, tiles, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
+		}
+		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), workgroup-tiled, query heads of each KV head packed; %s; grid %dx%dx%d (row blocks x KV heads x batch), online softmax rescaled once per tile, no L*S buffer%s%s",
+			p.Variant, p.Path, p.Why, loads, p.typesNote(), tiles, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
 	}
 	if p.Splits > 0 {
 		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), %d keys per step, d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s%s",
@@ -309,6 +326,11 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if p.KeyTile < 1 {
 		return p, fmt.Errorf("attention: tuning has no keys per step")
 	}
+	if tiles := tuningOr(dev, in.Tuning).Tiled; tiles != nil && p.Path == StoragePath && !p.Additive {
+		if ok, err := planTiled(dev, &in, tiles, &p); ok || err != nil {
+			return p, err
+		}
+	}
 	p.Variant = Variant{Family: FamilyAttention, Path: p.Path, Vec4: p.Vec4}
 	if p.Additive {
 		p.Variant.Family = FamilyAdditive
@@ -342,18 +364,109 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 			p.Variant.Shared = true
 		}
 	}
+	return p, finishPlan(dev, &p, names)
+}
+
+// finishPlan checks the grid (its axes named by names) against the device
+// and splits the call into chunks where it is larger than one binding.
+func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan, names [3]string) error {
 	for i, g := range p.Grid {
 		if g > dev.Limits.MaxWorkGroupCount[i] {
-			return p, limitf("%d %s exceed the device's %d workgroups on axis %d", g, names[i], dev.Limits.MaxWorkGroupCount[i], i)
+			return limitf("%d %s exceed the device's %d workgroups on axis %d", g, names[i], dev.Limits.MaxWorkGroupCount[i], i)
 		}
 	}
 	p.Masked = p.Shape.masked()
-	cs, err := planChunks(dev, &p)
+	cs, err := planChunks(dev, p)
 	if err != nil {
-		return p, err
+		return err
 	}
 	p.Chunks, p.ChunkKVHeads, p.ChunkHeads, p.ChunkRows = len(cs), cs[0].nkv, cs[0].nh, cs[0].nl
-	return p, nil
+	return nil
+}
+
+// tiledCapable reports why dev cannot run the tiled kernels, or "".
+func tiledCapable(dev vk.PhysicalDevice) string {
+	switch {
+	case !dev.Limits.SubgroupShuffle:
+		return "no subgroup shuffles in compute shaders"
+	case !dev.SubgroupSizeControl || !dev.FullSubgroups:
+		return "no subgroup size control with full subgroups (VK_EXT_subgroup_size_control)"
+	}
+	return ""
+}
+
+// pow2Below is the largest power of two <= n (n >= 1).
+func pow2Below(n int) int {
+	p := 1
+	for 2*p <= n {
+		p *= 2
+	}
+	return p
+}
+
+// pow2Above is the smallest power of two >= n.
+func pow2Above(n int) int {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	return p
+}
+
+// planTiled plans p with the tiled GPU kernels shaped by tiles, fitted to
+// the device and the problem. It reports false (p untouched but for its
+// note) when the device cannot run them; the row kernels plan then.
+func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *TiledTuning, p *AttentionPlan) (bool, error) {
+	if why := tiledCapable(dev); why != "" {
+		p.Why += "; tiled kernels not used: " + why
+		return false, nil
+	}
+	lim := dev.Limits
+	sg := min(max(tiles.SubgroupSize, int(lim.MinSubgroupSize)), int(lim.MaxSubgroupSize))
+	d4 := p.DMax / 4
+	group := in.H / in.HKV
+	packed := group * in.L
+	maxWG := min(int(lim.MaxWorkGroupSize[0]), int(lim.MaxWorkGroupInvocations))
+	// Decode-like problems: the packed rows of a KV head fit one row block
+	// but the grid would leave most compute units idle; split the keys
+	// into blocks, a workgroup each (flash-decoding).
+	rowBlocks := ceilDiv(packed, tiles.Rows)
+	decode := p.Vec4 && !in.Weights && packed <= tiles.Rows && in.S >= 256 && in.B*in.HKV*rowBlocks < 2*tiles.ComputeUnits
+	br, lanes := tiles.Rows, tiles.LanesPerRow
+	if decode {
+		br, lanes = pow2Above(packed), tiles.DecodeLanesPerRow
+	}
+	lanes = min(lanes, d4, sg)
+	// Whole subgroups: more rows where a workgroup would be narrower than one.
+	br = max(br, sg/lanes)
+	if br*lanes > maxWG {
+		br = pow2Below(max(1, maxWG/lanes))
+	}
+	bc := tiles.Keys
+	for bc >= 4 && 2*bc*p.DMax*4 > int(lim.MaxSharedMemory) {
+		bc /= 2
+	}
+	if bc < 4 || br*lanes%sg != 0 {
+		p.Why += fmt.Sprintf("; tiled kernels not used: d_max %d tiles do not fit %d B of shared memory in workgroups of whole %d-lane subgroups", p.DMax, lim.MaxSharedMemory, sg)
+		return false, nil
+	}
+	p.Variant = Variant{Family: FamilyTiled, Path: StoragePath, Vec4: p.Vec4}
+	p.Rows, p.TileRows, p.KeyTile, p.LanesPerRow, p.SubgroupSize = 0, br, bc, lanes, sg
+	p.WorkGroup, p.SharedBytes = br*lanes, 2*bc*p.DMax*4
+	names := [3]string{"query row blocks", "KV heads", "batch"}
+	p.Grid = [3]uint32{uint32(ceilDiv(packed, br)), uint32(in.HKV), uint32(in.B)}
+	if decode {
+		p.RowBlocks = ceilDiv(packed, br)
+		// Several workgroups per compute unit, each at least a tile of keys.
+		want := ceilDiv(4*tiles.ComputeUnits, in.B*in.HKV*p.RowBlocks)
+		p.Splits = max(1, min(want, ceilDiv(in.S, bc)))
+		p.SplitKeys = ceilDiv(ceilDiv(in.S, p.Splits), bc) * bc
+		p.Splits = ceilDiv(in.S, p.SplitKeys)
+		p.Variant.SplitK = true
+		p.Grid = [3]uint32{uint32(p.Splits), uint32(in.HKV * p.RowBlocks), uint32(in.B)}
+		names = [3]string{"key splits", "KV heads x row blocks", "batch"}
+	}
+	return true, finishPlan(dev, p, names)
 }
 
 // checkRange refuses a buffer the kernel could not address whole: the shader
@@ -416,6 +529,10 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	}
 	if !p.Additive {
 		bindings = bindings[:bindWA]
+	}
+	if p.Variant.Family == FamilyTiled {
+		return ks.getInSubgroups(p.Variant, bindings, uint32(p.SubgroupSize), int32(p.WorkGroup), int32(p.DMax/4), int32(p.TileRows), int32(p.KeyTile),
+			int32(p.LanesPerRow), boolSpec(p.Masked), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec(), s.variants(), boolSpec(s.Paging > 0))
 	}
 	return ks.get(p.Variant, bindings, int32(p.WorkGroup), int32(p.DMax/4), int32(p.Rows), int32(p.WorkGroup),
 		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec(), s.variants(), boolSpec(s.Paging > 0))
@@ -658,9 +775,14 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 		return err
 	}
 	st.own(set)
-	grid := [3]uint32{uint32(ceilDiv(c.nl, p.Rows*p.WorkGroup)), uint32(cs.H), uint32(cs.B)}
-	if p.Splits > 0 {
+	grid := [3]uint32{0, uint32(cs.H), uint32(cs.B)}
+	switch {
+	case p.Splits > 0:
 		grid[0], grid[1] = p.Grid[0], uint32(cs.HKV*p.RowBlocks)
+	case p.Variant.Family == FamilyTiled:
+		grid[0], grid[1] = uint32(ceilDiv(c.nl*cs.H/cs.HKV, p.TileRows)), uint32(cs.HKV)
+	default:
+		grid[0] = uint32(ceilDiv(c.nl, p.Rows*p.WorkGroup))
 	}
 	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: grid})
 	if combine != nil {

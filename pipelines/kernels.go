@@ -39,9 +39,10 @@ func (ks *Kernels) Close() {
 // kernelKey names a built kernel: its variant, its specialization
 // constants and its push-constant size.
 type kernelKey struct {
-	variant Variant
-	spec    [maxSpec]int32
-	push    uint32
+	variant  Variant
+	spec     [maxSpec]int32
+	push     uint32
+	subgroup uint32 // required subgroup size (full subgroups); 0: any
 }
 
 // maxSpec is the most specialization constants a kernel takes.
@@ -51,19 +52,25 @@ const maxSpec = 12
 // specialization constants (constant_id i gets spec[i]), building it from
 // the variant's SPIR-V on first use.
 func (ks *Kernels) get(v Variant, bindings []vk.BindingType, spec ...int32) (*vk.Kernel, error) {
-	return ks.build(v, bindings, 0, spec)
+	return ks.build(kernelKey{variant: v}, bindings, spec)
 }
 
 // getPushed is get for a kernel with push constants of push bytes.
 func (ks *Kernels) getPushed(v Variant, bindings []vk.BindingType, push uint32, spec ...int32) (*vk.Kernel, error) {
-	return ks.build(v, bindings, push, spec)
+	return ks.build(kernelKey{variant: v, push: push}, bindings, spec)
 }
 
-func (ks *Kernels) build(v Variant, bindings []vk.BindingType, push uint32, spec []int32) (*vk.Kernel, error) {
+// getInSubgroups is get for a kernel that runs in full subgroups of the
+// given size.
+func (ks *Kernels) getInSubgroups(v Variant, bindings []vk.BindingType, subgroup uint32, spec ...int32) (*vk.Kernel, error) {
+	return ks.build(kernelKey{variant: v, subgroup: subgroup}, bindings, spec)
+}
+
+func (ks *Kernels) build(key kernelKey, bindings []vk.BindingType, spec []int32) (*vk.Kernel, error) {
+	v := key.variant
 	if len(spec) > maxSpec {
 		return nil, fmt.Errorf("pipelines: kernel %s takes %d specialization constants, at most %d", v, len(spec), maxSpec)
 	}
-	key := kernelKey{variant: v, push: push}
 	copy(key.spec[:], spec)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
@@ -75,7 +82,8 @@ func (ks *Kernels) build(v Variant, bindings []vk.BindingType, push uint32, spec
 		return nil, err
 	}
 	k, err := ks.dev.NewKernel(vk.KernelSpec{
-		Name: fmt.Sprintf("%s%v", v, spec), SPIRV: code, Bindings: bindings, Spec: spec, PushSize: push,
+		Name: fmt.Sprintf("%s%v", v, spec), SPIRV: code, Bindings: bindings, Spec: spec, PushSize: key.push,
+		SubgroupSize: key.subgroup, FullSubgroups: key.subgroup > 0,
 	})
 	if err != nil {
 		return nil, err
@@ -104,13 +112,19 @@ func (ks *Kernels) or(b *vk.Buffer) (*vk.Buffer, error) {
 // path reads through: R32F for masks, raw words for inputs.
 func texelPathOK(dev vk.PhysicalDevice) bool { return dev.TexelR32F && dev.TexelWords }
 
-// choosePath picks the load path of a kernel on dev: the forced one, or
-// the tuning's (nil: the device's default tuning).
-func choosePath(dev vk.PhysicalDevice, force LoadPath, t *Tuning) (LoadPath, *PathTuning, string, error) {
+// tuningOr is t, or the device's default tuning for nil.
+func tuningOr(dev vk.PhysicalDevice, t *Tuning) *Tuning {
 	if t == nil {
 		d := DefaultTuning(dev)
 		t = &d
 	}
+	return t
+}
+
+// choosePath picks the load path of a kernel on dev: the forced one, or
+// the tuning's (nil: the device's default tuning).
+func choosePath(dev vk.PhysicalDevice, force LoadPath, t *Tuning) (LoadPath, *PathTuning, string, error) {
+	t = tuningOr(dev, t)
 	path, why := force, "forced"
 	if path == AutoPath {
 		path, why = t.Path, t.Source

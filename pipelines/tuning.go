@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/vkattn/vkattn/vk"
 )
@@ -37,8 +38,55 @@ type Tuning struct {
 	Path    LoadPath   `json:"path"`
 	Texel   PathTuning `json:"texel"`
 	Storage PathTuning `json:"storage"`
+	// Tiled, if set, runs scaled dot-product attention on the storage path
+	// with the workgroup-tiled GPU kernels (attention_tiled.comp) where the
+	// device can (subgroup shuffles, subgroup size control with full
+	// subgroups, enough shared memory); nil keeps the row kernels.
+	Tiled *TiledTuning `json:"tiled,omitempty"`
 	// Source says where the tuning came from, for Plan.
 	Source string `json:"source"`
+}
+
+// TiledTuning is the launch shape of the tiled GPU kernels. The planner
+// fits it to the device and the problem: lanes per row at most the head
+// width in vec4s and the subgroup size, keys per tile halved until the
+// K and V tiles fit in shared memory, the subgroup size clamped into the
+// device's range.
+type TiledTuning struct {
+	// Rows is the query rows per workgroup (Br), Keys the keys per tile
+	// (Bc), LanesPerRow the lanes splitting each row's head dimension.
+	Rows        int `json:"rows_per_workgroup"`
+	Keys        int `json:"keys_per_tile"`
+	LanesPerRow int `json:"lanes_per_row"`
+	// DecodeLanesPerRow is LanesPerRow for split-K decode, whose few rows
+	// leave lanes to spare for the head dimension.
+	DecodeLanesPerRow int `json:"decode_lanes_per_row"`
+	// SubgroupSize is the subgroup size the kernels require.
+	SubgroupSize int `json:"subgroup_size"`
+	// ComputeUnits is how many workgroups the device runs at once, roughly
+	// (SMs, CUs, Xe cores: Vulkan does not report it): split-K decode
+	// splits the keys until the grid has several workgroups for each.
+	ComputeUnits int `json:"compute_units"`
+}
+
+// check reports whether t's values are usable shapes.
+func (t *TiledTuning) check() error {
+	for _, f := range []struct {
+		what string
+		n    int
+	}{{"rows per workgroup", t.Rows}, {"keys per tile", t.Keys}, {"lanes per row", t.LanesPerRow},
+		{"decode lanes per row", t.DecodeLanesPerRow}, {"subgroup size", t.SubgroupSize}} {
+		if f.n < 1 || f.n&(f.n-1) != 0 || f.n > 1024 {
+			return fmt.Errorf("tuning: tiled kernels: %d %s, want a power of two up to 1024", f.n, f.what)
+		}
+	}
+	if t.Keys < 4 {
+		return fmt.Errorf("tuning: tiled kernels: %d keys per tile, want at least 4", t.Keys)
+	}
+	if t.ComputeUnits < 1 {
+		return fmt.Errorf("tuning: tiled kernels: %d compute units, want at least 1", t.ComputeUnits)
+	}
+	return nil
 }
 
 // DMaxBuckets are the compile-time head-width bounds of the attention
@@ -74,6 +122,22 @@ var gpuTuning = Tuning{
 	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 }
 
+// withTiles is t running the tiled kernels shaped by tiles.
+func withTiles(t Tuning, tiles TiledTuning) Tuning {
+	t.Tiled = &tiles
+	return t
+}
+
+// The tiled kernels' shapes per vendor, not yet measured on the hardware:
+// FlashAttention-2-like tiles sized for each architecture's subgroup
+// (NVIDIA warps of 32, AMD wave64 in compute, Intel SIMD16) and shared
+// memory; compute units of a large part of each (H100/H200: 132 SMs).
+var (
+	nvidiaTuning = withTiles(gpuTuning, TiledTuning{Rows: 16, Keys: 32, LanesPerRow: 8, DecodeLanesPerRow: 32, SubgroupSize: 32, ComputeUnits: 132})
+	amdTuning    = withTiles(gpuTuning, TiledTuning{Rows: 16, Keys: 32, LanesPerRow: 8, DecodeLanesPerRow: 32, SubgroupSize: 64, ComputeUnits: 96})
+	intelTuning  = withTiles(gpuTuning, TiledTuning{Rows: 8, Keys: 16, LanesPerRow: 8, DecodeLanesPerRow: 16, SubgroupSize: 16, ComputeUnits: 32})
+)
+
 // cpuTuning is lavapipe's, measured (BENCHMARKS.md): texel fetches ~20x
 // faster than storage loads in loops; one SIMD-8 lane group per workgroup;
 // as many rows as keep the unrolled body small (rows x d_max <= 256, 512
@@ -93,17 +157,42 @@ var cpuTuning = Tuning{
 // quirks is keyed by VkDriverId.
 var quirks = map[uint32]quirk{
 	vk.DriverIDLavapipe:     {"lavapipe: texel fetches, 8-lane workgroups (measured)", cpuTuning},
-	vk.DriverIDNvidia:       {"NVIDIA: storage buffers (GPU defaults, not yet measured)", gpuTuning},
-	vk.DriverIDMesaRADV:     {"RADV: storage buffers (GPU defaults, not yet measured)", gpuTuning},
-	vk.DriverIDAMDOpen:      {"AMDVLK: storage buffers (GPU defaults, not yet measured)", gpuTuning},
-	vk.DriverIDIntelMesa:    {"ANV: storage buffers (GPU defaults, not yet measured)", gpuTuning},
-	vk.DriverIDIntelWindows: {"Intel: storage buffers (GPU defaults, not yet measured)", gpuTuning},
+	vk.DriverIDNvidia:       {"NVIDIA: tiled kernels, warps of 32 (not yet measured)", nvidiaTuning},
+	vk.DriverIDMesaRADV:     {"RADV: tiled kernels, wave64 (not yet measured)", amdTuning},
+	vk.DriverIDAMDOpen:      {"AMDVLK: tiled kernels, wave64 (not yet measured)", amdTuning},
+	vk.DriverIDIntelMesa:    {"ANV: tiled kernels, SIMD16 (not yet measured)", intelTuning},
+	vk.DriverIDIntelWindows: {"Intel: tiled kernels, SIMD16 (not yet measured)", intelTuning},
+}
+
+// PlanAsVendors are the names VendorTuning takes, each a quirk-table
+// driver: plans as that vendor's driver would get them, on any device (so
+// lavapipe runs the GPU kernels in CI).
+var PlanAsVendors = []string{"nvidia", "amd", "intel", "lavapipe"}
+
+var vendorDrivers = map[string]uint32{
+	"nvidia": vk.DriverIDNvidia, "amd": vk.DriverIDMesaRADV, "intel": vk.DriverIDIntelMesa, "lavapipe": vk.DriverIDLavapipe,
+}
+
+// VendorTuning is the quirk-table tuning of a vendor of PlanAsVendors.
+func VendorTuning(vendor string) (Tuning, error) {
+	id, ok := vendorDrivers[vendor]
+	if !ok {
+		return Tuning{}, fmt.Errorf("unknown vendor %q to plan as (want one of %s)", vendor, strings.Join(PlanAsVendors, ", "))
+	}
+	q := quirks[id]
+	t := q.tuning.Clone()
+	t.Source = "planned as " + vendor + ": quirk table: " + q.name
+	return t, nil
 }
 
 // Clone copies t so that callers cannot share its maps.
 func (t Tuning) Clone() Tuning {
 	t.Texel.Rows = maps.Clone(t.Texel.Rows)
 	t.Storage.Rows = maps.Clone(t.Storage.Rows)
+	if t.Tiled != nil {
+		tiles := *t.Tiled
+		t.Tiled = &tiles
+	}
 	return t
 }
 
@@ -144,6 +233,11 @@ func (t Tuning) Check(dev vk.PhysicalDevice) error {
 	}
 	if t.Path == TexelPath && !texelPathOK(dev) {
 		return fmt.Errorf("tuning: texel load path on %s, which lacks the R32F, R32UI and R16UI texel buffers it reads through", dev.Name)
+	}
+	if t.Tiled != nil {
+		if err := t.Tiled.check(); err != nil {
+			return err
+		}
 	}
 	for _, path := range []LoadPath{TexelPath, StoragePath} {
 		pt := t.For(path)

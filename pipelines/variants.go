@@ -18,6 +18,7 @@ const (
 	FamilyHeadMean                // head_mean.comp, weights averaged over heads
 	FamilySelftest                // selftest.comp, the vk layer's own tests
 	FamilyHeatmap                 // heat_colour.comp, the viewer's picture of weights
+	FamilyTiled                   // attention_tiled.comp, q.k scores, workgroup-tiled (GPUs)
 )
 
 var families = [...]struct{ name, source, define string }{
@@ -28,6 +29,7 @@ var families = [...]struct{ name, source, define string }{
 	FamilyHeadMean:  {"head_mean", "head_mean.comp", ""},
 	FamilySelftest:  {"selftest", "selftest.comp", ""},
 	FamilyHeatmap:   {"heat_colour", "heat_colour.comp", ""},
+	FamilyTiled:     {"attention_tiled", "attention_tiled.comp", ""},
 }
 
 func (f Family) String() string { return families[f].name }
@@ -112,7 +114,11 @@ var Variants = func() []Variant {
 			}
 		}
 	}
-	return append(vs, Variant{Family: FamilyHeadMean}, Variant{Family: FamilyHeatmap})
+	vs = append(vs, Variant{Family: FamilyHeadMean}, Variant{Family: FamilyHeatmap})
+	// The GPU kernels read storage buffers only; split-K needs vec4 rows.
+	return append(vs, Variant{Family: FamilyTiled, Path: StoragePath, Vec4: true},
+		Variant{Family: FamilyTiled, Path: StoragePath},
+		Variant{Family: FamilyTiled, Path: StoragePath, Vec4: true, SplitK: true})
 }()
 
 // Manifest is the text of shaders/manifest.txt: a line per variant with its

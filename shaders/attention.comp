@@ -55,59 +55,18 @@ layout(constant_id = 8) const int K_TYPE = 0;
 layout(constant_id = 9) const int V_TYPE = 0;
 // VARIANTS: the score variants compiled in (SEMANTICS.md §4.1), a bit each;
 // like MASKED, unused ones cost nothing.
+// VARIANTS: the score variants compiled in (SEMANTICS.md §4.1), a bit each;
+// like MASKED, unused ones cost nothing.
 layout(constant_id = 10) const int VARIANTS = 0;
-const int VAR_WINDOW = 1;  // keys outside P.window's band are blocked
-const int VAR_SOFTCAP = 2; // s -> c tanh(s / c), c = P.variant.x
-const int VAR_ALIBI = 4;   // s += slope_h * (j - (t + S - L)), slopes at binding 11
-const int VAR_SINKS = 8;   // a logit per head joins the denominator, at binding 11
-// PAGED: K and V live in a pool of pages of P.page.x positions (page p of
-// KV head h at p * stride.x + h * stride.y); key j of item b is row
-// j % P.page.x of page table[b][j / P.page.x] (binding 12, P.page.y
-// entries per item), as paged attention reads a block table.
+// PAGED: K and V are read through a page table (attention_common.glsl).
 layout(constant_id = 11) const bool PAGED = false;
 
-const int FLAG_MASK = 1;     // additive mask bound at binding 4
-const int FLAG_BOOLMASK = 2; // boolean mask (as 0 / -inf) bound at binding 5
-const int FLAG_CAUSAL = 4;
-const int FLAG_LENGTHS = 8;  // per-batch key and query lengths at binding 6
-const int FLAG_LSE = 16;
-const int FLAG_WEIGHTS = 32;
-const int FLAG_KEYPAD = 64; // key padding (B, S) as 0 / -inf at binding 10
-const int FLAG_SINKS = 128; // (the combine pass reads it: sinks at binding 11)
-// Bottom-right positions count from each item's key length, not S: for
-// the causal mask, and for the window and ALiBi.
-const int FLAG_ALIGN_CAUSAL = 256;
-const int FLAG_ALIGN_POS = 512;
-
-const float LOG2E = 1.4426950408889634;
-const float NEG_INF = -1.0 / 0.0;
-
-#include "attention_params.glsl"
+#include "attention_common.glsl"
 
 #include "loads.glsl"
 INPUT(1, Qt)
 INPUT(2, Kt)
 INPUT(3, Vt)
-#ifdef TEXEL_LOADS
-layout(binding = 4) uniform samplerBuffer Mt;
-layout(binding = 5) uniform samplerBuffer Bt;
-layout(binding = 10) uniform samplerBuffer Pt;
-#define LOAD_M(i) texelFetch(Mt, (i)).r
-#define LOAD_B(i) texelFetch(Bt, (i)).r
-#define LOAD_PAD(i) texelFetch(Pt, (i)).r
-#else
-layout(std430, binding = 4) readonly buffer MBuf { float mData[]; };
-layout(std430, binding = 5) readonly buffer BBuf { float bData[]; };
-layout(std430, binding = 10) readonly buffer PadBuf { float padData[]; };
-#define LOAD_M(i) mData[(i)]
-#define LOAD_B(i) bData[(i)]
-#define LOAD_PAD(i) padData[(i)]
-#endif
-
-layout(std430, binding = 6) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries of the whole call
-layout(std430, binding = 7) writeonly buffer OBuf { float oData[]; };
-layout(std430, binding = 8) writeonly buffer LseBuf { float lseData[]; };
-layout(std430, binding = 9) writeonly buffer WBuf { float wData[]; }; // weights, or split-K partials
 #ifdef ADDITIVE
 layout(std430, binding = 13) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
 vec4 wa[D4]; // w_a, zero past d_k
@@ -116,16 +75,10 @@ vec4 wa[D4]; // w_a, zero past d_k
 vec4 q[ROWS * D4];   // query rows as stored (scaling them first would break exact ties)
 vec4 acc[ROWS * D4]; // unnormalised output rows
 float sc[ROWS];      // scores of the current key (scaled, masked; natural units)
-// Per query head: sink logit at 2h, ALiBi slope at 2h + 1.
-layout(std430, binding = 11) readonly buffer HeadBuf { float headData[]; };
-float slope[ROWS]; // each row's ALiBi slope
-layout(std430, binding = 12) readonly buffer PageTable { int pageOf[]; };
+float slope[ROWS];   // each row's ALiBi slope
 int rowOf[ROWS];  // query position of each row (clamped into range)
 int headOf[ROWS]; // query head of each row
 bool rowOK[ROWS]; // the row exists (not past L, or past the packed GQA rows)
-
-int L, S, DK, DV, flags, shift, b, hk;
-int posShift; // key position of query row 0 for the window and ALiBi
 
 #ifdef SHARED_LOADS
 #ifdef SPLIT_K
@@ -142,16 +95,6 @@ const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per 
 // Slot c of a row loaded by LOAD_SHARED into own.
 #define SLOT(own, c) subgroupShuffle(own[(c) / SHARE], (c) % SHARE)
 #endif
-
-// keyRow is where key position j of this item starts in K or V (of the
-// given strides), but for the head's offset.
-int keyRow(ivec4 stride, int j) {
-    if (PAGED) {
-        int page = pageOf[(P.chunk.z + b) * P.page.y + j / P.page.x];
-        return page * stride.x + (j % P.page.x) * stride.z;
-    }
-    return b * stride.x + j * stride.z;
-}
 
 // keyScores fills sc for key j; a key that is out of range or masked gets
 // -inf.
@@ -182,71 +125,16 @@ void keyScores(int j, int keyEnd) {
         }
     }
     [[unroll]] for (int r = 0; r < ROWS; r++) {
-        int row = rowOf[r];
-        bool ok = j < keyEnd;
-        if ((flags & FLAG_CAUSAL) != 0) {
-            ok = ok && j <= row + shift;
-        }
-        float add = 0.0;
-        if (MASKED) {
-            if ((flags & FLAG_MASK) != 0) {
-                add += LOAD_M(P.chunk.x + b * P.mStride.x + headOf[r] * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
-            }
-            if ((flags & FLAG_BOOLMASK) != 0) {
-                add += LOAD_B(P.chunk.y + b * P.bStride.x + headOf[r] * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
-            }
-            if ((flags & FLAG_KEYPAD) != 0) {
-                add += LOAD_PAD((P.chunk.z + b) * S + jc);
-            }
-        }
-        // The dot product of the stored values, scaled once: equal dot
-        // products give equal scores (SEMANTICS.md §7, exact ties). Scores
-        // stay in natural units; only differences from the running max go
-        // to base 2, so a finite mask as large as float32 allows (-FLT_MAX,
-        // as models save "blocked") never overflows to -inf.
-        float e = sc[r] * P.scaling.x;
-        if ((VARIANTS & VAR_SOFTCAP) != 0) {
-            e = P.variant.x * tanh(e / P.variant.x);
-        }
-        // Window and ALiBi positions are bottom-right aligned: query row t
-        // sits at key position t + S - L (P.window.z holds S - L plus the
-        // chunk's first row).
-        int pos = row + posShift;
-        if ((VARIANTS & VAR_ALIBI) != 0) {
-            e += slope[r] * float(j - pos);
-        }
-        if ((VARIANTS & VAR_WINDOW) != 0) {
-            ok = ok && (P.window.x < 0 || j >= pos - P.window.x) && (P.window.y < 0 || j <= pos + P.window.y);
-        }
-        e += add;
-        sc[r] = (ok && e != NEG_INF) ? e : NEG_INF;
+        sc[r] = scoreOf(sc[r], rowOf[r], headOf[r], slope[r], j, keyEnd);
     }
 }
 
 void main() {
-    L = P.dims.x;
-    S = P.dims.y;
-    DK = P.dims.z;
-    DV = P.dims.w;
+    beginItem(int(gl_WorkGroupID.z));
     int group = P.heads.y;
-    flags = P.heads.z;
-    shift = P.heads.w;
-    b = int(gl_WorkGroupID.z);
     int lane = int(gl_LocalInvocationID.x);
     int H; // query heads
 
-    int keyLen = S;
-    int queryLen = P.outs.z; // the call's rows (L is this chunk's)
-    if ((flags & FLAG_LENGTHS) != 0) {
-        keyLen = lengths[P.chunk.z + b];
-        queryLen = lengths[P.chunk.w + P.chunk.z + b];
-    }
-    // Bottom-right alignment to this item's key length: the chunk's first
-    // row l0 plus keyLen - L (P.outs.z is the call's L).
-    posShift = (flags & FLAG_ALIGN_POS) != 0 ? P.outs.w + keyLen - P.outs.z : P.window.z;
-    if ((flags & FLAG_ALIGN_CAUSAL) != 0) {
-        shift = P.outs.w + keyLen - P.outs.z;
-    }
 #ifdef SPLIT_K
     int rowBlocks = P.split.z;
     hk = int(gl_WorkGroupID.y) / rowBlocks;
@@ -281,18 +169,7 @@ void main() {
     int keyBegin = 0;
     int keyEnd = keyLen;
     int lastRow = min(L, rowBase + ROWS * WG) - 1;
-    if ((flags & FLAG_CAUSAL) != 0) {
-        keyEnd = clamp(lastRow + shift + 1, 0, keyLen);
-    }
-    // Keys outside every row's window band are never loaded.
-    if ((VARIANTS & VAR_WINDOW) != 0) {
-        if (P.window.y >= 0) {
-            keyEnd = clamp(lastRow + posShift + P.window.y + 1, 0, keyEnd);
-        }
-        if (P.window.x >= 0) {
-            keyBegin = clamp(rowBase + posShift - P.window.x, 0, keyEnd);
-        }
-    }
+    keyRange(rowBase, lastRow, keyBegin, keyEnd);
     int keyStop = keyEnd;
 #endif
 
@@ -307,7 +184,7 @@ void main() {
     }
 #endif
     [[unroll]] for (int r = 0; r < ROWS; r++) {
-        slope[r] = (VARIANTS & VAR_ALIBI) != 0 ? headData[2 * (P.window.w + headOf[r]) + 1] : 0.0;
+        slope[r] = slopeOf(headOf[r]);
         int qBase = P.offsets.x + b * P.qStride.x + headOf[r] * P.qStride.y + rowOf[r] * P.qStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {
             q[r * D4 + c] = LOAD4(Qt, Q_TYPE, qBase, c, DK);
@@ -409,23 +286,7 @@ void main() {
         if (!rowOK[r]) {
             continue;
         }
-        bool padded = P.outs.w + row >= queryLen;
-        float alpha = 1.0;
-        if ((VARIANTS & VAR_SINKS) != 0 && !padded) {
-            // The sink joins the denominator only: m' = max(m, sink),
-            // l' = l e^(m - m') + e^(sink - m'); acc is rescaled by
-            // e^(m - m') below (0 when no key was visible).
-            float sink = headData[2 * (P.window.w + headOf[r])];
-            float mNew = max(m[r], sink);
-            alpha = exp2((m[r] - mNew) * LOG2E);
-            l[r] = l[r] * alpha + exp2((sink - mNew) * LOG2E);
-            m[r] = mNew;
-        }
-        // A padded query row or a row with no visible key (and no sink) has
-        // no softmax: vkattn defines its output as zeros and its
-        // log-sum-exp as -inf.
-        bool live = !padded && l[r] > 0.0;
-        float inv = live ? alpha / l[r] : 0.0;
+        float inv = endRow(m[r], l[r], headOf[r], P.outs.w + row >= queryLen);
         int oBase = P.offsets.w + b * P.oStride.x + headOf[r] * P.oStride.y + row * P.oStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {
             vec4 o = acc[r * D4 + c] * inv;
@@ -437,10 +298,7 @@ void main() {
         }
         int lseIndex = (b * H + headOf[r]) * P.outs.z + row;
         if ((flags & FLAG_LSE) != 0) {
-            lseData[P.outs.x + lseIndex] = live ? m[r] + log(l[r]) : NEG_INF;
-        }
-        if (!live) {
-            l[r] = 0.0;
+            lseData[P.outs.x + lseIndex] = lseOf(m[r], l[r]);
         }
     }
 

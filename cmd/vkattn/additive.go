@@ -63,7 +63,7 @@ type additiveFlags struct {
 	masks  maskFlags
 	lengthFlags
 	outputFlags
-	device string
+	device deviceChoice
 	checkFlags
 }
 

@@ -209,7 +209,7 @@ type benchFlags struct {
 	seed     uint64
 	json     bool
 	plot     string
-	device   string
+	device   deviceChoice
 	loadPath string
 	quiet    bool
 	typeFlags
@@ -304,7 +304,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	dev, err := vkattn.Open(vkattn.Config{Device: f.device, LoadPath: path})
+	dev, err := vkattn.Open(f.device.with(vkattn.Config{LoadPath: path}))
 	if err != nil {
 		return failf(stderr, "bench", "%v", err)
 	}

@@ -48,7 +48,7 @@ type decodeFlags struct {
 	typeFlags
 	variantFlags
 	out    string
-	device string
+	device deviceChoice
 	checkFlags
 	json bool
 }

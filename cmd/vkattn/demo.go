@@ -107,12 +107,12 @@ var demoExamples = []demoExample{
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", stderr)
-	var device string
+	var device deviceChoice
 	deviceFlag(fs, &device)
 	if ok, code := parseFlags(fs, demoUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	dev, err := vkattn.Open(vkattn.Config{Device: device})
+	dev, err := vkattn.Open(device.with(vkattn.Config{}))
 	if err != nil {
 		return failf(stderr, "demo", "%v", err)
 	}

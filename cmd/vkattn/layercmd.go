@@ -32,7 +32,7 @@ func reportError(stderr io.Writer, cmd string, err error) int {
 // mask flags and output paths; read the inputs, weights and masks and
 // validate them on the host (load), so bad input fails before a device is
 // opened; then open the device and run the problem on it (execute).
-func runLayer[P any](cmd, device string, masks *maskFlags, outs []outputFlag, stderr io.Writer,
+func runLayer[P any](cmd string, device deviceChoice, masks *maskFlags, outs []outputFlag, stderr io.Writer,
 	load func(vkattn.Causal, vkattn.MaskMeaning) (P, error), execute func(*vkattn.Device, P) int) int {
 	causal, meaning, err := masks.parse()
 	if err != nil {
@@ -45,7 +45,7 @@ func runLayer[P any](cmd, device string, masks *maskFlags, outs []outputFlag, st
 	if err != nil {
 		return reportError(stderr, cmd, err)
 	}
-	dev, err := vkattn.Open(vkattn.Config{Device: device})
+	dev, err := vkattn.Open(device.with(vkattn.Config{}))
 	if err != nil {
 		return failf(stderr, cmd, "%v", err)
 	}

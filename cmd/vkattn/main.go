@@ -147,8 +147,8 @@ func emitResults[T any](w io.Writer, asJSON bool, results []T, table func()) err
 
 // openInterruptible opens the device a command names, with a context that
 // Ctrl-C cancels; done closes both. code is exitOK, or what to exit with.
-func openInterruptible(cmd, device string, stderr io.Writer) (dev *vkattn.Device, ctx context.Context, done func(), code int) {
-	dev, err := vkattn.Open(vkattn.Config{Device: device})
+func openInterruptible(cmd string, device deviceChoice, stderr io.Writer) (dev *vkattn.Device, ctx context.Context, done func(), code int) {
+	dev, err := vkattn.Open(device.with(vkattn.Config{}))
 	if err != nil {
 		return nil, nil, nil, failf(stderr, cmd, "%v", err)
 	}
@@ -163,10 +163,21 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// deviceFlag registers --device, the device choice of every command that
-// opens one, into device.
-func deviceFlag(fs *flag.FlagSet, device *string) {
-	fs.StringVar(device, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+// deviceChoice is the device a command opens and the vendor it plans as.
+type deviceChoice struct{ name, planAs string }
+
+// with is cfg on the chosen device, planned as chosen.
+func (c deviceChoice) with(cfg vkattn.Config) vkattn.Config {
+	cfg.Device, cfg.PlanAs = c.name, c.planAs
+	return cfg
+}
+
+// deviceFlag registers --device and --plan-as, the device choice of every
+// command that opens one, into device.
+func deviceFlag(fs *flag.FlagSet, device *deviceChoice) {
+	fs.StringVar(&device.name, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
+	fs.StringVar(&device.planAs, "plan-as", "", "plan as the quirk table says for `VENDOR` ("+strings.Join(vkattn.PlanAsVendors, ", ")+
+		") on whatever device runs, e.g. the GPU kernels on lavapipe; default: $VKATTN_PLAN_AS, else the device's own")
 }
 
 // checkFlags are --check and --explain, of the commands that run attention

@@ -73,7 +73,7 @@ type mhaFlags struct {
 	masks         maskFlags
 	out, weights  string
 	average       bool
-	device        string
+	device        deviceChoice
 	checkFlags
 }
 

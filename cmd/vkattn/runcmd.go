@@ -86,7 +86,7 @@ type runFlags struct {
 	variantFlags
 	outputFlags
 	heatmap string
-	device  string
+	device  deviceChoice
 	checkFlags
 	json bool
 }
@@ -539,7 +539,7 @@ func attendWith(dev *vkattn.Device, q, k, v *npyArray, call func(q, k, v *vkattn
 }
 
 func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
-	dev, err := vkattn.Open(vkattn.Config{Device: f.device})
+	dev, err := vkattn.Open(f.device.with(vkattn.Config{}))
 	if err != nil {
 		return failf(stderr, "run", "%v", err)
 	}
@@ -704,10 +704,22 @@ func printPlan(w io.Writer, p vkattn.Plan, opts *vkattn.Options) {
 	row("kernel", "%s", k.Variant)
 	row("load path", "%s (%s)", k.Path, k.Why)
 	row("d_max", "%d (compile-time bound on d_k and d_v)", k.DMax)
-	row("rows", "%d query rows per invocation", k.Rows)
-	row("key tile", "%d keys per online-softmax step", k.KeyTile)
+	axes := "query row blocks x heads x batch"
+	if k.TileRows > 0 {
+		axes = "query row blocks x KV heads x batch"
+		row("tiles", "Br %d query rows (the query heads of a KV head packed) x Bc %d keys, K and V tiles in %d B of shared memory", k.TileRows, k.KeyTile, k.SharedBytes)
+		row("lanes", "%d lanes per row split d_max %d (%d values of q and of the output each), sums by subgroup shuffles", k.LanesPerRow, k.DMax, k.DMax/k.LanesPerRow)
+		row("subgroups", "full subgroups of %d lanes required (VK_EXT_subgroup_size_control, enabled)", k.SubgroupSize)
+	} else {
+		row("rows", "%d query rows per invocation", k.Rows)
+		row("key tile", "%d keys per online-softmax step", k.KeyTile)
+	}
+	if k.Splits > 0 {
+		axes = "key splits x KV heads*row blocks x batch"
+		row("split-K", "%d splits of %d keys, %d row blocks per KV head, merged by attention_combine", k.Splits, k.SplitKeys, k.RowBlocks)
+	}
 	row("workgroup", "%d invocations", k.WorkGroup)
-	row("grid", "%d x %d x %d workgroups (query row blocks x heads x batch)", k.Grid[0], k.Grid[1], k.Grid[2])
+	row("grid", "%d x %d x %d workgroups (%s)", k.Grid[0], k.Grid[1], k.Grid[2], axes)
 	if k.Additive {
 		row("scores", "w_a . tanh(q W_q + b + k W_k), no scale")
 	} else {

@@ -119,7 +119,7 @@ type tuneReport struct {
 }
 
 type tuneFlags struct {
-	device string
+	device deviceChoice
 	ds     widthList
 	reps   int
 	length int
@@ -155,7 +155,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 
 	// The defaults, not an earlier tune: every candidate is measured
 	// against the quirk table.
-	dev, err := vkattn.Open(vkattn.Config{Device: f.device, DefaultTuning: true})
+	dev, err := vkattn.Open(f.device.with(vkattn.Config{DefaultTuning: true}))
 	if err != nil {
 		return failf(stderr, "tune", "%v", err)
 	}

@@ -31,7 +31,7 @@ Example:
 func runVerify(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("verify", stderr)
 	dir := fs.String("dir", "testdata", "`directory` holding the golden *.json cases")
-	var device string
+	var device deviceChoice
 	deviceFlag(fs, &device)
 	only := fs.String("run", "", "run only cases whose name contains `NAME`")
 	if ok, code := parseFlags(fs, verifyUsage, args, stdout, stderr); !ok {
@@ -53,7 +53,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		}
 		cases = kept
 	}
-	dev, err := vkattn.Open(vkattn.Config{Device: device})
+	dev, err := vkattn.Open(device.with(vkattn.Config{}))
 	if err != nil {
 		return failf(stderr, "verify", "%v", err)
 	}

@@ -73,7 +73,7 @@ func runView(args []string, stdout, stderr io.Writer) int {
 	if f.missing() {
 		return usagef(stderr, "view", "-q, -k and -v are required")
 	}
-	req := viewRequest{device: f.device}
+	req := viewRequest{device: f.device.name}
 	if f.size != "" {
 		w, h, ok := parseSize(f.size)
 		if !ok {

@@ -1,0 +1,191 @@
+// What the fused attention kernels (attention.comp, attention_tiled.comp)
+// share: the Params block, flags, the mask, length, output and per-head
+// bindings, and the rules that turn a dot product into a score and a
+// finished row into its output scale. Before including, a kernel defines
+// its specialization constants MASKED, VARIANTS and PAGED, and TEXEL_LOADS
+// or not (how the masks are read).
+
+const int FLAG_MASK = 1;     // additive mask bound at binding 4
+const int FLAG_BOOLMASK = 2; // boolean mask (as 0 / -inf) bound at binding 5
+const int FLAG_CAUSAL = 4;
+const int FLAG_LENGTHS = 8;  // per-batch key and query lengths at binding 6
+const int FLAG_LSE = 16;
+const int FLAG_WEIGHTS = 32;
+const int FLAG_KEYPAD = 64; // key padding (B, S) as 0 / -inf at binding 10
+const int FLAG_SINKS = 128; // (the combine pass reads it: sinks at binding 11)
+// Bottom-right positions count from each item's key length, not S: for
+// the causal mask, and for the window and ALiBi.
+const int FLAG_ALIGN_CAUSAL = 256;
+const int FLAG_ALIGN_POS = 512;
+
+// Bits of VARIANTS (SEMANTICS.md §4.1); unused ones cost nothing.
+const int VAR_WINDOW = 1;  // keys outside P.window's band are blocked
+const int VAR_SOFTCAP = 2; // s -> c tanh(s / c), c = P.variant.x
+const int VAR_ALIBI = 4;   // s += slope_h * (j - (t + S - L)), slopes at binding 11
+const int VAR_SINKS = 8;   // a logit per head joins the denominator, at binding 11
+
+const float LOG2E = 1.4426950408889634;
+const float NEG_INF = -1.0 / 0.0;
+
+#include "attention_params.glsl"
+
+#ifdef TEXEL_LOADS
+layout(binding = 4) uniform samplerBuffer Mt;
+layout(binding = 5) uniform samplerBuffer Bt;
+layout(binding = 10) uniform samplerBuffer Pt;
+#define LOAD_M(i) texelFetch(Mt, (i)).r
+#define LOAD_B(i) texelFetch(Bt, (i)).r
+#define LOAD_PAD(i) texelFetch(Pt, (i)).r
+#else
+layout(std430, binding = 4) readonly buffer MBuf { float mData[]; };
+layout(std430, binding = 5) readonly buffer BBuf { float bData[]; };
+layout(std430, binding = 10) readonly buffer PadBuf { float padData[]; };
+#define LOAD_M(i) mData[(i)]
+#define LOAD_B(i) bData[(i)]
+#define LOAD_PAD(i) padData[(i)]
+#endif
+
+layout(std430, binding = 6) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries of the whole call
+layout(std430, binding = 7) writeonly buffer OBuf { float oData[]; };
+layout(std430, binding = 8) writeonly buffer LseBuf { float lseData[]; };
+layout(std430, binding = 9) writeonly buffer WBuf { float wData[]; }; // weights, or split-K partials
+// Per query head: sink logit at 2h, ALiBi slope at 2h + 1.
+layout(std430, binding = 11) readonly buffer HeadBuf { float headData[]; };
+// PAGED: K and V live in a pool of pages of P.page.x positions (page p of
+// KV head h at p * stride.x + h * stride.y); key j of item b is row
+// j % P.page.x of page table[b][j / P.page.x] (binding 12, P.page.y
+// entries per item), as paged attention reads a block table.
+layout(std430, binding = 12) readonly buffer PageTable { int pageOf[]; };
+
+int L, S, DK, DV, flags, shift, b, hk;
+int posShift; // key position of query row 0 for the window and ALiBi
+int keyLen;   // this item's visible keys
+int queryLen; // this item's query rows (of the whole call)
+
+// beginItem reads the dimensions and flags and this item's lengths, and
+// sets the causal shift and window/ALiBi positions of batch item bi.
+void beginItem(int bi) {
+    L = P.dims.x;
+    S = P.dims.y;
+    DK = P.dims.z;
+    DV = P.dims.w;
+    flags = P.heads.z;
+    shift = P.heads.w;
+    b = bi;
+    keyLen = S;
+    queryLen = P.outs.z; // the call's rows (L is this chunk's)
+    if ((flags & FLAG_LENGTHS) != 0) {
+        keyLen = lengths[P.chunk.z + b];
+        queryLen = lengths[P.chunk.w + P.chunk.z + b];
+    }
+    // Bottom-right alignment to this item's key length: the chunk's first
+    // row l0 plus keyLen - L (P.outs.z is the call's L).
+    posShift = (flags & FLAG_ALIGN_POS) != 0 ? P.outs.w + keyLen - P.outs.z : P.window.z;
+    if ((flags & FLAG_ALIGN_CAUSAL) != 0) {
+        shift = P.outs.w + keyLen - P.outs.z;
+    }
+}
+
+// keyRow is where key position j of this item starts in K or V (of the
+// given strides), but for the head's offset.
+int keyRow(ivec4 stride, int j) {
+    if (PAGED) {
+        int page = pageOf[(P.chunk.z + b) * P.page.y + j / P.page.x];
+        return page * stride.x + (j % P.page.x) * stride.z;
+    }
+    return b * stride.x + j * stride.z;
+}
+
+// scoreOf is the score of key j for query row `row` of query head `head`
+// (ALiBi slope `slope`) whose dot product with the key is qk: -inf when
+// the key is at or past keyEnd or masked.
+float scoreOf(float qk, int row, int head, float slope, int j, int keyEnd) {
+    int jc = min(j, S - 1); // clamp so loads stay in bounds; masked below
+    bool ok = j < keyEnd;
+    if ((flags & FLAG_CAUSAL) != 0) {
+        ok = ok && j <= row + shift;
+    }
+    float add = 0.0;
+    if (MASKED) {
+        if ((flags & FLAG_MASK) != 0) {
+            add += LOAD_M(P.chunk.x + b * P.mStride.x + head * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
+        }
+        if ((flags & FLAG_BOOLMASK) != 0) {
+            add += LOAD_B(P.chunk.y + b * P.bStride.x + head * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
+        }
+        if ((flags & FLAG_KEYPAD) != 0) {
+            add += LOAD_PAD((P.chunk.z + b) * S + jc);
+        }
+    }
+    // The dot product of the stored values, scaled once: equal dot
+    // products give equal scores (SEMANTICS.md §7, exact ties). Scores
+    // stay in natural units; only differences from the running max go
+    // to base 2, so a finite mask as large as float32 allows (-FLT_MAX,
+    // as models save "blocked") never overflows to -inf.
+    float e = qk * P.scaling.x;
+    if ((VARIANTS & VAR_SOFTCAP) != 0) {
+        e = P.variant.x * tanh(e / P.variant.x);
+    }
+    // Window and ALiBi positions are bottom-right aligned: query row t
+    // sits at key position t + S - L (P.window.z holds S - L plus the
+    // chunk's first row).
+    int pos = row + posShift;
+    if ((VARIANTS & VAR_ALIBI) != 0) {
+        e += slope * float(j - pos);
+    }
+    if ((VARIANTS & VAR_WINDOW) != 0) {
+        ok = ok && (P.window.x < 0 || j >= pos - P.window.x) && (P.window.y < 0 || j <= pos + P.window.y);
+    }
+    e += add;
+    return (ok && e != NEG_INF) ? e : NEG_INF;
+}
+
+// slopeOf is query head h's ALiBi slope (0 without ALiBi).
+float slopeOf(int h) {
+    return (VARIANTS & VAR_ALIBI) != 0 ? headData[2 * (P.window.w + h) + 1] : 0.0;
+}
+
+// keyRange narrows [keyBegin, keyEnd) to the keys some query row in
+// [firstRow, lastRow] can see (causal mask, window): tiles outside are
+// never loaded.
+void keyRange(int firstRow, int lastRow, inout int keyBegin, inout int keyEnd) {
+    if ((flags & FLAG_CAUSAL) != 0) {
+        keyEnd = clamp(lastRow + shift + 1, 0, keyEnd);
+    }
+    if ((VARIANTS & VAR_WINDOW) != 0) {
+        if (P.window.y >= 0) {
+            keyEnd = clamp(lastRow + posShift + P.window.y + 1, 0, keyEnd);
+        }
+        if (P.window.x >= 0) {
+            keyBegin = clamp(firstRow + posShift - P.window.x, keyBegin, max(keyEnd, keyBegin));
+        }
+    }
+}
+
+// endRow finishes a row of query head `head` after its last key: folds the
+// head's sink into its max m and sum l, and returns the factor its
+// unnormalised output is scaled by. A padded query row or a row with no
+// visible key (and no sink) has no softmax: vkattn defines its output as
+// zeros and its log-sum-exp as -inf; l is then 0.
+float endRow(inout float m, inout float l, int head, bool padded) {
+    float alpha = 1.0;
+    if ((VARIANTS & VAR_SINKS) != 0 && !padded) {
+        // The sink joins the denominator only: m' = max(m, sink),
+        // l' = l e^(m - m') + e^(sink - m'); the output is rescaled by
+        // e^(m - m') (0 when no key was visible).
+        float sink = headData[2 * (P.window.w + head)];
+        float mNew = max(m, sink);
+        alpha = exp2((m - mNew) * LOG2E);
+        l = l * alpha + exp2((sink - mNew) * LOG2E);
+        m = mNew;
+    }
+    bool live = !padded && l > 0.0;
+    float inv = live ? alpha / l : 0.0;
+    if (!live) {
+        l = 0.0;
+    }
+    return inv;
+}
+
+// lseOf is a finished row's log-sum-exp.
+float lseOf(float m, float l) { return l > 0.0 ? m + log(l) : NEG_INF; }
