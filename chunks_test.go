@@ -15,20 +15,27 @@ import (
 // (Texel views are capped at 128 KiB too: BindingLimit/16 RGBA32UI texels.)
 func TestCallsLargerThanABinding(t *testing.T) {
 	const limit = 128 << 10
-	// The paths run in parallel: each compiles its variants on its own device.
-	for _, path := range []vkattn.LoadPath{vkattn.AutoLoadPath, vkattn.StorageLoadPath} {
-		t.Run(path.String(), func(t *testing.T) {
+	// The plans run in parallel: each compiles its variants on its own
+	// device. The tiled GPU kernels chunk like the row kernels.
+	for _, c := range []struct {
+		name string
+		cfg  vkattn.Config
+	}{{"auto", vkattn.Config{}}, {"storage", vkattn.Config{LoadPath: vkattn.StorageLoadPath}}, {"nvidia", vkattn.Config{PlanAs: "nvidia"}}} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			callsLargerThanABinding(t, path, limit)
+			cfg := c.cfg
+			cfg.Validation, cfg.BindingLimit = true, limit
+			callsLargerThanABinding(t, c.name, cfg)
 		})
 	}
 }
 
 // callsLargerThanABinding runs TestCallsLargerThanABinding's cases on a
-// device of the path whose bindings reach limit bytes.
-func callsLargerThanABinding(t *testing.T, path vkattn.LoadPath, limit uint32) {
+// device opened with cfg (whose bindings reach cfg.BindingLimit bytes),
+// the plan named path.
+func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 	{
-		d, err := vkattn.Open(vkattn.Config{Validation: true, LoadPath: path, BindingLimit: limit})
+		d, err := vkattn.Open(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +68,7 @@ func callsLargerThanABinding(t *testing.T, path vkattn.LoadPath, limit uint32) {
 			{"per batch item, f16 K/V", 3, 4, 1, 8, 900, 32, 3, 1, typeMixes[1]},
 			{"split-K, bf16", 3, 8, 1, 1, 900, 32, 3, 1, typeMixes[3]},
 		} {
-			t.Run(fmt.Sprintf("%v/%s", path, c.name), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%s", path, c.name), func(t *testing.T) {
 				r := rand.New(rand.NewSource(int64(c.s + c.l)))
 				p := newProblem(r, c.b, c.h, c.hkv, c.l, c.s, c.dk, c.dk)
 				mask := randomValues(r, c.b*c.l*c.s)
@@ -110,7 +117,7 @@ func callsLargerThanABinding(t *testing.T, path vkattn.LoadPath, limit uint32) {
 		// 198 KB fused projection output) or by outputs (a 196 KB
 		// in_proj_weight).
 		for _, mc := range []struct{ d, h, T, chunks int }{{64, 4, 129, 2}, {128, 2, 40, 1}} {
-			t.Run(fmt.Sprintf("%v/MHA d=%d T=%d", path, mc.d, mc.T), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/MHA d=%d T=%d", path, mc.d, mc.T), func(t *testing.T) {
 				r := rand.New(rand.NewSource(31))
 				c := randomMHACase(r, mc.d, mc.h, mc.T, "key padding", false)
 				c.opts.Attention.Causal = vkattn.CausalTopLeft

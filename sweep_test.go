@@ -96,6 +96,17 @@ func TestSweepStoragePath(t *testing.T) {
 	sweep(t, storageDev, 2, 16, []int{1, 8, 33, 64})
 }
 
+// halvesUpTo is the widest head a sweep on d gives half inputs: the
+// widening does not depend on the width, and each d_max 128/256 row kernel
+// of another type mix is another slow lavapipe compile; the tiled kernels
+// compile in seconds, so they get halves at every width.
+func halvesUpTo(d *vkattn.Device) int {
+	if d == nvidiaDev || d == amdDev {
+		return pipelines.MaxHeadWidth
+	}
+	return 64
+}
+
 func sweep(t *testing.T, d *vkattn.Device, seed int64, cases int, widths []int) {
 	r := rand.New(rand.NewSource(seed))
 	var names []string
@@ -123,10 +134,7 @@ func sweep(t *testing.T, d *vkattn.Device, seed int64, cases int, widths []int) 
 		p.blhd = r.Intn(3) == 0
 		p.wantLSE = r.Intn(2) == 0
 		p.weights = r.Intn(3) == 0
-		if max(dk, dv) <= 64 {
-			// Half inputs on the small kernels only: the widening does not
-			// depend on the width, and each d_max 128/256 kernel of another
-			// type mix is another slow lavapipe compile.
+		if max(dk, dv) <= halvesUpTo(d) {
 			p.types = typeMixes[c%len(typeMixes)]
 		}
 		names = append(names, fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, h, hkv, l, s, dk, dv, kinds, typesName(p.types)))

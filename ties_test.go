@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/pipelines"
 )
 
 // TestExactTiesStayExact: keys whose dot products with the query are equal
@@ -36,6 +37,11 @@ func TestExactTiesStayExact(t *testing.T) {
 		// the combine pass merges them.
 		{"texel/split-K", dev, 8, 300, [2]int{5, 290}, true},
 		{"storage/split-K", storageDev, 8, 300, [2]int{5, 290}, true},
+		// The tiled GPU kernels: lanes split d and sum by shuffles; ten
+		// splits of 32 keys as NVIDIA plans them.
+		{"tiled/vec4", nvidiaDev, 8, 6, [2]int{1, 5}, false},
+		{"tiled/scalar", nvidiaDev, 7, 6, [2]int{1, 5}, false},
+		{"tiled/split-K", nvidiaDev, 8, 300, [2]int{5, 290}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w, s := c.width, c.s
@@ -67,7 +73,12 @@ func TestExactTiesStayExact(t *testing.T) {
 			p.weights = !c.split // weights rule out split-K
 			got := runGPU(t, c.d, p)
 			plan := got.out.Plan.Kernel
-			if path := strings.Split(c.name, "/")[0]; plan.Path.String() != path || plan.Vec4 != (w%4 == 0) || (plan.Splits > 0) != c.split {
+			path := strings.Split(c.name, "/")[0]
+			tiled := plan.Variant.Family == pipelines.FamilyTiled
+			if path == "tiled" {
+				path = "storage"
+			}
+			if plan.Path.String() != path || tiled != (c.d == nvidiaDev) || plan.Vec4 != (w%4 == 0) || (plan.Splits > 0) != c.split {
 				t.Fatalf("planned %v, not the %s path this case is for", plan, c.name)
 			}
 			if !slices.Equal(got.o, want) {

@@ -1,0 +1,109 @@
+package vkattn_test
+
+import (
+	"fmt"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/pipelines"
+)
+
+// TestGPUPlansNameTiledKernels: planned as NVIDIA's or AMD's driver, scaled
+// dot-product attention runs the tiled kernels - prefill at every head
+// width up to 256 with shared-memory tiles sized to the device, decode as
+// tiled split-K - and the plan says so; lavapipe's own plan keeps its row
+// kernels, and additive attention (no tiled variant) keeps them too.
+func TestGPUPlansNameTiledKernels(t *testing.T) {
+	info := dev.Info()
+	for vendor, d := range map[string]*vkattn.Device{"nvidia": nvidiaDev, "amd": amdDev} {
+		for _, c := range []struct {
+			name           string
+			h, hkv, l, s   int
+			dk, dv         int
+			weights, split bool
+		}{
+			{"prefill d64", 8, 8, 512, 512, 64, 64, false, false},
+			{"prefill d128 GQA", 8, 2, 300, 300, 128, 128, false, false},
+			{"prefill d256", 2, 2, 64, 64, 256, 256, false, false},
+			{"odd widths", 2, 1, 17, 33, 33, 20, false, false},
+			{"decode GQA", 32, 8, 1, 4096, 128, 128, false, true},
+			{"decode with weights", 8, 2, 1, 4096, 64, 64, true, false},
+		} {
+			t.Run(vendor+"/"+c.name, func(t *testing.T) {
+				plan, err := d.Plan([]int{1, c.h, c.l, c.dk}, []int{1, c.hkv, c.s, c.dk}, []int{1, c.hkv, c.s, c.dv}, vkattn.Options{WantWeights: c.weights})
+				if err != nil {
+					t.Fatal(err)
+				}
+				k := plan.Kernel
+				if k.Variant.Family != pipelines.FamilyTiled || k.Variant.SplitK != c.split || (k.Splits > 0) != c.split {
+					t.Fatalf("plan %v: want the tiled kernel (split-K %v)", k, c.split)
+				}
+				if k.SharedBytes <= 0 || k.SharedBytes > int(info.Limits.MaxSharedMemory) || k.SharedBytes != 2*k.KeyTile*k.DMax*4 {
+					t.Errorf("plan %v: %d B of shared memory for K/V tiles of %d keys at d_max %d (device: %d)", k, k.SharedBytes, k.KeyTile, k.DMax, info.Limits.MaxSharedMemory)
+				}
+				sg := k.SubgroupSize
+				if sg < int(info.Limits.MinSubgroupSize) || sg > int(info.Limits.MaxSubgroupSize) || k.WorkGroup%sg != 0 || sg%k.LanesPerRow != 0 || k.WorkGroup != k.TileRows*k.LanesPerRow {
+					t.Errorf("plan %v: workgroup %d, %d lanes per row, subgroup %d (device range %d..%d)", k, k.WorkGroup, k.LanesPerRow, sg, info.Limits.MinSubgroupSize, info.Limits.MaxSubgroupSize)
+				}
+				for _, want := range []string{"attention_tiled", "shared memory", fmt.Sprintf("Br %d", k.TileRows), fmt.Sprintf("Bc %d", k.KeyTile), "planned as " + vendor} {
+					if !strings.Contains(plan.String(), want) {
+						t.Errorf("plan %q does not say %q", plan, want)
+					}
+				}
+			})
+		}
+	}
+	for name, d := range map[string]*vkattn.Device{"lavapipe's own": dev, "forced storage": storageDev} {
+		plan, err := d.Plan([]int{1, 8, 512, 64}, []int{1, 8, 512, 64}, []int{1, 8, 512, 64}, vkattn.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Kernel.Variant.Family == pipelines.FamilyTiled && info.DriverID == 13 {
+			t.Errorf("%s plan on lavapipe: %v; want its row kernels", name, plan.Kernel)
+		}
+	}
+}
+
+// TestSweepGPUPlans runs the randomized sweep (odd shapes, d_k != d_v up to
+// 256, GQA/MQA, every mask kind, half inputs at every width, LSE and
+// weights) under both GPU vendors' plans.
+func TestSweepGPUPlans(t *testing.T) {
+	t.Run("nvidia", func(t *testing.T) { sweep(t, nvidiaDev, 31, 32, sweepWidths) })
+	t.Run("amd", func(t *testing.T) { sweep(t, amdDev, 32, 12, sweepWidths) })
+}
+
+// TestDecodeGPUPlans covers tiled split-K decode: few query rows per KV
+// head, many keys, GQA/MQA packing into one row block, every mask kind, key
+// lengths that end inside a split, half K/V, widths up to 256.
+func TestDecodeGPUPlans(t *testing.T) {
+	r := rand.New(rand.NewSource(41))
+	names := map[*vkattn.Device][]string{}
+	problems := map[*vkattn.Device][]*problem{}
+	for c := 0; c < 12; c++ {
+		d := gpuPlanDevs()[c%2]
+		b := 1 + r.Intn(2)
+		hkv := []int{1, 2}[r.Intn(2)]
+		group := []int{1, 2, 4, 8}[r.Intn(4)]
+		l := []int{1, 1, 2}[r.Intn(3)]
+		s := []int{256, 300, 1000, 2053}[r.Intn(4)]
+		dk, dv := pick(r, []int{8, 64, 128, 256}), pick(r, []int{8, 64, 128})
+		p := newProblem(r, b, hkv*group, hkv, l, s, dk, dv)
+		kinds := randomMasks(r, p)
+		p.wantLSE = r.Intn(2) == 0
+		p.types = typeMixes[c%len(typeMixes)]
+		plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, p.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Kernel.Splits < 2 || !plan.Kernel.Variant.SplitK {
+			t.Fatalf("case %d: want tiled split-K over several workgroups for a decode shape: %v", c, plan)
+		}
+		names[d] = append(names[d], fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, hkv*group, hkv, l, s, dk, dv, kinds, typesName(p.types)))
+		problems[d] = append(problems[d], p)
+	}
+	for _, d := range gpuPlanDevs() {
+		runInCompileOrder(t, d, names[d], problems[d])
+	}
+}
