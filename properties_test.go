@@ -166,3 +166,55 @@ func TestPreparedCallReplays(t *testing.T) {
 		{"Write to a view", vkattn.ErrShape, func() error { return q.SwapAxes12().Write(p.q) }},
 	})
 }
+
+// TestCallRunAllocatesNothing: a prepared call's Run allocates no buffer
+// and creates no descriptor pool (nor any other Vulkan object), over many
+// replays, on every plan: prefill with masks, LSE and weights, and split-K
+// decode (whose partials and combine pass are bound once too).
+func TestCallRunAllocatesNothing(t *testing.T) {
+	const replays = 40
+	r := rand.New(rand.NewSource(33))
+	for name, d := range everyPlan() {
+		for _, c := range []struct {
+			kind            string
+			h, hkv, l, s, w int
+		}{{"prefill", 4, 2, 9, 40, 16}, {"decode", 8, 2, 1, 600, 16}} {
+			t.Run(name+"/"+c.kind, func(t *testing.T) {
+				p := newProblem(r, 2, c.h, c.hkv, c.l, c.s, c.w, c.w)
+				p.opts.Causal = vkattn.CausalBottomRight
+				p.opts.KeyLengths = []int{c.s, c.s - 3}
+				p.opts.WantLSE = true
+				p.opts.WantWeights = c.kind == "prefill"
+				q, k, v := upload(t, d, p.qs[:], p.q), upload(t, d, p.ks[:], p.k), upload(t, d, p.vs[:], p.v)
+				call, err := d.Prepare(q, k, v, p.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer call.Close()
+				if split := call.Output().Plan.Kernel.Splits > 0; split != (c.kind == "decode") {
+					t.Fatalf("plan %v: split-K %v for a %s shape", call.Output().Plan.Kernel, split, c.kind)
+				}
+				before, objects := d.AllocStats(), vkattn.LiveObjects()
+				for i := 0; i < replays; i++ {
+					if _, err := call.Run(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				after := d.AllocStats()
+				if after.Count != before.Count || after.Pools != before.Pools || vkattn.LiveObjects() != objects {
+					t.Errorf("%d runs allocated %d buffers and %d descriptor pools; %d objects alive before, %d after",
+						replays, after.Count-before.Count, after.Pools-before.Pools, objects, vkattn.LiveObjects())
+				}
+				if before.Pools == 0 {
+					t.Errorf("the pool accounting saw no descriptor pool at all (Prepare binds sets)")
+				}
+				got, err := call.Output().O.Download()
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.wantLSE, p.weights = true, p.opts.WantWeights
+				compare(t, "O after the replays", got, runReference(t, p).O)
+			})
+		}
+	}
+}

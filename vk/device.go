@@ -135,7 +135,7 @@ func (d *Device) String() string {
 // allocations is the device's memory accounting.
 type allocations struct {
 	live, peak, largest uint64
-	count               int
+	count, pools        int
 }
 
 // AllocStats is a snapshot of a device's buffer allocations in bytes.
@@ -144,6 +144,7 @@ type AllocStats struct {
 	Peak    uint64 // most bytes live at once
 	Largest uint64 // the largest single buffer ever allocated
 	Count   int    // buffers allocated so far
+	Pools   int    // descriptor pools created so far (one per descriptor set)
 }
 
 // AllocStats returns the device's allocation accounting.
@@ -151,7 +152,7 @@ func (d *Device) AllocStats() AllocStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	a := d.allocLog
-	return AllocStats{Live: a.live, Peak: a.peak, Largest: a.largest, Count: a.count}
+	return AllocStats{Live: a.live, Peak: a.peak, Largest: a.largest, Count: a.count, Pools: a.pools}
 }
 
 // ResetAllocStats restarts Peak and Largest from the live total, so a caller

@@ -250,6 +250,9 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 		return nil, err
 	}
 	objectCreated()
+	d.mu.Lock()
+	d.allocLog.pools++
+	d.mu.Unlock()
 	s := &DescriptorSet{kernel: k, pool: pool}
 	set, err := d.allocateSet(pool, k.setLay)
 	if err != nil {
