@@ -332,6 +332,10 @@ func measure(ctx context.Context, dev *vkattn.Device, t vkattn.Tuning, in Inputs
 	done := 0
 	defer func() { prog.add(1 + reps - done) }()
 	fail := func(err error) { c.Error = err.Error() }
+	// The candidates are shapes of the row kernels: measure those even
+	// where the device's plans use the tiled GPU kernels, which are not
+	// tuned yet (the chosen tuning keeps them as the defaults have them).
+	t.Tiled = nil
 	if err := dev.SetTuning(t); err != nil {
 		fail(err)
 		return

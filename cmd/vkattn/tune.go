@@ -21,6 +21,11 @@ Measures launch shapes of the attention kernel on a device and saves the
 fastest as the device's tuning: every later run (all vkattn commands, and
 vkattn.Open in programs) plans with it instead of the quirk-table defaults.
 
+The tuned shapes are those of the row kernels. Where the device plans
+with the tiled GPU kernels (NVIDIA, AMD and Intel drivers, or --plan-as),
+their tiles come from the quirk table and are kept as they are: tune then
+measures the row kernels, which run additive attention and forced paths.
+
 Tuning starts from the quirk-table defaults (a tuning saved earlier is
 ignored) and covers the device's preferred load path only (texel on
 lavapipe). For each head width d of --d (its d_max bucket is the next power
