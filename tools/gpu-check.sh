@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The prepared run for a machine with a real GPU (shared/gpu.md: the H200
+# one, with Python 3.12 + PyTorch + CUDA, no Go, no network): correctness
+# first, then vkattn's bench suites, then PyTorch's SDPA on the same shapes,
+# then a table joining the two. Every step writes its own files under
+# OUTDIR; a failed step is logged and the run goes on.
+#
+#   tools/gpu-check.sh BINARY OUTDIR          # run in the checkout's root
+#
+# Steps and files (NAME.out is stdout, NAME.err stderr, unless said):
+#   env        env.txt: date, uname, the binary's sha256, nvidia-smi
+#   devices    devices.txt, devices.json (devices --json)
+#   verify     verify.txt: the golden cases of testdata/ against the float64
+#              reference. The CLI has no randomized sweep: sweep_test.go is a
+#              go test of the root package, and there is no Go on the GPU
+#              machine. What comes closest, and runs here, is
+#   demo       demo.txt: SEMANTICS.md §14's worked examples, then one seeded
+#              random problem (B=2 H=4 L=S=128 d=64) against the float64
+#              reference, planned for this device; exit 1 if it differs
+#   bench      bench.json: bench --suite all --json (prefill, decode, long)
+#   bench-f16  bench-f16.json: the same with Q, K, V stored as f16
+#   bench-kvf16  bench-kvf16.json: decode with f32 Q and f16 K/V
+#   torch      torch.json: tools/torch_sdpa.py, only where
+#              torch.cuda.is_available() holds (else logged as skipped)
+#   table      table.md: tools/gpu-table.py OUTDIR
+# steps.tsv has one line per step: name, exit status, seconds. The script
+# exits 1 if any step failed, after running them all.
+#
+# Environment:
+#   QUICK=1        tiny shapes for bench and torch (a smoke test), 2 reps
+#   SKIP_BENCH=1   no bench steps (and no torch: nothing to set it beside)
+#   REPS=N         bench's --reps (default 10); torch_sdpa.py takes 20
+#   STEP_TIMEOUT=S seconds before a step is killed (default 300)
+#   PYTHON         the Python with torch (default python3)
+set -u
+
+if [ $# -ne 2 ]; then
+  echo "usage: $0 BINARY OUTDIR" >&2
+  exit 2
+fi
+bin=$1
+out=$2
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+py=${PYTHON:-python3}
+reps=${REPS:-10}
+limit=${STEP_TIMEOUT:-300}
+mkdir -p "$out" || exit 1
+# The device's own plans: a VKATTN_PLAN_AS left in the environment would
+# plan every command as another vendor's quirk table says (env.txt records
+# what it was).
+plan_as_was=${VKATTN_PLAN_AS-<unset>}
+unset VKATTN_PLAN_AS
+: > "$out/steps.tsv"
+failures=0
+
+# step NAME STDOUT STDERR CMD...: runs CMD under the time limit, logs its
+# exit status to steps.tsv and the terminal, and never stops the script.
+step() {
+  local name=$1 so=$2 se=$3 t0 rc
+  shift 3
+  echo "== $name: $*"
+  t0=$(date +%s)
+  if command -v timeout >/dev/null; then
+    timeout -k 10 "$limit" "$@" > "$so" 2> "$se"
+  else
+    "$@" > "$so" 2> "$se"
+  fi
+  rc=$?
+  [ "$rc" = 124 ] && echo "   ($name: killed after ${limit}s)" >&2
+  [ "$rc" = 0 ] || failures=$((failures + 1))
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - t0))" >> "$out/steps.tsv"
+  echo "   $name: exit $rc, $(($(date +%s) - t0)) s"
+  tail -n 3 "$se" | sed 's/^/   | /'
+}
+
+skip() {
+  printf '%s\tskipped\t0\n' "$1" >> "$out/steps.tsv"
+  echo "== $1: skipped ($2)"
+}
+
+{
+  date -u +%Y-%m-%dT%H:%M:%SZ
+  uname -a
+  sha256sum "$bin" 2>/dev/null || true
+  git -C "$repo" rev-parse HEAD 2>/dev/null || true
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi -L
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv
+  fi
+  echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-} VK_ICD_FILENAMES=${VK_ICD_FILENAMES:-}"
+  echo "VKATTN_PLAN_AS was $plan_as_was; unset for this run (the device's own plans)"
+} > "$out/env.txt" 2>&1
+echo "== env: $(head -n 1 "$out/env.txt")"
+
+if [ ! -x "$bin" ]; then
+  echo "gpu-check: $bin is not an executable" >&2
+  failures=$((failures + 1))
+fi
+
+step devices "$out/devices.txt" "$out/devices.err" "$bin" devices
+step devices-json "$out/devices.json" "$out/devices-json.err" "$bin" devices --json
+step verify "$out/verify.txt" "$out/verify.err" "$bin" verify --dir "$repo/testdata"
+step demo "$out/demo.txt" "$out/demo.err" "$bin" demo
+
+if [ "${QUICK:-}" = 1 ]; then
+  shapes=(--shape '1,2,2,128,128,64;1,4,2,1,256,64' --reps 2)
+  reps=2
+  decode=(--shape '1,4,2,1,256,64' --reps 2)
+else
+  shapes=(--suite all --reps "$reps")
+  decode=(--suite decode --reps "$reps")
+fi
+if [ "${SKIP_BENCH:-}" = 1 ]; then
+  skip bench SKIP_BENCH=1
+  skip bench-f16 SKIP_BENCH=1
+  skip bench-kvf16 SKIP_BENCH=1
+else
+  step bench "$out/bench.json" "$out/bench.err" "$bin" bench "${shapes[@]}" --json --quiet
+  step bench-f16 "$out/bench-f16.json" "$out/bench-f16.err" "$bin" bench "${shapes[@]}" --dtype f16 --json --quiet
+  step bench-kvf16 "$out/bench-kvf16.json" "$out/bench-kvf16.err" "$bin" bench "${decode[@]}" --kv-dtype f16 --json --quiet
+fi
+
+# torch.cuda.is_available() returns False rather than failing: exit on it.
+if [ "${SKIP_BENCH:-}" = 1 ]; then
+  skip torch SKIP_BENCH=1
+elif "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' > /dev/null 2>&1; then
+  quick=()
+  [ "${QUICK:-}" = 1 ] && quick=(--quick --reps 2 --warmup 1)
+  step torch "$out/torch.out" "$out/torch.err" "$py" "$here/torch_sdpa.py" --out "$out/torch.json" --backends "${quick[@]}"
+else
+  skip torch "no torch with CUDA under $py"
+fi
+
+have=0
+for f in "$out"/bench*.json "$out"/torch.json; do
+  [ -s "$f" ] && have=1
+done
+if [ "$have" = 1 ] && command -v "$py" >/dev/null; then
+  step table "$out/table.md" "$out/table.err" "$py" "$here/gpu-table.py" "$out"
+  cat "$out/table.md"
+else
+  skip table "no bench or torch results"
+fi
+
+echo "== steps (name, exit status, seconds):"
+cat "$out/steps.tsv"
+[ "$failures" = 0 ]
