@@ -460,7 +460,7 @@ func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *TiledTuning, p *Atte
 		// Several workgroups per compute unit, each at least a tile of keys.
 		want := ceilDiv(4*tiles.ComputeUnits, in.B*in.HKV*p.RowBlocks)
 		p.Splits = max(1, min(want, ceilDiv(in.S, bc)))
-		p.SplitKeys = ceilDiv(ceilDiv(in.S, p.Splits), bc) * bc
+		p.SplitKeys = max(bc, ceilDiv(in.S, p.Splits)/bc*bc) // whole tiles, rounded down: at least the splits wanted
 		p.Splits = ceilDiv(in.S, p.SplitKeys)
 		p.Variant.SplitK = true
 		p.Grid = [3]uint32{uint32(p.Splits), uint32(in.HKV * p.RowBlocks), uint32(in.B)}

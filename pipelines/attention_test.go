@@ -2,6 +2,7 @@ package pipelines
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn/vk"
@@ -136,5 +137,69 @@ func TestChunksComeFromThePlan(t *testing.T) {
 			t.Errorf("%s: %d chunks within a %d-byte reach, want a split", c.name, p.Chunks, c.reach)
 		}
 		t.Logf("%s: %d chunks of %d KV heads, %d query heads, %d rows", c.name, p.Chunks, p.ChunkKVHeads, p.ChunkHeads, p.ChunkRows)
+	}
+}
+
+// TestTiledPlansFitTheDevice: the tiled plans take their tiles from the
+// vendor's tuning and fit them to the device: keys per tile halved until
+// the K and V tiles fit shared memory, the subgroup size clamped into the
+// device's range with whole subgroups per workgroup, lanes per row at most
+// the head width in vec4s; split-K decode gets several workgroups per
+// compute unit; a device without subgroup size control keeps the row
+// kernels and the plan says why.
+func TestTiledPlansFitTheDevice(t *testing.T) {
+	gpu := func(shared, minSG, maxSG uint32) vk.PhysicalDevice {
+		d := lavapipeLike()
+		d.Type, d.DriverID = vk.DeviceDiscrete, vk.DriverIDMesaRADV
+		d.Limits.MaxSharedMemory, d.Limits.MinSubgroupSize, d.Limits.MaxSubgroupSize = shared, minSG, maxSG
+		d.Limits.SubgroupSize = maxSG
+		d.SubgroupSizeControl, d.FullSubgroups = true, true
+		return d
+	}
+	amd, err := VendorTuning("amd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiles := *amd.Tiled
+	for _, c := range []struct {
+		name                      string
+		dev                       vk.PhysicalDevice
+		shape                     AttentionShape
+		keys, lanes, subgroup, wg int
+	}{
+		{"wave64, d=64", gpu(64<<10, 32, 64), DenseShape(1, 8, 8, 512, 512, 64, 64), tiles.Keys, 8, 64, 128},
+		{"d=256 in 16 KiB", gpu(16<<10, 32, 64), DenseShape(1, 2, 2, 64, 64, 256, 256), 8, 8, 64, 128},
+		{"d=16: 4 lanes a row, more rows fill the subgroup", gpu(64<<10, 64, 64), DenseShape(1, 2, 2, 64, 64, 16, 16), tiles.Keys, 4, 64, 64},
+		{"subgroups of 8 only", gpu(32<<10, 8, 8), DenseShape(1, 2, 2, 64, 64, 128, 128), 32, 8, 8, 128},
+	} {
+		p, err := PlanAttention(c.dev, PlanInput{AttentionShape: c.shape, Tuning: &amd})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if p.Variant.Family != FamilyTiled || p.KeyTile != c.keys || p.LanesPerRow != c.lanes || p.SubgroupSize != c.subgroup || p.WorkGroup != c.wg ||
+			p.SharedBytes > int(c.dev.Limits.MaxSharedMemory) || p.WorkGroup%p.SubgroupSize != 0 {
+			t.Errorf("%s: %v; want Bc %d, %d lanes per row, subgroup %d, workgroup %d", c.name, p, c.keys, c.lanes, c.subgroup, c.wg)
+		}
+	}
+	// Decode H=32 H_kv=8 S=4096: 8 KV heads alone would fill 8 of 96 CUs.
+	dev := gpu(64<<10, 32, 64)
+	p, err := PlanAttention(dev, PlanInput{AttentionShape: DenseShape(1, 32, 8, 1, 4096, 128, 128), Tuning: &amd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if groups := int(p.Grid[0] * p.Grid[1] * p.Grid[2]); !p.Variant.SplitK || groups < 4*tiles.ComputeUnits || p.SplitKeys%p.KeyTile != 0 || p.Splits*p.SplitKeys < 4096 || p.TileRows != 4 {
+		t.Errorf("decode: %v; want split-K over >= %d workgroups of whole tiles, 4 packed rows a workgroup", p, 4*tiles.ComputeUnits)
+	}
+	noControl := dev
+	noControl.SubgroupSizeControl = false
+	p, err = PlanAttention(noControl, PlanInput{AttentionShape: DenseShape(1, 8, 8, 512, 512, 64, 64), Tuning: &amd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Variant.Family == FamilyTiled || !strings.Contains(p.Why, "subgroup size control") {
+		t.Errorf("without subgroup size control: %v; want the row kernels and why", p)
+	}
+	if _, err := VendorTuning("apple"); err == nil {
+		t.Errorf("VendorTuning(apple): no error")
 	}
 }

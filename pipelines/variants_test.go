@@ -26,7 +26,9 @@ func TestManifestIsTheVariantTable(t *testing.T) {
 func TestEveryVariantIsReachable(t *testing.T) {
 	gpu := lavapipeLike()
 	gpu.Name, gpu.Type, gpu.DriverID = "fake discrete GPU", vk.DeviceDiscrete, vk.DriverIDNvidia
-	gpu.Limits.SubgroupSize = 32
+	gpu.Limits.SubgroupSize, gpu.Limits.MinSubgroupSize, gpu.Limits.MaxSubgroupSize = 32, 32, 32
+	gpu.SubgroupSizeControl, gpu.FullSubgroups = true, true // the tiled kernels
+	gpu.Limits.MaxSharedMemory = 48 << 10
 	noVec4Texels := lavapipeLike()
 	noVec4Texels.TexelWords4 = false
 	reached := map[Variant]bool{
