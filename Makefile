@@ -14,7 +14,7 @@ deps-viewer:
 # SPIR-V freshness, go vet, then the whole suite with the Vulkan validation
 # layer on (any validation message fails it), then the tests of a device
 # shared by goroutines and closed under load again under the race detector.
-RACE_TESTS = Concurrent|Cancelled|AfterDeviceClose|InFlight
+RACE_TESTS = Concurrent|Cancelled|AfterDeviceClose|InFlight|StagingArea
 
 # Then the viewer build: its vet, and the window tests on a virtual X server.
 test: deps-viewer

@@ -10,9 +10,9 @@ import (
 )
 
 // Buffer is device memory usable as a storage, uniform or texel buffer.
-// Where the device has host-visible device-local memory (lavapipe, integrated
-// GPUs, resizable BAR) it stays mapped and reads and writes are memcpy;
-// elsewhere they go through a temporary staging buffer.
+// In host-visible device-local memory (lavapipe, integrated GPUs, small
+// buffers in a discrete GPU's BAR window) it stays mapped and reads and
+// writes are memcpy; elsewhere they go through the device's staging area.
 //
 // Close may come while submitted work still uses the buffer (a cancelled
 // wait): the buffer is then freed when that work is seen to finish.
@@ -37,10 +37,10 @@ func (d *Device) NewBuffer(size uint64) (*Buffer, error) {
 		return nil, err
 	}
 	defer d.exit()
-	return d.newBuffer(size, false)
+	return d.newBuffer(size, deviceData)
 }
 
-func (d *Device) newBuffer(size uint64, staging bool) (*Buffer, error) {
+func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 	if size == 0 {
 		size = 16
 	}
@@ -67,7 +67,7 @@ func (d *Device) newBuffer(size uint64, staging bool) (*Buffer, error) {
 	req.Deref()
 	req.Free()
 	hostBits := vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
-	types := d.memoryTypesFor(req.MemoryTypeBits, staging)
+	types := d.memoryTypesFor(req.MemoryTypeBits, size, use)
 	if len(types) == 0 {
 		b.destroyHandle()
 		return nil, fmt.Errorf("vk: no suitable memory type for a %d-byte buffer", size)
@@ -97,7 +97,7 @@ func (d *Device) newBuffer(size uint64, staging bool) (*Buffer, error) {
 		return nil, err
 	}
 	flags := vulkan.MemoryPropertyFlagBits(d.memTypes.MemoryTypes[typeIndex].PropertyFlags)
-	if flags&hostBits == hostBits {
+	if flags&hostBits == hostBits && (mapDeviceData || use == stagingData) {
 		var p unsafe.Pointer
 		if err := check("vkMapMemory", vulkan.MapMemory(d.handle, mem, 0, vulkan.DeviceSize(size), 0, &p)); err != nil {
 			b.destroy()
@@ -145,22 +145,7 @@ func (b *Buffer) transfer(off uint64, host []byte, write bool) error {
 		}
 		return nil
 	}
-	n := uint64(len(host))
-	st, err := b.dev.newBuffer(n, true)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	staged := unsafe.Slice((*byte)(st.mapped), len(host))
-	if write {
-		copy(staged, host)
-		return b.dev.copyNow(st, 0, b, off, n)
-	}
-	if err := b.dev.copyNow(b, off, st, 0, n); err != nil {
-		return err
-	}
-	copy(host, staged)
-	return nil
+	return b.dev.staging.transfer(b, off, host, write)
 }
 
 // hold enters the device and keeps the buffer alive until release: a
@@ -232,16 +217,33 @@ func (b *Buffer) bounds(off uint64, n int) error {
 	return nil
 }
 
-// memoryTypesFor lists the memory types to try for a buffer, best first:
-// for staging, host-visible coherent memory, system memory before device
-// memory; otherwise device-local memory the host can map (no staging
-// copies), then device-local memory alone. A discrete GPU's mappable
-// device memory is often a 256 MiB BAR window: staging stays out of it,
-// and when it is full a buffer still fits in plain device memory, written
-// and read through staging buffers.
-func (d *Device) memoryTypesFor(bits uint32, staging bool) []uint32 {
+// bufferUse is what a buffer is for, which decides the memory it prefers.
+type bufferUse int
+
+const (
+	deviceData  bufferUse = iota // tensors, outputs, parameters, scratch
+	stagingData                  // the staging area, in host-visible system memory
+)
+
+// smallBuffer is the largest buffer a discrete GPU keeps in mappable device
+// memory (the BAR window): parameters, lengths and other small buffers the
+// host rewrites between runs, where a write is then a memcpy.
+const smallBuffer = 64 << 10
+
+// unified reports whether the device's memory is the host's (CPU and
+// integrated devices): mappable device memory is then as fast as any.
+func (d *Device) unified() bool { return d.Info.Type != DeviceDiscrete }
+
+// memoryTypesFor lists the memory types to try for a buffer of size bytes
+// used as use, best first: for staging, host-visible coherent memory,
+// system memory before device memory; a discrete GPU's data buffers larger
+// than smallBuffer, plain device memory (fast for the kernels, and a BAR
+// window is often only 256 MiB), then mappable device memory; otherwise
+// device-local memory the host can map (no staging copies), then
+// device-local memory alone. A full heap moves on to the next type.
+func (d *Device) memoryTypesFor(bits uint32, size uint64, use bufferUse) []uint32 {
 	hostBits := vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
-	if staging {
+	if use == stagingData {
 		if t, ok := d.findMemoryType(bits, hostBits, vulkan.MemoryPropertyDeviceLocalBit); ok {
 			return []uint32{t}
 		}
@@ -251,11 +253,17 @@ func (d *Device) memoryTypesFor(bits uint32, staging bool) []uint32 {
 		return nil
 	}
 	var types []uint32
-	if t, ok := d.findMemoryType(bits, hostBits|vulkan.MemoryPropertyDeviceLocalBit, 0); ok {
-		types = append(types, t)
+	mappable, mapOK := d.findMemoryType(bits, hostBits|vulkan.MemoryPropertyDeviceLocalBit, 0)
+	plain, plainOK := d.findMemoryType(bits, vulkan.MemoryPropertyDeviceLocalBit, vulkan.MemoryPropertyHostVisibleBit)
+	if plainOK && !d.unified() && size > smallBuffer {
+		types = append(types, plain)
+		plainOK = false
 	}
-	if t, ok := d.findMemoryType(bits, vulkan.MemoryPropertyDeviceLocalBit, vulkan.MemoryPropertyHostVisibleBit); ok {
-		types = append(types, t)
+	if mapOK {
+		types = append(types, mappable)
+	}
+	if plainOK {
+		types = append(types, plain)
 	} else if len(types) == 0 {
 		if t, ok := d.findMemoryType(bits, vulkan.MemoryPropertyDeviceLocalBit, 0); ok {
 			types = append(types, t)
@@ -263,6 +271,11 @@ func (d *Device) memoryTypesFor(bits uint32, staging bool) []uint32 {
 	}
 	return types
 }
+
+// mapDeviceData maps the data buffers that can be mapped; tests turn it off
+// to send every transfer through the staging area (lavapipe's memory is all
+// mappable).
+var mapDeviceData = true
 
 // allocateMemory is vkAllocateMemory; tests replace it to fill a heap.
 var allocateMemory = func(dev vulkan.Device, info *vulkan.MemoryAllocateInfo, mem *vulkan.DeviceMemory) vulkan.Result {

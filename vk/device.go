@@ -70,6 +70,7 @@ type Device struct {
 	inFlight map[*Commands]struct{} // submitted, not yet seen finished
 	extras   map[extra]struct{}     // swapchains, images, semaphores
 	allocLog allocations
+	staging  stagingArea // for the transfers of unmapped buffers
 }
 
 // ErrClosed is wrapped by every error of an operation on a closed device,

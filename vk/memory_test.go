@@ -2,6 +2,7 @@ package vk
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -16,25 +17,34 @@ func TestMemoryTypeOrder(t *testing.T) {
 		dl = vulkan.MemoryPropertyDeviceLocalBit
 		hv = vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
 	)
-	d := &Device{}
+	d := &Device{Info: PhysicalDevice{Type: DeviceDiscrete}}
 	for i, f := range []vulkan.MemoryPropertyFlagBits{dl | hv, dl, hv} {
 		d.memTypes.MemoryTypes[i].PropertyFlags = vulkan.MemoryPropertyFlags(f)
 	}
 	d.memTypes.MemoryTypeCount = 3
-	if got := d.memoryTypesFor(0b111, false); !slices.Equal(got, []uint32{0, 1}) {
-		t.Errorf("device buffers try types %v, want the BAR window then device memory [0 1]", got)
+	const small, large = 256, 1 << 20
+	if got := d.memoryTypesFor(0b111, small, deviceData); !slices.Equal(got, []uint32{0, 1}) {
+		t.Errorf("small device buffers try types %v, want the BAR window then device memory [0 1]", got)
 	}
-	if got := d.memoryTypesFor(0b111, true); !slices.Equal(got, []uint32{2}) {
+	if got := d.memoryTypesFor(0b111, large, deviceData); !slices.Equal(got, []uint32{1, 0}) {
+		t.Errorf("large device buffers try types %v, want device memory then the BAR window [1 0]", got)
+	}
+	if got := d.memoryTypesFor(0b111, large, stagingData); !slices.Equal(got, []uint32{2}) {
 		t.Errorf("staging buffers try types %v, want system memory [2], not the BAR window", got)
 	}
-	if got := d.memoryTypesFor(0b010, false); !slices.Equal(got, []uint32{1}) {
+	if got := d.memoryTypesFor(0b010, small, deviceData); !slices.Equal(got, []uint32{1}) {
 		t.Errorf("a buffer allowed only type 1 tries %v", got)
+	}
+	// An integrated GPU's memory is the host's: mappable first at any size.
+	d.Info.Type = DeviceIntegrated
+	if got := d.memoryTypesFor(0b111, large, deviceData); !slices.Equal(got, []uint32{0, 1}) {
+		t.Errorf("integrated: large device buffers try types %v, want mappable memory first [0 1]", got)
 	}
 	// lavapipe's one type: device-local, mappable, coherent.
 	one := &Device{}
 	one.memTypes.MemoryTypes[0].PropertyFlags = vulkan.MemoryPropertyFlags(dl | hv)
 	one.memTypes.MemoryTypeCount = 1
-	if got, stage := one.memoryTypesFor(1, false), one.memoryTypesFor(1, true); !slices.Equal(got, []uint32{0}) || !slices.Equal(stage, []uint32{0}) {
+	if got, stage := one.memoryTypesFor(1, large, deviceData), one.memoryTypesFor(1, large, stagingData); !slices.Equal(got, []uint32{0}) || !slices.Equal(stage, []uint32{0}) {
 		t.Errorf("one memory type: buffers try %v, staging %v; want [0] for both", got, stage)
 	}
 }
@@ -63,4 +73,72 @@ func TestBufferOnAFullHeap(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
+}
+
+// Unmapped buffers (what a discrete GPU's large buffers are) are written
+// and read through the device's one staging area: round trips are exact,
+// a transfer larger than the area goes through in pieces, goroutines take
+// turns on it, and once it exists transfers allocate nothing.
+func TestTransfersThroughTheStagingArea(t *testing.T) {
+	inst, d, opened := openTestDevice(t)
+	defer closeTestDevice(t, inst, d, opened)
+	mapDeviceData, stagingMax = false, 64<<10
+	defer func() { mapDeviceData, stagingMax = true, 32<<20 }()
+	const n = 300_000 // bytes: five pieces of the 64 KiB area
+	bufs := make([]*Buffer, 4)
+	for i := range bufs {
+		b, err := d.NewBuffer(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if b.mapped != nil {
+			t.Fatal("buffer mapped with mapping turned off")
+		}
+		bufs[i] = b
+	}
+	pattern := func(i int) []byte {
+		p := make([]byte, n)
+		for j := range p {
+			p[j] = byte(j*7 + i*13 + j/251)
+		}
+		return p
+	}
+	if err := bufs[0].Write(0, pattern(0)); err != nil { // creates the area
+		t.Fatal(err)
+	}
+	before := d.AllocStats().Count
+	errs := make(chan error, len(bufs))
+	for i, b := range bufs {
+		go func() {
+			want := pattern(i)
+			if err := b.Write(0, want); err != nil {
+				errs <- err
+				return
+			}
+			got := make([]byte, n)
+			if err := b.Read(0, got); err != nil {
+				errs <- err
+				return
+			}
+			if !slices.Equal(got, want) {
+				errs <- fmt.Errorf("buffer %d: read back differs from what was written", i)
+				return
+			}
+			part := make([]byte, 1000)
+			if err := b.Read(123_457, part); err != nil || !slices.Equal(part, want[123_457:124_457]) {
+				errs <- fmt.Errorf("buffer %d: a read at an odd offset differs (%v)", i, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range bufs {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if grew := d.AllocStats().Count - before; grew != 0 {
+		t.Errorf("transfers through an existing staging area allocated %d buffers", grew)
+	}
 }
