@@ -222,13 +222,7 @@ type benchResult struct {
 	Dims       vkattn.Dims `json:"dims"`
 	Causal     string      `json:"causal"` // none, top-left, bottom-right
 	Device     string      `json:"device"`
-	Variant    string      `json:"variant"`
-	LoadPath   string      `json:"load_path"`
-	DMax       int         `json:"d_max"`
-	Rows       int         `json:"rows"`
-	WorkGroup  int         `json:"workgroup"`
-	KeyTile    int         `json:"key_tile"`
-	Grid       [3]uint32   `json:"grid"`
+	kernelJSON             // flattened: variant, load_path, d_max, rows, ...
 	Plan       string      `json:"plan"`
 	Reps       int         `json:"reps"`
 	ColdWallNS int64       `json:"cold_wall_ns"`
@@ -416,13 +410,7 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 		Dims:       plan.Dims,
 		Causal:     c.causal.String(),
 		Device:     plan.Device,
-		Variant:    k.Variant.Name(),
-		LoadPath:   k.Path.String(),
-		DMax:       k.DMax,
-		Rows:       k.Rows,
-		WorkGroup:  k.WorkGroup,
-		KeyTile:    k.KeyTile,
-		Grid:       k.Grid,
+		kernelJSON: newKernelJSON(k),
 		Plan:       plan.String(),
 		Reps:       reps,
 		ColdWallNS: int64(coldWall),
@@ -460,6 +448,15 @@ func benchBytes(d vkattn.Dims, types [3]vkattn.DType) int64 {
 
 // printBenchTable writes the results as an aligned table: numbers right,
 // names left.
+// rowsColumn is the table's rows: per invocation, or per workgroup ("/wg")
+// for the tiled kernels.
+func (r benchResult) rowsColumn() string {
+	if r.TileRows > 0 {
+		return strconv.Itoa(r.TileRows) + "/wg"
+	}
+	return strconv.Itoa(r.Rows)
+}
+
 func printBenchTable(w io.Writer, device string, rs []benchResult) {
 	fmt.Fprintf(w, "device: %s\n", device)
 	if len(rs) == 0 {
@@ -485,7 +482,7 @@ func printBenchTable(w io.Writer, device string, rs []benchResult) {
 		}
 		rows = append(rows, []string{
 			strconv.Itoa(d.B), strconv.Itoa(d.H), strconv.Itoa(d.HKV), strconv.Itoa(d.L), strconv.Itoa(d.S), dd,
-			causal, r.Variant, strconv.Itoa(r.Rows), strconv.Itoa(r.WorkGroup),
+			causal, r.Variant, r.rowsColumn(), strconv.Itoa(r.WorkGroup),
 			durString(time.Duration(r.ColdWallNS)), gpu, durTriple(r.Wall), rate(r.GFLOPS), rate(r.GBPS),
 		})
 	}

@@ -784,19 +784,10 @@ type runJSON struct {
 func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []output, chk *checkResult) runJSON {
 	k := r.plan.Kernel
 	s := runJSON{
-		Device: r.plan.Device,
-		Dims:   r.plan.Dims,
-		Plan:   r.plan.String(),
-		Kernel: struct {
-			Variant   string    `json:"variant"`
-			LoadPath  string    `json:"load_path"`
-			Why       string    `json:"why"`
-			DMax      int       `json:"d_max"`
-			Rows      int       `json:"rows"`
-			KeyTile   int       `json:"key_tile"`
-			WorkGroup int       `json:"workgroup"`
-			Grid      [3]uint32 `json:"grid"`
-		}{k.Variant.Name(), k.Path.String(), k.Why, k.DMax, k.Rows, k.KeyTile, k.WorkGroup, k.Grid},
+		Device:    r.plan.Device,
+		Dims:      r.plan.Dims,
+		Plan:      r.plan.String(),
+		Kernel:    newKernelJSON(k),
 		Masks:     describeMasks(&p.opts),
 		DTypes:    [3]string{p.q.Store.String(), p.k.Store.String(), p.v.Store.String()},
 		GPUTimeNS: r.gpuTime.Nanoseconds(),
