@@ -350,6 +350,9 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if p.Vec4 && !in.Weights && !p.Additive && packed <= max(2*p.Rows, 8) && in.S >= 256 {
 		p.SplitKeys = tuning.SplitKeys
 		p.Splits = (in.S + p.SplitKeys - 1) / p.SplitKeys
+		// No more rows per lane than the KV head has packed rows: a lane's
+		// rows past them would be computed and thrown away.
+		p.Rows = min(p.Rows, pow2Above(packed))
 		p.RowBlocks = (packed + p.Rows - 1) / p.Rows
 		p.Variant.SplitK = true
 		p.Grid = [3]uint32{uint32((p.Splits + p.WorkGroup - 1) / p.WorkGroup), uint32(in.HKV * p.RowBlocks), uint32(b)}

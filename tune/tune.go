@@ -398,7 +398,9 @@ func measureSplit(ctx context.Context, dev *vkattn.Device, t vkattn.Tuning, d vk
 	defer in.Close()
 	b := DMax(d.DK)
 	for _, k := range keys {
-		c := Result{D: d.DK, DMax: b, Rows: pt.Rows[b], WorkGroup: pt.WorkGroup, SplitKeys: k, Dims: d,
+		// Rows as the planner packs this shape's rows (at most its packed
+		// rows per KV head); only the split keys vary.
+		c := Result{D: d.DK, DMax: b, Rows: plan.Kernel.Rows, WorkGroup: pt.WorkGroup, SplitKeys: k, Dims: d,
 			Default: k == pt.SplitKeys}
 		prog.describe(fmt.Sprintf("split-K %d keys", k))
 		ct := t.Clone()
