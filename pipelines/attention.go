@@ -795,8 +795,10 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 			return err
 		}
 		st.own(cset)
+		// A workgroup per row; rows past the x axis's limit continue on y.
 		rows := cs.B * cs.H * cs.L
-		st.dispatches = append(st.dispatches, dispatch{kernel: combine, set: cset, groups: [3]uint32{uint32((rows + 63) / 64), 1, 1}})
+		x := min(rows, int(info.Limits.MaxWorkGroupCount[0]))
+		st.dispatches = append(st.dispatches, dispatch{kernel: combine, set: cset, groups: [3]uint32{uint32(x), uint32(ceilDiv(rows, x)), 1}})
 	}
 	return nil
 }
