@@ -78,32 +78,7 @@ func TestSweepGPUPlans(t *testing.T) {
 // head, many keys, GQA/MQA packing into one row block, every mask kind, key
 // lengths that end inside a split, half K/V, widths up to 256.
 func TestDecodeGPUPlans(t *testing.T) {
-	r := rand.New(rand.NewSource(41))
-	names := map[*vkattn.Device][]string{}
-	problems := map[*vkattn.Device][]*problem{}
-	for c := 0; c < 12; c++ {
-		d := gpuPlanDevs()[c%2]
-		b := 1 + r.Intn(2)
-		hkv := []int{1, 2}[r.Intn(2)]
-		group := []int{1, 2, 4, 8}[r.Intn(4)]
-		l := []int{1, 1, 2}[r.Intn(3)]
-		s := []int{256, 300, 1000, 2053}[r.Intn(4)]
-		dk, dv := pick(r, []int{8, 64, 128, 256}), pick(r, []int{8, 64, 128})
-		p := newProblem(r, b, hkv*group, hkv, l, s, dk, dv)
-		kinds := randomMasks(r, p)
-		p.wantLSE = r.Intn(2) == 0
-		p.types = typeMixes[c%len(typeMixes)]
-		plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, p.opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if plan.Kernel.Splits < 2 || !plan.Kernel.Variant.SplitK {
-			t.Fatalf("case %d: want tiled split-K over several workgroups for a decode shape: %v", c, plan)
-		}
-		names[d] = append(names[d], fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, hkv*group, hkv, l, s, dk, dv, kinds, typesName(p.types)))
-		problems[d] = append(problems[d], p)
-	}
-	for _, d := range gpuPlanDevs() {
-		runInCompileOrder(t, d, names[d], problems[d])
-	}
+	decodeSweep(t, 41, 12, gpuPlanDevs(), []int{1, 2, 4, 8}, func(r *rand.Rand, c int) (int, int) {
+		return pick(r, []int{8, 64, 128, 256}), pick(r, []int{8, 64, 128})
+	}, 2)
 }

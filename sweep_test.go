@@ -319,25 +319,34 @@ func TestLongKeySequences(t *testing.T) {
 // per KV head and many keys, GQA/MQA packing, every mask kind, keys that do
 // not fill the last split, on both load paths.
 func TestDecodeSplitK(t *testing.T) {
-	r := rand.New(rand.NewSource(21))
-	names := map[*vkattn.Device][]string{}
-	problems := map[*vkattn.Device][]*problem{}
-	for c := 0; c < 14; c++ {
-		d := dev
-		if c%2 == 1 {
-			d = storageDev
-		}
-		b := 1 + r.Intn(2)
-		hkv := []int{1, 2}[r.Intn(2)]
-		group := []int{1, 2, 4}[r.Intn(3)]
-		l := []int{1, 1, 2}[r.Intn(3)]
-		s := []int{256, 300, 1000, 2053}[r.Intn(4)]
+	decodeSweep(t, 21, 14, []*vkattn.Device{dev, storageDev}, []int{1, 2, 4}, func(r *rand.Rand, c int) (int, int) {
 		dk, dv := pick(r, []int{8, 64}), pick(r, []int{8, 64})
 		if c == 0 {
-			// d_max 128, what GPU decode runs: one case, as a split-K kernel
-			// of that width takes lavapipe over a minute to compile.
+			// d_max 128: one case, as a split-K row kernel of that width
+			// takes lavapipe over a minute to compile.
 			dk = 128
 		}
+		return dk, dv
+	}, 1)
+}
+
+// decodeSweep checks random decode problems (few query rows per KV head,
+// many keys, query heads per KV head from groups, every mask kind, keys
+// that do not fill the last split, half types) against the reference, case
+// c on devs[c%len(devs)] with the head widths widths picks; every plan
+// must split the keys at least minSplits ways.
+func decodeSweep(t *testing.T, seed int64, cases int, devs []*vkattn.Device, groups []int, widths func(r *rand.Rand, c int) (int, int), minSplits int) {
+	r := rand.New(rand.NewSource(seed))
+	names := map[*vkattn.Device][]string{}
+	problems := map[*vkattn.Device][]*problem{}
+	for c := 0; c < cases; c++ {
+		d := devs[c%len(devs)]
+		b := 1 + r.Intn(2)
+		hkv := []int{1, 2}[r.Intn(2)]
+		group := groups[r.Intn(len(groups))]
+		l := []int{1, 1, 2}[r.Intn(3)]
+		s := []int{256, 300, 1000, 2053}[r.Intn(4)]
+		dk, dv := widths(r, c)
 		p := newProblem(r, b, hkv*group, hkv, l, s, dk, dv)
 		kinds := randomMasks(r, p)
 		p.wantLSE = r.Intn(2) == 0
@@ -346,13 +355,13 @@ func TestDecodeSplitK(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if plan.Kernel.Splits == 0 {
-			t.Fatalf("case %d: planner did not choose split-K for a decode shape: %v", c, plan)
+		if plan.Kernel.Splits < minSplits {
+			t.Fatalf("case %d: want split-K over at least %d splits for a decode shape: %v", c, minSplits, plan)
 		}
 		names[d] = append(names[d], fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, hkv*group, hkv, l, s, dk, dv, kinds, typesName(p.types)))
 		problems[d] = append(problems[d], p)
 	}
-	for _, d := range []*vkattn.Device{dev, storageDev} {
+	for _, d := range devs {
 		runInCompileOrder(t, d, names[d], problems[d])
 	}
 }

@@ -319,6 +319,11 @@ func (d *Device) copyNow(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size u
 		return err
 	}
 	defer c.Close()
+	return c.copyAndWait(src, srcOff, dst, dstOff, size)
+}
+
+// copyAndWait records one copy into c, submits it and waits for it.
+func (c *Commands) copyAndWait(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size uint64) error {
 	if err := c.Begin(); err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package vk
 
 import (
-	"context"
 	"sync"
 	"unsafe"
 )
@@ -37,11 +36,11 @@ func (s *stagingArea) transfer(b *Buffer, off uint64, host []byte, write bool) e
 		at := off + uint64(done)
 		if write {
 			copy(staged, piece)
-			if err := s.copy(s.buf, 0, b, at, n); err != nil {
+			if err := s.cmds.copyAndWait(s.buf, 0, b, at, n); err != nil {
 				return err
 			}
 		} else {
-			if err := s.copy(b, at, s.buf, 0, n); err != nil {
+			if err := s.cmds.copyAndWait(b, at, s.buf, 0, n); err != nil {
 				return err
 			}
 			copy(piece, staged)
@@ -78,22 +77,4 @@ func (s *stagingArea) fit(d *Device, n uint64) error {
 	s.buf.Close() // no copy through it is in flight: each waits
 	s.buf = buf
 	return nil
-}
-
-// copy records and runs one copy on the area's commands and waits for it.
-func (s *stagingArea) copy(src *Buffer, srcOff uint64, dst *Buffer, dstOff, n uint64) error {
-	c := s.cmds
-	if err := c.Begin(); err != nil {
-		return err
-	}
-	if err := c.Copy(src, srcOff, dst, dstOff, n); err != nil {
-		return err
-	}
-	if err := c.End(); err != nil {
-		return err
-	}
-	if err := c.Submit(); err != nil {
-		return err
-	}
-	return c.Wait(context.Background())
 }
