@@ -11,12 +11,12 @@
 #   env        env.txt: date, uname, the binary's sha256, nvidia-smi
 #   devices    devices.txt, devices.json (devices --json)
 #   verify     verify.txt: the golden cases of testdata/ against the float64
-#              reference. The CLI has no randomized sweep: sweep_test.go is a
-#              go test of the root package, and there is no Go on the GPU
-#              machine. What comes closest, and runs here, is
-#   demo       demo.txt: SEMANTICS.md §14's worked examples, then one seeded
-#              random problem (B=2 H=4 L=S=128 d=64) against the float64
-#              reference, planned for this device; exit 1 if it differs
+#              reference, then RANDOM_CASES (default 200) random problems
+#              (verify --random: odd shapes, d up to 256, GQA, decode, every
+#              mask kind, lengths, f16/bf16, LSE, weights) on the device's
+#              own plans, each against the reference
+#   demo       demo.txt: SEMANTICS.md §14's worked examples and one seeded
+#              random problem (B=2 H=4 L=S=128 d=64) against the reference
 #   bench      bench.json: bench --suite all --json (prefill, decode, long)
 #   bench-f16  bench-f16.json: the same with Q, K, V stored as f16
 #   bench-kvf16  bench-kvf16.json: decode with f32 Q and f16 K/V
@@ -30,6 +30,7 @@
 #   QUICK=1        tiny shapes for bench and torch (a smoke test), 2 reps
 #   SKIP_BENCH=1   no bench steps (and no torch: nothing to set it beside)
 #   REPS=N         bench's --reps (default 10); torch_sdpa.py takes 20
+#   RANDOM_CASES=N verify's random problems (default 200)
 #   STEP_TIMEOUT=S seconds before a step is killed (default 300)
 #   PYTHON         the Python with torch (default python3)
 set -u
@@ -100,7 +101,7 @@ fi
 
 step devices "$out/devices.txt" "$out/devices.err" "$bin" devices
 step devices-json "$out/devices.json" "$out/devices-json.err" "$bin" devices --json
-step verify "$out/verify.txt" "$out/verify.err" "$bin" verify --dir "$repo/testdata"
+step verify "$out/verify.txt" "$out/verify.err" "$bin" verify --dir "$repo/testdata" --random "${RANDOM_CASES:-200}"
 step demo "$out/demo.txt" "$out/demo.err" "$bin" demo
 
 if [ "${QUICK:-}" = 1 ]; then

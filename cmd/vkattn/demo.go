@@ -160,18 +160,7 @@ func demoOne(w io.Writer, dev *vkattn.Device, ex demoExample) error {
 func demoRandom(w io.Writer, dev *vkattn.Device) error {
 	const b, h, l, s, d = 2, 4, 128, 128, 64
 	rng := rand.New(rand.NewPCG(2024, 1))
-	gen := func(shape ...int) *npyArray {
-		n := 1
-		for _, x := range shape {
-			n *= x
-		}
-		a := &npyArray{Shape: shape, F32: make([]float32, n)}
-		for i := range a.F32 {
-			a.F32[i] = float32(rng.NormFloat64())
-		}
-		return a
-	}
-	p := &problem{q: gen(b, h, l, d), k: gen(b, h, s, d), v: gen(b, h, s, d)}
+	p := &problem{q: normalArray(rng, b, h, l, d), k: normalArray(rng, b, h, s, d), v: normalArray(rng, b, h, s, d)}
 	p.q4, p.k4, p.v4 = [4]int{b, h, l, d}, [4]int{b, h, s, d}, [4]int{b, h, s, d}
 	fmt.Fprintf(w, "\n== random problem B=%d H=%d L=S=%d d=%d (standard normal, fixed seed)\n", b, h, l, d)
 	res, err := attend(dev, p)

@@ -11,7 +11,7 @@ import (
 	"github.com/vkattn/vkattn/reference"
 )
 
-const verifyUsage = `Usage: vkattn verify [--dir testdata] [--device N] [--run NAME]
+const verifyUsage = `Usage: vkattn verify [--dir testdata] [--device N] [--plan-as VENDOR] [--run NAME] [--random N [--seed S]]
 
 Runs every golden case in DIR/*.json (the worked examples of SEMANTICS.md §14 and
 variants derived from them by hand; see testdata/README.md) on the device and
@@ -20,12 +20,19 @@ them, with
   * the case's expected values: max |GPU - expected| <= the case's tolerance
     (1e-5 unless the case says otherwise, e.g. 1e-4 for values given to 4 digits);
   * the float64 reference: |GPU - reference| <= 1e-5 * max(1, |reference|).
+--random N then runs N random problems (seeded by --seed): odd shapes,
+d_k != d_v up to 256, grouped-query heads, decode shapes (split-K), causal
+masks of both alignments, additive and boolean masks, per-item key and
+query lengths, float16 and bfloat16 inputs, LSE and weights, each against
+the float64 reference on the values as stored (as run --check compares),
+so a device's own plans are checked beyond the golden shapes.
 It prints one line per case and, last, exactly "N passed, M failed"; the
 exit status is 1 if any case failed.
 
 Example:
   vkattn verify
   vkattn verify --dir ../vkattn/testdata --device llvmpipe --run seed003
+  vkattn verify --random 200 --plan-as nvidia
 `
 
 func runVerify(args []string, stdout, stderr io.Writer) int {
@@ -34,8 +41,13 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	var device deviceChoice
 	deviceFlag(fs, &device)
 	only := fs.String("run", "", "run only cases whose name contains `NAME`")
+	random := fs.Int("random", 0, "also run `N` random problems against the float64 reference")
+	seed := fs.Uint64("seed", 1, "the random problems' `seed`")
 	if ok, code := parseFlags(fs, verifyUsage, args, stdout, stderr); !ok {
 		return code
+	}
+	if *random < 0 {
+		return usagef(stderr, "verify", "--random %d: want a count >= 0", *random)
 	}
 	cases, err := golden.Load(*dir)
 	if err != nil {
@@ -74,6 +86,10 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 			verdict = "FAIL"
 		}
 		fmt.Fprintf(stdout, "%-*s  %s  %s\n", width, c.Name, line, verdict)
+	}
+	if *random > 0 {
+		p, f := verifyRandom(stdout, dev, *random, *seed)
+		passed, failed = passed+p, failed+f
 	}
 	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
 	if failed > 0 {
