@@ -92,8 +92,8 @@ func randomCase(rng *rand.Rand, i int) (*problem, string, error) {
 
 // verifyRandom runs n random cases from seed against the float64 reference
 // (on the values as stored: rounded for half inputs), printing one line
-// each; it returns how many passed and failed.
-func verifyRandom(w io.Writer, dev *vkattn.Device, n int, seed uint64) (passed, failed int) {
+// each and counting them in count.
+func verifyRandom(w io.Writer, dev *vkattn.Device, n int, seed uint64, count *tally) {
 	rng := rand.New(rand.NewPCG(seed, 0x72616e64)) // "rand"
 	for i := 0; i < n; i++ {
 		p, name, err := randomCase(rng, i)
@@ -103,16 +103,8 @@ func verifyRandom(w io.Writer, dev *vkattn.Device, n int, seed uint64) (passed, 
 		} else {
 			line = err.Error()
 		}
-		verdict := "PASS"
-		if ok {
-			passed++
-		} else {
-			failed++
-			verdict = "FAIL"
-		}
-		fmt.Fprintf(w, "%s: %s  %s\n", name, line, verdict)
+		fmt.Fprintf(w, "%s: %s  %s\n", name, line, count.add(ok))
 	}
-	return passed, failed
 }
 
 // checkRandom runs one random case and compares every output with the

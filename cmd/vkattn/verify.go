@@ -74,28 +74,31 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	for _, c := range cases {
 		width = max(width, len(c.Name))
 	}
-	passed, failed := 0, 0
+	var count tally
 	for i := range cases {
 		c := &cases[i]
 		line, ok := verifyCase(dev, c)
-		verdict := "PASS"
-		if ok {
-			passed++
-		} else {
-			failed++
-			verdict = "FAIL"
-		}
-		fmt.Fprintf(stdout, "%-*s  %s  %s\n", width, c.Name, line, verdict)
+		fmt.Fprintf(stdout, "%-*s  %s  %s\n", width, c.Name, line, count.add(ok))
 	}
-	if *random > 0 {
-		p, f := verifyRandom(stdout, dev, *random, *seed)
-		passed, failed = passed+p, failed+f
-	}
-	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
-	if failed > 0 {
+	verifyRandom(stdout, dev, *random, *seed, &count)
+	fmt.Fprintf(stdout, "%d passed, %d failed\n", count.passed, count.failed)
+	if count.failed > 0 {
 		return exitFail
 	}
 	return exitOK
+}
+
+// tally counts verify's verdicts.
+type tally struct{ passed, failed int }
+
+// add counts one case and returns its verdict.
+func (t *tally) add(ok bool) string {
+	if ok {
+		t.passed++
+		return "PASS"
+	}
+	t.failed++
+	return "FAIL"
 }
 
 // verifyCase runs one case and describes its errors in one line.
