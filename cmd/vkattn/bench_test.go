@@ -40,7 +40,7 @@ func TestBenchShapeJSON(t *testing.T) {
 	if r.Causal != "none" || r.Reps != 2 || r.Suite != "" {
 		t.Errorf("causal %q, reps %d, suite %q", r.Causal, r.Reps, r.Suite)
 	}
-	if r.Variant == "" || r.Rows <= 0 || r.WorkGroup <= 0 || r.Plan == "" || r.Device == "" {
+	if r.Variant == "" || (r.Rows <= 0) == (r.TileRows <= 0) || r.WorkGroup <= 0 || r.Plan == "" || r.Device == "" {
 		t.Errorf("plan fields missing: %+v", r)
 	}
 	if want := 4.0 * 1 * 2 * 16 * 16 * 8; r.FLOPs != want {
