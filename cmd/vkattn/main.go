@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/vkattn/vkattn"
@@ -202,8 +203,14 @@ func (c deviceChoice) with(cfg vkattn.Config) vkattn.Config {
 // command that opens one, into device.
 func deviceFlag(fs *flag.FlagSet, device *deviceChoice) {
 	fs.StringVar(&device.name, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
-	fs.StringVar(&device.planAs, "plan-as", "", "plan as the quirk table says for `VENDOR` ("+strings.Join(vkattn.PlanAsVendors, ", ")+
-		") on whatever device runs, e.g. the GPU kernels on lavapipe; default: $VKATTN_PLAN_AS, else the device's own")
+	fs.Func("plan-as", "plan as the quirk table says for `VENDOR` ("+strings.Join(vkattn.PlanAsVendors, ", ")+
+		") on whatever device runs, e.g. the GPU kernels on lavapipe; default: $VKATTN_PLAN_AS, else the device's own", func(v string) error {
+		if !slices.Contains(vkattn.PlanAsVendors, v) {
+			return fmt.Errorf("unknown vendor %q (want one of %s)", v, strings.Join(vkattn.PlanAsVendors, ", "))
+		}
+		device.planAs = v
+		return nil
+	})
 }
 
 // checkFlags are --check and --explain, of the commands that run attention

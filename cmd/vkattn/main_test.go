@@ -501,3 +501,24 @@ func checkRefused(t *testing.T, args []string, code int, want, output string) {
 		os.Remove(output)
 	}
 }
+
+// TestPlanAs: --plan-as plans as another vendor's driver (the tiled kernels
+// on lavapipe, named by --explain with their tiles) and gives the same
+// output as the device's own plan; an unknown vendor is a usage error.
+func TestPlanAs(t *testing.T) {
+	withDevice(t)
+	args := []string{"run", "-q", "../../testdata/example/q.npy", "-k", "../../testdata/example/k.npy", "-v", "../../testdata/example/v.npy", "--check"}
+	own := cliOK(t, args...)
+	tiled := cliOK(t, append(args, "--plan-as", "amd", "--explain")...)
+	for _, want := range []string{"attention_tiled_storage_", "planned as amd", "Br 16 query rows", "full subgroups of", "O (1, 2): [1.60445 1.59333]"} {
+		if !strings.Contains(tiled, want) {
+			t.Errorf("run --plan-as amd --explain does not say %q:\n%s", want, tiled)
+		}
+	}
+	if !strings.Contains(own, "O (1, 2): [1.60445 1.59333]") || strings.Contains(own, "attention_tiled") {
+		t.Errorf("run on the device's own plan:\n%s", own)
+	}
+	if _, errOut, code := cli(t, append(args, "--plan-as", "apple")...); code != 2 || !strings.Contains(errOut, "unknown vendor") {
+		t.Errorf("--plan-as apple: exit %d, stderr %q", code, errOut)
+	}
+}

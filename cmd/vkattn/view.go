@@ -52,7 +52,7 @@ type viewFlags struct {
 // viewRequest is what the window gets: the loaded problem and how to show it.
 type viewRequest struct {
 	problem       *problem
-	device        string
+	device        deviceChoice
 	width, height int
 	log           io.Writer // a line per frame shown, or nil
 }
@@ -73,7 +73,7 @@ func runView(args []string, stdout, stderr io.Writer) int {
 	if f.missing() {
 		return usagef(stderr, "view", "-q, -k and -v are required")
 	}
-	req := viewRequest{device: f.device.name}
+	req := viewRequest{device: f.device}
 	if f.size != "" {
 		w, h, ok := parseSize(f.size)
 		if !ok {

@@ -21,5 +21,5 @@ func showWindow(r viewRequest) error {
 		Q: p.q.F32, K: p.k.F32, V: p.v.F32,
 		QShape: p.q.Shape, KShape: p.k.Shape, VShape: p.v.Shape,
 		Options: p.opts,
-	}, window.Config{Device: r.device, Width: r.width, Height: r.height, Log: r.log})
+	}, window.Config{Device: r.device.name, PlanAs: r.device.planAs, Width: r.width, Height: r.height, Log: r.log})
 }

@@ -49,6 +49,7 @@ type Problem struct {
 // Config says where and how to show it.
 type Config struct {
 	Device        string // as vkattn.Config.Device
+	PlanAs        string // as vkattn.Config.PlanAs
 	Validation    bool   // the validation layer, as VKATTN_VALIDATION=1 also asks
 	Width, Height int    // the window's first size; 0 to fit the picture
 	// Log, if not nil, gets a line for every frame shown: what it shows
@@ -209,7 +210,7 @@ func (s *session) open(p Problem) error {
 	if s.dev, err = s.inst.NewDeviceWith(idx, vk.DeviceConfig{Extensions: []string{vk.SwapchainExtension}, Present: s.surf}); err != nil {
 		return err
 	}
-	s.vdev = vkattn.OpenOn(s.inst, s.dev, vkattn.Config{})
+	s.vdev = vkattn.OpenOn(s.inst, s.dev, vkattn.Config{PlanAs: s.cfg.PlanAs})
 
 	for _, in := range []struct {
 		shape []int
