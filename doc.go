@@ -14,7 +14,11 @@
 // divide H: query head h reads key/value head h / (H/H_kv), which covers
 // multi-head (H_kv = H), grouped-query and multi-query (H_kv = 1) attention.
 // The kernel is fused: it walks keys in tiles with a running maximum and sum
-// (online softmax) and never stores the L x S scores.
+// (online softmax) and never stores the L x S scores. On GPUs it is
+// workgroup-tiled (K/V tiles in shared memory, lanes splitting the head
+// dimension, split-K for decode); on lavapipe a row kernel reads through
+// texel buffers. Config.PlanAs (or VKATTN_PLAN_AS) plans as another
+// vendor's driver on any device, so the GPU kernels run on lavapipe too.
 //
 // # Masks
 //
