@@ -44,7 +44,7 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 					t.Errorf("plan %v: %d B of shared memory for K/V tiles of %d keys at d_max %d (device: %d)", k, k.SharedBytes, k.KeyTile, k.DMax, info.Limits.MaxSharedMemory)
 				}
 				sg := k.SubgroupSize
-				if sg < int(info.Limits.MinSubgroupSize) || sg > int(info.Limits.MaxSubgroupSize) || k.WorkGroup%sg != 0 || sg%k.LanesPerRow != 0 || k.WorkGroup != k.TileRows*k.LanesPerRow {
+				if sg < int(info.Limits.MinSubgroupSize) || sg > int(info.Limits.MaxSubgroupSize) || k.WorkGroup%sg != 0 || sg%k.LanesPerRow != 0 || k.WorkGroup != k.TileRows/k.RowsPerLane*k.LanesPerRow || k.TileRows%k.RowsPerLane != 0 {
 					t.Errorf("plan %v: workgroup %d, %d lanes per row, subgroup %d (device range %d..%d)", k, k.WorkGroup, k.LanesPerRow, sg, info.Limits.MinSubgroupSize, info.Limits.MaxSubgroupSize)
 				}
 				for _, want := range []string{"attention_tiled", "shared memory", fmt.Sprintf("Br %d", k.TileRows), fmt.Sprintf("Bc %d", k.KeyTile), "planned as " + vendor} {

@@ -192,6 +192,7 @@ type AttentionPlan struct {
 	// subgroups of SubgroupSize lanes. With Splits > 0 (split-K decode) a
 	// workgroup reads a contiguous block of SplitKeys keys.
 	TileRows, LanesPerRow, SharedBytes, SubgroupSize int
+	RowsPerLane                                      int // rows each group of LanesPerRow lanes holds
 	// Chunks > 1: the call is larger than one binding reaches and runs as
 	// Chunks parts of ChunkKVHeads KV heads with ChunkHeads query heads of
 	// one batch item and up to ChunkRows query rows.
@@ -209,8 +210,8 @@ func (p AttentionPlan) String() string {
 		loads = "vec4 loads"
 	}
 	if p.Variant.Family == FamilyTiled {
-		tiles := fmt.Sprintf("Br %d query rows x Bc %d keys per tile, %d lanes per row (each holds %d of the d_max %d), workgroup %d, K/V tiles %d B of shared memory, full subgroups of %d required (VK_EXT_subgroup_size_control enabled)",
-			p.TileRows, p.KeyTile, p.LanesPerRow, p.DMax/p.LanesPerRow, p.DMax, p.WorkGroup, p.SharedBytes, p.SubgroupSize)
+		tiles := fmt.Sprintf("Br %d query rows x Bc %d keys per tile, %d lanes per row (each holds %d of the d_max %d) and %d rows per lane group, workgroup %d, K/V tiles %d B of shared memory, full subgroups of %d required (VK_EXT_subgroup_size_control enabled)",
+			p.TileRows, p.KeyTile, p.LanesPerRow, p.DMax/p.LanesPerRow, p.DMax, p.RowsPerLane, p.WorkGroup, p.SharedBytes, p.SubgroupSize)
 		if p.Splits > 0 {
 			return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), split-K: %d splits of %d keys, a workgroup each, query heads of each KV head packed (%d row blocks); %s; grid %dx%dx%d (key splits x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s%s",
 				p.Variant, p.Path, p.Why, loads, p.typesNote(), p.Splits, p.SplitKeys, p.RowBlocks, tiles, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
@@ -435,27 +436,27 @@ func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *TiledTuning, p *Atte
 	// into blocks, a workgroup each (flash-decoding).
 	rowBlocks := ceilDiv(packed, tiles.Rows)
 	decode := p.Vec4 && !in.Weights && packed <= tiles.Rows && in.S >= 256 && in.B*in.HKV*rowBlocks < 2*tiles.ComputeUnits
-	br, lanes := tiles.Rows, tiles.LanesPerRow
+	br, lanes, rpl := tiles.Rows, tiles.LanesPerRow, tiles.RowsPerLane
 	if decode {
-		br, lanes = pow2Above(packed), tiles.DecodeLanesPerRow
+		br, lanes, rpl = pow2Above(packed), tiles.DecodeLanesPerRow, 1
 	}
 	lanes = min(lanes, d4, sg)
 	// Whole subgroups: more rows where a workgroup would be narrower than one.
-	br = max(br, sg/lanes)
-	if br*lanes > maxWG {
-		br = pow2Below(max(1, maxWG/lanes))
+	br = max(br, rpl*sg/lanes)
+	if br/rpl*lanes > maxWG {
+		br = rpl * pow2Below(max(1, maxWG/lanes))
 	}
 	bc := tiles.Keys
 	for bc >= 4 && 2*bc*p.DMax*4 > int(lim.MaxSharedMemory) {
 		bc /= 2
 	}
-	if bc < 4 || br*lanes%sg != 0 {
+	if bc < 4 || br/rpl*lanes%sg != 0 {
 		p.Why += fmt.Sprintf("; tiled kernels not used: d_max %d tiles do not fit %d B of shared memory in workgroups of whole %d-lane subgroups", p.DMax, lim.MaxSharedMemory, sg)
 		return false, nil
 	}
 	p.Variant = Variant{Family: FamilyTiled, Path: StoragePath, Vec4: p.Vec4}
-	p.Rows, p.TileRows, p.KeyTile, p.LanesPerRow, p.SubgroupSize = 0, br, bc, lanes, sg
-	p.WorkGroup, p.SharedBytes = br*lanes, 2*bc*p.DMax*4
+	p.Rows, p.TileRows, p.KeyTile, p.LanesPerRow, p.RowsPerLane, p.SubgroupSize = 0, br, bc, lanes, rpl, sg
+	p.WorkGroup, p.SharedBytes = br/rpl*lanes, 2*bc*p.DMax*4
 	names := [3]string{"query row blocks", "KV heads", "batch"}
 	p.Grid = [3]uint32{uint32(ceilDiv(packed, br)), uint32(in.HKV), uint32(in.B)}
 	if decode {
@@ -535,7 +536,7 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	}
 	if p.Variant.Family == FamilyTiled {
 		return ks.getInSubgroups(p.Variant, bindings, uint32(p.SubgroupSize), int32(p.WorkGroup), int32(p.DMax/4), int32(p.TileRows), int32(p.KeyTile),
-			int32(p.LanesPerRow), boolSpec(p.Masked), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec(), s.variants(), boolSpec(s.Paging > 0))
+			int32(p.LanesPerRow), boolSpec(p.Masked), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec(), s.variants(), boolSpec(s.Paging > 0), int32(p.RowsPerLane))
 	}
 	return ks.get(p.Variant, bindings, int32(p.WorkGroup), int32(p.DMax/4), int32(p.Rows), int32(p.WorkGroup),
 		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec(), s.variants(), boolSpec(s.Paging > 0))

@@ -181,6 +181,15 @@ func TestTiledPlansFitTheDevice(t *testing.T) {
 			t.Errorf("%s: %v; want Bc %d, %d lanes per row, subgroup %d, workgroup %d", c.name, p, c.keys, c.lanes, c.subgroup, c.wg)
 		}
 	}
+	// NVIDIA's tiles: two rows per lane group, so 32 rows in 128 lanes.
+	nvidia, err := VendorTuning("nvidia")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := PlanAttention(gpu(48<<10, 32, 32), PlanInput{AttentionShape: DenseShape(1, 8, 8, 512, 512, 128, 128), Tuning: &nvidia}); err != nil ||
+		p.TileRows != 32 || p.RowsPerLane != 2 || p.WorkGroup != 128 || p.KeyTile != 32 || p.SharedBytes != 32<<10 {
+		t.Errorf("NVIDIA d=128: %v, %v; want Br 32 in 128 lanes (2 rows a lane group), Bc 32 in 32 KiB", p, err)
+	}
 	// Decode H=32 H_kv=8 S=4096: 8 KV heads alone would fill 8 of 96 CUs.
 	dev := gpu(64<<10, 32, 64)
 	p, err := PlanAttention(dev, PlanInput{AttentionShape: DenseShape(1, 32, 8, 1, 4096, 128, 128), Tuning: &amd})

@@ -58,6 +58,10 @@ type TiledTuning struct {
 	Rows        int `json:"rows_per_workgroup"`
 	Keys        int `json:"keys_per_tile"`
 	LanesPerRow int `json:"lanes_per_row"`
+	// RowsPerLane is the query rows each group of LanesPerRow lanes holds
+	// (prefill): every K and V value read from shared memory then serves
+	// that many rows, for that many times the registers.
+	RowsPerLane int `json:"rows_per_lane"`
 	// DecodeLanesPerRow is LanesPerRow for split-K decode, whose few rows
 	// leave lanes to spare for the head dimension.
 	DecodeLanesPerRow int `json:"decode_lanes_per_row"`
@@ -74,11 +78,14 @@ func (t *TiledTuning) check() error {
 	for _, f := range []struct {
 		what string
 		n    int
-	}{{"rows per workgroup", t.Rows}, {"keys per tile", t.Keys}, {"lanes per row", t.LanesPerRow},
+	}{{"rows per workgroup", t.Rows}, {"keys per tile", t.Keys}, {"lanes per row", t.LanesPerRow}, {"rows per lane", t.RowsPerLane},
 		{"decode lanes per row", t.DecodeLanesPerRow}, {"subgroup size", t.SubgroupSize}} {
 		if f.n < 1 || f.n&(f.n-1) != 0 || f.n > 1024 {
 			return fmt.Errorf("tuning: tiled kernels: %d %s, want a power of two up to 1024", f.n, f.what)
 		}
+	}
+	if t.RowsPerLane > t.Rows {
+		return fmt.Errorf("tuning: tiled kernels: %d rows per lane group, more than the %d rows per workgroup", t.RowsPerLane, t.Rows)
 	}
 	if t.Keys < 4 {
 		return fmt.Errorf("tuning: tiled kernels: %d keys per tile, want at least 4", t.Keys)
@@ -133,9 +140,9 @@ func withTiles(t Tuning, tiles TiledTuning) Tuning {
 // (NVIDIA warps of 32, AMD wave64 in compute, Intel SIMD16) and shared
 // memory; compute units of a large part of each (H100/H200: 132 SMs).
 var (
-	nvidiaTuning = withTiles(gpuTuning, TiledTuning{Rows: 16, Keys: 32, LanesPerRow: 8, DecodeLanesPerRow: 32, SubgroupSize: 32, ComputeUnits: 132})
-	amdTuning    = withTiles(gpuTuning, TiledTuning{Rows: 16, Keys: 32, LanesPerRow: 8, DecodeLanesPerRow: 32, SubgroupSize: 64, ComputeUnits: 96})
-	intelTuning  = withTiles(gpuTuning, TiledTuning{Rows: 8, Keys: 16, LanesPerRow: 8, DecodeLanesPerRow: 16, SubgroupSize: 16, ComputeUnits: 32})
+	nvidiaTuning = withTiles(gpuTuning, TiledTuning{Rows: 32, Keys: 32, LanesPerRow: 8, RowsPerLane: 2, DecodeLanesPerRow: 32, SubgroupSize: 32, ComputeUnits: 132})
+	amdTuning    = withTiles(gpuTuning, TiledTuning{Rows: 16, Keys: 32, LanesPerRow: 8, RowsPerLane: 1, DecodeLanesPerRow: 32, SubgroupSize: 64, ComputeUnits: 96})
+	intelTuning  = withTiles(gpuTuning, TiledTuning{Rows: 16, Keys: 16, LanesPerRow: 8, RowsPerLane: 2, DecodeLanesPerRow: 16, SubgroupSize: 16, ComputeUnits: 32})
 )
 
 // cpuTuning is lavapipe's, measured (BENCHMARKS.md): texel fetches ~20x

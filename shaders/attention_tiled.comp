@@ -12,11 +12,12 @@
 // of a row: coalesced along d), then each row updates its online-softmax
 // state once per tile.
 //
-// LPR lanes share a row and split the head dimension: lane `part` holds
-// vec4 slots part, part + LPR, ... of q and of the output accumulator, so
-// a lane keeps 8 * D4 / LPR floats of them instead of 8 * D4, and the
-// LPR partial dot products of a key are summed by a butterfly of
-// subgroupShuffleXor. The lanes of a row are consecutive lanes of one
+// LPR lanes share RPL rows and split the head dimension: lane `part` holds
+// vec4 slots part, part + LPR, ... of each row's q and output accumulator,
+// so a lane keeps 8 * RPL * D4 / LPR floats of them, and the LPR partial
+// dot products of a key are summed by a butterfly of subgroupShuffleXor.
+// Each K and V slot read from shared memory serves the lane's RPL rows
+// (register reuse: fewer shared-memory reads per multiply-add). The lanes of a row are consecutive lanes of one
 // subgroup; rows are numbered from gl_SubgroupID and
 // gl_SubgroupInvocationID, so this holds for any subgroup size that LPR
 // divides, with full subgroups (the planner requires both through
@@ -43,9 +44,11 @@ layout(constant_id = 7) const int K_TYPE = 0;
 layout(constant_id = 8) const int V_TYPE = 0;
 layout(constant_id = 9) const int VARIANTS = 0;
 layout(constant_id = 10) const bool PAGED = false;
+layout(constant_id = 11) const int RPL = 1; // query rows per lane group; divides BR
 
-const int WG = BR * LPR;     // = local_size_x
-const int SLOTS = D4 / LPR;  // vec4 slots of q and acc per lane
+const int GROUPS = BR / RPL; // lane groups of LPR lanes
+const int WG = GROUPS * LPR; // = local_size_x
+const int SLOTS = D4 / LPR;  // vec4 slots of q and acc per lane and row
 
 #include "attention_common.glsl"
 
@@ -57,15 +60,15 @@ INPUT(3, Vt)
 shared vec4 kTile[BC * D4];
 shared vec4 vTile[BC * D4];
 
-vec4 q[SLOTS];   // this lane's slots of its query row, as stored
-vec4 acc[SLOTS]; // this lane's slots of the unnormalised output row
-float sc[BC];    // the row's scores of the current tile
+vec4 q[RPL * SLOTS];   // this lane's slots of its query rows, as stored
+vec4 acc[RPL * SLOTS]; // this lane's slots of the unnormalised output rows
+float sc[RPL * BC];    // the rows' scores of the current tile
 
-int part;   // this lane's share of the row: slots part + u * LPR
-int row;    // query position of the lane's row (clamped into range)
-int head;   // its query head
-bool rowOK; // the row exists (within the packed rows)
-float slope;
+int part;        // this lane's share of a row: slots part + u * LPR
+int row[RPL];    // query position of each of the lane's rows (clamped into range)
+int head[RPL];   // its query head
+bool rowOK[RPL]; // the row exists (within the packed rows)
+float slope[RPL];
 
 // loadTiles stages keys [j0, j0 + BC) of K (and of V if withV) in shared
 // memory; keys past S are clamped (their scores are masked).
@@ -82,19 +85,25 @@ void loadTiles(int j0, bool withV) {
     }
 }
 
-// tileScores fills sc with the row's scores of the staged keys from j0.
+// tileScores fills sc with the rows' scores of the staged keys from j0.
 void tileScores(int j0, int keyEnd) {
     [[unroll]] for (int t = 0; t < BC; t++) {
-        float x = 0.0;
+        vec4 k[SLOTS];
         [[unroll]] for (int u = 0; u < SLOTS; u++) {
-            x += dot(q[u], kTile[t * D4 + u * LPR + part]);
+            k[u] = kTile[t * D4 + u * LPR + part];
         }
-        // Every lane of the row ends with the whole sum (in the same order
-        // on each: equal dot products stay equal, SEMANTICS.md §7).
-        [[unroll]] for (int o = 1; o < LPR; o *= 2) {
-            x += subgroupShuffleXor(x, o);
+        [[unroll]] for (int r = 0; r < RPL; r++) {
+            float x = 0.0;
+            [[unroll]] for (int u = 0; u < SLOTS; u++) {
+                x += dot(q[r * SLOTS + u], k[u]);
+            }
+            // Every lane of the row ends with the whole sum (in the same
+            // order on each: equal dot products stay equal, SEMANTICS.md §7).
+            [[unroll]] for (int o = 1; o < LPR; o *= 2) {
+                x += subgroupShuffleXor(x, o);
+            }
+            sc[r * BC + t] = scoreOf(x, row[r], head[r], slope[r], j0 + t, keyEnd);
         }
-        sc[t] = scoreOf(x, row, head, slope, j0 + t, keyEnd);
     }
 }
 
@@ -112,15 +121,19 @@ void main() {
     int rowBase = int(gl_WorkGroupID.x) * BR;
     int H = int(gl_NumWorkGroups.y) * group;
 #endif
-    int sgRows = int(gl_SubgroupSize) / LPR;
+    // Lane group g of the workgroup holds rows g, g + GROUPS, ... of the block.
+    int sgGroups = int(gl_SubgroupSize) / LPR;
     int lane = int(gl_SubgroupInvocationID);
-    int rho = rowBase + int(gl_SubgroupID) * sgRows + lane / LPR;
+    int g = int(gl_SubgroupID) * sgGroups + lane / LPR;
     part = lane % LPR;
-    rowOK = rho < packed;
-    rho = min(rho, packed - 1);
-    row = rho % L;
-    head = hk * group + rho / L;
-    slope = slopeOf(head);
+    [[unroll]] for (int r = 0; r < RPL; r++) {
+        int rho = rowBase + r * GROUPS + g;
+        rowOK[r] = rho < packed;
+        rho = min(rho, packed - 1);
+        row[r] = rho % L;
+        head[r] = hk * group + rho / L;
+        slope[r] = slopeOf(head[r]);
+    }
 
     // Keys some row of the block can see; the bounds are the workgroup's
     // (uniform control flow around the barriers and shuffles).
@@ -135,64 +148,84 @@ void main() {
 #endif
     keyRange(oneHead ? rowBase % L : 0, oneHead ? last % L : L - 1, keyBegin, keyEnd);
 
-    int qBase = P.offsets.x + b * P.qStride.x + head * P.qStride.y + row * P.qStride.z;
-    [[unroll]] for (int u = 0; u < SLOTS; u++) {
-        q[u] = LOAD4(Qt, Q_TYPE, qBase, u * LPR + part, DK);
-        acc[u] = vec4(0.0);
+    [[unroll]] for (int r = 0; r < RPL; r++) {
+        int qBase = P.offsets.x + b * P.qStride.x + head[r] * P.qStride.y + row[r] * P.qStride.z;
+        [[unroll]] for (int u = 0; u < SLOTS; u++) {
+            q[r * SLOTS + u] = LOAD4(Qt, Q_TYPE, qBase, u * LPR + part, DK);
+            acc[r * SLOTS + u] = vec4(0.0);
+        }
     }
-    float m = NEG_INF;
-    float l = 0.0;
+    float m[RPL];
+    float l[RPL];
+    [[unroll]] for (int r = 0; r < RPL; r++) {
+        m[r] = NEG_INF;
+        l[r] = 0.0;
+    }
     for (int j0 = keyBegin; j0 < keyEnd; j0 += BC) {
         barrier(); // the previous tile is no longer read
         loadTiles(j0, true);
         barrier();
         tileScores(j0, keyEnd);
-        float mNew = m;
-        [[unroll]] for (int t = 0; t < BC; t++) {
-            mNew = max(mNew, sc[t]);
-        }
-        // While every key so far is masked mNew is -inf: keep alpha 1
-        // (never exp2(-inf - -inf)); acc and l are still zero then.
-        float alpha = mNew == NEG_INF ? 1.0 : exp2((m - mNew) * LOG2E);
-        m = mNew;
-        l *= alpha;
-        [[unroll]] for (int u = 0; u < SLOTS; u++) {
-            acc[u] *= alpha; // once per tile
-        }
-        [[unroll]] for (int t = 0; t < BC; t++) {
-            float p = sc[t] == NEG_INF ? 0.0 : exp2((sc[t] - mNew) * LOG2E);
-            l += p;
+        [[unroll]] for (int r = 0; r < RPL; r++) {
+            float mNew = m[r];
+            [[unroll]] for (int t = 0; t < BC; t++) {
+                mNew = max(mNew, sc[r * BC + t]);
+            }
+            // While every key so far is masked mNew is -inf: keep alpha 1
+            // (never exp2(-inf - -inf)); acc and l are still zero then.
+            float alpha = mNew == NEG_INF ? 1.0 : exp2((m[r] - mNew) * LOG2E);
+            m[r] = mNew;
+            l[r] *= alpha;
             [[unroll]] for (int u = 0; u < SLOTS; u++) {
-                acc[u] += p * vTile[t * D4 + u * LPR + part];
+                acc[r * SLOTS + u] *= alpha; // once per tile
+            }
+            [[unroll]] for (int t = 0; t < BC; t++) {
+                float x = sc[r * BC + t];
+                sc[r * BC + t] = x == NEG_INF ? 0.0 : exp2((x - mNew) * LOG2E);
+                l[r] += sc[r * BC + t];
+            }
+        }
+        [[unroll]] for (int t = 0; t < BC; t++) {
+            [[unroll]] for (int u = 0; u < SLOTS; u++) {
+                vec4 v = vTile[t * D4 + u * LPR + part];
+                [[unroll]] for (int r = 0; r < RPL; r++) {
+                    acc[r * SLOTS + u] += sc[r * BC + t] * v;
+                }
             }
         }
     }
 
 #ifdef SPLIT_K
     // Partial results: max (natural units), sum, unnormalised output row.
-    if (rowOK) {
-        bool live = row < queryLen && l > 0.0;
-        int base = (((b * H + head) * L + row) * P.split.x + split) * (DV + 2);
+    [[unroll]] for (int r = 0; r < RPL; r++) {
+        if (!rowOK[r]) {
+            continue;
+        }
+        bool live = row[r] < queryLen && l[r] > 0.0;
+        int base = (((b * H + head[r]) * L + row[r]) * P.split.x + split) * (DV + 2);
         if (part == 0) {
-            wData[base] = live ? m : NEG_INF;
-            wData[base + 1] = live ? l : 0.0;
+            wData[base] = live ? m[r] : NEG_INF;
+            wData[base + 1] = live ? l[r] : 0.0;
         }
         [[unroll]] for (int u = 0; u < SLOTS; u++) {
             int c = u * LPR + part;
             [[unroll]] for (int t = 0; t < 4; t++) {
                 if (4 * c + t < DV) {
-                    wData[base + 2 + 4 * c + t] = live ? acc[u][t] : 0.0;
+                    wData[base + 2 + 4 * c + t] = live ? acc[r * SLOTS + u][t] : 0.0;
                 }
             }
         }
     }
 #else
-    float inv = endRow(m, l, head, P.outs.w + row >= queryLen);
-    if (rowOK) {
-        int oBase = P.offsets.w + b * P.oStride.x + head * P.oStride.y + row * P.oStride.z;
+    [[unroll]] for (int r = 0; r < RPL; r++) {
+        float inv = endRow(m[r], l[r], head[r], P.outs.w + row[r] >= queryLen);
+        if (!rowOK[r]) {
+            continue;
+        }
+        int oBase = P.offsets.w + b * P.oStride.x + head[r] * P.oStride.y + row[r] * P.oStride.z;
         [[unroll]] for (int u = 0; u < SLOTS; u++) {
             int c = u * LPR + part;
-            vec4 o = acc[u] * inv;
+            vec4 o = acc[r * SLOTS + u] * inv;
             [[unroll]] for (int t = 0; t < 4; t++) {
                 if (4 * c + t < DV) {
                     oData[oBase + 4 * c + t] = o[t];
@@ -200,7 +233,7 @@ void main() {
             }
         }
         if ((flags & FLAG_LSE) != 0 && part == 0) {
-            lseData[P.outs.x + (b * H + head) * P.outs.z + row] = lseOf(m, l);
+            lseData[P.outs.x + (b * H + head[r]) * P.outs.z + row[r]] = lseOf(m[r], l[r]);
         }
     }
 
@@ -213,11 +246,13 @@ void main() {
             loadTiles(j0, false);
             barrier();
             tileScores(j0, keyLen);
-            [[unroll]] for (int t = 0; t < BC; t++) {
-                int j = j0 + t;
-                if (rowOK && t % LPR == part && j < S) {
-                    float e = sc[t];
-                    wData[P.outs.y + ((b * H + head) * P.outs.z + row) * S + j] = (l > 0.0 && e != NEG_INF) ? exp2((e - m) * LOG2E) / l : 0.0;
+            [[unroll]] for (int r = 0; r < RPL; r++) {
+                [[unroll]] for (int t = 0; t < BC; t++) {
+                    int j = j0 + t;
+                    if (rowOK[r] && t % LPR == part && j < S) {
+                        float e = sc[r * BC + t];
+                        wData[P.outs.y + ((b * H + head[r]) * P.outs.z + row[r]) * S + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2((e - m[r]) * LOG2E) / l[r] : 0.0;
+                    }
                 }
             }
         }

@@ -172,6 +172,7 @@ type kernelJSON struct {
 	Grid         [3]uint32 `json:"grid"`
 	TileRows     int       `json:"tile_rows,omitempty"` // Br, the tiled kernels' query rows per workgroup
 	LanesPerRow  int       `json:"lanes_per_row,omitempty"`
+	RowsPerLane  int       `json:"rows_per_lane,omitempty"` // rows per group of lanes_per_row lanes
 	SharedBytes  int       `json:"shared_bytes,omitempty"`
 	SubgroupSize int       `json:"subgroup_size,omitempty"` // required (full subgroups)
 	Splits       int       `json:"splits,omitempty"`
@@ -180,7 +181,7 @@ type kernelJSON struct {
 
 func newKernelJSON(k pipelines.AttentionPlan) kernelJSON {
 	return kernelJSON{k.Variant.Name(), k.Path.String(), k.Why, k.DMax, k.Rows, k.KeyTile, k.WorkGroup, k.Grid,
-		k.TileRows, k.LanesPerRow, k.SharedBytes, k.SubgroupSize, k.Splits, k.SplitKeys}
+		k.TileRows, k.LanesPerRow, k.RowsPerLane, k.SharedBytes, k.SubgroupSize, k.Splits, k.SplitKeys}
 }
 
 // printJSON writes v as indented JSON, the --json output of every command.

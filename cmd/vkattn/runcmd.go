@@ -708,7 +708,7 @@ func printPlan(w io.Writer, p vkattn.Plan, opts *vkattn.Options) {
 	if k.TileRows > 0 {
 		axes = "query row blocks x KV heads x batch"
 		row("tiles", "Br %d query rows (the query heads of a KV head packed) x Bc %d keys, K and V tiles in %d B of shared memory", k.TileRows, k.KeyTile, k.SharedBytes)
-		row("lanes", "%d lanes per row split d_max %d (%d values of q and of the output each), sums by subgroup shuffles", k.LanesPerRow, k.DMax, k.DMax/k.LanesPerRow)
+		row("lanes", "%d lanes per row split d_max %d (%d values of q and of the output each), sums by subgroup shuffles; %d rows per lane group", k.LanesPerRow, k.DMax, k.DMax/k.LanesPerRow, k.RowsPerLane)
 		row("subgroups", "full subgroups of %d lanes required (VK_EXT_subgroup_size_control, enabled)", k.SubgroupSize)
 	} else {
 		row("rows", "%d query rows per invocation", k.Rows)
