@@ -269,7 +269,40 @@ func (d *Device) memoryTypesFor(bits uint32, size uint64, use bufferUse) []uint3
 			types = append(types, t)
 		}
 	}
-	return types
+	return d.withinBudgetFirst(types, size)
+}
+
+// heapRoom is what each memory heap's budget leaves for d's buffers, where
+// the device reports budgets (a variable for tests).
+var heapRoom = func(d *Device) ([]uint64, bool) {
+	if !d.Info.MemoryBudget {
+		return nil, false
+	}
+	room, err := queryHeapRoom(d.inst.handle, d.Info.handle)
+	return room, err == nil
+}
+
+// withinBudgetFirst orders types so that those whose heap's budget has room
+// for size bytes come first (others may still allocate: the driver pages
+// or fails, and a failure moves on to the next type).
+func (d *Device) withinBudgetFirst(types []uint32, size uint64) []uint32 {
+	room, ok := heapRoom(d)
+	if !ok || len(types) < 2 {
+		return types
+	}
+	fits := func(t uint32) bool {
+		h := d.memTypes.MemoryTypes[t].HeapIndex
+		return int(h) < len(room) && room[h] >= size
+	}
+	var first, rest []uint32
+	for _, t := range types {
+		if fits(t) {
+			first = append(first, t)
+		} else {
+			rest = append(rest, t)
+		}
+	}
+	return append(first, rest...)
 }
 
 // mapDeviceData maps the data buffers that can be mapped; tests turn it off

@@ -226,10 +226,13 @@ func (in *Instance) NewDeviceWith(index int, cfg DeviceConfig) (*Device, error) 
 	}
 	// Subgroup size control is enabled wherever offered: the tiled kernels
 	// require their subgroup size and full subgroups through it.
-	exts, sizeControl := cfg.Extensions, 0
+	exts, sizeControl := slices.Clone(cfg.Extensions), 0
+	if pd.MemoryBudget && !slices.Contains(exts, extMemoryBudget) {
+		exts = append(exts, extMemoryBudget)
+	}
 	if pd.SubgroupSizeControl {
 		if !slices.Contains(exts, extSubgroupSizeControl) {
-			exts = append(slices.Clip(exts), extSubgroupSizeControl)
+			exts = append(exts, extSubgroupSizeControl)
 		}
 		sizeControl = 1
 		if pd.FullSubgroups {

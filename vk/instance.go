@@ -18,6 +18,9 @@ const validationLayer = "VK_LAYER_KHRONOS_validation"
 // and full subgroups (core in Vulkan 1.3; vkattn's instance is 1.1).
 const extSubgroupSizeControl = "VK_EXT_subgroup_size_control"
 
+// extMemoryBudget reports each heap's budget and usage (what else uses it).
+const extMemoryBudget = "VK_EXT_memory_budget"
+
 // ErrNoDriver is wrapped by the error of an instance or device choice when
 // the Vulkan loader finds no driver (or none with a compute queue).
 var ErrNoDriver = errors.New("vk: no Vulkan driver found")
@@ -269,9 +272,12 @@ type PhysicalDevice struct {
 	// pipelines allowed to require a subgroup size; FullSubgroups: they may
 	// also require full subgroups. NewDevice enables both where offered.
 	SubgroupSizeControl, FullSubgroups bool
-	queueFamily                        uint32
-	handle                             vulkan.PhysicalDevice
-	pipelineUUID                       [16]byte
+	// MemoryBudget: VK_EXT_memory_budget, so buffers prefer memory types
+	// whose heap's budget has room for them.
+	MemoryBudget bool
+	queueFamily  uint32
+	handle       vulkan.PhysicalDevice
+	pipelineUUID [16]byte
 }
 
 // CacheKey names this exact device and driver build (vendor, device and
@@ -392,6 +398,7 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	if err != nil {
 		return d, false, err
 	}
+	d.MemoryBudget = slices.Contains(exts, extMemoryBudget)
 	extra, err := queryExtra(inst, h, props.ApiVersion, slices.Contains(exts, extSubgroupSizeControl))
 	if err != nil {
 		return d, false, err

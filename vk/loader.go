@@ -80,6 +80,24 @@ static int vkattn_query_extra(void *instance, void *pd, uint32_t apiVersion, int
 	}
 	return 0;
 }
+
+// vkattn_heap_room fills room[i] with what heap i's budget leaves
+// (VK_EXT_memory_budget: heapBudget - heapUsage, 0 when over) and *n with
+// the heap count.
+static int vkattn_heap_room(void *instance, void *pd, uint64_t *room, uint32_t *n) {
+	PFN_vkGetPhysicalDeviceMemoryProperties2 get = (PFN_vkGetPhysicalDeviceMemoryProperties2)
+		vkattn_gipa((VkInstance)instance, "vkGetPhysicalDeviceMemoryProperties2");
+	if (!get) return -1;
+	VkPhysicalDeviceMemoryBudgetPropertiesEXT budget = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+	VkPhysicalDeviceMemoryProperties2 props = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+	props.pNext = &budget;
+	get((VkPhysicalDevice)pd, &props);
+	*n = props.memoryProperties.memoryHeapCount;
+	for (uint32_t i = 0; i < *n && i < VK_MAX_MEMORY_HEAPS; i++) {
+		room[i] = budget.heapBudget[i] > budget.heapUsage[i] ? budget.heapBudget[i] - budget.heapUsage[i] : 0;
+	}
+	return 0;
+}
 */
 import "C"
 
@@ -124,6 +142,21 @@ type extraProps struct {
 	// Subgroup size control (VK_EXT_subgroup_size_control).
 	minSubgroup, maxSubgroup uint32
 	sizeControl, fullGroups  bool
+}
+
+// queryHeapRoom is what each memory heap's budget leaves now, from
+// VK_EXT_memory_budget (the device must offer it).
+func queryHeapRoom(inst vulkan.Instance, pd vulkan.PhysicalDevice) ([]uint64, error) {
+	var room [C.VK_MAX_MEMORY_HEAPS]C.uint64_t
+	var n C.uint32_t
+	if C.vkattn_heap_room(unsafe.Pointer(inst), unsafe.Pointer(pd), &room[0], &n) != 0 {
+		return nil, fmt.Errorf("vk: vkGetPhysicalDeviceMemoryProperties2 unavailable")
+	}
+	out := make([]uint64, min(int(n), len(room)))
+	for i := range out {
+		out[i] = uint64(room[i])
+	}
+	return out, nil
 }
 
 func queryExtra(inst vulkan.Instance, pd vulkan.PhysicalDevice, apiVersion uint32, sizeControlExt bool) (extraProps, error) {

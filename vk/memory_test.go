@@ -142,3 +142,40 @@ func TestTransfersThroughTheStagingArea(t *testing.T) {
 		t.Errorf("transfers through an existing staging area allocated %d buffers", grew)
 	}
 }
+
+// Where the device reports heap budgets (VK_EXT_memory_budget), a buffer
+// tries the memory types whose heap has room for it first.
+func TestMemoryTypesRespectHeapBudgets(t *testing.T) {
+	const (
+		dl = vulkan.MemoryPropertyDeviceLocalBit
+		hv = vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
+	)
+	d := &Device{Info: PhysicalDevice{Type: DeviceDiscrete}}
+	for i, f := range []vulkan.MemoryPropertyFlagBits{dl | hv, dl, hv} { // BAR window, VRAM, system memory
+		d.memTypes.MemoryTypes[i].PropertyFlags = vulkan.MemoryPropertyFlags(f)
+		d.memTypes.MemoryTypes[i].HeapIndex = uint32(i)
+	}
+	d.memTypes.MemoryTypeCount = 3
+	real := heapRoom
+	defer func() { heapRoom = real }()
+	room := []uint64{1 << 30, 1 << 30, 1 << 30}
+	heapRoom = func(*Device) ([]uint64, bool) { return room, true }
+	const small, large = 256, 1 << 20
+	for _, c := range []struct {
+		what string
+		room []uint64
+		size uint64
+		want []uint32
+	}{
+		{"room everywhere, small", []uint64{1 << 30, 1 << 30, 1 << 30}, small, []uint32{0, 1}},
+		{"room everywhere, large", []uint64{1 << 30, 1 << 30, 1 << 30}, large, []uint32{1, 0}},
+		{"BAR window over budget, small", []uint64{100, 1 << 30, 1 << 30}, small, []uint32{1, 0}},
+		{"VRAM over budget, large", []uint64{1 << 30, large - 1, 1 << 30}, large, []uint32{0, 1}},
+		{"both over budget: the usual order", []uint64{0, 0, 1 << 30}, large, []uint32{1, 0}},
+	} {
+		room = c.room
+		if got := d.memoryTypesFor(0b111, c.size, deviceData); !slices.Equal(got, c.want) {
+			t.Errorf("%s: types %v, want %v", c.what, got, c.want)
+		}
+	}
+}
