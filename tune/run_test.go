@@ -133,3 +133,39 @@ func TestRunRefusesABadConfigBeforeMeasuring(t *testing.T) {
 		t.Errorf("width 300: %v", err)
 	}
 }
+
+// TestRunOnATiledPlan: on a device whose plans use the tiled GPU kernels
+// (planned as NVIDIA's driver), tuning measures the row kernels' candidates
+// and split-K without errors, and the chosen tuning keeps the tiled
+// kernels' tiles as the defaults have them.
+func TestRunOnATiledPlan(t *testing.T) {
+	t.Setenv("VKATTN_VALIDATION", "1")
+	before := len(vkattn.ValidationMessages())
+	dev, err := vkattn.Open(vkattn.Config{PlanAs: "nvidia"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	def := dev.Tuning()
+	if def.Tiled == nil {
+		t.Fatalf("the NVIDIA plan's tuning has no tiles: %+v", def)
+	}
+	rep, err := Run(context.Background(), dev, smallConfig(def, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range append(rep.Candidates, rep.SplitK...) {
+		if c.Error != "" {
+			t.Errorf("candidate rows %d wg %d split keys %d: %s", c.Rows, c.WorkGroup, c.SplitKeys, c.Error)
+		}
+	}
+	if len(rep.SplitK) == 0 || rep.SplitNote != "" {
+		t.Errorf("split-K not measured: %q", rep.SplitNote)
+	}
+	if rep.Chosen.Tiled == nil || *rep.Chosen.Tiled != *def.Tiled {
+		t.Errorf("chosen tiles %+v, want the defaults' %+v", rep.Chosen.Tiled, def.Tiled)
+	}
+	if msgs := vkattn.ValidationMessages()[before:]; len(msgs) > 0 {
+		t.Errorf("validation layer reported %d messages, first: %s", len(msgs), msgs[0])
+	}
+}

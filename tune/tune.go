@@ -381,6 +381,7 @@ func measureSplit(ctx context.Context, dev *vkattn.Device, t vkattn.Tuning, d vk
 		prog.add(len(keys) * (1 + reps))
 		return nil, fmt.Sprintf("split-K not measured: %v", err), false
 	}
+	t.Tiled = nil // the row kernels' split-K, as measure times it
 	if err := dev.SetTuning(t); err != nil {
 		return skip(err)
 	}
