@@ -432,10 +432,9 @@ func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *TiledTuning, p *Atte
 	packed := group * in.L
 	maxWG := min(int(lim.MaxWorkGroupSize[0]), int(lim.MaxWorkGroupInvocations))
 	// Decode-like problems: the packed rows of a KV head fit one row block
-	// but the grid would leave most compute units idle; split the keys
-	// into blocks, a workgroup each (flash-decoding).
-	rowBlocks := ceilDiv(packed, tiles.Rows)
-	decode := p.Vec4 && !in.Weights && packed <= tiles.Rows && in.S >= 256 && in.B*in.HKV*rowBlocks < 2*tiles.ComputeUnits
+	// but the grid (a workgroup per KV head) would leave most compute units
+	// idle; split the keys into blocks, a workgroup each (flash-decoding).
+	decode := p.Vec4 && !in.Weights && packed <= tiles.Rows && in.S >= 256 && in.B*in.HKV < 2*tiles.ComputeUnits
 	br, lanes, rpl := tiles.Rows, tiles.LanesPerRow, tiles.RowsPerLane
 	if decode {
 		br, lanes, rpl = pow2Above(packed), tiles.DecodeLanesPerRow, 1
@@ -446,8 +445,9 @@ func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *TiledTuning, p *Atte
 	if br/rpl*lanes > maxWG {
 		br = rpl * pow2Below(max(1, maxWG/lanes))
 	}
+	tileBytes := func(bc int) int { return 2 * bc * p.DMax * 4 } // K and V tiles of float32 vec4s
 	bc := tiles.Keys
-	for bc >= 4 && 2*bc*p.DMax*4 > int(lim.MaxSharedMemory) {
+	for bc >= 4 && tileBytes(bc) > int(lim.MaxSharedMemory) {
 		bc /= 2
 	}
 	if bc < 4 || br/rpl*lanes%sg != 0 {
@@ -456,7 +456,7 @@ func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *TiledTuning, p *Atte
 	}
 	p.Variant = Variant{Family: FamilyTiled, Path: StoragePath, Vec4: p.Vec4}
 	p.Rows, p.TileRows, p.KeyTile, p.LanesPerRow, p.RowsPerLane, p.SubgroupSize = 0, br, bc, lanes, rpl, sg
-	p.WorkGroup, p.SharedBytes = br/rpl*lanes, 2*bc*p.DMax*4
+	p.WorkGroup, p.SharedBytes = br/rpl*lanes, tileBytes(bc)
 	names := [3]string{"query row blocks", "KV heads", "batch"}
 	p.Grid = [3]uint32{uint32(ceilDiv(packed, br)), uint32(in.HKV), uint32(in.B)}
 	if decode {

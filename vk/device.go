@@ -224,8 +224,9 @@ func (in *Instance) NewDeviceWith(index int, cfg DeviceConfig) (*Device, error) 
 		}
 		pd.queueFamily, pd.TimestampsOK = family, timestamps
 	}
-	// Subgroup size control is enabled wherever offered: the tiled kernels
-	// require their subgroup size and full subgroups through it.
+	// Memory budgets and subgroup size control are enabled wherever
+	// offered: buffers prefer heaps with room, and the tiled kernels
+	// require their subgroup size and full subgroups.
 	exts, sizeControl := slices.Clone(cfg.Extensions), 0
 	if pd.MemoryBudget && !slices.Contains(exts, extMemoryBudget) {
 		exts = append(exts, extMemoryBudget)

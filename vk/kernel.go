@@ -83,6 +83,9 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	if len(spec.SPIRV)%4 != 0 || len(spec.SPIRV) == 0 {
 		return nil, fmt.Errorf("vk: kernel %s: SPIR-V size %d is not a positive multiple of 4", spec.Name, len(spec.SPIRV))
 	}
+	if err := d.checkSubgroupRequest(spec); err != nil {
+		return nil, err
+	}
 	if err := d.enter(); err != nil {
 		return nil, err
 	}
@@ -124,10 +127,6 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	k.pipeLay = pipeLay
 	objectCreated()
 
-	if err := d.checkSubgroupRequest(spec); err != nil {
-		k.destroy()
-		return nil, err
-	}
 	pipeline, err := d.createComputePipeline(module, pipeLay, spec.Spec, spec.SubgroupSize, spec.FullSubgroups)
 	if err != nil {
 		k.destroy()

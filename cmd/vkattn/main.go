@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/vkattn/vkattn"
@@ -206,8 +205,8 @@ func deviceFlag(fs *flag.FlagSet, device *deviceChoice) {
 	fs.StringVar(&device.name, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
 	fs.Func("plan-as", "plan as the quirk table says for `VENDOR` ("+strings.Join(vkattn.PlanAsVendors, ", ")+
 		") on whatever device runs, e.g. the GPU kernels on lavapipe; default: $VKATTN_PLAN_AS, else the device's own", func(v string) error {
-		if !slices.Contains(vkattn.PlanAsVendors, v) {
-			return fmt.Errorf("unknown vendor %q (want one of %s)", v, strings.Join(vkattn.PlanAsVendors, ", "))
+		if _, err := pipelines.VendorTuning(v); err != nil {
+			return err
 		}
 		device.planAs = v
 		return nil
