@@ -21,6 +21,8 @@ type Buffer struct {
 	handle vulkan.Buffer
 	memory vulkan.DeviceMemory
 	size   uint64
+	heap   uint32 // the memory heap its memory came from
+	bytes  uint64 // of memory allocated on it
 	mapped unsafe.Pointer
 	// Guarded by dev.mu:
 	views   map[viewKey]vulkan.BufferView
@@ -46,7 +48,7 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 	}
 	size = (size + 15) &^ 15
 	if max := d.Info.Limits.MaxMemoryAllocation; max > 0 && size > max {
-		return nil, fmt.Errorf("vk: buffer of %d bytes exceeds the largest memory heap (%d bytes)", size, max)
+		return nil, fmt.Errorf("%w: a buffer of %d bytes exceeds the largest memory heap (%d bytes)", ErrOutOfMemory, size, max)
 	}
 	var handle vulkan.Buffer
 	info := vulkan.BufferCreateInfo{
@@ -72,6 +74,11 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 		b.destroyHandle()
 		return nil, fmt.Errorf("vk: no suitable memory type for a %d-byte buffer", size)
 	}
+	types, full := d.withHeapRoom(types, uint64(req.Size))
+	if len(types) == 0 {
+		b.destroyHandle()
+		return nil, full
+	}
 	var mem vulkan.DeviceMemory
 	var typeIndex uint32
 	for _, typeIndex = range types {
@@ -86,11 +93,18 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 			break // allocated, or failed for another reason than a full heap
 		}
 	}
+	if outOfMemory(err) {
+		b.destroyHandle()
+		h := d.memTypes.MemoryTypes[typeIndex].HeapIndex
+		return nil, fmt.Errorf("%w: %d bytes on heap %d (%d of its %d bytes in use by this device): %w",
+			ErrOutOfMemory, req.Size, h, d.heapUse(h), d.heapSize(h), err)
+	}
 	if err != nil {
 		b.destroyHandle()
 		return nil, err
 	}
 	b.memory = mem
+	b.heap, b.bytes = d.memTypes.MemoryTypes[typeIndex].HeapIndex, uint64(req.Size)
 	objectCreated()
 	if err := check("vkBindBufferMemory", vulkan.BindBufferMemory(d.handle, handle, mem, 0)); err != nil {
 		b.destroy()
@@ -109,6 +123,7 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 	d.buffers[b] = struct{}{}
 	a := &d.allocLog
 	a.live += size
+	a.heapLive[b.heap] += b.bytes
 	a.count++
 	a.peak = max(a.peak, a.live)
 	a.largest = max(a.largest, size)
@@ -190,6 +205,7 @@ func (d *Device) freeBufferLocked(b *Buffer) {
 	if _, owned := d.buffers[b]; owned {
 		delete(d.buffers, b)
 		d.allocLog.live -= b.size
+		d.allocLog.heapLive[b.heap] -= b.bytes
 	}
 	b.destroy()
 }
@@ -303,6 +319,49 @@ func (d *Device) withinBudgetFirst(types []uint32, size uint64) []uint32 {
 		}
 	}
 	return append(first, rest...)
+}
+
+// ErrOutOfMemory is wrapped by the error of a buffer that no memory heap
+// has room for: beyond the heap's size (or SetHeapLimit's cap) counting
+// the device's live buffers, or refused by the driver as out of memory.
+var ErrOutOfMemory = errors.New("vk: out of device memory")
+
+// heapSize is the bytes d may allocate on heap h: its reported size, or
+// less under SetHeapLimit.
+func (d *Device) heapSize(h uint32) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	size := uint64(d.memTypes.MemoryHeaps[h].Size)
+	if lim := d.allocLog.heapLimit; lim > 0 {
+		size = min(size, lim)
+	}
+	return size
+}
+
+// heapUse is the bytes d's live buffers hold on heap h.
+func (d *Device) heapUse(h uint32) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.allocLog.heapLive[h]
+}
+
+// withHeapRoom keeps the memory types whose heap has room for bytes more
+// beside d's live buffers; with none, the error says which heap is full.
+// The driver may still refuse (other programs share the heap): that is
+// ErrOutOfMemory too.
+func (d *Device) withHeapRoom(types []uint32, bytes uint64) ([]uint32, error) {
+	var kept []uint32
+	var full error
+	for _, t := range types {
+		h := d.memTypes.MemoryTypes[t].HeapIndex
+		use, size := d.heapUse(h), d.heapSize(h)
+		if use <= size && bytes <= size-use {
+			kept = append(kept, t)
+		} else if full == nil {
+			full = fmt.Errorf("%w: %d bytes asked of heap %d, which holds %d of its %d bytes", ErrOutOfMemory, bytes, h, use, size)
+		}
+	}
+	return kept, full
 }
 
 // mapDeviceData maps the data buffers that can be mapped; tests turn it off

@@ -137,6 +137,8 @@ func (d *Device) String() string {
 type allocations struct {
 	live, peak, largest uint64
 	count, pools        int
+	heapLive            []uint64 // bytes of memory allocated on each heap
+	heapLimit           uint64   // SetHeapLimit's cap on each heap (0: none)
 }
 
 // AllocStats is a snapshot of a device's buffer allocations in bytes.
@@ -154,6 +156,15 @@ func (d *Device) AllocStats() AllocStats {
 	defer d.mu.Unlock()
 	a := d.allocLog
 	return AllocStats{Live: a.live, Peak: a.peak, Largest: a.largest, Count: a.count, Pools: a.pools}
+}
+
+// SetHeapLimit caps the bytes d's buffers may take on each memory heap
+// below the heap's reported size (0: the reported size), so a program can
+// bound what it allocates, and tests can fill a heap.
+func (d *Device) SetHeapLimit(bytes uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.allocLog.heapLimit = bytes
 }
 
 // ResetAllocStats restarts Peak and Largest from the live total, so a caller
@@ -270,6 +281,10 @@ func (in *Instance) NewDeviceWith(index int, cfg DeviceConfig) (*Device, error) 
 	for i := range d.memTypes.MemoryTypes {
 		d.memTypes.MemoryTypes[i].Deref()
 	}
+	for i := range d.memTypes.MemoryHeaps {
+		d.memTypes.MemoryHeaps[i].Deref()
+	}
+	d.allocLog.heapLive = make([]uint64, len(d.memTypes.MemoryHeaps))
 	d.memTypes.Free() // the values are in the Go fields now; vulkan-go's C copy is not freed otherwise
 
 	if err := d.openPipelineCache(); err != nil {
@@ -399,6 +414,7 @@ func (d *Device) Close() error {
 	}
 	d.commands, d.inFlight, d.buffers, d.kernels, d.extras = nil, nil, nil, nil, nil
 	d.allocLog.live = 0
+	clear(d.allocLog.heapLive)
 	if err := d.savePipelineCache(); err != nil {
 		errs = append(errs, fmt.Errorf("vk: saving pipeline cache: %w", err))
 	}

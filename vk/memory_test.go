@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	vulkan "github.com/vulkan-go/vulkan"
@@ -177,5 +178,61 @@ func TestMemoryTypesRespectHeapBudgets(t *testing.T) {
 		if got := d.memoryTypesFor(0b111, c.size, deviceData); !slices.Equal(got, c.want) {
 			t.Errorf("%s: types %v, want %v", c.what, got, c.want)
 		}
+	}
+}
+
+// Buffers count against their heap's size: once the live buffers fill it
+// (here a heap capped at 1 MiB), the next allocation is ErrOutOfMemory
+// naming the heap and the bytes asked, before any vkAllocateMemory, and
+// leaves no object behind; freeing a buffer makes room again. A driver's
+// own out-of-memory result is ErrOutOfMemory too.
+func TestHeapsFillUp(t *testing.T) {
+	inst, d, opened := openTestDevice(t)
+	defer closeTestDevice(t, inst, d, opened)
+	d.SetHeapLimit(1 << 20)
+	defer d.SetHeapLimit(0)
+	var bufs []*Buffer
+	defer func() {
+		for _, b := range bufs {
+			b.Close()
+		}
+	}()
+	var err error
+	for i := 0; i < 8 && err == nil; i++ {
+		var b *Buffer
+		if b, err = d.NewBuffer(256 << 10); err == nil {
+			bufs = append(bufs, b)
+		}
+	}
+	if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "heap 0") || !strings.Contains(err.Error(), "262144 bytes asked") {
+		t.Fatalf("allocating past a 1 MiB heap: %v, want ErrOutOfMemory naming heap 0 and the bytes asked", err)
+	}
+	if len(bufs) > 4 {
+		t.Errorf("%d buffers of 256 KiB allocated on a 1 MiB heap", len(bufs))
+	}
+	before := LiveObjects()
+	if _, err := d.NewBuffer(256 << 10); !errors.Is(err, ErrOutOfMemory) || LiveObjects() != before {
+		t.Errorf("a refused buffer: %v, %d objects alive (%d before)", err, LiveObjects(), before)
+	}
+	bufs[0].Close()
+	bufs = bufs[1:]
+	b, err := d.NewBuffer(256 << 10)
+	if err != nil {
+		t.Fatalf("after freeing a buffer: %v", err)
+	}
+	bufs = append(bufs, b)
+
+	real := allocateMemory
+	allocateMemory = func(vulkan.Device, *vulkan.MemoryAllocateInfo, *vulkan.DeviceMemory) vulkan.Result {
+		return vulkan.ErrorOutOfDeviceMemory
+	}
+	d.SetHeapLimit(0)
+	_, err = d.NewBuffer(1024)
+	allocateMemory = real
+	if !errors.Is(err, ErrOutOfMemory) {
+		t.Errorf("the driver's out-of-memory result: %v, want ErrOutOfMemory", err)
+	}
+	if _, err := d.NewBuffer(d.Info.Limits.MaxMemoryAllocation + 16); !errors.Is(err, ErrOutOfMemory) {
+		t.Errorf("a buffer beyond the largest heap: %v, want ErrOutOfMemory", err)
 	}
 }
