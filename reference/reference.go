@@ -199,8 +199,10 @@ func isBlocked(opts *vkattn.Options, d vkattn.Dims, b, h, t, j int) bool {
 	}
 	if win := opts.Window; win != nil {
 		// Bottom-right aligned band, on the full extents as for causal.
+		// Differences of positions, which cannot overflow, against the
+		// sides, which may be as large as an int holds.
 		diag := diagonal(opts, d, b, t)
-		if (win.Left != -1 && j < diag-win.Left) || (win.Right != -1 && j > diag+win.Right) {
+		if (win.Left != -1 && diag-j > win.Left) || (win.Right != -1 && j-diag > win.Right) {
 			return true
 		}
 	}

@@ -96,6 +96,20 @@ int keyRow(ivec4 stride, int j) {
     return b * stride.x + j * stride.z;
 }
 
+// softcap is c tanh(e / c) to float32 accuracy for every c. tanh comes
+// from exp, which keeps few bits of a small argument (e^2x - 1 cancels):
+// there the series of tanh(x) / x through x^8 (truncation below 2^-24
+// for |x| < 0.3) scales e itself, so a huge c leaves scores unchanged
+// instead of multiplying a rounded tanh. Beyond |x| = 10 tanh is 1 in
+// float32: the clamp keeps an infinite e / c (a tiny c) from reaching
+// exp. Both sides are computed and one selected: no branch in the key loop.
+float softcap(float e, float c) {
+    float x = e / c;
+    float x2 = x * x;
+    float small = e * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0)))));
+    return abs(x) < 0.3 ? small : c * tanh(clamp(x, -10.0, 10.0));
+}
+
 // scoreOf is the score of key j for query row `row` of query head `head`
 // (ALiBi slope `slope`) whose dot product with the key is qk: -inf when
 // the key is at or past keyEnd or masked.
@@ -124,7 +138,7 @@ float scoreOf(float qk, int row, int head, float slope, int j, int keyEnd) {
     // as models save "blocked") never overflows to -inf.
     float e = qk * P.scaling.x;
     if ((VARIANTS & VAR_SOFTCAP) != 0) {
-        e = P.variant.x * tanh(e / P.variant.x);
+        e = softcap(e, P.variant.x);
     }
     // Window and ALiBi positions are bottom-right aligned: query row t
     // sits at key position t + S - L (P.window.z holds S - L plus the
@@ -134,7 +148,7 @@ float scoreOf(float qk, int row, int head, float slope, int j, int keyEnd) {
         e += slope * float(j - pos);
     }
     if ((VARIANTS & VAR_WINDOW) != 0) {
-        ok = ok && (P.window.x < 0 || j >= pos - P.window.x) && (P.window.y < 0 || j <= pos + P.window.y);
+        ok = ok && (P.window.x < 0 || pos - j <= P.window.x) && (P.window.y < 0 || j - pos <= P.window.y);
     }
     e += add;
     return (ok && e != NEG_INF) ? e : NEG_INF;
