@@ -64,6 +64,9 @@ func (d *Device) PlanAs(q, k, v []int, types [3]DType, opts Options) (Plan, erro
 // keyPadding says the call has a key-padding mask (MHA); additive plans
 // the additive score variant (q and k are then the projections, width d_a).
 func (d *Device) plan(q, k, v [4]int, layouts *[4]pipelines.Layout, keyPadding, additive bool, opts *Options) (Plan, error) {
+	if err := d.checkOpen(); err != nil {
+		return Plan{}, err
+	}
 	dims, err := CheckProblem(q, k, v, opts)
 	if err != nil {
 		return Plan{}, err
@@ -94,13 +97,15 @@ func (d *Device) plan(q, k, v [4]int, layouts *[4]pipelines.Layout, keyPadding, 
 	return Plan{Dims: dims, Device: d.String(), Kernel: kp}, nil
 }
 
-// deviceError turns the planner's limit errors into ErrTooLarge, and a use
-// of a closed device or buffer into ErrClosed.
+// deviceError turns the planner's limit errors and full memory heaps into
+// ErrTooLarge, and a use of a closed device or buffer into ErrClosed.
 func deviceError(err error) error {
 	var limit *pipelines.LimitError
 	switch {
 	case errors.As(err, &limit):
 		return errorf(ErrTooLarge, "%s", limit.Msg)
+	case errors.Is(err, vk.ErrOutOfMemory) && !errors.Is(err, ErrTooLarge):
+		return fmt.Errorf("%w (%w)", ErrTooLarge, err)
 	case errors.Is(err, vk.ErrClosed) && !errors.Is(err, ErrClosed):
 		return fmt.Errorf("%w (%w)", ErrClosed, err)
 	}
@@ -249,7 +254,16 @@ func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs
 		x.Heads = t.buf
 	}
 	if w := opts.Window; w != nil {
-		x.Window = [2]int{w.Left, w.Right}
+		// A side reaching L + S keys shows every key (a query's position
+		// is in [-L, S-1]): so capped, the kernels' 32-bit position
+		// arithmetic cannot overflow, whatever the int was.
+		reach := func(side int) int {
+			if side < 0 {
+				return side
+			}
+			return min(side, dm.L+dm.S)
+		}
+		x.Window = [2]int{reach(w.Left), reach(w.Right)}
 	}
 	x.Softcap = opts.Softcap
 	return nil

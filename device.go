@@ -61,6 +61,10 @@ type Config struct {
 	// VKATTN_PLAN_AS does the same where PlanAs is empty; either way a
 	// saved tuning is ignored.
 	PlanAs string
+	// MemoryLimit, if positive, caps the bytes vkattn's buffers take on
+	// each memory heap below the heap's size; beyond it (or the heap's
+	// size) an allocation is ErrTooLarge naming the heap.
+	MemoryLimit uint64
 }
 
 // PlanAsVendors are the names Config.PlanAs takes.
@@ -128,6 +132,9 @@ func Devices() ([]DeviceInfo, int, error) {
 func Open(cfg Config) (*Device, error) {
 	if _, _, err := cfg.planAs(); err != nil {
 		return nil, err
+	}
+	if !cfg.LoadPath.Valid() {
+		return nil, errorf(ErrOption, "load path %v (want AutoLoadPath, TexelLoadPath or StorageLoadPath)", cfg.LoadPath)
 	}
 	validation := cfg.Validation || os.Getenv("VKATTN_VALIDATION") == "1"
 	inst, err := vk.NewInstance(vk.InstanceConfig{Validation: validation})
@@ -204,6 +211,9 @@ func (d *Device) Tuning() Tuning {
 // SetTuning makes the planner use t for later calls on d (calls already
 // prepared keep theirs); `vkattn tune` tries candidates with it.
 func (d *Device) SetTuning(t Tuning) error {
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
 	if err := t.Check(d.dev.Info); err != nil {
 		return errorf(ErrTuning, "%v", err)
 	}

@@ -61,12 +61,20 @@ type KVCache struct {
 
 // NewKVCache allocates an empty cache (every sequence of length 0).
 func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
 	for _, x := range []struct {
 		name string
 		n    int
-	}{{"B", cfg.B}, {"HKV", cfg.HKV}, {"Capacity", cfg.Capacity}, {"DK", cfg.DK}, {"DV", cfg.DV}} {
-		if x.n <= 0 {
+	}{{"B", cfg.B}, {"HKV", cfg.HKV}, {"Capacity", cfg.Capacity}, {"DK", cfg.DK}, {"DV", cfg.DV}, {"PageSize", cfg.PageSize}, {"Pages", cfg.Pages}} {
+		if x.n <= 0 && x.name != "PageSize" && x.name != "Pages" {
 			return nil, errorf(ErrEmpty, "KV cache %s is %d: must be at least 1", x.name, x.n)
+		}
+		// Every tensor of the cache holds at most 2^31 elements, so
+		// no one extent may exceed it (and products of two stay exact).
+		if x.n > math.MaxInt32 {
+			return nil, errorf(ErrTooLarge, "KV cache %s is %d: at most 2^31-1", x.name, x.n)
 		}
 	}
 	if !cfg.DType.Valid() {
@@ -83,7 +91,8 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 			cfg.Pages = cfg.B * perItem
 		}
 	}
-	if n := float64(max(cfg.B*cfg.Capacity, cfg.Pages*cfg.PageSize)) * float64(cfg.HKV) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
+	positions := max(float64(cfg.B)*float64(cfg.Capacity), float64(cfg.Pages)*float64(cfg.PageSize))
+	if n := positions * float64(cfg.HKV) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
 		return nil, errorf(ErrTooLarge, "KV cache of %.3g elements per tensor: at most 2^31", n)
 	}
 	c := &KVCache{dev: d, cfg: cfg, lens: make([]int, cfg.B)}
@@ -168,6 +177,12 @@ func (c *KVCache) Append(k, v []float32, n int) error {
 // rounds.
 func (c *KVCache) AppendTensors(k, v *Tensor) error {
 	cfg := c.cfg
+	c.mu.Lock()
+	err := c.usable()
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	if k == nil || v == nil {
 		return errorf(ErrShape, "AppendTensors of a nil tensor")
 	}
@@ -270,8 +285,8 @@ func (c *KVCache) store(seqs []int, n int, put func(i int, dst *Tensor, dstElem,
 	cfg := c.cfg
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return errorf(ErrClosed, "KV cache used after Close")
+	if err := c.usable(); err != nil {
+		return err
 	}
 	need := 0 // new pages
 	for _, b := range seqs {
@@ -359,8 +374,8 @@ func (t *Tensor) pagedView(cfg KVCacheConfig) *Tensor {
 func (c *KVCache) Truncate(lens []int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return errorf(ErrClosed, "KV cache used after Close")
+	if err := c.usable(); err != nil {
+		return err
 	}
 	if len(lens) != c.cfg.B {
 		return errorf(ErrShape, "truncate to %d lengths, the cache has %d sequences", len(lens), c.cfg.B)
@@ -419,8 +434,8 @@ func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errorf(ErrClosed, "KV cache used after Close")
+	if err := c.usable(); err != nil {
+		return nil, err
 	}
 	if q == nil {
 		return nil, errorf(ErrShape, "Q is nil")
@@ -437,6 +452,15 @@ func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
 	opts.cacheLengths = c.lenT
 	opts.cachePages = c.pt
 	return c.dev.Prepare(q, c.k, c.v, opts)
+}
+
+// usable is ErrClosed once the cache or its device is closed. The caller
+// holds c.mu.
+func (c *KVCache) usable() error {
+	if c.closed {
+		return errorf(ErrClosed, "KV cache used after Close")
+	}
+	return c.dev.checkOpen()
 }
 
 // Close frees the cache; close the calls prepared on it first.

@@ -413,6 +413,9 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 // stride = inputs) and whose weight, of element type w, starts at element
 // wOffset of its tensor.
 func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int, w DType) (LayerPlan, error) {
+	if err := d.checkOpen(); err != nil {
+		return LayerPlan{}, err
+	}
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanLinear(d.dev.Info, pipelines.LinearInput{
 		Rows: rows, Outputs: outputs, Inputs: inputs, W: w,

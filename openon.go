@@ -9,8 +9,9 @@ import (
 // with package vk, for work of its own on the same device: a viewer that
 // enables a window's extensions and draws the weights vkattn computes
 // without copying them through the host. cfg's LoadPath, DefaultTuning,
-// BindingLimit and PlanAs apply (an unknown PlanAs, which Open refuses,
-// plans with the device's own tuning); Device and Validation were the caller's choice. The
+// BindingLimit, MemoryLimit and PlanAs apply (an unknown PlanAs or LoadPath, which Open
+// refuses, plans with the device's own tuning or lets the planner choose);
+// Device and Validation were the caller's choice. The
 // Device takes both over: its Close closes dev, then inst.
 func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 	if lim := cfg.BindingLimit; lim > 0 {
@@ -25,6 +26,12 @@ func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 		path:     cfg.LoadPath,
 		tuning:   pipelines.DefaultTuning(dev.Info),
 		tensors:  map[*Tensor]struct{}{},
+	}
+	if cfg.MemoryLimit > 0 {
+		dev.SetHeapLimit(cfg.MemoryLimit)
+	}
+	if !d.path.Valid() {
+		d.path = AutoLoadPath
 	}
 	if vendor, t, err := cfg.planAs(); err == nil && vendor != "" {
 		d.tuning = t

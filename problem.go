@@ -203,6 +203,9 @@ func Shape4(shape []int) ([4]int, error) {
 			return s, errorf(ErrEmpty, "shape %v has extent %d on axis %d", shape, n, i-(4-len(shape)))
 		}
 	}
+	if n, ok := countFits(s); !ok {
+		return s, errorf(ErrTooLarge, "shape %v: %.3g elements, beyond any device", shape, n)
+	}
 	return s, nil
 }
 

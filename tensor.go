@@ -226,7 +226,7 @@ func (d *Device) newTensor(s [4]int, dt DType) (*Tensor, error) {
 	// Whole 32-bit words: kernels read halves two a word.
 	buf, err := d.dev.NewBuffer((uint64(dt.Bytes()*n) + 3) / 4 * 4)
 	if err != nil {
-		return nil, err
+		return nil, deviceError(err)
 	}
 	t := &Tensor{dev: d, buf: buf, dtype: dt, shape: s, strides: [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}, finite: true, bound: math.Inf(1)}
 	d.tensors[t] = struct{}{}

@@ -5,12 +5,17 @@ import (
 	"math/bits"
 )
 
+// MaxALiBiHeads bounds ALiBiSlopes (2^24 heads, far beyond any model), so
+// that an absurd count is not a request for terabytes.
+const MaxALiBiHeads = 1 << 24
+
 // ALiBiSlopes are the ALiBi slopes of h heads (Press et al., 2022): for h a
 // power of two, head i (from 0) gets 2^(-8(i+1)/h); otherwise the slopes of
 // the largest power of two n below h, then every other slope of 2n, as the
-// paper's reference code does.
+// paper's reference code does. h beyond MaxALiBiHeads (or below 1) gives
+// nil.
 func ALiBiSlopes(h int) []float32 {
-	if h <= 0 {
+	if h <= 0 || h > MaxALiBiHeads {
 		return nil
 	}
 	pow2 := func(n int) []float64 {
@@ -32,14 +37,18 @@ func ALiBiSlopes(h int) []float32 {
 	return out
 }
 
+// minSoftcap is float32's smallest normal number: a smaller cap would be
+// flushed to zero on devices that flush subnormals.
+const minSoftcap = 0x1p-126
+
 // validateVariants checks Window, Softcap, Sinks and ALiBi for h query
 // heads.
 func (o *Options) validateVariants(h int) error {
 	if w := o.Window; w != nil && (w.Left < -1 || w.Right < -1) {
 		return errorf(ErrOption, "window (%d, %d): each side is -1 (unbounded) or a key count >= 0", w.Left, w.Right)
 	}
-	if c := o.Softcap; !(c >= 0 && c <= math.MaxFloat32) {
-		return errorf(ErrOption, "softcap %v: want a positive finite float32 (0 for none)", c)
+	if c := o.Softcap; !(c == 0 || c >= minSoftcap && c <= math.MaxFloat32) {
+		return errorf(ErrOption, "softcap %v: want 0 (none) or a float32 in [%g, %g]", c, minSoftcap, math.MaxFloat32)
 	}
 	for _, p := range []struct {
 		what string

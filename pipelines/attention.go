@@ -27,9 +27,17 @@ const (
 	StoragePath
 )
 
+var loadPathNames = [...]string{"auto", "texel", "storage"}
+
 func (p LoadPath) String() string {
-	return [...]string{"auto", "texel", "storage"}[p]
+	if !p.Valid() {
+		return fmt.Sprintf("LoadPath(%d)", int(p))
+	}
+	return loadPathNames[p]
 }
+
+// Valid reports whether p is one of the paths above.
+func (p LoadPath) Valid() bool { return p >= 0 && int(p) < len(loadPathNames) }
 
 // Layout is where a tensor of four logical axes (batch, head, position,
 // width) lies in its buffer: the last axis is contiguous, the others have

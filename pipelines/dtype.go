@@ -30,7 +30,7 @@ func (t DType) String() string {
 	case BFloat16:
 		return "bf16"
 	}
-	return "dtype(?)"
+	return fmt.Sprintf("DType(%d)", int(t))
 }
 
 // Bytes is the size of one element.

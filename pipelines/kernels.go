@@ -124,6 +124,9 @@ func tuningOr(dev vk.PhysicalDevice, t *Tuning) *Tuning {
 // choosePath picks the load path of a kernel on dev: the forced one, or
 // the tuning's (nil: the device's default tuning).
 func choosePath(dev vk.PhysicalDevice, force LoadPath, t *Tuning) (LoadPath, *PathTuning, string, error) {
+	if !force.Valid() {
+		return force, nil, "", fmt.Errorf("unknown load path %v (want auto, texel or storage)", force)
+	}
 	t = tuningOr(dev, t)
 	path, why := force, "forced"
 	if path == AutoPath {

@@ -32,7 +32,12 @@ var families = [...]struct{ name, source, define string }{
 	FamilyTiled:     {"attention_tiled", "attention_tiled.comp", ""},
 }
 
-func (f Family) String() string { return families[f].name }
+func (f Family) String() string {
+	if f < 0 || int(f) >= len(families) {
+		return fmt.Sprintf("Family(%d)", int(f))
+	}
+	return families[f].name
+}
 
 // Variant is one SPIR-V build of a kernel family: the compile-time choices
 // that the GLSL source takes as #defines. It names its SPIR-V (Name) and is

@@ -205,8 +205,13 @@ const (
 	DeviceCPU
 )
 
+var deviceTypeNames = [...]string{"other", "integrated-gpu", "discrete-gpu", "virtual-gpu", "cpu"}
+
 func (t DeviceType) String() string {
-	return [...]string{"other", "integrated-gpu", "discrete-gpu", "virtual-gpu", "cpu"}[t]
+	if t < 0 || int(t) >= len(deviceTypeNames) {
+		return fmt.Sprintf("DeviceType(%d)", int(t))
+	}
+	return deviceTypeNames[t]
 }
 
 // preference orders device types for the default pick: discrete >

@@ -1,0 +1,318 @@
+package vkattn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+)
+
+// Soft-capping is float32-accurate for every cap the options accept: a cap
+// far above the scores leaves them as they are (tanh of a small argument
+// computed from exp would keep few of its bits), and the smallest caps
+// flatten them, on the row and the tiled kernels.
+func TestSoftcapAccurateForEveryCap(t *testing.T) {
+	r := rand.New(rand.NewSource(61))
+	caps := []float64{1e4, 1e7, 1e20, math.MaxFloat32, 0x1p-126, 1e-30, 2.5}
+	for _, plan := range []string{"auto", "nvidia"} {
+		var names []string
+		var problems []*problem
+		for _, c := range caps {
+			p := newProblem(r, 1, 2, 1, 5, 12, 8, 8)
+			for i := range p.q {
+				p.q[i] *= 4 // scores of a few units, where the cap's error showed
+			}
+			p.opts.Softcap = c
+			p.wantLSE = true
+			names = append(names, fmt.Sprintf("cap%g", c))
+			problems = append(problems, p)
+		}
+		t.Run(plan, func(t *testing.T) { runInCompileOrder(t, everyPlan()[plan], names, problems) })
+	}
+}
+
+// Window sides beyond 32 bits (and up to the largest int) mean what they
+// say: a side of at least L + S keys shows every key on its side, on the
+// device and in the reference, also when L > S puts queries before the
+// first key.
+func TestWindowSidesOfAnyInt(t *testing.T) {
+	r := rand.New(rand.NewSource(62))
+	for _, c := range []struct {
+		name        string
+		l, s        int
+		left, right int
+		same        vkattn.Window // the window it equals
+	}{
+		{"left 2^32", 6, 9, 1 << 32, 0, vkattn.Window{Left: -1, Right: 0}},
+		{"right 2^32", 6, 9, 2, 1 << 32, vkattn.Window{Left: 2, Right: -1}},
+		{"both max int", 6, 9, math.MaxInt, math.MaxInt, vkattn.Window{Left: -1, Right: -1}},
+		{"max int32, L > S", 9, 5, math.MaxInt32, 1, vkattn.Window{Left: -1, Right: 1}},
+		{"max int, L > S", 9, 5, 0, math.MaxInt, vkattn.Window{Left: 0, Right: -1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newProblem(r, 1, 2, 2, c.l, c.s, 8, 8)
+			p.opts.Window = &vkattn.Window{Left: c.left, Right: c.right}
+			p.wantLSE = true
+			want := runReference(t, p)
+			same := *p
+			same.opts.Window = &c.same
+			if err := closeTo(toFloat32(want.O), runReference(t, &same).O); err != nil {
+				t.Fatalf("reference: window (%d, %d) differs from %v: %v", c.left, c.right, c.same, err)
+			}
+			got := runGPU(t, dev, p)
+			compare(t, "O", got.o, want.O)
+			compare(t, "LSE", got.lse, want.LSE)
+		})
+	}
+}
+
+func toFloat32(x []float64) []float32 {
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = float32(v)
+	}
+	return out
+}
+
+// No value of an exported enum panics: String names an unknown one, and
+// options, configs and tunings holding one are errors wrapping their
+// sentinel.
+func TestEnumsOutsideTheirSets(t *testing.T) {
+	for _, c := range []struct {
+		got, want string
+	}{
+		{vkattn.LoadPath(5).String(), "LoadPath(5)"},
+		{vkattn.LoadPath(-1).String(), "LoadPath(-1)"},
+		{vkattn.Causal(7).String(), "Causal(7)"},
+		{vkattn.DType(9).String(), "DType(9)"},
+		{vkattn.MaskMeaning(4).String(), "MaskMeaning(4)"},
+		{vkattn.DeviceInfo{Type: 17}.Type.String(), "DeviceType(17)"},
+	} {
+		if c.got != c.want {
+			t.Errorf("String of an unknown value: %q, want %q", c.got, c.want)
+		}
+	}
+	for _, cfg := range []vkattn.Config{{LoadPath: 5}, {LoadPath: -1}, {PlanAs: "cray"}} {
+		if d, err := vkattn.Open(cfg); !errors.Is(err, vkattn.ErrOption) {
+			if d != nil {
+				d.Close()
+			}
+			t.Errorf("Open(%+v): %v, want ErrOption", cfg, err)
+		}
+	}
+	q := upload(t, dev, []int{1, 1, 2, 4}, make([]float32, 8))
+	for _, c := range []struct {
+		name string
+		opts vkattn.Options
+		want error
+	}{
+		{"Causal(3)", vkattn.Options{Causal: 3}, vkattn.ErrOption},
+		{"Causal(-1)", vkattn.Options{Causal: -1}, vkattn.ErrOption},
+		{"MaskMeaning(9)", vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, 1}, Values: []bool{true}, Meaning: 9}}}, vkattn.ErrMask},
+	} {
+		if _, err := dev.Attention(q, q, q, c.opts); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if _, err := dev.UploadAs([]int{1, 4}, make([]float32, 4), vkattn.DType(5)); !errors.Is(err, vkattn.ErrOption) {
+		t.Errorf("UploadAs(DType(5)): %v, want ErrOption", err)
+	}
+	if _, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 4, DK: 4, DV: 4, DType: 7}); !errors.Is(err, vkattn.ErrOption) {
+		t.Errorf("NewKVCache(DType(7)): %v, want ErrOption", err)
+	}
+	bad := dev.Tuning()
+	bad.Path = 6
+	if err := dev.SetTuning(bad); !errors.Is(err, vkattn.ErrTuning) {
+		t.Errorf("SetTuning with path %v: %v, want ErrTuning", bad.Path, err)
+	}
+}
+
+// Extents whose products overflow an int, or that no tensor of the cache
+// could hold, are ErrTooLarge, not a panic or a wrapped-around count.
+func TestExtentsThatOverflow(t *testing.T) {
+	for _, s := range [][]int{{1 << 32, 1 << 32}, {1 << 40, 1 << 40}, {1 << 31, 1 << 31, 4}, {math.MaxInt, 2}} {
+		if _, err := vkattn.Shape4(s); !errors.Is(err, vkattn.ErrTooLarge) {
+			t.Errorf("Shape4(%v): %v, want ErrTooLarge", s, err)
+		}
+	}
+	if _, err := dev.Upload([]int{1 << 32, 1 << 32}, nil); !errors.Is(err, vkattn.ErrTooLarge) {
+		t.Errorf("Upload of 2^64 elements and no data: %v, want ErrTooLarge", err)
+	}
+	if _, err := dev.Upload([]int{1 << 40, 1 << 40}, make([]float32, 4)); !errors.Is(err, vkattn.ErrTooLarge) {
+		t.Errorf("Upload of 2^80 elements: %v, want ErrTooLarge", err)
+	}
+	base := vkattn.KVCacheConfig{B: 1, HKV: 4, Capacity: 4, DK: 8, DV: 8}
+	for _, c := range []struct {
+		name string
+		set  func(*vkattn.KVCacheConfig)
+	}{
+		{"B 2^62", func(c *vkattn.KVCacheConfig) { c.B = 1 << 62 }},
+		{"HKV 2^62", func(c *vkattn.KVCacheConfig) { c.HKV = 1 << 62 }},
+		{"Capacity max int", func(c *vkattn.KVCacheConfig) { c.Capacity = math.MaxInt }},
+		{"DK 2^40", func(c *vkattn.KVCacheConfig) { c.DK = 1 << 40 }},
+		{"B and Capacity 2^32", func(c *vkattn.KVCacheConfig) { c.B, c.Capacity = 1<<32, 1<<32 }},
+		{"paged, max int capacity", func(c *vkattn.KVCacheConfig) { c.Capacity, c.PageSize = math.MaxInt, 16 }},
+		{"pages max int", func(c *vkattn.KVCacheConfig) { c.PageSize, c.Pages = 16, math.MaxInt }},
+		{"page size 2^62", func(c *vkattn.KVCacheConfig) { c.PageSize = 1 << 62 }},
+	} {
+		cfg := base
+		c.set(&cfg)
+		if kv, err := dev.NewKVCache(cfg); !errors.Is(err, vkattn.ErrTooLarge) {
+			if kv != nil {
+				kv.Close()
+			}
+			t.Errorf("NewKVCache, %s: %v, want ErrTooLarge", c.name, err)
+		}
+	}
+	if s := vkattn.ALiBiSlopes(1 << 40); s != nil {
+		t.Errorf("ALiBiSlopes(2^40): %d slopes, want nil (beyond MaxALiBiHeads)", len(s))
+	}
+	if s := vkattn.ALiBiSlopes(vkattn.MaxALiBiHeads + 1); s != nil {
+		t.Errorf("ALiBiSlopes(MaxALiBiHeads+1): %d slopes, want nil", len(s))
+	}
+}
+
+// A device whose memory is used up says so: an allocation beyond a heap's
+// room (here MemoryLimit's) is ErrTooLarge naming the heap, and the device
+// stays usable.
+func TestFullHeapIsErrTooLarge(t *testing.T) {
+	d, err := vkattn.Open(vkattn.Config{Validation: true, MemoryLimit: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var held []*vkattn.Tensor
+	defer func() {
+		for _, x := range held {
+			x.Close()
+		}
+	}()
+	chunk := make([]float32, 256<<10) // 1 MiB
+	for i := 0; i < 8 && err == nil; i++ {
+		var x *vkattn.Tensor
+		if x, err = d.Upload([]int{512, 512}, chunk); err == nil {
+			held = append(held, x)
+		}
+	}
+	if !errors.Is(err, vkattn.ErrTooLarge) || !strings.Contains(err.Error(), "heap") {
+		t.Fatalf("uploads past a 4 MiB limit: %v, want ErrTooLarge naming the heap", err)
+	}
+	if len(held) > 4 {
+		t.Errorf("%d MiB held under a 4 MiB limit", len(held))
+	}
+	held[0].Close()
+	held = held[1:]
+	p := newProblem(rand.New(rand.NewSource(63)), 1, 1, 1, 3, 4, 4, 4)
+	checkAgainstReference(t, d, p)
+}
+
+// After Device.Close every method of the device and of everything made on
+// it returns an error wrapping ErrClosed: none succeeds, none reports
+// another cause (a cache's lengths, a bare vk error) or nil.
+func TestEveryMethodAfterDeviceClose(t *testing.T) {
+	d, err := vkattn.Open(vkattn.Config{Validation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewSource(64))
+	q := mustUpload(t, d, []int{1, 2, 1, 8}, randomValues(r, 16))
+	kv, err := d.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 8, DK: 8, DV: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, v1 := mustUpload(t, d, []int{1, 1, 1, 8}, randomValues(r, 8)), mustUpload(t, d, []int{1, 1, 1, 8}, randomValues(r, 8))
+	if err := kv.AppendTensors(k1, v1); err != nil {
+		t.Fatal(err)
+	}
+	call, err := kv.Prepare(q, vkattn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mha, err := d.NewMHA(randomMHA(r, 8, 8, 8, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := mustUpload(t, d, []int{1, 3, 8}, randomValues(r, 24))
+	mcall, err := mha.Prepare(x, nil, nil, vkattn.MHAOptions{Heads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aw := &vkattn.AdditiveWeights{DQ: 8, DK: 8, DA: 4, WQ: randomValues(r, 32), WK: randomValues(r, 32), WA: randomValues(r, 4)}
+	add, err := d.NewAdditive(aw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tuning := d.Tuning()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	bg := context.Background()
+	one := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	shape := []int{1, 1, 1, 8}
+	qs := []int{1, 2, 1, 8}
+	for name, f := range map[string]func() error{
+		"Device.Plan":       func() error { _, err := d.Plan(qs, shape, shape, vkattn.Options{}); return err },
+		"Device.PlanAs":     func() error { _, err := d.PlanAs(qs, shape, shape, [3]vkattn.DType{}, vkattn.Options{}); return err },
+		"Device.SetTuning":  func() error { return d.SetTuning(tuning) },
+		"Device.SaveTuning": func() error { _, err := d.SaveTuning(tuning); return err },
+		"Device.Upload":     func() error { _, err := d.Upload(shape, one); return err },
+		"Device.UploadAs":   func() error { _, err := d.UploadAs(shape, one, vkattn.Float16); return err },
+		"Device.UploadBits": func() error { _, err := d.UploadBits(shape, make([]uint16, 8), vkattn.BFloat16); return err },
+		"Device.Attention":  func() error { _, err := d.Attention(q, k1, v1, vkattn.Options{}); return err },
+		"Device.AttentionVarlen": func() error {
+			_, err := d.AttentionVarlen(q, k1, v1, []int{0, 1}, []int{0, 1}, vkattn.Options{})
+			return err
+		},
+		"Device.Prepare":        func() error { _, err := d.Prepare(q, k1, v1, vkattn.Options{}); return err },
+		"Device.NewKVCache":     func() error { _, err := d.NewKVCache(kv.Config()); return err },
+		"Device.NewMHA":         func() error { _, err := d.NewMHA(randomMHA(r, 8, 8, 8, false)); return err },
+		"Device.NewAdditive":    func() error { _, err := d.NewAdditive(aw); return err },
+		"KVCache.Append":        func() error { return kv.Append(one, one, 1) },
+		"KVCache.AppendTo":      func() error { return kv.AppendTo(0, one, one, 1) },
+		"KVCache.AppendTensors": func() error { return kv.AppendTensors(k1, v1) },
+		"KVCache.Truncate":      func() error { return kv.Truncate([]int{0}) },
+		"KVCache.Reset":         func() error { return kv.Reset() },
+		"KVCache.Attention":     func() error { _, err := kv.Attention(q, vkattn.Options{}); return err },
+		"KVCache.Prepare":       func() error { _, err := kv.Prepare(q, vkattn.Options{}); return err },
+		"Call.Run":              func() error { _, err := call.Run(bg); return err },
+		"MHA.Plan":              func() error { _, err := mha.Plan([]int{1, 3, 8}, nil, nil, vkattn.MHAOptions{Heads: 2}); return err },
+		"MHA.Forward":           func() error { _, err := mha.Forward(x, nil, nil, vkattn.MHAOptions{Heads: 2}); return err },
+		"MHA.Prepare":           func() error { _, err := mha.Prepare(x, nil, nil, vkattn.MHAOptions{Heads: 2}); return err },
+		"MHACall.Run":           func() error { _, err := mcall.Run(bg); return err },
+		"Additive.Plan":         func() error { _, err := add.Plan([]int{3, 8}, []int{4, 8}, []int{4, 8}, vkattn.Options{}); return err },
+		"Additive.Attention":    func() error { _, err := add.Attention(x, x, x, vkattn.Options{}); return err },
+		"Additive.Prepare":      func() error { _, err := add.Prepare(x, x, x, vkattn.Options{}); return err },
+		"Tensor.Download":       func() error { _, err := q.Download(); return err },
+		"Tensor.Write":          func() error { return q.Write(make([]float32, 16)) },
+		"Tensor.Buffer":         func() error { _, _, _, err := q.Buffer(); return err },
+	} {
+		if err := f(); !errors.Is(err, vkattn.ErrClosed) {
+			t.Errorf("%s after Device.Close: %v, want ErrClosed", name, err)
+		}
+	}
+	call.Close()
+	mcall.Close()
+	mha.Close()
+	add.Close()
+	kv.Close()
+}
+
+// A cap below float32's smallest normal, which a device may flush to zero,
+// is refused by the device and the reference alike.
+func TestSubnormalSoftcapRefused(t *testing.T) {
+	p := newProblem(rand.New(rand.NewSource(65)), 1, 1, 1, 2, 3, 4, 4)
+	p.opts.Softcap = 1e-40
+	if _, err := reference.Attention(p.q, p.qs, p.k, p.ks, p.v, p.vs, p.opts); !errors.Is(err, vkattn.ErrOption) {
+		t.Errorf("reference with softcap 1e-40: %v, want ErrOption", err)
+	}
+	if _, err := dev.Attention(upload(t, dev, p.qs[:], p.q), upload(t, dev, p.ks[:], p.k), upload(t, dev, p.vs[:], p.v), p.opts); !errors.Is(err, vkattn.ErrOption) {
+		t.Errorf("device with softcap 1e-40: %v, want ErrOption", err)
+	}
+}
