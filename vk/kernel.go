@@ -75,6 +75,8 @@ type Kernel struct {
 	pipeLay  vulkan.PipelineLayout
 	pipeline vulkan.Pipeline
 	sets     map[*DescriptorSet]struct{} // guarded by dev.mu
+	// spareSets are sets Close gave back, for reuse (guarded by dev.mu).
+	spareSets []spareSet
 }
 
 // NewKernel builds a compute pipeline. On lavapipe the real shader compile
@@ -176,6 +178,7 @@ func (k *Kernel) destroy() {
 	for s := range k.sets {
 		s.destroy()
 	}
+	k.dropSpareSetsLocked()
 	k.sets = map[*DescriptorSet]struct{}{}
 	destroyOnce(&k.pipeline, func(p vulkan.Pipeline) { vulkan.DestroyPipeline(h, p, nil) })
 	destroyOnce(&k.pipeLay, func(l vulkan.PipelineLayout) { vulkan.DestroyPipelineLayout(h, l, nil) })
@@ -235,30 +238,11 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 		}
 		held = append(held, a.Buffer)
 	}
-	counts := map[vulkan.DescriptorType]uint32{}
-	for _, t := range k.Spec.Bindings {
-		counts[t.descriptorType()]++
-	}
-	var types, sizes []uint32
-	for t, n := range counts {
-		types = append(types, uint32(t))
-		sizes = append(sizes, n)
-	}
-	pool, err := d.createDescriptorPool(types, sizes)
+	s, err := k.newSet()
 	if err != nil {
 		return nil, err
 	}
-	objectCreated()
-	d.mu.Lock()
-	d.allocLog.pools++
-	d.mu.Unlock()
-	s := &DescriptorSet{kernel: k, pool: pool}
-	set, err := d.allocateSet(pool, k.setLay)
-	if err != nil {
-		s.destroy()
-		return nil, err
-	}
-	s.set = set
+	set := s.set
 	descs := make([]descriptor, len(args))
 	d.mu.Lock() // texel views are cached per buffer
 	for i, a := range args {
@@ -291,6 +275,43 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 	return s, nil
 }
 
+// newSet is a spare set of the kernel, or a new one with its own pool.
+func (k *Kernel) newSet() (*DescriptorSet, error) {
+	d := k.dev
+	d.mu.Lock()
+	if n := len(k.spareSets); n > 0 {
+		sp := k.spareSets[n-1]
+		k.spareSets = k.spareSets[:n-1]
+		spareObjects.Add(-1)
+		d.mu.Unlock()
+		return &DescriptorSet{kernel: k, pool: sp.pool, set: sp.set}, nil
+	}
+	d.mu.Unlock()
+	counts := map[vulkan.DescriptorType]uint32{}
+	for _, t := range k.Spec.Bindings {
+		counts[t.descriptorType()]++
+	}
+	var types, sizes []uint32
+	for t, n := range counts {
+		types = append(types, uint32(t))
+		sizes = append(sizes, n)
+	}
+	pool, err := d.createDescriptorPool(types, sizes)
+	if err != nil {
+		return nil, err
+	}
+	objectCreated()
+	d.mu.Lock()
+	d.allocLog.pools++
+	d.mu.Unlock()
+	s := &DescriptorSet{kernel: k, pool: pool}
+	if s.set, err = d.allocateSet(pool, k.setLay); err != nil {
+		s.destroy()
+		return nil, err
+	}
+	return s, nil
+}
+
 // Close frees the set; work using it must have finished. After the
 // device's Close it is a no-op.
 func (s *DescriptorSet) Close() {
@@ -299,7 +320,9 @@ func (s *DescriptorSet) Close() {
 	}
 	s.kernel.dev.closeLocked(func() {
 		delete(s.kernel.sets, s)
-		s.destroy()
+		if !s.kernel.parkSetLocked(s) {
+			s.destroy()
+		}
 	})
 }
 
