@@ -23,6 +23,7 @@ type Buffer struct {
 	size   uint64
 	heap   uint32 // the memory heap its memory came from
 	bytes  uint64 // of memory allocated on it
+	use    bufferUse
 	mapped unsafe.Pointer
 	// Guarded by dev.mu:
 	views   map[viewKey]vulkan.BufferView
@@ -42,6 +43,23 @@ func (d *Device) NewBuffer(size uint64) (*Buffer, error) {
 	return d.newBuffer(size, deviceData)
 }
 
+// NewHostBuffer allocates size bytes of host-visible memory that the host
+// reads and writes directly, in system memory where the device has it: a
+// staging buffer of the caller's own, whose transfers to and from device
+// buffers (Commands.Copy) go into the caller's submissions.
+func (d *Device) NewHostBuffer(size uint64) (*Buffer, error) {
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	defer d.exit()
+	b, err := d.newBuffer(size, stagingData)
+	if err == nil && b.mapped == nil {
+		b.Close()
+		return nil, fmt.Errorf("vk: no host-visible memory for a %d-byte staging buffer", size)
+	}
+	return b, err
+}
+
 func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 	if size == 0 {
 		size = 16
@@ -50,6 +68,14 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 	if max := d.Info.Limits.MaxMemoryAllocation; max > 0 && size > max {
 		return nil, fmt.Errorf("%w: a buffer of %d bytes exceeds the largest memory heap (%d bytes)", ErrOutOfMemory, size, max)
 	}
+	d.mu.Lock()
+	if b := d.reviveBufferLocked(size, use); b != nil {
+		d.buffers[b] = struct{}{}
+		d.countLiveLocked(size)
+		d.mu.Unlock()
+		return b, nil
+	}
+	d.mu.Unlock()
 	var handle vulkan.Buffer
 	info := vulkan.BufferCreateInfo{
 		SType:       vulkan.StructureTypeBufferCreateInfo,
@@ -63,7 +89,7 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 		return nil, err
 	}
 	objectCreated()
-	b := &Buffer{dev: d, handle: handle, size: size}
+	b := &Buffer{dev: d, handle: handle, size: size, use: use}
 	var req vulkan.MemoryRequirements
 	vulkan.GetBufferMemoryRequirements(d.handle, handle, &req)
 	req.Deref()
@@ -75,6 +101,14 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 		return nil, fmt.Errorf("vk: no suitable memory type for a %d-byte buffer", size)
 	}
 	types, full := d.withHeapRoom(types, uint64(req.Size))
+	if len(types) == 0 {
+		d.mu.Lock()
+		dropped := d.dropSpareBuffersLocked()
+		d.mu.Unlock()
+		if dropped {
+			types, full = d.withHeapRoom(d.memoryTypesFor(req.MemoryTypeBits, size, use), uint64(req.Size))
+		}
+	}
 	if len(types) == 0 {
 		b.destroyHandle()
 		return nil, full
@@ -111,7 +145,7 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 		return nil, err
 	}
 	flags := vulkan.MemoryPropertyFlagBits(d.memTypes.MemoryTypes[typeIndex].PropertyFlags)
-	if flags&hostBits == hostBits && (mapDeviceData || use == stagingData) {
+	if flags&hostBits == hostBits && (mapDeviceData && !d.discreteModel() || use == stagingData) {
 		var p unsafe.Pointer
 		if err := check("vkMapMemory", vulkan.MapMemory(d.handle, mem, 0, vulkan.DeviceSize(size), 0, &p)); err != nil {
 			b.destroy()
@@ -121,14 +155,19 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 	}
 	d.mu.Lock()
 	d.buffers[b] = struct{}{}
-	a := &d.allocLog
-	a.live += size
-	a.heapLive[b.heap] += b.bytes
-	a.count++
-	a.peak = max(a.peak, a.live)
-	a.largest = max(a.largest, size)
+	d.allocLog.heapLive[b.heap] += b.bytes
+	d.allocLog.count++
+	d.countLiveLocked(size)
 	d.mu.Unlock()
 	return b, nil
+}
+
+// countLiveLocked counts a buffer of size bytes as live.
+func (d *Device) countLiveLocked(size uint64) {
+	a := &d.allocLog
+	a.live += size
+	a.peak = max(a.peak, a.live)
+	a.largest = max(a.largest, size)
 }
 
 // Size is the buffer's size in bytes.
@@ -202,9 +241,16 @@ func (d *Device) dropUserLocked(b *Buffer) {
 
 // freeBufferLocked removes b from the owner list and destroys it.
 func (d *Device) freeBufferLocked(b *Buffer) {
-	if _, owned := d.buffers[b]; owned {
-		delete(d.buffers, b)
-		d.allocLog.live -= b.size
+	if _, owned := d.buffers[b]; !owned {
+		b.destroy()
+		return
+	}
+	delete(d.buffers, b)
+	d.allocLog.live -= b.size
+	if d.parkBufferLocked(b) {
+		return
+	}
+	if b.memory != nil {
 		d.allocLog.heapLive[b.heap] -= b.bytes
 	}
 	b.destroy()
@@ -248,7 +294,24 @@ const smallBuffer = 64 << 10
 
 // unified reports whether the device's memory is the host's (CPU and
 // integrated devices): mappable device memory is then as fast as any.
-func (d *Device) unified() bool { return d.Info.Type != DeviceDiscrete }
+func (d *Device) unified() bool { return d.Info.Type != DeviceDiscrete && !d.discreteModel() }
+
+// SetDiscreteMemory places the buffers made from now on as on a discrete
+// GPU whatever the device is: data buffers are never mapped, so every
+// host write and read goes through the staging area and costs a
+// submission and a wait, exactly the code a discrete GPU runs. Set it
+// before making buffers (vkattn does at Open).
+func (d *Device) SetDiscreteMemory(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.discrete = on
+}
+
+func (d *Device) discreteModel() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.discrete
+}
 
 // memoryTypesFor lists the memory types to try for a buffer of size bytes
 // used as use, best first: for staging, host-visible coherent memory,

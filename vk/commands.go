@@ -40,6 +40,19 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 	}
 	defer d.exit()
 	c := &Commands{dev: d, uses: map[*Buffer]struct{}{}}
+	nQueries := uint32(0)
+	if timestamps > 0 && d.Info.TimestampsOK {
+		nQueries = uint32(timestamps)
+	}
+	d.mu.Lock()
+	revived := d.reviveCommandsLocked(c, nQueries)
+	if revived {
+		d.commands[c] = struct{}{}
+	}
+	d.mu.Unlock()
+	if revived {
+		return c, nil
+	}
 	fail := func(err error) (*Commands, error) {
 		c.destroy()
 		return nil, err
@@ -93,6 +106,9 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 		objectCreated()
 	}
 	own(&d.mu, d.commands, c)
+	d.mu.Lock()
+	d.allocLog.commands++
+	d.mu.Unlock()
 	return c, nil
 }
 
@@ -183,6 +199,13 @@ func (c *Commands) Copy(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size ui
 	return c.recording(func() error {
 		c.uses[src], c.uses[dst] = struct{}{}, struct{}{}
 		c.dev.copyBuffer(c.cmd, src.handle, dst.handle, srcOff, dstOff, size)
+		if src.use == stagingData || dst.use == stagingData {
+			// Staged bytes are counted as recorded: commands that
+			// stage are recorded for each submission.
+			c.dev.mu.Lock()
+			c.dev.allocLog.stagingBytes += size
+			c.dev.mu.Unlock()
+		}
 		return nil
 	})
 }
@@ -275,6 +298,7 @@ func (c *Commands) submitWith(wait, signal *Semaphore) error {
 		return err
 	}
 	c.submitted = true
+	d.allocLog.submits++
 	d.inFlight[c] = struct{}{}
 	for b := range c.uses {
 		b.users++
@@ -327,9 +351,12 @@ func (c *Commands) Wait(ctx context.Context) error {
 // wait is Wait with c.mu held and the device entered.
 func (c *Commands) wait(ctx context.Context) error {
 	d := c.dev
-	for {
+	for waited := false; ; waited = true {
 		d.mu.Lock()
 		inFlight := c.submitted
+		if inFlight && !waited {
+			d.allocLog.waits++
+		}
 		d.mu.Unlock()
 		if !inFlight {
 			return nil
@@ -414,8 +441,11 @@ func (c *Commands) Close() {
 	}
 	d.mu.Lock()
 	delete(d.commands, c)
+	parked := d.parkCommandsLocked(c)
 	d.mu.Unlock()
-	c.destroy()
+	if !parked {
+		c.destroy()
+	}
 }
 
 // destroy frees the Vulkan objects; nothing of c is in flight.

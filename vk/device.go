@@ -33,7 +33,8 @@ func destroyOnce[H comparable](h *H, destroy func(H)) {
 }
 
 // LiveObjects returns the number of Vulkan objects currently alive.
-func LiveObjects() int64 { return liveObjects.Load() }
+// Spares kept for reuse (see spares.go) are not counted.
+func LiveObjects() int64 { return liveObjects.Load() - spareObjects.Load() }
 
 // Device owns a logical device, its compute queue and a pipeline cache,
 // plus everything created from it (buffers, kernels, command buffers):
@@ -71,6 +72,8 @@ type Device struct {
 	extras   map[extra]struct{}     // swapchains, images, semaphores
 	allocLog allocations
 	staging  stagingArea // for the transfers of unmapped buffers
+	spare    spares      // objects Close gave back, for reuse
+	discrete bool        // SetDiscreteMemory
 }
 
 // ErrClosed is wrapped by every error of an operation on a closed device,
@@ -139,15 +142,29 @@ type allocations struct {
 	count, pools        int
 	heapLive            []uint64 // bytes of memory allocated on each heap
 	heapLimit           uint64   // SetHeapLimit's cap on each heap (0: none)
+	commands            int
+	submits, waits      int
+	stagingBytes        uint64
 }
 
-// AllocStats is a snapshot of a device's buffer allocations in bytes.
+// AllocStats is a snapshot of a device's allocations and of the work it
+// handed the driver: the costs a discrete GPU feels per call (each
+// submission and host wait is a round trip of tens of microseconds there;
+// memory allocations are slow and their number is limited).
 type AllocStats struct {
-	Live    uint64 // bytes in live buffers
-	Peak    uint64 // most bytes live at once
-	Largest uint64 // the largest single buffer ever allocated
-	Count   int    // buffers allocated so far
-	Pools   int    // descriptor pools created so far (one per descriptor set)
+	Live     uint64 // bytes in live buffers
+	Peak     uint64 // most bytes live at once
+	Largest  uint64 // the largest single buffer ever allocated
+	Count    int    // buffers allocated so far (each a vkAllocateMemory)
+	Pools    int    // descriptor pools created so far
+	Commands int    // command buffers created so far (each with its pool and fence)
+	Submits  int    // queue submissions so far
+	Waits    int    // host waits for a submission to finish so far
+	// StagingBytes went between the host and device buffers through
+	// host-visible staging buffers so far, both ways: the staging area of
+	// unmapped buffers' Write and Read, and the staging buffers of calls
+	// that carry their own transfers (a decode step).
+	StagingBytes uint64
 }
 
 // AllocStats returns the device's allocation accounting.
@@ -155,7 +172,8 @@ func (d *Device) AllocStats() AllocStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	a := d.allocLog
-	return AllocStats{Live: a.live, Peak: a.peak, Largest: a.largest, Count: a.count, Pools: a.pools}
+	return AllocStats{Live: a.live, Peak: a.peak, Largest: a.largest, Count: a.count, Pools: a.pools,
+		Commands: a.commands, Submits: a.submits, Waits: a.waits, StagingBytes: a.stagingBytes}
 }
 
 // SetHeapLimit caps the bytes d's buffers may take on each memory heap
@@ -400,6 +418,9 @@ func (d *Device) Close() error {
 	if err := check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle)); err != nil {
 		errs = append(errs, err)
 	}
+	d.mu.Lock()
+	d.dropSparesLocked()
+	d.mu.Unlock()
 	for o := range d.extras {
 		o.destroy()
 	}
