@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/vk"
 )
 
 // Call is an attention call prepared once: its plan, output tensors, mask
@@ -51,6 +52,22 @@ func (c *prepared[O]) Run(ctx context.Context) (time.Duration, error) {
 		return 0, errorf(ErrClosed, "call used after Close")
 	}
 	t, err := c.commands.Run(ctx)
+	if err != nil {
+		return 0, deviceError(err)
+	}
+	c.out.setGPUTime(t)
+	return t, nil
+}
+
+// runWith is Run with transfers recorded around the call in the same
+// submission (pipelines.Prepared.RunWith).
+func (c *prepared[O]) runWith(ctx context.Context, before, after func(*vk.Commands) error) (time.Duration, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.commands == nil {
+		return 0, errorf(ErrClosed, "call used after Close")
+	}
+	t, err := c.commands.RunWith(ctx, before, after)
 	if err != nil {
 		return 0, deviceError(err)
 	}

@@ -178,6 +178,9 @@ type Prepared struct {
 	mu    sync.Mutex
 	steps []*Step
 	cmds  *vk.Commands
+	// wrapped: the commands hold RunWith's transfers, which Run must not
+	// replay.
+	wrapped bool
 }
 
 // Prepare records steps in order, with a barrier after each dispatch and
@@ -197,10 +200,21 @@ func (ks *Kernels) Prepare(steps ...*Step) (*Prepared, error) {
 	return pr, nil
 }
 
-func (pr *Prepared) record() error {
+func (pr *Prepared) record() error { return pr.recordWith(nil, nil) }
+
+// recordWith records before (transfers into the inputs), the steps, then
+// after (transfers out of the outputs), with barriers between.
+func (pr *Prepared) recordWith(before, after func(*vk.Commands) error) error {
 	c := pr.cmds
+	pr.wrapped = true // until a plain recording ends well, Run records anew
 	if err := c.Begin(); err != nil {
 		return err
+	}
+	if before != nil {
+		if err := before(c); err != nil {
+			return err
+		}
+		c.Barrier()
 	}
 	c.Timestamp(0)
 	for _, s := range pr.steps {
@@ -217,6 +231,13 @@ func (pr *Prepared) record() error {
 		}
 	}
 	c.Timestamp(1)
+	if after != nil {
+		if err := after(c); err != nil {
+			return err
+		}
+		c.Barrier()
+	}
+	pr.wrapped = before != nil || after != nil
 	return c.End()
 }
 
@@ -237,6 +258,40 @@ func (pr *Prepared) Run(ctx context.Context) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	if pr.wrapped {
+		if err := pr.record(); err != nil {
+			return 0, err
+		}
+	}
+	return pr.submitAndWait(ctx)
+}
+
+// RunWith is Run with before's transfers (host data staged into the
+// inputs) ahead of the steps and after's (outputs to the host) behind
+// them, all in one submission and one wait: a decode step's round trip.
+// The commands are recorded anew for each RunWith, so what the transfers
+// copy may change from run to run.
+func (pr *Prepared) RunWith(ctx context.Context, before, after func(*vk.Commands) error) (time.Duration, error) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.cmds == nil {
+		return 0, fmt.Errorf("pipelines: %w: prepared call", vk.ErrClosed)
+	}
+	if err := pr.cmds.Wait(ctx); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := pr.recordWith(before, after); err != nil {
+		return 0, err
+	}
+	return pr.submitAndWait(ctx)
+}
+
+// submitAndWait submits the recorded commands and waits for them. The
+// caller holds pr.mu.
+func (pr *Prepared) submitAndWait(ctx context.Context) (time.Duration, error) {
 	if err := pr.cmds.Submit(); err != nil {
 		return 0, err
 	}
