@@ -65,6 +65,49 @@ type Config struct {
 	// each memory heap below the heap's size; beyond it (or the heap's
 	// size) an allocation is ErrTooLarge naming the heap.
 	MemoryLimit uint64
+	// Memory is how buffers are placed: AutoMemory as the device allows,
+	// DiscreteMemory as on a discrete GPU on any device. Planning as a GPU
+	// vendor (PlanAs) implies DiscreteMemory, so those plans run the code a
+	// discrete GPU runs.
+	Memory MemoryModel
+}
+
+// MemoryModel is how a device's buffers are placed (Config.Memory).
+type MemoryModel int
+
+const (
+	// AutoMemory maps the buffers the host can map (all of them on
+	// lavapipe and integrated GPUs) and stages the rest.
+	AutoMemory MemoryModel = iota
+	// DiscreteMemory maps none of the data buffers: every host write and
+	// read goes through the staging area, a submission and a wait each,
+	// as on a discrete GPU whose memory the host cannot see.
+	DiscreteMemory
+)
+
+var memoryModelNames = [...]string{"auto", "discrete"}
+
+func (m MemoryModel) String() string {
+	if m < 0 || int(m) >= len(memoryModelNames) {
+		return fmt.Sprintf("MemoryModel(%d)", int(m))
+	}
+	return memoryModelNames[m]
+}
+
+// ParseMemoryModel reads the names a MemoryModel prints: auto or discrete.
+func ParseMemoryModel(s string) (MemoryModel, error) {
+	for m, name := range memoryModelNames {
+		if name == s {
+			return MemoryModel(m), nil
+		}
+	}
+	return AutoMemory, errorf(ErrOption, "unknown memory model %q (want auto or discrete)", s)
+}
+
+// discrete reports whether cfg places buffers as on a discrete GPU.
+func (cfg Config) discrete() bool {
+	vendor, _, err := cfg.planAs()
+	return cfg.Memory == DiscreteMemory || err == nil && vendor != "" && vendor != "lavapipe"
 }
 
 // PlanAsVendors are the names Config.PlanAs takes.
@@ -111,6 +154,7 @@ type Device struct {
 	tuning   pipelines.Tuning
 	tensors  map[*Tensor]struct{}
 	closed   atomic.Bool
+	memory   MemoryModel
 }
 
 // Devices lists every Vulkan device with a compute queue and the index the
@@ -135,6 +179,9 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if !cfg.LoadPath.Valid() {
 		return nil, errorf(ErrOption, "load path %v (want AutoLoadPath, TexelLoadPath or StorageLoadPath)", cfg.LoadPath)
+	}
+	if _, err := ParseMemoryModel(cfg.Memory.String()); err != nil {
+		return nil, err
 	}
 	validation := cfg.Validation || os.Getenv("VKATTN_VALIDATION") == "1"
 	inst, err := vk.NewInstance(vk.InstanceConfig{Validation: validation})
@@ -223,11 +270,51 @@ func (d *Device) SetTuning(t Tuning) error {
 	return nil
 }
 
+// Memory is how d places its buffers (Config.Memory, implied by PlanAs).
+func (d *Device) Memory() MemoryModel { return d.memory }
+
 // Info describes the open device.
 func (d *Device) Info() DeviceInfo { return d.dev.Info }
 
 // AllocStats reports the device's buffer allocations (see vk.AllocStats).
 func (d *Device) AllocStats() vk.AllocStats { return d.dev.AllocStats() }
+
+// Stats counts what a device's work costs beyond the kernels themselves:
+// memory and objects created, and the round trips to the device. On a
+// discrete GPU each submission and each host wait costs tens of
+// microseconds and allocations are slow and limited in number; lavapipe
+// counts the same as a GPU would (use DiscreteMemory for its transfers).
+type Stats struct {
+	Live    uint64 // bytes in live buffers
+	Peak    uint64 // most bytes live at once (since ResetAllocStats)
+	Largest uint64 // the largest buffer allocated (since ResetAllocStats)
+	// Counters since Open:
+	Allocations  int    // device memory allocations (vkAllocateMemory)
+	Pools        int    // descriptor pools created
+	Commands     int    // command buffers created, each with its pool and fence
+	Submits      int    // queue submissions
+	Waits        int    // host waits for a submission to finish
+	StagingBytes uint64 // bytes between the host and device buffers through host-visible staging buffers
+}
+
+// Since is the counters' growth from before to s (the byte totals are
+// s's own).
+func (s Stats) Since(before Stats) Stats {
+	s.Allocations -= before.Allocations
+	s.Pools -= before.Pools
+	s.Commands -= before.Commands
+	s.Submits -= before.Submits
+	s.Waits -= before.Waits
+	s.StagingBytes -= before.StagingBytes
+	return s
+}
+
+// Stats returns the device's counts.
+func (d *Device) Stats() Stats {
+	a := d.dev.AllocStats()
+	return Stats{Live: a.Live, Peak: a.Peak, Largest: a.Largest, Allocations: a.Count, Pools: a.Pools,
+		Commands: a.Commands, Submits: a.Submits, Waits: a.Waits, StagingBytes: a.StagingBytes}
+}
 
 // ResetAllocStats restarts peak and largest-allocation tracking.
 func (d *Device) ResetAllocStats() { d.dev.ResetAllocStats() }

@@ -133,7 +133,7 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 		for p := cfg.Pages - 1; p >= 0; p-- {
 			c.free = append(c.free, p)
 		}
-		if err := c.syncPages(); err != nil {
+		if err := c.syncPages(writeInts); err != nil {
 			return fail(err)
 		}
 	}
@@ -144,7 +144,7 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	if err := c.lenT.writeInts(cfg.B, slices.Repeat([]int{cfg.Capacity}, cfg.B)); err != nil {
 		return fail(err)
 	}
-	if err := c.syncLengths(); err != nil {
+	if err := c.syncLengths(writeInts); err != nil {
 		return fail(err)
 	}
 	return c, nil
@@ -282,9 +282,19 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 // the rows of one call are contiguous on the device. Nothing is written
 // when a check fails.
 func (c *KVCache) store(seqs []int, n int, put func(i int, dst *Tensor, dstElem, first, rows, w int) error) error {
-	cfg := c.cfg
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.storeLocked(seqs, n, put, writeInts)
+}
+
+// writeInts writes ints into t at once: how Append and Truncate keep the
+// page table and the lengths current.
+func writeInts(t *Tensor, off int, xs []int) error { return t.writeInts(off, xs) }
+
+// storeLocked is store with c.mu held, writing the page table and the
+// lengths with putInts.
+func (c *KVCache) storeLocked(seqs []int, n int, put func(i int, dst *Tensor, dstElem, first, rows, w int) error, putInts func(t *Tensor, off int, xs []int) error) error {
+	cfg := c.cfg
 	if err := c.usable(); err != nil {
 		return err
 	}
@@ -307,7 +317,7 @@ func (c *KVCache) store(seqs []int, n int, put func(i int, dst *Tensor, dstElem,
 				c.free = c.free[:len(c.free)-1]
 			}
 		}
-		if err := c.syncPages(); err != nil {
+		if err := c.syncPages(putInts); err != nil {
 			return err
 		}
 	}
@@ -337,7 +347,7 @@ func (c *KVCache) store(seqs []int, n int, put func(i int, dst *Tensor, dstElem,
 	for _, b := range seqs {
 		c.lens[b] += n
 	}
-	return c.syncLengths()
+	return c.syncLengths(putInts)
 }
 
 // rowOffset is the element offset of position pos of sequence b, head h,
@@ -351,14 +361,15 @@ func (c *KVCache) rowOffset(b, h, pos, w int) int {
 	return ((page*cfg.HKV+h)*cfg.PageSize + pos%cfg.PageSize) * w
 }
 
-// syncPages writes the page table to the device (unused entries 0, never
-// read: they lie past every length). The caller holds c.mu.
-func (c *KVCache) syncPages() error {
+// syncPages writes the page table to the device with putInts (unused
+// entries 0, never read: they lie past every length). The caller holds
+// c.mu.
+func (c *KVCache) syncPages(putInts func(t *Tensor, off int, xs []int) error) error {
 	table := make([]int, c.cfg.B*c.pt.perItem)
 	for b, pages := range c.pagesOf {
 		copy(table[b*c.pt.perItem:], pages)
 	}
-	return c.pt.table.writeInts(0, table)
+	return putInts(c.pt.table, 0, table)
 }
 
 // pagedView is the (B, HKV, Capacity, D) view of a page pool: its batch
@@ -366,6 +377,13 @@ func (c *KVCache) syncPages() error {
 func (t *Tensor) pagedView(cfg KVCacheConfig) *Tensor {
 	v := &Tensor{dev: t.dev, buf: t.buf, owner: t.root(), dtype: t.dtype, strides: t.strides, finite: t.finite}
 	v.shape = [4]int{cfg.B, cfg.HKV, cfg.Capacity, t.shape[3]}
+	return v
+}
+
+// prefix is the view of t's first n positions (axis 2), the same data.
+func (t *Tensor) prefix(n int) *Tensor {
+	v := &Tensor{dev: t.dev, buf: t.buf, owner: t.root(), dtype: t.dtype, shape: t.shape, offset: t.offset, strides: t.strides, finite: t.finite}
+	v.shape[2] = n
 	return v
 }
 
@@ -395,19 +413,20 @@ func (c *KVCache) Truncate(lens []int) error {
 			}
 			c.pagesOf[b] = c.pagesOf[b][:keep]
 		}
-		if err := c.syncPages(); err != nil {
+		if err := c.syncPages(writeInts); err != nil {
 			return err
 		}
 	}
-	return c.syncLengths()
+	return c.syncLengths(writeInts)
 }
 
 // Reset empties every sequence.
 func (c *KVCache) Reset() error { return c.Truncate(make([]int, c.cfg.B)) }
 
-// syncLengths writes the key lengths to the device. The caller holds c.mu.
-func (c *KVCache) syncLengths() error {
-	return c.lenT.writeInts(0, c.lens)
+// syncLengths writes the key lengths to the device with putInts. The
+// caller holds c.mu.
+func (c *KVCache) syncLengths(putInts func(t *Tensor, off int, xs []int) error) error {
+	return putInts(c.lenT, 0, c.lens)
 }
 
 // Attention attends with q, (B, H, L, DK), the queries of each sequence's

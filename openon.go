@@ -9,7 +9,7 @@ import (
 // with package vk, for work of its own on the same device: a viewer that
 // enables a window's extensions and draws the weights vkattn computes
 // without copying them through the host. cfg's LoadPath, DefaultTuning,
-// BindingLimit, MemoryLimit and PlanAs apply (an unknown PlanAs or LoadPath, which Open
+// BindingLimit, MemoryLimit, Memory and PlanAs apply (an unknown PlanAs or LoadPath, which Open
 // refuses, plans with the device's own tuning or lets the planner choose);
 // Device and Validation were the caller's choice. The
 // Device takes both over: its Close closes dev, then inst.
@@ -29,6 +29,10 @@ func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 	}
 	if cfg.MemoryLimit > 0 {
 		dev.SetHeapLimit(cfg.MemoryLimit)
+	}
+	if cfg.discrete() {
+		dev.SetDiscreteMemory(true)
+		d.memory = DiscreteMemory
 	}
 	if !d.path.Valid() {
 		d.path = AutoLoadPath

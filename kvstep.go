@@ -1,0 +1,285 @@
+package vkattn
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync"
+
+	"github.com/vkattn/vkattn/vk"
+)
+
+// DecodeStep is a KV cache's decode step, prepared once: Run appends one
+// token's keys and values to every sequence, attends with the token's
+// queries over the cache and returns the output. A step is one queue
+// submission and one host wait whatever B and HKV: the token's K, V and
+// Q, the lengths and the page table go through a host-visible staging
+// buffer of the step's own, copied into the cache by commands recorded
+// ahead of the attention in the same submission, and O comes back the
+// same way. That is the round trip a discrete GPU pays once per token,
+// where Append, Write and Download pay one each per transfer.
+//
+// Its work follows the cache's length, not its capacity: the attention
+// reads the cache through a view of the first stepBucket(n) positions
+// for sequences of up to n tokens, a power of two from minStepBucket,
+// and each such length is prepared once, when the sequences first reach
+// it (its only allocations). Steady-state steps allocate nothing.
+//
+// A step must not run while another step or an append of its cache is
+// under way (they take turns on the cache's lock, so nothing breaks, but
+// the lengths then decide which runs first).
+type DecodeStep struct {
+	mu     sync.Mutex
+	cache  *KVCache
+	heads  int
+	opts   Options
+	q      *Tensor    // (B, H, 1, DK) float32: the calls' query
+	stage  *vk.Buffer // host-visible: K, V, Q and the tables in; O out
+	at     stepLayout
+	calls  map[int]*Call // by the length of the view they read
+	closed bool
+}
+
+// stepLayout is where each part lies in a step's staging buffer (bytes).
+type stepLayout struct {
+	k, v, q, ints, o, size uint64
+}
+
+// minStepBucket is the shortest view a step reads: below it the split-K
+// launch is a few workgroups whatever the length.
+const minStepBucket = 256
+
+// stepBucket is the length of the cache view a step reads when its
+// longest sequence holds n tokens: the power of two at or above n (at
+// least minStepBucket), at most the capacity. Paged caches round up to
+// whole pages.
+func stepBucket(n, capacity, pageSize int) int {
+	b := max(minStepBucket, 1<<bits.Len(uint(max(n, 1)-1)))
+	if pageSize > 0 {
+		b = (b + pageSize - 1) / pageSize * pageSize
+	}
+	return min(b, capacity)
+}
+
+// PrepareStep prepares the decode step of queries of heads query heads
+// (a multiple of the cache's HKV) with opts, as KVCache.Attention takes
+// them; a step returns O only, so WantLSE and WantWeights are refused.
+func (c *KVCache) PrepareStep(heads int, opts Options) (*DecodeStep, error) {
+	cfg := c.cfg
+	if err := c.dev.checkOpen(); err != nil {
+		return nil, err
+	}
+	if heads <= 0 || heads%cfg.HKV != 0 {
+		return nil, errorf(ErrHeads, "decode step of %d query heads over %d KV heads: want a positive multiple", heads, cfg.HKV)
+	}
+	if opts.WantLSE || opts.WantWeights {
+		return nil, errorf(ErrOption, "a decode step returns O only: WantLSE and WantWeights are for KVCache.Attention")
+	}
+	if opts.KeyLengths != nil || opts.QueryLengths != nil || opts.Causal != NotCausal || opts.AlignToKeyLengths {
+		return nil, errorf(ErrOption, "a KV cache call sets KeyLengths, QueryLengths, Causal and AlignToKeyLengths itself")
+	}
+	s := &DecodeStep{cache: c, heads: heads, opts: opts, calls: map[int]*Call{}}
+	fail := func(err error) (*DecodeStep, error) {
+		s.Close()
+		return nil, err
+	}
+	var err error
+	if s.q, err = c.dev.upload([]int{cfg.B, heads, 1, cfg.DK}, make([]float32, cfg.B*heads*cfg.DK), Float32, writeHeadroom); err != nil {
+		return fail(err)
+	}
+	cb := uint64(cfg.DType.Bytes())
+	align := func(n uint64) uint64 { return (n + 15) &^ 15 }
+	at := &s.at
+	at.v = align(uint64(cfg.B*cfg.HKV*cfg.DK) * cb)
+	at.q = at.v + align(uint64(cfg.B*cfg.HKV*cfg.DV)*cb)
+	at.ints = at.q + align(uint64(cfg.B*heads*cfg.DK)*4)
+	tables := cfg.B // key lengths
+	if c.pt != nil {
+		tables += cfg.B * c.pt.perItem
+	}
+	at.o = at.ints + align(uint64(tables)*4)
+	at.size = at.o + uint64(cfg.B*heads*cfg.DV)*4
+	if s.stage, err = c.dev.dev.NewHostBuffer(at.size); err != nil {
+		return fail(deviceError(err))
+	}
+	// The first view, so that options the call refuses fail here.
+	c.mu.Lock()
+	lens := slices.Clone(c.lens)
+	c.mu.Unlock()
+	if _, err := s.callFor(lens); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// callFor is the attention call of a step after which the sequences have
+// lens plus one tokens: over the view of the cache that holds them,
+// prepared the first time that view is needed. The caller holds s.mu.
+func (s *DecodeStep) callFor(lens []int) (*Call, error) {
+	c := s.cache
+	cfg := c.cfg
+	longest := min(slices.Max(lens)+1, cfg.Capacity)
+	view := stepBucket(longest, cfg.Capacity, cfg.PageSize)
+	if call, ok := s.calls[view]; ok {
+		return call, nil
+	}
+	opts := s.opts
+	opts.KeyLengths = make([]int, cfg.B)
+	for b, l := range lens {
+		opts.KeyLengths[b] = min(l+1, view) // as after the step's append
+	}
+	opts.Causal = CausalBottomRight
+	opts.AlignToKeyLengths = true
+	opts.cacheLengths = c.lenT
+	opts.cachePages = c.pt
+	call, err := c.dev.Prepare(s.q, c.k.prefix(view), c.v.prefix(view), opts)
+	if err != nil {
+		return nil, err
+	}
+	s.calls[view] = call
+	return call, nil
+}
+
+// Run appends a token to every sequence, k (B, HKV, 1, DK) and v (B, HKV,
+// 1, DV), attends with its queries q (B, H, 1, DK) and writes the output,
+// (B, H, 1, DV), into o; all row-major. The checks and refusals are
+// Append's (ErrCapacity past the capacity, nothing appended then) and
+// Write's for q. A ctx done while waiting returns at once and leaves the
+// step running on the device (the token is appended); a failure before
+// the submission leaves the cache as it was.
+func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errorf(ErrClosed, "decode step used after Close")
+	}
+	c := s.cache
+	cfg := c.cfg
+	for _, x := range []struct {
+		name string
+		data []float32
+		want int
+	}{{"k", k, cfg.B * cfg.HKV * cfg.DK}, {"v", v, cfg.B * cfg.HKV * cfg.DV}, {"q", q, cfg.B * s.heads * cfg.DK}, {"o", o, cfg.B * s.heads * cfg.DV}} {
+		if len(x.data) != x.want {
+			return errorf(ErrShape, "decode step: %s has %d values, want %d", x.name, len(x.data), x.want)
+		}
+	}
+	rawK, err := c.k.encode(k)
+	if err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	rawV, err := c.v.encode(v)
+	if err != nil {
+		return fmt.Errorf("values: %w", err)
+	}
+	rawQ, err := s.q.encode(q)
+	if err != nil {
+		return fmt.Errorf("queries: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usable(); err != nil {
+		return err
+	}
+	for b, l := range c.lens {
+		if l+1 > cfg.Capacity {
+			return errorf(ErrCapacity, "sequence %d holds %d of %d positions: 1 more does not fit", b, l, cfg.Capacity)
+		}
+	}
+	call, err := s.callFor(c.lens)
+	if err != nil {
+		return err
+	}
+	for _, part := range []struct {
+		off uint64
+		raw []byte
+	}{{s.at.k, rawK}, {s.at.v, rawV}, {s.at.q, rawQ}} {
+		if err := s.stage.Write(part.off, part.raw); err != nil {
+			return deviceError(err)
+		}
+	}
+	lens, pages, free := slices.Clone(c.lens), clonePages(c.pagesOf), slices.Clone(c.free)
+	restore := func() { c.lens, c.pagesOf, c.free = lens, pages, free }
+	out := call.out.O
+	before := func(cmds *vk.Commands) error {
+		ints := s.at.ints
+		putInts := func(t *Tensor, off int, xs []int) error {
+			raw := make([]byte, 4*len(xs))
+			for i, x := range xs {
+				binary.LittleEndian.PutUint32(raw[4*i:], uint32(int32(x)))
+			}
+			if err := s.stage.Write(ints, raw); err != nil {
+				return err
+			}
+			err := cmds.Copy(s.stage, ints, t.buf, uint64(4*off), uint64(len(raw)))
+			ints += uint64(len(raw))
+			return err
+		}
+		cb := uint64(cfg.DType.Bytes())
+		put := func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+			src := [2]uint64{s.at.k, s.at.v}[i] + uint64(first*w)*cb
+			return cmds.Copy(s.stage, src, dst.buf, uint64(dstElem)*cb, uint64(rows*w)*cb)
+		}
+		if err := c.storeLocked(c.everySequence(), 1, put, putInts); err != nil {
+			return err
+		}
+		return cmds.Copy(s.stage, s.at.q, s.q.buf, 0, uint64(len(rawQ)))
+	}
+	after := func(cmds *vk.Commands) error {
+		return cmds.Copy(out.buf, uint64(4*out.offset), s.stage, s.at.o, uint64(4*len(o)))
+	}
+	if _, err := call.runWith(ctx, before, after); err != nil {
+		if ctx.Err() == nil {
+			restore() // not submitted, or the device failed: nothing appended
+		}
+		return err
+	}
+	return deviceError(s.stage.ReadFloat32(s.at.o/4, o))
+}
+
+func clonePages(p [][]int) [][]int {
+	out := make([][]int, len(p))
+	for i, x := range p {
+		out[i] = slices.Clone(x)
+	}
+	return out
+}
+
+// Plan is the plan of the attention the next Run would launch.
+func (s *DecodeStep) Plan() (Plan, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Plan{}, errorf(ErrClosed, "decode step used after Close")
+	}
+	c := s.cache
+	c.mu.Lock()
+	lens := slices.Clone(c.lens)
+	c.mu.Unlock()
+	call, err := s.callFor(lens)
+	if err != nil {
+		return Plan{}, err
+	}
+	return call.out.Plan, nil
+}
+
+// Close frees the step's calls, query and staging buffer; the cache stays.
+func (s *DecodeStep) Close() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, call := range s.calls {
+		call.Close()
+	}
+	s.calls = nil
+	s.q.Close()
+	s.stage.Close()
+}

@@ -1,0 +1,105 @@
+package vkattn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+)
+
+// A decode step appends a token, attends and returns O in one submission
+// and one host wait, whatever B and HKV, with no allocation once its view
+// of the cache is prepared: on lavapipe's own plan and memory and on the
+// NVIDIA plan with discrete memory (every host transfer staged), contiguous
+// and paged, half caches, ragged lengths that cross views (256 -> 512 ->
+// the capacity), with a window, and each step's O equals each sequence's
+// attention over its whole history.
+func TestDecodeStep(t *testing.T) {
+	for _, plan := range []string{"auto", "nvidia"} {
+		for _, page := range []int{0, 32} {
+			t.Run(fmt.Sprintf("%s/page %d", plan, page), func(t *testing.T) { decodeSteps(t, everyPlan()[plan], page) })
+		}
+	}
+}
+
+func decodeSteps(t *testing.T, d *vkattn.Device, page int) {
+	const B, H, HKV, D, capacity = 2, 4, 2, 16, 600
+	r := rand.New(rand.NewSource(71))
+	cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page}
+	cache, hist := filledCache(t, d, r, cfg, 250, 90)
+	opts := vkattn.Options{Window: &vkattn.Window{Left: 200, Right: 0}}
+	step, err := cache.PrepareStep(H, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer step.Close()
+	o := make([]float32, B*H*D)
+	run := func(i int) vkattn.Stats {
+		k, v, q := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D)
+		before := d.Stats()
+		if err := step.Run(context.Background(), k, v, q, o); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		after := d.Stats()
+		for b := 0; b < B; b++ {
+			hist.add(b, k[b*HKV*D:(b+1)*HKV*D], v[b*HKV*D:(b+1)*HKV*D], 1)
+		}
+		hist.check(t, fmt.Sprintf("step %d", i), o, q, H, 1, opts)
+		return after.Since(before)
+	}
+	perStep := func(i int, s vkattn.Stats, fresh bool) {
+		if s.Submits != 1 || s.Waits != 1 {
+			t.Errorf("step %d: %d submissions, %d host waits; want 1 and 1", i, s.Submits, s.Waits)
+		}
+		if !fresh && (s.Allocations != 0 || s.Pools != 0 || s.Commands != 0) {
+			t.Errorf("step %d: %d allocations, %d descriptor pools, %d command buffers; want none", i, s.Allocations, s.Pools, s.Commands)
+		}
+		// K and V in the cache's float16, Q and O in float32, the lengths
+		// and (paged) the page table as int32.
+		tables := B
+		if page > 0 {
+			tables += B * cache.Config().Capacity / page
+		}
+		if want := uint64(B*HKV*2*D*2 + 2*B*H*D*4 + 4*tables); s.StagingBytes != want {
+			t.Errorf("step %d: %d bytes staged, want %d", i, s.StagingBytes, want)
+		}
+	}
+	views := map[int]bool{}
+	for i := 0; i < 12; i++ {
+		plan, err := step.Plan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		view := plan.Dims.S
+		perStep(i, run(i), !views[view])
+		views[view] = true
+		if i == 5 { // the longest sequence is at 256: the next view is 512
+			for b, want := range []int{256, 96} {
+				if got := cache.Lengths()[b]; got != want {
+					t.Fatalf("after 6 steps sequence %d holds %d tokens, want %d", b, got, want)
+				}
+			}
+		}
+	}
+	if !views[256] || !views[512] {
+		t.Errorf("steps from 251 to 262 tokens read views %v, want 256 and 512", views)
+	}
+	// Up to the capacity: the last view is the capacity, then ErrCapacity
+	// with nothing appended.
+	k, v := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D)
+	full := cache.Config().Capacity // paged: whole pages
+	for cache.Lengths()[0] < full {
+		if err := cache.AppendTo(0, k[:HKV*D], v[:HKV*D], 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := step.Run(context.Background(), k, v, randomValues(r, B*H*D), o); !errors.Is(err, vkattn.ErrCapacity) {
+		t.Errorf("a step past the capacity: %v, want ErrCapacity", err)
+	}
+	if got := cache.Lengths(); got[0] != full || got[1] != 102 {
+		t.Errorf("lengths %v after a refused step, want [%d 102]", got, full)
+	}
+}
