@@ -24,6 +24,9 @@ test: deps-viewer
 	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 40m ./...
 	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
 	VKATTN_VALIDATION=1 $(GO) test -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNPY$$' -fuzztime 3s -fuzzminimizetime 100x ./weights
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNPZ$$' -fuzztime 3s -fuzzminimizetime 100x ./weights
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSafetensors$$' -fuzztime 3s -fuzzminimizetime 100x ./weights
 
 demo: deps
 	$(GO) run ./cmd/vkattn demo

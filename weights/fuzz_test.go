@@ -98,7 +98,7 @@ func sameArray(a, b *Array) bool {
 	return true
 }
 
-// FuzzDecodeNPZ loads .npz archives.
+// FuzzDecodeNPZ loads .npz archives (checkFile).
 func FuzzDecodeNPZ(f *testing.F) {
 	members := map[string][]byte{}
 	for i, s := range npySeeds()[:8] { // the valid ones
@@ -115,19 +115,10 @@ func FuzzDecodeNPZ(f *testing.F) {
 		}
 	}
 	f.Add([]byte("PK\x05\x06" + string(make([]byte, 18))))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		ts, err := decodeNPZ(bytes.NewReader(data), int64(len(data)))
-		if err != nil {
-			if ts != nil {
-				t.Fatalf("tensors returned with error %v", err)
-			}
-			return
-		}
-		checkTensors(t, ts)
-	})
+	f.Fuzz(checkFile)
 }
 
-// FuzzDecodeSafetensors loads .safetensors files.
+// FuzzDecodeSafetensors loads .safetensors files (checkFile).
 func FuzzDecodeSafetensors(f *testing.F) {
 	f.Add(stBytes(map[string]stTensor{
 		"a":    {"F32", []int{2, 3}, f32Bytes(seq(6)...)},
@@ -151,16 +142,75 @@ func FuzzDecodeSafetensors(f *testing.F) {
 	if b, err := os.ReadFile(filepath.Join("..", "testdata", "mha", "self_params.safetensors")); err == nil {
 		f.Add(b)
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		ts, err := decodeSafetensors(data)
-		if err != nil {
-			if ts != nil {
-				t.Fatalf("tensors returned with error %v", err)
-			}
-			return
+	f.Fuzz(checkFile)
+}
+
+// checkFile opens data as a weights file and reads it both ways: every
+// tensor at once (ReadAll, what Load does) and one at a time, as the layer
+// builders do, header (Info) then data (Read). The two must agree: ReadAll
+// succeeds exactly when every Read does, with the same tensors, each
+// matching its Info. The layer builders must not panic on it either.
+func checkFile(t *testing.T, data []byte) {
+	f, err := newFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		if f != nil {
+			t.Fatalf("a File returned with error %v", err)
 		}
-		checkTensors(t, ts)
-	})
+		return
+	}
+	all, allErr := f.ReadAll()
+	if allErr != nil && all != nil {
+		t.Fatalf("tensors returned with error %v", allErr)
+	}
+	if allErr == nil {
+		checkTensors(t, all)
+	}
+	lazy, err := newFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatalf("opens once, then fails: %v", err)
+	}
+	if !slices.Equal(lazy.Names(), f.Names()) {
+		t.Fatalf("names %v, then %v", f.Names(), lazy.Names())
+	}
+	failed := false
+	for _, name := range lazy.Names() {
+		info, infoErr := lazy.Info(name)
+		x, err := lazy.Read(name)
+		if err != nil {
+			failed = true
+			continue
+		}
+		if infoErr != nil {
+			t.Fatalf("%s reads, but its header does not: %v", name, infoErr)
+		}
+		if !reflect.DeepEqual(info.Shape, x.Shape) || info.DType != x.DType {
+			t.Fatalf("%s: Info %+v, Read %v %s", name, info, x.Shape, x.DType)
+		}
+		if allErr == nil && !sameTensor(all[name], x) {
+			t.Fatalf("%s: ReadAll %+v, Read %+v", name, all[name], x)
+		}
+	}
+	if failed != (allErr != nil) {
+		t.Fatalf("ReadAll: %v, but a Read failed: %v", allErr, failed)
+	}
+	for _, d := range []int{1, 8} { // 8: the parity cases' width
+		fresh, _ := newFile(bytes.NewReader(data), int64(len(data)))
+		fresh.MHA("", d, 0, 0)
+		fresh.Additive("", d, d)
+	}
+}
+
+// sameTensor compares tensors, values by their bits (NaN included).
+func sameTensor(a, b Tensor) bool {
+	if !reflect.DeepEqual(a.Shape, b.Shape) || a.DType != b.DType || (a.Data == nil) != (b.Data == nil) || len(a.Data) != len(b.Data) {
+		return false
+	}
+	for i := range a.Data {
+		if math.Float32bits(a.Data[i]) != math.Float32bits(b.Data[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkTensors checks that each tensor with data has as many values as its

@@ -2,6 +2,7 @@ package weights
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/vkattn/vkattn"
@@ -9,17 +10,15 @@ import (
 
 // LoadMHA reads the weights of a PyTorch nn.MultiheadAttention layer saved
 // at top level (torch's state_dict names without a prefix) from a .npz or
-// .safetensors file. See MHA for names, shapes and errors.
+// .safetensors file, reading only the layer's tensors (File.MHA). See MHA
+// for names, shapes and errors.
 func LoadMHA(path string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
-	ts, err := Load(path)
+	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
-	w, err := MHA(ts, "", dModel, kdim, vdim)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return w, nil
+	defer f.Close()
+	return f.MHA("", dModel, kdim, vdim)
 }
 
 // MHA picks the tensors of an nn.MultiheadAttention layer out of ts by
@@ -41,6 +40,10 @@ func LoadMHA(path string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
 // ErrMissing; a wrongly shaped one an error wrapping vkattn.ErrShape that
 // names the tensor, its shape and the shape wanted.
 func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
+	return mha(tensorMap(ts), prefix, dModel, kdim, vdim)
+}
+
+func mha(src source, prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
 	if kdim == 0 {
 		kdim = dModel
 	}
@@ -52,16 +55,16 @@ func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*vkattn.M
 	}
 	d := dModel
 	for _, n := range []string{"bias_k", "bias_v"} {
-		if _, ok := ts[prefix+n]; ok {
+		if src.has(prefix + n) {
 			return nil, fmt.Errorf("%w: %s%s (add_bias_kv=True)", ErrUnsupported, prefix, n)
 		}
 	}
-	g := getter{ts: ts, prefix: prefix}
+	g := getter{src: src, prefix: prefix}
 	w := &vkattn.MHAWeights{DModel: d, KDim: kdim, VDim: vdim}
-	_, packed := ts[prefix+"in_proj_weight"]
-	_, hasQ := ts[prefix+"q_proj_weight"]
-	_, hasK := ts[prefix+"k_proj_weight"]
-	_, hasV := ts[prefix+"v_proj_weight"]
+	packed := src.has(prefix + "in_proj_weight")
+	hasQ := src.has(prefix + "q_proj_weight")
+	hasK := src.has(prefix + "k_proj_weight")
+	hasV := src.has(prefix + "v_proj_weight")
 	switch {
 	case packed && (hasQ || hasK || hasV):
 		return nil, fmt.Errorf("%w: %sin_proj_weight and %sq/k/v_proj_weight both present", ErrUnsupported, prefix, prefix)
@@ -72,14 +75,18 @@ func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*vkattn.M
 		w.InProjWeight = g.get("in_proj_weight", 3*d, d)
 	case hasQ || hasK || hasV:
 		// k_proj_weight with fewer rows than d: grouped-query K/V heads.
-		if kt, ok := ts[prefix+"k_proj_weight"]; ok && len(kt.Shape) == 2 && kt.Shape[0] != d {
-			w.KVDim = kt.Shape[0]
+		kh, ok, err := src.lookup(prefix + "k_proj_weight")
+		if err != nil {
+			return nil, err
+		}
+		if ok && len(kh.shape) == 2 && kh.shape[0] != d {
+			w.KVDim = kh.shape[0]
 		}
 		w.QProjWeight = g.get("q_proj_weight", d, d)
 		w.KProjWeight = g.get("k_proj_weight", w.KVOut(), kdim)
 		w.VProjWeight = g.get("v_proj_weight", w.KVOut(), vdim)
 	default:
-		return nil, fmt.Errorf("%w: neither %sin_proj_weight nor %sq/k/v_proj_weight is present (tensors: %s)", ErrMissing, prefix, prefix, names(ts))
+		return nil, fmt.Errorf("%w: neither %sin_proj_weight nor %sq/k/v_proj_weight is present (tensors: %s)", ErrMissing, prefix, prefix, src.list())
 	}
 	w.OutProjWeight = g.get("out_proj.weight", d, d)
 	w.InProjBias = g.optional("in_proj_bias", d+2*w.KVOut())
@@ -87,7 +94,7 @@ func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*vkattn.M
 	if g.err != nil {
 		return nil, g.err
 	}
-	w.DType = storedType(ts, prefix, "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "out_proj.weight")
+	w.DType = storedType(src, prefix, "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "out_proj.weight")
 	// Check also rejects non-finite values.
 	if err := w.Check(); err != nil {
 		return nil, err
@@ -96,17 +103,15 @@ func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*vkattn.M
 }
 
 // LoadAdditive reads additive attention weights (names W_q, W_k, b, w_a at
-// top level) from a .npz or .safetensors file. See Additive.
+// top level) from a .npz or .safetensors file, reading only those tensors
+// (File.Additive). See Additive.
 func LoadAdditive(path string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
-	ts, err := Load(path)
+	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
-	w, err := Additive(ts, "", dQ, dK)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return w, nil
+	defer f.Close()
+	return f.Additive("", dQ, dK)
 }
 
 // Additive picks additive (Bahdanau) attention weights out of ts
@@ -117,28 +122,39 @@ func LoadAdditive(path string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
 // d_a is read from W_q. W_q and W_k are (in, out), as SEMANTICS.md §10
 // writes q W_q, not PyTorch's (out, in). Errors are those of MHA.
 func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
+	return additive(tensorMap(ts), prefix, dQ, dK)
+}
+
+func additive(src source, prefix string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
 	if dQ <= 0 || dK <= 0 {
 		return nil, fmt.Errorf("%w: d_q %d, d_k %d", vkattn.ErrEmpty, dQ, dK)
 	}
-	wq, ok := ts[prefix+"W_q"]
-	if !ok {
-		return nil, fmt.Errorf("%w: %sW_q (tensors: %s)", ErrMissing, prefix, names(ts))
+	wq, ok, err := src.lookup(prefix + "W_q")
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok:
+		return nil, fmt.Errorf("%w: %sW_q (tensors: %s)", ErrMissing, prefix, src.list())
 	}
 	da := 0
-	if len(wq.Shape) == 2 {
-		da = wq.Shape[1]
+	if len(wq.shape) == 2 {
+		da = wq.shape[1]
 	}
 	if da <= 0 {
-		return nil, fmt.Errorf("%w: %sW_q has shape %v, want (%d, d_a)", vkattn.ErrShape, prefix, wq.Shape, dQ)
+		return nil, fmt.Errorf("%w: %sW_q has shape %v, want (%d, d_a)", vkattn.ErrShape, prefix, wq.shape, dQ)
 	}
-	g := getter{ts: ts, prefix: prefix}
+	g := getter{src: src, prefix: prefix}
 	w := &vkattn.AdditiveWeights{DQ: dQ, DK: dK, DA: da}
 	w.WQ = g.get("W_q", dQ, da)
 	w.WK = g.get("W_k", dK, da)
 	w.Bias = g.optional("b", da)
-	if wa, ok := ts[prefix+"w_a"]; ok && len(wa.Shape) == 2 {
+	wa, ok, err := src.lookup(prefix + "w_a")
+	switch {
+	case err != nil:
+		return nil, err
+	case ok && len(wa.shape) == 2:
 		w.WA = g.get("w_a", da, 1) // the column (d_a, 1) of SEMANTICS.md §10
-	} else {
+	default:
 		w.WA = g.get("w_a", da)
 	}
 	if g.err != nil {
@@ -153,59 +169,97 @@ func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*vkattn.Additive
 // storedType is the element type the named tensors present share when
 // it is float16 or bfloat16 (float32 otherwise): weights stay as stored on
 // the device, half the bytes, exactly the file's values.
-func storedType(ts map[string]Tensor, prefix string, names ...string) vkattn.DType {
+func storedType(src source, prefix string, names ...string) vkattn.DType {
 	kinds := map[string]vkattn.DType{"F16": vkattn.Float16, "BF16": vkattn.BFloat16}
 	var common string
 	for _, n := range names {
-		t, ok := ts[prefix+n]
-		if !ok {
+		h, ok, err := src.lookup(prefix + n)
+		if err != nil || !ok {
 			continue
 		}
-		if common != "" && t.DType != common {
+		if common != "" && h.dtype != common {
 			return vkattn.Float32
 		}
-		common = t.DType
+		common = h.dtype
 	}
 	return kinds[common] // Float32 (the zero value) for any other type
 }
 
-// getter reads float tensors of a fixed shape, keeping the first error.
+// source is where the layer builders find tensors: a map already read, or
+// a File, which reads a tensor's header only when asked about it and its
+// data only when read.
+type source interface {
+	// has says whether the named tensor is present, reading nothing.
+	has(name string) bool
+	// lookup is the named tensor's header; ok is false when it is absent.
+	lookup(name string) (h header, ok bool, err error)
+	// read reads the named tensor.
+	read(name string) (Tensor, error)
+	// list names the tensors present, for error messages.
+	list() string
+}
+
+// header is what the layer builders check before reading a tensor.
+type header struct {
+	shape []int
+	dtype string
+	float bool // the data is float values a weight can take
+}
+
+// tensorMap is a source of tensors already read.
+type tensorMap map[string]Tensor
+
+func (m tensorMap) has(name string) bool {
+	_, ok := m[name]
+	return ok
+}
+
+func (m tensorMap) lookup(name string) (header, bool, error) {
+	t, ok := m[name]
+	return header{shape: t.Shape, dtype: t.DType, float: t.Data != nil && t.DType != "BOOL"}, ok, nil
+}
+
+func (m tensorMap) read(name string) (Tensor, error) { return m[name], nil }
+
+func (m tensorMap) list() string { return names(slices.Sorted(maps.Keys(m))) }
+
+// getter reads float tensors of a fixed shape, checking each one's header
+// before reading its data, keeping the first error.
 type getter struct {
-	ts     map[string]Tensor
+	src    source
 	prefix string
 	err    error
 }
 
 func (g *getter) get(name string, shape ...int) []float32 {
-	if g.err != nil {
-		return nil
-	}
-	t, ok := g.ts[g.prefix+name]
-	if !ok {
-		g.err = fmt.Errorf("%w: %s%s, shape %v (tensors: %s)", ErrMissing, g.prefix, name, shape, names(g.ts))
-		return nil
-	}
-	return g.check(name, t, shape)
+	return g.fetch(name, true, shape)
 }
 
 func (g *getter) optional(name string, shape ...int) []float32 {
+	return g.fetch(name, false, shape)
+}
+
+func (g *getter) fetch(name string, required bool, shape []int) []float32 {
 	if g.err != nil {
 		return nil
 	}
-	t, ok := g.ts[g.prefix+name]
-	if !ok {
-		return nil
-	}
-	return g.check(name, t, shape)
-}
-
-func (g *getter) check(name string, t Tensor, shape []int) []float32 {
+	h, ok, err := g.src.lookup(g.prefix + name)
 	switch {
-	case t.Data == nil || t.DType == "BOOL":
-		g.err = fmt.Errorf("%w: %s%s has dtype %s, want a float type (F32, F64, F16, BF16)", ErrUnsupported, g.prefix, name, t.DType)
-	case !slices.Equal(t.Shape, shape):
-		g.err = fmt.Errorf("%w: %s%s has shape %v, want %v", vkattn.ErrShape, g.prefix, name, t.Shape, shape)
+	case err != nil:
+		g.err = err
+	case !ok && required:
+		g.err = fmt.Errorf("%w: %s%s, shape %v (tensors: %s)", ErrMissing, g.prefix, name, shape, g.src.list())
+	case !ok:
+	case !h.float:
+		g.err = fmt.Errorf("%w: %s%s has dtype %s, want a float type (F32, F64, F16, BF16)", ErrUnsupported, g.prefix, name, h.dtype)
+	case !slices.Equal(h.shape, shape):
+		g.err = fmt.Errorf("%w: %s%s has shape %v, want %v", vkattn.ErrShape, g.prefix, name, h.shape, shape)
 	default:
+		t, err := g.src.read(g.prefix + name)
+		if err != nil {
+			g.err = err
+			return nil
+		}
 		return t.Data
 	}
 	return nil

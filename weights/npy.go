@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -173,27 +174,38 @@ func parseDescr(descr string) (t npyType, ok bool) {
 	return t, true
 }
 
-// decodeNPY reads one .npy array from r: the preamble and header, then, for
-// a dtype it reads, exactly the data the header promises, then checks that
-// r ends there. size is what r holds if known (a file's size, a zip
-// member's declared size), else -1; the header must agree with it. Only
-// with prealloc (size is a regular file's) is the data allocated in one go;
-// otherwise memory grows with the data actually read, so a size that lies
-// costs nothing. For a dtype it does not read, only the header is read.
-func decodeNPY(r io.Reader, size int64, prealloc bool) (*Array, error) {
+// npyMeta is what a .npy preamble and header say about the data after them.
+type npyMeta struct {
+	npyHeader
+	typ npyType
+	// known: typ is a dtype this package reads; only then are elems and
+	// dataBytes set (and checked against the size).
+	known       bool
+	elems       int
+	headerBytes int64 // the preamble and header
+	dataBytes   int64
+}
+
+// readNPYHeader reads the preamble and header of a .npy array from r and
+// checks them against size, what r holds if known (a file's size, a zip
+// member's declared size), else -1. For a dtype this package reads, the
+// data the header promises must be within maxDataBytes and, with a known
+// size, exactly what follows the header. No data is read.
+func readNPYHeader(r io.Reader, size int64) (npyMeta, error) {
+	var m npyMeta
 	var pre [12]byte
 	n, err := io.ReadFull(r, pre[:8])
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return nil, err
+		return m, err
 	}
 	const magic = "\x93NUMPY"
 	switch {
 	case n == 0:
-		return nil, npyErr("empty, not even the \\x93NUMPY magic")
+		return m, npyErr("empty, not even the \\x93NUMPY magic")
 	case string(pre[:min(n, 6)]) != magic[:min(n, 6)]:
-		return nil, npyErr("missing the \\x93NUMPY magic")
+		return m, npyErr("missing the \\x93NUMPY magic")
 	case n < 8:
-		return nil, npyErr("truncated after %d bytes, within the preamble", n)
+		return m, npyErr("truncated after %d bytes, within the preamble", n)
 	}
 	pl := 10 // preamble length
 	switch pre[6] {
@@ -201,10 +213,10 @@ func decodeNPY(r io.Reader, size int64, prealloc bool) (*Array, error) {
 	case 2:
 		pl = 12
 	default:
-		return nil, npyErr("format version %d.%d is not supported (1.0 or 2.0)", pre[6], pre[7])
+		return m, npyErr("format version %d.%d is not supported (1.0 or 2.0)", pre[6], pre[7])
 	}
 	if _, err := io.ReadFull(r, pre[8:pl]); err != nil {
-		return nil, readErr(err, "the header length")
+		return m, readErr(err, "the header length")
 	}
 	var hdrLen int64
 	if pl == 10 {
@@ -213,52 +225,61 @@ func decodeNPY(r io.Reader, size int64, prealloc bool) (*Array, error) {
 		hdrLen = int64(binary.LittleEndian.Uint32(pre[8:12]))
 	}
 	if hdrLen > maxHeaderBytes {
-		return nil, npyErr("header length %d is more than the %d bytes allowed", hdrLen, maxHeaderBytes)
+		return m, npyErr("header length %d is more than the %d bytes allowed", hdrLen, maxHeaderBytes)
 	}
 	if size >= 0 && int64(pl)+hdrLen > size {
-		return nil, npyErr("header length %d runs past the end (%d bytes in all)", hdrLen, size)
+		return m, npyErr("header length %d runs past the end (%d bytes in all)", hdrLen, size)
 	}
 	hdr := make([]byte, hdrLen)
 	if _, err := io.ReadFull(r, hdr); err != nil {
-		return nil, readErr(err, "the header")
+		return m, readErr(err, "the header")
 	}
-	h, err := parseHeader(string(hdr))
+	if m.npyHeader, err = parseHeader(string(hdr)); err != nil {
+		return m, err
+	}
+	m.headerBytes = int64(pl) + hdrLen
+	if m.typ, m.known = parseDescr(m.descr); !m.known {
+		return m, nil
+	}
+	if m.elems, err = elements(m.shape); err != nil {
+		return m, npyErr("shape %v has more than %d elements", m.shape, maxElements)
+	}
+	m.dataBytes = int64(m.elems) * int64(m.typ.size)
+	switch {
+	case m.dataBytes > maxDataBytes:
+		return m, npyErr("shape %v of %s promises %d data bytes, more than the %d GiB allowed", m.shape, m.descr, m.dataBytes, maxDataBytes>>30)
+	case size >= 0 && m.headerBytes+m.dataBytes != size:
+		return m, npyErr("shape %v of %s needs %d data bytes, there are %d", m.shape, m.descr, m.dataBytes, size-m.headerBytes)
+	}
+	return m, nil
+}
+
+// decodeNPY reads one .npy array from r: the preamble and header
+// (readNPYHeader), then, for a dtype it reads, exactly the data the header
+// promises, then checks that r ends there. Only with prealloc (size is a
+// regular file's) is the data allocated in one go; otherwise memory grows
+// with the data actually read, so a size that lies costs nothing. For a
+// dtype it does not read, only the header is read.
+func decodeNPY(r io.Reader, size int64, prealloc bool) (*Array, error) {
+	m, err := readNPYHeader(r, size)
 	if err != nil {
 		return nil, err
 	}
-	a := &Array{Shape: h.shape, Descr: h.descr}
-	typ, ok := parseDescr(h.descr)
-	if !ok {
+	a := &Array{Shape: m.shape, Descr: m.descr}
+	if !m.known {
 		return a, nil
 	}
-	elems, err := elements(h.shape)
-	if err != nil {
-		return nil, npyErr("shape %v has more than %d elements", h.shape, maxElements)
-	}
-	want := int64(elems) * int64(typ.size)
-	switch {
-	case want > maxDataBytes:
-		return nil, npyErr("shape %v of %s promises %d data bytes, more than the %d GiB allowed", h.shape, h.descr, want, maxDataBytes>>30)
-	case size >= 0 && int64(pl)+hdrLen+want != size:
-		return nil, npyErr("shape %v of %s needs %d data bytes, there are %d", h.shape, h.descr, want, size-int64(pl)-hdrLen)
-	}
-	if err := readValues(r, a, typ, elems, prealloc); err != nil {
+	if err := readValues(r, a, m.typ, m.elems, prealloc); err != nil {
 		return nil, err
 	}
-	// The zip reader checks a member's CRC only at its end, so look for it
-	// even when the size is known.
-	var one [1]byte
-	switch _, err := io.ReadFull(r, one[:]); {
-	case err == nil:
-		return nil, npyErr("data continues past the %d bytes shape %v of %s needs", want, h.shape, h.descr)
-	case !errors.Is(err, io.EOF):
+	if err := expectEnd(r, m); err != nil {
 		return nil, err
 	}
-	if h.fortran && len(h.shape) > 1 {
-		a.F32 = FromFortran(a.F32, h.shape)
-		a.Bools = FromFortran(a.Bools, h.shape)
+	if m.fortran && len(m.shape) > 1 {
+		a.F32 = FromFortran(a.F32, m.shape)
+		a.Bools = FromFortran(a.Bools, m.shape)
 	}
-	if typ.dtype == "F16" {
+	if m.typ.dtype == "F16" {
 		// The stored bits, for a float16 tensor on the device: each value
 		// was widened exactly, so narrowing it again gives its bits back.
 		a.F16 = make([]uint16, len(a.F32))
@@ -267,6 +288,20 @@ func decodeNPY(r io.Reader, size int64, prealloc bool) (*Array, error) {
 		}
 	}
 	return a, nil
+}
+
+// expectEnd checks that r ends after the data m promises. The zip reader
+// checks a member's CRC only at its end, so this reads to it even when the
+// size is known.
+func expectEnd(r io.Reader, m npyMeta) error {
+	var one [1]byte
+	switch _, err := io.ReadFull(r, one[:]); {
+	case err == nil:
+		return npyErr("data continues past the %d bytes shape %v of %s needs", m.dataBytes, m.shape, m.descr)
+	case !errors.Is(err, io.EOF):
+		return err
+	}
+	return nil
 }
 
 // readErr describes a failed read of what (part of the file); running out
@@ -278,48 +313,162 @@ func readErr(err error, what string) error {
 	return fmt.Errorf("reading %s: %w", what, err)
 }
 
+// valueChunk is how many bytes of data are read at a time: a multiple of
+// every value size.
+const valueChunk = 1 << 16
+
+// readData reads one chunk of an array's data into b; shape and descr
+// describe the array for the error when it is truncated.
+func readData(r io.Reader, b []byte, shape []int, descr string, total int64) error {
+	if _, err := io.ReadFull(r, b); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return npyErr("data is truncated: shape %v of %s needs %d bytes", shape, descr, total)
+		}
+		return fmt.Errorf("reading the data: %w", err)
+	}
+	return nil
+}
+
 // readValues reads n values of typ from r into a.F32 or a.Bools, a chunk at
 // a time.
 func readValues(r io.Reader, a *Array, typ npyType, n int, prealloc bool) error {
-	const chunk = 1 << 16 // bytes, a multiple of every value size
 	capacity := n
 	if !prealloc {
-		capacity = min(n, chunk)
+		capacity = min(n, valueChunk)
 	}
 	if typ.dtype == "BOOL" {
 		a.Bools = make([]bool, 0, capacity)
 	} else {
 		a.F32 = make([]float32, 0, capacity)
 	}
-	buf := make([]byte, min(int64(n)*int64(typ.size), chunk))
+	total := int64(n) * int64(typ.size)
+	buf := make([]byte, min(total, valueChunk))
 	for done := 0; done < n; {
 		b := buf[:min(len(buf), (n-done)*typ.size)]
-		if _, err := io.ReadFull(r, b); err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return npyErr("data is truncated: shape %v of %s needs %d bytes", a.Shape, a.Descr, int64(n)*int64(typ.size))
-			}
-			return fmt.Errorf("reading the data: %w", err)
+		if err := readData(r, b, a.Shape, a.Descr, total); err != nil {
+			return err
 		}
-		for i := 0; i < len(b); i += typ.size {
-			switch typ.size {
-			case 1:
-				a.Bools = append(a.Bools, b[i] != 0)
-			case 2:
-				a.F32 = append(a.F32, float16.Frombits(typ.order.Uint16(b[i:])).Float32())
-			case 4:
-				a.F32 = append(a.F32, math.Float32frombits(typ.order.Uint32(b[i:])))
-			case 8:
-				v := math.Float64frombits(typ.order.Uint64(b[i:]))
-				x, err := narrow(v)
-				if err != nil {
-					return npyErr("value %d: %v", done+i/8, err)
-				}
-				a.F32 = append(a.F32, x)
+		k := len(b) / typ.size
+		if typ.dtype == "BOOL" {
+			for _, c := range b {
+				a.Bools = append(a.Bools, c != 0)
 			}
+		} else {
+			a.F32 = slices.Grow(a.F32, k)
+			if err := convert(a.F32[len(a.F32):len(a.F32)+k], b, typ, done); err != nil {
+				return err
+			}
+			a.F32 = a.F32[:len(a.F32)+k]
 		}
-		done += len(b) / typ.size
+		done += k
 	}
 	return nil
+}
+
+// readInto reads len(dst) values of m's type from r straight into dst,
+// row-major: a Fortran-ordered array's values are put in their row-major
+// places as they arrive, so the data is held once, in dst.
+func readInto(r io.Reader, dst []float32, m npyMeta) error {
+	total := int64(len(dst)) * int64(m.typ.size)
+	buf := make([]byte, min(total, valueChunk))
+	var order *fortranOrder
+	var scratch []float32
+	if m.fortran && len(m.shape) > 1 {
+		order = newFortranOrder(m.shape)
+		scratch = make([]float32, len(buf)/m.typ.size)
+	}
+	for done := 0; done < len(dst); {
+		b := buf[:min(len(buf), (len(dst)-done)*m.typ.size)]
+		if err := readData(r, b, m.shape, m.descr, total); err != nil {
+			return err
+		}
+		k := len(b) / m.typ.size
+		if order == nil {
+			if err := convert(dst[done:done+k], b, m.typ, done); err != nil {
+				return err
+			}
+		} else {
+			if err := convert(scratch[:k], b, m.typ, done); err != nil {
+				return err
+			}
+			for _, x := range scratch[:k] {
+				dst[order.next()] = x
+			}
+		}
+		done += k
+	}
+	return nil
+}
+
+// convert decodes the len(dst) values stored as typ at the start of b into
+// dst: bool as 0 and 1, float64 narrowed (a finite value out of float32's
+// range is an error), half types widened. first is the index of b's first
+// value in the array, for errors.
+func convert(dst []float32, b []byte, typ npyType, first int) error {
+	switch typ.dtype {
+	case "BOOL":
+		for i := range dst {
+			dst[i] = 0
+			if b[i] != 0 {
+				dst[i] = 1
+			}
+		}
+	case "F16":
+		for i := range dst {
+			dst[i] = float16.Frombits(typ.order.Uint16(b[2*i:])).Float32()
+		}
+	case "BF16":
+		for i := range dst {
+			dst[i] = math.Float32frombits(uint32(typ.order.Uint16(b[2*i:])) << 16)
+		}
+	case "F32":
+		for i := range dst {
+			dst[i] = math.Float32frombits(typ.order.Uint32(b[4*i:]))
+		}
+	case "F64":
+		for i := range dst {
+			x, err := narrow(math.Float64frombits(typ.order.Uint64(b[8*i:])))
+			if err != nil {
+				return npyErr("value %d: %v", first+i, err)
+			}
+			dst[i] = x
+		}
+	default:
+		return fmt.Errorf("weights: no conversion from %s", typ.dtype)
+	}
+	return nil
+}
+
+// fortranOrder walks a column-major array in storage order (the first axis
+// fastest), giving each value's row-major offset.
+type fortranOrder struct {
+	shape, stride, idx []int
+	off                int
+}
+
+func newFortranOrder(shape []int) *fortranOrder {
+	o := &fortranOrder{shape: shape, stride: make([]int, len(shape)), idx: make([]int, len(shape))}
+	s := 1
+	for a := len(shape) - 1; a >= 0; a-- {
+		o.stride[a] = s
+		s *= shape[a]
+	}
+	return o
+}
+
+// next is the row-major offset of the next value in storage order.
+func (o *fortranOrder) next() int {
+	off := o.off
+	for a := range o.shape {
+		o.idx[a]++
+		o.off += o.stride[a]
+		if o.idx[a] < o.shape[a] {
+			break
+		}
+		o.off -= o.idx[a] * o.stride[a]
+		o.idx[a] = 0
+	}
+	return off
 }
 
 // npyHeader is the header dictionary of a .npy file.

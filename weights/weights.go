@@ -3,28 +3,27 @@
 // nn.MultiheadAttention and of additive (Bahdanau) attention. ReadNPY,
 // the same .npy reader .npz members go through, reads single arrays.
 //
+// Open reads a file's index only; the layer builders of a File read just
+// the tensors a layer uses, each checked against the shape wanted before
+// its data is read, and decode the data straight into the result, so a
+// tensor costs about its float32 size in memory. One File reads at most
+// MaxTotalBytes.
+//
 // Values come back as float32: float64 is rounded (a finite value float32
 // cannot hold is an error), float16 and bfloat16 widened, bool read as 0
-// and 1. Any malformed or truncated file is an error wrapping ErrFormat,
-// never a panic.
+// and 1. Any malformed or truncated part of a file that is read is an
+// error wrapping ErrFormat, never a panic; a tensor that is never read is
+// never checked.
 package weights
 
 import (
-	"archive/zip"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"sort"
+	"slices"
 	"strings"
-
-	"github.com/nlpodyssey/safetensors"
-	"github.com/x448/float16"
-
-	"github.com/vkattn/vkattn/internal/filekind"
 )
 
 var (
@@ -53,24 +52,16 @@ type Tensor struct {
 // cleanly; the GPU could not take more than 2^31 elements in a buffer.
 const maxElements = math.MaxInt32
 
-// Load reads every tensor of a .npz or .safetensors file, told apart by
-// their content (a zip archive is .npz), not by the file name. .npz member
-// names lose their ".npy" suffix, as numpy.load shows them. The file must
-// be a regular file: a .npz is read in place, a member at a time.
+// Load reads every tensor of a .npz or .safetensors file (see Open),
+// within MaxTotalBytes. A caller that needs only some tensors reads fewer
+// bytes with Open and File.Read, File.MHA or File.Additive.
 func Load(path string) (map[string]Tensor, error) {
-	f, st, err := openStat(path)
+	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is %s; a weights file must be a regular file", ErrUnsupported, path, filekind.Describe(st.Mode()))
-	}
-	ts, err := decodeAt(f, st.Size())
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return ts, nil
+	return f.ReadAll()
 }
 
 // openStat opens path and stats the file it opened (not the path, which
@@ -88,152 +79,18 @@ func openStat(path string) (*os.File, os.FileInfo, error) {
 	return f, st, nil
 }
 
-// decode reads the content of a .npz or .safetensors file held in memory.
+// decode reads every tensor of a .npz or .safetensors file held in memory.
 func decode(data []byte) (map[string]Tensor, error) {
-	return decodeAt(bytes.NewReader(data), int64(len(data)))
-}
-
-// decodeAt reads a .npz (a zip archive) or .safetensors file of size bytes.
-func decodeAt(r io.ReaderAt, size int64) (map[string]Tensor, error) {
-	var magic [4]byte
-	n, _ := r.ReadAt(magic[:], 0)
-	if m := string(magic[:n]); m == "PK\x03\x04" || m == "PK\x05\x06" {
-		return decodeNPZ(r, size)
+	f, err := newFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, err
 	}
-	// The safetensors library parses a whole file in memory.
-	data := make([]byte, size)
-	if _, err := io.ReadFull(io.NewSectionReader(r, 0, size), data); err != nil {
-		return nil, fmt.Errorf("reading: %w", err)
-	}
-	return decodeSafetensors(data)
+	return f.ReadAll()
 }
 
 // formatErr wraps ErrFormat with a description.
 func formatErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrFormat, fmt.Sprintf(format, args...))
-}
-
-// decodeNPZ reads every member of a .npz archive as a .npy array.
-func decodeNPZ(r io.ReaderAt, size int64) (map[string]Tensor, error) {
-	zr, err := zip.NewReader(r, size)
-	if err != nil {
-		return nil, formatErr("not a valid .npz file: %v", err)
-	}
-	ts := make(map[string]Tensor, len(zr.File))
-	for _, f := range zr.File {
-		name := strings.TrimSuffix(f.Name, ".npy")
-		if _, dup := ts[name]; dup {
-			return nil, formatErr("array %q appears twice", name)
-		}
-		t, err := readMember(f)
-		if err != nil {
-			return nil, fmt.Errorf("array %q: %w", name, err)
-		}
-		ts[name] = t
-	}
-	return ts, nil
-}
-
-// readMember decodes one .npz member. The zip directory's uncompressed
-// size must be what the .npy header needs, so a member that would inflate
-// to more (a zip bomb) fails after its header, not after inflating; the zip
-// reader itself refuses to inflate past the declared size.
-func readMember(f *zip.File) (Tensor, error) {
-	if f.UncompressedSize64 > uint64(12+maxHeaderBytes+maxDataBytes) {
-		return Tensor{}, formatErr("the zip directory says it inflates to %d bytes, more than a .npy array may hold", f.UncompressedSize64)
-	}
-	rc, err := f.Open()
-	if err != nil {
-		return Tensor{}, formatErr("%v", err)
-	}
-	defer rc.Close()
-	a, err := decodeNPY(rc, int64(f.UncompressedSize64), false)
-	switch {
-	case errors.Is(err, ErrFormat):
-		return Tensor{}, fmt.Errorf("not a valid .npy member: %w", err)
-	case errors.Is(err, zip.ErrFormat):
-		// What the zip reader says when a member inflates past its size.
-		return Tensor{}, formatErr("inflates past the %d bytes its zip entry declares", f.UncompressedSize64)
-	case err != nil:
-		// A damaged deflate stream or a CRC mismatch.
-		return Tensor{}, formatErr("%v", err)
-	}
-	t := Tensor{Shape: a.Shape, DType: a.Descr, Data: a.F32}
-	if typ, ok := parseDescr(a.Descr); ok {
-		t.DType = typ.dtype
-	}
-	if a.Bools != nil {
-		t.Data = make([]float32, len(a.Bools))
-		for i, b := range a.Bools {
-			if b {
-				t.Data[i] = 1
-			}
-		}
-	}
-	return t, nil
-}
-
-func decodeSafetensors(data []byte) (ts map[string]Tensor, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			ts, err = nil, formatErr("not a valid .safetensors file (%v)", r)
-		}
-	}()
-	// The library checks the header against the file size, the offsets
-	// against each other and the shapes against the offsets.
-	st, err := safetensors.Deserialize(data)
-	if err != nil {
-		return nil, formatErr("not a valid .safetensors file: %v", err)
-	}
-	ts = make(map[string]Tensor, st.Len())
-	for _, nv := range st.Tensors() {
-		tv := nv.TensorView
-		t := Tensor{Shape: make([]int, len(tv.Shape())), DType: tv.DType().String()}
-		for i, s := range tv.Shape() {
-			if s > maxElements {
-				return nil, formatErr("tensor %q: shape %v is too large", nv.Name, tv.Shape())
-			}
-			t.Shape[i] = int(s)
-		}
-		n, err := elements(t.Shape)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", nv.Name, err)
-		}
-		raw := tv.Data()
-		size := 0
-		switch tv.DType() {
-		case safetensors.F32, safetensors.F64, safetensors.F16, safetensors.BF16, safetensors.BOOL:
-			size = int(tv.DType().Size())
-		}
-		if size == 0 {
-			ts[nv.Name] = t // kept, without data, as for .npz.
-			continue
-		}
-		if len(raw) != n*size {
-			return nil, formatErr("tensor %q: shape %v of %s needs %d bytes, has %d", nv.Name, t.Shape, t.DType, n*size, len(raw))
-		}
-		t.Data = make([]float32, n)
-		for i := range t.Data {
-			switch tv.DType() {
-			case safetensors.F32:
-				t.Data[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-			case safetensors.F64:
-				if t.Data[i], err = narrow(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))); err != nil {
-					return nil, formatErr("tensor %q: value %d: %v", nv.Name, i, err)
-				}
-			case safetensors.F16:
-				t.Data[i] = float16.Frombits(binary.LittleEndian.Uint16(raw[2*i:])).Float32()
-			case safetensors.BF16:
-				t.Data[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
-			case safetensors.BOOL:
-				if raw[i] != 0 {
-					t.Data[i] = 1
-				}
-			}
-		}
-		ts[nv.Name] = t
-	}
-	return ts, nil
 }
 
 // elements is the product of shape, refusing negative extents and more than
@@ -301,15 +158,11 @@ func FromFortran[T any](x []T, shape []int) []T {
 	return out
 }
 
-// names lists the tensors of ts for error messages, sorted, at most 20.
-func names(ts map[string]Tensor) string {
-	ns := make([]string, 0, len(ts))
-	for n := range ts {
-		ns = append(ns, n)
-	}
-	sort.Strings(ns)
+// names lists sorted tensor names for error messages, at most 20.
+func names(sorted []string) string {
+	ns := sorted
 	if len(ns) > 20 {
-		ns = append(ns[:20], fmt.Sprintf("... (%d more)", len(ns)-20))
+		ns = append(slices.Clone(ns[:20]), fmt.Sprintf("... (%d more)", len(ns)-20))
 	}
 	if len(ns) == 0 {
 		return "none"

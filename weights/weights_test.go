@@ -18,7 +18,6 @@ import (
 	"testing"
 
 	"codeberg.org/sbinet/npyio/npz"
-	"github.com/nlpodyssey/safetensors"
 	"github.com/vkattn/vkattn"
 )
 
@@ -202,16 +201,11 @@ func TestLoadSafetensors(t *testing.T) {
 		t.Fatalf("\n got %v\nwant %v", ts, want)
 	}
 
-	// And a file the library itself serialises.
-	tv, err := safetensors.NewTensorView(safetensors.F32, []uint64{2, 2}, f32Bytes(1, 2, 3, 4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := safetensors.Serialize(map[string]safetensors.TensorView{"x": tv}, map[string]string{"format": "pt"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts, err = Load(writeFile(t, "lib.safetensors", b))
+	// And a file as github.com/nlpodyssey/safetensors's Serialize writes it
+	// (a 2x2 F32 tensor, with metadata).
+	lib := "X\x00\x00\x00\x00\x00\x00\x00" + `{"__metadata__":{"format":"pt"},"x":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}}` +
+		"\x00\x00\x80?\x00\x00\x00@\x00\x00@@\x00\x00\x80@"
+	ts, err := Load(writeFile(t, "lib.safetensors", []byte(lib)))
 	if err != nil {
 		t.Fatal(err)
 	}

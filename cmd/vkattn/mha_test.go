@@ -1,8 +1,12 @@
 package main
 
 import (
+	"archive/zip"
+	"encoding/binary"
+	"io"
 	"math"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -294,6 +298,93 @@ func TestMHAErrors(t *testing.T) {
 		{"stray argument", with("extra"), exitUsage, "unexpected argument"},
 		{"same output twice", with("--weights", o), exitUsage, "both write"},
 	})
+}
+
+// --params is read a tensor at a time: a tensor of the wrong shape is
+// refused from its header, and tensors the layer does not use are not
+// read. Each huge tensor here is 1 GiB (a hole in a sparse file) whose
+// first value float32 cannot hold, so any reader that decodes it fails.
+func TestMHAParamsReadLazily(t *testing.T) {
+	dir := t.TempDir()
+	data := parityCase(t, "self")
+	q := data["query"]
+	x := writeArray(t, dir, "x.npy", q.Shape, q.Data)
+	o := filepath.Join(dir, "out.npy")
+	params := filepath.Join(mhaDir, "self_params.npz")
+	wrong := hugeParams(t, filepath.Join(dir, "wrong.npz"), params, "in_proj_weight")
+	checkRefusals(t, "mha", o, []refusal{
+		{"huge in_proj_weight", []string{"-x", x, "--params", wrong, "--heads", "2", "-o", o}, exitFail,
+			"in_proj_weight has shape [8192 16384], want [24 8]"},
+	})
+
+	withDevice(t)
+	unused := hugeParams(t, filepath.Join(dir, "unused.npz"), params, "decoder.a", "decoder.b", "decoder.c")
+	cliOK(t, "mha", "-x", x, "--params", unused, "--heads", "2", "-o", o, "--check")
+}
+
+// hugeParams writes to path a copy of the .npz params in which each named
+// member (new, or in place of one of that name) is a stored float64
+// (8192, 16384) array: its first value 1e300, the rest a hole.
+func hugeParams(t *testing.T, path, params string, huge ...string) string {
+	t.Helper()
+	zr, err := zip.OpenReader(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sw := &sparseWriter{f: f}
+	zw := zip.NewWriter(sw)
+	for _, m := range zr.File {
+		if !slices.Contains(huge, strings.TrimSuffix(m.Name, ".npy")) {
+			if err := zw.Copy(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dict := "{'descr': '<f8', 'fortran_order': False, 'shape': (8192, 16384), }"
+	dict += strings.Repeat(" ", (64-(11+len(dict))%64)%64) + "\n"
+	npy := binary.LittleEndian.AppendUint16([]byte("\x93NUMPY\x01\x00"), uint16(len(dict)))
+	npy = binary.LittleEndian.AppendUint64(append(npy, dict...), math.Float64bits(1e300))
+	const data = 8192 * 16384 * 8
+	size := uint64(len(npy) - 8 + data)
+	hole := make([]byte, 1<<20)
+	for _, name := range huge {
+		w, err := zw.CreateRaw(&zip.FileHeader{Name: name + ".npy", Method: zip.Store, CompressedSize64: size, UncompressedSize64: size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(npy)
+		zw.Flush()
+		sw.skip = true
+		for n := data - 8; n > 0; n -= len(hole) {
+			w.Write(hole[:min(n, len(hole))])
+		}
+		zw.Flush()
+		sw.skip = false
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// sparseWriter writes to f, what is written while skip is set as a hole.
+type sparseWriter struct {
+	f    *os.File
+	skip bool
+}
+
+func (w *sparseWriter) Write(p []byte) (int, error) {
+	if w.skip {
+		_, err := w.f.Seek(int64(len(p)), io.SeekCurrent)
+		return len(p), err
+	}
+	return w.f.Write(p)
 }
 
 func TestMHAHelp(t *testing.T) {
