@@ -765,12 +765,8 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 		bound[b.binding] = vk.Arg{Buffer: b.buf, Offset: w.offset, Range: w.size}
 		*b.offset = b.sp.lo - w.first
 	}
-	params, err := ks.dev.NewBuffer(256)
+	params, err := st.params(ks, newAttentionParams(p, &cs, x, extra).encode())
 	if err != nil {
-		return err
-	}
-	st.own(params)
-	if err := params.Write(0, newAttentionParams(p, &cs, x, extra).encode()); err != nil {
 		return err
 	}
 	bound[bindParams].Buffer = params

@@ -141,6 +141,27 @@ func choosePath(dev vk.PhysicalDevice, force LoadPath, t *Tuning) (LoadPath, *Pa
 // closer is what a Step owns and frees.
 type closer interface{ Close() }
 
+// update is a parameter block a Step's commands write into its buffer
+// before the dispatches (vkCmdUpdateBuffer), so binding needs no host
+// transfer: on a discrete GPU, where the buffer is not mapped, that would
+// be a staging round trip per block.
+type update struct {
+	buf  *vk.Buffer
+	data []byte
+}
+
+// params makes a buffer of the parameter block data (a multiple of 4
+// bytes), written by the step's commands, which the step owns.
+func (s *Step) params(ks *Kernels, data []byte) (*vk.Buffer, error) {
+	buf, err := ks.dev.NewBuffer(uint64(len(data)))
+	if err != nil {
+		return nil, err
+	}
+	s.own(buf)
+	s.updates = append(s.updates, update{buf, data})
+	return buf, nil
+}
+
 // dispatch is one kernel launch of a Step.
 type dispatch struct {
 	kernel *vk.Kernel
@@ -154,6 +175,7 @@ type dispatch struct {
 // as one submission with a barrier after every dispatch.
 type Step struct {
 	dispatches []dispatch
+	updates    []update
 	owned      []closer
 }
 
@@ -214,6 +236,17 @@ func (pr *Prepared) recordWith(before, after func(*vk.Commands) error) error {
 		if err := before(c); err != nil {
 			return err
 		}
+	}
+	updated := false
+	for _, s := range pr.steps {
+		for _, u := range s.updates {
+			if err := c.Update(u.buf, 0, u.data); err != nil {
+				return err
+			}
+			updated = true
+		}
+	}
+	if before != nil || updated {
 		c.Barrier()
 	}
 	c.Timestamp(0)

@@ -184,11 +184,6 @@ func (ks *Kernels) linearBlock(st *Step, k *vk.Kernel, p LinearPlan, x *LinearAr
 		}
 		args[i], first[i] = vk.Arg{Buffer: buf, Offset: w.offset, Range: w.size}, w.first
 	}
-	params, err := ks.dev.NewBuffer(64)
-	if err != nil {
-		return err
-	}
-	st.own(params)
 	flags := 0
 	if x.Bias != nil {
 		flags |= linearFlagBias
@@ -205,7 +200,8 @@ func (ks *Kernels) linearBlock(st *Step, k *vk.Kernel, p LinearPlan, x *LinearAr
 		sp[1].lo - first[1], x.W.Stride, 0, 0,
 		sp[2].lo - first[2], x.Y.Stride, sp[3].lo - first[3], 0,
 	}
-	if err := params.Write(0, int32Bytes(ints)); err != nil {
+	params, err := st.params(ks, int32Bytes(ints))
+	if err != nil {
 		return err
 	}
 	set, err := k.Bind([]vk.Arg{{Buffer: params}, args[0], args[1], args[3], args[2]})

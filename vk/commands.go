@@ -210,6 +210,22 @@ func (c *Commands) Copy(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size ui
 	})
 }
 
+// Update records a write of data (at most 64 KiB, a multiple of 4 bytes)
+// into dst at off, carried in the command buffer itself: parameters that
+// a replay rewrites cost no staging transfer where dst is not mapped.
+func (c *Commands) Update(dst *Buffer, off uint64, data []byte) error {
+	if len(data) == 0 || len(data)%4 != 0 || len(data) > 65536 || off%4 != 0 || off+uint64(len(data)) > dst.size {
+		return fmt.Errorf("vk: inline update of %d bytes at %d into a %d-byte buffer (want a multiple of 4 up to 64 KiB, inside it)", len(data), off, dst.size)
+	}
+	return c.recording(func() error {
+		c.uses[dst] = struct{}{}
+		p := cBytes(data) // C memory: vulkan-go passes the pointer on
+		defer cFree(p)
+		vulkan.CmdUpdateBuffer(c.cmd, dst.handle, vulkan.DeviceSize(off), vulkan.DeviceSize(len(data)), (*uint32)(p))
+		return nil
+	})
+}
+
 // Push records the kernel's push constants for the dispatches that follow;
 // data must be the kernel's PushSize bytes.
 func (c *Commands) Push(k *Kernel, data []byte) error {
