@@ -100,6 +100,10 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 		b.destroyHandle()
 		return nil, fmt.Errorf("vk: no suitable memory type for a %d-byte buffer", size)
 	}
+	if err := d.allocationRoom(); err != nil {
+		b.destroyHandle()
+		return nil, err
+	}
 	types, full := d.withHeapRoom(types, uint64(req.Size))
 	if len(types) == 0 {
 		d.mu.Lock()
@@ -388,6 +392,25 @@ func (d *Device) withinBudgetFirst(types []uint32, size uint64) []uint32 {
 // has room for: beyond the heap's size (or SetHeapLimit's cap) counting
 // the device's live buffers, or refused by the driver as out of memory.
 var ErrOutOfMemory = errors.New("vk: out of device memory")
+
+// allocationRoom refuses an allocation past maxMemoryAllocationCount
+// (counting the spares, which hold theirs, and dropping them first when
+// they are in the way).
+func (d *Device) allocationRoom() error {
+	limit := int(d.Info.Limits.MaxAllocations)
+	if limit == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.buffers)+d.spare.count >= limit {
+		d.dropSpareBuffersLocked()
+	}
+	if n := len(d.buffers); n >= limit {
+		return fmt.Errorf("%w: %d device memory allocations alive, the device's maxMemoryAllocationCount", ErrOutOfMemory, n)
+	}
+	return nil
+}
 
 // heapSize is the bytes d may allocate on heap h: its reported size, or
 // less under SetHeapLimit.

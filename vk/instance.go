@@ -252,6 +252,7 @@ type Limits struct {
 	MinSubgroupSize, MaxSubgroupSize uint32
 	MaxMemoryAllocation              uint64 // largest heap, a bound for one allocation
 	MaxImageDimension2D              uint32 // widest and tallest 2D image (the viewer's picture)
+	MaxAllocations                   uint32 // maxMemoryAllocationCount: device memory allocations alive at once
 }
 
 // PhysicalDevice describes one Vulkan device.
@@ -394,6 +395,7 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 			MinUniformAlignment:     uint64(lim.MinUniformBufferOffsetAlignment),
 			TimestampPeriod:         lim.TimestampPeriod,
 			MaxImageDimension2D:     lim.MaxImageDimension2D,
+			MaxAllocations:          lim.MaxMemoryAllocationCount,
 		},
 	}
 	if d.Type < DeviceOther || d.Type > DeviceCPU {

@@ -236,3 +236,43 @@ func TestHeapsFillUp(t *testing.T) {
 		t.Errorf("a buffer beyond the largest heap: %v, want ErrOutOfMemory", err)
 	}
 }
+
+// Live allocations stay within maxMemoryAllocationCount: the one past it
+// is ErrOutOfMemory saying so, spares give their allocations back first,
+// and freeing a buffer makes room.
+func TestAllocationCountLimit(t *testing.T) {
+	inst, d, opened := openTestDevice(t)
+	defer closeTestDevice(t, inst, d, opened)
+	spare, err := d.NewBuffer(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare.Close() // a spare now, holding its allocation
+	limit := d.Info.Limits.MaxAllocations
+	defer func() { d.Info.Limits.MaxAllocations = limit }()
+	d.Info.Limits.MaxAllocations = uint32(len(d.buffers) + 3)
+	var bufs []*Buffer
+	defer func() {
+		for _, b := range bufs {
+			b.Close()
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		b, err := d.NewBuffer(1024) // not the spare's size: a new allocation each
+		if err != nil {
+			t.Fatalf("allocation %d of 3 within the limit: %v", i+1, err)
+		}
+		bufs = append(bufs, b)
+	}
+	_, err = d.NewBuffer(1024)
+	if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "maxMemoryAllocationCount") {
+		t.Fatalf("an allocation past the limit: %v, want ErrOutOfMemory naming maxMemoryAllocationCount", err)
+	}
+	bufs[0].Close()
+	bufs = bufs[1:]
+	b, err := d.NewBuffer(1024)
+	if err != nil {
+		t.Fatalf("after freeing a buffer: %v", err)
+	}
+	bufs = append(bufs, b)
+}
