@@ -140,3 +140,49 @@ func BenchmarkAttentionL1024D64H8F16(b *testing.B) {
 	benchAttention(b, benchShape{b: 1, h: 8, hkv: 8, l: 1024, s: 1024, d: 64,
 		types: [3]vkattn.DType{vkattn.Float16, vkattn.Float16, vkattn.Float16}})
 }
+
+// The tiny call of a program that calls attention per layer per token:
+// one-shot (Attention, then Close of its output) beside the same call
+// prepared and replayed. The gap is what a one-shot call costs beyond a
+// replay: recording, binding and freeing, with no allocation in steady
+// state (TestOneShotSteadyState). Wall time per call (ns/op).
+func tinyProblem() (q, k, v *vkattn.Tensor, close func()) {
+	p := newProblem(rand.New(rand.NewSource(2)), 1, 1, 1, 16, 16, 16, 16)
+	q, _ = dev.Upload(p.qs[:], p.q)
+	k, _ = dev.Upload(p.ks[:], p.k)
+	v, _ = dev.Upload(p.vs[:], p.v)
+	return q, k, v, func() { q.Close(); k.Close(); v.Close() }
+}
+
+func BenchmarkTinyOneShot(b *testing.B) {
+	q, k, v, done := tinyProblem()
+	defer done()
+	for i := 0; i < b.N+1; i++ {
+		if i == 1 {
+			b.ResetTimer() // the first call compiles the variant
+		}
+		out, err := dev.Attention(q, k, v, vkattn.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		out.Close()
+	}
+}
+
+func BenchmarkTinyPrepared(b *testing.B) {
+	q, k, v, done := tinyProblem()
+	defer done()
+	call, err := dev.Prepare(q, k, v, vkattn.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer call.Close()
+	for i := 0; i < b.N+1; i++ {
+		if i == 1 {
+			b.ResetTimer()
+		}
+		if _, err := call.Run(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
