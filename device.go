@@ -155,6 +155,9 @@ type Device struct {
 	tensors  map[*Tensor]struct{}
 	closed   atomic.Bool
 	memory   MemoryModel
+	// plannedAs is the vendor of PlanAsVendors d plans as ("": its own
+	// driver's plan).
+	plannedAs string
 }
 
 // Devices lists every Vulkan device with a compute queue and the index the
@@ -269,6 +272,10 @@ func (d *Device) SetTuning(t Tuning) error {
 	d.tuning = t.Clone()
 	return nil
 }
+
+// PlannedAs is the vendor d plans as (Config.PlanAs or VKATTN_PLAN_AS),
+// or "" when it plans as its own driver's quirk table or tuning says.
+func (d *Device) PlannedAs() string { return d.plannedAs }
 
 // Memory is how d places its buffers (Config.Memory, implied by PlanAs).
 func (d *Device) Memory() MemoryModel { return d.memory }

@@ -20,6 +20,7 @@ var (
 	storageDev *vkattn.Device
 	nvidiaDev  *vkattn.Device
 	amdDev     *vkattn.Device
+	intelDev   *vkattn.Device
 )
 
 // gpuPlanDevs are the devices planned as GPU vendors.
@@ -90,6 +91,7 @@ func TestMain(m *testing.M) {
 		{&storageDev, vkattn.Config{Validation: true, LoadPath: vkattn.StorageLoadPath}},
 		{&nvidiaDev, vkattn.Config{Validation: true, PlanAs: "nvidia"}},
 		{&amdDev, vkattn.Config{Validation: true, PlanAs: "amd"}},
+		{&intelDev, vkattn.Config{Validation: true, PlanAs: "intel"}},
 	}
 	var opened []*vkattn.Device
 	open := func(cfg vkattn.Config) *vkattn.Device {

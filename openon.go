@@ -38,7 +38,7 @@ func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 		d.path = AutoLoadPath
 	}
 	if vendor, t, err := cfg.planAs(); err == nil && vendor != "" {
-		d.tuning = t
+		d.tuning, d.plannedAs = t, vendor
 	} else if !cfg.DefaultTuning {
 		// A saved tuning that no longer loads or fits (a hand edit, a
 		// new vkattn) falls back to the defaults rather than failing.

@@ -7,13 +7,18 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/pipelines"
 )
 
 // A saved tuning is what the planner uses after the next Open, a bad one
-// is refused by SetTuning and ignored by Open, and DefaultTuning ignores it.
+// is refused by SetTuning and ignored by Open, and DefaultTuning and
+// PlanAs ignore it. The plan it gives is checked as the device plans:
+// row kernels take its rows and workgroup, tiled ones (a GPU's own plan)
+// its name.
 func TestTuningRoundTrip(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	t.Setenv("HOME", t.TempDir())
+	t.Setenv("VKATTN_PLAN_AS", "") // saved tunings are for a device's own plans
 	d, err := vkattn.Open(vkattn.Config{Validation: true})
 	if err != nil {
 		t.Fatal(err)
@@ -44,9 +49,18 @@ func TestTuningRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Kernel.Rows != 2 || p.Kernel.WorkGroup != 16 || p.Kernel.Why != "test" {
+		tiled := p.Kernel.Variant.Family == pipelines.FamilyTiled
+		if p.Kernel.Why != "test" || !tiled && (p.Kernel.Rows != 2 || p.Kernel.WorkGroup != 16) {
 			t.Fatalf("plan with saved tuning: %v", p)
 		}
+	}
+	vendor, err := vkattn.Open(vkattn.Config{Validation: true, PlanAs: "amd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vendor.Close()
+	if got := vendor.Tuning(); got.Source == "test" || vendor.PlannedAs() != "amd" {
+		t.Fatalf("PlanAs amd took the saved tuning: %+v", got)
 	}
 	dflt, err := vkattn.Open(vkattn.Config{Validation: true, DefaultTuning: true})
 	if err != nil {
