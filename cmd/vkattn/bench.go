@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,8 +73,12 @@ shape, times in nanoseconds), a progress bar on stderr (--quiet hides it).
 Every shape is planned before any runs, so one the device cannot run (d
 over the kernel's limit, say) fails at once with exit status 1. A shape
 that fails while running (out of device memory, say) is reported on
-stderr; the others still run and the exit status is 1. Ctrl-C stops the
-run and prints what was measured so far.
+stderr; the others still run and the exit status is 1. Ctrl-C (SIGINT,
+SIGTERM, SIGHUP) stops the run at the next call and prints what was
+measured so far, with no plot; a call in flight cannot be stopped on the
+device, so stderr says how long it should still take, and a second
+signal quits at once. The exit status is then 128 + the signal (130).
+--reps is at most 1000000.
 
 Examples:
   vkattn bench                                    # prefill suite, 5 reps
@@ -254,6 +257,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {
 		return code
 	}
+	if code := checkRanges(stderr, "bench", rangeError("--reps", f.reps, 1, maxReps)); code != exitOK {
+		return code
+	}
 	types, err := f.types([3]vkattn.DType{})
 	if err != nil {
 		return usagef(stderr, "bench", "%v", err)
@@ -282,9 +288,6 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	for i := range cases {
 		cases[i].types = types
 	}
-	if f.reps < 1 {
-		return usagef(stderr, "bench", "--reps %d: want at least 1", f.reps)
-	}
 	path, err := vkattn.ParseLoadPath(f.loadPath)
 	if err != nil {
 		return usagef(stderr, "bench", "--load-path %q: want auto, texel or storage", f.loadPath)
@@ -294,6 +297,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			return usagef(stderr, "bench", "--plot %s: unknown image format; want a name ending in .png, .svg or .pdf", f.plot)
 		}
 		if code := checkOutputPaths("bench", stderr, []outputFlag{{"--plot", f.plot}}); code != exitOK {
+			return code
+		}
+		var code int
+		if stdout, code = textStreams("bench", f.json, stdout, stderr, []outputFlag{{"--plot", f.plot}}); code != exitOK {
 			return code
 		}
 	}
@@ -314,15 +321,19 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	ctx, stop := interruptible()
-	defer stop()
 	prog := newBenchProgress(stderr, f.quiet, len(cases)*(1+f.reps))
+	clock := &dispatchClock{}
+	ctx, stop := interruptible("bench", func() string {
+		prog.clear()
+		return clock.estimate()
+	})
+	defer stop()
 	var results []benchResult
 	failed := 0
 	interrupted := false
 	for _, c := range cases {
 		prog.describe(caseName(c))
-		r, err := benchOne(ctx, dev, c, f.reps, f.seed, prog.add)
+		r, err := benchOne(ctx, dev, c, f.reps, f.seed, clock, prog.add)
 		if err != nil {
 			prog.clear()
 			if ctx.Err() != nil {
@@ -341,7 +352,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err := emitResults(stdout, f.json, results, func() { printBenchTable(stdout, dev.String(), results) }); err != nil {
 		return failf(stderr, "bench", "%v", err)
 	}
-	if f.plot != "" && len(results) > 0 {
+	if f.plot != "" && interrupted {
+		fmt.Fprintf(stderr, "vkattn bench: --plot %s not written: interrupted\n", f.plot)
+	} else if f.plot != "" && len(results) > 0 {
 		if err := writePlot(f.plot, dev.String(), results); err != nil {
 			return failf(stderr, "bench", "--plot: %v", err)
 		}
@@ -372,8 +385,9 @@ func caseName(c benchCase) string {
 }
 
 // benchOne uploads random Q, K, V for c, runs one warm-up call and reps
-// timed calls, and summarises them. tick is called after every call.
-func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, seed uint64, tick func()) (benchResult, error) {
+// timed calls, and summarises them. tick is called after every call;
+// clock follows the calls.
+func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, seed uint64, clock *dispatchClock, tick func()) (benchResult, error) {
 	// The same seed for every shape: a shape's data does not depend on
 	// which other shapes run.
 	r := rand.New(rand.NewPCG(seed, 0x7661747461)) // "vkatt"
@@ -381,25 +395,35 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 	if err != nil {
 		return benchResult{}, err
 	}
-	defer in.Close()
+	var prepared *vkattn.Call
+	defer func() {
+		clock.idle()
+		closeAfter(ctx, func() {
+			if prepared != nil {
+				prepared.Close()
+			}
+			in.Close()
+		})
+	}()
 	opts := vkattn.Options{Causal: c.causal}
 	// Prepared once (outputs allocated, commands recorded), then replayed:
 	// the timings are the dispatch and its wait, not allocation.
-	prepared, err := dev.Prepare(in.Q, in.K, in.V, opts)
+	prepared, err = dev.Prepare(in.Q, in.K, in.V, opts)
 	if err != nil {
 		return benchResult{}, err
 	}
-	defer prepared.Close()
 
 	start := time.Now()
+	clock.begin(true)
 	coldGPU, err := prepared.Run(ctx)
 	coldWall := time.Since(start)
+	clock.lap()
 	tick()
 	if err != nil {
 		return benchResult{}, err
 	}
 	plan := prepared.Output().Plan
-	tm, err := tune.TimeRuns(ctx, prepared, reps, tick)
+	tm, err := tune.TimeRuns(ctx, prepared, reps, func() { clock.lap(); tick() })
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -539,10 +563,17 @@ func rate(x float64) string {
 	return strconv.FormatFloat(x, 'f', 3-digitsBefore(x), 64)
 }
 
-// interruptible is the context bench and tune measure under: Ctrl-C ends
-// it, so they stop and report what they measured before.
-func interruptible() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt)
+// closeAfter runs free, which waits for the device's work in flight: at
+// once, or when ctx is done (a signal), in the background, so the results
+// so far are reported without waiting for a dispatch that cannot be
+// abandoned (the device's Close waits for it, or a second signal ends the
+// process).
+func closeAfter(ctx context.Context, free func()) {
+	if ctx.Err() != nil {
+		go free()
+		return
+	}
+	free()
 }
 
 // benchProgress is the progress bar on stderr, or nothing with --quiet or
@@ -597,18 +628,25 @@ func (p *benchProgress) finish() { p.clear() }
 
 // runDecodeLoopSuite is bench --suite decode-loop.
 func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
-	if f.reps < 1 {
-		return usagef(stderr, "bench", "--reps %d: want at least 1", f.reps)
+	dev, err := vkattn.Open(f.device.with(vkattn.Config{}))
+	if err != nil {
+		return failf(stderr, "bench", "%v", err)
 	}
-	dev, ctx, done, code := openInterruptible("bench", f.device, stderr)
-	if code != exitOK {
-		return code
-	}
-	defer done()
+	defer dev.Close()
 	prog := newBenchProgress(stderr, f.quiet, len(loopLengths)*4*(1+f.reps))
+	clock := &dispatchClock{}
+	ctx, stop := interruptible("bench", func() string {
+		prog.clear()
+		return clock.estimate()
+	})
+	defer stop()
 	prog.describe("decode loop")
-	results, err := benchDecodeLoop(ctx, dev, f.reps, f.seed, prog.add)
+	results, err := benchDecodeLoop(ctx, dev, f.reps, f.seed, clock, prog.add)
 	prog.finish()
+	stop()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("interrupted after %d of %d measurements", len(results), len(loopLengths)*4)
+	}
 	if err := emitResults(stdout, f.json, results, func() { printLoopTable(stdout, dev.String(), results) }); err != nil {
 		return failf(stderr, "bench", "%v", err)
 	}

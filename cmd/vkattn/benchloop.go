@@ -38,7 +38,7 @@ type loopResult struct {
 // benchDecodeLoop measures reps decode steps at each cache length, layout
 // and type: a step appends one token's K and V, writes its query and runs
 // the prepared call, then rolls the token back so the length stays put.
-func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, tick func()) ([]loopResult, error) {
+func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *dispatchClock, tick func()) ([]loopResult, error) {
 	r := rand.New(rand.NewPCG(seed, 0x6c6f6f70)) // "loop"
 	randn := func(n int) []float32 {
 		x := make([]float32, n)
@@ -51,7 +51,7 @@ func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uin
 	for _, s := range loopLengths {
 		for _, page := range []int{0, loopPage} {
 			for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Float16} {
-				res, err := loopOne(ctx, dev, s, page, dt, reps, randn, tick)
+				res, err := loopOne(ctx, dev, s, page, dt, reps, randn, clock, tick)
 				if err != nil {
 					return out, fmt.Errorf("cache length %d, page %d, %v: %w", s, page, dt, err)
 				}
@@ -62,7 +62,7 @@ func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uin
 	return out, nil
 }
 
-func loopOne(ctx context.Context, dev *vkattn.Device, s, page int, dt vkattn.DType, reps int, randn func(int) []float32, tick func()) (loopResult, error) {
+func loopOne(ctx context.Context, dev *vkattn.Device, s, page int, dt vkattn.DType, reps int, randn func(int) []float32, clock *dispatchClock, tick func()) (loopResult, error) {
 	H, HKV, D := loopH, loopHKV, loopD
 	res := loopResult{Length: s, Cache: "contiguous", DType: dt.String()}
 	if page > 0 {
@@ -72,7 +72,18 @@ func loopOne(ctx context.Context, dev *vkattn.Device, s, page int, dt vkattn.DTy
 	if err != nil {
 		return res, err
 	}
-	defer cache.Close()
+	var q *vkattn.Tensor
+	var call *vkattn.Call
+	defer func() {
+		clock.idle()
+		closeAfter(ctx, func() {
+			if call != nil {
+				call.Close()
+			}
+			q.Close()
+			cache.Close()
+		})
+	}()
 	// The history: s-1 tokens, appended in blocks to bound host memory.
 	for n := 0; n < s-1; {
 		m := min(1024, s-1-n)
@@ -85,21 +96,19 @@ func loopOne(ctx context.Context, dev *vkattn.Device, s, page int, dt vkattn.DTy
 	if err := cache.Append(k, v, 1); err != nil {
 		return res, err
 	}
-	q, err := dev.Upload([]int{1, H, 1, D}, randn(H*D))
-	if err != nil {
+	if q, err = dev.Upload([]int{1, H, 1, D}, randn(H*D)); err != nil {
 		return res, err
 	}
-	defer q.Close()
-	call, err := cache.Prepare(q, vkattn.Options{})
-	if err != nil {
+	if call, err = cache.Prepare(q, vkattn.Options{}); err != nil {
 		return res, err
 	}
-	defer call.Close()
 	res.Variant = call.Output().Plan.Kernel.Variant.Name()
 	start := time.Now()
+	clock.begin(true)
 	if _, err := call.Run(ctx); err != nil { // compiles the variant
 		return res, err
 	}
+	clock.done()
 	res.ColdWallNS = int64(time.Since(start))
 	tick()
 	qData := randn(H * D)
@@ -117,10 +126,12 @@ func loopOne(ctx context.Context, dev *vkattn.Device, s, page int, dt vkattn.DTy
 		if err := q.Write(qData); err != nil {
 			return res, err
 		}
+		clock.begin(false)
 		gpu, err := call.Run(ctx)
 		if err != nil {
 			return res, err
 		}
+		clock.done()
 		steps, gpus = append(steps, time.Since(t0)), append(gpus, gpu)
 		tick()
 	}

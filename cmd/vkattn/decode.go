@@ -24,7 +24,7 @@ Inputs (.npy, as for run): Q (B,H,T,d_k), K (B,H_kv,T,d_k), V (B,H_kv,T,d_v),
 rank 2 to 4 as for run; T is the sequence length, the cache's capacity.
 
   --prefill P          tokens of the prefill (default 1; 1 <= P <= T)
-  --page N             a paged cache of N-position pages (default: contiguous)
+  --page N             a paged cache of N-position pages, N <= T (default: contiguous)
   --kv-dtype f16|bf16  the cache's element type (default f32); --dtype also
                        stores Q so
   --window L,R, --softcap C, --alibi, --alibi-slopes A.npy, --sinks S.npy
@@ -71,8 +71,8 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if f.missing() {
 		return usagef(stderr, "decode", "-q, -k and -v are required")
 	}
-	if f.page < 0 {
-		return usagef(stderr, "decode", "--page %d: want a page size of at least 1 (or 0, contiguous)", f.page)
+	if f.page < 0 || f.page > maxPage {
+		return usagef(stderr, "decode", "--page %d: want a page size of at least 1 and at most %d (or 0, contiguous)", f.page, maxPage)
 	}
 	types, err := f.types([3]vkattn.DType{})
 	if err != nil {
@@ -82,6 +82,10 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "decode", "K and V share the cache: one --kv-dtype")
 	}
 	if code := checkOutputPaths("decode", stderr, []outputFlag{{"-o", f.out}}); code != exitOK {
+		return code
+	}
+	stdout, code := textStreams("decode", f.json, stdout, stderr, []outputFlag{{"-o", f.out}})
+	if code != exitOK {
 		return code
 	}
 	var shapes [3][4]int
@@ -102,6 +106,10 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if f.prefill < 1 || f.prefill > T {
 		return usagef(stderr, "decode", "--prefill %d: want 1..T (T = %d)", f.prefill, T)
 	}
+	if f.page > T {
+		// A longer page only allocates positions no token reaches.
+		return usagef(stderr, "decode", "--page %d: want at most T (T = %d)", f.page, T)
+	}
 	opts := vkattn.Options{}
 	if err := f.variantFlags.setIn(&opts, q[1]); err != nil {
 		return failf(stderr, "decode", "%v", err)
@@ -114,12 +122,16 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return failf(stderr, "decode", "Q %v, K %v, V %v: %v", q, k, v, err)
 	}
 
-	dev, ctx, done, code := openInterruptible("decode", f.device, stderr)
+	clock := &dispatchClock{}
+	dev, ctx, done, code := openInterruptible("decode", f.device, stderr, clock.estimate)
 	if code != exitOK {
 		return code
 	}
 	defer done()
-	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, types, opts)
+	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, types, opts, clock)
+	if ctx.Err() != nil {
+		return failf(stderr, "decode", "interrupted: no output written")
+	}
 	if err != nil {
 		return failf(stderr, "decode", "%v", err)
 	}
@@ -186,13 +198,23 @@ type decodeResult struct {
 
 // decodeLoop runs the prefill and the steps, gathering every token's
 // output.
-func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page int, types [3]vkattn.DType, opts vkattn.Options) (*decodeResult, error) {
+func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page int, types [3]vkattn.DType, opts vkattn.Options, clock *dispatchClock) (*decodeResult, error) {
 	B, H, T, DK, HKV, DV := q[0], q[1], q[2], q[3], k[1], v[3]
+	// Freed last to first on return; in the background after a signal
+	// (closeAfter), so the command need not wait for the step in flight.
+	var frees []func()
+	defer func() {
+		closeAfter(ctx, func() {
+			for i := len(frees) - 1; i >= 0; i-- {
+				frees[i]()
+			}
+		})
+	}()
 	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page})
 	if err != nil {
 		return nil, err
 	}
-	defer cache.Close()
+	frees = append(frees, cache.Close)
 	kind := "contiguous"
 	if page > 0 {
 		kind = fmt.Sprintf("paged (%d positions a page)", page)
@@ -222,8 +244,10 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 	if err != nil {
 		return nil, err
 	}
-	defer qp.Close()
+	frees = append(frees, qp.Close)
+	clock.begin(true)
 	out, err := cache.AttentionContext(ctx, qp, opts)
+	clock.done()
 	if err != nil {
 		return nil, err
 	}
@@ -242,17 +266,19 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 	if err != nil {
 		return nil, err
 	}
-	defer qs.Close()
+	frees = append(frees, qs.Close)
 	call, err := cache.Prepare(qs, opts)
 	if err != nil {
 		return nil, err
 	}
-	defer call.Close()
+	frees = append(frees, call.Close)
 	res.summary.StepPlan = call.Output().Plan.String()
 	// One untimed run first: the first dispatch of a variant compiles it.
+	clock.begin(true)
 	if _, err := call.Run(ctx); err != nil {
 		return nil, err
 	}
+	clock.done()
 	var times []time.Duration
 	start := time.Now()
 	for t := prefill; t < T; t++ {
@@ -263,10 +289,12 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 			return nil, err
 		}
 		stepStart := time.Now()
+		clock.begin(false)
 		gpu, err := call.Run(ctx)
 		if err != nil {
 			return nil, err
 		}
+		clock.done()
 		if gpu == 0 {
 			gpu = time.Since(stepStart)
 		}

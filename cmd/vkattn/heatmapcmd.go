@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/vkattn/vkattn/heatmap"
@@ -29,7 +28,7 @@ a_ij * ||v_j|| instead, what key j actually adds to query i's output (V as
 given to run: (S,d_v), (H_kv,S,d_v) or (B,H_kv,S,d_v)).
 
 Tokens label the axes instead of positions: a comma-separated list, or
-@FILE for a text file with one token per line.
+@FILE for a text file with one token per line (at most 16 MiB).
 
 Examples:
   vkattn run -q q.npy -k k.npy -v v.npy --weights w.npy
@@ -71,10 +70,22 @@ func runHeatmap(args []string, stdout, stderr io.Writer) int {
 	if _, err := heatmap.Format(f.out); err != nil {
 		return usagef(stderr, "heatmap", "-o %s: want a name ending in .png, .svg or .pdf", f.out)
 	}
+	if f.batch < 0 {
+		return usagef(stderr, "heatmap", "--batch %d: want a batch item >= 0", f.batch)
+	}
+	for _, h := range f.heads.vals {
+		if h < 0 {
+			return usagef(stderr, "heatmap", "--heads %s: want heads >= 0", f.heads.String())
+		}
+	}
 	if f.max.set && f.max.v <= 0 {
 		return usagef(stderr, "heatmap", "--max %v: want a positive number", f.max.v)
 	}
 	if code := checkOutputPaths("heatmap", stderr, []outputFlag{{"-o", f.out}}); code != exitOK {
+		return code
+	}
+	stdout, code := textStreams("heatmap", false, stdout, stderr, []outputFlag{{"-o", f.out}})
+	if code != exitOK {
 		return code
 	}
 	a, err := readFloatInput("weights", f.weights)
@@ -152,7 +163,7 @@ func readTokens(s string) ([]string, error) {
 		return nil, nil
 	}
 	if name, ok := strings.CutPrefix(s, "@"); ok {
-		data, err := os.ReadFile(name)
+		data, err := readLimited(name, "token file", maxTokenFileBytes)
 		if err != nil {
 			return nil, err
 		}

@@ -34,7 +34,18 @@ func TestMain(m *testing.M) {
 			os.Stderr.WriteString("VKATTN_TEST_CLI_ARGS: " + err.Error())
 			os.Exit(3)
 		}
-		os.Exit(run(argv, os.Stdout, os.Stderr))
+		if os.Getenv("VKATTN_TEST_PAUSE_STAGED") != "" {
+			// Stop with a complete temporary output in place, for a
+			// signal to find (signals_test.go).
+			afterStaged = func(tmp string) {
+				os.Stderr.WriteString("staged " + tmp + "\n")
+				for {
+					time.Sleep(time.Hour)
+				}
+			}
+		}
+		catchSignals(os.Stderr)
+		os.Exit(exitStatus(run(argv, os.Stdout, os.Stderr)))
 	}
 	os.Exit(m.Run())
 }

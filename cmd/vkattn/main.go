@@ -34,7 +34,8 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	catchSignals(os.Stderr)
+	os.Exit(exitStatus(run(os.Args[1:], os.Stdout, os.Stderr)))
 }
 
 // Exit codes.
@@ -147,13 +148,14 @@ func emitResults[T any](w io.Writer, asJSON bool, results []T, table func()) err
 }
 
 // openInterruptible opens the device a command names, with a context that
-// Ctrl-C cancels; done closes both. code is exitOK, or what to exit with.
-func openInterruptible(cmd string, device deviceChoice, stderr io.Writer) (dev *vkattn.Device, ctx context.Context, done func(), code int) {
+// the first signal cancels (interruptible, which note describes); done
+// closes both. code is exitOK, or what to exit with.
+func openInterruptible(cmd string, device deviceChoice, stderr io.Writer, note func() string) (dev *vkattn.Device, ctx context.Context, done func(), code int) {
 	dev, err := vkattn.Open(device.with(vkattn.Config{}))
 	if err != nil {
 		return nil, nil, nil, failf(stderr, cmd, "%v", err)
 	}
-	ctx, stop := interruptible()
+	ctx, stop := interruptible(cmd, note)
 	return dev, ctx, func() { stop(); dev.Close() }, exitOK
 }
 

@@ -90,15 +90,7 @@ func writeNPYFiles(outs []output) error {
 		}
 		staged = append(staged, p)
 	}
-	for i, p := range staged {
-		if err := p.commit(); err != nil {
-			for _, q := range staged[i+1:] {
-				q.discard()
-			}
-			return err
-		}
-	}
-	return nil
+	return commitAll(staged)
 }
 
 // output is one array the run command writes.

@@ -15,6 +15,55 @@ import (
 
 // Every file the CLI writes goes through here: outputTarget checks a path
 // (early, before any work, and again when writing), stageFile writes it.
+// A pipe or a character device (-o /dev/stdout into a pipe, /dev/null) is
+// a stream: written in place when the outputs are committed, as a shell's
+// > would, with no temporary file.
+
+// streamOutput reports whether path names, through any links, a pipe or a
+// character device.
+func streamOutput(path string) (fs.FileInfo, bool) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, false
+	}
+	m := st.Mode()
+	return st, m&fs.ModeNamedPipe != 0 || m&fs.ModeCharDevice != 0
+}
+
+// stdoutTaken reports whether one of paths is this process's standard
+// output (-o /dev/stdout): the command's own text must go elsewhere then.
+func stdoutTaken(paths ...string) bool {
+	out, err := os.Stdout.Stat()
+	if err != nil {
+		return false
+	}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if st, err := os.Stat(p); err == nil && os.SameFile(st, out) {
+			return true
+		}
+	}
+	return false
+}
+
+// textStreams are where a command's text goes when its outputs are outs:
+// stdout, or stderr when an output is standard output. A JSON summary
+// cannot move, so asJSON with such an output is a usage error.
+func textStreams(cmd string, asJSON bool, stdout, stderr io.Writer, outs []outputFlag) (io.Writer, int) {
+	var paths []string
+	for _, o := range outs {
+		paths = append(paths, o.path)
+	}
+	if !stdoutTaken(paths...) {
+		return stdout, exitOK
+	}
+	if asJSON {
+		return nil, usagef(stderr, cmd, "--json prints to standard output, which an output file also writes; give one of them")
+	}
+	return stderr, exitOK
+}
 
 // maxLinkHops bounds a chain of symbolic links, as the kernel's ELOOP does.
 const maxLinkHops = 40
@@ -35,6 +84,12 @@ func outputTarget(path string) (string, error) {
 		}
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
+			if st, err := os.Stat(path); err == nil {
+				// The kernel finds a file where the links, read as names,
+				// lead nowhere: a /proc/self/fd link to a socket
+				// ("socket:[N]") has no directory to write beside.
+				return "", fmt.Errorf("%s is %s, not a regular file; refusing to replace it", named, filekind.Describe(st.Mode()))
+			}
 			dir := dirOf(target)
 			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 				return "", fmt.Errorf("%s: directory %s does not exist", named, dir)
@@ -82,8 +137,22 @@ type outputFlag struct{ flag, path string }
 // returns exitOK or the exit status after reporting what is wrong.
 func checkOutputPaths(cmd string, stderr io.Writer, outs []outputFlag) int {
 	targets := map[string]string{}
+	type stream struct {
+		flag string
+		st   fs.FileInfo
+	}
+	var streams []stream
 	for _, o := range outs {
 		if o.path == "" {
+			continue
+		}
+		if st, ok := streamOutput(o.path); ok {
+			for _, prev := range streams {
+				if os.SameFile(prev.st, st) {
+					return usagef(stderr, cmd, "%s and %s both write %s", prev.flag, o.flag, o.path)
+				}
+			}
+			streams = append(streams, stream{o.flag, st})
 			continue
 		}
 		target, err := outputTarget(o.path)
@@ -101,18 +170,24 @@ func checkOutputPaths(cmd string, stderr io.Writer, outs []outputFlag) int {
 
 // pendingFile is an output written to a temporary file beside its target;
 // commit renames it onto the target, so no reader ever sees half a file.
+// A stream output (streamOutput) is written by commit instead.
 type pendingFile struct {
 	tmp, target string
+	stream      func(*bufio.Writer) error
 }
 
 // stageFile writes an output for path to a temporary file beside path's
-// target (outputTarget), with the mode of the file it will replace.
+// target (outputTarget), with the mode of the file it will replace. The
+// temporary file is registered, so that a signal removes it (signals.go).
 func stageFile(path string, write func(*bufio.Writer) error) (*pendingFile, error) {
+	if _, ok := streamOutput(path); ok {
+		return &pendingFile{target: path, stream: write}, nil
+	}
 	target, err := outputTarget(path)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(dirOf(target), "."+filepath.Base(target)+".tmp*")
+	f, err := createTemp(dirOf(target), "."+filepath.Base(target)+".tmp*")
 	if err != nil {
 		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -137,26 +212,87 @@ func stageFile(path string, write func(*bufio.Writer) error) (*pendingFile, erro
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(p.tmp)
+		removeTemp(p.tmp)
 		return nil, fmt.Errorf("writing %s: %w", path, err)
+	}
+	if afterStaged != nil {
+		afterStaged(p.tmp)
 	}
 	return p, nil
 }
 
+// afterStaged, when not nil, is told of every complete temporary file
+// before it is renamed: the tests stop a process there to signal it.
+var afterStaged func(tmp string)
+
 func (p *pendingFile) commit() error {
-	// Something not regular may have appeared since stageFile looked.
-	if st, err := os.Lstat(p.target); err == nil && !st.Mode().IsRegular() {
-		os.Remove(p.tmp)
-		return fmt.Errorf("%s is now %s, not a regular file; refusing to replace it", p.target, filekind.Describe(st.Mode()))
+	if p.stream != nil {
+		return p.writeStream()
 	}
-	if err := os.Rename(p.tmp, p.target); err != nil {
-		os.Remove(p.tmp)
-		return err
+	return renameTemp(p.tmp, p.target, func() error {
+		// Something not regular may have appeared since stageFile looked.
+		if st, err := os.Lstat(p.target); err == nil && !st.Mode().IsRegular() {
+			return fmt.Errorf("%s is now %s, not a regular file; refusing to replace it", p.target, filekind.Describe(st.Mode()))
+		}
+		return nil
+	})
+}
+
+// writeStream writes a stream output in place. Opening a FIFO waits for
+// its reader, as a shell's > does.
+func (p *pendingFile) writeStream() error {
+	if interrupted() {
+		return fmt.Errorf("writing %s: %w", p.target, errInterrupted)
+	}
+	f, err := os.OpenFile(p.target, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", p.target, err)
+	}
+	w := bufio.NewWriter(f)
+	err = p.stream(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", p.target, err)
 	}
 	return nil
 }
 
-func (p *pendingFile) discard() { os.Remove(p.tmp) }
+func (p *pendingFile) discard() {
+	if p.stream == nil {
+		removeTemp(p.tmp)
+	}
+}
+
+// commitAll puts staged outputs in place: the streams first, since what
+// they wrote cannot be taken back, then the files; after a failure the
+// rest are discarded.
+func commitAll(ps []*pendingFile) error {
+	ordered := make([]*pendingFile, 0, len(ps))
+	for _, p := range ps {
+		if p.stream != nil {
+			ordered = append(ordered, p)
+		}
+	}
+	for _, p := range ps {
+		if p.stream == nil {
+			ordered = append(ordered, p)
+		}
+	}
+	for i, p := range ordered {
+		if err := p.commit(); err != nil {
+			for _, q := range ordered[i+1:] {
+				q.discard()
+			}
+			return err
+		}
+	}
+	return nil
+}
 
 // writeFileAtomic writes one output through stageFile and commits it.
 func writeFileAtomic(path string, write func(*bufio.Writer) error) error {

@@ -56,7 +56,11 @@ The kernels widen on load and compute in float32; --check then compares
 with the reference on the rounded values.
 
 Outputs are written to a temporary file and renamed, all or none; a
-symbolic link is written through to its target, a FIFO or device refused:
+symbolic link is written through to its target; a pipe or character
+device (-o /dev/stdout, /dev/null) is written in place, first (what it
+took cannot be taken back), and the text that would go to stdout goes to
+stderr then (--json cannot move: refused); a socket, directory or block
+device is refused:
   -o O.npy         O, Q's shape with the last axis d_v
   --lse LSE.npy    natural log-sum-exp of each row, Q's shape without d_k
   --weights W.npy  attention weights, Q's leading axes then (L,S); small problems only
@@ -368,7 +372,12 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 			return usagef(stderr, "run", "--heatmap %s: want a name ending in .png, .svg or .pdf", f.heatmap)
 		}
 	}
-	if code := checkOutputPaths("run", stderr, append(f.paths(), outputFlag{"--heatmap", f.heatmap})); code != exitOK {
+	outs := append(f.paths(), outputFlag{"--heatmap", f.heatmap})
+	if code := checkOutputPaths("run", stderr, outs); code != exitOK {
+		return code
+	}
+	stdout, code := textStreams("run", f.json, stdout, stderr, outs)
+	if code != exitOK {
 		return code
 	}
 

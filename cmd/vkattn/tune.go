@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -70,7 +71,13 @@ printed. To go back to the defaults, delete that file, or open the device
 with vkattn.Config{DefaultTuning: true} in a program.
 
 The default run (--d 64,128) compiles about 30 variants: 1-3 minutes on
-lavapipe. --len shrinks the prefill problem (faster, noisier).
+lavapipe. --len shrinks the prefill problem (faster, noisier); it is at
+most 32768, --reps at most 1000000.
+
+Ctrl-C (SIGINT, SIGTERM, SIGHUP) stops at the next call, prints what was
+measured and saves nothing; a call in flight cannot be stopped on the
+device, so stderr says how long it should still take, and a second signal
+quits at once. The exit status is then 128 + the signal (130).
 
 Examples:
   vkattn tune                          # tune d=64 and d=128, save
@@ -148,11 +155,8 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	if ok, code := parseFlags(fs, tuneUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	if f.reps < 1 {
-		return usagef(stderr, "tune", "--reps %d: want at least 1", f.reps)
-	}
-	if f.length < 1 {
-		return usagef(stderr, "tune", "--len %d: want at least 1", f.length)
+	if code := checkRanges(stderr, "tune", rangeError("--reps", f.reps, 1, maxReps), rangeError("--len", f.length, 1, maxTuneLen)); code != exitOK {
+		return code
 	}
 	if len(f.ds.ds) == 0 {
 		return usagef(stderr, "tune", "--d: want at least one head width")
@@ -166,22 +170,41 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	}
 	defer dev.Close()
 
-	ctx, stop := interruptible()
-	defer stop()
 	// The bar is made at the first report, which says how many steps.
 	var prog *benchProgress
-	what := ""
+	var progMu sync.Mutex // prog is made here and cleared by a signal's note
+	clock := &dispatchClock{}
+	ctx, stop := interruptible("tune", func() string {
+		progMu.Lock()
+		if prog != nil {
+			prog.clear()
+		}
+		progMu.Unlock()
+		return clock.estimate()
+	})
+	defer stop()
+	what, lastDone := "", 0
 	progress := func(done, total int, desc string) {
+		progMu.Lock()
 		if prog == nil {
 			prog = newBenchProgress(stderr, f.quiet, total)
 		}
-		if desc != what {
+		progMu.Unlock()
+		// A new candidate starts with its cold call (Prepare and the
+		// first call); every step done ends a call and starts the next.
+		switch {
+		case desc != what:
 			what = desc
 			prog.describe(desc)
+			clock.begin(true)
+		case done > lastDone:
+			clock.lap()
 		}
+		lastDone = done
 		prog.set(done)
 	}
 	rep, err := tune.Run(ctx, dev, tune.Config{Widths: f.ds.ds, Reps: f.reps, Length: f.length, Seed: f.seed, Progress: progress})
+	clock.idle()
 	if prog != nil {
 		prog.finish()
 	}

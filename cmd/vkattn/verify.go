@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/filekind"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -27,7 +30,8 @@ query lengths, float16 and bfloat16 inputs, LSE and weights, each against
 the float64 reference on the values as stored (as run --check compares),
 so a device's own plans are checked beyond the golden shapes.
 It prints one line per case and, last, exactly "N passed, M failed"; the
-exit status is 1 if any case failed.
+exit status is 1 if any case failed. A case file must be a regular file
+of at most 64 MiB; --random is at most 1000000.
 
 Example:
   vkattn verify
@@ -46,8 +50,11 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	if ok, code := parseFlags(fs, verifyUsage, args, stdout, stderr); !ok {
 		return code
 	}
-	if *random < 0 {
-		return usagef(stderr, "verify", "--random %d: want a count >= 0", *random)
+	if code := checkRanges(stderr, "verify", rangeError("--random", *random, 0, maxRandomCases)); code != exitOK {
+		return code
+	}
+	if err := checkCaseFiles(*dir); err != nil {
+		return failf(stderr, "verify", "%v", err)
 	}
 	cases, err := golden.Load(*dir)
 	if err != nil {
@@ -86,6 +93,28 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// checkCaseFiles checks, before golden.Load reads them whole, that the
+// case files in dir are regular files of at most maxGoldenFileBytes: a
+// FIFO would block the read and /dev/zero behind a link never end it.
+func checkCaseFiles(dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		st, err := os.Stat(f)
+		switch {
+		case err != nil:
+			return err
+		case !st.Mode().IsRegular():
+			return fmt.Errorf("%s is %s; a case file must be a regular file", f, filekind.Describe(st.Mode()))
+		case st.Size() > maxGoldenFileBytes:
+			return fmt.Errorf("%s is larger than %s, the most a case file may hold", f, bytesLimit(maxGoldenFileBytes))
+		}
+	}
+	return nil
 }
 
 // tally counts verify's verdicts.

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Signals: SIGINT, SIGTERM and SIGHUP end every command the same way. The
+// first one removes the temporary files of outputs not yet in place, then
+// either cancels the context the interruptible work measures under (bench,
+// tune, decode: they stop at the next dispatch and report what they have)
+// or, when no such work runs, exits at once. A second signal exits at
+// once, leaving the device to the OS. The exit status is 128 + the signal
+// number (130 for SIGINT).
+
+// stopSignals are the signals caught.
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// errInterrupted is why an output is not written after a signal.
+var errInterrupted = errors.New("interrupted by a signal")
+
+// signalState is the process-wide registry: temporary files, the
+// interruptible work's context, the signal received.
+type signalState struct {
+	mu      sync.Mutex
+	temps   map[string]bool // temporary output files not yet renamed
+	got     os.Signal       // the first signal; nil before
+	holders int             // interruptible work under way (interruptible)
+	notes   []stopNote      // what that work says when interrupted
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stderr  io.Writer
+}
+
+var signals = newSignalState()
+
+func newSignalState() *signalState {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &signalState{temps: map[string]bool{}, ctx: ctx, cancel: cancel, stderr: io.Discard}
+}
+
+// catchSignals installs the handler; main calls it once, before any work.
+func catchSignals(stderr io.Writer) {
+	signals.mu.Lock()
+	signals.stderr = stderr
+	signals.mu.Unlock()
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, stopSignals...)
+	go func() {
+		for s := range ch {
+			signals.received(s)
+		}
+	}()
+}
+
+// signalStatus is the exit status for dying of s.
+func signalStatus(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return exitFail
+}
+
+// exitStatus is what the process exits with after a command returned
+// code: 128 + the signal number if a signal interrupted it.
+func exitStatus(code int) int {
+	signals.mu.Lock()
+	defer signals.mu.Unlock()
+	if signals.got != nil {
+		return signalStatus(signals.got)
+	}
+	return code
+}
+
+func (s *signalState) received(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for tmp := range s.temps {
+		os.Remove(tmp)
+	}
+	clear(s.temps)
+	first := s.got == nil
+	if first {
+		s.got = sig
+	}
+	if !first || s.holders == 0 {
+		// The lock stays held: no temporary file can be made after this.
+		os.Exit(signalStatus(sig))
+	}
+	s.cancel()
+	who, msg := "vkattn", "stopping"
+	for _, n := range s.notes {
+		if n.cmd == "" {
+			continue
+		}
+		who = "vkattn " + n.cmd
+		if n.say != nil {
+			msg = n.say()
+		}
+	}
+	fmt.Fprintf(s.stderr, "%s: %v: %s; a second signal quits at once\n", who, sig, msg)
+}
+
+// stopNote is what a command's interruptible work says when a signal
+// stops it; cmd "" once that work is over.
+type stopNote struct {
+	cmd string
+	say func() string
+}
+
+// interruptible is the context the work of command cmd (bench, tune,
+// decode) runs under: the first signal cancels it instead of ending the
+// process, so the work stops and reports what it measured. note, if not
+// nil, says on stderr then what the stop waits for. stop ends the
+// interruptible part: later, a signal exits at once.
+func interruptible(cmd string, note func() string) (context.Context, context.CancelFunc) {
+	s := signals
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holders++
+	i := len(s.notes)
+	s.notes = append(s.notes, stopNote{cmd, note})
+	var once sync.Once
+	return s.ctx, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.holders--
+			s.notes[i] = stopNote{}
+		})
+	}
+}
+
+// interrupted reports whether a signal has arrived.
+func interrupted() bool {
+	signals.mu.Lock()
+	defer signals.mu.Unlock()
+	return signals.got != nil
+}
+
+// createTemp makes a temporary file as os.CreateTemp does and registers
+// it, so a signal removes it; none is made once a signal has arrived.
+func createTemp(dir, pattern string) (*os.File, error) {
+	s := signals
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.got != nil {
+		return nil, errInterrupted
+	}
+	f, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return nil, err
+	}
+	s.temps[f.Name()] = true
+	return f, nil
+}
+
+// renameTemp renames a registered temporary file onto target, unless a
+// signal has arrived (it was removed then); check runs first, under the
+// same lock, and may refuse.
+func renameTemp(tmp, target string, check func() error) error {
+	s := signals
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.got != nil {
+		return errInterrupted
+	}
+	delete(s.temps, tmp)
+	if err := check(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// removeTemp removes a registered temporary file.
+func removeTemp(tmp string) {
+	s := signals
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.temps, tmp)
+	os.Remove(tmp)
+}
+
+// dispatchClock follows the dispatches of interruptible work, so that a
+// signal can say how long the one in flight (which the device cannot
+// abandon) should still take, from the time of the one before.
+type dispatchClock struct {
+	mu    sync.Mutex
+	start time.Time     // of the call in flight; zero when none
+	cold  bool          // it is the first of its kernel variant (compiles it)
+	last  time.Duration // the last warm call's wall time, 0 before one
+	first time.Duration // the last cold call's, compiling included
+}
+
+// begin says a call starts; cold: the first of its kernel variant, after
+// which warm calls of another variant say nothing of the next ones.
+func (c *dispatchClock) begin(cold bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.start, c.cold = time.Now(), cold
+	if cold {
+		c.last = 0
+	}
+}
+
+// lap says the call in flight ended and the next, warm one starts.
+func (c *dispatchClock) lap() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recordLocked()
+	c.start, c.cold = time.Now(), false
+}
+
+// done says the call in flight ended.
+func (c *dispatchClock) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recordLocked()
+	c.start = time.Time{}
+}
+
+// idle says no call is in flight (after a lap that started none).
+func (c *dispatchClock) idle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.start = time.Time{}
+}
+
+func (c *dispatchClock) recordLocked() {
+	if c.start.IsZero() {
+		return
+	}
+	if d := time.Since(c.start); c.cold {
+		c.first = d
+	} else {
+		c.last = d
+	}
+}
+
+// estimate says what stopping waits for: nothing, or the call in flight
+// and how long it should still take.
+func (c *dispatchClock) estimate() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.start.IsZero() {
+		return "stopping"
+	}
+	ran := time.Since(c.start)
+	running := fmt.Sprintf("stopping after the call in flight (it cannot be stopped on the device), running for %s", roundDur(ran))
+	switch {
+	case c.cold && c.first > 0:
+		return fmt.Sprintf("%s; it is the first of its kernel variant, which compiles it (the last such call took %s)", running, roundDur(c.first))
+	case c.cold:
+		return running + "; it is the first of its kernel variant, which compiles it"
+	case c.last > 0 && ran > c.last:
+		return fmt.Sprintf("%s, longer than the last call (%s)", running, roundDur(c.last))
+	case c.last > 0 && c.last-ran < time.Second:
+		return "stopping"
+	case c.last > 0:
+		return fmt.Sprintf("%s: about %s more (the last call took %s)", running, roundDur(c.last-ran), roundDur(c.last))
+	case c.first > 0 && c.first-ran >= time.Second:
+		return fmt.Sprintf("%s: at most about %s more (the first call, compiling included, took %s)", running, roundDur(c.first-ran), roundDur(c.first))
+	}
+	return running
+}
+
+func roundDur(d time.Duration) time.Duration {
+	if d >= 10*time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(100 * time.Millisecond)
+}
