@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/vkattn/vkattn/vk"
 )
@@ -149,11 +150,11 @@ func (s *DecodeStep) callFor(lens []int) (*Call, error) {
 // Write's for q. A ctx done while waiting returns at once and leaves the
 // step running on the device (the token is appended); a failure before
 // the submission leaves the cache as it was.
-func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) error {
+func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errorf(ErrClosed, "decode step used after Close")
+		return 0, errorf(ErrClosed, "decode step used after Close")
 	}
 	c := s.cache
 	cfg := c.cfg
@@ -163,44 +164,44 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) error {
 		want int
 	}{{"k", k, cfg.B * cfg.HKV * cfg.DK}, {"v", v, cfg.B * cfg.HKV * cfg.DV}, {"q", q, cfg.B * s.heads * cfg.DK}, {"o", o, cfg.B * s.heads * cfg.DV}} {
 		if len(x.data) != x.want {
-			return errorf(ErrShape, "decode step: %s has %d values, want %d", x.name, len(x.data), x.want)
+			return 0, errorf(ErrShape, "decode step: %s has %d values, want %d", x.name, len(x.data), x.want)
 		}
 	}
 	rawK, err := c.k.encode(k)
 	if err != nil {
-		return fmt.Errorf("keys: %w", err)
+		return 0, fmt.Errorf("keys: %w", err)
 	}
 	rawV, err := c.v.encode(v)
 	if err != nil {
-		return fmt.Errorf("values: %w", err)
+		return 0, fmt.Errorf("values: %w", err)
 	}
 	rawQ, err := s.q.encode(q)
 	if err != nil {
-		return fmt.Errorf("queries: %w", err)
+		return 0, fmt.Errorf("queries: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usable(); err != nil {
-		return err
+		return 0, err
 	}
 	for b, l := range c.lens {
 		if l+1 > cfg.Capacity {
-			return errorf(ErrCapacity, "sequence %d holds %d of %d positions: 1 more does not fit", b, l, cfg.Capacity)
+			return 0, errorf(ErrCapacity, "sequence %d holds %d of %d positions: 1 more does not fit", b, l, cfg.Capacity)
 		}
 	}
 	call, err := s.callFor(c.lens)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, part := range []struct {
 		off uint64
 		raw []byte
 	}{{s.at.k, rawK}, {s.at.v, rawV}, {s.at.q, rawQ}} {
 		if err := s.stage.Write(part.off, part.raw); err != nil {
-			return deviceError(err)
+			return 0, deviceError(err)
 		}
 	}
 	lens, pages, free := slices.Clone(c.lens), clonePages(c.pagesOf), slices.Clone(c.free)
@@ -233,13 +234,14 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) error {
 	after := func(cmds *vk.Commands) error {
 		return cmds.Copy(out.buf, uint64(4*out.offset), s.stage, s.at.o, uint64(4*len(o)))
 	}
-	if _, err := call.runWith(ctx, before, after); err != nil {
+	t, err := call.runWith(ctx, before, after)
+	if err != nil {
 		if ctx.Err() == nil {
 			restore() // not submitted, or the device failed: nothing appended
 		}
-		return err
+		return 0, err
 	}
-	return deviceError(s.stage.ReadFloat32(s.at.o/4, o))
+	return t, deviceError(s.stage.ReadFloat32(s.at.o/4, o))
 }
 
 func clonePages(p [][]int) [][]int {

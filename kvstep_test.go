@@ -40,7 +40,7 @@ func decodeSteps(t *testing.T, d *vkattn.Device, page int) {
 	run := func(i int) vkattn.Stats {
 		k, v, q := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D)
 		before := d.Stats()
-		if err := step.Run(context.Background(), k, v, q, o); err != nil {
+		if _, err := step.Run(context.Background(), k, v, q, o); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 		after := d.Stats()
@@ -96,7 +96,7 @@ func decodeSteps(t *testing.T, d *vkattn.Device, page int) {
 			t.Fatal(err)
 		}
 	}
-	if err := step.Run(context.Background(), k, v, randomValues(r, B*H*D), o); !errors.Is(err, vkattn.ErrCapacity) {
+	if _, err := step.Run(context.Background(), k, v, randomValues(r, B*H*D), o); !errors.Is(err, vkattn.ErrCapacity) {
 		t.Errorf("a step past the capacity: %v, want ErrCapacity", err)
 	}
 	if got := cache.Lengths(); got[0] != full || got[1] != 102 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	vulkan "github.com/vulkan-go/vulkan"
@@ -24,6 +25,9 @@ type Buffer struct {
 	heap   uint32 // the memory heap its memory came from
 	bytes  uint64 // of memory allocated on it
 	use    bufferUse
+	// id names the VkBuffer for its whole life, spare times included
+	// (handle values may be reused by the driver once destroyed).
+	id     uint64
 	mapped unsafe.Pointer
 	// Guarded by dev.mu:
 	views   map[viewKey]vulkan.BufferView
@@ -42,6 +46,9 @@ func (d *Device) NewBuffer(size uint64) (*Buffer, error) {
 	defer d.exit()
 	return d.newBuffer(size, deviceData)
 }
+
+// bufferIDs numbers the VkBuffers made in this process.
+var bufferIDs atomic.Uint64
 
 // NewHostBuffer allocates size bytes of host-visible memory that the host
 // reads and writes directly, in system memory where the device has it: a
@@ -89,7 +96,7 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 		return nil, err
 	}
 	objectCreated()
-	b := &Buffer{dev: d, handle: handle, size: size, use: use}
+	b := &Buffer{dev: d, handle: handle, size: size, use: use, id: bufferIDs.Add(1)}
 	var req vulkan.MemoryRequirements
 	vulkan.GetBufferMemoryRequirements(d.handle, handle, &req)
 	req.Deref()

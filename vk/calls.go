@@ -501,6 +501,7 @@ func (d *Device) allocateSet(pool vulkan.DescriptorPool, layout vulkan.Descripto
 // descriptor is one binding's write: a storage image, a texel view, or a
 // buffer range.
 type descriptor struct {
+	id     uint64 // the buffer's identity (Buffer.id), for comparing sets
 	kind   vulkan.DescriptorType
 	buffer vulkan.Buffer
 	offset uint64

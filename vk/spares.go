@@ -34,16 +34,16 @@ var spareObjects atomic.Int64
 // spareBuffer is a buffer's Vulkan objects, kept for a buffer of the same
 // size and use.
 type spareBuffer struct {
-	handle      vulkan.Buffer
-	memory      vulkan.DeviceMemory
-	mapped      unsafe.Pointer
-	views       map[viewKey]vulkan.BufferView
-	heap        uint32
-	bytes       uint64
-	objects     int64
-	size        uint64
-	use         bufferUse
-	mappedSpare bool
+	handle  vulkan.Buffer
+	memory  vulkan.DeviceMemory
+	mapped  unsafe.Pointer
+	views   map[viewKey]vulkan.BufferView
+	heap    uint32
+	bytes   uint64
+	objects int64
+	size    uint64
+	use     bufferUse
+	id      uint64
 }
 
 type spareBufferKey struct {
@@ -70,8 +70,9 @@ func (s *spareCommands) objects() int64 {
 
 // spareSet is a descriptor set with its pool, kept for the same kernel.
 type spareSet struct {
-	pool vulkan.DescriptorPool
-	set  vulkan.DescriptorSet
+	pool    vulkan.DescriptorPool
+	set     vulkan.DescriptorSet
+	written []descriptor
 }
 
 // spares are a device's spare objects, guarded by its mu.
@@ -98,7 +99,7 @@ func (d *Device) parkBufferLocked(b *Buffer) bool {
 	key := spareBufferKey{b.size, b.use}
 	s.buffers[key] = append(s.buffers[key], spareBuffer{
 		handle: b.handle, memory: b.memory, mapped: b.mapped, views: b.views,
-		heap: b.heap, bytes: b.bytes, objects: n, size: b.size, use: b.use,
+		heap: b.heap, bytes: b.bytes, objects: n, size: b.size, use: b.use, id: b.id,
 	})
 	s.bytes += b.size
 	s.count++
@@ -122,7 +123,7 @@ func (d *Device) reviveBufferLocked(size uint64, use bufferUse) *Buffer {
 	s.count--
 	spareObjects.Add(-sp.objects)
 	return &Buffer{dev: d, handle: sp.handle, memory: sp.memory, mapped: sp.mapped, views: sp.views,
-		heap: sp.heap, bytes: sp.bytes, size: sp.size, use: sp.use}
+		heap: sp.heap, bytes: sp.bytes, size: sp.size, use: sp.use, id: sp.id}
 }
 
 // dropSpareBuffersLocked destroys every spare buffer, giving their heaps'
@@ -194,7 +195,7 @@ func (k *Kernel) parkSetLocked(s *DescriptorSet) bool {
 	if k.dev.closed || len(k.spareSets) >= spareSetsMax || s.pool == nil {
 		return false
 	}
-	k.spareSets = append(k.spareSets, spareSet{pool: s.pool, set: s.set})
+	k.spareSets = append(k.spareSets, spareSet{pool: s.pool, set: s.set, written: s.written})
 	spareObjects.Add(1) // the pool; the set is part of it
 	s.pool, s.set, s.buffers = nil, nil, nil
 	return true

@@ -36,11 +36,13 @@ Suites (B=1 and d_k = d_v = d throughout):
   long     H=1, L=S in 8192, 16384, 32768, d=64 (slow on lavapipe)
   all      every suite above
   decode-loop  steps of a decode loop through a KV cache (vkattn decode's):
-           H=32, H_kv=8, d=128, cache lengths 1024, 4096, 16384, 32768,
-           contiguous and paged (256-position pages), f32 and f16 caches;
-           a step appends a token, writes its query and runs the prepared
-           call; steps/s, cache GB/s and device allocations per step (not
-           in all: it compiles four more variants)
+           H=32, H_kv=8, d=128, cache lengths 1024, 4096, 16384, 32768 in
+           caches of that capacity, and 1024 in a 32768 cache; contiguous
+           and paged (256-position pages), f32 and f16 caches; a step
+           (DecodeStep) appends a token, attends with its query and reads
+           O back in one submission; steps/s, cache GB/s and, per step,
+           device allocations, submissions, host waits and staged bytes
+           (not in all: it compiles four more variants)
 Causal rows use the bottom-right alignment (query t sees keys j <= t + S - L).
 
 --shape replaces the suite with your own shapes: six integers B,H,H_kv,L,S,d
@@ -633,7 +635,7 @@ func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
 		return failf(stderr, "bench", "%v", err)
 	}
 	defer dev.Close()
-	prog := newBenchProgress(stderr, f.quiet, len(loopLengths)*4*(1+f.reps))
+	prog := newBenchProgress(stderr, f.quiet, len(loopCases)*4*(1+f.reps))
 	clock := &dispatchClock{}
 	ctx, stop := interruptible("bench", func() string {
 		prog.clear()
@@ -645,7 +647,7 @@ func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
 	prog.finish()
 	stop()
 	if ctx.Err() != nil {
-		err = fmt.Errorf("interrupted after %d of %d measurements", len(results), len(loopLengths)*4)
+		err = fmt.Errorf("interrupted after %d of %d measurements", len(results), len(loopCases)*4)
 	}
 	if err := emitResults(stdout, f.json, results, func() { printLoopTable(stdout, dev.String(), results) }); err != nil {
 		return failf(stderr, "bench", "%v", err)

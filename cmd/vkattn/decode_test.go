@@ -82,30 +82,40 @@ func TestDecode(t *testing.T) {
 	checkRefused(t, []string{"decode", "-q", q, "-k", short, "-v", v}, 1, "one sequence length T", "")
 }
 
-// bench --suite decode-loop on a small shape: every layout and type, no
-// device allocation in a step.
+// bench --suite decode-loop on a small shape: every layout and type, a
+// cache as long as the length and one four times longer, on lavapipe's
+// own plan and memory and as NVIDIA with discrete memory: each step is one
+// submission and one host wait, stages its token, query and output, and
+// allocates nothing.
 func TestBenchDecodeLoop(t *testing.T) {
 	withDevice(t)
 	saved := [...]int{loopH, loopHKV, loopD, loopPage}
-	savedLengths := loopLengths
-	loopH, loopHKV, loopD, loopPage, loopLengths = 4, 2, 8, 64, []int{300}
+	savedCases := loopCases
+	loopH, loopHKV, loopD, loopPage = 4, 2, 8, 64
+	loopCases = []struct{ length, capacity int }{{300, 300}, {300, 1200}}
 	defer func() {
-		loopH, loopHKV, loopD, loopPage, loopLengths = saved[0], saved[1], saved[2], saved[3], savedLengths
+		loopH, loopHKV, loopD, loopPage, loopCases = saved[0], saved[1], saved[2], saved[3], savedCases
 	}()
-	out := cliOK(t, "bench", "--suite", "decode-loop", "--reps", "3", "--quiet", "--json")
-	var rs []loopResult
-	if err := json.Unmarshal([]byte(out), &rs); err != nil {
-		t.Fatalf("--json: %v\n%s", err, out)
-	}
-	if len(rs) != 4 {
-		t.Fatalf("%d results, want 4 (contiguous and paged, f32 and f16)", len(rs))
-	}
-	for _, r := range rs {
-		if r.Length != 300 || r.StepsPerS <= 0 || r.Allocs != 0 {
-			t.Errorf("result %+v: want cache length 300, a rate, no allocation", r)
+	for _, planAs := range []string{"", "nvidia"} {
+		args := []string{"bench", "--suite", "decode-loop", "--reps", "3", "--quiet", "--json"}
+		if planAs != "" {
+			args = append(args, "--plan-as", planAs)
 		}
-	}
-	if rs[2].Cache != "paged 64" || rs[1].DType != "f16" {
-		t.Errorf("results in the wrong order: %+v", rs)
+		out := cliOK(t, args...)
+		var rs []loopResult
+		if err := json.Unmarshal([]byte(out), &rs); err != nil {
+			t.Fatalf("--json: %v\n%s", err, out)
+		}
+		if len(rs) != 8 {
+			t.Fatalf("%d results, want 8 (two capacities, contiguous and paged, f32 and f16)", len(rs))
+		}
+		for _, r := range rs {
+			if r.Length != 300 || r.StepsPerS <= 0 || r.Allocs != 0 || r.Submits != 1 || r.Waits != 1 || r.StagingBytes <= 0 {
+				t.Errorf("plan as %q: result %+v: want cache length 300, a rate, no allocation, 1 submission and 1 wait, staged bytes", planAs, r)
+			}
+		}
+		if rs[2].Cache != "paged 64" || rs[1].DType != "f16" || rs[0].Capacity != 300 || rs[4].Capacity != 1200 {
+			t.Errorf("results in the wrong order: %+v", rs)
+		}
 	}
 }
