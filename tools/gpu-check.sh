@@ -20,8 +20,14 @@
 #   bench      bench.json: bench --suite all --json (prefill, decode, long)
 #   bench-f16  bench-f16.json: the same with Q, K, V stored as f16
 #   bench-kvf16  bench-kvf16.json: decode with f32 Q and f16 K/V
+#   decode-loop  decode-loop.json: bench --suite decode-loop --json (decode
+#              steps through a KV cache: steps/s, and per step submissions,
+#              host waits, allocations and staged bytes)
 #   torch      torch.json: tools/torch_sdpa.py, only where
 #              torch.cuda.is_available() holds (else logged as skipped)
+#   torch-decode-loop  torch-decode-loop.json and decode-loop.md:
+#              tools/torch_decode_loop.py, PyTorch's decode step on the
+#              decode-loop cases, joined with decode-loop.json
 #   table      table.md: tools/gpu-table.py OUTDIR
 # steps.tsv has one line per step: name, exit status, seconds. The script
 # exits 1 if any step failed, after running them all.
@@ -116,10 +122,12 @@ if [ "${SKIP_BENCH:-}" = 1 ]; then
   skip bench SKIP_BENCH=1
   skip bench-f16 SKIP_BENCH=1
   skip bench-kvf16 SKIP_BENCH=1
+  skip decode-loop SKIP_BENCH=1
 else
   step bench "$out/bench.json" "$out/bench.err" "$bin" bench "${shapes[@]}" --json --quiet
   step bench-f16 "$out/bench-f16.json" "$out/bench-f16.err" "$bin" bench "${shapes[@]}" --dtype f16 --json --quiet
   step bench-kvf16 "$out/bench-kvf16.json" "$out/bench-kvf16.err" "$bin" bench "${decode[@]}" --kv-dtype f16 --json --quiet
+  step decode-loop "$out/decode-loop.json" "$out/decode-loop.err" "$bin" bench --suite decode-loop --reps "$reps" --json --quiet
 fi
 
 # torch.cuda.is_available() returns False rather than failing: exit on it.
@@ -129,8 +137,13 @@ elif "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
   quick=()
   [ "${QUICK:-}" = 1 ] && quick=(--quick --reps 2 --warmup 1)
   step torch "$out/torch.out" "$out/torch.err" "$py" "$here/torch_sdpa.py" --out "$out/torch.json" --backends "${quick[@]}"
+  loop=()
+  [ "${QUICK:-}" = 1 ] && loop=(--quick --reps 2 --warmup 1)
+  step torch-decode-loop "$out/torch-decode-loop.out" "$out/torch-decode-loop.err" "$py" "$here/torch_decode_loop.py" \
+    --out "$out/torch-decode-loop.json" --vkattn "$out/decode-loop.json" --table "$out/decode-loop.md" "${loop[@]}"
 else
   skip torch "no torch with CUDA under $py"
+  skip torch-decode-loop "no torch with CUDA under $py"
 fi
 
 have=0
