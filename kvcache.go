@@ -2,10 +2,13 @@ package vkattn
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
 	"sync"
+
+	"github.com/vkattn/vkattn/vk"
 )
 
 // ErrCapacity: an append would take a KV cache sequence past its capacity,
@@ -211,10 +214,47 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 		return c.Append(kd, vd, n)
 	}
 	size := uint64(cfg.DType.Bytes())
-	return c.store(c.everySequence(), n, func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+	return c.storeOnce(c.everySequence(), n, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
 		src := [2]*Tensor{k, v}[i]
-		return src.buf.CopyTo(dst.buf, uint64(src.offset+first*w)*size, uint64(dstElem)*size, uint64(rows*w)*size)
+		return cmds.Copy(src.buf, uint64(src.offset+first*w)*size, dst.buf, uint64(dstElem)*size, uint64(rows*w)*size)
 	})
+}
+
+// storeOnce is store with every write recorded into one submission (one
+// round trip whatever B and HKV): put records each run of rows, and the
+// commands write the page table and the lengths. On failure the cache is
+// as it was.
+func (c *KVCache) storeOnce(seqs []int, n int, put func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lens, pages, free := slices.Clone(c.lens), clonePages(c.pagesOf), slices.Clone(c.free)
+	err := c.dev.dev.Once(func(cmds *vk.Commands) error {
+		return c.storeLocked(seqs, n,
+			func(i int, dst *Tensor, dstElem, first, rows, w int) error { return put(cmds, i, dst, dstElem, first, rows, w) },
+			func(t *Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) })
+	})
+	if err != nil {
+		c.lens, c.pagesOf, c.free = lens, pages, free
+	}
+	return deviceError(err)
+}
+
+// updateInts records xs written as int32 words from element offset off of
+// t, in pieces of vkCmdUpdateBuffer's 64 KiB.
+func updateInts(cmds *vk.Commands, t *Tensor, off int, xs []int) error {
+	const piece = 65536 / 4
+	for len(xs) > 0 {
+		m := min(len(xs), piece)
+		raw := make([]byte, 4*m)
+		for i, x := range xs[:m] {
+			binary.LittleEndian.PutUint32(raw[4*i:], uint32(int32(x)))
+		}
+		if err := cmds.Update(t.buf, uint64(4*off), raw); err != nil {
+			return err
+		}
+		xs, off = xs[m:], off+m
+	}
+	return nil
 }
 
 // copyable reports whether t can be copied into the cache on the device:
@@ -268,10 +308,31 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 	if err != nil {
 		return fmt.Errorf("values: %w", err)
 	}
-	return c.store(seqs, n, func(i int, dst *Tensor, dstElem, first, rows, w int) error {
-		raw := [2][]byte{rawK, rawV}[i]
-		row := w * cfg.DType.Bytes()
-		return dst.writeRaw(dstElem, raw[first*row:(first+rows)*row])
+	if c.k.buf.Mapped() && c.v.buf.Mapped() && c.lenT.buf.Mapped() {
+		return c.store(seqs, n, func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+			raw := [2][]byte{rawK, rawV}[i]
+			row := w * cfg.DType.Bytes()
+			return dst.writeRaw(dstElem, raw[first*row:(first+rows)*row])
+		})
+	}
+	// Unmapped (a discrete GPU): the tokens go through a staging buffer
+	// of their own and every run of rows, the page table and the lengths
+	// into the cache in one submission, not a round trip each.
+	stage, err := c.dev.dev.NewHostBuffer(uint64(len(rawK) + len(rawV)))
+	if err != nil {
+		return deviceError(err)
+	}
+	defer stage.Close()
+	if err := stage.Write(0, rawK); err != nil {
+		return deviceError(err)
+	}
+	if err := stage.Write(uint64(len(rawK)), rawV); err != nil {
+		return deviceError(err)
+	}
+	cb := uint64(cfg.DType.Bytes())
+	return c.storeOnce(seqs, n, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
+		src := [2]uint64{0, uint64(len(rawK))}[i] + uint64(first*w)*cb
+		return cmds.Copy(stage, src, dst.buf, uint64(dstElem)*cb, uint64(rows*w)*cb)
 	})
 }
 

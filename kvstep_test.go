@@ -103,3 +103,49 @@ func decodeSteps(t *testing.T, d *vkattn.Device, page int) {
 		t.Errorf("lengths %v after a refused step, want [%d 102]", got, full)
 	}
 }
+
+// On discrete memory an append is one round trip whatever B and HKV: the
+// host's tokens (Append) or the device tensors' (AppendTensors) go into
+// every sequence and head, with the page table and the lengths, in one
+// submission and one host wait; the cache then attends as its history
+// says.
+func TestAppendIsOneRoundTrip(t *testing.T) {
+	d := nvidiaDev
+	if d.Memory() != vkattn.DiscreteMemory {
+		t.Fatalf("the NVIDIA plan's device has %v memory, want discrete", d.Memory())
+	}
+	const B, H, HKV, D = 2, 4, 2, 16
+	for _, page := range []int{0, 8} {
+		t.Run(fmt.Sprintf("page %d", page), func(t *testing.T) {
+			r := rand.New(rand.NewSource(73))
+			cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, PageSize: page}
+			cache, hist := filledCache(t, d, r, cfg, 5, 3)
+			k, v := randomValues(r, B*HKV*9*D), randomValues(r, B*HKV*9*D)
+			before := d.Stats()
+			if err := cache.Append(k, v, 9); err != nil {
+				t.Fatal(err)
+			}
+			if s := d.Stats().Since(before); s.Submits != 1 || s.Waits != 1 {
+				t.Errorf("Append of 9 tokens to %d sequences of %d heads: %d submissions, %d waits; want 1 and 1", B, HKV, s.Submits, s.Waits)
+			}
+			for b := 0; b < B; b++ {
+				hist.add(b, k[b*HKV*9*D:(b+1)*HKV*9*D], v[b*HKV*9*D:(b+1)*HKV*9*D], 9)
+			}
+			kt, vt := randomValues(r, B*HKV*2*D), randomValues(r, B*HKV*2*D)
+			kT, vT := upload(t, d, []int{B, HKV, 2, D}, kt), upload(t, d, []int{B, HKV, 2, D}, vt)
+			before = d.Stats()
+			if err := cache.AppendTensors(kT, vT); err != nil {
+				t.Fatal(err)
+			}
+			if s := d.Stats().Since(before); s.Submits != 1 || s.Waits != 1 {
+				t.Errorf("AppendTensors of 2 tokens: %d submissions, %d waits; want 1 and 1", s.Submits, s.Waits)
+			}
+			for b := 0; b < B; b++ {
+				hist.add(b, kt[b*HKV*2*D:(b+1)*HKV*2*D], vt[b*HKV*2*D:(b+1)*HKV*2*D], 2)
+			}
+			qData := randomValues(r, B*H*D)
+			o, _ := attendOnce(t, cache, upload(t, d, []int{B, H, 1, D}, qData), vkattn.Options{})
+			hist.check(t, "after the appends", o, qData, H, 1, vkattn.Options{})
+		})
+	}
+}

@@ -181,6 +181,10 @@ func (d *Device) countLiveLocked(size uint64) {
 	a.largest = max(a.largest, size)
 }
 
+// Mapped reports whether the host reads and writes b directly (no staging
+// transfer, no submission).
+func (b *Buffer) Mapped() bool { return b.mapped != nil }
+
 // Size is the buffer's size in bytes.
 func (b *Buffer) Size() uint64 { return b.size }
 

@@ -210,6 +210,32 @@ func (c *Commands) Copy(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size ui
 	})
 }
 
+// Once records fn's commands (copies, updates) into one command buffer,
+// then submits it and waits: many transfers for one round trip. The
+// commands come from the spares, so Once allocates nothing in steady
+// state.
+func (d *Device) Once(fn func(*Commands) error) error {
+	c, err := d.NewCommands(0)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.Begin(); err != nil {
+		return err
+	}
+	if err := fn(c); err != nil {
+		return err
+	}
+	c.Barrier()
+	if err := c.End(); err != nil {
+		return err
+	}
+	if err := c.Submit(); err != nil {
+		return err
+	}
+	return c.Wait(context.Background())
+}
+
 // Update records a write of data (at most 64 KiB, a multiple of 4 bytes)
 // into dst at off, carried in the command buffer itself: parameters that
 // a replay rewrites cost no staging transfer where dst is not mapped.
