@@ -230,7 +230,9 @@ func (c *KVCache) storeOnce(seqs []int, n int, put func(cmds *vk.Commands, i int
 	lens, pages, free := slices.Clone(c.lens), clonePages(c.pagesOf), slices.Clone(c.free)
 	err := c.dev.dev.Once(func(cmds *vk.Commands) error {
 		return c.storeLocked(seqs, n,
-			func(i int, dst *Tensor, dstElem, first, rows, w int) error { return put(cmds, i, dst, dstElem, first, rows, w) },
+			func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+				return put(cmds, i, dst, dstElem, first, rows, w)
+			},
 			func(t *Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) })
 	})
 	if err != nil {
