@@ -8,6 +8,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/vk"
 )
 
 // Every test in this package shares devices opened with the validation
@@ -21,6 +22,10 @@ var (
 	nvidiaDev  *vkattn.Device
 	amdDev     *vkattn.Device
 	intelDev   *vkattn.Device
+	// rowDev and rowStorageDev plan as lavapipe's quirk table says (the
+	// row kernels, texel and storage load paths) whatever the device and
+	// VKATTN_PLAN_AS: dev and storageDev where they plan so themselves.
+	rowDev, rowStorageDev *vkattn.Device
 )
 
 // gpuPlanDevs are the devices planned as GPU vendors.
@@ -111,6 +116,11 @@ func TestMain(m *testing.M) {
 			pool <- open(c.cfg)
 		}
 		pools[*c.shared] = pool
+	}
+	rowDev, rowStorageDev = dev, storageDev
+	if dev.PlannedAs() != "" || dev.Info().DriverID != vk.DriverIDLavapipe {
+		rowDev = open(vkattn.Config{Validation: true, PlanAs: "lavapipe"})
+		rowStorageDev = open(vkattn.Config{Validation: true, PlanAs: "lavapipe", LoadPath: vkattn.StorageLoadPath})
 	}
 	code := m.Run()
 	for _, d := range opened {

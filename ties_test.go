@@ -28,15 +28,15 @@ func TestExactTiesStayExact(t *testing.T) {
 		tied     [2]int // the tied keys
 		split    bool   // the planner must choose split-K decode
 	}{
-		{"texel/vec4", dev, 8, 6, [2]int{1, 5}, false},
-		{"texel/scalar", dev, 7, 6, [2]int{1, 5}, false},
-		{"storage/vec4", storageDev, 8, 6, [2]int{1, 5}, false},
-		{"storage/scalar", storageDev, 7, 6, [2]int{1, 5}, false},
+		{"texel/vec4", rowDev, 8, 6, [2]int{1, 5}, false},
+		{"texel/scalar", rowDev, 7, 6, [2]int{1, 5}, false},
+		{"storage/vec4", rowStorageDev, 8, 6, [2]int{1, 5}, false},
+		{"storage/scalar", rowStorageDev, 7, 6, [2]int{1, 5}, false},
 		// 300 keys: two splits of 256 on lavapipe's texel path, five of 64
 		// on the storage path; the tied keys land in different splits, so
 		// the combine pass merges them.
-		{"texel/split-K", dev, 8, 300, [2]int{5, 290}, true},
-		{"storage/split-K", storageDev, 8, 300, [2]int{5, 290}, true},
+		{"texel/split-K", rowDev, 8, 300, [2]int{5, 290}, true},
+		{"storage/split-K", rowStorageDev, 8, 300, [2]int{5, 290}, true},
 		// The tiled GPU kernels: lanes split d and sum by shuffles; ten
 		// splits of 32 keys as NVIDIA plans them.
 		{"tiled/vec4", nvidiaDev, 8, 6, [2]int{1, 5}, false},

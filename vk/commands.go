@@ -27,6 +27,7 @@ type Commands struct {
 	nQueries uint32
 	uses     map[*Buffer]struct{} // buffers the recorded commands use
 	err      error                // first recording error, returned by End
+	open     bool                 // between a Begin and its End: recording
 	// Guarded by dev.mu:
 	submitted bool // in flight: submitted and not yet seen finished
 	destroyed bool
@@ -157,11 +158,15 @@ func (c *Commands) Begin() error {
 	c.mu.Unlock()
 	return c.recording(func() error {
 		c.uses = map[*Buffer]struct{}{}
+		if err := c.reset(); err != nil {
+			return err
+		}
 		info := vulkan.CommandBufferBeginInfo{SType: vulkan.StructureTypeCommandBufferBeginInfo}
 		defer info.Free() // vulkan-go keeps its C copy until Free
 		if err := check("vkBeginCommandBuffer", vulkan.BeginCommandBuffer(c.cmd, &info)); err != nil {
 			return err
 		}
+		c.open = true
 		if c.queries != nil {
 			vulkan.CmdResetQueryPool(c.cmd, c.queries, 0, c.nQueries)
 		}
@@ -294,8 +299,19 @@ func (c *Commands) Timestamp(i uint32) {
 // End finishes recording; it returns the first error of the recording.
 func (c *Commands) End() error {
 	return c.recording(func() error {
+		c.open = false
 		return check("vkEndCommandBuffer", vulkan.EndCommandBuffer(c.cmd))
 	})
+}
+
+// reset returns a recording that failed before its End to the initial
+// state (vkBeginCommandBuffer resets only executable buffers implicitly).
+func (c *Commands) reset() error {
+	if !c.open {
+		return nil
+	}
+	c.open = false
+	return check("vkResetCommandBuffer", vulkan.ResetCommandBuffer(c.cmd, 0))
 }
 
 // Submit queues the recorded commands. Commands still in flight from an

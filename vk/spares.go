@@ -148,7 +148,7 @@ func (d *Device) dropSpareBuffersLocked() bool {
 // nothing of c is in flight.
 func (d *Device) parkCommandsLocked(c *Commands) bool {
 	s := &d.spare
-	if d.closed || len(s.commands) >= spareCommandsMax || c.pool == nil || c.cmd == nil || c.fence == nil {
+	if d.closed || len(s.commands) >= spareCommandsMax || c.pool == nil || c.cmd == nil || c.fence == nil || c.reset() != nil {
 		return false
 	}
 	sp := spareCommands{pool: c.pool, cmd: c.cmd, fence: c.fence, queries: c.queries, nQueries: c.nQueries}

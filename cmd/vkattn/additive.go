@@ -96,11 +96,13 @@ func runAdditive(args []string, stdout, stderr io.Writer) int {
 	case f.params == "":
 		return usagef(stderr, "additive", "--params is required: W_q, W_k, b, w_a in a .npz or .safetensors file")
 	}
-	return runLayer("additive", f.device, &f.masks, f.paths(), stderr,
+	return runLayer("additive", f.device, &f.masks, f.paths(), stdout, stderr,
 		func(causal vkattn.Causal, meaning vkattn.MaskMeaning) (*additiveProblem, error) {
 			return loadAdditive(&f, causal, meaning)
 		},
-		func(dev *vkattn.Device, p *additiveProblem) int { return executeAdditive(&f, dev, p, stdout, stderr) })
+		func(dev *vkattn.Device, p *additiveProblem, text io.Writer) int {
+			return executeAdditive(&f, dev, p, text, stderr)
+		})
 }
 
 // loadAdditive reads the inputs, weights and masks and validates them on

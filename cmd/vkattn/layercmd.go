@@ -31,14 +31,21 @@ func reportError(stderr io.Writer, cmd string, err error) int {
 // runLayer is what mha and additive do once their flags parse: check the
 // mask flags and output paths; read the inputs, weights and masks and
 // validate them on the host (load), so bad input fails before a device is
-// opened; then open the device and run the problem on it (execute).
-func runLayer[P any](cmd string, device deviceChoice, masks *maskFlags, outs []outputFlag, stderr io.Writer,
-	load func(vkattn.Causal, vkattn.MaskMeaning) (P, error), execute func(*vkattn.Device, P) int) int {
+// opened; then open the device and run the problem on it (execute),
+// which prints its text to the writer it is given.
+func runLayer[P any](cmd string, device deviceChoice, masks *maskFlags, outs []outputFlag, stdout, stderr io.Writer,
+	load func(vkattn.Causal, vkattn.MaskMeaning) (P, error), execute func(*vkattn.Device, P, io.Writer) int) int {
 	causal, meaning, err := masks.parse()
 	if err != nil {
 		return reportError(stderr, cmd, err)
 	}
 	if code := checkOutputPaths(cmd, stderr, outs); code != exitOK {
+		return code
+	}
+	// With an output on standard output the command's own text goes to
+	// standard error, so the stream stays a valid file.
+	text, code := textStreams(cmd, false, stdout, stderr, outs)
+	if code != exitOK {
 		return code
 	}
 	p, err := load(causal, meaning)
@@ -50,7 +57,7 @@ func runLayer[P any](cmd string, device deviceChoice, masks *maskFlags, outs []o
 		return failf(stderr, cmd, "%v", err)
 	}
 	defer dev.Close()
-	return execute(dev, p)
+	return execute(dev, p, text)
 }
 
 // maskFlags are the mask flags of the layer commands: one --mask file,

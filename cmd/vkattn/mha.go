@@ -117,11 +117,13 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 	case f.average && f.weights == "":
 		return usagef(stderr, "mha", "--average-weights needs --weights W.npy")
 	}
-	return runLayer("mha", f.device, &f.masks, []outputFlag{{"-o", f.out}, {"--weights", f.weights}}, stderr,
+	return runLayer("mha", f.device, &f.masks, []outputFlag{{"-o", f.out}, {"--weights", f.weights}}, stdout, stderr,
 		func(causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mhaProblem, error) {
 			return loadMHA(&f, causal, meaning)
 		},
-		func(dev *vkattn.Device, p *mhaProblem) int { return executeMHA(&f, dev, p, stdout, stderr) })
+		func(dev *vkattn.Device, p *mhaProblem, text io.Writer) int {
+			return executeMHA(&f, dev, p, text, stderr)
+		})
 }
 
 // loadMHA reads the inputs, weights and masks and validates them on the

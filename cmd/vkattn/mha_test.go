@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"codeberg.org/sbinet/npyio/npz"
 
@@ -130,6 +131,19 @@ func TestMHASelfParity(t *testing.T) {
 	first := func(x weights.Tensor, n int) weights.Tensor { return weights.Tensor{Data: x.Data[:n]} }
 	sameTensor(t, "unbatched out", o, first(data["out"], 24), []int{3, 8}, parityTol)
 	sameTensor(t, "unbatched weights", w, first(data["weights"], 18), []int{2, 3, 3}, parityTol)
+
+	// Into a pipe: the output is the whole of standard output, the
+	// command's own text on standard error.
+	c := startCLI(t, nil, "mha", "-x", x, "--params", params, "--heads", "2", "-o", "/dev/stdout", "--check")
+	if code, _ := c.wait(60 * time.Second); code != 0 {
+		t.Fatalf("mha -o /dev/stdout: exit %d:\n%s", code, c.errText())
+	}
+	piped := filepath.Join(dir, "piped.npy")
+	if err := os.WriteFile(piped, c.stdout.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sameTensor(t, "out through a pipe", piped, data["out"], []int{2, 3, 8}, parityTol)
+	mentions(t, "stderr", c.errText(), "wrote out (2, 3, 8) to /dev/stdout", "check vs float64 reference")
 }
 
 // Key padding and PyTorch's bool attn_mask (true = blocked), also given as

@@ -32,6 +32,7 @@ var tuneRowRE = regexp.MustCompile(`(?m)^d=16 \(d_max 16\) L=S=64\s+rows (\d+), 
 func TestTuneSaves(t *testing.T) {
 	withDevice(t)
 	tempCache(t)
+	t.Setenv("VKATTN_PLAN_AS", "") // a saved tuning is for the device's own plans
 	out, errOut, code := cli(t, tuneArgs...)
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
