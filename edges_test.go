@@ -234,6 +234,10 @@ func TestEveryMethodAfterDeviceClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	step, err := kv.PrepareStep(2, vkattn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mha, err := d.NewMHA(randomMHA(r, 8, 8, 8, true))
 	if err != nil {
 		t.Fatal(err)
@@ -282,6 +286,9 @@ func TestEveryMethodAfterDeviceClose(t *testing.T) {
 		"KVCache.Attention":     func() error { _, err := kv.Attention(q, vkattn.Options{}); return err },
 		"KVCache.Prepare":       func() error { _, err := kv.Prepare(q, vkattn.Options{}); return err },
 		"Call.Run":              func() error { _, err := call.Run(bg); return err },
+		"KVCache.PrepareStep":   func() error { _, err := kv.PrepareStep(2, vkattn.Options{}); return err },
+		"DecodeStep.Run":        func() error { _, err := step.Run(bg, one, one, make([]float32, 16), make([]float32, 16)); return err },
+		"DecodeStep.Plan":       func() error { _, err := step.Plan(); return err },
 		"MHA.Plan":              func() error { _, err := mha.Plan([]int{1, 3, 8}, nil, nil, vkattn.MHAOptions{Heads: 2}); return err },
 		"MHA.Forward":           func() error { _, err := mha.Forward(x, nil, nil, vkattn.MHAOptions{Heads: 2}); return err },
 		"MHA.Prepare":           func() error { _, err := mha.Prepare(x, nil, nil, vkattn.MHAOptions{Heads: 2}); return err },
@@ -298,6 +305,7 @@ func TestEveryMethodAfterDeviceClose(t *testing.T) {
 		}
 	}
 	call.Close()
+	step.Close()
 	mcall.Close()
 	mha.Close()
 	add.Close()

@@ -259,6 +259,9 @@ func (s *DecodeStep) Plan() (Plan, error) {
 	if s.closed {
 		return Plan{}, errorf(ErrClosed, "decode step used after Close")
 	}
+	if err := s.cache.dev.checkOpen(); err != nil {
+		return Plan{}, err
+	}
 	c := s.cache
 	c.mu.Lock()
 	lens := slices.Clone(c.lens)
