@@ -80,9 +80,24 @@
 //
 // Invalid input returns an error wrapping one of ErrShape, ErrHeads,
 // ErrMask, ErrLengths, ErrScale, ErrOption, ErrEmpty, ErrNonFinite,
-// ErrOverflow, ErrTooLarge, ErrClosed or ErrDevice (test with errors.Is); a
-// failed Vulkan call returns a *vk.Error naming the call. Nothing panics on
-// bad input.
+// ErrOverflow, ErrTooLarge, ErrClosed, ErrDevice, ErrCapacity (a KV cache
+// full, or a truncation past a length) or ErrTuning (a tuning that does
+// not fit the device); ErrNoDriver when no Vulkan driver or device is
+// found (test with errors.Is). A device whose memory is used up (a heap,
+// Config.MemoryLimit or maxMemoryAllocationCount) is ErrTooLarge naming
+// the heap; a failed Vulkan call returns a *vk.Error naming the call.
+// Nothing panics on bad input, and no value of an exported enum or
+// config field panics: one outside its set is ErrOption.
+//
+// # Round trips
+//
+// Each queue submission and host wait is a round trip to the device, tens
+// of microseconds on a discrete GPU. A prepared Call's Run is one; a
+// KVCache's DecodeStep.Run is one for the whole step (append, attention,
+// O back); Append and AppendTensors are one whatever B and HKV. What a
+// one-shot call frees serves the next one of its kind, so in steady state
+// it allocates nothing. Device.Stats counts all of it; Config.Memory =
+// DiscreteMemory (implied by PlanAs) makes lavapipe count as a GPU would.
 //
 // The kernels compute in float32. Prepare refuses (ErrOverflow) a call
 // whose scores, output sums or projections could exceed float32's range,
