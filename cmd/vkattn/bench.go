@@ -240,6 +240,12 @@ type benchResult struct {
 	DTypes     [3]string   `json:"dtypes"` // element types of Q, K and V
 	GFLOPS     float64     `json:"gflops"`
 	GBPS       float64     `json:"gb_per_s"`
+	// Per timed call (a prepared call's Run): what a discrete GPU pays
+	// beyond the kernels.
+	Allocs       int     `json:"allocs_per_call"`
+	Submits      float64 `json:"submits_per_call"`
+	Waits        float64 `json:"waits_per_call"`
+	StagingBytes float64 `json:"staging_bytes_per_call"`
 }
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -425,10 +431,12 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 		return benchResult{}, err
 	}
 	plan := prepared.Output().Plan
+	before := dev.Stats()
 	tm, err := tune.TimeRuns(ctx, prepared, reps, func() { clock.lap(); tick() })
 	if err != nil {
 		return benchResult{}, err
 	}
+	cost := dev.Stats().Since(before)
 
 	k := plan.Kernel
 	res := benchResult{
@@ -447,6 +455,11 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 		FLOPs:      benchFLOPs(plan.Dims, c.causal),
 		Bytes:      benchBytes(plan.Dims, c.types),
 		DTypes:     [3]string{c.types[0].String(), c.types[1].String(), c.types[2].String()},
+		Allocs:     cost.Allocations / reps,
+		Submits:    float64(cost.Submits) / float64(reps),
+		Waits:      float64(cost.Waits) / float64(reps),
+
+		StagingBytes: float64(cost.StagingBytes) / float64(reps),
 	}
 	if median := tm.Median; median > 0 {
 		res.GFLOPS = res.FLOPs / median.Seconds() / 1e9
@@ -489,7 +502,7 @@ func printBenchTable(w io.Writer, device string, rs []benchResult) {
 		fmt.Fprintln(w, "no results")
 		return
 	}
-	header := []string{"B", "H", "H_kv", "L", "S", "d", "causal", "kernel", "rows", "wg", "cold", "gpu min/med/max", "wall min/med/max", "GFLOP/s", "GB/s"}
+	header := []string{"B", "H", "H_kv", "L", "S", "d", "causal", "kernel", "rows", "wg", "cold", "gpu min/med/max", "wall min/med/max", "GFLOP/s", "GB/s", "submits"}
 	left := map[int]bool{6: true, 7: true}
 	rows := [][]string{header}
 	for _, r := range rs {
@@ -510,6 +523,7 @@ func printBenchTable(w io.Writer, device string, rs []benchResult) {
 			strconv.Itoa(d.B), strconv.Itoa(d.H), strconv.Itoa(d.HKV), strconv.Itoa(d.L), strconv.Itoa(d.S), dd,
 			causal, r.Variant, r.rowsColumn(), strconv.Itoa(r.WorkGroup),
 			durString(time.Duration(r.ColdWallNS)), gpu, durTriple(r.Wall), rate(r.GFLOPS), rate(r.GBPS),
+			strconv.FormatFloat(r.Submits, 'g', 3, 64),
 		})
 	}
 	printAligned(w, rows, left)
@@ -519,6 +533,7 @@ func printBenchTable(w io.Writer, device string, rs []benchResult) {
 	}
 	fmt.Fprintf(w, "%d timed calls per shape after one cold call (wall time, includes compiling the variant).\n", rs[0].Reps)
 	fmt.Fprintf(w, "GFLOP/s: 4*B*H*L*S*d (halved when causal) over the %s; GB/s: Q, K, V read + O written over the same.\n", timing)
+	fmt.Fprintln(w, "submits: queue submissions per timed call (each a host wait too; --json has allocations and staged bytes per call).")
 }
 
 // durTriple formats min/median/max in one unit, the median's.

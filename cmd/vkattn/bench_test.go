@@ -53,6 +53,11 @@ func TestBenchShapeJSON(t *testing.T) {
 	if r.GFLOPS <= 0 || r.GBPS <= 0 {
 		t.Errorf("GFLOP/s %v, GB/s %v: want both > 0", r.GFLOPS, r.GBPS)
 	}
+	// A prepared call's Run: one submission, one wait, nothing allocated
+	// or staged.
+	if r.Submits != 1 || r.Waits != 1 || r.Allocs != 0 || r.StagingBytes != 0 {
+		t.Errorf("per call: %v submissions, %v waits, %d allocations, %v bytes staged; want 1, 1, 0, 0", r.Submits, r.Waits, r.Allocs, r.StagingBytes)
+	}
 	ordered := func(s tune.Stats) bool { return 0 < s.Min && s.Min <= s.Median && s.Median <= s.Max }
 	if !ordered(r.Wall) || r.ColdWallNS <= 0 {
 		t.Errorf("wall times %+v, cold %d", r.Wall, r.ColdWallNS)
