@@ -93,12 +93,13 @@ func TestEnumsOutsideTheirSets(t *testing.T) {
 		{vkattn.DType(9).String(), "DType(9)"},
 		{vkattn.MaskMeaning(4).String(), "MaskMeaning(4)"},
 		{vkattn.DeviceInfo{Type: 17}.Type.String(), "DeviceType(17)"},
+		{vkattn.MemoryModel(3).String(), "MemoryModel(3)"},
 	} {
 		if c.got != c.want {
 			t.Errorf("String of an unknown value: %q, want %q", c.got, c.want)
 		}
 	}
-	for _, cfg := range []vkattn.Config{{LoadPath: 5}, {LoadPath: -1}, {PlanAs: "cray"}} {
+	for _, cfg := range []vkattn.Config{{LoadPath: 5}, {LoadPath: -1}, {PlanAs: "cray"}, {Memory: 2}, {Memory: -1}} {
 		if d, err := vkattn.Open(cfg); !errors.Is(err, vkattn.ErrOption) {
 			if d != nil {
 				d.Close()
