@@ -152,6 +152,12 @@ func TestRunScoreVariants(t *testing.T) {
 		{"window 0,0", []string{"--window", "0,0"}, vals[2][:]},
 		{"window 1,-1", []string{"--window", "1,-1"}, attend([]float64{math.Inf(-1), s[1], s[2]}, math.Inf(-1))},
 		{"softcap 0.5", []string{"--softcap", "0.5"}, attend(capped, math.Inf(-1))},
+		// Sides beyond 32 bits and caps far above the scores mean what
+		// they say: every key is in the window, the scores stay as they are.
+		{"window 2^32,0", []string{"--window", "4294967296,0"}, attend(s, math.Inf(-1))},
+		{"window 0,2^62", []string{"--window", "0,4611686018427387904"}, vals[2][:]},
+		{"softcap 1e7", []string{"--softcap", "1e7"}, attend(s, math.Inf(-1))},
+		{"softcap 3e38", []string{"--softcap", "3e38"}, attend(s, math.Inf(-1))},
 		{"alibi", []string{"--alibi"}, attend(alibi, math.Inf(-1))},
 		{"sinks", []string{"--sinks", sinks}, attend(s, 0.25)},
 	} {
