@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 	"sync"
@@ -74,6 +75,9 @@ func (c *KVCache) PrepareStep(heads int, opts Options) (*DecodeStep, error) {
 	}
 	if heads <= 0 || heads%cfg.HKV != 0 {
 		return nil, errorf(ErrHeads, "decode step of %d query heads over %d KV heads: want a positive multiple", heads, cfg.HKV)
+	}
+	if n := float64(cfg.B) * float64(heads) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
+		return nil, errorf(ErrTooLarge, "decode step of %d query heads: %.3g elements per query, at most 2^31", heads, n)
 	}
 	if opts.WantLSE || opts.WantWeights {
 		return nil, errorf(ErrOption, "a decode step returns O only: WantLSE and WantWeights are for KVCache.Attention")

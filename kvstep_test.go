@@ -102,6 +102,26 @@ func decodeSteps(t *testing.T, d *vkattn.Device, page int) {
 	if got := cache.Lengths(); got[0] != full || got[1] != 102 {
 		t.Errorf("lengths %v after a refused step, want [%d 102]", got, full)
 	}
+	for _, c := range []struct {
+		heads int
+		opts  vkattn.Options
+		want  error
+	}{
+		{0, vkattn.Options{}, vkattn.ErrHeads},
+		{3, vkattn.Options{}, vkattn.ErrHeads},
+		{1 << 40, vkattn.Options{}, vkattn.ErrTooLarge},
+		{H, vkattn.Options{WantLSE: true}, vkattn.ErrOption},
+		{H, vkattn.Options{Causal: vkattn.CausalTopLeft}, vkattn.ErrOption},
+		{H, vkattn.Options{Softcap: -1}, vkattn.ErrOption},
+	} {
+		if s, err := cache.PrepareStep(c.heads, c.opts); !errors.Is(err, c.want) {
+			s.Close()
+			t.Errorf("PrepareStep(%d, %+v): %v, want %v", c.heads, c.opts, err, c.want)
+		}
+	}
+	if _, err := step.Run(context.Background(), k, v, make([]float32, 3), o); !errors.Is(err, vkattn.ErrShape) {
+		t.Errorf("a step with 3 query values: %v, want ErrShape", err)
+	}
 }
 
 // On discrete memory an append is one round trip whatever B and HKV: the
