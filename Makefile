@@ -11,9 +11,10 @@ deps:
 deps-viewer:
 	@tools/deps.sh --viewer
 
-# SPIR-V freshness, go vet, then the whole suite with the Vulkan validation
-# layer on (any validation message fails it), then the tests of a device
-# shared by goroutines and closed under load again under the race detector.
+# SPIR-V freshness, go vet, the plain-Go packages without cgo (no Vulkan
+# driver needed), then the whole suite with the Vulkan validation layer on
+# (any validation message fails it), then the tests of a device shared by
+# goroutines and closed under load again under the race detector.
 RACE_TESTS = Concurrent|Cancelled|AfterDeviceClose|InFlight|StagingArea
 
 # Then the viewer build: its vet, and the window tests on a virtual X server.
@@ -21,6 +22,7 @@ test: deps-viewer
 	tools/glslc.sh --check
 	$(GO) vet ./...
 	$(GO) vet -tags viewer ./viewer/... ./cmd/vkattn
+	CGO_ENABLED=0 $(GO) test -count=1 ./core/... ./reference/... ./weights/... ./internal/golden/...
 	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 40m ./...
 	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
 	VKATTN_VALIDATION=1 $(GO) test -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk

@@ -129,7 +129,7 @@ func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
 	q, k, v := [4]int{B, 1, L, a.da}, [4]int{dims[1][0], 1, S, a.da}, [4]int{dims[2][0], 1, dims[2][1], dv}
 	// The projections are dense buffers of width d_a; V is dense and read
 	// in place.
-	p, err := a.dev.plan(q, k, v, nil, false, true, opts)
+	p, err := a.dev.plan(q, k, v, nil, false, true, opts, nil)
 	if err != nil {
 		return p, err
 	}
@@ -202,5 +202,5 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 		return nil, b.fail(err)
 	}
 	x := pipelines.AttentionArgs{Q: qp.buf, K: kp.buf, V: v.buf, Scale: 1, Causal: int(opts.Causal), WA: a.wa.buf}
-	return b.attentionCall(plan, &opts, x, oBound)
+	return b.attentionCall(plan, &opts, x, oBound, nil)
 }

@@ -55,15 +55,16 @@ func (d *Device) PlanAs(q, k, v []int, types [3]DType, opts Options) (Plan, erro
 		layouts[i].Type = types[i]
 	}
 	layouts[3] = pipelines.DenseLayout(shapes[0][0], shapes[0][1], shapes[0][2], shapes[2][3])
-	return d.plan(shapes[0], shapes[1], shapes[2], &layouts, false, false, &opts)
+	return d.plan(shapes[0], shapes[1], shapes[2], &layouts, false, false, &opts, nil)
 }
 
 // plan checks a problem of tensors of shapes q, k and v and plans its
 // attention kernel, the one plan the call then binds its buffers to.
 // layouts are where Q, K, V and O lie in their buffers (nil: dense);
 // keyPadding says the call has a key-padding mask (MHA); additive plans
-// the additive score variant (q and k are then the projections, width d_a).
-func (d *Device) plan(q, k, v [4]int, layouts *[4]pipelines.Layout, keyPadding, additive bool, opts *Options) (Plan, error) {
+// the additive score variant (q and k are then the projections, width d_a);
+// cache, if not nil, is the KV cache the call reads.
+func (d *Device) plan(q, k, v [4]int, layouts *[4]pipelines.Layout, keyPadding, additive bool, opts *Options, cache *cacheRefs) (Plan, error) {
 	if err := d.checkOpen(); err != nil {
 		return Plan{}, err
 	}
@@ -84,7 +85,8 @@ func (d *Device) plan(q, k, v [4]int, layouts *[4]pipelines.Layout, keyPadding, 
 	shape.Lengths = opts.KeyLengths != nil || opts.QueryLengths != nil
 	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, keyPadding
 	shape.Window, shape.Softcap, shape.ALiBi, shape.Sinks = opts.Window != nil, opts.Softcap > 0, opts.ALiBi != nil, opts.Sinks != nil
-	if pt := opts.cachePages; pt != nil {
+	if cache != nil && cache.pages != nil {
+		pt := cache.pages
 		shape.Paging, shape.Pages, shape.PagesPerItem = pt.size, pt.pages, pt.perItem
 	}
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
@@ -146,11 +148,16 @@ func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Opt
 // Prepare validates an attention call, allocates its outputs and records its
 // dispatch without running it.
 func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
+	return d.prepare(q, k, v, opts, nil)
+}
+
+// prepare is Prepare of a call that reads the KV cache cache (nil: none).
+func (d *Device) prepare(q, k, v *Tensor, opts Options, cache *cacheRefs) (*Call, error) {
 	if err := d.checkInputs([3]string{"Q", "K", "V"}, q, k, v); err != nil {
 		return nil, err
 	}
 	o := pipelines.DenseLayout(q.shape[0], q.shape[1], q.shape[2], v.shape[3]) // the output Prepare allocates
-	plan, err := d.plan(q.shape, k.shape, v.shape, &[4]pipelines.Layout{q.layout(), k.layout(), v.layout(), o}, false, false, &opts)
+	plan, err := d.plan(q.shape, k.shape, v.shape, &[4]pipelines.Layout{q.layout(), k.layout(), v.layout(), o}, false, false, &opts, cache)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +168,7 @@ func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	}
 	b := &builder{d: d}
 	x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, Scale: opts.Scale.For(dm.DK), Causal: int(opts.Causal)}
-	return b.attentionCall(plan, &opts, x, oBound)
+	return b.attentionCall(plan, &opts, x, oBound, cache)
 }
 
 // checkInputs checks the three input tensors of a call, named names.
@@ -191,7 +198,7 @@ func (d *Device) checkInput(name string, t *Tensor) error {
 
 // bindOptions uploads the masks and lengths of opts (already checked
 // against dm) into scratch tensors of the call and points x at them.
-func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs) error {
+func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs, cache *cacheRefs) error {
 	if m := opts.Mask; m != nil {
 		t, err := b.upload(len(m.Values), func(h []float32) { copy(h, m.Values) })
 		if err != nil {
@@ -213,11 +220,11 @@ func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs
 		x.BoolMask = t.buf
 	}
 	x.AlignToKeyLengths = opts.AlignToKeyLengths
-	if pt := opts.cachePages; pt != nil {
-		x.PageTable = pt.table.buf
+	if cache != nil && cache.pages != nil {
+		x.PageTable = cache.pages.table.buf
 	}
-	if opts.cacheLengths != nil {
-		x.Lengths = opts.cacheLengths.buf // kept current by the cache
+	if cache != nil {
+		x.Lengths = cache.lengths.buf // kept current by the cache
 	} else if opts.KeyLengths != nil || opts.QueryLengths != nil {
 		t, err := b.upload(2*dm.B, func(h []float32) {
 			for b := 0; b < dm.B; b++ {

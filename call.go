@@ -189,9 +189,9 @@ func (b *builder) add(st *pipelines.Step, err error) error {
 // scalars; the masks and lengths of opts (and key padding, if not nil) are
 // uploaded here, and the LSE and weights opts asks for are allocated as
 // outputs (returned, nil when not asked for).
-func (b *builder) attention(plan Plan, opts *Options, x pipelines.AttentionArgs, keyPadding *KeyPadding) (lse, weights *Tensor, err error) {
+func (b *builder) attention(plan Plan, opts *Options, x pipelines.AttentionArgs, keyPadding *KeyPadding, cache *cacheRefs) (lse, weights *Tensor, err error) {
 	dm := plan.Dims
-	if err := b.bindOptions(dm, opts, &x); err != nil {
+	if err := b.bindOptions(dm, opts, &x, cache); err != nil {
 		return nil, nil, err
 	}
 	if kp := keyPadding; kp != nil {
@@ -224,7 +224,7 @@ func (b *builder) attention(plan Plan, opts *Options, x pipelines.AttentionArgs,
 
 // attentionCall finishes a call whose last step is the attention of plan
 // (x without O): it allocates the outputs, O's bound oBound, and records.
-func (b *builder) attentionCall(plan Plan, opts *Options, x pipelines.AttentionArgs, oBound float64) (*Call, error) {
+func (b *builder) attentionCall(plan Plan, opts *Options, x pipelines.AttentionArgs, oBound float64, cache *cacheRefs) (*Call, error) {
 	dm := plan.Dims
 	out := &Output{Plan: plan}
 	var err error
@@ -232,7 +232,7 @@ func (b *builder) attentionCall(plan Plan, opts *Options, x pipelines.AttentionA
 		return nil, b.fail(err)
 	}
 	x.O = out.O.buf
-	if out.LSE, out.Weights, err = b.attention(plan, opts, x, nil); err != nil {
+	if out.LSE, out.Weights, err = b.attention(plan, opts, x, nil, cache); err != nil {
 		return nil, b.fail(err)
 	}
 	out.setBounds(oBound)

@@ -1,54 +1,49 @@
 package vkattn
 
 import (
-	"errors"
-	"fmt"
-
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
 
-// Sentinel errors. Every error vkattn returns for bad input wraps exactly one
-// of these, so callers can branch with errors.Is while the message still says
-// what was wrong in detail.
+// Sentinel errors (package core). Every error vkattn returns for bad input
+// wraps exactly one of these, so callers can branch with errors.Is while
+// the message still says what was wrong in detail.
 var (
 	// ErrShape: tensor ranks or extents do not fit together.
-	ErrShape = sentinel("shape mismatch")
+	ErrShape = core.ErrShape
 	// ErrHeads: the key/value head count does not divide the query head count.
-	ErrHeads = sentinel("head counts incompatible")
+	ErrHeads = core.ErrHeads
 	// ErrMask: a mask is not broadcastable to (B, H, L, S), has the wrong
 	// number of values, holds NaN or +Inf, or leaves its meaning unset.
-	ErrMask = sentinel("invalid mask")
+	ErrMask = core.ErrMask
 	// ErrLengths: per-batch key or query lengths are missing, extra or out of range.
-	ErrLengths = sentinel("invalid sequence lengths")
+	ErrLengths = core.ErrLengths
 	// ErrScale: the custom scale is NaN, infinite or beyond float32's range.
-	ErrScale = sentinel("invalid scale")
-	// ErrOption: an option holds a value outside its defined set (an
-	// unknown Causal alignment).
-	ErrOption = sentinel("invalid option")
+	ErrScale = core.ErrScale
+	// ErrOption: an option holds a value outside its defined set.
+	ErrOption = core.ErrOption
 	// ErrEmpty: an axis has extent zero.
-	ErrEmpty = sentinel("empty axis")
+	ErrEmpty = core.ErrEmpty
 	// ErrNonFinite: Q, K or V holds NaN or Inf.
-	ErrNonFinite = sentinel("non-finite input")
+	ErrNonFinite = core.ErrNonFinite
 	// ErrOverflow: finite inputs whose scores (or output sums) could exceed
 	// float32's range, where the kernel would produce Inf or NaN; or a value
 	// too large for the half type it is to be stored in.
-	ErrOverflow = sentinel("overflow")
-	// ErrTooLarge: the problem does not fit the device's limits.
-	ErrTooLarge = sentinel("too large for device")
+	ErrOverflow = core.ErrOverflow
+	// ErrTooLarge: the problem does not fit the device's limits or memory.
+	ErrTooLarge = core.ErrTooLarge
 	// ErrClosed: the device or tensor was used after Close.
-	ErrClosed = sentinel("use after Close")
+	ErrClosed = core.ErrClosed
 	// ErrDevice: a tensor belongs to another device.
-	ErrDevice = sentinel("wrong device")
+	ErrDevice = core.ErrDevice
+	// ErrTuning: a tuning does not fit the device (SetTuning, SaveTuning).
+	ErrTuning = core.ErrTuning
+	// ErrCapacity: an append would take a KV cache sequence past its
+	// capacity, or a truncation past its length.
+	ErrCapacity = core.ErrCapacity
 	// ErrNoDriver: Open (or Devices) found no Vulkan driver, or no device
 	// with a compute queue; the message says how to get one.
 	ErrNoDriver = vk.ErrNoDriver
-	// ErrTuning: a tuning does not fit the device (SetTuning, SaveTuning).
-	ErrTuning = sentinel("invalid tuning")
 )
 
-// sentinel makes one of the sentinels above; its message names the package.
-func sentinel(what string) error { return errors.New("vkattn: " + what) }
-
-func errorf(kind error, format string, args ...any) error {
-	return fmt.Errorf("%w: %s", kind, fmt.Sprintf(format, args...))
-}
+var errorf = core.Errorf

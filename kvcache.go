@@ -11,10 +11,6 @@ import (
 	"github.com/vkattn/vkattn/vk"
 )
 
-// ErrCapacity: an append would take a KV cache sequence past its capacity,
-// or a truncation past its length.
-var ErrCapacity = sentinel("KV cache capacity")
-
 // KVCacheConfig describes a KV cache: B sequences, each of up to Capacity
 // positions of HKV key/value heads of widths DK and DV, stored as DType.
 type KVCacheConfig struct {
@@ -531,10 +527,18 @@ func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
 	opts.KeyLengths = slices.Clone(c.lens)
 	opts.Causal = CausalBottomRight
 	opts.AlignToKeyLengths = true
-	opts.cacheLengths = c.lenT
-	opts.cachePages = c.pt
-	return c.dev.Prepare(q, c.k, c.v, opts)
+	return c.dev.prepare(q, c.k, c.v, opts, c.refs())
 }
+
+// cacheRefs are what a KV cache adds to a call over it: the device copy
+// of the lengths the kernels read, kept current between replays, and the
+// page table when paged.
+type cacheRefs struct {
+	lengths *Tensor
+	pages   *pageTable
+}
+
+func (c *KVCache) refs() *cacheRefs { return &cacheRefs{lengths: c.lenT, pages: c.pt} }
 
 // usable is ErrClosed once the cache or its device is closed. The caller
 // holds c.mu.

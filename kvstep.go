@@ -137,9 +137,7 @@ func (s *DecodeStep) callFor(lens []int) (*Call, error) {
 	}
 	opts.Causal = CausalBottomRight
 	opts.AlignToKeyLengths = true
-	opts.cacheLengths = c.lenT
-	opts.cachePages = c.pt
-	call, err := c.dev.Prepare(s.q, c.k.prefix(view), c.v.prefix(view), opts)
+	call, err := c.dev.prepare(s.q, c.k.prefix(view), c.v.prefix(view), opts, c.refs())
 	if err != nil {
 		return nil, err
 	}

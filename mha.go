@@ -3,6 +3,7 @@ package vkattn
 import (
 	"context"
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -228,7 +229,7 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 		return pr, errorf(ErrShape, "key has %d positions but value has %d", S, dims[2][1])
 	}
 	h, d, kv := opts.Heads, m.dModel, m.kvOut
-	hkv, err := kvHeadCount(d, kv, h)
+	hkv, err := core.KVHeadCount(d, kv, h)
 	if err != nil {
 		return pr, err
 	}
@@ -250,7 +251,7 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 		pr.layouts = [4]pipelines.Layout{{Strides: [3]int{T * d, dh, d}}, {Strides: [3]int{S * kv, dh, kv}}, {Strides: [3]int{S * kv, dh, kv}}}
 	}
 	pr.layouts[3] = pipelines.Layout{Strides: [3]int{T * d, dh, d}}
-	attn, err := m.dev.plan([4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, &pr.layouts, opts.KeyPadding != nil, false, &pr.attn)
+	attn, err := m.dev.plan([4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, &pr.layouts, opts.KeyPadding != nil, false, &pr.attn, nil)
 	if err != nil {
 		return pr, err
 	}
@@ -380,7 +381,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 		Scale:  pr.attn.Scale.For(dh),
 		Causal: int(pr.attn.Causal),
 	}
-	if _, out.Weights, err = b.attention(p.Attention, &pr.attn, ax, opts.KeyPadding); err != nil {
+	if _, out.Weights, err = b.attention(p.Attention, &pr.attn, ax, opts.KeyPadding, nil); err != nil {
 		return nil, b.fail(err)
 	}
 	if out.Weights != nil {

@@ -77,38 +77,6 @@ func TestOptionErrorsWrapSentinels(t *testing.T) {
 	}
 }
 
-// TestValidateChecksOptionsWithoutTensors: Options.Validate needs only the
-// extents masks and lengths refer to, and refuses extents no problem has.
-func TestValidateChecksOptionsWithoutTensors(t *testing.T) {
-	d := vkattn.Dims{B: 2, H: 4, L: 3, S: 5} // no widths or K/V heads
-	ok := vkattn.Options{
-		Causal:     vkattn.CausalBottomRight,
-		Mask:       &vkattn.Mask{Shape: vkattn.MaskShape{2, 1, 3, 5}, Values: make([]float32, 30)},
-		BoolMasks:  []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 4, 1, 5}, Values: make([]bool, 20), Meaning: vkattn.TrueBlocks}},
-		KeyLengths: []int{5, 0},
-	}
-	if err := ok.Validate(d); err != nil {
-		t.Errorf("valid options: %v", err)
-	}
-	for _, c := range []struct {
-		name string
-		d    vkattn.Dims
-		want error
-	}{
-		{"a mask over 3 heads of 4", vkattn.Dims{B: 2, H: 3, L: 3, S: 5}, vkattn.ErrMask},
-		{"masks over 5 keys where S = 4", vkattn.Dims{B: 2, H: 4, L: 3, S: 4}, vkattn.ErrMask},
-		{"no batch", vkattn.Dims{H: 4, L: 3, S: 5}, vkattn.ErrEmpty},
-		{"2^64 scores", vkattn.Dims{B: 1 << 16, H: 1 << 16, L: 1 << 16, S: 1 << 16}, vkattn.ErrTooLarge},
-	} {
-		if err := ok.Validate(c.d); !errors.Is(err, c.want) {
-			t.Errorf("%s: %v, want %v", c.name, err, c.want)
-		}
-	}
-	if err := (vkattn.Options{KeyLengths: []int{6, 1}}).Validate(d); !errors.Is(err, vkattn.ErrLengths) {
-		t.Errorf("key length 6 of S=5: %v, want ErrLengths", err)
-	}
-}
-
 // TestParseLoadPathReadsWhatStringPrints: the --load-path names, one parser
 // for flags and saved tunings.
 func TestParseLoadPathReadsWhatStringPrints(t *testing.T) {
@@ -239,22 +207,4 @@ func fuzzOptions(q, k [4]int, spec []byte) vkattn.Options {
 		opts.QueryLengths = lengths()
 	}
 	return opts
-}
-
-func TestFirstNonFiniteFindsNaNAndBothInfinities(t *testing.T) {
-	nan, inf := float32(math.NaN()), float32(math.Inf(1))
-	for _, c := range []struct {
-		x    []float32
-		want int
-	}{
-		{nil, -1},
-		{[]float32{0, -1, math.MaxFloat32}, -1},
-		{[]float32{0, nan, inf}, 1},
-		{[]float32{-inf}, 0},
-		{[]float32{1, 2, inf}, 2},
-	} {
-		if got := vkattn.FirstNonFinite(c.x); got != c.want {
-			t.Errorf("FirstNonFinite(%v) = %d, want %d", c.x, got, c.want)
-		}
-	}
 }

@@ -3,6 +3,7 @@ package vkattn
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"math"
 	"sync/atomic"
 	"unsafe"
@@ -67,8 +68,8 @@ func (d *Device) UploadBits(shape []int, bits []uint16, t DType) (*Tensor, error
 	}
 	most := 0.0
 	for i, h := range bits {
-		x := widen(t, h)
-		if err := finiteElement(x, fmt.Sprintf("element %d (bits %#04x): ", i, h)); err != nil {
+		x := core.Widen(t, h)
+		if err := core.FiniteElement(x, fmt.Sprintf("element %d (bits %#04x): ", i, h)); err != nil {
 			return nil, err
 		}
 		most = max(most, math.Abs(float64(x)))
@@ -102,7 +103,7 @@ func (d *Device) upload(shape []int, data []float32, t DType, headroom float64) 
 		}
 		return tn, err
 	}
-	bits, err := halfBits(t, data)
+	bits, err := core.HalfBits(t, data)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +194,7 @@ func (t *Tensor) encode(data []float32) ([]byte, error) {
 	if t.dtype == Float32 {
 		return f32Bytes(data), nil // a view of data, copied by writeRaw
 	}
-	bits, err := halfBits(t.dtype, data)
+	bits, err := core.HalfBits(t.dtype, data)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +298,7 @@ func (t *Tensor) readRow(off int, dst []float32) error {
 		return err
 	}
 	for i := range dst {
-		dst[i] = widen(t.dtype, binary.LittleEndian.Uint16(raw[2*i:]))
+		dst[i] = core.Widen(t.dtype, binary.LittleEndian.Uint16(raw[2*i:]))
 	}
 	return nil
 }

@@ -70,7 +70,7 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 		}
 		qi, ki, vi := q.rowsView(cuSeqQ[i], l), k.rowsView(cuSeqK[i], s), v.rowsView(cuSeqK[i], s)
 		o := pipelines.Layout{Offset: cuSeqQ[i] * dv, Strides: [3]int{H * total * dv, total * dv, dv}}
-		plan, err := d.plan(qi.shape, ki.shape, vi.shape, &[4]pipelines.Layout{qi.layout(), ki.layout(), vi.layout(), o}, false, false, &opts)
+		plan, err := d.plan(qi.shape, ki.shape, vi.shape, &[4]pipelines.Layout{qi.layout(), ki.layout(), vi.layout(), o}, false, false, &opts, nil)
 		if err != nil {
 			return nil, b.fail(fmt.Errorf("sequence %d: %w", i, err))
 		}
@@ -80,7 +80,7 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 		}
 		oBound = max(oBound, bound)
 		x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, O: out.O.buf, Scale: opts.Scale.For(plan.Dims.DK), Causal: int(opts.Causal)}
-		if _, _, err := b.attention(plan, &opts, x, nil); err != nil {
+		if _, _, err := b.attention(plan, &opts, x, nil, nil); err != nil {
 			return nil, b.fail(err)
 		}
 		if l*s > out.Plan.Dims.L*out.Plan.Dims.S {

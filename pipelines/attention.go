@@ -536,7 +536,7 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	}
 	bindings[bindParams] = vk.UniformBuffer
 	if p.Path == TexelPath {
-		bindings[bindQ], bindings[bindK], bindings[bindV] = s.Q.Type.texelBinding(p.Vec4), s.K.Type.texelBinding(p.Vec4), s.V.Type.texelBinding(p.Vec4)
+		bindings[bindQ], bindings[bindK], bindings[bindV] = texelBinding(s.Q.Type, p.Vec4), texelBinding(s.K.Type, p.Vec4), texelBinding(s.V.Type, p.Vec4)
 		bindings[bindMask], bindings[bindBoolMask], bindings[bindKeyPadding] = vk.UniformTexelR32F, vk.UniformTexelR32F, vk.UniformTexelR32F
 	}
 	if !p.Additive {
@@ -544,10 +544,10 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	}
 	if p.Variant.Family == FamilyTiled {
 		return ks.getInSubgroups(p.Variant, bindings, uint32(p.SubgroupSize), int32(p.WorkGroup), int32(p.DMax/4), int32(p.TileRows), int32(p.KeyTile),
-			int32(p.LanesPerRow), boolSpec(p.Masked), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec(), s.variants(), boolSpec(s.Paging > 0), int32(p.RowsPerLane))
+			int32(p.LanesPerRow), boolSpec(p.Masked), typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type), s.variants(), boolSpec(s.Paging > 0), int32(p.RowsPerLane))
 	}
 	return ks.get(p.Variant, bindings, int32(p.WorkGroup), int32(p.DMax/4), int32(p.Rows), int32(p.WorkGroup),
-		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)), s.Q.Type.spec(), s.K.Type.spec(), s.V.Type.spec(), s.variants(), boolSpec(s.Paging > 0))
+		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)), typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type), s.variants(), boolSpec(s.Paging > 0))
 }
 
 // ceilDiv is a/b rounded up, for positive b.

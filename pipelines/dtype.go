@@ -4,52 +4,30 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
 
-// DType is the element type a tensor is stored in. Kernels widen every
-// element to float32 as they load it and compute in float32; outputs are
-// float32.
-type DType int
+// DType is the element type a tensor is stored in (package core). Kernels
+// widen every element to float32 as they load it and compute in float32;
+// outputs are float32.
+type DType = core.DType
 
 const (
-	Float32  DType = iota // IEEE binary32
-	Float16               // IEEE binary16
-	BFloat16              // the upper 16 bits of a binary32
+	Float32  = core.Float32
+	Float16  = core.Float16
+	BFloat16 = core.BFloat16
 )
 
 // DTypes is every element type, in order.
 var DTypes = []DType{Float32, Float16, BFloat16}
 
-func (t DType) String() string {
-	switch t {
-	case Float32:
-		return "f32"
-	case Float16:
-		return "f16"
-	case BFloat16:
-		return "bf16"
-	}
-	return fmt.Sprintf("DType(%d)", int(t))
-}
-
-// Bytes is the size of one element.
-func (t DType) Bytes() int {
-	if t == Float32 {
-		return 4
-	}
-	return 2
-}
-
-// Valid reports whether t is one of DTypes.
-func (t DType) Valid() bool { return t >= Float32 && t <= BFloat16 }
-
-// spec is t as loads.glsl's TYPE_* specialization constants.
-func (t DType) spec() int32 { return int32(t) }
+// typeSpec is t as loads.glsl's TYPE_* specialization constants.
+func typeSpec(t DType) int32 { return int32(t) }
 
 // texelBinding is the view a kernel reads an input of type t through on
 // the texel path: raw words, widened by the shader.
-func (t DType) texelBinding(vec4 bool) vk.BindingType {
+func texelBinding(t DType, vec4 bool) vk.BindingType {
 	switch {
 	case t == Float32 && vec4:
 		return vk.UniformTexelRGBA32UI

@@ -96,9 +96,9 @@ func (ks *Kernels) Linear(p LinearPlan, x LinearArgs) (*Step, error) {
 	texel := p.Path == TexelPath
 	xb, wb := vk.StorageBuffer, vk.StorageBuffer
 	if texel {
-		xb, wb = p.X.texelBinding(p.Vec4), p.W.texelBinding(p.Vec4)
+		xb, wb = texelBinding(p.X, p.Vec4), texelBinding(p.W, p.Vec4)
 	}
-	k, err := ks.get(p.Variant, []vk.BindingType{vk.UniformBuffer, xb, wb, vk.StorageBuffer, vk.StorageBuffer}, int32(p.WorkGroup), p.X.spec(), p.W.spec())
+	k, err := ks.get(p.Variant, []vk.BindingType{vk.UniformBuffer, xb, wb, vk.StorageBuffer, vk.StorageBuffer}, int32(p.WorkGroup), typeSpec(p.X), typeSpec(p.W))
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // AdditiveAttention computes additive attention with the masks of opts:
@@ -20,20 +20,20 @@ import (
 // zero weights. opts.Scale must be the default: additive scores have no
 // scale. The Result is that of a single head: Dims has H = HKV = 1 and
 // DK = DK of the weights, O is (B,1,L,DV), Weights (B,1,L,S), LSE (B,1,L).
-func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v []float32, vShape [3]int, w *vkattn.AdditiveWeights, opts vkattn.Options) (*Result, error) {
+func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v []float32, vShape [3]int, w *core.AdditiveWeights, opts core.Options) (*Result, error) {
 	if w == nil {
-		return nil, fmt.Errorf("%w: additive weights are nil", vkattn.ErrShape)
+		return nil, fmt.Errorf("%w: additive weights are nil", core.ErrShape)
 	}
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
 	if !opts.Scale.IsDefault() {
-		return nil, fmt.Errorf("%w: additive attention has no score scale", vkattn.ErrScale)
+		return nil, fmt.Errorf("%w: additive attention has no score scale", core.ErrScale)
 	}
 	// CheckProblem sees width-1 queries and keys: it validates the batch,
 	// the positions and every mask and length exactly as for SDPA, and the
 	// widths are checked against the weights below.
-	d, err := vkattn.CheckProblem([4]int{qShape[0], 1, qShape[1], 1}, [4]int{kShape[0], 1, kShape[1], 1}, [4]int{vShape[0], 1, vShape[1], vShape[2]}, &opts)
+	d, err := core.CheckProblem([4]int{qShape[0], 1, qShape[1], 1}, [4]int{kShape[0], 1, kShape[1], 1}, [4]int{vShape[0], 1, vShape[1], vShape[2]}, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -45,20 +45,20 @@ func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v
 		width int
 	}{{"Q", q, qShape, w.DQ}, {"K", k, kShape, w.DK}, {"V", v, vShape, vShape[2]}} {
 		if t.shape[2] != t.width {
-			return nil, fmt.Errorf("%w: %s shape %v has width %d but the weights expect %d", vkattn.ErrShape, t.name, t.shape, t.shape[2], t.width)
+			return nil, fmt.Errorf("%w: %s shape %v has width %d but the weights expect %d", core.ErrShape, t.name, t.shape, t.shape[2], t.width)
 		}
 		n := 1
 		for _, e := range t.shape {
 			if n > math.MaxInt32/e {
-				return nil, fmt.Errorf("%w: %s shape %v is too large", vkattn.ErrShape, t.name, t.shape)
+				return nil, fmt.Errorf("%w: %s shape %v is too large", core.ErrShape, t.name, t.shape)
 			}
 			n *= e
 		}
 		if len(t.data) != n {
-			return nil, fmt.Errorf("%w: %s has %d values but shape %v needs %d", vkattn.ErrShape, t.name, len(t.data), t.shape, n)
+			return nil, fmt.Errorf("%w: %s has %d values but shape %v needs %d", core.ErrShape, t.name, len(t.data), t.shape, n)
 		}
 		if i := firstNonFinite(t.data); i >= 0 {
-			return nil, fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, t.name, i, t.data[i])
+			return nil, fmt.Errorf("%w: %s value %d is %v", core.ErrNonFinite, t.name, i, t.data[i])
 		}
 	}
 

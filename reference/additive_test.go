@@ -5,7 +5,7 @@ import (
 	"math/rand"
 	"testing"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // atanhHalf is a = atanh(1/2) = ln(3)/2, so tanh(a) = 1/2 and tanh(2a) =
@@ -13,7 +13,7 @@ import (
 // tolerances of the hand-worked cases.
 var atanhHalf = float32(math.Log(3) / 2)
 
-func mustAdditive(t *testing.T, q []float32, qs [3]int, k []float32, ks [3]int, v []float32, vs [3]int, w *vkattn.AdditiveWeights, opts vkattn.Options) *Result {
+func mustAdditive(t *testing.T, q []float32, qs [3]int, k []float32, ks [3]int, v []float32, vs [3]int, w *core.AdditiveWeights, opts core.Options) *Result {
 	t.Helper()
 	r, err := AdditiveAttention(q, qs, k, ks, v, vs, w, opts)
 	if err != nil {
@@ -34,9 +34,9 @@ func mustAdditive(t *testing.T, q []float32, qs [3]int, k []float32, ks [3]int, 
 //	LSE = ln Z = 1.680269671
 func TestAdditiveGoldenKeys(t *testing.T) {
 	a := atanhHalf
-	w := &vkattn.AdditiveWeights{DQ: 2, DK: 2, DA: 2, WQ: []float32{1, 0, 0, 1}, WK: []float32{1, 0, 0, 1}, Bias: []float32{0, 0}, WA: []float32{1, 1}}
+	w := &core.AdditiveWeights{DQ: 2, DK: 2, DA: 2, WQ: []float32{1, 0, 0, 1}, WK: []float32{1, 0, 0, 1}, Bias: []float32{0, 0}, WA: []float32{1, 1}}
 	r := mustAdditive(t, []float32{0, 0}, [3]int{1, 1, 2}, []float32{0, 0, a, 0, a, a}, [3]int{1, 3, 2},
-		[]float32{1, 0, 0, 1, 1, 1}, [3]int{1, 3, 2}, w, vkattn.Options{})
+		[]float32{1, 0, 0, 1, 1, 1}, [3]int{1, 3, 2}, w, core.Options{})
 	e, eh := math.E, math.Exp(0.5)
 	z := 1 + eh + e
 	near(t, "A", r.Weights, []float64{1 / z, eh / z, e / z}, 1e-7)
@@ -44,7 +44,7 @@ func TestAdditiveGoldenKeys(t *testing.T) {
 	near(t, "O", r.O, []float64{(1 + e) / z, (eh + e) / z}, 1e-7)
 	near(t, "O digits", r.O, []float64{0.692804114, 0.813676277}, 1e-7)
 	near(t, "LSE", r.LSE, []float64{math.Log(z)}, 1e-7)
-	if want := (vkattn.Dims{B: 1, H: 1, HKV: 1, L: 1, S: 3, DK: 2, DV: 2}); r.Dims != want {
+	if want := (core.Dims{B: 1, H: 1, HKV: 1, L: 1, S: 3, DK: 2, DV: 2}); r.Dims != want {
 		t.Fatalf("Dims %v, want %v", r.Dims, want)
 	}
 }
@@ -67,39 +67,39 @@ func TestAdditiveGoldenKeys(t *testing.T) {
 //	    = [0.689974481, 0, 0.310025519], O = 0.689974481 + 4*0.310025519 = 1.930076557
 func TestAdditiveGoldenQuery(t *testing.T) {
 	a := atanhHalf
-	w := &vkattn.AdditiveWeights{DQ: 1, DK: 1, DA: 2, WQ: []float32{1, -1}, WK: []float32{1, 1}, WA: []float32{2, -1}}
-	run := func(opts vkattn.Options) *Result {
+	w := &core.AdditiveWeights{DQ: 1, DK: 1, DA: 2, WQ: []float32{1, -1}, WK: []float32{1, 1}, WA: []float32{2, -1}}
+	run := func(opts core.Options) *Result {
 		return mustAdditive(t, []float32{a}, [3]int{1, 1, 1}, []float32{-a, a, 0}, [3]int{1, 3, 1}, []float32{1, 2, 4}, [3]int{1, 3, 1}, w, opts)
 	}
-	r := run(vkattn.Options{})
+	r := run(core.Options{})
 	near(t, "A", r.Weights, []float64{0.190865424, 0.424778812, 0.384355764}, 1e-7)
 	near(t, "O", r.O, []float64{2.577846104}, 1e-7)
 	near(t, "LSE", r.LSE, []float64{2.456186687}, 1e-7)
 
-	r = run(vkattn.Options{KeyLengths: []int{2}})
+	r = run(core.Options{KeyLengths: []int{2}})
 	near(t, "key length A", r.Weights, []float64{0.310025519, 0.689974481, 0}, 1e-7)
 	near(t, "key length O", r.O, []float64{1.689974481}, 1e-7)
 
-	r = run(vkattn.Options{Causal: vkattn.CausalTopLeft})
+	r = run(core.Options{Causal: core.CausalTopLeft})
 	near(t, "top-left A", r.Weights, []float64{1, 0, 0}, 0)
 	near(t, "top-left O", r.O, []float64{1}, 0)
 	near(t, "top-left LSE", r.LSE, []float64{0.8}, 1e-7)
 
-	same(t, "bottom-right", run(vkattn.Options{Causal: vkattn.CausalBottomRight}), run(vkattn.Options{}))
+	same(t, "bottom-right", run(core.Options{Causal: core.CausalBottomRight}), run(core.Options{}))
 
-	m := &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []float32{0, negInf, -1.5}}
-	r = run(vkattn.Options{Mask: m})
+	m := &core.Mask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []float32{0, negInf, -1.5}}
+	r = run(core.Options{Mask: m})
 	near(t, "mask A", r.Weights, []float64{0.689974481, 0, 0.310025519}, 1e-7)
 	near(t, "mask O", r.O, []float64{1.930076557}, 1e-7)
 
 	// The same block as a boolean mask of either meaning.
-	blocks := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []bool{false, false, true}, Meaning: vkattn.TrueBlocks}
-	allows := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []bool{true, true, false}, Meaning: vkattn.TrueAllows}
-	same(t, "true-blocks vs key length", run(vkattn.Options{BoolMasks: []vkattn.BoolMask{blocks}}), run(vkattn.Options{KeyLengths: []int{2}}))
-	same(t, "true-allows vs key length", run(vkattn.Options{BoolMasks: []vkattn.BoolMask{allows}}), run(vkattn.Options{KeyLengths: []int{2}}))
+	blocks := core.BoolMask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []bool{false, false, true}, Meaning: core.TrueBlocks}
+	allows := core.BoolMask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []bool{true, true, false}, Meaning: core.TrueAllows}
+	same(t, "true-blocks vs key length", run(core.Options{BoolMasks: []core.BoolMask{blocks}}), run(core.Options{KeyLengths: []int{2}}))
+	same(t, "true-allows vs key length", run(core.Options{BoolMasks: []core.BoolMask{allows}}), run(core.Options{KeyLengths: []int{2}}))
 
 	// Every key masked, or the query padded: zeros and -Inf, never NaN.
-	for _, opts := range []vkattn.Options{{KeyLengths: []int{0}}, {QueryLengths: []int{0}}} {
+	for _, opts := range []core.Options{{KeyLengths: []int{0}}, {QueryLengths: []int{0}}} {
 		r = run(opts)
 		near(t, "masked row A", r.Weights, []float64{0, 0, 0}, 0)
 		near(t, "masked row O", r.O, []float64{0}, 0)
@@ -123,8 +123,8 @@ func TestAdditiveGoldenBias(t *testing.T) {
 		6, -3,
 	}
 	for _, bias := range []float32{atanhHalf, 1e30} {
-		w := &vkattn.AdditiveWeights{DQ: 1, DK: 1, DA: 1, WQ: []float32{0}, WK: []float32{0}, Bias: []float32{bias}, WA: []float32{2}}
-		r := mustAdditive(t, q, [3]int{2, 2, 1}, k, [3]int{2, 3, 1}, v, [3]int{2, 3, 2}, w, vkattn.Options{})
+		w := &core.AdditiveWeights{DQ: 1, DK: 1, DA: 1, WQ: []float32{0}, WK: []float32{0}, Bias: []float32{bias}, WA: []float32{2}}
+		r := mustAdditive(t, q, [3]int{2, 2, 1}, k, [3]int{2, 3, 1}, v, [3]int{2, 3, 2}, w, core.Options{})
 		third := 1.0 / 3
 		near(t, "A", r.Weights, []float64{third, third, third, third, third, third, third, third, third, third, third, third}, 1e-15)
 		near(t, "O", r.O, []float64{3, 5, 3, 5, 3, 0, 3, 0}, 1e-14)
@@ -136,7 +136,7 @@ func TestAdditiveGoldenBias(t *testing.T) {
 type additiveProblem struct {
 	B, L, S, DQ, DK, DA, DV int
 	q, k, v                 []float32
-	w                       *vkattn.AdditiveWeights
+	w                       *core.AdditiveWeights
 }
 
 func newAdditiveProblem(seed int64, B, L, S, DQ, DK, DA, DV int) additiveProblem {
@@ -144,11 +144,11 @@ func newAdditiveProblem(seed int64, B, L, S, DQ, DK, DA, DV int) additiveProblem
 	return additiveProblem{
 		B: B, L: L, S: S, DQ: DQ, DK: DK, DA: DA, DV: DV,
 		q: randF32(r, B*L*DQ), k: randF32(r, B*S*DK), v: randF32(r, B*S*DV),
-		w: &vkattn.AdditiveWeights{DQ: DQ, DK: DK, DA: DA, WQ: randF32(r, DQ*DA), WK: randF32(r, DK*DA), Bias: randF32(r, DA), WA: randF32(r, DA)},
+		w: &core.AdditiveWeights{DQ: DQ, DK: DK, DA: DA, WQ: randF32(r, DQ*DA), WK: randF32(r, DK*DA), Bias: randF32(r, DA), WA: randF32(r, DA)},
 	}
 }
 
-func (p additiveProblem) run(t *testing.T, opts vkattn.Options) *Result {
+func (p additiveProblem) run(t *testing.T, opts core.Options) *Result {
 	t.Helper()
 	return mustAdditive(t, p.q, [3]int{p.B, p.L, p.DQ}, p.k, [3]int{p.B, p.S, p.DK}, p.v, [3]int{p.B, p.S, p.DV}, p.w, opts)
 }
@@ -190,14 +190,14 @@ func TestAdditiveMatchesSDPAWithScoresAsMask(t *testing.T) {
 	for i := range bm {
 		bm[i] = r.Intn(4) != 0
 	}
-	for _, opts := range []vkattn.Options{
+	for _, opts := range []core.Options{
 		{},
-		{Causal: vkattn.CausalTopLeft},
-		{Causal: vkattn.CausalBottomRight},
+		{Causal: core.CausalTopLeft},
+		{Causal: core.CausalBottomRight},
 		{KeyLengths: []int{3, 0}, QueryLengths: []int{4, 2}},
-		{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, L, S}, Values: userMask}},
-		{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: bm, Meaning: vkattn.TrueAllows}}},
-		{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: bm, Meaning: vkattn.TrueBlocks}}, Causal: vkattn.CausalTopLeft, KeyLengths: []int{5, 4}},
+		{Mask: &core.Mask{Shape: core.MaskShape{1, 1, L, S}, Values: userMask}},
+		{BoolMasks: []core.BoolMask{{Shape: core.MaskShape{B, 1, 1, S}, Values: bm, Meaning: core.TrueAllows}}},
+		{BoolMasks: []core.BoolMask{{Shape: core.MaskShape{B, 1, 1, S}, Values: bm, Meaning: core.TrueBlocks}}, Causal: core.CausalTopLeft, KeyLengths: []int{5, 4}},
 	} {
 		got := p.run(t, opts)
 		m := make([]float32, B*L*S)
@@ -209,7 +209,7 @@ func TestAdditiveMatchesSDPAWithScoresAsMask(t *testing.T) {
 			}
 		}
 		sd := opts
-		sd.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{B, 1, L, S}, Values: m}
+		sd.Mask = &core.Mask{Shape: core.MaskShape{B, 1, L, S}, Values: m}
 		want := mustRun(t, make([]float32, B*L), [4]int{B, 1, L, 1}, make([]float32, B*S), [4]int{B, 1, S, 1}, p.v, [4]int{B, 1, S, DV}, sd)
 		near(t, "weights", got.Weights, want.Weights, 1e-6)
 		near(t, "O", got.O, want.O, 1e-6)
@@ -222,7 +222,7 @@ func TestAdditiveProperties(t *testing.T) {
 	const B, L, S, DQ, DK, DA, DV = 3, 5, 7, 4, 3, 8, 5
 	for seed := int64(20); seed < 25; seed++ {
 		p := newAdditiveProblem(seed, B, L, S, DQ, DK, DA, DV)
-		r := p.run(t, vkattn.Options{})
+		r := p.run(t, core.Options{})
 		for row := 0; row < B*L; row++ {
 			w := r.Weights[row*S : (row+1)*S]
 			near(t, "row sum", []float64{sum(w)}, []float64{1}, 1e-12)
@@ -266,7 +266,7 @@ func TestAdditiveProperties(t *testing.T) {
 				copy(pp.v[(b*S+j)*DV:(b*S+j+1)*DV], p.v[(b*S+src)*DV:(b*S+src+1)*DV])
 			}
 		}
-		rp := pp.run(t, vkattn.Options{})
+		rp := pp.run(t, core.Options{})
 		near(t, "permuted O", rp.O, r.O, 1e-12)
 		for row := 0; row < B*L; row++ {
 			for j, src := range perm {
@@ -281,20 +281,20 @@ func TestAdditiveProperties(t *testing.T) {
 		for i := range pu.v {
 			pu.v[i] = p.v[i] + u[i%DV]
 		}
-		ru := pu.run(t, vkattn.Options{})
+		ru := pu.run(t, core.Options{})
 		for i := range r.O {
 			near(t, "shifted O", ru.O[i:i+1], []float64{r.O[i] + float64(u[i%DV])}, 1e-6)
 		}
 		pz := p
 		pz.v = make([]float32, len(p.v))
-		near(t, "zero V", pz.run(t, vkattn.Options{}).O, make([]float64, B*L*DV), 0)
+		near(t, "zero V", pz.run(t, core.Options{}).O, make([]float64, B*L*DV), 0)
 
 		// w_a = 0 makes every score 0: uniform weights.
 		p0 := p
 		w0 := *p.w
 		w0.WA = make([]float32, DA)
 		p0.w = &w0
-		r0 := p0.run(t, vkattn.Options{})
+		r0 := p0.run(t, core.Options{})
 		for i, a := range r0.Weights {
 			if math.Abs(a-1.0/S) > 1e-15 {
 				t.Fatalf("w_a = 0: weight %d is %v, want 1/%d", i, a, S)
@@ -304,8 +304,8 @@ func TestAdditiveProperties(t *testing.T) {
 }
 
 func TestAdditiveErrors(t *testing.T) {
-	good := &vkattn.AdditiveWeights{DQ: 2, DK: 3, DA: 4, WQ: make([]float32, 8), WK: make([]float32, 12), Bias: make([]float32, 4), WA: make([]float32, 4)}
-	mod := func(f func(w *vkattn.AdditiveWeights)) *vkattn.AdditiveWeights {
+	good := &core.AdditiveWeights{DQ: 2, DK: 3, DA: 4, WQ: make([]float32, 8), WK: make([]float32, 12), Bias: make([]float32, 4), WA: make([]float32, 4)}
+	mod := func(f func(w *core.AdditiveWeights)) *core.AdditiveWeights {
 		w := *good
 		f(&w)
 		return &w
@@ -314,32 +314,32 @@ func TestAdditiveErrors(t *testing.T) {
 	qs, ks, vs := [3]int{1, 2, 2}, [3]int{1, 5, 3}, [3]int{1, 5, 2}
 	cases := []struct {
 		name       string
-		w          *vkattn.AdditiveWeights
+		w          *core.AdditiveWeights
 		q, k, v    []float32
 		qs, ks, vs [3]int
-		opts       vkattn.Options
+		opts       core.Options
 		err        error
 		msg        string
 	}{
-		{name: "nil weights", err: vkattn.ErrShape, msg: "nil"},
-		{name: "dims", w: mod(func(w *vkattn.AdditiveWeights) { w.DA = 0 }), err: vkattn.ErrEmpty},
-		{name: "W_q", w: mod(func(w *vkattn.AdditiveWeights) { w.WQ = make([]float32, 6) }), err: vkattn.ErrShape, msg: "W_q has 6 values, want shape [2 4]"},
-		{name: "w_a missing", w: mod(func(w *vkattn.AdditiveWeights) { w.WA = nil }), err: vkattn.ErrShape, msg: "w_a has 0 values"},
-		{name: "b", w: mod(func(w *vkattn.AdditiveWeights) { w.Bias = make([]float32, 3) }), err: vkattn.ErrShape, msg: "b has 3 values"},
-		{name: "NaN W_k", w: mod(func(w *vkattn.AdditiveWeights) {
+		{name: "nil weights", err: core.ErrShape, msg: "nil"},
+		{name: "dims", w: mod(func(w *core.AdditiveWeights) { w.DA = 0 }), err: core.ErrEmpty},
+		{name: "W_q", w: mod(func(w *core.AdditiveWeights) { w.WQ = make([]float32, 6) }), err: core.ErrShape, msg: "W_q has 6 values, want shape [2 4]"},
+		{name: "w_a missing", w: mod(func(w *core.AdditiveWeights) { w.WA = nil }), err: core.ErrShape, msg: "w_a has 0 values"},
+		{name: "b", w: mod(func(w *core.AdditiveWeights) { w.Bias = make([]float32, 3) }), err: core.ErrShape, msg: "b has 3 values"},
+		{name: "NaN W_k", w: mod(func(w *core.AdditiveWeights) {
 			w.WK = []float32{0, 0, 0, 0, 0, float32(math.NaN()), 0, 0, 0, 0, 0, 0}
-		}), err: vkattn.ErrNonFinite, msg: "W_k value 5"},
-		{name: "scale", opts: vkattn.Options{Scale: vkattn.CustomScale(2)}, err: vkattn.ErrScale},
-		{name: "query width", qs: [3]int{1, 1, 4}, err: vkattn.ErrShape, msg: "Q shape [1 1 4] has width 4"},
-		{name: "key width", ks: [3]int{1, 5, 5}, err: vkattn.ErrShape, msg: "K shape"},
-		{name: "batch", qs: [3]int{2, 1, 2}, err: vkattn.ErrShape, msg: "batch"},
-		{name: "positions", vs: [3]int{1, 4, 2}, v: make([]float32, 8), err: vkattn.ErrShape},
-		{name: "empty", qs: [3]int{1, 0, 2}, q: []float32{}, err: vkattn.ErrEmpty},
-		{name: "length", q: make([]float32, 3), err: vkattn.ErrShape, msg: "Q has 3 values"},
-		{name: "non-finite", v: append(make([]float32, 9), float32(math.Inf(1))), err: vkattn.ErrNonFinite, msg: "V value 9"},
-		{name: "mask heads", opts: vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 2, 2, 5}, Values: make([]float32, 20)}}, err: vkattn.ErrMask},
-		{name: "mask meaning", opts: vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, 5}, Values: make([]bool, 5)}}}, err: vkattn.ErrMask},
-		{name: "lengths", opts: vkattn.Options{KeyLengths: []int{6}}, err: vkattn.ErrLengths},
+		}), err: core.ErrNonFinite, msg: "W_k value 5"},
+		{name: "scale", opts: core.Options{Scale: core.CustomScale(2)}, err: core.ErrScale},
+		{name: "query width", qs: [3]int{1, 1, 4}, err: core.ErrShape, msg: "Q shape [1 1 4] has width 4"},
+		{name: "key width", ks: [3]int{1, 5, 5}, err: core.ErrShape, msg: "K shape"},
+		{name: "batch", qs: [3]int{2, 1, 2}, err: core.ErrShape, msg: "batch"},
+		{name: "positions", vs: [3]int{1, 4, 2}, v: make([]float32, 8), err: core.ErrShape},
+		{name: "empty", qs: [3]int{1, 0, 2}, q: []float32{}, err: core.ErrEmpty},
+		{name: "length", q: make([]float32, 3), err: core.ErrShape, msg: "Q has 3 values"},
+		{name: "non-finite", v: append(make([]float32, 9), float32(math.Inf(1))), err: core.ErrNonFinite, msg: "V value 9"},
+		{name: "mask heads", opts: core.Options{Mask: &core.Mask{Shape: core.MaskShape{1, 2, 2, 5}, Values: make([]float32, 20)}}, err: core.ErrMask},
+		{name: "mask meaning", opts: core.Options{BoolMasks: []core.BoolMask{{Shape: core.MaskShape{1, 1, 1, 5}, Values: make([]bool, 5)}}}, err: core.ErrMask},
+		{name: "lengths", opts: core.Options{KeyLengths: []int{6}}, err: core.ErrLengths},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // MHAResult is a multi-head attention layer's output and every intermediate
@@ -47,15 +47,15 @@ type MHAResult struct {
 // (SEMANTICS.md §5), so its layer output is OutProjBias (zeros without bias);
 // PyTorch returns NaN there. Query rows past opts.Attention.QueryLengths
 // likewise give OutProjBias.
-func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int, value []float32, valueShape []int, w *vkattn.MHAWeights, opts vkattn.MHAOptions) (*MHAResult, error) {
+func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int, value []float32, valueShape []int, w *core.MHAWeights, opts core.MHAOptions) (*MHAResult, error) {
 	if w == nil {
-		return nil, fmt.Errorf("%w: MHA weights are nil", vkattn.ErrShape)
+		return nil, fmt.Errorf("%w: MHA weights are nil", core.ErrShape)
 	}
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
 	if (key == nil) != (value == nil) || (key == nil) != (keyShape == nil && valueShape == nil) {
-		return nil, fmt.Errorf("%w: give key and value (with shapes) for cross-attention, or neither for self-attention", vkattn.ErrShape)
+		return nil, fmt.Errorf("%w: give key and value (with shapes) for cross-attention, or neither for self-attention", core.ErrShape)
 	}
 	if key == nil {
 		key, keyShape, value, valueShape = x, xShape, x, xShape
@@ -73,10 +73,10 @@ func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int
 		return nil, err
 	}
 	if ks[0] != xs[0] || vs[0] != xs[0] {
-		return nil, fmt.Errorf("%w: batch sizes differ: query %d, key %d, value %d", vkattn.ErrShape, xs[0], ks[0], vs[0])
+		return nil, fmt.Errorf("%w: batch sizes differ: query %d, key %d, value %d", core.ErrShape, xs[0], ks[0], vs[0])
 	}
 	if vs[1] != ks[1] {
-		return nil, fmt.Errorf("%w: key has %d positions but value has %d", vkattn.ErrShape, ks[1], vs[1])
+		return nil, fmt.Errorf("%w: key has %d positions but value has %d", core.ErrShape, ks[1], vs[1])
 	}
 	h, d, kv := opts.Heads, w.DModel, w.KVOut()
 	hkv, err := w.KVHeads(h)
@@ -89,15 +89,15 @@ func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int
 	// reading any mask, then fold the key padding mask into them.
 	qShape, kvShape := [4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}
 	attnOpts := opts.Attention
-	if _, err := vkattn.CheckProblem(qShape, kvShape, kvShape, &attnOpts); err != nil {
+	if _, err := core.CheckProblem(qShape, kvShape, kvShape, &attnOpts); err != nil {
 		return nil, err
 	}
 	if kp := opts.KeyPadding; kp != nil {
 		if len(kp.Padded) != B*S {
-			return nil, fmt.Errorf("%w: key padding mask has %d values, want (B,S) = (%d,%d)", vkattn.ErrMask, len(kp.Padded), B, S)
+			return nil, fmt.Errorf("%w: key padding mask has %d values, want (B,S) = (%d,%d)", core.ErrMask, len(kp.Padded), B, S)
 		}
 		// Key padding is one more boolean mask, (B,1,1,S), true = padded.
-		attnOpts.BoolMasks = append(slices.Clip(attnOpts.BoolMasks), vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: kp.Padded, Meaning: vkattn.TrueBlocks})
+		attnOpts.BoolMasks = append(slices.Clip(attnOpts.BoolMasks), core.BoolMask{Shape: core.MaskShape{B, 1, 1, S}, Values: kp.Padded, Meaning: core.TrueBlocks})
 	}
 
 	wq, wk, wv, bq, bk, bv := w.Projections()
@@ -149,10 +149,10 @@ func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int
 func shape3(name string, data []float32, shape []int, rank, width int, widthName string) ([3]int, error) {
 	var s [3]int
 	if len(shape) != 2 && len(shape) != 3 {
-		return s, fmt.Errorf("%w: %s shape %v: want rank 3 (B,T,width) or 2 (T,width)", vkattn.ErrShape, name, shape)
+		return s, fmt.Errorf("%w: %s shape %v: want rank 3 (B,T,width) or 2 (T,width)", core.ErrShape, name, shape)
 	}
 	if len(shape) != rank {
-		return s, fmt.Errorf("%w: %s has rank %d but query has rank %d", vkattn.ErrShape, name, len(shape), rank)
+		return s, fmt.Errorf("%w: %s has rank %d but query has rank %d", core.ErrShape, name, len(shape), rank)
 	}
 	s = [3]int{1, shape[len(shape)-2], shape[len(shape)-1]}
 	if len(shape) == 3 {
@@ -161,21 +161,21 @@ func shape3(name string, data []float32, shape []int, rank, width int, widthName
 	n := 1
 	for _, e := range s {
 		if e <= 0 {
-			return s, fmt.Errorf("%w: %s shape %v has an empty axis", vkattn.ErrEmpty, name, shape)
+			return s, fmt.Errorf("%w: %s shape %v has an empty axis", core.ErrEmpty, name, shape)
 		}
 		if n > math.MaxInt32/e {
-			return s, fmt.Errorf("%w: %s shape %v is too large", vkattn.ErrShape, name, shape)
+			return s, fmt.Errorf("%w: %s shape %v is too large", core.ErrShape, name, shape)
 		}
 		n *= e
 	}
 	if s[2] != width {
-		return s, fmt.Errorf("%w: %s shape %v has width %d but the weights' %s is %d", vkattn.ErrShape, name, shape, s[2], widthName, width)
+		return s, fmt.Errorf("%w: %s shape %v has width %d but the weights' %s is %d", core.ErrShape, name, shape, s[2], widthName, width)
 	}
 	if len(data) != n {
-		return s, fmt.Errorf("%w: %s has %d values but shape %v needs %d", vkattn.ErrShape, name, len(data), shape, n)
+		return s, fmt.Errorf("%w: %s has %d values but shape %v needs %d", core.ErrShape, name, len(data), shape, n)
 	}
 	if i := firstNonFinite(data); i >= 0 {
-		return s, fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, name, i, data[i])
+		return s, fmt.Errorf("%w: %s value %d is %v", core.ErrNonFinite, name, i, data[i])
 	}
 	return s, nil
 }
@@ -228,7 +228,7 @@ func narrowAll(name string, x []float64) ([]float32, error) {
 	for i, v := range x {
 		y[i] = float32(v)
 		if math.IsInf(float64(y[i]), 0) || math.IsNaN(v) {
-			return nil, fmt.Errorf("%w: projection %s value %d is %v, outside float32", vkattn.ErrNonFinite, name, i, v)
+			return nil, fmt.Errorf("%w: projection %s value %d is %v, outside float32", core.ErrNonFinite, name, i, v)
 		}
 	}
 	return y, nil

@@ -6,7 +6,7 @@ import (
 	"math/rand"
 	"testing"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // randMHA returns random weights: packed when kdim = vdim = d, separate
@@ -14,14 +14,14 @@ import (
 // randSelf draws, from a generator seeded with seed, a self-attention
 // layer of width d (packed weights, biases), then n input values; r is
 // left to draw what else a test needs.
-func randSelf(seed int64, d, n int) (r *rand.Rand, w *vkattn.MHAWeights, x []float32) {
+func randSelf(seed int64, d, n int) (r *rand.Rand, w *core.MHAWeights, x []float32) {
 	r = rand.New(rand.NewSource(seed))
 	w = randMHA(r, d, d, d, true)
 	return r, w, randF32(r, n)
 }
 
-func randMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *vkattn.MHAWeights {
-	w := &vkattn.MHAWeights{DModel: d, KDim: kdim, VDim: vdim, OutProjWeight: randF32(r, d*d)}
+func randMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *core.MHAWeights {
+	w := &core.MHAWeights{DModel: d, KDim: kdim, VDim: vdim, OutProjWeight: randF32(r, d*d)}
 	if kdim == d && vdim == d {
 		w.InProjWeight = randF32(r, 3*d*d)
 	} else {
@@ -33,7 +33,7 @@ func randMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *vkattn.MHAWeights {
 	return w
 }
 
-func mustMHA(t *testing.T, x []float32, xs []int, k []float32, ks []int, v []float32, vs []int, w *vkattn.MHAWeights, opts vkattn.MHAOptions) *MHAResult {
+func mustMHA(t *testing.T, x []float32, xs []int, k []float32, ks []int, v []float32, vs []int, w *core.MHAWeights, opts core.MHAOptions) *MHAResult {
 	t.Helper()
 	r, err := MultiHeadAttention(x, xs, k, ks, v, vs, w, opts)
 	if err != nil {
@@ -53,7 +53,7 @@ func mustMHA(t *testing.T, x []float32, xs []int, k []float32, ks []int, v []flo
 // naiveMHA computes the layer from the projections res.Q, res.K, res.V with
 // nothing but loops: no Attention, no head split, head hh reading columns
 // hh*dh..(hh+1)*dh of every position. No masks.
-func naiveMHA(res *MHAResult, w *vkattn.MHAWeights) []float64 {
+func naiveMHA(res *MHAResult, w *core.MHAWeights) []float64 {
 	B, T, S, d, h := res.B, res.T, res.S, res.DModel, res.Heads
 	dh := d / h
 	concat := make([]float64, B*T*d)
@@ -113,7 +113,7 @@ func TestMHASpecWalkthrough(t *testing.T) {
 		t.Fatalf("ParamCount = %d, want 4d^2+4d = 288", n)
 	}
 
-	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h})
+	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, core.MHAOptions{Heads: h})
 	if res.B != B || res.T != T || res.S != T || res.DModel != d || res.Heads != h {
 		t.Fatalf("result dims B=%d T=%d S=%d d=%d h=%d", res.B, res.T, res.S, res.DModel, res.Heads)
 	}
@@ -136,7 +136,7 @@ func TestMHASpecWalkthrough(t *testing.T) {
 
 	// Q, K, V each (2,2,3,4); scores and weights (2,2,3,3); per-head out
 	// (2,2,3,4).
-	if want := (vkattn.Dims{B: 2, H: 2, HKV: 2, L: 3, S: 3, DK: 4, DV: 4}); res.Attention.Dims != want {
+	if want := (core.Dims{B: 2, H: 2, HKV: 2, L: 3, S: 3, DK: 4, DV: 4}); res.Attention.Dims != want {
 		t.Fatalf("per-head Dims %v, want %v", res.Attention.Dims, want)
 	}
 	if len(res.Attention.Weights) != 2*2*3*3 || len(res.Attention.O) != 2*2*3*4 || len(res.Attention.LSE) != 2*2*3 {
@@ -172,7 +172,7 @@ func TestMHASpecWalkthrough(t *testing.T) {
 func TestMHAAxisSwapMatters(t *testing.T) {
 	const B, T, d, h, dh = 2, 3, 8, 2, 4
 	_, w, x := randSelf(4, d, B*T*d)
-	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h})
+	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, core.MHAOptions{Heads: h})
 
 	// Split and merge are inverses, and split really moves data.
 	back := mergeHeads(widen(splitHeads(res.Q, B, T, h, dh)), B, T, h, dh)
@@ -182,7 +182,7 @@ func TestMHAAxisSwapMatters(t *testing.T) {
 	}
 
 	s := [4]int{B, h, T, dh}
-	bad, err := Attention(res.Q, s, res.K, s, res.V, s, vkattn.Options{})
+	bad, err := Attention(res.Q, s, res.K, s, res.V, s, core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestMHACross(t *testing.T) {
 	r := rand.New(rand.NewSource(5))
 	w := randMHA(r, d, kd, vd, true)
 	x, k, v := randF32(r, B*T*d), randF32(r, B*S*kd), randF32(r, B*S*vd)
-	res := mustMHA(t, x, []int{B, T, d}, k, []int{B, S, kd}, v, []int{B, S, vd}, w, vkattn.MHAOptions{Heads: h, NeedWeights: true})
+	res := mustMHA(t, x, []int{B, T, d}, k, []int{B, S, kd}, v, []int{B, S, vd}, w, core.MHAOptions{Heads: h, NeedWeights: true})
 	if res.S != S || len(res.K) != B*S*d || len(res.V) != B*S*d || len(res.Weights) != B*h*T*S || len(res.AvgWeights) != B*T*S {
 		t.Fatalf("S %d, K %d, V %d, weights %d, avg %d", res.S, len(res.K), len(res.V), len(res.Weights), len(res.AvgWeights))
 	}
@@ -226,7 +226,7 @@ func TestMHACross(t *testing.T) {
 	}
 
 	// Rank 2 inputs are batch 1.
-	r2 := mustMHA(t, x[:T*d], []int{T, d}, k[:S*kd], []int{S, kd}, v[:S*vd], []int{S, vd}, w, vkattn.MHAOptions{Heads: h})
+	r2 := mustMHA(t, x[:T*d], []int{T, d}, k[:S*kd], []int{S, kd}, v[:S*vd], []int{S, vd}, w, core.MHAOptions{Heads: h})
 	near(t, "rank 2", r2.Out, res.Out[:T*d], 0)
 }
 
@@ -247,8 +247,8 @@ func TestMHALayouts(t *testing.T) {
 	sep := *packed
 	sep.InProjWeight = nil
 	sep.QProjWeight, sep.KProjWeight, sep.VProjWeight = packed.InProjWeight[:d*d], packed.InProjWeight[d*d:2*d*d], packed.InProjWeight[2*d*d:]
-	a := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, packed, vkattn.MHAOptions{Heads: h})
-	b := mustMHA(t, x, []int{B, T, d}, x, []int{B, T, d}, x, []int{B, T, d}, &sep, vkattn.MHAOptions{Heads: h})
+	a := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, packed, core.MHAOptions{Heads: h})
+	b := mustMHA(t, x, []int{B, T, d}, x, []int{B, T, d}, x, []int{B, T, d}, &sep, core.MHAOptions{Heads: h})
 	near(t, "separate vs packed", b.Out, a.Out, 0)
 	if packed.ParamCount() != sep.ParamCount() {
 		t.Fatalf("ParamCount %d vs %d", packed.ParamCount(), sep.ParamCount())
@@ -258,8 +258,8 @@ func TestMHALayouts(t *testing.T) {
 	nob.InProjBias, nob.OutProjBias = nil, nil
 	zero := *packed
 	zero.InProjBias, zero.OutProjBias = make([]float32, 3*d), make([]float32, d)
-	near(t, "nil vs zero bias", mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &nob, vkattn.MHAOptions{Heads: h}).Out,
-		mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &zero, vkattn.MHAOptions{Heads: h}).Out, 0)
+	near(t, "nil vs zero bias", mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &nob, core.MHAOptions{Heads: h}).Out,
+		mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &zero, core.MHAOptions{Heads: h}).Out, 0)
 	if nob.ParamCount() != 4*d*d {
 		t.Fatalf("ParamCount without bias %d, want %d", nob.ParamCount(), 4*d*d)
 	}
@@ -275,8 +275,8 @@ func TestMHAPermutation(t *testing.T) {
 	for i, p := range perm {
 		copy(px[i*d:(i+1)*d], x[p*d:(p+1)*d])
 	}
-	a := mustMHA(t, x, []int{T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h})
-	b := mustMHA(t, px, []int{T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h})
+	a := mustMHA(t, x, []int{T, d}, nil, nil, nil, nil, w, core.MHAOptions{Heads: h})
+	b := mustMHA(t, px, []int{T, d}, nil, nil, nil, nil, w, core.MHAOptions{Heads: h})
 	for i, p := range perm {
 		near(t, "permuted row", b.Out[i*d:(i+1)*d], a.Out[p*d:(p+1)*d], 1e-12)
 	}
@@ -286,17 +286,17 @@ func TestMHAKeyPadding(t *testing.T) {
 	const B, T, S, d, h = 2, 3, 4, 8, 2
 	r, w, x := randSelf(8, d, B*T*d)
 	kv := randF32(r, B*S*d)
-	run := func(opts vkattn.MHAOptions) *MHAResult {
+	run := func(opts core.MHAOptions) *MHAResult {
 		opts.Heads, opts.NeedWeights = h, true
 		return mustMHA(t, x, []int{B, T, d}, kv, []int{B, S, d}, kv, []int{B, S, d}, w, opts)
 	}
 
 	// Padding the last keys is KeyLengths, and a (B,1,1,S) TrueBlocks mask.
-	pad := &vkattn.KeyPadding{Padded: []bool{false, false, false, true, false, false, true, true}}
-	got := run(vkattn.MHAOptions{KeyPadding: pad})
-	near(t, "padding vs key lengths", got.Out, run(vkattn.MHAOptions{Attention: vkattn.Options{KeyLengths: []int{3, 2}}}).Out, 0)
-	bm := vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: pad.Padded, Meaning: vkattn.TrueBlocks}
-	near(t, "padding vs bool mask", got.Out, run(vkattn.MHAOptions{Attention: vkattn.Options{BoolMasks: []vkattn.BoolMask{bm}}}).Out, 0)
+	pad := &core.KeyPadding{Padded: []bool{false, false, false, true, false, false, true, true}}
+	got := run(core.MHAOptions{KeyPadding: pad})
+	near(t, "padding vs key lengths", got.Out, run(core.MHAOptions{Attention: core.Options{KeyLengths: []int{3, 2}}}).Out, 0)
+	bm := core.BoolMask{Shape: core.MaskShape{B, 1, 1, S}, Values: pad.Padded, Meaning: core.TrueBlocks}
+	near(t, "padding vs bool mask", got.Out, run(core.MHAOptions{Attention: core.Options{BoolMasks: []core.BoolMask{bm}}}).Out, 0)
 	for i, a := range got.Weights {
 		if j := i % S; (i/(h*T*S) == 0 && j == 3 || i/(h*T*S) == 1 && j >= 2) && a != 0 {
 			t.Fatalf("padded key has weight %v at %d", a, i)
@@ -309,7 +309,7 @@ func TestMHAKeyPadding(t *testing.T) {
 		false, true, true, true,
 		true, false, true, true,
 	}
-	am := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, T, S}, Values: allow, Meaning: vkattn.TrueAllows}
+	am := core.BoolMask{Shape: core.MaskShape{1, 1, T, S}, Values: allow, Meaning: core.TrueAllows}
 	merged := make([]bool, B*T*S)
 	for b := 0; b < B; b++ {
 		for tt := 0; tt < T; tt++ {
@@ -318,18 +318,18 @@ func TestMHAKeyPadding(t *testing.T) {
 			}
 		}
 	}
-	mm := vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, T, S}, Values: merged, Meaning: vkattn.TrueBlocks}
-	near(t, "padding + mask", run(vkattn.MHAOptions{KeyPadding: pad, Attention: vkattn.Options{BoolMasks: []vkattn.BoolMask{am}}}).Out,
-		run(vkattn.MHAOptions{Attention: vkattn.Options{BoolMasks: []vkattn.BoolMask{mm}}}).Out, 0)
+	mm := core.BoolMask{Shape: core.MaskShape{B, 1, T, S}, Values: merged, Meaning: core.TrueBlocks}
+	near(t, "padding + mask", run(core.MHAOptions{KeyPadding: pad, Attention: core.Options{BoolMasks: []core.BoolMask{am}}}).Out,
+		run(core.MHAOptions{Attention: core.Options{BoolMasks: []core.BoolMask{mm}}}).Out, 0)
 	// The caller's mask is left as it was.
-	if am.Shape != (vkattn.MaskShape{1, 1, T, S}) || !am.Values[0] || am.Values[2] {
+	if am.Shape != (core.MaskShape{1, 1, T, S}) || !am.Values[0] || am.Values[2] {
 		t.Fatal("the caller's boolean mask was modified")
 	}
 
 	// A fully masked row: zero weights and attention output, so the layer
 	// output is out_proj.bias (PyTorch gives NaN).
-	full := &vkattn.KeyPadding{Padded: []bool{false, false, false, false, true, true, true, true}}
-	res := run(vkattn.MHAOptions{KeyPadding: full})
+	full := &core.KeyPadding{Padded: []bool{false, false, false, false, true, true, true, true}}
+	res := run(core.MHAOptions{KeyPadding: full})
 	for tt := 0; tt < T; tt++ {
 		near(t, "fully masked out", res.Out[(T+tt)*d:(T+tt+1)*d], widen(w.OutProjBias), 0)
 		near(t, "fully masked avg weights", res.AvgWeights[(T+tt)*S:(T+tt+1)*S], make([]float64, S), 0)
@@ -343,10 +343,10 @@ func TestMHAMasksPassThrough(t *testing.T) {
 	r := rand.New(rand.NewSource(9))
 	w := randMHA(r, d, d, d, false)
 	x := randF32(r, B*T*d)
-	m := &vkattn.Mask{Shape: vkattn.MaskShape{B, h, T, T}, Values: randF32(r, B*h*T*T)}
+	m := &core.Mask{Shape: core.MaskShape{B, h, T, T}, Values: randF32(r, B*h*T*T)}
 	m.Values[5] = negInf
-	opts := vkattn.Options{Causal: vkattn.CausalTopLeft, Mask: m, Scale: vkattn.CustomScale(0.3)}
-	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, vkattn.MHAOptions{Heads: h, Attention: opts, NeedWeights: true})
+	opts := core.Options{Causal: core.CausalTopLeft, Mask: m, Scale: core.CustomScale(0.3)}
+	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, core.MHAOptions{Heads: h, Attention: opts, NeedWeights: true})
 	s := [4]int{B, h, T, dh}
 	want := mustRun(t, splitHeads(res.Q, B, T, h, dh), s, splitHeads(res.K, B, T, h, dh), s, splitHeads(res.V, B, T, h, dh), s, opts)
 	same(t, "per head", res.Attention, want)
@@ -367,7 +367,7 @@ func TestMHAErrors(t *testing.T) {
 	good := randMHA(r, d, d, d, true)
 	x := randF32(r, B*T*d)
 	xs := []int{B, T, d}
-	mod := func(f func(w *vkattn.MHAWeights)) *vkattn.MHAWeights {
+	mod := func(f func(w *core.MHAWeights)) *core.MHAWeights {
 		w := *good
 		f(&w)
 		return &w
@@ -375,48 +375,48 @@ func TestMHAErrors(t *testing.T) {
 	nan := float32(math.NaN())
 	cases := []struct {
 		name string
-		w    *vkattn.MHAWeights
+		w    *core.MHAWeights
 		x    []float32
 		xs   []int
 		k, v []float32
 		ks   []int
 		vs   []int
-		opts vkattn.MHAOptions
+		opts core.MHAOptions
 		err  error
 		msg  string
 	}{
-		{name: "nil weights", err: vkattn.ErrShape, msg: "nil"},
-		{name: "no dims", w: mod(func(w *vkattn.MHAWeights) { w.KDim = 0 }), err: vkattn.ErrEmpty},
-		{name: "both layouts", w: mod(func(w *vkattn.MHAWeights) { w.QProjWeight = make([]float32, d*d) }), err: vkattn.ErrShape, msg: "both"},
-		{name: "no layout", w: mod(func(w *vkattn.MHAWeights) { w.InProjWeight = nil }), err: vkattn.ErrShape, msg: "neither"},
-		{name: "packed with kdim", w: mod(func(w *vkattn.MHAWeights) { w.KDim = 3 }), err: vkattn.ErrShape, msg: "kdim"},
-		{name: "short in_proj_weight", w: mod(func(w *vkattn.MHAWeights) { w.InProjWeight = w.InProjWeight[:40] }), err: vkattn.ErrShape, msg: "in_proj_weight has 40 values, want shape [12 4]"},
-		{name: "short bias", w: mod(func(w *vkattn.MHAWeights) { w.OutProjBias = w.OutProjBias[:3] }), err: vkattn.ErrShape, msg: "out_proj.bias has 3 values, want shape [4]"},
-		{name: "NaN weight", w: mod(func(w *vkattn.MHAWeights) {
+		{name: "nil weights", err: core.ErrShape, msg: "nil"},
+		{name: "no dims", w: mod(func(w *core.MHAWeights) { w.KDim = 0 }), err: core.ErrEmpty},
+		{name: "both layouts", w: mod(func(w *core.MHAWeights) { w.QProjWeight = make([]float32, d*d) }), err: core.ErrShape, msg: "both"},
+		{name: "no layout", w: mod(func(w *core.MHAWeights) { w.InProjWeight = nil }), err: core.ErrShape, msg: "neither"},
+		{name: "packed with kdim", w: mod(func(w *core.MHAWeights) { w.KDim = 3 }), err: core.ErrShape, msg: "kdim"},
+		{name: "short in_proj_weight", w: mod(func(w *core.MHAWeights) { w.InProjWeight = w.InProjWeight[:40] }), err: core.ErrShape, msg: "in_proj_weight has 40 values, want shape [12 4]"},
+		{name: "short bias", w: mod(func(w *core.MHAWeights) { w.OutProjBias = w.OutProjBias[:3] }), err: core.ErrShape, msg: "out_proj.bias has 3 values, want shape [4]"},
+		{name: "NaN weight", w: mod(func(w *core.MHAWeights) {
 			w.OutProjWeight = append([]float32(nil), w.OutProjWeight...)
 			w.OutProjWeight[2] = nan
-		}), err: vkattn.ErrNonFinite, msg: "out_proj.weight"},
-		{name: "separate k_proj", w: &vkattn.MHAWeights{DModel: d, KDim: 3, VDim: d, QProjWeight: make([]float32, d*d), KProjWeight: make([]float32, d*d), VProjWeight: make([]float32, d*d), OutProjWeight: make([]float32, d*d)},
-			err: vkattn.ErrShape, msg: "k_proj_weight has 16 values, want shape [4 3]"},
-		{name: "heads", opts: vkattn.MHAOptions{Heads: 3}, err: vkattn.ErrHeads},
-		{name: "zero heads", opts: vkattn.MHAOptions{Heads: 0}, err: vkattn.ErrHeads},
-		{name: "width", xs: []int{B, T * 2, d / 2}, err: vkattn.ErrShape, msg: "embed_dim"},
-		{name: "rank", xs: []int{1, B, T, d}, err: vkattn.ErrShape, msg: "rank"},
-		{name: "length", x: x[:5], err: vkattn.ErrShape, msg: "query has 5 values"},
-		{name: "empty", x: []float32{}, xs: []int{B, 0, d}, err: vkattn.ErrEmpty},
-		{name: "non-finite x", x: append(append([]float32(nil), x[:7]...), nan), err: vkattn.ErrNonFinite, msg: "query value 7"},
-		{name: "key without value", k: x, ks: xs, err: vkattn.ErrShape, msg: "key and value"},
-		{name: "key rank", k: x, ks: []int{T, d}, v: x, vs: []int{T, d}, err: vkattn.ErrShape, msg: "rank"},
-		{name: "batch", k: append(x, x...), ks: []int{2, T, d}, v: append(x, x...), vs: []int{2, T, d}, err: vkattn.ErrShape, msg: "batch"},
-		{name: "positions", k: x, ks: xs, v: x[:d], vs: []int{B, 1, d}, err: vkattn.ErrShape, msg: "positions"},
-		{name: "padding length", opts: vkattn.MHAOptions{Heads: h, KeyPadding: &vkattn.KeyPadding{Padded: []bool{true}}}, err: vkattn.ErrMask},
-		{name: "mask shape", opts: vkattn.MHAOptions{Heads: h, Attention: vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 3, T, T}, Values: make([]float32, 3*T*T)}}}, err: vkattn.ErrMask},
-		{name: "mask meaning", opts: vkattn.MHAOptions{Heads: h, KeyPadding: &vkattn.KeyPadding{Padded: make([]bool, T)}, Attention: vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, T}, Values: make([]bool, T)}}}}, err: vkattn.ErrMask},
-		{name: "missing out_proj.weight", w: mod(func(w *vkattn.MHAWeights) { w.OutProjWeight = nil }), err: vkattn.ErrShape, msg: "out_proj.weight has 0 values"},
-		{name: "projection overflow", w: mod(func(w *vkattn.MHAWeights) {
+		}), err: core.ErrNonFinite, msg: "out_proj.weight"},
+		{name: "separate k_proj", w: &core.MHAWeights{DModel: d, KDim: 3, VDim: d, QProjWeight: make([]float32, d*d), KProjWeight: make([]float32, d*d), VProjWeight: make([]float32, d*d), OutProjWeight: make([]float32, d*d)},
+			err: core.ErrShape, msg: "k_proj_weight has 16 values, want shape [4 3]"},
+		{name: "heads", opts: core.MHAOptions{Heads: 3}, err: core.ErrHeads},
+		{name: "zero heads", opts: core.MHAOptions{Heads: 0}, err: core.ErrHeads},
+		{name: "width", xs: []int{B, T * 2, d / 2}, err: core.ErrShape, msg: "embed_dim"},
+		{name: "rank", xs: []int{1, B, T, d}, err: core.ErrShape, msg: "rank"},
+		{name: "length", x: x[:5], err: core.ErrShape, msg: "query has 5 values"},
+		{name: "empty", x: []float32{}, xs: []int{B, 0, d}, err: core.ErrEmpty},
+		{name: "non-finite x", x: append(append([]float32(nil), x[:7]...), nan), err: core.ErrNonFinite, msg: "query value 7"},
+		{name: "key without value", k: x, ks: xs, err: core.ErrShape, msg: "key and value"},
+		{name: "key rank", k: x, ks: []int{T, d}, v: x, vs: []int{T, d}, err: core.ErrShape, msg: "rank"},
+		{name: "batch", k: append(x, x...), ks: []int{2, T, d}, v: append(x, x...), vs: []int{2, T, d}, err: core.ErrShape, msg: "batch"},
+		{name: "positions", k: x, ks: xs, v: x[:d], vs: []int{B, 1, d}, err: core.ErrShape, msg: "positions"},
+		{name: "padding length", opts: core.MHAOptions{Heads: h, KeyPadding: &core.KeyPadding{Padded: []bool{true}}}, err: core.ErrMask},
+		{name: "mask shape", opts: core.MHAOptions{Heads: h, Attention: core.Options{Mask: &core.Mask{Shape: core.MaskShape{1, 3, T, T}, Values: make([]float32, 3*T*T)}}}, err: core.ErrMask},
+		{name: "mask meaning", opts: core.MHAOptions{Heads: h, KeyPadding: &core.KeyPadding{Padded: make([]bool, T)}, Attention: core.Options{BoolMasks: []core.BoolMask{{Shape: core.MaskShape{1, 1, 1, T}, Values: make([]bool, T)}}}}, err: core.ErrMask},
+		{name: "missing out_proj.weight", w: mod(func(w *core.MHAWeights) { w.OutProjWeight = nil }), err: core.ErrShape, msg: "out_proj.weight has 0 values"},
+		{name: "projection overflow", w: mod(func(w *core.MHAWeights) {
 			w.InProjWeight = make([]float32, 3*d*d)
 			w.InProjWeight[0], w.InProjWeight[1] = 3e38, 3e38
-		}), x: []float32{10, 10, 0, 0, 0, 0, 0, 0}, err: vkattn.ErrNonFinite, msg: "projection Q"},
+		}), x: []float32{10, 10, 0, 0, 0, 0, 0, 0}, err: core.ErrNonFinite, msg: "projection Q"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -447,10 +447,10 @@ func TestMHAGroupedQueryEqualsRepeatedKV(t *testing.T) {
 	const B, T, S, d, h, kvHeads = 2, 5, 7, 16, 8, 2
 	const dh, kv, group = d / h, kvHeads * d / h, h / kvHeads
 	r := rand.New(rand.NewSource(17))
-	g := &vkattn.MHAWeights{DModel: d, KDim: 6, VDim: 5, KVDim: kv,
+	g := &core.MHAWeights{DModel: d, KDim: 6, VDim: 5, KVDim: kv,
 		QProjWeight: randF32(r, d*d), KProjWeight: randF32(r, kv*6), VProjWeight: randF32(r, kv*5),
 		InProjBias: randF32(r, d+2*kv), OutProjWeight: randF32(r, d*d), OutProjBias: randF32(r, d)}
-	full := &vkattn.MHAWeights{DModel: d, KDim: 6, VDim: 5, QProjWeight: g.QProjWeight,
+	full := &core.MHAWeights{DModel: d, KDim: 6, VDim: 5, QProjWeight: g.QProjWeight,
 		OutProjWeight: g.OutProjWeight, OutProjBias: g.OutProjBias, InProjBias: append([]float32(nil), g.InProjBias[:d]...)}
 	repeat := func(w []float32, in int) []float32 {
 		var out []float32
@@ -464,7 +464,7 @@ func TestMHAGroupedQueryEqualsRepeatedKV(t *testing.T) {
 	full.InProjBias = append(full.InProjBias, repeat(g.InProjBias[d:d+kv], 1)...)
 	full.InProjBias = append(full.InProjBias, repeat(g.InProjBias[d+kv:], 1)...)
 	x, key, value := randF32(r, B*T*d), randF32(r, B*S*6), randF32(r, B*S*5)
-	opts := vkattn.MHAOptions{Heads: h, NeedWeights: true, Attention: vkattn.Options{Causal: vkattn.CausalBottomRight}}
+	opts := core.MHAOptions{Heads: h, NeedWeights: true, Attention: core.Options{Causal: core.CausalBottomRight}}
 	got := mustMHA(t, x, []int{B, T, d}, key, []int{B, S, 6}, value, []int{B, S, 5}, g, opts)
 	want := mustMHA(t, x, []int{B, T, d}, key, []int{B, S, 6}, value, []int{B, S, 5}, full, opts)
 	near(t, "Out", got.Out, want.Out, 1e-12)
@@ -476,7 +476,7 @@ func TestMHAGroupedQueryEqualsRepeatedKV(t *testing.T) {
 	// heads is refused.
 	bad := *g
 	bad.KVDim, bad.KProjWeight, bad.VProjWeight, bad.InProjBias = 3*dh, randF32(r, 3*dh*6), randF32(r, 3*dh*5), nil
-	if _, err := MultiHeadAttention(x, []int{B, T, d}, key, []int{B, S, 6}, value, []int{B, S, 5}, &bad, opts); !errors.Is(err, vkattn.ErrHeads) {
+	if _, err := MultiHeadAttention(x, []int{B, T, d}, key, []int{B, S, 6}, value, []int{B, S, 5}, &bad, opts); !errors.Is(err, core.ErrHeads) {
 		t.Fatalf("3 K/V heads for 8 query heads: %v, want ErrHeads", err)
 	}
 }

@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 
 	"gonum.org/v1/gonum/floats"
 )
 
 // Result holds float64 outputs, dense row-major.
 type Result struct {
-	Dims vkattn.Dims
+	Dims core.Dims
 	// O is the attention output, (B, H, L, DV).
 	O []float64
 	// LSE is (B, H, L): the natural-log log-sum-exp of the row's final scores
@@ -28,12 +28,12 @@ type Result struct {
 // variant of opts (window, soft-capping, sinks, ALiBi: SEMANTICS.md §4.1).
 //
 // q is dense (B,H,L,DK), k is dense (B,HKV,S,DK) and v is dense (B,HKV,S,DV),
-// all row-major. It validates with vkattn.CheckProblem first and returns that
+// all row-major. It validates with core.CheckProblem first and returns that
 // error unchanged; it then checks the slice lengths against the shapes
-// (vkattn.ErrShape) and that q, k and v are finite (vkattn.ErrNonFinite).
+// (core.ErrShape) and that q, k and v are finite (core.ErrNonFinite).
 // opts.WantLSE and opts.WantWeights are ignored: both are always filled.
-func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float32, vShape [4]int, opts vkattn.Options) (*Result, error) {
-	d, err := vkattn.CheckProblem(qShape, kShape, vShape, &opts)
+func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float32, vShape [4]int, opts core.Options) (*Result, error) {
+	d, err := core.CheckProblem(qShape, kShape, vShape, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -43,11 +43,11 @@ func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float
 		shape [4]int
 	}{{"Q", q, qShape}, {"K", k, kShape}, {"V", v, vShape}} {
 		if n := t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]; len(t.data) != n {
-			return nil, fmt.Errorf("%w: %s has %d values but shape %v needs %d", vkattn.ErrShape, t.name, len(t.data), t.shape, n)
+			return nil, fmt.Errorf("%w: %s has %d values but shape %v needs %d", core.ErrShape, t.name, len(t.data), t.shape, n)
 		}
 		for i, x := range t.data {
 			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return nil, fmt.Errorf("%w: %s value %d is %v", vkattn.ErrNonFinite, t.name, i, x)
+				return nil, fmt.Errorf("%w: %s value %d is %v", core.ErrNonFinite, t.name, i, x)
 			}
 		}
 	}
@@ -88,7 +88,7 @@ func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float
 // log-sum-exp. Padded and fully masked rows keep zero output and weights;
 // they return -Inf, except that a fully masked row with a sink returns the
 // sink (SEMANTICS.md §4.1, §5). e and blocked are scratch of length S.
-func (res *Result) attendRow(opts *vkattn.Options, b, h, t, row int, score func(j int) float64, values, e []float64, blocked []bool) float64 {
+func (res *Result) attendRow(opts *core.Options, b, h, t, row int, score func(j int) float64, values, e []float64, blocked []bool) float64 {
 	d := res.Dims
 	if opts.QueryLengths != nil && t >= opts.QueryLengths[b] {
 		return math.Inf(-1) // padded query row, sinks or not
@@ -168,7 +168,7 @@ func widen(x []float32) []float64 {
 
 // maskIndex is the row-major offset of (b,h,t,j) in a mask of the given
 // shape, reading index 0 on every broadcast (extent 1) axis.
-func maskIndex(s vkattn.MaskShape, b, h, t, j int) int {
+func maskIndex(s core.MaskShape, b, h, t, j int) int {
 	idx := [4]int{b, h, t, j}
 	off := 0
 	for a := range s {
@@ -180,7 +180,7 @@ func maskIndex(s vkattn.MaskShape, b, h, t, j int) int {
 	return off
 }
 
-func additive(m *vkattn.Mask, b, h, t, j int) float64 {
+func additive(m *core.Mask, b, h, t, j int) float64 {
 	if m == nil {
 		return 0
 	}
@@ -190,10 +190,10 @@ func additive(m *vkattn.Mask, b, h, t, j int) float64 {
 // isBlocked reports whether any boolean-style mask (each boolean mask,
 // window, causal, key length) blocks key j for query t of head h in batch item b:
 // a key is visible only if every one allows it.
-func isBlocked(opts *vkattn.Options, d vkattn.Dims, b, h, t, j int) bool {
+func isBlocked(opts *core.Options, d core.Dims, b, h, t, j int) bool {
 	for _, m := range opts.BoolMasks {
 		val := m.Values[maskIndex(m.Shape, b, h, t, j)]
-		if (m.Meaning == vkattn.TrueAllows && !val) || (m.Meaning == vkattn.TrueBlocks && val) {
+		if (m.Meaning == core.TrueAllows && !val) || (m.Meaning == core.TrueBlocks && val) {
 			return true
 		}
 	}
@@ -207,11 +207,11 @@ func isBlocked(opts *vkattn.Options, d vkattn.Dims, b, h, t, j int) bool {
 		}
 	}
 	switch opts.Causal {
-	case vkattn.CausalTopLeft:
+	case core.CausalTopLeft:
 		if j > t {
 			return true
 		}
-	case vkattn.CausalBottomRight:
+	case core.CausalBottomRight:
 		// Full extents S and L, not the per-batch lengths (unless
 		// AlignToKeyLengths).
 		if j > diagonal(opts, d, b, t) {
@@ -224,7 +224,7 @@ func isBlocked(opts *vkattn.Options, d vkattn.Dims, b, h, t, j int) bool {
 // diagonal is the key position of query t of item b for the bottom-right
 // aligned masks and biases: t + S - L, or t + KeyLengths[b] - L with
 // AlignToKeyLengths (SEMANTICS.md §4.1).
-func diagonal(opts *vkattn.Options, d vkattn.Dims, b, t int) int {
+func diagonal(opts *core.Options, d core.Dims, b, t int) int {
 	if opts.AlignToKeyLengths && opts.KeyLengths != nil {
 		return t + opts.KeyLengths[b] - d.L
 	}

@@ -6,12 +6,12 @@ import (
 	"math/rand"
 	"testing"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 var negInf = float32(math.Inf(-1))
 
-func mustRun(t *testing.T, q []float32, qs [4]int, k []float32, ks [4]int, v []float32, vs [4]int, opts vkattn.Options) *Result {
+func mustRun(t *testing.T, q []float32, qs [4]int, k []float32, ks [4]int, v []float32, vs [4]int, opts core.Options) *Result {
 	t.Helper()
 	r, err := Attention(q, qs, k, ks, v, vs, opts)
 	if err != nil {
@@ -95,7 +95,7 @@ func TestGoldenSeed000(t *testing.T) {
 	v := []float32{2, 0, 0, 4, 2, 2}
 	qs, ks, vs := [4]int{1, 1, 1, 2}, [4]int{1, 1, 3, 2}, [4]int{1, 1, 3, 2}
 
-	r := mustRun(t, q, qs, k, ks, v, vs, vkattn.Options{})
+	r := mustRun(t, q, qs, k, ks, v, vs, core.Options{})
 	// Rounded values as SEMANTICS.md §14 prints them.
 	near(t, "A", r.Weights, []float64{0.4011, 0.1978, 0.4011}, 1e-4)
 	near(t, "O", r.O, []float64{1.6044, 1.5933}, 1e-4)
@@ -105,16 +105,16 @@ func TestGoldenSeed000(t *testing.T) {
 	near(t, "LSE", r.LSE, []float64{math.Log(2*c + 1)}, 1e-15)
 
 	// SEMANTICS.md §14: with M = [0 0 -inf].
-	m := &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []float32{0, 0, negInf}}
-	r = mustRun(t, q, qs, k, ks, v, vs, vkattn.Options{Mask: m})
+	m := &core.Mask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []float32{0, 0, negInf}}
+	r = mustRun(t, q, qs, k, ks, v, vs, core.Options{Mask: m})
 	near(t, "masked A", r.Weights, []float64{0.6698, 0.3302, 0}, 1e-4)
 	near(t, "masked O", r.O, []float64{1.3395, 1.3210}, 1e-4)
 	near(t, "masked LSE", r.LSE, []float64{math.Log(c + 1)}, 1e-15)
 
 	// SEMANTICS.md §14: weights (0.5, 0.25, 0.25) over the same V give (1.5, 1.5).
 	// A zero query makes the scores equal the additive mask [ln2 0 0].
-	m = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []float32{float32(math.Ln2), 0, 0}}
-	r = mustRun(t, []float32{0, 0}, qs, k, ks, v, vs, vkattn.Options{Mask: m})
+	m = &core.Mask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []float32{float32(math.Ln2), 0, 0}}
+	r = mustRun(t, []float32{0, 0}, qs, k, ks, v, vs, core.Options{Mask: m})
 	near(t, "weighted A", r.Weights, []float64{0.5, 0.25, 0.25}, 1e-7)
 	near(t, "weighted O", r.O, []float64{1.5, 1.5}, 1e-6)
 }
@@ -137,7 +137,7 @@ func TestGoldenSeed003(t *testing.T) {
 	near(t, "K", widen(k), []float64{1, 1, 0, 1, 1, 2}, 0)
 	near(t, "V", widen(v), []float64{1, 0, 1, 2, 2, 2}, 0)
 
-	r := mustRun(t, q, s, k, s, v, s, vkattn.Options{})
+	r := mustRun(t, q, s, k, s, v, s, core.Options{})
 	wantA := []float64{
 		0.401112, 0.197776, 0.401112,
 		0.248255, 0.248255, 0.503490,
@@ -148,7 +148,7 @@ func TestGoldenSeed003(t *testing.T) {
 
 	// Zero W_V: O all zeros, A unchanged.
 	_, _, v0 := seed003([]float32{0, 0, 0, 0})
-	r0 := mustRun(t, q, s, k, s, v0, s, vkattn.Options{})
+	r0 := mustRun(t, q, s, k, s, v0, s, core.Options{})
 	near(t, "zero W_V O", r0.O, make([]float64, 6), 0)
 	near(t, "zero W_V A", r0.Weights, r.Weights, 0)
 
@@ -157,7 +157,7 @@ func TestGoldenSeed003(t *testing.T) {
 	for i := range vs {
 		vs[i] += []float32{2, -1}[i%2]
 	}
-	rs := mustRun(t, q, s, k, s, vs, s, vkattn.Options{})
+	rs := mustRun(t, q, s, k, s, vs, s, core.Options{})
 	near(t, "shifted O row 0", rs.O[:2], []float64{3.401112092679786, 0.1977758146404283}, 1e-14)
 	for i := range r.O {
 		near(t, "shifted O", rs.O[i:i+1], []float64{r.O[i] + []float64{2, -1}[i%2]}, 1e-14)
@@ -166,7 +166,7 @@ func TestGoldenSeed003(t *testing.T) {
 	// Third query [0,0]: uniform weights, output mean of V = [4/3 4/3].
 	qz := append([]float32(nil), q...)
 	qz[4], qz[5] = 0, 0
-	rz := mustRun(t, qz, s, k, s, v, s, vkattn.Options{})
+	rz := mustRun(t, qz, s, k, s, v, s, core.Options{})
 	near(t, "zero-query A", rz.Weights[6:], []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-15)
 	near(t, "zero-query O", rz.O[4:], []float64{4.0 / 3, 4.0 / 3}, 1e-15)
 }
@@ -190,8 +190,8 @@ func TestGoldenDivisor(t *testing.T) {
 		1, 1, 0,
 		0, 1, 1,
 	}
-	r := mustRun(t, q, [4]int{1, 1, 5, 4}, k, [4]int{1, 1, 5, 4}, v, [4]int{1, 1, 5, 3}, vkattn.Options{})
-	if d := (vkattn.Dims{B: 1, H: 1, HKV: 1, L: 5, S: 5, DK: 4, DV: 3}); r.Dims != d {
+	r := mustRun(t, q, [4]int{1, 1, 5, 4}, k, [4]int{1, 1, 5, 4}, v, [4]int{1, 1, 5, 3}, core.Options{})
+	if d := (core.Dims{B: 1, H: 1, HKV: 1, L: 5, S: 5, DK: 4, DV: 3}); r.Dims != d {
 		t.Fatalf("Dims = %v, want %v", r.Dims, d)
 	}
 	if len(r.O) != 15 || len(r.Weights) != 25 || len(r.LSE) != 5 {
@@ -221,8 +221,8 @@ func TestProperties(t *testing.T) {
 		v[i] = float32(math.Round(rng.NormFloat64()*64) / 64)
 	}
 
-	for _, causal := range []vkattn.Causal{vkattn.NotCausal, vkattn.CausalTopLeft, vkattn.CausalBottomRight} {
-		opts := vkattn.Options{Causal: causal}
+	for _, causal := range []core.Causal{core.NotCausal, core.CausalTopLeft, core.CausalBottomRight} {
+		opts := core.Options{Causal: causal}
 		r := mustRun(t, q, qs, k, ks, v, vs, opts)
 		for b := 0; b < B; b++ {
 			for h := 0; h < H; h++ {
@@ -270,7 +270,7 @@ func TestProperties(t *testing.T) {
 	}
 
 	// A zero query gives uniform weights and LSE log(S).
-	r := mustRun(t, make([]float32, len(q)), qs, k, ks, v, vs, vkattn.Options{})
+	r := mustRun(t, make([]float32, len(q)), qs, k, ks, v, vs, core.Options{})
 	for i, w := range r.Weights {
 		if math.Abs(w-1.0/S) > 1e-15 {
 			t.Fatalf("zero query: weight %d = %v, want 1/%d", i, w, S)
@@ -297,8 +297,8 @@ func TestPermutationEquivariance(t *testing.T) {
 		copy(xp[i*D:(i+1)*D], x[p*D:(p+1)*D])
 	}
 	qk, vs := [4]int{1, 1, T, D}, [4]int{1, 1, T, DV}
-	r := mustRun(t, matmul(x, T, D, wq, D), qk, matmul(x, T, D, wk, D), qk, matmul(x, T, D, wv, DV), vs, vkattn.Options{})
-	rp := mustRun(t, matmul(xp, T, D, wq, D), qk, matmul(xp, T, D, wk, D), qk, matmul(xp, T, D, wv, DV), vs, vkattn.Options{})
+	r := mustRun(t, matmul(x, T, D, wq, D), qk, matmul(x, T, D, wk, D), qk, matmul(x, T, D, wv, DV), vs, core.Options{})
+	rp := mustRun(t, matmul(xp, T, D, wq, D), qk, matmul(xp, T, D, wk, D), qk, matmul(xp, T, D, wv, DV), vs, core.Options{})
 	for i, p := range perm {
 		near(t, "permuted O", rp.O[i*DV:(i+1)*DV], r.O[p*DV:(p+1)*DV], 1e-12)
 		near(t, "permuted LSE", rp.LSE[i:i+1], r.LSE[p:p+1], 1e-12)
@@ -322,7 +322,7 @@ func newProblem(seed int64, B, H, HKV, L, S, DK, DV int) problem {
 	}
 }
 
-func (p problem) run(t *testing.T, opts vkattn.Options) *Result {
+func (p problem) run(t *testing.T, opts core.Options) *Result {
 	t.Helper()
 	return mustRun(t, p.q, p.qs, p.k, p.ks, p.v, p.vs, opts)
 }
@@ -330,7 +330,7 @@ func (p problem) run(t *testing.T, opts vkattn.Options) *Result {
 func TestBoolMaskMeaning(t *testing.T) {
 	p := newProblem(3, 2, 2, 2, 3, 4, 4, 3)
 	rng := rand.New(rand.NewSource(4))
-	shape := vkattn.MaskShape{2, 1, 3, 4} // broadcast over heads
+	shape := core.MaskShape{2, 1, 3, 4} // broadcast over heads
 	allow := make([]bool, 2*3*4)
 	for i := range allow {
 		allow[i] = rng.Intn(3) > 0
@@ -344,10 +344,10 @@ func TestBoolMaskMeaning(t *testing.T) {
 			add[i] = negInf
 		}
 	}
-	ra := p.run(t, vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: shape, Values: allow, Meaning: vkattn.TrueAllows}}})
-	rb := p.run(t, vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: shape, Values: block, Meaning: vkattn.TrueBlocks}}})
+	ra := p.run(t, core.Options{BoolMasks: []core.BoolMask{{Shape: shape, Values: allow, Meaning: core.TrueAllows}}})
+	rb := p.run(t, core.Options{BoolMasks: []core.BoolMask{{Shape: shape, Values: block, Meaning: core.TrueBlocks}}})
 	same(t, "TrueAllows vs inverted TrueBlocks", ra, rb)
-	rm := p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: shape, Values: add}})
+	rm := p.run(t, core.Options{Mask: &core.Mask{Shape: shape, Values: add}})
 	same(t, "bool block vs additive -Inf", ra, rm)
 
 	// Weights are 0 exactly where blocked; the fully masked row (b=0, t=0)
@@ -378,7 +378,7 @@ func TestBoolMaskMeaning(t *testing.T) {
 func TestCausal(t *testing.T) {
 	p := newProblem(5, 1, 2, 1, 2, 4, 3, 2)
 	inf := negInf
-	shape := vkattn.MaskShape{1, 1, 2, 4}
+	shape := core.MaskShape{1, 1, 2, 4}
 	topLeft := []float32{
 		0, inf, inf, inf,
 		0, 0, inf, inf,
@@ -387,21 +387,21 @@ func TestCausal(t *testing.T) {
 		0, 0, 0, inf,
 		0, 0, 0, 0,
 	}
-	same(t, "top-left", p.run(t, vkattn.Options{Causal: vkattn.CausalTopLeft}),
-		p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: shape, Values: topLeft}}))
-	same(t, "bottom-right", p.run(t, vkattn.Options{Causal: vkattn.CausalBottomRight}),
-		p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: shape, Values: bottomRight}}))
+	same(t, "top-left", p.run(t, core.Options{Causal: core.CausalTopLeft}),
+		p.run(t, core.Options{Mask: &core.Mask{Shape: shape, Values: topLeft}}))
+	same(t, "bottom-right", p.run(t, core.Options{Causal: core.CausalBottomRight}),
+		p.run(t, core.Options{Mask: &core.Mask{Shape: shape, Values: bottomRight}}))
 
 	// L == S: both alignments are the usual lower-triangular mask.
 	sq := newProblem(6, 1, 1, 1, 3, 3, 2, 2)
-	tri := &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 3, 3}, Values: []float32{0, inf, inf, 0, 0, inf, 0, 0, 0}}
-	rt := sq.run(t, vkattn.Options{Causal: vkattn.CausalTopLeft})
-	same(t, "square top-left", rt, sq.run(t, vkattn.Options{Mask: tri}))
-	same(t, "square bottom-right", rt, sq.run(t, vkattn.Options{Causal: vkattn.CausalBottomRight}))
+	tri := &core.Mask{Shape: core.MaskShape{1, 1, 3, 3}, Values: []float32{0, inf, inf, 0, 0, inf, 0, 0, 0}}
+	rt := sq.run(t, core.Options{Causal: core.CausalTopLeft})
+	same(t, "square top-left", rt, sq.run(t, core.Options{Mask: tri}))
+	same(t, "square bottom-right", rt, sq.run(t, core.Options{Causal: core.CausalBottomRight}))
 
 	// L > S bottom-right: query t sees j <= t-2, so rows 0 and 1 see nothing.
 	tall := newProblem(7, 1, 1, 1, 4, 2, 2, 2)
-	r := tall.run(t, vkattn.Options{Causal: vkattn.CausalBottomRight})
+	r := tall.run(t, core.Options{Causal: core.CausalBottomRight})
 	for row := 0; row < 2; row++ {
 		if !math.IsInf(r.LSE[row], -1) {
 			t.Fatalf("row %d LSE %v, want -Inf", row, r.LSE[row])
@@ -414,7 +414,7 @@ func TestCausal(t *testing.T) {
 
 func TestKeyLengths(t *testing.T) {
 	p := newProblem(8, 2, 2, 2, 3, 4, 3, 2)
-	r := p.run(t, vkattn.Options{KeyLengths: []int{0, 2}})
+	r := p.run(t, core.Options{KeyLengths: []int{0, 2}})
 	// Batch 0 has no keys: every row zeros, LSE -Inf, weights 0.
 	n := 2 * 3 // rows per batch item
 	near(t, "key length 0 O", r.O[:n*2], make([]float64, n*2), 0)
@@ -425,14 +425,14 @@ func TestKeyLengths(t *testing.T) {
 		}
 	}
 	inf := negInf
-	m := &vkattn.Mask{Shape: vkattn.MaskShape{2, 1, 1, 4}, Values: []float32{inf, inf, inf, inf, 0, 0, inf, inf}}
-	same(t, "key lengths vs (B,1,1,S) mask", r, p.run(t, vkattn.Options{Mask: m}))
+	m := &core.Mask{Shape: core.MaskShape{2, 1, 1, 4}, Values: []float32{inf, inf, inf, inf, 0, 0, inf, inf}}
+	same(t, "key lengths vs (B,1,1,S) mask", r, p.run(t, core.Options{Mask: m}))
 }
 
 func TestQueryLengths(t *testing.T) {
 	p := newProblem(9, 2, 2, 1, 3, 4, 3, 2)
-	full := p.run(t, vkattn.Options{})
-	r := p.run(t, vkattn.Options{QueryLengths: []int{1, 3}})
+	full := p.run(t, core.Options{})
+	r := p.run(t, core.Options{QueryLengths: []int{1, 3}})
 	for b := 0; b < 2; b++ {
 		for h := 0; h < 2; h++ {
 			for l := 0; l < 3; l++ {
@@ -470,7 +470,7 @@ func TestGQA(t *testing.T) {
 			}
 			return y
 		}
-		opts := vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{5, 3}}
+		opts := core.Options{Causal: core.CausalBottomRight, KeyLengths: []int{5, 3}}
 		same(t, "GQA vs repeated MHA", p.run(t, opts),
 			mustRun(t, p.q, p.qs, rep(p.k, DK), [4]int{B, H, S, DK}, rep(p.v, DV), [4]int{B, H, S, DV}, opts))
 	}
@@ -482,25 +482,25 @@ func TestCustomScale(t *testing.T) {
 	v := []float32{2, 0, 0, 4, 2, 2}
 	qs, ks := [4]int{1, 1, 1, 2}, [4]int{1, 1, 3, 2}
 	// Scale 1 turns the seed 000 scores into Q K^T = [1 0 1].
-	r := mustRun(t, q, qs, k, ks, v, ks, vkattn.Options{Scale: vkattn.CustomScale(1)})
+	r := mustRun(t, q, qs, k, ks, v, ks, core.Options{Scale: core.CustomScale(1)})
 	e := math.E
 	near(t, "scale 1 A", r.Weights, []float64{e / (2*e + 1), 1 / (2*e + 1), e / (2*e + 1)}, 1e-15)
 	near(t, "scale 1 LSE", r.LSE, []float64{math.Log(2*e + 1)}, 1e-15)
 	// Scale 0 makes every score 0: uniform weights.
-	r = mustRun(t, q, qs, k, ks, v, ks, vkattn.Options{Scale: vkattn.CustomScale(0)})
+	r = mustRun(t, q, qs, k, ks, v, ks, core.Options{Scale: core.CustomScale(0)})
 	near(t, "scale 0 A", r.Weights, []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-15)
 	// Naming the default explicitly changes nothing.
 	same(t, "explicit default scale",
-		mustRun(t, q, qs, k, ks, v, ks, vkattn.Options{Scale: vkattn.CustomScale(1 / math.Sqrt(2))}),
-		mustRun(t, q, qs, k, ks, v, ks, vkattn.Options{}))
+		mustRun(t, q, qs, k, ks, v, ks, core.Options{Scale: core.CustomScale(1 / math.Sqrt(2))}),
+		mustRun(t, q, qs, k, ks, v, ks, core.Options{}))
 	// Doubling the scale is doubling the query (exact in binary).
 	p := newProblem(11, 1, 2, 2, 3, 4, 4, 2)
 	q2 := append([]float32(nil), p.q...)
 	for i := range q2 {
 		q2[i] *= 2
 	}
-	same(t, "2*scale vs 2*q", p.run(t, vkattn.Options{Scale: vkattn.CustomScale(0.6)}),
-		mustRun(t, q2, p.qs, p.k, p.ks, p.v, p.vs, vkattn.Options{Scale: vkattn.CustomScale(0.3)}))
+	same(t, "2*scale vs 2*q", p.run(t, core.Options{Scale: core.CustomScale(0.6)}),
+		mustRun(t, q2, p.qs, p.k, p.ks, p.v, p.vs, core.Options{Scale: core.CustomScale(0.3)}))
 }
 
 // Every kind of mask at once equals the single additive mask that combines
@@ -519,10 +519,10 @@ func TestCombinedAndBroadcast(t *testing.T) {
 		bools[i] = rng.Intn(4) == 0
 	}
 	keyLen := []int{4, 5}
-	opts := vkattn.Options{
-		Mask:       &vkattn.Mask{Shape: vkattn.MaskShape{1, H, 1, S}, Values: add},
-		BoolMasks:  []vkattn.BoolMask{{Shape: vkattn.MaskShape{B, 1, L, S}, Values: bools, Meaning: vkattn.TrueBlocks}},
-		Causal:     vkattn.CausalBottomRight,
+	opts := core.Options{
+		Mask:       &core.Mask{Shape: core.MaskShape{1, H, 1, S}, Values: add},
+		BoolMasks:  []core.BoolMask{{Shape: core.MaskShape{B, 1, L, S}, Values: bools, Meaning: core.TrueBlocks}},
+		Causal:     core.CausalBottomRight,
 		KeyLengths: keyLen,
 	}
 	full := denseMask(B, H, L, S, func(b, h, l, j int) float32 {
@@ -532,10 +532,10 @@ func TestCombinedAndBroadcast(t *testing.T) {
 		return add[h*S+j]
 	})
 	expanded := denseMask(B, H, L, S, func(b, h, l, j int) float32 { return add[h*S+j] })
-	same(t, "combined masks", p.run(t, opts), p.run(t, vkattn.Options{Mask: full}))
+	same(t, "combined masks", p.run(t, opts), p.run(t, core.Options{Mask: full}))
 	same(t, "broadcast additive",
-		p.run(t, vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, H, 1, S}, Values: add}}),
-		p.run(t, vkattn.Options{Mask: expanded}))
+		p.run(t, core.Options{Mask: &core.Mask{Shape: core.MaskShape{1, H, 1, S}, Values: add}}),
+		p.run(t, core.Options{Mask: expanded}))
 
 	// A per-head boolean mask (1,H,1,S) is read with the query head index.
 	perHead := []bool{true, false, true, true, false, false, true, true, false, true}
@@ -546,14 +546,14 @@ func TestCombinedAndBroadcast(t *testing.T) {
 		return 0
 	})
 	same(t, "per-head bool mask",
-		p.run(t, vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, H, 1, S}, Values: perHead, Meaning: vkattn.TrueAllows}}}),
-		p.run(t, vkattn.Options{Mask: headAdd}))
+		p.run(t, core.Options{BoolMasks: []core.BoolMask{{Shape: core.MaskShape{1, H, 1, S}, Values: perHead, Meaning: core.TrueAllows}}}),
+		p.run(t, core.Options{Mask: headAdd}))
 }
 
 // denseMask is the (B,H,L,S) additive mask whose element (b,h,l,j) is
 // at(b,h,l,j): the hand expansion broadcast and combined masks must equal.
-func denseMask(B, H, L, S int, at func(b, h, l, j int) float32) *vkattn.Mask {
-	m := &vkattn.Mask{Shape: vkattn.MaskShape{B, H, L, S}, Values: make([]float32, 0, B*H*L*S)}
+func denseMask(B, H, L, S int, at func(b, h, l, j int) float32) *core.Mask {
+	m := &core.Mask{Shape: core.MaskShape{B, H, L, S}, Values: make([]float32, 0, B*H*L*S)}
 	for b := 0; b < B; b++ {
 		for h := 0; h < H; h++ {
 			for l := 0; l < L; l++ {
@@ -587,14 +587,14 @@ func TestBoolMasksAND(t *testing.T) {
 	}
 	blockRows := bools(B * L) // (B,1,L,1), true blocks
 	blockKeys := bools(B * S) // (B,1,1,S), true blocks
-	opts := vkattn.Options{
-		Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, L, S}, Values: add},
-		BoolMasks: []vkattn.BoolMask{
-			{Shape: vkattn.MaskShape{1, H, 1, S}, Values: allow, Meaning: vkattn.TrueAllows},
-			{Shape: vkattn.MaskShape{B, 1, L, 1}, Values: blockRows, Meaning: vkattn.TrueBlocks},
-			{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: blockKeys, Meaning: vkattn.TrueBlocks},
+	opts := core.Options{
+		Mask: &core.Mask{Shape: core.MaskShape{1, 1, L, S}, Values: add},
+		BoolMasks: []core.BoolMask{
+			{Shape: core.MaskShape{1, H, 1, S}, Values: allow, Meaning: core.TrueAllows},
+			{Shape: core.MaskShape{B, 1, L, 1}, Values: blockRows, Meaning: core.TrueBlocks},
+			{Shape: core.MaskShape{B, 1, 1, S}, Values: blockKeys, Meaning: core.TrueBlocks},
 		},
-		Causal: vkattn.CausalBottomRight,
+		Causal: core.CausalBottomRight,
 	}
 	full := denseMask(B, H, L, S, func(b, h, l, j int) float32 {
 		if !allow[h*S+j] || blockRows[b*L+l] || blockKeys[b*S+j] || j > l+S-L {
@@ -602,14 +602,14 @@ func TestBoolMasksAND(t *testing.T) {
 		}
 		return add[l*S+j]
 	})
-	same(t, "boolean masks AND", p.run(t, opts), p.run(t, vkattn.Options{Mask: full}))
+	same(t, "boolean masks AND", p.run(t, opts), p.run(t, core.Options{Mask: full}))
 
 	// Seed 000 (SEMANTICS.md §14): allowing keys 1 and 2 and blocking key 2 leaves
 	// key 1: weights (1, 0, 0), output v_1 = (2, 0).
 	s := [4]int{1, 1, 3, 2}
-	r := mustRun(t, []float32{1, 0}, [4]int{1, 1, 1, 2}, []float32{1, 0, 0, 1, 1, 1}, s, []float32{2, 0, 0, 4, 2, 2}, s, vkattn.Options{BoolMasks: []vkattn.BoolMask{
-		{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []bool{true, true, false}, Meaning: vkattn.TrueAllows},
-		{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: []bool{false, true, false}, Meaning: vkattn.TrueBlocks},
+	r := mustRun(t, []float32{1, 0}, [4]int{1, 1, 1, 2}, []float32{1, 0, 0, 1, 1, 1}, s, []float32{2, 0, 0, 4, 2, 2}, s, core.Options{BoolMasks: []core.BoolMask{
+		{Shape: core.MaskShape{1, 1, 1, 3}, Values: []bool{true, true, false}, Meaning: core.TrueAllows},
+		{Shape: core.MaskShape{1, 1, 1, 3}, Values: []bool{false, true, false}, Meaning: core.TrueBlocks},
 	}})
 	near(t, "weights", r.Weights, []float64{1, 0, 0}, 0)
 	near(t, "O", r.O, []float64{2, 0}, 0)
@@ -621,7 +621,7 @@ func TestStableSoftmax(t *testing.T) {
 	for i := range p.q {
 		p.q[i] *= 1e4
 	}
-	r := p.run(t, vkattn.Options{})
+	r := p.run(t, core.Options{})
 	for row := 0; row < 4; row++ {
 		if s := sum(r.Weights[row*6 : row*6+6]); math.Abs(s-1) > 1e-12 {
 			t.Fatalf("row %d weights sum to %v", row, s)
@@ -638,18 +638,18 @@ func TestErrors(t *testing.T) {
 		name       string
 		q, k, v    []float32
 		qs, ks, vs [4]int
-		opts       vkattn.Options
+		opts       core.Options
 		want       error
 	}{
 		{"heads", make([]float32, 3*2*2), make([]float32, 2*3*2), make([]float32, 2*3*2),
-			[4]int{1, 3, 2, 2}, [4]int{1, 2, 3, 2}, [4]int{1, 2, 3, 2}, vkattn.Options{}, vkattn.ErrHeads},
-		{"empty", nil, ok.k, ok.v, [4]int{1, 2, 0, 2}, ok.ks, ok.vs, vkattn.Options{}, vkattn.ErrEmpty},
+			[4]int{1, 3, 2, 2}, [4]int{1, 2, 3, 2}, [4]int{1, 2, 3, 2}, core.Options{}, core.ErrHeads},
+		{"empty", nil, ok.k, ok.v, [4]int{1, 2, 0, 2}, ok.ks, ok.vs, core.Options{}, core.ErrEmpty},
 		{"mask meaning unset", ok.q, ok.k, ok.v, ok.qs, ok.ks, ok.vs,
-			vkattn.Options{BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, 3}, Values: make([]bool, 3)}}}, vkattn.ErrMask},
-		{"key length", ok.q, ok.k, ok.v, ok.qs, ok.ks, ok.vs, vkattn.Options{KeyLengths: []int{4}}, vkattn.ErrLengths},
-		{"scale", ok.q, ok.k, ok.v, ok.qs, ok.ks, ok.vs, vkattn.Options{Scale: vkattn.CustomScale(math.NaN())}, vkattn.ErrScale},
-		{"short q", ok.q[1:], ok.k, ok.v, ok.qs, ok.ks, ok.vs, vkattn.Options{}, vkattn.ErrShape},
-		{"long v", ok.q, ok.k, append(append([]float32(nil), ok.v...), 0), ok.qs, ok.ks, ok.vs, vkattn.Options{}, vkattn.ErrShape},
+			core.Options{BoolMasks: []core.BoolMask{{Shape: core.MaskShape{1, 1, 1, 3}, Values: make([]bool, 3)}}}, core.ErrMask},
+		{"key length", ok.q, ok.k, ok.v, ok.qs, ok.ks, ok.vs, core.Options{KeyLengths: []int{4}}, core.ErrLengths},
+		{"scale", ok.q, ok.k, ok.v, ok.qs, ok.ks, ok.vs, core.Options{Scale: core.CustomScale(math.NaN())}, core.ErrScale},
+		{"short q", ok.q[1:], ok.k, ok.v, ok.qs, ok.ks, ok.vs, core.Options{}, core.ErrShape},
+		{"long v", ok.q, ok.k, append(append([]float32(nil), ok.v...), 0), ok.qs, ok.ks, ok.vs, core.Options{}, core.ErrShape},
 	}
 	for _, bad := range []struct {
 		which int
@@ -661,9 +661,9 @@ func TestErrors(t *testing.T) {
 			name       string
 			q, k, v    []float32
 			qs, ks, vs [4]int
-			opts       vkattn.Options
+			opts       core.Options
 			want       error
-		}{"non-finite", in[0], in[1], in[2], ok.qs, ok.ks, ok.vs, vkattn.Options{}, vkattn.ErrNonFinite})
+		}{"non-finite", in[0], in[1], in[2], ok.qs, ok.ks, ok.vs, core.Options{}, core.ErrNonFinite})
 	}
 	for _, c := range cases {
 		r, err := Attention(c.q, c.qs, c.k, c.ks, c.v, c.vs, c.opts)
@@ -672,7 +672,7 @@ func TestErrors(t *testing.T) {
 			continue
 		}
 		// CheckProblem's errors pass through unchanged.
-		if _, cerr := vkattn.CheckProblem(c.qs, c.ks, c.vs, &c.opts); cerr != nil && cerr.Error() != err.Error() {
+		if _, cerr := core.CheckProblem(c.qs, c.ks, c.vs, &c.opts); cerr != nil && cerr.Error() != err.Error() {
 			t.Errorf("%s: %q, CheckProblem said %q", c.name, err, cerr)
 		}
 	}

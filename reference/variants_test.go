@@ -7,7 +7,7 @@ import (
 	"math/rand"
 	"testing"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // Tests of the score variants (SEMANTICS.md §4.1): window, soft-capping,
@@ -63,12 +63,12 @@ func TestSoftcapByHand(t *testing.T) {
 	vv := []float64{1, 2, 4}
 
 	// c = 1: e = tanh(2), tanh(0), tanh(-2).
-	r := mustRun(t, q, qs, k, ks, v, ks, vkattn.Options{Softcap: 1})
+	r := mustRun(t, q, qs, k, ks, v, ks, core.Options{Softcap: 1})
 	w, lse := softmaxOf([]float64{math.Tanh(2), 0, -math.Tanh(2)}, nil)
 	wantRow(t, "softcap 1", r, 0, []float64{dotRow(w, vv)}, w, lse)
 
 	// Scale 2 then c = 4: s = 4, 0, -4, e = 4 tanh(1), 0, -4 tanh(1).
-	r = mustRun(t, q, qs, k, ks, v, ks, vkattn.Options{Scale: vkattn.CustomScale(2), Softcap: 4})
+	r = mustRun(t, q, qs, k, ks, v, ks, core.Options{Scale: core.CustomScale(2), Softcap: 4})
 	w, lse = softmaxOf([]float64{4 * math.Tanh(1), 0, -4 * math.Tanh(1)}, nil)
 	wantRow(t, "scale 2 softcap 4", r, 0, []float64{dotRow(w, vv)}, w, lse)
 
@@ -84,7 +84,7 @@ func TestALiBiByHand(t *testing.T) {
 	q := make([]float32, 2*2*1)
 	k, v := []float32{0, 0, 0}, []float32{1, 2, 4}
 	r := mustRun(t, q, [4]int{1, 2, 2, 1}, k, [4]int{1, 1, 3, 1}, v, [4]int{1, 1, 3, 1},
-		vkattn.Options{ALiBi: []float32{0.5, 1}})
+		core.Options{ALiBi: []float32{0.5, 1}})
 	bias := [][]float64{ // rows (h, t): (0,0), (0,1), (1,0), (1,1)
 		{-0.5, 0, 0.5}, // 0.5 * (j - 1)
 		{-1, -0.5, 0},  // 0.5 * (j - 2)
@@ -98,7 +98,7 @@ func TestALiBiByHand(t *testing.T) {
 
 	// L=3 > S=2: t + S - L = t - 1, so row 0's bias is slope * (j + 1).
 	r = mustRun(t, make([]float32, 3), [4]int{1, 1, 3, 1}, []float32{0, 0}, [4]int{1, 1, 2, 1}, []float32{1, 2}, [4]int{1, 1, 2, 1},
-		vkattn.Options{ALiBi: []float32{0.25}})
+		core.Options{ALiBi: []float32{0.25}})
 	for row, e := range [][]float64{{0.25, 0.5}, {0, 0.25}, {-0.25, 0}} {
 		w, lse := softmaxOf(e, nil)
 		wantRow(t, fmt.Sprintf("ALiBi L>S row %d", row), r, row, []float64{dotRow(w, []float64{1, 2})}, w, lse)
@@ -109,23 +109,23 @@ func TestALiBiByHand(t *testing.T) {
 // output is their mean and its log-sum-exp log(count).
 func TestWindowByHand(t *testing.T) {
 	v := []float32{1, 2, 4, 8}
-	run := func(L, S int, win vkattn.Window) *Result {
+	run := func(L, S int, win core.Window) *Result {
 		return mustRun(t, make([]float32, L), [4]int{1, 1, L, 1}, make([]float32, S), [4]int{1, 1, S, 1}, v[:S], [4]int{1, 1, S, 1},
-			vkattn.Options{Window: &win})
+			core.Options{Window: &win})
 	}
 	q := 1.0 / 4
 	// L=2, S=4: the aligned position of row t is t + 2.
-	r := run(2, 4, vkattn.Window{Left: 1, Right: 0})
+	r := run(2, 4, core.Window{Left: 1, Right: 0})
 	wantRow(t, "(1,0) row 0, keys 1..2", r, 0, []float64{3}, []float64{0, 0.5, 0.5, 0}, math.Log(2))
 	wantRow(t, "(1,0) row 1, keys 2..3", r, 1, []float64{6}, []float64{0, 0, 0.5, 0.5}, math.Log(2))
-	r = run(2, 4, vkattn.Window{Left: 0, Right: 1})
+	r = run(2, 4, core.Window{Left: 0, Right: 1})
 	wantRow(t, "(0,1) row 0, keys 2..3", r, 0, []float64{6}, []float64{0, 0, 0.5, 0.5}, math.Log(2))
 	wantRow(t, "(0,1) row 1, key 3", r, 1, []float64{8}, []float64{0, 0, 0, 1}, 0)
-	r = run(2, 4, vkattn.Window{Left: 2, Right: -1})
+	r = run(2, 4, core.Window{Left: 2, Right: -1})
 	wantRow(t, "(2,-1) row 0, keys 0..3", r, 0, []float64{15.0 / 4}, []float64{q, q, q, q}, math.Log(4))
 	wantRow(t, "(2,-1) row 1, keys 1..3", r, 1, []float64{14.0 / 3}, []float64{0, 1.0 / 3, 1.0 / 3, 1.0 / 3}, math.Log(3))
 	// L=3, S=2, (0,0): row t sees key t - 1 only, so row 0 sees nothing.
-	r = run(3, 2, vkattn.Window{Left: 0, Right: 0})
+	r = run(3, 2, core.Window{Left: 0, Right: 0})
 	wantRow(t, "(0,0) row 0, no key", r, 0, []float64{0}, []float64{0, 0}, math.Inf(-1))
 	wantRow(t, "(0,0) row 1, key 0", r, 1, []float64{1}, []float64{1, 0}, 0)
 	wantRow(t, "(0,0) row 2, key 1", r, 2, []float64{2}, []float64{0, 1}, 0)
@@ -140,7 +140,7 @@ func TestSinksByHand(t *testing.T) {
 		// m = max(1, 0, sink), Z = exp(1-m) + exp(-m) + exp(sink-m)
 		m float64
 	}{{0.5, 1}, {3, 3}, {-2, 1}} {
-		r := mustRun(t, q, qs, k, ks, v, ks, vkattn.Options{Sinks: []float32{c.sink}})
+		r := mustRun(t, q, qs, k, ks, v, ks, core.Options{Sinks: []float32{c.sink}})
 		s := float64(c.sink)
 		z := math.Exp(1-c.m) + math.Exp(-c.m) + math.Exp(s-c.m)
 		w := []float64{math.Exp(1-c.m) / z, math.Exp(-c.m) / z}
@@ -148,10 +148,10 @@ func TestSinksByHand(t *testing.T) {
 	}
 
 	// Every key masked: only the sink is left in Z, so LSE is the sink.
-	r := mustRun(t, q, qs, k, ks, v, ks, vkattn.Options{Sinks: []float32{0.75}, KeyLengths: []int{0}})
+	r := mustRun(t, q, qs, k, ks, v, ks, core.Options{Sinks: []float32{0.75}, KeyLengths: []int{0}})
 	wantRow(t, "fully masked", r, 0, []float64{0}, []float64{0, 0}, 0.75)
 	// A padded row stays -Inf.
-	r = mustRun(t, q, qs, k, ks, v, ks, vkattn.Options{Sinks: []float32{0.75}, QueryLengths: []int{0}})
+	r = mustRun(t, q, qs, k, ks, v, ks, core.Options{Sinks: []float32{0.75}, QueryLengths: []int{0}})
 	wantRow(t, "padded", r, 0, []float64{0}, []float64{0, 0}, math.Inf(-1))
 }
 
@@ -161,14 +161,14 @@ func TestVariantsCombinedByHand(t *testing.T) {
 	q := []float32{1, 1}
 	k := []float32{1, 0, 1, 1, 0, -1, 2, 1}
 	v := []float32{1, 10, 100, 1000}
-	opts := vkattn.Options{
-		Scale:   vkattn.CustomScale(2), // s = 2, 4, -2, 6
-		Softcap: 2,                     // 2 tanh(s/2)
-		ALiBi:   []float32{0.25},       // + 0.25 (j - 3)
-		Mask:    &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, 4}, Values: []float32{0, 0.5, 0, -0.5}},
-		Window:  &vkattn.Window{Left: 2, Right: -1}, // j >= 3 - 2: blocks key 0
-		BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, 1, 4}, Values: []bool{false, false, true, false},
-			Meaning: vkattn.TrueBlocks}}, // blocks key 2
+	opts := core.Options{
+		Scale:   core.CustomScale(2), // s = 2, 4, -2, 6
+		Softcap: 2,                   // 2 tanh(s/2)
+		ALiBi:   []float32{0.25},     // + 0.25 (j - 3)
+		Mask:    &core.Mask{Shape: core.MaskShape{1, 1, 1, 4}, Values: []float32{0, 0.5, 0, -0.5}},
+		Window:  &core.Window{Left: 2, Right: -1}, // j >= 3 - 2: blocks key 0
+		BoolMasks: []core.BoolMask{{Shape: core.MaskShape{1, 1, 1, 4}, Values: []bool{false, false, true, false},
+			Meaning: core.TrueBlocks}}, // blocks key 2
 		Sinks: []float32{-1},
 	}
 	r := mustRun(t, q, [4]int{1, 1, 1, 2}, k, [4]int{1, 1, 4, 2}, v, [4]int{1, 1, 4, 1}, opts)
@@ -187,7 +187,7 @@ func TestVariantsGQAByHand(t *testing.T) {
 	sinks := []float32{0, 1, -1, 2}
 	v := []float32{1, 3, 10, 30} // kv head 0: 1, 3; kv head 1: 10, 30
 	r := mustRun(t, make([]float32, 4), [4]int{1, 4, 1, 1}, make([]float32, 4), [4]int{1, 2, 2, 1}, v, [4]int{1, 2, 2, 1},
-		vkattn.Options{ALiBi: slopes, Sinks: sinks})
+		core.Options{ALiBi: slopes, Sinks: sinks})
 	for h := range slopes {
 		a, s := float64(slopes[h]), float64(sinks[h])
 		m := math.Max(0, s)
@@ -202,8 +202,8 @@ func TestVariantsGQAByHand(t *testing.T) {
 // variantCase is one combination of options for TestVariantsMatchDense.
 type variantCase struct {
 	name         string
-	causal       vkattn.Causal
-	window       *vkattn.Window
+	causal       core.Causal
+	window       *core.Window
 	softcap      float64
 	scale        float64 // 0: the default
 	sinks        bool
@@ -227,17 +227,17 @@ type denseSpec struct {
 
 // buildCase returns the options of c for dims d and the same options as
 // explicit matrices.
-func buildCase(rng *rand.Rand, c variantCase, d vkattn.Dims) (vkattn.Options, denseSpec) {
+func buildCase(rng *rand.Rand, c variantCase, d core.Dims) (core.Options, denseSpec) {
 	B, H, L, S := d.B, d.H, d.L, d.S
-	opts := vkattn.Options{Causal: c.causal, Window: c.window, Softcap: c.softcap}
+	opts := core.Options{Causal: c.causal, Window: c.window, Softcap: c.softcap}
 	sp := denseSpec{scale: 1 / math.Sqrt(float64(d.DK)), softcap: c.softcap,
 		bias: make([]float64, H*L*S), add: make([]float64, B*H*L*S), visible: make([]bool, B*H*L*S), padded: make([]bool, B*L)}
 	if c.scale != 0 {
-		opts.Scale, sp.scale = vkattn.CustomScale(c.scale), c.scale
+		opts.Scale, sp.scale = core.CustomScale(c.scale), c.scale
 	}
 	switch c.alibi {
 	case 1:
-		opts.ALiBi = vkattn.ALiBiSlopes(H)
+		opts.ALiBi = core.ALiBiSlopes(H)
 	case 2:
 		opts.ALiBi = randF32(rng, H) // negative slopes too
 	}
@@ -274,7 +274,7 @@ func buildCase(rng *rand.Rand, c variantCase, d vkattn.Dims) (vkattn.Options, de
 		for i := range blocks {
 			blocks[i] = rng.Intn(4) == 0
 		}
-		opts.BoolMasks = []vkattn.BoolMask{{Shape: vkattn.MaskShape{B, 1, L, S}, Values: blocks, Meaning: vkattn.TrueBlocks}}
+		opts.BoolMasks = []core.BoolMask{{Shape: core.MaskShape{B, 1, L, S}, Values: blocks, Meaning: core.TrueBlocks}}
 	}
 	if c.keyLens {
 		opts.KeyLengths = []int{S - 1, min(2, S)}[:B]
@@ -302,9 +302,9 @@ func buildCase(rng *rand.Rand, c variantCase, d vkattn.Dims) (vkattn.Options, de
 						vis = vis && (w.Left == -1 || j >= pos-w.Left) && (w.Right == -1 || j <= pos+w.Right)
 					}
 					switch c.causal {
-					case vkattn.CausalTopLeft:
+					case core.CausalTopLeft:
 						vis = vis && j <= t
-					case vkattn.CausalBottomRight:
+					case core.CausalBottomRight:
 						vis = vis && j <= pos
 					}
 					if opts.KeyLengths != nil {
@@ -387,13 +387,13 @@ func denseAttention(p problem, sp denseSpec) (o, lse, w []float64) {
 // combined with causal, masks, lengths and GQA, on shapes with L < S,
 // L > S (bottom-right rows that see nothing) and L = S.
 func TestVariantsMatchDense(t *testing.T) {
-	shapes := []vkattn.Dims{
+	shapes := []core.Dims{
 		{B: 2, H: 4, HKV: 2, L: 5, S: 9, DK: 8, DV: 3},
 		{B: 2, H: 4, HKV: 2, L: 7, S: 4, DK: 4, DV: 2},
 		{B: 1, H: 6, HKV: 3, L: 1, S: 6, DK: 5, DV: 4},
 		{B: 2, H: 3, HKV: 1, L: 6, S: 6, DK: 2, DV: 2},
 	}
-	win := func(l, r int) *vkattn.Window { return &vkattn.Window{Left: l, Right: r} }
+	win := func(l, r int) *core.Window { return &core.Window{Left: l, Right: r} }
 	cases := []variantCase{
 		{name: "plain"},
 		{name: "softcap", softcap: 0.7},
@@ -405,14 +405,14 @@ func TestVariantsMatchDense(t *testing.T) {
 		{name: "window (0,0)", window: win(0, 0)},
 		{name: "window (-1,2)", window: win(-1, 2)},
 		{name: "window (3,-1)", window: win(3, -1)},
-		{name: "window (1,0) top-left", window: win(1, 0), causal: vkattn.CausalTopLeft},
+		{name: "window (1,0) top-left", window: win(1, 0), causal: core.CausalTopLeft},
 		{name: "sinks key lengths mask", sinks: true, keyLens: true, mask: true, wantDeadRows: true},
 		{name: "softcap alibi mask bools", softcap: 1.5, alibi: 1, mask: true, bools: true},
-		{name: "all bottom-right", causal: vkattn.CausalBottomRight, window: win(2, -1), softcap: 1, alibi: 2, sinks: true,
+		{name: "all bottom-right", causal: core.CausalBottomRight, window: win(2, -1), softcap: 1, alibi: 2, sinks: true,
 			mask: true, bools: true, keyLens: true, queryLens: true, wantDeadRows: true},
-		{name: "all top-left", causal: vkattn.CausalTopLeft, window: win(1, 1), softcap: 0.5, scale: -0.8, alibi: 1, sinks: true,
+		{name: "all top-left", causal: core.CausalTopLeft, window: win(1, 1), softcap: 0.5, scale: -0.8, alibi: 1, sinks: true,
 			keyLens: true, queryLens: true, wantDeadRows: true},
-		{name: "sinks window bottom-right", causal: vkattn.CausalBottomRight, window: win(0, 0), sinks: true},
+		{name: "sinks window bottom-right", causal: core.CausalBottomRight, window: win(0, 0), sinks: true},
 	}
 	rng := rand.New(rand.NewSource(41))
 	for si, d := range shapes {
@@ -437,7 +437,7 @@ func TestVariantsMatchDense(t *testing.T) {
 }
 
 // deadRows counts the unpadded rows of sp that see no key.
-func deadRows(sp denseSpec, d vkattn.Dims) int {
+func deadRows(sp denseSpec, d core.Dims) int {
 	n := 0
 	for row := 0; row < d.B*d.H*d.L; row++ {
 		b, t := row/(d.H*d.L), row%d.L
@@ -467,7 +467,7 @@ func propertyProblems() []problem {
 
 // baseOptions are option sets the variants are layered on, each with its
 // name; lengths assume B = 2 or B = 1 and S >= 3.
-func baseOptions(p problem) map[string]vkattn.Options {
+func baseOptions(p problem) map[string]core.Options {
 	B, H, L, S := p.qs[0], p.qs[1], p.qs[2], p.ks[2]
 	rng := rand.New(rand.NewSource(int64(7 * S)))
 	mask := denseMask(B, H, L, S, func(b, h, t, j int) float32 {
@@ -477,13 +477,13 @@ func baseOptions(p problem) map[string]vkattn.Options {
 		return float32(rng.NormFloat64())
 	})
 	keyLens := []int{S, 2}[:B]
-	return map[string]vkattn.Options{
+	return map[string]core.Options{
 		"none":         {},
-		"bottom-right": {Causal: vkattn.CausalBottomRight},
-		"top-left":     {Causal: vkattn.CausalTopLeft, Mask: mask},
+		"bottom-right": {Causal: core.CausalBottomRight},
+		"top-left":     {Causal: core.CausalTopLeft, Mask: mask},
 		"key lengths":  {KeyLengths: keyLens, QueryLengths: []int{L, L - 1}[:B]},
-		"everything": {Causal: vkattn.CausalBottomRight, Mask: mask, KeyLengths: keyLens,
-			Softcap: 1, ALiBi: vkattn.ALiBiSlopes(H), Sinks: []float32{0.5, -1, 1, 0}},
+		"everything": {Causal: core.CausalBottomRight, Mask: mask, KeyLengths: keyLens,
+			Softcap: 1, ALiBi: core.ALiBiSlopes(H), Sinks: []float32{0.5, -1, 1, 0}},
 	}
 }
 
@@ -509,14 +509,14 @@ func TestWindowEquivalences(t *testing.T) {
 	for _, p := range propertyProblems() {
 		for name, opts := range baseOptions(p) {
 			w := opts
-			w.Window = &vkattn.Window{Left: -1, Right: -1}
+			w.Window = &core.Window{Left: -1, Right: -1}
 			same(t, name+": window (-1,-1) vs none", p.run(t, w), p.run(t, opts))
-			if opts.Causal != vkattn.NotCausal {
+			if opts.Causal != core.NotCausal {
 				continue
 			}
-			w.Window = &vkattn.Window{Left: -1, Right: 0}
+			w.Window = &core.Window{Left: -1, Right: 0}
 			c := opts
-			c.Causal = vkattn.CausalBottomRight
+			c.Causal = core.CausalBottomRight
 			same(t, name+": window (-1,0) vs bottom-right", p.run(t, w), p.run(t, c))
 		}
 	}
@@ -552,7 +552,7 @@ func TestSinksFarBelowAreNone(t *testing.T) {
 
 func rowSum(r *Result, row int) float64 { return sum(r.Weights[row*r.Dims.S : (row+1)*r.Dims.S]) }
 
-func padded(opts vkattn.Options, d vkattn.Dims, row int) bool {
+func padded(opts core.Options, d core.Dims, row int) bool {
 	return opts.QueryLengths != nil && row%d.L >= opts.QueryLengths[row/(d.H*d.L)]
 }
 
@@ -562,7 +562,7 @@ func padded(opts vkattn.Options, d vkattn.Dims, row int) bool {
 // keeps -Inf.
 func TestSinksRows(t *testing.T) {
 	for _, p := range propertyProblems() {
-		d := p.run(t, vkattn.Options{}).Dims
+		d := p.run(t, core.Options{}).Dims
 		for name, opts := range baseOptions(p) {
 			opts.Sinks = []float32{0.5, -1, 1.5, 0}
 			s := opts
@@ -605,27 +605,27 @@ func TestVariantErrors(t *testing.T) {
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	for _, c := range []struct {
 		name string
-		opts vkattn.Options
+		opts core.Options
 		want error
 		msg  string
 	}{
-		{"sinks per KV head", vkattn.Options{Sinks: []float32{0, 0}}, vkattn.ErrShape, "sinks: 2 values"},
-		{"ALiBi too many", vkattn.Options{ALiBi: make([]float32, 5)}, vkattn.ErrShape, "ALiBi slopes: 5 values"},
-		{"sink NaN", vkattn.Options{Sinks: []float32{0, nan, 0, 0}}, vkattn.ErrNonFinite, "sinks value 1"},
-		{"ALiBi Inf", vkattn.Options{ALiBi: []float32{0, 0, 0, inf}}, vkattn.ErrNonFinite, "ALiBi slopes value 3"},
-		{"window left", vkattn.Options{Window: &vkattn.Window{Left: -2, Right: 0}}, vkattn.ErrOption, "window (-2, 0)"},
-		{"window right", vkattn.Options{Window: &vkattn.Window{Left: 0, Right: -3}}, vkattn.ErrOption, "window (0, -3)"},
-		{"softcap negative", vkattn.Options{Softcap: -1}, vkattn.ErrOption, "softcap -1"},
-		{"softcap NaN", vkattn.Options{Softcap: math.NaN()}, vkattn.ErrOption, "softcap NaN"},
-		{"softcap Inf", vkattn.Options{Softcap: math.Inf(1)}, vkattn.ErrOption, "softcap +Inf"},
-		{"softcap beyond float32", vkattn.Options{Softcap: 1e39}, vkattn.ErrOption, "softcap 1e+39"},
+		{"sinks per KV head", core.Options{Sinks: []float32{0, 0}}, core.ErrShape, "sinks: 2 values"},
+		{"ALiBi too many", core.Options{ALiBi: make([]float32, 5)}, core.ErrShape, "ALiBi slopes: 5 values"},
+		{"sink NaN", core.Options{Sinks: []float32{0, nan, 0, 0}}, core.ErrNonFinite, "sinks value 1"},
+		{"ALiBi Inf", core.Options{ALiBi: []float32{0, 0, 0, inf}}, core.ErrNonFinite, "ALiBi slopes value 3"},
+		{"window left", core.Options{Window: &core.Window{Left: -2, Right: 0}}, core.ErrOption, "window (-2, 0)"},
+		{"window right", core.Options{Window: &core.Window{Left: 0, Right: -3}}, core.ErrOption, "window (0, -3)"},
+		{"softcap negative", core.Options{Softcap: -1}, core.ErrOption, "softcap -1"},
+		{"softcap NaN", core.Options{Softcap: math.NaN()}, core.ErrOption, "softcap NaN"},
+		{"softcap Inf", core.Options{Softcap: math.Inf(1)}, core.ErrOption, "softcap +Inf"},
+		{"softcap beyond float32", core.Options{Softcap: 1e39}, core.ErrOption, "softcap 1e+39"},
 	} {
 		r, err := Attention(p.q, p.qs, p.k, p.ks, p.v, p.vs, c.opts)
 		if r != nil {
 			t.Fatalf("%s: got a result", c.name)
 		}
 		wantError(t, err, c.want, c.msg)
-		_, cerr := vkattn.CheckProblem(p.qs, p.ks, p.vs, &c.opts)
+		_, cerr := core.CheckProblem(p.qs, p.ks, p.vs, &c.opts)
 		if cerr == nil || cerr.Error() != err.Error() || !errors.Is(cerr, c.want) {
 			t.Fatalf("%s: %q, CheckProblem said %v", c.name, err, cerr)
 		}

@@ -6,7 +6,7 @@ import (
 	"io"
 	"slices"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/filekind"
 )
 
@@ -145,7 +145,7 @@ func (f *File) ReadAll() (map[string]Tensor, error) {
 // MHA reads the tensors of an nn.MultiheadAttention layer, and no others;
 // see the function MHA for names, shapes and errors. Each tensor's shape
 // and type are checked before its data is read.
-func (f *File) MHA(prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
+func (f *File) MHA(prefix string, dModel, kdim, vdim int) (*core.MHAWeights, error) {
 	w, err := mha(f, prefix, dModel, kdim, vdim)
 	return w, f.wrap(err)
 }
@@ -153,7 +153,7 @@ func (f *File) MHA(prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights, e
 // Additive reads additive attention weights, and no other tensors; see
 // the function Additive. Each tensor's shape and type are checked before
 // its data is read.
-func (f *File) Additive(prefix string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
+func (f *File) Additive(prefix string, dQ, dK int) (*core.AdditiveWeights, error) {
 	w, err := additive(f, prefix, dQ, dK)
 	return w, f.wrap(err)
 }

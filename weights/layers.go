@@ -5,14 +5,14 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // LoadMHA reads the weights of a PyTorch nn.MultiheadAttention layer saved
 // at top level (torch's state_dict names without a prefix) from a .npz or
 // .safetensors file, reading only the layer's tensors (File.MHA). See MHA
 // for names, shapes and errors.
-func LoadMHA(path string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
+func LoadMHA(path string, dModel, kdim, vdim int) (*core.MHAWeights, error) {
 	f, err := Open(path)
 	if err != nil {
 		return nil, err
@@ -37,13 +37,13 @@ func LoadMHA(path string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
 // MHAWeights.KVDim (grouped-query K/V heads).
 // Other tensors in ts are ignored, except bias_k and bias_v (add_bias_kv),
 // which are not supported. A missing tensor is an error wrapping
-// ErrMissing; a wrongly shaped one an error wrapping vkattn.ErrShape that
+// ErrMissing; a wrongly shaped one an error wrapping core.ErrShape that
 // names the tensor, its shape and the shape wanted.
-func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
+func MHA(ts map[string]Tensor, prefix string, dModel, kdim, vdim int) (*core.MHAWeights, error) {
 	return mha(tensorMap(ts), prefix, dModel, kdim, vdim)
 }
 
-func mha(src source, prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights, error) {
+func mha(src source, prefix string, dModel, kdim, vdim int) (*core.MHAWeights, error) {
 	if kdim == 0 {
 		kdim = dModel
 	}
@@ -51,7 +51,7 @@ func mha(src source, prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights,
 		vdim = dModel
 	}
 	if dModel <= 0 || kdim < 0 || vdim < 0 {
-		return nil, fmt.Errorf("%w: embed_dim %d, kdim %d, vdim %d", vkattn.ErrEmpty, dModel, kdim, vdim)
+		return nil, fmt.Errorf("%w: embed_dim %d, kdim %d, vdim %d", core.ErrEmpty, dModel, kdim, vdim)
 	}
 	d := dModel
 	for _, n := range []string{"bias_k", "bias_v"} {
@@ -60,7 +60,7 @@ func mha(src source, prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights,
 		}
 	}
 	g := getter{src: src, prefix: prefix}
-	w := &vkattn.MHAWeights{DModel: d, KDim: kdim, VDim: vdim}
+	w := &core.MHAWeights{DModel: d, KDim: kdim, VDim: vdim}
 	packed := src.has(prefix + "in_proj_weight")
 	hasQ := src.has(prefix + "q_proj_weight")
 	hasK := src.has(prefix + "k_proj_weight")
@@ -70,7 +70,7 @@ func mha(src source, prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights,
 		return nil, fmt.Errorf("%w: %sin_proj_weight and %sq/k/v_proj_weight both present", ErrUnsupported, prefix, prefix)
 	case packed && (kdim != d || vdim != d):
 		return nil, fmt.Errorf("%w: %sin_proj_weight is packed, which needs kdim = vdim = embed_dim %d, but kdim is %d and vdim %d (PyTorch stores q/k/v_proj_weight then)",
-			vkattn.ErrShape, prefix, d, kdim, vdim)
+			core.ErrShape, prefix, d, kdim, vdim)
 	case packed:
 		w.InProjWeight = g.get("in_proj_weight", 3*d, d)
 	case hasQ || hasK || hasV:
@@ -105,7 +105,7 @@ func mha(src source, prefix string, dModel, kdim, vdim int) (*vkattn.MHAWeights,
 // LoadAdditive reads additive attention weights (names W_q, W_k, b, w_a at
 // top level) from a .npz or .safetensors file, reading only those tensors
 // (File.Additive). See Additive.
-func LoadAdditive(path string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
+func LoadAdditive(path string, dQ, dK int) (*core.AdditiveWeights, error) {
 	f, err := Open(path)
 	if err != nil {
 		return nil, err
@@ -121,13 +121,13 @@ func LoadAdditive(path string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
 //
 // d_a is read from W_q. W_q and W_k are (in, out), as SEMANTICS.md §10
 // writes q W_q, not PyTorch's (out, in). Errors are those of MHA.
-func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
+func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*core.AdditiveWeights, error) {
 	return additive(tensorMap(ts), prefix, dQ, dK)
 }
 
-func additive(src source, prefix string, dQ, dK int) (*vkattn.AdditiveWeights, error) {
+func additive(src source, prefix string, dQ, dK int) (*core.AdditiveWeights, error) {
 	if dQ <= 0 || dK <= 0 {
-		return nil, fmt.Errorf("%w: d_q %d, d_k %d", vkattn.ErrEmpty, dQ, dK)
+		return nil, fmt.Errorf("%w: d_q %d, d_k %d", core.ErrEmpty, dQ, dK)
 	}
 	wq, ok, err := src.lookup(prefix + "W_q")
 	switch {
@@ -141,10 +141,10 @@ func additive(src source, prefix string, dQ, dK int) (*vkattn.AdditiveWeights, e
 		da = wq.shape[1]
 	}
 	if da <= 0 {
-		return nil, fmt.Errorf("%w: %sW_q has shape %v, want (%d, d_a)", vkattn.ErrShape, prefix, wq.shape, dQ)
+		return nil, fmt.Errorf("%w: %sW_q has shape %v, want (%d, d_a)", core.ErrShape, prefix, wq.shape, dQ)
 	}
 	g := getter{src: src, prefix: prefix}
-	w := &vkattn.AdditiveWeights{DQ: dQ, DK: dK, DA: da}
+	w := &core.AdditiveWeights{DQ: dQ, DK: dK, DA: da}
 	w.WQ = g.get("W_q", dQ, da)
 	w.WK = g.get("W_k", dK, da)
 	w.Bias = g.optional("b", da)
@@ -169,8 +169,8 @@ func additive(src source, prefix string, dQ, dK int) (*vkattn.AdditiveWeights, e
 // storedType is the element type the named tensors present share when
 // it is float16 or bfloat16 (float32 otherwise): weights stay as stored on
 // the device, half the bytes, exactly the file's values.
-func storedType(src source, prefix string, names ...string) vkattn.DType {
-	kinds := map[string]vkattn.DType{"F16": vkattn.Float16, "BF16": vkattn.BFloat16}
+func storedType(src source, prefix string, names ...string) core.DType {
+	kinds := map[string]core.DType{"F16": core.Float16, "BF16": core.BFloat16}
 	var common string
 	for _, n := range names {
 		h, ok, err := src.lookup(prefix + n)
@@ -178,7 +178,7 @@ func storedType(src source, prefix string, names ...string) vkattn.DType {
 			continue
 		}
 		if common != "" && h.dtype != common {
-			return vkattn.Float32
+			return core.Float32
 		}
 		common = h.dtype
 	}
@@ -253,7 +253,7 @@ func (g *getter) fetch(name string, required bool, shape []int) []float32 {
 	case !h.float:
 		g.err = fmt.Errorf("%w: %s%s has dtype %s, want a float type (F32, F64, F16, BF16)", ErrUnsupported, g.prefix, name, h.dtype)
 	case !slices.Equal(h.shape, shape):
-		g.err = fmt.Errorf("%w: %s%s has shape %v, want %v", vkattn.ErrShape, g.prefix, name, h.shape, shape)
+		g.err = fmt.Errorf("%w: %s%s has shape %v, want %v", core.ErrShape, g.prefix, name, h.shape, shape)
 	default:
 		t, err := g.src.read(g.prefix + name)
 		if err != nil {
@@ -270,13 +270,13 @@ func (g *getter) fetch(name string, required bool, shape []int) []float32 {
 // key_padding_mask, bool (B, S), true = padded; attn_mask, (T, S) or
 // (B*heads, T, S) with the b-major (B*heads) axis of PyTorch, bool with
 // true = blocked, or float added to the scores. Either may be absent.
-func MHAOptions(ts map[string]Tensor, heads, B, T, S int) (vkattn.MHAOptions, error) {
-	opts := vkattn.MHAOptions{Heads: heads}
+func MHAOptions(ts map[string]Tensor, heads, B, T, S int) (core.MHAOptions, error) {
+	opts := core.MHAOptions{Heads: heads}
 	if kp, ok := ts["key_padding_mask"]; ok {
 		if kp.DType != "BOOL" || !slices.Equal(kp.Shape, []int{B, S}) {
 			return opts, formatErr("key_padding_mask is %s %v, want BOOL [%d %d]", kp.DType, kp.Shape, B, S)
 		}
-		opts.KeyPadding = &vkattn.KeyPadding{Padded: make([]bool, len(kp.Data))}
+		opts.KeyPadding = &core.KeyPadding{Padded: make([]bool, len(kp.Data))}
 		for i, x := range kp.Data {
 			opts.KeyPadding.Padded[i] = x != 0
 		}
@@ -285,23 +285,23 @@ func MHAOptions(ts map[string]Tensor, heads, B, T, S int) (vkattn.MHAOptions, er
 	if !ok {
 		return opts, nil
 	}
-	var shape vkattn.MaskShape
+	var shape core.MaskShape
 	switch {
 	case slices.Equal(am.Shape, []int{T, S}):
-		shape = vkattn.MaskShape{1, 1, T, S}
+		shape = core.MaskShape{1, 1, T, S}
 	case slices.Equal(am.Shape, []int{B * heads, T, S}):
-		shape = vkattn.MaskShape{B, heads, T, S}
+		shape = core.MaskShape{B, heads, T, S}
 	default:
 		return opts, formatErr("attn_mask shape %v, want [%d %d] or [%d %d %d]", am.Shape, T, S, B*heads, T, S)
 	}
 	if am.DType == "BOOL" {
-		m := vkattn.BoolMask{Shape: shape, Values: make([]bool, len(am.Data)), Meaning: vkattn.TrueBlocks}
+		m := core.BoolMask{Shape: shape, Values: make([]bool, len(am.Data)), Meaning: core.TrueBlocks}
 		for i, x := range am.Data {
 			m.Values[i] = x != 0
 		}
-		opts.Attention.BoolMasks = []vkattn.BoolMask{m}
+		opts.Attention.BoolMasks = []core.BoolMask{m}
 	} else {
-		opts.Attention.Mask = &vkattn.Mask{Shape: shape, Values: am.Data}
+		opts.Attention.Mask = &core.Mask{Shape: shape, Values: am.Data}
 	}
 	return opts, nil
 }

@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // holeFile is a file made of data and holes (runs of zero bytes that take
@@ -178,7 +178,7 @@ func TestMHARefusesShapeBeforeData(t *testing.T) {
 		err   error
 		msg   string
 	}{
-		{"shape", "<f8", vkattn.ErrShape, "in_proj_weight has shape [8192 16384], want [24 8]"},
+		{"shape", "<f8", core.ErrShape, "in_proj_weight has shape [8192 16384], want [24 8]"},
 		{"dtype", "<i8", ErrUnsupported, "in_proj_weight has dtype <i8"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

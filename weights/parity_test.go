@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -88,7 +88,7 @@ func TestPyTorchParity(t *testing.T) {
 
 			// PyTorch's causal boolean mask is vkattn's top-left causal.
 			if c.name == "padcausal" {
-				opts.Attention.BoolMasks, opts.Attention.Causal = nil, vkattn.CausalTopLeft
+				opts.Attention.BoolMasks, opts.Attention.Causal = nil, core.CausalTopLeft
 				res, err := reference.MultiHeadAttention(q.Data, q.Shape, k, ks, v, vs, wNPZ, opts)
 				if err != nil {
 					t.Fatal(err)

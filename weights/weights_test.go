@@ -18,7 +18,7 @@ import (
 	"testing"
 
 	"codeberg.org/sbinet/npyio/npz"
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // npyBytes builds a .npy file (format 1.0) from a header dictionary and raw
@@ -373,20 +373,20 @@ func TestMHA(t *testing.T) {
 		{"missing in_proj", func(ts map[string]Tensor) { delete(ts, "in_proj_weight") }, 8, 8, ErrMissing, "neither in_proj_weight"},
 		{"in_proj shape", func(ts map[string]Tensor) {
 			ts["in_proj_weight"] = Tensor{Shape: []int{24, 4}, DType: "F32", Data: seq(96)}
-		}, 8, 8, vkattn.ErrShape, "in_proj_weight has shape [24 4], want [24 8]"},
+		}, 8, 8, core.ErrShape, "in_proj_weight has shape [24 4], want [24 8]"},
 		{"bias shape", func(ts map[string]Tensor) {
 			ts["out_proj.bias"] = Tensor{Shape: []int{1, 8}, DType: "F32", Data: seq(8)}
-		}, 8, 8, vkattn.ErrShape, "out_proj.bias has shape [1 8], want [8]"},
-		{"d_model", func(map[string]Tensor) {}, 6, 6, vkattn.ErrShape, "want [18 6]"},
-		{"packed with kdim", func(map[string]Tensor) {}, 8, 5, vkattn.ErrShape, "kdim is 5"},
+		}, 8, 8, core.ErrShape, "out_proj.bias has shape [1 8], want [8]"},
+		{"d_model", func(map[string]Tensor) {}, 6, 6, core.ErrShape, "want [18 6]"},
+		{"packed with kdim", func(map[string]Tensor) {}, 8, 5, core.ErrShape, "kdim is 5"},
 		{"both layouts", func(ts map[string]Tensor) {
 			ts["k_proj_weight"] = Tensor{Shape: []int{8, 8}, DType: "F32", Data: seq(64)}
 		}, 8, 8, ErrUnsupported, "both"},
 		{"bias_k", func(ts map[string]Tensor) { ts["bias_k"] = Tensor{Shape: []int{1, 1, 8}, DType: "F32", Data: seq(8)} }, 8, 8, ErrUnsupported, "bias_k"},
 		{"int dtype", func(ts map[string]Tensor) { ts["out_proj.weight"] = Tensor{Shape: []int{8, 8}, DType: "I64"} }, 8, 8, ErrUnsupported, "out_proj.weight has dtype I64"},
 		{"bool dtype", func(ts map[string]Tensor) { ts["out_proj.bias"] = Tensor{Shape: []int{8}, DType: "BOOL", Data: seq(8)} }, 8, 8, ErrUnsupported, "BOOL"},
-		{"non-finite", func(ts map[string]Tensor) { ts["out_proj.bias"].Data[3] = float32(math.Inf(1)) }, 8, 8, vkattn.ErrNonFinite, "out_proj.bias value 3"},
-		{"zero d", func(map[string]Tensor) {}, 0, 0, vkattn.ErrEmpty, ""},
+		{"non-finite", func(ts map[string]Tensor) { ts["out_proj.bias"].Data[3] = float32(math.Inf(1)) }, 8, 8, core.ErrNonFinite, "out_proj.bias value 3"},
+		{"zero d", func(map[string]Tensor) {}, 0, 0, core.ErrEmpty, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -401,7 +401,7 @@ func TestMHA(t *testing.T) {
 
 	// Separate layout with a wrong kdim names k_proj_weight and both shapes.
 	_, err = MHA(mhaTensors(8, 5, 6, false, true), "", 8, 4, 6)
-	if !errors.Is(err, vkattn.ErrShape) || !strings.Contains(err.Error(), "k_proj_weight has shape [8 5], want [8 4]") {
+	if !errors.Is(err, core.ErrShape) || !strings.Contains(err.Error(), "k_proj_weight has shape [8 5], want [8 4]") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -426,7 +426,7 @@ func TestLoadMHA(t *testing.T) {
 		t.Fatalf("npz %+v\nsafetensors %+v", a, b)
 	}
 	p := writeFile(t, "w.safetensors", stBytes(stTensors))
-	if _, err := LoadMHA(p, 4, 3, 3); !errors.Is(err, vkattn.ErrShape) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "v_proj_weight has shape [4 2], want [4 3]") {
+	if _, err := LoadMHA(p, 4, 3, 3); !errors.Is(err, core.ErrShape) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "v_proj_weight has shape [4 2], want [4 3]") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -462,12 +462,12 @@ func TestAdditive(t *testing.T) {
 	}{
 		{"no W_q", func(ts map[string]Tensor) { delete(ts, "W_q") }, ErrMissing, "W_q"},
 		{"no w_a", func(ts map[string]Tensor) { delete(ts, "w_a") }, ErrMissing, "w_a, shape [3]"},
-		{"W_q rank", func(ts map[string]Tensor) { ts["W_q"] = Tensor{Shape: []int{6}, DType: "F32", Data: seq(6)} }, vkattn.ErrShape, "W_q has shape [6], want (2, d_a)"},
-		{"W_q rows", func(ts map[string]Tensor) { ts["W_q"] = Tensor{Shape: []int{3, 2}, DType: "F32", Data: seq(6)} }, vkattn.ErrShape, "W_q has shape [3 2], want [2 2]"},
-		{"W_k", func(ts map[string]Tensor) { ts["W_k"] = Tensor{Shape: []int{3, 4}, DType: "F32", Data: seq(12)} }, vkattn.ErrShape, "W_k has shape [3 4], want [4 3]"},
-		{"b", func(ts map[string]Tensor) { ts["b"] = Tensor{Shape: []int{2}, DType: "F32", Data: seq(2)} }, vkattn.ErrShape, "b has shape [2], want [3]"},
-		{"w_a row", func(ts map[string]Tensor) { ts["w_a"] = Tensor{Shape: []int{1, 3}, DType: "F32", Data: seq(3)} }, vkattn.ErrShape, "w_a has shape [1 3], want [3 1]"},
-		{"NaN", func(ts map[string]Tensor) { ts["b"].Data[1] = float32(math.NaN()) }, vkattn.ErrNonFinite, "b value 1"},
+		{"W_q rank", func(ts map[string]Tensor) { ts["W_q"] = Tensor{Shape: []int{6}, DType: "F32", Data: seq(6)} }, core.ErrShape, "W_q has shape [6], want (2, d_a)"},
+		{"W_q rows", func(ts map[string]Tensor) { ts["W_q"] = Tensor{Shape: []int{3, 2}, DType: "F32", Data: seq(6)} }, core.ErrShape, "W_q has shape [3 2], want [2 2]"},
+		{"W_k", func(ts map[string]Tensor) { ts["W_k"] = Tensor{Shape: []int{3, 4}, DType: "F32", Data: seq(12)} }, core.ErrShape, "W_k has shape [3 4], want [4 3]"},
+		{"b", func(ts map[string]Tensor) { ts["b"] = Tensor{Shape: []int{2}, DType: "F32", Data: seq(2)} }, core.ErrShape, "b has shape [2], want [3]"},
+		{"w_a row", func(ts map[string]Tensor) { ts["w_a"] = Tensor{Shape: []int{1, 3}, DType: "F32", Data: seq(3)} }, core.ErrShape, "w_a has shape [1 3], want [3 1]"},
+		{"NaN", func(ts map[string]Tensor) { ts["b"].Data[1] = float32(math.NaN()) }, core.ErrNonFinite, "b value 1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -487,7 +487,7 @@ func TestAdditive(t *testing.T) {
 	if _, err := LoadAdditive(writeNPZ(t, members, false), 2, 4); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadAdditive(writeNPZ(t, members, false), 2, 5); !errors.Is(err, vkattn.ErrShape) {
+	if _, err := LoadAdditive(writeNPZ(t, members, false), 2, 5); !errors.Is(err, core.ErrShape) {
 		t.Fatalf("d_k 5: %v", err)
 	}
 }
@@ -512,7 +512,7 @@ func TestMHAGroupedQueryWeights(t *testing.T) {
 		t.Fatalf("4 query heads of width 2: %d K/V heads, %v; want 2", h, err)
 	}
 	ts["v_proj_weight"] = Tensor{Shape: []int{d, kdim}, DType: "F32", Data: seq(d * kdim)}
-	if _, err := MHA(ts, "", d, kdim, kdim); !errors.Is(err, vkattn.ErrShape) || !strings.Contains(err.Error(), "v_proj_weight") {
+	if _, err := MHA(ts, "", d, kdim, kdim); !errors.Is(err, core.ErrShape) || !strings.Contains(err.Error(), "v_proj_weight") {
 		t.Fatalf("mismatched v_proj_weight: %v", err)
 	}
 }
@@ -536,11 +536,11 @@ func TestMHAOptions(t *testing.T) {
 		t.Fatalf("%d boolean masks, want 1", len(opts.Attention.BoolMasks))
 	}
 	bm := opts.Attention.BoolMasks[0]
-	if bm.Shape != (vkattn.MaskShape{B, heads, T, S}) || bm.Meaning != vkattn.TrueBlocks || !bm.Values[1] || bm.Values[0] {
+	if bm.Shape != (core.MaskShape{B, heads, T, S}) || bm.Meaning != core.TrueBlocks || !bm.Values[1] || bm.Values[0] {
 		t.Errorf("boolean mask %+v", bm)
 	}
 	ts["attn_mask"] = Tensor{Shape: []int{T, S}, DType: "F32", Data: []float32{0, -1, 0, 0, 0, -2}}
-	if opts, err = MHAOptions(ts, heads, B, T, S); err != nil || opts.Attention.Mask == nil || opts.Attention.Mask.Shape != (vkattn.MaskShape{1, 1, T, S}) {
+	if opts, err = MHAOptions(ts, heads, B, T, S); err != nil || opts.Attention.Mask == nil || opts.Attention.Mask.Shape != (core.MaskShape{1, 1, T, S}) {
 		t.Errorf("float (T, S) mask: %v, %+v", err, opts.Attention.Mask)
 	}
 	for name, bad := range map[string]Tensor{

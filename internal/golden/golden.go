@@ -38,7 +38,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // DefaultTolerance is the absolute tolerance of a case that names none.
@@ -128,7 +128,7 @@ func (a *Array) check(what string) error {
 }
 
 // BoolArray is a boolean mask with its shape and the meaning of true:
-// "true-allows" or "true-blocks" (vkattn.MaskMeaning's names).
+// "true-allows" or "true-blocks" (core.MaskMeaning's names).
 type BoolArray struct {
 	Shape   []int  `json:"shape"`
 	Values  []bool `json:"values"`
@@ -184,12 +184,12 @@ type Problem struct {
 	Q, K, V                []float32
 	QShape, KShape, VShape []int  // as written in the case, rank 2-4
 	Q4, K4, V4             [4]int // filled to (B, heads, positions, width)
-	Dims                   vkattn.Dims
-	Opts                   vkattn.Options // WantWeights and WantLSE follow the expectations
+	Dims                   core.Dims
+	Opts                   core.Options // WantWeights and WantLSE follow the expectations
 }
 
-// Problem turns the case into host arrays and vkattn.Options, validated with
-// vkattn.CheckProblem.
+// Problem turns the case into host arrays and core.Options, validated with
+// core.CheckProblem.
 func (c *Case) Problem() (*Problem, error) {
 	p := &Problem{
 		Q: c.Q.Float32(), K: c.K.Float32(), V: c.V.Float32(),
@@ -203,23 +203,23 @@ func (c *Case) Problem() (*Problem, error) {
 		if err := t.a.check(t.name); err != nil {
 			return nil, err
 		}
-		s, err := vkattn.Shape4(t.a.Shape)
+		s, err := core.Shape4(t.a.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 		*t.dst = s
 	}
-	opts := vkattn.Options{
+	opts := core.Options{
 		KeyLengths:   c.KeyLengths,
 		QueryLengths: c.QueryLengths,
 		WantWeights:  c.Expect.A != nil,
 		WantLSE:      c.Expect.LSE != nil,
 	}
 	if c.Scale != nil {
-		opts.Scale = vkattn.CustomScale(*c.Scale)
+		opts.Scale = core.CustomScale(*c.Scale)
 	}
 	if c.Causal != "" {
-		cz, err := vkattn.ParseCausal(c.Causal)
+		cz, err := core.ParseCausal(c.Causal)
 		if err != nil {
 			return nil, err
 		}
@@ -233,25 +233,25 @@ func (c *Case) Problem() (*Problem, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mask: %w", err)
 		}
-		opts.Mask = &vkattn.Mask{Shape: s, Values: m.Float32()}
+		opts.Mask = &core.Mask{Shape: s, Values: m.Float32()}
 	}
 	if m := c.BoolMask; m != nil {
 		s, err := FillMaskShape(m.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("bool_mask: %w", err)
 		}
-		var meaning vkattn.MaskMeaning
+		var meaning core.MaskMeaning
 		switch m.Meaning {
-		case vkattn.TrueAllows.String():
-			meaning = vkattn.TrueAllows
-		case vkattn.TrueBlocks.String():
-			meaning = vkattn.TrueBlocks
+		case core.TrueAllows.String():
+			meaning = core.TrueAllows
+		case core.TrueBlocks.String():
+			meaning = core.TrueBlocks
 		default:
-			return nil, fmt.Errorf("bool_mask: meaning %q: want %q or %q", m.Meaning, vkattn.TrueAllows, vkattn.TrueBlocks)
+			return nil, fmt.Errorf("bool_mask: meaning %q: want %q or %q", m.Meaning, core.TrueAllows, core.TrueBlocks)
 		}
-		opts.BoolMasks = []vkattn.BoolMask{{Shape: s, Values: m.Values, Meaning: meaning}}
+		opts.BoolMasks = []core.BoolMask{{Shape: s, Values: m.Values, Meaning: meaning}}
 	}
-	d, err := vkattn.CheckProblem(p.Q4, p.K4, p.V4, &opts)
+	d, err := core.CheckProblem(p.Q4, p.K4, p.V4, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -261,8 +261,8 @@ func (c *Case) Problem() (*Problem, error) {
 
 // FillMaskShape fills a mask shape of rank 1 to 4 from the left with ones to
 // (B, H, L, S), the way NumPy broadcasts: (S) -> (1,1,1,S), (L,S) -> (1,1,L,S).
-func FillMaskShape(shape []int) (vkattn.MaskShape, error) {
-	var s vkattn.MaskShape
+func FillMaskShape(shape []int) (core.MaskShape, error) {
+	var s core.MaskShape
 	if len(shape) < 1 || len(shape) > 4 {
 		return s, fmt.Errorf("rank %d mask shape %v: want rank 1 to 4, broadcast to (B,H,L,S)", len(shape), shape)
 	}

@@ -1,9 +1,9 @@
-package vkattn_test
+package core_test
 
 import (
 	"testing"
 
-	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // ALiBiSlopes against the values of Press et al. (2022), written out: for
@@ -31,7 +31,7 @@ func TestALiBiSlopes(t *testing.T) {
 		{1, []float32{p8}},
 		{0, nil},
 	} {
-		got := vkattn.ALiBiSlopes(c.h)
+		got := core.ALiBiSlopes(c.h)
 		if len(got) != len(c.want) {
 			t.Fatalf("ALiBiSlopes(%d) = %v, want %v", c.h, got, c.want)
 		}
