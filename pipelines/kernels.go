@@ -279,24 +279,12 @@ func (pr *Prepared) recordWith(before, after func(*vk.Commands) error) error {
 // nothing; a ctx done while waiting returns at once (within a fence slice)
 // and leaves the work running: the next Run or Close waits for it.
 func (pr *Prepared) Run(ctx context.Context) (time.Duration, error) {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	if pr.cmds == nil {
-		return 0, fmt.Errorf("pipelines: %w: prepared call", vk.ErrClosed)
-	}
-	// A run an earlier cancelled Run left in flight finishes first.
-	if err := pr.cmds.Wait(ctx); err != nil {
-		return 0, err
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	if pr.wrapped {
-		if err := pr.record(); err != nil {
-			return 0, err
+	return pr.run(ctx, func() error {
+		if pr.wrapped {
+			return pr.record()
 		}
-	}
-	return pr.submitAndWait(ctx)
+		return nil
+	})
 }
 
 // RunWith is Run with before's transfers (host data staged into the
@@ -305,6 +293,13 @@ func (pr *Prepared) Run(ctx context.Context) (time.Duration, error) {
 // The commands are recorded anew for each RunWith, so what the transfers
 // copy may change from run to run.
 func (pr *Prepared) RunWith(ctx context.Context, before, after func(*vk.Commands) error) (time.Duration, error) {
+	return pr.run(ctx, func() error { return pr.recordWith(before, after) })
+}
+
+// run is Run and RunWith: once what an earlier cancelled run left in
+// flight has finished, and unless ctx is done, record (if need be) and
+// submit, then wait.
+func (pr *Prepared) run(ctx context.Context, record func() error) (time.Duration, error) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	if pr.cmds == nil {
@@ -316,7 +311,7 @@ func (pr *Prepared) RunWith(ctx context.Context, before, after func(*vk.Commands
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := pr.recordWith(before, after); err != nil {
+	if err := record(); err != nil {
 		return 0, err
 	}
 	return pr.submitAndWait(ctx)
