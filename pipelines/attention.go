@@ -530,6 +530,28 @@ const (
 // attentionKernel is the kernel of an attention plan, built once per device.
 func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	s := &p.Shape
+	bindings := attentionBindingTypes(p)
+	if p.Variant.Family == FamilyTiled {
+		spec := make([]int32, tiledSpecCount)
+		spec[specLocalSize], spec[tiledSpecD4] = int32(p.WorkGroup), int32(p.DMax/4)
+		spec[tiledSpecBR], spec[tiledSpecBC], spec[tiledSpecLPR], spec[tiledSpecRPL] = int32(p.TileRows), int32(p.KeyTile), int32(p.LanesPerRow), int32(p.RowsPerLane)
+		spec[tiledSpecMasked], spec[tiledSpecVariants], spec[tiledSpecPaged] = boolSpec(p.Masked), s.variants(), boolSpec(s.Paging > 0)
+		spec[tiledSpecQType], spec[tiledSpecKType], spec[tiledSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
+		return ks.getInSubgroups(p.Variant, bindings, uint32(p.SubgroupSize), spec...)
+	}
+	spec := make([]int32, attSpecCount)
+	spec[specLocalSize], spec[attSpecWG], spec[attSpecD4] = int32(p.WorkGroup), int32(p.WorkGroup), int32(p.DMax/4)
+	spec[attSpecRows], spec[attSpecKeys], spec[attSpecShare] = int32(p.Rows), int32(p.KeyTile), int32(max(p.SharedLoads, 1))
+	spec[attSpecMasked], spec[attSpecVariants], spec[attSpecPaged] = boolSpec(p.Masked), s.variants(), boolSpec(s.Paging > 0)
+	spec[attSpecQType], spec[attSpecKType], spec[attSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
+	return ks.get(p.Variant, bindings, spec...)
+}
+
+// attentionBindingTypes are the attention kernel's bindings for plan p:
+// storage buffers but the Params block, Q, K, V and the masks through
+// texel views on the texel path, w_a for additive plans only.
+func attentionBindingTypes(p AttentionPlan) []vk.BindingType {
+	s := &p.Shape
 	bindings := make([]vk.BindingType, attentionBindings)
 	for i := range bindings {
 		bindings[i] = vk.StorageBuffer
@@ -542,12 +564,7 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	if !p.Additive {
 		bindings = bindings[:bindWA]
 	}
-	if p.Variant.Family == FamilyTiled {
-		return ks.getInSubgroups(p.Variant, bindings, uint32(p.SubgroupSize), int32(p.WorkGroup), int32(p.DMax/4), int32(p.TileRows), int32(p.KeyTile),
-			int32(p.LanesPerRow), boolSpec(p.Masked), typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type), s.variants(), boolSpec(s.Paging > 0), int32(p.RowsPerLane))
-	}
-	return ks.get(p.Variant, bindings, int32(p.WorkGroup), int32(p.DMax/4), int32(p.Rows), int32(p.WorkGroup),
-		int32(p.KeyTile), boolSpec(p.Masked), int32(max(p.SharedLoads, 1)), typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type), s.variants(), boolSpec(s.Paging > 0))
+	return bindings
 }
 
 // ceilDiv is a/b rounded up, for positive b.
@@ -563,8 +580,18 @@ func boolSpec(b bool) int32 {
 
 // combineKernel is the split-K combine pass (one variant per device).
 func (ks *Kernels) combineKernel() (*vk.Kernel, error) {
-	return ks.get(Variant{Family: FamilyCombine},
-		[]vk.BindingType{vk.UniformBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer})
+	return ks.get(Variant{Family: FamilyCombine}, combineBindingTypes())
+}
+
+// combineBindingTypes are the combine pass's bindings: Params, the
+// partials, O, LSE, lengths, per-head data.
+func combineBindingTypes() []vk.BindingType {
+	b := make([]vk.BindingType, combineBindHeads+1)
+	for i := range b {
+		b[i] = vk.StorageBuffer
+	}
+	b[combineBindParams] = vk.UniformBuffer
+	return b
 }
 
 // Flags of the Params block, as in shaders/attention.comp.

@@ -93,12 +93,9 @@ const linearFlagBias = 1
 // buffer windows, in the same step.
 func (ks *Kernels) Linear(p LinearPlan, x LinearArgs) (*Step, error) {
 	info := ks.dev.Info
-	texel := p.Path == TexelPath
-	xb, wb := vk.StorageBuffer, vk.StorageBuffer
-	if texel {
-		xb, wb = texelBinding(p.X, p.Vec4), texelBinding(p.W, p.Vec4)
-	}
-	k, err := ks.get(p.Variant, []vk.BindingType{vk.UniformBuffer, xb, wb, vk.StorageBuffer, vk.StorageBuffer}, int32(p.WorkGroup), typeSpec(p.X), typeSpec(p.W))
+	spec := make([]int32, linSpecCount)
+	spec[specLocalSize], spec[linSpecXType], spec[linSpecWType] = int32(p.WorkGroup), typeSpec(p.X), typeSpec(p.W)
+	k, err := ks.get(p.Variant, linearBindingTypes(p), spec...)
 	if err != nil {
 		return nil, err
 	}
@@ -215,13 +212,32 @@ func (ks *Kernels) linearBlock(st *Step, k *vk.Kernel, p LinearPlan, x *LinearAr
 	return nil
 }
 
+// linearBindingTypes are the dense layer's bindings: Params, X, W (texel
+// views on the texel path), bias, Y.
+func linearBindingTypes(p LinearPlan) []vk.BindingType {
+	b := make([]vk.BindingType, linearBindY+1)
+	for i := range b {
+		b[i] = vk.StorageBuffer
+	}
+	b[linearBindParams] = vk.UniformBuffer
+	if p.Path == TexelPath {
+		b[linearBindX], b[linearBindW] = texelBinding(p.X, p.Vec4), texelBinding(p.W, p.Vec4)
+	}
+	return b
+}
+
+// headMeanBindingTypes are the head mean's bindings: weights, mean.
+func headMeanBindingTypes() []vk.BindingType {
+	return []vk.BindingType{headMeanBindW: vk.StorageBuffer, headMeanBindMean: vk.StorageBuffer}
+}
+
 // HeadMean binds the mean over heads of attention weights (B, H, n) into
 // (B, n).
 func (ks *Kernels) HeadMean(weights, mean *vk.Buffer, b, h, n int) (*Step, error) {
 	if err := checkRange(ks.dev.Info, "weights", weights, false, false, Float32); err != nil {
 		return nil, err
 	}
-	k, err := ks.getPushed(Variant{Family: FamilyHeadMean}, []vk.BindingType{vk.StorageBuffer, vk.StorageBuffer}, 12)
+	k, err := ks.getPushed(Variant{Family: FamilyHeadMean}, headMeanBindingTypes(), 12)
 	if err != nil {
 		return nil, err
 	}

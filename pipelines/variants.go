@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-//go:generate go run ../tools/manifest ../shaders/manifest.txt
+//go:generate go run ../tools/manifest ../shaders/manifest.txt ../shaders/interface.glsl
 
 // Family is a kernel family: one GLSL source in shaders/.
 type Family int

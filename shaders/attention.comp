@@ -4,8 +4,9 @@
 #ifdef SHARED_LOADS
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
-// Fused scaled dot-product attention forward, fp32, online softmax
-// (FlashAttention-style): each invocation owns ROWS query rows of one
+// Fused scaled dot-product attention forward, computed in fp32 (half
+// inputs widened on load), online softmax (FlashAttention-style): each
+// invocation owns ROWS query rows of one
 // (batch, head), walks the keys four at a time with a running maximum and
 // running sum, and never stores the L x S score matrix.
 //
@@ -19,11 +20,12 @@
 //   TEXEL_LOADS: Q, K, V and masks are read through uniform texel buffers; on
 //     lavapipe a texelFetch in a loop is ~20x faster than a storage load.
 //     Otherwise plain storage buffers, the portable path for real GPUs.
-//   VEC4_LOADS: Q, K, V rows are read four floats at a time (RGBA32F texels
-//     or vec4 storage); needs d % 4 == 0 and 4-aligned offsets and strides.
+//   VEC4_LOADS: Q, K, V rows are read four elements at a time (RGBA32UI or
+//     RGBA16UI texels, or uvec4 / uvec2 storage words, widened by
+//     loads.glsl); needs d % 4 == 0 and 4-aligned offsets and strides.
 //     Otherwise scalar loads assemble each vec4 (any width).
 //   ADDITIVE: additive (Bahdanau) scores w_a . tanh(q + k) on projected
-//     queries and keys (width d_k = d_a), w_a at binding 11; no scale.
+//     queries and keys (width d_k = d_a), w_a at binding 13; no scale.
 //   SPLIT_K: flash-decoding for few query rows and many keys. Each lane owns
 //     one split of the keys; the rows of an invocation are the query rows of
 //     all query heads sharing one K/V head (GQA), so each K/V element is
@@ -38,37 +40,37 @@
 // D4 (widths in vec4 slots), ROWS, KEYS, MASKED, SHARE and the workgroup
 // size are specialization constants chosen by the planner.
 
+#include "interface.glsl"
+
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const int D4 = 16;  // compile-time bound of d_k and d_v, in vec4s
-layout(constant_id = 2) const int ROWS = 2; // query rows per invocation
-layout(constant_id = 3) const int WG = 8;   // = local_size_x; rows interleave by it
-layout(constant_id = 4) const int KEYS = 4; // keys per online-softmax step
+layout(constant_id = ATT_SPEC_D4) const int D4 = 16;  // compile-time bound of d_k and d_v, in vec4s
+layout(constant_id = ATT_SPEC_ROWS) const int ROWS = 2; // query rows per invocation
+layout(constant_id = ATT_SPEC_WG) const int WG = 8;   // = local_size_x; rows interleave by it
+layout(constant_id = ATT_SPEC_KEYS) const int KEYS = 4; // keys per online-softmax step
 // MASKED: the call has an additive, boolean or key-padding mask. Without
 // one the mask loads are compiled out: lavapipe runs both sides of a
 // branch, even a uniform one, and the three unused loads per key took ~30%
 // of the prefill time.
-layout(constant_id = 5) const bool MASKED = true;
-layout(constant_id = 6) const int SHARE = 1; // lanes sharing K/V row loads (SHARED_LOADS)
+layout(constant_id = ATT_SPEC_MASKED) const bool MASKED = true;
+layout(constant_id = ATT_SPEC_SHARE) const int SHARE = 1; // lanes sharing K/V row loads (SHARED_LOADS)
 // Element types of Q, K and V (TYPE_F32, TYPE_F16, TYPE_BF16 of loads.glsl).
-layout(constant_id = 7) const int Q_TYPE = 0;
-layout(constant_id = 8) const int K_TYPE = 0;
-layout(constant_id = 9) const int V_TYPE = 0;
+layout(constant_id = ATT_SPEC_Q_TYPE) const int Q_TYPE = 0;
+layout(constant_id = ATT_SPEC_K_TYPE) const int K_TYPE = 0;
+layout(constant_id = ATT_SPEC_V_TYPE) const int V_TYPE = 0;
 // VARIANTS: the score variants compiled in (SEMANTICS.md §4.1), a bit each;
 // like MASKED, unused ones cost nothing.
-// VARIANTS: the score variants compiled in (SEMANTICS.md §4.1), a bit each;
-// like MASKED, unused ones cost nothing.
-layout(constant_id = 10) const int VARIANTS = 0;
+layout(constant_id = ATT_SPEC_VARIANTS) const int VARIANTS = 0;
 // PAGED: K and V are read through a page table (attention_common.glsl).
-layout(constant_id = 11) const bool PAGED = false;
+layout(constant_id = ATT_SPEC_PAGED) const bool PAGED = false;
 
 #include "attention_common.glsl"
 
 #include "loads.glsl"
-INPUT(1, Qt)
-INPUT(2, Kt)
-INPUT(3, Vt)
+INPUT(BIND_Q, Qt)
+INPUT(BIND_K, Kt)
+INPUT(BIND_V, Vt)
 #ifdef ADDITIVE
-layout(std430, binding = 13) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
+layout(std430, binding = BIND_WA) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
 vec4 wa[D4]; // w_a, zero past d_k
 #endif
 

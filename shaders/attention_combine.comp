@@ -45,17 +45,14 @@ float workgroupSum(float x) {
 
 #include "attention_params.glsl"
 
-const int FLAG_LENGTHS = 8;
-const int FLAG_LSE = 16;
-const int FLAG_SINKS = 128;
 const float LOG2E = 1.4426950408889634; // the partials' maxima are in natural units
 const float NEG_INF = -1.0 / 0.0;
 
-layout(std430, binding = 1) readonly buffer Partials { float part[]; };
-layout(std430, binding = 2) writeonly buffer OBuf { float oData[]; };
-layout(std430, binding = 3) writeonly buffer LseBuf { float lseData[]; };
-layout(std430, binding = 4) readonly buffer Lengths { int lengths[]; }; // as attention.comp's
-layout(std430, binding = 5) readonly buffer HeadBuf { float headData[]; }; // sink of head h at 2h
+layout(std430, binding = CBIND_PARTIALS) readonly buffer Partials { float part[]; };
+layout(std430, binding = CBIND_O) writeonly buffer OBuf { float oData[]; };
+layout(std430, binding = CBIND_LSE) writeonly buffer LseBuf { float lseData[]; };
+layout(std430, binding = CBIND_LENGTHS) readonly buffer Lengths { int lengths[]; }; // as attention.comp's
+layout(std430, binding = CBIND_HEADS) readonly buffer HeadBuf { float headData[]; }; // sink of head h at 2h
 
 void main() {
     int L = P.dims.x;

@@ -3,26 +3,9 @@
 // bindings, and the rules that turn a dot product into a score and a
 // finished row into its output scale. Before including, a kernel defines
 // its specialization constants MASKED, VARIANTS and PAGED, and TEXEL_LOADS
-// or not (how the masks are read).
-
-const int FLAG_MASK = 1;     // additive mask bound at binding 4
-const int FLAG_BOOLMASK = 2; // boolean mask (as 0 / -inf) bound at binding 5
-const int FLAG_CAUSAL = 4;
-const int FLAG_LENGTHS = 8;  // per-batch key and query lengths at binding 6
-const int FLAG_LSE = 16;
-const int FLAG_WEIGHTS = 32;
-const int FLAG_KEYPAD = 64; // key padding (B, S) as 0 / -inf at binding 10
-const int FLAG_SINKS = 128; // (the combine pass reads it: sinks at binding 11)
-// Bottom-right positions count from each item's key length, not S: for
-// the causal mask, and for the window and ALiBi.
-const int FLAG_ALIGN_CAUSAL = 256;
-const int FLAG_ALIGN_POS = 512;
-
-// Bits of VARIANTS (SEMANTICS.md §4.1); unused ones cost nothing.
-const int VAR_WINDOW = 1;  // keys outside P.window's band are blocked
-const int VAR_SOFTCAP = 2; // s -> c tanh(s / c), c = P.variant.x
-const int VAR_ALIBI = 4;   // s += slope_h * (j - (t + S - L)), slopes at binding 11
-const int VAR_SINKS = 8;   // a logit per head joins the denominator, at binding 11
+// or not (how the masks are read). The bindings, flag bits (FLAG_*) and
+// score-variant bits (VAR_*; unused ones cost nothing) are named in
+// interface.glsl, which attention_params.glsl includes.
 
 const float LOG2E = 1.4426950408889634;
 const float NEG_INF = -1.0 / 0.0;
@@ -30,32 +13,32 @@ const float NEG_INF = -1.0 / 0.0;
 #include "attention_params.glsl"
 
 #ifdef TEXEL_LOADS
-layout(binding = 4) uniform samplerBuffer Mt;
-layout(binding = 5) uniform samplerBuffer Bt;
-layout(binding = 10) uniform samplerBuffer Pt;
+layout(binding = BIND_MASK) uniform samplerBuffer Mt;
+layout(binding = BIND_BOOLMASK) uniform samplerBuffer Bt;
+layout(binding = BIND_KEYPAD) uniform samplerBuffer Pt;
 #define LOAD_M(i) texelFetch(Mt, (i)).r
 #define LOAD_B(i) texelFetch(Bt, (i)).r
 #define LOAD_PAD(i) texelFetch(Pt, (i)).r
 #else
-layout(std430, binding = 4) readonly buffer MBuf { float mData[]; };
-layout(std430, binding = 5) readonly buffer BBuf { float bData[]; };
-layout(std430, binding = 10) readonly buffer PadBuf { float padData[]; };
+layout(std430, binding = BIND_MASK) readonly buffer MBuf { float mData[]; };
+layout(std430, binding = BIND_BOOLMASK) readonly buffer BBuf { float bData[]; };
+layout(std430, binding = BIND_KEYPAD) readonly buffer PadBuf { float padData[]; };
 #define LOAD_M(i) mData[(i)]
 #define LOAD_B(i) bData[(i)]
 #define LOAD_PAD(i) padData[(i)]
 #endif
 
-layout(std430, binding = 6) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries of the whole call
-layout(std430, binding = 7) writeonly buffer OBuf { float oData[]; };
-layout(std430, binding = 8) writeonly buffer LseBuf { float lseData[]; };
-layout(std430, binding = 9) writeonly buffer WBuf { float wData[]; }; // weights, or split-K partials
+layout(std430, binding = BIND_LENGTHS) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries of the whole call
+layout(std430, binding = BIND_O) writeonly buffer OBuf { float oData[]; };
+layout(std430, binding = BIND_LSE) writeonly buffer LseBuf { float lseData[]; };
+layout(std430, binding = BIND_WEIGHTS) writeonly buffer WBuf { float wData[]; }; // weights, or split-K partials
 // Per query head: sink logit at 2h, ALiBi slope at 2h + 1.
-layout(std430, binding = 11) readonly buffer HeadBuf { float headData[]; };
+layout(std430, binding = BIND_HEADS) readonly buffer HeadBuf { float headData[]; };
 // PAGED: K and V live in a pool of pages of P.page.x positions (page p of
 // KV head h at p * stride.x + h * stride.y); key j of item b is row
-// j % P.page.x of page table[b][j / P.page.x] (binding 12, P.page.y
-// entries per item), as paged attention reads a block table.
-layout(std430, binding = 12) readonly buffer PageTable { int pageOf[]; };
+// j % P.page.x of page table[b][j / P.page.x] (P.page.y entries per
+// item), as paged attention reads a block table.
+layout(std430, binding = BIND_PAGETABLE) readonly buffer PageTable { int pageOf[]; };
 
 int L, S, DK, DV, flags, shift, b, hk;
 int posShift; // key position of query row 0 for the window and ALiBi

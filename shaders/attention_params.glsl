@@ -1,7 +1,9 @@
 // The Params block shared by the attention kernels (attention.comp,
 // attention_combine.comp); pipelines/attention.go encodes it.
 // All strides and offsets are in elements. A stride of 0 broadcasts.
-layout(std140, binding = 0) uniform Params {
+#include "interface.glsl"
+
+layout(std140, binding = BIND_PARAMS) uniform Params {
     ivec4 dims;     // L, S, d_k, d_v
     ivec4 heads;    // B (of this chunk), group = H / H_kv, flags, causal shift (0 top-left, S-L bottom-right)
     ivec4 offsets;  // Q, K, V, O element offsets

@@ -33,18 +33,20 @@
 // (x) and row block of a KV head (y), writing the same partial results as
 // attention.comp's split-K for attention_combine.comp.
 
+#include "interface.glsl"
+
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const int D4 = 16;  // compile-time bound of d_k and d_v, in vec4s
-layout(constant_id = 2) const int BR = 16;  // query rows per workgroup
-layout(constant_id = 3) const int BC = 16;  // keys per tile
-layout(constant_id = 4) const int LPR = 8;  // lanes per row; divides D4 and the subgroup size
-layout(constant_id = 5) const bool MASKED = true;
-layout(constant_id = 6) const int Q_TYPE = 0;
-layout(constant_id = 7) const int K_TYPE = 0;
-layout(constant_id = 8) const int V_TYPE = 0;
-layout(constant_id = 9) const int VARIANTS = 0;
-layout(constant_id = 10) const bool PAGED = false;
-layout(constant_id = 11) const int RPL = 1; // query rows per lane group; divides BR
+layout(constant_id = TILED_SPEC_D4) const int D4 = 16;  // compile-time bound of d_k and d_v, in vec4s
+layout(constant_id = TILED_SPEC_BR) const int BR = 16;  // query rows per workgroup
+layout(constant_id = TILED_SPEC_BC) const int BC = 16;  // keys per tile
+layout(constant_id = TILED_SPEC_LPR) const int LPR = 8;  // lanes per row; divides D4 and the subgroup size
+layout(constant_id = TILED_SPEC_MASKED) const bool MASKED = true;
+layout(constant_id = TILED_SPEC_Q_TYPE) const int Q_TYPE = 0;
+layout(constant_id = TILED_SPEC_K_TYPE) const int K_TYPE = 0;
+layout(constant_id = TILED_SPEC_V_TYPE) const int V_TYPE = 0;
+layout(constant_id = TILED_SPEC_VARIANTS) const int VARIANTS = 0;
+layout(constant_id = TILED_SPEC_PAGED) const bool PAGED = false;
+layout(constant_id = TILED_SPEC_RPL) const int RPL = 1; // query rows per lane group; divides BR
 
 const int GROUPS = BR / RPL; // lane groups of LPR lanes
 const int WG = GROUPS * LPR; // = local_size_x
@@ -53,9 +55,9 @@ const int SLOTS = D4 / LPR;  // vec4 slots of q and acc per lane and row
 #include "attention_common.glsl"
 
 #include "loads.glsl"
-INPUT(1, Qt)
-INPUT(2, Kt)
-INPUT(3, Vt)
+INPUT(BIND_Q, Qt)
+INPUT(BIND_K, Kt)
+INPUT(BIND_V, Vt)
 
 shared vec4 kTile[BC * D4];
 shared vec4 vTile[BC * D4];

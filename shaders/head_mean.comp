@@ -1,6 +1,9 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // Mean over heads of attention weights: (B, H, L*S) -> (B, L*S), the
 // averaged weights of PyTorch's need_weights. One invocation per output.
+
+#include "interface.glsl"
 
 layout(local_size_x = 64) in;
 
@@ -10,8 +13,8 @@ layout(push_constant) uniform Push {
     int LS; // L * S
 } P;
 
-layout(std430, binding = 0) readonly buffer WBuf { float w[]; };
-layout(std430, binding = 1) writeonly buffer MBuf { float meanW[]; };
+layout(std430, binding = HBIND_W) readonly buffer WBuf { float w[]; };
+layout(std430, binding = HBIND_MEAN) writeonly buffer MBuf { float meanW[]; };
 
 void main() {
     int i = int(gl_GlobalInvocationID.x);

@@ -15,13 +15,15 @@
 //
 // Variants: TEXEL_LOADS / VEC4_LOADS as in loads.glsl, for X and W.
 
+#include "interface.glsl"
+
 layout(local_size_x_id = 0) in;
 
 const int TR = 4; // rows of X per invocation
 const int TC = 4; // outputs per invocation
 const int FLAG_BIAS = 1;
 
-layout(std140, binding = 0) uniform Params {
+layout(std140, binding = LBIND_PARAMS) uniform Params {
     ivec4 dims; // rows M, outputs N, inputs K, flags
     ivec4 x;    // X element offset, row stride
     ivec4 w;    // W element offset, row stride
@@ -29,14 +31,14 @@ layout(std140, binding = 0) uniform Params {
 } P;
 
 #include "loads.glsl"
-INPUT(1, Xt)
-INPUT(2, Wt)
+INPUT(LBIND_X, Xt)
+INPUT(LBIND_W, Wt)
 // Element types of X and W (TYPE_F32, TYPE_F16, TYPE_BF16 of loads.glsl):
 // weights are read in the type they were stored in.
-layout(constant_id = 1) const int X_TYPE = 0;
-layout(constant_id = 2) const int W_TYPE = 0;
-layout(std430, binding = 3) readonly buffer BiasBuf { float bias[]; };
-layout(std430, binding = 4) writeonly buffer YBuf { float yData[]; };
+layout(constant_id = LIN_SPEC_X_TYPE) const int X_TYPE = 0;
+layout(constant_id = LIN_SPEC_W_TYPE) const int W_TYPE = 0;
+layout(std430, binding = LBIND_BIAS) readonly buffer BiasBuf { float bias[]; };
+layout(std430, binding = LBIND_Y) writeonly buffer YBuf { float yData[]; };
 
 void main() {
     int M = P.dims.x;

@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
 # Builds every SPIR-V variant listed in shaders/manifest.txt.
-#   tools/glslc.sh          rebuild shaders/*.spv
+#   tools/glslc.sh          rebuild shaders/*.spv (and name the compiler in
+#                           shaders/glslc-version.txt)
 #   tools/glslc.sh --check  fail if a committed .spv differs from a fresh build
 set -euo pipefail
 cd "$(dirname "$0")/../shaders"
 check=0
 [ "${1:-}" = "--check" ] && check=1
 command -v glslc >/dev/null || { echo "glslc not found: apt-get install glslc" >&2; exit 2; }
+# The compiler the committed SPIR-V came from (glslc --version, first
+# three lines), kept beside it: another version may emit other bytes for
+# the same source, and --check says so rather than only "stale".
+version=$(glslc --version | head -n 3)
+if [ $check = 1 ] && [ "$version" != "$(cat glslc-version.txt 2>/dev/null)" ]; then
+  echo "note: the committed SPIR-V came from" >&2
+  sed 's/^/    /' glslc-version.txt >&2 2>/dev/null || echo "    (no shaders/glslc-version.txt)" >&2
+  echo "  the installed glslc is" >&2
+  echo "$version" | sed 's/^/    /' >&2
+  echo "  so its output may differ from the committed bytes for that reason alone." >&2
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 stale=0
@@ -28,3 +40,4 @@ if [ $check = 1 ]; then
   [ $stale = 0 ] && echo "SPIR-V is fresh"
   exit $stale
 fi
+echo "$version" > glslc-version.txt

@@ -1,7 +1,8 @@
 // Command manifest writes shaders/manifest.txt from the variant table
-// pipelines.Variants (`go generate ./pipelines` runs it):
+// pipelines.Variants, and shaders/interface.glsl from the shader
+// interface table (`go generate ./pipelines` runs it):
 //
-//	go run ./tools/manifest shaders/manifest.txt
+//	go run ./tools/manifest shaders/manifest.txt shaders/interface.glsl
 package main
 
 import (
@@ -12,12 +13,17 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: manifest shaders/manifest.txt")
+	if len(os.Args) != 3 {
+		fmt.Fprintln(os.Stderr, "usage: manifest shaders/manifest.txt shaders/interface.glsl")
 		os.Exit(2)
 	}
-	if err := os.WriteFile(os.Args[1], []byte(pipelines.Manifest()), 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "manifest:", err)
-		os.Exit(1)
+	for _, f := range []struct{ path, text string }{
+		{os.Args[1], pipelines.Manifest()},
+		{os.Args[2], pipelines.ShaderInterface()},
+	} {
+		if err := os.WriteFile(f.path, []byte(f.text), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "manifest:", err)
+			os.Exit(1)
+		}
 	}
 }

@@ -1,0 +1,198 @@
+package pipelines
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/vkattn/vkattn/vk"
+)
+
+// The shader interface: every descriptor binding, Params flag bit,
+// score-variant bit and specialization-constant ID that the kernels of
+// this package share with their GLSL, named once here. `go generate
+// ./pipelines` writes shaders/interface.glsl from this table, the shaders
+// use its names (never a number), and TestShaderInterface reads each
+// embedded SPIR-V's decorations (Binding, DescriptorSet, SpecId, read and
+// write access) back against it.
+
+// glslName is one named constant of the interface.
+type glslName struct {
+	name  string
+	value int
+	doc   string
+}
+
+// interfaceSection is a group of names, written as #defines (bindings and
+// specialization-constant IDs: layout qualifiers take them) or as const
+// ints (flag bits the code tests).
+type interfaceSection struct {
+	title  string
+	consts bool
+	names  []glslName
+}
+
+// Specialization-constant IDs. 0 is every kernel's workgroup size
+// (local_size_x_id); the rest are each family's own.
+const (
+	specLocalSize = 0
+
+	// attention.comp (the row kernels, additive too).
+	attSpecD4, attSpecRows, attSpecWG, attSpecKeys, attSpecMasked, attSpecShare = 1, 2, 3, 4, 5, 6
+	attSpecQType, attSpecKType, attSpecVType, attSpecVariants, attSpecPaged     = 7, 8, 9, 10, 11
+	attSpecCount                                                                = 12
+
+	// attention_tiled.comp.
+	tiledSpecD4, tiledSpecBR, tiledSpecBC, tiledSpecLPR, tiledSpecMasked = 1, 2, 3, 4, 5
+	tiledSpecQType, tiledSpecKType, tiledSpecVType, tiledSpecVariants    = 6, 7, 8, 9
+	tiledSpecPaged, tiledSpecRPL, tiledSpecCount                         = 10, 11, 12
+
+	// linear.comp.
+	linSpecXType, linSpecWType, linSpecCount = 1, 2, 3
+)
+
+// The combine pass's, the dense layer's and the head mean's bindings.
+const (
+	combineBindParams, combineBindPartials, combineBindO, combineBindLSE, combineBindLengths, combineBindHeads = 0, 1, 2, 3, 4, 5
+	linearBindParams, linearBindX, linearBindW, linearBindBias, linearBindY                                    = 0, 1, 2, 3, 4
+	headMeanBindW, headMeanBindMean                                                                            = 0, 1
+)
+
+var shaderInterface = []interfaceSection{
+	{"attention.comp and attention_tiled.comp bindings (attention_common.glsl)", false, []glslName{
+		{"BIND_PARAMS", bindParams, "uniform Params (attention_params.glsl)"},
+		{"BIND_Q", bindQ, ""}, {"BIND_K", bindK, ""}, {"BIND_V", bindV, ""},
+		{"BIND_MASK", bindMask, "additive mask"},
+		{"BIND_BOOLMASK", bindBoolMask, "boolean masks folded to 0 / -inf"},
+		{"BIND_LENGTHS", bindLengths, "key lengths [0,B), query lengths [B,2B)"},
+		{"BIND_O", bindO, ""}, {"BIND_LSE", bindLSE, ""},
+		{"BIND_WEIGHTS", bindWeights, "weights, or the split-K partials"},
+		{"BIND_KEYPAD", bindKeyPadding, "key padding (B, S) as 0 / -inf"},
+		{"BIND_HEADS", bindHeads, "per-head sinks and ALiBi slopes"},
+		{"BIND_PAGETABLE", bindPageTable, "paged K and V"},
+		{"BIND_WA", bindWA, "w_a of additive attention"},
+	}},
+	{"attention_combine.comp bindings", false, []glslName{
+		{"CBIND_PARAMS", combineBindParams, ""}, {"CBIND_PARTIALS", combineBindPartials, ""},
+		{"CBIND_O", combineBindO, ""}, {"CBIND_LSE", combineBindLSE, ""},
+		{"CBIND_LENGTHS", combineBindLengths, ""}, {"CBIND_HEADS", combineBindHeads, ""},
+	}},
+	{"linear.comp bindings", false, []glslName{
+		{"LBIND_PARAMS", linearBindParams, ""}, {"LBIND_X", linearBindX, ""}, {"LBIND_W", linearBindW, ""},
+		{"LBIND_BIAS", linearBindBias, ""}, {"LBIND_Y", linearBindY, ""},
+	}},
+	{"head_mean.comp bindings", false, []glslName{
+		{"HBIND_W", headMeanBindW, ""}, {"HBIND_MEAN", headMeanBindMean, ""},
+	}},
+	{"Params flag bits (P.dims.w of attention_params.glsl)", true, []glslName{
+		{"FLAG_MASK", flagMask, ""}, {"FLAG_BOOLMASK", flagBoolMask, ""}, {"FLAG_CAUSAL", flagCausal, ""},
+		{"FLAG_LENGTHS", flagLengths, ""}, {"FLAG_LSE", flagLSE, ""}, {"FLAG_WEIGHTS", flagWeights, ""},
+		{"FLAG_KEYPAD", flagKeyPad, ""}, {"FLAG_SINKS", flagSinks, "the combine pass reads the sinks"},
+		{"FLAG_ALIGN_CAUSAL", flagAlignCausal, "causal mask from each item's key length"},
+		{"FLAG_ALIGN_POS", flagAlignPos, "window and ALiBi positions from each item's key length"},
+	}},
+	{"score-variant bits (the VARIANTS specialization constant)", true, []glslName{
+		{"VAR_WINDOW", variantWindow, "keys outside P.window's band are blocked"},
+		{"VAR_SOFTCAP", variantSoftcap, "s -> c tanh(s / c), c = P.variant.x"},
+		{"VAR_ALIBI", variantALiBi, "s += slope_h * (j - (t + S - L))"},
+		{"VAR_SINKS", variantSinks, "a logit per head joins the denominator"},
+	}},
+	{"attention.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"ATT_SPEC_D4", attSpecD4, "compile-time bound of d_k and d_v, in vec4s"},
+		{"ATT_SPEC_ROWS", attSpecRows, ""}, {"ATT_SPEC_WG", attSpecWG, ""}, {"ATT_SPEC_KEYS", attSpecKeys, ""},
+		{"ATT_SPEC_MASKED", attSpecMasked, ""}, {"ATT_SPEC_SHARE", attSpecShare, ""},
+		{"ATT_SPEC_Q_TYPE", attSpecQType, ""}, {"ATT_SPEC_K_TYPE", attSpecKType, ""}, {"ATT_SPEC_V_TYPE", attSpecVType, ""},
+		{"ATT_SPEC_VARIANTS", attSpecVariants, ""}, {"ATT_SPEC_PAGED", attSpecPaged, ""},
+	}},
+	{"attention_tiled.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"TILED_SPEC_D4", tiledSpecD4, ""}, {"TILED_SPEC_BR", tiledSpecBR, ""}, {"TILED_SPEC_BC", tiledSpecBC, ""},
+		{"TILED_SPEC_LPR", tiledSpecLPR, ""}, {"TILED_SPEC_MASKED", tiledSpecMasked, ""},
+		{"TILED_SPEC_Q_TYPE", tiledSpecQType, ""}, {"TILED_SPEC_K_TYPE", tiledSpecKType, ""}, {"TILED_SPEC_V_TYPE", tiledSpecVType, ""},
+		{"TILED_SPEC_VARIANTS", tiledSpecVariants, ""}, {"TILED_SPEC_PAGED", tiledSpecPaged, ""}, {"TILED_SPEC_RPL", tiledSpecRPL, ""},
+	}},
+	{"linear.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"LIN_SPEC_X_TYPE", linSpecXType, ""}, {"LIN_SPEC_W_TYPE", linSpecWType, ""},
+	}},
+}
+
+// ShaderInterface is the text of shaders/interface.glsl.
+func ShaderInterface() string {
+	var b strings.Builder
+	b.WriteString("// Generated from pipelines.shaderInterface by `go generate ./pipelines`: do not edit.\n")
+	b.WriteString("// The bindings, flag bits, score-variant bits and specialization-constant IDs\n")
+	b.WriteString("// the kernels share with package pipelines, named once there.\n")
+	b.WriteString("#ifndef VKATTN_INTERFACE\n#define VKATTN_INTERFACE\n")
+	for _, s := range shaderInterface {
+		fmt.Fprintf(&b, "\n// %s\n", s.title)
+		for _, n := range s.names {
+			line := fmt.Sprintf("#define %s %d", n.name, n.value)
+			if s.consts {
+				line = fmt.Sprintf("const int %s = %d;", n.name, n.value)
+			}
+			if n.doc != "" {
+				line += " // " + n.doc
+			}
+			b.WriteString(line + "\n")
+		}
+	}
+	b.WriteString("\n#endif\n")
+	return b.String()
+}
+
+// access is how a kernel uses a storage binding.
+type access int
+
+const (
+	readOnly access = iota
+	writeOnly
+	readWrite
+)
+
+// bindingUse is one binding of a kernel family as the Go side binds it.
+type bindingUse struct {
+	kind vk.BindingType
+	use  access
+}
+
+// familyBindings is what the Go side binds for variant v, by binding
+// index: the table TestShaderInterface checks each SPIR-V against.
+func familyBindings(v Variant) []bindingUse {
+	uses := func(kinds []vk.BindingType, written ...int) []bindingUse {
+		out := make([]bindingUse, len(kinds))
+		for i, k := range kinds {
+			out[i] = bindingUse{kind: k}
+		}
+		for _, w := range written {
+			out[w].use = writeOnly
+		}
+		return out
+	}
+	switch v.Family {
+	case FamilyAttention, FamilyAdditive, FamilyTiled:
+		p := AttentionPlan{Variant: v, Path: v.Path, Vec4: v.Vec4, Additive: v.Family == FamilyAdditive}
+		return uses(attentionBindingTypes(p), bindO, bindLSE, bindWeights)
+	case FamilyCombine:
+		return uses(combineBindingTypes(), combineBindO, combineBindLSE)
+	case FamilyLinear:
+		return uses(linearBindingTypes(LinearPlan{Path: v.Path, Vec4: v.Vec4}), linearBindY)
+	case FamilyHeadMean:
+		return uses(headMeanBindingTypes(), headMeanBindMean)
+	}
+	return nil
+}
+
+// specCount is how many specialization constants the Go side gives
+// variant v's kernel (IDs 0 to specCount-1); 0 for families it does not
+// build.
+func specCount(v Variant) int {
+	switch v.Family {
+	case FamilyAttention, FamilyAdditive:
+		return attSpecCount
+	case FamilyTiled:
+		return tiledSpecCount
+	case FamilyLinear:
+		return linSpecCount
+	case FamilyCombine, FamilyHeadMean:
+		return 0
+	}
+	return -1
+}

@@ -1,0 +1,90 @@
+// Generated from pipelines.shaderInterface by `go generate ./pipelines`: do not edit.
+// The bindings, flag bits, score-variant bits and specialization-constant IDs
+// the kernels share with package pipelines, named once there.
+#ifndef VKATTN_INTERFACE
+#define VKATTN_INTERFACE
+
+// attention.comp and attention_tiled.comp bindings (attention_common.glsl)
+#define BIND_PARAMS 0 // uniform Params (attention_params.glsl)
+#define BIND_Q 1
+#define BIND_K 2
+#define BIND_V 3
+#define BIND_MASK 4 // additive mask
+#define BIND_BOOLMASK 5 // boolean masks folded to 0 / -inf
+#define BIND_LENGTHS 6 // key lengths [0,B), query lengths [B,2B)
+#define BIND_O 7
+#define BIND_LSE 8
+#define BIND_WEIGHTS 9 // weights, or the split-K partials
+#define BIND_KEYPAD 10 // key padding (B, S) as 0 / -inf
+#define BIND_HEADS 11 // per-head sinks and ALiBi slopes
+#define BIND_PAGETABLE 12 // paged K and V
+#define BIND_WA 13 // w_a of additive attention
+
+// attention_combine.comp bindings
+#define CBIND_PARAMS 0
+#define CBIND_PARTIALS 1
+#define CBIND_O 2
+#define CBIND_LSE 3
+#define CBIND_LENGTHS 4
+#define CBIND_HEADS 5
+
+// linear.comp bindings
+#define LBIND_PARAMS 0
+#define LBIND_X 1
+#define LBIND_W 2
+#define LBIND_BIAS 3
+#define LBIND_Y 4
+
+// head_mean.comp bindings
+#define HBIND_W 0
+#define HBIND_MEAN 1
+
+// Params flag bits (P.dims.w of attention_params.glsl)
+const int FLAG_MASK = 1;
+const int FLAG_BOOLMASK = 2;
+const int FLAG_CAUSAL = 4;
+const int FLAG_LENGTHS = 8;
+const int FLAG_LSE = 16;
+const int FLAG_WEIGHTS = 32;
+const int FLAG_KEYPAD = 64;
+const int FLAG_SINKS = 128; // the combine pass reads the sinks
+const int FLAG_ALIGN_CAUSAL = 256; // causal mask from each item's key length
+const int FLAG_ALIGN_POS = 512; // window and ALiBi positions from each item's key length
+
+// score-variant bits (the VARIANTS specialization constant)
+const int VAR_WINDOW = 1; // keys outside P.window's band are blocked
+const int VAR_SOFTCAP = 2; // s -> c tanh(s / c), c = P.variant.x
+const int VAR_ALIBI = 4; // s += slope_h * (j - (t + S - L))
+const int VAR_SINKS = 8; // a logit per head joins the denominator
+
+// attention.comp specialization-constant IDs (0: the workgroup size)
+#define ATT_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
+#define ATT_SPEC_ROWS 2
+#define ATT_SPEC_WG 3
+#define ATT_SPEC_KEYS 4
+#define ATT_SPEC_MASKED 5
+#define ATT_SPEC_SHARE 6
+#define ATT_SPEC_Q_TYPE 7
+#define ATT_SPEC_K_TYPE 8
+#define ATT_SPEC_V_TYPE 9
+#define ATT_SPEC_VARIANTS 10
+#define ATT_SPEC_PAGED 11
+
+// attention_tiled.comp specialization-constant IDs (0: the workgroup size)
+#define TILED_SPEC_D4 1
+#define TILED_SPEC_BR 2
+#define TILED_SPEC_BC 3
+#define TILED_SPEC_LPR 4
+#define TILED_SPEC_MASKED 5
+#define TILED_SPEC_Q_TYPE 6
+#define TILED_SPEC_K_TYPE 7
+#define TILED_SPEC_V_TYPE 8
+#define TILED_SPEC_VARIANTS 9
+#define TILED_SPEC_PAGED 10
+#define TILED_SPEC_RPL 11
+
+// linear.comp specialization-constant IDs (0: the workgroup size)
+#define LIN_SPEC_X_TYPE 1
+#define LIN_SPEC_W_TYPE 2
+
+#endif
