@@ -45,29 +45,6 @@ func (d *Device) NewAdditive(w *AdditiveWeights) (*Additive, error) {
 	return a, nil
 }
 
-// weightUpload is a layer's weight tensor and the field that keeps it.
-type weightUpload struct {
-	dst   **Tensor
-	data  []float32
-	dtype DType // what it is stored as (zero: float32)
-}
-
-// uploadWeights uploads every weight that is present as a flat tensor,
-// with its exact largest |value| as its bound (weights are never written).
-func (d *Device) uploadWeights(ws []weightUpload) error {
-	for _, u := range ws {
-		if u.data == nil {
-			continue
-		}
-		t, err := d.upload([]int{1, len(u.data)}, u.data, u.dtype, 0)
-		if err != nil {
-			return err
-		}
-		*u.dst = t
-	}
-	return nil
-}
-
 // transpose returns the (cols, rows) transpose of a row-major (rows, cols)
 // matrix.
 func transpose(x []float32, rows, cols int) []float32 {
@@ -129,7 +106,7 @@ func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
 	q, k, v := [4]int{B, 1, L, a.da}, [4]int{dims[1][0], 1, S, a.da}, [4]int{dims[2][0], 1, dims[2][1], dv}
 	// The projections are dense buffers of width d_a; V is dense and read
 	// in place.
-	p, err := a.dev.plan(q, k, v, nil, false, true, opts, nil)
+	p, err := a.dev.plan(q, k, v, planOf{additive: true}, opts)
 	if err != nil {
 		return p, err
 	}

@@ -290,3 +290,133 @@ func (b *builder) fail(err error) error {
 	b.abandon()
 	return deviceError(err)
 }
+
+// bindOptions uploads the masks and lengths of opts (already checked
+// against dm) into scratch tensors of the call and points x at them.
+func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs, cache *cacheRefs) error {
+	if m := opts.Mask; m != nil {
+		t, err := b.upload(len(m.Values), func(h []float32) { copy(h, m.Values) })
+		if err != nil {
+			return err
+		}
+		x.Mask = t.buf
+	}
+	if ms := opts.BoolMasks; len(ms) > 0 {
+		// The boolean masks become one additive 0 / -inf mask over the
+		// union of their shapes; blocks AND because -inf absorbs every
+		// finite addend.
+		shape := boolMasksShape(ms)
+		t, err := b.upload(shape[0]*shape[1]*shape[2]*shape[3], func(h []float32) {
+			foldBoolMasks(ms, shape, h)
+		})
+		if err != nil {
+			return err
+		}
+		x.BoolMask = t.buf
+	}
+	x.AlignToKeyLengths = opts.AlignToKeyLengths
+	if cache != nil && cache.pages != nil {
+		x.PageTable = cache.pages.table.buf
+	}
+	if cache != nil {
+		x.Lengths = cache.lengths.buf // kept current by the cache
+	} else if opts.KeyLengths != nil || opts.QueryLengths != nil {
+		t, err := b.upload(2*dm.B, func(h []float32) {
+			for b := 0; b < dm.B; b++ {
+				kl, ql := dm.S, dm.L
+				if opts.KeyLengths != nil {
+					kl = opts.KeyLengths[b]
+				}
+				if opts.QueryLengths != nil {
+					ql = opts.QueryLengths[b]
+				}
+				h[b] = math.Float32frombits(uint32(int32(kl)))
+				h[dm.B+b] = math.Float32frombits(uint32(int32(ql)))
+			}
+		})
+		if err != nil {
+			return err
+		}
+		x.Lengths = t.buf
+	}
+	if opts.Sinks != nil || opts.ALiBi != nil {
+		t, err := b.upload(2*dm.H, func(h []float32) {
+			for i := 0; i < dm.H; i++ {
+				if opts.Sinks != nil {
+					h[2*i] = opts.Sinks[i]
+				}
+				if opts.ALiBi != nil {
+					h[2*i+1] = opts.ALiBi[i]
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		x.Heads = t.buf
+	}
+	if w := opts.Window; w != nil {
+		// A side reaching L + S keys shows every key (a query's position
+		// is in [-L, S-1]): so capped, the kernels' 32-bit position
+		// arithmetic cannot overflow, whatever the int was.
+		reach := func(side int) int {
+			if side < 0 {
+				return side
+			}
+			return min(side, dm.L+dm.S)
+		}
+		x.Window = [2]int{reach(w.Left), reach(w.Right)}
+	}
+	x.Softcap = opts.Softcap
+	return nil
+}
+
+// boolMasksShape is the union of the masks' broadcast shapes: full on every
+// axis where any of them is.
+func boolMasksShape(ms []BoolMask) MaskShape {
+	u := MaskShape{1, 1, 1, 1}
+	for _, m := range ms {
+		for a := range u {
+			u[a] = max(u[a], m.Shape[a])
+		}
+	}
+	return u
+}
+
+// foldBoolMasks writes -inf into h, row-major over shape (their union),
+// wherever any of the masks blocks, and 0 elsewhere.
+func foldBoolMasks(ms []BoolMask, shape MaskShape, h []float32) {
+	clear(h)
+	for _, m := range ms {
+		st := broadcastStrides(m.Shape)
+		blockWhen := m.Meaning == TrueBlocks
+		i := 0
+		for b := 0; b < shape[0]; b++ {
+			for hh := 0; hh < shape[1]; hh++ {
+				for l := 0; l < shape[2]; l++ {
+					row := b*st[0] + hh*st[1] + l*st[2]
+					for j := 0; j < shape[3]; j++ {
+						if m.Values[row+j*st[3]] == blockWhen {
+							h[i] = float32(math.Inf(-1))
+						}
+						i++
+					}
+				}
+			}
+		}
+	}
+}
+
+// broadcastStrides gives element strides of a row-major mask over
+// (B, H, L, S), with 0 on axes of extent 1 so they broadcast.
+func broadcastStrides(s MaskShape) [4]int {
+	var st [4]int
+	n := 1
+	for i := 3; i >= 0; i-- {
+		if s[i] != 1 {
+			st[i] = n
+		}
+		n *= s[i]
+	}
+	return st
+}

@@ -251,7 +251,7 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 		pr.layouts = [4]pipelines.Layout{{Strides: [3]int{T * d, dh, d}}, {Strides: [3]int{S * kv, dh, kv}}, {Strides: [3]int{S * kv, dh, kv}}}
 	}
 	pr.layouts[3] = pipelines.Layout{Strides: [3]int{T * d, dh, d}}
-	attn, err := m.dev.plan([4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, &pr.layouts, opts.KeyPadding != nil, false, &pr.attn, nil)
+	attn, err := m.dev.plan([4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, planOf{layouts: &pr.layouts, keyPadding: opts.KeyPadding != nil}, &pr.attn)
 	if err != nil {
 		return pr, err
 	}
@@ -408,19 +408,4 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 		return nil, err
 	}
 	return call, nil
-}
-
-// planLayer plans a dense layer whose input rows are dense float32 (row
-// stride = inputs) and whose weight, of element type w, starts at element
-// wOffset of its tensor.
-func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int, w DType) (LayerPlan, error) {
-	if err := d.checkOpen(); err != nil {
-		return LayerPlan{}, err
-	}
-	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
-	kp, err := pipelines.PlanLinear(d.dev.Info, pipelines.LinearInput{
-		Rows: rows, Outputs: outputs, Inputs: inputs, W: w,
-		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path, Tuning: &tuning,
-	})
-	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: kp}, deviceError(err)
 }

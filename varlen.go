@@ -70,7 +70,7 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 		}
 		qi, ki, vi := q.rowsView(cuSeqQ[i], l), k.rowsView(cuSeqK[i], s), v.rowsView(cuSeqK[i], s)
 		o := pipelines.Layout{Offset: cuSeqQ[i] * dv, Strides: [3]int{H * total * dv, total * dv, dv}}
-		plan, err := d.plan(qi.shape, ki.shape, vi.shape, &[4]pipelines.Layout{qi.layout(), ki.layout(), vi.layout(), o}, false, false, &opts, nil)
+		plan, err := d.plan(qi.shape, ki.shape, vi.shape, planOf{layouts: &[4]pipelines.Layout{qi.layout(), ki.layout(), vi.layout(), o}}, &opts)
 		if err != nil {
 			return nil, b.fail(fmt.Errorf("sequence %d: %w", i, err))
 		}
