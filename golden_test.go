@@ -8,9 +8,9 @@ import (
 
 // TestGoldenCases runs every case in testdata/ (the worked examples of
 // SEMANTICS.md §14 and hand derivations from them; the numbers are copied, not
-// computed by vkattn) on both load paths and compares with the expected O,
-// weights and log-sum-exp under each case's tolerance (1e-5 unless the worked
-// example gives fewer digits).
+// computed by vkattn) on every plan (TestGoldenCases/<plan>/<case>) and
+// compares with the expected O, weights and log-sum-exp under each case's
+// tolerance (1e-5 unless the worked example gives fewer digits).
 func TestGoldenCases(t *testing.T) {
 	cases, err := golden.Load("testdata")
 	if err != nil {
@@ -19,9 +19,9 @@ func TestGoldenCases(t *testing.T) {
 	if len(cases) < 8 {
 		t.Fatalf("only %d golden cases loaded", len(cases))
 	}
-	for _, c := range cases {
-		for _, d := range everyPlan() {
-			t.Run(c.Name, func(t *testing.T) {
+	for plan, d := range everyPlan() {
+		for _, c := range cases {
+			t.Run(plan+"/"+c.Name, func(t *testing.T) {
 				p, err := c.Problem()
 				if err != nil {
 					t.Fatal(err)
