@@ -56,6 +56,10 @@ type KVCache struct {
 	mu     sync.Mutex
 	lens   []int
 	closed bool
+	// pending are an AppendTensors' copies still in flight: device work
+	// submitted later runs after them; the host waits for them only
+	// before it writes the cache itself.
+	pending *vk.Commands
 }
 
 // NewKVCache allocates an empty cache (every sequence of length 0).
@@ -171,9 +175,10 @@ func (c *KVCache) Append(k, v []float32, n int) error {
 // AppendTensors adds the tokens of device tensors to every sequence: k is
 // (B, HKV, n, DK) and v (B, HKV, n, DV), e.g. the outputs of projections,
 // read through any strides. Dense tensors of the cache's element type
-// whose values are within its bound are copied on the device; others
-// (another type, a view) go through the host once, rounded as Append
-// rounds.
+// whose values are within its bound are copied on the device, every row
+// with the lengths and the page table in one submission that the host
+// does not wait for (calls on the cache run after it); others (another
+// type, a view) go through the host once, rounded as Append rounds.
 func (c *KVCache) AppendTensors(k, v *Tensor) error {
 	cfg := c.cfg
 	c.mu.Lock()
@@ -210,7 +215,7 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 		return c.Append(kd, vd, n)
 	}
 	size := uint64(cfg.DType.Bytes())
-	return c.storeOnce(c.everySequence(), n, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
+	return c.storeOnce(c.everySequence(), n, false, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
 		src := [2]*Tensor{k, v}[i]
 		return cmds.Copy(src.buf, uint64(src.offset+first*w)*size, dst.buf, uint64(dstElem)*size, uint64(rows*w)*size)
 	})
@@ -218,13 +223,15 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 
 // storeOnce is store with every write recorded into one submission (one
 // round trip whatever B and HKV): put records each run of rows, and the
-// commands write the page table and the lengths. On failure the cache is
-// as it was.
-func (c *KVCache) storeOnce(seqs []int, n int, put func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error) error {
+// commands write the page table and the lengths. With wait it returns when
+// they are done; otherwise they stay pending (device-to-device copies:
+// nothing of the host's to keep alive). On failure the cache is as it was.
+func (c *KVCache) storeOnce(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.settleLocked()
 	lens, pages, free := slices.Clone(c.lens), clonePages(c.pagesOf), slices.Clone(c.free)
-	err := c.dev.dev.Once(func(cmds *vk.Commands) error {
+	cmds, err := c.dev.dev.Later(func(cmds *vk.Commands) error {
 		return c.storeLocked(seqs, n,
 			func(i int, dst *Tensor, dstElem, first, rows, w int) error {
 				return put(cmds, i, dst, dstElem, first, rows, w)
@@ -233,8 +240,21 @@ func (c *KVCache) storeOnce(seqs []int, n int, put func(cmds *vk.Commands, i int
 	})
 	if err != nil {
 		c.lens, c.pagesOf, c.free = lens, pages, free
+		return deviceError(err)
+	}
+	c.pending = cmds
+	if wait {
+		err = cmds.Wait(context.Background())
 	}
 	return deviceError(err)
+}
+
+// settleLocked waits for the pending copies, if any, and frees their
+// commands: before the host itself writes what they write (the lengths,
+// the page table, rows), and at Close. The caller holds c.mu.
+func (c *KVCache) settleLocked() {
+	c.pending.Close()
+	c.pending = nil
 }
 
 // updateInts records xs written as int32 words from element offset off of
@@ -328,7 +348,7 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 		return deviceError(err)
 	}
 	cb := uint64(cfg.DType.Bytes())
-	return c.storeOnce(seqs, n, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
+	return c.storeOnce(seqs, n, true, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
 		src := [2]uint64{0, uint64(len(rawK))}[i] + uint64(first*w)*cb
 		return cmds.Copy(stage, src, dst.buf, uint64(dstElem)*cb, uint64(rows*w)*cb)
 	})
@@ -343,6 +363,7 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 func (c *KVCache) store(seqs []int, n int, put func(i int, dst *Tensor, dstElem, first, rows, w int) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.settleLocked()
 	return c.storeLocked(seqs, n, put, writeInts)
 }
 
@@ -457,6 +478,7 @@ func (c *KVCache) Truncate(lens []int) error {
 	if len(lens) != c.cfg.B {
 		return errorf(ErrShape, "truncate to %d lengths, the cache has %d sequences", len(lens), c.cfg.B)
 	}
+	c.settleLocked()
 	for b, n := range lens {
 		if n < 0 || n > c.lens[b] {
 			return errorf(ErrCapacity, "truncate sequence %d of length %d to %d", b, c.lens[b], n)
@@ -557,6 +579,7 @@ func (c *KVCache) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
+	c.settleLocked()
 	c.k.Close()
 	c.v.Close()
 	c.lenT.Close()

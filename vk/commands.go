@@ -220,25 +220,40 @@ func (c *Commands) Copy(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size ui
 // commands come from the spares, so Once allocates nothing in steady
 // state.
 func (d *Device) Once(fn func(*Commands) error) error {
-	c, err := d.NewCommands(0)
+	c, err := d.Later(fn)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if err := c.Begin(); err != nil {
-		return err
-	}
-	if err := fn(c); err != nil {
-		return err
-	}
-	c.Barrier()
-	if err := c.End(); err != nil {
-		return err
-	}
-	if err := c.Submit(); err != nil {
-		return err
-	}
 	return c.Wait(context.Background())
+}
+
+// Later is Once without the wait: it returns the commands in flight.
+// Later submissions on the device run after them (their closing barrier
+// orders them before everything submitted next), so device work needs no
+// wait; the host waits only to touch what they write, and Close (which
+// waits if they are still running) frees them.
+func (d *Device) Later(fn func(*Commands) error) (*Commands, error) {
+	c, err := d.NewCommands(0)
+	if err != nil {
+		return nil, err
+	}
+	err = c.Begin()
+	if err == nil {
+		err = fn(c)
+	}
+	if err == nil {
+		c.Barrier()
+		err = c.End()
+	}
+	if err == nil {
+		err = c.Submit()
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // Update records a write of data (at most 64 KiB, a multiple of 4 bytes)
@@ -486,6 +501,9 @@ func (c *Commands) Close() {
 	defer d.exit()
 	d.mu.Lock()
 	destroyed := c.destroyed
+	if !destroyed && c.submitted && vulkan.GetFenceStatus(d.handle, c.fence) == vulkan.Success {
+		d.retireLocked(c) // finished already: closing it is no wait
+	}
 	d.mu.Unlock()
 	if destroyed {
 		return
