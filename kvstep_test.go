@@ -169,3 +169,62 @@ func TestAppendIsOneRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// Goroutines sharing one decode step take turns: every step appends its
+// token (the lengths grow by one per Run), none fails, and the cache's
+// lengths and every output stay consistent; a Close racing the last runs
+// ends them with ErrClosed or lets them finish, never worse.
+func TestConcurrentDecodeSteps(t *testing.T) {
+	const B, H, HKV, D, runs, workers = 1, 2, 1, 8, 5, 4
+	d := dev
+	cache, err := d.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	step, err := cache.PrepareStep(H, vkattn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			r := rand.New(rand.NewSource(int64(90 + w)))
+			o := make([]float32, B*H*D)
+			for i := 0; i < runs; i++ {
+				if _, err := step.Run(context.Background(), randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D), o); err != nil {
+					errs <- err
+					return
+				}
+				for _, x := range o {
+					if x != x || x < -1 || x > 1 { // a weighted mean of values in [-1, 1]
+						errs <- fmt.Errorf("output %v outside the values' range", x)
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if got := cache.Lengths()[0]; got != workers*runs {
+		t.Errorf("after %d steps the sequence holds %d tokens", workers*runs, got)
+	}
+	done := make(chan error, 1)
+	go func() {
+		r := rand.New(rand.NewSource(99))
+		_, err := step.Run(context.Background(), randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D), make([]float32, B*H*D))
+		done <- err
+	}()
+	step.Close()
+	if err := <-done; err != nil && !errors.Is(err, vkattn.ErrClosed) {
+		t.Errorf("a step racing Close: %v, want success or ErrClosed", err)
+	}
+	if _, err := step.Run(context.Background(), nil, nil, nil, nil); !errors.Is(err, vkattn.ErrClosed) {
+		t.Errorf("a step after Close: %v, want ErrClosed", err)
+	}
+}
