@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	vulkan "github.com/vulkan-go/vulkan"
@@ -315,6 +316,22 @@ func (in *Instance) NewDeviceWith(index int, cfg DeviceConfig) (*Device, error) 
 // openPipelineCache loads the on-disk pipeline cache for this exact device
 // and driver (keyed by pipelineCacheUUID); a missing or unreadable file just
 // means a cold cache.
+// staleTemp is how old a half-written cache file must be to be another
+// process's leftover (one killed while saving) rather than its save in
+// progress.
+const staleTemp = 10 * time.Minute
+
+// removeStaleTemps removes the temporary files of saves of path that a
+// process killed while saving left behind.
+func removeStaleTemps(path string) {
+	temps, _ := filepath.Glob(path + ".*.tmp")
+	for _, t := range temps {
+		if st, err := os.Stat(t); err == nil && time.Since(st.ModTime()) > staleTemp {
+			os.Remove(t)
+		}
+	}
+}
+
 func (d *Device) openPipelineCache() error {
 	if dir, err := os.UserCacheDir(); err == nil {
 		d.cachePath = filepath.Join(dir, "vkattn", "pipelines-"+d.Info.CacheKey()+".bin")
@@ -322,6 +339,7 @@ func (d *Device) openPipelineCache() error {
 	var data []byte
 	if d.cachePath != "" {
 		data, _ = os.ReadFile(d.cachePath)
+		removeStaleTemps(d.cachePath)
 	}
 	cdata := cBytes(data)
 	defer cFree(cdata)

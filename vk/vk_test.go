@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/vkattn/vkattn/shaders"
 )
@@ -253,5 +256,37 @@ func TestFindDevice(t *testing.T) {
 	}
 	if i, err := inst.FindDevice(devs[0].Name[:3]); err != nil && i != 0 {
 		t.Errorf("FindDevice by name prefix: %v", err)
+	}
+}
+
+// A temporary file a process killed while saving the pipeline cache left
+// behind is removed by the next device that opens the cache; one of a
+// save in progress (recent) is left alone.
+func TestStalePipelineCacheTempsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", dir)
+	t.Setenv("HOME", dir)
+	inst, d, before := openTestDevice(t)
+	stale, fresh := d.cachePath+".123.tmp", d.cachePath+".456.tmp"
+	if err := os.MkdirAll(filepath.Dir(d.cachePath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{stale, fresh} {
+		if err := os.WriteFile(f, []byte("half"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * staleTemp)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	closeTestDevice(t, inst, d, before)
+	inst, d, before = openTestDevice(t)
+	defer closeTestDevice(t, inst, d, before)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("a stale temporary cache file survived the next Open: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a recent temporary cache file (a save in progress) was removed: %v", err)
 	}
 }
