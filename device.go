@@ -3,6 +3,7 @@ package vkattn
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,22 +15,16 @@ import (
 
 // LoadPath is how the attention kernel reads Q, K, V and masks; the planner
 // picks it per device unless Config forces one.
-type LoadPath = pipelines.LoadPath
+type LoadPath = core.LoadPath
 
 const (
-	AutoLoadPath    = pipelines.AutoPath
-	TexelLoadPath   = pipelines.TexelPath
-	StorageLoadPath = pipelines.StoragePath
+	AutoLoadPath    = core.AutoLoadPath
+	TexelLoadPath   = core.TexelLoadPath
+	StorageLoadPath = core.StorageLoadPath
 )
 
 // ParseLoadPath reads the names a LoadPath prints: auto, texel or storage.
-func ParseLoadPath(s string) (LoadPath, error) {
-	p, err := pipelines.ParseLoadPath(s)
-	if err != nil {
-		return p, errorf(ErrOption, "%v", err)
-	}
-	return p, nil
-}
+func ParseLoadPath(s string) (LoadPath, error) { return core.ParseLoadPath(s) }
 
 // DeviceInfo describes a Vulkan device: name, type, driver and limits.
 type DeviceInfo = vk.PhysicalDevice
@@ -111,7 +106,7 @@ func (cfg Config) discrete() bool {
 }
 
 // PlanAsVendors are the names Config.PlanAs takes.
-var PlanAsVendors = pipelines.PlanAsVendors
+var PlanAsVendors = core.PlanAsVendors
 
 // planAs is the vendor cfg plans as, from PlanAs or VKATTN_PLAN_AS ("" for
 // the device's own), with its tuning.
@@ -165,12 +160,12 @@ type Device struct {
 func Devices() ([]DeviceInfo, int, error) {
 	inst, err := vk.NewInstance(vk.InstanceConfig{})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, driverError(err)
 	}
 	defer inst.Close()
 	def, err := inst.DefaultDevice()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, driverError(err)
 	}
 	return inst.Devices(), def, nil
 }
@@ -189,12 +184,12 @@ func Open(cfg Config) (*Device, error) {
 	validation := cfg.Validation || os.Getenv("VKATTN_VALIDATION") == "1"
 	inst, err := vk.NewInstance(vk.InstanceConfig{Validation: validation})
 	if err != nil {
-		return nil, err
+		return nil, driverError(err)
 	}
 	idx, err := inst.FindDevice(cfg.Device)
 	if err != nil {
 		inst.Close()
-		return nil, err
+		return nil, driverError(err)
 	}
 	dev, err := inst.NewDevice(idx)
 	if err != nil {
@@ -282,9 +277,6 @@ func (d *Device) Memory() MemoryModel { return d.memory }
 
 // Info describes the open device.
 func (d *Device) Info() DeviceInfo { return d.dev.Info }
-
-// AllocStats reports the device's buffer allocations (see vk.AllocStats).
-func (d *Device) AllocStats() vk.AllocStats { return d.dev.AllocStats() }
 
 // Stats counts what a device's work costs beyond the kernels themselves:
 // memory and objects created, and the round trips to the device. On a

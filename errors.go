@@ -1,6 +1,9 @@
 package vkattn
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
@@ -43,7 +46,16 @@ var (
 	ErrCapacity = core.ErrCapacity
 	// ErrNoDriver: Open (or Devices) found no Vulkan driver, or no device
 	// with a compute queue; the message says how to get one.
-	ErrNoDriver = vk.ErrNoDriver
+	ErrNoDriver = core.ErrNoDriver
 )
 
 var errorf = core.Errorf
+
+// driverError makes the vk layer's no-driver error one of vkattn's
+// (ErrNoDriver), its message kept.
+func driverError(err error) error {
+	if errors.Is(err, vk.ErrNoDriver) && !errors.Is(err, ErrNoDriver) {
+		return fmt.Errorf("%w: %w", ErrNoDriver, err)
+	}
+	return err
+}

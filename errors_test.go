@@ -112,13 +112,13 @@ func TestFusedPathAllocatesNoScoreMatrix(t *testing.T) {
 	defer k.Close()
 	defer v.Close()
 	dev.ResetAllocStats()
-	before := dev.AllocStats()
+	before := dev.Stats()
 	out, err := dev.Attention(q, k, v, vkattn.Options{Causal: vkattn.CausalTopLeft, WantLSE: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out.Close()
-	st := dev.AllocStats()
+	st := dev.Stats()
 	scores := uint64(4 * l * s)
 	if st.Largest >= scores {
 		t.Errorf("largest allocation %d bytes >= the %d-byte score matrix", st.Largest, scores)
@@ -126,7 +126,7 @@ func TestFusedPathAllocatesNoScoreMatrix(t *testing.T) {
 	if grew := st.Peak - before.Live; grew >= scores {
 		t.Errorf("attention needed %d bytes at peak, the score matrix alone is %d", grew, scores)
 	}
-	if st.Count == before.Count {
-		t.Errorf("allocation accounting saw no allocation at all (output must be allocated)")
+	if st.Peak <= before.Live {
+		t.Errorf("the accounting saw no memory in use at all (the output must live somewhere)")
 	}
 }

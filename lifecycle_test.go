@@ -83,11 +83,11 @@ func TestCancelledCallsLeaveTheDeviceUsable(t *testing.T) {
 	// A done context: nothing is prepared, allocated or submitted.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	allocs := d.AllocStats().Count
+	allocs := d.Stats().Allocations
 	if _, err := d.AttentionContext(ctx, q, k, v, vkattn.Options{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("AttentionContext with a cancelled context: %v, want context.Canceled", err)
 	}
-	if n := d.AllocStats().Count; n != allocs {
+	if n := d.Stats().Allocations; n != allocs {
 		t.Errorf("a cancelled call allocated %d buffers, want none", n-allocs)
 	}
 

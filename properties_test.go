@@ -146,11 +146,11 @@ func TestPreparedCallReplays(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		before := dev.AllocStats().Count
+		before := dev.Stats().Allocations
 		if _, err := call.Run(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if n := dev.AllocStats().Count - before; n != 0 {
+		if n := dev.Stats().Allocations - before; n != 0 {
 			t.Errorf("run %d allocated %d buffers", run, n)
 		}
 		got, err := call.Output().O.Download()
@@ -194,16 +194,16 @@ func TestCallRunAllocatesNothing(t *testing.T) {
 				if split := call.Output().Plan.Kernel.Splits > 0; split != (c.kind == "decode") {
 					t.Fatalf("plan %v: split-K %v for a %s shape", call.Output().Plan.Kernel, split, c.kind)
 				}
-				before, objects := d.AllocStats(), vkattn.LiveObjects()
+				before, objects := d.Stats(), vkattn.LiveObjects()
 				for i := 0; i < replays; i++ {
 					if _, err := call.Run(context.Background()); err != nil {
 						t.Fatal(err)
 					}
 				}
-				after := d.AllocStats()
-				if after.Count != before.Count || after.Pools != before.Pools || vkattn.LiveObjects() != objects {
+				after := d.Stats()
+				if after.Allocations != before.Allocations || after.Pools != before.Pools || vkattn.LiveObjects() != objects {
 					t.Errorf("%d runs allocated %d buffers and %d descriptor pools; %d objects alive before, %d after",
-						replays, after.Count-before.Count, after.Pools-before.Pools, objects, vkattn.LiveObjects())
+						replays, after.Allocations-before.Allocations, after.Pools-before.Pools, objects, vkattn.LiveObjects())
 				}
 				if before.Pools == 0 {
 					t.Errorf("the pool accounting saw no descriptor pool at all (Prepare binds sets)")

@@ -42,6 +42,9 @@ var (
 	// ErrCapacity: an append would take a KV cache sequence past its
 	// capacity, or a truncation past its length.
 	ErrCapacity = sentinel("KV cache capacity")
+	// ErrNoDriver: no Vulkan driver was found, or no device with a compute
+	// queue; the message says how to get one.
+	ErrNoDriver = sentinel("no Vulkan device")
 )
 
 // sentinel makes one of the sentinels above; its message names the package.

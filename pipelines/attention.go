@@ -9,35 +9,24 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"math"
 	"strings"
 
 	"github.com/vkattn/vkattn/vk"
 )
 
-// LoadPath is how a kernel reads its inputs.
-type LoadPath int
+// LoadPath is how a kernel reads its inputs (package core).
+type LoadPath = core.LoadPath
 
 const (
 	// AutoPath lets the planner choose per device.
-	AutoPath LoadPath = iota
-	// TexelPath reads through R32F uniform texel buffers (fast on lavapipe).
-	TexelPath
+	AutoPath = core.AutoLoadPath
+	// TexelPath reads through uniform texel buffers (fast on lavapipe).
+	TexelPath = core.TexelLoadPath
 	// StoragePath reads plain storage buffers (the portable path).
-	StoragePath
+	StoragePath = core.StorageLoadPath
 )
-
-var loadPathNames = [...]string{"auto", "texel", "storage"}
-
-func (p LoadPath) String() string {
-	if !p.Valid() {
-		return fmt.Sprintf("LoadPath(%d)", int(p))
-	}
-	return loadPathNames[p]
-}
-
-// Valid reports whether p is one of the paths above.
-func (p LoadPath) Valid() bool { return p >= 0 && int(p) < len(loadPathNames) }
 
 // Layout is where a tensor of four logical axes (batch, head, position,
 // width) lies in its buffer: the last axis is contiguous, the others have

@@ -2,6 +2,7 @@ package pipelines
 
 import (
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"maps"
 	"slices"
 	"strings"
@@ -174,7 +175,7 @@ var quirks = map[uint32]quirk{
 // PlanAsVendors are the names VendorTuning takes, each a quirk-table
 // driver: plans as that vendor's driver would get them, on any device (so
 // lavapipe runs the GPU kernels in CI).
-var PlanAsVendors = []string{"nvidia", "amd", "intel", "lavapipe"}
+var PlanAsVendors = core.PlanAsVendors
 
 var vendorDrivers = map[string]uint32{
 	"nvidia": vk.DriverIDNvidia, "amd": vk.DriverIDMesaRADV, "intel": vk.DriverIDIntelMesa, "lavapipe": vk.DriverIDLavapipe,
@@ -267,25 +268,5 @@ func (t Tuning) Check(dev vk.PhysicalDevice) error {
 	return nil
 }
 
-// MarshalText writes the path's name, so tunings save as readable JSON.
-func (p LoadPath) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
-
-// UnmarshalText reads a name String prints (ParseLoadPath).
-func (p *LoadPath) UnmarshalText(b []byte) error {
-	c, err := ParseLoadPath(string(b))
-	if err != nil {
-		return err
-	}
-	*p = c
-	return nil
-}
-
-// ParseLoadPath reads a name String prints: auto, texel or storage.
-func ParseLoadPath(s string) (LoadPath, error) {
-	for _, c := range []LoadPath{AutoPath, TexelPath, StoragePath} {
-		if c.String() == s {
-			return c, nil
-		}
-	}
-	return AutoPath, fmt.Errorf("unknown load path %q (want auto, texel or storage)", s)
-}
+// ParseLoadPath reads a name a LoadPath prints: auto, texel or storage.
+func ParseLoadPath(s string) (LoadPath, error) { return core.ParseLoadPath(s) }
