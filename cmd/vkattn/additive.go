@@ -156,16 +156,13 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 		return failf(stderr, "additive", "--params %s: %v", f.params, err)
 	}
 	defer layer.Close()
-	plan, err := layer.Plan(p.q.Shape, p.k.Shape, p.v.Shape, p.opts)
-	if err != nil {
-		return failf(stderr, "additive", "%v", err)
-	}
+	var explain func(vkattn.Plan)
 	if f.explain {
-		printPlan(stdout, plan, &p.opts)
+		explain = func(plan vkattn.Plan) { printPlan(stdout, plan, &p.opts) }
 	}
-	res, err := attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Output, error) {
-		return layer.Attention(q, k, v, p.opts)
-	})
+	res, err := attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
+		return layer.Prepare(q, k, v, p.opts)
+	}, explain)
 	if err != nil {
 		return failf(stderr, "additive", "%v", err)
 	}
@@ -182,6 +179,7 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 	}
 
 	outs := f.outputs(res, oShape, lseShape, wShape)
+	plan := res.plan
 	if f.out == "" {
 		fmt.Fprintf(stdout, "O %s: %s\n", shapeString(oShape), firstValues(res.o, 8))
 		if !f.explain {

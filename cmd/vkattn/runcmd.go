@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -503,15 +504,17 @@ type result struct {
 
 // attend runs p on dev and downloads every output it asked for.
 func attend(dev *vkattn.Device, p *problem) (*result, error) {
-	return attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Output, error) {
-		return dev.Attention(q, k, v, p.opts)
-	})
+	return attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
+		return dev.Prepare(q, k, v, p.opts)
+	}, nil)
 }
 
-// attendWith uploads q, k and v with their own shapes, runs call on them
-// (Device.Attention for run, Additive.Attention for additive) and downloads
-// every output it asked for.
-func attendWith(dev *vkattn.Device, q, k, v *npyArray, call func(q, k, v *vkattn.Tensor) (*vkattn.Output, error)) (*result, error) {
+// attendWith uploads q, k and v with their own shapes, prepares the call
+// on them (Device.Prepare for run, Additive.Prepare for additive), hands
+// its plan to planned (if not nil: --explain, before the run), runs it
+// once and downloads every output it asked for: the one plan is both the
+// explanation and what runs.
+func attendWith(dev *vkattn.Device, q, k, v *npyArray, prepare func(q, k, v *vkattn.Tensor) (*vkattn.Call, error), planned func(vkattn.Plan)) (*result, error) {
 	var inputs []*vkattn.Tensor
 	defer func() {
 		for _, t := range inputs {
@@ -525,11 +528,18 @@ func attendWith(dev *vkattn.Device, q, k, v *npyArray, call func(q, k, v *vkattn
 		}
 		inputs = append(inputs, t)
 	}
-	out, err := call(inputs[0], inputs[1], inputs[2])
+	call, err := prepare(inputs[0], inputs[1], inputs[2])
 	if err != nil {
 		return nil, err
 	}
-	defer out.Close()
+	defer call.Close()
+	out := call.Output()
+	if planned != nil {
+		planned(out.Plan)
+	}
+	if _, err := call.Run(context.Background()); err != nil {
+		return nil, err
+	}
 	r := &result{plan: out.Plan, gpuTime: out.GPUTime}
 	if r.o, err = out.O.Download(); err != nil {
 		return nil, err
@@ -553,14 +563,13 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		return failf(stderr, "run", "%v", err)
 	}
 	defer dev.Close()
-	plan, err := dev.PlanAs(p.q.Shape, p.k.Shape, p.v.Shape, p.types(), p.opts)
-	if err != nil {
-		return failf(stderr, "run", "%v", err)
-	}
+	var explain func(vkattn.Plan)
 	if f.explain && !f.json {
-		printPlan(stdout, plan, &p.opts)
+		explain = func(plan vkattn.Plan) { printPlan(stdout, plan, &p.opts) }
 	}
-	res, err := attend(dev, p)
+	res, err := attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
+		return dev.Prepare(q, k, v, p.opts)
+	}, explain)
 	if err != nil {
 		return failf(stderr, "run", "%v", err)
 	}
