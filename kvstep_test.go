@@ -228,3 +228,49 @@ func TestConcurrentDecodeSteps(t *testing.T) {
 		t.Errorf("a step after Close: %v, want ErrClosed", err)
 	}
 }
+
+// A decode step over a cache larger than one binding reaches runs the
+// chunked call (each chunk through buffer windows) inside its one
+// submission, with discrete memory too, and equals each sequence's
+// attention over its history.
+func TestDecodeStepChunked(t *testing.T) {
+	for _, memory := range []vkattn.MemoryModel{vkattn.AutoMemory, vkattn.DiscreteMemory} {
+		t.Run(memory.String(), func(t *testing.T) {
+			d, err := vkattn.Open(vkattn.Config{Validation: true, BindingLimit: 128 << 10, Memory: memory})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			const B, H, HKV, D = 2, 4, 2, 32
+			r := rand.New(rand.NewSource(77))
+			cache, hist := filledCache(t, d, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 600, DK: D, DV: D}, 300, 290)
+			step, err := cache.PrepareStep(H, vkattn.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer step.Close()
+			plan, err := step.Plan()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.Kernel.Chunks < 2 {
+				t.Fatalf("plan %v: want a call in chunks", plan.Kernel)
+			}
+			o := make([]float32, B*H*D)
+			for i := 0; i < 3; i++ {
+				k, v, q := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D)
+				before := d.Stats()
+				if _, err := step.Run(context.Background(), k, v, q, o); err != nil {
+					t.Fatal(err)
+				}
+				if s := d.Stats().Since(before); s.Submits != 1 || s.Waits != 1 {
+					t.Errorf("step %d: %d submissions, %d waits; want 1 and 1", i, s.Submits, s.Waits)
+				}
+				for b := 0; b < B; b++ {
+					hist.add(b, k[b*HKV*D:(b+1)*HKV*D], v[b*HKV*D:(b+1)*HKV*D], 1)
+				}
+				hist.check(t, fmt.Sprintf("chunked step %d", i), o, q, H, 1, vkattn.Options{})
+			}
+		})
+	}
+}
