@@ -45,10 +45,12 @@ type KVCache struct {
 	dev  *Device
 	cfg  KVCacheConfig
 	k, v *Tensor // (B, HKV, Capacity, D); views of the page pools when paged
-	// Paged: the table, each sequence's pages and the free ones.
+	// Paged: the table, each sequence's pages, the free ones, and how
+	// many sequences hold each page (forked sequences share pages).
 	pt      *pageTable
 	pagesOf [][]int
 	free    []int
+	refs    []int
 	// lengths on the device as the kernels read them: key lengths [B]
 	// (the sequence lengths), then query lengths [B], all Capacity: no
 	// row of any call (L <= every length <= Capacity) is padding.
@@ -133,6 +135,7 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 			return fail(err)
 		}
 		c.pagesOf = make([][]int, cfg.B)
+		c.refs = make([]int, cfg.Pages)
 		for p := cfg.Pages - 1; p >= 0; p-- {
 			c.free = append(c.free, p)
 		}
@@ -230,16 +233,18 @@ func (c *KVCache) storeOnce(seqs []int, n int, wait bool, put func(cmds *vk.Comm
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.settleLocked()
-	lens, pages, free := slices.Clone(c.lens), clonePages(c.pagesOf), slices.Clone(c.free)
+	saved := c.saveLocked()
 	cmds, err := c.dev.dev.Later(func(cmds *vk.Commands) error {
-		return c.storeLocked(seqs, n,
-			func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+		return c.storeLocked(seqs, n, cacheWriter{
+			rows: func(i int, dst *Tensor, dstElem, first, rows, w int) error {
 				return put(cmds, i, dst, dstElem, first, rows, w)
 			},
-			func(t *Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) })
+			ints: func(t *Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) },
+			page: c.recordPageCopy(cmds),
+		})
 	})
 	if err != nil {
-		c.lens, c.pagesOf, c.free = lens, pages, free
+		c.restoreLocked(saved)
 		return deviceError(err)
 	}
 	c.pending = cmds
@@ -364,40 +369,64 @@ func (c *KVCache) store(seqs []int, n int, put func(i int, dst *Tensor, dstElem,
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.settleLocked()
-	return c.storeLocked(seqs, n, put, writeInts)
+	return c.storeLocked(seqs, n, cacheWriter{rows: put, ints: writeInts, page: c.copyPageNow})
 }
 
 // writeInts writes ints into t at once: how Append and Truncate keep the
 // page table and the lengths current.
 func writeInts(t *Tensor, off int, xs []int) error { return t.writeInts(off, xs) }
 
-// storeLocked is store with c.mu held, writing the page table and the
-// lengths with putInts.
-func (c *KVCache) storeLocked(seqs []int, n int, put func(i int, dst *Tensor, dstElem, first, rows, w int) error, putInts func(t *Tensor, off int, xs []int) error) error {
+// cacheWriter is how store puts things on the device: runs of rows
+// (rows), the page table and lengths (ints), and the copy of a shared page
+// before its first append (page). Each is done at once (Append on mapped
+// memory) or recorded into commands (one submission).
+type cacheWriter struct {
+	rows func(i int, dst *Tensor, dstElem, first, rows, w int) error
+	ints func(t *Tensor, off int, xs []int) error
+	page func(from, to int) error
+}
+
+// storeLocked is store with c.mu held, writing through w.
+func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 	cfg := c.cfg
 	if err := c.usable(); err != nil {
 		return err
 	}
-	need := 0 // new pages
+	need := 0      // new pages
+	var cow []int // sequences whose partly filled last page is shared
 	for _, b := range seqs {
 		if c.lens[b]+n > cfg.Capacity {
 			return errorf(ErrCapacity, "sequence %d holds %d of %d positions: %d more do not fit", b, c.lens[b], cfg.Capacity, n)
 		}
 		if c.pt != nil {
 			need += (c.lens[b]+n+cfg.PageSize-1)/cfg.PageSize - len(c.pagesOf[b])
+			if n > 0 && c.lens[b]%cfg.PageSize != 0 && c.refs[c.pagesOf[b][len(c.pagesOf[b])-1]] > 1 {
+				need++
+				cow = append(cow, b)
+			}
 		}
 	}
 	if need > len(c.free) {
 		return errorf(ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, len(c.free), cfg.Pages)
 	}
 	if c.pt != nil {
+		// Copy on write: a sequence about to write into a page it shares
+		// (a fork's last, partly filled page) gets a copy of its own.
+		for _, b := range cow {
+			last := len(c.pagesOf[b]) - 1
+			old, own := c.pagesOf[b][last], c.takePageLocked()
+			if err := w.page(old, own); err != nil {
+				return err
+			}
+			c.dropPageLocked(old)
+			c.pagesOf[b][last] = own
+		}
 		for _, b := range seqs {
 			for len(c.pagesOf[b])*cfg.PageSize < c.lens[b]+n {
-				c.pagesOf[b] = append(c.pagesOf[b], c.free[len(c.free)-1])
-				c.free = c.free[:len(c.free)-1]
+				c.pagesOf[b] = append(c.pagesOf[b], c.takePageLocked())
 			}
 		}
-		if err := c.syncPages(putInts); err != nil {
+		if err := c.syncPages(w.ints); err != nil {
 			return err
 		}
 	}
@@ -416,7 +445,7 @@ func (c *KVCache) storeLocked(seqs []int, n int, put func(i int, dst *Tensor, ds
 					w   int
 					dst *Tensor
 				}{{cfg.DK, c.k.root()}, {cfg.DV, c.v.root()}} {
-					if err := put(t, x.dst, c.rowOffset(b, h, pos, x.w), src*n+done, run, x.w); err != nil {
+					if err := w.rows(t, x.dst, c.rowOffset(b, h, pos, x.w), src*n+done, run, x.w); err != nil {
 						return err
 					}
 				}
@@ -427,7 +456,77 @@ func (c *KVCache) storeLocked(seqs []int, n int, put func(i int, dst *Tensor, ds
 	for _, b := range seqs {
 		c.lens[b] += n
 	}
-	return c.syncLengths(putInts)
+	return c.syncLengths(w.ints)
+}
+
+// takePageLocked takes a free page for one sequence. The caller holds c.mu
+// and has checked that one is free.
+func (c *KVCache) takePageLocked() int {
+	p := c.free[len(c.free)-1]
+	c.free = c.free[:len(c.free)-1]
+	c.refs[p] = 1
+	return p
+}
+
+// dropPageLocked lets go of one sequence's hold on page p: the last one
+// gives it back to the pool. The caller holds c.mu.
+func (c *KVCache) dropPageLocked(p int) {
+	c.refs[p]--
+	if c.refs[p] == 0 {
+		c.free = append(c.free, p)
+	}
+}
+
+// pageBytes are the byte offset of page p in the K pool and in the V pool,
+// and the two pages' sizes: a page holds every KV head's rows.
+func (c *KVCache) pageBytes(p int) (k, v, kn, vn uint64) {
+	cfg := c.cfg
+	kn = uint64(cfg.HKV*cfg.PageSize*cfg.DK) * uint64(cfg.DType.Bytes())
+	vn = uint64(cfg.HKV*cfg.PageSize*cfg.DV) * uint64(cfg.DType.Bytes())
+	return uint64(p) * kn, uint64(p) * vn, kn, vn
+}
+
+// copyPageNow copies page from to page to in both pools on the device,
+// and waits.
+func (c *KVCache) copyPageNow(from, to int) error {
+	fk, fv, kn, vn := c.pageBytes(from)
+	tk, tv, _, _ := c.pageBytes(to)
+	if err := c.k.root().buf.CopyTo(c.k.root().buf, fk, tk, kn); err != nil {
+		return err
+	}
+	return c.v.root().buf.CopyTo(c.v.root().buf, fv, tv, vn)
+}
+
+// recordPageCopy is copyPageNow recorded into cmds, with the barrier that
+// orders it before the rows written into the copy.
+func (c *KVCache) recordPageCopy(cmds *vk.Commands) func(from, to int) error {
+	return func(from, to int) error {
+		fk, fv, kn, vn := c.pageBytes(from)
+		tk, tv, _, _ := c.pageBytes(to)
+		if err := cmds.Copy(c.k.root().buf, fk, c.k.root().buf, tk, kn); err != nil {
+			return err
+		}
+		if err := cmds.Copy(c.v.root().buf, fv, c.v.root().buf, tv, vn); err != nil {
+			return err
+		}
+		cmds.Barrier()
+		return nil
+	}
+}
+
+// cacheState is what an append changes on the host, to put back when its
+// submission fails.
+type cacheState struct {
+	lens, free, refs []int
+	pagesOf          [][]int
+}
+
+func (c *KVCache) saveLocked() cacheState {
+	return cacheState{lens: slices.Clone(c.lens), free: slices.Clone(c.free), refs: slices.Clone(c.refs), pagesOf: clonePages(c.pagesOf)}
+}
+
+func (c *KVCache) restoreLocked(s cacheState) {
+	c.lens, c.free, c.refs, c.pagesOf = s.lens, s.free, s.refs, s.pagesOf
 }
 
 // rowOffset is the element offset of position pos of sequence b, head h,
@@ -486,11 +585,12 @@ func (c *KVCache) Truncate(lens []int) error {
 	}
 	copy(c.lens, lens)
 	if c.pt != nil {
-		// Pages past a sequence's new end go back to the pool.
+		// Pages past a sequence's new end are let go (back to the pool
+		// unless another sequence shares them).
 		for b, n := range lens {
 			keep := (n + c.cfg.PageSize - 1) / c.cfg.PageSize
 			for _, p := range c.pagesOf[b][keep:] {
-				c.free = append(c.free, p)
+				c.dropPageLocked(p)
 			}
 			c.pagesOf[b] = c.pagesOf[b][:keep]
 		}
@@ -499,6 +599,57 @@ func (c *KVCache) Truncate(lens []int) error {
 		}
 	}
 	return c.syncLengths(writeInts)
+}
+
+// Fork makes sequence dst a copy of sequence src (parallel sampling, beam
+// search: continuations of one prompt) without copying anything: dst
+// holds src's pages, which the two then share, and its tokens are src's.
+// The first append to either into a shared, partly filled page copies
+// that page alone (copy on write, on the device); a page goes back to the
+// pool when no sequence holds it. dst's own tokens are let go first. Only
+// a paged cache shares pages (ErrOption otherwise); src == dst changes
+// nothing.
+func (c *KVCache) Fork(src, dst int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usable(); err != nil {
+		return err
+	}
+	if c.pt == nil {
+		return errorf(ErrOption, "Fork shares pages: the cache must be paged (PageSize > 0)")
+	}
+	for _, b := range []int{src, dst} {
+		if b < 0 || b >= c.cfg.B {
+			return errorf(ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
+		}
+	}
+	if src == dst {
+		return nil
+	}
+	c.settleLocked()
+	for _, p := range c.pagesOf[src] {
+		c.refs[p]++ // first: dst may already share them
+	}
+	for _, p := range c.pagesOf[dst] {
+		c.dropPageLocked(p)
+	}
+	c.pagesOf[dst] = slices.Clone(c.pagesOf[src])
+	c.lens[dst] = c.lens[src]
+	if err := c.syncPages(writeInts); err != nil {
+		return err
+	}
+	return c.syncLengths(writeInts)
+}
+
+// PagesInUse is how many pages of a paged cache's pool sequences hold
+// (shared pages counted once); 0 for a contiguous cache.
+func (c *KVCache) PagesInUse() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pt == nil {
+		return 0
+	}
+	return c.cfg.Pages - len(c.free)
 }
 
 // Reset empties every sequence.
@@ -549,7 +700,7 @@ func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
 	opts.KeyLengths = slices.Clone(c.lens)
 	opts.Causal = CausalBottomRight
 	opts.AlignToKeyLengths = true
-	return c.dev.prepare(q, c.k, c.v, opts, c.refs())
+	return c.dev.prepare(q, c.k, c.v, opts, c.callRefs())
 }
 
 // cacheRefs are what a KV cache adds to a call over it: the device copy
@@ -560,7 +711,7 @@ type cacheRefs struct {
 	pages   *pageTable
 }
 
-func (c *KVCache) refs() *cacheRefs { return &cacheRefs{lengths: c.lenT, pages: c.pt} }
+func (c *KVCache) callRefs() *cacheRefs { return &cacheRefs{lengths: c.lenT, pages: c.pt} }
 
 // usable is ErrClosed once the cache or its device is closed. The caller
 // holds c.mu.

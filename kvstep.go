@@ -137,7 +137,7 @@ func (s *DecodeStep) callFor(lens []int) (*Call, error) {
 	}
 	opts.Causal = CausalBottomRight
 	opts.AlignToKeyLengths = true
-	call, err := c.dev.prepare(s.q, c.k.prefix(view), c.v.prefix(view), opts, c.refs())
+	call, err := c.dev.prepare(s.q, c.k.prefix(view), c.v.prefix(view), opts, c.callRefs())
 	if err != nil {
 		return nil, err
 	}
@@ -206,8 +206,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 			return 0, deviceError(err)
 		}
 	}
-	lens, pages, free := slices.Clone(c.lens), clonePages(c.pagesOf), slices.Clone(c.free)
-	restore := func() { c.lens, c.pagesOf, c.free = lens, pages, free }
+	saved := c.saveLocked()
 	out := call.out.O
 	before := func(cmds *vk.Commands) error {
 		ints := s.at.ints
@@ -228,7 +227,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 			src := [2]uint64{s.at.k, s.at.v}[i] + uint64(first*w)*cb
 			return cmds.Copy(s.stage, src, dst.buf, uint64(dstElem)*cb, uint64(rows*w)*cb)
 		}
-		if err := c.storeLocked(c.everySequence(), 1, put, putInts); err != nil {
+		if err := c.storeLocked(c.everySequence(), 1, cacheWriter{rows: put, ints: putInts, page: c.recordPageCopy(cmds)}); err != nil {
 			return err
 		}
 		return cmds.Copy(s.stage, s.at.q, s.q.buf, 0, uint64(len(rawQ)))
@@ -239,7 +238,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 	t, err := call.runWith(ctx, before, after)
 	if err != nil {
 		if ctx.Err() == nil {
-			restore() // not submitted, or the device failed: nothing appended
+			c.restoreLocked(saved) // not submitted, or the device failed: nothing appended
 		}
 		return 0, err
 	}

@@ -274,3 +274,102 @@ func TestDecodeStepChunked(t *testing.T) {
 		})
 	}
 }
+
+// fork makes sequence dst's history a copy of src's, as KVCache.Fork does.
+func (h *history) fork(src, dst int) {
+	for j := range h.k[src] {
+		h.k[dst][j] = append([]float32(nil), h.k[src][j]...)
+		h.v[dst][j] = append([]float32(nil), h.v[src][j]...)
+	}
+}
+
+// Forked sequences share the prompt's pages: after two forks the pool
+// holds the prompt's pages once; the first append into the shared, partly
+// filled last page copies that page alone for each sequence that writes
+// while another still holds it (copy on write), full pages stay shared;
+// each sequence then attends over its own history (the prompt and its own
+// tokens); freeing every sequence returns every page. On lavapipe's plan
+// (appends) and the NVIDIA plan with discrete memory (decode steps, whose
+// page copies go into their one submission).
+func TestForkSharesPages(t *testing.T) {
+	for _, plan := range []string{"auto", "nvidia"} {
+		t.Run(plan, func(t *testing.T) {
+			d := everyPlan()[plan]
+			const B, H, HKV, D, page, prompt = 3, 4, 2, 16, 8, 21
+			r := rand.New(rand.NewSource(79))
+			cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, PageSize: page}
+			cache, hist := filledCache(t, d, r, cfg, prompt)
+			for _, dst := range []int{1, 2} {
+				if err := cache.Fork(0, dst); err != nil {
+					t.Fatal(err)
+				}
+				hist.fork(0, dst)
+			}
+			promptPages := (prompt + page - 1) / page
+			if got := cache.PagesInUse(); got != promptPages {
+				t.Fatalf("after two forks %d pages in use, want the prompt's %d", got, promptPages)
+			}
+			if got := cache.Lengths(); got[1] != prompt || got[2] != prompt {
+				t.Fatalf("forked lengths %v", got)
+			}
+			step, err := cache.PrepareStep(H, vkattn.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer step.Close()
+			o := make([]float32, B*H*D)
+			for i := 0; i < 4; i++ {
+				k, v, q := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D)
+				if plan == "nvidia" {
+					before := d.Stats()
+					if _, err := step.Run(context.Background(), k, v, q, o); err != nil {
+						t.Fatal(err)
+					}
+					if s := d.Stats().Since(before); s.Submits != 1 || s.Waits != 1 {
+						t.Errorf("step %d: %d submissions, %d waits; want 1 and 1", i, s.Submits, s.Waits)
+					}
+				} else if err := cache.Append(k, v, 1); err != nil {
+					t.Fatal(err)
+				}
+				for b := 0; b < B; b++ {
+					hist.add(b, k[b*HKV*D:(b+1)*HKV*D], v[b*HKV*D:(b+1)*HKV*D], 1)
+				}
+				if plan != "nvidia" {
+					o = attendAll(t, cache, upload(t, d, []int{B, H, 1, D}, q))
+				}
+				hist.check(t, fmt.Sprintf("step %d", i), o, q, H, 1, vkattn.Options{})
+				if i == 0 {
+					// Sequences 0 and 1 wrote into the page three shared:
+					// a copy each; sequence 2 wrote into it alone.
+					if got, want := cache.PagesInUse(), promptPages+2; got != want {
+						t.Errorf("after the first append %d pages in use, want %d (the full pages still shared)", got, want)
+					}
+				}
+			}
+			if err := cache.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			if got := cache.PagesInUse(); got != 0 {
+				t.Errorf("after Reset %d pages in use, want 0", got)
+			}
+			if err := cache.Fork(0, 3); !errors.Is(err, vkattn.ErrShape) {
+				t.Errorf("Fork to sequence 3 of 3: %v, want ErrShape", err)
+			}
+		})
+	}
+	contiguous, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 2, HKV: 1, Capacity: 8, DK: 4, DV: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer contiguous.Close()
+	if err := contiguous.Fork(0, 1); !errors.Is(err, vkattn.ErrOption) {
+		t.Errorf("Fork in a contiguous cache: %v, want ErrOption", err)
+	}
+}
+
+// attendAll is attendOnce's output alone.
+func attendAll(t *testing.T, cache *vkattn.KVCache, q *vkattn.Tensor) []float32 {
+	t.Helper()
+	o, _ := attendOnce(t, cache, q, vkattn.Options{})
+	return o
+}
