@@ -392,7 +392,7 @@ func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 	if err := c.usable(); err != nil {
 		return err
 	}
-	need := 0      // new pages
+	need := 0     // new pages
 	var cow []int // sequences whose partly filled last page is shared
 	for _, b := range seqs {
 		if c.lens[b]+n > cfg.Capacity {
