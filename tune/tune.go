@@ -49,6 +49,10 @@ const MaxBody = 512
 // default: timings on a shared machine vary by about 20%.
 const MinGain = 1.05
 
+// DMaxBuckets are the head-width buckets a tuning holds rows for, in
+// order: the planner's.
+var DMaxBuckets = slices.Clone(pipelines.DMaxBuckets)
+
 // DMax is the kernel's d_max bucket of head width d: the next power of two
 // at least 16.
 func DMax(d int) int {

@@ -438,13 +438,12 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 	}
 	cost := dev.Stats().Since(before)
 
-	k := plan.Kernel
 	res := benchResult{
 		Suite:      c.suite,
 		Dims:       plan.Dims,
 		Causal:     c.causal.String(),
 		Device:     plan.Device,
-		kernelJSON: newKernelJSON(k),
+		kernelJSON: newKernelJSON(plan),
 		Plan:       plan.String(),
 		Reps:       reps,
 		ColdWallNS: int64(coldWall),

@@ -27,10 +27,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/pipelines"
 )
 
 func main() {
@@ -180,7 +180,8 @@ type kernelJSON struct {
 	SplitKeys    int       `json:"split_keys,omitempty"`
 }
 
-func newKernelJSON(k pipelines.AttentionPlan) kernelJSON {
+func newKernelJSON(p vkattn.Plan) kernelJSON {
+	k := p.Kernel
 	return kernelJSON{k.Variant.Name(), k.Path.String(), k.Why, k.DMax, k.Rows, k.KeyTile, k.WorkGroup, k.Grid,
 		k.TileRows, k.LanesPerRow, k.RowsPerLane, k.SharedBytes, k.SubgroupSize, k.Splits, k.SplitKeys}
 }
@@ -207,8 +208,8 @@ func deviceFlag(fs *flag.FlagSet, device *deviceChoice) {
 	fs.StringVar(&device.name, "device", "", "device `N|NAME`: index or part of its name (see 'vkattn devices'); default: the best one")
 	fs.Func("plan-as", "plan as the quirk table says for `VENDOR` ("+strings.Join(vkattn.PlanAsVendors, ", ")+
 		") on whatever device runs, e.g. the GPU kernels on lavapipe; default: $VKATTN_PLAN_AS, else the device's own", func(v string) error {
-		if _, err := pipelines.VendorTuning(v); err != nil {
-			return err
+		if !slices.Contains(vkattn.PlanAsVendors, v) {
+			return fmt.Errorf("unknown vendor %q to plan as (want one of %s)", v, strings.Join(vkattn.PlanAsVendors, ", "))
 		}
 		device.planAs = v
 		return nil

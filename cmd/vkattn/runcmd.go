@@ -800,12 +800,11 @@ type runJSON struct {
 }
 
 func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []output, chk *checkResult) runJSON {
-	k := r.plan.Kernel
 	s := runJSON{
 		Device:    r.plan.Device,
 		Dims:      r.plan.Dims,
 		Plan:      r.plan.String(),
-		Kernel:    newKernelJSON(k),
+		Kernel:    newKernelJSON(r.plan),
 		Masks:     describeMasks(&p.opts),
 		DTypes:    [3]string{p.q.Store.String(), p.k.Store.String(), p.v.Store.String()},
 		GPUTimeNS: r.gpuTime.Nanoseconds(),

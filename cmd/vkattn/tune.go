@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/tune"
 )
 
@@ -317,7 +316,7 @@ func printTuneChoice(w io.Writer, rep *tune.Report, ds []int) {
 		return fmt.Sprintf(" %s %d (default %d)", name, now, was)
 	}
 	var parts []string
-	for _, b := range pipelines.DMaxBuckets {
+	for _, b := range tune.DMaxBuckets {
 		if slices.ContainsFunc(ds, func(d int) bool { return tune.DMax(d) == b }) {
 			parts = append(parts, change(fmt.Sprintf("d_max %d rows", b), pd.Rows[b], pt.Rows[b]))
 		}
