@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -372,4 +373,95 @@ func attendAll(t *testing.T, cache *vkattn.KVCache, q *vkattn.Tensor) []float32 
 	t.Helper()
 	o, _ := attendOnce(t, cache, q, vkattn.Options{})
 	return o
+}
+
+// Random appends, forks and truncations of a small paged pool, against a
+// host model of each sequence's tokens: every refusal (a full pool, past
+// the capacity) leaves the cache as it was, the pages in use never exceed
+// the pool nor what the sequences need without sharing, and each
+// sequence attends over exactly its own tokens. Reset returns every page.
+func TestForkAppendTruncateRandomly(t *testing.T) {
+	const B, H, HKV, D, page, capacity, pages = 4, 2, 1, 8, 4, 24, 12
+	r := rand.New(rand.NewSource(83))
+	cache, hist := filledCache(t, dev, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, PageSize: page, Pages: pages}, 5)
+	lens := func() []int { return cache.Lengths() }
+	checked, refused := 0, 0
+	for op := 0; op < 150; op++ {
+		before := lens()
+		switch r.Intn(4) {
+		case 0: // one sequence grows
+			b, n := r.Intn(B), 1+r.Intn(6)
+			k, v := randomValues(r, HKV*n*D), randomValues(r, HKV*n*D)
+			err := cache.AppendTo(b, k, v, n)
+			switch {
+			case err == nil:
+				hist.add(b, k, v, n)
+			case errors.Is(err, vkattn.ErrCapacity):
+				refused++
+				if got := lens(); !slices.Equal(got, before) {
+					t.Fatalf("op %d: a refused append changed the lengths %v -> %v", op, before, got)
+				}
+			default:
+				t.Fatalf("op %d: append: %v", op, err)
+			}
+		case 1: // a fork
+			src, dst := r.Intn(B), r.Intn(B)
+			if err := cache.Fork(src, dst); err != nil {
+				t.Fatalf("op %d: Fork(%d, %d): %v", op, src, dst, err)
+			}
+			if src != dst {
+				hist.fork(src, dst)
+			}
+		case 2: // a rollback
+			b := r.Intn(B)
+			to := before
+			to[b] = r.Intn(before[b] + 1)
+			if err := cache.Truncate(to); err != nil {
+				t.Fatalf("op %d: Truncate(%v): %v", op, to, err)
+			}
+			hist.truncate(b, to[b])
+		case 3: // every sequence grows by one
+			k, v := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D)
+			err := cache.Append(k, v, 1)
+			switch {
+			case err == nil:
+				for b := 0; b < B; b++ {
+					hist.add(b, k[b*HKV*D:(b+1)*HKV*D], v[b*HKV*D:(b+1)*HKV*D], 1)
+				}
+			case errors.Is(err, vkattn.ErrCapacity):
+				refused++
+				if got := lens(); !slices.Equal(got, before) {
+					t.Fatalf("op %d: a refused append changed the lengths %v -> %v", op, before, got)
+				}
+			default:
+				t.Fatalf("op %d: append: %v", op, err)
+			}
+		}
+		need := 0
+		for _, n := range lens() {
+			need += (n + page - 1) / page
+		}
+		if used := cache.PagesInUse(); used > pages || used > need {
+			t.Fatalf("op %d: %d pages in use of %d; the sequences (%v) need %d unshared", op, used, pages, lens(), need)
+		}
+		if op%10 == 9 {
+			ls := lens()
+			if slices.Min(ls) == 0 {
+				continue // a query needs its own token in the cache
+			}
+			checked++
+			q := randomValues(r, B*H*D)
+			o := attendAll(t, cache, upload(t, dev, []int{B, H, 1, D}, q))
+			hist.check(t, fmt.Sprintf("after op %d", op), o, q, H, 1, vkattn.Options{})
+		}
+	}
+	if checked < 5 || refused == 0 {
+		t.Errorf("%d attention checks and %d refusals in 150 operations: the mix does not test what it means to", checked, refused)
+	}
+	if err := cache.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if used := cache.PagesInUse(); used != 0 {
+		t.Errorf("after Reset %d pages in use", used)
+	}
 }
