@@ -41,8 +41,9 @@ Suites (B=1 and d_k = d_v = d throughout):
            and paged (256-position pages), f32 and f16 caches; a step
            (DecodeStep) appends a token, attends with its query and reads
            O back in one submission; steps/s, cache GB/s and, per step,
-           device allocations, submissions, host waits and staged bytes
-           (not in all: it compiles four more variants)
+           device allocations, submissions, host waits and staged bytes;
+           the cases of one length step in turns (not in all: it compiles
+           four more variants)
 Causal rows use the bottom-right alignment (query t sees keys j <= t + S - L).
 
 --shape replaces the suite with your own shapes: six integers B,H,H_kv,L,S,d

@@ -47,7 +47,10 @@ type loopResult struct {
 // benchDecodeLoop measures reps decode steps of each case, layout and
 // type: a step (DecodeStep.Run) appends one token's K and V, attends with
 // its query and reads O back; the token is then rolled back (outside the
-// step's timing and counts) so the length stays put.
+// step's timing and counts) so the length stays put. The cases of one
+// cache length (the 1k step in a 1k and in a 32k cache, each layout and
+// type) are prepared together and their steps taken in turns, so that
+// the machine's drift falls on all of them alike.
 func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *dispatchClock, tick func()) ([]loopResult, error) {
 	r := rand.New(rand.NewPCG(seed, 0x6c6f6f70)) // "loop"
 	randn := func(n int) []float32 {
@@ -58,96 +61,148 @@ func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uin
 		return x
 	}
 	var out []loopResult
-	for _, c := range loopCases {
-		for _, page := range []int{0, loopPage} {
-			for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Float16} {
-				res, err := loopOne(ctx, dev, c.length, c.capacity, page, dt, reps, randn, clock, tick)
-				if err != nil {
-					return out, fmt.Errorf("cache length %d of %d, page %d, %v: %w", c.length, c.capacity, page, dt, err)
+	for first := 0; first < len(loopCases); {
+		last := first
+		for last < len(loopCases) && loopCases[last].length == loopCases[first].length {
+			last++
+		}
+		var group []*loopRun
+		err := func() error {
+			defer func() {
+				clock.idle()
+				closeAfter(ctx, func() {
+					for _, l := range group {
+						l.close()
+					}
+				})
+			}()
+			for _, c := range loopCases[first:last] {
+				for _, page := range []int{0, loopPage} {
+					for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Float16} {
+						l, err := newLoopRun(ctx, dev, c.length, c.capacity, page, dt, randn, clock, tick)
+						if l != nil {
+							group = append(group, l)
+						}
+						if err != nil {
+							return fmt.Errorf("cache length %d of %d, page %d, %v: %w", c.length, c.capacity, page, dt, err)
+						}
+					}
 				}
-				out = append(out, res)
+			}
+			for i := 0; i < reps; i++ {
+				for _, l := range group {
+					if err := l.step(ctx, dev, clock, tick); err != nil {
+						return fmt.Errorf("cache length %d of %d, %s, %s: %w", l.res.Length, l.res.Capacity, l.res.Cache, l.res.DType, err)
+					}
+				}
+			}
+			return nil
+		}()
+		for _, l := range group {
+			if len(l.steps) == reps {
+				out = append(out, l.result(reps))
 			}
 		}
+		if err != nil {
+			return out, err
+		}
+		first = last
 	}
 	return out, nil
 }
 
-func loopOne(ctx context.Context, dev *vkattn.Device, s, capacity, page int, dt vkattn.DType, reps int, randn func(int) []float32, clock *dispatchClock, tick func()) (loopResult, error) {
+// loopRun is one decode-loop case prepared: its cache filled to one token
+// short of its length, its step compiled, and what the timed steps saw.
+type loopRun struct {
+	res           loopResult
+	cache         *vkattn.KVCache
+	dstep         *vkattn.DecodeStep
+	k, v, q, o    []float32
+	steps, gpus   []time.Duration
+	counted       vkattn.Stats
+	historyLength int
+	dt            vkattn.DType
+}
+
+func newLoopRun(ctx context.Context, dev *vkattn.Device, s, capacity, page int, dt vkattn.DType, randn func(int) []float32, clock *dispatchClock, tick func()) (*loopRun, error) {
 	H, HKV, D := loopH, loopHKV, loopD
-	res := loopResult{Length: s, Capacity: capacity, Cache: "contiguous", DType: dt.String()}
+	l := &loopRun{res: loopResult{Length: s, Capacity: capacity, Cache: "contiguous", DType: dt.String()}, historyLength: s - 1, dt: dt}
 	if page > 0 {
-		res.Cache = "paged " + strconv.Itoa(page)
+		l.res.Cache = "paged " + strconv.Itoa(page)
 	}
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: dt, PageSize: page})
-	if err != nil {
-		return res, err
+	var err error
+	if l.cache, err = dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: dt, PageSize: page}); err != nil {
+		return nil, err
 	}
-	var step *vkattn.DecodeStep
-	defer func() {
-		clock.idle()
-		closeAfter(ctx, func() {
-			step.Close()
-			cache.Close()
-		})
-	}()
 	// The history: s-1 tokens, appended in blocks to bound host memory;
 	// each step appends the s-th.
 	for n := 0; n < s-1; {
 		m := min(1024, s-1-n)
-		if err := cache.Append(randn(HKV*m*D), randn(HKV*m*D), m); err != nil {
-			return res, err
+		if err := l.cache.Append(randn(HKV*m*D), randn(HKV*m*D), m); err != nil {
+			return l, err
 		}
 		n += m
 	}
-	if step, err = cache.PrepareStep(H, vkattn.Options{}); err != nil {
-		return res, err
+	if l.dstep, err = l.cache.PrepareStep(H, vkattn.Options{}); err != nil {
+		return l, err
 	}
-	plan, err := step.Plan()
+	plan, err := l.dstep.Plan()
 	if err != nil {
-		return res, err
+		return l, err
 	}
-	res.Variant = plan.Kernel.Variant.Name()
-	k, v, qData, o := randn(HKV*D), randn(HKV*D), randn(H*D), make([]float32, H*D)
-	lens := []int{s - 1}
+	l.res.Variant = plan.Kernel.Variant.Name()
+	l.k, l.v, l.q, l.o = randn(HKV*D), randn(HKV*D), randn(H*D), make([]float32, H*D)
 	start := time.Now()
 	clock.begin(true)
-	if _, err := step.Run(ctx, k, v, qData, o); err != nil { // compiles the variant
-		return res, err
+	if _, err := l.dstep.Run(ctx, l.k, l.v, l.q, l.o); err != nil { // compiles the variant
+		return l, err
 	}
 	clock.done()
-	res.ColdWallNS = int64(time.Since(start))
+	l.res.ColdWallNS = int64(time.Since(start))
 	tick()
-	var steps, gpus []time.Duration
-	var counted vkattn.Stats
-	for i := 0; i < reps; i++ {
-		if err := cache.Truncate(lens); err != nil {
-			return res, err
-		}
-		before := dev.Stats()
-		t0 := time.Now()
-		clock.begin(false)
-		gpu, err := step.Run(ctx, k, v, qData, o)
-		if err != nil {
-			return res, err
-		}
-		clock.done()
-		steps, gpus = append(steps, time.Since(t0)), append(gpus, gpu)
-		d := dev.Stats().Since(before)
-		counted.Allocations += d.Allocations
-		counted.Submits += d.Submits
-		counted.Waits += d.Waits
-		counted.StagingBytes += d.StagingBytes
-		tick()
+	return l, nil
+}
+
+// step takes one timed step, counting what it cost the device.
+func (l *loopRun) step(ctx context.Context, dev *vkattn.Device, clock *dispatchClock, tick func()) error {
+	if err := l.cache.Truncate([]int{l.historyLength}); err != nil {
+		return err
 	}
-	res.Allocs = counted.Allocations / reps
-	res.Submits, res.Waits = float64(counted.Submits)/float64(reps), float64(counted.Waits)/float64(reps)
-	res.StagingBytes = float64(counted.StagingBytes) / float64(reps)
-	res.StepNS, res.GPUNS = tune.StatsOf(steps).Median, tune.StatsOf(gpus).Median
+	before := dev.Stats()
+	t0 := time.Now()
+	clock.begin(false)
+	gpu, err := l.dstep.Run(ctx, l.k, l.v, l.q, l.o)
+	if err != nil {
+		return err
+	}
+	clock.done()
+	l.steps, l.gpus = append(l.steps, time.Since(t0)), append(l.gpus, gpu)
+	d := dev.Stats().Since(before)
+	l.counted.Allocations += d.Allocations
+	l.counted.Submits += d.Submits
+	l.counted.Waits += d.Waits
+	l.counted.StagingBytes += d.StagingBytes
+	tick()
+	return nil
+}
+
+// result is the case's row, its reps timed steps done.
+func (l *loopRun) result(reps int) loopResult {
+	res := l.res
+	res.Allocs = l.counted.Allocations / reps
+	res.Submits, res.Waits = float64(l.counted.Submits)/float64(reps), float64(l.counted.Waits)/float64(reps)
+	res.StagingBytes = float64(l.counted.StagingBytes) / float64(reps)
+	res.StepNS, res.GPUNS = tune.StatsOf(l.steps).Median, tune.StatsOf(l.gpus).Median
 	res.StepsPerS = 1 / time.Duration(res.StepNS).Seconds()
 	if res.GPUNS > 0 {
-		res.GBPS = float64(2*HKV*s*D*dt.Bytes()) / time.Duration(res.GPUNS).Seconds() / 1e9
+		res.GBPS = float64(2*loopHKV*res.Length*loopD*l.dt.Bytes()) / time.Duration(res.GPUNS).Seconds() / 1e9
 	}
-	return res, nil
+	return res
+}
+
+func (l *loopRun) close() {
+	l.dstep.Close()
+	l.cache.Close()
 }
 
 // printLoopTable writes the decode-loop results as a table.
