@@ -70,7 +70,6 @@ type planOf struct {
 // plan checks a problem of tensors of shapes q, k and v and plans its
 // attention kernel, the one plan the call then binds its buffers to.
 func (d *Device) plan(q, k, v [4]int, how planOf, opts *Options) (Plan, error) {
-	layouts, keyPadding, additive, cache := how.layouts, how.keyPadding, how.additive, how.cache
 	if err := d.checkOpen(); err != nil {
 		return Plan{}, err
 	}
@@ -79,8 +78,8 @@ func (d *Device) plan(q, k, v [4]int, how planOf, opts *Options) (Plan, error) {
 		return Plan{}, err
 	}
 	shape := pipelines.DenseShape(dims.B, dims.H, dims.HKV, dims.L, dims.S, dims.DK, dims.DV)
-	if layouts != nil {
-		shape.Q, shape.K, shape.V, shape.O = layouts[0], layouts[1], layouts[2], layouts[3]
+	if how.layouts != nil {
+		shape.Q, shape.K, shape.V, shape.O = how.layouts[0], how.layouts[1], how.layouts[2], how.layouts[3]
 	}
 	if opts.Mask != nil {
 		shape.Mask = pipelines.MaskLayout{Given: true, Strides: broadcastStrides(opts.Mask.Shape)}
@@ -89,15 +88,15 @@ func (d *Device) plan(q, k, v [4]int, how planOf, opts *Options) (Plan, error) {
 		shape.BoolMask = pipelines.MaskLayout{Given: true, Strides: broadcastStrides(boolMasksShape(opts.BoolMasks))}
 	}
 	shape.Lengths = opts.KeyLengths != nil || opts.QueryLengths != nil
-	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, keyPadding
+	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, how.keyPadding
 	shape.Window, shape.Softcap, shape.ALiBi, shape.Sinks = opts.Window != nil, opts.Softcap > 0, opts.ALiBi != nil, opts.Sinks != nil
-	if cache != nil && cache.pages != nil {
-		pt := cache.pages
+	if how.cache != nil && how.cache.pages != nil {
+		pt := how.cache.pages
 		shape.Paging, shape.Pages, shape.PagesPerItem = pt.size, pt.pages, pt.perItem
 	}
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanAttention(d.dev.Info, pipelines.PlanInput{
-		AttentionShape: shape, Force: d.path, Additive: additive, Tuning: &tuning,
+		AttentionShape: shape, Force: d.path, Additive: how.additive, Tuning: &tuning,
 	})
 	if err != nil {
 		return Plan{}, deviceError(err)

@@ -2,7 +2,6 @@ package vkattn
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -268,11 +267,7 @@ func updateInts(cmds *vk.Commands, t *Tensor, off int, xs []int) error {
 	const piece = 65536 / 4
 	for len(xs) > 0 {
 		m := min(len(xs), piece)
-		raw := make([]byte, 4*m)
-		for i, x := range xs[:m] {
-			binary.LittleEndian.PutUint32(raw[4*i:], uint32(int32(x)))
-		}
-		if err := cmds.Update(t.buf, uint64(4*off), raw); err != nil {
+		if err := cmds.Update(t.buf, uint64(4*off), int32Words(xs[:m])); err != nil {
 			return err
 		}
 		xs, off = xs[m:], off+m
@@ -521,6 +516,14 @@ type cacheState struct {
 	pagesOf          [][]int
 }
 
+func clonePages(p [][]int) [][]int {
+	out := make([][]int, len(p))
+	for i, x := range p {
+		out[i] = slices.Clone(x)
+	}
+	return out
+}
+
 func (c *KVCache) saveLocked() cacheState {
 	return cacheState{lens: slices.Clone(c.lens), free: slices.Clone(c.free), refs: slices.Clone(c.refs), pagesOf: clonePages(c.pagesOf)}
 }
@@ -680,8 +683,8 @@ func (c *KVCache) AttentionContext(ctx context.Context, q *Tensor, opts Options)
 // Run reads the cache as it is then: a decode step appends its token,
 // writes its query into q and runs the call again.
 func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
-	if opts.KeyLengths != nil || opts.QueryLengths != nil || opts.Causal != NotCausal || opts.AlignToKeyLengths {
-		return nil, errorf(ErrOption, "a KV cache call sets KeyLengths, QueryLengths, Causal and AlignToKeyLengths itself")
+	if err := checkCacheOptions(opts); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -701,6 +704,15 @@ func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
 	opts.Causal = CausalBottomRight
 	opts.AlignToKeyLengths = true
 	return c.dev.prepare(q, c.k, c.v, opts, c.callRefs())
+}
+
+// checkCacheOptions refuses the options a call over a KV cache sets
+// itself.
+func checkCacheOptions(opts Options) error {
+	if opts.KeyLengths != nil || opts.QueryLengths != nil || opts.Causal != NotCausal || opts.AlignToKeyLengths {
+		return errorf(ErrOption, "a KV cache call sets KeyLengths, QueryLengths, Causal and AlignToKeyLengths itself")
+	}
+	return nil
 }
 
 // cacheRefs are what a KV cache adds to a call over it: the device copy

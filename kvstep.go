@@ -2,7 +2,6 @@ package vkattn
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -82,8 +81,8 @@ func (c *KVCache) PrepareStep(heads int, opts Options) (*DecodeStep, error) {
 	if opts.WantLSE || opts.WantWeights {
 		return nil, errorf(ErrOption, "a decode step returns O only: WantLSE and WantWeights are for KVCache.Attention")
 	}
-	if opts.KeyLengths != nil || opts.QueryLengths != nil || opts.Causal != NotCausal || opts.AlignToKeyLengths {
-		return nil, errorf(ErrOption, "a KV cache call sets KeyLengths, QueryLengths, Causal and AlignToKeyLengths itself")
+	if err := checkCacheOptions(opts); err != nil {
+		return nil, err
 	}
 	s := &DecodeStep{cache: c, heads: heads, opts: opts, calls: map[int]*Call{}}
 	fail := func(err error) (*DecodeStep, error) {
@@ -189,11 +188,8 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 	if err := c.usable(); err != nil {
 		return 0, err
 	}
-	for b, l := range c.lens {
-		if l+1 > cfg.Capacity {
-			return 0, errorf(ErrCapacity, "sequence %d holds %d of %d positions: 1 more does not fit", b, l, cfg.Capacity)
-		}
-	}
+	// Past the capacity or the pool, storeLocked refuses inside before:
+	// nothing is submitted and the cache is restored.
 	call, err := s.callFor(c.lens)
 	if err != nil {
 		return 0, err
@@ -211,10 +207,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 	before := func(cmds *vk.Commands) error {
 		ints := s.at.ints
 		putInts := func(t *Tensor, off int, xs []int) error {
-			raw := make([]byte, 4*len(xs))
-			for i, x := range xs {
-				binary.LittleEndian.PutUint32(raw[4*i:], uint32(int32(x)))
-			}
+			raw := int32Words(xs)
 			if err := s.stage.Write(ints, raw); err != nil {
 				return err
 			}
@@ -243,14 +236,6 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 		return 0, err
 	}
 	return t, deviceError(s.stage.ReadFloat32(s.at.o/4, o))
-}
-
-func clonePages(p [][]int) [][]int {
-	out := make([][]int, len(p))
-	for i, x := range p {
-		out[i] = slices.Clone(x)
-	}
-	return out
 }
 
 // Plan is the plan of the attention the next Run would launch.

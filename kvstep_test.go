@@ -386,23 +386,30 @@ func TestForkAppendTruncateRandomly(t *testing.T) {
 	cache, hist := filledCache(t, dev, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, PageSize: page, Pages: pages}, 5)
 	lens := func() []int { return cache.Lengths() }
 	checked, refused := 0, 0
+	// appended reports whether an append went in; a refusal (a full pool,
+	// past the capacity) must leave the lengths as they were.
+	appended := func(op int, before []int, err error) bool {
+		switch {
+		case err == nil:
+			return true
+		case errors.Is(err, vkattn.ErrCapacity):
+			refused++
+			if got := lens(); !slices.Equal(got, before) {
+				t.Fatalf("op %d: a refused append changed the lengths %v -> %v", op, before, got)
+			}
+			return false
+		}
+		t.Fatalf("op %d: append: %v", op, err)
+		return false
+	}
 	for op := 0; op < 150; op++ {
 		before := lens()
 		switch r.Intn(4) {
 		case 0: // one sequence grows
 			b, n := r.Intn(B), 1+r.Intn(6)
 			k, v := randomValues(r, HKV*n*D), randomValues(r, HKV*n*D)
-			err := cache.AppendTo(b, k, v, n)
-			switch {
-			case err == nil:
+			if appended(op, before, cache.AppendTo(b, k, v, n)) {
 				hist.add(b, k, v, n)
-			case errors.Is(err, vkattn.ErrCapacity):
-				refused++
-				if got := lens(); !slices.Equal(got, before) {
-					t.Fatalf("op %d: a refused append changed the lengths %v -> %v", op, before, got)
-				}
-			default:
-				t.Fatalf("op %d: append: %v", op, err)
 			}
 		case 1: // a fork
 			src, dst := r.Intn(B), r.Intn(B)
@@ -422,19 +429,10 @@ func TestForkAppendTruncateRandomly(t *testing.T) {
 			hist.truncate(b, to[b])
 		case 3: // every sequence grows by one
 			k, v := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D)
-			err := cache.Append(k, v, 1)
-			switch {
-			case err == nil:
+			if appended(op, before, cache.Append(k, v, 1)) {
 				for b := 0; b < B; b++ {
 					hist.add(b, k[b*HKV*D:(b+1)*HKV*D], v[b*HKV*D:(b+1)*HKV*D], 1)
 				}
-			case errors.Is(err, vkattn.ErrCapacity):
-				refused++
-				if got := lens(); !slices.Equal(got, before) {
-					t.Fatalf("op %d: a refused append changed the lengths %v -> %v", op, before, got)
-				}
-			default:
-				t.Fatalf("op %d: append: %v", op, err)
 			}
 		}
 		need := 0

@@ -203,12 +203,15 @@ func (t *Tensor) encode(data []float32) ([]byte, error) {
 
 // writeInts stores xs as int32 words from element offset off of a
 // float32-sized tensor (lengths and page tables the kernels read as ints).
-func (t *Tensor) writeInts(off int, xs []int) error {
+func (t *Tensor) writeInts(off int, xs []int) error { return t.writeRaw(off, int32Words(xs)) }
+
+// int32Words is xs as the little-endian int32 words the kernels read.
+func int32Words(xs []int) []byte {
 	raw := make([]byte, 4*len(xs))
 	for i, x := range xs {
 		binary.LittleEndian.PutUint32(raw[4*i:], uint32(int32(x)))
 	}
-	return t.writeRaw(off, raw)
+	return raw
 }
 
 // writeRaw stores encoded elements from element offset off of t's buffer.
