@@ -151,6 +151,9 @@ type Options struct {
 	// of item b sits at key position t + KeyLengths[b] - L: the queries are
 	// the last L tokens of sequences of different lengths (a KV cache).
 	AlignToKeyLengths bool
+	// RoPE rotates Q and K by their positions before the scores
+	// (SEMANTICS.md §17); nil: none.
+	RoPE *RoPE
 }
 
 // Window is FlashAttention's window_size=(Left, Right) with bottom-right
@@ -235,7 +238,13 @@ func CheckProblem(q, k, v [4]int, opts *Options) (Dims, error) {
 	if opts == nil {
 		return d, nil
 	}
-	return d, opts.validate(MaskShape{d.B, d.H, d.L, d.S})
+	if err := opts.validate(MaskShape{d.B, d.H, d.L, d.S}); err != nil {
+		return d, err
+	}
+	if r := opts.RoPE; r != nil {
+		return d, r.Check(d.DK, d)
+	}
+	return d, nil
 }
 
 // Validate checks the options against a problem's extents: the scale, the
@@ -254,7 +263,13 @@ func (o Options) Validate(d Dims) error {
 	if n, ok := countFits(full); !ok {
 		return Errorf(ErrTooLarge, "(B,H,L,S) = %v: %.3g elements, beyond any device", [4]int(full), n)
 	}
-	return o.validate(full)
+	if err := o.validate(full); err != nil {
+		return err
+	}
+	if r := o.RoPE; r != nil {
+		return r.Check(d.DK, d)
+	}
+	return nil
 }
 
 // countFits returns the element count of s and whether it is at most

@@ -31,10 +31,13 @@ type Gradients struct {
 // visible key have output 0 whatever the inputs, so they contribute exactly
 // zero (SEMANTICS.md §16).
 //
-// It validates exactly as Attention does and returns that error unchanged;
+// RoPE is refused (core.ErrOption). It validates exactly as Attention does and returns that error unchanged;
 // dO of the wrong length is core.ErrShape, a NaN or Inf in it
 // core.ErrNonFinite.
 func AttentionBackward(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float32, vShape [4]int, dO []float32, opts core.Options) (*Gradients, error) {
+	if opts.RoPE != nil {
+		return nil, core.Errorf(core.ErrOption, "the backward pass does not take RoPE: rotate Q and K before it")
+	}
 	// The probabilities are recomputed by the forward itself, so the
 	// backward differentiates exactly what Attention computes: the same
 	// scores, variants, masks and fully masked rows.

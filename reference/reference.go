@@ -54,6 +54,7 @@ func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float
 
 	// Widen once so every product and sum below is float64.
 	q64, k64, v64 := widen(q), widen(k), widen(v)
+	applyRoPE(q64, k64, d, &opts)
 	scale := opts.Scale.For(d.DK)
 	group := d.H / d.HKV
 
