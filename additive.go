@@ -97,6 +97,9 @@ func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
 	if !opts.Scale.IsDefault() {
 		return Plan{}, errorf(ErrScale, "additive attention has no score scale")
 	}
+	if opts.RoPE != nil {
+		return Plan{}, errorf(ErrOption, "additive attention has no rotary embedding (it scores w_a . tanh(q + k))")
+	}
 	for i, want := range []int{a.dq, a.dk} {
 		if dims[i][2] != want {
 			return Plan{}, errorf(ErrShape, "%s has width %d but the weights expect %d", []string{"query", "key"}[i], dims[i][2], want)

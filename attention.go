@@ -19,6 +19,11 @@ type Plan struct {
 	// Projections are the dense layers that run first (additive attention's
 	// q W_q + b and k W_k); none for scaled dot-product attention.
 	Projections []LayerPlan
+	// RoPE, if not nil, rotates Q and K first (rope.comp, into float32
+	// copies the kernel reads); Q alone when RoPEQueryOnly (a KV cache's
+	// keys are rotated as they are appended).
+	RoPE          *RoPE
+	RoPEQueryOnly bool
 }
 
 func (p Plan) String() string {
@@ -29,6 +34,13 @@ func (p Plan) String() string {
 	s := fmt.Sprintf("%s %v on %s: %v", kind, p.Dims, p.Device, p.Kernel)
 	for _, l := range p.Projections {
 		s += "; after " + l.String()
+	}
+	if r := p.RoPE; r != nil {
+		what := "Q and K"
+		if p.RoPEQueryOnly {
+			what = "Q"
+		}
+		s += fmt.Sprintf("; after rotating %s (RoPE theta %g, %d dims, %v pairs, scaling %v)", what, r.Theta, r.RotatedDims(p.Dims.DK), r.Style, r.Scaling)
 	}
 	return s
 }
@@ -101,7 +113,11 @@ func (d *Device) plan(q, k, v [4]int, how planOf, opts *Options) (Plan, error) {
 	if err != nil {
 		return Plan{}, deviceError(err)
 	}
-	return Plan{Dims: dims, Device: d.String(), Kernel: kp}, nil
+	p := Plan{Dims: dims, Device: d.String(), Kernel: kp, RoPE: opts.RoPE}
+	if how.cache != nil && how.cache.rope != nil {
+		p.RoPE, p.RoPEQueryOnly = how.cache.rope.r, true
+	}
+	return p, nil
 }
 
 // deviceError turns the planner's limit errors and full memory heaps into
@@ -161,17 +177,38 @@ func (d *Device) prepare(q, k, v *Tensor, opts Options, cache *cacheRefs) (*Call
 	if err := d.checkInputs([3]string{"Q", "K", "V"}, q, k, v); err != nil {
 		return nil, err
 	}
-	o := pipelines.DenseLayout(q.shape[0], q.shape[1], q.shape[2], v.shape[3]) // the output Prepare allocates
-	plan, err := d.plan(q.shape, k.shape, v.shape, planOf{layouts: &[4]pipelines.Layout{q.layout(), k.layout(), v.layout(), o}, cache: cache}, &opts)
+	if cache != nil && cache.rope != nil && opts.RoPE != nil {
+		return nil, errorf(ErrOption, "the KV cache rotates by its own RoPE (KVCacheConfig.RoPE): Options.RoPE must be nil")
+	}
+	// With RoPE the attention reads rotated float32 copies of Q and K
+	// (of Q alone over a cache: its keys were rotated when appended).
+	rotQ, rotK := opts.RoPE != nil || (cache != nil && cache.rope != nil), opts.RoPE != nil
+	layouts := [4]pipelines.Layout{q.layout(), k.layout(), v.layout(), denseF32([4]int{q.shape[0], q.shape[1], q.shape[2], v.shape[3]})}
+	if rotQ {
+		layouts[0] = denseF32(q.shape)
+	}
+	if rotK {
+		layouts[1] = denseF32(k.shape)
+	}
+	plan, err := d.plan(q.shape, k.shape, v.shape, planOf{layouts: &layouts, cache: cache}, &opts)
 	if err != nil {
 		return nil, err
 	}
 	dm := plan.Dims
+	b := &builder{d: d}
+	switch {
+	case rotK:
+		q, k, err = b.rotateCall(dm, &opts, q, k)
+	case rotQ:
+		q, err = b.rotated(q, cache.rope.r, cache.rope.table, cache.lengths)
+	}
+	if err != nil {
+		return nil, b.fail(err)
+	}
 	oBound, err := attentionRange(dm, &opts, q, k, v)
 	if err != nil {
-		return nil, err
+		return nil, b.fail(err)
 	}
-	b := &builder{d: d}
 	x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, Scale: opts.Scale.For(dm.DK), Causal: int(opts.Causal)}
 	return b.attentionCall(plan, &opts, x, oBound, cache)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -21,6 +22,11 @@ type KVCacheConfig struct {
 	// per sequence the kernels read directly (no gather copy). Capacity
 	// is rounded up to whole pages.
 	PageSize, Pages int
+	// RoPE, if not nil, rotates keys as they are appended (each key once,
+	// at its position in its sequence) and the queries of every call over
+	// the cache at theirs (SEMANTICS.md §17). Its positions are the
+	// cache's: QueryPositions and KeyPositions must be nil.
+	RoPE *RoPE
 }
 
 // pageTable is a paged cache's page table on the device: perItem entries
@@ -61,6 +67,7 @@ type KVCache struct {
 	// submitted later runs after them; the host waits for them only
 	// before it writes the cache itself.
 	pending *vk.Commands
+	rope    *cacheRoPE // nil without RoPE
 }
 
 // NewKVCache allocates an empty cache (every sequence of length 0).
@@ -83,6 +90,16 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	}
 	if !cfg.DType.Valid() {
 		return nil, errorf(ErrOption, "KV cache of element type %v: want f32, f16 or bf16", cfg.DType)
+	}
+	if r := cfg.RoPE; r != nil {
+		if err := r.Check(cfg.DK, Dims{}); err != nil {
+			return nil, err
+		}
+		if r.QueryPositions != nil || r.KeyPositions != nil {
+			return nil, errorf(ErrOption, "a KV cache places its tokens itself: its RoPE takes no explicit positions")
+		}
+		r := *r
+		cfg.RoPE = &r // the cache's own copy
 	}
 	if cfg.PageSize < 0 || cfg.Pages < 0 {
 		return nil, errorf(ErrOption, "KV cache pages of %d positions, %d pages: want positive numbers (or 0)", cfg.PageSize, cfg.Pages)
@@ -145,6 +162,20 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	if c.lenT, err = d.newTensor([4]int{1, 1, 1, 2 * cfg.B}, Float32); err != nil {
 		return fail(err)
 	}
+	if r := cfg.RoPE; r != nil {
+		positions := make([]int, cfg.Capacity)
+		for p := range positions {
+			positions[p] = p
+		}
+		cs := ropeTable(r, cfg.DK, positions)
+		c.rope = &cacheRoPE{r: r}
+		if c.rope.table, err = d.newTensor([4]int{1, 1, 1, len(cs)}, Float32); err != nil {
+			return fail(err)
+		}
+		if err := c.rope.table.buf.WriteFloat32(0, cs); err != nil {
+			return fail(deviceError(err))
+		}
+	}
 	// Key lengths 0; query lengths Capacity, so that no row is padding.
 	if err := c.lenT.writeInts(cfg.B, slices.Repeat([]int{cfg.Capacity}, cfg.B)); err != nil {
 		return fail(err)
@@ -180,7 +211,8 @@ func (c *KVCache) Append(k, v []float32, n int) error {
 // whose values are within its bound are copied on the device, every row
 // with the lengths and the page table in one submission that the host
 // does not wait for (calls on the cache run after it); others (another
-// type, a view) go through the host once, rounded as Append rounds.
+// type, a view) and the keys of a cache with RoPE (rotated as Append
+// rotates them) go through the host once, rounded as Append rounds.
 func (c *KVCache) AppendTensors(k, v *Tensor) error {
 	cfg := c.cfg
 	c.mu.Lock()
@@ -205,7 +237,7 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 			return err
 		}
 	}
-	if !c.copyable(k) || !c.copyable(v) {
+	if c.rope != nil || !c.copyable(k) || !c.copyable(v) {
 		kd, err := k.Download()
 		if err != nil {
 			return err
@@ -231,6 +263,11 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 func (c *KVCache) storeOnce(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.storeOnceLocked(seqs, n, wait, put)
+}
+
+// storeOnceLocked is storeOnce with c.mu held.
+func (c *KVCache) storeOnceLocked(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error) error {
 	c.settleLocked()
 	saved := c.saveLocked()
 	cmds, err := c.dev.dev.Later(func(cmds *vk.Commands) error {
@@ -318,6 +355,15 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 				n, len(seqs), x.name, len(x.data), want, cfg.HKV, n, x.w)
 		}
 	}
+	// Under the lock throughout: rotated keys are rotated at the
+	// positions they are stored at.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usable(); err != nil {
+		return err
+	}
+	c.settleLocked()
+	k = c.rotateKeysLocked(seqs, k, n)
 	rawK, err := c.k.encode(k)
 	if err != nil {
 		return fmt.Errorf("keys: %w", err)
@@ -327,11 +373,11 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 		return fmt.Errorf("values: %w", err)
 	}
 	if c.k.buf.Mapped() && c.v.buf.Mapped() && c.lenT.buf.Mapped() {
-		return c.store(seqs, n, func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+		return c.storeLocked(seqs, n, cacheWriter{rows: func(i int, dst *Tensor, dstElem, first, rows, w int) error {
 			raw := [2][]byte{rawK, rawV}[i]
 			row := w * cfg.DType.Bytes()
 			return dst.writeRaw(dstElem, raw[first*row:(first+rows)*row])
-		})
+		}, ints: writeInts, page: c.copyPageNow})
 	}
 	// Unmapped (a discrete GPU): the tokens go through a staging buffer
 	// of their own and every run of rows, the page table and the lengths
@@ -348,23 +394,35 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 		return deviceError(err)
 	}
 	cb := uint64(cfg.DType.Bytes())
-	return c.storeOnce(seqs, n, true, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
+	return c.storeOnceLocked(seqs, n, true, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
 		src := [2]uint64{0, uint64(len(rawK))}[i] + uint64(first*w)*cb
 		return cmds.Copy(stage, src, dst.buf, uint64(dstElem)*cb, uint64(rows*w)*cb)
 	})
 }
 
-// store reserves n positions in each sequence of seqs (pages when paged),
-// has put write them, then counts them. put writes rows [first,
-// first+rows) of the new tokens of tensor i (0 K, 1 V: rows of width w,
-// numbered sequence by sequence, head by head) at element dstElem of dst;
-// the rows of one call are contiguous on the device. Nothing is written
-// when a check fails.
-func (c *KVCache) store(seqs []int, n int, put func(i int, dst *Tensor, dstElem, first, rows, w int) error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.settleLocked()
-	return c.storeLocked(seqs, n, cacheWriter{rows: put, ints: writeInts, page: c.copyPageNow})
+// rotateKeysLocked is k, n new tokens of each sequence of seqs, rotated by
+// the cache's RoPE at the positions they will be stored at (k itself
+// without RoPE). The caller holds c.mu.
+func (c *KVCache) rotateKeysLocked(seqs []int, k []float32, n int) []float32 {
+	if c.rope == nil {
+		return k
+	}
+	cfg := c.cfg
+	r := c.rope.r
+	rot := r.RotatedDims(cfg.DK)
+	inv := r.InvFreq(rot)
+	out := slices.Clone(k)
+	cs := make([]float32, rot)
+	for i, b := range seqs {
+		for t := 0; t < n; t++ {
+			core.CosSin(c.lens[b]+t, inv, cs)
+			for h := 0; h < cfg.HKV; h++ {
+				row := ((i*cfg.HKV+h)*n + t) * cfg.DK
+				core.RotatePairs(out[row:row+cfg.DK], rot, r.Style, cs)
+			}
+		}
+	}
+	return out
 }
 
 // writeInts writes ints into t at once: how Append and Truncate keep the
@@ -381,7 +439,12 @@ type cacheWriter struct {
 	page func(from, to int) error
 }
 
-// storeLocked is store with c.mu held, writing through w.
+// storeLocked reserves n positions in each sequence of seqs (pages when
+// paged), has w write them, then counts them. w.rows writes rows [first,
+// first+rows) of the new tokens of tensor i (0 K, 1 V: rows of width w,
+// numbered sequence by sequence, head by head) at element dstElem of dst;
+// the rows of one call are contiguous on the device. Nothing is written
+// when a check fails. The caller holds c.mu.
 func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 	cfg := c.cfg
 	if err := c.usable(); err != nil {
@@ -712,6 +775,9 @@ func checkCacheOptions(opts Options) error {
 	if opts.KeyLengths != nil || opts.QueryLengths != nil || opts.Causal != NotCausal || opts.AlignToKeyLengths {
 		return errorf(ErrOption, "a KV cache call sets KeyLengths, QueryLengths, Causal and AlignToKeyLengths itself")
 	}
+	if opts.RoPE != nil {
+		return errorf(ErrOption, "a KV cache call rotates by the cache's RoPE (KVCacheConfig.RoPE): Options.RoPE must be nil")
+	}
 	return nil
 }
 
@@ -721,9 +787,20 @@ func checkCacheOptions(opts Options) error {
 type cacheRefs struct {
 	lengths *Tensor
 	pages   *pageTable
+	rope    *cacheRoPE
 }
 
-func (c *KVCache) callRefs() *cacheRefs { return &cacheRefs{lengths: c.lenT, pages: c.pt} }
+func (c *KVCache) callRefs() *cacheRefs {
+	return &cacheRefs{lengths: c.lenT, pages: c.pt, rope: c.rope}
+}
+
+// cacheRoPE is a KV cache's rotary embedding: its RoPE and the (cos, sin)
+// table of every position of the cache, which the queries of calls over
+// it are rotated by on the device.
+type cacheRoPE struct {
+	r     *RoPE
+	table *Tensor
+}
 
 // usable is ErrClosed once the cache or its device is closed. The caller
 // holds c.mu.
@@ -746,6 +823,9 @@ func (c *KVCache) Close() {
 	c.k.Close()
 	c.v.Close()
 	c.lenT.Close()
+	if c.rope != nil {
+		c.rope.table.Close()
+	}
 	if c.pt != nil {
 		c.pt.table.Close()
 	}

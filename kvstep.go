@@ -168,10 +168,6 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 			return 0, errorf(ErrShape, "decode step: %s has %d values, want %d", x.name, len(x.data), x.want)
 		}
 	}
-	rawK, err := c.k.encode(k)
-	if err != nil {
-		return 0, fmt.Errorf("keys: %w", err)
-	}
 	rawV, err := c.v.encode(v)
 	if err != nil {
 		return 0, fmt.Errorf("values: %w", err)
@@ -187,6 +183,11 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 	defer c.mu.Unlock()
 	if err := c.usable(); err != nil {
 		return 0, err
+	}
+	// The keys are rotated (with RoPE) at the positions they go to.
+	rawK, err := c.k.encode(c.rotateKeysLocked(c.everySequence(), k, 1))
+	if err != nil {
+		return 0, fmt.Errorf("keys: %w", err)
 	}
 	// Past the capacity or the pool, storeLocked refuses inside before:
 	// nothing is submitted and the cache is restored.

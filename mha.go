@@ -228,6 +228,9 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 	if dims[2][1] != S {
 		return pr, errorf(ErrShape, "key has %d positions but value has %d", S, dims[2][1])
 	}
+	if opts.Attention.RoPE != nil {
+		return pr, errorf(ErrOption, "MultiheadAttention has no rotary embedding: Attention.RoPE must be nil")
+	}
 	h, d, kv := opts.Heads, m.dModel, m.kvOut
 	hkv, err := core.KVHeadCount(d, kv, h)
 	if err != nil {

@@ -50,6 +50,17 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 	if v.shape[2] != k.shape[2] {
 		return nil, errorf(ErrShape, "varlen K holds %d positions, V %d", k.shape[2], v.shape[2])
 	}
+	if r := opts.RoPE; r != nil {
+		for _, p := range []struct {
+			what     string
+			pos      []int
+			expected int
+		}{{"query", r.QueryPositions, q.shape[2]}, {"key", r.KeyPositions, k.shape[2]}} {
+			if p.pos != nil && len(p.pos) != p.expected {
+				return nil, errorf(ErrShape, "varlen RoPE: %d %s positions for %d packed rows", len(p.pos), p.what, p.expected)
+			}
+		}
+	}
 	H, total, dv := q.shape[1], q.shape[2], v.shape[3]
 	b := &builder{d: d}
 	out := &Output{}
@@ -70,17 +81,37 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 		}
 		qi, ki, vi := q.rowsView(cuSeqQ[i], l), k.rowsView(cuSeqK[i], s), v.rowsView(cuSeqK[i], s)
 		o := pipelines.Layout{Offset: cuSeqQ[i] * dv, Strides: [3]int{H * total * dv, total * dv, dv}}
-		plan, err := d.plan(qi.shape, ki.shape, vi.shape, planOf{layouts: &[4]pipelines.Layout{qi.layout(), ki.layout(), vi.layout(), o}}, &opts)
+		layouts := [4]pipelines.Layout{qi.layout(), ki.layout(), vi.layout(), o}
+		seqOpts := opts
+		if r := opts.RoPE; r != nil {
+			// Each sequence's own positions: by default its queries end at
+			// its last key, as if it were a call of its own.
+			own := *r
+			if r.QueryPositions != nil {
+				own.QueryPositions = r.QueryPositions[cuSeqQ[i]:cuSeqQ[i+1]]
+			}
+			if r.KeyPositions != nil {
+				own.KeyPositions = r.KeyPositions[cuSeqK[i]:cuSeqK[i+1]]
+			}
+			seqOpts.RoPE = &own
+			layouts[0], layouts[1] = denseF32(qi.shape), denseF32(ki.shape)
+		}
+		plan, err := d.plan(qi.shape, ki.shape, vi.shape, planOf{layouts: &layouts}, &seqOpts)
 		if err != nil {
 			return nil, b.fail(fmt.Errorf("sequence %d: %w", i, err))
 		}
-		bound, err := attentionRange(plan.Dims, &opts, qi, ki, vi)
+		if seqOpts.RoPE != nil {
+			if qi, ki, err = b.rotateCall(plan.Dims, &seqOpts, qi, ki); err != nil {
+				return nil, b.fail(err)
+			}
+		}
+		bound, err := attentionRange(plan.Dims, &seqOpts, qi, ki, vi)
 		if err != nil {
 			return nil, b.fail(fmt.Errorf("sequence %d: %w", i, err))
 		}
 		oBound = max(oBound, bound)
-		x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, O: out.O.buf, Scale: opts.Scale.For(plan.Dims.DK), Causal: int(opts.Causal)}
-		if _, _, err := b.attention(plan, &opts, x, nil, nil); err != nil {
+		x := pipelines.AttentionArgs{Q: qi.buf, K: ki.buf, V: v.buf, O: out.O.buf, Scale: opts.Scale.For(plan.Dims.DK), Causal: int(opts.Causal)}
+		if _, _, err := b.attention(plan, &seqOpts, x, nil, nil); err != nil {
 			return nil, b.fail(err)
 		}
 		if l*s > out.Plan.Dims.L*out.Plan.Dims.S {

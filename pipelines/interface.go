@@ -48,6 +48,9 @@ const (
 
 	// linear.comp.
 	linSpecXType, linSpecWType, linSpecCount = 1, 2, 3
+
+	// rope.comp.
+	ropeSpecXType, ropeSpecCount = 1, 2
 )
 
 // The combine pass's, the dense layer's and the head mean's bindings.
@@ -55,6 +58,7 @@ const (
 	combineBindParams, combineBindPartials, combineBindO, combineBindLSE, combineBindLengths, combineBindHeads = 0, 1, 2, 3, 4, 5
 	linearBindParams, linearBindX, linearBindW, linearBindBias, linearBindY                                    = 0, 1, 2, 3, 4
 	headMeanBindW, headMeanBindMean                                                                            = 0, 1
+	ropeBindX, ropeBindY, ropeBindTable, ropeBindLengths                                                       = 0, 1, 2, 3
 )
 
 var shaderInterface = []interfaceSection{
@@ -82,6 +86,10 @@ var shaderInterface = []interfaceSection{
 	}},
 	{"head_mean.comp bindings", false, []glslName{
 		{"HBIND_W", headMeanBindW, ""}, {"HBIND_MEAN", headMeanBindMean, ""},
+	}},
+	{"rope.comp bindings", false, []glslName{
+		{"RBIND_X", ropeBindX, ""}, {"RBIND_Y", ropeBindY, ""}, {"RBIND_TABLE", ropeBindTable, "(cos, sin) per table row and frequency"},
+		{"RBIND_LENGTHS", ropeBindLengths, "a KV cache's key lengths"},
 	}},
 	{"Params flag bits (P.dims.w of attention_params.glsl)", true, []glslName{
 		{"FLAG_MASK", flagMask, ""}, {"FLAG_BOOLMASK", flagBoolMask, ""}, {"FLAG_CAUSAL", flagCausal, ""},
@@ -111,6 +119,9 @@ var shaderInterface = []interfaceSection{
 	}},
 	{"linear.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"LIN_SPEC_X_TYPE", linSpecXType, ""}, {"LIN_SPEC_W_TYPE", linSpecWType, ""},
+	}},
+	{"rope.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"ROPE_SPEC_X_TYPE", ropeSpecXType, ""},
 	}},
 }
 
@@ -176,6 +187,8 @@ func familyBindings(v Variant) []bindingUse {
 		return uses(linearBindingTypes(LinearPlan{Path: v.Path, Vec4: v.Vec4}), linearBindY)
 	case FamilyHeadMean:
 		return uses(headMeanBindingTypes(), headMeanBindMean)
+	case FamilyRoPE:
+		return uses(ropeBindingTypes(), ropeBindY)
 	}
 	return nil
 }
@@ -191,6 +204,8 @@ func specCount(v Variant) int {
 		return tiledSpecCount
 	case FamilyLinear:
 		return linSpecCount
+	case FamilyRoPE:
+		return ropeSpecCount
 	case FamilyCombine, FamilyHeadMean:
 		return 0
 	}

@@ -19,6 +19,7 @@ const (
 	FamilySelftest                // selftest.comp, the vk layer's own tests
 	FamilyHeatmap                 // heat_colour.comp, the viewer's picture of weights
 	FamilyTiled                   // attention_tiled.comp, q.k scores, workgroup-tiled (GPUs)
+	FamilyRoPE                    // rope.comp, rotary position embeddings
 )
 
 var families = [...]struct{ name, source, define string }{
@@ -30,6 +31,7 @@ var families = [...]struct{ name, source, define string }{
 	FamilySelftest:  {"selftest", "selftest.comp", ""},
 	FamilyHeatmap:   {"heat_colour", "heat_colour.comp", ""},
 	FamilyTiled:     {"attention_tiled", "attention_tiled.comp", ""},
+	FamilyRoPE:      {"rope", "rope.comp", ""},
 }
 
 func (f Family) String() string {
@@ -119,7 +121,7 @@ var Variants = func() []Variant {
 			}
 		}
 	}
-	vs = append(vs, Variant{Family: FamilyHeadMean}, Variant{Family: FamilyHeatmap})
+	vs = append(vs, Variant{Family: FamilyHeadMean}, Variant{Family: FamilyHeatmap}, Variant{Family: FamilyRoPE})
 	// The GPU kernels read storage buffers only; split-K needs vec4 rows.
 	return append(vs, Variant{Family: FamilyTiled, Path: StoragePath, Vec4: true},
 		Variant{Family: FamilyTiled, Path: StoragePath},

@@ -35,6 +35,7 @@ func TestEveryVariantIsReachable(t *testing.T) {
 		{Family: FamilyHeadMean}: true, // Kernels.HeadMean's one build
 		{Family: FamilySelftest}: true, // the vk package's tests
 		{Family: FamilyHeatmap}:  true, // package viewer's Painter
+		{Family: FamilyRoPE}:     true, // Kernels.RoPE's one build
 	}
 	for _, dev := range []vk.PhysicalDevice{lavapipeLike(), gpu, noVec4Texels} {
 		for _, force := range []LoadPath{AutoPath, TexelPath, StoragePath} {

@@ -24,6 +24,9 @@ func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v
 	if w == nil {
 		return nil, fmt.Errorf("%w: additive weights are nil", core.ErrShape)
 	}
+	if opts.RoPE != nil {
+		return nil, core.Errorf(core.ErrOption, "additive attention has no rotary embedding (it scores w_a . tanh(q + k))")
+	}
 	if err := w.Check(); err != nil {
 		return nil, err
 	}

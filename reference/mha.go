@@ -51,6 +51,9 @@ func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int
 	if w == nil {
 		return nil, fmt.Errorf("%w: MHA weights are nil", core.ErrShape)
 	}
+	if opts.Attention.RoPE != nil {
+		return nil, core.Errorf(core.ErrOption, "MultiheadAttention has no rotary embedding: Attention.RoPE must be nil")
+	}
 	if err := w.Check(); err != nil {
 		return nil, err
 	}

@@ -39,6 +39,12 @@
 #define HBIND_W 0
 #define HBIND_MEAN 1
 
+// rope.comp bindings
+#define RBIND_X 0
+#define RBIND_Y 1
+#define RBIND_TABLE 2 // (cos, sin) per table row and frequency
+#define RBIND_LENGTHS 3 // a KV cache's key lengths
+
 // Params flag bits (P.dims.w of attention_params.glsl)
 const int FLAG_MASK = 1;
 const int FLAG_BOOLMASK = 2;
@@ -86,5 +92,8 @@ const int VAR_SINKS = 8; // a logit per head joins the denominator
 // linear.comp specialization-constant IDs (0: the workgroup size)
 #define LIN_SPEC_X_TYPE 1
 #define LIN_SPEC_W_TYPE 2
+
+// rope.comp specialization-constant IDs (0: the workgroup size)
+#define ROPE_SPEC_X_TYPE 1
 
 #endif

@@ -1,0 +1,81 @@
+package pipelines
+
+import (
+	"math"
+
+	"github.com/vkattn/vkattn/vk"
+)
+
+// RoPEArgs are the buffers and extents of a rotary embedding (rope.comp):
+// rows of X, (B, Heads, N, D) at XOffset with XStrides over (B, Heads, N),
+// rotated into Y, dense float32 of the same shape.
+type RoPEArgs struct {
+	X           *vk.Buffer
+	XType       DType
+	XOffset     int
+	XStrides    [3]int
+	Y           *vk.Buffer
+	B, Heads, N int
+	D, Rot      int // row width, rotated elements (even, <= D)
+	Interleaved bool
+	// Table holds float32 (cos, sin) pairs, Rot/2 per table row. With
+	// Lengths nil, table row b*N + t is row t of batch item b's; with
+	// Lengths (a KV cache's int32 key lengths), row t of item b reads
+	// table row t + Lengths[b] - N, its position in the cache.
+	Table, Lengths *vk.Buffer
+}
+
+// ropeWorkGroup is rope.comp's workgroup size.
+const ropeWorkGroup = 64
+
+// ropeBindingTypes are rope.comp's bindings: X, Y, the table, lengths.
+func ropeBindingTypes() []vk.BindingType {
+	return []vk.BindingType{ropeBindX: vk.StorageBuffer, ropeBindY: vk.StorageBuffer, ropeBindTable: vk.StorageBuffer, ropeBindLengths: vk.StorageBuffer}
+}
+
+// RoPE binds a rotary embedding of a's rows.
+func (ks *Kernels) RoPE(a RoPEArgs) (*Step, error) {
+	dev := ks.dev.Info
+	total := float64(a.B) * float64(a.Heads) * float64(a.N) * float64(a.D)
+	if total > math.MaxInt32 {
+		return nil, limitf("RoPE of %.3g elements: at most 2^31", total)
+	}
+	for _, b := range []struct {
+		what string
+		buf  *vk.Buffer
+		t    DType
+	}{{"RoPE input", a.X, a.XType}, {"RoPE output", a.Y, Float32}, {"RoPE table", a.Table, Float32}} {
+		if err := checkRange(dev, b.what, b.buf, false, false, b.t); err != nil {
+			return nil, err
+		}
+	}
+	k, err := ks.getPushed(Variant{Family: FamilyRoPE}, ropeBindingTypes(), 12*4, ropeWorkGroup, typeSpec(a.XType))
+	if err != nil {
+		return nil, err
+	}
+	set, err := ks.bind(k, a.X, a.Y, a.Table, a.Lengths)
+	if err != nil {
+		return nil, err
+	}
+	// Invocations on a grid of up to 65,535 groups per row (the least
+	// every device allows), as many rows as needed.
+	n := int(total)
+	groups := (n + ropeWorkGroup - 1) / ropeWorkGroup
+	cols := min(groups, int(dev.Limits.MaxWorkGroupCount[0]))
+	rows := (groups + cols - 1) / cols
+	if rows > int(dev.Limits.MaxWorkGroupCount[1]) {
+		set.Close()
+		return nil, limitf("RoPE of %d elements needs %d x %d workgroups, beyond the device's grid", n, cols, rows)
+	}
+	flag := func(b bool) int {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	push := int32Bytes([]int{a.Heads, a.N, a.D, a.Rot, flag(a.Interleaved), flag(a.Lengths != nil),
+		a.XOffset, a.XStrides[0], a.XStrides[1], a.XStrides[2], n, cols * ropeWorkGroup})
+	st := &Step{owned: []closer{set}}
+	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(cols), uint32(rows), 1}, push: push}}
+	return st, nil
+}
