@@ -67,6 +67,11 @@ Element types: the random data is float32 unless
   --kv-dtype f16|bf16   stores K and V so (Q as --dtype, else float32)
 The kernels widen on load and compute in float32.
 
+Rotary position embeddings: --rope THETA (with --rope-dims, --rope-style,
+--rope-scale as for run) rotates Q and K of every shape first (rope.comp;
+its work is not in the FLOP count), and in decode-loop the caches rotate
+each appended key and each step's query.
+
 Output: an aligned table on stdout (--json: a JSON array, one object per
 shape, times in nanoseconds), a progress bar on stderr (--quiet hides it).
 --plot draws GFLOP/s against the sequence length S, one line per series
@@ -98,6 +103,7 @@ type benchCase struct {
 	dims   vkattn.Dims
 	causal vkattn.Causal
 	types  [3]vkattn.DType // of Q, K and V
+	rope   *vkattn.RoPE    // nil: none
 }
 
 // benchSuites lists the preset suites in the order "all" runs them.
@@ -219,6 +225,8 @@ type benchFlags struct {
 	loadPath string
 	quiet    bool
 	typeFlags
+	ropeFlags
+	rope *vkattn.RoPE // from ropeFlags
 }
 
 // benchResult is one shape's measurements: a row of the table, an object of
@@ -263,8 +271,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.loadPath, "load-path", "auto", "force the kernel's load `path`: auto, texel or storage")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
 	f.typeFlags.register(fs)
+	f.ropeFlags.register(fs)
 	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {
 		return code
+	}
+	var err error
+	if f.rope, err = f.ropeFlags.rope(0); err != nil { // against each d when planned
+		return usagef(stderr, "bench", "%v", err)
 	}
 	if code := checkRanges(stderr, "bench", rangeError("--reps", f.reps, 1, maxReps)); code != exitOK {
 		return code
@@ -295,7 +308,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	for i := range cases {
-		cases[i].types = types
+		cases[i].types, cases[i].rope = types, f.rope
 	}
 	path, err := vkattn.ParseLoadPath(f.loadPath)
 	if err != nil {
@@ -325,7 +338,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	for _, c := range cases {
 		d := c.dims
 		if _, err := dev.PlanAs([]int{d.B, d.H, d.L, d.DK}, []int{d.B, d.HKV, d.S, d.DK}, []int{d.B, d.HKV, d.S, d.DV},
-			c.types, vkattn.Options{Causal: c.causal}); err != nil {
+			c.types, vkattn.Options{Causal: c.causal, RoPE: c.rope}); err != nil {
 			return failf(stderr, "bench", "%s: %v", caseName(c), err)
 		}
 	}
@@ -414,7 +427,7 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 			in.Close()
 		})
 	}()
-	opts := vkattn.Options{Causal: c.causal}
+	opts := vkattn.Options{Causal: c.causal, RoPE: c.rope}
 	// Prepared once (outputs allocated, commands recorded), then replayed:
 	// the timings are the dispatch and its wait, not allocation.
 	prepared, err = dev.Prepare(in.Q, in.K, in.V, opts)
@@ -658,7 +671,7 @@ func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
 	})
 	defer stop()
 	prog.describe("decode loop")
-	results, err := benchDecodeLoop(ctx, dev, f.reps, f.seed, clock, prog.add)
+	results, err := benchDecodeLoop(ctx, dev, f.reps, f.seed, f.rope, clock, prog.add)
 	prog.finish()
 	stop()
 	if ctx.Err() != nil {

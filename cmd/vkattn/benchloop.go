@@ -28,20 +28,22 @@ var (
 // what a discrete GPU pays per token beyond the kernels (a submission and
 // a host wait are a round trip each).
 type loopResult struct {
-	Length       int     `json:"cache_length"`
-	Capacity     int     `json:"capacity"`
-	Cache        string  `json:"cache"` // contiguous or paged
-	DType        string  `json:"dtype"`
-	StepNS       int64   `json:"step_median_ns"` // append, query, attention and O back: one DecodeStep.Run
-	GPUNS        int64   `json:"gpu_median_ns"`  // the attention's device time (0 without timestamps)
-	StepsPerS    float64 `json:"steps_per_s"`
-	GBPS         float64 `json:"cache_gb_per_s"` // bytes of K and V read a step over the device time
-	Allocs       int     `json:"allocs_per_step"`
-	Submits      float64 `json:"submits_per_step"`
-	Waits        float64 `json:"waits_per_step"`
-	StagingBytes float64 `json:"staging_bytes_per_step"`
-	Variant      string  `json:"variant"`
-	ColdWallNS   int64   `json:"cold_wall_ns"` // the first step, compiling its variant
+	Length        int     `json:"cache_length"`
+	Capacity      int     `json:"capacity"`
+	Cache         string  `json:"cache"` // contiguous or paged
+	DType         string  `json:"dtype"`
+	RoPE          string  `json:"rope,omitempty"`        // the cache's RoPE; empty: none
+	BytesPerToken int     `json:"cache_bytes_per_token"` // K and V of every KV head
+	StepNS        int64   `json:"step_median_ns"`        // append, query, attention and O back: one DecodeStep.Run
+	GPUNS         int64   `json:"gpu_median_ns"`         // the attention's device time (0 without timestamps)
+	StepsPerS     float64 `json:"steps_per_s"`
+	GBPS          float64 `json:"cache_gb_per_s"` // bytes of K and V read a step over the device time
+	Allocs        int     `json:"allocs_per_step"`
+	Submits       float64 `json:"submits_per_step"`
+	Waits         float64 `json:"waits_per_step"`
+	StagingBytes  float64 `json:"staging_bytes_per_step"`
+	Variant       string  `json:"variant"`
+	ColdWallNS    int64   `json:"cold_wall_ns"` // the first step, compiling its variant
 }
 
 // benchDecodeLoop measures reps decode steps of each case, layout and
@@ -51,7 +53,7 @@ type loopResult struct {
 // cache length (the 1k step in a 1k and in a 32k cache, each layout and
 // type) are prepared together and their steps taken in turns, so that
 // the machine's drift falls on all of them alike.
-func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *dispatchClock, tick func()) ([]loopResult, error) {
+func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, rope *vkattn.RoPE, clock *dispatchClock, tick func()) ([]loopResult, error) {
 	r := rand.New(rand.NewPCG(seed, 0x6c6f6f70)) // "loop"
 	randn := func(n int) []float32 {
 		x := make([]float32, n)
@@ -79,7 +81,7 @@ func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uin
 			for _, c := range loopCases[first:last] {
 				for _, page := range []int{0, loopPage} {
 					for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Float16} {
-						l, err := newLoopRun(ctx, dev, c.length, c.capacity, page, dt, randn, clock, tick)
+						l, err := newLoopRun(ctx, dev, loopCache{c.length, c.capacity, page, dt, rope}, randn, clock, tick)
 						if l != nil {
 							group = append(group, l)
 						}
@@ -124,14 +126,26 @@ type loopRun struct {
 	dt            vkattn.DType
 }
 
-func newLoopRun(ctx context.Context, dev *vkattn.Device, s, capacity, page int, dt vkattn.DType, randn func(int) []float32, clock *dispatchClock, tick func()) (*loopRun, error) {
+// loopCache is one decode-loop case: a cache of capacity positions (page
+// > 0: paged) of element type dt, with RoPE or not, stepped at length s.
+type loopCache struct {
+	s, capacity, page int
+	dt                vkattn.DType
+	rope              *vkattn.RoPE
+}
+
+func newLoopRun(ctx context.Context, dev *vkattn.Device, c loopCache, randn func(int) []float32, clock *dispatchClock, tick func()) (*loopRun, error) {
 	H, HKV, D := loopH, loopHKV, loopD
-	l := &loopRun{res: loopResult{Length: s, Capacity: capacity, Cache: "contiguous", DType: dt.String()}, historyLength: s - 1, dt: dt}
-	if page > 0 {
-		l.res.Cache = "paged " + strconv.Itoa(page)
+	s, dt := c.s, c.dt
+	l := &loopRun{res: loopResult{Length: s, Capacity: c.capacity, Cache: "contiguous", DType: dt.String(), BytesPerToken: 2 * HKV * D * dt.Bytes()}, historyLength: s - 1, dt: dt}
+	if c.page > 0 {
+		l.res.Cache = "paged " + strconv.Itoa(c.page)
+	}
+	if c.rope != nil {
+		l.res.RoPE = fmt.Sprintf("theta %g, %d dims, %v, scaling %v", c.rope.Theta, c.rope.RotatedDims(D), c.rope.Style, c.rope.Scaling)
 	}
 	var err error
-	if l.cache, err = dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: dt, PageSize: page}); err != nil {
+	if l.cache, err = dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: HKV, Capacity: c.capacity, DK: D, DV: D, DType: dt, PageSize: c.page, RoPE: c.rope}); err != nil {
 		return nil, err
 	}
 	// The history: s-1 tokens, appended in blocks to bound host memory;
@@ -208,15 +222,18 @@ func (l *loopRun) close() {
 // printLoopTable writes the decode-loop results as a table.
 func printLoopTable(w io.Writer, device string, rs []loopResult) {
 	fmt.Fprintf(w, "device: %s\ndecode steps, H=%d H_kv=%d d=%d B=1: append one token, attend with its query, read O back (median of the timed steps; counts per step)\n", device, loopH, loopHKV, loopD)
-	rows := [][]string{{"length", "capacity", "layout", "dtype", "kernel", "cold", "step", "gpu", "steps/s", "cache GB/s", "allocs", "submits", "waits", "staged"}}
+	if len(rs) > 0 && rs[0].RoPE != "" {
+		fmt.Fprintf(w, "RoPE: %s (keys rotated on append, each query on the device)\n", rs[0].RoPE)
+	}
+	rows := [][]string{{"length", "capacity", "layout", "dtype", "B/token", "kernel", "cold", "step", "gpu", "steps/s", "cache GB/s", "allocs", "submits", "waits", "staged"}}
 	for _, r := range rs {
 		gpu, gbps := "n/a", "n/a"
 		if r.GPUNS > 0 {
 			gpu, gbps = durString(time.Duration(r.GPUNS)), rate(r.GBPS)
 		}
-		rows = append(rows, []string{strconv.Itoa(r.Length), strconv.Itoa(r.Capacity), r.Cache, r.DType, r.Variant, durString(time.Duration(r.ColdWallNS)),
+		rows = append(rows, []string{strconv.Itoa(r.Length), strconv.Itoa(r.Capacity), r.Cache, r.DType, strconv.Itoa(r.BytesPerToken), r.Variant, durString(time.Duration(r.ColdWallNS)),
 			durString(time.Duration(r.StepNS)), gpu, rate(r.StepsPerS), gbps, strconv.Itoa(r.Allocs),
 			strconv.FormatFloat(r.Submits, 'g', 3, 64), strconv.FormatFloat(r.Waits, 'g', 3, 64), strconv.FormatFloat(r.StagingBytes, 'f', 0, 64)})
 	}
-	printAligned(w, rows, map[int]bool{2: true, 3: true, 4: true})
+	printAligned(w, rows, map[int]bool{2: true, 3: true, 5: true})
 }

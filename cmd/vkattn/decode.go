@@ -29,9 +29,12 @@ rank 2 to 4 as for run; T is the sequence length, the cache's capacity.
                        stores Q so
   --window L,R, --softcap C, --alibi, --alibi-slopes A.npy, --sinks S.npy
                        the score variants, as for run
+` + ropeFlagsUsage + `                       (token t at position t: the cache stores its keys
+                       rotated, then in --kv-dtype, and rotates each query)
 
 --check compares O with the float64 reference (full causal attention over
-the sequence on the values as stored) and exits 1 if any |GPU - reference|
+the sequence on the values as stored: with --rope and a half cache, keys
+rotated in float64 and then rounded) and exits 1 if any |GPU - reference|
 > 1e-4 * max(1, |reference|). The summary gives the prefill's and the
 steps' device time and tokens/s (B tokens a step); --explain adds the
 step's plan (kernel variant, load path, tiles, grid).
@@ -47,6 +50,7 @@ type decodeFlags struct {
 	page    int
 	typeFlags
 	variantFlags
+	ropeFlags
 	out    string
 	device deviceChoice
 	checkFlags
@@ -61,6 +65,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.page, "page", 0, "a paged cache of `N`-position pages (0: contiguous)")
 	f.typeFlags.register(fs)
 	f.variantFlags.register(fs)
+	f.ropeFlags.register(fs)
 	fs.StringVar(&f.out, "o", "", "write every token's output to `O.npy` (Q's shape, last axis d_v)")
 	deviceFlag(fs, &f.device)
 	f.checkFlags.register(fs, "the step's kernel variant, load path, tiles, grid")
@@ -88,10 +93,18 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if code != exitOK {
 		return code
 	}
+	rope, err := f.ropeFlags.rope(0) // against d_k below
+	if err != nil {
+		return usagef(stderr, "decode", "%v", err)
+	}
 	var shapes [3][4]int
 	in, err := f.read(func(i int, path string, a *npyArray) (err error) {
 		if shapes[i], err = vkattn.Shape4(a.Shape); err != nil {
 			return fmt.Errorf("%s %s: %w", qkvNames[i], path, err)
+		}
+		if i == 1 && rope != nil {
+			// The cache rounds keys after rotating them, once.
+			return a.storeAs(vkattn.Float32)
 		}
 		return a.storeAs(types[i])
 	})
@@ -118,6 +131,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	// a device is opened.
 	full := opts
 	full.Causal = vkattn.CausalBottomRight
+	full.RoPE = rope
 	if _, err := vkattn.CheckProblem(q, k, v, &full); err != nil {
 		return failf(stderr, "decode", "Q %v, K %v, V %v: %v", q, k, v, err)
 	}
@@ -128,7 +142,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer done()
-	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, types, opts, clock)
+	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, types, rope, opts, clock)
 	if ctx.Err() != nil {
 		return failf(stderr, "decode", "interrupted: no output written")
 	}
@@ -137,7 +151,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	}
 	var chk *checkResult
 	if f.check {
-		ref, err := reference.Attention(in[0].F32, q, in[1].F32, k, in[2].F32, v, full)
+		ref, err := storedAttention(in, q, k, v, types[1], full)
 		if err != nil {
 			return failf(stderr, "decode", "reference: %v", err)
 		}
@@ -198,7 +212,7 @@ type decodeResult struct {
 
 // decodeLoop runs the prefill and the steps, gathering every token's
 // output.
-func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page int, types [3]vkattn.DType, opts vkattn.Options, clock *dispatchClock) (*decodeResult, error) {
+func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page int, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *dispatchClock) (*decodeResult, error) {
 	B, H, T, DK, HKV, DV := q[0], q[1], q[2], q[3], k[1], v[3]
 	// Freed last to first on return; in the background after a signal
 	// (closeAfter), so the command need not wait for the step in flight.
@@ -210,7 +224,7 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 			}
 		})
 	}()
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page})
+	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page, RoPE: rope})
 	if err != nil {
 		return nil, err
 	}
@@ -310,4 +324,33 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 	res.summary.StepMedianNS = tune.StatsOf(times).Median
 	res.summary.TokensPerSec = float64(B*len(times)) / wall.Seconds()
 	return res, nil
+}
+
+// storedAttention is the reference of a decode over the values as the
+// cache holds them: the keys as read (float32) with opts.RoPE rotating
+// them in the reference, or, with RoPE and a half cache (kt), rotated in
+// float64, then rounded to kt, with the queries rotated alike.
+func storedAttention(in [3]*npyArray, q, k, v [4]int, kt vkattn.DType, opts vkattn.Options) (*reference.Result, error) {
+	r := opts.RoPE
+	if r == nil || kt == vkattn.Float32 {
+		return reference.Attention(in[0].F32, q, in[1].F32, k, in[2].F32, v, opts)
+	}
+	rotated := func(x []float32, s [4]int) []float32 {
+		x64 := make([]float64, len(x))
+		for i, e := range x {
+			x64[i] = float64(e)
+		}
+		reference.RotateRoPE(x64, s, r, func(_, t int) int { return t })
+		out := make([]float32, len(x))
+		for i, e := range x64 {
+			out[i] = float32(e)
+		}
+		return out
+	}
+	ks, err := vkattn.Round(kt, rotated(in[1].F32, k))
+	if err != nil {
+		return nil, err
+	}
+	opts.RoPE = nil
+	return reference.Attention(rotated(in[0].F32, q), q, ks, k, in[2].F32, v, opts)
 }

@@ -48,6 +48,8 @@ Score variants (SEMANTICS.md §4.1), with every mask above:
   --alibi-slopes A.npy the same with your slopes (H values)
   --sinks S.npy        one logit per query head joins the softmax denominator
 
+Rotary position embeddings (SEMANTICS.md §17), on Q and K before the scores:
+` + ropeFlagsUsage + `
 Element types: a float16 (<f2) input stays float16 on the device, others
 are stored as float32 (float64 narrowed), unless
   --dtype f16|bf16|f32     stores Q, K and V as that type (rounded to nearest even;
@@ -89,6 +91,7 @@ type runFlags struct {
 	scale optFloat
 	typeFlags
 	variantFlags
+	ropeFlags
 	outputFlags
 	heatmap string
 	device  deviceChoice
@@ -257,6 +260,7 @@ func (f *runFlags) problemFlags(fs *flag.FlagSet) {
 	f.lengthFlags.register(fs)
 	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
 	f.variantFlags.register(fs)
+	f.ropeFlags.register(fs)
 	f.typeFlags.register(fs)
 	deviceFlag(fs, &f.device)
 }
@@ -485,6 +489,9 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 		}
 	}
 	if err := f.variantFlags.setIn(&opts, p.q4[1]); err != nil {
+		return nil, err
+	}
+	if opts.RoPE, err = f.ropeFlags.rope(p.q4[3]); err != nil {
 		return nil, err
 	}
 	d, err := vkattn.CheckProblem(p.q4, p.k4, p.v4, &opts)
