@@ -14,6 +14,9 @@ const (
 	Float32  = core.Float32
 	Float16  = core.Float16  // IEEE binary16: 11-bit significand, |x| <= 65504
 	BFloat16 = core.BFloat16 // the upper 16 bits of a float32: 8-bit significand, float32's range
+	// Q8_0 is ggml's q8_0 for K and V: int8 quants in blocks of 32 along a
+	// row, each block with a float16 scale (SEMANTICS.md §8.2).
+	Q8_0 = core.Q8_0
 )
 
 // ParseDType reads an element type: f32, f16 or bf16 (or float32, float16,
@@ -44,4 +47,48 @@ func halfBytes(bits []uint16) []byte {
 		binary.LittleEndian.PutUint16(b[2*i:], h)
 	}
 	return b
+}
+
+// q8Bytes is data quantized to q8_0 as the device stores it: the quants,
+// a byte each, then the float16 scales, one per block (the layout
+// byteSpans reads). It returns the largest |dequantized value| too.
+func q8Bytes(data []float32) ([]byte, float64, error) {
+	q, scales, err := core.QuantizeQ8_0(data)
+	if err != nil {
+		return nil, 0, err
+	}
+	raw := make([]byte, len(q), len(q)+2*len(scales))
+	for i, x := range q {
+		raw[i] = byte(x)
+	}
+	most, _ := magnitude(core.DequantizeQ8_0(q, scales))
+	return append(raw, halfBytes(scales)...), most, nil
+}
+
+// byteSpan is a byte range of a buffer or of an encoding of elements.
+type byteSpan struct{ off, n uint64 }
+
+// byteSpans are where elements [e, e+n) lie in a buffer (or a host
+// encoding) of total elements of type dt: one range for the float types;
+// for q8_0 (e, n and total whole blocks) the quants' bytes, then the
+// scales' halves after all total quants.
+func byteSpans(dt DType, total, e, n int) []byteSpan {
+	if dt != Q8_0 {
+		b := uint64(dt.Bytes())
+		return []byteSpan{{uint64(e) * b, uint64(n) * b}}
+	}
+	return []byteSpan{{uint64(e), uint64(n)}, {uint64(total + 2*(e/core.Q8Block)), uint64(2 * (n / core.Q8Block))}}
+}
+
+// eachSpan calls f with the matching source and destination ranges of n
+// elements: from element src of an encoding (or buffer) of srcTotal
+// elements to element dst of one of dstTotal.
+func eachSpan(dt DType, srcTotal, src, dstTotal, dst, n int, f func(from, to byteSpan) error) error {
+	to := byteSpans(dt, dstTotal, dst, n)
+	for i, from := range byteSpans(dt, srcTotal, src, n) {
+		if err := f(from, to[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

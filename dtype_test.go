@@ -47,6 +47,13 @@ func roundTo(dt vkattn.DType, x float32) float32 {
 
 // roundAll is roundTo over a slice.
 func roundAll(dt vkattn.DType, xs []float32) []float32 {
+	if dt == vkattn.Q8_0 {
+		out, err := vkattn.Round(dt, xs) // whole blocks, not element by element
+		if err != nil {
+			panic(err)
+		}
+		return out
+	}
 	out := make([]float32, len(xs))
 	for i, x := range xs {
 		out[i] = roundTo(dt, x)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -67,7 +68,10 @@ type KVCache struct {
 	// submitted later runs after them; the host waits for them only
 	// before it writes the cache itself.
 	pending *vk.Commands
-	rope    *cacheRoPE // nil without RoPE
+	// pendingKeep are what pending's kernels read (a quantization's
+	// steps and row tables), freed when it is settled.
+	pendingKeep []closer
+	rope        *cacheRoPE // nil without RoPE
 }
 
 // NewKVCache allocates an empty cache (every sequence of length 0).
@@ -88,8 +92,11 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 			return nil, errorf(ErrTooLarge, "KV cache %s is %d: at most 2^31-1", x.name, x.n)
 		}
 	}
-	if !cfg.DType.Valid() {
-		return nil, errorf(ErrOption, "KV cache of element type %v: want f32, f16 or bf16", cfg.DType)
+	if !cfg.DType.ValidKV() {
+		return nil, errorf(ErrOption, "KV cache of element type %v: want f32, f16, bf16 or q8_0", cfg.DType)
+	}
+	if cfg.DType == Q8_0 && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
+		return nil, errorf(ErrShape, "a q8_0 KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
 	}
 	if r := cfg.RoPE; r != nil {
 		if err := r.Check(cfg.DK, Dims{}); err != nil {
@@ -237,6 +244,9 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 			return err
 		}
 	}
+	if cfg.DType == Q8_0 && c.rope == nil && k.dtype.Valid() && v.dtype.Valid() {
+		return c.appendQuantized(k, v, n)
+	}
 	if c.rope != nil || !c.copyable(k) || !c.copyable(v) {
 		kd, err := k.Download()
 		if err != nil {
@@ -248,11 +258,77 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 		}
 		return c.Append(kd, vd, n)
 	}
-	size := uint64(cfg.DType.Bytes())
 	return c.storeOnce(c.everySequence(), n, false, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
 		src := [2]*Tensor{k, v}[i]
-		return cmds.Copy(src.buf, uint64(src.offset+first*w)*size, dst.buf, uint64(dstElem)*size, uint64(rows*w)*size)
+		return eachSpan(cfg.DType, src.elements(), src.offset+first*w, dst.elements(), dstElem, rows*w, func(from, to byteSpan) error {
+			return cmds.Copy(src.buf, from.off, dst.buf, to.off, to.n)
+		})
 	})
+}
+
+// appendQuantized appends float tensors k and v, n tokens of every
+// sequence, to a q8_0 cache, quantized on the device (q8_store.comp) as
+// the host quantizes: recorded with the page table and the lengths into
+// one submission that the host does not wait for, as a copy is.
+func (c *KVCache) appendQuantized(k, v *Tensor, n int) error {
+	cfg := c.cfg
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.settleLocked()
+	saved := c.saveLocked()
+	// Each new row's destination element, rows numbered as storeLocked
+	// numbers them: sequence by sequence, head by head, token by token.
+	dsts := [2][]int{make([]int, cfg.B*cfg.HKV*n), make([]int, cfg.B*cfg.HKV*n)}
+	var keep []closer
+	cmds, err := c.dev.dev.Later(func(cmds *vk.Commands) error {
+		err := c.storeLocked(c.everySequence(), n, cacheWriter{
+			rows: func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+				for r := 0; r < rows; r++ {
+					dsts[i][first+r] = dstElem + r*w
+				}
+				return nil
+			},
+			ints: func(t *Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) },
+			page: c.recordPageCopy(cmds),
+		})
+		if err != nil || n == 0 {
+			return err
+		}
+		for i, src := range []*Tensor{k, v} {
+			dst := [2]*Tensor{c.k, c.v}[i].root()
+			rows, err := c.dev.newTensor([4]int{1, 1, 1, len(dsts[i])}, Float32)
+			if err != nil {
+				return err
+			}
+			keep = append(keep, rows)
+			if err := updateInts(cmds, rows, 0, dsts[i]); err != nil {
+				return err
+			}
+			cmds.Barrier()
+			st, err := c.dev.kernels.Q8Store(pipelines.Q8StoreArgs{
+				X: src.buf, XType: src.dtype, XOffset: src.offset, XStrides: src.strides,
+				B: cfg.B, Heads: cfg.HKV, N: n, D: src.shape[3],
+				Y: dst.buf, Scales: dst.elements() / 2, RowDst: rows.buf,
+			})
+			if err != nil {
+				return err
+			}
+			keep = append(keep, st)
+			if err := st.Record(cmds); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for _, x := range keep {
+			x.Close()
+		}
+		c.restoreLocked(saved)
+		return deviceError(err)
+	}
+	c.pending, c.pendingKeep = cmds, keep
+	return nil
 }
 
 // storeOnce is store with every write recorded into one submission (one
@@ -296,6 +372,10 @@ func (c *KVCache) storeOnceLocked(seqs []int, n int, wait bool, put func(cmds *v
 func (c *KVCache) settleLocked() {
 	c.pending.Close()
 	c.pending = nil
+	for _, x := range c.pendingKeep {
+		x.Close()
+	}
+	c.pendingKeep = nil
 }
 
 // updateInts records xs written as int32 words from element offset off of
@@ -375,8 +455,9 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 	if c.k.buf.Mapped() && c.v.buf.Mapped() && c.lenT.buf.Mapped() {
 		return c.storeLocked(seqs, n, cacheWriter{rows: func(i int, dst *Tensor, dstElem, first, rows, w int) error {
 			raw := [2][]byte{rawK, rawV}[i]
-			row := w * cfg.DType.Bytes()
-			return dst.writeRaw(dstElem, raw[first*row:(first+rows)*row])
+			return eachSpan(cfg.DType, len(seqs)*cfg.HKV*n*w, first*w, dst.elements(), dstElem, rows*w, func(from, to byteSpan) error {
+				return dst.buf.Write(to.off, raw[from.off:from.off+from.n])
+			})
 		}, ints: writeInts, page: c.copyPageNow})
 	}
 	// Unmapped (a discrete GPU): the tokens go through a staging buffer
@@ -393,10 +474,11 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 	if err := stage.Write(uint64(len(rawK)), rawV); err != nil {
 		return deviceError(err)
 	}
-	cb := uint64(cfg.DType.Bytes())
 	return c.storeOnceLocked(seqs, n, true, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
-		src := [2]uint64{0, uint64(len(rawK))}[i] + uint64(first*w)*cb
-		return cmds.Copy(stage, src, dst.buf, uint64(dstElem)*cb, uint64(rows*w)*cb)
+		base := [2]uint64{0, uint64(len(rawK))}[i]
+		return eachSpan(cfg.DType, len(seqs)*cfg.HKV*n*w, first*w, dst.elements(), dstElem, rows*w, func(from, to byteSpan) error {
+			return cmds.Copy(stage, base+from.off, dst.buf, to.off, to.n)
+		})
 	})
 }
 
@@ -535,36 +617,39 @@ func (c *KVCache) dropPageLocked(p int) {
 	}
 }
 
-// pageBytes are the byte offset of page p in the K pool and in the V pool,
-// and the two pages' sizes: a page holds every KV head's rows.
-func (c *KVCache) pageBytes(p int) (k, v, kn, vn uint64) {
+// eachPageSpan calls f with the byte ranges of page from and page to in
+// the K pool, then in the V pool (q8_0: quants and scales each): a page
+// holds every KV head's rows.
+func (c *KVCache) eachPageSpan(from, to int, f func(pool *Tensor, src, dst byteSpan) error) error {
 	cfg := c.cfg
-	kn = uint64(cfg.HKV*cfg.PageSize*cfg.DK) * uint64(cfg.DType.Bytes())
-	vn = uint64(cfg.HKV*cfg.PageSize*cfg.DV) * uint64(cfg.DType.Bytes())
-	return uint64(p) * kn, uint64(p) * vn, kn, vn
+	for _, pool := range []*Tensor{c.k.root(), c.v.root()} {
+		n := cfg.HKV * cfg.PageSize * pool.shape[3]
+		err := eachSpan(cfg.DType, pool.elements(), from*n, pool.elements(), to*n, n, func(src, dst byteSpan) error {
+			return f(pool, src, dst)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // copyPageNow copies page from to page to in both pools on the device,
 // and waits.
 func (c *KVCache) copyPageNow(from, to int) error {
-	fk, fv, kn, vn := c.pageBytes(from)
-	tk, tv, _, _ := c.pageBytes(to)
-	if err := c.k.root().buf.CopyTo(c.k.root().buf, fk, tk, kn); err != nil {
-		return err
-	}
-	return c.v.root().buf.CopyTo(c.v.root().buf, fv, tv, vn)
+	return c.eachPageSpan(from, to, func(pool *Tensor, src, dst byteSpan) error {
+		return pool.buf.CopyTo(pool.buf, src.off, dst.off, src.n)
+	})
 }
 
 // recordPageCopy is copyPageNow recorded into cmds, with the barrier that
 // orders it before the rows written into the copy.
 func (c *KVCache) recordPageCopy(cmds *vk.Commands) func(from, to int) error {
 	return func(from, to int) error {
-		fk, fv, kn, vn := c.pageBytes(from)
-		tk, tv, _, _ := c.pageBytes(to)
-		if err := cmds.Copy(c.k.root().buf, fk, c.k.root().buf, tk, kn); err != nil {
-			return err
-		}
-		if err := cmds.Copy(c.v.root().buf, fv, c.v.root().buf, tv, vn); err != nil {
+		err := c.eachPageSpan(from, to, func(pool *Tensor, src, dst byteSpan) error {
+			return cmds.Copy(pool.buf, src.off, pool.buf, dst.off, src.n)
+		})
+		if err != nil {
 			return err
 		}
 		cmds.Barrier()
@@ -830,3 +915,6 @@ func (c *KVCache) Close() {
 		c.pt.table.Close()
 	}
 }
+
+// closer is what a cache keeps alive for work in flight.
+type closer interface{ Close() }

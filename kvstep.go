@@ -93,11 +93,10 @@ func (c *KVCache) PrepareStep(heads int, opts Options) (*DecodeStep, error) {
 	if s.q, err = c.dev.upload([]int{cfg.B, heads, 1, cfg.DK}, make([]float32, cfg.B*heads*cfg.DK), Float32, writeHeadroom); err != nil {
 		return fail(err)
 	}
-	cb := uint64(cfg.DType.Bytes())
 	align := func(n uint64) uint64 { return (n + 15) &^ 15 }
 	at := &s.at
-	at.v = align(uint64(cfg.B*cfg.HKV*cfg.DK) * cb)
-	at.q = at.v + align(uint64(cfg.B*cfg.HKV*cfg.DV)*cb)
+	at.v = align(uint64(cfg.DType.StorageBytes(cfg.B * cfg.HKV * cfg.DK)))
+	at.q = at.v + align(uint64(cfg.DType.StorageBytes(cfg.B*cfg.HKV*cfg.DV)))
 	at.ints = at.q + align(uint64(cfg.B*heads*cfg.DK)*4)
 	tables := cfg.B // key lengths
 	if c.pt != nil {
@@ -216,10 +215,11 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 			ints += uint64(len(raw))
 			return err
 		}
-		cb := uint64(cfg.DType.Bytes())
 		put := func(i int, dst *Tensor, dstElem, first, rows, w int) error {
-			src := [2]uint64{s.at.k, s.at.v}[i] + uint64(first*w)*cb
-			return cmds.Copy(s.stage, src, dst.buf, uint64(dstElem)*cb, uint64(rows*w)*cb)
+			base := [2]uint64{s.at.k, s.at.v}[i]
+			return eachSpan(cfg.DType, cfg.B*cfg.HKV*w, first*w, dst.elements(), dstElem, rows*w, func(from, to byteSpan) error {
+				return cmds.Copy(s.stage, base+from.off, dst.buf, to.off, to.n)
+			})
 		}
 		if err := c.storeLocked(c.everySequence(), 1, cacheWriter{rows: put, ints: putInts, page: c.recordPageCopy(cmds)}); err != nil {
 			return err

@@ -291,14 +291,20 @@ func (h *history) fork(src, dst int) {
 // each sequence then attends over its own history (the prompt and its own
 // tokens); freeing every sequence returns every page. On lavapipe's plan
 // (appends) and the NVIDIA plan with discrete memory (decode steps, whose
-// page copies go into their one submission).
+// page copies go into their one submission); float32 and q8_0 pools (whose
+// page copies carry the block scales too).
 func TestForkSharesPages(t *testing.T) {
-	for _, plan := range []string{"auto", "nvidia"} {
-		t.Run(plan, func(t *testing.T) {
+	for _, c := range []struct {
+		plan string
+		dt   vkattn.DType
+		D    int
+	}{{"auto", vkattn.Float32, 16}, {"nvidia", vkattn.Float32, 16}, {"auto", vkattn.Q8_0, 32}, {"nvidia", vkattn.Q8_0, 32}} {
+		plan, D := c.plan, c.D
+		t.Run(fmt.Sprintf("%s/%v", plan, c.dt), func(t *testing.T) {
 			d := everyPlan()[plan]
-			const B, H, HKV, D, page, prompt = 3, 4, 2, 16, 8, 21
+			const B, H, HKV, page, prompt = 3, 4, 2, 8, 21
 			r := rand.New(rand.NewSource(79))
-			cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, PageSize: page}
+			cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, PageSize: page, DType: c.dt}
 			cache, hist := filledCache(t, d, r, cfg, prompt)
 			for _, dst := range []int{1, 2} {
 				if err := cache.Fork(0, dst); err != nil {

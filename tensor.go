@@ -103,6 +103,16 @@ func (d *Device) upload(shape []int, data []float32, t DType, headroom float64) 
 		}
 		return tn, err
 	}
+	if t == Q8_0 {
+		if s[3]%core.Q8Block != 0 {
+			return nil, errorf(ErrShape, "q8_0 rows are whole blocks of %d elements; shape %v has rows of %d", core.Q8Block, shape, s[3])
+		}
+		raw, most, err := q8Bytes(data)
+		if err != nil {
+			return nil, err
+		}
+		return d.store(s, t, raw, most, headroom)
+	}
 	bits, err := core.HalfBits(t, data)
 	if err != nil {
 		return nil, err
@@ -191,8 +201,12 @@ func (t *Tensor) encode(data []float32) ([]byte, error) {
 	if bound := t.root().bound; most > bound {
 		return nil, errorf(ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
 	}
-	if t.dtype == Float32 {
+	switch t.dtype {
+	case Float32:
 		return f32Bytes(data), nil // a view of data, copied by writeRaw
+	case Q8_0:
+		raw, _, err := q8Bytes(data)
+		return raw, err
 	}
 	bits, err := core.HalfBits(t.dtype, data)
 	if err != nil {
@@ -214,9 +228,22 @@ func int32Words(xs []int) []byte {
 	return raw
 }
 
-// writeRaw stores encoded elements from element offset off of t's buffer.
+// writeRaw stores encoded elements from element offset off of t's buffer
+// (q8_0: whole blocks, quants and scales, as q8Bytes encodes them).
 func (t *Tensor) writeRaw(off int, raw []byte) error {
-	return t.buf.Write(uint64(off*t.dtype.Bytes()), raw)
+	n := len(raw) / t.dtype.Bytes()
+	if t.dtype == Q8_0 {
+		n = len(raw) / (2 + core.Q8Block) * core.Q8Block
+	}
+	return eachSpan(t.dtype, n, 0, t.elements(), off, n, func(from, to byteSpan) error {
+		return t.buf.Write(to.off, raw[from.off:from.off+from.n])
+	})
+}
+
+// elements is how many elements t's buffer holds (its owner's).
+func (t *Tensor) elements() int {
+	s := t.root().shape
+	return s[0] * s[1] * s[2] * s[3]
 }
 
 // newTensor allocates a dense, uninitialised tensor.
@@ -227,8 +254,13 @@ func (d *Device) newTensor(s [4]int, dt DType) (*Tensor, error) {
 		return nil, err
 	}
 	n := s[0] * s[1] * s[2] * s[3]
-	// Whole 32-bit words: kernels read halves two a word.
-	buf, err := d.dev.NewBuffer((uint64(dt.Bytes()*n) + 3) / 4 * 4)
+	// Whole 32-bit words: kernels read halves two a word; q8_0 in whole
+	// 16-byte texels, which vec4 texel views read its last scales in.
+	align := uint64(4)
+	if dt == Q8_0 {
+		align = 16
+	}
+	buf, err := d.dev.NewBuffer((uint64(dt.StorageBytes(n)) + align - 1) / align * align)
 	if err != nil {
 		return nil, deviceError(err)
 	}
@@ -262,7 +294,11 @@ func (t *Tensor) root() *Tensor {
 
 // layout is where the tensor lies in its buffer, in kernel terms.
 func (t *Tensor) layout() pipelines.Layout {
-	return pipelines.Layout{Offset: t.offset, Strides: t.strides, Type: t.dtype}
+	l := pipelines.Layout{Offset: t.offset, Strides: t.strides, Type: t.dtype}
+	if t.dtype == Q8_0 {
+		l.Scales = t.elements() / 2
+	}
+	return l
 }
 
 // Download copies the tensor to the host as dense row-major (B,H,L,d)
@@ -295,6 +331,26 @@ func (t *Tensor) Download() ([]float32, error) {
 func (t *Tensor) readRow(off int, dst []float32) error {
 	if t.dtype == Float32 {
 		return t.buf.ReadFloat32(uint64(off), dst)
+	}
+	if t.dtype == Q8_0 {
+		sp := byteSpans(Q8_0, t.elements(), off, len(dst))
+		raw := make([]byte, sp[0].n+sp[1].n)
+		if err := t.buf.Read(sp[0].off, raw[:sp[0].n]); err != nil {
+			return err
+		}
+		if err := t.buf.Read(sp[1].off, raw[sp[0].n:]); err != nil {
+			return err
+		}
+		q := make([]int8, len(dst))
+		for i := range q {
+			q[i] = int8(raw[i])
+		}
+		scales := make([]uint16, len(dst)/core.Q8Block)
+		for i := range scales {
+			scales[i] = binary.LittleEndian.Uint16(raw[len(dst)+2*i:])
+		}
+		copy(dst, core.DequantizeQ8_0(q, scales))
+		return nil
 	}
 	raw := make([]byte, 2*len(dst))
 	if err := t.buf.Read(uint64(2*off), raw); err != nil {

@@ -19,7 +19,15 @@ const (
 	Float32  DType = iota // IEEE binary32
 	Float16               // IEEE binary16: 11-bit significand, |x| <= 65504
 	BFloat16              // the upper 16 bits of a float32: 8-bit significand, float32's range
+	// Q8_0 is ggml's q8_0, for K and V (a KV cache, K and V of a call):
+	// blocks of Q8Block consecutive elements of a row, each an int8 times
+	// the block's float16 scale (SEMANTICS.md §8.2). Rows must be whole
+	// blocks.
+	Q8_0
 )
+
+// Q8Block is the elements of one q8_0 block.
+const Q8Block = 32
 
 // DTypes is every element type, in order.
 var DTypes = []DType{Float32, Float16, BFloat16}
@@ -32,20 +40,40 @@ func (t DType) String() string {
 		return "f16"
 	case BFloat16:
 		return "bf16"
+	case Q8_0:
+		return "q8_0"
 	}
 	return fmt.Sprintf("DType(%d)", int(t))
 }
 
-// Bytes is the size of one element.
+// Bytes is the size of one element of a float type (Q8_0: 1, its
+// quant; StorageBytes counts its scales too).
 func (t DType) Bytes() int {
-	if t == Float32 {
+	switch t {
+	case Float32:
 		return 4
+	case Q8_0:
+		return 1
 	}
 	return 2
 }
 
-// Valid reports whether t is one of DTypes.
+// StorageBytes is the bytes n elements of type t take: n*Bytes(), and for
+// Q8_0 a float16 scale per block besides (34 bytes per 32 elements).
+func (t DType) StorageBytes(n int) int {
+	if t == Q8_0 {
+		return n + 2*((n+Q8Block-1)/Q8Block)
+	}
+	return n * t.Bytes()
+}
+
+// Valid reports whether t is one of DTypes, the float types every tensor
+// may have.
 func (t DType) Valid() bool { return t >= Float32 && t <= BFloat16 }
+
+// ValidKV reports whether K and V may be stored as t: a float type or
+// Q8_0.
+func (t DType) ValidKV() bool { return t.Valid() || t == Q8_0 }
 
 // ParseDType reads an element type: f32, f16 or bf16 (or float32, float16,
 // bfloat16).
@@ -57,8 +85,10 @@ func ParseDType(s string) (DType, error) {
 		return Float16, nil
 	case "bf16", "bfloat16":
 		return BFloat16, nil
+	case "q8_0":
+		return Q8_0, nil
 	}
-	return Float32, Errorf(ErrOption, "element type %q: want f32, f16 or bf16", s)
+	return Float32, Errorf(ErrOption, "element type %q: want f32, f16, bf16 (or q8_0 for K and V)", s)
 }
 
 // maxFloat16 is the largest finite float16.
@@ -119,6 +149,13 @@ func Widen(t DType, h uint16) float32 {
 // them is the reference of the device's result. Errors as ToFloat16 and
 // ToBFloat16, naming the element.
 func Round(t DType, data []float32) ([]float32, error) {
+	if t == Q8_0 {
+		q, scales, err := QuantizeQ8_0(data)
+		if err != nil {
+			return nil, err
+		}
+		return DequantizeQ8_0(q, scales), nil
+	}
 	out := make([]float32, len(data))
 	if t == Float32 {
 		copy(out, data)
@@ -148,4 +185,65 @@ func HalfBits(t DType, data []float32) ([]uint16, error) {
 		bits[i] = h
 	}
 	return bits, nil
+}
+
+// QuantizeQ8_0 quantizes data, whole blocks of Q8Block values, as ggml's
+// quantize_row_q8_0 does, bit for bit: per block d = amax/127 in float32,
+// id = 1/d (0 when d = 0), each quant the float32 product x*id rounded
+// half away from zero, and d stored as the nearest float16 (ties to even,
+// subnormals kept). A NaN or Inf is ErrNonFinite; a block whose scale
+// exceeds float16's range (amax > 65504*127) ErrOverflow; a length that
+// is not whole blocks ErrShape.
+func QuantizeQ8_0(data []float32) (quants []int8, scales []uint16, err error) {
+	if len(data)%Q8Block != 0 {
+		return nil, nil, Errorf(ErrShape, "q8_0 holds blocks of %d values; %d values are not whole blocks", Q8Block, len(data))
+	}
+	quants = make([]int8, len(data))
+	scales = make([]uint16, len(data)/Q8Block)
+	for b := range scales {
+		block := data[b*Q8Block : (b+1)*Q8Block]
+		var amax float32
+		for i, x := range block {
+			if err := FiniteElement(x, fmt.Sprintf("element %d: ", b*Q8Block+i)); err != nil {
+				return nil, nil, err
+			}
+			amax = max(amax, float32(math.Abs(float64(x))))
+		}
+		d := amax / 127
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		if math.IsInf(float64(id), 0) {
+			id = 0 // d is below 2^-126 or so: its float16 scale is 0 anyway
+		}
+		h := float16.Fromfloat32(d)
+		if h.IsInf(0) {
+			return nil, nil, Errorf(ErrOverflow, "q8_0 block %d: largest |x| %g needs a scale beyond float16 (|x| <= %g)", b, amax, 65504*127.0)
+		}
+		scales[b] = h.Bits()
+		for i, x := range block {
+			quants[b*Q8Block+i] = int8(roundHalfAway(float32(x * id))) // the product rounded: never fused
+		}
+	}
+	return quants, scales, nil
+}
+
+// roundHalfAway is C's roundf: the nearest integer, halves away from zero.
+func roundHalfAway(x float32) float32 {
+	t := float32(math.Trunc(float64(x)))
+	if math.Abs(float64(x-t)) >= 0.5 {
+		t += float32(math.Copysign(1, float64(x)))
+	}
+	return t
+}
+
+// DequantizeQ8_0 is the values of q8_0 blocks: quant times the block's
+// float16 scale, exact in float32.
+func DequantizeQ8_0(quants []int8, scales []uint16) []float32 {
+	out := make([]float32, len(quants))
+	for i, q := range quants {
+		out[i] = float32(q) * Widen(Float16, scales[i/Q8Block])
+	}
+	return out
 }

@@ -35,6 +35,19 @@ type Layout struct {
 	Offset  int    // elements
 	Strides [3]int // batch, head, position, in elements
 	Type    DType  // element type
+	// Scales is where a q8_0 tensor's block scales start in its buffer,
+	// in halves: its quants, a byte per element, fill the buffer's first
+	// 2*Scales bytes, the float16 scales follow, one per block of 32.
+	Scales int
+}
+
+// q8Span is the whole buffer of a q8_0 layout, quants and scales, in
+// bytes (its elements): a kernel reads both, so it binds all of it.
+// q8_0 buffers are allocated in whole 16-byte texels (vec4 texel views
+// read the last scales).
+func (l Layout) q8Span() span {
+	quants := 2 * l.Scales
+	return span{0, (quants + 2*(quants/core.Q8Block) + 15) &^ 15}
 }
 
 // DenseLayout is the layout of a dense row-major (b, h, l, w) tensor.
@@ -478,6 +491,9 @@ func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 
 		return nil
 	}
 	elems := buf.Size() / uint64(t.Bytes())
+	if t == Q8_0 {
+		elems = buf.Size() / 4 // read as words
+	}
 	if elems > math.MaxInt32 {
 		return limitf("%s has %d elements, more than 2^31", what, elems)
 	}
@@ -637,6 +653,10 @@ func ivec4(a, b, c, d int) [4]int32 { return [4]int32{int32(a), int32(b), int32(
 // strides4 is a view's strides as an ivec4 (the last is unused).
 func strides4(s [3]int) [4]int32 { return ivec4(s[0], s[1], s[2], 0) }
 
+// kvStrides4 is a K or V view's strides and, last, where its q8_0 scales
+// start (in halves; unused for the float types).
+func kvStrides4(l Layout) [4]int32 { return ivec4(l.Strides[0], l.Strides[1], l.Strides[2], l.Scales) }
+
 // encode is the block's bytes.
 func (p *attentionParams) encode() []byte {
 	var b bytes.Buffer
@@ -691,8 +711,8 @@ func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c
 		Heads:   ivec4(cs.B, cs.H/cs.HKV, flags, shift),
 		Offsets: ivec4(cs.Q.Offset, cs.K.Offset, cs.V.Offset, cs.O.Offset),
 		QStride: strides4(cs.Q.Strides),
-		KStride: strides4(cs.K.Strides),
-		VStride: strides4(cs.V.Strides),
+		KStride: kvStrides4(cs.K),
+		VStride: kvStrides4(cs.V),
 		OStride: strides4(cs.O.Strides),
 		MStride: ivec4(m[0], m[1], m[2], m[3]),
 		BStride: ivec4(bm[0], bm[1], bm[2], bm[3]),

@@ -109,6 +109,9 @@ func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool, t
 	if texel {
 		align = max(align, dev.Limits.MinTexelAlignment)
 		texelBytes := elem
+		if t == Q8_0 {
+			texelBytes = 4 // read as words
+		}
 		if vec4 {
 			texelBytes *= 4
 		}
@@ -156,6 +159,13 @@ func chunkBindings(p *AttentionPlan, c chunk, x *AttentionArgs, cs *AttentionSha
 		// Any page may hold any item's keys: the whole pools.
 		kSpan = viewSpan(s.K, 0, s.Pages, 0, s.HKV, s.Paging, s.DK)
 		vSpan = viewSpan(s.V, 0, s.Pages, 0, s.HKV, s.Paging, s.DV)
+	}
+	// A q8_0 K or V is bound whole: its scales lie after every quant.
+	if s.K.Type == Q8_0 {
+		kSpan = s.K.q8Span()
+	}
+	if s.V.Type == Q8_0 {
+		vSpan = s.V.q8Span()
 	}
 	bs := []chunkBinding{
 		{bindQ, "Q", x.Q, viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, s.Q.Type, &cs.Q.Offset},

@@ -17,6 +17,7 @@ const (
 	Float32  = core.Float32
 	Float16  = core.Float16
 	BFloat16 = core.BFloat16
+	Q8_0     = core.Q8_0
 )
 
 // DTypes is every element type, in order.
@@ -27,11 +28,13 @@ func typeSpec(t DType) int32 { return int32(t) }
 
 // texelBinding is the view a kernel reads an input of type t through on
 // the texel path: raw words, widened by the shader.
+// q8_0 is read as words too: four quants a word, the scales two a word.
 func texelBinding(t DType, vec4 bool) vk.BindingType {
+	words := t == Float32 || t == Q8_0
 	switch {
-	case t == Float32 && vec4:
+	case words && vec4:
 		return vk.UniformTexelRGBA32UI
-	case t == Float32:
+	case words:
 		return vk.UniformTexelR32UI
 	case vec4:
 		return vk.UniformTexelRGBA16UI
@@ -55,14 +58,20 @@ func typesNote(names []string, ts ...DType) string {
 }
 
 // checkTypes refuses element types the attention kernel cannot read:
-// Q, K and V each in any of DTypes, outputs in float32.
+// Q, K and V each in any of DTypes, K and V in q8_0 too (rows of whole
+// blocks), outputs in float32.
 func (s *AttentionShape) checkTypes() error {
 	for _, in := range []struct {
 		what string
 		t    DType
-	}{{"Q", s.Q.Type}, {"K", s.K.Type}, {"V", s.V.Type}} {
-		if !in.t.Valid() {
-			return fmt.Errorf("attention: %s has element type %v; the kernel reads %v", in.what, in.t, DTypes)
+		kv   bool
+		w    int
+	}{{"Q", s.Q.Type, false, s.DK}, {"K", s.K.Type, true, s.DK}, {"V", s.V.Type, true, s.DV}} {
+		if !in.t.Valid() && !(in.kv && in.t == Q8_0) {
+			return fmt.Errorf("attention: %s has element type %v; the kernel reads %v (and q8_0 for K and V)", in.what, in.t, DTypes)
+		}
+		if in.t == Q8_0 && in.w%core.Q8Block != 0 {
+			return fmt.Errorf("attention: %s in q8_0 has rows of %d elements; q8_0 rows are whole blocks of %d", in.what, in.w, core.Q8Block)
 		}
 	}
 	if s.O.Type != Float32 {

@@ -51,6 +51,9 @@ const (
 
 	// rope.comp.
 	ropeSpecXType, ropeSpecCount = 1, 2
+
+	// q8_store.comp.
+	q8SpecXType, q8SpecCount = 1, 2
 )
 
 // The combine pass's, the dense layer's and the head mean's bindings.
@@ -59,6 +62,7 @@ const (
 	linearBindParams, linearBindX, linearBindW, linearBindBias, linearBindY                                    = 0, 1, 2, 3, 4
 	headMeanBindW, headMeanBindMean                                                                            = 0, 1
 	ropeBindX, ropeBindY, ropeBindTable, ropeBindLengths                                                       = 0, 1, 2, 3
+	q8BindX, q8BindY, q8BindRows                                                                               = 0, 1, 2
 )
 
 var shaderInterface = []interfaceSection{
@@ -91,6 +95,10 @@ var shaderInterface = []interfaceSection{
 		{"RBIND_X", ropeBindX, ""}, {"RBIND_Y", ropeBindY, ""}, {"RBIND_TABLE", ropeBindTable, "(cos, sin) per table row and frequency"},
 		{"RBIND_LENGTHS", ropeBindLengths, "a KV cache's key lengths"},
 	}},
+	{"q8_store.comp bindings", false, []glslName{
+		{"QBIND_X", q8BindX, ""}, {"QBIND_Y", q8BindY, "the q8_0 tensor: quants, then scales"},
+		{"QBIND_ROWS", q8BindRows, "each row's destination element"},
+	}},
 	{"Params flag bits (P.dims.w of attention_params.glsl)", true, []glslName{
 		{"FLAG_MASK", flagMask, ""}, {"FLAG_BOOLMASK", flagBoolMask, ""}, {"FLAG_CAUSAL", flagCausal, ""},
 		{"FLAG_LENGTHS", flagLengths, ""}, {"FLAG_LSE", flagLSE, ""}, {"FLAG_WEIGHTS", flagWeights, ""},
@@ -122,6 +130,9 @@ var shaderInterface = []interfaceSection{
 	}},
 	{"rope.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"ROPE_SPEC_X_TYPE", ropeSpecXType, ""},
+	}},
+	{"q8_store.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"Q8_SPEC_X_TYPE", q8SpecXType, ""},
 	}},
 }
 
@@ -189,6 +200,10 @@ func familyBindings(v Variant) []bindingUse {
 		return uses(headMeanBindingTypes(), headMeanBindMean)
 	case FamilyRoPE:
 		return uses(ropeBindingTypes(), ropeBindY)
+	case FamilyQ8Store:
+		u := uses(q8StoreBindingTypes())
+		u[q8BindY].use = readWrite // quants written, scale words set half by half
+		return u
 	}
 	return nil
 }
@@ -206,6 +221,8 @@ func specCount(v Variant) int {
 		return linSpecCount
 	case FamilyRoPE:
 		return ropeSpecCount
+	case FamilyQ8Store:
+		return q8SpecCount
 	case FamilyCombine, FamilyHeadMean:
 		return 0
 	}

@@ -20,6 +20,7 @@ const (
 	FamilyHeatmap                 // heat_colour.comp, the viewer's picture of weights
 	FamilyTiled                   // attention_tiled.comp, q.k scores, workgroup-tiled (GPUs)
 	FamilyRoPE                    // rope.comp, rotary position embeddings
+	FamilyQ8Store                 // q8_store.comp, quantization into a q8_0 tensor
 )
 
 var families = [...]struct{ name, source, define string }{
@@ -32,6 +33,7 @@ var families = [...]struct{ name, source, define string }{
 	FamilyHeatmap:   {"heat_colour", "heat_colour.comp", ""},
 	FamilyTiled:     {"attention_tiled", "attention_tiled.comp", ""},
 	FamilyRoPE:      {"rope", "rope.comp", ""},
+	FamilyQ8Store:   {"q8_store", "q8_store.comp", ""},
 }
 
 func (f Family) String() string {
@@ -121,7 +123,7 @@ var Variants = func() []Variant {
 			}
 		}
 	}
-	vs = append(vs, Variant{Family: FamilyHeadMean}, Variant{Family: FamilyHeatmap}, Variant{Family: FamilyRoPE})
+	vs = append(vs, Variant{Family: FamilyHeadMean}, Variant{Family: FamilyHeatmap}, Variant{Family: FamilyRoPE}, Variant{Family: FamilyQ8Store})
 	// The GPU kernels read storage buffers only; split-K needs vec4 rows.
 	return append(vs, Variant{Family: FamilyTiled, Path: StoragePath, Vec4: true},
 		Variant{Family: FamilyTiled, Path: StoragePath},

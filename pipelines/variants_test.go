@@ -36,6 +36,7 @@ func TestEveryVariantIsReachable(t *testing.T) {
 		{Family: FamilySelftest}: true, // the vk package's tests
 		{Family: FamilyHeatmap}:  true, // package viewer's Painter
 		{Family: FamilyRoPE}:     true, // Kernels.RoPE's one build
+		{Family: FamilyQ8Store}:  true, // Kernels.Q8Store's one build
 	}
 	for _, dev := range []vk.PhysicalDevice{lavapipeLike(), gpu, noVec4Texels} {
 		for _, force := range []LoadPath{AutoPath, TexelPath, StoragePath} {

@@ -69,6 +69,10 @@ layout(constant_id = ATT_SPEC_PAGED) const bool PAGED = false;
 INPUT(BIND_Q, Qt)
 INPUT(BIND_K, Kt)
 INPUT(BIND_V, Vt)
+// Where a q8_0 K or V keeps its block scales (loads.glsl); Q is never q8_0.
+#define Qt_SCALES 0
+#define Kt_SCALES P.kStride.w
+#define Vt_SCALES P.vStride.w
 #ifdef ADDITIVE
 layout(std430, binding = BIND_WA) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
 vec4 wa[D4]; // w_a, zero past d_k

@@ -58,6 +58,10 @@ const int SLOTS = D4 / LPR;  // vec4 slots of q and acc per lane and row
 INPUT(BIND_Q, Qt)
 INPUT(BIND_K, Kt)
 INPUT(BIND_V, Vt)
+// Where a q8_0 K or V keeps its block scales (loads.glsl); Q is never q8_0.
+#define Qt_SCALES 0
+#define Kt_SCALES P.kStride.w
+#define Vt_SCALES P.vStride.w
 
 shared vec4 kTile[BC * D4];
 shared vec4 vTile[BC * D4];

@@ -45,6 +45,11 @@
 #define RBIND_TABLE 2 // (cos, sin) per table row and frequency
 #define RBIND_LENGTHS 3 // a KV cache's key lengths
 
+// q8_store.comp bindings
+#define QBIND_X 0
+#define QBIND_Y 1 // the q8_0 tensor: quants, then scales
+#define QBIND_ROWS 2 // each row's destination element
+
 // Params flag bits (P.dims.w of attention_params.glsl)
 const int FLAG_MASK = 1;
 const int FLAG_BOOLMASK = 2;
@@ -95,5 +100,8 @@ const int VAR_SINKS = 8; // a logit per head joins the denominator
 
 // rope.comp specialization-constant IDs (0: the workgroup size)
 #define ROPE_SPEC_X_TYPE 1
+
+// q8_store.comp specialization-constant IDs (0: the workgroup size)
+#define Q8_SPEC_X_TYPE 1
 
 #endif

@@ -5,11 +5,16 @@
 // or not.
 //
 // Every input is read as raw words and widened to float32 here, by its
-// element type (pipelines.DType): float32, float16 or bfloat16, a
-// specialization constant per input, so one SPIR-V serves every mix of
-// types and the driver folds the other branches away. Halves are read as
-// packed 32-bit words (storage) or 16-bit texels (texel views), which needs
-// no 16-bit storage feature: it runs on every Vulkan device.
+// element type (pipelines.DType): float32, float16, bfloat16 or (K and V)
+// q8_0, a specialization constant per input, so one SPIR-V serves every
+// mix of types and the driver folds the other branches away. Halves are
+// read as packed 32-bit words (storage) or 16-bit texels (texel views),
+// which needs no 16-bit storage feature: it runs on every Vulkan device.
+//
+// A q8_0 input holds a byte per element (an int8 quant, four a word) and,
+// from half name_SCALES of its buffer on, one float16 scale per block of
+// 32 elements; element i is quant(i) * scale(i / 32), exact in float32.
+// A shader defines name_SCALES for each input (0 where it is never q8_0).
 //
 // INPUT(b, name) declares input name at binding b; LOAD4(name, T, base, c, n)
 // is slot c (elements 4c..4c+3) of the row of width n that starts at
@@ -17,6 +22,7 @@
 const int TYPE_F32 = 0;
 const int TYPE_F16 = 1;
 const int TYPE_BF16 = 2;
+const int TYPE_Q8_0 = 3;
 
 // f16Bits widens the float16 in the low 16 bits of h, exactly: integer
 // operations only, so subnormal halves survive on drivers that flush them
@@ -41,29 +47,53 @@ vec4 widen16x4(uvec4 h, int T) {
     return vec4(widen16(h.x, T), widen16(h.y, T), widen16(h.z, T), widen16(h.w, T));
 }
 
+// The four int8 quants of word w, as floats.
+vec4 q8x4(uint w) {
+    int x = int(w);
+    return vec4(bitfieldExtract(x, 0, 8), bitfieldExtract(x, 8, 8), bitfieldExtract(x, 16, 8), bitfieldExtract(x, 24, 8));
+}
+// Q8_SCALE is the scale of element i's block of a q8_0 input whose scales
+// start at half s; Q8_AT element i; Q8_ROW4 slot c of the row at base (a
+// word of four quants of one block).
+#define Q8_HALF(name, h) (WORD(name, (h) >> 1) >> (((h) & 1) * 16))
+#define Q8_SCALE(name, s, i) f16Bits(Q8_HALF(name, (s) + ((i) >> 5)))
+#define Q8_AT(name, s, i) (float(bitfieldExtract(int(WORD(name, (i) >> 2)), ((i) & 3) * 8, 8)) * Q8_SCALE(name, s, i))
+#define Q8_ROW4(name, s, base, c) (q8x4(WORD(name, ((base) >> 2) + (c))) * Q8_SCALE(name, s, (base) + 4 * (c)))
+
 #ifdef TEXEL_LOADS
 // 32-bit inputs through R32UI / RGBA32UI views, halves through R16UI /
 // RGBA16UI views (pipelines picks the view format by the element type).
 #define INPUT(b, name) layout(binding = b) uniform usamplerBuffer name;
 #ifdef VEC4_LOADS
-#define ROW4(name, T, base, c) ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, ((base) >> 2) + (c))) \
-                                                : widen16x4(texelFetch(name, ((base) >> 2) + (c)), T))
+#define WORD(name, w) texelFetch(name, (w) >> 2)[(w) & 3]
+#define ROW4(name, T, base, c) ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, ((base) >> 2) + (c)))        \
+                                : (T) == TYPE_Q8_0 ? Q8_ROW4(name, name##_SCALES, base, c) \
+                                                  : widen16x4(texelFetch(name, ((base) >> 2) + (c)), T))
 #else
-#define AT(name, T, i) ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, (i)).r) : widen16(texelFetch(name, (i)).r, T))
+#define WORD(name, w) texelFetch(name, (w)).r
+#define AT(name, T, i) ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, (i)).r)   \
+                        : (T) == TYPE_Q8_0 ? Q8_AT(name, name##_SCALES, i) \
+                                          : widen16(texelFetch(name, (i)).r, T))
 #endif
 #else
 #ifdef VEC4_LOADS
 // Four float32s are a uvec4, four halves a uvec2 of the same binding.
-#define INPUT(b, name)                                                    \
-    layout(std430, binding = b) readonly buffer name##Words { uvec4 name[]; }; \
-    layout(std430, binding = b) readonly buffer name##Halves { uvec2 name##H[]; };
-#define ROW4(name, T, base, c) ((T) == TYPE_F32 ? uintBitsToFloat(name[((base) >> 2) + (c)]) \
-                                                : widen16x4(halves4(name##H[((base) >> 2) + (c)]), T))
+#define INPUT(b, name)                                                      \
+    layout(std430, binding = b) readonly buffer name##Words { uvec4 name[]; };   \
+    layout(std430, binding = b) readonly buffer name##Halves { uvec2 name##H[]; }; \
+    layout(std430, binding = b) readonly buffer name##Single { uint name##W[]; };
+#define WORD(name, w) name##W[(w)]
+#define ROW4(name, T, base, c) ((T) == TYPE_F32 ? uintBitsToFloat(name[((base) >> 2) + (c)])     \
+                                : (T) == TYPE_Q8_0 ? Q8_ROW4(name, name##_SCALES, base, c) \
+                                                  : widen16x4(halves4(name##H[((base) >> 2) + (c)]), T))
 uvec4 halves4(uvec2 w) { return uvec4(w.x, w.x >> 16, w.y, w.y >> 16); }
 #else
 // Element i of a half input is half (i & 1) of word i >> 1.
 #define INPUT(b, name) layout(std430, binding = b) readonly buffer name##Words { uint name[]; };
-#define AT(name, T, i) ((T) == TYPE_F32 ? uintBitsToFloat(name[(i)]) : widen16(name[(i) >> 1] >> (((i) & 1) * 16), T))
+#define WORD(name, w) name[(w)]
+#define AT(name, T, i) ((T) == TYPE_F32 ? uintBitsToFloat(name[(i)])             \
+                        : (T) == TYPE_Q8_0 ? Q8_AT(name, name##_SCALES, i) \
+                                          : widen16(name[(i) >> 1] >> (((i) & 1) * 16), T))
 #endif
 #endif
 

@@ -38,12 +38,13 @@ Suites (B=1 and d_k = d_v = d throughout):
   decode-loop  steps of a decode loop through a KV cache (vkattn decode's):
            H=32, H_kv=8, d=128, cache lengths 1024, 4096, 16384, 32768 in
            caches of that capacity, and 1024 in a 32768 cache; contiguous
-           and paged (256-position pages), f32 and f16 caches; a step
-           (DecodeStep) appends a token, attends with its query and reads
-           O back in one submission; steps/s, cache GB/s and, per step,
-           device allocations, submissions, host waits and staged bytes;
-           the cases of one length step in turns (not in all: it compiles
-           four more variants)
+           and paged (256-position pages), f32, f16 and q8_0 caches; a
+           step (DecodeStep) appends a token, attends with its query and
+           reads O back in one submission; cache bytes per token,
+           steps/s, cache GB/s and, per step, device allocations,
+           submissions, host waits and staged bytes; the cases of one
+           length step in turns (not in all: it compiles more variants);
+           with --rope the caches rotate keys and queries
 Causal rows use the bottom-right alignment (query t sees keys j <= t + S - L).
 
 --shape replaces the suite with your own shapes: six integers B,H,H_kv,L,S,d
@@ -64,7 +65,9 @@ timestamps, which the "timing" column/field says):
 
 Element types: the random data is float32 unless
   --dtype f16|bf16      stores Q, K and V as that type
-  --kv-dtype f16|bf16   stores K and V so (Q as --dtype, else float32)
+  --kv-dtype f16|bf16|q8_0
+                        stores K and V so (Q as --dtype, else float32); q8_0
+                        is ggml's 8-bit blocks of 32 with float16 scales
 The kernels widen on load and compute in float32.
 
 Rotary position embeddings: --rope THETA (with --rope-dims, --rope-style,
@@ -494,8 +497,8 @@ func benchFLOPs(d vkattn.Dims, c vkattn.Causal) float64 {
 // benchBytes is the least traffic a call needs: Q, K and V read, O written.
 func benchBytes(d vkattn.Dims, types [3]vkattn.DType) int64 {
 	b, h, hkv, l, s := int64(d.B), int64(d.H), int64(d.HKV), int64(d.L), int64(d.S)
-	size := func(i int) int64 { return int64(types[i].Bytes()) }
-	return size(0)*b*h*l*int64(d.DK) + size(1)*b*hkv*s*int64(d.DK) + size(2)*b*hkv*s*int64(d.DV) + 4*b*h*l*int64(d.DV)
+	size := func(i int, n int64) int64 { return int64(types[i].StorageBytes(int(n))) }
+	return size(0, b*h*l*int64(d.DK)) + size(1, b*hkv*s*int64(d.DK)) + size(2, b*hkv*s*int64(d.DV)) + 4*b*h*l*int64(d.DV)
 }
 
 // printBenchTable writes the results as an aligned table: numbers right,

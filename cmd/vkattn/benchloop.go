@@ -22,6 +22,7 @@ var (
 	}
 	loopPage              = 256 // positions a page of the paged caches
 	loopH, loopHKV, loopD = 32, 8, 128
+	loopTypes             = []vkattn.DType{vkattn.Float32, vkattn.Float16, vkattn.Q8_0}
 )
 
 // loopResult is one decode-loop measurement. The counters are a step's:
@@ -80,7 +81,7 @@ func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uin
 			}()
 			for _, c := range loopCases[first:last] {
 				for _, page := range []int{0, loopPage} {
-					for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Float16} {
+					for _, dt := range loopTypes {
 						l, err := newLoopRun(ctx, dev, loopCache{c.length, c.capacity, page, dt, rope}, randn, clock, tick)
 						if l != nil {
 							group = append(group, l)
@@ -137,7 +138,7 @@ type loopCache struct {
 func newLoopRun(ctx context.Context, dev *vkattn.Device, c loopCache, randn func(int) []float32, clock *dispatchClock, tick func()) (*loopRun, error) {
 	H, HKV, D := loopH, loopHKV, loopD
 	s, dt := c.s, c.dt
-	l := &loopRun{res: loopResult{Length: s, Capacity: c.capacity, Cache: "contiguous", DType: dt.String(), BytesPerToken: 2 * HKV * D * dt.Bytes()}, historyLength: s - 1, dt: dt}
+	l := &loopRun{res: loopResult{Length: s, Capacity: c.capacity, Cache: "contiguous", DType: dt.String(), BytesPerToken: 2 * dt.StorageBytes(HKV*D)}, historyLength: s - 1, dt: dt}
 	if c.page > 0 {
 		l.res.Cache = "paged " + strconv.Itoa(c.page)
 	}
@@ -209,7 +210,7 @@ func (l *loopRun) result(reps int) loopResult {
 	res.StepNS, res.GPUNS = tune.StatsOf(l.steps).Median, tune.StatsOf(l.gpus).Median
 	res.StepsPerS = 1 / time.Duration(res.StepNS).Seconds()
 	if res.GPUNS > 0 {
-		res.GBPS = float64(2*loopHKV*res.Length*loopD*l.dt.Bytes()) / time.Duration(res.GPUNS).Seconds() / 1e9
+		res.GBPS = float64(res.Length*res.BytesPerToken) / time.Duration(res.GPUNS).Seconds() / 1e9
 	}
 	return res
 }

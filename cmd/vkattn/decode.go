@@ -25,8 +25,10 @@ rank 2 to 4 as for run; T is the sequence length, the cache's capacity.
 
   --prefill P          tokens of the prefill (default 1; 1 <= P <= T)
   --page N             a paged cache of N-position pages, N <= T (default: contiguous)
-  --kv-dtype f16|bf16  the cache's element type (default f32); --dtype also
-                       stores Q so
+  --kv-dtype f16|bf16|q8_0
+                       the cache's element type (default f32; q8_0: ggml's
+                       8-bit blocks of 32 with float16 scales, d_k and d_v
+                       multiples of 32); --dtype f16|bf16 also stores Q so
   --window L,R, --softcap C, --alibi, --alibi-slopes A.npy, --sinks S.npy
                        the score variants, as for run
 ` + ropeFlagsUsage + `                       (token t at position t: the cache stores its keys

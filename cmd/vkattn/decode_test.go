@@ -91,7 +91,7 @@ func TestBenchDecodeLoop(t *testing.T) {
 	withDevice(t)
 	saved := [...]int{loopH, loopHKV, loopD, loopPage}
 	savedCases := loopCases
-	loopH, loopHKV, loopD, loopPage = 4, 2, 8, 64
+	loopH, loopHKV, loopD, loopPage = 4, 2, 32, 64
 	loopCases = []struct{ length, capacity int }{{300, 300}, {300, 1200}}
 	defer func() {
 		loopH, loopHKV, loopD, loopPage, loopCases = saved[0], saved[1], saved[2], saved[3], savedCases
@@ -106,16 +106,22 @@ func TestBenchDecodeLoop(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &rs); err != nil {
 			t.Fatalf("--json: %v\n%s", err, out)
 		}
-		if len(rs) != 8 {
-			t.Fatalf("%d results, want 8 (two capacities, contiguous and paged, f32 and f16)", len(rs))
+		if len(rs) != 12 {
+			t.Fatalf("%d results, want 12 (two capacities, contiguous and paged, f32, f16 and q8_0)", len(rs))
 		}
 		for _, r := range rs {
 			if r.Length != 300 || r.StepsPerS <= 0 || r.Allocs != 0 || r.Submits != 1 || r.Waits != 1 || r.StagingBytes <= 0 {
 				t.Errorf("plan as %q: result %+v: want cache length 300, a rate, no allocation, 1 submission and 1 wait, staged bytes", planAs, r)
 			}
 		}
-		if rs[2].Cache != "paged 64" || rs[1].DType != "f16" || rs[0].Capacity != 300 || rs[4].Capacity != 1200 {
+		if rs[3].Cache != "paged 64" || rs[1].DType != "f16" || rs[2].DType != "q8_0" || rs[0].Capacity != 300 || rs[6].Capacity != 1200 {
 			t.Errorf("results in the wrong order: %+v", rs)
+		}
+		// K and V of 2 heads of 32: 4 bytes, 2, and 34 per 32 (0.53x f16).
+		for i, want := range []int{512, 256, 136} {
+			if got := rs[i].BytesPerToken; got != want {
+				t.Errorf("%s cache: %d bytes per token, want %d", rs[i].DType, got, want)
+			}
 		}
 	}
 }

@@ -19,18 +19,7 @@ func randomNPY(t *testing.T, r *rand.Rand, dir, name string, s [4]int) (string, 
 	for i := range flat {
 		flat[i] = float32(r.NormFloat64())
 	}
-	nested := make([][][][]float32, s[0])
-	for b := range nested {
-		nested[b] = make([][][]float32, s[1])
-		for h := range nested[b] {
-			nested[b][h] = make([][]float32, s[2])
-			for i := range nested[b][h] {
-				n := ((b*s[1]+h)*s[2] + i) * s[3]
-				nested[b][h][i] = flat[n : n+s[3]]
-			}
-		}
-	}
-	return save(t, dir, name, nested), flat
+	return save(t, dir, name, nest(flat, s)), flat
 }
 
 // within checks got against the float64 reference: |got - want| <=

@@ -1,0 +1,97 @@
+package pipelines
+
+import (
+	"math"
+
+	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/vk"
+)
+
+// Q8StoreArgs are the buffers and extents of a q8_0 quantization
+// (q8_store.comp): rows of X, (B, Heads, N, D) at XOffset with XStrides
+// over (B, Heads, N), each quantized to element RowDst[r] of Y, a q8_0
+// buffer whose scales start at half Scales.
+type Q8StoreArgs struct {
+	X           *vk.Buffer
+	XType       DType
+	XOffset     int
+	XStrides    [3]int
+	B, Heads, N int
+	D           int // a multiple of 32
+	Y           *vk.Buffer
+	Scales      int
+	RowDst      *vk.Buffer // int32, one per row of X
+}
+
+// q8StoreBindingTypes are q8_store.comp's bindings: X, Y, the rows'
+// destinations.
+func q8StoreBindingTypes() []vk.BindingType {
+	return []vk.BindingType{q8BindX: vk.StorageBuffer, q8BindY: vk.StorageBuffer, q8BindRows: vk.StorageBuffer}
+}
+
+// Q8Store binds the quantization of a's rows.
+func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
+	dev := ks.dev.Info
+	if a.D%core.Q8Block != 0 || !a.XType.Valid() {
+		return nil, limitf("q8_0 quantization of rows of %d %v: want float rows of whole blocks of %d", a.D, a.XType, core.Q8Block)
+	}
+	total := float64(a.B) * float64(a.Heads) * float64(a.N) * float64(a.D)
+	if total > math.MaxInt32 {
+		return nil, limitf("q8_0 quantization of %.3g elements: at most 2^31", total)
+	}
+	for _, b := range []struct {
+		what string
+		buf  *vk.Buffer
+		t    DType
+	}{{"quantized input", a.X, a.XType}, {"q8_0 output", a.Y, Q8_0}} {
+		if err := checkRange(dev, b.what, b.buf, false, false, b.t); err != nil {
+			return nil, err
+		}
+	}
+	k, err := ks.getPushed(Variant{Family: FamilyQ8Store}, q8StoreBindingTypes(), 10*4, ropeWorkGroup, typeSpec(a.XType))
+	if err != nil {
+		return nil, err
+	}
+	set, err := ks.bind(k, a.X, a.Y, a.RowDst)
+	if err != nil {
+		return nil, err
+	}
+	blocks := int(total) / core.Q8Block
+	groups := (blocks + ropeWorkGroup - 1) / ropeWorkGroup
+	cols := min(groups, int(dev.Limits.MaxWorkGroupCount[0]))
+	rows := (groups + cols - 1) / cols
+	if rows > int(dev.Limits.MaxWorkGroupCount[1]) {
+		set.Close()
+		return nil, limitf("q8_0 quantization of %d blocks needs %d x %d workgroups, beyond the device's grid", blocks, cols, rows)
+	}
+	push := int32Bytes([]int{a.Heads, a.N, a.D, a.XOffset, a.XStrides[0], a.XStrides[1], a.XStrides[2], blocks, a.Scales, cols * ropeWorkGroup})
+	st := &Step{owned: []closer{set}}
+	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(cols), uint32(rows), 1}, push: push}}
+	return st, nil
+}
+
+// Record records the step into c: its parameter blocks, then each
+// dispatch, with a barrier after each. The step must outlive c's
+// execution.
+func (s *Step) Record(c *vk.Commands) error {
+	for _, u := range s.updates {
+		if err := c.Update(u.buf, 0, u.data); err != nil {
+			return err
+		}
+	}
+	if len(s.updates) > 0 {
+		c.Barrier()
+	}
+	for _, d := range s.dispatches {
+		if d.push != nil {
+			if err := c.Push(d.kernel, d.push); err != nil {
+				return err
+			}
+		}
+		if err := c.Dispatch(d.kernel, d.set, d.groups); err != nil {
+			return err
+		}
+		c.Barrier()
+	}
+	return nil
+}
