@@ -217,9 +217,11 @@ func (c *KVCache) Append(k, v []float32, n int) error {
 // read through any strides. Dense tensors of the cache's element type
 // whose values are within its bound are copied on the device, every row
 // with the lengths and the page table in one submission that the host
-// does not wait for (calls on the cache run after it); others (another
-// type, a view) and the keys of a cache with RoPE (rotated as Append
-// rotates them) go through the host once, rounded as Append rounds.
+// does not wait for (calls on the cache run after it); float tensors
+// into a q8_0 cache are quantized on the device the same way
+// (SEMANTICS.md §8.2); others (another type, a view) and the keys of a
+// cache with RoPE (rotated as Append rotates them) go through the host
+// once, rounded as Append rounds.
 func (c *KVCache) AppendTensors(k, v *Tensor) error {
 	cfg := c.cfg
 	c.mu.Lock()
