@@ -18,7 +18,7 @@ import (
 	"github.com/vkattn/vkattn/tune"
 )
 
-const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all] [flags]
+const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all|decode-loop|fork] [flags]
        vkattn bench --shape B,H,H_kv,L,S,d [--shape ...] [--causal] [flags]
 
 Times attention on random data (fixed seed) and prints one row per
@@ -45,6 +45,11 @@ Suites (B=1 and d_k = d_v = d throughout):
            submissions, host waits and staged bytes; the cases of one
            length step in turns (not in all: it compiles more variants);
            with --rope the caches rotate keys and queries
+  fork     8 continuations of a 4,096-token prompt in a paged cache (256
+           positions a page; H=32, H_kv=8, d=128; f32, f16, q8_0): the
+           prompt appended to one sequence and forked to the others, then
+           --reps decode steps of all 8, each its own token; pages and
+           bytes in use against 8 independent copies, steps/s
 Causal rows use the bottom-right alignment (query t sees keys j <= t + S - L).
 
 --shape replaces the suite with your own shapes: six integers B,H,H_kv,L,S,d
@@ -263,7 +268,7 @@ type benchResult struct {
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("bench", stderr)
 	var f benchFlags
-	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long or all")
+	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long, all, decode-loop or fork")
 	fs.Var(&f.shapes, "shape", "time `B,H,H_kv,L,S,d` instead of a suite (repeatable; ';' separates shapes)")
 	fs.Var(&f.causal, "causal", "bottom-right causal mask on every --shape (--causal=top-left for the other alignment)")
 	fs.IntVar(&f.reps, "reps", 5, "timed calls per shape, after one warm-up call")
@@ -294,6 +299,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if f.suite == "decode-loop" && !set["shape"] {
 		return runDecodeLoopSuite(&f, stdout, stderr)
 	}
+	if f.suite == "fork" && !set["shape"] {
+		return runForkSuite(&f, stdout, stderr)
+	}
 
 	var cases []benchCase
 	switch {
@@ -307,7 +315,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "bench", "--causal applies to --shape; the suites say per shape whether they are causal")
 	default:
 		if cases = suiteCases(f.suite); cases == nil {
-			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all or decode-loop", f.suite)
+			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all, decode-loop or fork", f.suite)
 		}
 	}
 	for i := range cases {
@@ -666,7 +674,7 @@ func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
 		return failf(stderr, "bench", "%v", err)
 	}
 	defer dev.Close()
-	prog := newBenchProgress(stderr, f.quiet, len(loopCases)*4*(1+f.reps))
+	prog := newBenchProgress(stderr, f.quiet, len(loopCases)*2*len(loopTypes)*(1+f.reps))
 	clock := &dispatchClock{}
 	ctx, stop := interruptible("bench", func() string {
 		prog.clear()
@@ -678,7 +686,7 @@ func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
 	prog.finish()
 	stop()
 	if ctx.Err() != nil {
-		err = fmt.Errorf("interrupted after %d of %d measurements", len(results), len(loopCases)*4)
+		err = fmt.Errorf("interrupted after %d of %d measurements", len(results), len(loopCases)*2*len(loopTypes))
 	}
 	if err := emitResults(stdout, f.json, results, func() { printLoopTable(stdout, dev.String(), results) }); err != nil {
 		return failf(stderr, "bench", "%v", err)

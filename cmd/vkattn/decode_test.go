@@ -125,3 +125,29 @@ func TestBenchDecodeLoop(t *testing.T) {
 		}
 	}
 }
+
+// bench --suite fork on a small shape: 8 continuations of a 300-token
+// prompt in pages of 64 share the prompt's 4 full pages and copy the
+// partly filled fifth once each (12 pages), where independent copies
+// would hold 40; freed by the command.
+func TestBenchFork(t *testing.T) {
+	withDevice(t)
+	saved := [...]int{loopH, loopHKV, loopD, loopPage, forkPrompt}
+	loopH, loopHKV, loopD, loopPage, forkPrompt = 4, 2, 32, 64, 300
+	defer func() {
+		loopH, loopHKV, loopD, loopPage, forkPrompt = saved[0], saved[1], saved[2], saved[3], saved[4]
+	}()
+	out := cliOK(t, "bench", "--suite", "fork", "--reps", "3", "--quiet", "--json")
+	var rs []forkResult
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if len(rs) != 3 {
+		t.Fatalf("%d results, want 3 (f32, f16, q8_0)", len(rs))
+	}
+	for _, r := range rs {
+		if r.PagesInUse != 12 || r.PagesIndependent != 40 || r.StepsPerS <= 0 || r.BytesInUse*40 != r.BytesIndependent*12 {
+			t.Errorf("%+v: want 12 pages in use against 40, a rate", r)
+		}
+	}
+}
