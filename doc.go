@@ -56,6 +56,17 @@
 // Tensor.SwapAxes12. Device.Plan says which kernel variant, load path,
 // tiles and grid a problem gets, without running it.
 //
+// # Models: rotary embeddings and 8-bit KV caches
+//
+// Options.RoPE rotates Q and K by their positions before the scores, on
+// the device (both pair styles, partial rotation, linear and Llama 3
+// frequency scaling, cos and sin from float64 angles); KVCacheConfig.RoPE
+// rotates each key once as it is appended and every call's queries at
+// their positions. KVCacheConfig.DType = Q8_0 stores K and V as ggml's
+// q8_0 (int8 blocks of 32 with float16 scales, 0.53x the bytes of
+// float16), which every kernel reads directly. SEMANTICS.md §17 and §8.2
+// define both.
+//
 // # Goroutines, cancellation and Close
 //
 // A Device is meant to be shared, like an *sql.DB: it and everything made
