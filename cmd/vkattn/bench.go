@@ -669,26 +669,36 @@ func (p *benchProgress) finish() { p.clear() }
 
 // runDecodeLoopSuite is bench --suite decode-loop.
 func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
+	n := len(loopCases) * 2 * len(loopTypes)
+	return runCacheSuite(f, stdout, stderr, "decode loop", n, n*(1+f.reps), benchDecodeLoop, printLoopTable)
+}
+
+// runCacheSuite runs a suite of KV cache measurements (decode-loop, fork):
+// n results of ticks calls in all, run with the device, the flags' reps,
+// seed and RoPE, then printed by table or as JSON.
+func runCacheSuite[T any](f *benchFlags, stdout, stderr io.Writer, name string, n, ticks int,
+	run func(context.Context, *vkattn.Device, int, uint64, *vkattn.RoPE, *dispatchClock, func()) ([]T, error),
+	table func(io.Writer, string, []T)) int {
 	dev, err := vkattn.Open(f.device.with(vkattn.Config{}))
 	if err != nil {
 		return failf(stderr, "bench", "%v", err)
 	}
 	defer dev.Close()
-	prog := newBenchProgress(stderr, f.quiet, len(loopCases)*2*len(loopTypes)*(1+f.reps))
+	prog := newBenchProgress(stderr, f.quiet, ticks)
 	clock := &dispatchClock{}
 	ctx, stop := interruptible("bench", func() string {
 		prog.clear()
 		return clock.estimate()
 	})
 	defer stop()
-	prog.describe("decode loop")
-	results, err := benchDecodeLoop(ctx, dev, f.reps, f.seed, f.rope, clock, prog.add)
+	prog.describe(name)
+	results, err := run(ctx, dev, f.reps, f.seed, f.rope, clock, prog.add)
 	prog.finish()
 	stop()
 	if ctx.Err() != nil {
-		err = fmt.Errorf("interrupted after %d of %d measurements", len(results), len(loopCases)*2*len(loopTypes))
+		err = fmt.Errorf("interrupted after %d of %d measurements", len(results), n)
 	}
-	if err := emitResults(stdout, f.json, results, func() { printLoopTable(stdout, dev.String(), results) }); err != nil {
+	if err := emitResults(stdout, f.json, results, func() { table(stdout, dev.String(), results) }); err != nil {
 		return failf(stderr, "bench", "%v", err)
 	}
 	if err != nil {

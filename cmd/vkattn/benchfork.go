@@ -49,7 +49,11 @@ func benchFork(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, r
 	for _, dt := range loopTypes {
 		res, err := func() (forkResult, error) {
 			res := forkResult{Sequences: B, Prompt: forkPrompt, Page: page, DType: dt.String(), Steps: reps}
-			cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: forkPrompt + reps + 1, DK: D, DV: D, DType: dt, PageSize: page, RoPE: rope})
+			// A pool for the shared prompt and each sequence's own pages
+			// (a copy of the prompt's last one, and new ones): what
+			// sharing saves, a pool B copies would not fit in.
+			pages := (forkPrompt+page-1)/page + B*(1+(reps+page-1)/page)
+			cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: forkPrompt + reps + 1, DK: D, DV: D, DType: dt, PageSize: page, Pages: pages, RoPE: rope})
 			if err != nil {
 				return res, err
 			}
@@ -120,30 +124,5 @@ func printForkTable(w io.Writer, device string, rs []forkResult) {
 
 // runForkSuite is bench --suite fork.
 func runForkSuite(f *benchFlags, stdout, stderr io.Writer) int {
-	dev, err := vkattn.Open(f.device.with(vkattn.Config{}))
-	if err != nil {
-		return failf(stderr, "bench", "%v", err)
-	}
-	defer dev.Close()
-	prog := newBenchProgress(stderr, f.quiet, len(loopTypes)*f.reps)
-	clock := &dispatchClock{}
-	ctx, stop := interruptible("bench", func() string {
-		prog.clear()
-		return clock.estimate()
-	})
-	defer stop()
-	prog.describe("fork")
-	results, err := benchFork(ctx, dev, f.reps, f.seed, f.rope, clock, prog.add)
-	prog.finish()
-	stop()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("interrupted after %d of %d caches", len(results), len(loopTypes))
-	}
-	if err := emitResults(stdout, f.json, results, func() { printForkTable(stdout, dev.String(), results) }); err != nil {
-		return failf(stderr, "bench", "%v", err)
-	}
-	if err != nil {
-		return failf(stderr, "bench", "%v", err)
-	}
-	return exitOK
+	return runCacheSuite(f, stdout, stderr, "fork", len(loopTypes), len(loopTypes)*f.reps, benchFork, printForkTable)
 }
