@@ -179,6 +179,33 @@ type Step struct {
 	owned      []closer
 }
 
+// recordUpdates records the step's parameter blocks into c.
+func (s *Step) recordUpdates(c *vk.Commands) error {
+	for _, u := range s.updates {
+		if err := c.Update(u.buf, 0, u.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordDispatches records the step's dispatches into c, a barrier after
+// each.
+func (s *Step) recordDispatches(c *vk.Commands) error {
+	for _, d := range s.dispatches {
+		if d.push != nil {
+			if err := c.Push(d.kernel, d.push); err != nil {
+				return err
+			}
+		}
+		if err := c.Dispatch(d.kernel, d.set, d.groups); err != nil {
+			return err
+		}
+		c.Barrier()
+	}
+	return nil
+}
+
 // own records something the step frees on Close.
 func (s *Step) own(c closer) { s.owned = append(s.owned, c) }
 
@@ -239,28 +266,18 @@ func (pr *Prepared) recordWith(before, after func(*vk.Commands) error) error {
 	}
 	updated := false
 	for _, s := range pr.steps {
-		for _, u := range s.updates {
-			if err := c.Update(u.buf, 0, u.data); err != nil {
-				return err
-			}
-			updated = true
+		if err := s.recordUpdates(c); err != nil {
+			return err
 		}
+		updated = updated || len(s.updates) > 0
 	}
 	if before != nil || updated {
 		c.Barrier()
 	}
 	c.Timestamp(0)
 	for _, s := range pr.steps {
-		for _, d := range s.dispatches {
-			if d.push != nil {
-				if err := c.Push(d.kernel, d.push); err != nil {
-					return err
-				}
-			}
-			if err := c.Dispatch(d.kernel, d.set, d.groups); err != nil {
-				return err
-			}
-			c.Barrier()
+		if err := s.recordDispatches(c); err != nil {
+			return err
 		}
 	}
 	c.Timestamp(1)

@@ -57,12 +57,10 @@ func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 		return nil, err
 	}
 	blocks := int(total) / core.Q8Block
-	groups := (blocks + ropeWorkGroup - 1) / ropeWorkGroup
-	cols := min(groups, int(dev.Limits.MaxWorkGroupCount[0]))
-	rows := (groups + cols - 1) / cols
-	if rows > int(dev.Limits.MaxWorkGroupCount[1]) {
+	cols, rows, err := grid(dev, "q8_0 quantization", blocks)
+	if err != nil {
 		set.Close()
-		return nil, limitf("q8_0 quantization of %d blocks needs %d x %d workgroups, beyond the device's grid", blocks, cols, rows)
+		return nil, err
 	}
 	push := int32Bytes([]int{a.Heads, a.N, a.D, a.XOffset, a.XStrides[0], a.XStrides[1], a.XStrides[2], blocks, a.Scales, cols * ropeWorkGroup})
 	st := &Step{owned: []closer{set}}
@@ -70,28 +68,15 @@ func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 	return st, nil
 }
 
-// Record records the step into c: its parameter blocks, then each
-// dispatch, with a barrier after each. The step must outlive c's
+// Record records the step into c: its parameter blocks, a barrier, then
+// each dispatch with a barrier after it. The step must outlive c's
 // execution.
 func (s *Step) Record(c *vk.Commands) error {
-	for _, u := range s.updates {
-		if err := c.Update(u.buf, 0, u.data); err != nil {
-			return err
-		}
+	if err := s.recordUpdates(c); err != nil {
+		return err
 	}
 	if len(s.updates) > 0 {
 		c.Barrier()
 	}
-	for _, d := range s.dispatches {
-		if d.push != nil {
-			if err := c.Push(d.kernel, d.push); err != nil {
-				return err
-			}
-		}
-		if err := c.Dispatch(d.kernel, d.set, d.groups); err != nil {
-			return err
-		}
-		c.Barrier()
-	}
-	return nil
+	return s.recordDispatches(c)
 }

@@ -57,15 +57,11 @@ func (ks *Kernels) RoPE(a RoPEArgs) (*Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Invocations on a grid of up to 65,535 groups per row (the least
-	// every device allows), as many rows as needed.
 	n := int(total)
-	groups := (n + ropeWorkGroup - 1) / ropeWorkGroup
-	cols := min(groups, int(dev.Limits.MaxWorkGroupCount[0]))
-	rows := (groups + cols - 1) / cols
-	if rows > int(dev.Limits.MaxWorkGroupCount[1]) {
+	cols, rows, err := grid(dev, "RoPE", n)
+	if err != nil {
 		set.Close()
-		return nil, limitf("RoPE of %d elements needs %d x %d workgroups, beyond the device's grid", n, cols, rows)
+		return nil, err
 	}
 	flag := func(b bool) int {
 		if b {
@@ -78,4 +74,17 @@ func (ks *Kernels) RoPE(a RoPEArgs) (*Step, error) {
 	st := &Step{owned: []closer{set}}
 	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(cols), uint32(rows), 1}, push: push}}
 	return st, nil
+}
+
+// grid lays n invocations of ropeWorkGroup lanes out in rows of at most
+// the device's x extent of workgroups (65,535 on every device), as many
+// rows as needed: the kernel's index is x + y * cols * ropeWorkGroup.
+func grid(dev vk.PhysicalDevice, what string, n int) (cols, rows int, err error) {
+	groups := (n + ropeWorkGroup - 1) / ropeWorkGroup
+	cols = min(groups, int(dev.Limits.MaxWorkGroupCount[0]))
+	rows = (groups + cols - 1) / cols
+	if rows > int(dev.Limits.MaxWorkGroupCount[1]) {
+		return 0, 0, limitf("%s of %d invocations needs %d x %d workgroups, beyond the device's grid", what, n, cols, rows)
+	}
+	return cols, rows, nil
 }
