@@ -21,7 +21,7 @@ type MHACall struct{ prepared[*MHAOutput] }
 
 // outputs are what a prepared call hands out.
 type outputs interface {
-	*Output | *MHAOutput
+	*Output | *MHAOutput | *Gradients
 	Close()
 	setGPUTime(time.Duration)
 }

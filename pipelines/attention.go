@@ -532,6 +532,18 @@ const (
 	attentionBindings
 )
 
+// The backward pass's further bindings (attention_backward.comp), after
+// the forward's: dO, D per row, the gradients, each row's sink gradient.
+const (
+	bindDO = attentionBindings + iota
+	bindRowD
+	bindDQ
+	bindDK
+	bindDV
+	bindDSink
+	backwardBindings
+)
+
 // attentionKernel is the kernel of an attention plan, built once per device.
 func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	s := &p.Shape

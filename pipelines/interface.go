@@ -49,6 +49,9 @@ const (
 	// linear.comp.
 	linSpecXType, linSpecWType, linSpecCount = 1, 2, 3
 
+	// attention_backward.comp.
+	bwdSpecMasked, bwdSpecQType, bwdSpecKType, bwdSpecVType, bwdSpecVariants, bwdSpecCount = 1, 2, 3, 4, 5, 6
+
 	// rope.comp.
 	ropeSpecXType, ropeSpecCount = 1, 2
 
@@ -78,6 +81,9 @@ var shaderInterface = []interfaceSection{
 		{"BIND_HEADS", bindHeads, "per-head sinks and ALiBi slopes"},
 		{"BIND_PAGETABLE", bindPageTable, "paged K and V"},
 		{"BIND_WA", bindWA, "w_a of additive attention"},
+		{"BIND_DO", bindDO, "the backward pass: dO"}, {"BIND_ROWD", bindRowD, "D = dO . O per row"},
+		{"BIND_DQ", bindDQ, ""}, {"BIND_DK", bindDK, ""}, {"BIND_DV", bindDV, ""},
+		{"BIND_DSINK", bindDSink, "each row's share of its head's sink gradient"},
 	}},
 	{"attention_combine.comp bindings", false, []glslName{
 		{"CBIND_PARAMS", combineBindParams, ""}, {"CBIND_PARTIALS", combineBindPartials, ""},
@@ -127,6 +133,10 @@ var shaderInterface = []interfaceSection{
 	}},
 	{"linear.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"LIN_SPEC_X_TYPE", linSpecXType, ""}, {"LIN_SPEC_W_TYPE", linSpecWType, ""},
+	}},
+	{"attention_backward.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"BWD_SPEC_MASKED", bwdSpecMasked, ""}, {"BWD_SPEC_Q_TYPE", bwdSpecQType, ""}, {"BWD_SPEC_K_TYPE", bwdSpecKType, ""},
+		{"BWD_SPEC_V_TYPE", bwdSpecVType, ""}, {"BWD_SPEC_VARIANTS", bwdSpecVariants, ""},
 	}},
 	{"rope.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"ROPE_SPEC_X_TYPE", ropeSpecXType, ""},
@@ -200,6 +210,14 @@ func familyBindings(v Variant) []bindingUse {
 		return uses(headMeanBindingTypes(), headMeanBindMean)
 	case FamilyRoPE:
 		return uses(ropeBindingTypes(), ropeBindY)
+	case FamilyBackwardQ:
+		u := uses(backwardBindingTypes(), bindRowD, bindDSink)
+		u[bindDQ].use = readWrite // rows accumulated in place
+		return u
+	case FamilyBackwardKV:
+		u := uses(backwardBindingTypes())
+		u[bindDK].use, u[bindDV].use = readWrite, readWrite
+		return u
 	case FamilyQ8Store:
 		u := uses(q8StoreBindingTypes())
 		u[q8BindY].use = readWrite // quants written, scale words set half by half
@@ -223,6 +241,8 @@ func specCount(v Variant) int {
 		return ropeSpecCount
 	case FamilyQ8Store:
 		return q8SpecCount
+	case FamilyBackwardQ, FamilyBackwardKV:
+		return bwdSpecCount
 	case FamilyCombine, FamilyHeadMean:
 		return 0
 	}

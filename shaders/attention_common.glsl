@@ -29,9 +29,15 @@ layout(std430, binding = BIND_KEYPAD) readonly buffer PadBuf { float padData[]; 
 #endif
 
 layout(std430, binding = BIND_LENGTHS) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries of the whole call
+#ifdef BACKWARD
+// The backward pass reads the forward's O and log-sum-exp.
+layout(std430, binding = BIND_O) readonly buffer OBuf { float oData[]; };
+layout(std430, binding = BIND_LSE) readonly buffer LseBuf { float lseData[]; };
+#else
 layout(std430, binding = BIND_O) writeonly buffer OBuf { float oData[]; };
 layout(std430, binding = BIND_LSE) writeonly buffer LseBuf { float lseData[]; };
 layout(std430, binding = BIND_WEIGHTS) writeonly buffer WBuf { float wData[]; }; // weights, or split-K partials
+#endif
 // Per query head: sink logit at 2h, ALiBi slope at 2h + 1.
 layout(std430, binding = BIND_HEADS) readonly buffer HeadBuf { float headData[]; };
 // PAGED: K and V live in a pool of pages of P.page.x positions (page p of

@@ -19,6 +19,12 @@
 #define BIND_HEADS 11 // per-head sinks and ALiBi slopes
 #define BIND_PAGETABLE 12 // paged K and V
 #define BIND_WA 13 // w_a of additive attention
+#define BIND_DO 14 // the backward pass: dO
+#define BIND_ROWD 15 // D = dO . O per row
+#define BIND_DQ 16
+#define BIND_DK 17
+#define BIND_DV 18
+#define BIND_DSINK 19 // each row's share of its head's sink gradient
 
 // attention_combine.comp bindings
 #define CBIND_PARAMS 0
@@ -97,6 +103,13 @@ const int VAR_SINKS = 8; // a logit per head joins the denominator
 // linear.comp specialization-constant IDs (0: the workgroup size)
 #define LIN_SPEC_X_TYPE 1
 #define LIN_SPEC_W_TYPE 2
+
+// attention_backward.comp specialization-constant IDs (0: the workgroup size)
+#define BWD_SPEC_MASKED 1
+#define BWD_SPEC_Q_TYPE 2
+#define BWD_SPEC_K_TYPE 3
+#define BWD_SPEC_V_TYPE 4
+#define BWD_SPEC_VARIANTS 5
 
 // rope.comp specialization-constant IDs (0: the workgroup size)
 #define ROPE_SPEC_X_TYPE 1

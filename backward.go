@@ -1,0 +1,161 @@
+package vkattn
+
+import (
+	"context"
+	"time"
+
+	"github.com/vkattn/vkattn/pipelines"
+)
+
+// Gradients are the gradients of sum(O * dO) for O = attention(q, k, v,
+// opts) (SEMANTICS.md §16): dense float32 tensors of Q's, K's and V's
+// shapes, and dSinks[h] when opts has sinks. Close them to free the
+// device memory.
+type Gradients struct {
+	DQ, DK, DV *Tensor
+	DSinks     []float32
+	Plan       Plan          // the forward's plan; the backward runs its own row kernels
+	GPUTime    time.Duration // forward and backward together; 0 without timestamps
+	rowSinks   *Tensor       // each row's share of its head's sink gradient
+}
+
+// Close frees the gradient tensors.
+func (g *Gradients) Close() {
+	if g == nil {
+		return
+	}
+	g.DQ.Close()
+	g.DK.Close()
+	g.DV.Close()
+	g.rowSinks.Close()
+}
+
+func (g *Gradients) setGPUTime(t time.Duration) { g.GPUTime = t }
+
+// AttentionBackward returns the gradients of sum(O * dO) with respect to q,
+// k, v and opts.Sinks, O = attention(q, k, v, opts), computed on the device:
+// the forward (O and the log-sum-exp) and FlashAttention-2's backward,
+// which recomputes the probabilities from the log-sum-exp, so nothing of
+// size L x S is stored, and sums in a fixed order, so the gradients are
+// the same bits run to run. dO has O's shape (B, H, L, d_v). Every option
+// of the forward applies but WantLSE and WantWeights (ignored) and RoPE
+// (ErrOption). Padded query rows and rows with no visible key contribute
+// zero gradient. A call too large for one binding per tensor is
+// ErrTooLarge.
+func (d *Device) AttentionBackward(q, k, v, dO *Tensor, opts Options) (*Gradients, error) {
+	return d.AttentionBackwardContext(context.Background(), q, k, v, dO, opts)
+}
+
+// AttentionBackwardContext is AttentionBackward with a context that can
+// cancel the wait for the device.
+func (d *Device) AttentionBackwardContext(ctx context.Context, q, k, v, dO *Tensor, opts Options) (*Gradients, error) {
+	g, err := runOnce(ctx, func() (*gradCall, error) { return d.prepareBackward(q, k, v, dO, opts) })
+	if err != nil {
+		return nil, err
+	}
+	if opts.Sinks != nil {
+		if g.DSinks, err = sinkGradients(g.rowSinks, g.Plan.Dims); err != nil {
+			g.Close()
+			return nil, err
+		}
+	}
+	g.rowSinks.Close()
+	g.rowSinks = nil
+	return g, nil
+}
+
+// gradCall is a backward call recorded once.
+type gradCall struct{ prepared[*Gradients] }
+
+// prepareBackward records the forward and the backward of a call.
+func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, error) {
+	if err := d.checkInputs([3]string{"Q", "K", "V"}, q, k, v); err != nil {
+		return nil, err
+	}
+	if err := d.checkInput("dO", dO); err != nil {
+		return nil, err
+	}
+	if opts.RoPE != nil {
+		return nil, errorf(ErrOption, "the backward pass does not take RoPE: rotate Q and K before it")
+	}
+	opts.WantLSE, opts.WantWeights = true, false
+	oShape := [4]int{q.shape[0], q.shape[1], q.shape[2], v.shape[3]}
+	plan, err := d.plan(q.shape, k.shape, v.shape, planOf{layouts: &[4]pipelines.Layout{q.layout(), k.layout(), v.layout(), denseF32(oShape)}}, &opts)
+	if err != nil {
+		return nil, err
+	}
+	dm := plan.Dims
+	if dO.shape != oShape {
+		return nil, errorf(ErrShape, "dO has shape %v, want O's %v", dO.shape, oShape)
+	}
+	if _, err := attentionRange(dm, &opts, q, k, v); err != nil {
+		return nil, err
+	}
+	b := &builder{d: d}
+	if dO.layout() != denseF32(oShape) {
+		// The kernels read dO dense in float32: a copy of any other.
+		data, err := dO.Download()
+		if err != nil {
+			return nil, err
+		}
+		if dO, err = b.upload(len(data), func(h []float32) { copy(h, data) }); err != nil {
+			return nil, b.fail(err)
+		}
+	}
+	x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, Scale: opts.Scale.For(dm.DK), Causal: int(opts.Causal)}
+	if err := b.bindOptions(dm, &opts, &x, nil); err != nil {
+		return nil, b.fail(err)
+	}
+	o, err := b.scratchTensor(oShape)
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	lse, err := b.scratchTensor([4]int{dm.B, dm.H, dm.L, 1})
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	x.O, x.LSE = o.buf, lse.buf
+	if err := b.add(d.kernels.Attention(plan.Kernel, x)); err != nil {
+		return nil, b.fail(err)
+	}
+	g := &Gradients{Plan: plan}
+	rowD, err := b.scratchTensor([4]int{dm.B, dm.H, dm.L, 1})
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	for _, t := range []struct {
+		dst   **Tensor
+		shape [4]int
+	}{{&g.DQ, [4]int{dm.B, dm.H, dm.L, dm.DK}}, {&g.DK, [4]int{dm.B, dm.HKV, dm.S, dm.DK}}, {&g.DV, [4]int{dm.B, dm.HKV, dm.S, dm.DV}}, {&g.rowSinks, [4]int{dm.B, dm.H, dm.L, 1}}} {
+		if *t.dst, err = b.output(t.shape); err != nil {
+			return nil, b.fail(err)
+		}
+	}
+	bx := pipelines.BackwardArgs{AttentionArgs: x, DO: dO.buf, RowD: rowD.buf, DSink: g.rowSinks.buf, DQ: g.DQ.buf, DK: g.DK.buf, DV: g.DV.buf}
+	if err := b.add(d.kernels.AttentionBackward(plan.Kernel, bx)); err != nil {
+		return nil, b.fail(err)
+	}
+	call := &gradCall{}
+	if err := finish(b, &call.prepared, g); err != nil {
+		return nil, err
+	}
+	return call, nil
+}
+
+// sinkGradients sums each head's rows' shares of its sink gradient, in
+// float64 and in order.
+func sinkGradients(rows *Tensor, dm Dims) ([]float32, error) {
+	shares, err := rows.Download()
+	if err != nil {
+		return nil, err
+	}
+	sums := make([]float64, dm.H)
+	for i, x := range shares {
+		sums[i/dm.L%dm.H] += float64(x)
+	}
+	out := make([]float32, dm.H)
+	for h, s := range sums {
+		out[h] = float32(s)
+	}
+	return out, nil
+}

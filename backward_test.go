@@ -1,0 +1,159 @@
+package vkattn_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
+)
+
+// gradTolerance bounds the device's gradients against the float64
+// reference's: |got - want| <= 1e-4 * max(1, max|want|) over each tensor.
+const gradTolerance = 1e-4
+
+func compareGrad(t *testing.T, what string, got []float32, want []float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	top := 1.0
+	for _, w := range want {
+		top = math.Max(top, math.Abs(w))
+	}
+	for i := range got {
+		if math.IsNaN(float64(got[i])) || math.Abs(float64(got[i])-want[i]) > gradTolerance*top {
+			t.Fatalf("%s[%d] = %v, want %v (bound %.3g)", what, i, got[i], want[i], gradTolerance*top)
+		}
+	}
+}
+
+// The device backward (dQ, dK, dV, dSinks) equals the float64 reference's
+// gradients on every plan: GQA, both causal alignments with L < S and
+// L > S, every mask kind, key and query lengths (a zero key length: rows
+// with no visible key), window, soft-cap, ALiBi and sinks, large logits,
+// half inputs and strided views.
+func TestAttentionBackwardEveryPlan(t *testing.T) {
+	cases := []struct {
+		name string
+		make func(r *rand.Rand) *problem
+	}{
+		{"GQA, bottom-right causal, L < S, strided", func(r *rand.Rand) *problem {
+			p := newProblem(r, 2, 4, 2, 5, 9, 8, 12)
+			p.blhd = true
+			p.opts = vkattn.Options{Causal: vkattn.CausalBottomRight}
+			return p
+		}},
+		{"top-left causal, L > S, masks, lengths", func(r *rand.Rand) *problem {
+			p := newProblem(r, 2, 2, 2, 7, 4, 16, 8)
+			add := make([]float32, 7*4)
+			for i := range add {
+				add[i] = float32(i%3) - 1
+			}
+			allow := make([]bool, 2*7*4)
+			for i := range allow {
+				allow[i] = i%5 != 2
+			}
+			p.opts = vkattn.Options{Causal: vkattn.CausalTopLeft,
+				Mask:         &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 7, 4}, Values: add},
+				BoolMasks:    []vkattn.BoolMask{{Shape: vkattn.MaskShape{2, 1, 7, 4}, Values: allow, Meaning: vkattn.TrueAllows}},
+				KeyLengths:   []int{4, 0}, // item 1: no visible key
+				QueryLengths: []int{6, 7}}
+			return p
+		}},
+		{"window, softcap, ALiBi, sinks, large logits, halves", func(r *rand.Rand) *problem {
+			p := newProblem(r, 1, 4, 1, 6, 10, 8, 8)
+			p.types = [3]vkattn.DType{vkattn.Float16, vkattn.BFloat16, vkattn.Float16}
+			p.opts = vkattn.Options{Scale: vkattn.CustomScale(6), Window: &vkattn.Window{Left: 3, Right: 1},
+				Softcap: 5, ALiBi: vkattn.ALiBiSlopes(4), Sinks: []float32{0.5, -1, 2, 0},
+				KeyLengths: []int{8}, AlignToKeyLengths: true, Causal: vkattn.CausalBottomRight}
+			return p
+		}},
+	}
+	for name, d := range everyPlan() {
+		for i, c := range cases {
+			t.Run(fmt.Sprintf("%s/%s", name, c.name), func(t *testing.T) {
+				r := rand.New(rand.NewSource(int64(120 + i)))
+				p := c.make(r)
+				dO := randomValues(r, p.qs[0]*p.qs[1]*p.qs[2]*p.vs[3])
+				upload := func(x []float32, s [4]int, dt vkattn.DType) *vkattn.Tensor {
+					if p.blhd {
+						return mustUploadAs(t, d, []int{s[0], s[2], s[1], s[3]}, toBLHD(x, s), dt).SwapAxes12()
+					}
+					return mustUploadAs(t, d, s[:], x, dt)
+				}
+				q, k, v := upload(p.q, p.qs, p.types[0]), upload(p.k, p.ks, p.types[1]), upload(p.v, p.vs, p.types[2])
+				defer q.Close()
+				defer k.Close()
+				defer v.Close()
+				g, err := d.AttentionBackward(q, k, v, upload(dO, [4]int{p.qs[0], p.qs[1], p.qs[2], p.vs[3]}, vkattn.Float32), p.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer g.Close()
+				rq, rk, rv := p.rounded()
+				want, err := reference.AttentionBackward(rq, p.qs, rk, p.ks, rv, p.vs, dO, p.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, x := range []struct {
+					name string
+					t    *vkattn.Tensor
+					want []float64
+				}{{"dQ", g.DQ, want.DQ}, {"dK", g.DK, want.DK}, {"dV", g.DV, want.DV}} {
+					got, err := x.t.Download()
+					if err != nil {
+						t.Fatal(err)
+					}
+					compareGrad(t, x.name, got, x.want)
+				}
+				if p.opts.Sinks != nil {
+					compareGrad(t, "dSinks", g.DSinks, want.DSinks)
+				} else if g.DSinks != nil {
+					t.Errorf("dSinks %v without sinks", g.DSinks)
+				}
+			})
+		}
+	}
+	q := zeros(t, dev, 1, 1, 2, 4)
+	if _, err := dev.AttentionBackward(q, q, q, zeros(t, dev, 1, 1, 3, 4), vkattn.Options{}); !errors.Is(err, vkattn.ErrShape) {
+		t.Errorf("dO of the wrong shape: %v, want ErrShape", err)
+	}
+	if _, err := dev.AttentionBackward(q, q, q, q, vkattn.Options{RoPE: &vkattn.RoPE{Theta: 1e4}}); !errors.Is(err, vkattn.ErrOption) {
+		t.Errorf("RoPE: %v, want ErrOption", err)
+	}
+}
+
+// The backward's sums run in a fixed order: two runs give the same bits.
+func TestAttentionBackwardDeterministic(t *testing.T) {
+	r := rand.New(rand.NewSource(130))
+	p := newProblem(r, 1, 4, 2, 33, 70, 16, 16)
+	q, k, v := upload(t, dev, p.qs[:], p.q), upload(t, dev, p.ks[:], p.k), upload(t, dev, p.vs[:], p.v)
+	dO := upload(t, dev, []int{1, 4, 33, 16}, randomValues(r, 4*33*16))
+	var first [3][]float32
+	for run := 0; run < 2; run++ {
+		g, err := dev.AttentionBackward(q, k, v, dO, vkattn.Options{Causal: vkattn.CausalBottomRight})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, x := range []*vkattn.Tensor{g.DQ, g.DK, g.DV} {
+			got, err := x.Download()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if run == 0 {
+				first[i] = got
+				continue
+			}
+			for j := range got {
+				if math.Float32bits(got[j]) != math.Float32bits(first[i][j]) {
+					t.Fatalf("gradient %d element %d: %v, then %v", i, j, first[i][j], got[j])
+				}
+			}
+		}
+		g.Close()
+	}
+}

@@ -1,0 +1,97 @@
+package pipelines
+
+import (
+	"github.com/vkattn/vkattn/vk"
+)
+
+// BackwardArgs are the buffers of an attention call's backward pass: the
+// forward's (Q, K, V, masks, lengths, per-head data and scalars, with O
+// and LSE its outputs, read here), dO (dense, O's shape), and where the
+// pass writes: D per row and each row's sink gradient (dense (B, H, L)
+// scratch) and the gradients, dense float32 of Q's, K's and V's shapes.
+type BackwardArgs struct {
+	AttentionArgs
+	DO, RowD, DSink, DQ, DK, DV *vk.Buffer
+}
+
+// backwardWorkGroup is the backward kernels' workgroup size.
+const backwardWorkGroup = 64
+
+// backwardBindingTypes are attention_backward.comp's bindings: the
+// forward's, storage buffers but the Params block, then the pass's own.
+func backwardBindingTypes() []vk.BindingType {
+	b := make([]vk.BindingType, backwardBindings)
+	for i := range b {
+		b[i] = vk.StorageBuffer
+	}
+	b[bindParams] = vk.UniformBuffer
+	return b
+}
+
+// AttentionBackward binds the backward pass of the forward call planned
+// as p (planned with its LSE): a query pass (dQ, D, the sinks' shares),
+// then a key pass (dK, dV), each a row per invocation with no atomics.
+// The call must fit one binding per buffer (no chunks) and read K and V
+// unpaged; additive scores have no backward here.
+func (ks *Kernels) AttentionBackward(p AttentionPlan, x BackwardArgs) (*Step, error) {
+	dev := ks.dev.Info
+	s := &p.Shape
+	switch {
+	case p.Chunks > 1:
+		return nil, limitf("the backward pass of a call larger than one binding is not split into chunks")
+	case s.Paging > 0 || p.Additive:
+		return nil, limitf("the backward pass reads dense K and V of scaled dot-product attention")
+	case !s.LSE:
+		return nil, limitf("the backward pass needs the forward's log-sum-exp")
+	}
+	for _, b := range []struct {
+		what string
+		buf  *vk.Buffer
+		t    DType
+	}{{"Q", x.Q, s.Q.Type}, {"K", x.K, s.K.Type}, {"V", x.V, s.V.Type}, {"O", x.O, Float32}, {"LSE", x.LSE, Float32},
+		{"dO", x.DO, Float32}, {"dQ", x.DQ, Float32}, {"dK", x.DK, Float32}, {"dV", x.DV, Float32}} {
+		if err := checkRange(dev, b.what, b.buf, false, false, b.t); err != nil {
+			return nil, err
+		}
+	}
+	params := newAttentionParams(p, s, &x.AttentionArgs, chunkParams{batch: s.B, rows: s.L})
+	st := &Step{}
+	fail := func(err error) (*Step, error) {
+		st.Close()
+		return nil, err
+	}
+	pbuf, err := st.params(ks, params.encode())
+	if err != nil {
+		return fail(err)
+	}
+	bufs := make([]*vk.Buffer, backwardBindings)
+	bufs[bindParams], bufs[bindQ], bufs[bindK], bufs[bindV] = pbuf, x.Q, x.K, x.V
+	bufs[bindMask], bufs[bindBoolMask], bufs[bindLengths], bufs[bindO], bufs[bindLSE] = x.Mask, x.BoolMask, x.Lengths, x.O, x.LSE
+	bufs[bindKeyPadding], bufs[bindHeads] = x.KeyPadding, x.Heads
+	bufs[bindDO], bufs[bindRowD], bufs[bindDQ], bufs[bindDK], bufs[bindDV], bufs[bindDSink] = x.DO, x.RowD, x.DQ, x.DK, x.DV, x.DSink
+	spec := make([]int32, bwdSpecCount)
+	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, boolSpec(p.Masked), s.variants()
+	spec[bwdSpecQType], spec[bwdSpecKType], spec[bwdSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
+	for _, pass := range []struct {
+		family     Family
+		rows, head int
+	}{{FamilyBackwardQ, s.L, s.H}, {FamilyBackwardKV, s.S, s.HKV}} {
+		k, err := ks.get(Variant{Family: pass.family}, backwardBindingTypes(), spec...)
+		if err != nil {
+			return fail(err)
+		}
+		set, err := ks.bind(k, bufs...)
+		if err != nil {
+			return fail(err)
+		}
+		st.own(set)
+		groups := [3]uint32{uint32(ceilDiv(pass.rows, backwardWorkGroup)), uint32(pass.head), uint32(s.B)}
+		for i, g := range groups {
+			if g > dev.Limits.MaxWorkGroupCount[i] {
+				return fail(limitf("the backward pass needs %v workgroups, beyond the device's grid %v", groups, dev.Limits.MaxWorkGroupCount))
+			}
+		}
+		st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: groups})
+	}
+	return st, nil
+}
