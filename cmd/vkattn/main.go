@@ -7,6 +7,7 @@
 //
 //	vkattn devices [--json]
 //	vkattn run -q Q.npy -k K.npy -v V.npy [-o O.npy] [options]
+//	vkattn grad -q Q.npy -k K.npy -v V.npy --dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [options]
 //	vkattn mha -x X.npy [--kv KV.npy] --params P.npz --heads H -o OUT.npy [options]
 //	vkattn additive -q Q.npy -k K.npy -v V.npy --params P.npz [-o O.npy] [options]
 //	vkattn verify [--dir testdata]
@@ -55,6 +56,7 @@ Usage:
 Commands:
   devices   list Vulkan devices, their limits and the default pick
   run       run attention on Q, K, V stored as .npy files
+  grad      its gradients dQ, dK, dV (and dSinks) for a given dO, on the device
   mha       run a PyTorch nn.MultiheadAttention layer (weights from .npz/.safetensors)
   additive  run additive (Bahdanau) attention with weights W_q, W_k, b, w_a
   verify    run the golden cases in testdata/ and compare
@@ -83,6 +85,7 @@ type command struct {
 var commands = []command{
 	{"devices", runDevices},
 	{"run", runRun},
+	{"grad", runGrad},
 	{"mha", runMHA},
 	{"additive", runAdditive},
 	{"verify", runVerify},

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/reference"
+)
+
+const gradUsage = `Usage: vkattn grad -q Q.npy -k K.npy -v V.npy --dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [flags]
+
+Computes on the device the gradients of L = sum(O * dO) for
+O = attention(Q, K, V) as vkattn run computes it (SEMANTICS.md §16): the
+forward (O and its log-sum-exp), then FlashAttention-2's backward, which
+recomputes the probabilities from the log-sum-exp (nothing L x S is
+stored) and sums in a fixed order (the same bits run to run).
+
+Inputs as for run: Q (B,H,L,d_k), K (B,H_kv,S,d_k), V (B,H_kv,S,d_v), rank
+2 to 4, and DO with O's shape (Q's, last axis d_v). Every mask, length,
+causal and score-variant flag of run applies, as do --scale, --dtype and
+--kv-dtype (the gradients are of the values as stored; they are float32).
+Under grouped-query attention dK and dV sum every query head of a group.
+Rows that are padding or see no key have output 0 and add nothing.
+
+Outputs (float32 .npy, the shapes of Q, K and V as given):
+  --dq DQ.npy  --dk DK.npy  --dv DV.npy
+  --dsinks DS.npy      with --sinks: the gradient of each head's sink, (H,)
+
+--check compares with the float64 reference (reference.AttentionBackward)
+and exits 1, writing nothing, if any |GPU - reference| exceeds
+1e-4 * max(1, max |reference|) of its tensor.
+
+Example:
+  vkattn grad -q q.npy -k k.npy -v v.npy --dout do.npy --causal bottom-right \
+    --dq dq.npy --dk dk.npy --dv dv.npy --check
+`
+
+// gradFlags are grad's command line: run's problem flags and the
+// gradients' files.
+type gradFlags struct {
+	runFlags
+	dout, dq, dk, dv, dsinks string
+}
+
+// gradSummary is what grad reports (--json).
+type gradSummary struct {
+	Device string               `json:"device"`
+	Dims   vkattn.Dims          `json:"dims"`
+	DTypes [3]string            `json:"dtypes"`
+	Plan   string               `json:"plan"` // the forward's
+	GPUNS  int64                `json:"gpu_ns"`
+	Grads  map[string]arrayJSON `json:"grads"` // dQ, dK, dV (and dSinks)
+	Check  *gradCheckJSON       `json:"check,omitempty"`
+}
+
+// gradCheckJSON is --check's verdict: the largest error of each gradient
+// over its bound, 1e-4 * max(1, max|reference|).
+type gradCheckJSON struct {
+	MaxAbs golden.Number `json:"max_abs_err"`
+	Ratio  golden.Number `json:"worst_over_bound"`
+	Pass   bool          `json:"pass"`
+	worst  string
+}
+
+// gradTolerance is grad --check's bound relative to each tensor's largest
+// reference magnitude (at least 1).
+const gradTolerance = 1e-4
+
+func (c *gradCheckJSON) add(name string, got []float32, want []float64) {
+	top := 1.0
+	for _, w := range want {
+		top = math.Max(top, math.Abs(w))
+	}
+	for i := range got {
+		e := math.Abs(float64(got[i]) - want[i])
+		if math.IsNaN(e) {
+			e = math.Inf(1)
+		}
+		c.MaxAbs = golden.Number(math.Max(float64(c.MaxAbs), e))
+		if r := e / (gradTolerance * top); r > float64(c.Ratio) || math.IsInf(r, 1) {
+			c.Ratio = golden.Number(r)
+			c.worst = fmt.Sprintf("%s[%d] = %v, reference %v", name, i, got[i], want[i])
+		}
+	}
+	c.Pass = float64(c.Ratio) <= 1
+}
+
+func runGrad(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("grad", stderr)
+	var f gradFlags
+	f.problemFlags(fs)
+	fs.StringVar(&f.dout, "dout", "", "the gradient of the loss with respect to O, `DO.npy` (O's shape)")
+	fs.StringVar(&f.dq, "dq", "", "write dL/dQ to `DQ.npy` (Q's shape)")
+	fs.StringVar(&f.dk, "dk", "", "write dL/dK to `DK.npy` (K's shape)")
+	fs.StringVar(&f.dv, "dv", "", "write dL/dV to `DV.npy` (V's shape)")
+	fs.StringVar(&f.dsinks, "dsinks", "", "write dL/dsinks to `DS.npy` (H values; needs --sinks)")
+	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
+	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
+	if ok, code := parseFlags(fs, gradUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if f.missing() || f.dout == "" {
+		return usagef(stderr, "grad", "-q, -k, -v and --dout are required")
+	}
+	if f.dsinks != "" && f.sinks == "" {
+		return usagef(stderr, "grad", "--dsinks needs --sinks")
+	}
+	causal, err := vkattn.ParseCausal(f.causal)
+	if err != nil {
+		return usagef(stderr, "grad", "--causal %q: want none, top-left or bottom-right", f.causal)
+	}
+	if _, err := f.types([3]vkattn.DType{}); err != nil {
+		return usagef(stderr, "grad", "%v", err)
+	}
+	outs := []outputFlag{{"--dq", f.dq}, {"--dk", f.dk}, {"--dv", f.dv}, {"--dsinks", f.dsinks}}
+	if code := checkOutputPaths("grad", stderr, outs); code != exitOK {
+		return code
+	}
+	stdout, code := textStreams("grad", f.json, stdout, stderr, outs)
+	if code != exitOK {
+		return code
+	}
+	p, err := loadProblem(&f.runFlags, causal)
+	if err != nil {
+		return failf(stderr, "grad", "%v", err)
+	}
+	dO, err := readFloatInput("--dout", f.dout)
+	if err != nil {
+		return failf(stderr, "grad", "%v", err)
+	}
+	oShape, _, _ := golden.OutputShapes(p.q.Shape, p.dims.S, p.dims.DV)
+	if !sameShape(dO.Shape, oShape) {
+		return failf(stderr, "grad", "--dout %s has shape %v; want O's %v: %v", f.dout, dO.Shape, oShape, vkattn.ErrShape)
+	}
+
+	dev, err := vkattn.Open(f.device.with(vkattn.Config{}))
+	if err != nil {
+		return failf(stderr, "grad", "%v", err)
+	}
+	defer dev.Close()
+	var tensors []*vkattn.Tensor
+	defer func() {
+		for _, t := range tensors {
+			t.Close()
+		}
+	}()
+	for _, a := range []*npyArray{p.q, p.k, p.v} {
+		t, err := a.upload(dev)
+		if err != nil {
+			return failf(stderr, "grad", "%s: %v", a.Path, err)
+		}
+		tensors = append(tensors, t)
+	}
+	dOT, err := dev.Upload(dO.Shape, dO.F32)
+	if err != nil {
+		return failf(stderr, "grad", "--dout %s: %v", f.dout, err)
+	}
+	tensors = append(tensors, dOT)
+	g, err := dev.AttentionBackward(tensors[0], tensors[1], tensors[2], dOT, p.opts)
+	if err != nil {
+		return failf(stderr, "grad", "%v", err)
+	}
+	defer g.Close()
+	var grads [3][]float32
+	for i, t := range []*vkattn.Tensor{g.DQ, g.DK, g.DV} {
+		if grads[i], err = t.Download(); err != nil {
+			return failf(stderr, "grad", "%v", err)
+		}
+	}
+
+	var chk *gradCheckJSON
+	if f.check {
+		ref, err := reference.AttentionBackward(p.q.F32, p.q4, p.k.F32, p.k4, p.v.F32, p.v4, dO.F32, p.opts)
+		if err != nil {
+			return failf(stderr, "grad", "reference: %v", err)
+		}
+		chk = &gradCheckJSON{}
+		chk.add("dQ", grads[0], ref.DQ)
+		chk.add("dK", grads[1], ref.DK)
+		chk.add("dV", grads[2], ref.DV)
+		if ref.DSinks != nil {
+			chk.add("dSinks", g.DSinks, ref.DSinks)
+		}
+		if !chk.Pass {
+			return failf(stderr, "grad", "check failed: the GPU gradients differ from the float64 reference (%s, %.3g times the bound); no output written", chk.worst, float64(chk.Ratio))
+		}
+	}
+	var files []output
+	for i, o := range []struct {
+		name, path string
+		shape      []int
+	}{{"dQ", f.dq, p.q.Shape}, {"dK", f.dk, p.k.Shape}, {"dV", f.dv, p.v.Shape}} {
+		if o.path != "" {
+			files = append(files, output{name: o.name, path: o.path, shape: o.shape, data: grads[i]})
+		}
+	}
+	if f.dsinks != "" {
+		files = append(files, output{name: "dSinks", path: f.dsinks, shape: []int{p.dims.H}, data: g.DSinks})
+	}
+	if err := writeNPYFiles(files); err != nil {
+		return failf(stderr, "grad", "%v", err)
+	}
+	if f.json {
+		s := gradSummary{Device: dev.String(), Dims: p.dims, DTypes: [3]string{p.q.Store.String(), p.k.Store.String(), p.v.Store.String()},
+			Plan: g.Plan.String(), GPUNS: int64(g.GPUTime), Check: chk}
+		s.Grads = map[string]arrayJSON{}
+		for i, name := range []string{"dQ", "dK", "dV"} {
+			s.Grads[name] = arrayJSON{Shape: [][]int{p.q.Shape, p.k.Shape, p.v.Shape}[i], First: first(grads[i], 8)}
+		}
+		if g.DSinks != nil {
+			s.Grads["dSinks"] = arrayJSON{Shape: []int{p.dims.H}, First: first(g.DSinks, 8)}
+		}
+		for _, o := range files {
+			a := s.Grads[o.name]
+			a.File = o.path
+			s.Grads[o.name] = a
+		}
+		if err := printJSON(stdout, s); err != nil {
+			return failf(stderr, "grad", "%v", err)
+		}
+		return exitOK
+	}
+	for i, name := range []string{"dQ", "dK", "dV"} {
+		fmt.Fprintf(stdout, "%s %s: %s\n", name, shapeString([][]int{p.q.Shape, p.k.Shape, p.v.Shape}[i]), firstValues(grads[i], 8))
+	}
+	if g.DSinks != nil {
+		fmt.Fprintf(stdout, "dSinks: %v\n", g.DSinks)
+	}
+	gpu := "not measured (the device has no compute-queue timestamps)"
+	if g.GPUTime > 0 {
+		gpu = g.GPUTime.String()
+	}
+	fmt.Fprintf(stdout, "forward plan: %v\nGPU time (forward and backward): %s\n", g.Plan, gpu)
+	for _, o := range files {
+		fmt.Fprintf(stdout, "wrote %s %s to %s\n", o.name, shapeString(o.shape), o.path)
+	}
+	if chk != nil {
+		fmt.Fprintf(stdout, "check vs float64 reference: max abs err %.3g, worst %.3g times the bound 1e-4 * max(1, max|ref|): ok\n", float64(chk.MaxAbs), float64(chk.Ratio))
+	}
+	return exitOK
+}
+
+// sameShape reports whether two shapes are equal.
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
