@@ -57,6 +57,7 @@ Commands:
   devices   list Vulkan devices, their limits and the default pick
   run       run attention on Q, K, V stored as .npy files
   grad      its gradients dQ, dK, dV (and dSinks) for a given dO, on the device
+  saturation  the 1/sqrt(d_k) argument measured: weights and gradients against d_k
   mha       run a PyTorch nn.MultiheadAttention layer (weights from .npz/.safetensors)
   additive  run additive (Bahdanau) attention with weights W_q, W_k, b, w_a
   verify    run the golden cases in testdata/ and compare
@@ -86,6 +87,7 @@ var commands = []command{
 	{"devices", runDevices},
 	{"run", runRun},
 	{"grad", runGrad},
+	{"saturation", runSaturation},
 	{"mha", runMHA},
 	{"additive", runAdditive},
 	{"verify", runVerify},
