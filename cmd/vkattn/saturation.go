@@ -270,4 +270,3 @@ func writeSaturationPlot(path string, rows []saturationRow) error {
 		return err
 	})
 }
-
