@@ -478,7 +478,8 @@ func TestDemo(t *testing.T) {
 	}
 	withDevice(t)
 	out := cliOK(t, "demo")
-	for _, want := range []string{"O = [1.604", "O = [1.339", "O = [1.500000 1.500000]", "1.333333 1.333333", "random problem", "first call (compiling its kernel included)", "GPU time (the median of 3 more calls)", "check vs float64 reference"} {
+	for _, want := range []string{"O = [1.604", "O = [1.339", "O = [1.500000 1.500000]", "1.333333 1.333333", "random problem", "first call (compiling its kernel included)", "GPU time (the median of 3 more calls)", "check vs float64 reference",
+		"training: attention learns to reverse", "key position [7 6 5 4 3 2 1 0]"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
