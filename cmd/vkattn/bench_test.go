@@ -151,7 +151,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"--shape", "1,2,1,0,16,8"}, "at least 1"},
 		{[]string{"--shape", ""}, "want B,H,H_kv,L,S,d"},
 		{[]string{"--suite", "decode", "--shape", "1,1,1,4,4,4"}, "mutually exclusive"},
-		{[]string{"--suite", "huge"}, "want prefill, decode, long, all or decode-loop"},
+		{[]string{"--suite", "huge"}, "want prefill, decode, long, all, decode-loop or fork"},
 		{[]string{"--causal"}, "--causal applies to --shape"},
 		{[]string{"--shape", "1,1,1,4,4,4", "--causal=sideways"}, "top-left"},
 		{[]string{"--shape", "1,1,1,4,4,4", "--reps", "0"}, "at least 1"},
