@@ -28,6 +28,9 @@ type MHAResult struct {
 	// Weights (B,Heads,T,S, the same slice as Attention.Weights) and
 	// AvgWeights (B,T,S, their mean over heads); nil unless NeedWeights.
 	Weights, AvgWeights []float64
+
+	attnOpts core.Options // the heads' options, key padding folded in
+	hkv      int          // K/V heads
 }
 
 // MultiHeadAttention computes PyTorch's nn.MultiheadAttention forward pass
@@ -104,7 +107,7 @@ func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int
 	}
 
 	wq, wk, wv, bq, bk, bv := w.Projections()
-	res := &MHAResult{B: B, T: T, S: S, DModel: d, Heads: h}
+	res := &MHAResult{B: B, T: T, S: S, DModel: d, Heads: h, attnOpts: attnOpts, hkv: hkv}
 	for _, p := range []struct {
 		name   string
 		dst    *[]float32
