@@ -186,24 +186,9 @@ func shape3(name string, data []float32, shape []int, rank, width int, widthName
 	return s, nil
 }
 
-// linear returns x W^T + b for x (rows, in) and W (out, in), PyTorch's
-// layout; b (out) may be nil.
+// linear is core.Linear.
 func linear(x []float64, rows, in int, w, b []float32, out int) []float64 {
-	y := make([]float64, rows*out)
-	for r := 0; r < rows; r++ {
-		xr := x[r*in : (r+1)*in]
-		for o := 0; o < out; o++ {
-			s := 0.0
-			if b != nil {
-				s = float64(b[o])
-			}
-			for i, wv := range w[o*in : (o+1)*in] {
-				s += xr[i] * float64(wv)
-			}
-			y[r*out+o] = s
-		}
-	}
-	return y
+	return core.Linear(x, rows, in, w, b, out)
 }
 
 // splitHeads reads (B,T,h*dh) as (B,T,h,dh) and swaps the middle axes to
@@ -214,19 +199,8 @@ func splitHeads(x []float32, B, T, h, dh int) []float32 { return swapAxes12(x, B
 // mergeHeads is the inverse of splitHeads: (B,h,T,dh) -> (B,T,h*dh).
 func mergeHeads(x []float64, B, T, h, dh int) []float64 { return swapAxes12(x, B, h, T, dh) }
 
-// swapAxes12 returns dense (n0, n1, n2, w) data rearranged as (n0, n2, n1, w).
-func swapAxes12[E any](x []E, n0, n1, n2, w int) []E {
-	y := make([]E, len(x))
-	for a := 0; a < n0; a++ {
-		for i := 0; i < n1; i++ {
-			for j := 0; j < n2; j++ {
-				src, dst := ((a*n1+i)*n2+j)*w, ((a*n2+j)*n1+i)*w
-				copy(y[dst:dst+w], x[src:src+w])
-			}
-		}
-	}
-	return y
-}
+// swapAxes12 is core.SwapAxes12.
+func swapAxes12[E any](x []E, n0, n1, n2, w int) []E { return core.SwapAxes12(x, n0, n1, n2, w) }
 
 // narrowAll rounds to float32, failing on values float32 cannot hold.
 func narrowAll(name string, x []float64) ([]float32, error) {

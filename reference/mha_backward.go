@@ -47,7 +47,7 @@ func MultiHeadAttentionBackward(x []float32, xShape []int, key []float32, keySha
 	dY := widen(dOut)
 	// Out = Concat W_o^T + b_o.
 	var dConcat []float64
-	g.OutProjWeight, g.OutProjBias, dConcat = linearBackward(dY, res.Concat, B*T, d, d, w.OutProjWeight, w.OutProjBias != nil)
+	g.OutProjWeight, g.OutProjBias, dConcat = core.LinearBackward(dY, res.Concat, B*T, d, d, w.OutProjWeight, w.OutProjBias != nil)
 	// The heads: dO of each, in float32 as the forward's attention reads.
 	dO := make([]float32, len(dConcat))
 	for i, v := range splitHeadsF64(dConcat, B, T, h, dh) {
@@ -62,9 +62,9 @@ func MultiHeadAttentionBackward(x []float32, xShape []int, key []float32, keySha
 	dQ, dK, dV := mergeHeads(ag.DQ, B, T, h, dh), mergeHeads(ag.DK, B, S, res.hkv, dh), mergeHeads(ag.DV, B, S, res.hkv, dh)
 	wq, wk, wv, _, _, _ := w.Projections()
 	bias := w.InProjBias != nil
-	dWq, dbq, dx := linearBackward(dQ, widen(x), B*T, d, d, wq, bias)
-	dWk, dbk, dkey := linearBackward(dK, widen(key), B*S, w.KDim, kv, wk, bias)
-	dWv, dbv, dvalue := linearBackward(dV, widen(value), B*S, w.VDim, kv, wv, bias)
+	dWq, dbq, dx := core.LinearBackward(dQ, widen(x), B*T, d, d, wq, bias)
+	dWk, dbk, dkey := core.LinearBackward(dK, widen(key), B*S, w.KDim, kv, wk, bias)
+	dWv, dbv, dvalue := core.LinearBackward(dV, widen(value), B*S, w.VDim, kv, wv, bias)
 	if self {
 		for i := range dx {
 			dx[i] += dkey[i] + dvalue[i]
@@ -82,34 +82,6 @@ func MultiHeadAttentionBackward(x []float32, xShape []int, key []float32, keySha
 		g.InProjBias = append(append(dbq, dbk...), dbv...)
 	}
 	return g, nil
-}
-
-// linearBackward is the backward of y = x W^T + b for x (rows, in), W
-// (out, in): dW = dy^T x, db = the column sums of dy (nil without a
-// bias), dx = dy W.
-func linearBackward(dy, x []float64, rows, in, out int, w []float32, bias bool) (dW, db, dx []float64) {
-	dW, dx = make([]float64, out*in), make([]float64, rows*in)
-	if bias {
-		db = make([]float64, out)
-	}
-	for r := 0; r < rows; r++ {
-		xr, dxr := x[r*in:(r+1)*in], dx[r*in:(r+1)*in]
-		for o := 0; o < out; o++ {
-			g := dy[r*out+o]
-			if g == 0 {
-				continue
-			}
-			if bias {
-				db[o] += g
-			}
-			wo, dWo := w[o*in:(o+1)*in], dW[o*in:(o+1)*in]
-			for i := range xr {
-				dWo[i] += g * xr[i]
-				dxr[i] += g * float64(wo[i])
-			}
-		}
-	}
-	return dW, db, dx
 }
 
 // splitHeadsF64 is splitHeads of float64 data.
