@@ -52,8 +52,19 @@ symbolic link is written through to its target, a FIFO or device refused:
                        --average-weights their mean over heads, (B,T,S)
                        (PyTorch need_weights, average_attn_weights)
 
+Gradients (training): --dout DY.npy, the gradient of the loss with
+respect to attn_output (OUT's shape), and --grads G.npz write the
+gradients of sum(OUT * DY) as one .npz: x (X's shape), kv (KV's, for
+cross-attention: the key's and the value's summed, KV being both) and
+every parameter by its state_dict name (in_proj_weight or
+q/k/v_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias). Every
+head's attention, forward and backward, runs on the device; the dense
+layers are differentiated on the host in float64.
+
 --check compares with the float64 reference (reference.MultiHeadAttention)
-and exits 1, writing nothing, if any |GPU - reference| > 1e-4 * max(1, |reference|).
+and exits 1, writing nothing, if any |GPU - reference| > 1e-4 * max(1, |reference|);
+with --grads it also compares the gradients with reference.MultiHeadAttentionBackward
+(1e-4 * max(1, max |reference|) per tensor).
 --explain prints the plan: each dense layer, the per-head attention kernel.
 
 Examples:
@@ -73,6 +84,7 @@ type mhaFlags struct {
 	masks         maskFlags
 	out, weights  string
 	average       bool
+	dout, grads   string
 	device        deviceChoice
 	checkFlags
 }
@@ -80,6 +92,7 @@ type mhaFlags struct {
 // mhaProblem is a loaded and validated mha run.
 type mhaProblem struct {
 	x, kv       *npyArray // kv nil for self-attention
+	dout        *npyArray // --dout; nil without
 	w           *vkattn.MHAWeights
 	opts        vkattn.MHAOptions
 	B, T, S, d  int
@@ -100,6 +113,8 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.out, "o", "", "write attn_output to `OUT.npy`, (B,T,d) or (T,d)")
 	fs.StringVar(&f.weights, "weights", "", "write the attention weights per head to `W.npy`, (B,h,T,S)")
 	fs.BoolVar(&f.average, "average-weights", false, "with --weights: write their mean over heads instead, (B,T,S)")
+	fs.StringVar(&f.dout, "dout", "", "the gradient of the loss with respect to attn_output, `DY.npy` (OUT's shape); with --grads")
+	fs.StringVar(&f.grads, "grads", "", "write the gradients of sum(OUT * DY) to `G.npz`: x, kv and every parameter by name")
 	deviceFlag(fs, &f.device)
 	f.checkFlags.register(fs, "dense layers, attention kernel, masks")
 	if ok, code := parseFlags(fs, mhaUsage, args, stdout, stderr); !ok {
@@ -116,8 +131,10 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "mha", "-o is required")
 	case f.average && f.weights == "":
 		return usagef(stderr, "mha", "--average-weights needs --weights W.npy")
+	case (f.dout == "") != (f.grads == ""):
+		return usagef(stderr, "mha", "--dout DY.npy and --grads G.npz go together")
 	}
-	return runLayer("mha", f.device, &f.masks, []outputFlag{{"-o", f.out}, {"--weights", f.weights}}, stdout, stderr,
+	return runLayer("mha", f.device, &f.masks, []outputFlag{{"-o", f.out}, {"--weights", f.weights}, {"--grads", f.grads}}, stdout, stderr,
 		func(causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mhaProblem, error) {
 			return loadMHA(&f, causal, meaning)
 		},
@@ -195,6 +212,14 @@ func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mh
 		return nil, err
 	}
 
+	if f.dout != "" {
+		if p.dout, err = readFloatInput("--dout", f.dout); err != nil {
+			return nil, err
+		}
+		if !slices.Equal(p.dout.Shape, p.x.Shape) {
+			return nil, fmt.Errorf("--dout %s has shape %v; want attn_output's %v: %w", f.dout, p.dout.Shape, p.x.Shape, vkattn.ErrShape)
+		}
+	}
 	// PyTorch's unbatched mode: outputs drop B as X does.
 	lead := []int{p.B}
 	if !p.batched {
@@ -270,6 +295,19 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 		}
 	}
 
+	var grads []output
+	if f.grads != "" {
+		var gchk *gradCheckJSON
+		if grads, gchk, err = mhaGrads(dev, layer, p, f.check); err != nil {
+			return failf(stderr, "mha", "gradients: %v", err)
+		}
+		if gchk != nil {
+			if !gchk.Pass {
+				return failf(stderr, "mha", "check failed: the gradients differ from the float64 reference (%s, %.3g times the bound); no output written", gchk.worst, float64(gchk.Ratio))
+			}
+			fmt.Fprintf(stdout, "gradients vs float64 reference: max abs err %.3g, worst %.3g times the bound 1e-4 * max(1, max|ref|): ok\n", float64(gchk.MaxAbs), float64(gchk.Ratio))
+		}
+	}
 	outs := []output{{"out", f.out, p.outShape, res.o}}
 	if f.weights != "" {
 		name := "weights"
@@ -278,7 +316,88 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 		}
 		outs = append(outs, output{name, f.weights, p.weightShape, res.weights})
 	}
-	return finishOutputs("mha", outs, chk, stdout, stderr)
+	if code := finishOutputs("mha", outs, chk, stdout, stderr); code != exitOK || grads == nil {
+		return code
+	}
+	if err := writeArraysNPZ(f.grads, grads); err != nil {
+		return failf(stderr, "mha", "--grads: %v", err)
+	}
+	fmt.Fprintf(stdout, "wrote %d gradients to %s\n", len(grads), f.grads)
+	return exitOK
+}
+
+// mhaGrads computes the layer's gradients for --dout (MHA.Backward) as
+// the members of --grads, and with check compares them with the
+// reference's.
+func mhaGrads(dev *vkattn.Device, layer *vkattn.MHA, p *mhaProblem, check bool) ([]output, *gradCheckJSON, error) {
+	var ts []*vkattn.Tensor
+	defer func() {
+		for _, t := range ts {
+			t.Close()
+		}
+	}()
+	for _, a := range []*npyArray{p.x, p.dout, p.kv} {
+		if a == nil {
+			ts = append(ts, nil)
+			continue
+		}
+		t, err := dev.Upload(a.Shape, a.F32)
+		if err != nil {
+			return nil, nil, err
+		}
+		ts = append(ts, t)
+	}
+	g, err := layer.Backward(ts[0], ts[2], ts[2], ts[1], p.opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	w := p.w
+	d, kv := w.DModel, w.KVOut()
+	outs := []output{{name: "x", shape: p.x.Shape, data: g.DX}}
+	var dkv []float32
+	if p.kv != nil {
+		dkv = make([]float32, len(g.DKey))
+		for i := range dkv {
+			dkv[i] = g.DKey[i] + g.DValue[i] // KV is the key and the value
+		}
+		outs = append(outs, output{name: "kv", shape: p.kv.Shape, data: dkv})
+	}
+	shapes := map[string][]int{
+		"in_proj_weight": {3 * d, d}, "q_proj_weight": {d, d}, "k_proj_weight": {kv, w.KDim}, "v_proj_weight": {kv, w.VDim},
+		"in_proj_bias": {d + 2*kv}, "out_proj.weight": {d, d}, "out_proj.bias": {d},
+	}
+	for _, name := range []string{"in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"} {
+		if data, ok := g.Params[name]; ok {
+			outs = append(outs, output{name: name, shape: shapes[name], data: data})
+		}
+	}
+	if !check {
+		return outs, nil, nil
+	}
+	var kvData []float32
+	if p.kv != nil {
+		kvData = p.kv.F32
+	}
+	ref, err := reference.MultiHeadAttentionBackward(p.x.F32, p.x.Shape, kvData, p.kvShape(), kvData, p.kvShape(), w, p.dout.F32, p.opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reference: %w", err)
+	}
+	chk := &gradCheckJSON{}
+	chk.add("x", g.DX, ref.DX)
+	if p.kv != nil {
+		sum := make([]float64, len(ref.DKey))
+		for i := range sum {
+			sum[i] = ref.DKey[i] + ref.DValue[i]
+		}
+		chk.add("kv", dkv, sum)
+	}
+	for name, want := range map[string][]float64{"in_proj_weight": ref.InProjWeight, "q_proj_weight": ref.QProjWeight, "k_proj_weight": ref.KProjWeight,
+		"v_proj_weight": ref.VProjWeight, "in_proj_bias": ref.InProjBias, "out_proj.weight": ref.OutProjWeight, "out_proj.bias": ref.OutProjBias} {
+		if want != nil {
+			chk.add(name, g.Params[name], want)
+		}
+	}
+	return outs, chk, nil
 }
 
 // forwardMHA uploads the inputs, runs the layer and downloads the output

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/zip"
 	"bufio"
 	"fmt"
 
@@ -103,4 +104,29 @@ type output struct {
 	path  string
 	shape []int
 	data  []float32
+}
+
+// writeArraysNPZ writes the arrays as the members "<name>.npy" of an .npz file
+// (numpy.load reads it as a dict), atomically (stageFile).
+func writeArraysNPZ(path string, members []output) error {
+	pf, err := stageFile(path, func(w *bufio.Writer) error {
+		zw := zip.NewWriter(w)
+		for _, m := range members {
+			f, err := zw.Create(m.name + ".npy")
+			if err != nil {
+				return err
+			}
+			if err := weights.WriteNPY(f, m.shape, m.data); err != nil {
+				return err
+			}
+		}
+		if err := zw.Close(); err != nil {
+			return err
+		}
+		return w.Flush()
+	})
+	if err != nil {
+		return err
+	}
+	return commitAll([]*pendingFile{pf})
 }
