@@ -26,7 +26,7 @@ func TestAdditiveBackwardFD(t *testing.T) {
 		{"plain", true, core.Options{}},
 		{"masks, lengths, softcap, sink", false, core.Options{Causal: core.CausalBottomRight, KeyLengths: []int{4, 0},
 			BoolMasks: []core.BoolMask{{Shape: core.MaskShape{1, 1, L, S}, Values: allow, Meaning: core.TrueAllows}},
-			Softcap: 1.5, Sinks: []float32{0.3}}},
+			Softcap:   1.5, Sinks: []float32{0.3}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := &core.AdditiveWeights{DQ: dq, DK: dk, DA: da, WQ: randF32(r, dq*da), WK: randF32(r, dk*da), WA: randF32(r, da)}
