@@ -17,6 +17,7 @@ type Gradients struct {
 	Plan       Plan          // the forward's plan; the backward runs its own row kernels
 	GPUTime    time.Duration // forward and backward together; 0 without timestamps
 	rowSinks   *Tensor       // each row's share of its head's sink gradient
+	keyWA      *Tensor       // additive scores: each key row's share of dw_a
 }
 
 // Close frees the gradient tensors.
@@ -28,6 +29,7 @@ func (g *Gradients) Close() {
 	g.DK.Close()
 	g.DV.Close()
 	g.rowSinks.Close()
+	g.keyWA.Close()
 }
 
 func (g *Gradients) setGPUTime(t time.Duration) { g.GPUTime = t }
@@ -92,6 +94,22 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, 
 		return nil, err
 	}
 	b := &builder{d: d}
+	x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, Scale: opts.Scale.For(dm.DK), Causal: int(opts.Causal)}
+	call, err := b.backward(plan, &opts, x, dO)
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	return call, nil
+}
+
+// backward finishes a backward call of the forward planned as plan (with
+// its LSE), whose inputs x holds (Q, K, V, the scalars; WA for additive
+// scores): the options' buffers, the forward's O and LSE as scratch, the
+// backward, and its gradients as outputs (dQ, dK, dV, each row's sink
+// share and, for additive scores, each key row's share of dw_a).
+func (b *builder) backward(plan Plan, opts *Options, x pipelines.AttentionArgs, dO *Tensor) (*gradCall, error) {
+	d, dm := b.d, plan.Dims
+	oShape := [4]int{dm.B, dm.H, dm.L, dm.DV}
 	if dO.layout() != denseF32(oShape) {
 		// The kernels read dO dense in float32: a copy of any other.
 		data, err := dO.Download()
@@ -99,41 +117,50 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, 
 			return nil, err
 		}
 		if dO, err = b.upload(len(data), func(h []float32) { copy(h, data) }); err != nil {
-			return nil, b.fail(err)
+			return nil, err
 		}
 	}
-	x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, Scale: opts.Scale.For(dm.DK), Causal: int(opts.Causal)}
-	if err := b.bindOptions(dm, &opts, &x, nil); err != nil {
-		return nil, b.fail(err)
+	if err := b.bindOptions(dm, opts, &x, nil); err != nil {
+		return nil, err
 	}
 	o, err := b.scratchTensor(oShape)
 	if err != nil {
-		return nil, b.fail(err)
+		return nil, err
 	}
 	lse, err := b.scratchTensor([4]int{dm.B, dm.H, dm.L, 1})
 	if err != nil {
-		return nil, b.fail(err)
+		return nil, err
 	}
 	x.O, x.LSE = o.buf, lse.buf
 	if err := b.add(d.kernels.Attention(plan.Kernel, x)); err != nil {
-		return nil, b.fail(err)
+		return nil, err
 	}
 	g := &Gradients{Plan: plan}
 	rowD, err := b.scratchTensor([4]int{dm.B, dm.H, dm.L, 1})
 	if err != nil {
-		return nil, b.fail(err)
+		return nil, err
 	}
-	for _, t := range []struct {
+	outs := []struct {
 		dst   **Tensor
 		shape [4]int
-	}{{&g.DQ, [4]int{dm.B, dm.H, dm.L, dm.DK}}, {&g.DK, [4]int{dm.B, dm.HKV, dm.S, dm.DK}}, {&g.DV, [4]int{dm.B, dm.HKV, dm.S, dm.DV}}, {&g.rowSinks, [4]int{dm.B, dm.H, dm.L, 1}}} {
+	}{{&g.DQ, [4]int{dm.B, dm.H, dm.L, dm.DK}}, {&g.DK, [4]int{dm.B, dm.HKV, dm.S, dm.DK}}, {&g.DV, [4]int{dm.B, dm.HKV, dm.S, dm.DV}}, {&g.rowSinks, [4]int{dm.B, dm.H, dm.L, 1}}}
+	if plan.Kernel.Additive {
+		outs = append(outs, struct {
+			dst   **Tensor
+			shape [4]int
+		}{&g.keyWA, [4]int{dm.B, dm.HKV, dm.S, dm.DK}})
+	}
+	for _, t := range outs {
 		if *t.dst, err = b.output(t.shape); err != nil {
-			return nil, b.fail(err)
+			return nil, err
 		}
 	}
 	bx := pipelines.BackwardArgs{AttentionArgs: x, DO: dO.buf, RowD: rowD.buf, DSink: g.rowSinks.buf, DQ: g.DQ.buf, DK: g.DK.buf, DV: g.DV.buf}
+	if g.keyWA != nil {
+		bx.DWA = g.keyWA.buf
+	}
 	if err := b.add(d.kernels.AttentionBackward(plan.Kernel, bx)); err != nil {
-		return nil, b.fail(err)
+		return nil, err
 	}
 	call := &gradCall{}
 	if err := finish(b, &call.prepared, g); err != nil {

@@ -541,6 +541,7 @@ const (
 	bindDK
 	bindDV
 	bindDSink
+	bindDWA // additive: each key row's share of dw_a
 	backwardBindings
 )
 

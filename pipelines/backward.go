@@ -12,6 +12,8 @@ import (
 type BackwardArgs struct {
 	AttentionArgs
 	DO, RowD, DSink, DQ, DK, DV *vk.Buffer
+	// DWA, additive plans: each key row's share of dw_a, (B, S, d_a).
+	DWA *vk.Buffer
 }
 
 // backwardWorkGroup is the backward kernels' workgroup size.
@@ -32,15 +34,16 @@ func backwardBindingTypes() []vk.BindingType {
 // as p (planned with its LSE): a query pass (dQ, D, the sinks' shares),
 // then a key pass (dK, dV), each a row per invocation with no atomics.
 // The call must fit one binding per buffer (no chunks) and read K and V
-// unpaged; additive scores have no backward here.
+// unpaged. An additive plan's Q and K are the projections (d_k = d_a),
+// and the key pass writes each key row's share of dw_a too.
 func (ks *Kernels) AttentionBackward(p AttentionPlan, x BackwardArgs) (*Step, error) {
 	dev := ks.dev.Info
 	s := &p.Shape
 	switch {
 	case p.Chunks > 1:
 		return nil, limitf("the backward pass of a call larger than one binding is not split into chunks")
-	case s.Paging > 0 || p.Additive:
-		return nil, limitf("the backward pass reads dense K and V of scaled dot-product attention")
+	case s.Paging > 0:
+		return nil, limitf("the backward pass reads dense K and V, not pages")
 	case !s.LSE:
 		return nil, limitf("the backward pass needs the forward's log-sum-exp")
 	}
@@ -69,13 +72,18 @@ func (ks *Kernels) AttentionBackward(p AttentionPlan, x BackwardArgs) (*Step, er
 	bufs[bindMask], bufs[bindBoolMask], bufs[bindLengths], bufs[bindO], bufs[bindLSE] = x.Mask, x.BoolMask, x.Lengths, x.O, x.LSE
 	bufs[bindKeyPadding], bufs[bindHeads] = x.KeyPadding, x.Heads
 	bufs[bindDO], bufs[bindRowD], bufs[bindDQ], bufs[bindDK], bufs[bindDV], bufs[bindDSink] = x.DO, x.RowD, x.DQ, x.DK, x.DV, x.DSink
+	bufs[bindWA], bufs[bindDWA] = x.WA, x.DWA
+	families := [2]Family{FamilyBackwardQ, FamilyBackwardKV}
+	if p.Additive {
+		families = [2]Family{FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV}
+	}
 	spec := make([]int32, bwdSpecCount)
 	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, boolSpec(p.Masked), s.variants()
 	spec[bwdSpecQType], spec[bwdSpecKType], spec[bwdSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 	for _, pass := range []struct {
 		family     Family
 		rows, head int
-	}{{FamilyBackwardQ, s.L, s.H}, {FamilyBackwardKV, s.S, s.HKV}} {
+	}{{families[0], s.L, s.H}, {families[1], s.S, s.HKV}} {
 		k, err := ks.get(Variant{Family: pass.family}, backwardBindingTypes(), spec...)
 		if err != nil {
 			return fail(err)

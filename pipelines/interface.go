@@ -84,6 +84,7 @@ var shaderInterface = []interfaceSection{
 		{"BIND_DO", bindDO, "the backward pass: dO"}, {"BIND_ROWD", bindRowD, "D = dO . O per row"},
 		{"BIND_DQ", bindDQ, ""}, {"BIND_DK", bindDK, ""}, {"BIND_DV", bindDV, ""},
 		{"BIND_DSINK", bindDSink, "each row's share of its head's sink gradient"},
+		{"BIND_DWA", bindDWA, "additive: each key row's share of dw_a"},
 	}},
 	{"attention_combine.comp bindings", false, []glslName{
 		{"CBIND_PARAMS", combineBindParams, ""}, {"CBIND_PARTIALS", combineBindPartials, ""},
@@ -210,13 +211,13 @@ func familyBindings(v Variant) []bindingUse {
 		return uses(headMeanBindingTypes(), headMeanBindMean)
 	case FamilyRoPE:
 		return uses(ropeBindingTypes(), ropeBindY)
-	case FamilyBackwardQ:
+	case FamilyBackwardQ, FamilyAdditiveBackwardQ:
 		u := uses(backwardBindingTypes(), bindRowD, bindDSink)
 		u[bindDQ].use = readWrite // rows accumulated in place
 		return u
-	case FamilyBackwardKV:
+	case FamilyBackwardKV, FamilyAdditiveBackwardKV:
 		u := uses(backwardBindingTypes())
-		u[bindDK].use, u[bindDV].use = readWrite, readWrite
+		u[bindDK].use, u[bindDV].use, u[bindDWA].use = readWrite, readWrite, readWrite
 		return u
 	case FamilyQ8Store:
 		u := uses(q8StoreBindingTypes())
@@ -241,7 +242,7 @@ func specCount(v Variant) int {
 		return ropeSpecCount
 	case FamilyQ8Store:
 		return q8SpecCount
-	case FamilyBackwardQ, FamilyBackwardKV:
+	case FamilyBackwardQ, FamilyBackwardKV, FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV:
 		return bwdSpecCount
 	case FamilyCombine, FamilyHeadMean:
 		return 0

@@ -11,33 +11,37 @@ import (
 type Family int
 
 const (
-	FamilyAttention  Family = iota // attention.comp, q.k scores
-	FamilyAdditive                 // attention.comp, w_a.tanh(q + k) scores
-	FamilyCombine                  // attention_combine.comp, the split-K merge
-	FamilyLinear                   // linear.comp, Y = X W^T + b
-	FamilyHeadMean                 // head_mean.comp, weights averaged over heads
-	FamilySelftest                 // selftest.comp, the vk layer's own tests
-	FamilyHeatmap                  // heat_colour.comp, the viewer's picture of weights
-	FamilyTiled                    // attention_tiled.comp, q.k scores, workgroup-tiled (GPUs)
-	FamilyRoPE                     // rope.comp, rotary position embeddings
-	FamilyQ8Store                  // q8_store.comp, quantization into a q8_0 tensor
-	FamilyBackwardQ                // attention_backward.comp, dQ (and D, the sinks' shares)
-	FamilyBackwardKV               // attention_backward.comp, dK and dV
+	FamilyAttention          Family = iota // attention.comp, q.k scores
+	FamilyAdditive                         // attention.comp, w_a.tanh(q + k) scores
+	FamilyCombine                          // attention_combine.comp, the split-K merge
+	FamilyLinear                           // linear.comp, Y = X W^T + b
+	FamilyHeadMean                         // head_mean.comp, weights averaged over heads
+	FamilySelftest                         // selftest.comp, the vk layer's own tests
+	FamilyHeatmap                          // heat_colour.comp, the viewer's picture of weights
+	FamilyTiled                            // attention_tiled.comp, q.k scores, workgroup-tiled (GPUs)
+	FamilyRoPE                             // rope.comp, rotary position embeddings
+	FamilyQ8Store                          // q8_store.comp, quantization into a q8_0 tensor
+	FamilyBackwardQ                        // attention_backward.comp, dQ (and D, the sinks' shares)
+	FamilyBackwardKV                       // attention_backward.comp, dK and dV
+	FamilyAdditiveBackwardQ                // attention_backward.comp, additive scores: dq
+	FamilyAdditiveBackwardKV               // attention_backward.comp, additive scores: dk, dv, dw_a
 )
 
 var families = [...]struct{ name, source, define string }{
-	FamilyAttention:  {"attention", "attention.comp", ""},
-	FamilyAdditive:   {"additive", "attention.comp", "-DADDITIVE=1"},
-	FamilyCombine:    {"attention_combine", "attention_combine.comp", ""},
-	FamilyLinear:     {"linear", "linear.comp", ""},
-	FamilyHeadMean:   {"head_mean", "head_mean.comp", ""},
-	FamilySelftest:   {"selftest", "selftest.comp", ""},
-	FamilyHeatmap:    {"heat_colour", "heat_colour.comp", ""},
-	FamilyTiled:      {"attention_tiled", "attention_tiled.comp", ""},
-	FamilyRoPE:       {"rope", "rope.comp", ""},
-	FamilyQ8Store:    {"q8_store", "q8_store.comp", ""},
-	FamilyBackwardQ:  {"attention_backward_q", "attention_backward.comp", ""},
-	FamilyBackwardKV: {"attention_backward_kv", "attention_backward.comp", "-DKV_PASS=1"},
+	FamilyAttention:          {"attention", "attention.comp", ""},
+	FamilyAdditive:           {"additive", "attention.comp", "-DADDITIVE=1"},
+	FamilyCombine:            {"attention_combine", "attention_combine.comp", ""},
+	FamilyLinear:             {"linear", "linear.comp", ""},
+	FamilyHeadMean:           {"head_mean", "head_mean.comp", ""},
+	FamilySelftest:           {"selftest", "selftest.comp", ""},
+	FamilyHeatmap:            {"heat_colour", "heat_colour.comp", ""},
+	FamilyTiled:              {"attention_tiled", "attention_tiled.comp", ""},
+	FamilyRoPE:               {"rope", "rope.comp", ""},
+	FamilyQ8Store:            {"q8_store", "q8_store.comp", ""},
+	FamilyBackwardQ:          {"attention_backward_q", "attention_backward.comp", ""},
+	FamilyBackwardKV:         {"attention_backward_kv", "attention_backward.comp", "-DKV_PASS=1"},
+	FamilyAdditiveBackwardQ:  {"additive_backward_q", "attention_backward.comp", "-DADDITIVE=1"},
+	FamilyAdditiveBackwardKV: {"additive_backward_kv", "attention_backward.comp", "-DKV_PASS=1 -DADDITIVE=1"},
 }
 
 func (f Family) String() string {
@@ -128,7 +132,8 @@ var Variants = func() []Variant {
 		}
 	}
 	vs = append(vs, Variant{Family: FamilyHeadMean}, Variant{Family: FamilyHeatmap}, Variant{Family: FamilyRoPE}, Variant{Family: FamilyQ8Store},
-		Variant{Family: FamilyBackwardQ}, Variant{Family: FamilyBackwardKV})
+		Variant{Family: FamilyBackwardQ}, Variant{Family: FamilyBackwardKV},
+		Variant{Family: FamilyAdditiveBackwardQ}, Variant{Family: FamilyAdditiveBackwardKV})
 	// The GPU kernels read storage buffers only; split-K needs vec4 rows.
 	return append(vs, Variant{Family: FamilyTiled, Path: StoragePath, Vec4: true},
 		Variant{Family: FamilyTiled, Path: StoragePath},

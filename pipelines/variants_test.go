@@ -32,13 +32,15 @@ func TestEveryVariantIsReachable(t *testing.T) {
 	noVec4Texels := lavapipeLike()
 	noVec4Texels.TexelWords4 = false
 	reached := map[Variant]bool{
-		{Family: FamilyHeadMean}:   true, // Kernels.HeadMean's one build
-		{Family: FamilySelftest}:   true, // the vk package's tests
-		{Family: FamilyHeatmap}:    true, // package viewer's Painter
-		{Family: FamilyRoPE}:       true, // Kernels.RoPE's one build
-		{Family: FamilyQ8Store}:    true, // Kernels.Q8Store's one build
-		{Family: FamilyBackwardQ}:  true, // Kernels.AttentionBackward's two passes
-		{Family: FamilyBackwardKV}: true,
+		{Family: FamilyHeadMean}:           true, // Kernels.HeadMean's one build
+		{Family: FamilySelftest}:           true, // the vk package's tests
+		{Family: FamilyHeatmap}:            true, // package viewer's Painter
+		{Family: FamilyRoPE}:               true, // Kernels.RoPE's one build
+		{Family: FamilyQ8Store}:            true, // Kernels.Q8Store's one build
+		{Family: FamilyBackwardQ}:          true, // Kernels.AttentionBackward's two passes
+		{Family: FamilyBackwardKV}:         true,
+		{Family: FamilyAdditiveBackwardQ}:  true,
+		{Family: FamilyAdditiveBackwardKV}: true,
 	}
 	for _, dev := range []vk.PhysicalDevice{lavapipeLike(), gpu, noVec4Texels} {
 		for _, force := range []LoadPath{AutoPath, TexelPath, StoragePath} {

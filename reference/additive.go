@@ -98,22 +98,7 @@ func AdditiveAttention(q []float32, qShape [3]int, k []float32, kShape [3]int, v
 	return res, nil
 }
 
-// project returns x W + b for x (rows, in) and W (in, out) row-major; b
-// (out) may be nil.
+// project is core.Project.
 func project(x []float64, rows, in int, w, b []float32, out int) []float64 {
-	y := make([]float64, rows*out)
-	for r := 0; r < rows; r++ {
-		yr := y[r*out : (r+1)*out]
-		if b != nil {
-			for o := range yr {
-				yr[o] = float64(b[o])
-			}
-		}
-		for i, xv := range x[r*in : (r+1)*in] {
-			for o, wv := range w[i*out : (i+1)*out] {
-				yr[o] += xv * float64(wv)
-			}
-		}
-	}
-	return y
+	return core.Project(x, rows, in, w, b, out)
 }

@@ -93,36 +93,7 @@ func AdditiveAttentionBackward(q []float32, qShape [3]int, k []float32, kShape [
 		}
 	}
 	// qp = q W_q + b and kp = k W_k, with W (in, out).
-	g.DWQ, g.DBias, g.DQ = projectBackward(dqp, q64, d.B*d.L, w.DQ, da, w.WQ, w.Bias != nil)
-	g.DWK, _, g.DK = projectBackward(dkp, k64, d.B*d.S, w.DK, da, w.WK, false)
-	if w.Bias == nil {
-		g.DBias = nil
-	}
+	g.DWQ, g.DBias, g.DQ = core.ProjectBackward(dqp, q64, d.B*d.L, w.DQ, da, w.WQ, w.Bias != nil)
+	g.DWK, _, g.DK = core.ProjectBackward(dkp, k64, d.B*d.S, w.DK, da, w.WK, false)
 	return g, nil
-}
-
-// projectBackward is the backward of y = x W + b for x (rows, in) and W
-// (in, out): dW = x^T dy, db = the column sums of dy, dx = dy W^T.
-func projectBackward(dy, x []float64, rows, in, out int, w []float32, bias bool) (dW, db, dx []float64) {
-	dW, dx = make([]float64, in*out), make([]float64, rows*in)
-	if bias {
-		db = make([]float64, out)
-	}
-	for r := 0; r < rows; r++ {
-		dyr := dy[r*out : (r+1)*out]
-		for o, g := range dyr {
-			if bias {
-				db[o] += g
-			}
-		}
-		for i, xv := range x[r*in : (r+1)*in] {
-			s := 0.0
-			for o, g := range dyr {
-				dW[i*out+o] += xv * g
-				s += g * float64(w[i*out+o])
-			}
-			dx[r*in+i] = s
-		}
-	}
-	return dW, db, dx
 }

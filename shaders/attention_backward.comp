@@ -11,6 +11,11 @@
 //   dK_j  = scale sum_{h in group, t} dS_tj q_t  (the key pass, KV_PASS)
 //   dV_j  = sum_{h in group, t} P_tj dO_t
 //
+// ADDITIVE: additive scores s = w_a . tanh(q_t + k_j) on the projected
+// queries and keys (width d_k = d_a, no scale): dS flows into them as
+// dS w_a (1 - tanh^2), and into w_a as dS tanh(q_t + k_j), which the key
+// pass writes per key row (binding BIND_DWA) for the host to sum.
+//
 // One invocation owns one output row and sums in a fixed order (no
 // atomics): the results are the same bits run to run. The query pass
 // writes D and each row's share of its head's sink gradient, -P_sink D,
@@ -41,6 +46,12 @@ INPUT(BIND_V, Vt)
 #define Vt_SCALES P.vStride.w
 
 layout(std430, binding = BIND_DO) readonly buffer DOBuf { float dO[]; };
+#ifdef ADDITIVE
+layout(std430, binding = BIND_WA) readonly buffer WaBuf { float waData[]; };
+#ifdef KV_PASS
+layout(std430, binding = BIND_DWA) buffer DWaBuf { float dWa[]; };
+#endif
+#endif
 #ifdef KV_PASS
 layout(std430, binding = BIND_ROWD) readonly buffer RowDBuf { float rowD[]; };
 layout(std430, binding = BIND_DK) buffer DKBuf { float dK[]; };
@@ -60,12 +71,29 @@ int oBase(int h, int t) { return P.offsets.w + b * P.oStride.x + h * P.oStride.y
 // dO, the log-sum-exp and D are dense (B, H, L[, d_v]).
 int rowOf(int h, int t) { return (b * H + h) * L + t; }
 
+// dotQK is the raw score: q . k, or additive w_a . tanh(q + k).
 float dotQK(int qb, int kb) {
     float s = 0.0;
     for (int i = 0; i < DK; i++) {
+#ifdef ADDITIVE
+        s += waData[i] * tanh(AT(Qt, Q_TYPE, qb + i) + AT(Kt, K_TYPE, kb + i));
+#else
         s += AT(Qt, Q_TYPE, qb + i) * AT(Kt, K_TYPE, kb + i);
+#endif
     }
     return s;
+}
+
+// scoreGrad is d(raw score)/d(element i of q), the same as of k's: k_i
+// for dot products (given as other), w_a (1 - tanh^2(q_i + k_i)) for
+// additive scores.
+float scoreGrad(int i, float qi, float ki, float other) {
+#ifdef ADDITIVE
+    float t = tanh(qi + ki);
+    return waData[i] * (1.0 - t * t);
+#else
+    return other;
+#endif
 }
 
 float dotDOV(int r, int vb) {
@@ -116,6 +144,9 @@ void main() {
     int outV = ((b * (H / group) + hk) * S + j) * DV;
     for (int i = 0; i < DK; i++) {
         dK[outK + i] = 0.0;
+#ifdef ADDITIVE
+        dWa[outK + i] = 0.0;
+#endif
     }
     for (int i = 0; i < DV; i++) {
         dV[outV + i] = 0.0;
@@ -144,7 +175,14 @@ void main() {
             }
             float g2 = ds * scale;
             for (int i = 0; i < DK; i++) {
-                dK[outK + i] += g2 * AT(Qt, Q_TYPE, qb + i);
+                float qi = AT(Qt, Q_TYPE, qb + i);
+#ifdef ADDITIVE
+                float ki = AT(Kt, K_TYPE, kb + i);
+                dK[outK + i] += ds * scoreGrad(i, qi, ki, 0.0);
+                dWa[outK + i] += ds * tanh(qi + ki);
+#else
+                dK[outK + i] += g2 * qi;
+#endif
             }
         }
     }
@@ -192,7 +230,11 @@ void main() {
         }
         float g2 = ds * scale;
         for (int i = 0; i < DK; i++) {
+#ifdef ADDITIVE
+            dQ[r * DK + i] += ds * scoreGrad(i, AT(Qt, Q_TYPE, qb + i), AT(Kt, K_TYPE, kb + i), 0.0);
+#else
             dQ[r * DK + i] += g2 * AT(Kt, K_TYPE, kb + i);
+#endif
         }
     }
 #endif

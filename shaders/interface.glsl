@@ -25,6 +25,7 @@
 #define BIND_DK 17
 #define BIND_DV 18
 #define BIND_DSINK 19 // each row's share of its head's sink gradient
+#define BIND_DWA 20 // additive: each key row's share of dw_a
 
 // attention_combine.comp bindings
 #define CBIND_PARAMS 0

@@ -1,0 +1,126 @@
+package vkattn
+
+import (
+	"context"
+
+	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
+)
+
+// AdditiveGradients are additive attention's gradients of sum(O * dO)
+// (float32, dense, row-major, each of the shape of what it is the
+// gradient of): the inputs q (B,L,d_q), k (B,S,d_k), v (B,S,d_v), the
+// weights W_q (d_q,d_a), W_k (d_k,d_a), b (d_a; nil without a bias), w_a
+// (d_a), and the sink (one entry) when opts has one.
+type AdditiveGradients struct {
+	DQ, DK, DV           []float32
+	DWQ, DWK, DBias, DWA []float32
+	DSinks               []float32
+}
+
+// Backward returns the gradients of sum(O * dO) for O = a.Attention(q, k,
+// v, opts) (SEMANTICS.md §16): dO has O's (B, L, d_v). The attention's
+// forward and backward run on the device (attention_backward.comp with
+// additive scores: the gradients of the projections and each key row's
+// share of dw_a); the projections q W_q + b and k W_k are formed and
+// differentiated on the host in float64.
+func (a *Additive) Backward(q, k, v, dO *Tensor, opts Options) (*AdditiveGradients, error) {
+	return a.BackwardContext(context.Background(), q, k, v, dO, opts)
+}
+
+// BackwardContext is Backward with a context that can cancel the wait.
+func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opts Options) (*AdditiveGradients, error) {
+	d := a.dev
+	names := [3]string{"query", "key", "value"}
+	if err := d.checkInputs(names, q, k, v); err != nil {
+		return nil, err
+	}
+	if err := d.checkInput("dO", dO); err != nil {
+		return nil, err
+	}
+	var dims [3][3]int
+	for i, t := range []*Tensor{q, k, v} {
+		b, n, err := mhaInput(names[i], t, t.shape[3], "width")
+		if err != nil {
+			return nil, err
+		}
+		dims[i] = [3]int{b, n, t.shape[3]}
+	}
+	if want := [4]int{1, dims[0][0], dims[0][1], dims[2][2]}; dO.shape != want {
+		return nil, errorf(ErrShape, "dO has shape %v, want O's (B, L, d_v) %v", dO.shape, want)
+	}
+	opts.WantLSE, opts.WantWeights = true, false
+	plan, err := a.plan(dims, &opts)
+	if err != nil {
+		return nil, err
+	}
+	dm := plan.Dims
+	if _, err := a.checkRange(dm, &opts, q, k, v); err != nil {
+		return nil, err
+	}
+	host := func(t *Tensor) ([]float32, error) {
+		if t == nil {
+			return nil, nil
+		}
+		return t.Download()
+	}
+	var in [6][]float32 // q, k, W_q^T, W_k^T, b, w_a
+	for i, t := range []*Tensor{q, k, a.wq, a.wk, a.bias, a.wa} {
+		if in[i], err = host(t); err != nil {
+			return nil, err
+		}
+	}
+	wq, wk := transpose(in[2], a.da, a.dq), transpose(in[3], a.da, a.dk) // back to (in, out)
+	q64, k64 := widen64(in[0]), widen64(in[1])
+	B, L, S := dm.B, dm.L, dm.S
+	// The projections as the forward forms them, in float32.
+	qp, err := d.Upload([]int{B, 1, L, a.da}, narrow32(core.Project(q64, B*L, a.dq, wq, in[4], a.da)))
+	if err != nil {
+		return nil, err
+	}
+	defer qp.Close()
+	kp, err := d.Upload([]int{B, 1, S, a.da}, narrow32(core.Project(k64, B*S, a.dk, wk, nil, a.da)))
+	if err != nil {
+		return nil, err
+	}
+	defer kp.Close()
+	g, err := runOnce(ctx, func() (*gradCall, error) {
+		b := &builder{d: d}
+		x := pipelines.AttentionArgs{Q: qp.buf, K: kp.buf, V: v.buf, Scale: 1, Causal: int(opts.Causal), WA: a.wa.buf}
+		call, err := b.backward(plan, &opts, x, dO)
+		if err != nil {
+			return nil, b.fail(err)
+		}
+		return call, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	var dev [5][]float32 // dqp, dkp, dv, each key row's dw_a, each row's sink share
+	for i, t := range []*Tensor{g.DQ, g.DK, g.DV, g.keyWA, g.rowSinks} {
+		if dev[i], err = t.Download(); err != nil {
+			return nil, err
+		}
+	}
+	out := &AdditiveGradients{DV: dev[2], DWA: make([]float32, a.da)}
+	dwa := make([]float64, a.da)
+	for i, x := range dev[3] {
+		dwa[i%a.da] += float64(x)
+	}
+	out.DWA = narrow32(dwa)
+	if opts.Sinks != nil {
+		sink := 0.0
+		for _, x := range dev[4] {
+			sink += float64(x)
+		}
+		out.DSinks = []float32{float32(sink)}
+	}
+	dWQ, db, dq := core.ProjectBackward(widen64(dev[0]), q64, B*L, a.dq, a.da, wq, a.bias != nil)
+	dWK, _, dk := core.ProjectBackward(widen64(dev[1]), k64, B*S, a.dk, a.da, wk, false)
+	out.DQ, out.DK, out.DWQ, out.DWK = narrow32(dq), narrow32(dk), narrow32(dWQ), narrow32(dWK)
+	if db != nil {
+		out.DBias = narrow32(db)
+	}
+	return out, nil
+}
