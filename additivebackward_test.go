@@ -28,7 +28,7 @@ func TestAdditiveBackward(t *testing.T) {
 		{"plain, bias", true, vkattn.Options{}},
 		{"masks, lengths, softcap, sink", false, vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{6, 0},
 			BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, L, S}, Values: allow, Meaning: vkattn.TrueAllows}},
-			Softcap: 2, Sinks: []float32{0.4}}},
+			Softcap:   2, Sinks: []float32{0.4}}},
 	} {
 		for _, plan := range []string{"auto", "nvidia"} {
 			t.Run(fmt.Sprintf("%s/%s", c.name, plan), func(t *testing.T) {
