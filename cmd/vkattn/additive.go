@@ -45,8 +45,17 @@ symbolic link is written through to its target, a FIFO or device refused:
   --weights W.npy  attention weights, (B,L,S)
 Without -o a short summary is printed instead.
 
+Gradients (training): --dout DO.npy, the gradient of the loss with
+respect to O (O's shape), and --grads G.npz write the gradients of
+sum(O * DO) as one .npz: q, k, v (their shapes as given) and W_q, W_k,
+b (with a bias), w_a (d_a), named as in the params file. The attention's
+forward and backward run on the device; the projections are formed and
+differentiated on the host in float64.
+
 --check compares with the float64 reference (reference.AdditiveAttention)
-and exits 1, writing nothing, if any |GPU - reference| > 1e-4 * max(1, |reference|).
+and exits 1, writing nothing, if any |GPU - reference| > 1e-4 * max(1, |reference|);
+with --grads it also compares the gradients with
+reference.AdditiveAttentionBackward (1e-4 * max(1, max |reference|) per tensor).
 --explain prints the plan: the two projections and the attention kernel.
 
 Examples:
@@ -63,7 +72,8 @@ type additiveFlags struct {
 	masks  maskFlags
 	lengthFlags
 	outputFlags
-	device deviceChoice
+	dout, grads string
+	device      deviceChoice
 	checkFlags
 }
 
@@ -85,6 +95,8 @@ func runAdditive(args []string, stdout, stderr io.Writer) int {
 	f.lengthFlags.register(fs)
 	f.outputFlags.register(fs, "write the output O to `OUT.npy`, (B,L,d_v) or (L,d_v)",
 		"write the attention weights to `W.npy`, (B,L,S) or (L,S)", "write the log-sum-exp to `LSE.npy`, (B,L) or (L)")
+	fs.StringVar(&f.dout, "dout", "", "the gradient of the loss with respect to O, `DO.npy` (O's shape); with --grads")
+	fs.StringVar(&f.grads, "grads", "", "write the gradients of sum(O * DO) to `G.npz`: q, k, v, W_q, W_k, b, w_a")
 	deviceFlag(fs, &f.device)
 	f.checkFlags.register(fs, "projections, kernel variant, tiles, grid, masks")
 	if ok, code := parseFlags(fs, additiveUsage, args, stdout, stderr); !ok {
@@ -95,8 +107,10 @@ func runAdditive(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "additive", "-q, -k and -v are required")
 	case f.params == "":
 		return usagef(stderr, "additive", "--params is required: W_q, W_k, b, w_a in a .npz or .safetensors file")
+	case (f.dout == "") != (f.grads == ""):
+		return usagef(stderr, "additive", "--dout DO.npy and --grads G.npz go together")
 	}
-	return runLayer("additive", f.device, &f.masks, f.paths(), stdout, stderr,
+	return runLayer("additive", f.device, &f.masks, append(f.paths(), outputFlag{"--grads", f.grads}), stdout, stderr,
 		func(causal vkattn.Causal, meaning vkattn.MaskMeaning) (*additiveProblem, error) {
 			return loadAdditive(&f, causal, meaning)
 		},
@@ -178,6 +192,19 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 		chk = checkAttention(res, ref)
 	}
 
+	var grads []output
+	if f.grads != "" {
+		var gchk *gradCheckJSON
+		if grads, gchk, err = additiveGrads(dev, layer, p, f.dout, oShape, f.check); err != nil {
+			return failf(stderr, "additive", "gradients: %v", err)
+		}
+		if gchk != nil {
+			if !gchk.Pass {
+				return failf(stderr, "additive", "check failed: the gradients differ from the float64 reference (%s, %.3g times the bound); no output written", gchk.worst, float64(gchk.Ratio))
+			}
+			fmt.Fprintf(stdout, "gradients vs float64 reference: max abs err %.3g, worst %.3g times the bound 1e-4 * max(1, max|ref|): ok\n", float64(gchk.MaxAbs), float64(gchk.Ratio))
+		}
+	}
 	outs := f.outputs(res, oShape, lseShape, wShape)
 	plan := res.plan
 	if f.out == "" {
@@ -191,5 +218,65 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 		}
 		fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.gpuTime, flops))
 	}
-	return finishOutputs("additive", outs, chk, stdout, stderr)
+	if code := finishOutputs("additive", outs, chk, stdout, stderr); code != exitOK || grads == nil {
+		return code
+	}
+	if err := writeArraysNPZ(f.grads, grads); err != nil {
+		return failf(stderr, "additive", "--grads: %v", err)
+	}
+	fmt.Fprintf(stdout, "wrote %d gradients to %s\n", len(grads), f.grads)
+	return exitOK
+}
+
+// additiveGrads computes the gradients for --dout (Additive.Backward) as
+// the members of --grads, and with check compares them with the
+// reference's.
+func additiveGrads(dev *vkattn.Device, layer *vkattn.Additive, p *additiveProblem, doutPath string, oShape []int, check bool) ([]output, *gradCheckJSON, error) {
+	dO, err := readFloatInput("--dout", doutPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !sameShape(dO.Shape, oShape) {
+		return nil, nil, fmt.Errorf("--dout %s has shape %v; want O's %v: %w", doutPath, dO.Shape, oShape, vkattn.ErrShape)
+	}
+	var ts []*vkattn.Tensor
+	defer func() {
+		for _, t := range ts {
+			t.Close()
+		}
+	}()
+	for _, a := range []*npyArray{p.q, p.k, p.v, dO} {
+		t, err := dev.Upload(a.Shape, a.F32)
+		if err != nil {
+			return nil, nil, err
+		}
+		ts = append(ts, t)
+	}
+	g, err := layer.Backward(ts[0], ts[1], ts[2], ts[3], p.opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	w := p.w
+	outs := []output{{name: "q", shape: p.q.Shape, data: g.DQ}, {name: "k", shape: p.k.Shape, data: g.DK}, {name: "v", shape: p.v.Shape, data: g.DV},
+		{name: "W_q", shape: []int{w.DQ, w.DA}, data: g.DWQ}, {name: "W_k", shape: []int{w.DK, w.DA}, data: g.DWK}}
+	if g.DBias != nil {
+		outs = append(outs, output{name: "b", shape: []int{w.DA}, data: g.DBias})
+	}
+	outs = append(outs, output{name: "w_a", shape: []int{w.DA}, data: g.DWA})
+	if !check {
+		return outs, nil, nil
+	}
+	ref, err := reference.AdditiveAttentionBackward(p.q.F32, p.q3, p.k.F32, p.k3, p.v.F32, p.v3, w, dO.F32, p.opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reference: %w", err)
+	}
+	chk := &gradCheckJSON{}
+	for i, want := range [][]float64{ref.DQ, ref.DK, ref.DV, ref.DWQ, ref.DWK} {
+		chk.add(outs[i].name, outs[i].data, want)
+	}
+	if ref.DBias != nil {
+		chk.add("b", g.DBias, ref.DBias)
+	}
+	chk.add("w_a", g.DWA, ref.DWA)
+	return outs, chk, nil
 }

@@ -102,3 +102,42 @@ func TestMHAGrads(t *testing.T) {
 	}
 	checkRefused(t, []string{"mha", "-x", xPath, "--params", selfParams, "--heads", "2", "-o", filepath.Join(dir, "o.npy"), "--dout", dyPath}, 2, "go together", "")
 }
+
+// additive --dout --grads writes q, k, v, W_q, W_k, b and w_a's gradients
+// equal to the float64 reference's, with a causal mask and key lengths.
+func TestAdditiveGrads(t *testing.T) {
+	withDevice(t)
+	r := rand.New(rand.NewSource(161))
+	dir := t.TempDir()
+	const B, L, S, dq, dk, da, dv = 2, 3, 5, 4, 3, 6, 2
+	w := &vkattn.AdditiveWeights{DQ: dq, DK: dk, DA: da,
+		WQ: randomValues(r, dq*da), WK: randomValues(r, dk*da), Bias: randomValues(r, da), WA: randomValues(r, da)}
+	params := writeNPZ(t, dir, "p.npz", map[string]any{"W_q": rows(w.WQ, da), "W_k": rows(w.WK, da), "b": w.Bias, "w_a": rows(w.WA, 1)})
+	qd, kd, vd, dO := randomValues(r, B*L*dq), randomValues(r, B*S*dk), randomValues(r, B*S*dv), randomValues(r, B*L*dv)
+	q := writeArray(t, dir, "q.npy", []int{B, L, dq}, qd)
+	k := writeArray(t, dir, "k.npy", []int{B, S, dk}, kd)
+	v := writeArray(t, dir, "v.npy", []int{B, S, dv}, vd)
+	do := writeArray(t, dir, "do.npy", []int{B, L, dv}, dO)
+	g := filepath.Join(dir, "g.npz")
+	cliOK(t, "additive", "-q", q, "-k", k, "-v", v, "--params", params, "--causal", "bottom-right", "--key-lengths", "5,2",
+		"-o", filepath.Join(dir, "o.npy"), "--dout", do, "--grads", g, "--check")
+	got, err := weights.Load(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{5, 2}}
+	ref, err := reference.AdditiveAttentionBackward(qd, [3]int{B, L, dq}, kd, [3]int{B, S, dk}, vd, [3]int{B, S, dv}, w, dO, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][]float64{"q": ref.DQ, "k": ref.DK, "v": ref.DV, "W_q": ref.DWQ, "W_k": ref.DWK, "b": ref.DBias, "w_a": ref.DWA} {
+		m, ok := got[name]
+		if !ok {
+			t.Fatalf("no member %s in %v", name, got)
+		}
+		within(t, name, m.Data, want)
+	}
+	if len(got) != 7 {
+		t.Errorf("%d members, want 7", len(got))
+	}
+}
