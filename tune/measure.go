@@ -48,7 +48,7 @@ func UploadRandomAs(dev *vkattn.Device, r *rand.Rand, d vkattn.Dims, types [3]vk
 			in.Close()
 			return Inputs{}, fmt.Errorf("%w: %v is %d values, more than the %d filled with random data on the host", vkattn.ErrTooLarge, u.shape, n, maxRandom)
 		}
-		t, err := dev.UploadAs(u.shape[:], randomData(r, n), types[i])
+		t, err := dev.UploadAs(u.shape[:], RandomValues(r, n), types[i])
 		if err != nil {
 			in.Close()
 			return Inputs{}, fmt.Errorf("upload: %w", err)
@@ -61,8 +61,8 @@ func UploadRandomAs(dev *vkattn.Device, r *rand.Rand, d vkattn.Dims, types [3]vk
 // maxRandom is the most values UploadRandom makes for one tensor (8 GiB).
 const maxRandom = 1 << 31
 
-// randomData is n uniform values in [-1, 1).
-func randomData(r *rand.Rand, n int) []float32 {
+// RandomValues are n uniform values in [-1, 1).
+func RandomValues(r *rand.Rand, n int) []float32 {
 	x := make([]float32, n)
 	for i := range x {
 		x[i] = 2*r.Float32() - 1
@@ -103,8 +103,14 @@ type Timing struct {
 	Median time.Duration
 }
 
+// Runner is what TimeRuns times: a prepared call, or anything that runs
+// on the device and says for how long (0 without timestamps).
+type Runner interface {
+	Run(context.Context) (time.Duration, error)
+}
+
 // TimeRuns runs call reps times (at least 1), calling tick after each run.
-func TimeRuns(ctx context.Context, call *vkattn.Call, reps int, tick func()) (Timing, error) {
+func TimeRuns(ctx context.Context, call Runner, reps int, tick func()) (Timing, error) {
 	if reps < 1 {
 		return Timing{}, fmt.Errorf("tune: %d timed runs: want at least 1", reps)
 	}

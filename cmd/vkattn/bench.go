@@ -68,6 +68,11 @@ timestamps, which the "timing" column/field says):
            the minimum traffic, not a measured one; a decode step (split-K)
            reads each K/V element once, so for decode it is the traffic
 
+--backward times Device.AttentionBackward instead (random dO; the
+forward and the backward, one-shot calls: allocations per call show);
+its FLOPs are 3.5x the forward's: the forward, then FlashAttention's
+count of the backward, 2.5x.
+
 Element types: the random data is float32 unless
   --dtype f16|bf16      stores Q, K and V as that type
   --kv-dtype f16|bf16|q8_0
@@ -112,6 +117,9 @@ type benchCase struct {
 	causal vkattn.Causal
 	types  [3]vkattn.DType // of Q, K and V
 	rope   *vkattn.RoPE    // nil: none
+	// backward times Device.AttentionBackward (the forward and the
+	// backward) instead of the forward.
+	backward bool
 }
 
 // benchSuites lists the preset suites in the order "all" runs them.
@@ -232,6 +240,7 @@ type benchFlags struct {
 	device   deviceChoice
 	loadPath string
 	quiet    bool
+	backward bool
 	typeFlags
 	ropeFlags
 	rope *vkattn.RoPE // from ropeFlags
@@ -251,10 +260,11 @@ type benchResult struct {
 	ColdGPUNS  int64       `json:"cold_gpu_ns"`
 	GPU        tune.Stats  `json:"gpu_ns"` // all 0 without device timestamps
 	Wall       tune.Stats  `json:"wall_ns"`
-	Timing     string      `json:"timing"` // "gpu" or "wall": the median the rates divide by
-	FLOPs      float64     `json:"flops"`  // SEMANTICS.md §12, halved when causal
-	Bytes      int64       `json:"bytes"`  // Q, K, V read + O written, at their element sizes
-	DTypes     [3]string   `json:"dtypes"` // element types of Q, K and V
+	Timing     string      `json:"timing"`             // "gpu" or "wall": the median the rates divide by
+	FLOPs      float64     `json:"flops"`              // SEMANTICS.md §12, halved when causal
+	Bytes      int64       `json:"bytes"`              // Q, K, V read + O written, at their element sizes
+	DTypes     [3]string   `json:"dtypes"`             // element types of Q, K and V
+	Backward   bool        `json:"backward,omitempty"` // Device.AttentionBackward timed: forward and backward
 	GFLOPS     float64     `json:"gflops"`
 	GBPS       float64     `json:"gb_per_s"`
 	// Per timed call (a prepared call's Run): what a discrete GPU pays
@@ -278,6 +288,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	deviceFlag(fs, &f.device)
 	fs.StringVar(&f.loadPath, "load-path", "auto", "force the kernel's load `path`: auto, texel or storage")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
+	fs.BoolVar(&f.backward, "backward", false, "time the gradients (Device.AttentionBackward: the forward and the backward) instead")
 	f.typeFlags.register(fs)
 	f.ropeFlags.register(fs)
 	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {
@@ -296,6 +307,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if f.backward && (f.suite == "decode-loop" || f.suite == "fork") && !set["shape"] {
+		return usagef(stderr, "bench", "--backward times the suites prefill, decode, long and all, or --shape")
+	}
 	if f.suite == "decode-loop" && !set["shape"] {
 		return runDecodeLoopSuite(&f, stdout, stderr)
 	}
@@ -319,7 +333,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	for i := range cases {
-		cases[i].types, cases[i].rope = types, f.rope
+		cases[i].types, cases[i].rope, cases[i].backward = types, f.rope, f.backward
 	}
 	path, err := vkattn.ParseLoadPath(f.loadPath)
 	if err != nil {
@@ -429,35 +443,54 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 		return benchResult{}, err
 	}
 	var prepared *vkattn.Call
+	var grad *backwardRun
 	defer func() {
 		clock.idle()
 		closeAfter(ctx, func() {
 			if prepared != nil {
 				prepared.Close()
 			}
+			grad.close()
 			in.Close()
 		})
 	}()
 	opts := vkattn.Options{Causal: c.causal, RoPE: c.rope}
-	// Prepared once (outputs allocated, commands recorded), then replayed:
-	// the timings are the dispatch and its wait, not allocation.
-	prepared, err = dev.Prepare(in.Q, in.K, in.V, opts)
-	if err != nil {
-		return benchResult{}, err
+	var runner tune.Runner
+	if c.backward {
+		d := c.dims
+		dO, err := dev.Upload([]int{d.B, d.H, d.L, d.DV}, tune.RandomValues(r, d.B*d.H*d.L*d.DV))
+		if err != nil {
+			return benchResult{}, err
+		}
+		grad = &backwardRun{dev: dev, q: in.Q, k: in.K, v: in.V, dO: dO, opts: opts}
+		runner = grad
+	} else {
+		// Prepared once (outputs allocated, commands recorded), then
+		// replayed: the timings are the dispatch and its wait, not
+		// allocation.
+		if prepared, err = dev.Prepare(in.Q, in.K, in.V, opts); err != nil {
+			return benchResult{}, err
+		}
+		runner = prepared
 	}
 
 	start := time.Now()
 	clock.begin(true)
-	coldGPU, err := prepared.Run(ctx)
+	coldGPU, err := runner.Run(ctx)
 	coldWall := time.Since(start)
 	clock.lap()
 	tick()
 	if err != nil {
 		return benchResult{}, err
 	}
-	plan := prepared.Output().Plan
+	var plan vkattn.Plan
+	if c.backward {
+		plan = grad.plan
+	} else {
+		plan = prepared.Output().Plan
+	}
 	before := dev.Stats()
-	tm, err := tune.TimeRuns(ctx, prepared, reps, func() { clock.lap(); tick() })
+	tm, err := tune.TimeRuns(ctx, runner, reps, func() { clock.lap(); tick() })
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -476,7 +509,8 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 		GPU:        tm.GPU,
 		Wall:       tm.Wall,
 		Timing:     tm.Timing,
-		FLOPs:      benchFLOPs(plan.Dims, c.causal),
+		FLOPs:      benchFLOPs(plan.Dims, c.causal, c.backward),
+		Backward:   c.backward,
 		Bytes:      benchBytes(plan.Dims, c.types),
 		DTypes:     [3]string{c.types[0].String(), c.types[1].String(), c.types[2].String()},
 		Allocs:     cost.Allocations / reps,
@@ -493,9 +527,15 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 }
 
 // benchFLOPs is the count of SEMANTICS.md §12, halved when causal: the kernel skips
-// fully masked key tiles, so about half the work is done for L = S.
-func benchFLOPs(d vkattn.Dims, c vkattn.Causal) float64 {
+// fully masked key tiles, so about half the work is done for L = S. A
+// backward call counts 3.5 times it: its forward (O and the LSE), then
+// FlashAttention's count of the backward, 2.5 times the forward (the
+// scores recomputed, dV, dP, dQ and dK: five products to the forward's two).
+func benchFLOPs(d vkattn.Dims, c vkattn.Causal, backward bool) float64 {
 	f := d.FLOPs()
+	if backward {
+		f *= 3.5
+	}
 	if c != vkattn.NotCausal {
 		f /= 2
 	}
@@ -556,7 +596,11 @@ func printBenchTable(w io.Writer, device string, rs []benchResult) {
 		timing = "median GPU time (wall time where gpu is n/a: no device timestamps)"
 	}
 	fmt.Fprintf(w, "%d timed calls per shape after one cold call (wall time, includes compiling the variant).\n", rs[0].Reps)
-	fmt.Fprintf(w, "GFLOP/s: 4*B*H*L*S*d (halved when causal) over the %s; GB/s: Q, K, V read + O written over the same.\n", timing)
+	flops := "4*B*H*L*S*d"
+	if rs[0].Backward {
+		flops = "3.5 * 4*B*H*L*S*d (the forward, then FlashAttention's 2.5x for the backward)"
+	}
+	fmt.Fprintf(w, "GFLOP/s: %s (halved when causal) over the %s; GB/s: Q, K, V read + O written over the same.\n", flops, timing)
 	fmt.Fprintln(w, "submits: queue submissions per timed call (each a host wait too; --json has allocations and staged bytes per call).")
 }
 
@@ -705,4 +749,30 @@ func runCacheSuite[T any](f *benchFlags, stdout, stderr io.Writer, name string, 
 		return failf(stderr, "bench", "%v", err)
 	}
 	return exitOK
+}
+
+// backwardRun is one Device.AttentionBackward of fixed inputs, as
+// tune.TimeRuns times it: the forward and the backward, their outputs
+// freed each time.
+type backwardRun struct {
+	dev         *vkattn.Device
+	q, k, v, dO *vkattn.Tensor
+	opts        vkattn.Options
+	plan        vkattn.Plan // the forward's, from the first run
+}
+
+func (b *backwardRun) Run(ctx context.Context) (time.Duration, error) {
+	g, err := b.dev.AttentionBackwardContext(ctx, b.q, b.k, b.v, b.dO, b.opts)
+	if err != nil {
+		return 0, err
+	}
+	defer g.Close()
+	b.plan = g.Plan
+	return g.GPUTime, nil
+}
+
+func (b *backwardRun) close() {
+	if b != nil {
+		b.dO.Close()
+	}
 }

@@ -193,3 +193,18 @@ func TestBenchSuites(t *testing.T) {
 		t.Errorf("suite sizes %v, want prefill 12, decode 3, long 3, all 18", count)
 	}
 }
+
+// bench --backward times the gradients: FLOPs 3.5 times the forward's,
+// marked in the JSON; the cache suites refuse it.
+func TestBenchBackward(t *testing.T) {
+	withDevice(t)
+	out := cliOK(t, "bench", "--shape", "1,2,2,64,64,16", "--backward", "--reps", "2", "--quiet", "--json")
+	var rs []benchResult
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if len(rs) != 1 || !rs[0].Backward || rs[0].FLOPs != 3.5*4*2*64*64*16 || rs[0].GFLOPS <= 0 {
+		t.Errorf("results %+v", rs)
+	}
+	checkRefused(t, []string{"bench", "--suite", "fork", "--backward"}, 2, "--backward times", "")
+}
