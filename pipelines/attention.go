@@ -41,6 +41,10 @@ type Layout struct {
 	Scales int
 }
 
+// kvQ8 reports whether K or V is q8_0: the plan reads them with a
+// Q8_LOADS build.
+func (s *AttentionShape) kvQ8() bool { return s.K.Type == Q8_0 || s.V.Type == Q8_0 }
+
 // q8Span is the whole buffer of a q8_0 layout, quants and scales, in
 // bytes (its elements): a kernel reads both, so it binds all of it.
 // q8_0 buffers are allocated in whole 16-byte texels (vec4 texel views
@@ -372,7 +376,7 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	// Prefill lanes of a workgroup all read the same key row: let each
 	// subgroup fetch it once and share it by shuffles where the tuning
 	// asks for it and the subgroups tile the workgroup.
-	if tuning.SharedLoads && p.Path == TexelPath && p.Vec4 && p.Splits == 0 && !p.Additive {
+	if tuning.SharedLoads && p.Path == TexelPath && p.Vec4 && p.Splits == 0 && !p.Additive && !in.kvQ8() {
 		if sg := int(dev.Limits.SubgroupSize); dev.Limits.SubgroupShuffle && sg > 1 && p.WorkGroup%sg == 0 {
 			p.SharedLoads = sg
 			p.Variant.Shared = true
@@ -390,6 +394,7 @@ func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan, names [3]string) error 
 		}
 	}
 	p.Masked = p.Shape.masked()
+	p.Variant.Q8 = p.Shape.kvQ8()
 	cs, err := planChunks(dev, p)
 	if err != nil {
 		return err

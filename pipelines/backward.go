@@ -46,6 +46,8 @@ func (ks *Kernels) AttentionBackward(p AttentionPlan, x BackwardArgs) (*Step, er
 		return nil, limitf("the backward pass reads dense K and V, not pages")
 	case !s.LSE:
 		return nil, limitf("the backward pass needs the forward's log-sum-exp")
+	case s.kvQ8():
+		return nil, limitf("the backward pass reads float K and V, not q8_0")
 	}
 	for _, b := range []struct {
 		what string

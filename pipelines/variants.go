@@ -2,6 +2,7 @@ package pipelines
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -63,6 +64,7 @@ type Variant struct {
 	Vec4   bool // inputs read as vec4s
 	SplitK bool // keys split over lanes (flash-decoding), merged by FamilyCombine
 	Shared bool // K/V rows fetched once per subgroup and shared by shuffles
+	Q8     bool // K or V in q8_0 (only these builds read it)
 }
 
 // Name is the variant's SPIR-V name (shaders/<Name>.spv).
@@ -80,6 +82,9 @@ func (v Variant) Name() string {
 	}
 	if v.Shared {
 		name += "_shared"
+	}
+	if v.Q8 {
+		name += "_q8"
 	}
 	return name
 }
@@ -100,6 +105,9 @@ func (v Variant) defines() []string {
 	}
 	if v.Shared {
 		d = append(d, "-DSHARED_LOADS=1")
+	}
+	if v.Q8 {
+		d = append(d, "-DQ8_LOADS=1")
 	}
 	if f := families[v.Family].define; f != "" {
 		d = append(d, f)
@@ -135,9 +143,19 @@ var Variants = func() []Variant {
 		Variant{Family: FamilyBackwardQ}, Variant{Family: FamilyBackwardKV},
 		Variant{Family: FamilyAdditiveBackwardQ}, Variant{Family: FamilyAdditiveBackwardKV})
 	// The GPU kernels read storage buffers only; split-K needs vec4 rows.
-	return append(vs, Variant{Family: FamilyTiled, Path: StoragePath, Vec4: true},
-		Variant{Family: FamilyTiled, Path: StoragePath},
-		Variant{Family: FamilyTiled, Path: StoragePath, Vec4: true, SplitK: true})
+	tiled := []Variant{{Family: FamilyTiled, Path: StoragePath, Vec4: true},
+		{Family: FamilyTiled, Path: StoragePath},
+		{Family: FamilyTiled, Path: StoragePath, Vec4: true, SplitK: true}}
+	vs = append(vs, tiled...)
+	// q8_0 K and V: the scaled dot-product kernels again, reading them
+	// (not the shared-loads build: the planner keeps q8_0 off it).
+	for _, v := range slices.Clone(vs) {
+		if (v.Family == FamilyAttention || v.Family == FamilyTiled) && !v.Shared {
+			v.Q8 = true
+			vs = append(vs, v)
+		}
+	}
+	return vs
 }()
 
 // Manifest is the text of shaders/manifest.txt: a line per variant with its

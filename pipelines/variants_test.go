@@ -54,14 +54,23 @@ func TestEveryVariantIsReachable(t *testing.T) {
 					}
 					for _, additive := range []bool{false, true} {
 						for _, weights := range []bool{false, true} {
-							in.Force, in.Additive, in.Weights = force, additive, weights
-							p, err := PlanAttention(dev, in)
-							if err != nil {
-								t.Fatalf("%s %+v: %v", dev.Name, in, err)
-							}
-							reached[p.Variant] = true
-							if p.Splits > 0 {
-								reached[Variant{Family: FamilyCombine}] = true
+							for _, q8 := range []bool{false, true} {
+								if q8 && additive {
+									continue // additive K is a float projection
+								}
+								in.Force, in.Additive, in.Weights = force, additive, weights
+								in.K.Type, in.V.Type = Float32, Float32
+								if q8 {
+									in.K.Type, in.V.Type = Q8_0, Q8_0
+								}
+								p, err := PlanAttention(dev, in)
+								if err != nil {
+									t.Fatalf("%s %+v: %v", dev.Name, in, err)
+								}
+								reached[p.Variant] = true
+								if p.Splits > 0 {
+									reached[Variant{Family: FamilyCombine}] = true
+								}
 							}
 						}
 					}

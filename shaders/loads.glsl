@@ -14,7 +14,9 @@
 // A q8_0 input holds a byte per element (an int8 quant, four a word) and,
 // from half name_SCALES of its buffer on, one float16 scale per block of
 // 32 elements; element i is quant(i) * scale(i / 32), exact in float32.
-// A shader defines name_SCALES for each input (0 where it is never q8_0).
+// Only builds with Q8_LOADS defined read it (the rest carry no q8_0 code,
+// which lavapipe would spend compile time on); a shader defines
+// name_SCALES for each input (0 where it is never q8_0).
 //
 // INPUT(b, name) declares input name at binding b; LOAD4(name, T, base, c, n)
 // is slot c (elements 4c..4c+3) of the row of width n that starts at
@@ -59,6 +61,11 @@ vec4 q8x4(uint w) {
 #define Q8_SCALE(name, s, i) f16Bits(Q8_HALF(name, (s) + ((i) >> 5)))
 #define Q8_AT(name, s, i) (float(bitfieldExtract(int(WORD(name, (i) >> 2)), ((i) & 3) * 8, 8)) * Q8_SCALE(name, s, i))
 #define Q8_ROW4(name, s, base, c) (q8x4(WORD(name, ((base) >> 2) + (c))) * Q8_SCALE(name, s, (base) + 4 * (c)))
+#ifdef Q8_LOADS
+#define IF_Q8(T, q8, other) ((T) == TYPE_Q8_0 ? (q8) : (other))
+#else
+#define IF_Q8(T, q8, other) (other)
+#endif
 
 #ifdef TEXEL_LOADS
 // 32-bit inputs through R32UI / RGBA32UI views, halves through R16UI /
@@ -66,14 +73,13 @@ vec4 q8x4(uint w) {
 #define INPUT(b, name) layout(binding = b) uniform usamplerBuffer name;
 #ifdef VEC4_LOADS
 #define WORD(name, w) texelFetch(name, (w) >> 2)[(w) & 3]
-#define ROW4(name, T, base, c) ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, ((base) >> 2) + (c)))        \
-                                : (T) == TYPE_Q8_0 ? Q8_ROW4(name, name##_SCALES, base, c) \
-                                                  : widen16x4(texelFetch(name, ((base) >> 2) + (c)), T))
+#define ROW4(name, T, base, c) IF_Q8(T, Q8_ROW4(name, name##_SCALES, base, c),                                  \
+                                     ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, ((base) >> 2) + (c))) \
+                                                      : widen16x4(texelFetch(name, ((base) >> 2) + (c)), T)))
 #else
 #define WORD(name, w) texelFetch(name, (w)).r
-#define AT(name, T, i) ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, (i)).r)   \
-                        : (T) == TYPE_Q8_0 ? Q8_AT(name, name##_SCALES, i) \
-                                          : widen16(texelFetch(name, (i)).r, T))
+#define AT(name, T, i) IF_Q8(T, Q8_AT(name, name##_SCALES, i), \
+                             ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, (i)).r) : widen16(texelFetch(name, (i)).r, T)))
 #endif
 #else
 #ifdef VEC4_LOADS
@@ -83,17 +89,16 @@ vec4 q8x4(uint w) {
     layout(std430, binding = b) readonly buffer name##Halves { uvec2 name##H[]; }; \
     layout(std430, binding = b) readonly buffer name##Single { uint name##W[]; };
 #define WORD(name, w) name##W[(w)]
-#define ROW4(name, T, base, c) ((T) == TYPE_F32 ? uintBitsToFloat(name[((base) >> 2) + (c)])     \
-                                : (T) == TYPE_Q8_0 ? Q8_ROW4(name, name##_SCALES, base, c) \
-                                                  : widen16x4(halves4(name##H[((base) >> 2) + (c)]), T))
+#define ROW4(name, T, base, c) IF_Q8(T, Q8_ROW4(name, name##_SCALES, base, c),                         \
+                                     ((T) == TYPE_F32 ? uintBitsToFloat(name[((base) >> 2) + (c)]) \
+                                                      : widen16x4(halves4(name##H[((base) >> 2) + (c)]), T)))
 uvec4 halves4(uvec2 w) { return uvec4(w.x, w.x >> 16, w.y, w.y >> 16); }
 #else
 // Element i of a half input is half (i & 1) of word i >> 1.
 #define INPUT(b, name) layout(std430, binding = b) readonly buffer name##Words { uint name[]; };
 #define WORD(name, w) name[(w)]
-#define AT(name, T, i) ((T) == TYPE_F32 ? uintBitsToFloat(name[(i)])             \
-                        : (T) == TYPE_Q8_0 ? Q8_AT(name, name##_SCALES, i) \
-                                          : widen16(name[(i) >> 1] >> (((i) & 1) * 16), T))
+#define AT(name, T, i) IF_Q8(T, Q8_AT(name, name##_SCALES, i), \
+                             ((T) == TYPE_F32 ? uintBitsToFloat(name[(i)]) : widen16(name[(i) >> 1] >> (((i) & 1) * 16), T)))
 #endif
 #endif
 
