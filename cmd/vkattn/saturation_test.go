@@ -9,13 +9,15 @@ import (
 
 // vkattn saturation shows the 1/sqrt(d_k) argument: unscaled, the
 // weights sharpen (largest weight up, entropy down) as d_k grows and the
-// scores' gradient shrinks from its peak; scaled, all stay flat. The plot
+// scores' gradient shrinks past its peak; scaled, all stay flat. The plot
 // is written.
 func TestSaturation(t *testing.T) {
 	withDevice(t)
 	png := filepath.Join(t.TempDir(), "sat.png")
 	var rows []saturationRow
-	if err := json.Unmarshal([]byte(cliOK(t, "saturation", "--d", "4,64,256", "--plot", png, "--json")), &rows); err != nil {
+	// d_k up to 64: each width is another kernel for lavapipe to compile,
+	// and the trend shows by then.
+	if err := json.Unmarshal([]byte(cliOK(t, "saturation", "--d", "4,16,64", "--plot", png, "--json")), &rows); err != nil {
 		t.Fatal(err)
 	}
 	if len(rows) != 6 {
@@ -30,14 +32,14 @@ func TestSaturation(t *testing.T) {
 		t.Fatalf("no row for d_k %d scaled %v", dk, scaled)
 		return saturationRow{}
 	}
-	u4, u256, s4, s256 := at(4, false), at(256, false), at(4, true), at(256, true)
-	if !(u256.MaxWeight > 0.8 && u256.MaxWeight > u4.MaxWeight && u256.Entropy < 0.5 && u256.Entropy < u4.Entropy) {
-		t.Errorf("unscaled: %+v then %+v: want the weights to go one-hot", u4, u256)
+	u4, u64, s4, s64 := at(4, false), at(64, false), at(4, true), at(64, true)
+	if !(u64.MaxWeight > 0.7 && u64.MaxWeight > u4.MaxWeight && u64.Entropy < 1 && u64.Entropy < u4.Entropy) {
+		t.Errorf("unscaled: %+v then %+v: want the weights to go one-hot", u4, u64)
 	}
-	if u256.ScoreGrad >= at(64, false).ScoreGrad {
-		t.Errorf("unscaled score gradients %v at 64, %v at 256: want them falling", at(64, false).ScoreGrad, u256.ScoreGrad)
+	if u64.ScoreGrad >= at(16, false).ScoreGrad {
+		t.Errorf("unscaled score gradients %v at 16, %v at 64: want them falling", at(16, false).ScoreGrad, u64.ScoreGrad)
 	}
-	for _, r := range []saturationRow{s4, at(64, true), s256} {
+	for _, r := range []saturationRow{s4, at(16, true), s64} {
 		if r.MaxWeight > 0.1 || r.Entropy < 4.2 || r.ScoreGrad < 0.8 || r.ScoreGrad > 1.3 {
 			t.Errorf("scaled: %+v: want flat weights and gradients near 1", r)
 		}
