@@ -42,7 +42,7 @@ func TestQ8Commands(t *testing.T) {
 	withDevice(t)
 	r := rand.New(rand.NewPCG(19, 19))
 	dir := t.TempDir()
-	qs, ks := [4]int{2, 4, 9, 64}, [4]int{2, 2, 9, 64}
+	qs, ks := [4]int{2, 4, 9, 32}, [4]int{2, 2, 9, 32}
 	qPath, q := randomNPY(t, r, dir, "q.npy", qs)
 	_, k := randomNPY(t, r, dir, "k0.npy", ks)
 	for i := 64; i < 96; i++ {
@@ -60,7 +60,7 @@ func TestQ8Commands(t *testing.T) {
 	cliOK(t, "run", "-q", qPath, "-k", kPath, "-v", vPath, "--kv-dtype", "q8_0", "--causal", "bottom-right", "-o", o, "--check")
 	within(t, "run", load(t, o).F32, want.O)
 	od := filepath.Join(dir, "od.npy")
-	cliOK(t, "decode", "-q", qPath, "-k", kPath, "-v", vPath, "--kv-dtype", "q8_0", "--prefill", "3", "--page", "4", "-o", od, "--check")
+	cliOK(t, "decode", "-q", qPath, "-k", kPath, "-v", vPath, "--kv-dtype", "q8_0", "--prefill", "3", "-o", od, "--check")
 	within(t, "decode", load(t, od).F32, want.O)
 	// With RoPE the cache quantizes the rotated keys; --check compares
 	// with keys so rotated and quantized.
