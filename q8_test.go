@@ -19,7 +19,7 @@ func TestQ8KVEveryPlan(t *testing.T) {
 	for name, d := range everyPlan() {
 		t.Run(name, func(t *testing.T) {
 			r := rand.New(rand.NewSource(97))
-			p := newProblem(r, 2, 4, 2, 5, 9, 64, 32)
+			p := newProblem(r, 2, 4, 2, 5, 9, 32, 32)
 			p.k[7] = 40 // an outlier in its block
 			p.types = [3]vkattn.DType{vkattn.Float32, vkattn.Q8_0, vkattn.Q8_0}
 			p.opts = vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{9, 6}}
