@@ -97,8 +97,8 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 		return nil, err
 	}
 	defer g.Close()
-	var dev [5][]float32 // dqp, dkp, dv, each key row's dw_a, each row's sink share
-	for i, t := range []*Tensor{g.DQ, g.DK, g.DV, g.keyWA, g.rowSinks} {
+	var dev [4][]float32 // dqp, dkp, dv, each key row's dw_a
+	for i, t := range []*Tensor{g.DQ, g.DK, g.DV, g.keyWA} {
 		if dev[i], err = t.Download(); err != nil {
 			return nil, err
 		}
@@ -110,11 +110,9 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 	}
 	out.DWA = narrow32(dwa)
 	if opts.Sinks != nil {
-		sink := 0.0
-		for _, x := range dev[4] {
-			sink += float64(x)
+		if out.DSinks, err = sinkGradients(g.rowSinks, dm); err != nil {
+			return nil, err
 		}
-		out.DSinks = []float32{float32(sink)}
 	}
 	dWQ, db, dq := core.ProjectBackward(widen64(dev[0]), q64, B*L, a.dq, a.da, wq, a.bias != nil)
 	dWK, _, dk := core.ProjectBackward(widen64(dev[1]), k64, B*S, a.dk, a.da, wk, false)

@@ -85,17 +85,12 @@ func TestAttentionBackwardEveryPlan(t *testing.T) {
 				r := rand.New(rand.NewSource(int64(120 + i)))
 				p := c.make(r)
 				dO := randomValues(r, p.qs[0]*p.qs[1]*p.qs[2]*p.vs[3])
-				upload := func(x []float32, s [4]int, dt vkattn.DType) *vkattn.Tensor {
-					if p.blhd {
-						return mustUploadAs(t, d, []int{s[0], s[2], s[1], s[3]}, toBLHD(x, s), dt).SwapAxes12()
-					}
-					return mustUploadAs(t, d, s[:], x, dt)
+				q, k, v := p.inputs(t, d)
+				dOT := p.upload(t, d, dO, [4]int{p.qs[0], p.qs[1], p.qs[2], p.vs[3]}, vkattn.Float32)
+				for _, x := range []*vkattn.Tensor{q, k, v, dOT} {
+					defer x.Close()
 				}
-				q, k, v := upload(p.q, p.qs, p.types[0]), upload(p.k, p.ks, p.types[1]), upload(p.v, p.vs, p.types[2])
-				defer q.Close()
-				defer k.Close()
-				defer v.Close()
-				g, err := d.AttentionBackward(q, k, v, upload(dO, [4]int{p.qs[0], p.qs[1], p.qs[2], p.vs[3]}, vkattn.Float32), p.opts)
+				g, err := d.AttentionBackward(q, k, v, dOT, p.opts)
 				if err != nil {
 					t.Fatal(err)
 				}

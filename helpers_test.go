@@ -124,6 +124,23 @@ func checkRefusals(t *testing.T, rs []refusal) {
 	}
 }
 
+// upload puts x, dense (B,H,L,d) data of shape s, on d as type dt, laid
+// out as the problem says (as (B,L,H,d) read through a view when blhd);
+// the caller closes it.
+func (p *problem) upload(t *testing.T, d *vkattn.Device, x []float32, s [4]int, dt vkattn.DType) *vkattn.Tensor {
+	t.Helper()
+	if p.blhd {
+		return mustUploadAs(t, d, []int{s[0], s[2], s[1], s[3]}, toBLHD(x, s), dt).SwapAxes12()
+	}
+	return mustUploadAs(t, d, s[:], x, dt)
+}
+
+// inputs uploads the problem's Q, K and V; the caller closes them.
+func (p *problem) inputs(t *testing.T, d *vkattn.Device) (q, k, v *vkattn.Tensor) {
+	t.Helper()
+	return p.upload(t, d, p.q, p.qs, p.types[0]), p.upload(t, d, p.k, p.ks, p.types[1]), p.upload(t, d, p.v, p.vs, p.types[2])
+}
+
 type gpuResult struct {
 	o, lse, w []float32
 	out       *vkattn.Output
@@ -132,13 +149,7 @@ type gpuResult struct {
 // runGPU uploads the problem, runs it and downloads every output.
 func runGPU(t *testing.T, d *vkattn.Device, p *problem) gpuResult {
 	t.Helper()
-	upload := func(x []float32, s [4]int, dt vkattn.DType) *vkattn.Tensor {
-		if p.blhd {
-			return mustUploadAs(t, d, []int{s[0], s[2], s[1], s[3]}, toBLHD(x, s), dt).SwapAxes12()
-		}
-		return mustUploadAs(t, d, s[:], x, dt)
-	}
-	q, k, v := upload(p.q, p.qs, p.types[0]), upload(p.k, p.ks, p.types[1]), upload(p.v, p.vs, p.types[2])
+	q, k, v := p.inputs(t, d)
 	defer q.Close()
 	defer k.Close()
 	defer v.Close()

@@ -85,8 +85,14 @@ func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, op
 		return narrow32(core.Linear(x, rows, inW, wt, b, out))
 	}
 	q, k, v := proj(in[0], B*T, d, wq, bq, d), proj(in[1], B*S, m.kdim, wk, bk32, kv), proj(in[2], B*S, m.vdim, wv, bv32, kv)
+	heads, free, err := m.headViews(q, k, v, B, T, S, h, hkv, dh)
+	if err != nil {
+		return nil, err
+	}
+	defer free()
+	attn := headOptions(&pr.attn, opts.KeyPadding, B, S)
 	// Out = concat W_o^T + b_o: the concatenation's gradient, and W_o's.
-	concat, err := m.headsConcat(ctx, q, k, v, B, T, S, h, hkv, dh, &pr.attn, opts.KeyPadding)
+	concat, err := m.headsConcat(ctx, heads, B, T, h, dh, &attn)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +103,7 @@ func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, op
 		g.Params["out_proj.bias"] = narrow32(dbo)
 	}
 	// The heads, on the device.
-	dQ, dK, dV, err := m.headsBackward(ctx, q, k, v, narrow32(dConcat), B, T, S, h, hkv, dh, &pr.attn, opts.KeyPadding)
+	dQ, dK, dV, err := m.headsBackward(ctx, heads, narrow32(dConcat), B, T, S, h, hkv, dh, &attn)
 	if err != nil {
 		return nil, err
 	}
@@ -159,13 +165,8 @@ func (m *MHA) headViews(q, k, v []float32, B, T, S, h, hkv, dh int) ([3]*Tensor,
 }
 
 // headsConcat is the heads' attention output merged, (B, T, d) in float64.
-func (m *MHA) headsConcat(ctx context.Context, q, k, v []float32, B, T, S, h, hkv, dh int, attn *Options, kp *KeyPadding) ([]float64, error) {
-	ts, free, err := m.headViews(q, k, v, B, T, S, h, hkv, dh)
-	if err != nil {
-		return nil, err
-	}
-	defer free()
-	out, err := m.dev.AttentionContext(ctx, ts[0], ts[1], ts[2], headOptions(attn, kp, B, S))
+func (m *MHA) headsConcat(ctx context.Context, heads [3]*Tensor, B, T, h, dh int, attn *Options) ([]float64, error) {
+	out, err := m.dev.AttentionContext(ctx, heads[0], heads[1], heads[2], *attn)
 	if err != nil {
 		return nil, err
 	}
@@ -180,18 +181,13 @@ func (m *MHA) headsConcat(ctx context.Context, q, k, v []float32, B, T, S, h, hk
 // headsBackward is the heads' attention backward on the device for the
 // concatenation's gradient dConcat (B, T, d): dQ (B, T, d), dK and dV
 // (B, S, kv), in float64.
-func (m *MHA) headsBackward(ctx context.Context, q, k, v, dConcat []float32, B, T, S, h, hkv, dh int, attn *Options, kp *KeyPadding) (dQ, dK, dV []float64, err error) {
-	ts, free, err := m.headViews(q, k, v, B, T, S, h, hkv, dh)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer free()
+func (m *MHA) headsBackward(ctx context.Context, heads [3]*Tensor, dConcat []float32, B, T, S, h, hkv, dh int, attn *Options) (dQ, dK, dV []float64, err error) {
 	dO, err := m.dev.Upload([]int{B, h, T, dh}, core.SwapAxes12(dConcat, B, T, h, dh))
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	defer dO.Close()
-	g, err := m.dev.AttentionBackwardContext(ctx, ts[0], ts[1], ts[2], dO, headOptions(attn, kp, B, S))
+	g, err := m.dev.AttentionBackwardContext(ctx, heads[0], heads[1], heads[2], dO, *attn)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
@@ -236,7 +237,7 @@ func additiveGrads(dev *vkattn.Device, layer *vkattn.Additive, p *additiveProble
 	if err != nil {
 		return nil, nil, err
 	}
-	if !sameShape(dO.Shape, oShape) {
+	if !slices.Equal(dO.Shape, oShape) {
 		return nil, nil, fmt.Errorf("--dout %s has shape %v; want O's %v: %w", doutPath, dO.Shape, oShape, vkattn.ErrShape)
 	}
 	var ts []*vkattn.Tensor

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
@@ -132,7 +133,7 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 		return failf(stderr, "grad", "%v", err)
 	}
 	oShape, _, _ := golden.OutputShapes(p.q.Shape, p.dims.S, p.dims.DV)
-	if !sameShape(dO.Shape, oShape) {
+	if !slices.Equal(dO.Shape, oShape) {
 		return failf(stderr, "grad", "--dout %s has shape %v; want O's %v: %v", f.dout, dO.Shape, oShape, vkattn.ErrShape)
 	}
 
@@ -241,17 +242,4 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "check vs float64 reference: max abs err %.3g, worst %.3g times the bound 1e-4 * max(1, max|ref|): ok\n", float64(chk.MaxAbs), float64(chk.Ratio))
 	}
 	return exitOK
-}
-
-// sameShape reports whether two shapes are equal.
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -63,7 +64,7 @@ func TestGradCommand(t *testing.T) {
 				shape [4]int
 			}{{"dq", want.DQ, qs}, {"dk", want.DK, ks}, {"dv", want.DV, vs}} {
 				a := load(t, paths[g.name])
-				if !sameShape(a.Shape, g.shape[:]) {
+				if !slices.Equal(a.Shape, g.shape[:]) {
 					t.Errorf("%s has shape %v, want %v", g.name, a.Shape, g.shape)
 				}
 				within(t, g.name, a.F32, g.want)
