@@ -14,7 +14,7 @@ import (
 type Gradients struct {
 	DQ, DK, DV *Tensor
 	DSinks     []float32
-	Plan       Plan          // the forward's plan; the backward runs its own row kernels
+	Plan       Plan          // the forward's plan; the backward's passes follow from it (SEMANTICS.md §16)
 	GPUTime    time.Duration // forward and backward together; 0 without timestamps
 	rowSinks   *Tensor       // each row's share of its head's sink gradient
 	keyWA      *Tensor       // additive scores: each key row's share of dw_a

@@ -128,33 +128,47 @@ func TestAttentionBackwardEveryPlan(t *testing.T) {
 	}
 }
 
-// The backward's sums run in a fixed order: two runs give the same bits.
+// The backward's sums run in a fixed order: two runs give the same bits,
+// on a row plan and a tiled one, over several workgroups and tiles of
+// rows and keys; both equal the reference's gradients.
 func TestAttentionBackwardDeterministic(t *testing.T) {
 	r := rand.New(rand.NewSource(130))
-	p := newProblem(r, 1, 4, 2, 33, 70, 16, 16)
-	q, k, v := upload(t, dev, p.qs[:], p.q), upload(t, dev, p.ks[:], p.k), upload(t, dev, p.vs[:], p.v)
-	dO := upload(t, dev, []int{1, 4, 33, 16}, randomValues(r, 4*33*16))
-	var first [3][]float32
-	for run := 0; run < 2; run++ {
-		g, err := dev.AttentionBackward(q, k, v, dO, vkattn.Options{Causal: vkattn.CausalBottomRight})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, x := range []*vkattn.Tensor{g.DQ, g.DK, g.DV} {
-			got, err := x.Download()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if run == 0 {
-				first[i] = got
-				continue
-			}
-			for j := range got {
-				if math.Float32bits(got[j]) != math.Float32bits(first[i][j]) {
-					t.Fatalf("gradient %d element %d: %v, then %v", i, j, first[i][j], got[j])
+	p := newProblem(r, 1, 4, 2, 70, 90, 16, 16)
+	opts := vkattn.Options{Causal: vkattn.CausalBottomRight}
+	dOValues := randomValues(r, 4*70*16)
+	want, err := reference.AttentionBackward(p.q, p.qs, p.k, p.ks, p.v, p.vs, dOValues, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"auto", "nvidia"} {
+		d := everyPlan()[name]
+		t.Run(name, func(t *testing.T) {
+			q, k, v := upload(t, d, p.qs[:], p.q), upload(t, d, p.ks[:], p.k), upload(t, d, p.vs[:], p.v)
+			dO := upload(t, d, []int{1, 4, 70, 16}, dOValues)
+			var first [3][]float32
+			for run := 0; run < 2; run++ {
+				g, err := d.AttentionBackward(q, k, v, dO, opts)
+				if err != nil {
+					t.Fatal(err)
 				}
+				for i, x := range []*vkattn.Tensor{g.DQ, g.DK, g.DV} {
+					got, err := x.Download()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if run == 0 {
+						first[i] = got
+						compareGrad(t, [3]string{"dQ", "dK", "dV"}[i], got, [3][]float64{want.DQ, want.DK, want.DV}[i])
+						continue
+					}
+					for j := range got {
+						if math.Float32bits(got[j]) != math.Float32bits(first[i][j]) {
+							t.Fatalf("gradient %d element %d: %v, then %v", i, j, first[i][j], got[j])
+						}
+					}
+				}
+				g.Close()
 			}
-		}
-		g.Close()
+		})
 	}
 }

@@ -30,12 +30,48 @@ func backwardBindingTypes() []vk.BindingType {
 	return b
 }
 
+// backwardPlan is how the backward of a forward plan runs: its query and
+// key passes' families and, for the tiled passes, the bound of d_k and
+// d_v their registers hold and the rows a tile stages.
+type backwardPlan struct {
+	families   [2]Family
+	dMax, tile int
+}
+
+// maxTiledBackwardD bounds the head widths the tiled passes hold in
+// registers (four rows of d_max floats per invocation).
+const maxTiledBackwardD = 256
+
+// planBackward gives the tiled passes to the plans of the tiled forward
+// (the GPU plans) whose scores are dot products and whose head widths and
+// tiles fit; the row passes to every other.
+func planBackward(dev vk.PhysicalDevice, p AttentionPlan) backwardPlan {
+	if p.Additive {
+		return backwardPlan{families: [2]Family{FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV}}
+	}
+	rows := backwardPlan{families: [2]Family{FamilyBackwardQ, FamilyBackwardKV}}
+	s := &p.Shape
+	dMax := 16
+	for dMax < max(s.DK, s.DV) {
+		dMax *= 2
+	}
+	// Two tiles of d_max floats per staged row, and its LSE and D.
+	tile := min(16, int(dev.Limits.MaxSharedMemory)/(4*(2*dMax+2)))
+	if p.Variant.Family != FamilyTiled || dMax > maxTiledBackwardD || tile < 4 ||
+		backwardWorkGroup > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)) {
+		return rows
+	}
+	return backwardPlan{families: [2]Family{FamilyTiledBackwardQ, FamilyTiledBackwardKV}, dMax: dMax, tile: tile}
+}
+
 // AttentionBackward binds the backward pass of the forward call planned
 // as p (planned with its LSE): a query pass (dQ, D, the sinks' shares),
-// then a key pass (dK, dV), each a row per invocation with no atomics.
-// The call must fit one binding per buffer (no chunks) and read K and V
-// unpaged. An additive plan's Q and K are the projections (d_k = d_a),
-// and the key pass writes each key row's share of dw_a too.
+// then a key pass (dK, dV), each an output row per invocation with no
+// atomics; on the GPU plans the tiled passes stage the other side's rows
+// in shared memory. The call must fit one binding per buffer (no chunks)
+// and read K and V unpaged. An additive plan's Q and K are the
+// projections (d_k = d_a), and the key pass writes each key row's share
+// of dw_a too.
 func (ks *Kernels) AttentionBackward(p AttentionPlan, x BackwardArgs) (*Step, error) {
 	dev := ks.dev.Info
 	s := &p.Shape
@@ -75,13 +111,14 @@ func (ks *Kernels) AttentionBackward(p AttentionPlan, x BackwardArgs) (*Step, er
 	bufs[bindKeyPadding], bufs[bindHeads] = x.KeyPadding, x.Heads
 	bufs[bindDO], bufs[bindRowD], bufs[bindDQ], bufs[bindDK], bufs[bindDV], bufs[bindDSink] = x.DO, x.RowD, x.DQ, x.DK, x.DV, x.DSink
 	bufs[bindWA], bufs[bindDWA] = x.WA, x.DWA
-	families := [2]Family{FamilyBackwardQ, FamilyBackwardKV}
-	if p.Additive {
-		families = [2]Family{FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV}
-	}
-	spec := make([]int32, bwdSpecCount)
+	bp := planBackward(dev, p)
+	families := bp.families
+	spec := make([]int32, bwdSpecCount, tiledBwdSpecCount)
 	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, boolSpec(p.Masked), s.variants()
 	spec[bwdSpecQType], spec[bwdSpecKType], spec[bwdSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
+	if bp.dMax > 0 {
+		spec = append(spec, int32(bp.dMax), int32(bp.tile)) // bwdSpecDMax, bwdSpecTile
+	}
 	for _, pass := range []struct {
 		family     Family
 		rows, head int

@@ -37,39 +37,7 @@ const bool PAGED = false;
 
 #include "attention_common.glsl"
 
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
-#define Qt_SCALES 0
-#define Kt_SCALES P.kStride.w
-#define Vt_SCALES P.vStride.w
-
-layout(std430, binding = BIND_DO) readonly buffer DOBuf { float dO[]; };
-#ifdef ADDITIVE
-layout(std430, binding = BIND_WA) readonly buffer WaBuf { float waData[]; };
-#ifdef KV_PASS
-layout(std430, binding = BIND_DWA) buffer DWaBuf { float dWa[]; };
-#endif
-#endif
-#ifdef KV_PASS
-layout(std430, binding = BIND_ROWD) readonly buffer RowDBuf { float rowD[]; };
-layout(std430, binding = BIND_DK) buffer DKBuf { float dK[]; };
-layout(std430, binding = BIND_DV) buffer DVBuf { float dV[]; };
-#else
-layout(std430, binding = BIND_ROWD) writeonly buffer RowDBuf { float rowD[]; };
-layout(std430, binding = BIND_DQ) buffer DQBuf { float dQ[]; };
-layout(std430, binding = BIND_DSINK) writeonly buffer DSinkBuf { float dSink[]; };
-#endif
-
-int H;
-
-int qBase(int h, int t) { return P.offsets.x + b * P.qStride.x + h * P.qStride.y + t * P.qStride.z; }
-int kBase(int j) { return P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, j); }
-int vBase(int j) { return P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, j); }
-int oBase(int h, int t) { return P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z; }
-// dO, the log-sum-exp and D are dense (B, H, L[, d_v]).
-int rowOf(int h, int t) { return (b * H + h) * L + t; }
+#include "attention_backward_common.glsl"
 
 // dotQK is the raw score: q . k, or additive w_a . tanh(q + k).
 float dotQK(int qb, int kb) {
@@ -102,16 +70,6 @@ float dotDOV(int r, int vb) {
         s += dO[r * DV + i] * AT(Vt, V_TYPE, vb + i);
     }
     return s;
-}
-
-// capGrad is d(score)/d(scaled dot product): the soft-cap's 1 - tanh^2.
-float capGrad(float qk) {
-    if ((VARIANTS & VAR_SOFTCAP) == 0) {
-        return 1.0;
-    }
-    float c = P.variant.x;
-    float y = softcap(qk * P.scaling.x, c) / c;
-    return 1.0 - y * y;
 }
 
 // dsOf is dS_tj / scale' for query row t of head h against key j, and P_tj
