@@ -166,46 +166,56 @@ func TestMHASpecWalkthroughGPU(t *testing.T) {
 	}
 }
 
+// mhaParityCases are the cases tools/mha_parity.py writes to testdata/mha.
+var mhaParityCases = []struct {
+	name               string
+	heads              int
+	dModel, kdim, vdim int
+}{
+	{"self", 2, 8, 8, 8},
+	{"cross", 2, 8, 5, 6},
+	{"padcausal", 3, 12, 12, 12},
+	{"mask3d", 4, 16, 16, 16},
+}
+
+// loadMHAParity reads parity case i: its layer (from the params file of
+// the given format, ".npz" or ".safetensors"), inputs and options, and
+// the arrays of CASE.npz.
+func loadMHAParity(t *testing.T, i int, format string) (*mhaCase, map[string]weights.Tensor) {
+	t.Helper()
+	c := mhaParityCases[i]
+	dir := filepath.Join("testdata", "mha")
+	data, err := weights.Load(filepath.Join(dir, c.name+".npz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := weights.LoadMHA(filepath.Join(dir, c.name+"_params"+format), c.dModel, c.kdim, c.vdim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := data["query"]
+	mc := &mhaCase{w: w, x: q.Data, xs: q.Shape}
+	if k, ok := data["key"]; ok {
+		mc.key, mc.keyS, mc.value, mc.valueS = k.Data, k.Shape, data["value"].Data, data["value"].Shape
+	}
+	B, T, S := q.Shape[0], q.Shape[1], q.Shape[1]
+	if mc.keyS != nil {
+		S = mc.keyS[1]
+	}
+	if mc.opts, err = weights.MHAOptions(data, c.heads, B, T, S); err != nil {
+		t.Fatal(err)
+	}
+	return mc, data
+}
+
 // PyTorch parity: testdata/mha holds nn.MultiheadAttention outputs made by
 // tools/mha_parity.py (PyTorch 1.13); the GPU layer must match them.
 func TestMHAPyTorchParityGPU(t *testing.T) {
-	cases := []struct {
-		name               string
-		heads              int
-		dModel, kdim, vdim int
-	}{
-		{"self", 2, 8, 8, 8},
-		{"cross", 2, 8, 5, 6},
-		{"padcausal", 3, 12, 12, 12},
-		{"mask3d", 4, 16, 16, 16},
-	}
-	for _, c := range cases {
-		for _, d := range everyPlan() {
-			t.Run(fmt.Sprintf("%s/%s", c.name, map[bool]string{false: "auto", true: "storage"}[d == storageDev]), func(t *testing.T) {
-				dir := filepath.Join("testdata", "mha")
-				data, err := weights.Load(filepath.Join(dir, c.name+".npz"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				format := map[bool]string{false: ".npz", true: ".safetensors"}[d == storageDev]
-				w, err := weights.LoadMHA(filepath.Join(dir, c.name+"_params"+format), c.dModel, c.kdim, c.vdim)
-				if err != nil {
-					t.Fatal(err)
-				}
-				q := data["query"]
-				mc := &mhaCase{w: w, x: q.Data, xs: q.Shape}
-				if k, ok := data["key"]; ok {
-					mc.key, mc.keyS, mc.value, mc.valueS = k.Data, k.Shape, data["value"].Data, data["value"].Shape
-				}
-				B, T, S := q.Shape[0], q.Shape[1], q.Shape[1]
-				if mc.keyS != nil {
-					S = mc.keyS[1]
-				}
-				opts, err := weights.MHAOptions(data, c.heads, B, T, S)
-				if err != nil {
-					t.Fatal(err)
-				}
-				mc.opts = opts
+	for i, c := range mhaParityCases {
+		for plan, d := range everyPlan() {
+			t.Run(plan+"/"+c.name, func(t *testing.T) {
+				// The storage plan reads the safetensors copy of the layer.
+				mc, data := loadMHAParity(t, i, map[bool]string{false: ".npz", true: ".safetensors"}[d == storageDev])
 				mc.opts.NeedWeights = true
 				got := runMHA(t, d, mc)
 				for _, o := range []struct {

@@ -3,12 +3,14 @@ package vkattn_test
 import (
 	"errors"
 	"fmt"
-
 	"math/rand"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/weights"
 )
 
 // MHA.Backward equals the float64 reference's layer gradients (itself
@@ -88,5 +90,63 @@ func TestMHABackward(t *testing.T) {
 	x := zeros(t, dev, B, T, d)
 	if _, err := layer.Backward(x, nil, nil, zeros(t, dev, B, T+1, d), vkattn.MHAOptions{Heads: 4}); !errors.Is(err, vkattn.ErrShape) {
 		t.Errorf("dY of another shape: %v, want ErrShape", err)
+	}
+}
+
+// MHA.Backward equals PyTorch's autograd of nn.MultiheadAttention
+// (testdata/mha/CASE_grads.npz, float64, made by tools/mha_parity.py):
+// the inputs' and every parameter's gradients, self- and cross-attention,
+// key padding with a causal mask and an additive mask, on lavapipe's plan
+// and NVIDIA's, within 1e-4 x max(1, max|PyTorch|).
+func TestMHABackwardPyTorchParity(t *testing.T) {
+	for i, c := range mhaParityCases {
+		for _, plan := range []string{"auto", "nvidia"} {
+			t.Run(plan+"/"+c.name, func(t *testing.T) {
+				d := everyPlan()[plan]
+				mc, _ := loadMHAParity(t, i, ".npz")
+				grads, err := weights.Load(filepath.Join("testdata", "mha", c.name+"_grads.npz"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				layer, err := d.NewMHA(mc.w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer layer.Close()
+				var key, value *vkattn.Tensor
+				if mc.key != nil {
+					key, value = upload(t, d, mc.keyS, mc.key), upload(t, d, mc.valueS, mc.value)
+				}
+				dout := grads["dout"]
+				g, err := layer.Backward(upload(t, d, mc.xs, mc.x), key, value, upload(t, d, dout.Shape, dout.Data), mc.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[string][]float32{"query": g.DX, "key": g.DKey, "value": g.DValue}
+				for name, v := range g.Params {
+					got[name] = v
+				}
+				for name, want := range grads {
+					name, ok := strings.CutPrefix(name, "grad.")
+					if !ok {
+						continue
+					}
+					w64 := make([]float64, len(want.Data))
+					for j, x := range want.Data {
+						w64[j] = float64(x)
+					}
+					if got[name] == nil {
+						t.Fatalf("no gradient %s", name)
+					}
+					compareGrad(t, name, got[name], w64)
+					delete(got, name)
+				}
+				for name, v := range got {
+					if v != nil {
+						t.Errorf("gradient %s that PyTorch's layer does not have", name)
+					}
+				}
+			})
+		}
 	}
 }

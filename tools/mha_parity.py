@@ -12,6 +12,11 @@ dropout 0) with fixed seeds, runs them, and writes under testdata/mha/:
                            out (B,T,d); weights (B,h,T,S) per head
                            (average_attn_weights=False); weights_avg (B,T,S)
                            (average_attn_weights=True). Outputs are float64.
+  CASE_grads.npz         a gradient dout (B,T,d), float32, and the gradients
+                           of sum(out * dout) by autograd of the float64
+                           module: query (key, value for cross-attention)
+                           and every parameter as grad.NAME (NAME as in the
+                           state_dict), float64
   CASE_params.npz        the layer's state_dict, float32 (np.savez, stored)
   CASE_params.safetensors  the same tensors as safetensors, written by hand
                            below (Debian has no python3-safetensors): 8-byte
@@ -104,6 +109,24 @@ def make_case(name, seed, d, h, B, T, S, kdim=None, vdim=None, bias=True,
     if attn_mask is not None:
         arrays["attn_mask"] = attn_mask.numpy()
     np.savez_compressed(os.path.join(OUT, name + ".npz"), **arrays)
+
+    # Gradients of sum(out * dout) in float64, at the same float32 values;
+    # dout comes from a generator of its own so the inputs stay as they were.
+    dout = torch.randn(B, T, d, generator=torch.Generator().manual_seed(1000 + seed))
+    leaves = {"query": query.double().requires_grad_()}
+    if cross:
+        leaves["key"], leaves["value"] = key.double().requires_grad_(), value.double().requires_grad_()
+    else:
+        leaves["key"] = leaves["value"] = leaves["query"]
+    mha64.zero_grad()
+    out, _ = mha64(leaves["query"], leaves["key"], leaves["value"], key_padding_mask=kpm, attn_mask=am, need_weights=False)
+    (out * dout.double()).sum().backward()
+    grads = {"dout": dout.numpy()}
+    for k in (("query", "key", "value") if cross else ("query",)):
+        grads["grad." + k] = leaves[k].grad.numpy()
+    for pname, p in mha64.named_parameters():
+        grads["grad." + pname] = p.grad.numpy()
+    np.savez_compressed(os.path.join(OUT, name + "_grads.npz"), **grads)
 
     params = {k: v.float().numpy() for k, v in mha.state_dict().items()}
     np.savez(os.path.join(OUT, name + "_params.npz"), **params)
