@@ -42,7 +42,8 @@ func (g *Gradients) setGPUTime(t time.Duration) { g.GPUTime = t }
 // the same bits run to run. dO has O's shape (B, H, L, d_v). Every option
 // of the forward applies but WantLSE and WantWeights (ignored) and RoPE
 // (ErrOption). Padded query rows and rows with no visible key contribute
-// zero gradient. A call too large for one binding per tensor is
+// zero gradient. A call too large for one binding per tensor runs as
+// chunks of KV heads; one whose single KV head is too large is
 // ErrTooLarge.
 func (d *Device) AttentionBackward(q, k, v, dO *Tensor, opts Options) (*Gradients, error) {
 	return d.AttentionBackwardContext(context.Background(), q, k, v, dO, opts)

@@ -1,6 +1,7 @@
 package vkattn_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"testing"
@@ -127,5 +128,48 @@ func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 				}
 			})
 		}
+	}
+}
+
+// The backward of a call larger than one binding runs as chunks of KV
+// heads with their query heads (every row of them: a key's gradient sums
+// all rows), on a row plan and a tiled one: odd query heads per KV head
+// and odd rows start the row buffers' windows off the binding's
+// alignment; sinks and ALiBi read per-head data from the chunk's first
+// head. A call whose KV head does not fit even alone is ErrTooLarge.
+func TestBackwardLargerThanABinding(t *testing.T) {
+	for _, plan := range []string{"auto", "nvidia"} {
+		d, err := vkattn.Open(vkattn.Config{Validation: true, BindingLimit: 128 << 10, PlanAs: map[string]string{"nvidia": "nvidia"}[plan]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		for _, c := range []struct{ h, l int }{{4, 8}, {6, 3}} {
+			t.Run(fmt.Sprintf("%s/H=%d L=%d", plan, c.h, c.l), func(t *testing.T) {
+				// One batch item's K is 230 KB, one KV head's 115 KB.
+				r := rand.New(rand.NewSource(int64(c.h)))
+				p := newProblem(r, 2, c.h, 2, c.l, 900, 32, 32)
+				p.opts = vkattn.Options{
+					Mask:       &vkattn.Mask{Shape: vkattn.MaskShape{2, 1, c.l, 900}, Values: randomValues(r, 2*c.l*900)},
+					KeyLengths: []int{893, 900}, Causal: vkattn.CausalBottomRight,
+					Sinks: randomValues(r, c.h), ALiBi: vkattn.ALiBiSlopes(c.h),
+				}
+				if kp := checkBackward(t, d, r, p).Kernel; kp.Chunks != 4 || kp.ChunkKVHeads != 1 {
+					t.Fatalf("forward plan %v: want 4 chunks of one KV head", kp)
+				}
+			})
+		}
+		t.Run(plan+"/one KV head too large", func(t *testing.T) {
+			r := rand.New(rand.NewSource(3))
+			p := newProblem(r, 1, 1, 1, 300, 200, 16, 16)
+			// One head's (L, S) mask is 240 KB: the forward splits its
+			// rows, which the backward does not.
+			p.opts = vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 300, 200}, Values: randomValues(r, 300*200)}}
+			q, k, v := p.inputs(t, d)
+			dO := zeros(t, d, 1, 1, 300, 16)
+			if _, err := d.AttentionBackward(q, k, v, dO, p.opts); !errors.Is(err, vkattn.ErrTooLarge) {
+				t.Errorf("got %v, want ErrTooLarge", err)
+			}
+		})
 	}
 }

@@ -663,6 +663,7 @@ type attentionParams struct {
 	Window  [4]int32 // left, right, bottom-right shift of the chunk's rows, h0
 	Variant [4]float32
 	Page    [4]int32 // positions per page, page-table entries per item
+	Grads   [4]int32 // the backward: dO, dQ, dK, dV window offsets
 }
 
 // ivec4 packs four ints as a std140 ivec4.

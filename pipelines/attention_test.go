@@ -18,7 +18,7 @@ func lavapipeLike() vk.PhysicalDevice {
 			MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 64},
 			MaxWorkGroupInvocations: 1024, SubgroupSize: 8, SubgroupShuffle: true,
 			MaxStorageBufferRange: 128 << 20, MaxTexelBufferElements: 128 << 20,
-			MinStorageAlignment: 16, MinTexelAlignment: 16,
+			MinStorageAlignment: 16, MinTexelAlignment: 16, MaxSharedMemory: 32 << 10,
 		},
 	}
 }

@@ -31,53 +31,50 @@ func backwardBindingTypes() []vk.BindingType {
 }
 
 // backwardPlan is how the backward of a forward plan runs: its query and
-// key passes' families and, for the tiled passes, the bound of d_k and
-// d_v their registers hold and the rows a tile stages.
+// key passes' families, the bound of d_k and d_v their registers hold and
+// the rows a tile stages.
 type backwardPlan struct {
 	families   [2]Family
 	dMax, tile int
 }
 
-// maxTiledBackwardD bounds the head widths the tiled passes hold in
-// registers (four rows of d_max floats per invocation).
-const maxTiledBackwardD = 256
-
-// planBackward gives the tiled passes to the plans of the tiled forward
-// (the GPU plans) whose scores are dot products and whose head widths and
-// tiles fit; the row passes to every other.
-func planBackward(dev vk.PhysicalDevice, p AttentionPlan) backwardPlan {
+// planBackward sizes the passes for p: d_max the power of two from 16
+// that holds d_k and d_v (at most MaxHeadWidth), tiles of up to 16 rows
+// that fit the device's shared memory twice over with their LSE and D.
+func planBackward(dev vk.PhysicalDevice, p AttentionPlan) (backwardPlan, error) {
+	bp := backwardPlan{families: [2]Family{FamilyBackwardQ, FamilyBackwardKV}, dMax: 16}
 	if p.Additive {
-		return backwardPlan{families: [2]Family{FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV}}
+		bp.families = [2]Family{FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV}
 	}
-	rows := backwardPlan{families: [2]Family{FamilyBackwardQ, FamilyBackwardKV}}
 	s := &p.Shape
-	dMax := 16
-	for dMax < max(s.DK, s.DV) {
-		dMax *= 2
+	for bp.dMax < max(s.DK, s.DV) {
+		bp.dMax *= 2
 	}
-	// Two tiles of d_max floats per staged row, and its LSE and D.
-	tile := min(16, int(dev.Limits.MaxSharedMemory)/(4*(2*dMax+2)))
-	if p.Variant.Family != FamilyTiled || dMax > maxTiledBackwardD || tile < 4 ||
-		backwardWorkGroup > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)) {
-		return rows
+	bp.tile = min(16, int(dev.Limits.MaxSharedMemory)/(4*(2*bp.dMax+2)))
+	switch {
+	case bp.dMax > MaxHeadWidth:
+		return bp, limitf("the backward pass takes head widths up to %d, not d_k %d, d_v %d", MaxHeadWidth, s.DK, s.DV)
+	case bp.tile < 1:
+		return bp, limitf("the backward pass's tiles of d_max %d do not fit %d B of shared memory", bp.dMax, dev.Limits.MaxSharedMemory)
+	case backwardWorkGroup > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)):
+		return bp, limitf("the backward pass needs workgroups of %d invocations", backwardWorkGroup)
 	}
-	return backwardPlan{families: [2]Family{FamilyTiledBackwardQ, FamilyTiledBackwardKV}, dMax: dMax, tile: tile}
+	return bp, nil
 }
 
 // AttentionBackward binds the backward pass of the forward call planned
 // as p (planned with its LSE): a query pass (dQ, D, the sinks' shares),
 // then a key pass (dK, dV), each an output row per invocation with no
-// atomics; on the GPU plans the tiled passes stage the other side's rows
-// in shared memory. The call must fit one binding per buffer (no chunks)
-// and read K and V unpaged. An additive plan's Q and K are the
-// projections (d_k = d_a), and the key pass writes each key row's share
-// of dw_a too.
+// atomics, the other side's rows staged in shared memory. A call larger than one binding reaches runs as chunks
+// of batch items and KV heads with their query heads, each bound through
+// windows of the buffers (never blocks of query rows: a key's gradient
+// sums every row). K and V are read unpaged. An additive plan's Q and K
+// are the projections (d_k = d_a), and the key pass writes each key row's
+// share of dw_a too.
 func (ks *Kernels) AttentionBackward(p AttentionPlan, x BackwardArgs) (*Step, error) {
 	dev := ks.dev.Info
 	s := &p.Shape
 	switch {
-	case p.Chunks > 1:
-		return nil, limitf("the backward pass of a call larger than one binding is not split into chunks")
 	case s.Paging > 0:
 		return nil, limitf("the backward pass reads dense K and V, not pages")
 	case !s.LSE:
@@ -85,60 +82,142 @@ func (ks *Kernels) AttentionBackward(p AttentionPlan, x BackwardArgs) (*Step, er
 	case s.kvQ8():
 		return nil, limitf("the backward pass reads float K and V, not q8_0")
 	}
-	for _, b := range []struct {
-		what string
-		buf  *vk.Buffer
-		t    DType
-	}{{"Q", x.Q, s.Q.Type}, {"K", x.K, s.K.Type}, {"V", x.V, s.V.Type}, {"O", x.O, Float32}, {"LSE", x.LSE, Float32},
-		{"dO", x.DO, Float32}, {"dQ", x.DQ, Float32}, {"dK", x.DK, Float32}, {"dV", x.DV, Float32}} {
-		if err := checkRange(dev, b.what, b.buf, false, false, b.t); err != nil {
+	// The backward kernels read storage buffers, whatever the forward's path.
+	p.Path, p.Vec4 = StoragePath, false
+	chunks, err := backwardChunks(dev, &p)
+	if err != nil {
+		return nil, err
+	}
+	bp, err := planBackward(dev, p)
+	if err != nil {
+		return nil, err
+	}
+	spec := make([]int32, bwdSpecCount)
+	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, boolSpec(p.Masked), s.variants()
+	spec[bwdSpecQType], spec[bwdSpecKType], spec[bwdSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
+	spec[bwdSpecDMax], spec[bwdSpecTile] = int32(bp.dMax), int32(bp.tile)
+	var passes [2]*vk.Kernel
+	for i, f := range bp.families {
+		if passes[i], err = ks.get(Variant{Family: f}, backwardBindingTypes(), spec...); err != nil {
 			return nil, err
 		}
 	}
-	params := newAttentionParams(p, s, &x.AttentionArgs, chunkParams{batch: s.B, rows: s.L})
 	st := &Step{}
-	fail := func(err error) (*Step, error) {
-		st.Close()
-		return nil, err
-	}
-	pbuf, err := st.params(ks, params.encode())
-	if err != nil {
-		return fail(err)
-	}
-	bufs := make([]*vk.Buffer, backwardBindings)
-	bufs[bindParams], bufs[bindQ], bufs[bindK], bufs[bindV] = pbuf, x.Q, x.K, x.V
-	bufs[bindMask], bufs[bindBoolMask], bufs[bindLengths], bufs[bindO], bufs[bindLSE] = x.Mask, x.BoolMask, x.Lengths, x.O, x.LSE
-	bufs[bindKeyPadding], bufs[bindHeads] = x.KeyPadding, x.Heads
-	bufs[bindDO], bufs[bindRowD], bufs[bindDQ], bufs[bindDK], bufs[bindDV], bufs[bindDSink] = x.DO, x.RowD, x.DQ, x.DK, x.DV, x.DSink
-	bufs[bindWA], bufs[bindDWA] = x.WA, x.DWA
-	bp := planBackward(dev, p)
-	families := bp.families
-	spec := make([]int32, bwdSpecCount, tiledBwdSpecCount)
-	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, boolSpec(p.Masked), s.variants()
-	spec[bwdSpecQType], spec[bwdSpecKType], spec[bwdSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-	if bp.dMax > 0 {
-		spec = append(spec, int32(bp.dMax), int32(bp.tile)) // bwdSpecDMax, bwdSpecTile
-	}
-	for _, pass := range []struct {
-		family     Family
-		rows, head int
-	}{{families[0], s.L, s.H}, {families[1], s.S, s.HKV}} {
-		k, err := ks.get(Variant{Family: pass.family}, backwardBindingTypes(), spec...)
-		if err != nil {
-			return fail(err)
+	for _, c := range chunks {
+		if err := ks.backwardChunk(st, passes, p, &x, c); err != nil {
+			st.Close()
+			return nil, err
 		}
-		set, err := ks.bind(k, bufs...)
-		if err != nil {
-			return fail(err)
-		}
-		st.own(set)
-		groups := [3]uint32{uint32(ceilDiv(pass.rows, backwardWorkGroup)), uint32(pass.head), uint32(s.B)}
-		for i, g := range groups {
-			if g > dev.Limits.MaxWorkGroupCount[i] {
-				return fail(limitf("the backward pass needs %v workgroups, beyond the device's grid %v", groups, dev.Limits.MaxWorkGroupCount))
-			}
-		}
-		st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: groups})
 	}
 	return st, nil
+}
+
+// backwardChunks are the chunks of the backward of p: the whole call,
+// else as many KV heads of one batch item at a time as fit.
+func backwardChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
+	x := &p.Shape
+	var lastErr error
+	fit := func(cs []chunk) []chunk {
+		for _, c := range cs {
+			for _, b := range backwardChunkBindings(p, c, nil, nil, nil, nil) {
+				if _, err := bindWindow(dev, b.what, b.sp, false, false, b.dtype); err != nil {
+					lastErr = err
+					return nil
+				}
+			}
+		}
+		return cs
+	}
+	if cs := fit([]chunk{headsChunk(x, 0, x.B, 0, x.HKV)}); cs != nil {
+		return cs, nil
+	}
+	for g := x.HKV; g >= 1; g-- {
+		if cs := fit(headsChunks(x, g)); cs != nil {
+			return cs, nil
+		}
+	}
+	return nil, limitf("one KV head of one batch item does not fit a binding in the backward pass (which does not split query rows): %v", lastErr)
+}
+
+// backwardOffsets are the element offsets, within their windows, of a
+// chunk's backward buffers: dO, dQ, dK, dV (Params.grads), and the rows
+// of D, the sink shares and dw_a's shares, which must equal the LSE's and
+// dK's (the kernels index them alike).
+type backwardOffsets struct{ dO, dQ, dK, dV, rowD, dSink, dWA int }
+
+// backwardChunkBindings are the forward's windowed buffers of chunk c
+// (chunkBindings) and the backward's own: dO, D, the sink shares and dQ
+// over the chunk's query rows, dK and dV (and dw_a's shares) over its key
+// rows, all dense. Planning passes nil for x, cs, extra and off.
+func backwardChunkBindings(p *AttentionPlan, c chunk, x *BackwardArgs, cs *AttentionShape, extra *chunkParams, off *backwardOffsets) []chunkBinding {
+	if x == nil {
+		x, cs, extra, off = &BackwardArgs{}, &AttentionShape{}, &chunkParams{}, &backwardOffsets{}
+	}
+	s := &p.Shape
+	bs := chunkBindings(p, c, &x.AttentionArgs, cs, extra)
+	rows := span{(c.b0*s.H + c.h0) * s.L, ((c.b0+c.nb-1)*s.H+c.h0+c.nh-1)*s.L + s.L}
+	keys := span{(c.b0*s.HKV + c.hk0) * s.S, ((c.b0+c.nb-1)*s.HKV+c.hk0+c.nkv-1)*s.S + s.S}
+	times := func(sp span, n int) span { return span{sp.lo * n, sp.hi * n} }
+	bs = append(bs,
+		chunkBinding{bindDO, "dO", x.DO, times(rows, s.DV), false, false, Float32, &off.dO},
+		chunkBinding{bindRowD, "D", x.RowD, rows, false, false, Float32, &off.rowD},
+		chunkBinding{bindDSink, "sink shares", x.DSink, rows, false, false, Float32, &off.dSink},
+		chunkBinding{bindDQ, "dQ", x.DQ, times(rows, s.DK), false, false, Float32, &off.dQ},
+		chunkBinding{bindDK, "dK", x.DK, times(keys, s.DK), false, false, Float32, &off.dK},
+		chunkBinding{bindDV, "dV", x.DV, times(keys, s.DV), false, false, Float32, &off.dV})
+	if p.Additive {
+		bs = append(bs, chunkBinding{bindDWA, "dw_a shares", x.DWA, times(keys, s.DK), false, false, Float32, &off.dWA})
+	}
+	return bs
+}
+
+// backwardChunk binds chunk c's two passes into st.
+func (ks *Kernels) backwardChunk(st *Step, passes [2]*vk.Kernel, p AttentionPlan, x *BackwardArgs, c chunk) error {
+	info := ks.dev.Info
+	s := &p.Shape
+	cs := *s
+	cs.B, cs.H, cs.HKV = c.nb, c.nh, c.nkv
+	extra := chunkParams{b0: c.b0, batch: s.B, rows: s.L, h0: c.h0}
+	var off backwardOffsets
+	bound := make([]vk.Arg, backwardBindings)
+	bound[bindLengths].Buffer, bound[bindKeyPadding].Buffer = x.Lengths, x.KeyPadding
+	bound[bindHeads].Buffer, bound[bindWA].Buffer = x.Heads, x.WA
+	for _, b := range backwardChunkBindings(&p, c, x, &cs, &extra, &off) {
+		w, err := bindWindow(info, b.what, b.sp, false, false, b.dtype)
+		if err != nil {
+			return err
+		}
+		bound[b.binding] = vk.Arg{Buffer: b.buf, Offset: w.offset, Range: w.size}
+		*b.offset = b.sp.lo - w.first
+	}
+	if off.rowD != extra.lse || off.dSink != extra.lse || (p.Additive && off.dWA != off.dK) {
+		return limitf("the backward's row buffers start at other offsets than the log-sum-exp's and dK's")
+	}
+	params := newAttentionParams(p, &cs, &x.AttentionArgs, extra)
+	params.Grads = ivec4(off.dO, off.dQ, off.dK, off.dV)
+	pbuf, err := st.params(ks, params.encode())
+	if err != nil {
+		return err
+	}
+	bound[bindParams].Buffer = pbuf
+	for i := range bound {
+		if bound[i].Buffer, err = ks.or(bound[i].Buffer); err != nil {
+			return err
+		}
+	}
+	for i, pass := range []struct{ rows, heads int }{{s.L, cs.H}, {s.S, cs.HKV}} {
+		set, err := passes[i].Bind(bound)
+		if err != nil {
+			return err
+		}
+		st.own(set)
+		groups := [3]uint32{uint32(ceilDiv(pass.rows, backwardWorkGroup)), uint32(pass.heads), uint32(cs.B)}
+		for a, g := range groups {
+			if g > info.Limits.MaxWorkGroupCount[a] {
+				return limitf("the backward pass needs %v workgroups, beyond the device's grid %v", groups, info.Limits.MaxWorkGroupCount)
+			}
+		}
+		st.dispatches = append(st.dispatches, dispatch{kernel: passes[i], set: set, groups: groups})
+	}
+	return nil
 }

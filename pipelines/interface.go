@@ -50,9 +50,8 @@ const (
 	linSpecXType, linSpecWType, linSpecCount = 1, 2, 3
 
 	// attention_backward.comp.
-	bwdSpecMasked, bwdSpecQType, bwdSpecKType, bwdSpecVType, bwdSpecVariants, bwdSpecCount = 1, 2, 3, 4, 5, 6
-	// attention_backward_tiled.comp: the row passes' constants, then its own.
-	bwdSpecDMax, bwdSpecTile, tiledBwdSpecCount = 6, 7, 8
+	bwdSpecMasked, bwdSpecQType, bwdSpecKType, bwdSpecVType, bwdSpecVariants = 1, 2, 3, 4, 5
+	bwdSpecDMax, bwdSpecTile, bwdSpecCount                                   = 6, 7, 8
 
 	// rope.comp.
 	ropeSpecXType, ropeSpecCount = 1, 2
@@ -140,8 +139,8 @@ var shaderInterface = []interfaceSection{
 	{"attention_backward.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"BWD_SPEC_MASKED", bwdSpecMasked, ""}, {"BWD_SPEC_Q_TYPE", bwdSpecQType, ""}, {"BWD_SPEC_K_TYPE", bwdSpecKType, ""},
 		{"BWD_SPEC_V_TYPE", bwdSpecVType, ""}, {"BWD_SPEC_VARIANTS", bwdSpecVariants, ""},
-		{"BWD_SPEC_DMAX", bwdSpecDMax, "attention_backward_tiled.comp: bound of d_k and d_v"},
-		{"BWD_SPEC_TILE", bwdSpecTile, "attention_backward_tiled.comp: rows staged per tile"},
+		{"BWD_SPEC_DMAX", bwdSpecDMax, "compile-time bound of d_k and d_v"},
+		{"BWD_SPEC_TILE", bwdSpecTile, "rows of the other side staged per tile"},
 	}},
 	{"rope.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"ROPE_SPEC_X_TYPE", ropeSpecXType, ""},
@@ -216,17 +215,9 @@ func familyBindings(v Variant) []bindingUse {
 	case FamilyRoPE:
 		return uses(ropeBindingTypes(), ropeBindY)
 	case FamilyBackwardQ, FamilyAdditiveBackwardQ:
-		u := uses(backwardBindingTypes(), bindRowD, bindDSink)
-		u[bindDQ].use = readWrite // rows accumulated in place
-		return u
-	case FamilyBackwardKV, FamilyAdditiveBackwardKV:
-		u := uses(backwardBindingTypes())
-		u[bindDK].use, u[bindDV].use, u[bindDWA].use = readWrite, readWrite, readWrite
-		return u
-	case FamilyTiledBackwardQ:
 		return uses(backwardBindingTypes(), bindRowD, bindDSink, bindDQ)
-	case FamilyTiledBackwardKV:
-		return uses(backwardBindingTypes(), bindDK, bindDV)
+	case FamilyBackwardKV, FamilyAdditiveBackwardKV:
+		return uses(backwardBindingTypes(), bindDK, bindDV, bindDWA)
 	case FamilyQ8Store:
 		u := uses(q8StoreBindingTypes())
 		u[q8BindY].use = readWrite // quants written, scale words set half by half
@@ -252,8 +243,6 @@ func specCount(v Variant) int {
 		return q8SpecCount
 	case FamilyBackwardQ, FamilyBackwardKV, FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV:
 		return bwdSpecCount
-	case FamilyTiledBackwardQ, FamilyTiledBackwardKV:
-		return tiledBwdSpecCount
 	case FamilyCombine, FamilyHeadMean:
 		return 0
 	}

@@ -47,7 +47,8 @@ func TestParamsMatchGLSL(t *testing.T) {
 		t.Errorf("Params members differ:\nGLSL: %s\nGo:   %s", strings.Join(glsl, "; "), strings.Join(goMembers, "; "))
 	}
 	p := attentionParams{}
-	if n := len(p.encode()); n != 16*len(glsl) || n > 256 {
-		t.Errorf("Params encode to %d bytes, want %d (and at most the 256-byte buffer)", n, 16*len(glsl))
+	// 16 KiB: the uniform-buffer range every Vulkan device reaches.
+	if n := len(p.encode()); n != 16*len(glsl) || n > 16<<10 {
+		t.Errorf("Params encode to %d bytes, want %d (and at most 16 KiB)", n, 16*len(glsl))
 	}
 }

@@ -26,8 +26,6 @@ const (
 	FamilyBackwardKV                       // attention_backward.comp, dK and dV
 	FamilyAdditiveBackwardQ                // attention_backward.comp, additive scores: dq
 	FamilyAdditiveBackwardKV               // attention_backward.comp, additive scores: dk, dv, dw_a
-	FamilyTiledBackwardQ                   // attention_backward_tiled.comp, dQ, workgroup-tiled (GPUs)
-	FamilyTiledBackwardKV                  // attention_backward_tiled.comp, dK and dV, workgroup-tiled
 )
 
 var families = [...]struct{ name, source, define string }{
@@ -45,8 +43,6 @@ var families = [...]struct{ name, source, define string }{
 	FamilyBackwardKV:         {"attention_backward_kv", "attention_backward.comp", "-DKV_PASS=1"},
 	FamilyAdditiveBackwardQ:  {"additive_backward_q", "attention_backward.comp", "-DADDITIVE=1"},
 	FamilyAdditiveBackwardKV: {"additive_backward_kv", "attention_backward.comp", "-DKV_PASS=1 -DADDITIVE=1"},
-	FamilyTiledBackwardQ:     {"attention_backward_tiled_q", "attention_backward_tiled.comp", ""},
-	FamilyTiledBackwardKV:    {"attention_backward_tiled_kv", "attention_backward_tiled.comp", "-DKV_PASS=1"},
 }
 
 func (f Family) String() string {
@@ -145,8 +141,7 @@ var Variants = func() []Variant {
 	}
 	vs = append(vs, Variant{Family: FamilyHeadMean}, Variant{Family: FamilyHeatmap}, Variant{Family: FamilyRoPE}, Variant{Family: FamilyQ8Store},
 		Variant{Family: FamilyBackwardQ}, Variant{Family: FamilyBackwardKV},
-		Variant{Family: FamilyAdditiveBackwardQ}, Variant{Family: FamilyAdditiveBackwardKV},
-		Variant{Family: FamilyTiledBackwardQ}, Variant{Family: FamilyTiledBackwardKV})
+		Variant{Family: FamilyAdditiveBackwardQ}, Variant{Family: FamilyAdditiveBackwardKV})
 	// The GPU kernels read storage buffers only; split-K needs vec4 rows.
 	tiled := []Variant{{Family: FamilyTiled, Path: StoragePath, Vec4: true},
 		{Family: FamilyTiled, Path: StoragePath},

@@ -64,7 +64,11 @@ func TestEveryVariantIsReachable(t *testing.T) {
 									t.Fatalf("%s %+v: %v", dev.Name, in, err)
 								}
 								reached[p.Variant] = true
-								for _, f := range planBackward(dev, p).families {
+								bp, err := planBackward(dev, p)
+								if err != nil {
+									t.Fatal(err)
+								}
+								for _, f := range bp.families {
 									reached[Variant{Family: f}] = true
 								}
 								if p.Splits > 0 {

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
 // The backward pass of scaled dot-product attention (SEMANTICS.md §16),
 // FlashAttention-2's: nothing L x S is stored; each pass recomputes the
@@ -16,13 +17,29 @@
 // dS w_a (1 - tanh^2), and into w_a as dS tanh(q_t + k_j), which the key
 // pass writes per key row (binding BIND_DWA) for the host to sum.
 //
-// One invocation owns one output row and sums in a fixed order (no
-// atomics): the results are the same bits run to run. The query pass
-// writes D and each row's share of its head's sink gradient, -P_sink D,
-// which the key pass and the host read. Rows are accumulated in the
-// output buffers themselves (no private arrays: see attention.comp on
-// lavapipe and indexed private arrays). Inputs are read as loads.glsl
-// reads them, in any element type; gradients are float32, dense.
+// Workgroup-tiled as FlashAttention-2's backward: an invocation owns one
+// output row and holds it and its gradient in registers (arrays of DMAX,
+// indexed only by unrolled loops), and the workgroup stages the other
+// side's rows in shared memory a tile at a time, so every row read from
+// memory serves WG invocations:
+//
+//   query pass: an invocation owns query row t of head h: q_t, dO_t and
+//     dQ_t; the workgroup walks the keys its rows can see, TILE rows of K
+//     and V at a time, and writes D_t and the row's share of its head's
+//     sink gradient, -P_sink D, which the key pass and the host read.
+//   key pass (KV_PASS): an invocation owns key row j of KV head hk: k_j,
+//     v_j, dK_j and dV_j; the workgroup walks the query rows of every head
+//     of the group that can see its keys, TILE rows of Q and dO (with
+//     their log-sum-exp and D) at a time.
+//
+// Each invocation sums in a fixed order (no atomics): the results are the
+// same bits run to run. Every invocation takes part in each tile's loads
+// and barriers (uniform loop bounds); only live rows add. The inner loops
+// are unrolled: lavapipe stops a shader's loops after about 65,535
+// iterations in all, which per-element loops inside the key loop reached
+// at a few hundred keys. Inputs are read as loads.glsl reads them, in any
+// element type; gradients are float32, dense, at their windows' offsets
+// (a call larger than one binding runs as chunks of KV heads).
 
 #define BACKWARD 1
 #include "interface.glsl"
@@ -33,166 +50,273 @@ layout(constant_id = BWD_SPEC_Q_TYPE) const int Q_TYPE = 0;
 layout(constant_id = BWD_SPEC_K_TYPE) const int K_TYPE = 0;
 layout(constant_id = BWD_SPEC_V_TYPE) const int V_TYPE = 0;
 layout(constant_id = BWD_SPEC_VARIANTS) const int VARIANTS = 0;
+layout(constant_id = BWD_SPEC_DMAX) const int DMAX = 64; // compile-time bound of d_k and d_v
+layout(constant_id = BWD_SPEC_TILE) const int TILE = 16; // rows of the other side staged at once
 const bool PAGED = false;
 
 #include "attention_common.glsl"
 
-#include "attention_backward_common.glsl"
+#include "loads.glsl"
+INPUT(BIND_Q, Qt)
+INPUT(BIND_K, Kt)
+INPUT(BIND_V, Vt)
+#define Qt_SCALES 0
+#define Kt_SCALES P.kStride.w
+#define Vt_SCALES P.vStride.w
 
-// dotQK is the raw score: q . k, or additive w_a . tanh(q + k).
-float dotQK(int qb, int kb) {
-    float s = 0.0;
-    for (int i = 0; i < DK; i++) {
+layout(std430, binding = BIND_DO) readonly buffer DOBuf { float dO[]; };
 #ifdef ADDITIVE
-        s += waData[i] * tanh(AT(Qt, Q_TYPE, qb + i) + AT(Kt, K_TYPE, kb + i));
-#else
-        s += AT(Qt, Q_TYPE, qb + i) * AT(Kt, K_TYPE, kb + i);
+layout(std430, binding = BIND_WA) readonly buffer WaBuf { float waData[]; };
+#ifdef KV_PASS
+layout(std430, binding = BIND_DWA) writeonly buffer DWaBuf { float dWa[]; };
 #endif
+#endif
+#ifdef KV_PASS
+layout(std430, binding = BIND_ROWD) readonly buffer RowDBuf { float rowD[]; };
+layout(std430, binding = BIND_DK) writeonly buffer DKBuf { float dK[]; };
+layout(std430, binding = BIND_DV) writeonly buffer DVBuf { float dV[]; };
+#else
+layout(std430, binding = BIND_ROWD) writeonly buffer RowDBuf { float rowD[]; };
+layout(std430, binding = BIND_DQ) writeonly buffer DQBuf { float dQ[]; };
+layout(std430, binding = BIND_DSINK) writeonly buffer DSinkBuf { float dSink[]; };
+#endif
+
+int H;
+
+int qBase(int h, int t) { return P.offsets.x + b * P.qStride.x + h * P.qStride.y + t * P.qStride.z; }
+int kBase(int j) { return P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, j); }
+int vBase(int j) { return P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, j); }
+int oBase(int h, int t) { return P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z; }
+// dO, dQ, the log-sum-exp, D and the sink shares are dense (B, H, L[, d]):
+// rowOf is a row of the chunk, the accessors add its window's offset
+// (P.outs.x, P.grads; dK, dV and dw_a's shares add P.grads.zw).
+int rowOf(int h, int t) { return (b * H + h) * L + t; }
+#define LSE_AT(r) lseData[P.outs.x + (r)]
+#define ROWD_AT(r) rowD[P.outs.x + (r)]
+#define DSINK_AT(r) dSink[P.outs.x + (r)]
+#define DO_AT(r, i) dO[P.grads.x + (r) * DV + (i)]
+#define DQ_AT(r, i) dQ[P.grads.y + (r) * DK + (i)]
+
+// capGrad is d(score)/d(scaled dot product): the soft-cap's 1 - tanh^2.
+float capGrad(float qk) {
+    if ((VARIANTS & VAR_SOFTCAP) == 0) {
+        return 1.0;
     }
-    return s;
+    float c = P.variant.x;
+    float y = softcap(qk * P.scaling.x, c) / c;
+    return 1.0 - y * y;
 }
 
-// scoreGrad is d(raw score)/d(element i of q), the same as of k's: k_i
-// for dot products (given as other), w_a (1 - tanh^2(q_i + k_i)) for
-// additive scores.
-float scoreGrad(int i, float qi, float ki, float other) {
+
+// SCORE_TERM is element i's term of the raw score of q and k (q . k, or
+// w_a . tanh(q + k)), given the staged row's element a and the own o.
 #ifdef ADDITIVE
-    float t = tanh(qi + ki);
-    return waData[i] * (1.0 - t * t);
+#define SCORE_TERM(a, o, i) (wa[i] * tanh((a) + (o)))
 #else
-    return other;
+#define SCORE_TERM(a, o, i) ((a) * (o))
 #endif
-}
 
-float dotDOV(int r, int vb) {
-    float s = 0.0;
-    for (int i = 0; i < DV; i++) {
-        s += dO[r * DV + i] * AT(Vt, V_TYPE, vb + i);
-    }
-    return s;
-}
-
-// dsOf is dS_tj / scale' for query row t of head h against key j, and P_tj
-// (0 where the key is blocked: then dS is 0 too).
-float dsOf(int h, int t, int j, float lse, float d, float slope, int qb, int kb, int r, out float p) {
-    float qk = dotQK(qb, kb);
-    float s = scoreOf(qk, t, h, slope, j, keyLen);
-    p = s == NEG_INF ? 0.0 : exp(s - lse);
-    if (p == 0.0) {
-        return 0.0;
-    }
-    return p * (dotDOV(r, vBase(j)) - d) * capGrad(qk);
-}
+shared float aTile[TILE * DMAX]; // K rows (query pass) or Q rows (key pass)
+shared float bTile[TILE * DMAX]; // V rows or dO rows
+#ifdef KV_PASS
+shared float lseTile[TILE];
+shared float dTile[TILE];
+#endif
 
 void main() {
-    L = P.dims.x;
+    beginItem(int(gl_WorkGroupID.z));
     H = P.split.w; // the call's query heads
     int group = P.heads.y;
-    int bi = int(gl_GlobalInvocationID.z);
-    beginItem(bi);
+    int wg = int(gl_WorkGroupSize.x);
+    int lane = int(gl_LocalInvocationID.x);
     float scale = P.scaling.x;
-#ifdef KV_PASS
-    // One key row j of KV head hk.
-    int j = int(gl_GlobalInvocationID.x);
-    hk = int(gl_GlobalInvocationID.y);
-    if (j >= S) {
-        return;
-    }
-    int outK = ((b * (H / group) + hk) * S + j) * DK;
-    int outV = ((b * (H / group) + hk) * S + j) * DV;
-    for (int i = 0; i < DK; i++) {
-        dK[outK + i] = 0.0;
+    float own[DMAX];  // q_t, or k_j
+    float other[DMAX]; // dO_t, or v_j
+    float gradA[DMAX]; // dQ_t, or dK_j
 #ifdef ADDITIVE
-        dWa[outK + i] = 0.0;
+    float wa[DMAX];
+    [[unroll]] for (int i = 0; i < DMAX; i++) {
+        wa[i] = i < DK ? waData[i] : 0.0;
+    }
 #endif
+#ifdef KV_PASS
+    float gradB[DMAX]; // dV_j
+#ifdef ADDITIVE
+    float gradW[DMAX]; // this key row's share of dw_a
+    [[unroll]] for (int i = 0; i < DMAX; i++) {
+        gradW[i] = 0.0;
     }
-    for (int i = 0; i < DV; i++) {
-        dV[outV + i] = 0.0;
+#endif
+    hk = int(gl_WorkGroupID.y);
+    int first = int(gl_WorkGroupID.x) * wg;
+    int j = first + lane;
+    int jc = min(j, S - 1);
+    bool live = j < keyLen; // keyLen <= S
+    [[unroll]] for (int i = 0; i < DMAX; i++) {
+        own[i] = AT_CLAMPED(Kt, K_TYPE, kBase(jc), i, DK);
+        other[i] = AT_CLAMPED(Vt, V_TYPE, vBase(jc), i, DV);
+        gradA[i] = 0.0;
+        gradB[i] = 0.0;
     }
-    if (j >= keyLen) {
-        return; // never visible
+    // The query rows that can see a key of this block.
+    int lastKey = min(first + wg - 1, S - 1);
+    int rowBegin = 0, rowEnd = min(L, queryLen);
+    if ((flags & FLAG_CAUSAL) != 0) {
+        rowBegin = max(rowBegin, first - shift);
     }
-    int kb = kBase(j);
+    if ((VARIANTS & VAR_WINDOW) != 0) {
+        if (P.window.x >= 0) {
+            rowEnd = min(rowEnd, lastKey + P.window.x - posShift + 1);
+        }
+        if (P.window.y >= 0) {
+            rowBegin = max(rowBegin, first - P.window.y - posShift);
+        }
+    }
     for (int g = 0; g < group; g++) {
         int h = hk * group + g;
         float slope = slopeOf(h);
-        for (int t = 0; t < min(L, queryLen); t++) {
-            int r = rowOf(h, t);
-            float lse = lseData[r];
-            if (lse == NEG_INF) {
+        for (int t0 = rowBegin; t0 < rowEnd; t0 += TILE) {
+            barrier();
+            for (int i = lane; i < TILE * DMAX; i += wg) {
+                int t = min(t0 + i / DMAX, L - 1);
+                int c = i % DMAX;
+                aTile[i] = AT_CLAMPED(Qt, Q_TYPE, qBase(h, t), c, DK);
+                bTile[i] = c < DV ? DO_AT(rowOf(h, t), c) : 0.0;
+            }
+            for (int i = lane; i < TILE; i += wg) {
+                int r = rowOf(h, min(t0 + i, L - 1));
+                lseTile[i] = t0 + i < rowEnd ? LSE_AT(r) : NEG_INF;
+                dTile[i] = ROWD_AT(r);
+            }
+            barrier();
+            if (!live) {
                 continue;
             }
-            float p;
-            int qb = qBase(h, t);
-            float ds = dsOf(h, t, j, lse, rowD[r], slope, qb, kb, r, p);
-            if (p == 0.0) {
-                continue;
-            }
-            for (int i = 0; i < DV; i++) {
-                dV[outV + i] += p * dO[r * DV + i];
-            }
-            float g2 = ds * scale;
-            for (int i = 0; i < DK; i++) {
-                float qi = AT(Qt, Q_TYPE, qb + i);
+            for (int u = 0; u < TILE; u++) {
+                float lse = lseTile[u];
+                if (lse == NEG_INF) {
+                    continue; // past the rows, padded, or no visible key
+                }
+                float qk = 0.0;
+                [[unroll]] for (int i = 0; i < DMAX; i++) {
+                    qk += SCORE_TERM(aTile[u * DMAX + i], own[i], i);
+                }
+                float s = scoreOf(qk, t0 + u, h, slope, j, keyLen);
+                float p = s == NEG_INF ? 0.0 : exp(s - lse);
+                if (p == 0.0) {
+                    continue;
+                }
+                float dp = 0.0;
+                [[unroll]] for (int i = 0; i < DMAX; i++) {
+                    dp += bTile[u * DMAX + i] * other[i];
+                }
+                float ds = p * (dp - dTile[u]) * capGrad(qk);
+                float g2 = ds * scale;
+                [[unroll]] for (int i = 0; i < DMAX; i++) {
+                    gradB[i] += p * bTile[u * DMAX + i];
 #ifdef ADDITIVE
-                float ki = AT(Kt, K_TYPE, kb + i);
-                dK[outK + i] += ds * scoreGrad(i, qi, ki, 0.0);
-                dWa[outK + i] += ds * tanh(qi + ki);
+                    float th = tanh(aTile[u * DMAX + i] + own[i]);
+                    gradA[i] += ds * (wa[i] * (1.0 - th * th));
+                    gradW[i] += ds * th;
 #else
-                dK[outK + i] += g2 * qi;
+                    gradA[i] += g2 * aTile[u * DMAX + i];
 #endif
+                }
             }
         }
     }
-#else
-    // One query row t of head h.
-    int t = int(gl_GlobalInvocationID.x);
-    int h = int(gl_GlobalInvocationID.y);
-    if (t >= L) {
-        return;
-    }
-    hk = h / group;
-    int r = rowOf(h, t);
-    for (int i = 0; i < DK; i++) {
-        dQ[r * DK + i] = 0.0;
-    }
-    float lse = lseData[r];
-    bool padded = t >= queryLen;
-    float d = 0.0;
-    if (!padded && lse != NEG_INF) {
-        int ob = oBase(h, t);
-        for (int i = 0; i < DV; i++) {
-            d += dO[r * DV + i] * oData[ob + i];
+    if (j < S) {
+        int outK = P.grads.z + ((b * (H / group) + hk) * S + j) * DK;
+        int outV = P.grads.w + ((b * (H / group) + hk) * S + j) * DV;
+        [[unroll]] for (int i = 0; i < DMAX; i++) {
+            if (i < DK) {
+                dK[outK + i] = gradA[i];
+            }
+            if (i < DV) {
+                dV[outV + i] = gradB[i];
+            }
+#ifdef ADDITIVE
+            if (i < DK) {
+                dWa[outK + i] = gradW[i];
+            }
+#endif
         }
     }
-    rowD[r] = d;
-    float sinkGrad = 0.0;
-    if ((VARIANTS & VAR_SINKS) != 0 && !padded && lse != NEG_INF) {
-        // dL/dsink = -P_sink D: the sink takes probability from the keys.
-        sinkGrad = -exp(headData[2 * h] - lse) * d;
+#else
+    int h = int(gl_WorkGroupID.y);
+    hk = h / group;
+    int first = int(gl_WorkGroupID.x) * wg;
+    int t = first + lane;
+    int tc = min(t, L - 1);
+    int r = rowOf(h, tc);
+    float lse = LSE_AT(r);
+    bool live = t < L && tc < queryLen && lse != NEG_INF;
+    float d = 0.0;
+    int qb = qBase(h, tc), ob = oBase(h, tc);
+    [[unroll]] for (int i = 0; i < DMAX; i++) {
+        own[i] = AT_CLAMPED(Qt, Q_TYPE, qb, i, DK);
+        other[i] = i < DV ? DO_AT(r, i) : 0.0;
+        gradA[i] = 0.0;
+        if (i < DV) {
+            d += other[i] * oData[ob + min(i, DV - 1)];
+        }
     }
-    dSink[r] = sinkGrad;
-    if (padded || lse == NEG_INF) {
-        return;
+    d = live ? d : 0.0;
+    float sinkGrad = 0.0;
+    if ((VARIANTS & VAR_SINKS) != 0 && live) {
+        // dL/dsink = -P_sink D: the sink takes probability from the keys.
+        sinkGrad = -exp(headData[2 * (P.window.w + h)] - lse) * d;
+    }
+    if (t < L) {
+        ROWD_AT(r) = d;
+        DSINK_AT(r) = sinkGrad;
     }
     float slope = slopeOf(h);
     int keyBegin = 0, keyEnd = keyLen;
-    keyRange(t, t, keyBegin, keyEnd);
-    int qb = qBase(h, t);
-    for (int j = keyBegin; j < keyEnd; j++) {
-        float p;
-        int kb = kBase(j);
-        float ds = dsOf(h, t, j, lse, d, slope, qb, kb, r, p);
-        if (p == 0.0) {
+    keyRange(first, min(first + wg - 1, L - 1), keyBegin, keyEnd);
+    for (int j0 = keyBegin; j0 < keyEnd; j0 += TILE) {
+        barrier();
+        for (int i = lane; i < TILE * DMAX; i += wg) {
+            int j = min(j0 + i / DMAX, S - 1);
+            int c = i % DMAX;
+            aTile[i] = AT_CLAMPED(Kt, K_TYPE, kBase(j), c, DK);
+            bTile[i] = AT_CLAMPED(Vt, V_TYPE, vBase(j), c, DV);
+        }
+        barrier();
+        if (!live) {
             continue;
         }
-        float g2 = ds * scale;
-        for (int i = 0; i < DK; i++) {
+        for (int u = 0; u < TILE; u++) {
+            float qk = 0.0;
+            [[unroll]] for (int i = 0; i < DMAX; i++) {
+                qk += SCORE_TERM(aTile[u * DMAX + i], own[i], i);
+            }
+            float s = scoreOf(qk, tc, h, slope, j0 + u, keyEnd);
+            float p = s == NEG_INF ? 0.0 : exp(s - lse);
+            if (p == 0.0) {
+                continue;
+            }
+            float dp = 0.0;
+            [[unroll]] for (int i = 0; i < DMAX; i++) {
+                dp += other[i] * bTile[u * DMAX + i];
+            }
+            float ds = p * (dp - d) * capGrad(qk);
+            float g2 = ds * scale;
+            [[unroll]] for (int i = 0; i < DMAX; i++) {
 #ifdef ADDITIVE
-            dQ[r * DK + i] += ds * scoreGrad(i, AT(Qt, Q_TYPE, qb + i), AT(Kt, K_TYPE, kb + i), 0.0);
+                float th = tanh(aTile[u * DMAX + i] + own[i]);
+                gradA[i] += ds * (wa[i] * (1.0 - th * th));
 #else
-            dQ[r * DK + i] += g2 * AT(Kt, K_TYPE, kb + i);
+                gradA[i] += g2 * aTile[u * DMAX + i];
 #endif
+            }
+        }
+    }
+    if (t < L) {
+        [[unroll]] for (int i = 0; i < DMAX; i++) {
+            if (i < DK) {
+                DQ_AT(r, i) = gradA[i];
+            }
         }
     }
 #endif

@@ -32,4 +32,8 @@ layout(std140, binding = BIND_PARAMS) uniform Params {
     ivec4 window;
     vec4 variant; // x: the soft-cap c (0: none)
     ivec4 page;   // paged K/V: positions per page, page-table entries per item
+    // The backward passes: element offsets of the chunk's dO, dQ, dK and
+    // dV in their windows (D and the sink shares share the LSE's, dw_a's
+    // shares dK's).
+    ivec4 grads;
 } P;

@@ -111,8 +111,8 @@ const int VAR_SINKS = 8; // a logit per head joins the denominator
 #define BWD_SPEC_K_TYPE 3
 #define BWD_SPEC_V_TYPE 4
 #define BWD_SPEC_VARIANTS 5
-#define BWD_SPEC_DMAX 6 // attention_backward_tiled.comp: bound of d_k and d_v
-#define BWD_SPEC_TILE 7 // attention_backward_tiled.comp: rows staged per tile
+#define BWD_SPEC_DMAX 6 // compile-time bound of d_k and d_v
+#define BWD_SPEC_TILE 7 // rows of the other side staged per tile
 
 // rope.comp specialization-constant IDs (0: the workgroup size)
 #define ROPE_SPEC_X_TYPE 1

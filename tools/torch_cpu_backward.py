@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Times PyTorch's CPU autograd of the math SDPA, forward and backward, on
+the shapes given: the peer BENCHMARKS.md puts beside `vkattn bench
+--backward` on the same machine in the same run.
+
+    /usr/bin/python3 tools/torch_cpu_backward.py [--reps N] [--threads T] B,H,L,S,d[,causal] ...
+
+Per shape: float32 Q (B,H,L,d), K and V (B,H,S,d) requiring gradients and a
+fixed dO; a timed call is O = softmax(Q K^T / sqrt(d) [+ bottom-right causal
+-inf]) V followed by O.backward(dO), the gradients cleared between calls.
+One untimed warm-up call, then --reps timed ones (wall clock); the median is
+reported. FLOPs are bench.go's for --backward: 3.5 x 4*B*H*L*S*d (the
+forward's 4BHLSd and FlashAttention's 2.5x of it for the backward), halved
+for causal rows; the math SDPA computes the whole masked matrix anyway.
+Output: a JSON object per shape and line (shape, causal, ms, gflops, torch,
+threads). Debian 12: apt-get install python3-torch (torch 1.13).
+"""
+
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+
+
+def step(q, k, v, dout, mask):
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores + mask
+    out = torch.softmax(scores, dim=-1) @ v
+    out.backward(dout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("shapes", nargs="+", help="B,H,L,S,d or B,H,L,S,d,causal")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    for spec in a.shapes:
+        parts = spec.split(",")
+        B, H, L, S, d = (int(x) for x in parts[:5])
+        causal = len(parts) > 5 and parts[5] == "causal"
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(B, H, n, d, generator=g).requires_grad_() for n in (L, S, S))
+        dout = torch.randn(B, H, L, d, generator=g)
+        mask = None
+        if causal:
+            # Query t sees keys j <= t + S - L.
+            t = torch.arange(L).unsqueeze(1)
+            j = torch.arange(S).unsqueeze(0)
+            mask = torch.zeros(L, S).masked_fill(j > t + S - L, float("-inf"))
+        times = []
+        for rep in range(a.reps + 1):
+            for x in (q, k, v):
+                x.grad = None
+            start = time.perf_counter()
+            step(q, k, v, dout, mask)
+            if rep > 0:
+                times.append(time.perf_counter() - start)
+        ms = statistics.median(times) * 1e3
+        flops = 3.5 * 4 * B * H * L * S * d / (2 if causal else 1)
+        print(json.dumps({"shape": [B, H, L, S, d], "causal": causal, "ms": round(ms, 2),
+                          "gflops": round(flops / ms / 1e6, 2), "torch": torch.__version__, "threads": a.threads}))
+
+
+if __name__ == "__main__":
+    main()
