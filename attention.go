@@ -15,7 +15,7 @@ import (
 type Plan struct {
 	Dims   Dims
 	Device string
-	Kernel pipelines.AttentionPlan
+	Kernel KernelPlan
 	// Projections are the dense layers that run first (additive attention's
 	// q W_q + b and k W_k); none for scaled dot-product attention.
 	Projections []LayerPlan
@@ -113,7 +113,7 @@ func (d *Device) plan(q, k, v [4]int, how planOf, opts *Options) (Plan, error) {
 	if err != nil {
 		return Plan{}, deviceError(err)
 	}
-	p := Plan{Dims: dims, Device: d.String(), Kernel: kp, RoPE: opts.RoPE}
+	p := Plan{Dims: dims, Device: d.String(), Kernel: kernelPlan(kp), RoPE: opts.RoPE}
 	if how.cache != nil && how.cache.rope != nil {
 		p.RoPE, p.RoPEQueryOnly = how.cache.rope.r, true
 	}

@@ -133,7 +133,7 @@ func (b *builder) backward(plan Plan, opts *Options, x pipelines.AttentionArgs, 
 		return nil, err
 	}
 	x.O, x.LSE = o.buf, lse.buf
-	if err := b.add(d.kernels.Attention(plan.Kernel, x)); err != nil {
+	if err := b.add(d.kernels.Attention(plan.Kernel.plan, x)); err != nil {
 		return nil, err
 	}
 	g := &Gradients{Plan: plan}
@@ -160,7 +160,7 @@ func (b *builder) backward(plan Plan, opts *Options, x pipelines.AttentionArgs, 
 	if g.keyWA != nil {
 		bx.DWA = g.keyWA.buf
 	}
-	if err := b.add(d.kernels.AttentionBackward(plan.Kernel, bx)); err != nil {
+	if err := b.add(d.kernels.AttentionBackward(plan.Kernel.plan, bx)); err != nil {
 		return nil, err
 	}
 	call := &gradCall{}

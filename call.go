@@ -219,7 +219,7 @@ func (b *builder) attention(plan Plan, opts *Options, x pipelines.AttentionArgs,
 		}
 		x.Weights = weights.buf
 	}
-	return lse, weights, b.add(b.d.kernels.Attention(plan.Kernel, x))
+	return lse, weights, b.add(b.d.kernels.Attention(plan.Kernel.plan, x))
 }
 
 // attentionCall finishes a call whose last step is the attention of plan
@@ -257,7 +257,7 @@ func (b *builder) linear(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, 
 	if bias != nil {
 		args.Bias = bias.buf
 	}
-	return b.add(b.d.kernels.Linear(l.Kernel, args))
+	return b.add(b.d.kernels.Linear(l.Kernel.plan, args))
 }
 
 // finish records the steps as one submission and moves everything into c;

@@ -26,8 +26,9 @@ const (
 // ParseLoadPath reads the names a LoadPath prints: auto, texel or storage.
 func ParseLoadPath(s string) (LoadPath, error) { return core.ParseLoadPath(s) }
 
-// DeviceInfo describes a Vulkan device: name, type, driver and limits.
-type DeviceInfo = vk.PhysicalDevice
+// DeviceInfo describes a Vulkan device: name, type, driver, limits and
+// the features vkattn plans with.
+type DeviceInfo = core.DeviceInfo
 
 // Config chooses and configures a device for Open.
 type Config struct {
@@ -110,13 +111,13 @@ var PlanAsVendors = core.PlanAsVendors
 
 // planAs is the vendor cfg plans as, from PlanAs or VKATTN_PLAN_AS ("" for
 // the device's own), with its tuning.
-func (cfg Config) planAs() (string, pipelines.Tuning, error) {
+func (cfg Config) planAs() (string, Tuning, error) {
 	vendor := cfg.PlanAs
 	if vendor == "" {
 		vendor = os.Getenv("VKATTN_PLAN_AS")
 	}
 	if vendor == "" {
-		return "", pipelines.Tuning{}, nil
+		return "", Tuning{}, nil
 	}
 	t, err := pipelines.VendorTuning(vendor)
 	if err != nil {
@@ -128,7 +129,14 @@ func (cfg Config) planAs() (string, pipelines.Tuning, error) {
 // Tuning is how the planner launches the attention kernel on a device:
 // preferred load path, query rows per invocation, workgroup size, split-K
 // chunk. Device.Tuning says which is in use.
-type Tuning = pipelines.Tuning
+type Tuning = core.Tuning
+
+// PathTuning and TiledTuning are a Tuning's shapes of the row kernels on
+// one load path and of the tiled GPU kernels.
+type (
+	PathTuning  = core.PathTuning
+	TiledTuning = core.TiledTuning
+)
 
 // Device is an open Vulkan device with everything vkattn made on it.
 //
@@ -146,7 +154,7 @@ type Device struct {
 	dev      *vk.Device
 	kernels  *pipelines.Kernels
 	path     LoadPath
-	tuning   pipelines.Tuning
+	tuning   Tuning
 	tensors  map[*Tensor]struct{}
 	closed   atomic.Bool
 	memory   MemoryModel
@@ -167,7 +175,11 @@ func Devices() ([]DeviceInfo, int, error) {
 	if err != nil {
 		return nil, 0, driverError(err)
 	}
-	return inst.Devices(), def, nil
+	var infos []DeviceInfo
+	for _, pd := range inst.Devices() {
+		infos = append(infos, pd.DeviceInfo)
+	}
+	return infos, def, nil
 }
 
 // Open opens a device.
@@ -232,7 +244,7 @@ func (d *Device) SaveTuning(t Tuning) (string, error) {
 	if err := d.SetTuning(t); err != nil {
 		return "", err
 	}
-	path, err := TuningFile(d.dev.Info)
+	path, err := TuningFile(d.dev.Info.DeviceInfo)
 	if err != nil {
 		return "", err
 	}
@@ -259,7 +271,7 @@ func (d *Device) SetTuning(t Tuning) error {
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	if err := t.Check(d.dev.Info); err != nil {
+	if err := t.Check(d.dev.Info.DeviceInfo); err != nil {
 		return errorf(ErrTuning, "%v", err)
 	}
 	d.mu.Lock()
@@ -276,7 +288,7 @@ func (d *Device) PlannedAs() string { return d.plannedAs }
 func (d *Device) Memory() MemoryModel { return d.memory }
 
 // Info describes the open device.
-func (d *Device) Info() DeviceInfo { return d.dev.Info }
+func (d *Device) Info() DeviceInfo { return d.dev.Info.DeviceInfo }
 
 // Stats counts what a device's work costs beyond the kernels themselves:
 // memory and objects created, and the round trips to the device. On a

@@ -96,7 +96,8 @@
 // not fit the device); ErrNoDriver when no Vulkan driver or device is
 // found (test with errors.Is). A device whose memory is used up (a heap,
 // Config.MemoryLimit or maxMemoryAllocationCount) is ErrTooLarge naming
-// the heap; a failed Vulkan call returns a *vk.Error naming the call.
+// the heap; a failed Vulkan call returns a *VulkanError naming the call
+// and its VkResult (errors.As).
 // Nothing panics on bad input, and no value of an exported enum or
 // config field panics: one outside its set is ErrOption.
 //

@@ -59,3 +59,7 @@ func driverError(err error) error {
 	}
 	return err
 }
+
+// VulkanError is a failed Vulkan call: which call, and the VkResult it
+// returned (errors.As finds it in an error vkattn returns).
+type VulkanError = core.VulkanError

@@ -38,7 +38,7 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 					t.Fatal(err)
 				}
 				k := plan.Kernel
-				if k.Variant.Family != pipelines.FamilyTiled || k.Variant.SplitK != c.split || (k.Splits > 0) != c.split {
+				if vkattn.AttentionPlanOf(k).Variant.Family != pipelines.FamilyTiled || vkattn.AttentionPlanOf(k).Variant.SplitK != c.split || (k.Splits > 0) != c.split {
 					t.Fatalf("plan %v: want the tiled kernel (split-K %v)", k, c.split)
 				}
 				if k.SharedBytes <= 0 || k.SharedBytes > int(info.Limits.MaxSharedMemory) || k.SharedBytes != 2*k.KeyTile*k.DMax*4 {
@@ -61,7 +61,7 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if plan.Kernel.Variant.Family == pipelines.FamilyTiled && info.DriverID == vk.DriverIDLavapipe && d.PlannedAs() == "" {
+		if vkattn.AttentionPlanOf(plan.Kernel).Variant.Family == pipelines.FamilyTiled && info.DriverID == vk.DriverIDLavapipe && d.PlannedAs() == "" {
 			t.Errorf("%s plan on lavapipe: %v; want its row kernels", name, plan.Kernel)
 		}
 	}

@@ -53,5 +53,5 @@ func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int, w DT
 		Rows: rows, Outputs: outputs, Inputs: inputs, W: w,
 		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path, Tuning: &tuning,
 	})
-	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: kp}, deviceError(err)
+	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: linearKernelPlan(kp)}, deviceError(err)
 }

@@ -43,7 +43,8 @@ func poolSize() int { return max(2, min(runtime.NumCPU(), 4)) }
 
 // kernelOf names the kernel a plan compiles: what lavapipe compiles once
 // per variant and specialization (a plan without its problem's extents).
-func kernelOf(p pipelines.AttentionPlan) pipelines.AttentionPlan {
+func kernelOf(k vkattn.KernelPlan) pipelines.AttentionPlan {
+	p := vkattn.AttentionPlanOf(k)
 	return pipelines.AttentionPlan{Variant: p.Variant, DMax: p.DMax, Rows: p.Rows, KeyTile: p.KeyTile,
 		WorkGroup: p.WorkGroup, Masked: p.Masked, SharedLoads: p.SharedLoads, Splits: min(p.Splits, 1)}
 }

@@ -73,7 +73,7 @@ func (m *MHA) Close() {
 type LayerPlan struct {
 	Name                  string // "in_proj (Q,K,V fused)", "q_proj", "out_proj", ...
 	Rows, Outputs, Inputs int
-	Kernel                pipelines.LinearPlan
+	Kernel                LinearKernelPlan
 }
 
 func (l LayerPlan) String() string {

@@ -42,7 +42,7 @@ func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 	} else if !cfg.DefaultTuning {
 		// A saved tuning that no longer loads or fits (a hand edit, a
 		// new vkattn) falls back to the defaults rather than failing.
-		if t, err := LoadTuning(dev.Info); err == nil && t.Check(dev.Info) == nil {
+		if t, err := LoadTuning(dev.Info.DeviceInfo); err == nil && t.Check(dev.Info.DeviceInfo) == nil {
 			d.tuning = t
 		}
 	}

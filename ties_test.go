@@ -74,11 +74,11 @@ func TestExactTiesStayExact(t *testing.T) {
 			got := runGPU(t, c.d, p)
 			plan := got.out.Plan.Kernel
 			path := strings.Split(c.name, "/")[0]
-			tiled := plan.Variant.Family == pipelines.FamilyTiled
+			tiled := vkattn.AttentionPlanOf(plan).Variant.Family == pipelines.FamilyTiled
 			if path == "tiled" {
 				path = "storage"
 			}
-			if plan.Path.String() != path || tiled != (c.d == nvidiaDev) || plan.Vec4 != (w%4 == 0) || (plan.Splits > 0) != c.split {
+			if plan.LoadPath.String() != path || tiled != (c.d == nvidiaDev) || plan.Vec4 != (w%4 == 0) || (plan.Splits > 0) != c.split {
 				t.Fatalf("planned %v, not the %s path this case is for", plan, c.name)
 			}
 			if !slices.Equal(got.o, want) {

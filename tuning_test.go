@@ -49,7 +49,7 @@ func TestTuningRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tiled := p.Kernel.Variant.Family == pipelines.FamilyTiled
+		tiled := vkattn.AttentionPlanOf(p.Kernel).Variant.Family == pipelines.FamilyTiled
 		if p.Kernel.Why != "test" || !tiled && (p.Kernel.Rows != 2 || p.Kernel.WorkGroup != 16) {
 			t.Fatalf("plan with saved tuning: %v", p)
 		}

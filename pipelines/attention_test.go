@@ -1,6 +1,7 @@
 package pipelines
 
 import (
+	"github.com/vkattn/vkattn/core"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +12,7 @@ import (
 // lavapipeLike is a device description with lavapipe's driver ID and the
 // properties the planner reads; no Vulkan device is needed to plan.
 func lavapipeLike() vk.PhysicalDevice {
-	return vk.PhysicalDevice{
+	return vk.PhysicalDevice{DeviceInfo: core.DeviceInfo{
 		Name: "fake lavapipe", Type: vk.DeviceCPU, DriverID: vk.DriverIDLavapipe,
 		TexelR32F: true, TexelWords: true, TexelWords4: true,
 		Limits: vk.Limits{
@@ -20,7 +21,7 @@ func lavapipeLike() vk.PhysicalDevice {
 			MaxStorageBufferRange: 128 << 20, MaxTexelBufferElements: 128 << 20,
 			MinStorageAlignment: 16, MinTexelAlignment: 16, MaxSharedMemory: 32 << 10,
 		},
-	}
+	}}
 }
 
 // TestPlanUsesTheTuning checks that a plan carries the tuning's keys per

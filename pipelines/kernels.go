@@ -108,10 +108,6 @@ func (ks *Kernels) or(b *vk.Buffer) (*vk.Buffer, error) {
 	return ks.dummy, nil
 }
 
-// texelPathOK reports whether dev has the texel formats the texel load
-// path reads through: R32F for masks, raw words for inputs.
-func texelPathOK(dev vk.PhysicalDevice) bool { return dev.TexelR32F && dev.TexelWords }
-
 // tuningOr is t, or the device's default tuning for nil.
 func tuningOr(dev vk.PhysicalDevice, t *Tuning) *Tuning {
 	if t == nil {
@@ -132,7 +128,7 @@ func choosePath(dev vk.PhysicalDevice, force LoadPath, t *Tuning) (LoadPath, *Pa
 	if path == AutoPath {
 		path, why = t.Path, t.Source
 	}
-	if path == TexelPath && !texelPathOK(dev) {
+	if path == TexelPath && !dev.TexelPathOK() {
 		return path, nil, why, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT, R32_UINT and R16_UINT uniform texel buffers", dev.Name)
 	}
 	return path, t.For(path), why, nil

@@ -359,7 +359,7 @@ func measure(ctx context.Context, dev *vkattn.Device, t vkattn.Tuning, in Inputs
 	prog.add(1)
 	done++
 	k := call.Output().Plan.Kernel
-	c.Variant = k.Variant.Name()
+	c.Variant = k.Variant
 	if k.Rows != c.Rows || k.WorkGroup != c.WorkGroup || (c.SplitKeys > 0 && k.SplitKeys != c.SplitKeys) {
 		// The planner clamped the shape: this is not the candidate.
 		fail(fmt.Errorf("planned rows %d, workgroup %d, split keys %d instead", k.Rows, k.WorkGroup, k.SplitKeys))
@@ -394,7 +394,7 @@ func measureSplit(ctx context.Context, dev *vkattn.Device, t vkattn.Tuning, d vk
 		return skip(err)
 	}
 	if plan.Kernel.Splits == 0 {
-		return skip(fmt.Errorf("the %s kernel does not split the decode problem on this device", plan.Kernel.Variant.Name()))
+		return skip(fmt.Errorf("the %s kernel does not split the decode problem on this device", plan.Kernel.Variant))
 	}
 	in, err := UploadRandom(dev, r, d)
 	if err != nil {

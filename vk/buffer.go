@@ -474,7 +474,7 @@ var allocateMemory = func(dev vulkan.Device, info *vulkan.MemoryAllocateInfo, me
 // outOfMemory reports whether err is a full heap (device or host memory).
 func outOfMemory(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && (e.Result == vulkan.ErrorOutOfDeviceMemory || e.Result == vulkan.ErrorOutOfHostMemory)
+	return errors.As(err, &e) && (vulkan.Result(e.Result) == vulkan.ErrorOutOfDeviceMemory || vulkan.Result(e.Result) == vulkan.ErrorOutOfHostMemory)
 }
 
 // CopyTo copies size bytes from byte offset srcOff of b to dstOff of dst

@@ -3,6 +3,7 @@ package vk
 import (
 	"errors"
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"os"
 	"slices"
 	"strings"
@@ -132,7 +133,7 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 	}
 	handle, err := createInstance(vulkan.MakeVersion(1, 1, 0), layers, extensions)
 	var verr *Error
-	if errors.As(err, &verr) && verr.Result == vulkan.ErrorIncompatibleDriver {
+	if errors.As(err, &verr) && vulkan.Result(verr.Result) == vulkan.ErrorIncompatibleDriver {
 		return nil, fmt.Errorf("%w: %s (%v)", ErrNoDriver, noDriverHint(), err)
 	}
 	if err != nil {
@@ -194,102 +195,39 @@ func (in *Instance) Close() {
 	objectDestroyed()
 }
 
-// DeviceType mirrors VkPhysicalDeviceType.
-type DeviceType int
-
-const (
-	DeviceOther DeviceType = iota
-	DeviceIntegrated
-	DeviceDiscrete
-	DeviceVirtual
-	DeviceCPU
+// The device description is core's; these names keep package vk's own.
+type (
+	DeviceType = core.DeviceType
+	Limits     = core.Limits
 )
 
-var deviceTypeNames = [...]string{"other", "integrated-gpu", "discrete-gpu", "virtual-gpu", "cpu"}
+const (
+	DeviceOther      = core.DeviceOther
+	DeviceIntegrated = core.DeviceIntegrated
+	DeviceDiscrete   = core.DeviceDiscrete
+	DeviceVirtual    = core.DeviceVirtual
+	DeviceCPU        = core.DeviceCPU
 
-func (t DeviceType) String() string {
-	if t < 0 || int(t) >= len(deviceTypeNames) {
-		return fmt.Sprintf("DeviceType(%d)", int(t))
-	}
-	return deviceTypeNames[t]
-}
+	DriverIDLavapipe     = core.DriverIDLavapipe
+	DriverIDNvidia       = core.DriverIDNvidia
+	DriverIDAMDOpen      = core.DriverIDAMDOpen
+	DriverIDMesaRADV     = core.DriverIDMesaRADV
+	DriverIDIntelMesa    = core.DriverIDIntelMesa
+	DriverIDIntelWindows = core.DriverIDIntelWindows
+)
 
 // preference orders device types for the default pick: discrete >
 // integrated > virtual > CPU > other.
-func (t DeviceType) preference() int {
+func preference(t DeviceType) int {
 	return [...]int{0, 3, 4, 2, 1}[t]
 }
 
-// Driver IDs (VkDriverId) the planner's quirk table keys on.
-const (
-	DriverIDLavapipe     = 13 // VK_DRIVER_ID_MESA_LLVMPIPE
-	DriverIDNvidia       = 4  // VK_DRIVER_ID_NVIDIA_PROPRIETARY
-	DriverIDAMDOpen      = 2  // VK_DRIVER_ID_AMD_OPEN_SOURCE
-	DriverIDMesaRADV     = 3  // VK_DRIVER_ID_MESA_RADV
-	DriverIDIntelMesa    = 6  // VK_DRIVER_ID_INTEL_OPEN_SOURCE_MESA
-	DriverIDIntelWindows = 5  // VK_DRIVER_ID_INTEL_PROPRIETARY_WINDOWS
-)
-
-// Limits are the device limits vkattn plans with.
-type Limits struct {
-	MaxStorageBufferRange   uint32
-	MaxTexelBufferElements  uint32
-	MaxUniformBufferRange   uint32
-	MaxPushConstantsSize    uint32
-	MaxSharedMemory         uint32
-	MaxWorkGroupCount       [3]uint32
-	MaxWorkGroupSize        [3]uint32
-	MaxWorkGroupInvocations uint32
-	MinStorageAlignment     uint64
-	MinTexelAlignment       uint64
-	MinUniformAlignment     uint64
-	TimestampPeriod         float32
-	SubgroupSize            uint32
-	SubgroupShuffle         bool // compute shaders may use subgroupShuffle (and subgroupShuffleXor)
-	// MinSubgroupSize and MaxSubgroupSize bound the subgroup sizes a
-	// compute shader may run with (both SubgroupSize without subgroup size
-	// control: a variable-width device may then run narrower subgroups).
-	MinSubgroupSize, MaxSubgroupSize uint32
-	MaxMemoryAllocation              uint64 // largest heap, a bound for one allocation
-	MaxImageDimension2D              uint32 // widest and tallest 2D image (the viewer's picture)
-	MaxAllocations                   uint32 // maxMemoryAllocationCount: device memory allocations alive at once
-}
-
-// PhysicalDevice describes one Vulkan device.
+// PhysicalDevice describes one Vulkan device: its description, and the
+// handle and queue family NewDevice opens it with.
 type PhysicalDevice struct {
-	Index       int
-	Name        string
-	Type        DeviceType
-	VendorID    uint32
-	DeviceID    uint32
-	APIVersion  string
-	DriverID    uint32
-	DriverName  string
-	DriverInfo  string
-	Limits      Limits
-	HostVisible bool // a device-local memory type is also host visible
-	TexelR32F   bool // R32_SFLOAT is usable as a uniform texel buffer (masks)
-	// The raw-word formats the texel load path reads inputs through (a
-	// usamplerBuffer): R32_UINT and R16_UINT for one element a texel, and
-	// R32G32B32A32_UINT and R16G16B16A16_UINT for four.
-	TexelWords, TexelWords4 bool
-	TimestampsOK            bool // the compute queue supports timestamps
-	// SubgroupSizeControl: VK_EXT_subgroup_size_control with compute
-	// pipelines allowed to require a subgroup size; FullSubgroups: they may
-	// also require full subgroups. NewDevice enables both where offered.
-	SubgroupSizeControl, FullSubgroups bool
-	// MemoryBudget: VK_EXT_memory_budget, so buffers prefer memory types
-	// whose heap's budget has room for them.
-	MemoryBudget bool
-	queueFamily  uint32
-	handle       vulkan.PhysicalDevice
-	pipelineUUID [16]byte
-}
-
-// CacheKey names this exact device and driver build (vendor, device and
-// pipeline cache UUID) for files that must not outlive a driver update.
-func (d PhysicalDevice) CacheKey() string {
-	return fmt.Sprintf("%04x-%04x-%x", d.VendorID, d.DeviceID, d.pipelineUUID)
+	core.DeviceInfo
+	queueFamily uint32
+	handle      vulkan.PhysicalDevice
 }
 
 // Devices lists the instance's devices in enumeration order.
@@ -299,7 +237,7 @@ func (in *Instance) Devices() []PhysicalDevice { return append([]PhysicalDevice(
 func (in *Instance) DefaultDevice() (int, error) {
 	best := -1
 	for i, d := range in.devices {
-		if best < 0 || d.Type.preference() > in.devices[best].Type.preference() {
+		if best < 0 || preference(d.Type) > preference(in.devices[best].Type) {
 			best = i
 		}
 	}
@@ -372,15 +310,14 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	props.Limits.Deref()
 	defer props.Free() // vulkan-go's C copy; the values are in the Go fields
 	lim := props.Limits
-	d := PhysicalDevice{
+	d := PhysicalDevice{handle: h, DeviceInfo: core.DeviceInfo{
 		Name:     vulkan.ToString(props.DeviceName[:]),
 		Type:     DeviceType(props.DeviceType),
 		VendorID: props.VendorID,
 		DeviceID: props.DeviceID,
 		APIVersion: fmt.Sprintf("%d.%d.%d", props.ApiVersion>>22, (props.ApiVersion>>12)&0x3ff,
 			props.ApiVersion&0xfff),
-		handle:       h,
-		pipelineUUID: props.PipelineCacheUUID,
+		PipelineCacheUUID: props.PipelineCacheUUID,
 		Limits: Limits{
 			MaxStorageBufferRange:   lim.MaxStorageBufferRange,
 			MaxTexelBufferElements:  lim.MaxTexelBufferElements,
@@ -397,7 +334,7 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 			MaxImageDimension2D:     lim.MaxImageDimension2D,
 			MaxAllocations:          lim.MaxMemoryAllocationCount,
 		},
-	}
+	}}
 	if d.Type < DeviceOther || d.Type > DeviceCPU {
 		d.Type = DeviceOther
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vkattn/vkattn/core"
+
 	vulkan "github.com/vulkan-go/vulkan"
 )
 
@@ -18,7 +20,7 @@ func TestMemoryTypeOrder(t *testing.T) {
 		dl = vulkan.MemoryPropertyDeviceLocalBit
 		hv = vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
 	)
-	d := &Device{Info: PhysicalDevice{Type: DeviceDiscrete}}
+	d := &Device{Info: PhysicalDevice{DeviceInfo: core.DeviceInfo{Type: DeviceDiscrete}}}
 	for i, f := range []vulkan.MemoryPropertyFlagBits{dl | hv, dl, hv} {
 		d.memTypes.MemoryTypes[i].PropertyFlags = vulkan.MemoryPropertyFlags(f)
 	}
@@ -151,7 +153,7 @@ func TestMemoryTypesRespectHeapBudgets(t *testing.T) {
 		dl = vulkan.MemoryPropertyDeviceLocalBit
 		hv = vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
 	)
-	d := &Device{Info: PhysicalDevice{Type: DeviceDiscrete}}
+	d := &Device{Info: PhysicalDevice{DeviceInfo: core.DeviceInfo{Type: DeviceDiscrete}}}
 	for i, f := range []vulkan.MemoryPropertyFlagBits{dl | hv, dl, hv} { // BAR window, VRAM, system memory
 		d.memTypes.MemoryTypes[i].PropertyFlags = vulkan.MemoryPropertyFlags(f)
 		d.memTypes.MemoryTypes[i].HeapIndex = uint32(i)

@@ -165,7 +165,7 @@ func newLoopRun(ctx context.Context, dev *vkattn.Device, c loopCache, randn func
 	if err != nil {
 		return l, err
 	}
-	l.res.Variant = plan.Kernel.Variant.Name()
+	l.res.Variant = plan.Kernel.Variant
 	l.k, l.v, l.q, l.o = randn(HKV*D), randn(HKV*D), randn(H*D), make([]float32, H*D)
 	start := time.Now()
 	clock.begin(true)

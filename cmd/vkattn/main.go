@@ -187,7 +187,7 @@ type kernelJSON struct {
 
 func newKernelJSON(p vkattn.Plan) kernelJSON {
 	k := p.Kernel
-	return kernelJSON{k.Variant.Name(), k.Path.String(), k.Why, k.DMax, k.Rows, k.KeyTile, k.WorkGroup, k.Grid,
+	return kernelJSON{k.Variant, k.LoadPath.String(), k.Why, k.DMax, k.Rows, k.KeyTile, k.WorkGroup, k.Grid,
 		k.TileRows, k.LanesPerRow, k.RowsPerLane, k.SharedBytes, k.SubgroupSize, k.Splits, k.SplitKeys}
 }
 

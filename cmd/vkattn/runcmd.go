@@ -733,7 +733,7 @@ func printPlan(w io.Writer, p vkattn.Plan, opts *vkattn.Options) {
 	}
 	row("device", "%s", p.Device)
 	row("kernel", "%s", k.Variant)
-	row("load path", "%s (%s)", k.Path, k.Why)
+	row("load path", "%s (%s)", k.LoadPath, k.Why)
 	row("d_max", "%d (compile-time bound on d_k and d_v)", k.DMax)
 	axes := "query row blocks x heads x batch"
 	if k.TileRows > 0 {

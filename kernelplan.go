@@ -1,0 +1,72 @@
+package vkattn
+
+import "github.com/vkattn/vkattn/pipelines"
+
+// KernelPlan is the attention kernel the planner chose for a call: which
+// SPIR-V variant, how it reads its inputs, its tiles and launch grid, and
+// how a call larger than one binding reaches is split. String says it in
+// words, with why.
+type KernelPlan struct {
+	Variant  string   // the SPIR-V variant, e.g. "attention_texel_vec4"
+	LoadPath LoadPath // how the kernel reads Q, K, V and masks
+	Vec4     bool     // four values a load
+	Additive bool     // additive (Bahdanau) scores; Q and K are the projections
+	Masked   bool     // built with the mask loads (the call has a mask)
+	DMax     int      // compile-time bound of d_k and d_v
+	// The row kernels: query rows per invocation, keys per online-softmax
+	// step, invocations per workgroup, and (> 0) the subgroup lanes that
+	// share each K/V row they fetch.
+	Rows, KeyTile, WorkGroup, SharedLoads int
+	// Split-K decode (Splits > 0): the keys in Splits blocks of SplitKeys,
+	// the query heads of a KV head packed in RowBlocks blocks; a combine
+	// pass merges the blocks.
+	Splits, SplitKeys, RowBlocks int
+	// The tiled GPU kernels: query rows per workgroup (Br), lanes per row,
+	// rows per lane group, bytes of shared memory and the subgroup size
+	// they require.
+	TileRows, LanesPerRow, RowsPerLane, SharedBytes, SubgroupSize int
+	// Chunks > 1: the call runs as Chunks parts of ChunkKVHeads KV heads
+	// with ChunkHeads query heads of one batch item and up to ChunkRows
+	// query rows.
+	Chunks, ChunkKVHeads, ChunkHeads, ChunkRows int
+	Grid                                        [3]uint32 // workgroups of the (first) dispatch
+	Why                                         string    // why this load path and kernel
+	plan                                        pipelines.AttentionPlan
+}
+
+// kernelPlan describes the planner's choice p.
+func kernelPlan(p pipelines.AttentionPlan) KernelPlan {
+	return KernelPlan{
+		Variant: p.Variant.Name(), LoadPath: p.Path, Vec4: p.Vec4, Additive: p.Additive, Masked: p.Masked, DMax: p.DMax,
+		Rows: p.Rows, KeyTile: p.KeyTile, WorkGroup: p.WorkGroup, SharedLoads: p.SharedLoads,
+		Splits: p.Splits, SplitKeys: p.SplitKeys, RowBlocks: p.RowBlocks,
+		TileRows: p.TileRows, LanesPerRow: p.LanesPerRow, RowsPerLane: p.RowsPerLane, SharedBytes: p.SharedBytes, SubgroupSize: p.SubgroupSize,
+		Chunks: p.Chunks, ChunkKVHeads: p.ChunkKVHeads, ChunkHeads: p.ChunkHeads, ChunkRows: p.ChunkRows,
+		Grid: p.Grid, Why: p.Why, plan: p,
+	}
+}
+
+func (k KernelPlan) String() string { return k.plan.String() }
+
+// LinearKernelPlan is the dense-layer kernel (Y = X W^T + b) the planner
+// chose for a layer: its variant, load path, the block of rows and
+// outputs each invocation computes, workgroup and grid.
+type LinearKernelPlan struct {
+	Variant            string
+	LoadPath           LoadPath
+	Vec4               bool
+	TileRows, TileCols int // rows of X and outputs per invocation
+	WorkGroup          int
+	Grid               [3]uint32
+	X, W               DType // element types of the input and the weights
+	Why                string
+	plan               pipelines.LinearPlan
+}
+
+// linearKernelPlan describes the planner's choice p.
+func linearKernelPlan(p pipelines.LinearPlan) LinearKernelPlan {
+	return LinearKernelPlan{Variant: p.Variant.Name(), LoadPath: p.Path, Vec4: p.Vec4, TileRows: p.TileRows, TileCols: p.TileCols,
+		WorkGroup: p.WorkGroup, Grid: p.Grid, X: p.X, W: p.W, Why: p.Why, plan: p}
+}
+
+func (k LinearKernelPlan) String() string { return k.plan.String() }
