@@ -208,7 +208,7 @@ func Open(cfg Config) (*Device, error) {
 		inst.Close()
 		return nil, err
 	}
-	return OpenOn(inst, dev, cfg), nil
+	return openOn(inst, dev, cfg), nil
 }
 
 // TuningFile is where SaveTuning keeps the tuning of a device: in the user
@@ -333,6 +333,9 @@ func (d *Device) ResetAllocStats() { d.dev.ResetAllocStats() }
 // Close frees every tensor, kernel and buffer made on the device and the
 // device itself. Safe to call more than once.
 func (d *Device) Close() error {
+	if d == nil {
+		return nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed.Load() {

@@ -294,3 +294,31 @@ func TestHalfWideningIsExact(t *testing.T) {
 		}
 	}
 }
+
+// Tensor.At reads the element Download gives at the same index, for every
+// element type (a q8_0 tensor through its block) and a strided view; an
+// index outside the shape is ErrShape.
+func TestTensorAt(t *testing.T) {
+	r := rand.New(rand.NewSource(61))
+	x := randomValues(r, 2*3*4*32)
+	for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Float16, vkattn.BFloat16, vkattn.Q8_0} {
+		full := mustUploadAs(t, dev, []int{2, 3, 4, 32}, x, dt)
+		defer full.Close()
+		for _, tn := range []*vkattn.Tensor{full, full.SwapAxes12()} {
+			want, err := tn.Download()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := tn.Shape()
+			for _, ix := range [][4]int{{0, 0, 0, 0}, {1, 2, 2, 31}, {1, 0, 2, 17}, {0, s[1] - 1, s[2] - 1, 5}} {
+				got, err := tn.At(ix[0], ix[1], ix[2], ix[3])
+				if w := want[((ix[0]*s[1]+ix[1])*s[2]+ix[2])*s[3]+ix[3]]; err != nil || got != w {
+					t.Errorf("%v %v At%v = %v, %v; Download has %v", dt, s, ix, got, err, w)
+				}
+			}
+			if _, err := tn.At(0, 0, s[2], 0); !errors.Is(err, vkattn.ErrShape) {
+				t.Errorf("%v: At past the positions: %v, want ErrShape", dt, err)
+			}
+		}
+	}
+}

@@ -299,7 +299,8 @@ func TestEveryMethodAfterDeviceClose(t *testing.T) {
 		"Additive.Prepare":      func() error { _, err := add.Prepare(x, x, x, vkattn.Options{}); return err },
 		"Tensor.Download":       func() error { _, err := q.Download(); return err },
 		"Tensor.Write":          func() error { return q.Write(make([]float32, 16)) },
-		"Tensor.Buffer":         func() error { _, _, _, err := q.Buffer(); return err },
+		"Tensor.Buffer":         func() error { _, err := q.Buffer(); return err },
+		"Tensor.At":             func() error { _, err := q.At(0, 0, 0, 0); return err },
 	} {
 		if err := f(); !errors.Is(err, vkattn.ErrClosed) {
 			t.Errorf("%s after Device.Close: %v, want ErrClosed", name, err)

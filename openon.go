@@ -1,19 +1,53 @@
 package vkattn
 
 import (
+	vulkan "github.com/vulkan-go/vulkan"
+
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )
 
-// OpenOn makes a Device of a Vulkan instance and device the caller created
-// with package vk, for work of its own on the same device: a viewer that
-// enables a window's extensions and draws the weights vkattn computes
-// without copying them through the host. cfg's LoadPath, DefaultTuning,
-// BindingLimit, MemoryLimit, Memory and PlanAs apply (an unknown PlanAs or LoadPath, which Open
-// refuses, plans with the device's own tuning or lets the planner choose);
-// Device and Validation were the caller's choice. The
-// Device takes both over: its Close closes dev, then inst.
-func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
+// SharedDevice is a Vulkan device a host program made with vulkan-go
+// (github.com/vulkan-go/vulkan) and shares with vkattn (OpenOn): a
+// renderer that draws what vkattn computes without copying it through
+// the host, another compute library. The handles stay the host's.
+type SharedDevice struct {
+	Instance       vulkan.Instance
+	PhysicalDevice vulkan.PhysicalDevice
+	Device         vulkan.Device
+	// The queue vkattn submits on; its family must support compute.
+	// Vulkan requires a queue's submissions to be externally synchronised:
+	// the host does not submit to it while a vkattn call runs, or gives
+	// vkattn a queue of its own.
+	QueueFamily, QueueIndex uint32
+	// The optional device extensions vkattn uses, where the host enabled
+	// them: VK_EXT_subgroup_size_control with subgroupSizeControl and
+	// computeFullSubgroups (the tiled GPU kernels need both), and
+	// VK_EXT_memory_budget. vkattn plans without what is not enabled.
+	SubgroupSizeControl, FullSubgroups, MemoryBudget bool
+}
+
+// OpenOn makes a Device on a host program's Vulkan device. cfg's LoadPath,
+// DefaultTuning, BindingLimit, MemoryLimit, Memory and PlanAs apply (an
+// unknown PlanAs or LoadPath, which Open refuses, plans with the device's
+// own tuning or lets the planner choose); Device and Validation are the
+// host's choice. The Device's Close frees what vkattn made on it (tensors,
+// kernels, commands, its pipeline cache), after waiting for vkattn's own
+// submissions, and leaves the instance, device and queues to the host,
+// which closes them after it.
+func OpenOn(h SharedDevice, cfg Config) (*Device, error) {
+	dev, err := vk.Borrow(vk.Borrowed{Instance: h.Instance, PhysicalDevice: h.PhysicalDevice, Device: h.Device,
+		QueueFamily: h.QueueFamily, QueueIndex: h.QueueIndex,
+		SubgroupSizeControl: h.SubgroupSizeControl, FullSubgroups: h.FullSubgroups, MemoryBudget: h.MemoryBudget})
+	if err != nil {
+		return nil, driverError(err)
+	}
+	return openOn(nil, dev, cfg), nil
+}
+
+// openOn makes the Device of dev (and inst, which Close closes after it;
+// nil for a shared device).
+func openOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 	if lim := cfg.BindingLimit; lim > 0 {
 		l := &dev.Info.Limits
 		l.MaxStorageBufferRange = min(l.MaxStorageBufferRange, lim)
@@ -49,14 +83,21 @@ func OpenOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 	return d
 }
 
-// Buffer exposes where the tensor's values live on the device, for the
-// caller's own kernels (see OpenOn): the buffer, the float32 element
-// offset of the first value and the element strides of the batch, head
-// and position axes (the last axis is contiguous). It fails once the
-// tensor is closed.
-func (t *Tensor) Buffer() (buf *vk.Buffer, offset int, strides [3]int, err error) {
+// DeviceBuffer is where a tensor's values live on the device, for a
+// host program's own kernels on a shared device (OpenOn).
+type DeviceBuffer struct {
+	Handle  vulkan.Buffer // vkattn's VkBuffer: valid until the tensor is closed
+	Bytes   uint64        // its size
+	Offset  int           // element offset of the first value
+	Strides [3]int        // element strides of the batch, head and position axes; the last axis is contiguous
+	Type    DType
+}
+
+// Buffer says where the tensor's values live on the device. It fails once
+// the tensor is closed.
+func (t *Tensor) Buffer() (DeviceBuffer, error) {
 	if t.root().closed.Load() {
-		return nil, 0, strides, errorf(ErrClosed, "tensor used after Close")
+		return DeviceBuffer{}, errorf(ErrClosed, "tensor used after Close")
 	}
-	return t.buf, t.offset, t.strides, nil
+	return DeviceBuffer{Handle: t.buf.Handle(), Bytes: t.buf.Size(), Offset: t.offset, Strides: t.strides, Type: t.dtype}, nil
 }

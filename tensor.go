@@ -327,6 +327,31 @@ func (t *Tensor) Download() ([]float32, error) {
 	return out, nil
 }
 
+// At reads one element, widened to float32: b, h, l and i index the
+// batch, head, position and last axes. It reads a few bytes from the
+// device (a q8_0 tensor its 32-value block), for a value shown alone.
+func (t *Tensor) At(b, h, l, i int) (float32, error) {
+	if t.root().closed.Load() {
+		return 0, errorf(ErrClosed, "tensor used after Close")
+	}
+	s := t.shape
+	if b < 0 || b >= s[0] || h < 0 || h >= s[1] || l < 0 || l >= s[2] || i < 0 || i >= s[3] {
+		return 0, errorf(ErrShape, "index (%d, %d, %d, %d) outside shape %v", b, h, l, i, s)
+	}
+	off := t.offset + b*t.strides[0] + h*t.strides[1] + l*t.strides[2] + i
+	if t.dtype == Q8_0 {
+		base := off / core.Q8Block * core.Q8Block
+		block := make([]float32, core.Q8Block)
+		if err := t.readRow(base, block); err != nil {
+			return 0, err
+		}
+		return block[off-base], nil
+	}
+	var v [1]float32
+	err := t.readRow(off, v[:])
+	return v[0], err
+}
+
 // readRow fills dst with the elements from element offset off, widened.
 func (t *Tensor) readRow(off int, dst []float32) error {
 	if t.dtype == Float32 {

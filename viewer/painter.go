@@ -38,10 +38,20 @@ type Painter struct {
 	kernel     *vk.Kernel
 	set        *vk.DescriptorSet
 	lut, scale *vk.Buffer
-	w, v       *vk.Buffer
+	weights    *vkattn.Tensor
+	w, v       *vk.Buffer // the tensors' buffers, borrowed from vkattn's device
 	wOff, vOff int
 	wStr, vStr [3]int
 	closed     bool
+}
+
+// Shared is dev as a device to share with vkattn (vkattn.OpenOn): the
+// same queue, and the optional extensions dev enabled.
+func Shared(dev *vk.Device) vkattn.SharedDevice {
+	h := dev.Handles()
+	return vkattn.SharedDevice{Instance: h.Instance, PhysicalDevice: h.PhysicalDevice, Device: h.Device,
+		QueueFamily: h.QueueFamily, QueueIndex: h.QueueIndex,
+		SubgroupSizeControl: h.SubgroupSizeControl, FullSubgroups: h.FullSubgroups, MemoryBudget: h.MemoryBudget}
 }
 
 // pushSize is the colouring kernel's push-constant block: ten uint32s.
@@ -49,10 +59,10 @@ const pushSize = 40
 
 // NewPainter prepares to draw weights (B,H,L,S), as Attention returns them
 // with WantWeights, and values (B,H_kv,S,d_v), the V of the same call, on
-// dev, the device both live on.
+// dev, the device the vkattn device of both is opened on (OpenOn).
 func NewPainter(dev *vk.Device, weights, values *vkattn.Tensor) (*Painter, error) {
 	ws, vs := weights.Shape(), values.Shape()
-	p := &Painter{dev: dev, B: ws[0], H: ws[1], L: ws[2], S: ws[3], HKV: vs[1], DV: vs[3]}
+	p := &Painter{dev: dev, weights: weights, B: ws[0], H: ws[1], L: ws[2], S: ws[3], HKV: vs[1], DV: vs[3]}
 	switch {
 	case vs[0] != p.B || vs[2] != p.S:
 		return nil, fmt.Errorf("viewer: values of shape %v do not match weights of shape %v", vs, ws)
@@ -62,17 +72,21 @@ func NewPainter(dev *vk.Device, weights, values *vkattn.Tensor) (*Painter, error
 	if lim := int(dev.Info.Limits.MaxImageDimension2D); p.S > lim || p.L > lim {
 		return nil, fmt.Errorf("viewer: a picture of %d keys x %d queries is larger than %s's images (%d pixels a side)", p.S, p.L, dev.Info.Name, lim)
 	}
-	var err error
-	if p.w, p.wOff, p.wStr, err = weights.Buffer(); err != nil {
+	wb, err := weights.Buffer()
+	if err != nil {
 		return nil, err
 	}
-	if p.v, p.vOff, p.vStr, err = values.Buffer(); err != nil {
+	vb, err := values.Buffer()
+	if err != nil {
 		return nil, err
 	}
-	for name, b := range map[string]*vk.Buffer{"weights": p.w, "values": p.v} {
-		if max := uint64(dev.Info.Limits.MaxStorageBufferRange); b.Size() > max {
+	for name, b := range map[string]vkattn.DeviceBuffer{"weights": wb, "values": vb} {
+		if b.Type != vkattn.Float32 {
+			return nil, fmt.Errorf("viewer: the %s are %v, not float32", name, b.Type)
+		}
+		if max := uint64(dev.Info.Limits.MaxStorageBufferRange); b.Bytes > max {
 			return nil, fmt.Errorf("viewer: the %s take %d bytes, more than one binding reaches on %s (%d); view a smaller problem",
-				name, b.Size(), dev.Info.Name, max)
+				name, b.Bytes, dev.Info.Name, max)
 		}
 	}
 	ok := false
@@ -81,6 +95,13 @@ func NewPainter(dev *vk.Device, weights, values *vkattn.Tensor) (*Painter, error
 			p.Close()
 		}
 	}()
+	if p.w, err = dev.BorrowBuffer(wb.Handle, wb.Bytes); err != nil {
+		return nil, err
+	}
+	if p.v, err = dev.BorrowBuffer(vb.Handle, vb.Bytes); err != nil {
+		return nil, err
+	}
+	p.wOff, p.wStr, p.vOff, p.vStr = wb.Offset, wb.Strides, vb.Offset, vb.Strides
 	code, err := shaders.SPIRV("heat_colour")
 	if err != nil {
 		return nil, err
@@ -193,19 +214,18 @@ func (p *Painter) Value(v View, i, j int) (float32, error) {
 	if i < 0 || i >= p.L || j < 0 || j >= p.S {
 		return 0, fmt.Errorf("viewer: query %d key %d out of range (%d x %d)", i, j, p.L, p.S)
 	}
-	wOff, _ := p.offsets(v)
-	var a [1]float32
-	if err := p.w.ReadFloat32(uint64(wOff+i*p.wStr[2]+j), a[:]); err != nil {
+	a, err := p.weights.At(v.Batch, v.Head, i, j)
+	if err != nil {
 		return 0, err
 	}
 	if !v.Contribution {
-		return a[0], nil
+		return a, nil
 	}
 	var n [1]float32
 	if err := p.scale.ReadFloat32(uint64(1+j), n[:]); err != nil {
 		return 0, err
 	}
-	return a[0] * n[0], nil
+	return a * n[0], nil
 }
 
 // Close frees the painter's kernel, buffers and image (not the tensors).
@@ -219,4 +239,6 @@ func (p *Painter) Close() {
 	p.Image.Close()
 	p.lut.Close()
 	p.scale.Close()
+	p.w.Close()
+	p.v.Close()
 }

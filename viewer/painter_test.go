@@ -77,7 +77,10 @@ func TestPainterColoursMatchThePalette(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vdev := vkattn.OpenOn(inst, dev, vkattn.Config{})
+	vdev, err := vkattn.OpenOn(Shared(dev), vkattn.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := newProblem(t)
 	var ts [3]*vkattn.Tensor
 	for i, data := range p.in {
@@ -174,9 +177,23 @@ func TestPainterColoursMatchThePalette(t *testing.T) {
 	pix.Close()
 	painter.Close()
 	out.Close()
+	// vkattn's device frees what it made and leaves the shared device
+	// to its owner, who can still use it.
 	if err := vdev.Close(); err != nil {
 		t.Fatal(err)
 	}
+	after, err := dev.NewBuffer(64)
+	if err != nil {
+		t.Fatalf("the shared device after vkattn's Close: %v", err)
+	}
+	if err := after.WriteFloat32(0, []float32{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	after.Close()
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	inst.Close()
 	if n := vk.LiveObjects(); n != before {
 		t.Errorf("%d Vulkan objects alive after Close, want %d", n, before)
 	}

@@ -29,6 +29,9 @@ type Buffer struct {
 	// (handle values may be reused by the driver once destroyed).
 	id     uint64
 	mapped unsafe.Pointer
+	// borrowed: the VkBuffer and its memory are another owner's
+	// (BorrowBuffer); only views made of it here are freed.
+	borrowed bool
 	// Guarded by dev.mu:
 	views   map[viewKey]vulkan.BufferView
 	closing bool // Close was called
@@ -261,6 +264,10 @@ func (d *Device) freeBufferLocked(b *Buffer) {
 		return
 	}
 	delete(d.buffers, b)
+	if b.borrowed {
+		b.destroy()
+		return
+	}
 	d.allocLog.live -= b.size
 	if d.parkBufferLocked(b) {
 		return
@@ -609,6 +616,10 @@ func (b *Buffer) destroy() {
 		objectDestroyed()
 	}
 	b.views = nil
+	if b.borrowed {
+		b.handle = nil
+		return
+	}
 	if b.memory != nil {
 		if b.mapped != nil {
 			vulkan.UnmapMemory(b.dev.handle, b.memory)

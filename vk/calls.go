@@ -440,11 +440,18 @@ func createDevice(inst vulkan.Instance, pd vulkan.PhysicalDevice, family uint32,
 	if err := check("vkCreateDevice", result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), cExts, nExts, C.int(sizeControl), &h))); err != nil {
 		return nil, nil, err
 	}
-	calls := &deviceCalls{gdpa: C.vkattn_gdpa(procAddr, ci)}
-	if calls.gdpa == nil || C.vkattn_resolve_device(calls.gdpa, h, &calls.c) != 0 {
-		return vulkan.Device(unsafe.Pointer(h)), nil, fmt.Errorf("vk: vkGetDeviceProcAddr: a core Vulkan 1.0 command is missing")
+	dev := vulkan.Device(unsafe.Pointer(h))
+	calls, err := resolveDevice(inst, dev)
+	return dev, calls, err
+}
+
+// resolveDevice finds the device-level entry points of dev.
+func resolveDevice(inst vulkan.Instance, dev vulkan.Device) (*deviceCalls, error) {
+	calls := &deviceCalls{gdpa: C.vkattn_gdpa(procAddr, C.VkInstance(unsafe.Pointer(inst)))}
+	if calls.gdpa == nil || C.vkattn_resolve_device(calls.gdpa, C.VkDevice(unsafe.Pointer(dev)), &calls.c) != 0 {
+		return nil, fmt.Errorf("vk: vkGetDeviceProcAddr: a core Vulkan 1.0 command is missing")
 	}
-	return vulkan.Device(unsafe.Pointer(h)), calls, nil
+	return calls, nil
 }
 
 func (d *Device) createShaderModule(code []uint32) (vulkan.ShaderModule, error) {

@@ -49,14 +49,16 @@ func LiveObjects() int64 { return liveObjects.Load() - spareObjects.Load() }
 type Device struct {
 	Info PhysicalDevice
 
-	inst      *Instance
-	handle    vulkan.Device
-	calls     *deviceCalls
-	present   *presentCalls // presentation entry points, resolved on first use
-	queue     vulkan.Queue
-	cache     vulkan.PipelineCache
-	cachePath string
-	memTypes  vulkan.PhysicalDeviceMemoryProperties
+	inst       *Instance
+	handle     vulkan.Device
+	borrowed   bool // the logical device is its owner's (Borrow): Close leaves it
+	queueIndex uint32
+	calls      *deviceCalls
+	present    *presentCalls // presentation entry points, resolved on first use
+	queue      vulkan.Queue
+	cache      vulkan.PipelineCache
+	cachePath  string
+	memTypes   vulkan.PhysicalDeviceMemoryProperties
 	// serial tells devices apart in messages (two opened on one GPU).
 	serial int64
 
@@ -278,22 +280,30 @@ func (in *Instance) NewDeviceWith(index int, cfg DeviceConfig) (*Device, error) 
 		return nil, err
 	}
 	objectCreated()
+	return newDevice(in, pd, handle, calls, 0, false)
+}
+
+// newDevice finishes a Device on logical device handle (made by vkattn,
+// or borrowed from its owner): its queue, memory types and pipeline cache.
+func newDevice(in *Instance, pd PhysicalDevice, handle vulkan.Device, calls *deviceCalls, queueIndex uint32, borrowed bool) (*Device, error) {
 	d := &Device{
-		Info:     pd,
-		inst:     in,
-		handle:   handle,
-		calls:    calls,
-		present:  &presentCalls{},
-		extras:   map[extra]struct{}{},
-		serial:   deviceSerial.Add(1),
-		buffers:  map[*Buffer]struct{}{},
-		kernels:  map[*Kernel]struct{}{},
-		commands: map[*Commands]struct{}{},
-		inFlight: map[*Commands]struct{}{},
+		Info:       pd,
+		inst:       in,
+		handle:     handle,
+		borrowed:   borrowed,
+		queueIndex: queueIndex,
+		calls:      calls,
+		present:    &presentCalls{},
+		extras:     map[extra]struct{}{},
+		serial:     deviceSerial.Add(1),
+		buffers:    map[*Buffer]struct{}{},
+		kernels:    map[*Kernel]struct{}{},
+		commands:   map[*Commands]struct{}{},
+		inFlight:   map[*Commands]struct{}{},
 	}
 	d.idle.L = &d.mu
 	var queue vulkan.Queue
-	vulkan.GetDeviceQueue(handle, pd.queueFamily, 0, &queue)
+	vulkan.GetDeviceQueue(handle, pd.queueFamily, queueIndex, &queue)
 	d.queue = queue
 	vulkan.GetPhysicalDeviceMemoryProperties(pd.handle, &d.memTypes)
 	d.memTypes.Deref()
@@ -433,7 +443,15 @@ func (d *Device) Close() error {
 	d.mu.Unlock()
 	// Nothing can enter now: the owner lists are ours alone.
 	var errs []error
-	if err := check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle)); err != nil {
+	if d.borrowed {
+		// The owner's queues are theirs to synchronise: wait for this
+		// device's own submissions only.
+		for c := range d.inFlight {
+			if err := check("vkWaitForFences", vulkan.WaitForFences(d.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, vulkan.MaxUint64)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	} else if err := check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle)); err != nil {
 		errs = append(errs, err)
 	}
 	d.mu.Lock()
@@ -461,8 +479,10 @@ func (d *Device) Close() error {
 		vulkan.DestroyPipelineCache(d.handle, d.cache, nil)
 		objectDestroyed()
 	}
-	vulkan.DestroyDevice(d.handle, nil)
-	objectDestroyed()
+	if !d.borrowed {
+		vulkan.DestroyDevice(d.handle, nil)
+		objectDestroyed()
+	}
 	return errors.Join(errs...)
 }
 

@@ -42,6 +42,7 @@ func noDriverHint() string {
 // and the window surfaces made on it.
 type Instance struct {
 	handle     vulkan.Instance
+	borrowed   bool // another owner's (Borrow): never closed here
 	callback   vulkan.DebugReportCallback
 	validation bool
 	devices    []PhysicalDevice
@@ -177,7 +178,7 @@ func (in *Instance) Validation() bool { return in.validation }
 // Close destroys the instance and the surfaces still open on it. Devices
 // created from it must be closed first.
 func (in *Instance) Close() {
-	if in == nil || in.handle == nil {
+	if in == nil || in.handle == nil || in.borrowed {
 		return
 	}
 	in.mu.Lock()

@@ -210,7 +210,9 @@ func (s *session) open(p Problem) error {
 	if s.dev, err = s.inst.NewDeviceWith(idx, vk.DeviceConfig{Extensions: []string{vk.SwapchainExtension}, Present: s.surf}); err != nil {
 		return err
 	}
-	s.vdev = vkattn.OpenOn(s.inst, s.dev, vkattn.Config{PlanAs: s.cfg.PlanAs})
+	if s.vdev, err = vkattn.OpenOn(viewer.Shared(s.dev), vkattn.Config{PlanAs: s.cfg.PlanAs}); err != nil {
+		return err
+	}
 
 	for _, in := range []struct {
 		shape []int
@@ -420,10 +422,8 @@ func (s *session) close() error {
 	s.surf.Close()
 	var err error
 	switch {
-	case s.vdev != nil:
-		err = s.vdev.Close() // the device, then the instance
 	case s.dev != nil:
-		err = s.dev.Close()
+		err = errors.Join(s.vdev.Close(), s.dev.Close()) // vkattn's objects, then the device
 		s.inst.Close()
 	default:
 		s.inst.Close()
