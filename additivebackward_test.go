@@ -14,7 +14,7 @@ import (
 // masks, lengths (an item with no visible key), a soft-cap and a sink on
 // NVIDIA's.
 func TestAdditiveBackward(t *testing.T) {
-	const B, L, S, dq, dk, da, dv = 2, 4, 6, 5, 3, 8, 4
+	const B, L, S, dq, dk, da, dv = 2, 20, 70, 5, 3, 8, 4 // several workgroups of keys, tiles of rows
 	r := rand.New(rand.NewSource(180))
 	allow := make([]bool, L*S)
 	for i := range allow {
