@@ -35,9 +35,11 @@
 // Each invocation sums in a fixed order (no atomics): the results are the
 // same bits run to run. Every invocation takes part in each tile's loads
 // and barriers (uniform loop bounds); only live rows add. The inner loops
-// are unrolled: lavapipe stops a shader's loops after about 65,535
-// iterations in all, which per-element loops inside the key loop reached
-// at a few hundred keys. Inputs are read as loads.glsl reads them, in any
+// and the tiles' loads are unrolled: lavapipe stops an invocation's loops
+// after 65,535 iterations in all (per-element loops inside the key loop
+// reached that at a few hundred keys), so an invocation loops about once
+// per key (query pass) or per query row of its group (key pass), and the
+// planner refuses on lavapipe what would loop more. Inputs are read as loads.glsl reads them, in any
 // element type; gradients are float32, dense, at their windows' offsets
 // (a call larger than one binding runs as chunks of KV heads).
 
@@ -116,6 +118,11 @@ float capGrad(float qk) {
 #define SCORE_TERM(a, o, i) ((a) * (o))
 #endif
 
+// Each invocation's share of a tile's loads, unrolled (see above: loops
+// are what lavapipe counts). TILE <= WG.
+const int WG = int(gl_WorkGroupSize.x);
+const int LOADS = (TILE * DMAX + WG - 1) / WG;
+
 shared float aTile[TILE * DMAX]; // K rows (query pass) or Q rows (key pass)
 shared float bTile[TILE * DMAX]; // V rows or dO rows
 #ifdef KV_PASS
@@ -127,7 +134,6 @@ void main() {
     beginItem(int(gl_WorkGroupID.z));
     H = P.split.w; // the call's query heads
     int group = P.heads.y;
-    int wg = int(gl_WorkGroupSize.x);
     int lane = int(gl_LocalInvocationID.x);
     float scale = P.scaling.x;
     float own[DMAX];  // q_t, or k_j
@@ -148,7 +154,7 @@ void main() {
     }
 #endif
     hk = int(gl_WorkGroupID.y);
-    int first = int(gl_WorkGroupID.x) * wg;
+    int first = int(gl_WorkGroupID.x) * WG;
     int j = first + lane;
     int jc = min(j, S - 1);
     bool live = j < keyLen; // keyLen <= S
@@ -159,7 +165,7 @@ void main() {
         gradB[i] = 0.0;
     }
     // The query rows that can see a key of this block.
-    int lastKey = min(first + wg - 1, S - 1);
+    int lastKey = min(first + WG - 1, S - 1);
     int rowBegin = 0, rowEnd = min(L, queryLen);
     if ((flags & FLAG_CAUSAL) != 0) {
         rowBegin = max(rowBegin, first - shift);
@@ -177,16 +183,19 @@ void main() {
         float slope = slopeOf(h);
         for (int t0 = rowBegin; t0 < rowEnd; t0 += TILE) {
             barrier();
-            for (int i = lane; i < TILE * DMAX; i += wg) {
-                int t = min(t0 + i / DMAX, L - 1);
-                int c = i % DMAX;
-                aTile[i] = AT_CLAMPED(Qt, Q_TYPE, qBase(h, t), c, DK);
-                bTile[i] = c < DV ? DO_AT(rowOf(h, t), c) : 0.0;
+            [[unroll]] for (int n = 0; n < LOADS; n++) {
+                int i = lane + n * WG;
+                if (i < TILE * DMAX) {
+                    int t = min(t0 + i / DMAX, L - 1);
+                    int c = i % DMAX;
+                    aTile[i] = AT_CLAMPED(Qt, Q_TYPE, qBase(h, t), c, DK);
+                    bTile[i] = c < DV ? DO_AT(rowOf(h, t), c) : 0.0;
+                }
             }
-            for (int i = lane; i < TILE; i += wg) {
-                int r = rowOf(h, min(t0 + i, L - 1));
-                lseTile[i] = t0 + i < rowEnd ? LSE_AT(r) : NEG_INF;
-                dTile[i] = ROWD_AT(r);
+            if (lane < TILE) {
+                int r = rowOf(h, min(t0 + lane, L - 1));
+                lseTile[lane] = t0 + lane < rowEnd ? LSE_AT(r) : NEG_INF;
+                dTile[lane] = ROWD_AT(r);
             }
             barrier();
             if (!live) {
@@ -245,7 +254,7 @@ void main() {
 #else
     int h = int(gl_WorkGroupID.y);
     hk = h / group;
-    int first = int(gl_WorkGroupID.x) * wg;
+    int first = int(gl_WorkGroupID.x) * WG;
     int t = first + lane;
     int tc = min(t, L - 1);
     int r = rowOf(h, tc);
@@ -273,14 +282,17 @@ void main() {
     }
     float slope = slopeOf(h);
     int keyBegin = 0, keyEnd = keyLen;
-    keyRange(first, min(first + wg - 1, L - 1), keyBegin, keyEnd);
+    keyRange(first, min(first + WG - 1, L - 1), keyBegin, keyEnd);
     for (int j0 = keyBegin; j0 < keyEnd; j0 += TILE) {
         barrier();
-        for (int i = lane; i < TILE * DMAX; i += wg) {
-            int j = min(j0 + i / DMAX, S - 1);
-            int c = i % DMAX;
-            aTile[i] = AT_CLAMPED(Kt, K_TYPE, kBase(j), c, DK);
-            bTile[i] = AT_CLAMPED(Vt, V_TYPE, vBase(j), c, DV);
+        [[unroll]] for (int n = 0; n < LOADS; n++) {
+            int i = lane + n * WG;
+            if (i < TILE * DMAX) {
+                int j = min(j0 + i / DMAX, S - 1);
+                int c = i % DMAX;
+                aTile[i] = AT_CLAMPED(Kt, K_TYPE, kBase(j), c, DK);
+                bTile[i] = AT_CLAMPED(Vt, V_TYPE, vBase(j), c, DV);
+            }
         }
         barrier();
         if (!live) {
