@@ -2,13 +2,13 @@ package vkattn_test
 
 import (
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"math/rand"
 	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/pipelines"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // TestGPUPlansNameTiledKernels: planned as NVIDIA's or AMD's driver, scaled
@@ -61,7 +61,7 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if vkattn.AttentionPlanOf(plan.Kernel).Variant.Family == pipelines.FamilyTiled && info.DriverID == vk.DriverIDLavapipe && d.PlannedAs() == "" {
+		if vkattn.AttentionPlanOf(plan.Kernel).Variant.Family == pipelines.FamilyTiled && info.DriverID == core.DriverIDLavapipe && d.PlannedAs() == "" {
 			t.Errorf("%s plan on lavapipe: %v; want its row kernels", name, plan.Kernel)
 		}
 	}

@@ -2,13 +2,13 @@ package vkattn_test
 
 import (
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"os"
 	"runtime"
 	"testing"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/pipelines"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // Every test in this package shares devices opened with the validation
@@ -119,7 +119,7 @@ func TestMain(m *testing.M) {
 		pools[*c.shared] = pool
 	}
 	rowDev, rowStorageDev = dev, storageDev
-	if dev.PlannedAs() != "" || dev.Info().DriverID != vk.DriverIDLavapipe {
+	if dev.PlannedAs() != "" || dev.Info().DriverID != core.DriverIDLavapipe {
 		rowDev = open(vkattn.Config{Validation: true, PlanAs: "lavapipe"})
 		rowStorageDev = open(vkattn.Config{Validation: true, PlanAs: "lavapipe", LoadPath: vkattn.StorageLoadPath})
 	}

@@ -299,8 +299,8 @@ type PlanInput struct {
 	Force LoadPath
 	// Additive: additive scores w_a . tanh(q + k) instead of q . k.
 	Additive bool
-	// Tuning is the device's launch shapes; nil means DefaultTuning.
-	Tuning *Tuning
+	// core.Tuning is the device's launch shapes; nil means DefaultTuning.
+	Tuning *core.Tuning
 }
 
 // PlanAttention picks the kernel variant, launch shape and (for a call
@@ -435,7 +435,7 @@ func pow2Above(n int) int {
 // planTiled plans p with the tiled GPU kernels shaped by tiles, fitted to
 // the device and the problem. It reports false (p untouched but for its
 // note) when the device cannot run them; the row kernels plan then.
-func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *TiledTuning, p *AttentionPlan) (bool, error) {
+func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *core.TiledTuning, p *AttentionPlan) (bool, error) {
 	if why := tiledCapable(dev); why != "" {
 		p.Why += "; tiled kernels not used: " + why
 		return false, nil

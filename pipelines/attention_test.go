@@ -13,9 +13,9 @@ import (
 // properties the planner reads; no Vulkan device is needed to plan.
 func lavapipeLike() vk.PhysicalDevice {
 	return vk.PhysicalDevice{DeviceInfo: core.DeviceInfo{
-		Name: "fake lavapipe", Type: vk.DeviceCPU, DriverID: vk.DriverIDLavapipe,
+		Name: "fake lavapipe", Type: core.DeviceCPU, DriverID: core.DriverIDLavapipe,
 		TexelR32F: true, TexelWords: true, TexelWords4: true,
-		Limits: vk.Limits{
+		Limits: core.Limits{
 			MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 64},
 			MaxWorkGroupInvocations: 1024, SubgroupSize: 8, SubgroupShuffle: true,
 			MaxStorageBufferRange: 128 << 20, MaxTexelBufferElements: 128 << 20,
@@ -151,7 +151,7 @@ func TestChunksComeFromThePlan(t *testing.T) {
 func TestTiledPlansFitTheDevice(t *testing.T) {
 	gpu := func(shared, minSG, maxSG uint32) vk.PhysicalDevice {
 		d := lavapipeLike()
-		d.Type, d.DriverID = vk.DeviceDiscrete, vk.DriverIDMesaRADV
+		d.Type, d.DriverID = core.DeviceDiscrete, core.DriverIDMesaRADV
 		d.Limits.MaxSharedMemory, d.Limits.MinSubgroupSize, d.Limits.MaxSubgroupSize = shared, minSG, maxSG
 		d.Limits.SubgroupSize = maxSG
 		d.SubgroupSizeControl, d.FullSubgroups = true, true

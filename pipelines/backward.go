@@ -1,6 +1,7 @@
 package pipelines
 
 import (
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -59,7 +60,7 @@ func planBackward(dev vk.PhysicalDevice, p AttentionPlan) (backwardPlan, error) 
 	case backwardWorkGroup > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)):
 		return bp, limitf("the backward pass needs workgroups of %d invocations", backwardWorkGroup)
 	}
-	if dev.DriverID == vk.DriverIDLavapipe {
+	if dev.DriverID == core.DriverIDLavapipe {
 		// An invocation loops once per tile and per staged row: over the
 		// keys in the query pass, over its group's query rows in the key
 		// pass.

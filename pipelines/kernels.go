@@ -3,6 +3,7 @@ package pipelines
 import (
 	"context"
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"sync"
 	"time"
 
@@ -109,7 +110,7 @@ func (ks *Kernels) or(b *vk.Buffer) (*vk.Buffer, error) {
 }
 
 // tuningOr is t, or the device's default tuning for nil.
-func tuningOr(dev vk.PhysicalDevice, t *Tuning) *Tuning {
+func tuningOr(dev vk.PhysicalDevice, t *core.Tuning) *core.Tuning {
 	if t == nil {
 		d := DefaultTuning(dev)
 		t = &d
@@ -119,7 +120,7 @@ func tuningOr(dev vk.PhysicalDevice, t *Tuning) *Tuning {
 
 // choosePath picks the load path of a kernel on dev: the forced one, or
 // the tuning's (nil: the device's default tuning).
-func choosePath(dev vk.PhysicalDevice, force LoadPath, t *Tuning) (LoadPath, *PathTuning, string, error) {
+func choosePath(dev vk.PhysicalDevice, force LoadPath, t *core.Tuning) (LoadPath, *core.PathTuning, string, error) {
 	if !force.Valid() {
 		return force, nil, "", fmt.Errorf("unknown load path %v (want auto, texel or storage)", force)
 	}

@@ -3,6 +3,7 @@ package pipelines
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 
 	"github.com/vkattn/vkattn/vk"
 )
@@ -37,7 +38,7 @@ type LinearInput struct {
 	Aligned bool
 	X, W    DType // element types of the inputs and the weights
 	Force   LoadPath
-	Tuning  *Tuning // nil: DefaultTuning; the path's workgroup size is used
+	Tuning  *core.Tuning // nil: DefaultTuning; the path's workgroup size is used
 }
 
 // PlanLinear picks the dense-layer variant and grid for a device.

@@ -8,22 +8,9 @@ import (
 	"github.com/vkattn/vkattn/vk"
 )
 
-// The tuning's types and checks are core's (plain data, saved as JSON).
-type (
-	Tuning      = core.Tuning
-	PathTuning  = core.PathTuning
-	TiledTuning = core.TiledTuning
-)
-
-var (
-	DMaxBuckets = core.DMaxBuckets
-	RowChoices  = core.RowChoices
-	KeyChoices  = core.KeyChoices
-)
-
 func rowsEach(n int) map[int]int {
 	m := map[int]int{}
-	for _, d := range DMaxBuckets {
+	for _, d := range core.DMaxBuckets {
 		m[d] = n
 	}
 	return m
@@ -32,20 +19,20 @@ func rowsEach(n int) map[int]int {
 // quirk is a quirk-table entry: the tuning of a driver and why.
 type quirk struct {
 	name   string
-	tuning Tuning
+	tuning core.Tuning
 }
 
 // gpuTuning is the starting point on GPUs: storage buffers, one row and
 // one key per step (fewest registers), 64-lane workgroups. Not measured on
 // a real GPU yet.
-var gpuTuning = Tuning{
+var gpuTuning = core.Tuning{
 	Path:    StoragePath,
-	Texel:   PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
-	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
+	Texel:   core.PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
+	Storage: core.PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 }
 
 // withTiles is t running the tiled kernels shaped by tiles.
-func withTiles(t Tuning, tiles TiledTuning) Tuning {
+func withTiles(t core.Tuning, tiles core.TiledTuning) core.Tuning {
 	t.Tiled = &tiles
 	return t
 }
@@ -55,9 +42,9 @@ func withTiles(t Tuning, tiles TiledTuning) Tuning {
 // (NVIDIA warps of 32, AMD wave64 in compute, Intel SIMD16) and shared
 // memory; compute units of a large part of each (H100/H200: 132 SMs).
 var (
-	nvidiaTuning = withTiles(gpuTuning, TiledTuning{Rows: 32, Keys: 32, LanesPerRow: 8, RowsPerLane: 2, DecodeLanesPerRow: 32, SubgroupSize: 32, ComputeUnits: 132})
-	amdTuning    = withTiles(gpuTuning, TiledTuning{Rows: 16, Keys: 32, LanesPerRow: 8, RowsPerLane: 1, DecodeLanesPerRow: 32, SubgroupSize: 64, ComputeUnits: 96})
-	intelTuning  = withTiles(gpuTuning, TiledTuning{Rows: 16, Keys: 16, LanesPerRow: 8, RowsPerLane: 2, DecodeLanesPerRow: 16, SubgroupSize: 16, ComputeUnits: 32})
+	nvidiaTuning = withTiles(gpuTuning, core.TiledTuning{Rows: 32, Keys: 32, LanesPerRow: 8, RowsPerLane: 2, DecodeLanesPerRow: 32, SubgroupSize: 32, ComputeUnits: 132})
+	amdTuning    = withTiles(gpuTuning, core.TiledTuning{Rows: 16, Keys: 32, LanesPerRow: 8, RowsPerLane: 1, DecodeLanesPerRow: 32, SubgroupSize: 64, ComputeUnits: 96})
+	intelTuning  = withTiles(gpuTuning, core.TiledTuning{Rows: 16, Keys: 16, LanesPerRow: 8, RowsPerLane: 2, DecodeLanesPerRow: 16, SubgroupSize: 16, ComputeUnits: 32})
 )
 
 // cpuTuning is lavapipe's, measured (BENCHMARKS.md): texel fetches ~20x
@@ -70,20 +57,20 @@ var (
 // gather there; ~20% faster prefill). The storage path, slow there and
 // run only when forced (tests), keeps 1 key: its d_max 256 variant
 // compiled for ~60 s with 4.
-var cpuTuning = Tuning{
+var cpuTuning = core.Tuning{
 	Path:    TexelPath,
-	Texel:   PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 4, 256: 1}, WorkGroup: 8, Keys: 4, SplitKeys: 256, SharedLoads: true},
-	Storage: PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
+	Texel:   core.PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 4, 256: 1}, WorkGroup: 8, Keys: 4, SplitKeys: 256, SharedLoads: true},
+	Storage: core.PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 }
 
 // quirks is keyed by VkDriverId.
 var quirks = map[uint32]quirk{
-	vk.DriverIDLavapipe:     {"lavapipe: texel fetches, 8-lane workgroups (measured)", cpuTuning},
-	vk.DriverIDNvidia:       {"NVIDIA: tiled kernels, warps of 32 (not yet measured)", nvidiaTuning},
-	vk.DriverIDMesaRADV:     {"RADV: tiled kernels, wave64 (not yet measured)", amdTuning},
-	vk.DriverIDAMDOpen:      {"AMDVLK: tiled kernels, wave64 (not yet measured)", amdTuning},
-	vk.DriverIDIntelMesa:    {"ANV: tiled kernels, SIMD16 (not yet measured)", intelTuning},
-	vk.DriverIDIntelWindows: {"Intel: tiled kernels, SIMD16 (not yet measured)", intelTuning},
+	core.DriverIDLavapipe:     {"lavapipe: texel fetches, 8-lane workgroups (measured)", cpuTuning},
+	core.DriverIDNvidia:       {"NVIDIA: tiled kernels, warps of 32 (not yet measured)", nvidiaTuning},
+	core.DriverIDMesaRADV:     {"RADV: tiled kernels, wave64 (not yet measured)", amdTuning},
+	core.DriverIDAMDOpen:      {"AMDVLK: tiled kernels, wave64 (not yet measured)", amdTuning},
+	core.DriverIDIntelMesa:    {"ANV: tiled kernels, SIMD16 (not yet measured)", intelTuning},
+	core.DriverIDIntelWindows: {"Intel: tiled kernels, SIMD16 (not yet measured)", intelTuning},
 }
 
 // PlanAsVendors are the names VendorTuning takes, each a quirk-table
@@ -92,14 +79,14 @@ var quirks = map[uint32]quirk{
 var PlanAsVendors = core.PlanAsVendors
 
 var vendorDrivers = map[string]uint32{
-	"nvidia": vk.DriverIDNvidia, "amd": vk.DriverIDMesaRADV, "intel": vk.DriverIDIntelMesa, "lavapipe": vk.DriverIDLavapipe,
+	"nvidia": core.DriverIDNvidia, "amd": core.DriverIDMesaRADV, "intel": core.DriverIDIntelMesa, "lavapipe": core.DriverIDLavapipe,
 }
 
 // VendorTuning is the quirk-table tuning of a vendor of PlanAsVendors.
-func VendorTuning(vendor string) (Tuning, error) {
+func VendorTuning(vendor string) (core.Tuning, error) {
 	id, ok := vendorDrivers[vendor]
 	if !ok {
-		return Tuning{}, fmt.Errorf("unknown vendor %q to plan as (want one of %s)", vendor, strings.Join(PlanAsVendors, ", "))
+		return core.Tuning{}, fmt.Errorf("unknown vendor %q to plan as (want one of %s)", vendor, strings.Join(PlanAsVendors, ", "))
 	}
 	q := quirks[id]
 	t := q.tuning.Clone()
@@ -109,13 +96,13 @@ func VendorTuning(vendor string) (Tuning, error) {
 
 // DefaultTuning is the quirk-table tuning of a device's driver, or the
 // defaults for its kind of device.
-func DefaultTuning(dev vk.PhysicalDevice) Tuning {
+func DefaultTuning(dev vk.PhysicalDevice) core.Tuning {
 	if q, ok := quirks[dev.DriverID]; ok {
 		t := q.tuning.Clone()
 		t.Source = "quirk table: " + q.name
 		return t
 	}
-	if dev.Type == vk.DeviceCPU && dev.TexelPathOK() {
+	if dev.Type == core.DeviceCPU && dev.TexelPathOK() {
 		t := cpuTuning.Clone()
 		t.Source = "defaults for CPU drivers"
 		return t

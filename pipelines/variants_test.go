@@ -1,6 +1,7 @@
 package pipelines
 
 import (
+	"github.com/vkattn/vkattn/core"
 	"slices"
 	"testing"
 
@@ -25,7 +26,7 @@ func TestManifestIsTheVariantTable(t *testing.T) {
 // every embedded SPIR-V is in the table.
 func TestEveryVariantIsReachable(t *testing.T) {
 	gpu := lavapipeLike()
-	gpu.Name, gpu.Type, gpu.DriverID = "fake discrete GPU", vk.DeviceDiscrete, vk.DriverIDNvidia
+	gpu.Name, gpu.Type, gpu.DriverID = "fake discrete GPU", core.DeviceDiscrete, core.DriverIDNvidia
 	gpu.Limits.SubgroupSize, gpu.Limits.MinSubgroupSize, gpu.Limits.MaxSubgroupSize = 32, 32, 32
 	gpu.SubgroupSizeControl, gpu.FullSubgroups = true, true // the tiled kernels
 	gpu.Limits.MaxSharedMemory = 48 << 10

@@ -2,13 +2,13 @@ package tune
 
 import (
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/pipelines"
 )
 
 // Choose picks the workgroup and the rows of each measured d_max bucket.
@@ -129,7 +129,7 @@ func ChooseSplit(def int, rs []Result) int {
 func source(t, def vkattn.Tuning, ds []int, length int, now time.Time) string {
 	pt := t.For(t.Path)
 	var parts []string
-	for _, b := range pipelines.DMaxBuckets {
+	for _, b := range core.DMaxBuckets {
 		if slices.ContainsFunc(ds, func(d int) bool { return DMax(d) == b }) {
 			parts = append(parts, fmt.Sprintf("d_max %d: %d rows", b, pt.Rows[b]))
 		}
@@ -149,7 +149,7 @@ func sameShape(a, b vkattn.Tuning) bool {
 	if a.Path != b.Path || pa.WorkGroup != pb.WorkGroup || pa.SplitKeys != pb.SplitKeys {
 		return false
 	}
-	for _, d := range pipelines.DMaxBuckets {
+	for _, d := range core.DMaxBuckets {
 		if pa.Rows[d] != pb.Rows[d] {
 			return false
 		}

@@ -2,6 +2,7 @@ package tune
 
 import (
 	"errors"
+	"github.com/vkattn/vkattn/core"
 	"maps"
 	"slices"
 	"strings"
@@ -60,7 +61,7 @@ func TestConfigCheckNamesTheBadField(t *testing.T) {
 }
 
 func TestCandidatesCoverRowsTimesWorkGroupsWithinMaxBody(t *testing.T) {
-	def := &pipelines.PathTuning{Rows: map[int]int{16: 8, 256: 4}, WorkGroup: 24}
+	def := &core.PathTuning{Rows: map[int]int{16: 8, 256: 4}, WorkGroup: 24}
 	for _, c := range []struct {
 		d        int
 		wantRows []int
@@ -182,7 +183,7 @@ func TestChooseSplitNeedsMinGain(t *testing.T) {
 
 func TestSourceSummarisesTheTunedBuckets(t *testing.T) {
 	def := vkattn.Tuning{Path: vkattn.TexelLoadPath,
-		Texel: pipelines.PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 4, 256: 1}, WorkGroup: 8, SplitKeys: 256}}
+		Texel: core.PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 4, 256: 1}, WorkGroup: 8, SplitKeys: 256}}
 	now := time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC)
 	got := source(def.Clone(), def, []int{64, 100}, 512, now)
 	want := "vkattn tune 2025-03-04: texel path, d_max 64: 4 rows, d_max 128: 4 rows, workgroup 8, split-K 256 keys (measured at L=S=512; defaults kept)"

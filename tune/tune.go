@@ -7,7 +7,7 @@
 // defaults) and covers its preferred load path only. For each head width
 // d of Config.Widths (its d_max bucket, DMax(d), is the next power of two
 // >= 16) the candidates are the query rows per invocation of
-// pipelines.RowChoices with rows*d_max <= MaxBody, times the workgroups of
+// core.RowChoices with rows*d_max <= MaxBody, times the workgroups of
 // WorkGroups; the default is always a candidate. Each is timed on a
 // prefill problem, B=1, H=4, L=S=Config.Length, d_k=d_v=d, random data:
 // Prepare and one call ("cold": the first use of a variant compiles it),
@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -51,7 +52,7 @@ const MinGain = 1.05
 
 // DMaxBuckets are the head-width buckets a tuning holds rows for, in
 // order: the planner's.
-var DMaxBuckets = slices.Clone(pipelines.DMaxBuckets)
+var DMaxBuckets = slices.Clone(core.DMaxBuckets)
 
 // DMax is the kernel's d_max bucket of head width d: the next power of two
 // at least 16.
@@ -273,7 +274,7 @@ func Run(ctx context.Context, dev *vkattn.Device, cfg Config) (*Report, error) {
 }
 
 // candidates are the prefill candidates of width d, the default first.
-func candidates(def *pipelines.PathTuning, d, length int, wgs []int) []Result {
+func candidates(def *core.PathTuning, d, length int, wgs []int) []Result {
 	b := DMax(d)
 	dims := vkattn.Dims{B: 1, H: 4, HKV: 4, L: length, S: length, DK: d, DV: d}
 	var cs []Result
@@ -288,7 +289,7 @@ func candidates(def *pipelines.PathTuning, d, length int, wgs []int) []Result {
 	}
 	add(def.Rows[b], def.WorkGroup)
 	for _, wg := range wgs {
-		for _, rows := range pipelines.RowChoices {
+		for _, rows := range core.RowChoices {
 			if rows*b <= MaxBody {
 				add(rows, wg)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"sync/atomic"
 	"unsafe"
 
@@ -316,7 +317,7 @@ const smallBuffer = 64 << 10
 
 // unified reports whether the device's memory is the host's (CPU and
 // integrated devices): mappable device memory is then as fast as any.
-func (d *Device) unified() bool { return d.Info.Type != DeviceDiscrete && !d.discreteModel() }
+func (d *Device) unified() bool { return d.Info.Type != core.DeviceDiscrete && !d.discreteModel() }
 
 // SetDiscreteMemory places the buffers made from now on as on a discrete
 // GPU whatever the device is: data buffers are never mapped, so every

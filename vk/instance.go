@@ -196,30 +196,9 @@ func (in *Instance) Close() {
 	objectDestroyed()
 }
 
-// The device description is core's; these names keep package vk's own.
-type (
-	DeviceType = core.DeviceType
-	Limits     = core.Limits
-)
-
-const (
-	DeviceOther      = core.DeviceOther
-	DeviceIntegrated = core.DeviceIntegrated
-	DeviceDiscrete   = core.DeviceDiscrete
-	DeviceVirtual    = core.DeviceVirtual
-	DeviceCPU        = core.DeviceCPU
-
-	DriverIDLavapipe     = core.DriverIDLavapipe
-	DriverIDNvidia       = core.DriverIDNvidia
-	DriverIDAMDOpen      = core.DriverIDAMDOpen
-	DriverIDMesaRADV     = core.DriverIDMesaRADV
-	DriverIDIntelMesa    = core.DriverIDIntelMesa
-	DriverIDIntelWindows = core.DriverIDIntelWindows
-)
-
 // preference orders device types for the default pick: discrete >
 // integrated > virtual > CPU > other.
-func preference(t DeviceType) int {
+func preference(t core.DeviceType) int {
 	return [...]int{0, 3, 4, 2, 1}[t]
 }
 
@@ -313,13 +292,13 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 	lim := props.Limits
 	d := PhysicalDevice{handle: h, DeviceInfo: core.DeviceInfo{
 		Name:     vulkan.ToString(props.DeviceName[:]),
-		Type:     DeviceType(props.DeviceType),
+		Type:     core.DeviceType(props.DeviceType),
 		VendorID: props.VendorID,
 		DeviceID: props.DeviceID,
 		APIVersion: fmt.Sprintf("%d.%d.%d", props.ApiVersion>>22, (props.ApiVersion>>12)&0x3ff,
 			props.ApiVersion&0xfff),
 		PipelineCacheUUID: props.PipelineCacheUUID,
-		Limits: Limits{
+		Limits: core.Limits{
 			MaxStorageBufferRange:   lim.MaxStorageBufferRange,
 			MaxTexelBufferElements:  lim.MaxTexelBufferElements,
 			MaxUniformBufferRange:   lim.MaxUniformBufferRange,
@@ -336,8 +315,8 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 			MaxAllocations:          lim.MaxMemoryAllocationCount,
 		},
 	}}
-	if d.Type < DeviceOther || d.Type > DeviceCPU {
-		d.Type = DeviceOther
+	if d.Type < core.DeviceOther || d.Type > core.DeviceCPU {
+		d.Type = core.DeviceOther
 	}
 	exts, err := deviceExtensions(inst, h)
 	if err != nil {

@@ -20,7 +20,7 @@ func TestMemoryTypeOrder(t *testing.T) {
 		dl = vulkan.MemoryPropertyDeviceLocalBit
 		hv = vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
 	)
-	d := &Device{Info: PhysicalDevice{DeviceInfo: core.DeviceInfo{Type: DeviceDiscrete}}}
+	d := &Device{Info: PhysicalDevice{DeviceInfo: core.DeviceInfo{Type: core.DeviceDiscrete}}}
 	for i, f := range []vulkan.MemoryPropertyFlagBits{dl | hv, dl, hv} {
 		d.memTypes.MemoryTypes[i].PropertyFlags = vulkan.MemoryPropertyFlags(f)
 	}
@@ -39,7 +39,7 @@ func TestMemoryTypeOrder(t *testing.T) {
 		t.Errorf("a buffer allowed only type 1 tries %v", got)
 	}
 	// An integrated GPU's memory is the host's: mappable first at any size.
-	d.Info.Type = DeviceIntegrated
+	d.Info.Type = core.DeviceIntegrated
 	if got := d.memoryTypesFor(0b111, large, deviceData); !slices.Equal(got, []uint32{0, 1}) {
 		t.Errorf("integrated: large device buffers try types %v, want mappable memory first [0 1]", got)
 	}
@@ -153,7 +153,7 @@ func TestMemoryTypesRespectHeapBudgets(t *testing.T) {
 		dl = vulkan.MemoryPropertyDeviceLocalBit
 		hv = vulkan.MemoryPropertyHostVisibleBit | vulkan.MemoryPropertyHostCoherentBit
 	)
-	d := &Device{Info: PhysicalDevice{DeviceInfo: core.DeviceInfo{Type: DeviceDiscrete}}}
+	d := &Device{Info: PhysicalDevice{DeviceInfo: core.DeviceInfo{Type: core.DeviceDiscrete}}}
 	for i, f := range []vulkan.MemoryPropertyFlagBits{dl | hv, dl, hv} { // BAR window, VRAM, system memory
 		d.memTypes.MemoryTypes[i].PropertyFlags = vulkan.MemoryPropertyFlags(f)
 		d.memTypes.MemoryTypes[i].HeapIndex = uint32(i)

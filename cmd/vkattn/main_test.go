@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"github.com/vkattn/vkattn/core"
 	"math"
 	"os"
 	"path/filepath"
@@ -519,7 +520,7 @@ func TestPlanAs(t *testing.T) {
 	}
 	// lavapipe's own plan runs the row kernels; a GPU's own plan may tile.
 	infos, def, err := vkattn.Devices()
-	lavapipe := err == nil && infos[def].DriverID == vk.DriverIDLavapipe
+	lavapipe := err == nil && infos[def].DriverID == core.DriverIDLavapipe
 	if !strings.Contains(own, "O (1, 2): [1.60445 1.59333]") || lavapipe && strings.Contains(own, "attention_tiled") {
 		t.Errorf("run on the device's own plan:\n%s", own)
 	}

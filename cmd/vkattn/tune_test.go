@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/vkattn/vkattn/core"
 	"os"
 	"regexp"
 	"strconv"
@@ -9,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/tune"
 )
 
@@ -68,7 +68,7 @@ func TestTuneSaves(t *testing.T) {
 		}
 	}
 	for _, wg := range tune.WorkGroups {
-		for _, rows := range pipelines.RowChoices {
+		for _, rows := range core.RowChoices {
 			if _, ok := seen[cand{rows, wg}]; !ok {
 				t.Errorf("no row for rows %d, wg %d", rows, wg)
 			}
@@ -109,7 +109,7 @@ func TestTuneSaves(t *testing.T) {
 		t.Errorf("saved d_max 16: rows %d, wg %d; the table's winner: rows %d, wg %d", ps.Rows[16], ps.WorkGroup, winner.rows, winner.wg)
 	}
 	// Buckets not measured keep their defaults.
-	for _, b := range pipelines.DMaxBuckets[1:] {
+	for _, b := range core.DMaxBuckets[1:] {
 		if ps.Rows[b] != pd.Rows[b] {
 			t.Errorf("d_max %d was not tuned but has rows %d, default %d", b, ps.Rows[b], pd.Rows[b])
 		}
@@ -153,8 +153,8 @@ func TestTuneDryRunJSON(t *testing.T) {
 	if rep.Saved != "" {
 		t.Errorf("dry run reports saved file %q", rep.Saved)
 	}
-	if len(rep.Candidates) != len(pipelines.RowChoices)*len(tune.WorkGroups) {
-		t.Errorf("%d candidates, want %d", len(rep.Candidates), len(pipelines.RowChoices)*len(tune.WorkGroups))
+	if len(rep.Candidates) != len(core.RowChoices)*len(tune.WorkGroups) {
+		t.Errorf("%d candidates, want %d", len(rep.Candidates), len(core.RowChoices)*len(tune.WorkGroups))
 	}
 	winners, defaults := 0, 0
 	for _, c := range rep.Candidates {
