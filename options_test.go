@@ -208,3 +208,23 @@ func fuzzOptions(q, k [4]int, spec []byte) vkattn.Options {
 	}
 	return opts
 }
+
+// Plan.Explain names the problem, the kernel the plan chose and why, and
+// the call's masks (Options.MaskSummary) and memory.
+func TestPlanExplain(t *testing.T) {
+	opts := vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{5}, WantWeights: true}
+	plan, err := dev.Plan([]int{1, 2, 4, 8}, []int{1, 1, 6, 8}, []int{1, 1, 6, 8}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := plan.Explain(opts)
+	for _, want := range []string{"plan:\n", "kernel      " + plan.Kernel.Variant + "\n", plan.Kernel.Why,
+		"2 query heads share 1 K/V heads", "masks       causal bottom-right, key lengths [5]\n", "a (B,H,L,S) buffer of 192 B"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Explain lacks %q:\n%s", want, got)
+		}
+	}
+	if s := (&vkattn.Options{}).MaskSummary(); s != "none" {
+		t.Errorf("MaskSummary of no masks: %q, want none", s)
+	}
+}

@@ -247,3 +247,17 @@ func DequantizeQ8_0(quants []int8, scales []uint16) []float32 {
 	}
 	return out
 }
+
+// FormatBytes writes a byte count in binary units: "512 B", "1.5 MiB".
+func FormatBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), 0
+	for v >= unit && i < 4 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", v, [...]string{"B", "KiB", "MiB", "GiB", "TiB"}[i])
+}

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Causal selects a causal mask and, when L != S, how it is aligned.
@@ -357,4 +358,29 @@ func checkLengths(what string, lengths []int, b, max int) error {
 		}
 	}
 	return nil
+}
+
+// MaskSummary says which masks and lengths o sets: "none", or a list such
+// as "additive [1 1 8 8], causal bottom-right, key lengths [5 8]".
+func (o *Options) MaskSummary() string {
+	var parts []string
+	if o.Mask != nil {
+		parts = append(parts, fmt.Sprintf("additive %v", [4]int(o.Mask.Shape)))
+	}
+	for _, m := range o.BoolMasks {
+		parts = append(parts, fmt.Sprintf("bool %v (%s)", [4]int(m.Shape), m.Meaning))
+	}
+	if o.Causal != NotCausal {
+		parts = append(parts, "causal "+o.Causal.String())
+	}
+	if o.KeyLengths != nil {
+		parts = append(parts, fmt.Sprintf("key lengths %v", o.KeyLengths))
+	}
+	if o.QueryLengths != nil {
+		parts = append(parts, fmt.Sprintf("query lengths %v", o.QueryLengths))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }

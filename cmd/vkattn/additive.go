@@ -173,7 +173,7 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 	defer layer.Close()
 	var explain func(vkattn.Plan)
 	if f.explain {
-		explain = func(plan vkattn.Plan) { printPlan(stdout, plan, &p.opts) }
+		explain = func(plan vkattn.Plan) { fmt.Fprint(stdout, plan.Explain(p.opts)) }
 	}
 	res, err := attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
 		return layer.Prepare(q, k, v, p.opts)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/vkattn/vkattn/core"
 	"io"
 
 	"github.com/vkattn/vkattn"
@@ -126,15 +127,15 @@ func printDevice(w io.Writer, d vkattn.DeviceInfo, isDefault bool) {
 	row("driver", "%s (%s), driver id %d", d.DriverName, d.DriverInfo, d.DriverID)
 	row("Vulkan API", "%s", d.APIVersion)
 	row("vendor / device id", "0x%04x / 0x%04x", d.VendorID, d.DeviceID)
-	row("max storage buffer range", "%d B (%s)", l.MaxStorageBufferRange, bytesString(uint64(l.MaxStorageBufferRange)))
+	row("max storage buffer range", "%d B (%s)", l.MaxStorageBufferRange, core.FormatBytes(uint64(l.MaxStorageBufferRange)))
 	row("max texel buffer elements", "%d", l.MaxTexelBufferElements)
-	row("shared memory", "%d B (%s)", l.MaxSharedMemory, bytesString(uint64(l.MaxSharedMemory)))
+	row("shared memory", "%d B (%s)", l.MaxSharedMemory, core.FormatBytes(uint64(l.MaxSharedMemory)))
 	row("subgroup size", "%d (shuffles in compute: %s)", l.SubgroupSize, yesNo(l.SubgroupShuffle))
 	row("subgroup size control", "%s, sizes %d..%d, full subgroups %s", yesNo(d.SubgroupSizeControl), l.MinSubgroupSize, l.MaxSubgroupSize, yesNo(d.FullSubgroups))
 	row("max workgroup count", "%d x %d x %d", l.MaxWorkGroupCount[0], l.MaxWorkGroupCount[1], l.MaxWorkGroupCount[2])
 	row("max workgroup size", "%d x %d x %d (%d invocations)", l.MaxWorkGroupSize[0], l.MaxWorkGroupSize[1], l.MaxWorkGroupSize[2], l.MaxWorkGroupInvocations)
 	row("push constants", "%d B", l.MaxPushConstantsSize)
-	row("largest memory heap", "%s", bytesString(l.MaxMemoryAllocation))
+	row("largest memory heap", "%s", core.FormatBytes(l.MaxMemoryAllocation))
 	row("features", "R32F texel buffers %s, timestamps %s, host-visible device memory %s",
 		yesNo(d.TexelR32F), yesNo(d.TimestampsOK), yesNo(d.HostVisible))
 }
@@ -144,17 +145,4 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
-}
-
-func bytesString(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n), 0
-	for v >= unit && i < 4 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %s", v, [...]string{"B", "KiB", "MiB", "GiB", "TiB"}[i])
 }

@@ -254,7 +254,7 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 	}
 	if f.explain {
 		fmt.Fprintf(stdout, "plan: %v\n", plan)
-		masks := describeMasks(&p.opts.Attention)
+		masks := p.opts.Attention.MaskSummary()
 		if p.opts.KeyPadding != nil {
 			kp := fmt.Sprintf("key padding (%d,%d)", p.B, p.S)
 			if masks == "none" {

@@ -578,7 +578,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 	defer dev.Close()
 	var explain func(vkattn.Plan)
 	if f.explain && !f.json {
-		explain = func(plan vkattn.Plan) { printPlan(stdout, plan, &p.opts) }
+		explain = func(plan vkattn.Plan) { fmt.Fprint(stdout, plan.Explain(p.opts)) }
 	}
 	res, err := attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
 		return dev.Prepare(q, k, v, p.opts)
@@ -711,82 +711,6 @@ func (c *checkResult) String() string {
 		float64(c.MaxAbs), float64(c.MaxRel), golden.RelFloor, golden.CheckTolerance, verdict)
 }
 
-// printPlan is --explain: the plan field by field, with what each means.
-// An additive attention plan (vkattn additive) also lists its projections.
-func printPlan(w io.Writer, p vkattn.Plan, opts *vkattn.Options) {
-	k := p.Kernel
-	d := p.Dims
-	row := func(key, format string, args ...any) {
-		fmt.Fprintf(w, "  %-11s %s\n", key, fmt.Sprintf(format, args...))
-	}
-	fmt.Fprintln(w, "plan:")
-	if k.Additive {
-		row("problem", "%v (d_k is d_a, the width of the projections)", d)
-		for _, l := range p.Projections {
-			row("projection", "%v", l)
-		}
-	} else {
-		row("problem", "%v, %.4g FLOPs (2*B*H*L*S*(d_k+d_v))", d, d.FLOPs())
-	}
-	if d.HKV != d.H {
-		row("heads", "%d query heads share %d K/V heads (%d per group)", d.H, d.HKV, d.H/d.HKV)
-	}
-	row("device", "%s", p.Device)
-	row("kernel", "%s", k.Variant)
-	row("load path", "%s (%s)", k.LoadPath, k.Why)
-	row("d_max", "%d (compile-time bound on d_k and d_v)", k.DMax)
-	axes := "query row blocks x heads x batch"
-	if k.TileRows > 0 {
-		axes = "query row blocks x KV heads x batch"
-		row("tiles", "Br %d query rows (the query heads of a KV head packed) x Bc %d keys, K and V tiles in %d B of shared memory", k.TileRows, k.KeyTile, k.SharedBytes)
-		row("lanes", "%d lanes per row split d_max %d (%d values of q and of the output each), sums by subgroup shuffles; %d rows per lane group", k.LanesPerRow, k.DMax, k.DMax/k.LanesPerRow, k.RowsPerLane)
-		row("subgroups", "full subgroups of %d lanes required (VK_EXT_subgroup_size_control, enabled)", k.SubgroupSize)
-	} else {
-		row("rows", "%d query rows per invocation", k.Rows)
-		row("key tile", "%d keys per online-softmax step", k.KeyTile)
-	}
-	if k.Splits > 0 {
-		axes = "key splits x KV heads*row blocks x batch"
-		row("split-K", "%d splits of %d keys, %d row blocks per KV head, merged by attention_combine", k.Splits, k.SplitKeys, k.RowBlocks)
-	}
-	row("workgroup", "%d invocations", k.WorkGroup)
-	row("grid", "%d x %d x %d workgroups (%s)", k.Grid[0], k.Grid[1], k.Grid[2], axes)
-	if k.Additive {
-		row("scores", "w_a . tanh(q W_q + b + k W_k), no scale")
-	} else {
-		row("scale", "%.6g%s", opts.Scale.For(d.DK), map[bool]string{true: " (1/sqrt(d_k))", false: " (custom)"}[opts.Scale.IsDefault()])
-	}
-	row("masks", "%s", describeMasks(opts))
-	memory := "no (B,H,L,S) buffer: memory grows with L*d"
-	if opts.WantWeights {
-		memory = fmt.Sprintf("weights requested: a (B,H,L,S) buffer of %s", bytesString(4*uint64(d.B)*uint64(d.H)*uint64(d.L)*uint64(d.S)))
-	}
-	row("memory", "%s", memory)
-}
-
-func describeMasks(o *vkattn.Options) string {
-	var parts []string
-	if o.Mask != nil {
-		parts = append(parts, fmt.Sprintf("additive %v", [4]int(o.Mask.Shape)))
-	}
-	for _, m := range o.BoolMasks {
-		parts = append(parts, fmt.Sprintf("bool %v (%s)", [4]int(m.Shape), m.Meaning))
-	}
-	if o.Causal != vkattn.NotCausal {
-		parts = append(parts, "causal "+o.Causal.String())
-	}
-	if o.KeyLengths != nil {
-		parts = append(parts, fmt.Sprintf("key lengths %v", o.KeyLengths))
-	}
-	if o.QueryLengths != nil {
-		parts = append(parts, fmt.Sprintf("query lengths %v", o.QueryLengths))
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
 // JSON summary types. Values use golden.Number so -inf (the log-sum-exp of
 // a fully masked row) survives encoding.
 type arrayJSON struct {
@@ -818,7 +742,7 @@ func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []ou
 		Dims:      r.plan.Dims,
 		Plan:      r.plan.String(),
 		Kernel:    newKernelJSON(r.plan),
-		Masks:     describeMasks(&p.opts),
+		Masks:     p.opts.MaskSummary(),
 		DTypes:    [3]string{p.q.Store.String(), p.k.Store.String(), p.v.Store.String()},
 		GPUTimeNS: r.gpuTime.Nanoseconds(),
 		FLOPs:     p.dims.FLOPs(),
