@@ -7,31 +7,45 @@ import "github.com/vkattn/vkattn/pipelines"
 // how a call larger than one binding reaches is split. String says it in
 // words, with why.
 type KernelPlan struct {
-	Variant  string   // the SPIR-V variant, e.g. "attention_texel_vec4"
-	LoadPath LoadPath // how the kernel reads Q, K, V and masks
-	Vec4     bool     // four values a load
-	Additive bool     // additive (Bahdanau) scores; Q and K are the projections
-	Masked   bool     // built with the mask loads (the call has a mask)
-	DMax     int      // compile-time bound of d_k and d_v
-	// The row kernels: query rows per invocation, keys per online-softmax
-	// step, invocations per workgroup, and (> 0) the subgroup lanes that
-	// share each K/V row they fetch.
-	Rows, KeyTile, WorkGroup, SharedLoads int
-	// Split-K decode (Splits > 0): the keys in Splits blocks of SplitKeys,
-	// the query heads of a KV head packed in RowBlocks blocks; a combine
-	// pass merges the blocks.
-	Splits, SplitKeys, RowBlocks int
+	Variant  string   `json:"variant"`   // the SPIR-V variant, e.g. "attention_texel_vec4"
+	LoadPath LoadPath `json:"load_path"` // how the kernel reads Q, K, V and masks
+	Why      string   `json:"why"`       // why this load path and kernel
+	DMax     int      `json:"d_max"`     // compile-time bound of d_k and d_v
+	// The row kernels: query rows per invocation and keys per
+	// online-softmax step; the invocations per workgroup and workgroups of
+	// the (first) dispatch.
+	Rows      int       `json:"rows"`
+	KeyTile   int       `json:"key_tile"`
+	WorkGroup int       `json:"workgroup"`
+	Grid      [3]uint32 `json:"grid"`
 	// The tiled GPU kernels: query rows per workgroup (Br), lanes per row,
 	// rows per lane group, bytes of shared memory and the subgroup size
 	// they require.
-	TileRows, LanesPerRow, RowsPerLane, SharedBytes, SubgroupSize int
+	TileRows     int `json:"tile_rows,omitempty"`
+	LanesPerRow  int `json:"lanes_per_row,omitempty"`
+	RowsPerLane  int `json:"rows_per_lane,omitempty"`
+	SharedBytes  int `json:"shared_bytes,omitempty"`
+	SubgroupSize int `json:"subgroup_size,omitempty"`
+	// Split-K decode (Splits > 0): the keys in Splits blocks of SplitKeys,
+	// the query heads of a KV head packed in RowBlocks blocks; a combine
+	// pass merges the blocks.
+	Splits    int  `json:"splits,omitempty"`
+	SplitKeys int  `json:"split_keys,omitempty"`
+	RowBlocks int  `json:"row_blocks,omitempty"`
+	Vec4      bool `json:"vec4,omitempty"`     // four values a load
+	Additive  bool `json:"additive,omitempty"` // additive (Bahdanau) scores; Q and K are the projections
+	Masked    bool `json:"masked,omitempty"`   // built with the mask loads (the call has a mask)
+	// SharedLoads > 0: the subgroup lanes (this many) that share each K/V
+	// row one of them fetches.
+	SharedLoads int `json:"shared_loads,omitempty"`
 	// Chunks > 1: the call runs as Chunks parts of ChunkKVHeads KV heads
 	// with ChunkHeads query heads of one batch item and up to ChunkRows
 	// query rows.
-	Chunks, ChunkKVHeads, ChunkHeads, ChunkRows int
-	Grid                                        [3]uint32 // workgroups of the (first) dispatch
-	Why                                         string    // why this load path and kernel
-	plan                                        pipelines.AttentionPlan
+	Chunks       int `json:"chunks,omitempty"`
+	ChunkKVHeads int `json:"chunk_kv_heads,omitempty"`
+	ChunkHeads   int `json:"chunk_heads,omitempty"`
+	ChunkRows    int `json:"chunk_rows,omitempty"`
+	plan         pipelines.AttentionPlan
 }
 
 // kernelPlan describes the planner's choice p.

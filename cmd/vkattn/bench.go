@@ -249,24 +249,24 @@ type benchFlags struct {
 // benchResult is one shape's measurements: a row of the table, an object of
 // the --json array.
 type benchResult struct {
-	Suite      string      `json:"suite,omitempty"` // empty for --shape
-	Dims       vkattn.Dims `json:"dims"`
-	Causal     string      `json:"causal"` // none, top-left, bottom-right
-	Device     string      `json:"device"`
-	kernelJSON             // flattened: variant, load_path, d_max, rows, ...
-	Plan       string      `json:"plan"`
-	Reps       int         `json:"reps"`
-	ColdWallNS int64       `json:"cold_wall_ns"`
-	ColdGPUNS  int64       `json:"cold_gpu_ns"`
-	GPU        tune.Stats  `json:"gpu_ns"` // all 0 without device timestamps
-	Wall       tune.Stats  `json:"wall_ns"`
-	Timing     string      `json:"timing"`             // "gpu" or "wall": the median the rates divide by
-	FLOPs      float64     `json:"flops"`              // SEMANTICS.md §12, halved when causal
-	Bytes      int64       `json:"bytes"`              // Q, K, V read + O written, at their element sizes
-	DTypes     [3]string   `json:"dtypes"`             // element types of Q, K and V
-	Backward   bool        `json:"backward,omitempty"` // Device.AttentionBackward timed: forward and backward
-	GFLOPS     float64     `json:"gflops"`
-	GBPS       float64     `json:"gb_per_s"`
+	Suite             string      `json:"suite,omitempty"` // empty for --shape
+	Dims              vkattn.Dims `json:"dims"`
+	Causal            string      `json:"causal"` // none, top-left, bottom-right
+	Device            string      `json:"device"`
+	vkattn.KernelPlan             // flattened: variant, load_path, d_max, rows, ...
+	Plan              string      `json:"plan"`
+	Reps              int         `json:"reps"`
+	ColdWallNS        int64       `json:"cold_wall_ns"`
+	ColdGPUNS         int64       `json:"cold_gpu_ns"`
+	GPU               tune.Stats  `json:"gpu_ns"` // all 0 without device timestamps
+	Wall              tune.Stats  `json:"wall_ns"`
+	Timing            string      `json:"timing"`             // "gpu" or "wall": the median the rates divide by
+	FLOPs             float64     `json:"flops"`              // SEMANTICS.md §12, halved when causal
+	Bytes             int64       `json:"bytes"`              // Q, K, V read + O written, at their element sizes
+	DTypes            [3]string   `json:"dtypes"`             // element types of Q, K and V
+	Backward          bool        `json:"backward,omitempty"` // Device.AttentionBackward timed: forward and backward
+	GFLOPS            float64     `json:"gflops"`
+	GBPS              float64     `json:"gb_per_s"`
 	// Per timed call (a prepared call's Run): what a discrete GPU pays
 	// beyond the kernels.
 	Allocs       int     `json:"allocs_per_call"`
@@ -501,7 +501,7 @@ func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, se
 		Dims:       plan.Dims,
 		Causal:     c.causal.String(),
 		Device:     plan.Device,
-		kernelJSON: newKernelJSON(plan),
+		KernelPlan: plan.Kernel,
 		Plan:       plan.String(),
 		Reps:       reps,
 		ColdWallNS: int64(coldWall),

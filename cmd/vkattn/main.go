@@ -164,33 +164,6 @@ func openInterruptible(cmd string, device deviceChoice, stderr io.Writer, note f
 	return dev, ctx, func() { stop(); dev.Close() }, exitOK
 }
 
-// kernelJSON is a plan's kernel in the --json output of run and bench:
-// variant, load path, launch shape, the tiled kernels' tiles (zero for the
-// row kernels) and split-K.
-type kernelJSON struct {
-	Variant      string    `json:"variant"`
-	LoadPath     string    `json:"load_path"`
-	Why          string    `json:"why"`
-	DMax         int       `json:"d_max"`
-	Rows         int       `json:"rows"` // query rows per invocation (row kernels)
-	KeyTile      int       `json:"key_tile"`
-	WorkGroup    int       `json:"workgroup"`
-	Grid         [3]uint32 `json:"grid"`
-	TileRows     int       `json:"tile_rows,omitempty"` // Br, the tiled kernels' query rows per workgroup
-	LanesPerRow  int       `json:"lanes_per_row,omitempty"`
-	RowsPerLane  int       `json:"rows_per_lane,omitempty"` // rows per group of lanes_per_row lanes
-	SharedBytes  int       `json:"shared_bytes,omitempty"`
-	SubgroupSize int       `json:"subgroup_size,omitempty"` // required (full subgroups)
-	Splits       int       `json:"splits,omitempty"`
-	SplitKeys    int       `json:"split_keys,omitempty"`
-}
-
-func newKernelJSON(p vkattn.Plan) kernelJSON {
-	k := p.Kernel
-	return kernelJSON{k.Variant, k.LoadPath.String(), k.Why, k.DMax, k.Rows, k.KeyTile, k.WorkGroup, k.Grid,
-		k.TileRows, k.LanesPerRow, k.RowsPerLane, k.SharedBytes, k.SubgroupSize, k.Splits, k.SplitKeys}
-}
-
 // printJSON writes v as indented JSON, the --json output of every command.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

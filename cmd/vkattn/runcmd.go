@@ -720,20 +720,20 @@ type arrayJSON struct {
 }
 
 type runJSON struct {
-	Device    string       `json:"device"`
-	Dims      vkattn.Dims  `json:"dims"`
-	Plan      string       `json:"plan"`
-	Kernel    any          `json:"kernel"`
-	Masks     string       `json:"masks"`
-	DTypes    [3]string    `json:"dtypes"`      // element types Q, K and V were stored as
-	GPUTimeNS int64        `json:"gpu_time_ns"` // 0 when the device has no timestamps
-	FLOPs     float64      `json:"flops"`
-	GFLOPS    float64      `json:"gflops,omitempty"`
-	O         arrayJSON    `json:"O"`
-	LSE       *arrayJSON   `json:"LSE,omitempty"`
-	Weights   *arrayJSON   `json:"weights,omitempty"`
-	Check     *checkResult `json:"check,omitempty"`
-	Written   []string     `json:"written"`
+	Device    string            `json:"device"`
+	Dims      vkattn.Dims       `json:"dims"`
+	Plan      string            `json:"plan"`
+	Kernel    vkattn.KernelPlan `json:"kernel"`
+	Masks     string            `json:"masks"`
+	DTypes    [3]string         `json:"dtypes"`      // element types Q, K and V were stored as
+	GPUTimeNS int64             `json:"gpu_time_ns"` // 0 when the device has no timestamps
+	FLOPs     float64           `json:"flops"`
+	GFLOPS    float64           `json:"gflops,omitempty"`
+	O         arrayJSON         `json:"O"`
+	LSE       *arrayJSON        `json:"LSE,omitempty"`
+	Weights   *arrayJSON        `json:"weights,omitempty"`
+	Check     *checkResult      `json:"check,omitempty"`
+	Written   []string          `json:"written"`
 }
 
 func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []output, chk *checkResult) runJSON {
@@ -741,7 +741,7 @@ func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []ou
 		Device:    r.plan.Device,
 		Dims:      r.plan.Dims,
 		Plan:      r.plan.String(),
-		Kernel:    newKernelJSON(r.plan),
+		Kernel:    r.plan.Kernel,
 		Masks:     p.opts.MaskSummary(),
 		DTypes:    [3]string{p.q.Store.String(), p.k.Store.String(), p.v.Store.String()},
 		GPUTimeNS: r.gpuTime.Nanoseconds(),
