@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -109,54 +108,6 @@ Examples:
   vkattn bench --shape '1,2,1,16,16,8;1,2,1,64,64,8' --reps 2 --quiet
   vkattn bench --device 1 --load-path storage     # force a load path
 `
-
-// benchCase is one shape to time.
-type benchCase struct {
-	suite  string
-	dims   vkattn.Dims
-	causal vkattn.Causal
-	types  [3]vkattn.DType // of Q, K and V
-	rope   *vkattn.RoPE    // nil: none
-	// backward times Device.AttentionBackward (the forward and the
-	// backward) instead of the forward.
-	backward bool
-}
-
-// benchSuites lists the preset suites in the order "all" runs them.
-var benchSuites = []string{"prefill", "decode", "long"}
-
-func suiteCases(name string) []benchCase {
-	sq := func(h, hkv, n, d int) vkattn.Dims {
-		return vkattn.Dims{B: 1, H: h, HKV: hkv, L: n, S: n, DK: d, DV: d}
-	}
-	var cs []benchCase
-	switch name {
-	case "prefill":
-		for _, g := range []struct {
-			d  int
-			ls []int
-		}{{64, []int{512, 1024, 2048, 4096}}, {128, []int{1024, 2048}}} {
-			for _, c := range []vkattn.Causal{vkattn.NotCausal, vkattn.CausalBottomRight} {
-				for _, n := range g.ls {
-					cs = append(cs, benchCase{suite: name, dims: sq(8, 8, n, g.d), causal: c})
-				}
-			}
-		}
-	case "decode":
-		for _, s := range []int{1024, 4096, 16384} {
-			cs = append(cs, benchCase{suite: name, dims: vkattn.Dims{B: 1, H: 32, HKV: 8, L: 1, S: s, DK: 128, DV: 128}})
-		}
-	case "long":
-		for _, n := range []int{8192, 16384, 32768} {
-			cs = append(cs, benchCase{suite: name, dims: sq(1, 1, n, 64)})
-		}
-	case "all":
-		for _, s := range benchSuites {
-			cs = append(cs, suiteCases(s)...)
-		}
-	}
-	return cs
-}
 
 // shapeList is --shape: repeatable, each value one or more B,H,H_kv,L,S,d.
 type shapeList struct{ dims []vkattn.Dims }
@@ -317,23 +268,23 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return runForkSuite(&f, stdout, stderr)
 	}
 
-	var cases []benchCase
+	var cases []tune.Case
 	switch {
 	case set["shape"] && set["suite"]:
 		return usagef(stderr, "bench", "--suite and --shape are mutually exclusive: a suite is a preset list of shapes")
 	case set["shape"]:
 		for _, d := range f.shapes.dims {
-			cases = append(cases, benchCase{dims: d, causal: f.causal.c})
+			cases = append(cases, tune.Case{Dims: d, Causal: f.causal.c})
 		}
 	case set["causal"]:
 		return usagef(stderr, "bench", "--causal applies to --shape; the suites say per shape whether they are causal")
 	default:
-		if cases = suiteCases(f.suite); cases == nil {
+		if cases = tune.SuiteCases(f.suite); cases == nil {
 			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all, decode-loop or fork", f.suite)
 		}
 	}
 	for i := range cases {
-		cases[i].types, cases[i].rope, cases[i].backward = types, f.rope, f.backward
+		cases[i].Types, cases[i].RoPE, cases[i].Backward = types, f.rope, f.backward
 	}
 	path, err := vkattn.ParseLoadPath(f.loadPath)
 	if err != nil {
@@ -361,10 +312,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	// Plan every shape first: one the device cannot run fails before any
 	// time is spent on the others.
 	for _, c := range cases {
-		d := c.dims
+		d := c.Dims
 		if _, err := dev.PlanAs([]int{d.B, d.H, d.L, d.DK}, []int{d.B, d.HKV, d.S, d.DK}, []int{d.B, d.HKV, d.S, d.DV},
-			c.types, vkattn.Options{Causal: c.causal, RoPE: c.rope}); err != nil {
-			return failf(stderr, "bench", "%s: %v", caseName(c), err)
+			c.Types, vkattn.Options{Causal: c.Causal, RoPE: c.RoPE}); err != nil {
+			return failf(stderr, "bench", "%s: %v", c.Name(), err)
 		}
 	}
 
@@ -379,7 +330,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	failed := 0
 	interrupted := false
 	for _, c := range cases {
-		prog.describe(caseName(c))
+		prog.describe(c.Name())
 		r, err := benchOne(ctx, dev, c, f.reps, f.seed, clock, prog.add)
 		if err != nil {
 			prog.clear()
@@ -387,7 +338,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 				interrupted = true
 				break
 			}
-			failf(stderr, "bench", "%s: %v", caseName(c), err)
+			failf(stderr, "bench", "%s: %v", c.Name(), err)
 			failed++
 			continue
 		}
@@ -418,135 +369,47 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func caseName(c benchCase) string {
-	d := c.dims
-	s := fmt.Sprintf("B=%d H=%d", d.B, d.H)
-	if d.HKV != d.H {
-		s += fmt.Sprintf(" H_kv=%d", d.HKV)
-	}
-	s += fmt.Sprintf(" L=%d S=%d d=%d", d.L, d.S, d.DK)
-	if c.causal != vkattn.NotCausal {
-		s += " causal " + c.causal.String()
-	}
-	return s
-}
-
-// benchOne uploads random Q, K, V for c, runs one warm-up call and reps
-// timed calls, and summarises them. tick is called after every call;
-// clock follows the calls.
-func benchOne(ctx context.Context, dev *vkattn.Device, c benchCase, reps int, seed uint64, clock *dispatchClock, tick func()) (benchResult, error) {
-	// The same seed for every shape: a shape's data does not depend on
-	// which other shapes run.
-	r := rand.New(rand.NewPCG(seed, 0x7661747461)) // "vkatt"
-	in, err := tune.UploadRandomAs(dev, r, c.dims, c.types)
+// benchOne measures c (tune.Bench) as a row of the table: clock and tick
+// follow the calls.
+func benchOne(ctx context.Context, dev *vkattn.Device, c tune.Case, reps int, seed uint64, clock *dispatchClock, tick func()) (benchResult, error) {
+	m, err := tune.Bench(ctx, dev, c, reps, seed, tune.Hooks{
+		Begin: func() { clock.begin(true) },
+		Lap:   func() { clock.lap(); tick() },
+		Idle:  clock.idle,
+	})
 	if err != nil {
 		return benchResult{}, err
 	}
-	var prepared *vkattn.Call
-	var grad *backwardRun
-	defer func() {
-		clock.idle()
-		closeAfter(ctx, func() {
-			if prepared != nil {
-				prepared.Close()
-			}
-			grad.close()
-			in.Close()
-		})
-	}()
-	opts := vkattn.Options{Causal: c.causal, RoPE: c.rope}
-	var runner tune.Runner
-	if c.backward {
-		d := c.dims
-		dO, err := dev.Upload([]int{d.B, d.H, d.L, d.DV}, tune.RandomValues(r, d.B*d.H*d.L*d.DV))
-		if err != nil {
-			return benchResult{}, err
-		}
-		grad = &backwardRun{dev: dev, q: in.Q, k: in.K, v: in.V, dO: dO, opts: opts}
-		runner = grad
-	} else {
-		// Prepared once (outputs allocated, commands recorded), then
-		// replayed: the timings are the dispatch and its wait, not
-		// allocation.
-		if prepared, err = dev.Prepare(in.Q, in.K, in.V, opts); err != nil {
-			return benchResult{}, err
-		}
-		runner = prepared
-	}
-
-	start := time.Now()
-	clock.begin(true)
-	coldGPU, err := runner.Run(ctx)
-	coldWall := time.Since(start)
-	clock.lap()
-	tick()
-	if err != nil {
-		return benchResult{}, err
-	}
-	var plan vkattn.Plan
-	if c.backward {
-		plan = grad.plan
-	} else {
-		plan = prepared.Output().Plan
-	}
-	before := dev.Stats()
-	tm, err := tune.TimeRuns(ctx, runner, reps, func() { clock.lap(); tick() })
-	if err != nil {
-		return benchResult{}, err
-	}
-	cost := dev.Stats().Since(before)
-
+	plan := m.Plan
+	c.Dims = plan.Dims
 	res := benchResult{
-		Suite:      c.suite,
+		Suite:      c.Suite,
 		Dims:       plan.Dims,
-		Causal:     c.causal.String(),
+		Causal:     c.Causal.String(),
 		Device:     plan.Device,
 		KernelPlan: plan.Kernel,
 		Plan:       plan.String(),
 		Reps:       reps,
-		ColdWallNS: int64(coldWall),
-		ColdGPUNS:  int64(coldGPU),
-		GPU:        tm.GPU,
-		Wall:       tm.Wall,
-		Timing:     tm.Timing,
-		FLOPs:      benchFLOPs(plan.Dims, c.causal, c.backward),
-		Backward:   c.backward,
-		Bytes:      benchBytes(plan.Dims, c.types),
-		DTypes:     [3]string{c.types[0].String(), c.types[1].String(), c.types[2].String()},
-		Allocs:     cost.Allocations / reps,
-		Submits:    float64(cost.Submits) / float64(reps),
-		Waits:      float64(cost.Waits) / float64(reps),
+		ColdWallNS: int64(m.ColdWall),
+		ColdGPUNS:  int64(m.ColdGPU),
+		GPU:        m.GPU,
+		Wall:       m.Wall,
+		Timing:     m.Timing.Timing,
+		FLOPs:      c.FLOPs(),
+		Backward:   c.Backward,
+		Bytes:      c.Bytes(),
+		DTypes:     [3]string{c.Types[0].String(), c.Types[1].String(), c.Types[2].String()},
+		Allocs:     m.Cost.Allocations / reps,
+		Submits:    float64(m.Cost.Submits) / float64(reps),
+		Waits:      float64(m.Cost.Waits) / float64(reps),
 
-		StagingBytes: float64(cost.StagingBytes) / float64(reps),
+		StagingBytes: float64(m.Cost.StagingBytes) / float64(reps),
 	}
-	if median := tm.Median; median > 0 {
+	if median := m.Median; median > 0 {
 		res.GFLOPS = res.FLOPs / median.Seconds() / 1e9
 		res.GBPS = float64(res.Bytes) / median.Seconds() / 1e9
 	}
 	return res, nil
-}
-
-// benchFLOPs is the count of SEMANTICS.md §12, halved when causal: the kernel skips
-// fully masked key tiles, so about half the work is done for L = S. A
-// backward call counts 3.5 times it: its forward (O and the LSE), then
-// FlashAttention's count of the backward, 2.5 times the forward (the
-// scores recomputed, dV, dP, dQ and dK: five products to the forward's two).
-func benchFLOPs(d vkattn.Dims, c vkattn.Causal, backward bool) float64 {
-	f := d.FLOPs()
-	if backward {
-		f *= 3.5
-	}
-	if c != vkattn.NotCausal {
-		f /= 2
-	}
-	return f
-}
-
-// benchBytes is the least traffic a call needs: Q, K and V read, O written.
-func benchBytes(d vkattn.Dims, types [3]vkattn.DType) int64 {
-	b, h, hkv, l, s := int64(d.B), int64(d.H), int64(d.HKV), int64(d.L), int64(d.S)
-	size := func(i int, n int64) int64 { return int64(types[i].StorageBytes(int(n))) }
-	return size(0, b*h*l*int64(d.DK)) + size(1, b*hkv*s*int64(d.DK)) + size(2, b*hkv*s*int64(d.DV)) + 4*b*h*l*int64(d.DV)
 }
 
 // printBenchTable writes the results as an aligned table: numbers right,
@@ -648,19 +511,6 @@ func rate(x float64) string {
 	return strconv.FormatFloat(x, 'f', 3-digitsBefore(x), 64)
 }
 
-// closeAfter runs free, which waits for the device's work in flight: at
-// once, or when ctx is done (a signal), in the background, so the results
-// so far are reported without waiting for a dispatch that cannot be
-// abandoned (the device's Close waits for it, or a second signal ends the
-// process).
-func closeAfter(ctx context.Context, free func()) {
-	if ctx.Err() != nil {
-		go free()
-		return
-	}
-	free()
-}
-
 // benchProgress is the progress bar on stderr, or nothing with --quiet or
 // when stderr is not a file (tests).
 type benchProgress struct{ bar *progressbar.ProgressBar }
@@ -749,30 +599,4 @@ func runCacheSuite[T any](f *benchFlags, stdout, stderr io.Writer, name string, 
 		return failf(stderr, "bench", "%v", err)
 	}
 	return exitOK
-}
-
-// backwardRun is one Device.AttentionBackward of fixed inputs, as
-// tune.TimeRuns times it: the forward and the backward, their outputs
-// freed each time.
-type backwardRun struct {
-	dev         *vkattn.Device
-	q, k, v, dO *vkattn.Tensor
-	opts        vkattn.Options
-	plan        vkattn.Plan // the forward's, from the first run
-}
-
-func (b *backwardRun) Run(ctx context.Context) (time.Duration, error) {
-	g, err := b.dev.AttentionBackwardContext(ctx, b.q, b.k, b.v, b.dO, b.opts)
-	if err != nil {
-		return 0, err
-	}
-	defer g.Close()
-	b.plan = g.Plan
-	return g.GPUTime, nil
-}
-
-func (b *backwardRun) close() {
-	if b != nil {
-		b.dO.Close()
-	}
 }

@@ -180,12 +180,12 @@ func TestBenchHelp(t *testing.T) {
 
 func TestBenchSuites(t *testing.T) {
 	count := map[string]int{}
-	for _, s := range append(benchSuites, "all") {
-		for _, c := range suiteCases(s) {
+	for _, s := range append(tune.Suites, "all") {
+		for _, c := range tune.SuiteCases(s) {
 			count[s]++
-			d := c.dims
+			d := c.Dims
 			if d.DK != d.DV || d.B != 1 || d.H%d.HKV != 0 {
-				t.Errorf("%s: %s", s, caseName(c))
+				t.Errorf("%s: %s", s, c.Name())
 			}
 		}
 	}

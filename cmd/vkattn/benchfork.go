@@ -60,7 +60,7 @@ func benchFork(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, r
 			var step *vkattn.DecodeStep
 			defer func() {
 				clock.idle()
-				closeAfter(ctx, func() {
+				tune.CloseAfter(ctx, func() {
 					step.Close()
 					cache.Close()
 				})

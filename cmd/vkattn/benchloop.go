@@ -73,7 +73,7 @@ func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uin
 		err := func() error {
 			defer func() {
 				clock.idle()
-				closeAfter(ctx, func() {
+				tune.CloseAfter(ctx, func() {
 					for _, l := range group {
 						l.close()
 					}

@@ -217,10 +217,10 @@ type decodeResult struct {
 func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page int, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *dispatchClock) (*decodeResult, error) {
 	B, H, T, DK, HKV, DV := q[0], q[1], q[2], q[3], k[1], v[3]
 	// Freed last to first on return; in the background after a signal
-	// (closeAfter), so the command need not wait for the step in flight.
+	// (tune.CloseAfter), so the command need not wait for the step in flight.
 	var frees []func()
 	defer func() {
-		closeAfter(ctx, func() {
+		tune.CloseAfter(ctx, func() {
 			for i := len(frees) - 1; i >= 0; i-- {
 				frees[i]()
 			}
