@@ -101,21 +101,6 @@ func (c Case) Bytes() int64 {
 	return size(0, b*h*l*int64(d.DK)) + size(1, b*hkv*s*int64(d.DK)) + size(2, b*hkv*s*int64(d.DV)) + 4*b*h*l*int64(d.DV)
 }
 
-// Hooks follow a bench's calls, for progress and time estimates: Begin
-// before the first (cold) call, Lap after every call, Idle when the case
-// is done. Nil hooks are skipped.
-type Hooks struct {
-	Begin func()
-	Lap   func()
-	Idle  func()
-}
-
-func call(f func()) {
-	if f != nil {
-		f()
-	}
-}
-
 // Measurement is what Bench measured of a case.
 type Measurement struct {
 	Plan              vkattn.Plan   // the forward's
@@ -126,10 +111,11 @@ type Measurement struct {
 }
 
 // Bench uploads random Q, K, V for c (from seed, whatever other cases
-// run), makes one cold call and reps timed ones, and measures them. The
+// run), makes one cold call and reps timed ones, and measures them; clock
+// follows the calls and tick (if not nil) is called after each. The
 // forward is prepared once and replayed (the timings are the dispatch and
 // its wait, not allocation); a backward call runs whole each time.
-func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint64, h Hooks) (*Measurement, error) {
+func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint64, clock *Clock, tick func()) (*Measurement, error) {
 	r := rand.New(rand.NewPCG(seed, 0x7661747461)) // "vkatt"
 	in, err := UploadRandomAs(dev, r, c.Dims, c.Types)
 	if err != nil {
@@ -138,7 +124,7 @@ func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint6
 	var prepared *vkattn.Call
 	var grad *backwardRun
 	defer func() {
-		call(h.Idle)
+		clock.Idle()
 		free := func() {
 			if prepared != nil {
 				prepared.Close()
@@ -166,10 +152,11 @@ func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint6
 	}
 	m := &Measurement{Reps: reps}
 	start := time.Now()
-	call(h.Begin)
+	clock.Begin(true)
 	m.ColdGPU, err = runner.Run(ctx)
 	m.ColdWall = time.Since(start)
-	call(h.Lap)
+	clock.Lap()
+	tickOf(tick)()
 	if err != nil {
 		return nil, err
 	}
@@ -179,11 +166,19 @@ func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint6
 		m.Plan = prepared.Output().Plan
 	}
 	before := dev.Stats()
-	if m.Timing, err = TimeRuns(ctx, runner, reps, func() { call(h.Lap) }); err != nil {
+	if m.Timing, err = TimeRuns(ctx, runner, reps, func() { clock.Lap(); tickOf(tick)() }); err != nil {
 		return nil, err
 	}
 	m.Cost = dev.Stats().Since(before)
 	return m, nil
+}
+
+// tickOf is tick, or a tick that does nothing.
+func tickOf(tick func()) func() {
+	if tick == nil {
+		return func() {}
+	}
+	return tick
 }
 
 // CloseAfter runs free, which waits for the device's work in flight: at

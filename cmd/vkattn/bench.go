@@ -320,10 +320,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 
 	prog := newBenchProgress(stderr, f.quiet, len(cases)*(1+f.reps))
-	clock := &dispatchClock{}
+	clock := &tune.Clock{}
 	ctx, stop := interruptible("bench", func() string {
 		prog.clear()
-		return clock.estimate()
+		return clock.Estimate()
 	})
 	defer stop()
 	var results []benchResult
@@ -371,12 +371,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 
 // benchOne measures c (tune.Bench) as a row of the table: clock and tick
 // follow the calls.
-func benchOne(ctx context.Context, dev *vkattn.Device, c tune.Case, reps int, seed uint64, clock *dispatchClock, tick func()) (benchResult, error) {
-	m, err := tune.Bench(ctx, dev, c, reps, seed, tune.Hooks{
-		Begin: func() { clock.begin(true) },
-		Lap:   func() { clock.lap(); tick() },
-		Idle:  clock.idle,
-	})
+func benchOne(ctx context.Context, dev *vkattn.Device, c tune.Case, reps int, seed uint64, clock *tune.Clock, tick func()) (benchResult, error) {
+	m, err := tune.Bench(ctx, dev, c, reps, seed, clock, tick)
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -571,7 +567,7 @@ func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
 // n results of ticks calls in all, run with the device, the flags' reps,
 // seed and RoPE, then printed by table or as JSON.
 func runCacheSuite[T any](f *benchFlags, stdout, stderr io.Writer, name string, n, ticks int,
-	run func(context.Context, *vkattn.Device, int, uint64, *vkattn.RoPE, *dispatchClock, func()) ([]T, error),
+	run func(context.Context, *vkattn.Device, int, uint64, *vkattn.RoPE, *tune.Clock, func()) ([]T, error),
 	table func(io.Writer, string, []T)) int {
 	dev, err := vkattn.Open(f.device.with(vkattn.Config{}))
 	if err != nil {
@@ -579,10 +575,10 @@ func runCacheSuite[T any](f *benchFlags, stdout, stderr io.Writer, name string, 
 	}
 	defer dev.Close()
 	prog := newBenchProgress(stderr, f.quiet, ticks)
-	clock := &dispatchClock{}
+	clock := &tune.Clock{}
 	ctx, stop := interruptible("bench", func() string {
 		prog.clear()
-		return clock.estimate()
+		return clock.Estimate()
 	})
 	defer stop()
 	prog.describe(name)

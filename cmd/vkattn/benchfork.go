@@ -35,7 +35,7 @@ type forkResult struct {
 
 // benchFork measures reps decode steps of forkSeqs continuations of a
 // forkPrompt-token prompt for each cache type.
-func benchFork(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, rope *vkattn.RoPE, clock *dispatchClock, tick func()) ([]forkResult, error) {
+func benchFork(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, rope *vkattn.RoPE, clock *tune.Clock, tick func()) ([]forkResult, error) {
 	r := rand.New(rand.NewPCG(seed, 0x666f726b)) // "fork"
 	randn := func(n int) []float32 {
 		x := make([]float32, n)
@@ -59,7 +59,7 @@ func benchFork(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, r
 			}
 			var step *vkattn.DecodeStep
 			defer func() {
-				clock.idle()
+				clock.Idle()
 				tune.CloseAfter(ctx, func() {
 					step.Close()
 					cache.Close()
@@ -85,11 +85,11 @@ func benchFork(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, r
 			for i := 0; i < reps; i++ {
 				k, v, q := randn(B*HKV*D), randn(B*HKV*D), randn(B*H*D)
 				t0 := time.Now()
-				clock.begin(i == 0)
+				clock.Begin(i == 0)
 				if _, err := step.Run(ctx, k, v, q, o); err != nil {
 					return res, err
 				}
-				clock.done()
+				clock.Done()
 				times = append(times, time.Since(t0))
 				tick()
 			}

@@ -54,7 +54,7 @@ type loopResult struct {
 // cache length (the 1k step in a 1k and in a 32k cache, each layout and
 // type) are prepared together and their steps taken in turns, so that
 // the machine's drift falls on all of them alike.
-func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, rope *vkattn.RoPE, clock *dispatchClock, tick func()) ([]loopResult, error) {
+func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, rope *vkattn.RoPE, clock *tune.Clock, tick func()) ([]loopResult, error) {
 	r := rand.New(rand.NewPCG(seed, 0x6c6f6f70)) // "loop"
 	randn := func(n int) []float32 {
 		x := make([]float32, n)
@@ -72,7 +72,7 @@ func benchDecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uin
 		var group []*loopRun
 		err := func() error {
 			defer func() {
-				clock.idle()
+				clock.Idle()
 				tune.CloseAfter(ctx, func() {
 					for _, l := range group {
 						l.close()
@@ -135,7 +135,7 @@ type loopCache struct {
 	rope              *vkattn.RoPE
 }
 
-func newLoopRun(ctx context.Context, dev *vkattn.Device, c loopCache, randn func(int) []float32, clock *dispatchClock, tick func()) (*loopRun, error) {
+func newLoopRun(ctx context.Context, dev *vkattn.Device, c loopCache, randn func(int) []float32, clock *tune.Clock, tick func()) (*loopRun, error) {
 	H, HKV, D := loopH, loopHKV, loopD
 	s, dt := c.s, c.dt
 	l := &loopRun{res: loopResult{Length: s, Capacity: c.capacity, Cache: "contiguous", DType: dt.String(), BytesPerToken: 2 * dt.StorageBytes(HKV*D)}, historyLength: s - 1, dt: dt}
@@ -168,29 +168,29 @@ func newLoopRun(ctx context.Context, dev *vkattn.Device, c loopCache, randn func
 	l.res.Variant = plan.Kernel.Variant
 	l.k, l.v, l.q, l.o = randn(HKV*D), randn(HKV*D), randn(H*D), make([]float32, H*D)
 	start := time.Now()
-	clock.begin(true)
+	clock.Begin(true)
 	if _, err := l.dstep.Run(ctx, l.k, l.v, l.q, l.o); err != nil { // compiles the variant
 		return l, err
 	}
-	clock.done()
+	clock.Done()
 	l.res.ColdWallNS = int64(time.Since(start))
 	tick()
 	return l, nil
 }
 
 // step takes one timed step, counting what it cost the device.
-func (l *loopRun) step(ctx context.Context, dev *vkattn.Device, clock *dispatchClock, tick func()) error {
+func (l *loopRun) step(ctx context.Context, dev *vkattn.Device, clock *tune.Clock, tick func()) error {
 	if err := l.cache.Truncate([]int{l.historyLength}); err != nil {
 		return err
 	}
 	before := dev.Stats()
 	t0 := time.Now()
-	clock.begin(false)
+	clock.Begin(false)
 	gpu, err := l.dstep.Run(ctx, l.k, l.v, l.q, l.o)
 	if err != nil {
 		return err
 	}
-	clock.done()
+	clock.Done()
 	l.steps, l.gpus = append(l.steps, time.Since(t0)), append(l.gpus, gpu)
 	d := dev.Stats().Since(before)
 	l.counted.Allocations += d.Allocations

@@ -138,8 +138,8 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return failf(stderr, "decode", "Q %v, K %v, V %v: %v", q, k, v, err)
 	}
 
-	clock := &dispatchClock{}
-	dev, ctx, done, code := openInterruptible("decode", f.device, stderr, clock.estimate)
+	clock := &tune.Clock{}
+	dev, ctx, done, code := openInterruptible("decode", f.device, stderr, clock.Estimate)
 	if code != exitOK {
 		return code
 	}
@@ -214,7 +214,7 @@ type decodeResult struct {
 
 // decodeLoop runs the prefill and the steps, gathering every token's
 // output.
-func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page int, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *dispatchClock) (*decodeResult, error) {
+func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page int, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *tune.Clock) (*decodeResult, error) {
 	B, H, T, DK, HKV, DV := q[0], q[1], q[2], q[3], k[1], v[3]
 	// Freed last to first on return; in the background after a signal
 	// (tune.CloseAfter), so the command need not wait for the step in flight.
@@ -261,9 +261,9 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 		return nil, err
 	}
 	frees = append(frees, qp.Close)
-	clock.begin(true)
+	clock.Begin(true)
 	out, err := cache.AttentionContext(ctx, qp, opts)
-	clock.done()
+	clock.Done()
 	if err != nil {
 		return nil, err
 	}
@@ -290,11 +290,11 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 	frees = append(frees, call.Close)
 	res.summary.StepPlan = call.Output().Plan.String()
 	// One untimed run first: the first dispatch of a variant compiles it.
-	clock.begin(true)
+	clock.Begin(true)
 	if _, err := call.Run(ctx); err != nil {
 		return nil, err
 	}
-	clock.done()
+	clock.Done()
 	var times []time.Duration
 	start := time.Now()
 	for t := prefill; t < T; t++ {
@@ -305,12 +305,12 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 			return nil, err
 		}
 		stepStart := time.Now()
-		clock.begin(false)
+		clock.Begin(false)
 		gpu, err := call.Run(ctx)
 		if err != nil {
 			return nil, err
 		}
-		clock.done()
+		clock.Done()
 		if gpu == 0 {
 			gpu = time.Since(stepStart)
 		}

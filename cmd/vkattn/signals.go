@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
-	"time"
 )
 
 // Signals: SIGINT, SIGTERM and SIGHUP end every command the same way. The
@@ -191,94 +190,4 @@ func removeTemp(tmp string) {
 	defer s.mu.Unlock()
 	delete(s.temps, tmp)
 	os.Remove(tmp)
-}
-
-// dispatchClock follows the dispatches of interruptible work, so that a
-// signal can say how long the one in flight (which the device cannot
-// abandon) should still take, from the time of the one before.
-type dispatchClock struct {
-	mu    sync.Mutex
-	start time.Time     // of the call in flight; zero when none
-	cold  bool          // it is the first of its kernel variant (compiles it)
-	last  time.Duration // the last warm call's wall time, 0 before one
-	first time.Duration // the last cold call's, compiling included
-}
-
-// begin says a call starts; cold: the first of its kernel variant, after
-// which warm calls of another variant say nothing of the next ones.
-func (c *dispatchClock) begin(cold bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.start, c.cold = time.Now(), cold
-	if cold {
-		c.last = 0
-	}
-}
-
-// lap says the call in flight ended and the next, warm one starts.
-func (c *dispatchClock) lap() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.recordLocked()
-	c.start, c.cold = time.Now(), false
-}
-
-// done says the call in flight ended.
-func (c *dispatchClock) done() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.recordLocked()
-	c.start = time.Time{}
-}
-
-// idle says no call is in flight (after a lap that started none).
-func (c *dispatchClock) idle() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.start = time.Time{}
-}
-
-func (c *dispatchClock) recordLocked() {
-	if c.start.IsZero() {
-		return
-	}
-	if d := time.Since(c.start); c.cold {
-		c.first = d
-	} else {
-		c.last = d
-	}
-}
-
-// estimate says what stopping waits for: nothing, or the call in flight
-// and how long it should still take.
-func (c *dispatchClock) estimate() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.start.IsZero() {
-		return "stopping"
-	}
-	ran := time.Since(c.start)
-	running := fmt.Sprintf("stopping after the call in flight (it cannot be stopped on the device), running for %s", roundDur(ran))
-	switch {
-	case c.cold && c.first > 0:
-		return fmt.Sprintf("%s; it is the first of its kernel variant, which compiles it (the last such call took %s)", running, roundDur(c.first))
-	case c.cold:
-		return running + "; it is the first of its kernel variant, which compiles it"
-	case c.last > 0 && ran > c.last:
-		return fmt.Sprintf("%s, longer than the last call (%s)", running, roundDur(c.last))
-	case c.last > 0 && c.last-ran < time.Second:
-		return "stopping"
-	case c.last > 0:
-		return fmt.Sprintf("%s: about %s more (the last call took %s)", running, roundDur(c.last-ran), roundDur(c.last))
-	case c.first > 0 && c.first-ran >= time.Second:
-		return fmt.Sprintf("%s: at most about %s more (the first call, compiling included, took %s)", running, roundDur(c.first-ran), roundDur(c.first))
-	}
-	return running
-}
-
-func roundDur(d time.Duration) time.Duration {
-	if d >= 10*time.Second {
-		return d.Round(time.Second)
-	}
-	return d.Round(100 * time.Millisecond)
 }

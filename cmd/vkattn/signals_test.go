@@ -280,38 +280,6 @@ func TestTuneSignalStopsPromptly(t *testing.T) {
 	mentions(t, "stdout", c.stdout.String(), "device: ", "rows ")
 }
 
-// The estimate a signal prints comes from the calls before the one in
-// flight.
-func TestDispatchClockEstimate(t *testing.T) {
-	now := time.Now()
-	for i, c := range []struct {
-		clock *dispatchClock
-		want  string
-	}{
-		{&dispatchClock{}, "stopping"},
-		{&dispatchClock{start: now.Add(-2 * time.Second), last: 10 * time.Second}, "running for 2s: about 8s more (the last call took 10s)"},
-		{&dispatchClock{start: now.Add(-2 * time.Second), last: 2500 * time.Millisecond}, "stopping"},
-		{&dispatchClock{start: now.Add(-30 * time.Second), last: 10 * time.Second}, "running for 30s"},
-		{&dispatchClock{start: now.Add(-time.Second), first: 95 * time.Second}, "running for 1s: at most about 1m34s more (the first call, compiling included, took 1m35s)"},
-		{&dispatchClock{start: now.Add(-time.Second), cold: true, first: 5 * time.Second}, "first of its kernel variant, which compiles it (the last such call took 5s)"},
-	} {
-		if got := c.clock.estimate(); got != c.want && (c.want == "stopping" || !strings.Contains(got, c.want)) {
-			t.Errorf("case %d: %q, want %q", i, got, c.want)
-		}
-	}
-	var c dispatchClock
-	c.begin(true)
-	c.lap()
-	c.lap()
-	if c.first == 0 || c.cold || c.start.IsZero() {
-		t.Errorf("after a cold call and a warm one: first %v, cold %v, start %v", c.first, c.cold, c.start)
-	}
-	c.idle()
-	if c.estimate() != "stopping" {
-		t.Errorf("idle: %q", c.estimate())
-	}
-}
-
 // Issue 12: -o /dev/stdout into a pipe failed after computing; a pipe or a
 // character device is written in place, and the summary moves to stderr.
 func TestRunWritesToAPipe(t *testing.T) {

@@ -172,14 +172,14 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	// The bar is made at the first report, which says how many steps.
 	var prog *benchProgress
 	var progMu sync.Mutex // prog is made here and cleared by a signal's note
-	clock := &dispatchClock{}
+	clock := &tune.Clock{}
 	ctx, stop := interruptible("tune", func() string {
 		progMu.Lock()
 		if prog != nil {
 			prog.clear()
 		}
 		progMu.Unlock()
-		return clock.estimate()
+		return clock.Estimate()
 	})
 	defer stop()
 	what, lastDone := "", 0
@@ -195,15 +195,15 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		case desc != what:
 			what = desc
 			prog.describe(desc)
-			clock.begin(true)
+			clock.Begin(true)
 		case done > lastDone:
-			clock.lap()
+			clock.Lap()
 		}
 		lastDone = done
 		prog.set(done)
 	}
 	rep, err := tune.Run(ctx, dev, tune.Config{Widths: f.ds.ds, Reps: f.reps, Length: f.length, Seed: f.seed, Progress: progress})
-	clock.idle()
+	clock.Idle()
 	if prog != nil {
 		prog.finish()
 	}
