@@ -559,15 +559,17 @@ func (p *benchProgress) finish() { p.clear() }
 
 // runDecodeLoopSuite is bench --suite decode-loop.
 func runDecodeLoopSuite(f *benchFlags, stdout, stderr io.Writer) int {
-	n := len(loopCases) * 2 * len(loopTypes)
-	return runCacheSuite(f, stdout, stderr, "decode loop", n, n*(1+f.reps), benchDecodeLoop, printLoopTable)
+	s := cacheSuite
+	s.RoPE = f.rope
+	n := s.LoopResults()
+	return runCacheSuite(f, stdout, stderr, "decode loop", n, n*(1+f.reps), s.DecodeLoop, printLoopTable)
 }
 
 // runCacheSuite runs a suite of KV cache measurements (decode-loop, fork):
-// n results of ticks calls in all, run with the device, the flags' reps,
-// seed and RoPE, then printed by table or as JSON.
+// n results of ticks calls in all, run with the device and the flags'
+// reps and seed, then printed by table or as JSON.
 func runCacheSuite[T any](f *benchFlags, stdout, stderr io.Writer, name string, n, ticks int,
-	run func(context.Context, *vkattn.Device, int, uint64, *vkattn.RoPE, *tune.Clock, func()) ([]T, error),
+	run func(context.Context, *vkattn.Device, int, uint64, *tune.Clock, func()) ([]T, error),
 	table func(io.Writer, string, []T)) int {
 	dev, err := vkattn.Open(f.device.with(vkattn.Config{}))
 	if err != nil {
@@ -582,7 +584,7 @@ func runCacheSuite[T any](f *benchFlags, stdout, stderr io.Writer, name string, 
 	})
 	defer stop()
 	prog.describe(name)
-	results, err := run(ctx, dev, f.reps, f.seed, f.rope, clock, prog.add)
+	results, err := run(ctx, dev, f.reps, f.seed, clock, prog.add)
 	prog.finish()
 	stop()
 	if ctx.Err() != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/vkattn/vkattn/tune"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
@@ -89,20 +90,17 @@ func TestDecode(t *testing.T) {
 // allocates nothing.
 func TestBenchDecodeLoop(t *testing.T) {
 	withDevice(t)
-	saved := [...]int{loopH, loopHKV, loopD, loopPage}
-	savedCases := loopCases
-	loopH, loopHKV, loopD, loopPage = 4, 2, 32, 64
-	loopCases = []struct{ length, capacity int }{{300, 300}, {300, 1200}}
-	defer func() {
-		loopH, loopHKV, loopD, loopPage, loopCases = saved[0], saved[1], saved[2], saved[3], savedCases
-	}()
+	saved := cacheSuite
+	cacheSuite.H, cacheSuite.HKV, cacheSuite.D, cacheSuite.Page = 4, 2, 32, 64
+	cacheSuite.Cases = []tune.LoopCase{{Length: 300, Capacity: 300}, {Length: 300, Capacity: 1200}}
+	defer func() { cacheSuite = saved }()
 	for _, planAs := range []string{"", "nvidia"} {
 		args := []string{"bench", "--suite", "decode-loop", "--reps", "3", "--quiet", "--json"}
 		if planAs != "" {
 			args = append(args, "--plan-as", planAs)
 		}
 		out := cliOK(t, args...)
-		var rs []loopResult
+		var rs []tune.LoopResult
 		if err := json.Unmarshal([]byte(out), &rs); err != nil {
 			t.Fatalf("--json: %v\n%s", err, out)
 		}
@@ -132,13 +130,11 @@ func TestBenchDecodeLoop(t *testing.T) {
 // would hold 40; freed by the command.
 func TestBenchFork(t *testing.T) {
 	withDevice(t)
-	saved := [...]int{loopH, loopHKV, loopD, loopPage, forkPrompt}
-	loopH, loopHKV, loopD, loopPage, forkPrompt = 4, 2, 32, 64, 300
-	defer func() {
-		loopH, loopHKV, loopD, loopPage, forkPrompt = saved[0], saved[1], saved[2], saved[3], saved[4]
-	}()
+	saved := cacheSuite
+	cacheSuite.H, cacheSuite.HKV, cacheSuite.D, cacheSuite.Page, cacheSuite.Prompt = 4, 2, 32, 64, 300
+	defer func() { cacheSuite = saved }()
 	out := cliOK(t, "bench", "--suite", "fork", "--reps", "3", "--quiet", "--json")
-	var rs []forkResult
+	var rs []tune.ForkResult
 	if err := json.Unmarshal([]byte(out), &rs); err != nil {
 		t.Fatalf("--json: %v\n%s", err, out)
 	}
