@@ -39,6 +39,17 @@ var DefaultCacheSuite = CacheSuite{
 	Sequences: 8, Prompt: 4096,
 }
 
+// normals gives n standard normal values at a time from r.
+func normals(r *rand.Rand) func(n int) []float32 {
+	return func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		return x
+	}
+}
+
 // LoopResults is how many results DecodeLoop gives: every case, layout and type.
 func (cs CacheSuite) LoopResults() int { return len(cs.Cases) * 2 * len(cs.Types) }
 
@@ -73,14 +84,7 @@ type LoopResult struct {
 // the machine's drift falls on all of them alike.
 func (cs CacheSuite) DecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *Clock, tick func()) ([]LoopResult, error) {
 	tick = tickOf(tick)
-	r := rand.New(rand.NewPCG(seed, 0x6c6f6f70)) // "loop"
-	randn := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
-		return x
-	}
+	randn := normals(rand.New(rand.NewPCG(seed, 0x6c6f6f70))) // "loop"
 	var out []LoopResult
 	for first := 0; first < len(cs.Cases); {
 		last := first
@@ -260,14 +264,7 @@ type ForkResult struct {
 // own token.
 func (cs CacheSuite) Fork(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *Clock, tick func()) ([]ForkResult, error) {
 	tick = tickOf(tick)
-	r := rand.New(rand.NewPCG(seed, 0x666f726b)) // "fork"
-	randn := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
-		return x
-	}
+	randn := normals(rand.New(rand.NewPCG(seed, 0x666f726b))) // "fork"
 	B, H, HKV, D, page, prompt := cs.Sequences, cs.H, cs.HKV, cs.D, cs.Page, cs.Prompt
 	var out []ForkResult
 	for _, dt := range cs.Types {
