@@ -11,7 +11,7 @@ command -v glslc >/dev/null || { echo "glslc not found: apt-get install glslc" >
 # The compiler the committed SPIR-V came from (glslc --version, first
 # three lines), kept beside it: another version may emit other bytes for
 # the same source, and --check says so rather than only "stale".
-version=$(glslc --version | head -n 3)
+version=$(glslc --version | sed -n 1,3p) # reads it all: head would leave glslc a SIGPIPE under pipefail
 if [ $check = 1 ] && [ "$version" != "$(cat glslc-version.txt 2>/dev/null)" ]; then
   echo "note: the committed SPIR-V came from" >&2
   sed 's/^/    /' glslc-version.txt >&2 2>/dev/null || echo "    (no shaders/glslc-version.txt)" >&2
