@@ -9,26 +9,22 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/reference"
 )
 
-// gradTolerance bounds the device's gradients against the float64
-// reference's: |got - want| <= 1e-4 * max(1, max|want|) over each tensor.
-const gradTolerance = 1e-4
-
+// compareGrad checks a gradient against the float64 reference's under
+// golden.GradCheck: |got - want| <= 1e-4 * max(1, max|want|) over the
+// tensor.
 func compareGrad(t *testing.T, what string, got []float32, want []float64) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}
-	top := 1.0
-	for _, w := range want {
-		top = math.Max(top, math.Abs(w))
-	}
-	for i := range got {
-		if math.IsNaN(float64(got[i])) || math.Abs(float64(got[i])-want[i]) > gradTolerance*top {
-			t.Fatalf("%s[%d] = %v, want %v (bound %.3g)", what, i, got[i], want[i], gradTolerance*top)
-		}
+	var c golden.GradCheck
+	c.Add(what, got, want)
+	if !c.Pass {
+		t.Fatalf("%s (%.3g times the bound)", c.Worst(), float64(c.Ratio))
 	}
 }
 

@@ -184,7 +184,7 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 
 	// O drops the kernel's head axis: Q's leading axes, then d_v.
 	oShape, wShape, lseShape := golden.OutputShapes(p.q.Shape, p.k3[1], p.v3[2])
-	var chk *checkResult
+	var chk *golden.Check
 	if f.check {
 		ref, err := reference.AdditiveAttention(p.q.F32, p.q3, p.k.F32, p.k3, p.v.F32, p.v3, p.w, p.opts)
 		if err != nil {
@@ -195,13 +195,13 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 
 	var grads []output
 	if f.grads != "" {
-		var gchk *gradCheckJSON
+		var gchk *golden.GradCheck
 		if grads, gchk, err = additiveGrads(dev, layer, p, f.dout, oShape, f.check); err != nil {
 			return failf(stderr, "additive", "gradients: %v", err)
 		}
 		if gchk != nil {
 			if !gchk.Pass {
-				return failf(stderr, "additive", "check failed: the gradients differ from the float64 reference (%s, %.3g times the bound); no output written", gchk.worst, float64(gchk.Ratio))
+				return failf(stderr, "additive", "check failed: the gradients differ from the float64 reference (%s, %.3g times the bound); no output written", gchk.Worst(), float64(gchk.Ratio))
 			}
 			fmt.Fprintf(stdout, "gradients vs float64 reference: max abs err %.3g, worst %.3g times the bound 1e-4 * max(1, max|ref|): ok\n", float64(gchk.MaxAbs), float64(gchk.Ratio))
 		}
@@ -232,7 +232,7 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 // additiveGrads computes the gradients for --dout (Additive.Backward) as
 // the members of --grads, and with check compares them with the
 // reference's.
-func additiveGrads(dev *vkattn.Device, layer *vkattn.Additive, p *additiveProblem, doutPath string, oShape []int, check bool) ([]output, *gradCheckJSON, error) {
+func additiveGrads(dev *vkattn.Device, layer *vkattn.Additive, p *additiveProblem, doutPath string, oShape []int, check bool) ([]output, *golden.GradCheck, error) {
 	dO, err := readFloatInput("--dout", doutPath)
 	if err != nil {
 		return nil, nil, err
@@ -271,13 +271,13 @@ func additiveGrads(dev *vkattn.Device, layer *vkattn.Additive, p *additiveProble
 	if err != nil {
 		return nil, nil, fmt.Errorf("reference: %w", err)
 	}
-	chk := &gradCheckJSON{}
+	chk := &golden.GradCheck{}
 	for i, want := range [][]float64{ref.DQ, ref.DK, ref.DV, ref.DWQ, ref.DWK} {
-		chk.add(outs[i].name, outs[i].data, want)
+		chk.Add(outs[i].name, outs[i].data, want)
 	}
 	if ref.DBias != nil {
-		chk.add("b", g.DBias, ref.DBias)
+		chk.Add("b", g.DBias, ref.DBias)
 	}
-	chk.add("w_a", g.DWA, ref.DWA)
+	chk.Add("w_a", g.DWA, ref.DWA)
 	return outs, chk, nil
 }

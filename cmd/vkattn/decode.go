@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/vkattn/vkattn/internal/golden"
 	"io"
 	"time"
 
@@ -151,17 +152,17 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failf(stderr, "decode", "%v", err)
 	}
-	var chk *checkResult
+	var chk *golden.Check
 	if f.check {
 		ref, err := storedAttention(in, q, k, v, types[1], full)
 		if err != nil {
 			return failf(stderr, "decode", "reference: %v", err)
 		}
-		chk = &checkResult{}
-		chk.add("O", res.o, ref.O)
+		chk = &golden.Check{}
+		chk.Add("O", res.o, ref.O)
 	}
-	if chk != nil && !chk.ok() {
-		return failf(stderr, "decode", "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.worst)
+	if chk != nil && !chk.OK() {
+		return failf(stderr, "decode", "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.Worst())
 	}
 	oShape := append(append([]int(nil), in[0].Shape[:len(in[0].Shape)-1]...), v[3])
 	if f.out != "" {
@@ -194,17 +195,17 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 
 // decodeSummary is what decode reports (--json).
 type decodeSummary struct {
-	Device       string       `json:"device"`
-	Dims         vkattn.Dims  `json:"dims"`
-	Cache        string       `json:"cache"` // "contiguous f16", "paged (16) f32"
-	Prefill      int          `json:"prefill"`
-	Steps        int          `json:"steps"`
-	PrefillNS    int64        `json:"prefill_gpu_ns"`
-	StepMedianNS int64        `json:"step_gpu_median_ns"` // device time; wall time without timestamps
-	StepsWallNS  int64        `json:"steps_wall_ns"`      // append, query write and run, all steps
-	TokensPerSec float64      `json:"tokens_per_s"`       // B tokens a step over the steps' wall time
-	StepPlan     string       `json:"step_plan"`
-	Check        *checkResult `json:"check,omitempty"`
+	Device       string        `json:"device"`
+	Dims         vkattn.Dims   `json:"dims"`
+	Cache        string        `json:"cache"` // "contiguous f16", "paged (16) f32"
+	Prefill      int           `json:"prefill"`
+	Steps        int           `json:"steps"`
+	PrefillNS    int64         `json:"prefill_gpu_ns"`
+	StepMedianNS int64         `json:"step_gpu_median_ns"` // device time; wall time without timestamps
+	StepsWallNS  int64         `json:"steps_wall_ns"`      // append, query write and run, all steps
+	TokensPerSec float64       `json:"tokens_per_s"`       // B tokens a step over the steps' wall time
+	StepPlan     string        `json:"step_plan"`
+	Check        *golden.Check `json:"check,omitempty"`
 }
 
 type decodeResult struct {

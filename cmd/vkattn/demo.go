@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/vkattn/vkattn/internal/golden"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -229,8 +230,8 @@ func demoRandom(w io.Writer, dev *vkattn.Device) error {
 	if err != nil {
 		return err
 	}
-	chk := &checkResult{}
-	chk.add("O", res.o, ref.O)
+	chk := &golden.Check{}
+	chk.Add("O", res.o, ref.O)
 	fmt.Fprintf(w, "plan: %v\n", res.plan)
 	// The first call of a kernel variant compiles it (lavapipe compiles
 	// at its first dispatch): that is not the kernel's speed.
@@ -241,7 +242,7 @@ func demoRandom(w io.Writer, dev *vkattn.Device) error {
 	fmt.Fprintf(w, "first call (compiling its kernel included): %s\n", gpuTimeString(res.gpuTime, res.plan.Dims.FLOPs()))
 	fmt.Fprintf(w, "GPU time (the median of 3 more calls): %s\n", gpuTimeString(steady, res.plan.Dims.FLOPs()))
 	fmt.Fprintln(w, chk.String())
-	if !chk.ok() {
+	if !chk.OK() {
 		return fmt.Errorf("the GPU result differs from the reference")
 	}
 	return nil

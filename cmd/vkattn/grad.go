@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
 	"slices"
 
 	"github.com/vkattn/vkattn"
@@ -54,39 +53,7 @@ type gradSummary struct {
 	Plan   string               `json:"plan"` // the forward's
 	GPUNS  int64                `json:"gpu_ns"`
 	Grads  map[string]arrayJSON `json:"grads"` // dQ, dK, dV (and dSinks)
-	Check  *gradCheckJSON       `json:"check,omitempty"`
-}
-
-// gradCheckJSON is --check's verdict: the largest error of each gradient
-// over its bound, 1e-4 * max(1, max|reference|).
-type gradCheckJSON struct {
-	MaxAbs golden.Number `json:"max_abs_err"`
-	Ratio  golden.Number `json:"worst_over_bound"`
-	Pass   bool          `json:"pass"`
-	worst  string
-}
-
-// gradTolerance is grad --check's bound relative to each tensor's largest
-// reference magnitude (at least 1).
-const gradTolerance = 1e-4
-
-func (c *gradCheckJSON) add(name string, got []float32, want []float64) {
-	top := 1.0
-	for _, w := range want {
-		top = math.Max(top, math.Abs(w))
-	}
-	for i := range got {
-		e := math.Abs(float64(got[i]) - want[i])
-		if math.IsNaN(e) {
-			e = math.Inf(1)
-		}
-		c.MaxAbs = golden.Number(math.Max(float64(c.MaxAbs), e))
-		if r := e / (gradTolerance * top); r > float64(c.Ratio) || math.IsInf(r, 1) {
-			c.Ratio = golden.Number(r)
-			c.worst = fmt.Sprintf("%s[%d] = %v, reference %v", name, i, got[i], want[i])
-		}
-	}
-	c.Pass = float64(c.Ratio) <= 1
+	Check  *golden.GradCheck    `json:"check,omitempty"`
 }
 
 func runGrad(args []string, stdout, stderr io.Writer) int {
@@ -172,21 +139,21 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	var chk *gradCheckJSON
+	var chk *golden.GradCheck
 	if f.check {
 		ref, err := reference.AttentionBackward(p.q.F32, p.q4, p.k.F32, p.k4, p.v.F32, p.v4, dO.F32, p.opts)
 		if err != nil {
 			return failf(stderr, "grad", "reference: %v", err)
 		}
-		chk = &gradCheckJSON{}
-		chk.add("dQ", grads[0], ref.DQ)
-		chk.add("dK", grads[1], ref.DK)
-		chk.add("dV", grads[2], ref.DV)
+		chk = &golden.GradCheck{}
+		chk.Add("dQ", grads[0], ref.DQ)
+		chk.Add("dK", grads[1], ref.DK)
+		chk.Add("dV", grads[2], ref.DV)
 		if ref.DSinks != nil {
-			chk.add("dSinks", g.DSinks, ref.DSinks)
+			chk.Add("dSinks", g.DSinks, ref.DSinks)
 		}
 		if !chk.Pass {
-			return failf(stderr, "grad", "check failed: the GPU gradients differ from the float64 reference (%s, %.3g times the bound); no output written", chk.worst, float64(chk.Ratio))
+			return failf(stderr, "grad", "check failed: the GPU gradients differ from the float64 reference (%s, %.3g times the bound); no output written", chk.Worst(), float64(chk.Ratio))
 		}
 	}
 	var files []output

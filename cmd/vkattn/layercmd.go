@@ -160,8 +160,8 @@ func batchedShape(name, path string, shape []int) (b, t, width int, err error) {
 
 // finishOutputs writes outs, unless the check failed, and reports what it
 // wrote and the check's verdict. A failed check writes nothing and exits 1.
-func finishOutputs(cmd string, outs []output, chk *checkResult, stdout, stderr io.Writer) int {
-	if chk == nil || chk.ok() {
+func finishOutputs(cmd string, outs []output, chk *golden.Check, stdout, stderr io.Writer) int {
+	if chk == nil || chk.OK() {
 		if err := writeNPYFiles(outs); err != nil {
 			return failf(stderr, cmd, "%v", err)
 		}
@@ -171,8 +171,8 @@ func finishOutputs(cmd string, outs []output, chk *checkResult, stdout, stderr i
 	}
 	if chk != nil {
 		fmt.Fprintln(stdout, chk.String())
-		if !chk.ok() {
-			return failf(stderr, cmd, "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.worst)
+		if !chk.OK() {
+			return failf(stderr, cmd, "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.Worst())
 		}
 	}
 	return exitOK

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/vkattn/vkattn/internal/golden"
 	"io"
 	"slices"
 
@@ -274,7 +275,7 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 		fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.gpuTime, plan.FLOPs()))
 	}
 
-	var chk *checkResult
+	var chk *golden.Check
 	if f.check {
 		var kv []float32
 		if p.kv != nil {
@@ -284,26 +285,26 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 		if err != nil {
 			return failf(stderr, "mha", "reference: %v", err)
 		}
-		chk = &checkResult{}
-		chk.add("out", res.o, ref.Out)
+		chk = &golden.Check{}
+		chk.Add("out", res.o, ref.Out)
 		switch {
 		case res.weights == nil:
 		case f.average:
-			chk.add("averaged weights", res.weights, ref.AvgWeights)
+			chk.Add("averaged weights", res.weights, ref.AvgWeights)
 		default:
-			chk.add("weights", res.weights, ref.Weights)
+			chk.Add("weights", res.weights, ref.Weights)
 		}
 	}
 
 	var grads []output
 	if f.grads != "" {
-		var gchk *gradCheckJSON
+		var gchk *golden.GradCheck
 		if grads, gchk, err = mhaGrads(dev, layer, p, f.check); err != nil {
 			return failf(stderr, "mha", "gradients: %v", err)
 		}
 		if gchk != nil {
 			if !gchk.Pass {
-				return failf(stderr, "mha", "check failed: the gradients differ from the float64 reference (%s, %.3g times the bound); no output written", gchk.worst, float64(gchk.Ratio))
+				return failf(stderr, "mha", "check failed: the gradients differ from the float64 reference (%s, %.3g times the bound); no output written", gchk.Worst(), float64(gchk.Ratio))
 			}
 			fmt.Fprintf(stdout, "gradients vs float64 reference: max abs err %.3g, worst %.3g times the bound 1e-4 * max(1, max|ref|): ok\n", float64(gchk.MaxAbs), float64(gchk.Ratio))
 		}
@@ -329,7 +330,7 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 // mhaGrads computes the layer's gradients for --dout (MHA.Backward) as
 // the members of --grads, and with check compares them with the
 // reference's.
-func mhaGrads(dev *vkattn.Device, layer *vkattn.MHA, p *mhaProblem, check bool) ([]output, *gradCheckJSON, error) {
+func mhaGrads(dev *vkattn.Device, layer *vkattn.MHA, p *mhaProblem, check bool) ([]output, *golden.GradCheck, error) {
 	var ts []*vkattn.Tensor
 	defer func() {
 		for _, t := range ts {
@@ -382,19 +383,19 @@ func mhaGrads(dev *vkattn.Device, layer *vkattn.MHA, p *mhaProblem, check bool) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("reference: %w", err)
 	}
-	chk := &gradCheckJSON{}
-	chk.add("x", g.DX, ref.DX)
+	chk := &golden.GradCheck{}
+	chk.Add("x", g.DX, ref.DX)
 	if p.kv != nil {
 		sum := make([]float64, len(ref.DKey))
 		for i := range sum {
 			sum[i] = ref.DKey[i] + ref.DValue[i]
 		}
-		chk.add("kv", dkv, sum)
+		chk.Add("kv", dkv, sum)
 	}
 	for name, want := range map[string][]float64{"in_proj_weight": ref.InProjWeight, "q_proj_weight": ref.QProjWeight, "k_proj_weight": ref.KProjWeight,
 		"v_proj_weight": ref.VProjWeight, "in_proj_bias": ref.InProjBias, "out_proj.weight": ref.OutProjWeight, "out_proj.bias": ref.OutProjBias} {
 		if want != nil {
-			chk.add(name, g.Params[name], want)
+			chk.Add(name, g.Params[name], want)
 		}
 	}
 	return outs, chk, nil

@@ -119,5 +119,5 @@ func checkRandom(dev *vkattn.Device, p *problem) (string, bool) {
 		return "reference: " + err.Error(), false
 	}
 	chk := checkAttention(res, ref)
-	return fmt.Sprintf("%s; %s", res.plan.Kernel.Variant, chk), chk.ok()
+	return fmt.Sprintf("%s; %s", res.plan.Kernel.Variant, chk), chk.OK()
 }

@@ -588,7 +588,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 	}
 
 	oShape, wShape, lseShape := golden.OutputShapes(p.q.Shape, p.dims.S, p.dims.DV)
-	var chk *checkResult
+	var chk *golden.Check
 	if f.check {
 		ref, err := reference.Attention(p.q.F32, p.q4, p.k.F32, p.k4, p.v.F32, p.v4, p.opts)
 		if err != nil {
@@ -599,7 +599,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 
 	outs := f.outputs(res, oShape, lseShape, wShape)
 	// A failed check writes nothing: a non-zero exit never leaves files.
-	if chk == nil || chk.ok() {
+	if chk == nil || chk.OK() {
 		// The picture is drawn first and put in place last, so a failure
 		// to draw it leaves no array written either.
 		var pic *pendingFile
@@ -642,7 +642,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.gpuTime, p.dims.FLOPs()))
 		}
-		if chk == nil || chk.ok() {
+		if chk == nil || chk.OK() {
 			for _, o := range outs {
 				fmt.Fprintf(stdout, "wrote %s %s to %s\n", o.name, shapeString(o.shape), o.path)
 			}
@@ -651,64 +651,24 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, chk.String())
 		}
 	}
-	if chk != nil && !chk.ok() {
-		return failf(stderr, "run", "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.worst)
+	if chk != nil && !chk.OK() {
+		return failf(stderr, "run", "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.Worst())
 	}
 	return exitOK
 }
 
-// checkResult accumulates --check's comparisons with the reference over
-// the outputs: golden.Compare under golden.CheckTolerance. Its numbers are
-// golden.Numbers so an infinite error (NaN output) still encodes as JSON.
-type checkResult struct {
-	MaxAbs golden.Number `json:"max_abs_err"`
-	MaxRel golden.Number `json:"max_rel_err"`
-	Pass   bool          `json:"pass"`
-	failed bool
-	worst  string  // the worst element relative to its limit, for messages
-	ratio  float64 // its error over its limit
-}
-
-// add compares got with want.
-func (c *checkResult) add(name string, got []float32, want []float64) {
-	cmp := golden.Compare(got, want, golden.CheckTolerance)
-	c.failed = c.failed || !cmp.OK()
-	c.Pass = !c.failed
-	if cmp.Got != cmp.Want {
-		c.worst, c.ratio = fmt.Sprintf("%s has %d values, reference %d", name, cmp.Got, cmp.Want), math.Inf(1)
-		return
-	}
-	c.MaxAbs = golden.Number(math.Max(float64(c.MaxAbs), cmp.MaxAbs))
-	c.MaxRel = golden.Number(math.Max(float64(c.MaxRel), cmp.MaxRel))
-	if cmp.Worst >= 0 && cmp.Ratio > c.ratio {
-		c.ratio = cmp.Ratio
-		c.worst = fmt.Sprintf("%s[%d] = %v, reference %v", name, cmp.Worst, got[cmp.Worst], want[cmp.Worst])
-	}
-}
-
 // checkAttention compares every output of an attention result with the
 // reference's.
-func checkAttention(res *result, ref *reference.Result) *checkResult {
-	chk := &checkResult{}
-	chk.add("O", res.o, ref.O)
+func checkAttention(res *result, ref *reference.Result) *golden.Check {
+	chk := &golden.Check{}
+	chk.Add("O", res.o, ref.O)
 	if res.lse != nil {
-		chk.add("LSE", res.lse, ref.LSE)
+		chk.Add("LSE", res.lse, ref.LSE)
 	}
 	if res.weights != nil {
-		chk.add("weights", res.weights, ref.Weights)
+		chk.Add("weights", res.weights, ref.Weights)
 	}
 	return chk
-}
-
-func (c *checkResult) ok() bool { return !c.failed }
-
-func (c *checkResult) String() string {
-	verdict := "ok"
-	if c.failed {
-		verdict = "FAILED, worst " + c.worst
-	}
-	return fmt.Sprintf("check vs float64 reference: max abs err %.3g, max rel err %.3g (where |ref| >= %g); limit %g * max(1,|ref|): %s",
-		float64(c.MaxAbs), float64(c.MaxRel), golden.RelFloor, golden.CheckTolerance, verdict)
 }
 
 // JSON summary types. Values use golden.Number so -inf (the log-sum-exp of
@@ -732,11 +692,11 @@ type runJSON struct {
 	O         arrayJSON         `json:"O"`
 	LSE       *arrayJSON        `json:"LSE,omitempty"`
 	Weights   *arrayJSON        `json:"weights,omitempty"`
-	Check     *checkResult      `json:"check,omitempty"`
+	Check     *golden.Check     `json:"check,omitempty"`
 	Written   []string          `json:"written"`
 }
 
-func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []output, chk *checkResult) runJSON {
+func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []output, chk *golden.Check) runJSON {
 	s := runJSON{
 		Device:    r.plan.Device,
 		Dims:      r.plan.Dims,
@@ -759,7 +719,7 @@ func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []ou
 	if r.weights != nil {
 		s.Weights = &arrayJSON{Shape: wShape, First: first(r.weights, 8)}
 	}
-	if chk == nil || chk.ok() {
+	if chk == nil || chk.OK() {
 		for _, o := range outs {
 			s.Written = append(s.Written, o.path)
 			switch o.name {
