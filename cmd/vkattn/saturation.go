@@ -3,9 +3,8 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"github.com/vkattn/vkattn/internal/train"
 	"io"
-	"math"
-	"math/rand/v2"
 	"strconv"
 
 	"gonum.org/v1/plot"
@@ -37,16 +36,6 @@ vanish as d_k grows; scaled, its variance is 1 at every d_k and all four
 stay flat. --plot draws the four against d_k, the two scalings side by
 side (.png, .svg, .pdf). d_k is at most 256, the kernels' head width.
 `
-
-// saturationRow is one d_k and scaling's measurement.
-type saturationRow struct {
-	DK        int     `json:"d_k"`
-	Scaled    bool    `json:"scaled"` // scores times 1/sqrt(d_k)
-	MaxWeight float64 `json:"mean_max_weight"`
-	Entropy   float64 `json:"mean_entropy"`
-	ScoreGrad float64 `json:"mean_score_grad_norm"`
-	QGrad     float64 `json:"mean_q_grad_norm"`
-}
 
 func runSaturation(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("saturation", stderr)
@@ -84,10 +73,10 @@ func runSaturation(args []string, stdout, stderr io.Writer) int {
 		return failf(stderr, "saturation", "%v", err)
 	}
 	defer dev.Close()
-	var rows []saturationRow
+	var rows []train.SaturationRow
 	for _, d := range dims.vals {
 		for _, scaled := range []bool{false, true} {
-			r, err := saturationOne(dev, d, scaled, *seed)
+			r, err := train.Saturation(dev, d, scaled, *seed)
 			if err != nil {
 				return failf(stderr, "saturation", "d_k %d: %v", d, err)
 			}
@@ -120,110 +109,19 @@ func runSaturation(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// saturationOne measures one d_k and scaling.
-func saturationOne(dev *vkattn.Device, dk int, scaled bool, seed uint64) (saturationRow, error) {
-	const H, L, DV = 8, 128, 64
-	row := saturationRow{DK: dk, Scaled: scaled}
-	r := rand.New(rand.NewPCG(seed, uint64(dk)))
-	randn := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
-		return x
-	}
-	qd, kd, vd, dOd := randn(H*L*dk), randn(H*L*dk), randn(H*L*DV), randn(H*L*DV)
-	opts := vkattn.Options{WantWeights: true}
-	if !scaled {
-		opts.Scale = vkattn.CustomScale(1)
-	}
-	var ts []*vkattn.Tensor
-	defer func() {
-		for _, t := range ts {
-			t.Close()
-		}
-	}()
-	for _, x := range []struct {
-		data []float32
-		w    int
-	}{{qd, dk}, {kd, dk}, {vd, DV}, {dOd, DV}} {
-		t, err := dev.Upload([]int{1, H, L, x.w}, x.data)
-		if err != nil {
-			return row, err
-		}
-		ts = append(ts, t)
-	}
-	out, err := dev.Attention(ts[0], ts[1], ts[2], opts)
-	if err != nil {
-		return row, err
-	}
-	defer out.Close()
-	w, err := out.Weights.Download()
-	if err != nil {
-		return row, err
-	}
-	o, err := out.O.Download()
-	if err != nil {
-		return row, err
-	}
-	opts.WantWeights = false
-	g, err := dev.AttentionBackward(ts[0], ts[1], ts[2], ts[3], opts)
-	if err != nil {
-		return row, err
-	}
-	defer g.Close()
-	dq, err := g.DQ.Download()
-	if err != nil {
-		return row, err
-	}
-	rows := H * L
-	for i := 0; i < rows; i++ {
-		p := w[i*L : (i+1)*L]
-		h := i / L
-		do := dOd[i*DV : (i+1)*DV]
-		top, ent, dd := 0.0, 0.0, 0.0
-		for c := 0; c < DV; c++ {
-			dd += float64(do[c]) * float64(o[i*DV+c])
-		}
-		ds2 := 0.0
-		for j, pj := range p {
-			pj := float64(pj)
-			top = math.Max(top, pj)
-			if pj > 0 {
-				ent -= pj * math.Log(pj)
-			}
-			dp := 0.0
-			for c := 0; c < DV; c++ {
-				dp += float64(do[c]) * float64(vd[(h*L+j)*DV+c])
-			}
-			ds := pj * (dp - dd)
-			ds2 += ds * ds
-		}
-		q2 := 0.0
-		for _, x := range dq[i*dk : (i+1)*dk] {
-			q2 += float64(x) * float64(x)
-		}
-		row.MaxWeight += top / float64(rows)
-		row.Entropy += ent / float64(rows)
-		row.ScoreGrad += math.Sqrt(ds2) / float64(rows)
-		row.QGrad += math.Sqrt(q2) / float64(rows)
-	}
-	return row, nil
-}
-
 // writeSaturationPlot draws the four measurements against d_k, a panel
 // each, a line per scaling.
-func writeSaturationPlot(path string, rows []saturationRow) error {
+func writeSaturationPlot(path string, rows []train.SaturationRow) error {
 	format, _ := plotFormat(path)
 	panels := []struct {
 		title string
-		y     func(saturationRow) float64
+		y     func(train.SaturationRow) float64
 		log   bool
 	}{
-		{"mean largest weight", func(r saturationRow) float64 { return r.MaxWeight }, false},
-		{"mean entropy (nats)", func(r saturationRow) float64 { return r.Entropy }, false},
-		{"mean |dL/ds| (scores)", func(r saturationRow) float64 { return r.ScoreGrad }, true},
-		{"mean |dL/dq|", func(r saturationRow) float64 { return r.QGrad }, true},
+		{"mean largest weight", func(r train.SaturationRow) float64 { return r.MaxWeight }, false},
+		{"mean entropy (nats)", func(r train.SaturationRow) float64 { return r.Entropy }, false},
+		{"mean |dL/ds| (scores)", func(r train.SaturationRow) float64 { return r.ScoreGrad }, true},
+		{"mean |dL/dq|", func(r train.SaturationRow) float64 { return r.QGrad }, true},
 	}
 	var plots []*plot.Plot
 	for _, pn := range panels {
