@@ -3,12 +3,12 @@ package vkattn
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )

@@ -2,12 +2,12 @@ package vkattn_test
 
 import (
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"math/rand"
 	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 )
 

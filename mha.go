@@ -3,11 +3,11 @@ package vkattn
 import (
 	"context"
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )

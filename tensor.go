@@ -3,11 +3,11 @@ package vkattn
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"math"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 	"github.com/x448/float16"

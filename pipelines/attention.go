@@ -9,10 +9,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"math"
 	"strings"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
 

@@ -1,11 +1,11 @@
 package pipelines
 
 import (
-	"github.com/vkattn/vkattn/core"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
 

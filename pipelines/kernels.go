@@ -3,10 +3,10 @@ package pipelines
 import (
 	"context"
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"sync"
 	"time"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/shaders"
 	"github.com/vkattn/vkattn/vk"
 )

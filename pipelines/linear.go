@@ -3,8 +3,8 @@ package pipelines
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
 

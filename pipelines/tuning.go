@@ -2,9 +2,9 @@ package pipelines
 
 import (
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"strings"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
 

@@ -1,10 +1,10 @@
 package pipelines
 
 import (
-	"github.com/vkattn/vkattn/core"
 	"slices"
 	"testing"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/shaders"
 	"github.com/vkattn/vkattn/vk"
 )

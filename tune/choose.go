@@ -2,13 +2,13 @@ package tune
 
 import (
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 // Choose picks the workgroup and the rows of each measured d_max bucket.

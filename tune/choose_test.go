@@ -2,7 +2,6 @@ package tune
 
 import (
 	"errors"
-	"github.com/vkattn/vkattn/core"
 	"maps"
 	"slices"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 )
 

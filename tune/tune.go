@@ -26,12 +26,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 )
 

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/vkattn/vkattn/core"
 	vulkan "github.com/vulkan-go/vulkan"
 )
 

@@ -3,13 +3,13 @@ package vk
 import (
 	"errors"
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"unsafe"
 
+	"github.com/vkattn/vkattn/core"
 	vulkan "github.com/vulkan-go/vulkan"
 )
 

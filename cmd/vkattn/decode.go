@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/vkattn/vkattn/internal/golden"
 	"io"
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/tune"
 )
@@ -213,120 +213,22 @@ type decodeResult struct {
 	summary decodeSummary
 }
 
-// decodeLoop runs the prefill and the steps, gathering every token's
-// output.
+// decodeLoop runs the prefill and the steps (tune.Decode), gathering
+// every token's output and the summary.
 func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page int, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *tune.Clock) (*decodeResult, error) {
-	B, H, T, DK, HKV, DV := q[0], q[1], q[2], q[3], k[1], v[3]
-	// Freed last to first on return; in the background after a signal
-	// (tune.CloseAfter), so the command need not wait for the step in flight.
-	var frees []func()
-	defer func() {
-		tune.CloseAfter(ctx, func() {
-			for i := len(frees) - 1; i >= 0; i-- {
-				frees[i]()
-			}
-		})
-	}()
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page, RoPE: rope})
+	run, err := tune.Decode(ctx, dev, tune.DecodeInput{
+		Q: in[0].F32, K: in[1].F32, V: in[2].F32, QShape: q, KShape: k, VShape: v,
+		Prefill: prefill, Page: page, Types: types, RoPE: rope, Opts: opts,
+	}, clock)
 	if err != nil {
 		return nil, err
 	}
-	frees = append(frees, cache.Close)
-	kind := "contiguous"
-	if page > 0 {
-		kind = fmt.Sprintf("paged (%d positions a page)", page)
-	}
-	res := &decodeResult{o: make([]float32, B*H*T*DV), summary: decodeSummary{
-		Device: dev.String(), Dims: vkattn.Dims{B: B, H: H, HKV: HKV, L: T, S: T, DK: DK, DV: DV},
-		Cache: kind + " " + types[1].String(), Prefill: prefill, Steps: T - prefill,
-	}}
-	// tokens returns tokens [a, b) of a (B, heads, T, w) array as
-	// (B, heads, b-a, w), and place puts a (B, H, n, DV) output at token a.
-	tokens := func(x []float32, heads, w, a, b int) []float32 {
-		out := make([]float32, 0, B*heads*(b-a)*w)
-		for i := 0; i < B*heads; i++ {
-			out = append(out, x[(i*T+a)*w:(i*T+b)*w]...)
-		}
-		return out
-	}
-	place := func(o []float32, a, n int) {
-		for i := 0; i < B*H; i++ {
-			copy(res.o[(i*T+a)*DV:(i*T+a+n)*DV], o[i*n*DV:(i+1)*n*DV])
-		}
-	}
-	if err := cache.Append(tokens(in[1].F32, HKV, DK, 0, prefill), tokens(in[2].F32, HKV, DV, 0, prefill), prefill); err != nil {
-		return nil, err
-	}
-	qp, err := dev.UploadAs([]int{B, H, prefill, DK}, tokens(in[0].F32, H, DK, 0, prefill), types[0])
-	if err != nil {
-		return nil, err
-	}
-	frees = append(frees, qp.Close)
-	clock.Begin(true)
-	out, err := cache.AttentionContext(ctx, qp, opts)
-	clock.Done()
-	if err != nil {
-		return nil, err
-	}
-	o, err := out.O.Download()
-	res.summary.PrefillNS = int64(out.GPUTime)
-	out.Close()
-	if err != nil {
-		return nil, err
-	}
-	place(o, 0, prefill)
-	if prefill == T {
-		return res, nil
-	}
-
-	qs, err := dev.UploadAs([]int{B, H, 1, DK}, make([]float32, B*H*DK), types[0])
-	if err != nil {
-		return nil, err
-	}
-	frees = append(frees, qs.Close)
-	call, err := cache.Prepare(qs, opts)
-	if err != nil {
-		return nil, err
-	}
-	frees = append(frees, call.Close)
-	res.summary.StepPlan = call.Output().Plan.String()
-	// One untimed run first: the first dispatch of a variant compiles it.
-	clock.Begin(true)
-	if _, err := call.Run(ctx); err != nil {
-		return nil, err
-	}
-	clock.Done()
-	var times []time.Duration
-	start := time.Now()
-	for t := prefill; t < T; t++ {
-		if err := cache.Append(tokens(in[1].F32, HKV, DK, t, t+1), tokens(in[2].F32, HKV, DV, t, t+1), 1); err != nil {
-			return nil, err
-		}
-		if err := qs.Write(tokens(in[0].F32, H, DK, t, t+1)); err != nil {
-			return nil, err
-		}
-		stepStart := time.Now()
-		clock.Begin(false)
-		gpu, err := call.Run(ctx)
-		if err != nil {
-			return nil, err
-		}
-		clock.Done()
-		if gpu == 0 {
-			gpu = time.Since(stepStart)
-		}
-		times = append(times, gpu)
-		o, err := call.Output().O.Download()
-		if err != nil {
-			return nil, err
-		}
-		place(o, t, 1)
-	}
-	wall := time.Since(start)
-	res.summary.StepsWallNS = int64(wall)
-	res.summary.StepMedianNS = tune.StatsOf(times).Median
-	res.summary.TokensPerSec = float64(B*len(times)) / wall.Seconds()
-	return res, nil
+	return &decodeResult{o: run.O, summary: decodeSummary{
+		Device: dev.String(), Dims: vkattn.Dims{B: q[0], H: q[1], HKV: k[1], L: q[2], S: q[2], DK: q[3], DV: v[3]},
+		Cache: run.Cache, Prefill: prefill, Steps: run.Steps,
+		PrefillNS: int64(run.PrefillGPU), StepMedianNS: int64(run.StepMedian), StepsWallNS: int64(run.StepsWall),
+		TokensPerSec: run.TokensPerSec, StepPlan: run.StepPlan,
+	}}, nil
 }
 
 // storedAttention is the reference of a decode over the values as the

@@ -2,10 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/vkattn/vkattn/tune"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
+
+	"github.com/vkattn/vkattn/tune"
 )
 
 // decode's loop through the cache gives full bottom-right causal attention

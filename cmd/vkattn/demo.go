@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/vkattn/vkattn/internal/golden"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/train"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/tune"

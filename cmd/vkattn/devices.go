@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
-	"github.com/vkattn/vkattn/core"
 	"io"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 )
 
 const devicesUsage = `Usage: vkattn devices [--json]

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"github.com/vkattn/vkattn/core"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"codeberg.org/sbinet/npyio"
+	"github.com/vkattn/vkattn/core"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/vk"

@@ -3,10 +3,10 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"github.com/vkattn/vkattn/internal/train"
 	"io"
 	"strconv"
 
+	"github.com/vkattn/vkattn/internal/train"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"

@@ -2,10 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/vkattn/vkattn/internal/train"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/vkattn/vkattn/internal/train"
 )
 
 // vkattn saturation shows the 1/sqrt(d_k) argument: unscaled, the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/vkattn/vkattn/core"
 	"os"
 	"regexp"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/tune"
 )
 

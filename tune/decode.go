@@ -1,0 +1,154 @@
+package tune
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/vkattn/vkattn"
+)
+
+// DecodeInput is a sequence to decode: Q (B, H, T, d_k), K (B, H_kv, T,
+// d_k) and V (B, H_kv, T, d_v) of T tokens as host float32 (rounded to
+// Types where those are halves), the tokens of the prefill, the cache's
+// page size (0: contiguous), its RoPE and the calls' options.
+type DecodeInput struct {
+	Q, K, V                []float32
+	QShape, KShape, VShape [4]int
+	Prefill, Page          int
+	Types                  [3]vkattn.DType // of the queries, the cache's K and V
+	RoPE                   *vkattn.RoPE
+	Opts                   vkattn.Options
+}
+
+// DecodeRun is what Decode measured: every token's output (B, H, T, d_v),
+// the cache's layout and type, the prefill's device time, the steps'
+// median device time, their wall time with the appends and query writes,
+// tokens per second over it, and the step's plan.
+type DecodeRun struct {
+	O                     []float32
+	Cache                 string // "contiguous f16", "paged (16 positions a page) f32"
+	Steps                 int
+	PrefillGPU            time.Duration
+	StepMedian, StepsWall time.Duration
+	TokensPerSec          float64
+	StepPlan              string
+}
+
+// Decode runs a sequence through a KV cache as a model's decoding does
+// (vkattn decode): the first Prefill tokens appended and attended in one
+// call, then each later token appended and attended with its query by a
+// prepared call (the bottom-right causal alignment of the whole sequence,
+// token by token), gathering every token's output; clock follows the
+// calls. Steps are timed on the device (wall time without timestamps).
+func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Clock) (*DecodeRun, error) {
+	q, k, v, prefill, page, types, rope, opts := in.QShape, in.KShape, in.VShape, in.Prefill, in.Page, in.Types, in.RoPE, in.Opts
+	B, H, T, DK, HKV, DV := q[0], q[1], q[2], q[3], k[1], v[3]
+	// Freed last to first on return; in the background after a signal
+	// (CloseAfter), so the command need not wait for the step in flight.
+	var frees []func()
+	defer func() {
+		CloseAfter(ctx, func() {
+			for i := len(frees) - 1; i >= 0; i-- {
+				frees[i]()
+			}
+		})
+	}()
+	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page, RoPE: rope})
+	if err != nil {
+		return nil, err
+	}
+	frees = append(frees, cache.Close)
+	kind := "contiguous"
+	if page > 0 {
+		kind = fmt.Sprintf("paged (%d positions a page)", page)
+	}
+	res := &DecodeRun{O: make([]float32, B*H*T*DV), Cache: kind + " " + types[1].String(), Steps: T - prefill}
+	// tokens returns tokens [a, b) of a (B, heads, T, w) array as
+	// (B, heads, b-a, w), and place puts a (B, H, n, DV) output at token a.
+	tokens := func(x []float32, heads, w, a, b int) []float32 {
+		out := make([]float32, 0, B*heads*(b-a)*w)
+		for i := 0; i < B*heads; i++ {
+			out = append(out, x[(i*T+a)*w:(i*T+b)*w]...)
+		}
+		return out
+	}
+	place := func(o []float32, a, n int) {
+		for i := 0; i < B*H; i++ {
+			copy(res.O[(i*T+a)*DV:(i*T+a+n)*DV], o[i*n*DV:(i+1)*n*DV])
+		}
+	}
+	if err := cache.Append(tokens(in.K, HKV, DK, 0, prefill), tokens(in.V, HKV, DV, 0, prefill), prefill); err != nil {
+		return nil, err
+	}
+	qp, err := dev.UploadAs([]int{B, H, prefill, DK}, tokens(in.Q, H, DK, 0, prefill), types[0])
+	if err != nil {
+		return nil, err
+	}
+	frees = append(frees, qp.Close)
+	clock.Begin(true)
+	out, err := cache.AttentionContext(ctx, qp, opts)
+	clock.Done()
+	if err != nil {
+		return nil, err
+	}
+	o, err := out.O.Download()
+	res.PrefillGPU = out.GPUTime
+	out.Close()
+	if err != nil {
+		return nil, err
+	}
+	place(o, 0, prefill)
+	if prefill == T {
+		return res, nil
+	}
+
+	qs, err := dev.UploadAs([]int{B, H, 1, DK}, make([]float32, B*H*DK), types[0])
+	if err != nil {
+		return nil, err
+	}
+	frees = append(frees, qs.Close)
+	call, err := cache.Prepare(qs, opts)
+	if err != nil {
+		return nil, err
+	}
+	frees = append(frees, call.Close)
+	res.StepPlan = call.Output().Plan.String()
+	// One untimed run first: the first dispatch of a variant compiles it.
+	clock.Begin(true)
+	if _, err := call.Run(ctx); err != nil {
+		return nil, err
+	}
+	clock.Done()
+	var times []time.Duration
+	start := time.Now()
+	for t := prefill; t < T; t++ {
+		if err := cache.Append(tokens(in.K, HKV, DK, t, t+1), tokens(in.V, HKV, DV, t, t+1), 1); err != nil {
+			return nil, err
+		}
+		if err := qs.Write(tokens(in.Q, H, DK, t, t+1)); err != nil {
+			return nil, err
+		}
+		stepStart := time.Now()
+		clock.Begin(false)
+		gpu, err := call.Run(ctx)
+		if err != nil {
+			return nil, err
+		}
+		clock.Done()
+		if gpu == 0 {
+			gpu = time.Since(stepStart)
+		}
+		times = append(times, gpu)
+		o, err := call.Output().O.Download()
+		if err != nil {
+			return nil, err
+		}
+		place(o, t, 1)
+	}
+	wall := time.Since(start)
+	res.StepsWall = wall
+	res.StepMedian = time.Duration(StatsOf(times).Median)
+	res.TokensPerSec = float64(B*len(times)) / wall.Seconds()
+	return res, nil
+}
