@@ -4,13 +4,15 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verify"
 )
 
 // TestGoldenCases runs every case in testdata/ (the worked examples of
 // SEMANTICS.md §14 and hand derivations from them; the numbers are copied, not
 // computed by vkattn) on every plan (TestGoldenCases/<plan>/<case>) and
 // compares with the expected O, weights and log-sum-exp under each case's
-// tolerance (1e-5 unless the worked example gives fewer digits).
+// tolerance (1e-5 unless the worked example gives fewer digits) and with
+// the float64 reference: verify.Case, the runner `vkattn verify` uses.
 func TestGoldenCases(t *testing.T) {
 	cases, err := golden.Load("testdata")
 	if err != nil {
@@ -22,26 +24,9 @@ func TestGoldenCases(t *testing.T) {
 	for plan, d := range everyPlan() {
 		for _, c := range cases {
 			t.Run(plan+"/"+c.Name, func(t *testing.T) {
-				p, err := c.Problem()
-				if err != nil {
-					t.Fatal(err)
+				if line, ok := verify.Case(d, &c); !ok {
+					t.Errorf("%s (%s)", line, c.Source)
 				}
-				got := runGPU(t, d, &problem{
-					q: p.Q, k: p.K, v: p.V, qs: p.Q4, ks: p.K4, vs: p.V4, opts: p.Opts,
-					wantLSE: c.Expect.LSE != nil, weights: c.Expect.A != nil,
-				})
-				tol := c.Tolerance()
-				check := func(what string, got []float32, want *golden.Array) {
-					if want == nil {
-						return
-					}
-					if diff := golden.MaxAbsDiff(got, want.Float64()); diff > tol {
-						t.Errorf("%s: max |error| %.3g > %.3g (%s)\n got %v\nwant %v", what, diff, tol, c.Source, got, want.Float64())
-					}
-				}
-				check("O", got.o, c.Expect.O)
-				check("A", got.w, c.Expect.A)
-				check("LSE", got.lse, c.Expect.LSE)
 			})
 		}
 	}

@@ -276,3 +276,16 @@ func formatRows(x []float32, width int, result bool) string {
 	}
 	return "[" + strings.Join(rows, " ") + "]"
 }
+
+// normalArray is an array of standard normal values of the given shape.
+func normalArray(rng *rand.Rand, shape ...int) *npyArray {
+	n := 1
+	for _, x := range shape {
+		n *= x
+	}
+	a := &npyArray{Shape: shape, F32: make([]float32, n)}
+	for i := range a.F32 {
+		a.F32[i] = float32(rng.NormFloat64())
+	}
+	return a
+}

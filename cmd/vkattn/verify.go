@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +11,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/filekind"
 	"github.com/vkattn/vkattn/internal/golden"
-	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/internal/verify"
 )
 
 const verifyUsage = `Usage: vkattn verify [--dir testdata] [--device N] [--plan-as VENDOR] [--run NAME] [--random N [--seed S]]
@@ -84,10 +84,20 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	var count tally
 	for i := range cases {
 		c := &cases[i]
-		line, ok := verifyCase(dev, c)
+		line, ok := verify.Case(dev, c)
 		fmt.Fprintf(stdout, "%-*s  %s  %s\n", width, c.Name, line, count.add(ok))
 	}
-	verifyRandom(stdout, dev, *random, *seed, &count)
+	rng := rand.New(rand.NewPCG(*seed, 0x72616e64)) // "rand"
+	for i := 0; i < *random; i++ {
+		p, types, name, err := verify.RandomCase(rng, i)
+		line, ok := "", false
+		if err == nil {
+			line, ok = verify.Random(dev, p, types)
+		} else {
+			line = err.Error()
+		}
+		fmt.Fprintf(stdout, "%s: %s  %s\n", name, line, count.add(ok))
+	}
 	fmt.Fprintf(stdout, "%d passed, %d failed\n", count.passed, count.failed)
 	if count.failed > 0 {
 		return exitFail
@@ -128,69 +138,4 @@ func (t *tally) add(ok bool) string {
 	}
 	t.failed++
 	return "FAIL"
-}
-
-// verifyCase runs one case and describes its errors in one line.
-func verifyCase(dev *vkattn.Device, c *golden.Case) (string, bool) {
-	gp, err := c.Problem()
-	if err != nil {
-		return "error: " + err.Error(), false
-	}
-	p := &problem{
-		q:    &npyArray{Shape: gp.QShape, F32: gp.Q},
-		k:    &npyArray{Shape: gp.KShape, F32: gp.K},
-		v:    &npyArray{Shape: gp.VShape, F32: gp.V},
-		q4:   gp.Q4,
-		k4:   gp.K4,
-		v4:   gp.V4,
-		dims: gp.Dims,
-		opts: gp.Opts,
-	}
-	res, err := attend(dev, p)
-	if err != nil {
-		return "device error: " + err.Error(), false
-	}
-	ref, err := reference.Attention(gp.Q, gp.Q4, gp.K, gp.K4, gp.V, gp.V4, gp.Opts)
-	if err != nil {
-		return "reference error: " + err.Error(), false
-	}
-
-	tol := c.Tolerance()
-	ok := true
-	var expErr, refErr float64
-	var worst []string
-	compare := func(what string, got []float32, want *golden.Array, refVals []float64) {
-		if want != nil {
-			d := golden.MaxAbsDiff(got, want.Float64())
-			expErr = math.Max(expErr, d)
-			if !(d <= tol) {
-				ok = false
-				worst = append(worst, fmt.Sprintf("%s off expected by %.3g", what, d))
-			}
-		}
-		if len(got) != len(refVals) {
-			ok = false
-			worst = append(worst, fmt.Sprintf("%s has %d values, reference %d", what, len(got), len(refVals)))
-			return
-		}
-		// The reference: golden.Compare's rule under the golden cases' bound.
-		cmp := golden.Compare(got, refVals, golden.VerifyTolerance)
-		refErr = math.Max(refErr, cmp.MaxAbs)
-		if !cmp.OK() {
-			ok = false
-			worst = append(worst, fmt.Sprintf("%s off reference by %.3g", what, cmp.MaxAbs))
-		}
-	}
-	compare("O", res.o, c.Expect.O, ref.O)
-	if res.weights != nil {
-		compare("A", res.weights, c.Expect.A, ref.Weights)
-	}
-	if res.lse != nil {
-		compare("LSE", res.lse, c.Expect.LSE, ref.LSE)
-	}
-	line := fmt.Sprintf("max err %.2e (tol %.0e), vs reference %.2e", expErr, tol, refErr)
-	if len(worst) > 0 {
-		line += ": " + strings.Join(worst, ", ")
-	}
-	return line, ok
 }
