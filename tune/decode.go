@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
 )
 
 // DecodeInput is a sequence to decode: Q (B, H, T, d_k), K (B, H_kv, T,
@@ -151,4 +152,36 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 	res.StepMedian = time.Duration(StatsOf(times).Median)
 	res.TokensPerSec = float64(B*len(times)) / wall.Seconds()
 	return res, nil
+}
+
+// Reference is the float64 reference of the decode (the whole sequence,
+// bottom-right causal) over the values as the cache holds them: the keys
+// as given with RoPE rotating them in the reference, or, with RoPE and a
+// half cache, rotated in float64, then rounded to the cache's type, the
+// queries rotated alike.
+func (in DecodeInput) Reference() (*reference.Result, error) {
+	q, k, v, kt, opts := in.QShape, in.KShape, in.VShape, in.Types[1], in.Opts
+	opts.Causal, opts.RoPE = vkattn.CausalBottomRight, in.RoPE
+	r := opts.RoPE
+	if r == nil || kt == vkattn.Float32 {
+		return reference.Attention(in.Q, q, in.K, k, in.V, v, opts)
+	}
+	rotated := func(x []float32, s [4]int) []float32 {
+		x64 := make([]float64, len(x))
+		for i, e := range x {
+			x64[i] = float64(e)
+		}
+		reference.RotateRoPE(x64, s, r, func(_, t int) int { return t })
+		out := make([]float32, len(x))
+		for i, e := range x64 {
+			out[i] = float32(e)
+		}
+		return out
+	}
+	ks, err := vkattn.Round(kt, rotated(in.K, k))
+	if err != nil {
+		return nil, err
+	}
+	opts.RoPE = nil
+	return reference.Attention(rotated(in.Q, q), q, ks, k, in.V, v, opts)
 }

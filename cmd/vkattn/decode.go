@@ -8,7 +8,6 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
-	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/tune"
 )
 
@@ -154,7 +153,8 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	}
 	var chk *golden.Check
 	if f.check {
-		ref, err := storedAttention(in, q, k, v, types[1], full)
+		ref, err := tune.DecodeInput{Q: in[0].F32, K: in[1].F32, V: in[2].F32, QShape: q, KShape: k, VShape: v,
+			Types: types, RoPE: rope, Opts: opts}.Reference()
 		if err != nil {
 			return failf(stderr, "decode", "reference: %v", err)
 		}
@@ -229,33 +229,4 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 		PrefillNS: int64(run.PrefillGPU), StepMedianNS: int64(run.StepMedian), StepsWallNS: int64(run.StepsWall),
 		TokensPerSec: run.TokensPerSec, StepPlan: run.StepPlan,
 	}}, nil
-}
-
-// storedAttention is the reference of a decode over the values as the
-// cache holds them: the keys as read (float32) with opts.RoPE rotating
-// them in the reference, or, with RoPE and a half cache (kt), rotated in
-// float64, then rounded to kt, with the queries rotated alike.
-func storedAttention(in [3]*npyArray, q, k, v [4]int, kt vkattn.DType, opts vkattn.Options) (*reference.Result, error) {
-	r := opts.RoPE
-	if r == nil || kt == vkattn.Float32 {
-		return reference.Attention(in[0].F32, q, in[1].F32, k, in[2].F32, v, opts)
-	}
-	rotated := func(x []float32, s [4]int) []float32 {
-		x64 := make([]float64, len(x))
-		for i, e := range x {
-			x64[i] = float64(e)
-		}
-		reference.RotateRoPE(x64, s, r, func(_, t int) int { return t })
-		out := make([]float32, len(x))
-		for i, e := range x64 {
-			out[i] = float32(e)
-		}
-		return out
-	}
-	ks, err := vkattn.Round(kt, rotated(in[1].F32, k))
-	if err != nil {
-		return nil, err
-	}
-	opts.RoPE = nil
-	return reference.Attention(rotated(in[0].F32, q), q, ks, k, in[2].F32, v, opts)
 }
