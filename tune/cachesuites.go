@@ -41,13 +41,7 @@ var DefaultCacheSuite = CacheSuite{
 
 // normals gives n standard normal values at a time from r.
 func normals(r *rand.Rand) func(n int) []float32 {
-	return func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
-		return x
-	}
+	return func(n int) []float32 { return NormalValues(r, n) }
 }
 
 // LoopResults is how many results DecodeLoop gives: every case, layout and type.

@@ -61,6 +61,15 @@ func UploadRandomAs(dev *vkattn.Device, r *rand.Rand, d vkattn.Dims, types [3]vk
 // maxRandom is the most values UploadRandom makes for one tensor (8 GiB).
 const maxRandom = 1 << 31
 
+// NormalValues are n standard normal values.
+func NormalValues(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
 // RandomValues are n uniform values in [-1, 1).
 func RandomValues(r *rand.Rand, n int) []float32 {
 	x := make([]float32, n)

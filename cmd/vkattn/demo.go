@@ -283,9 +283,5 @@ func normalArray(rng *rand.Rand, shape ...int) *npyArray {
 	for _, x := range shape {
 		n *= x
 	}
-	a := &npyArray{Shape: shape, F32: make([]float32, n)}
-	for i := range a.F32 {
-		a.F32[i] = float32(rng.NormFloat64())
-	}
-	return a
+	return &npyArray{Shape: shape, F32: tune.NormalValues(rng, n)}
 }

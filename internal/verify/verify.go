@@ -14,6 +14,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/tune"
 )
 
 // Outputs are a call's results, downloaded: O, and the log-sum-exp and
@@ -123,15 +124,6 @@ func Case(dev *vkattn.Device, c *golden.Case) (string, bool) {
 	return line, ok
 }
 
-// normals are n standard normal values.
-func normals(rng *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
-	return x
-}
-
 // RandomCase is case i of a random sweep (verify --random): odd shapes,
 // d_k != d_v up to 256, grouped-query heads, decode shapes (one query row,
 // many keys), every mask kind, per-item lengths, half inputs, LSE and
@@ -153,7 +145,7 @@ func RandomCase(rng *rand.Rand, i int) (*golden.Problem, [3]vkattn.DType, string
 	for b*h*l*s*(dk+dv) > 4_000_000 { // keep the float64 reference quick
 		l, s = max(1, l/2), max(1, s/2)
 	}
-	p := &golden.Problem{Q: normals(rng, b*h*l*dk), K: normals(rng, b*hkv*s*dk), V: normals(rng, b*hkv*s*dv),
+	p := &golden.Problem{Q: tune.NormalValues(rng, b*h*l*dk), K: tune.NormalValues(rng, b*hkv*s*dk), V: tune.NormalValues(rng, b*hkv*s*dv),
 		Q4: [4]int{b, h, l, dk}, K4: [4]int{b, hkv, s, dk}, V4: [4]int{b, hkv, s, dv}}
 	p.QShape, p.KShape, p.VShape = p.Q4[:], p.K4[:], p.V4[:]
 	name := fmt.Sprintf("random%03d B%d H%d Hkv%d L%d S%d dk%d dv%d", i, b, h, hkv, l, s, dk, dv)
