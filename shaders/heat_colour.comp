@@ -1,4 +1,5 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 // Colours one head of attention weights into an rgba8 image with the
 // heat-map palette, for the viewer (pixel (j, i) is query i, key j), in
 // three passes over the same bindings:
@@ -50,9 +51,18 @@ void main() {
         return;
     }
     if (P.pass == 1u) {
+        // lavapipe ends an invocation's loops after 65,535 iterations:
+        // 16 cells a turn (unrolled) reach 268 M cells, more than any
+        // picture it can hold.
         float m = 0.0;
-        for (uint c = lid; c < P.L * P.S; c += 256u) {
-            m = max(m, cell(c / P.S, c % P.S));
+        uint n = P.L * P.S;
+        for (uint c0 = lid; c0 < n; c0 += 16u * 256u) {
+            [[unroll]] for (uint u = 0u; u < 16u; u++) {
+                uint c = c0 + u * 256u;
+                if (c < n) {
+                    m = max(m, cell(c / P.S, c % P.S));
+                }
+            }
         }
         part[lid] = m;
         barrier();

@@ -201,3 +201,54 @@ func TestPainterColoursMatchThePalette(t *testing.T) {
 		t.Errorf("%d validation messages, first: %s", len(m), m[0])
 	}
 }
+
+// The colour scale's top is the largest cell of a picture of 4200 x 4200
+// cells (more than lavapipe's 65,535 loop iterations of the one
+// workgroup that finds it, 256 cells a turn, would reach): the largest
+// value sits in the last cell.
+func TestPainterTopOfALargePicture(t *testing.T) {
+	validation := os.Getenv("VKATTN_VALIDATION") == "1"
+	inst, dev, err := vk.OpenDefault(vk.InstanceConfig{Validation: validation})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	defer dev.Close()
+	vdev, err := vkattn.OpenOn(Shared(dev), vkattn.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vdev.Close()
+	const L, S = 4200, 4200
+	w := make([]float32, L*S)
+	w[L*S-1] = 5
+	wt, err := vdev.Upload([]int{1, 1, L, S}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wt.Close()
+	vt, err := vdev.Upload([]int{1, 1, S, 1}, make([]float32, S))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vt.Close()
+	painter, err := NewPainter(dev, wt, vt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer painter.Close()
+	cmds, err := dev.NewCommands(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cmds.Close()
+	for _, step := range []func() error{cmds.Begin, func() error { return painter.Record(cmds, View{}) }, cmds.End, cmds.Submit,
+		func() error { return cmds.Wait(context.Background()) }} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if top, err := painter.Top(); err != nil || top != 5 {
+		t.Errorf("top %v, %v; want 5", top, err)
+	}
+}
