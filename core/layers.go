@@ -68,20 +68,38 @@ func (w *MHAWeights) Check() error {
 	case packed && (kd != d || vd != d || kv != d):
 		return Errorf(ErrShape, "packed in_proj_weight needs kdim = vdim = K/V width = embed_dim %d, have kdim %d, vdim %d, K/V width %d (use q/k/v_proj_weight)", d, kd, vd, kv)
 	}
-	ts := []namedTensor{
-		{"in_proj_bias", w.InProjBias, []int{d + 2*kv}, true},
-		{"out_proj.weight", w.OutProjWeight, []int{d, d}, false},
-		{"out_proj.bias", w.OutProjBias, []int{d}, true},
-	}
-	if packed {
-		ts = append(ts, namedTensor{"in_proj_weight", w.InProjWeight, []int{3 * d, d}, false})
-	} else {
-		ts = append(ts,
-			namedTensor{"q_proj_weight", w.QProjWeight, []int{d, d}, false},
-			namedTensor{"k_proj_weight", w.KProjWeight, []int{kv, kd}, false},
-			namedTensor{"v_proj_weight", w.VProjWeight, []int{kv, vd}, false})
+	var ts []namedTensor
+	for _, p := range w.Params() {
+		ts = append(ts, namedTensor{p.Name, p.Values, p.Shape, p.Optional})
 	}
 	return checkTensors(ts)
+}
+
+// Param is one parameter of a layer: its state_dict name, shape and
+// values (nil for an optional bias the layer does not have).
+type Param struct {
+	Name     string
+	Shape    []int
+	Values   []float32
+	Optional bool // a bias, which a layer may lack
+}
+
+// Params are the layer's parameters in state_dict order, those of its
+// weight layout: in_proj_weight or q/k/v_proj_weight, in_proj_bias,
+// out_proj.weight, out_proj.bias.
+func (w *MHAWeights) Params() []Param {
+	d, kd, vd, kv := w.DModel, w.KDim, w.VDim, w.KVOut()
+	var ps []Param
+	if w.InProjWeight != nil {
+		ps = append(ps, Param{"in_proj_weight", []int{3 * d, d}, w.InProjWeight, false})
+	} else {
+		ps = append(ps, Param{"q_proj_weight", []int{d, d}, w.QProjWeight, false},
+			Param{"k_proj_weight", []int{kv, kd}, w.KProjWeight, false},
+			Param{"v_proj_weight", []int{kv, vd}, w.VProjWeight, false})
+	}
+	return append(ps, Param{"in_proj_bias", []int{d + 2*kv}, w.InProjBias, true},
+		Param{"out_proj.weight", []int{d, d}, w.OutProjWeight, false},
+		Param{"out_proj.bias", []int{d}, w.OutProjBias, true})
 }
 
 // Projections returns W_q, W_k, W_v and b_q, b_k, b_v (nil without bias)

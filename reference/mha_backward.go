@@ -21,6 +21,20 @@ type MHAGradients struct {
 	InProjBias, OutProjWeight, OutProjBias              []float64
 }
 
+// Params are the parameters' gradients by their state_dict names, those
+// the layer has.
+func (g *MHAGradients) Params() map[string][]float64 {
+	ps := map[string][]float64{}
+	for name, x := range map[string][]float64{"in_proj_weight": g.InProjWeight, "q_proj_weight": g.QProjWeight,
+		"k_proj_weight": g.KProjWeight, "v_proj_weight": g.VProjWeight, "in_proj_bias": g.InProjBias,
+		"out_proj.weight": g.OutProjWeight, "out_proj.bias": g.OutProjBias} {
+		if x != nil {
+			ps[name] = x
+		}
+	}
+	return ps
+}
+
 // MultiHeadAttentionBackward returns the gradients of sum(Out * dOut)
 // for Out = MultiHeadAttention(x, key, value, w, opts): dOut has Out's
 // shape (B,T,DModel). The projections' gradients are the chain rule

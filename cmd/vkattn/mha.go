@@ -353,7 +353,6 @@ func mhaGrads(dev *vkattn.Device, layer *vkattn.MHA, p *mhaProblem, check bool) 
 		return nil, nil, err
 	}
 	w := p.w
-	d, kv := w.DModel, w.KVOut()
 	outs := []output{{name: "x", shape: p.x.Shape, data: g.DX}}
 	var dkv []float32
 	if p.kv != nil {
@@ -363,13 +362,9 @@ func mhaGrads(dev *vkattn.Device, layer *vkattn.MHA, p *mhaProblem, check bool) 
 		}
 		outs = append(outs, output{name: "kv", shape: p.kv.Shape, data: dkv})
 	}
-	shapes := map[string][]int{
-		"in_proj_weight": {3 * d, d}, "q_proj_weight": {d, d}, "k_proj_weight": {kv, w.KDim}, "v_proj_weight": {kv, w.VDim},
-		"in_proj_bias": {d + 2*kv}, "out_proj.weight": {d, d}, "out_proj.bias": {d},
-	}
-	for _, name := range []string{"in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"} {
-		if data, ok := g.Params[name]; ok {
-			outs = append(outs, output{name: name, shape: shapes[name], data: data})
+	for _, prm := range w.Params() {
+		if data, ok := g.Params[prm.Name]; ok {
+			outs = append(outs, output{name: prm.Name, shape: prm.Shape, data: data})
 		}
 	}
 	if !check {
@@ -392,10 +387,10 @@ func mhaGrads(dev *vkattn.Device, layer *vkattn.MHA, p *mhaProblem, check bool) 
 		}
 		chk.Add("kv", dkv, sum)
 	}
-	for name, want := range map[string][]float64{"in_proj_weight": ref.InProjWeight, "q_proj_weight": ref.QProjWeight, "k_proj_weight": ref.KProjWeight,
-		"v_proj_weight": ref.VProjWeight, "in_proj_bias": ref.InProjBias, "out_proj.weight": ref.OutProjWeight, "out_proj.bias": ref.OutProjBias} {
-		if want != nil {
-			chk.Add(name, g.Params[name], want)
+	wants := ref.Params()
+	for _, prm := range w.Params() {
+		if want, ok := wants[prm.Name]; ok {
+			chk.Add(prm.Name, g.Params[prm.Name], want)
 		}
 	}
 	return outs, chk, nil
