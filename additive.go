@@ -140,21 +140,31 @@ func (a *Additive) AttentionContext(ctx context.Context, q, k, v *Tensor, opts O
 	return runOnce(ctx, func() (*Call, error) { return a.Prepare(q, k, v, opts) })
 }
 
+// inputDims checks q, k and v (dense tensors of this layer's device) and
+// gives each one's (B, positions, width).
+func (a *Additive) inputDims(q, k, v *Tensor) ([3][3]int, error) {
+	var dims [3][3]int
+	names := [3]string{"query", "key", "value"}
+	if err := a.dev.checkInputs(names, q, k, v); err != nil {
+		return dims, err
+	}
+	for i, t := range []*Tensor{q, k, v} {
+		b, n, err := mhaInput(names[i], t, t.shape[3], "width")
+		if err != nil {
+			return dims, err
+		}
+		dims[i] = [3]int{b, n, t.shape[3]}
+	}
+	return dims, nil
+}
+
 // Prepare validates a call, allocates its outputs and records the
 // projections and the attention as one submission without running it.
 func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	d := a.dev
-	names := [3]string{"query", "key", "value"}
-	if err := d.checkInputs(names, q, k, v); err != nil {
+	dims, err := a.inputDims(q, k, v)
+	if err != nil {
 		return nil, err
-	}
-	var dims [3][3]int
-	for i, t := range []*Tensor{q, k, v} {
-		b, n, err := mhaInput(names[i], t, t.shape[3], "width")
-		if err != nil {
-			return nil, err
-		}
-		dims[i] = [3]int{b, n, t.shape[3]}
 	}
 	plan, err := a.plan(dims, &opts)
 	if err != nil {

@@ -31,20 +31,12 @@ func (a *Additive) Backward(q, k, v, dO *Tensor, opts Options) (*AdditiveGradien
 // BackwardContext is Backward with a context that can cancel the wait.
 func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opts Options) (*AdditiveGradients, error) {
 	d := a.dev
-	names := [3]string{"query", "key", "value"}
-	if err := d.checkInputs(names, q, k, v); err != nil {
+	dims, err := a.inputDims(q, k, v)
+	if err != nil {
 		return nil, err
 	}
 	if err := d.checkInput("dO", dO); err != nil {
 		return nil, err
-	}
-	var dims [3][3]int
-	for i, t := range []*Tensor{q, k, v} {
-		b, n, err := mhaInput(names[i], t, t.shape[3], "width")
-		if err != nil {
-			return nil, err
-		}
-		dims[i] = [3]int{b, n, t.shape[3]}
 	}
 	if want := [4]int{1, dims[0][0], dims[0][1], dims[2][2]}; dO.shape != want {
 		return nil, errorf(ErrShape, "dO has shape %v, want O's (B, L, d_v) %v", dO.shape, want)

@@ -68,6 +68,18 @@ func checkBackward(t *testing.T, d *vkattn.Device, r *rand.Rand, p *problem) vka
 	return g.Plan
 }
 
+// compareOptionalGrad is compareGrad for a gradient a layer may lack:
+// got and want are both nil, or both compared.
+func compareOptionalGrad(t *testing.T, what string, got []float32, want []float64) {
+	t.Helper()
+	if (got == nil) != (want == nil) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	if got != nil {
+		compareGrad(t, what, got, want)
+	}
+}
+
 // The device backward (dQ, dK, dV, dSinks) equals the float64 reference's
 // gradients on every plan: GQA, both causal alignments with L < S and
 // L > S, every mask kind, key and query lengths (a zero key length: rows

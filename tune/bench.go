@@ -116,6 +116,7 @@ type Measurement struct {
 // forward is prepared once and replayed (the timings are the dispatch and
 // its wait, not allocation); a backward call runs whole each time.
 func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint64, clock *Clock, tick func()) (*Measurement, error) {
+	tick = tickOf(tick)
 	r := rand.New(rand.NewPCG(seed, 0x7661747461)) // "vkatt"
 	in, err := UploadRandomAs(dev, r, c.Dims, c.Types)
 	if err != nil {
@@ -156,7 +157,7 @@ func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint6
 	m.ColdGPU, err = runner.Run(ctx)
 	m.ColdWall = time.Since(start)
 	clock.Lap()
-	tickOf(tick)()
+	tick()
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +167,7 @@ func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint6
 		m.Plan = prepared.Output().Plan
 	}
 	before := dev.Stats()
-	if m.Timing, err = TimeRuns(ctx, runner, reps, func() { clock.Lap(); tickOf(tick)() }); err != nil {
+	if m.Timing, err = TimeRuns(ctx, runner, reps, func() { clock.Lap(); tick() }); err != nil {
 		return nil, err
 	}
 	m.Cost = dev.Stats().Since(before)
