@@ -7,6 +7,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verify"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
 )
@@ -190,26 +191,24 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 		if err != nil {
 			return failf(stderr, "additive", "reference: %v", err)
 		}
-		chk = checkAttention(res, ref)
+		chk = res.Check(ref)
 	}
 
 	var grads []output
 	if f.grads != "" {
-		var gchk *golden.GradCheck
-		if grads, gchk, err = additiveGrads(dev, layer, p, f.dout, oShape, f.check); err != nil {
+		g, err := additiveGrads(dev, layer, p, f.dout, oShape, f.check)
+		if err != nil {
 			return failf(stderr, "additive", "gradients: %v", err)
 		}
-		if gchk != nil {
-			if !gchk.Pass {
-				return failf(stderr, "additive", "check failed: the gradients differ from the float64 reference (%s, %.3g times the bound); no output written", gchk.Worst(), float64(gchk.Ratio))
-			}
-			fmt.Fprintf(stdout, "gradients vs float64 reference: max abs err %.3g, worst %.3g times the bound 1e-4 * max(1, max|ref|): ok\n", float64(gchk.MaxAbs), float64(gchk.Ratio))
+		var code int
+		if grads, code = layerGradients("additive", g, stdout, stderr); code != exitOK {
+			return code
 		}
 	}
 	outs := f.outputs(res, oShape, lseShape, wShape)
-	plan := res.plan
+	plan := res.Plan
 	if f.out == "" {
-		fmt.Fprintf(stdout, "O %s: %s\n", shapeString(oShape), firstValues(res.o, 8))
+		fmt.Fprintf(stdout, "O %s: %s\n", shapeString(oShape), firstValues(res.O, 8))
 		if !f.explain {
 			fmt.Fprintf(stdout, "plan: %v\n", plan)
 		}
@@ -217,67 +216,23 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 		for _, l := range plan.Projections {
 			flops += l.FLOPs()
 		}
-		fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.gpuTime, flops))
+		fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.GPUTime, flops))
 	}
-	if code := finishOutputs("additive", outs, chk, stdout, stderr); code != exitOK || grads == nil {
-		return code
-	}
-	if err := writeArraysNPZ(f.grads, grads); err != nil {
-		return failf(stderr, "additive", "--grads: %v", err)
-	}
-	fmt.Fprintf(stdout, "wrote %d gradients to %s\n", len(grads), f.grads)
-	return exitOK
+	return finishLayer("additive", outs, chk, f.grads, grads, stdout, stderr)
 }
 
 // additiveGrads computes the gradients for --dout (Additive.Backward) as
 // the members of --grads, and with check compares them with the
 // reference's.
-func additiveGrads(dev *vkattn.Device, layer *vkattn.Additive, p *additiveProblem, doutPath string, oShape []int, check bool) ([]output, *golden.GradCheck, error) {
+func additiveGrads(dev *vkattn.Device, layer *vkattn.Additive, p *additiveProblem, doutPath string, oShape []int, check bool) (*verify.Gradients, error) {
 	dO, err := readFloatInput("--dout", doutPath)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if !slices.Equal(dO.Shape, oShape) {
-		return nil, nil, fmt.Errorf("--dout %s has shape %v; want O's %v: %w", doutPath, dO.Shape, oShape, vkattn.ErrShape)
+		return nil, fmt.Errorf("--dout %s has shape %v; want O's %v: %w", doutPath, dO.Shape, oShape, vkattn.ErrShape)
 	}
-	var ts []*vkattn.Tensor
-	defer func() {
-		for _, t := range ts {
-			t.Close()
-		}
-	}()
-	for _, a := range []*npyArray{p.q, p.k, p.v, dO} {
-		t, err := dev.Upload(a.Shape, a.F32)
-		if err != nil {
-			return nil, nil, err
-		}
-		ts = append(ts, t)
-	}
-	g, err := layer.Backward(ts[0], ts[1], ts[2], ts[3], p.opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	w := p.w
-	outs := []output{{name: "q", shape: p.q.Shape, data: g.DQ}, {name: "k", shape: p.k.Shape, data: g.DK}, {name: "v", shape: p.v.Shape, data: g.DV},
-		{name: "W_q", shape: []int{w.DQ, w.DA}, data: g.DWQ}, {name: "W_k", shape: []int{w.DK, w.DA}, data: g.DWK}}
-	if g.DBias != nil {
-		outs = append(outs, output{name: "b", shape: []int{w.DA}, data: g.DBias})
-	}
-	outs = append(outs, output{name: "w_a", shape: []int{w.DA}, data: g.DWA})
-	if !check {
-		return outs, nil, nil
-	}
-	ref, err := reference.AdditiveAttentionBackward(p.q.F32, p.q3, p.k.F32, p.k3, p.v.F32, p.v3, w, dO.F32, p.opts)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reference: %w", err)
-	}
-	chk := &golden.GradCheck{}
-	for i, want := range [][]float64{ref.DQ, ref.DK, ref.DV, ref.DWQ, ref.DWK} {
-		chk.Add(outs[i].name, outs[i].data, want)
-	}
-	if ref.DBias != nil {
-		chk.Add("b", g.DBias, ref.DBias)
-	}
-	chk.Add("w_a", g.DWA, ref.DWA)
-	return outs, chk, nil
+	// Float32 copies of the stored values: the layer's backward reads float32.
+	in := func(a *npyArray) verify.Input { return verify.Input{Shape: a.Shape, Data: a.F32} }
+	return verify.AdditiveGradients(dev, layer, p.w, in(p.q), in(p.k), in(p.v), in(dO), [3][3]int{p.q3, p.k3, p.v3}, p.opts, check)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"math"
@@ -13,6 +12,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/train"
+	"github.com/vkattn/vkattn/internal/verify"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/tune"
 )
@@ -180,7 +180,7 @@ func demoOne(w io.Writer, dev *vkattn.Device, ex demoExample) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "GPU:  A = %s\n      O = %s\n", formatRows(res.weights, len(ex.k), true), formatRows(res.o, len(ex.v[0]), true))
+	fmt.Fprintf(w, "GPU:  A = %s\n      O = %s\n", formatRows(res.Weights, len(ex.k), true), formatRows(res.O, len(ex.v[0]), true))
 	fmt.Fprintf(w, "spec: %s\n", strings.ReplaceAll(ex.spec, "\n", "\n      "))
 	return nil
 }
@@ -188,31 +188,9 @@ func demoOne(w io.Writer, dev *vkattn.Device, ex demoExample) error {
 // steadyGPUTime is the median device time of n runs of p's call, prepared
 // once (0 without timestamps).
 func steadyGPUTime(dev *vkattn.Device, p *problem, n int) (time.Duration, error) {
-	var inputs []*vkattn.Tensor
-	defer func() {
-		for _, t := range inputs {
-			t.Close()
-		}
-	}()
-	for _, a := range []*npyArray{p.q, p.k, p.v} {
-		t, err := a.upload(dev)
-		if err != nil {
-			return 0, err
-		}
-		inputs = append(inputs, t)
-	}
-	call, err := dev.Prepare(inputs[0], inputs[1], inputs[2], p.opts)
-	if err != nil {
-		return 0, err
-	}
-	defer call.Close()
-	times := make([]time.Duration, n)
-	for i := range times {
-		if times[i], err = call.Run(context.Background()); err != nil {
-			return 0, err
-		}
-	}
-	return time.Duration(tune.StatsOf(times).Median), nil
+	return verify.MedianGPUTime(dev, *p.q.input(), *p.k.input(), *p.v.input(), func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
+		return dev.Prepare(q, k, v, p.opts)
+	}, n)
 }
 
 // demoRandom runs a larger seeded problem and compares it with the reference.
@@ -231,16 +209,16 @@ func demoRandom(w io.Writer, dev *vkattn.Device) error {
 		return err
 	}
 	chk := &golden.Check{}
-	chk.Add("O", res.o, ref.O)
-	fmt.Fprintf(w, "plan: %v\n", res.plan)
+	chk.Add("O", res.O, ref.O)
+	fmt.Fprintf(w, "plan: %v\n", res.Plan)
 	// The first call of a kernel variant compiles it (lavapipe compiles
 	// at its first dispatch): that is not the kernel's speed.
 	steady, err := steadyGPUTime(dev, p, 3)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "first call (compiling its kernel included): %s\n", gpuTimeString(res.gpuTime, res.plan.Dims.FLOPs()))
-	fmt.Fprintf(w, "GPU time (the median of 3 more calls): %s\n", gpuTimeString(steady, res.plan.Dims.FLOPs()))
+	fmt.Fprintf(w, "first call (compiling its kernel included): %s\n", gpuTimeString(res.GPUTime, res.Plan.Dims.FLOPs()))
+	fmt.Fprintf(w, "GPU time (the median of 3 more calls): %s\n", gpuTimeString(steady, res.Plan.Dims.FLOPs()))
 	fmt.Fprintln(w, chk.String())
 	if !chk.OK() {
 		return fmt.Errorf("the GPU result differs from the reference")

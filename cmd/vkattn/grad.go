@@ -7,7 +7,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
-	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/internal/verify"
 )
 
 const gradUsage = `Usage: vkattn grad -q Q.npy -k K.npy -v V.npy --dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [flags]
@@ -109,64 +109,20 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 		return failf(stderr, "grad", "%v", err)
 	}
 	defer dev.Close()
-	var tensors []*vkattn.Tensor
-	defer func() {
-		for _, t := range tensors {
-			t.Close()
-		}
-	}()
-	for _, a := range []*npyArray{p.q, p.k, p.v} {
-		t, err := a.upload(dev)
-		if err != nil {
-			return failf(stderr, "grad", "%s: %v", a.Path, err)
-		}
-		tensors = append(tensors, t)
-	}
-	dOT, err := dev.Upload(dO.Shape, dO.F32)
-	if err != nil {
-		return failf(stderr, "grad", "--dout %s: %v", f.dout, err)
-	}
-	tensors = append(tensors, dOT)
-	g, err := dev.AttentionBackward(tensors[0], tensors[1], tensors[2], dOT, p.opts)
+	g, err := verify.AttentionGradients(dev, *p.q.input(), *p.k.input(), *p.v.input(), *dO.input(), [3][4]int{p.q4, p.k4, p.v4}, p.opts, f.check)
 	if err != nil {
 		return failf(stderr, "grad", "%v", err)
 	}
-	defer g.Close()
-	var grads [3][]float32
-	for i, t := range []*vkattn.Tensor{g.DQ, g.DK, g.DV} {
-		if grads[i], err = t.Download(); err != nil {
-			return failf(stderr, "grad", "%v", err)
-		}
-	}
-
-	var chk *golden.GradCheck
-	if f.check {
-		ref, err := reference.AttentionBackward(p.q.F32, p.q4, p.k.F32, p.k4, p.v.F32, p.v4, dO.F32, p.opts)
-		if err != nil {
-			return failf(stderr, "grad", "reference: %v", err)
-		}
-		chk = &golden.GradCheck{}
-		chk.Add("dQ", grads[0], ref.DQ)
-		chk.Add("dK", grads[1], ref.DK)
-		chk.Add("dV", grads[2], ref.DV)
-		if ref.DSinks != nil {
-			chk.Add("dSinks", g.DSinks, ref.DSinks)
-		}
-		if !chk.Pass {
-			return failf(stderr, "grad", "check failed: the GPU gradients differ from the float64 reference (%s, %.3g times the bound); no output written", chk.Worst(), float64(chk.Ratio))
-		}
+	chk := g.Check
+	if chk != nil && !chk.Pass {
+		return failf(stderr, "grad", "check failed: the GPU gradients differ from the float64 reference (%s, %.3g times the bound); no output written", chk.Worst(), float64(chk.Ratio))
 	}
 	var files []output
-	for i, o := range []struct {
-		name, path string
-		shape      []int
-	}{{"dQ", f.dq, p.q.Shape}, {"dK", f.dk, p.k.Shape}, {"dV", f.dv, p.v.Shape}} {
-		if o.path != "" {
-			files = append(files, output{name: o.name, path: o.path, shape: o.shape, data: grads[i]})
+	for i, path := range []string{f.dq, f.dk, f.dv, f.dsinks} {
+		if path != "" && i < len(g.Grads) {
+			x := g.Grads[i]
+			files = append(files, output{name: x.Name, path: path, shape: x.Shape, data: x.Data})
 		}
-	}
-	if f.dsinks != "" {
-		files = append(files, output{name: "dSinks", path: f.dsinks, shape: []int{p.dims.H}, data: g.DSinks})
 	}
 	if err := writeNPYFiles(files); err != nil {
 		return failf(stderr, "grad", "%v", err)
@@ -175,11 +131,8 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 		s := gradSummary{Device: dev.String(), Dims: p.dims, DTypes: [3]string{p.q.Store.String(), p.k.Store.String(), p.v.Store.String()},
 			Plan: g.Plan.String(), GPUNS: int64(g.GPUTime), Check: chk}
 		s.Grads = map[string]arrayJSON{}
-		for i, name := range []string{"dQ", "dK", "dV"} {
-			s.Grads[name] = arrayJSON{Shape: [][]int{p.q.Shape, p.k.Shape, p.v.Shape}[i], First: first(grads[i], 8)}
-		}
-		if g.DSinks != nil {
-			s.Grads["dSinks"] = arrayJSON{Shape: []int{p.dims.H}, First: first(g.DSinks, 8)}
+		for _, x := range g.Grads {
+			s.Grads[x.Name] = arrayJSON{Shape: x.Shape, First: first(x.Data, 8)}
 		}
 		for _, o := range files {
 			a := s.Grads[o.name]
@@ -191,11 +144,11 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	for i, name := range []string{"dQ", "dK", "dV"} {
-		fmt.Fprintf(stdout, "%s %s: %s\n", name, shapeString([][]int{p.q.Shape, p.k.Shape, p.v.Shape}[i]), firstValues(grads[i], 8))
+	for _, x := range g.Grads[:3] {
+		fmt.Fprintf(stdout, "%s %s: %s\n", x.Name, shapeString(x.Shape), firstValues(x.Data, 8))
 	}
-	if g.DSinks != nil {
-		fmt.Fprintf(stdout, "dSinks: %v\n", g.DSinks)
+	if len(g.Grads) > 3 {
+		fmt.Fprintf(stdout, "dSinks: %v\n", g.Grads[3].Data)
 	}
 	gpu := "not measured (the device has no compute-queue timestamps)"
 	if g.GPUTime > 0 {

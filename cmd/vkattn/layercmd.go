@@ -8,6 +8,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verify"
 )
 
 // Helpers shared by the layer commands, mha and additive.
@@ -175,5 +176,34 @@ func finishOutputs(cmd string, outs []output, chk *golden.Check, stdout, stderr 
 			return failf(stderr, cmd, "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.Worst())
 		}
 	}
+	return exitOK
+}
+
+// layerGradients reports a layer's gradient check, failing the command
+// when it does not hold, and returns the gradients as --grads members.
+func layerGradients(cmd string, g *verify.Gradients, stdout, stderr io.Writer) ([]output, int) {
+	if c := g.Check; c != nil {
+		if !c.Pass {
+			return nil, failf(stderr, cmd, "check failed: the gradients differ from the float64 reference (%s, %.3g times the bound); no output written", c.Worst(), float64(c.Ratio))
+		}
+		fmt.Fprintf(stdout, "gradients vs float64 reference: max abs err %.3g, worst %.3g times the bound 1e-4 * max(1, max|ref|): ok\n", float64(c.MaxAbs), float64(c.Ratio))
+	}
+	outs := make([]output, len(g.Grads))
+	for i, x := range g.Grads {
+		outs[i] = output{name: x.Name, shape: x.Shape, data: x.Data}
+	}
+	return outs, exitOK
+}
+
+// finishLayer is finishOutputs, then --grads (the gradients, nil without
+// it) as one .npz file.
+func finishLayer(cmd string, outs []output, chk *golden.Check, gradsPath string, grads []output, stdout, stderr io.Writer) int {
+	if code := finishOutputs(cmd, outs, chk, stdout, stderr); code != exitOK || grads == nil {
+		return code
+	}
+	if err := writeArraysNPZ(gradsPath, grads); err != nil {
+		return failf(stderr, cmd, "--grads: %v", err)
+	}
+	fmt.Fprintf(stdout, "wrote %d gradients to %s\n", len(grads), gradsPath)
 	return exitOK
 }

@@ -7,8 +7,7 @@ import (
 	"slices"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
-	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/internal/verify"
 	"github.com/vkattn/vkattn/weights"
 )
 
@@ -267,167 +266,31 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 		fmt.Fprintf(stdout, "  masks: %s\n", masks)
 	}
 
-	res, err := forwardMHA(dev, layer, p, f.average)
+	res, chk, err := verify.MHAForward(dev, layer, p.w, *p.x.input(), p.kv.input(), p.opts, f.average, f.check)
 	if err != nil {
 		return failf(stderr, "mha", "%v", err)
 	}
 	if f.explain {
-		fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.gpuTime, plan.FLOPs()))
+		fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.GPUTime, plan.FLOPs()))
 	}
-
-	var chk *golden.Check
-	if f.check {
-		var kv []float32
-		if p.kv != nil {
-			kv = p.kv.F32
-		}
-		ref, err := reference.MultiHeadAttention(p.x.F32, p.x.Shape, kv, p.kvShape(), kv, p.kvShape(), p.w, p.opts)
-		if err != nil {
-			return failf(stderr, "mha", "reference: %v", err)
-		}
-		chk = &golden.Check{}
-		chk.Add("out", res.o, ref.Out)
-		switch {
-		case res.weights == nil:
-		case f.average:
-			chk.Add("averaged weights", res.weights, ref.AvgWeights)
-		default:
-			chk.Add("weights", res.weights, ref.Weights)
-		}
-	}
-
 	var grads []output
 	if f.grads != "" {
-		var gchk *golden.GradCheck
-		if grads, gchk, err = mhaGrads(dev, layer, p, f.check); err != nil {
+		g, err := verify.MHAGradients(dev, layer, p.w, *p.x.input(), p.kv.input(), *p.dout.input(), p.opts, f.check)
+		if err != nil {
 			return failf(stderr, "mha", "gradients: %v", err)
 		}
-		if gchk != nil {
-			if !gchk.Pass {
-				return failf(stderr, "mha", "check failed: the gradients differ from the float64 reference (%s, %.3g times the bound); no output written", gchk.Worst(), float64(gchk.Ratio))
-			}
-			fmt.Fprintf(stdout, "gradients vs float64 reference: max abs err %.3g, worst %.3g times the bound 1e-4 * max(1, max|ref|): ok\n", float64(gchk.MaxAbs), float64(gchk.Ratio))
+		var code int
+		if grads, code = layerGradients("mha", g, stdout, stderr); code != exitOK {
+			return code
 		}
 	}
-	outs := []output{{"out", f.out, p.outShape, res.o}}
+	outs := []output{{"out", f.out, p.outShape, res.O}}
 	if f.weights != "" {
 		name := "weights"
 		if f.average {
 			name = "averaged weights"
 		}
-		outs = append(outs, output{name, f.weights, p.weightShape, res.weights})
+		outs = append(outs, output{name, f.weights, p.weightShape, res.Weights})
 	}
-	if code := finishOutputs("mha", outs, chk, stdout, stderr); code != exitOK || grads == nil {
-		return code
-	}
-	if err := writeArraysNPZ(f.grads, grads); err != nil {
-		return failf(stderr, "mha", "--grads: %v", err)
-	}
-	fmt.Fprintf(stdout, "wrote %d gradients to %s\n", len(grads), f.grads)
-	return exitOK
-}
-
-// mhaGrads computes the layer's gradients for --dout (MHA.Backward) as
-// the members of --grads, and with check compares them with the
-// reference's.
-func mhaGrads(dev *vkattn.Device, layer *vkattn.MHA, p *mhaProblem, check bool) ([]output, *golden.GradCheck, error) {
-	var ts []*vkattn.Tensor
-	defer func() {
-		for _, t := range ts {
-			t.Close()
-		}
-	}()
-	for _, a := range []*npyArray{p.x, p.dout, p.kv} {
-		if a == nil {
-			ts = append(ts, nil)
-			continue
-		}
-		t, err := dev.Upload(a.Shape, a.F32)
-		if err != nil {
-			return nil, nil, err
-		}
-		ts = append(ts, t)
-	}
-	g, err := layer.Backward(ts[0], ts[2], ts[2], ts[1], p.opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	w := p.w
-	outs := []output{{name: "x", shape: p.x.Shape, data: g.DX}}
-	var dkv []float32
-	if p.kv != nil {
-		dkv = make([]float32, len(g.DKey))
-		for i := range dkv {
-			dkv[i] = g.DKey[i] + g.DValue[i] // KV is the key and the value
-		}
-		outs = append(outs, output{name: "kv", shape: p.kv.Shape, data: dkv})
-	}
-	for _, prm := range w.Params() {
-		if data, ok := g.Params[prm.Name]; ok {
-			outs = append(outs, output{name: prm.Name, shape: prm.Shape, data: data})
-		}
-	}
-	if !check {
-		return outs, nil, nil
-	}
-	var kvData []float32
-	if p.kv != nil {
-		kvData = p.kv.F32
-	}
-	ref, err := reference.MultiHeadAttentionBackward(p.x.F32, p.x.Shape, kvData, p.kvShape(), kvData, p.kvShape(), w, p.dout.F32, p.opts)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reference: %w", err)
-	}
-	chk := &golden.GradCheck{}
-	chk.Add("x", g.DX, ref.DX)
-	if p.kv != nil {
-		sum := make([]float64, len(ref.DKey))
-		for i := range sum {
-			sum[i] = ref.DKey[i] + ref.DValue[i]
-		}
-		chk.Add("kv", dkv, sum)
-	}
-	wants := ref.Params()
-	for _, prm := range w.Params() {
-		if want, ok := wants[prm.Name]; ok {
-			chk.Add(prm.Name, g.Params[prm.Name], want)
-		}
-	}
-	return outs, chk, nil
-}
-
-// forwardMHA uploads the inputs, runs the layer and downloads the output
-// and, when asked, the per-head or averaged weights (in result.weights).
-func forwardMHA(dev *vkattn.Device, layer *vkattn.MHA, p *mhaProblem, average bool) (*result, error) {
-	x, err := dev.Upload(p.x.Shape, p.x.F32)
-	if err != nil {
-		return nil, err
-	}
-	defer x.Close()
-	var kv *vkattn.Tensor
-	if p.kv != nil {
-		if kv, err = dev.Upload(p.kv.Shape, p.kv.F32); err != nil {
-			return nil, err
-		}
-		defer kv.Close()
-	}
-	out, err := layer.Forward(x, kv, kv, p.opts)
-	if err != nil {
-		return nil, err
-	}
-	defer out.Close()
-	r := &result{gpuTime: out.GPUTime}
-	if r.o, err = out.Out.Download(); err != nil {
-		return nil, err
-	}
-	if p.opts.NeedWeights {
-		w := out.Weights
-		if average {
-			w = out.AvgWeights
-		}
-		if r.weights, err = w.Download(); err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
+	return finishLayer("mha", outs, chk, f.grads, grads, stdout, stderr)
 }

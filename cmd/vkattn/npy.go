@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/verify"
 	"github.com/vkattn/vkattn/weights"
 )
 
@@ -46,12 +47,17 @@ func (a *npyArray) storeAs(t vkattn.DType) error {
 	return nil
 }
 
-// upload puts the array on dev as its Store type.
-func (a *npyArray) upload(dev *vkattn.Device) (*vkattn.Tensor, error) {
-	if a.Store == vkattn.Float16 && a.F16 != nil {
-		return dev.UploadBits(a.Shape, a.F16, vkattn.Float16)
+// input is the array as verify uploads it: as its Store type (a float16
+// file's bits unchanged); nil stays nil.
+func (a *npyArray) input() *verify.Input {
+	if a == nil {
+		return nil
 	}
-	return dev.UploadAs(a.Shape, a.F32, a.Store)
+	in := verify.Input{Shape: a.Shape, Data: a.F32, Type: a.Store}
+	if a.Store == vkattn.Float16 {
+		in.Bits = a.F16
+	}
+	return &in
 }
 
 // readNPY reads a .npy input with weights.ReadNPY, the reader .npz members

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/heatmap"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verify"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -172,9 +172,9 @@ func (o *outputFlags) paths() []outputFlag {
 
 // outputs are the arrays of res asked for, with their shapes, in the order
 // O, LSE, weights.
-func (o *outputFlags) outputs(res *result, oShape, lseShape, wShape []int) []output {
+func (o *outputFlags) outputs(res *verify.Outputs, oShape, lseShape, wShape []int) []output {
 	var outs []output
-	for _, a := range []output{{"O", o.out, oShape, res.o}, {"LSE", o.lse, lseShape, res.lse}, {"weights", o.weights, wShape, res.weights}} {
+	for _, a := range []output{{"O", o.out, oShape, res.O}, {"LSE", o.lse, lseShape, res.LSE}, {"weights", o.weights, wShape, res.Weights}} {
 		if a.path != "" {
 			outs = append(outs, a)
 		}
@@ -508,66 +508,16 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 	return p, nil
 }
 
-// result is what one device run produced.
-type result struct {
-	o, lse, weights []float32
-	plan            vkattn.Plan
-	gpuTime         time.Duration
-}
-
 // attend runs p on dev and downloads every output it asked for.
-func attend(dev *vkattn.Device, p *problem) (*result, error) {
+func attend(dev *vkattn.Device, p *problem) (*verify.Outputs, error) {
 	return attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
 		return dev.Prepare(q, k, v, p.opts)
 	}, nil)
 }
 
-// attendWith uploads q, k and v with their own shapes, prepares the call
-// on them (Device.Prepare for run, Additive.Prepare for additive), hands
-// its plan to planned (if not nil: --explain, before the run), runs it
-// once and downloads every output it asked for: the one plan is both the
-// explanation and what runs.
-func attendWith(dev *vkattn.Device, q, k, v *npyArray, prepare func(q, k, v *vkattn.Tensor) (*vkattn.Call, error), planned func(vkattn.Plan)) (*result, error) {
-	var inputs []*vkattn.Tensor
-	defer func() {
-		for _, t := range inputs {
-			t.Close()
-		}
-	}()
-	for _, a := range []*npyArray{q, k, v} {
-		t, err := a.upload(dev)
-		if err != nil {
-			return nil, err
-		}
-		inputs = append(inputs, t)
-	}
-	call, err := prepare(inputs[0], inputs[1], inputs[2])
-	if err != nil {
-		return nil, err
-	}
-	defer call.Close()
-	out := call.Output()
-	if planned != nil {
-		planned(out.Plan)
-	}
-	if _, err := call.Run(context.Background()); err != nil {
-		return nil, err
-	}
-	r := &result{plan: out.Plan, gpuTime: out.GPUTime}
-	if r.o, err = out.O.Download(); err != nil {
-		return nil, err
-	}
-	if out.LSE != nil {
-		if r.lse, err = out.LSE.Download(); err != nil {
-			return nil, err
-		}
-	}
-	if out.Weights != nil {
-		if r.weights, err = out.Weights.Download(); err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
+// attendWith runs the call prepare makes of q, k and v (verify.RunCall).
+func attendWith(dev *vkattn.Device, q, k, v *npyArray, prepare func(q, k, v *vkattn.Tensor) (*vkattn.Call, error), planned func(vkattn.Plan)) (*verify.Outputs, error) {
+	return verify.RunCall(dev, *q.input(), *k.input(), *v.input(), prepare, planned)
 }
 
 func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
@@ -594,7 +544,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		if err != nil {
 			return failf(stderr, "run", "reference: %v", err)
 		}
-		chk = checkAttention(res, ref)
+		chk = res.Check(ref)
 	}
 
 	outs := f.outputs(res, oShape, lseShape, wShape)
@@ -604,7 +554,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		// to draw it leaves no array written either.
 		var pic *pendingFile
 		if f.heatmap != "" {
-			w, err := heatmap.NewWeights(wShape, res.weights)
+			w, err := heatmap.NewWeights(wShape, res.Weights)
 			if err == nil {
 				pic, _, err = stageHeatmap(f.heatmap, w, heatmap.Options{})
 			}
@@ -633,14 +583,14 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		}
 	} else {
 		if f.out == "" {
-			fmt.Fprintf(stdout, "O %s: %s\n", shapeString(oShape), firstValues(res.o, 8))
-			if res.lse != nil && f.lse == "" {
-				fmt.Fprintf(stdout, "LSE %s: %s\n", shapeString(lseShape), firstValues(res.lse, 8))
+			fmt.Fprintf(stdout, "O %s: %s\n", shapeString(oShape), firstValues(res.O, 8))
+			if res.LSE != nil && f.lse == "" {
+				fmt.Fprintf(stdout, "LSE %s: %s\n", shapeString(lseShape), firstValues(res.LSE, 8))
 			}
 			if !f.explain {
-				fmt.Fprintf(stdout, "plan: %v\n", res.plan)
+				fmt.Fprintf(stdout, "plan: %v\n", res.Plan)
 			}
-			fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.gpuTime, p.dims.FLOPs()))
+			fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.GPUTime, p.dims.FLOPs()))
 		}
 		if chk == nil || chk.OK() {
 			for _, o := range outs {
@@ -655,20 +605,6 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		return failf(stderr, "run", "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.Worst())
 	}
 	return exitOK
-}
-
-// checkAttention compares every output of an attention result with the
-// reference's.
-func checkAttention(res *result, ref *reference.Result) *golden.Check {
-	chk := &golden.Check{}
-	chk.Add("O", res.o, ref.O)
-	if res.lse != nil {
-		chk.Add("LSE", res.lse, ref.LSE)
-	}
-	if res.weights != nil {
-		chk.Add("weights", res.weights, ref.Weights)
-	}
-	return chk
 }
 
 // JSON summary types. Values use golden.Number so -inf (the log-sum-exp of
@@ -696,28 +632,28 @@ type runJSON struct {
 	Written   []string          `json:"written"`
 }
 
-func runSummary(p *problem, r *result, oShape, wShape, lseShape []int, outs []output, chk *golden.Check) runJSON {
+func runSummary(p *problem, r *verify.Outputs, oShape, wShape, lseShape []int, outs []output, chk *golden.Check) runJSON {
 	s := runJSON{
-		Device:    r.plan.Device,
-		Dims:      r.plan.Dims,
-		Plan:      r.plan.String(),
-		Kernel:    r.plan.Kernel,
+		Device:    r.Plan.Device,
+		Dims:      r.Plan.Dims,
+		Plan:      r.Plan.String(),
+		Kernel:    r.Plan.Kernel,
 		Masks:     p.opts.MaskSummary(),
 		DTypes:    [3]string{p.q.Store.String(), p.k.Store.String(), p.v.Store.String()},
-		GPUTimeNS: r.gpuTime.Nanoseconds(),
+		GPUTimeNS: r.GPUTime.Nanoseconds(),
 		FLOPs:     p.dims.FLOPs(),
-		O:         arrayJSON{Shape: oShape, First: first(r.o, 8)},
+		O:         arrayJSON{Shape: oShape, First: first(r.O, 8)},
 		Check:     chk,
 		Written:   []string{},
 	}
-	if r.gpuTime > 0 {
-		s.GFLOPS = p.dims.FLOPs() / r.gpuTime.Seconds() / 1e9
+	if r.GPUTime > 0 {
+		s.GFLOPS = p.dims.FLOPs() / r.GPUTime.Seconds() / 1e9
 	}
-	if r.lse != nil {
-		s.LSE = &arrayJSON{Shape: lseShape, First: first(r.lse, 8)}
+	if r.LSE != nil {
+		s.LSE = &arrayJSON{Shape: lseShape, First: first(r.LSE, 8)}
 	}
-	if r.weights != nil {
-		s.Weights = &arrayJSON{Shape: wShape, First: first(r.weights, 8)}
+	if r.Weights != nil {
+		s.Weights = &arrayJSON{Shape: wShape, First: first(r.Weights, 8)}
 	}
 	if chk == nil || chk.OK() {
 		for _, o := range outs {

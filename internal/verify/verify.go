@@ -5,11 +5,11 @@
 package verify
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
@@ -18,54 +18,22 @@ import (
 )
 
 // Outputs are a call's results, downloaded: O, and the log-sum-exp and
-// weights where the options asked for them.
+// weights where the options asked for them (for a layer: its output, and
+// its weights where asked; no Plan).
 type Outputs struct {
 	O, LSE, Weights []float32
 	Plan            vkattn.Plan
+	GPUTime         time.Duration // 0 without timestamps
 }
 
 // Run uploads p's Q, K and V as types (their values already rounded to
 // them; zero types are float32), runs the attention p's options ask for
 // and downloads its outputs.
 func Run(dev *vkattn.Device, p *golden.Problem, types [3]vkattn.DType) (*Outputs, error) {
-	var inputs []*vkattn.Tensor
-	defer func() {
-		for _, t := range inputs {
-			t.Close()
-		}
-	}()
-	for i, x := range []struct {
-		data  []float32
-		shape []int
-	}{{p.Q, p.QShape}, {p.K, p.KShape}, {p.V, p.VShape}} {
-		t, err := dev.UploadAs(x.shape, x.data, types[i])
-		if err != nil {
-			return nil, err
-		}
-		inputs = append(inputs, t)
-	}
-	call, err := dev.Prepare(inputs[0], inputs[1], inputs[2], p.Opts)
-	if err != nil {
-		return nil, err
-	}
-	defer call.Close()
-	if _, err := call.Run(context.Background()); err != nil {
-		return nil, err
-	}
-	out := call.Output()
-	res := &Outputs{Plan: out.Plan}
-	for _, d := range []struct {
-		t   *vkattn.Tensor
-		dst *[]float32
-	}{{out.O, &res.O}, {out.LSE, &res.LSE}, {out.Weights, &res.Weights}} {
-		if d.t == nil {
-			continue
-		}
-		if *d.dst, err = d.t.Download(); err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
+	return RunCall(dev, Input{Shape: p.QShape, Data: p.Q, Type: types[0]}, Input{Shape: p.KShape, Data: p.K, Type: types[1]},
+		Input{Shape: p.VShape, Data: p.V, Type: types[2]}, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
+			return dev.Prepare(q, k, v, p.Opts)
+		}, nil)
 }
 
 // Case runs golden case c on dev and says in one line how far O, the
