@@ -16,14 +16,9 @@ const (
 	DeviceCPU
 )
 
-var deviceTypeNames = [...]string{"other", "integrated-gpu", "discrete-gpu", "virtual-gpu", "cpu"}
+var deviceTypeNames = names[DeviceType]{"DeviceType", "device type", []string{"other", "integrated-gpu", "discrete-gpu", "virtual-gpu", "cpu"}}
 
-func (t DeviceType) String() string {
-	if t < 0 || int(t) >= len(deviceTypeNames) {
-		return fmt.Sprintf("DeviceType(%d)", int(t))
-	}
-	return deviceTypeNames[t]
-}
+func (t DeviceType) String() string { return deviceTypeNames.of(t) }
 
 // Driver IDs (VkDriverId) the planner's quirk table keys on.
 const (

@@ -32,19 +32,9 @@ const Q8Block = 32
 // DTypes is every element type, in order.
 var DTypes = []DType{Float32, Float16, BFloat16}
 
-func (t DType) String() string {
-	switch t {
-	case Float32:
-		return "f32"
-	case Float16:
-		return "f16"
-	case BFloat16:
-		return "bf16"
-	case Q8_0:
-		return "q8_0"
-	}
-	return fmt.Sprintf("DType(%d)", int(t))
-}
+var dtypeNames = names[DType]{"DType", "element type", []string{"f32", "f16", "bf16", "q8_0"}}
+
+func (t DType) String() string { return dtypeNames.of(t) }
 
 // Bytes is the size of one element of a float type (Q8_0: 1, its
 // quant; StorageBytes counts its scales too).

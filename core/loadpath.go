@@ -1,7 +1,5 @@
 package core
 
-import "fmt"
-
 // LoadPath is how the attention kernel reads Q, K, V and masks; the
 // planner picks it per device unless a device's Config forces one.
 type LoadPath int
@@ -15,17 +13,12 @@ const (
 	StorageLoadPath
 )
 
-var loadPathNames = [...]string{"auto", "texel", "storage"}
+var loadPathNames = names[LoadPath]{"LoadPath", "load path", []string{"auto", "texel", "storage"}}
 
-func (p LoadPath) String() string {
-	if !p.Valid() {
-		return fmt.Sprintf("LoadPath(%d)", int(p))
-	}
-	return loadPathNames[p]
-}
+func (p LoadPath) String() string { return loadPathNames.of(p) }
 
 // Valid reports whether p is one of the paths above.
-func (p LoadPath) Valid() bool { return p >= 0 && int(p) < len(loadPathNames) }
+func (p LoadPath) Valid() bool { return p >= 0 && int(p) < len(loadPathNames.list) }
 
 // MarshalText writes the path's name, so tunings save as readable JSON.
 func (p LoadPath) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
@@ -42,14 +35,7 @@ func (p *LoadPath) UnmarshalText(b []byte) error {
 
 // ParseLoadPath reads a name String prints: auto, texel or storage; another
 // is an error wrapping ErrOption.
-func ParseLoadPath(s string) (LoadPath, error) {
-	for _, c := range []LoadPath{AutoLoadPath, TexelLoadPath, StorageLoadPath} {
-		if c.String() == s {
-			return c, nil
-		}
-	}
-	return AutoLoadPath, Errorf(ErrOption, "unknown load path %q (want auto, texel or storage)", s)
-}
+func ParseLoadPath(s string) (LoadPath, error) { return loadPathNames.parse(s) }
 
 // PlanAsVendors are the names a device may plan as (Config.PlanAs), each
 // a driver of the planner's quirk table.

@@ -19,27 +19,12 @@ const (
 	CausalBottomRight
 )
 
-func (c Causal) String() string {
-	switch c {
-	case NotCausal:
-		return "none"
-	case CausalTopLeft:
-		return "top-left"
-	case CausalBottomRight:
-		return "bottom-right"
-	}
-	return fmt.Sprintf("Causal(%d)", int(c))
-}
+var causalNames = names[Causal]{"Causal", "causal alignment", []string{"none", "top-left", "bottom-right"}}
+
+func (c Causal) String() string { return causalNames.of(c) }
 
 // ParseCausal reads the names String prints ("none", "top-left", "bottom-right").
-func ParseCausal(s string) (Causal, error) {
-	for _, c := range []Causal{NotCausal, CausalTopLeft, CausalBottomRight} {
-		if c.String() == s {
-			return c, nil
-		}
-	}
-	return NotCausal, Errorf(ErrOption, "unknown causal alignment %q (want none, top-left or bottom-right)", s)
-}
+func ParseCausal(s string) (Causal, error) { return causalNames.parse(s) }
 
 // MaskMeaning says what true means in a BoolMask. Its zero value is invalid on
 // purpose: interfaces disagree (PyTorch's MultiheadAttention blocks where
@@ -55,17 +40,9 @@ const (
 	TrueBlocks
 )
 
-func (m MaskMeaning) String() string {
-	switch m {
-	case TrueAllows:
-		return "true-allows"
-	case TrueBlocks:
-		return "true-blocks"
-	case meaningUnset:
-		return "unset"
-	}
-	return fmt.Sprintf("MaskMeaning(%d)", int(m))
-}
+var meaningNames = names[MaskMeaning]{"MaskMeaning", "mask meaning", []string{"unset", "true-allows", "true-blocks"}}
+
+func (m MaskMeaning) String() string { return meaningNames.of(m) }
 
 // MaskShape is the shape of a mask over (B, H, L, S). Each axis is either the
 // full extent or 1, meaning the mask is broadcast along it.

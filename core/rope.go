@@ -41,25 +41,12 @@ const (
 	RoPEInterleaved
 )
 
-func (s RoPEStyle) String() string {
-	switch s {
-	case RoPEHalf:
-		return "half"
-	case RoPEInterleaved:
-		return "interleaved"
-	}
-	return fmt.Sprintf("RoPEStyle(%d)", int(s))
-}
+var ropeStyleNames = names[RoPEStyle]{"RoPEStyle", "RoPE style", []string{"half", "interleaved"}}
+
+func (s RoPEStyle) String() string { return ropeStyleNames.of(s) }
 
 // ParseRoPEStyle reads the names String prints ("half", "interleaved").
-func ParseRoPEStyle(s string) (RoPEStyle, error) {
-	for _, x := range []RoPEStyle{RoPEHalf, RoPEInterleaved} {
-		if x.String() == s {
-			return x, nil
-		}
-	}
-	return RoPEHalf, Errorf(ErrOption, "unknown RoPE style %q (want half or interleaved)", s)
-}
+func ParseRoPEStyle(s string) (RoPEStyle, error) { return ropeStyleNames.parse(s) }
 
 // RoPEScalingKind names a frequency scaling.
 type RoPEScalingKind int

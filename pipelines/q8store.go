@@ -1,8 +1,6 @@
 package pipelines
 
 import (
-	"math"
-
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
@@ -35,18 +33,10 @@ func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 	if a.D%core.Q8Block != 0 || !a.XType.Valid() {
 		return nil, limitf("q8_0 quantization of rows of %d %v: want float rows of whole blocks of %d", a.D, a.XType, core.Q8Block)
 	}
-	total := float64(a.B) * float64(a.Heads) * float64(a.N) * float64(a.D)
-	if total > math.MaxInt32 {
-		return nil, limitf("q8_0 quantization of %.3g elements: at most 2^31", total)
-	}
-	for _, b := range []struct {
-		what string
-		buf  *vk.Buffer
-		t    DType
-	}{{"quantized input", a.X, a.XType}, {"q8_0 output", a.Y, Q8_0}} {
-		if err := checkRange(dev, b.what, b.buf, false, false, b.t); err != nil {
-			return nil, err
-		}
+	total, err := checkRows(dev, "q8_0 quantization", [4]int{a.B, a.Heads, a.N, a.D},
+		rowBuffer{"quantized input", a.X, a.XType}, rowBuffer{"q8_0 output", a.Y, Q8_0})
+	if err != nil {
+		return nil, err
 	}
 	k, err := ks.getPushed(Variant{Family: FamilyQ8Store}, q8StoreBindingTypes(), 10*4, ropeWorkGroup, typeSpec(a.XType))
 	if err != nil {
@@ -56,7 +46,7 @@ func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	blocks := int(total) / core.Q8Block
+	blocks := total / core.Q8Block
 	cols, rows, err := grid(dev, "q8_0 quantization", blocks)
 	if err != nil {
 		set.Close()

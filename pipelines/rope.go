@@ -36,18 +36,10 @@ func ropeBindingTypes() []vk.BindingType {
 // RoPE binds a rotary embedding of a's rows.
 func (ks *Kernels) RoPE(a RoPEArgs) (*Step, error) {
 	dev := ks.dev.Info
-	total := float64(a.B) * float64(a.Heads) * float64(a.N) * float64(a.D)
-	if total > math.MaxInt32 {
-		return nil, limitf("RoPE of %.3g elements: at most 2^31", total)
-	}
-	for _, b := range []struct {
-		what string
-		buf  *vk.Buffer
-		t    DType
-	}{{"RoPE input", a.X, a.XType}, {"RoPE output", a.Y, Float32}, {"RoPE table", a.Table, Float32}} {
-		if err := checkRange(dev, b.what, b.buf, false, false, b.t); err != nil {
-			return nil, err
-		}
+	total, err := checkRows(dev, "RoPE", [4]int{a.B, a.Heads, a.N, a.D},
+		rowBuffer{"RoPE input", a.X, a.XType}, rowBuffer{"RoPE output", a.Y, Float32}, rowBuffer{"RoPE table", a.Table, Float32})
+	if err != nil {
+		return nil, err
 	}
 	k, err := ks.getPushed(Variant{Family: FamilyRoPE}, ropeBindingTypes(), 12*4, ropeWorkGroup, typeSpec(a.XType))
 	if err != nil {
@@ -57,7 +49,7 @@ func (ks *Kernels) RoPE(a RoPEArgs) (*Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := int(total)
+	n := total
 	cols, rows, err := grid(dev, "RoPE", n)
 	if err != nil {
 		set.Close()
@@ -87,4 +79,28 @@ func grid(dev vk.PhysicalDevice, what string, n int) (cols, rows int, err error)
 		return 0, 0, limitf("%s of %d invocations needs %d x %d workgroups, beyond the device's grid", what, n, cols, rows)
 	}
 	return cols, rows, nil
+}
+
+// rowBuffer is a buffer an elementwise kernel reads or writes, its
+// elements of type t.
+type rowBuffer struct {
+	what string
+	buf  *vk.Buffer
+	t    DType
+}
+
+// checkRows checks an elementwise kernel over rows of shape (B, heads, N,
+// D) for what: at most 2^31 elements in all, each buffer within the
+// device's binding range. It returns the elements.
+func checkRows(dev vk.PhysicalDevice, what string, shape [4]int, bufs ...rowBuffer) (int, error) {
+	total := float64(shape[0]) * float64(shape[1]) * float64(shape[2]) * float64(shape[3])
+	if total > math.MaxInt32 {
+		return 0, limitf("%s of %.3g elements: at most 2^31", what, total)
+	}
+	for _, b := range bufs {
+		if err := checkRange(dev, b.what, b.buf, false, false, b.t); err != nil {
+			return 0, err
+		}
+	}
+	return int(total), nil
 }

@@ -199,7 +199,17 @@ func (f *File) read(name string) (Tensor, error) {
 	if e.zf != nil {
 		return f.readMember(name, e)
 	}
-	m := e.meta
+	return f.readData(name, e.meta, func(data []float32) error {
+		if err := readInto(io.NewSectionReader(f.r, e.off, e.n), data, *e.meta); err != nil {
+			return fmt.Errorf("%w: tensor %q: %v", ErrFormat, name, err)
+		}
+		return nil
+	})
+}
+
+// readData is the tensor m describes, its data (of a type vkattn reads)
+// filled by fill once its cost is charged against the file's limit.
+func (f *File) readData(name string, m *npyMeta, fill func(data []float32) error) (Tensor, error) {
 	t := Tensor{Shape: slices.Clone(m.shape), DType: m.dtype()}
 	if !m.known {
 		return t, nil
@@ -208,8 +218,8 @@ func (f *File) read(name string) (Tensor, error) {
 		return Tensor{}, err
 	}
 	t.Data = make([]float32, m.elems)
-	if err := readInto(io.NewSectionReader(f.r, e.off, e.n), t.Data, *m); err != nil {
-		return Tensor{}, fmt.Errorf("%w: tensor %q: %v", ErrFormat, name, err)
+	if err := fill(t.Data); err != nil {
+		return Tensor{}, err
 	}
 	return t, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 )
 
@@ -62,22 +61,16 @@ func (f *File) readMember(name string, e *entry) (Tensor, error) {
 	}
 	defer rc.Close()
 	e.meta = &m
-	t := Tensor{Shape: slices.Clone(m.shape), DType: m.dtype()}
-	if !m.known {
-		return t, nil
-	}
-	if err := f.charge(name, m.cost()); err != nil {
-		return Tensor{}, err
-	}
-	t.Data = make([]float32, m.elems)
-	err = readInto(rc, t.Data, m)
-	if err == nil {
-		err = expectEnd(rc, m)
-	}
-	if err != nil {
-		return Tensor{}, memberErr(name, e.zf, err)
-	}
-	return t, nil
+	return f.readData(name, &m, func(data []float32) error {
+		err := readInto(rc, data, m)
+		if err == nil {
+			err = expectEnd(rc, m)
+		}
+		if err != nil {
+			return memberErr(name, e.zf, err)
+		}
+		return nil
+	})
 }
 
 // maxDeflateRatio is the most deflate can expand: a 258-byte match in two
