@@ -4,18 +4,21 @@
 #                           shaders/glslc-version.txt)
 #   tools/glslc.sh --check  fail if a committed .spv differs from a fresh build
 set -euo pipefail
-cd "$(dirname "$0")/../shaders"
 check=0
 [ "${1:-}" = "--check" ] && check=1
-command -v glslc >/dev/null || { echo "glslc not found: apt-get install glslc" >&2; exit 2; }
+# Every shader is compiled by one pinned glslc, Debian 13's (it compiles
+# GL_KHR_cooperative_matrix; Debian 12's cannot), which tools/trixie.sh
+# unpacks into a cache folder; VKATTN_GLSLC names another compiler.
+glslc=${VKATTN_GLSLC:-$("$(dirname "$0")/trixie.sh" glslc)}
+cd "$(dirname "$0")/../shaders"
 # The compiler the committed SPIR-V came from (glslc --version, first
 # three lines), kept beside it: another version may emit other bytes for
 # the same source, and --check says so rather than only "stale".
-version=$(glslc --version | sed -n 1,3p) # reads it all: head would leave glslc a SIGPIPE under pipefail
+version=$("$glslc" --version | sed -n 1,3p) # reads it all: head would leave glslc a SIGPIPE under pipefail
 if [ $check = 1 ] && [ "$version" != "$(cat glslc-version.txt 2>/dev/null)" ]; then
   echo "note: the committed SPIR-V came from" >&2
   sed 's/^/    /' glslc-version.txt >&2 2>/dev/null || echo "    (no shaders/glslc-version.txt)" >&2
-  echo "  the installed glslc is" >&2
+  echo "  and this glslc ($glslc) is" >&2
   echo "$version" | sed 's/^/    /' >&2
   echo "  so its output may differ from the committed bytes for that reason alone." >&2
 fi
@@ -25,7 +28,7 @@ stale=0
 while read -r name src flags; do
   case "$name" in ''|\#*) continue ;; esac
   # shellcheck disable=SC2086
-  glslc -fshader-stage=compute --target-env=vulkan1.1 -O $flags "$src" -o "$tmp/$name.spv"
+  "$glslc" -fshader-stage=compute --target-env=vulkan1.1 -O $flags "$src" -o "$tmp/$name.spv"
   if [ $check = 1 ]; then
     if ! cmp -s "$tmp/$name.spv" "$name.spv"; then
       echo "stale SPIR-V: shaders/$name.spv does not match $src ($flags); run tools/glslc.sh" >&2
