@@ -23,8 +23,10 @@ type SharedDevice struct {
 	// The optional device extensions vkattn uses, where the host enabled
 	// them: VK_EXT_subgroup_size_control with subgroupSizeControl and
 	// computeFullSubgroups (the tiled GPU kernels need both), and
-	// VK_EXT_memory_budget. vkattn plans without what is not enabled.
-	SubgroupSizeControl, FullSubgroups, MemoryBudget bool
+	// VK_EXT_memory_budget; VK_KHR_cooperative_matrix with its
+	// cooperativeMatrix feature, shaderFloat16 and vulkanMemoryModel (the
+	// cooperative-matrix kernels). vkattn plans without what is not enabled.
+	SubgroupSizeControl, FullSubgroups, MemoryBudget, CooperativeMatrix bool
 }
 
 // OpenOn makes a Device on a host program's Vulkan device. cfg's LoadPath,
@@ -38,7 +40,8 @@ type SharedDevice struct {
 func OpenOn(h SharedDevice, cfg Config) (*Device, error) {
 	dev, err := vk.Borrow(vk.Borrowed{Instance: h.Instance, PhysicalDevice: h.PhysicalDevice, Device: h.Device,
 		QueueFamily: h.QueueFamily, QueueIndex: h.QueueIndex,
-		SubgroupSizeControl: h.SubgroupSizeControl, FullSubgroups: h.FullSubgroups, MemoryBudget: h.MemoryBudget})
+		SubgroupSizeControl: h.SubgroupSizeControl, FullSubgroups: h.FullSubgroups, MemoryBudget: h.MemoryBudget,
+		CooperativeMatrix: h.CooperativeMatrix})
 	if err != nil {
 		return nil, driverError(err)
 	}

@@ -84,6 +84,11 @@ type DeviceInfo struct {
 	MemoryBudget bool
 	// PipelineCacheUUID names the driver build's pipeline cache format.
 	PipelineCacheUUID [16]byte
+	// CooperativeMatrices are the matrix shapes and types of
+	// VK_KHR_cooperative_matrix, where the device offers the extension
+	// with its feature, shaderFloat16 and vulkanMemoryModel (devices are
+	// then opened with them); nil elsewhere.
+	CooperativeMatrices []CooperativeMatrix
 }
 
 // CacheKey names this exact device and driver build (vendor, device and

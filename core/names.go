@@ -7,7 +7,7 @@ import (
 
 // names are the printed names of an enumerated type's values, indexed by
 // value: one table serves its String and its Parse function.
-type names[T ~int] struct {
+type names[T ~int | ~uint32] struct {
 	typ  string   // the Go type's name, for values outside the table
 	what string   // what a value is, for Parse's errors
 	list []string // list[v] names value v; "" names none
@@ -15,7 +15,7 @@ type names[T ~int] struct {
 
 // of is v's name, or TYPE(v) for a value outside the table.
 func (n names[T]) of(v T) string {
-	if v >= 0 && int(v) < len(n.list) && n.list[v] != "" {
+	if int64(v) >= 0 && int64(v) < int64(len(n.list)) && n.list[v] != "" {
 		return n.list[v]
 	}
 	return fmt.Sprintf("%s(%d)", n.typ, int(v))

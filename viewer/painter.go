@@ -51,7 +51,8 @@ func Shared(dev *vk.Device) vkattn.SharedDevice {
 	h := dev.Handles()
 	return vkattn.SharedDevice{Instance: h.Instance, PhysicalDevice: h.PhysicalDevice, Device: h.Device,
 		QueueFamily: h.QueueFamily, QueueIndex: h.QueueIndex,
-		SubgroupSizeControl: h.SubgroupSizeControl, FullSubgroups: h.FullSubgroups, MemoryBudget: h.MemoryBudget}
+		SubgroupSizeControl: h.SubgroupSizeControl, FullSubgroups: h.FullSubgroups, MemoryBudget: h.MemoryBudget,
+		CooperativeMatrix: h.CooperativeMatrix}
 }
 
 // pushSize is the colouring kernel's push-constant block: ten uint32s.

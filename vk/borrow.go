@@ -25,6 +25,10 @@ type Borrowed struct {
 	SubgroupSizeControl, FullSubgroups bool
 	// VK_EXT_memory_budget enabled.
 	MemoryBudget bool
+	// VK_KHR_cooperative_matrix with cooperativeMatrix, shaderFloat16 and
+	// vulkanMemoryModel (their extensions or Vulkan 1.2) enabled: the
+	// cooperative-matrix kernels need them.
+	CooperativeMatrix bool
 }
 
 // Borrow makes a Device of a logical device its owner keeps: everything
@@ -55,6 +59,9 @@ func Borrow(b Borrowed) (*Device, error) {
 	pd.SubgroupSizeControl = pd.SubgroupSizeControl && b.SubgroupSizeControl
 	pd.FullSubgroups = pd.FullSubgroups && pd.SubgroupSizeControl && b.FullSubgroups
 	pd.MemoryBudget = pd.MemoryBudget && b.MemoryBudget
+	if !b.CooperativeMatrix {
+		pd.CooperativeMatrices = nil
+	}
 	calls, err := resolveDevice(b.Instance, b.Device)
 	if err != nil {
 		return nil, err
@@ -69,7 +76,8 @@ func Borrow(b Borrowed) (*Device, error) {
 func (d *Device) Handles() Borrowed {
 	return Borrowed{Instance: d.inst.handle, PhysicalDevice: d.Info.handle, Device: d.handle,
 		QueueFamily: d.Info.queueFamily, QueueIndex: d.queueIndex,
-		SubgroupSizeControl: d.Info.SubgroupSizeControl, FullSubgroups: d.Info.FullSubgroups, MemoryBudget: d.Info.MemoryBudget}
+		SubgroupSizeControl: d.Info.SubgroupSizeControl, FullSubgroups: d.Info.FullSubgroups, MemoryBudget: d.Info.MemoryBudget,
+		CooperativeMatrix: d.Info.CooperativeMatrices != nil}
 }
 
 // BorrowBuffer makes a Buffer of a VkBuffer of size bytes that another

@@ -82,8 +82,17 @@ static VkResult vkattn_queue_families(void *gipa, VkInstance inst, VkPhysicalDev
 
 // sizeControl > 0 enables subgroupSizeControl (and, if 2, computeFullSubgroups)
 // of VK_EXT_subgroup_size_control, which must be among the extensions.
+// vkattn_coopmat_device_features is VkPhysicalDeviceCooperativeMatrixFeaturesKHR
+// (the system headers predate it; vk/coopmat.go has the query).
+typedef struct {
+	VkStructureType sType;
+	void *pNext;
+	VkBool32 cooperativeMatrix;
+	VkBool32 cooperativeMatrixRobustBufferAccess;
+} vkattn_coopmat_device_features;
+
 static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevice pd,
-		uint32_t family, const char *const *extensions, uint32_t nExtensions, int sizeControl, VkDevice *out) {
+		uint32_t family, const char *const *extensions, uint32_t nExtensions, int sizeControl, int coopmat, VkDevice *out) {
 	PFN_vkCreateDevice f = (PFN_vkCreateDevice)vkattn_proc(gipa, inst, "vkCreateDevice");
 	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
 	float priority = 1.0f;
@@ -100,7 +109,20 @@ static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevi
 	if (sizeControl > 0) {
 		sizes.subgroupSizeControl = VK_TRUE;
 		sizes.computeFullSubgroups = sizeControl > 1 ? VK_TRUE : VK_FALSE;
+		sizes.pNext = (void *)info.pNext;
 		info.pNext = &sizes;
+	}
+	vkattn_coopmat_device_features cm = {(VkStructureType)1000506000}; // ..._COOPERATIVE_MATRIX_FEATURES_KHR
+	VkPhysicalDeviceShaderFloat16Int8FeaturesKHR f16 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES_KHR};
+	VkPhysicalDeviceVulkanMemoryModelFeaturesKHR model = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
+	if (coopmat) {
+		cm.cooperativeMatrix = VK_TRUE;
+		f16.shaderFloat16 = VK_TRUE;
+		model.vulkanMemoryModel = VK_TRUE;
+		model.pNext = &cm;
+		f16.pNext = &model;
+		cm.pNext = (void *)info.pNext;
+		info.pNext = &f16;
 	}
 	return f(pd, &info, NULL, out);
 }
@@ -432,17 +454,25 @@ func queueFamilies(inst vulkan.Instance, pd vulkan.PhysicalDevice) ([]queueFamil
 
 // createDevice creates a device with one queue of family and the given
 // extensions, and resolves the device-level entry points.
-func createDevice(inst vulkan.Instance, pd vulkan.PhysicalDevice, family uint32, extensions []string, sizeControl int) (vulkan.Device, *deviceCalls, error) {
+func createDevice(inst vulkan.Instance, pd vulkan.PhysicalDevice, family uint32, extensions []string, sizeControl int, coopmat bool) (vulkan.Device, *deviceCalls, error) {
 	ci := C.VkInstance(unsafe.Pointer(inst))
 	cExts, nExts, freeExts := cStrings(extensions)
 	defer freeExts()
 	var h C.VkDevice
-	if err := check("vkCreateDevice", result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), cExts, nExts, C.int(sizeControl), &h))); err != nil {
+	if err := check("vkCreateDevice", result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), cExts, nExts, C.int(sizeControl), cBool(coopmat), &h))); err != nil {
 		return nil, nil, err
 	}
 	dev := vulkan.Device(unsafe.Pointer(h))
 	calls, err := resolveDevice(inst, dev)
 	return dev, calls, err
+}
+
+// cBool is b as a C int.
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // resolveDevice finds the device-level entry points of dev.

@@ -272,7 +272,17 @@ func (in *Instance) NewDeviceWith(index int, cfg DeviceConfig) (*Device, error) 
 			sizeControl = 2
 		}
 	}
-	handle, calls, err := createDevice(in.handle, pd.handle, pd.queueFamily, exts, sizeControl)
+	// The cooperative-matrix kernels need the extension and its feature,
+	// float16 arithmetic and the Vulkan memory model.
+	coopmat := pd.CooperativeMatrices != nil
+	if coopmat {
+		for _, e := range coopmatExtensions {
+			if !slices.Contains(exts, e) {
+				exts = append(exts, e)
+			}
+		}
+	}
+	handle, calls, err := createDevice(in.handle, pd.handle, pd.queueFamily, exts, sizeControl, coopmat)
 	if err != nil {
 		if handle != nil {
 			vulkan.DestroyDevice(handle, nil)

@@ -323,6 +323,9 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 		return d, false, err
 	}
 	d.MemoryBudget = slices.Contains(exts, extMemoryBudget)
+	if d.CooperativeMatrices, err = cooperativeMatrices(inst, h, exts); err != nil {
+		return d, false, err
+	}
 	extra, err := queryExtra(inst, h, props.ApiVersion, slices.Contains(exts, extSubgroupSizeControl))
 	if err != nil {
 		return d, false, err

@@ -41,6 +41,8 @@ type deviceJSON struct {
 	TexelR32F   bool       `json:"texel_r32f"`
 	Timestamps  bool       `json:"timestamps"`
 	Limits      limitsJSON `json:"limits"`
+	// CooperativeMatrices name each shape as "MxNxK A*B+C->Result (scope)".
+	CooperativeMatrices []string `json:"cooperative_matrices"`
 }
 
 type limitsJSON struct {
@@ -60,8 +62,13 @@ type limitsJSON struct {
 
 func toDeviceJSON(d vkattn.DeviceInfo, def int) deviceJSON {
 	l := d.Limits
+	matrices := []string{}
+	for _, m := range d.CooperativeMatrices {
+		matrices = append(matrices, m.String())
+	}
 	return deviceJSON{
-		Index: d.Index, Name: d.Name, Type: d.Type.String(), Default: d.Index == def,
+		CooperativeMatrices: matrices,
+		Index:               d.Index, Name: d.Name, Type: d.Type.String(), Default: d.Index == def,
 		VendorID: d.VendorID, DeviceID: d.DeviceID, APIVersion: d.APIVersion,
 		DriverID: d.DriverID, DriverName: d.DriverName, DriverInfo: d.DriverInfo,
 		HostVisible: d.HostVisible, TexelR32F: d.TexelR32F, Timestamps: d.TimestampsOK,
@@ -138,6 +145,16 @@ func printDevice(w io.Writer, d vkattn.DeviceInfo, isDefault bool) {
 	row("largest memory heap", "%s", core.FormatBytes(l.MaxMemoryAllocation))
 	row("features", "R32F texel buffers %s, timestamps %s, host-visible device memory %s",
 		yesNo(d.TexelR32F), yesNo(d.TimestampsOK), yesNo(d.HostVisible))
+	if d.CooperativeMatrices == nil {
+		row("cooperative matrices", "none (no VK_KHR_cooperative_matrix with float16)")
+	}
+	for i, m := range d.CooperativeMatrices {
+		k := ""
+		if i == 0 {
+			k = "cooperative matrices"
+		}
+		row(k, "%v", m) // M x N x K A*B+C->Result (scope)
+	}
 }
 
 func yesNo(b bool) string {
