@@ -22,10 +22,10 @@ RACE_TESTS = Concurrent|Cancelled|AfterDeviceClose|InFlight|StagingArea
 # turns off the LLVM optimisation passes of lavapipe's JIT (GPU drivers
 # ignore it): the same SPIR-V and the same results, compiled in about two
 # thirds of the time and run more slowly. Mesa keys its shader cache by that
-# setting, so OPTIMISED_TESTS, the golden and PyTorch cases, run once more
-# on the optimised code lavapipe users get.
+# setting, so OPTIMISED_TESTS, the golden cases on every plan, run once
+# more on the optimised code lavapipe users get.
 TEST_ENV = VKATTN_VALIDATION=1 GALLIVM_PERF=nopt
-OPTIMISED_TESTS = TestGoldenCases$$|TestMHAPyTorchParityGPU
+OPTIMISED_TESTS = TestGoldenCases$$
 
 # Then the viewer build: its vet, and the window tests on a virtual X server.
 test: deps-viewer
