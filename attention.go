@@ -108,7 +108,7 @@ func (d *Device) plan(q, k, v [4]int, how planOf, opts *Options) (Plan, error) {
 	}
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanAttention(d.dev.Info, pipelines.PlanInput{
-		AttentionShape: shape, Force: d.path, Additive: how.additive, Tuning: &tuning,
+		AttentionShape: shape, Force: d.path, Additive: how.additive, Tuning: &tuning, Float32Products: opts.Float32Products,
 	})
 	if err != nil {
 		return Plan{}, deviceError(err)

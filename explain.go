@@ -35,7 +35,12 @@ func (p Plan) Explain(opts Options) string {
 	row("load path", "%s (%s)", k.LoadPath, k.Why)
 	row("d_max", "%d (compile-time bound on d_k and d_v)", k.DMax)
 	axes := "query row blocks x heads x batch"
-	if k.TileRows > 0 {
+	if k.Matrix > 0 {
+		axes = "query row blocks x KV heads x batch"
+		row("matrices", "Q K^T and P V on %dx%dx%d cooperative matrices: float16 Q, K, V and P, float32 accumulators (SEMANTICS.md §18)", k.Matrix, k.Matrix, k.Matrix)
+		row("tiles", "Br %d query rows (the query heads of a KV head packed) x Bc %d keys, tiles and output rows in %d B of shared memory", k.TileRows, k.KeyTile, k.SharedBytes)
+		row("subgroups", "%d full subgroups of %d lanes (VK_EXT_subgroup_size_control, enabled)", k.WorkGroup/k.SubgroupSize, k.SubgroupSize)
+	} else if k.TileRows > 0 {
 		axes = "query row blocks x KV heads x batch"
 		row("tiles", "Br %d query rows (the query heads of a KV head packed) x Bc %d keys, K and V tiles in %d B of shared memory", k.TileRows, k.KeyTile, k.SharedBytes)
 		row("lanes", "%d lanes per row split d_max %d (%d values of q and of the output each), sums by subgroup shuffles; %d rows per lane group", k.LanesPerRow, k.DMax, k.DMax/k.LanesPerRow, k.RowsPerLane)

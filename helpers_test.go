@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -198,6 +199,29 @@ func referenceOf(p *problem) ([]float64, error) {
 	return want.O, nil
 }
 
+// compareO checks O as compare does, allowing a plan on cooperative
+// matrices its stated bound on top (SEMANTICS.md §18).
+func compareO(t *testing.T, got gpuResult, want *reference.Result, p *problem) {
+	t.Helper()
+	extra := 0.0
+	if got.out.Plan.Kernel.Matrix > 0 {
+		_, _, v := p.rounded()
+		top := 0.0
+		for _, x := range v {
+			top = math.Max(top, math.Abs(float64(x)))
+		}
+		extra = core.MatrixErrorBound(p.ks[2], top)
+	}
+	c := golden.CompareWithin(got.o, want.O, tolerance, extra)
+	if !c.OK() {
+		if c.Got != c.Want {
+			t.Fatalf("O: %d values, want %d", c.Got, c.Want)
+		}
+		i := c.Worst
+		t.Fatalf("O: [%d] = %v, want %v (error %.3g, %.3g times the bound %g*max(1,|want|) + %.3g)", i, got.o[i], want.O[i], math.Abs(float64(got.o[i])-want.O[i]), c.Ratio, tolerance, extra)
+	}
+}
+
 // tolerance is the sweep's error bound: |got - want| <= 2e-5 * max(1, |want|).
 const tolerance = golden.SweepTolerance
 
@@ -229,7 +253,7 @@ func checkAgainstReference(t *testing.T, d *vkattn.Device, p *problem) {
 	t.Helper()
 	got := runGPU(t, d, p)
 	want := runReference(t, p)
-	compare(t, "O", got.o, want.O)
+	compareO(t, got, want, p)
 	if p.wantLSE {
 		compare(t, "LSE", got.lse, want.LSE)
 	}

@@ -26,6 +26,10 @@ type KernelPlan struct {
 	RowsPerLane  int `json:"rows_per_lane,omitempty"`
 	SharedBytes  int `json:"shared_bytes,omitempty"`
 	SubgroupSize int `json:"subgroup_size,omitempty"`
+	// Matrix > 0: the cooperative-matrix kernel, both products on Matrix x
+	// Matrix x Matrix float16 matrices with float32 accumulators
+	// (SEMANTICS.md §18).
+	Matrix int `json:"matrix,omitempty"`
 	// Split-K decode (Splits > 0): the keys in Splits blocks of SplitKeys,
 	// the query heads of a KV head packed in RowBlocks blocks; a combine
 	// pass merges the blocks.
@@ -55,7 +59,7 @@ func kernelPlan(p pipelines.AttentionPlan) KernelPlan {
 		Rows: p.Rows, KeyTile: p.KeyTile, WorkGroup: p.WorkGroup, SharedLoads: p.SharedLoads,
 		Splits: p.Splits, SplitKeys: p.SplitKeys, RowBlocks: p.RowBlocks,
 		TileRows: p.TileRows, LanesPerRow: p.LanesPerRow, RowsPerLane: p.RowsPerLane, SharedBytes: p.SharedBytes, SubgroupSize: p.SubgroupSize,
-		Chunks: p.Chunks, ChunkKVHeads: p.ChunkKVHeads, ChunkHeads: p.ChunkHeads, ChunkRows: p.ChunkRows,
+		Matrix: p.Matrix, Chunks: p.Chunks, ChunkKVHeads: p.ChunkKVHeads, ChunkHeads: p.ChunkHeads, ChunkRows: p.ChunkRows,
 		Grid: p.Grid, Why: p.Why, plan: p,
 	}
 }

@@ -254,6 +254,9 @@ func TestMHASweep(t *testing.T) {
 	for _, d := range []int{8, 64, 128} {
 		for _, h := range []int{1, 2, 8} {
 			for _, T := range []int{1, 17, 129} {
+				if T == 17 && h != 2 {
+					continue // the weights of T > 1 rows: once per width
+				}
 				masks := []string{"none", "key padding", "additive", "boolean", "causal", "all"}[i%6]
 				cross := i%2 == 1
 				i++

@@ -59,3 +59,12 @@ func (d DeviceInfo) HasMatrix(m, n, k int, ab MatrixType) bool {
 	}
 	return false
 }
+
+// MatrixErrorBound is how far an output of the cooperative-matrix path may
+// lie from float32 attention on the same (float16) inputs, beyond the
+// float32 path's own rounding (SEMANTICS.md §18): P rounded to float16
+// moves each output by at most (2^-11 + keys * 2^-25) * maxAbsV, for
+// keys visible keys and maxAbsV the largest |v| among them.
+func MatrixErrorBound(keys int, maxAbsV float64) float64 {
+	return (0x1p-11 + float64(keys)*0x1p-25) * maxAbsV
+}

@@ -132,6 +132,11 @@ type Options struct {
 	// RoPE rotates Q and K by their positions before the scores
 	// (SEMANTICS.md §17); nil: none.
 	RoPE *RoPE
+	// Float32Products keeps float16 inputs off a device's cooperative
+	// matrices: P V in float32, as on every other device, at the float32
+	// path's accuracy. By default a device with float16 matrices computes
+	// float16 calls on them, with P rounded to float16 (SEMANTICS.md §18).
+	Float32Products bool
 }
 
 // Window is FlashAttention's window_size=(Left, Right) with bottom-right

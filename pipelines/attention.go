@@ -207,6 +207,11 @@ type AttentionPlan struct {
 	// workgroup reads a contiguous block of SplitKeys keys.
 	TileRows, LanesPerRow, SharedBytes, SubgroupSize int
 	RowsPerLane                                      int // rows each group of LanesPerRow lanes holds
+	// Matrix > 0 (FamilyCoopmat): both products on Matrix x Matrix x Matrix
+	// cooperative matrices (float16 in, float32 accumulated), in workgroups
+	// of WorkGroup / SubgroupSize whole subgroups; TileRows, KeyTile and
+	// SharedBytes as for the tiled kernels.
+	Matrix int
 	// Chunks > 1: the call is larger than one binding reaches and runs as
 	// Chunks parts of ChunkKVHeads KV heads with ChunkHeads query heads of
 	// one batch item and up to ChunkRows query rows.
@@ -222,6 +227,11 @@ func (p AttentionPlan) String() string {
 	loads := "scalar loads"
 	if p.Vec4 {
 		loads = "vec4 loads"
+	}
+	if p.Variant.Family == FamilyCoopmat {
+		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), both products on %dx%dx%d cooperative matrices (float16 in, float32 accumulated; P rounded to float16), workgroup-tiled, query heads of each KV head packed; Br %d query rows x Bc %d keys per tile, workgroup %d (%d subgroups of %d, full subgroups required), %d B of shared memory; grid %dx%dx%d (row blocks x KV heads x batch), online softmax rescaled once per tile, no L*S buffer%s%s",
+			p.Variant, p.Path, p.Why, loads, "; Q, K and V float16 as stored", p.Matrix, p.Matrix, p.Matrix, p.TileRows, p.KeyTile, p.WorkGroup, p.WorkGroup/p.SubgroupSize, p.SubgroupSize,
+			p.SharedBytes, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
 	}
 	if p.Variant.Family == FamilyTiled {
 		tiles := fmt.Sprintf("Br %d query rows x Bc %d keys per tile, %d lanes per row (each holds %d of the d_max %d) and %d rows per lane group, workgroup %d, K/V tiles %d B of shared memory, full subgroups of %d required (VK_EXT_subgroup_size_control enabled)",
@@ -297,6 +307,9 @@ type PlanInput struct {
 	AttentionShape
 	// Force overrides the load path (AutoPath: choose).
 	Force LoadPath
+	// Float32Products keeps float16 inputs off the cooperative matrices:
+	// P V in float32, as on every other device (core.Options).
+	Float32Products bool
 	// Additive: additive scores w_a . tanh(q + k) instead of q . k.
 	Additive bool
 	// core.Tuning is the device's launch shapes; nil means DefaultTuning.
@@ -340,6 +353,9 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	}
 	if p.KeyTile < 1 {
 		return p, fmt.Errorf("attention: tuning has no keys per step")
+	}
+	if ok, err := planCoopmat(dev, &in, &p); ok || err != nil {
+		return p, err
 	}
 	if tiles := tuningOr(dev, in.Tuning).Tiled; tiles != nil && p.Path == StoragePath && !p.Additive {
 		if ok, err := planTiled(dev, &in, tiles, &p); ok || err != nil {
@@ -401,6 +417,52 @@ func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan, names [3]string) error 
 	}
 	p.Chunks, p.ChunkKVHeads, p.ChunkHeads, p.ChunkRows = len(cs), cs[0].nkv, cs[0].nh, cs[0].nl
 	return nil
+}
+
+// planCoopmat plans p on the cooperative-matrix kernel where the device
+// and the problem allow it (SEMANTICS.md §18): float16 Q, K and V, a
+// subgroup-scope float16 matrix with float32 accumulators, enough packed
+// query rows per KV head for a row block (decode keeps the split-K
+// kernels), no weights, no paged or additive attention, and tiles that
+// fit shared memory. Else it reports false, p untouched.
+func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, error) {
+	mm := 0
+	for _, m := range []int{16, 8} {
+		if mm == 0 && dev.HasMatrix(m, m, m, core.MatrixFloat16) {
+			mm = m
+		}
+	}
+	half := in.Q.Type == Float16 && in.K.Type == Float16 && in.V.Type == Float16
+	packed := in.H / in.HKV * in.L
+	if mm == 0 || !half || in.Float32Products || in.Additive || in.Weights || in.Paging > 0 || in.Force == TexelPath ||
+		packed < 2*mm || p.DMax%mm != 0 || !dev.SubgroupSizeControl || !dev.FullSubgroups {
+		return false, nil
+	}
+	lim := dev.Limits
+	sg := int(lim.SubgroupSize)
+	dp := p.DMax
+	// Shared memory: Q, K and V tiles in float16, the scores (float32) and
+	// probabilities (float16) of a tile, the output rows (float32), a
+	// rescale per row.
+	bytes := func(br, bc int) int { return br*dp*2 + 2*bc*dp*2 + br*bc*(4+2) + br*dp*4 + br*4 }
+	br, bc := max(16, 2*mm), max(16, 2*mm)
+	for bc > mm && bytes(br, bc) > int(lim.MaxSharedMemory) {
+		bc /= 2
+	}
+	for br > mm && bytes(br, bc) > int(lim.MaxSharedMemory) {
+		br /= 2
+	}
+	nsg := max(ceilDiv(br, sg), 2)
+	if bytes(br, bc) > int(lim.MaxSharedMemory) || nsg*sg > min(int(lim.MaxWorkGroupSize[0]), int(lim.MaxWorkGroupInvocations)) {
+		return false, nil
+	}
+	p.Variant = Variant{Family: FamilyCoopmat, Path: StoragePath}
+	p.Path, p.Vec4, p.Matrix = StoragePath, false, mm
+	p.Why = fmt.Sprintf("float16 inputs on the device's %dx%dx%d float16 cooperative matrices", mm, mm, mm)
+	p.Rows, p.TileRows, p.KeyTile, p.SubgroupSize = 0, br, bc, sg
+	p.WorkGroup, p.SharedBytes = nsg*sg, bytes(br, bc)
+	p.Grid = [3]uint32{uint32(ceilDiv(packed, br)), uint32(in.HKV), uint32(in.B)}
+	return true, finishPlan(dev, p, [3]string{"query row blocks", "KV heads", "batch"})
 }
 
 // tiledCapable reports why dev cannot run the tiled kernels, or "".
@@ -554,6 +616,13 @@ const (
 func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 	s := &p.Shape
 	bindings := attentionBindingTypes(p)
+	if p.Variant.Family == FamilyCoopmat {
+		spec := make([]int32, coopSpecCount)
+		spec[specLocalSize], spec[coopSpecD4], spec[coopSpecBR], spec[coopSpecBC] = int32(p.WorkGroup), int32(p.DMax/4), int32(p.TileRows), int32(p.KeyTile)
+		spec[coopSpecMM], spec[coopSpecNSG], spec[coopSpecSG] = int32(p.Matrix), int32(p.WorkGroup/p.SubgroupSize), int32(p.SubgroupSize)
+		spec[coopSpecMasked], spec[coopSpecVariants] = boolSpec(p.Masked), s.variants()
+		return ks.getInSubgroups(p.Variant, bindings, uint32(p.SubgroupSize), spec...)
+	}
 	if p.Variant.Family == FamilyTiled {
 		spec := make([]int32, tiledSpecCount)
 		spec[specLocalSize], spec[tiledSpecD4] = int32(p.WorkGroup), int32(p.DMax/4)
@@ -842,7 +911,7 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 	switch {
 	case p.Splits > 0:
 		grid[0], grid[1] = p.Grid[0], uint32(cs.HKV*p.RowBlocks)
-	case p.Variant.Family == FamilyTiled:
+	case p.Variant.Family == FamilyTiled || p.Variant.Family == FamilyCoopmat:
 		grid[0], grid[1] = uint32(ceilDiv(c.nl*cs.H/cs.HKV, p.TileRows)), uint32(cs.HKV)
 	default:
 		grid[0] = uint32(ceilDiv(c.nl, p.Rows*p.WorkGroup))

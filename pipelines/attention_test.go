@@ -213,3 +213,70 @@ func TestTiledPlansFitTheDevice(t *testing.T) {
 		t.Errorf("VendorTuning(apple): no error")
 	}
 }
+
+// withMatrices is dev with subgroup-scope m x m x m float16 cooperative
+// matrices (float32 accumulators) and their features.
+func withMatrices(dev vk.PhysicalDevice, m int) vk.PhysicalDevice {
+	dev.CooperativeMatrices = []core.CooperativeMatrix{
+		{M: m, N: m, K: m, A: core.MatrixFloat16, B: core.MatrixFloat16, C: core.MatrixFloat16, Result: core.MatrixFloat16, Scope: core.MatrixSubgroup},
+		{M: m, N: m, K: m, A: core.MatrixFloat16, B: core.MatrixFloat16, C: core.MatrixFloat32, Result: core.MatrixFloat32, Scope: core.MatrixSubgroup},
+	}
+	dev.SubgroupSizeControl, dev.FullSubgroups = true, true
+	return dev
+}
+
+// The planner puts float16 prefill on the cooperative matrices where the
+// device has a float16 shape with float32 accumulators, and keeps every
+// other call where it was (SEMANTICS.md §18); the tiles shrink to fit
+// shared memory.
+func TestCoopmatPlanning(t *testing.T) {
+	lavapipe26 := withMatrices(lavapipeLike(), 8)
+	half := func(b, h, hkv, l, s, dk, dv int) PlanInput {
+		in := PlanInput{AttentionShape: DenseShape(b, h, hkv, l, s, dk, dv)}
+		in.Q.Type, in.K.Type, in.V.Type = Float16, Float16, Float16
+		return in
+	}
+	plan := func(dev vk.PhysicalDevice, in PlanInput) AttentionPlan {
+		t.Helper()
+		p, err := PlanAttention(dev, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := plan(lavapipe26, half(2, 8, 2, 100, 300, 64, 64))
+	if p.Variant.Family != FamilyCoopmat || p.Matrix != 8 || p.TileRows != 16 || p.KeyTile != 16 || p.WorkGroup != 16 {
+		t.Errorf("float16 prefill on 8x8x8 matrices: %v", p)
+	}
+	if p.Grid != [3]uint32{uint32(ceilDiv(4*100, 16)), 2, 2} {
+		t.Errorf("grid %v", p.Grid)
+	}
+	wide := plan(lavapipe26, half(1, 2, 2, 64, 64, 256, 256))
+	if wide.Variant.Family != FamilyCoopmat || wide.SharedBytes > 32<<10 || wide.TileRows != 8 {
+		t.Errorf("d 256 in 32 KiB: %v", wide)
+	}
+	f32 := half(2, 8, 2, 100, 300, 64, 64)
+	f32.Q.Type = Float32
+	weights := half(2, 8, 2, 100, 300, 64, 64)
+	weights.Weights = true
+	products := half(2, 8, 2, 100, 300, 64, 64)
+	products.Float32Products = true
+	accumulators := lavapipe26
+	accumulators.CooperativeMatrices = accumulators.CooperativeMatrices[:1] // float16 accumulators only
+	for _, c := range []struct {
+		name string
+		dev  vk.PhysicalDevice
+		in   PlanInput
+	}{
+		{"float32 Q", lavapipe26, f32},
+		{"decode", lavapipe26, half(1, 8, 8, 1, 4096, 64, 64)},
+		{"weights", lavapipe26, weights},
+		{"Float32Products", lavapipe26, products},
+		{"no float32 accumulators", accumulators, half(2, 8, 2, 100, 300, 64, 64)},
+		{"no matrices", lavapipeLike(), half(2, 8, 2, 100, 300, 64, 64)},
+	} {
+		if p := plan(c.dev, c.in); p.Variant.Family == FamilyCoopmat {
+			t.Errorf("%s: planned on the matrices: %v", c.name, p)
+		}
+	}
+}

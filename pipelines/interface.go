@@ -46,6 +46,10 @@ const (
 	tiledSpecQType, tiledSpecKType, tiledSpecVType, tiledSpecVariants    = 6, 7, 8, 9
 	tiledSpecPaged, tiledSpecRPL, tiledSpecCount                         = 10, 11, 12
 
+	// attention_coopmat.comp.
+	coopSpecD4, coopSpecBR, coopSpecBC, coopSpecMM, coopSpecNSG, coopSpecSG = 1, 2, 3, 4, 5, 6
+	coopSpecMasked, coopSpecVariants, coopSpecCount                         = 7, 8, 9
+
 	// linear.comp.
 	linSpecXType, linSpecWType, linSpecCount = 1, 2, 3
 
@@ -133,6 +137,13 @@ var shaderInterface = []interfaceSection{
 		{"TILED_SPEC_Q_TYPE", tiledSpecQType, ""}, {"TILED_SPEC_K_TYPE", tiledSpecKType, ""}, {"TILED_SPEC_V_TYPE", tiledSpecVType, ""},
 		{"TILED_SPEC_VARIANTS", tiledSpecVariants, ""}, {"TILED_SPEC_PAGED", tiledSpecPaged, ""}, {"TILED_SPEC_RPL", tiledSpecRPL, ""},
 	}},
+	{"attention_coopmat.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"COOP_SPEC_D4", coopSpecD4, "compile-time bound of d_k and d_v, in vec4s"},
+		{"COOP_SPEC_BR", coopSpecBR, ""}, {"COOP_SPEC_BC", coopSpecBC, ""},
+		{"COOP_SPEC_MM", coopSpecMM, "the cooperative matrices' M = N = K"},
+		{"COOP_SPEC_NSG", coopSpecNSG, "subgroups per workgroup"}, {"COOP_SPEC_SG", coopSpecSG, "lanes per subgroup"},
+		{"COOP_SPEC_MASKED", coopSpecMasked, ""}, {"COOP_SPEC_VARIANTS", coopSpecVariants, ""},
+	}},
 	{"linear.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"LIN_SPEC_X_TYPE", linSpecXType, ""}, {"LIN_SPEC_W_TYPE", linSpecWType, ""},
 	}},
@@ -203,7 +214,7 @@ func familyBindings(v Variant) []bindingUse {
 		return out
 	}
 	switch v.Family {
-	case FamilyAttention, FamilyAdditive, FamilyTiled:
+	case FamilyAttention, FamilyAdditive, FamilyTiled, FamilyCoopmat:
 		p := AttentionPlan{Variant: v, Path: v.Path, Vec4: v.Vec4, Additive: v.Family == FamilyAdditive}
 		return uses(attentionBindingTypes(p), bindO, bindLSE, bindWeights)
 	case FamilyCombine:
@@ -235,6 +246,8 @@ func specCount(v Variant) int {
 		return attSpecCount
 	case FamilyTiled:
 		return tiledSpecCount
+	case FamilyCoopmat:
+		return coopSpecCount
 	case FamilyLinear:
 		return linSpecCount
 	case FamilyRoPE:

@@ -26,6 +26,7 @@ const (
 	FamilyBackwardKV                       // attention_backward.comp, dK and dV
 	FamilyAdditiveBackwardQ                // attention_backward.comp, additive scores: dq
 	FamilyAdditiveBackwardKV               // attention_backward.comp, additive scores: dk, dv, dw_a
+	FamilyCoopmat                          // attention_coopmat.comp, q.k scores on cooperative matrices (float16)
 )
 
 var families = [...]struct{ name, source, define string }{
@@ -43,6 +44,7 @@ var families = [...]struct{ name, source, define string }{
 	FamilyBackwardKV:         {"attention_backward_kv", "attention_backward.comp", "-DKV_PASS=1"},
 	FamilyAdditiveBackwardQ:  {"additive_backward_q", "attention_backward.comp", "-DADDITIVE=1"},
 	FamilyAdditiveBackwardKV: {"additive_backward_kv", "attention_backward.comp", "-DKV_PASS=1 -DADDITIVE=1"},
+	FamilyCoopmat:            {"attention_coopmat", "attention_coopmat.comp", ""},
 }
 
 func (f Family) String() string {
@@ -147,6 +149,8 @@ var Variants = func() []Variant {
 		{Family: FamilyTiled, Path: StoragePath},
 		{Family: FamilyTiled, Path: StoragePath, Vec4: true, SplitK: true}}
 	vs = append(vs, tiled...)
+	// The cooperative-matrix kernel: float16 rows read by element.
+	vs = append(vs, Variant{Family: FamilyCoopmat, Path: StoragePath})
 	// q8_0 K and V: the scaled dot-product kernels again, reading them
 	// (not the shared-loads build: the planner keeps q8_0 off it).
 	for _, v := range slices.Clone(vs) {

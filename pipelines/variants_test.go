@@ -87,6 +87,14 @@ func TestEveryVariantIsReachable(t *testing.T) {
 			}
 		}
 	}
+	// Float16 calls on a device with cooperative matrices.
+	half := DenseShape(1, 8, 8, 1024, 1024, 64, 64)
+	half.Q.Type, half.K.Type, half.V.Type = Float16, Float16, Float16
+	if p, err := PlanAttention(withMatrices(gpu, 16), PlanInput{AttentionShape: half}); err != nil {
+		t.Fatal(err)
+	} else {
+		reached[p.Variant] = true
+	}
 	for v := range reached {
 		if !slices.Contains(Variants, v) {
 			t.Errorf("the planner reaches %s, which is not in the variant table", v)

@@ -101,6 +101,16 @@ const int VAR_SINKS = 8; // a logit per head joins the denominator
 #define TILED_SPEC_PAGED 10
 #define TILED_SPEC_RPL 11
 
+// attention_coopmat.comp specialization-constant IDs (0: the workgroup size)
+#define COOP_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
+#define COOP_SPEC_BR 2
+#define COOP_SPEC_BC 3
+#define COOP_SPEC_MM 4 // the cooperative matrices' M = N = K
+#define COOP_SPEC_NSG 5 // subgroups per workgroup
+#define COOP_SPEC_SG 6 // lanes per subgroup
+#define COOP_SPEC_MASKED 7
+#define COOP_SPEC_VARIANTS 8
+
 // linear.comp specialization-constant IDs (0: the workgroup size)
 #define LIN_SPEC_X_TYPE 1
 #define LIN_SPEC_W_TYPE 2

@@ -7,7 +7,8 @@
 #   tools/trixie.sh glslc     the pinned glslc; prints the path of a wrapper
 #                             that runs it (tools/glslc.sh uses it)
 #   tools/trixie.sh lavapipe  Mesa's lavapipe from trixie-backports, which
-#                             has VK_KHR_cooperative_matrix; prints its
+#                             has VK_KHR_cooperative_matrix, and trixie's
+#                             validation layer, which knows it; prints their
 #                             folder (tools/lavapipe26.sh runs programs on it)
 # The folder is $VKATTN_TOOLS, else $XDG_CACHE_HOME/vkattn-tools, else
 # ~/.cache/vkattn-tools; a folder already holding the pinned version is
@@ -74,7 +75,8 @@ lavapipe)
       libwayland-client0/trixie libexpat1/trixie libpng16-16t64/trixie zlib1g/trixie libedit2/trixie libffi8/trixie \
       libxml2/trixie libz3-4/trixie libbsd0/trixie libmd0/trixie libicu76/trixie liblzma5/trixie libtinfo6/trixie \
       libx11-xcb1/trixie libxcb1/trixie libxau6/trixie libxdmcp6/trixie libxcb-dri3-0/trixie libxcb-present0/trixie \
-      libxcb-randr0/trixie libxcb-shm0/trixie libxcb-sync1/trixie libxcb-xfixes0/trixie libxshmfence1/trixie
+      libxcb-randr0/trixie libxcb-shm0/trixie libxcb-sync1/trixie libxcb-xfixes0/trixie libxshmfence1/trixie \
+      vulkan-validationlayers/trixie
     sed "s#\"library_path\": *\"[^\"]*\"#\"library_path\": \"$dir/$lib/libvulkan_lvp.so\"#" \
       "$dir/usr/share/vulkan/icd.d/lvp_icd.json" >"$dir/lvp_icd.json.tmp"
     mv "$dir/lvp_icd.json.tmp" "$dir/lvp_icd.json"

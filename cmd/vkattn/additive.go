@@ -191,7 +191,7 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 		if err != nil {
 			return failf(stderr, "additive", "reference: %v", err)
 		}
-		chk = res.Check(ref)
+		chk = res.Check(ref, p.v.F32)
 	}
 
 	var grads []output

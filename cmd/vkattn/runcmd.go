@@ -276,6 +276,8 @@ type variantFlags struct {
 	sinks       string
 	alibi       bool
 	alibiSlopes string
+	// fp32Products is Options.Float32Products.
+	fp32Products bool
 }
 
 func (v *variantFlags) register(fs *flag.FlagSet) {
@@ -284,10 +286,12 @@ func (v *variantFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&v.sinks, "sinks", "", "attention sinks `S.npy`: one logit per query head (H values) that joins the softmax denominator")
 	fs.BoolVar(&v.alibi, "alibi", false, "ALiBi position bias with the published slopes 2^(-8(h+1)/H)")
 	fs.StringVar(&v.alibiSlopes, "alibi-slopes", "", "ALiBi with the given slopes `A.npy` (H values)")
+	fs.BoolVar(&v.fp32Products, "fp32-products", false, "float16 inputs: keep P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
 }
 
 // setIn sets the variants in opts for h query heads, reading the files.
 func (v *variantFlags) setIn(opts *vkattn.Options, h int) error {
+	opts.Float32Products = v.fp32Products
 	if v.window.set {
 		if len(v.window.vals) != 2 {
 			return fmt.Errorf("--window %s: want LEFT,RIGHT (two integers, -1 for unbounded)", v.window.String())
@@ -544,7 +548,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		if err != nil {
 			return failf(stderr, "run", "reference: %v", err)
 		}
-		chk = res.Check(ref)
+		chk = res.Check(ref, p.v.F32)
 	}
 
 	outs := f.outputs(res, oShape, lseShape, wShape)

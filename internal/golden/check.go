@@ -16,11 +16,17 @@ type Check struct {
 	failed bool
 	worst  string  // the worst element relative to its limit, for messages
 	ratio  float64 // its error over its limit
+	extra  float64 // the largest allowance AddWithin gave
 }
 
 // Add compares output name, got, with the reference, want.
-func (c *Check) Add(name string, got []float32, want []float64) {
-	cmp := Compare(got, want, CheckTolerance)
+func (c *Check) Add(name string, got []float32, want []float64) { c.AddWithin(name, got, want, 0) }
+
+// AddWithin is Add allowing extra more absolute error: the stated bound of
+// the cooperative-matrix path (SEMANTICS.md §18).
+func (c *Check) AddWithin(name string, got []float32, want []float64, extra float64) {
+	c.extra = math.Max(c.extra, extra)
+	cmp := CompareWithin(got, want, CheckTolerance, extra)
 	c.failed = c.failed || !cmp.OK()
 	c.Pass = !c.failed
 	if cmp.Got != cmp.Want {
@@ -42,8 +48,12 @@ func (c *Check) String() string {
 	if c.failed {
 		verdict = "FAILED, worst " + c.worst
 	}
-	return fmt.Sprintf("check vs float64 reference: max abs err %.3g, max rel err %.3g (where |ref| >= %g); limit %g * max(1,|ref|): %s",
-		float64(c.MaxAbs), float64(c.MaxRel), RelFloor, CheckTolerance, verdict)
+	limit := fmt.Sprintf("%g * max(1,|ref|)", CheckTolerance)
+	if c.extra > 0 {
+		limit += fmt.Sprintf(" + %.3g (P rounded to float16 on cooperative matrices, SEMANTICS.md §18)", c.extra)
+	}
+	return fmt.Sprintf("check vs float64 reference: max abs err %.3g, max rel err %.3g (where |ref| >= %g); limit %s: %s",
+		float64(c.MaxAbs), float64(c.MaxRel), RelFloor, limit, verdict)
 }
 
 // Worst names the worst element relative to its limit, for messages.

@@ -30,6 +30,9 @@ const RelFloor = 1e-3
 // Comparison is the result of Compare.
 type Comparison struct {
 	Tolerance float64
+	// Extra is an absolute allowance beyond the tolerance (a path's stated
+	// error bound: SEMANTICS.md §18); 0 for most comparisons.
+	Extra     float64
 	Got, Want int // the lengths compared; unequal lengths fail
 	// MaxAbs is the largest |got - ref|: 0 for equal values (equal
 	// infinities included), +Inf where either is NaN or only one is
@@ -40,7 +43,8 @@ type Comparison struct {
 	// Worst is the index of the value with the largest Ratio, -1 when every
 	// value is exact or the lengths differ.
 	Worst int
-	// Ratio is |got - ref| / (tol * max(1, |ref|)) at Worst: above 1 fails.
+	// Ratio is |got - ref| / (tol * max(1, |ref|) + Extra) at Worst: above
+	// 1 fails.
 	// It is +Inf for a value off an infinite ref, which no tolerance
 	// covers (a fully masked row's -Inf log-sum-exp must be -Inf).
 	Ratio float64
@@ -52,7 +56,12 @@ func (c Comparison) OK() bool { return c.Got == c.Want && !(c.Ratio > 1) }
 // Compare compares got with the reference want under tol (one of the
 // tolerances above, or 0 for exact equality).
 func Compare(got []float32, want []float64, tol float64) Comparison {
-	c := Comparison{Tolerance: tol, Got: len(got), Want: len(want), Worst: -1}
+	return CompareWithin(got, want, tol, 0)
+}
+
+// CompareWithin is Compare with an absolute allowance extra on top of tol.
+func CompareWithin(got []float32, want []float64, tol, extra float64) Comparison {
+	c := Comparison{Tolerance: tol, Extra: extra, Got: len(got), Want: len(want), Worst: -1}
 	if len(got) != len(want) {
 		c.MaxAbs, c.MaxRel, c.Ratio = math.Inf(1), math.Inf(1), math.Inf(1)
 		return c
@@ -69,7 +78,7 @@ func Compare(got []float32, want []float64, tol float64) Comparison {
 		}
 		r := math.Inf(1)
 		if !math.IsInf(d, 1) {
-			r = d / (tol * math.Max(1, math.Abs(w)))
+			r = d / (tol*math.Max(1, math.Abs(w)) + extra)
 		}
 		if r > c.Ratio || c.Worst < 0 {
 			c.Worst, c.Ratio = i, r

@@ -177,13 +177,6 @@ func Random(dev *vkattn.Device, p *golden.Problem, types [3]vkattn.DType) (strin
 	if err != nil {
 		return "reference: " + err.Error(), false
 	}
-	var chk golden.Check
-	chk.Add("O", res.O, ref.O)
-	if res.LSE != nil {
-		chk.Add("LSE", res.LSE, ref.LSE)
-	}
-	if res.Weights != nil {
-		chk.Add("weights", res.Weights, ref.Weights)
-	}
-	return fmt.Sprintf("%s; %s", res.Plan.Kernel.Variant, &chk), chk.OK()
+	chk := res.Check(ref, p.V)
+	return fmt.Sprintf("%s; %s", res.Plan.Kernel.Variant, chk), chk.OK()
 }

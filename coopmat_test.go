@@ -1,0 +1,97 @@
+package vkattn_test
+
+import (
+	"fmt"
+	"math/rand"
+	"os"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+)
+
+// coopmatDevice is dev when it has float16 cooperative matrices. Without
+// them the cooperative-matrix tests have nothing to run on: they say so,
+// and under VKATTN_REQUIRE_COOPMAT=1 (make test's leg on Mesa 26's
+// lavapipe, tools/lavapipe26.sh) they fail instead.
+func coopmatDevice(t *testing.T) *vkattn.Device {
+	t.Helper()
+	if dev.Info().CooperativeMatrices != nil {
+		return dev
+	}
+	if os.Getenv("VKATTN_REQUIRE_COOPMAT") == "1" {
+		t.Fatalf("%s has no cooperative matrices (VKATTN_REQUIRE_COOPMAT=1)", dev)
+	}
+	t.Skipf("%s has no cooperative matrices: run on Mesa 26's lavapipe (tools/lavapipe26.sh)", dev)
+	return nil
+}
+
+// The cooperative-matrix kernel against the float64 reference within its
+// stated bound (SEMANTICS.md §18): grouped-query heads, both causal
+// alignments with L < S and L > S, every mask kind, key and query lengths
+// (a fully masked row), d_k != d_v, every score variant together, LSE,
+// strided views; float16 Q, K and V. Small shapes: each case is a kernel
+// lavapipe compiles.
+func TestCoopmatAttention(t *testing.T) {
+	d := coopmatDevice(t)
+	r := rand.New(rand.NewSource(230))
+	f16 := [3]vkattn.DType{vkattn.Float16, vkattn.Float16, vkattn.Float16}
+	cases := []struct {
+		name                    string
+		b, h, hkv, l, s, dk, dv int
+		setup                   func(p *problem)
+	}{
+		{"gqa", 2, 4, 2, 37, 50, 64, 64, func(p *problem) {}},
+		{"masks, lengths, bottom-right", 2, 2, 1, 20, 70, 32, 16, func(p *problem) {
+			p.opts.Causal = vkattn.CausalBottomRight
+			p.opts.KeyLengths, p.opts.QueryLengths = []int{70, 0}, []int{20, 13}
+			randomMasks(r, p)
+			p.blhd = true
+		}},
+		{"variants, top-left, L > S", 1, 4, 4, 48, 30, 16, 16, func(p *problem) {
+			p.opts.Causal = vkattn.CausalTopLeft
+			p.opts.Window = &vkattn.Window{Left: 9, Right: 2}
+			p.opts.Softcap = 0.7
+			p.opts.ALiBi = vkattn.ALiBiSlopes(4)
+			p.opts.Sinks = randomValues(r, 4)
+		}},
+	}
+	for _, c := range cases {
+		for _, planned := range []struct {
+			name string
+			d    *vkattn.Device
+		}{{"auto", d}, {"nvidia", nvidiaDev}} {
+			t.Run(fmt.Sprintf("%s/%s", planned.name, c.name), func(t *testing.T) {
+				p := newProblem(r, c.b, c.h, c.hkv, c.l, c.s, c.dk, c.dv)
+				c.setup(p)
+				p.types, p.wantLSE = f16, true
+				plan, err := planned.d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, p.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if plan.Kernel.Matrix == 0 {
+					t.Fatalf("planned %v, want the cooperative-matrix kernel", plan)
+				}
+				checkAgainstReference(t, planned.d, p)
+			})
+		}
+	}
+}
+
+// Float32Products keeps float16 inputs off the matrices: another kernel,
+// at the float32 path's tolerance.
+func TestCoopmatFloat32Products(t *testing.T) {
+	d := coopmatDevice(t)
+	r := rand.New(rand.NewSource(231))
+	p := newProblem(r, 1, 2, 2, 33, 40, 16, 16)
+	p.types = [3]vkattn.DType{vkattn.Float16, vkattn.Float16, vkattn.Float16}
+	p.opts.Float32Products = true
+	plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, p.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Kernel.Matrix != 0 {
+		t.Fatalf("Float32Products planned %v", plan)
+	}
+	got := runGPU(t, d, p)
+	compare(t, "O", got.o, runReference(t, p).O)
+}

@@ -1,0 +1,209 @@
+#version 450
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+// Fused attention forward on the matrix units (VK_KHR_cooperative_matrix)
+// for float16 Q, K and V: attention_tiled.comp's loop order and
+// workgroups (BR packed query rows of one KV head, BC keys per tile) with
+// both products on cooperative matrices of MM x MM x MM, float16 inputs
+// and float32 accumulators (SEMANTICS.md §18):
+//
+//   S = Q K^T   in float32 from the float16 rows (each product exact);
+//   the online softmax of S, row by row in float32 (every option of the
+//   tiled kernel: masks, lengths, causal alignments, score variants, LSE);
+//   O = O * alpha + P V with P rounded to float16 (FlashAttention's
+//   rounding; the row sums l add the unrounded P).
+//
+// Accumulators have an opaque layout, so S goes through shared memory for
+// the softmax, and O lives in shared memory (float32) between tiles, where
+// the rows are rescaled once per tile. Rows are padded to DP = 4 * D4
+// columns of zeros (D4 divisible by MM / 4). The workgroup is NSG whole
+// subgroups; subgroup g computes the MM x MM blocks g, g + NSG, ... of S
+// and of O.
+
+#include "interface.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = COOP_SPEC_D4) const int D4 = 16; // compile-time bound of d_k and d_v, in vec4s
+layout(constant_id = COOP_SPEC_BR) const int BR = 16; // query rows per workgroup
+layout(constant_id = COOP_SPEC_BC) const int BC = 16; // keys per tile
+layout(constant_id = COOP_SPEC_MM) const int MM = 16; // the matrices' M = N = K
+layout(constant_id = COOP_SPEC_NSG) const int NSG = 2; // subgroups per workgroup
+layout(constant_id = COOP_SPEC_SG) const int SG = 32;  // lanes per subgroup (full subgroups required)
+layout(constant_id = COOP_SPEC_MASKED) const bool MASKED = true;
+layout(constant_id = COOP_SPEC_VARIANTS) const int VARIANTS = 0;
+const bool PAGED = false;
+const int Q_TYPE = 1; // TYPE_F16: the family reads float16 only
+const int K_TYPE = 1;
+const int V_TYPE = 1;
+
+const int WG = NSG * SG;
+const int DP = 4 * D4; // padded row width
+
+#include "attention_common.glsl"
+
+#include "loads.glsl"
+INPUT(BIND_Q, Qt)
+INPUT(BIND_K, Kt)
+INPUT(BIND_V, Vt)
+#define Qt_SCALES 0
+#define Kt_SCALES 0
+#define Vt_SCALES 0
+
+shared float16_t qS[BR * DP]; // the block's query rows
+shared float16_t kS[BC * DP]; // a tile of keys
+shared float16_t vS[BC * DP]; // and of values
+shared float sS[BR * BC];     // the tile's dot products, then nothing
+shared float16_t pS[BR * BC]; // the tile's probabilities, rounded
+shared float oS[BR * DP];     // the unnormalised output rows
+shared float alphaS[BR];      // each row's rescale of this tile
+
+#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, MM, MM, gl_MatrixUseA>
+#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, MM, MM, gl_MatrixUseB>
+#define MAT_C coopmat<float, gl_ScopeSubgroup, MM, MM, gl_MatrixUseAccumulator>
+
+// stage copies rows of width n (from element base, row stride `stride`)
+// into dst as float16, zero past n: rows count rows, row r from rowBase(r).
+#define STAGE(dst, src, T, count, baseOf, n)                      \
+    [[unroll]] for (int i0 = 0; i0 < count * D4; i0 += WG) {      \
+        int i = i0 + lane;                                        \
+        if (i < count * D4) {                                     \
+            int r = i / D4;                                       \
+            int c = i % D4;                                       \
+            vec4 x = LOAD4(src, T, baseOf(r), c, n);              \
+            dst[r * DP + 4 * c] = float16_t(x.x);                 \
+            dst[r * DP + 4 * c + 1] = float16_t(x.y);             \
+            dst[r * DP + 4 * c + 2] = float16_t(x.z);             \
+            dst[r * DP + 4 * c + 3] = float16_t(x.w);             \
+        }                                                         \
+    }
+
+int lane;
+int rowBase, packed, group, H;
+int j0; // the tile's first key
+
+int qRowBase(int r) {
+    int rho = min(rowBase + r, packed - 1);
+    return P.offsets.x + b * P.qStride.x + (hk * group + rho / L) * P.qStride.y + (rho % L) * P.qStride.z;
+}
+int kRowBase(int t) { return P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, min(j0 + t, S - 1)); }
+int vRowBase(int t) { return P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, min(j0 + t, S - 1)); }
+
+void main() {
+    beginItem(int(gl_WorkGroupID.z));
+    lane = int(gl_LocalInvocationID.x);
+    int sg = int(gl_SubgroupID);
+    group = P.heads.y;
+    packed = group * L;
+    hk = int(gl_WorkGroupID.y);
+    rowBase = int(gl_WorkGroupID.x) * BR;
+    H = int(gl_NumWorkGroups.y) * group;
+
+    // Lane r < BR owns packed row rowBase + r: its softmax state and output.
+    int r = min(lane, BR - 1);
+    int rho = min(rowBase + r, packed - 1);
+    bool rowOK = lane < BR && rowBase + r < packed;
+    int row = rho % L;
+    int head = hk * group + rho / L;
+    float slope = slopeOf(head);
+
+    int last = min(rowBase + BR, packed) - 1;
+    bool oneHead = rowBase / L == last / L;
+    int keyBegin = 0;
+    int keyEnd = keyLen;
+    keyRange(oneHead ? rowBase % L : 0, oneHead ? last % L : L - 1, keyBegin, keyEnd);
+
+    STAGE(qS, Qt, Q_TYPE, BR, qRowBase, DK)
+    [[unroll]] for (int i0 = 0; i0 < BR * DP; i0 += WG) {
+        if (i0 + lane < BR * DP) {
+            oS[i0 + lane] = 0.0;
+        }
+    }
+    float m = NEG_INF;
+    float l = 0.0;
+    for (j0 = keyBegin; j0 < keyEnd; j0 += BC) {
+        barrier(); // the previous tile is no longer read
+        STAGE(kS, Kt, K_TYPE, BC, kRowBase, DK)
+        STAGE(vS, Vt, V_TYPE, BC, vRowBase, DV)
+        barrier();
+        // S = Q K^T: K's tile read column-major is K^T.
+        [[unroll]] for (int blk0 = 0; blk0 < (BR / MM) * (BC / MM); blk0 += NSG) {
+            int blk = blk0 + sg;
+            if (blk < (BR / MM) * (BC / MM)) {
+                int bi = blk / (BC / MM);
+                int bj = blk % (BC / MM);
+                MAT_C acc = MAT_C(0.0);
+                [[unroll]] for (int kk = 0; kk < DP / MM; kk++) {
+                    MAT_A a;
+                    MAT_B kt;
+                    coopMatLoad(a, qS, bi * MM * DP + kk * MM, DP, gl_CooperativeMatrixLayoutRowMajor);
+                    coopMatLoad(kt, kS, bj * MM * DP + kk * MM, DP, gl_CooperativeMatrixLayoutColumnMajor);
+                    acc = coopMatMulAdd(a, kt, acc);
+                }
+                coopMatStore(acc, sS, bi * MM * BC + bj * MM, BC, gl_CooperativeMatrixLayoutRowMajor);
+            }
+        }
+        barrier();
+        // The online softmax of each row over the tile.
+        if (lane < BR) {
+            float sc[BC];
+            float mNew = m;
+            [[unroll]] for (int t = 0; t < BC; t++) {
+                sc[t] = scoreOf(sS[r * BC + t], row, head, slope, j0 + t, keyEnd);
+                mNew = max(mNew, sc[t]);
+            }
+            // While every key so far is masked mNew is -inf: keep alpha 1.
+            float alpha = mNew == NEG_INF ? 1.0 : exp2((m - mNew) * LOG2E);
+            m = mNew;
+            l *= alpha;
+            [[unroll]] for (int t = 0; t < BC; t++) {
+                float p = sc[t] == NEG_INF ? 0.0 : exp2((sc[t] - mNew) * LOG2E);
+                l += p;
+                pS[r * BC + t] = float16_t(p);
+            }
+            alphaS[r] = alpha;
+        }
+        barrier();
+        [[unroll]] for (int i0 = 0; i0 < BR * DP; i0 += WG) {
+            if (i0 + lane < BR * DP) {
+                oS[i0 + lane] *= alphaS[(i0 + lane) / DP];
+            }
+        }
+        barrier();
+        // O += P V.
+        [[unroll]] for (int blk0 = 0; blk0 < (BR / MM) * (DP / MM); blk0 += NSG) {
+            int blk = blk0 + sg;
+            if (blk < (BR / MM) * (DP / MM)) {
+                int bi = blk / (DP / MM);
+                int bd = blk % (DP / MM);
+                MAT_C acc;
+                coopMatLoad(acc, oS, bi * MM * DP + bd * MM, DP, gl_CooperativeMatrixLayoutRowMajor);
+                [[unroll]] for (int kk = 0; kk < BC / MM; kk++) {
+                    MAT_A p;
+                    MAT_B v;
+                    coopMatLoad(p, pS, bi * MM * BC + kk * MM, BC, gl_CooperativeMatrixLayoutRowMajor);
+                    coopMatLoad(v, vS, kk * MM * DP + bd * MM, DP, gl_CooperativeMatrixLayoutRowMajor);
+                    acc = coopMatMulAdd(p, v, acc);
+                }
+                coopMatStore(acc, oS, bi * MM * DP + bd * MM, DP, gl_CooperativeMatrixLayoutRowMajor);
+            }
+        }
+    }
+    barrier();
+
+    float inv = endRow(m, l, head, P.outs.w + row >= queryLen);
+    if (rowOK) {
+        int oBase = P.offsets.w + b * P.oStride.x + head * P.oStride.y + row * P.oStride.z;
+        [[unroll]] for (int c = 0; c < DP; c++) {
+            if (c < DV) {
+                oData[oBase + c] = oS[r * DP + c] * inv;
+            }
+        }
+        if ((flags & FLAG_LSE) != 0) {
+            lseData[P.outs.x + (b * H + head) * P.outs.z + row] = lseOf(m, l);
+        }
+    }
+}
