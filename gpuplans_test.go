@@ -71,7 +71,7 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 // 256, GQA/MQA, every mask kind, half inputs at every width, LSE and
 // weights) under both GPU vendors' plans.
 func TestSweepGPUPlans(t *testing.T) {
-	t.Run("nvidia", func(t *testing.T) { sweep(t, nvidiaDev, 31, 20, sweepWidths) })
+	t.Run("nvidia", func(t *testing.T) { sweep(t, nvidiaDev, 31, 16, sweepWidths) })
 	t.Run("amd", func(t *testing.T) { sweep(t, amdDev, 32, 8, sweepWidths) })
 	// Intel's tiles (16 x 16, 2 rows per lane group) at the narrower widths:
 	// its variants compile anew, and the wide ones are NVIDIA's shapes.

@@ -85,7 +85,7 @@ func randomMasks(r *rand.Rand, p *problem) string {
 // odd shapes, d_k != d_v, GQA/MQA and random combinations of every mask kind
 // (fixed seed), on the planner's default load path.
 func TestSweepAgainstReference(t *testing.T) {
-	sweep(t, dev, 1, 28, sweepWidths)
+	sweep(t, dev, 1, 22, sweepWidths)
 }
 
 // TestSweepStoragePath runs a smaller sweep on the storage-buffer path, the

@@ -20,6 +20,14 @@ type Case struct {
 	// Backward times Device.AttentionBackward (the forward and the
 	// backward) instead of the forward.
 	Backward bool
+	// Float32Products keeps float16 inputs off cooperative matrices
+	// (Options.Float32Products).
+	Float32Products bool
+}
+
+// Options are the attention options the case runs with.
+func (c Case) Options() vkattn.Options {
+	return vkattn.Options{Causal: c.Causal, RoPE: c.RoPE, Float32Products: c.Float32Products}
 }
 
 // Suites are the preset suites in the order "all" runs them.
@@ -135,7 +143,7 @@ func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint6
 		}
 		CloseAfter(ctx, free)
 	}()
-	opts := vkattn.Options{Causal: c.Causal, RoPE: c.RoPE}
+	opts := c.Options()
 	var runner Runner
 	if c.Backward {
 		d := c.Dims

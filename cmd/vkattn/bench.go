@@ -77,7 +77,10 @@ Element types: the random data is float32 unless
   --kv-dtype f16|bf16|q8_0
                         stores K and V so (Q as --dtype, else float32); q8_0
                         is ggml's 8-bit blocks of 32 with float16 scales
-The kernels widen on load and compute in float32.
+The kernels widen on load and compute in float32, but for float16 Q, K
+and V on a device with float16 cooperative matrices (vkattn devices lists
+them), which multiply on those with P rounded to float16 (SEMANTICS.md
+§18); --fp32-products keeps them in float32 too.
 
 Rotary position embeddings: --rope THETA (with --rope-dims, --rope-style,
 --rope-scale as for run) rotates Q and K of every shape first (rope.comp;
@@ -192,6 +195,8 @@ type benchFlags struct {
 	loadPath string
 	quiet    bool
 	backward bool
+	// fp32Products is Options.Float32Products.
+	fp32Products bool
 	typeFlags
 	ropeFlags
 	rope *vkattn.RoPE // from ropeFlags
@@ -240,6 +245,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.loadPath, "load-path", "auto", "force the kernel's load `path`: auto, texel or storage")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
 	fs.BoolVar(&f.backward, "backward", false, "time the gradients (Device.AttentionBackward: the forward and the backward) instead")
+	fs.BoolVar(&f.fp32Products, "fp32-products", false, "float16 inputs: keep P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
 	f.typeFlags.register(fs)
 	f.ropeFlags.register(fs)
 	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {
@@ -284,7 +290,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	for i := range cases {
-		cases[i].Types, cases[i].RoPE, cases[i].Backward = types, f.rope, f.backward
+		cases[i].Types, cases[i].RoPE, cases[i].Backward, cases[i].Float32Products = types, f.rope, f.backward, f.fp32Products
 	}
 	path, err := vkattn.ParseLoadPath(f.loadPath)
 	if err != nil {
@@ -314,7 +320,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	for _, c := range cases {
 		d := c.Dims
 		if _, err := dev.PlanAs([]int{d.B, d.H, d.L, d.DK}, []int{d.B, d.HKV, d.S, d.DK}, []int{d.B, d.HKV, d.S, d.DV},
-			c.Types, vkattn.Options{Causal: c.Causal, RoPE: c.RoPE}); err != nil {
+			c.Types, c.Options()); err != nil {
 			return failf(stderr, "bench", "%s: %v", c.Name(), err)
 		}
 	}

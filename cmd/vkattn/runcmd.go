@@ -59,7 +59,10 @@ are stored as float32 (float64 narrowed), unless
                            is ggml's: int8 quants in blocks of 32 along a row (d_k
                            and d_v multiples of 32), a float16 scale each
 The kernels widen on load and compute in float32; --check then compares
-with the reference on the rounded values.
+with the reference on the rounded values. The exception: float16 Q, K and
+V on a device with float16 cooperative matrices (vkattn devices lists
+them) multiply on those, P rounded to float16, and --check allows the
+bound SEMANTICS.md §18 states; --fp32-products keeps float32 products.
 
 Outputs are written to a temporary file and renamed, all or none; a
 symbolic link is written through to its target; a pipe or character
