@@ -77,6 +77,32 @@ func TestCoopmatAttention(t *testing.T) {
 	}
 }
 
+// A call larger than one binding runs as chunks on the matrices too, with
+// sinks, ALiBi and a window per chunk.
+func TestCoopmatChunked(t *testing.T) {
+	coopmatDevice(t)
+	d, err := vkattn.Open(vkattn.Config{Validation: true, BindingLimit: 128 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	r := rand.New(rand.NewSource(232))
+	p := newProblem(r, 2, 4, 2, 40, 900, 32, 32)
+	p.types, p.wantLSE = [3]vkattn.DType{vkattn.Float16, vkattn.Float16, vkattn.Float16}, true
+	p.opts.KeyLengths = []int{893, 900}
+	p.opts.Causal = vkattn.CausalBottomRight
+	p.opts.Sinks, p.opts.ALiBi = randomValues(r, 4), vkattn.ALiBiSlopes(4)
+	p.opts.Window = &vkattn.Window{Left: 300, Right: 0}
+	plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, p.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Kernel.Matrix == 0 || plan.Kernel.Chunks < 2 {
+		t.Fatalf("planned %v, want the cooperative-matrix kernel in chunks", plan)
+	}
+	checkAgainstReference(t, d, p)
+}
+
 // Float32Products keeps float16 inputs off the matrices: another kernel,
 // at the float32 path's tolerance.
 func TestCoopmatFloat32Products(t *testing.T) {

@@ -18,7 +18,11 @@
 #   demo       demo.txt: SEMANTICS.md §14's worked examples and one seeded
 #              random problem (B=2 H=4 L=S=128 d=64) against the reference
 #   bench      bench.json: bench --suite all --json (prefill, decode, long)
-#   bench-f16  bench-f16.json: the same with Q, K, V stored as f16
+#   bench-f16  bench-f16.json: the same with Q, K, V stored as f16 (on the
+#              cooperative matrices where the device has float16 ones:
+#              SEMANTICS.md §18; its kernel column says)
+#   bench-f16-fp32  bench-f16-fp32.json: f16 again with --fp32-products (the
+#              float32 products, beside the matrices' and PyTorch's fp16)
 #   bench-kvf16  bench-kvf16.json: decode with f32 Q and f16 K/V
 #   decode-loop  decode-loop.json: bench --suite decode-loop --json (decode
 #              steps through a KV cache: steps/s, and per step submissions,
@@ -121,11 +125,13 @@ fi
 if [ "${SKIP_BENCH:-}" = 1 ]; then
   skip bench SKIP_BENCH=1
   skip bench-f16 SKIP_BENCH=1
+  skip bench-f16-fp32 SKIP_BENCH=1
   skip bench-kvf16 SKIP_BENCH=1
   skip decode-loop SKIP_BENCH=1
 else
   step bench "$out/bench.json" "$out/bench.err" "$bin" bench "${shapes[@]}" --json --quiet
   step bench-f16 "$out/bench-f16.json" "$out/bench-f16.err" "$bin" bench "${shapes[@]}" --dtype f16 --json --quiet
+  step bench-f16-fp32 "$out/bench-f16-fp32.json" "$out/bench-f16-fp32.err" "$bin" bench "${shapes[@]}" --dtype f16 --fp32-products --json --quiet
   step bench-kvf16 "$out/bench-kvf16.json" "$out/bench-kvf16.err" "$bin" bench "${decode[@]}" --kv-dtype f16 --json --quiet
   step decode-loop "$out/decode-loop.json" "$out/decode-loop.err" "$bin" bench --suite decode-loop --reps "$reps" --json --quiet
 fi

@@ -77,8 +77,11 @@ def main():
         for r in load(path):
             try:
                 d = r["dims"]
+                # f16 on the cooperative matrices is a series of its own,
+                # beside f16 with float32 products (--fp32-products).
+                matrices = "+matrices" if "attention_coopmat" in r.get("plan", "") else ""
                 key = (d["B"], d["H"], d["H_kv"], d["L"], d["S"], d["d_k"], r["causal"] != "none",
-                       vk_dtype(r["dtypes"]))
+                       vk_dtype(r["dtypes"]) + matrices)
                 timing = r["timing"]
                 ns = (r["gpu_ns"] if timing == "gpu" else r["wall_ns"])["median"]
             except (KeyError, TypeError) as e:
