@@ -169,6 +169,9 @@ func TestAdditiveSweep(t *testing.T) {
 	}
 	for i, s := range shapes {
 		for _, d := range []*vkattn.Device{dev, storageDev} {
+			if s.DA == 128 && d == dev {
+				continue // d_max 128 on the storage path only: the texel build compiles for 11 s (nopt) and loads as at d_max 64
+			}
 			masks := []string{"none", "additive", "boolean", "causal", "lengths", "all"}[i%6]
 			name := fmt.Sprintf("%v/%s/%s", s, masks, map[bool]string{false: "auto", true: "storage"}[d == storageDev])
 			c := &additiveCase{B: s.B, L: s.L, S: s.S, DQ: s.DQ, DK: s.DK, DA: s.DA, DV: s.DV}

@@ -52,14 +52,9 @@ func TestAdditiveBackward(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, p := range []struct {
-					name string
-					got  []float32
-					want []float64
-				}{{"dq", g.DQ, want.DQ}, {"dk", g.DK, want.DK}, {"dv", g.DV, want.DV}, {"dW_q", g.DWQ, want.DWQ}, {"dW_k", g.DWK, want.DWK},
-					{"db", g.DBias, want.DBias}, {"dw_a", g.DWA, want.DWA}, {"dsinks", g.DSinks, want.DSinks}} {
-					compareOptionalGrad(t, p.name, p.got, p.want)
-				}
+				compareOptionalGrads(t, namedGrad{"dq", g.DQ, want.DQ}, namedGrad{"dk", g.DK, want.DK}, namedGrad{"dv", g.DV, want.DV},
+					namedGrad{"dW_q", g.DWQ, want.DWQ}, namedGrad{"dW_k", g.DWK, want.DWK}, namedGrad{"db", g.DBias, want.DBias},
+					namedGrad{"dw_a", g.DWA, want.DWA}, namedGrad{"dsinks", g.DSinks, want.DSinks})
 			})
 		}
 	}

@@ -80,6 +80,21 @@ func compareOptionalGrad(t *testing.T, what string, got []float32, want []float6
 	}
 }
 
+// namedGrad is a device gradient and the reference's, by name.
+type namedGrad struct {
+	name string
+	got  []float32
+	want []float64
+}
+
+// compareOptionalGrads is compareOptionalGrad for each of grads.
+func compareOptionalGrads(t *testing.T, grads ...namedGrad) {
+	t.Helper()
+	for _, g := range grads {
+		compareOptionalGrad(t, g.name, g.got, g.want)
+	}
+}
+
 // The device backward (dQ, dK, dV, dSinks) equals the float64 reference's
 // gradients on every plan: GQA, both causal alignments with L < S and
 // L > S, every mask kind, key and query lengths (a zero key length: rows

@@ -63,13 +63,7 @@ func TestMHABackward(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, p := range []struct {
-					name string
-					got  []float32
-					want []float64
-				}{{"dx", g.DX, want.DX}, {"dkey", g.DKey, want.DKey}, {"dvalue", g.DValue, want.DValue}} {
-					compareOptionalGrad(t, p.name, p.got, p.want)
-				}
+				compareOptionalGrads(t, namedGrad{"dx", g.DX, want.DX}, namedGrad{"dkey", g.DKey, want.DKey}, namedGrad{"dvalue", g.DValue, want.DValue})
 				wants := want.Params()
 				if len(g.Params) != len(wants) {
 					t.Fatalf("gradients of %d parameters, the reference has %d", len(g.Params), len(wants))
