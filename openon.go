@@ -24,8 +24,9 @@ type SharedDevice struct {
 	// them: VK_EXT_subgroup_size_control with subgroupSizeControl and
 	// computeFullSubgroups (the tiled GPU kernels need both), and
 	// VK_EXT_memory_budget; VK_KHR_cooperative_matrix with its
-	// cooperativeMatrix feature, shaderFloat16 and vulkanMemoryModel (the
-	// cooperative-matrix kernels). vkattn plans without what is not enabled.
+	// cooperativeMatrix feature, shaderFloat16, vulkanMemoryModel and
+	// vulkanMemoryModelDeviceScope (the cooperative-matrix kernels). vkattn
+	// plans without what is not enabled.
 	SubgroupSizeControl, FullSubgroups, MemoryBudget, CooperativeMatrix bool
 }
 

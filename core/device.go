@@ -86,8 +86,9 @@ type DeviceInfo struct {
 	PipelineCacheUUID [16]byte
 	// CooperativeMatrices are the matrix shapes and types of
 	// VK_KHR_cooperative_matrix, where the device offers the extension
-	// with its feature, shaderFloat16 and vulkanMemoryModel (devices are
-	// then opened with them); nil elsewhere.
+	// with its feature, shaderFloat16, vulkanMemoryModel and
+	// vulkanMemoryModelDeviceScope (devices are then opened with them); nil
+	// elsewhere.
 	CooperativeMatrices []CooperativeMatrix
 }
 

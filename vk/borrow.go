@@ -25,9 +25,9 @@ type Borrowed struct {
 	SubgroupSizeControl, FullSubgroups bool
 	// VK_EXT_memory_budget enabled.
 	MemoryBudget bool
-	// VK_KHR_cooperative_matrix with cooperativeMatrix, shaderFloat16 and
-	// vulkanMemoryModel (their extensions or Vulkan 1.2) enabled: the
-	// cooperative-matrix kernels need them.
+	// VK_KHR_cooperative_matrix with cooperativeMatrix, shaderFloat16,
+	// vulkanMemoryModel and vulkanMemoryModelDeviceScope (their extensions
+	// or Vulkan 1.2) enabled: the cooperative-matrix kernels need them.
 	CooperativeMatrix bool
 }
 

@@ -119,6 +119,7 @@ static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevi
 		cm.cooperativeMatrix = VK_TRUE;
 		f16.shaderFloat16 = VK_TRUE;
 		model.vulkanMemoryModel = VK_TRUE;
+		model.vulkanMemoryModelDeviceScope = VK_TRUE; // device-scope atomics (q8_store.comp)
 		model.pNext = &cm;
 		f16.pNext = &model;
 		cm.pNext = (void *)info.pNext;

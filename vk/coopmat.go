@@ -30,7 +30,7 @@ typedef struct {
 typedef VkResult (*vkattn_pfn_coopmat_properties)(VkPhysicalDevice, uint32_t *, vkattn_coopmat_properties *);
 
 // vkattn_coopmat_query reads whether pd offers the cooperativeMatrix,
-// shaderFloat16 and vulkanMemoryModel features (the extensions must be
+// shaderFloat16, vulkanMemoryModel and vulkanMemoryModelDeviceScope features (the extensions must be
 // offered; the caller checks) and up to *n of its matrix properties into out, setting *n to
 // how many it read. VK_INCOMPLETE is not an error: out was full.
 static VkResult vkattn_coopmat_query(void *gipa, VkInstance inst, VkPhysicalDevice pd, int *usable,
@@ -52,7 +52,9 @@ static VkResult vkattn_coopmat_query(void *gipa, VkInstance inst, VkPhysicalDevi
 	VkPhysicalDeviceFeatures2 f = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
 	f.pNext = &model;
 	features(pd, &f);
-	if (!cm.cooperativeMatrix || !f16.shaderFloat16 || !model.vulkanMemoryModel) {
+	// Device-scope atomics (q8_store.comp) under the memory model need
+	// vulkanMemoryModelDeviceScope too.
+	if (!cm.cooperativeMatrix || !f16.shaderFloat16 || !model.vulkanMemoryModel || !model.vulkanMemoryModelDeviceScope) {
 		*n = 0;
 		return VK_SUCCESS;
 	}
