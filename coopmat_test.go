@@ -47,6 +47,10 @@ func TestCoopmatAttention(t *testing.T) {
 			randomMasks(r, p)
 			p.blhd = true
 		}},
+		{"odd widths, S < Bc, one key", 3, 2, 1, 33, 7, 5, 12, func(p *problem) {
+			p.opts.KeyLengths = []int{7, 1, 4}
+			p.opts.Scale = vkattn.CustomScale(0.7)
+		}},
 		{"variants, top-left, L > S", 1, 4, 4, 48, 30, 16, 16, func(p *problem) {
 			p.opts.Causal = vkattn.CausalTopLeft
 			p.opts.Window = &vkattn.Window{Left: 9, Right: 2}
