@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )
@@ -24,6 +25,16 @@ type Plan struct {
 	// keys are rotated as they are appended).
 	RoPE          *RoPE
 	RoPEQueryOnly bool
+}
+
+// MatrixErrorBound is the absolute error a call so planned may add to
+// float32 attention's, for V's values as stored: 0 but on cooperative
+// matrices, where P is rounded to float16 (SEMANTICS.md §18).
+func (p Plan) MatrixErrorBound(v []float32) float64 {
+	if p.Kernel.Matrix == 0 {
+		return 0
+	}
+	return core.MatrixErrorBound(p.Dims.S, v)
 }
 
 func (p Plan) String() string {

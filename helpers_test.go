@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -199,27 +198,12 @@ func referenceOf(p *problem) ([]float64, error) {
 	return want.O, nil
 }
 
-// compareO checks O as compare does, allowing a plan on cooperative
-// matrices its stated bound on top (SEMANTICS.md §18).
-func compareO(t *testing.T, got gpuResult, want *reference.Result, p *problem) {
-	t.Helper()
-	_, _, v := p.rounded()
-	comparePlanned(t, "O", got.o, want.O, got.out.Plan, v)
-}
-
 // comparePlanned is compare for an output of a call planned as plan with
 // values v (as stored): a plan on cooperative matrices may be off by its
-// stated bound more (core.MatrixErrorBound over plan's keys).
+// stated bound more (Plan.MatrixErrorBound).
 func comparePlanned(t *testing.T, what string, got []float32, want []float64, plan vkattn.Plan, v []float32) {
 	t.Helper()
-	extra := 0.0
-	if plan.Kernel.Matrix > 0 {
-		top := 0.0
-		for _, x := range v {
-			top = math.Max(top, math.Abs(float64(x)))
-		}
-		extra = core.MatrixErrorBound(plan.Dims.S, top)
-	}
+	extra := plan.MatrixErrorBound(v)
 	c := golden.CompareWithin(got, want, tolerance, extra)
 	if !c.OK() {
 		if c.Got != c.Want {
@@ -261,7 +245,8 @@ func checkAgainstReference(t *testing.T, d *vkattn.Device, p *problem) {
 	t.Helper()
 	got := runGPU(t, d, p)
 	want := runReference(t, p)
-	compareO(t, got, want, p)
+	_, _, v := p.rounded()
+	comparePlanned(t, "O", got.o, want.O, got.out.Plan, v)
 	if p.wantLSE {
 		compare(t, "LSE", got.lse, want.LSE)
 	}

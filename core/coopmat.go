@@ -1,6 +1,9 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // CooperativeMatrix is one shape and type combination a device multiplies
 // with VK_KHR_cooperative_matrix: Result (M x N) = A (M x K) B (K x N) + C
@@ -63,8 +66,12 @@ func (d DeviceInfo) HasMatrix(m, n, k int, ab MatrixType) bool {
 // MatrixErrorBound is how far an output of the cooperative-matrix path may
 // lie from float32 attention on the same (float16) inputs, beyond the
 // float32 path's own rounding (SEMANTICS.md §18): P rounded to float16
-// moves each output by at most (2^-11 + keys * 2^-25) * maxAbsV, for
-// keys visible keys and maxAbsV the largest |v| among them.
-func MatrixErrorBound(keys int, maxAbsV float64) float64 {
-	return (0x1p-11 + float64(keys)*0x1p-25) * maxAbsV
+// moves each output by at most (2^-11 + keys * 2^-25) * max|v|, for keys
+// visible keys and v their values (or a superset: all of V).
+func MatrixErrorBound(keys int, v []float32) float64 {
+	top := 0.0
+	for _, x := range v {
+		top = math.Max(top, math.Abs(float64(x)))
+	}
+	return (0x1p-11 + float64(keys)*0x1p-25) * top
 }

@@ -426,11 +426,12 @@ func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan, names [3]string) error 
 // kernels), no weights, no paged or additive attention, and tiles that
 // fit shared memory. Else it reports false, p untouched.
 func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, error) {
-	mm := 0
-	for _, m := range []int{16, 8} {
-		if mm == 0 && dev.HasMatrix(m, m, m, core.MatrixFloat16) {
-			mm = m
-		}
+	mm := 16 // the larger square shape the device has, or 0
+	if !dev.HasMatrix(mm, mm, mm, core.MatrixFloat16) {
+		mm = 8
+	}
+	if !dev.HasMatrix(mm, mm, mm, core.MatrixFloat16) {
+		mm = 0
 	}
 	half := in.Q.Type == Float16 && in.K.Type == Float16 && in.V.Type == Float16
 	packed := in.H / in.HKV * in.L

@@ -14,6 +14,7 @@ package vk
 /*
 #include <stdlib.h>
 #include <vulkan/vulkan.h>
+#include "coopmat.h"
 
 typedef struct {
 	PFN_vkCreateShaderModule createShaderModule;
@@ -81,16 +82,9 @@ static VkResult vkattn_queue_families(void *gipa, VkInstance inst, VkPhysicalDev
 }
 
 // sizeControl > 0 enables subgroupSizeControl (and, if 2, computeFullSubgroups)
-// of VK_EXT_subgroup_size_control, which must be among the extensions.
-// vkattn_coopmat_device_features is VkPhysicalDeviceCooperativeMatrixFeaturesKHR
-// (the system headers predate it; vk/coopmat.go has the query).
-typedef struct {
-	VkStructureType sType;
-	void *pNext;
-	VkBool32 cooperativeMatrix;
-	VkBool32 cooperativeMatrixRobustBufferAccess;
-} vkattn_coopmat_device_features;
-
+// of VK_EXT_subgroup_size_control, which must be among the extensions;
+// coopmat enables cooperativeMatrix, shaderFloat16, vulkanMemoryModel and
+// its device scope, whose extensions must be among them too.
 static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevice pd,
 		uint32_t family, const char *const *extensions, uint32_t nExtensions, int sizeControl, int coopmat, VkDevice *out) {
 	PFN_vkCreateDevice f = (PFN_vkCreateDevice)vkattn_proc(gipa, inst, "vkCreateDevice");
@@ -112,7 +106,7 @@ static VkResult vkattn_create_device(void *gipa, VkInstance inst, VkPhysicalDevi
 		sizes.pNext = (void *)info.pNext;
 		info.pNext = &sizes;
 	}
-	vkattn_coopmat_device_features cm = {(VkStructureType)1000506000}; // ..._COOPERATIVE_MATRIX_FEATURES_KHR
+	vkattn_coopmat_features cm = {(VkStructureType)VKATTN_STYPE_COOPMAT_FEATURES};
 	VkPhysicalDeviceShaderFloat16Int8FeaturesKHR f16 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES_KHR};
 	VkPhysicalDeviceVulkanMemoryModelFeaturesKHR model = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES_KHR};
 	if (coopmat) {

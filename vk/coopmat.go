@@ -1,38 +1,20 @@
 package vk
 
-// VK_KHR_cooperative_matrix: the device's matrix shapes, queried here
-// with structs of our own, since the system's Vulkan headers (1.3.239)
-// predate the extension.
+// VK_KHR_cooperative_matrix: the device's matrix shapes, queried with
+// the structs of coopmat.h (the system's Vulkan headers predate the
+// extension).
 
 /*
 #include <string.h>
-#include <vulkan/vulkan.h>
-
-#define VKATTN_STYPE_COOPMAT_FEATURES 1000506000
-#define VKATTN_STYPE_COOPMAT_PROPERTIES 1000506001
-
-typedef struct {
-	VkStructureType sType;
-	void *pNext;
-	VkBool32 cooperativeMatrix;
-	VkBool32 cooperativeMatrixRobustBufferAccess;
-} vkattn_coopmat_features;
-
-typedef struct {
-	VkStructureType sType;
-	void *pNext;
-	uint32_t MSize, NSize, KSize;
-	uint32_t AType, BType, CType, ResultType;
-	VkBool32 saturatingAccumulation;
-	uint32_t scope;
-} vkattn_coopmat_properties;
+#include "coopmat.h"
 
 typedef VkResult (*vkattn_pfn_coopmat_properties)(VkPhysicalDevice, uint32_t *, vkattn_coopmat_properties *);
 
 // vkattn_coopmat_query reads whether pd offers the cooperativeMatrix,
-// shaderFloat16, vulkanMemoryModel and vulkanMemoryModelDeviceScope features (the extensions must be
-// offered; the caller checks) and up to *n of its matrix properties into out, setting *n to
-// how many it read. VK_INCOMPLETE is not an error: out was full.
+// shaderFloat16, vulkanMemoryModel and vulkanMemoryModelDeviceScope
+// features (the extensions must be offered; the caller checks) and up to
+// *n of its matrix properties into out, setting *n to how many it read.
+// VK_INCOMPLETE is not an error: out was full.
 static VkResult vkattn_coopmat_query(void *gipa, VkInstance inst, VkPhysicalDevice pd, int *usable,
 		uint32_t *n, vkattn_coopmat_properties *out) {
 	PFN_vkGetInstanceProcAddr proc = (PFN_vkGetInstanceProcAddr)gipa;
@@ -70,6 +52,7 @@ static VkResult vkattn_coopmat_query(void *gipa, VkInstance inst, VkPhysicalDevi
 import "C"
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/vkattn/vkattn/core"
@@ -89,8 +72,10 @@ const maxMatrices = 64
 // and the features the cooperative-matrix kernels need (exts are its
 // extensions); nil otherwise.
 func cooperativeMatrices(inst vulkan.Instance, pd vulkan.PhysicalDevice, exts []string) ([]core.CooperativeMatrix, error) {
-	if !hasAll(exts, coopmatExtensions...) {
-		return nil, nil
+	for _, e := range coopmatExtensions {
+		if !slices.Contains(exts, e) {
+			return nil, nil
+		}
 	}
 	props := make([]C.vkattn_coopmat_properties, maxMatrices)
 	n := C.uint32_t(len(props))
@@ -109,18 +94,4 @@ func cooperativeMatrices(inst vulkan.Instance, pd vulkan.PhysicalDevice, exts []
 		})
 	}
 	return out, nil
-}
-
-// hasAll reports whether exts holds every one of want.
-func hasAll(exts []string, want ...string) bool {
-	for _, w := range want {
-		found := false
-		for _, e := range exts {
-			found = found || e == w
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
