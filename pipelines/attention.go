@@ -16,25 +16,13 @@ import (
 	"github.com/vkattn/vkattn/vk"
 )
 
-// LoadPath is how a kernel reads its inputs (package core).
-type LoadPath = core.LoadPath
-
-const (
-	// AutoPath lets the planner choose per device.
-	AutoPath = core.AutoLoadPath
-	// TexelPath reads through uniform texel buffers (fast on lavapipe).
-	TexelPath = core.TexelLoadPath
-	// StoragePath reads plain storage buffers (the portable path).
-	StoragePath = core.StorageLoadPath
-)
-
 // Layout is where a tensor of four logical axes (batch, head, position,
 // width) lies in its buffer: the last axis is contiguous, the others have
 // element strides, so (B,H,L,d) and (B,L,H,d) layouts are read in place.
 type Layout struct {
-	Offset  int    // elements
-	Strides [3]int // batch, head, position, in elements
-	Type    DType  // element type
+	Offset  int        // elements
+	Strides [3]int     // batch, head, position, in elements
+	Type    core.DType // element type
 	// Scales is where a q8_0 tensor's block scales start in its buffer,
 	// in halves: its quants, a byte per element, fill the buffer's first
 	// 2*Scales bytes, the float16 scales follow, one per block of 32.
@@ -43,7 +31,7 @@ type Layout struct {
 
 // kvQ8 reports whether K or V is q8_0: the plan reads them with a
 // Q8_LOADS build.
-func (s *AttentionShape) kvQ8() bool { return s.K.Type == Q8_0 || s.V.Type == Q8_0 }
+func (s *AttentionShape) kvQ8() bool { return s.K.Type == core.Q8_0 || s.V.Type == core.Q8_0 }
 
 // q8Span is the whole buffer of a q8_0 layout, quants and scales, in
 // bytes (its elements): a kernel reads both, so it binds all of it.
@@ -180,7 +168,7 @@ func (x *AttentionArgs) check(p *AttentionPlan) error {
 // AttentionPlan is what the planner chose for one problem.
 type AttentionPlan struct {
 	Variant   Variant
-	Path      LoadPath
+	Path      core.LoadPath
 	Vec4      bool // Q, K, V read four floats per load
 	DMax      int  // compile-time bound on d_k and d_v
 	Rows      int  // query rows per invocation
@@ -305,8 +293,8 @@ func limitf(format string, args ...any) error {
 // and how to plan it.
 type PlanInput struct {
 	AttentionShape
-	// Force overrides the load path (AutoPath: choose).
-	Force LoadPath
+	// Force overrides the load path (AutoLoadPath: choose).
+	Force core.LoadPath
 	// Float32Products keeps float16 inputs off the cooperative matrices:
 	// P V in float32, as on every other device (core.Options).
 	Float32Products bool
@@ -341,7 +329,7 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if err := in.checkTypes(); err != nil {
 		return p, err
 	}
-	p.Vec4 = aligned && (p.Path == StoragePath || dev.TexelWords4)
+	p.Vec4 = aligned && (p.Path == core.StorageLoadPath || dev.TexelWords4)
 	p.KeyTile = tuning.Keys
 	if p.Additive || !p.Vec4 {
 		// One key per step for additive scores (each costs d tanh, so the
@@ -357,7 +345,7 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	if ok, err := planCoopmat(dev, &in, &p); ok || err != nil {
 		return p, err
 	}
-	if tiles := tuningOr(dev, in.Tuning).Tiled; tiles != nil && p.Path == StoragePath && !p.Additive {
+	if tiles := tuningOr(dev, in.Tuning).Tiled; tiles != nil && p.Path == core.StorageLoadPath && !p.Additive {
 		if ok, err := planTiled(dev, &in, tiles, &p); ok || err != nil {
 			return p, err
 		}
@@ -392,7 +380,7 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	// Prefill lanes of a workgroup all read the same key row: let each
 	// subgroup fetch it once and share it by shuffles where the tuning
 	// asks for it and the subgroups tile the workgroup.
-	if tuning.SharedLoads && p.Path == TexelPath && p.Vec4 && p.Splits == 0 && !p.Additive && !in.kvQ8() {
+	if tuning.SharedLoads && p.Path == core.TexelLoadPath && p.Vec4 && p.Splits == 0 && !p.Additive && !in.kvQ8() {
 		if sg := int(dev.Limits.SubgroupSize); dev.Limits.SubgroupShuffle && sg > 1 && p.WorkGroup%sg == 0 {
 			p.SharedLoads = sg
 			p.Variant.Shared = true
@@ -433,9 +421,9 @@ func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, 
 	if !dev.HasMatrix(mm, mm, mm, core.MatrixFloat16) {
 		mm = 0
 	}
-	half := in.Q.Type == Float16 && in.K.Type == Float16 && in.V.Type == Float16
+	half := in.Q.Type == core.Float16 && in.K.Type == core.Float16 && in.V.Type == core.Float16
 	packed := in.H / in.HKV * in.L
-	if mm == 0 || !half || in.Float32Products || in.Additive || in.Weights || in.Paging > 0 || in.Force == TexelPath ||
+	if mm == 0 || !half || in.Float32Products || in.Additive || in.Weights || in.Paging > 0 || in.Force == core.TexelLoadPath ||
 		packed < 2*mm || p.DMax%mm != 0 || !dev.SubgroupSizeControl || !dev.FullSubgroups {
 		return false, nil
 	}
@@ -457,8 +445,8 @@ func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, 
 	if bytes(br, bc) > int(lim.MaxSharedMemory) || nsg*sg > min(int(lim.MaxWorkGroupSize[0]), int(lim.MaxWorkGroupInvocations)) {
 		return false, nil
 	}
-	p.Variant = Variant{Family: FamilyCoopmat, Path: StoragePath}
-	p.Path, p.Vec4, p.Matrix = StoragePath, false, mm
+	p.Variant = Variant{Family: FamilyCoopmat, Path: core.StorageLoadPath}
+	p.Path, p.Vec4, p.Matrix = core.StorageLoadPath, false, mm
 	p.Why = fmt.Sprintf("float16 inputs on the device's %dx%dx%d float16 cooperative matrices", mm, mm, mm)
 	p.Rows, p.TileRows, p.KeyTile, p.SubgroupSize = 0, br, bc, sg
 	p.WorkGroup, p.SharedBytes = nsg*sg, bytes(br, bc)
@@ -532,7 +520,7 @@ func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *core.TiledTuning, p 
 		p.Why += fmt.Sprintf("; tiled kernels not used: d_max %d tiles do not fit %d B of shared memory in workgroups of whole %d-lane subgroups", p.DMax, lim.MaxSharedMemory, sg)
 		return false, nil
 	}
-	p.Variant = Variant{Family: FamilyTiled, Path: StoragePath, Vec4: p.Vec4}
+	p.Variant = Variant{Family: FamilyTiled, Path: core.StorageLoadPath, Vec4: p.Vec4}
 	p.Rows, p.TileRows, p.KeyTile, p.LanesPerRow, p.RowsPerLane, p.SubgroupSize = 0, br, bc, lanes, rpl, sg
 	p.WorkGroup, p.SharedBytes = br/rpl*lanes, tileBytes(bc)
 	names := [3]string{"query row blocks", "KV heads", "batch"}
@@ -554,12 +542,12 @@ func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *core.TiledTuning, p 
 // checkRange refuses a buffer the kernel could not address whole: the shader
 // indexes with 32-bit ints, texel views are limited in elements and storage
 // bindings in bytes.
-func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 bool, t DType) error {
+func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 bool, t core.DType) error {
 	if buf == nil {
 		return nil
 	}
 	elems := buf.Size() / uint64(t.Bytes())
-	if t == Q8_0 {
+	if t == core.Q8_0 {
 		elems = buf.Size() / 4 // read as words
 	}
 	if elems > math.MaxInt32 {
@@ -650,7 +638,7 @@ func attentionBindingTypes(p AttentionPlan) []vk.BindingType {
 		bindings[i] = vk.StorageBuffer
 	}
 	bindings[bindParams] = vk.UniformBuffer
-	if p.Path == TexelPath {
+	if p.Path == core.TexelLoadPath {
 		bindings[bindQ], bindings[bindK], bindings[bindV] = texelBinding(s.Q.Type, p.Vec4), texelBinding(s.K.Type, p.Vec4), texelBinding(s.V.Type, p.Vec4)
 		bindings[bindMask], bindings[bindBoolMask], bindings[bindKeyPadding] = vk.UniformTexelR32F, vk.UniformTexelR32F, vk.UniformTexelR32F
 	}
@@ -827,8 +815,8 @@ func (ks *Kernels) Attention(p AttentionPlan, x AttentionArgs) (*Step, error) {
 		return nil, err
 	}
 	chunks := p.chunks()
-	texel := p.Path == TexelPath
-	if err := checkRange(info, "key padding", x.KeyPadding, texel, false, Float32); err != nil {
+	texel := p.Path == core.TexelLoadPath
+	if err := checkRange(info, "key padding", x.KeyPadding, texel, false, core.Float32); err != nil {
 		return nil, err
 	}
 	k, err := ks.attentionKernel(p)
@@ -854,7 +842,7 @@ func (ks *Kernels) Attention(p AttentionPlan, x AttentionArgs) (*Step, error) {
 			return fail(err)
 		}
 		st.own(partials)
-		if err := checkRange(info, "split-K partials", partials, false, false, Float32); err != nil {
+		if err := checkRange(info, "split-K partials", partials, false, false, core.Float32); err != nil {
 			return fail(err)
 		}
 		if combine, err = ks.combineKernel(); err != nil {

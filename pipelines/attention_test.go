@@ -45,7 +45,7 @@ func TestPlanUsesTheTuning(t *testing.T) {
 		{"unaligned (scalar loads)", func(in *PlanInput) { in.AttentionShape = DenseShape(1, 8, 8, 1024, 1024, 63, 63) }, 1, 0, "attention_texel_scalar", false},
 		{"additive", func(in *PlanInput) { in.Additive = true }, 1, 0, "additive_texel_vec4", false},
 		{"decode (split-K: lanes read different keys)", func(in *PlanInput) { in.AttentionShape = DenseShape(1, 32, 8, 1, 4096, 64, 64) }, tuning.Texel.Keys, 0, "attention_texel_vec4_split", true},
-		{"storage path", func(in *PlanInput) { in.Force = StoragePath }, tuning.Storage.Keys, 0, "attention_storage_vec4", false},
+		{"storage path", func(in *PlanInput) { in.Force = core.StorageLoadPath }, tuning.Storage.Keys, 0, "attention_storage_vec4", false},
 	}
 	for _, c := range cases {
 		in := prefill
@@ -123,7 +123,7 @@ func TestChunksComeFromThePlan(t *testing.T) {
 	} {
 		d := dev
 		d.Limits.MaxStorageBufferRange, d.Limits.MaxTexelBufferElements = c.reach, c.reach/16
-		p, err := PlanAttention(d, PlanInput{AttentionShape: c.shape, Force: StoragePath})
+		p, err := PlanAttention(d, PlanInput{AttentionShape: c.shape, Force: core.StorageLoadPath})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -233,7 +233,7 @@ func TestCoopmatPlanning(t *testing.T) {
 	lavapipe26 := withMatrices(lavapipeLike(), 8)
 	half := func(b, h, hkv, l, s, dk, dv int) PlanInput {
 		in := PlanInput{AttentionShape: DenseShape(b, h, hkv, l, s, dk, dv)}
-		in.Q.Type, in.K.Type, in.V.Type = Float16, Float16, Float16
+		in.Q.Type, in.K.Type, in.V.Type = core.Float16, core.Float16, core.Float16
 		return in
 	}
 	plan := func(dev vk.PhysicalDevice, in PlanInput) AttentionPlan {
@@ -256,7 +256,7 @@ func TestCoopmatPlanning(t *testing.T) {
 		t.Errorf("d 256 in 32 KiB: %v", wide)
 	}
 	f32 := half(2, 8, 2, 100, 300, 64, 64)
-	f32.Q.Type = Float32
+	f32.Q.Type = core.Float32
 	weights := half(2, 8, 2, 100, 300, 64, 64)
 	weights.Weights = true
 	products := half(2, 8, 2, 100, 300, 64, 64)

@@ -101,7 +101,7 @@ func (ks *Kernels) AttentionBackward(p AttentionPlan, x BackwardArgs) (*Step, er
 		return nil, limitf("the backward pass reads float K and V, not q8_0")
 	}
 	// The backward kernels read storage buffers, whatever the forward's path.
-	p.Path, p.Vec4 = StoragePath, false
+	p.Path, p.Vec4 = core.StorageLoadPath, false
 	chunks, err := backwardChunks(dev, &p)
 	if err != nil {
 		return nil, err
@@ -177,14 +177,14 @@ func backwardChunkBindings(p *AttentionPlan, c chunk, x *BackwardArgs, cs *Atten
 	keys := span{(c.b0*s.HKV + c.hk0) * s.S, ((c.b0+c.nb-1)*s.HKV+c.hk0+c.nkv-1)*s.S + s.S}
 	times := func(sp span, n int) span { return span{sp.lo * n, sp.hi * n} }
 	bs = append(bs,
-		chunkBinding{bindDO, "dO", x.DO, times(rows, s.DV), false, false, Float32, &off.dO},
-		chunkBinding{bindRowD, "D", x.RowD, rows, false, false, Float32, &off.rowD},
-		chunkBinding{bindDSink, "sink shares", x.DSink, rows, false, false, Float32, &off.dSink},
-		chunkBinding{bindDQ, "dQ", x.DQ, times(rows, s.DK), false, false, Float32, &off.dQ},
-		chunkBinding{bindDK, "dK", x.DK, times(keys, s.DK), false, false, Float32, &off.dK},
-		chunkBinding{bindDV, "dV", x.DV, times(keys, s.DV), false, false, Float32, &off.dV})
+		chunkBinding{bindDO, "dO", x.DO, times(rows, s.DV), false, false, core.Float32, &off.dO},
+		chunkBinding{bindRowD, "D", x.RowD, rows, false, false, core.Float32, &off.rowD},
+		chunkBinding{bindDSink, "sink shares", x.DSink, rows, false, false, core.Float32, &off.dSink},
+		chunkBinding{bindDQ, "dQ", x.DQ, times(rows, s.DK), false, false, core.Float32, &off.dQ},
+		chunkBinding{bindDK, "dK", x.DK, times(keys, s.DK), false, false, core.Float32, &off.dK},
+		chunkBinding{bindDV, "dV", x.DV, times(keys, s.DV), false, false, core.Float32, &off.dV})
 	if p.Additive {
-		bs = append(bs, chunkBinding{bindDWA, "dw_a shares", x.DWA, times(keys, s.DK), false, false, Float32, &off.dWA})
+		bs = append(bs, chunkBinding{bindDWA, "dw_a shares", x.DWA, times(keys, s.DK), false, false, core.Float32, &off.dWA})
 	}
 	return bs
 }

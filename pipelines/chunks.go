@@ -1,6 +1,10 @@
 package pipelines
 
-import "github.com/vkattn/vkattn/vk"
+import (
+	"github.com/vkattn/vkattn/vk"
+
+	"github.com/vkattn/vkattn/core"
+)
 
 // A binding reaches at most maxStorageBufferRange bytes (storage) or
 // maxTexelBufferElements texels (texel views), so a call whose tensors are
@@ -96,7 +100,7 @@ type window struct {
 // bindWindow aligns a span's start down to the binding's offset alignment
 // (and to whole vec4s for vec4 texel views) and checks the window against
 // the binding's reach.
-func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool, t DType) (window, error) {
+func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool, t core.DType) (window, error) {
 	elem := uint64(t.Bytes())
 	// Whole 32-bit words (halves are read two a word on the storage path),
 	// and whole vec4 slots: the shader finds slot c of a row at
@@ -109,7 +113,7 @@ func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool, t
 	if texel {
 		align = max(align, dev.Limits.MinTexelAlignment)
 		texelBytes := elem
-		if t == Q8_0 {
+		if t == core.Q8_0 {
 			texelBytes = 4 // read as words
 		}
 		if vec4 {
@@ -139,7 +143,7 @@ type chunkBinding struct {
 	sp      span
 	texel   bool
 	vec4    bool
-	dtype   DType
+	dtype   core.DType
 	offset  *int
 }
 
@@ -153,7 +157,7 @@ func chunkBindings(p *AttentionPlan, c chunk, x *AttentionArgs, cs *AttentionSha
 	}
 	s := &p.Shape
 	h0, nh := c.h0, c.nh
-	texel := p.Path == TexelPath
+	texel := p.Path == core.TexelLoadPath
 	kSpan, vSpan := viewSpan(s.K, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DK), viewSpan(s.V, c.b0, c.nb, c.hk0, c.nkv, s.S, s.DV)
 	if s.Paging > 0 {
 		// Any page may hold any item's keys: the whole pools.
@@ -161,33 +165,33 @@ func chunkBindings(p *AttentionPlan, c chunk, x *AttentionArgs, cs *AttentionSha
 		vSpan = viewSpan(s.V, 0, s.Pages, 0, s.HKV, s.Paging, s.DV)
 	}
 	// A q8_0 K or V is bound whole: its scales lie after every quant.
-	if s.K.Type == Q8_0 {
+	if s.K.Type == core.Q8_0 {
 		kSpan = s.K.q8Span()
 	}
-	if s.V.Type == Q8_0 {
+	if s.V.Type == core.Q8_0 {
 		vSpan = s.V.q8Span()
 	}
 	bs := []chunkBinding{
 		{bindQ, "Q", x.Q, viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, s.Q.Type, &cs.Q.Offset},
 		{bindK, "K", x.K, kSpan, texel, p.Vec4, s.K.Type, &cs.K.Offset},
 		{bindV, "V", x.V, vSpan, texel, p.Vec4, s.V.Type, &cs.V.Offset},
-		{bindO, "O", x.O, viewSpan(rowsFrom(s.O, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DV), false, false, Float32, &cs.O.Offset},
+		{bindO, "O", x.O, viewSpan(rowsFrom(s.O, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DV), false, false, core.Float32, &cs.O.Offset},
 	}
 	// LSE and weights are dense (B, H, L[, S]); a chunk of several batch
 	// items has every head, so its range is contiguous (a block of query
 	// rows is contiguous within each of its heads).
 	rows := span{(c.b0*s.H+h0)*s.L + c.l0, ((c.b0+c.nb-1)*s.H+h0+nh-1)*s.L + c.l0 + c.nl}
 	if s.LSE {
-		bs = append(bs, chunkBinding{bindLSE, "LSE", x.LSE, rows, false, false, Float32, &extra.lse})
+		bs = append(bs, chunkBinding{bindLSE, "LSE", x.LSE, rows, false, false, core.Float32, &extra.lse})
 	}
 	if s.Weights {
-		bs = append(bs, chunkBinding{bindWeights, "weights", x.Weights, span{rows.lo * s.S, rows.hi * s.S}, false, false, Float32, &extra.weights})
+		bs = append(bs, chunkBinding{bindWeights, "weights", x.Weights, span{rows.lo * s.S, rows.hi * s.S}, false, false, core.Float32, &extra.weights})
 	}
 	if s.Mask.Given {
-		bs = append(bs, chunkBinding{bindMask, "mask", x.Mask, maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, Float32, &extra.mask})
+		bs = append(bs, chunkBinding{bindMask, "mask", x.Mask, maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.mask})
 	}
 	if s.BoolMask.Given {
-		bs = append(bs, chunkBinding{bindBoolMask, "boolean mask", x.BoolMask, maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, Float32, &extra.boolMask})
+		bs = append(bs, chunkBinding{bindBoolMask, "boolean mask", x.BoolMask, maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.boolMask})
 	}
 	return bs
 }

@@ -120,16 +120,16 @@ func tuningOr(dev vk.PhysicalDevice, t *core.Tuning) *core.Tuning {
 
 // choosePath picks the load path of a kernel on dev: the forced one, or
 // the tuning's (nil: the device's default tuning).
-func choosePath(dev vk.PhysicalDevice, force LoadPath, t *core.Tuning) (LoadPath, *core.PathTuning, string, error) {
+func choosePath(dev vk.PhysicalDevice, force core.LoadPath, t *core.Tuning) (core.LoadPath, *core.PathTuning, string, error) {
 	if !force.Valid() {
 		return force, nil, "", fmt.Errorf("unknown load path %v (want auto, texel or storage)", force)
 	}
 	t = tuningOr(dev, t)
 	path, why := force, "forced"
-	if path == AutoPath {
+	if path == core.AutoLoadPath {
 		path, why = t.Path, t.Source
 	}
-	if path == TexelPath && !dev.TexelPathOK() {
+	if path == core.TexelLoadPath && !dev.TexelPathOK() {
 		return path, nil, why, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT, R32_UINT and R16_UINT uniform texel buffers", dev.Name)
 	}
 	return path, t.For(path), why, nil

@@ -11,14 +11,14 @@ import (
 // LinearPlan is what the planner chose for a dense layer Y = X W^T + b.
 type LinearPlan struct {
 	Variant   Variant
-	Path      LoadPath
+	Path      core.LoadPath
 	Vec4      bool
 	TileRows  int // rows of X per invocation (fixed by the shader)
 	TileCols  int // outputs per invocation (fixed by the shader)
 	WorkGroup int
 	Grid      [3]uint32
-	Why       string // why this load path
-	X, W      DType  // element types of the inputs and the weights
+	Why       string     // why this load path
+	X, W      core.DType // element types of the inputs and the weights
 }
 
 func (p LinearPlan) String() string {
@@ -36,8 +36,8 @@ type LinearInput struct {
 	// Aligned: X and W offsets and row strides are multiples of 4 (and so
 	// is Inputs), so rows can be read as vec4s.
 	Aligned bool
-	X, W    DType // element types of the inputs and the weights
-	Force   LoadPath
+	X, W    core.DType // element types of the inputs and the weights
+	Force   core.LoadPath
 	Tuning  *core.Tuning // nil: DefaultTuning; the path's workgroup size is used
 }
 
@@ -55,7 +55,7 @@ func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
 		return p, fmt.Errorf("dense layer: element types %v and %v; the kernel reads %v", in.X, in.W, DTypes)
 	}
 	p.Path, p.Why, p.X, p.W = path, why, in.X, in.W
-	p.Vec4 = in.Aligned && (p.Path == StoragePath || dev.TexelWords4)
+	p.Vec4 = in.Aligned && (p.Path == core.StorageLoadPath || dev.TexelWords4)
 	p.Variant = Variant{Family: FamilyLinear, Path: p.Path, Vec4: p.Vec4}
 	p.TileRows, p.TileCols = 4, 4
 	p.WorkGroup = min(tuning.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
@@ -132,12 +132,12 @@ func linearSpans(x *LinearArgs, r0, nr, o0, no int) [4]span {
 }
 
 // types are the element types of X, W, Y and the bias.
-func (p LinearPlan) types() [4]DType { return [4]DType{p.X, p.W, Float32, Float32} }
+func (p LinearPlan) types() [4]core.DType { return [4]core.DType{p.X, p.W, core.Float32, core.Float32} }
 
 // linearBlocks picks the block size: the whole layer if it fits, else as
 // many rows (and outputs) per block as fit, in whole tiles.
 func linearBlocks(dev vk.PhysicalDevice, p LinearPlan, x *LinearArgs) (rows, outs int, err error) {
-	texel := p.Path == TexelPath
+	texel := p.Path == core.TexelLoadPath
 	fit := func(nr, no int) error {
 		sp := linearSpans(x, 0, nr, 0, no)
 		for i, what := range []string{"X", "W", "Y", "bias"} {
@@ -168,7 +168,7 @@ func linearBlocks(dev vk.PhysicalDevice, p LinearPlan, x *LinearArgs) (rows, out
 // linearBlock binds one block of rows and outputs into st.
 func (ks *Kernels) linearBlock(st *Step, k *vk.Kernel, p LinearPlan, x *LinearArgs, r0, nr, o0, no int) error {
 	info := ks.dev.Info
-	texel := p.Path == TexelPath
+	texel := p.Path == core.TexelLoadPath
 	sp := linearSpans(x, r0, nr, o0, no)
 	var args [4]vk.Arg
 	var first [4]int
@@ -221,7 +221,7 @@ func linearBindingTypes(p LinearPlan) []vk.BindingType {
 		b[i] = vk.StorageBuffer
 	}
 	b[linearBindParams] = vk.UniformBuffer
-	if p.Path == TexelPath {
+	if p.Path == core.TexelLoadPath {
 		b[linearBindX], b[linearBindW] = texelBinding(p.X, p.Vec4), texelBinding(p.W, p.Vec4)
 	}
 	return b
@@ -235,7 +235,7 @@ func headMeanBindingTypes() []vk.BindingType {
 // HeadMean binds the mean over heads of attention weights (B, H, n) into
 // (B, n).
 func (ks *Kernels) HeadMean(weights, mean *vk.Buffer, b, h, n int) (*Step, error) {
-	if err := checkRange(ks.dev.Info, "weights", weights, false, false, Float32); err != nil {
+	if err := checkRange(ks.dev.Info, "weights", weights, false, false, core.Float32); err != nil {
 		return nil, err
 	}
 	k, err := ks.getPushed(Variant{Family: FamilyHeadMean}, headMeanBindingTypes(), 12)

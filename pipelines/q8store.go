@@ -11,7 +11,7 @@ import (
 // buffer whose scales start at half Scales.
 type Q8StoreArgs struct {
 	X           *vk.Buffer
-	XType       DType
+	XType       core.DType
 	XOffset     int
 	XStrides    [3]int
 	B, Heads, N int
@@ -34,7 +34,7 @@ func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 		return nil, limitf("q8_0 quantization of rows of %d %v: want float rows of whole blocks of %d", a.D, a.XType, core.Q8Block)
 	}
 	total, err := checkRows(dev, "q8_0 quantization", [4]int{a.B, a.Heads, a.N, a.D},
-		rowBuffer{"quantized input", a.X, a.XType}, rowBuffer{"q8_0 output", a.Y, Q8_0})
+		rowBuffer{"quantized input", a.X, a.XType}, rowBuffer{"q8_0 output", a.Y, core.Q8_0})
 	if err != nil {
 		return nil, err
 	}

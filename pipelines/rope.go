@@ -3,6 +3,7 @@ package pipelines
 import (
 	"math"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -11,7 +12,7 @@ import (
 // rotated into Y, dense float32 of the same shape.
 type RoPEArgs struct {
 	X           *vk.Buffer
-	XType       DType
+	XType       core.DType
 	XOffset     int
 	XStrides    [3]int
 	Y           *vk.Buffer
@@ -37,7 +38,7 @@ func ropeBindingTypes() []vk.BindingType {
 func (ks *Kernels) RoPE(a RoPEArgs) (*Step, error) {
 	dev := ks.dev.Info
 	total, err := checkRows(dev, "RoPE", [4]int{a.B, a.Heads, a.N, a.D},
-		rowBuffer{"RoPE input", a.X, a.XType}, rowBuffer{"RoPE output", a.Y, Float32}, rowBuffer{"RoPE table", a.Table, Float32})
+		rowBuffer{"RoPE input", a.X, a.XType}, rowBuffer{"RoPE output", a.Y, core.Float32}, rowBuffer{"RoPE table", a.Table, core.Float32})
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +87,7 @@ func grid(dev vk.PhysicalDevice, what string, n int) (cols, rows int, err error)
 type rowBuffer struct {
 	what string
 	buf  *vk.Buffer
-	t    DType
+	t    core.DType
 }
 
 // checkRows checks an elementwise kernel over rows of shape (B, heads, N,

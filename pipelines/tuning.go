@@ -26,7 +26,7 @@ type quirk struct {
 // one key per step (fewest registers), 64-lane workgroups. Not measured on
 // a real GPU yet.
 var gpuTuning = core.Tuning{
-	Path:    StoragePath,
+	Path:    core.StorageLoadPath,
 	Texel:   core.PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 	Storage: core.PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 }
@@ -58,7 +58,7 @@ var (
 // run only when forced (tests), keeps 1 key: its d_max 256 variant
 // compiled for ~60 s with 4.
 var cpuTuning = core.Tuning{
-	Path:    TexelPath,
+	Path:    core.TexelLoadPath,
 	Texel:   core.PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 4, 256: 1}, WorkGroup: 8, Keys: 4, SplitKeys: 256, SharedLoads: true},
 	Storage: core.PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 }
@@ -111,6 +111,3 @@ func DefaultTuning(dev vk.PhysicalDevice) core.Tuning {
 	t.Source = "defaults for GPUs"
 	return t
 }
-
-// ParseLoadPath reads a name a LoadPath prints: auto, texel or storage.
-func ParseLoadPath(s string) (LoadPath, error) { return core.ParseLoadPath(s) }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/vkattn/vkattn/core"
 )
 
 //go:generate go run ../tools/manifest ../shaders/manifest.txt ../shaders/interface.glsl
@@ -60,9 +62,9 @@ func (f Family) String() string {
 // size, mask loads) are specialization constants on top of it.
 type Variant struct {
 	Family Family
-	// Path is how the kernel reads its inputs; AutoPath for the families
+	// Path is how the kernel reads its inputs; AutoLoadPath for the families
 	// with one build (combine, head mean, selftest).
-	Path   LoadPath
+	Path   core.LoadPath
 	Vec4   bool // inputs read as vec4s
 	SplitK bool // keys split over lanes (flash-decoding), merged by FamilyCombine
 	Shared bool // K/V rows fetched once per subgroup and shared by shuffles
@@ -71,7 +73,7 @@ type Variant struct {
 
 // Name is the variant's SPIR-V name (shaders/<Name>.spv).
 func (v Variant) Name() string {
-	if v.Path == AutoPath {
+	if v.Path == core.AutoLoadPath {
 		return v.Family.String()
 	}
 	shape := "scalar"
@@ -96,7 +98,7 @@ func (v Variant) String() string { return v.Name() }
 // defines are the glslc flags that build the variant from its source.
 func (v Variant) defines() []string {
 	var d []string
-	if v.Path == TexelPath {
+	if v.Path == core.TexelLoadPath {
 		d = append(d, "-DTEXEL_LOADS=1")
 	}
 	if v.Vec4 {
@@ -122,16 +124,16 @@ func (v Variant) defines() []string {
 // and that the planner's reachable variants are tested against.
 var Variants = func() []Variant {
 	var vs []Variant
-	paths := []LoadPath{TexelPath, StoragePath}
+	paths := []core.LoadPath{core.TexelLoadPath, core.StorageLoadPath}
 	for _, p := range paths {
 		for _, vec4 := range []bool{true, false} {
 			vs = append(vs, Variant{Family: FamilyAttention, Path: p, Vec4: vec4})
 		}
 	}
 	vs = append(vs,
-		Variant{Family: FamilyAttention, Path: TexelPath, Vec4: true, SplitK: true},
-		Variant{Family: FamilyAttention, Path: TexelPath, Vec4: true, Shared: true},
-		Variant{Family: FamilyAttention, Path: StoragePath, Vec4: true, SplitK: true},
+		Variant{Family: FamilyAttention, Path: core.TexelLoadPath, Vec4: true, SplitK: true},
+		Variant{Family: FamilyAttention, Path: core.TexelLoadPath, Vec4: true, Shared: true},
+		Variant{Family: FamilyAttention, Path: core.StorageLoadPath, Vec4: true, SplitK: true},
 		Variant{Family: FamilyCombine},
 		Variant{Family: FamilySelftest})
 	for _, f := range []Family{FamilyAdditive, FamilyLinear} {
@@ -145,12 +147,12 @@ var Variants = func() []Variant {
 		Variant{Family: FamilyBackwardQ}, Variant{Family: FamilyBackwardKV},
 		Variant{Family: FamilyAdditiveBackwardQ}, Variant{Family: FamilyAdditiveBackwardKV})
 	// The GPU kernels read storage buffers only; split-K needs vec4 rows.
-	tiled := []Variant{{Family: FamilyTiled, Path: StoragePath, Vec4: true},
-		{Family: FamilyTiled, Path: StoragePath},
-		{Family: FamilyTiled, Path: StoragePath, Vec4: true, SplitK: true}}
+	tiled := []Variant{{Family: FamilyTiled, Path: core.StorageLoadPath, Vec4: true},
+		{Family: FamilyTiled, Path: core.StorageLoadPath},
+		{Family: FamilyTiled, Path: core.StorageLoadPath, Vec4: true, SplitK: true}}
 	vs = append(vs, tiled...)
 	// The cooperative-matrix kernel: float16 rows read by element.
-	vs = append(vs, Variant{Family: FamilyCoopmat, Path: StoragePath})
+	vs = append(vs, Variant{Family: FamilyCoopmat, Path: core.StorageLoadPath})
 	// q8_0 K and V: the scaled dot-product kernels again, reading them
 	// (not the shared-loads build: the planner keeps q8_0 off it).
 	for _, v := range slices.Clone(vs) {

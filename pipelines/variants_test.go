@@ -40,7 +40,7 @@ func TestEveryVariantIsReachable(t *testing.T) {
 		{Family: FamilyQ8Store}:  true, // Kernels.Q8Store's one build
 	}
 	for _, dev := range []vk.PhysicalDevice{lavapipeLike(), gpu, noVec4Texels} {
-		for _, force := range []LoadPath{AutoPath, TexelPath, StoragePath} {
+		for _, force := range []core.LoadPath{core.AutoLoadPath, core.TexelLoadPath, core.StorageLoadPath} {
 			for _, aligned := range []bool{true, false} {
 				for _, in := range []PlanInput{
 					{AttentionShape: DenseShape(1, 8, 8, 1024, 1024, 64, 64)},
@@ -56,9 +56,9 @@ func TestEveryVariantIsReachable(t *testing.T) {
 									continue // additive K is a float projection
 								}
 								in.Force, in.Additive, in.Weights = force, additive, weights
-								in.K.Type, in.V.Type = Float32, Float32
+								in.K.Type, in.V.Type = core.Float32, core.Float32
 								if q8 {
-									in.K.Type, in.V.Type = Q8_0, Q8_0
+									in.K.Type, in.V.Type = core.Q8_0, core.Q8_0
 								}
 								p, err := PlanAttention(dev, in)
 								if err != nil {
@@ -89,7 +89,7 @@ func TestEveryVariantIsReachable(t *testing.T) {
 	}
 	// Float16 calls on a device with cooperative matrices.
 	half := DenseShape(1, 8, 8, 1024, 1024, 64, 64)
-	half.Q.Type, half.K.Type, half.V.Type = Float16, Float16, Float16
+	half.Q.Type, half.K.Type, half.V.Type = core.Float16, core.Float16, core.Float16
 	if p, err := PlanAttention(withMatrices(gpu, 16), PlanInput{AttentionShape: half}); err != nil {
 		t.Fatal(err)
 	} else {
