@@ -8,27 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )
-
-// LoadPath is how the attention kernel reads Q, K, V and masks; the planner
-// picks it per device unless Config forces one.
-type LoadPath = core.LoadPath
-
-const (
-	AutoLoadPath    = core.AutoLoadPath
-	TexelLoadPath   = core.TexelLoadPath
-	StorageLoadPath = core.StorageLoadPath
-)
-
-// ParseLoadPath reads the names a LoadPath prints: auto, texel or storage.
-func ParseLoadPath(s string) (LoadPath, error) { return core.ParseLoadPath(s) }
-
-// DeviceInfo describes a Vulkan device: name, type, driver, limits and
-// the features vkattn plans with.
-type DeviceInfo = core.DeviceInfo
 
 // Config chooses and configures a device for Open.
 type Config struct {
@@ -106,9 +88,6 @@ func (cfg Config) discrete() bool {
 	return cfg.Memory == DiscreteMemory || err == nil && vendor != "" && vendor != "lavapipe"
 }
 
-// PlanAsVendors are the names Config.PlanAs takes.
-var PlanAsVendors = core.PlanAsVendors
-
 // planAs is the vendor cfg plans as, from PlanAs or VKATTN_PLAN_AS ("" for
 // the device's own), with its tuning.
 func (cfg Config) planAs() (string, Tuning, error) {
@@ -125,18 +104,6 @@ func (cfg Config) planAs() (string, Tuning, error) {
 	}
 	return vendor, t, nil
 }
-
-// Tuning is how the planner launches the attention kernel on a device:
-// preferred load path, query rows per invocation, workgroup size, split-K
-// chunk. Device.Tuning says which is in use.
-type Tuning = core.Tuning
-
-// PathTuning and TiledTuning are a Tuning's shapes of the row kernels on
-// one load path and of the tiled GPU kernels.
-type (
-	PathTuning  = core.PathTuning
-	TiledTuning = core.TiledTuning
-)
 
 // Device is an open Vulkan device with everything vkattn made on it.
 //

@@ -7,32 +7,6 @@ import (
 	"github.com/vkattn/vkattn/pipelines"
 )
 
-// Rotary position embeddings (package core; SEMANTICS.md §17).
-type (
-	// RoPE rotates Q and K by their positions before the scores.
-	RoPE = core.RoPE
-	// RoPEStyle pairs the rotated elements of a row.
-	RoPEStyle = core.RoPEStyle
-	// RoPEScaling changes a RoPE's frequencies for long contexts.
-	RoPEScaling = core.RoPEScaling
-	// RoPEScalingKind names a frequency scaling.
-	RoPEScalingKind = core.RoPEScalingKind
-)
-
-const (
-	RoPEHalf        = core.RoPEHalf
-	RoPEInterleaved = core.RoPEInterleaved
-	NoRoPEScaling   = core.NoRoPEScaling
-	RoPELinear      = core.RoPELinear
-	RoPELlama3      = core.RoPELlama3
-)
-
-// ParseRoPEStyle reads "half" and "interleaved".
-func ParseRoPEStyle(s string) (RoPEStyle, error) { return core.ParseRoPEStyle(s) }
-
-// ParseRoPEScaling reads "none", "linear:F" and "llama3:F,LOW,HIGH,ORIG".
-func ParseRoPEScaling(s string) (RoPEScaling, error) { return core.ParseRoPEScaling(s) }
-
 // ropeTable is the (cos, sin) table of r for rows of width dk, a table
 // row per position of positions, in order.
 func ropeTable(r *RoPE, dk int, positions []int) []float32 {
