@@ -47,10 +47,6 @@ type MatrixScope uint32
 // matrix.
 const MatrixSubgroup MatrixScope = 3
 
-var matrixScopeNames = names[MatrixScope]{"MatrixScope", "matrix scope", []string{"", "device", "workgroup", "subgroup", "", "queue family"}}
-
-func (s MatrixScope) String() string { return matrixScopeNames.of(s) }
-
 // HasMatrix reports whether d offers a subgroup-scope cooperative matrix
 // of shape M x N x K with A and B of type ab and float32 C and Result.
 func (d DeviceInfo) HasMatrix(m, n, k int, ab MatrixType) bool {

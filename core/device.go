@@ -16,10 +16,6 @@ const (
 	DeviceCPU
 )
 
-var deviceTypeNames = names[DeviceType]{"DeviceType", "device type", []string{"other", "integrated-gpu", "discrete-gpu", "virtual-gpu", "cpu"}}
-
-func (t DeviceType) String() string { return deviceTypeNames.of(t) }
-
 // Driver IDs (VkDriverId) the planner's quirk table keys on.
 const (
 	DriverIDLavapipe     = 13 // VK_DRIVER_ID_MESA_LLVMPIPE

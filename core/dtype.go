@@ -32,10 +32,6 @@ const Q8Block = 32
 // DTypes is every element type, in order.
 var DTypes = []DType{Float32, Float16, BFloat16}
 
-var dtypeNames = names[DType]{"DType", "element type", []string{"f32", "f16", "bf16", "q8_0"}}
-
-func (t DType) String() string { return dtypeNames.of(t) }
-
 // Bytes is the size of one element of a float type (Q8_0: 1, its
 // quant; StorageBytes counts its scales too).
 func (t DType) Bytes() int {

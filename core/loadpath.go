@@ -13,10 +13,6 @@ const (
 	StorageLoadPath
 )
 
-var loadPathNames = names[LoadPath]{"LoadPath", "load path", []string{"auto", "texel", "storage"}}
-
-func (p LoadPath) String() string { return loadPathNames.of(p) }
-
 // Valid reports whether p is one of the paths above.
 func (p LoadPath) Valid() bool { return p >= 0 && int(p) < len(loadPathNames.list) }
 
@@ -32,10 +28,6 @@ func (p *LoadPath) UnmarshalText(b []byte) error {
 	*p = c
 	return nil
 }
-
-// ParseLoadPath reads a name String prints: auto, texel or storage; another
-// is an error wrapping ErrOption.
-func ParseLoadPath(s string) (LoadPath, error) { return loadPathNames.parse(s) }
 
 // PlanAsVendors are the names a device may plan as (Config.PlanAs), each
 // a driver of the planner's quirk table.

@@ -5,6 +5,47 @@ import (
 	"strings"
 )
 
+// The enumerated types' tables of names, with the String and Parse
+// functions they serve.
+
+var causalNames = names[Causal]{"Causal", "causal alignment", []string{"none", "top-left", "bottom-right"}}
+
+func (c Causal) String() string { return causalNames.of(c) }
+
+// ParseCausal reads the names String prints ("none", "top-left", "bottom-right").
+func ParseCausal(s string) (Causal, error) { return causalNames.parse(s) }
+
+var meaningNames = names[MaskMeaning]{"MaskMeaning", "mask meaning", []string{"unset", "true-allows", "true-blocks"}}
+
+func (m MaskMeaning) String() string { return meaningNames.of(m) }
+
+var loadPathNames = names[LoadPath]{"LoadPath", "load path", []string{"auto", "texel", "storage"}}
+
+func (p LoadPath) String() string { return loadPathNames.of(p) }
+
+// ParseLoadPath reads a name String prints: auto, texel or storage; another
+// is an error wrapping ErrOption.
+func ParseLoadPath(s string) (LoadPath, error) { return loadPathNames.parse(s) }
+
+var ropeStyleNames = names[RoPEStyle]{"RoPEStyle", "RoPE style", []string{"half", "interleaved"}}
+
+func (s RoPEStyle) String() string { return ropeStyleNames.of(s) }
+
+// ParseRoPEStyle reads the names String prints ("half", "interleaved").
+func ParseRoPEStyle(s string) (RoPEStyle, error) { return ropeStyleNames.parse(s) }
+
+var deviceTypeNames = names[DeviceType]{"DeviceType", "device type", []string{"other", "integrated-gpu", "discrete-gpu", "virtual-gpu", "cpu"}}
+
+func (t DeviceType) String() string { return deviceTypeNames.of(t) }
+
+var dtypeNames = names[DType]{"DType", "element type", []string{"f32", "f16", "bf16", "q8_0"}}
+
+func (t DType) String() string { return dtypeNames.of(t) }
+
+var matrixScopeNames = names[MatrixScope]{"MatrixScope", "matrix scope", []string{"", "device", "workgroup", "subgroup", "", "queue family"}}
+
+func (s MatrixScope) String() string { return matrixScopeNames.of(s) }
+
 // names are the printed names of an enumerated type's values, indexed by
 // value: one table serves its String and its Parse function.
 type names[T ~int | ~uint32] struct {

@@ -19,13 +19,6 @@ const (
 	CausalBottomRight
 )
 
-var causalNames = names[Causal]{"Causal", "causal alignment", []string{"none", "top-left", "bottom-right"}}
-
-func (c Causal) String() string { return causalNames.of(c) }
-
-// ParseCausal reads the names String prints ("none", "top-left", "bottom-right").
-func ParseCausal(s string) (Causal, error) { return causalNames.parse(s) }
-
 // MaskMeaning says what true means in a BoolMask. Its zero value is invalid on
 // purpose: interfaces disagree (PyTorch's MultiheadAttention blocks where
 // true, its scaled_dot_product_attention allows where true), so the caller
@@ -39,10 +32,6 @@ const (
 	// TrueBlocks: true marks a key the query must not attend to.
 	TrueBlocks
 )
-
-var meaningNames = names[MaskMeaning]{"MaskMeaning", "mask meaning", []string{"unset", "true-allows", "true-blocks"}}
-
-func (m MaskMeaning) String() string { return meaningNames.of(m) }
 
 // MaskShape is the shape of a mask over (B, H, L, S). Each axis is either the
 // full extent or 1, meaning the mask is broadcast along it.

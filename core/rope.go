@@ -41,13 +41,6 @@ const (
 	RoPEInterleaved
 )
 
-var ropeStyleNames = names[RoPEStyle]{"RoPEStyle", "RoPE style", []string{"half", "interleaved"}}
-
-func (s RoPEStyle) String() string { return ropeStyleNames.of(s) }
-
-// ParseRoPEStyle reads the names String prints ("half", "interleaved").
-func ParseRoPEStyle(s string) (RoPEStyle, error) { return ropeStyleNames.parse(s) }
-
 // RoPEScalingKind names a frequency scaling.
 type RoPEScalingKind int
 
