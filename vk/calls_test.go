@@ -1,7 +1,6 @@
 package vk
 
 import (
-	"context"
 	"runtime"
 	"sync"
 	"testing"
@@ -71,20 +70,12 @@ func TestCallsSurviveGC(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmds := recordSelftest(t, dev, k, set, push, 1)
-			if err := cmds.Submit(); err != nil {
-				t.Fatal(err)
-			}
-			if err := cmds.Wait(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			submitAndWait(t, cmds)
 			cmds.Close()
 			if err := dev.copyNow(out, 0, copied, 0, 4*n); err != nil {
 				t.Fatal(err)
 			}
-			got := make([]float32, n)
-			if err := copied.ReadFloat32(0, got); err != nil {
-				t.Fatal(err)
-			}
+			got := readFloats(t, copied, n)
 			for i, g := range got {
 				if want := 2*x[i] + float32(add); g != want {
 					t.Fatalf("round %d, SPEC_ADD %d: out[%d] = %v, want %v", round, add, i, g, want)

@@ -50,12 +50,7 @@ func TestObjectsAfterDeviceClose(t *testing.T) {
 	in, out, set := selftestBuffers(t, dev, k, 64)
 	neverRun := recordSelftest(t, dev, k, set, selftestPush(1, 64), 1)
 	finished := recordSelftest(t, dev, k, set, selftestPush(1, 64), 1)
-	if err := finished.Submit(); err != nil {
-		t.Fatal(err)
-	}
-	if err := finished.Wait(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	submitAndWait(t, finished)
 	inFlight := recordSelftest(t, dev, k, set, selftestPush(1, 64), 1)
 	if err := inFlight.Submit(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package vk
 
 import (
-	"context"
 	"math"
 	"testing"
 )
@@ -30,16 +29,8 @@ func TestSparesServeRepeatedCalls(t *testing.T) {
 		}
 		cmds := recordSelftest(t, d, k, set, selftestPush(2, n), 1)
 		defer cmds.Close()
-		if err := cmds.Submit(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmds.Wait(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]float32, n)
-		if err := out.ReadFloat32(0, got); err != nil {
-			t.Fatal(err)
-		}
+		submitAndWait(t, cmds)
+		got := readFloats(t, out, n)
 		for j, v := range got {
 			if want := 2*x[j] + 7; math.Abs(float64(v-want)) > 0 {
 				t.Fatalf("round %d: out[%d] = %v, want %v", i, j, v, want)

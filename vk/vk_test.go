@@ -85,6 +85,27 @@ func recordSelftest(t *testing.T, dev *Device, k *Kernel, set *DescriptorSet, pu
 	return cmds
 }
 
+// submitAndWait runs recorded commands once and waits for them.
+func submitAndWait(t *testing.T, cmds *Commands) {
+	t.Helper()
+	if err := cmds.Submit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmds.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readFloats reads n float32 values from the start of b.
+func readFloats(t *testing.T, b *Buffer, n int) []float32 {
+	t.Helper()
+	got := make([]float32, n)
+	if err := b.ReadFloat32(0, got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // selftestCommands is recordSelftest returning its error, for goroutines
 // other than the test's.
 func selftestCommands(dev *Device, k *Kernel, set *DescriptorSet, push []byte, groups uint32) (*Commands, error) {
@@ -211,16 +232,8 @@ func TestKernelPushAndSpecConstants(t *testing.T) {
 		if err := out.WriteFloat32(0, make([]float32, n)); err != nil {
 			t.Fatal(err)
 		}
-		if err := cmds.Submit(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmds.Wait(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]float32, n)
-		if err := out.ReadFloat32(0, got); err != nil {
-			t.Fatal(err)
-		}
+		submitAndWait(t, cmds)
+		got := readFloats(t, out, n)
 		for i, g := range got {
 			want := float32(0)
 			if i < 90 {
