@@ -48,8 +48,10 @@ func Example() {
 	// masked: A = [0.6698 0.3302 0.0000], O = [1.3395 1.3210]
 }
 
-// The gradients of sum(O * dO) on the device: for the worked example's
-// query and dO = [1, 0], dV_j = P_j dO (the weights of the example above).
+// The gradients of sum(O * dO) on the device for the worked example's query
+// and its first two keys, whose weights P are the masked example's above:
+// with dO = [1, 0], dV_j = P_j dO, and dQ = scale sum_j P_j (dO.v_j - D) k_j
+// with D = sum_j P_j dO.v_j.
 func ExampleDevice_AttentionBackward() {
 	dev, err := vkattn.Open(vkattn.Config{})
 	if err != nil {
@@ -57,9 +59,9 @@ func ExampleDevice_AttentionBackward() {
 		return
 	}
 	defer dev.Close()
+	k, _ := dev.Upload([]int{2, 2}, []float32{1, 0, 0, 1})
+	v, _ := dev.Upload([]int{2, 2}, []float32{2, 0, 0, 4})
 	q, _ := dev.Upload([]int{1, 2}, []float32{1, 0})
-	k, _ := dev.Upload([]int{3, 2}, []float32{1, 0, 0, 1, 1, 1})
-	v, _ := dev.Upload([]int{3, 2}, []float32{2, 0, 0, 4, 2, 2})
 	dO, _ := dev.Upload([]int{1, 2}, []float32{1, 0})
 	defer q.Close()
 	defer k.Close()
@@ -72,9 +74,12 @@ func ExampleDevice_AttentionBackward() {
 	}
 	defer g.Close()
 	dv, _ := g.DV.Download()
-	fmt.Printf("dV = [%.4f %.4f; %.4f %.4f; %.4f %.4f]\n", dv[0], dv[1], dv[2], dv[3], dv[4], dv[5])
+	dq, _ := g.DQ.Download()
+	fmt.Printf("dV = [%.4f %.4f; %.4f %.4f]\n", dv[0], dv[1], dv[2], dv[3])
+	fmt.Printf("dQ = [%.4f %.4f]\n", dq[0], dq[1])
 	// Output:
-	// dV = [0.4011 0.0000; 0.1978 0.0000; 0.4011 0.0000]
+	// dV = [0.6698 0.0000; 0.3302 0.0000]
+	// dQ = [0.3128 -0.3128]
 }
 
 // Training on the device: internal/train.Reverse learns, with
