@@ -54,10 +54,7 @@ func checkBackward(t *testing.T, d *vkattn.Device, r *rand.Rand, p *problem) vka
 		t    *vkattn.Tensor
 		want []float64
 	}{{"dQ", g.DQ, want.DQ}, {"dK", g.DK, want.DK}, {"dV", g.DV, want.DV}} {
-		got, err := x.t.Download()
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := download(t, x.t)
 		compareGrad(t, x.name, got, x.want)
 	}
 	if p.opts.Sinks != nil {
@@ -187,10 +184,7 @@ func TestAttentionBackwardDeterministic(t *testing.T) {
 					t.Fatal(err)
 				}
 				for i, x := range []*vkattn.Tensor{g.DQ, g.DK, g.DV} {
-					got, err := x.Download()
-					if err != nil {
-						t.Fatal(err)
-					}
+					got := download(t, x)
 					if run == 0 {
 						first[i] = got
 						compareGrad(t, [3]string{"dQ", "dK", "dV"}[i], got, [3][]float64{want.DQ, want.DK, want.DV}[i])

@@ -119,10 +119,7 @@ func TestHalfTensorsHoldTheRoundedValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tn.Close()
-	got, err := tn.Download()
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := download(t, tn)
 	for i, h := range bits {
 		if want := float16.Frombits(h).Float32(); got[i] != want {
 			t.Errorf("UploadBits: element %d = %g, want %g", i, got[i], want)
@@ -314,10 +311,7 @@ func TestTensorAt(t *testing.T) {
 		full := mustUploadAs(t, dev, []int{2, 3, 4, 32}, x, dt)
 		defer full.Close()
 		for _, tn := range []*vkattn.Tensor{full, full.SwapAxes12()} {
-			want, err := tn.Download()
-			if err != nil {
-				t.Fatal(err)
-			}
+			want := download(t, tn)
 			s := tn.Shape()
 			for _, ix := range [][4]int{{0, 0, 0, 0}, {1, 2, 2, 31}, {1, 0, 2, 17}, {0, s[1] - 1, s[2] - 1, 5}} {
 				got, err := tn.At(ix[0], ix[1], ix[2], ix[3])

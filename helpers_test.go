@@ -82,14 +82,21 @@ func replay(t *testing.T, in *vkattn.Tensor, data []float32, run func(context.Co
 	if _, err := run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := out.Download()
+	got := download(t, out)
+	return got
+}
+
+// upload is mustUpload closed when the test ends.
+// download is x's values on the host.
+func download(t *testing.T, x *vkattn.Tensor) []float32 {
+	t.Helper()
+	got, err := x.Download()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return got
 }
 
-// upload is mustUpload closed when the test ends.
 func upload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
 	t.Helper()
 	tt := mustUpload(t, d, shape, x)

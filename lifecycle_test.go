@@ -236,10 +236,7 @@ func TestSoakManyCalls(t *testing.T) {
 				t.Fatal(err)
 			}
 			if i%100 == 0 { // checking every result would dominate the time
-				got, err := out.O.Download()
-				if err != nil {
-					t.Fatal(err)
-				}
+				got := download(t, out.O)
 				compare(t, "O", got, want.O)
 			}
 			out.Close()

@@ -153,10 +153,7 @@ func TestPreparedCallReplays(t *testing.T) {
 		if n := dev.Stats().Allocations - before; n != 0 {
 			t.Errorf("run %d allocated %d buffers", run, n)
 		}
-		got, err := call.Output().O.Download()
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := download(t, call.Output().O)
 		compare(t, fmt.Sprintf("run %d O", run), got, runReference(t, p).O)
 	}
 	bad := make([]float32, len(p.q))
@@ -208,10 +205,7 @@ func TestCallRunAllocatesNothing(t *testing.T) {
 				if before.Pools == 0 {
 					t.Errorf("the pool accounting saw no descriptor pool at all (Prepare binds sets)")
 				}
-				got, err := call.Output().O.Download()
-				if err != nil {
-					t.Fatal(err)
-				}
+				got := download(t, call.Output().O)
 				p.wantLSE, p.weights = true, p.opts.WantWeights
 				compare(t, "O after the replays", got, runReference(t, p).O)
 			})

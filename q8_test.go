@@ -26,10 +26,7 @@ func TestQ8KVEveryPlan(t *testing.T) {
 			checkAgainstReference(t, d, p)
 			k := mustUploadAs(t, d, p.ks[:], p.k, vkattn.Q8_0)
 			defer k.Close()
-			got, err := k.Download()
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := download(t, k)
 			want, err := vkattn.Round(vkattn.Q8_0, p.k)
 			if err != nil {
 				t.Fatal(err)

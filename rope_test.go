@@ -81,10 +81,7 @@ func TestRoPEVarlen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	got, err := out.O.Download()
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := download(t, out.O)
 	for i := 0; i+1 < len(cuQ); i++ {
 		l, s := cuQ[i+1]-cuQ[i], cuK[i+1]-cuK[i]
 		rows := func(x []float32, first, n, total int) []float32 {

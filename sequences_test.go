@@ -99,10 +99,7 @@ func attendOnce(t *testing.T, cache *vkattn.KVCache, q *vkattn.Tensor, opts vkat
 		t.Fatal(err)
 	}
 	defer out.Close()
-	o, err := out.O.Download()
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := download(t, out.O)
 	return o, out.Plan
 }
 
