@@ -28,9 +28,6 @@ type Additive struct {
 // NewAdditive checks the weights (errors name the tensor and both shapes)
 // and uploads them.
 func (d *Device) NewAdditive(w *AdditiveWeights) (*Additive, error) {
-	if w == nil {
-		return nil, errorf(ErrShape, "additive weights are nil")
-	}
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
@@ -62,9 +59,7 @@ func (a *Additive) Close() {
 	if a == nil {
 		return
 	}
-	for _, t := range []*Tensor{a.wq, a.wk, a.bias, a.wa} {
-		t.Close()
-	}
+	closeTensors(a.wq, a.wk, a.bias, a.wa)
 	a.closed.Store(true)
 }
 

@@ -157,12 +157,9 @@ type Output struct {
 
 // Close frees the output tensors.
 func (o *Output) Close() {
-	if o == nil {
-		return
+	if o != nil {
+		closeTensors(o.O, o.LSE, o.Weights)
 	}
-	o.O.Close()
-	o.LSE.Close()
-	o.Weights.Close()
 }
 
 // Attention computes softmax(Q K^T * scale + masks) V on the device.

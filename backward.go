@@ -22,14 +22,9 @@ type Gradients struct {
 
 // Close frees the gradient tensors.
 func (g *Gradients) Close() {
-	if g == nil {
-		return
+	if g != nil {
+		closeTensors(g.DQ, g.DK, g.DV, g.rowSinks, g.keyWA)
 	}
-	g.DQ.Close()
-	g.DK.Close()
-	g.DV.Close()
-	g.rowSinks.Close()
-	g.keyWA.Close()
 }
 
 func (g *Gradients) setGPUTime(t time.Duration) { g.GPUTime = t }

@@ -86,9 +86,7 @@ func (c *prepared[O]) Close() {
 	defer c.mu.Unlock()
 	c.commands.Close()
 	c.commands = nil
-	for _, t := range c.scratch {
-		t.Close()
-	}
+	closeTensors(c.scratch...)
 	c.scratch = nil
 	c.out.Close()
 	var none O

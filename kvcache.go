@@ -907,9 +907,7 @@ func (c *KVCache) Close() {
 	defer c.mu.Unlock()
 	c.closed = true
 	c.settleLocked()
-	c.k.Close()
-	c.v.Close()
-	c.lenT.Close()
+	closeTensors(c.k, c.v, c.lenT)
 	if c.rope != nil {
 		c.rope.table.Close()
 	}

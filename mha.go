@@ -36,17 +36,10 @@ type MHA struct {
 // NewMHA checks the weights (errors name the tensor and both shapes) and
 // uploads them.
 func (d *Device) NewMHA(w *MHAWeights) (*MHA, error) {
-	if w == nil {
-		return nil, errorf(ErrShape, "MHA weights are nil")
-	}
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
-	m := &MHA{dev: d, dModel: w.DModel, kdim: w.KDim, vdim: w.VDim, kvOut: w.KVOut(), packed: w.InProjWeight != nil}
-	if !w.DType.Valid() {
-		return nil, errorf(ErrOption, "MHA weights of element type %v: want f32, f16 or bf16", w.DType)
-	}
-	m.wType = w.DType
+	m := &MHA{dev: d, dModel: w.DModel, kdim: w.KDim, vdim: w.VDim, kvOut: w.KVOut(), packed: w.InProjWeight != nil, wType: w.DType}
 	err := d.uploadWeights([]weightUpload{
 		{&m.inW, w.InProjWeight, w.DType}, {&m.qW, w.QProjWeight, w.DType}, {&m.kW, w.KProjWeight, w.DType}, {&m.vW, w.VProjWeight, w.DType},
 		{&m.inB, w.InProjBias, Float32}, {&m.outW, w.OutProjWeight, w.DType}, {&m.outB, w.OutProjBias, Float32},
@@ -63,9 +56,7 @@ func (m *MHA) Close() {
 	if m == nil {
 		return
 	}
-	for _, t := range []*Tensor{m.inW, m.qW, m.kW, m.vW, m.inB, m.outW, m.outB} {
-		t.Close()
-	}
+	closeTensors(m.inW, m.qW, m.kW, m.vW, m.inB, m.outW, m.outB)
 	m.closed.Store(true)
 }
 
@@ -133,12 +124,9 @@ type MHAOutput struct {
 
 // Close frees the output tensors.
 func (o *MHAOutput) Close() {
-	if o == nil {
-		return
+	if o != nil {
+		closeTensors(o.Out, o.Weights, o.AvgWeights)
 	}
-	o.Out.Close()
-	o.Weights.Close()
-	o.AvgWeights.Close()
 }
 
 // Forward runs the layer: x is the query input (B,T,DModel); key

@@ -387,6 +387,13 @@ func (t *Tensor) readRow(off int, dst []float32) error {
 	return nil
 }
 
+// closeTensors closes each of ts (nil ones too, which do nothing).
+func closeTensors(ts ...*Tensor) {
+	for _, t := range ts {
+		t.Close()
+	}
+}
+
 // Close frees the tensor's device memory. Closing a view closes the data it
 // views. Safe to call more than once.
 func (t *Tensor) Close() {

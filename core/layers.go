@@ -52,8 +52,15 @@ func (w *MHAWeights) ParamCount() int {
 // Check reports whether the weights are consistent with their dimensions:
 // one weight layout, every tensor of the right size (errors name the
 // PyTorch tensor and both shapes, wrapping ErrShape) and every value
-// finite (ErrNonFinite).
+// finite (ErrNonFinite), and a storage type the kernels read (ErrOption).
+// Nil weights are ErrShape.
 func (w *MHAWeights) Check() error {
+	if w == nil {
+		return Errorf(ErrShape, "MHA weights are nil")
+	}
+	if !w.DType.Valid() {
+		return Errorf(ErrOption, "MHA weights of element type %v: want f32, f16 or bf16", w.DType)
+	}
 	d, kd, vd, kv := w.DModel, w.KDim, w.VDim, w.KVOut()
 	if d <= 0 || kd <= 0 || vd <= 0 || kv <= 0 {
 		return Errorf(ErrEmpty, "MHA weights have DModel %d, KDim %d, VDim %d, KVDim %d: all must be at least 1", d, kd, vd, kv)
@@ -192,8 +199,11 @@ type AdditiveWeights struct {
 
 // Check reports whether every tensor has its dimensions' size (errors name
 // the tensor and both shapes, wrapping ErrShape) and is finite
-// (ErrNonFinite).
+// (ErrNonFinite). Nil weights are ErrShape.
 func (w *AdditiveWeights) Check() error {
+	if w == nil {
+		return Errorf(ErrShape, "additive weights are nil")
+	}
 	if w.DQ <= 0 || w.DK <= 0 || w.DA <= 0 {
 		return Errorf(ErrEmpty, "additive weights have DQ %d, DK %d, DA %d: all must be at least 1", w.DQ, w.DK, w.DA)
 	}
