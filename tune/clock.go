@@ -20,47 +20,41 @@ type Clock struct {
 // Begin says a call starts; cold: the first of its kernel variant, after
 // which warm calls of another variant say nothing of the next ones.
 func (c *Clock) Begin(cold bool) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.start, c.cold = time.Now(), cold
-	if cold {
-		c.last = 0
-	}
+	c.locked(func() {
+		c.start, c.cold = time.Now(), cold
+		if cold {
+			c.last = 0
+		}
+	})
 }
 
 // Lap says the call in flight ended and the next, warm one starts.
 func (c *Clock) Lap() {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.recordLocked()
-	c.start, c.cold = time.Now(), false
+	c.locked(func() {
+		c.recordLocked()
+		c.start, c.cold = time.Now(), false
+	})
 }
 
 // Done says the call in flight ended.
 func (c *Clock) Done() {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.recordLocked()
-	c.start = time.Time{}
+	c.locked(func() {
+		c.recordLocked()
+		c.start = time.Time{}
+	})
 }
 
 // Idle says no call is in flight (after a Lap that started none).
-func (c *Clock) Idle() {
+func (c *Clock) Idle() { c.locked(func() { c.start = time.Time{} }) }
+
+// locked runs f holding c's lock; on a nil Clock it does nothing.
+func (c *Clock) locked(f func()) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.start = time.Time{}
+	f()
 }
 
 func (c *Clock) recordLocked() {
