@@ -76,11 +76,8 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 	if f.dsinks != "" && f.sinks == "" {
 		return usagef(stderr, "grad", "--dsinks needs --sinks")
 	}
-	causal, err := vkattn.ParseCausal(f.causal)
+	causal, err := f.checkProblemFlags()
 	if err != nil {
-		return usagef(stderr, "grad", "--causal %q: want none, top-left or bottom-right", f.causal)
-	}
-	if _, err := f.types([3]vkattn.DType{}); err != nil {
 		return usagef(stderr, "grad", "%v", err)
 	}
 	outs := []outputFlag{{"--dq", f.dq}, {"--dk", f.dk}, {"--dv", f.dv}, {"--dsinks", f.dsinks}}

@@ -363,6 +363,17 @@ func (t *typeFlags) types(files [3]vkattn.DType) ([3]vkattn.DType, error) {
 	return ts, nil
 }
 
+// checkProblemFlags checks what the problem flags say before any file is
+// read: the causal alignment's name and the element types.
+func (f *runFlags) checkProblemFlags() (vkattn.Causal, error) {
+	causal, err := vkattn.ParseCausal(f.causal)
+	if err != nil {
+		return causal, fmt.Errorf("--causal %q: want none, top-left or bottom-right", f.causal)
+	}
+	_, err = f.types([3]vkattn.DType{})
+	return causal, err
+}
+
 func runRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run", stderr)
 	var f runFlags
@@ -378,11 +389,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if f.missing() {
 		return usagef(stderr, "run", "-q, -k and -v are required")
 	}
-	causal, err := vkattn.ParseCausal(f.causal)
+	causal, err := f.checkProblemFlags()
 	if err != nil {
-		return usagef(stderr, "run", "--causal %q: want none, top-left or bottom-right", f.causal)
-	}
-	if _, err := f.types([3]vkattn.DType{}); err != nil {
 		return usagef(stderr, "run", "%v", err)
 	}
 	if f.heatmap != "" {

@@ -4,8 +4,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-
-	"github.com/vkattn/vkattn"
 )
 
 const viewUsage = `Usage: vkattn view -q Q.npy -k K.npy -v V.npy [flags]
@@ -84,9 +82,9 @@ func runView(args []string, stdout, stderr io.Writer) int {
 	if f.log {
 		req.log = stdout
 	}
-	causal, err := vkattn.ParseCausal(f.causal)
+	causal, err := f.checkProblemFlags()
 	if err != nil {
-		return usagef(stderr, "view", "--causal %q: want none, top-left or bottom-right", f.causal)
+		return usagef(stderr, "view", "%v", err)
 	}
 	if req.problem, err = loadProblem(&f.runFlags, causal); err != nil {
 		return failf(stderr, "view", "%v", err)
