@@ -181,6 +181,27 @@ func (g *Gradients) add(name string, shape []int, data []float32, want []float64
 	}
 }
 
+// runBackward uploads ins, runs backward on them and, with check, want: the
+// float64 reference's gradients (zero ones without check).
+func runBackward[G, R any](dev *vkattn.Device, ins []*Input, backward func([]*vkattn.Tensor) (G, error), want func() (*R, error), check bool) (G, *R, error) {
+	var g G
+	ts, free, err := uploadAll(dev, ins...)
+	defer free()
+	if err != nil {
+		return g, nil, err
+	}
+	if g, err = backward(ts); err != nil {
+		return g, nil, err
+	}
+	ref := new(R)
+	if check {
+		if ref, err = want(); err != nil {
+			return g, nil, fmt.Errorf("reference: %w", err)
+		}
+	}
+	return g, ref, nil
+}
+
 func newGradients(check bool) *Gradients {
 	if check {
 		return &Gradients{Check: &golden.GradCheck{}}
@@ -193,21 +214,14 @@ func newGradients(check bool) *Gradients {
 // dSinks (H values). shapes are q's, k's and v's as (B, heads, rows,
 // width), for the reference's check.
 func AttentionGradients(dev *vkattn.Device, q, k, v, dO Input, shapes [3][4]int, opts vkattn.Options, check bool) (*Gradients, error) {
-	ts, free, err := uploadAll(dev, &q, &k, &v, &dO)
-	defer free()
+	g, ref, err := runBackward(dev, []*Input{&q, &k, &v, &dO}, func(ts []*vkattn.Tensor) (*vkattn.Gradients, error) {
+		return dev.AttentionBackward(ts[0], ts[1], ts[2], ts[3], opts)
+	}, func() (*reference.Gradients, error) {
+		return reference.AttentionBackward(q.Data, shapes[0], k.Data, shapes[1], v.Data, shapes[2], dO.Data, opts)
+	}, check)
+	defer g.Close() // nil-safe: also after the reference failed
 	if err != nil {
 		return nil, err
-	}
-	g, err := dev.AttentionBackward(ts[0], ts[1], ts[2], ts[3], opts)
-	if err != nil {
-		return nil, err
-	}
-	defer g.Close()
-	ref := &reference.Gradients{}
-	if check {
-		if ref, err = reference.AttentionBackward(q.Data, shapes[0], k.Data, shapes[1], v.Data, shapes[2], dO.Data, opts); err != nil {
-			return nil, fmt.Errorf("reference: %w", err)
-		}
 	}
 	res := newGradients(check)
 	res.Plan, res.GPUTime = g.Plan, g.GPUTime
@@ -234,21 +248,14 @@ func AttentionGradients(dev *vkattn.Device, q, k, v, dO Input, shapes [3][4]int,
 // named as the inputs and w.Params() name them: "x", "kv" (the key's and
 // the value's summed) and every parameter's.
 func MHAGradients(dev *vkattn.Device, layer *vkattn.MHA, w *vkattn.MHAWeights, x Input, kv *Input, dout Input, opts vkattn.MHAOptions, check bool) (*Gradients, error) {
-	ts, free, err := uploadAll(dev, &x, kv, &dout)
-	defer free()
-	if err != nil {
-		return nil, err
-	}
-	g, err := layer.Backward(ts[0], ts[1], ts[1], ts[2], opts)
-	if err != nil {
-		return nil, err
-	}
-	ref := &reference.MHAGradients{}
-	if check {
+	g, ref, err := runBackward(dev, []*Input{&x, kv, &dout}, func(ts []*vkattn.Tensor) (*vkattn.MHAGradients, error) {
+		return layer.Backward(ts[0], ts[1], ts[1], ts[2], opts)
+	}, func() (*reference.MHAGradients, error) {
 		kvData, kvShape := kv.values()
-		if ref, err = reference.MultiHeadAttentionBackward(x.Data, x.Shape, kvData, kvShape, kvData, kvShape, w, dout.Data, opts); err != nil {
-			return nil, fmt.Errorf("reference: %w", err)
-		}
+		return reference.MultiHeadAttentionBackward(x.Data, x.Shape, kvData, kvShape, kvData, kvShape, w, dout.Data, opts)
+	}, check)
+	if err != nil {
+		return nil, err
 	}
 	res := newGradients(check)
 	res.add("x", x.Shape, g.DX, ref.DX)
@@ -280,20 +287,13 @@ func MHAGradients(dev *vkattn.Device, layer *vkattn.MHA, w *vkattn.MHAWeights, x
 // bias) and "w_a". shapes are q's, k's and v's as (B, positions, width),
 // for the reference's check.
 func AdditiveGradients(dev *vkattn.Device, layer *vkattn.Additive, w *vkattn.AdditiveWeights, q, k, v, dO Input, shapes [3][3]int, opts vkattn.Options, check bool) (*Gradients, error) {
-	ts, free, err := uploadAll(dev, &q, &k, &v, &dO)
-	defer free()
+	g, ref, err := runBackward(dev, []*Input{&q, &k, &v, &dO}, func(ts []*vkattn.Tensor) (*vkattn.AdditiveGradients, error) {
+		return layer.Backward(ts[0], ts[1], ts[2], ts[3], opts)
+	}, func() (*reference.AdditiveGradients, error) {
+		return reference.AdditiveAttentionBackward(q.Data, shapes[0], k.Data, shapes[1], v.Data, shapes[2], w, dO.Data, opts)
+	}, check)
 	if err != nil {
 		return nil, err
-	}
-	g, err := layer.Backward(ts[0], ts[1], ts[2], ts[3], opts)
-	if err != nil {
-		return nil, err
-	}
-	ref := &reference.AdditiveGradients{}
-	if check {
-		if ref, err = reference.AdditiveAttentionBackward(q.Data, shapes[0], k.Data, shapes[1], v.Data, shapes[2], w, dO.Data, opts); err != nil {
-			return nil, fmt.Errorf("reference: %w", err)
-		}
 	}
 	res := newGradients(check)
 	res.add("q", q.Shape, g.DQ, ref.DQ)
