@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/verify"
 	"github.com/vkattn/vkattn/tune"
 )
 
@@ -35,45 +36,20 @@ func Saturation(dev *vkattn.Device, dk int, scaled bool, seed uint64) (Saturatio
 	if !scaled {
 		opts.Scale = vkattn.CustomScale(1)
 	}
-	var ts []*vkattn.Tensor
-	defer func() {
-		for _, t := range ts {
-			t.Close()
-		}
-	}()
-	for _, x := range []struct {
-		data []float32
-		w    int
-	}{{qd, dk}, {kd, dk}, {vd, DV}, {dOd, DV}} {
-		t, err := dev.Upload([]int{1, H, L, x.w}, x.data)
-		if err != nil {
-			return row, err
-		}
-		ts = append(ts, t)
-	}
-	out, err := dev.Attention(ts[0], ts[1], ts[2], opts)
+	qs, vs := [4]int{1, H, L, dk}, [4]int{1, H, L, DV}
+	q, k := verify.Input{Shape: qs[:], Data: qd}, verify.Input{Shape: qs[:], Data: kd}
+	v, dO := verify.Input{Shape: vs[:], Data: vd}, verify.Input{Shape: vs[:], Data: dOd}
+	out, err := verify.RunCall(dev, q, k, v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) { return dev.Prepare(q, k, v, opts) }, nil)
 	if err != nil {
 		return row, err
 	}
-	defer out.Close()
-	w, err := out.Weights.Download()
-	if err != nil {
-		return row, err
-	}
-	o, err := out.O.Download()
-	if err != nil {
-		return row, err
-	}
+	w, o := out.Weights, out.O
 	opts.WantWeights = false
-	g, err := dev.AttentionBackward(ts[0], ts[1], ts[2], ts[3], opts)
+	g, err := verify.AttentionGradients(dev, q, k, v, dO, [3][4]int{qs, qs, vs}, opts, false)
 	if err != nil {
 		return row, err
 	}
-	defer g.Close()
-	dq, err := g.DQ.Download()
-	if err != nil {
-		return row, err
-	}
+	dq := g.Grads[0].Data // dQ, first of AttentionGradients' list
 	rows := H * L
 	for i := 0; i < rows; i++ {
 		p := w[i*L : (i+1)*L]
