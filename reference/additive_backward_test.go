@@ -40,11 +40,7 @@ func TestAdditiveBackwardFD(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				s := 0.0
-				for i, o := range res.O {
-					s += o * float64(dO[i])
-				}
-				return s
+				return dot(res.O, dO)
 			}
 			g, err := AdditiveAttentionBackward(q, qs, k, ks, v, vs, w, dO, c.opts)
 			if err != nil {

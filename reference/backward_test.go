@@ -23,12 +23,16 @@ const fdAbs, fdRel = 1e-7, 1e-6
 // backwardLoss is sum(O * dO) of the forward on p with opts.
 func backwardLoss(t *testing.T, p problem, dO []float64, opts core.Options) float64 {
 	t.Helper()
-	r := p.run(t, opts)
-	l := 0.0
-	for i, o := range r.O {
-		l += o * dO[i]
+	return dot(p.run(t, opts).O, dO)
+}
+
+// dot is sum(o * d), a loss whose gradient with respect to o is d.
+func dot[T float32 | float64](o []float64, d []T) float64 {
+	s := 0.0
+	for i, x := range o {
+		s += x * float64(d[i])
 	}
-	return l
+	return s
 }
 
 // fdStep perturbs x by a power of two near 2^-20 |x| (at least 2^-20), so

@@ -65,11 +65,7 @@ func TestMHABackwardFD(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				s := 0.0
-				for i, o := range res.Out {
-					s += o * float64(dOut[i])
-				}
-				return s
+				return dot(res.Out, dOut)
 			}
 			g, err := MultiHeadAttentionBackward(x, []int{B, T, d}, key, ks, value, vs, c.w, dOut, c.opts)
 			if err != nil {

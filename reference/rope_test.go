@@ -10,14 +10,6 @@ import (
 	"github.com/vkattn/vkattn/core"
 )
 
-func randRow(rng *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
-	return x
-}
-
 // The rotation as complex multiplication (RoFormer's formulation): pair i
 // is the complex number x_a + i x_b, multiplied by e^(i p theta^(-2i/n)).
 func TestRoPEIsComplexRotation(t *testing.T) {
@@ -26,7 +18,7 @@ func TestRoPEIsComplexRotation(t *testing.T) {
 		for _, c := range []struct{ d, n int }{{8, 8}, {12, 8}, {6, 2}} {
 			r := &core.RoPE{Theta: 10000, Dims: c.n, Style: style}
 			const pos = 37
-			x32 := randRow(rng, c.d)
+			x32 := randF32(rng, c.d)
 			got := widen(x32)
 			RotateRoPE(got, [4]int{1, 1, 1, c.d}, r, func(int, int) int { return pos })
 			want := widen(x32)
@@ -55,7 +47,7 @@ func TestRoPEIsComplexRotation(t *testing.T) {
 func TestRoPERelativePositions(t *testing.T) {
 	rng := rand.New(rand.NewSource(4))
 	qs, ks := [4]int{2, 2, 3, 8}, [4]int{2, 1, 5, 8}
-	q, k, v := randRow(rng, 2*2*3*8), randRow(rng, 2*5*8), randRow(rng, 2*5*8)
+	q, k, v := randF32(rng, 2*2*3*8), randF32(rng, 2*5*8), randF32(rng, 2*5*8)
 	positions := func(n, shift int) []int {
 		p := make([]int, 2*n)
 		for i := range p {
@@ -86,7 +78,7 @@ func TestRoPERelativePositions(t *testing.T) {
 func TestRoPEDefaultPositions(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
 	qs, ks := [4]int{2, 1, 2, 4}, [4]int{2, 1, 6, 4}
-	q, k, v := randRow(rng, 16), randRow(rng, 48), randRow(rng, 48)
+	q, k, v := randF32(rng, 16), randF32(rng, 48), randF32(rng, 48)
 	for _, align := range []bool{false, true} {
 		opts := core.Options{KeyLengths: []int{6, 3}, AlignToKeyLengths: align, RoPE: &core.RoPE{Theta: 100}}
 		qp := []int{4, 5, 4, 5}
@@ -104,7 +96,7 @@ func TestRoPEScaling(t *testing.T) {
 	r := &core.RoPE{Theta: 10000, Scaling: core.RoPEScaling{Kind: core.RoPELinear, Factor: 4}}
 	plain := &core.RoPE{Theta: 10000}
 	rng := rand.New(rand.NewSource(6))
-	x := randRow(rng, 16)
+	x := randF32(rng, 16)
 	a, b := widen(x), widen(x)
 	RotateRoPE(a, [4]int{1, 1, 1, 16}, r, func(int, int) int { return 12 })
 	RotateRoPE(b, [4]int{1, 1, 1, 16}, plain, func(int, int) int { return 3 })
