@@ -3,6 +3,7 @@ package vkattn_test
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -16,10 +17,7 @@ import (
 func TestAdditiveBackward(t *testing.T) {
 	const B, L, S, dq, dk, da, dv = 2, 20, 70, 5, 3, 8, 4 // several workgroups of keys, tiles of rows
 	r := rand.New(rand.NewSource(180))
-	allow := make([]bool, L*S)
-	for i := range allow {
-		allow[i] = i%4 != 3
-	}
+	allow := slices.Repeat([]bool{true, true, true, false}, L*S/4) // every fourth element blocked
 	for _, c := range []struct {
 		name string
 		plan string
