@@ -130,20 +130,9 @@ func TestWriteOutputs(t *testing.T) {
 
 	for kind, p := range specialFiles(t, dir) {
 		before, _ := os.Lstat(p)
-		var read chan []byte
+		var read <-chan []byte
 		if kind == "a FIFO (named pipe)" {
-			read = make(chan []byte, 1)
-			go func() {
-				f, err := os.Open(p)
-				if err != nil {
-					t.Error(err)
-					read <- nil
-					return
-				}
-				defer f.Close()
-				b, _ := io.ReadAll(f)
-				read <- b
-			}()
+			read = readFIFO(t, p)
 		}
 		err := writeNPYFiles([]output{{"O", p, []int{1}, vals[:1]}})
 		switch kind {
@@ -204,4 +193,22 @@ func TestRefuseSpecialOutputs(t *testing.T) {
 	if _, errOut, code := cli(t, "run", "-q", q, "-k", k, "-v", v, "-o", o, "--weights", l); code != exitUsage || !strings.Contains(errOut, "-o and --weights both write "+l) {
 		t.Errorf("-o and a link to it: exit %d, stderr %q", code, errOut)
 	}
+}
+
+// readFIFO opens the FIFO at path for reading, which unblocks its writer,
+// and sends what comes through it (nil if it cannot be opened).
+func readFIFO(t *testing.T, path string) <-chan []byte {
+	got := make(chan []byte, 1)
+	go func() {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Error(err)
+			got <- nil
+			return
+		}
+		defer f.Close()
+		b, _ := io.ReadAll(f)
+		got <- b
+	}()
+	return got
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -299,18 +298,7 @@ func TestRunWritesToAPipe(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan []byte, 1)
-	go func() {
-		f, err := os.Open(fifo)
-		if err != nil {
-			t.Error(err)
-			got <- nil
-			return
-		}
-		defer f.Close()
-		b, _ := io.ReadAll(f)
-		got <- b
-	}()
+	got := readFIFO(t, fifo)
 	c = startCLI(t, nil, "run", "-q", q, "-k", k, "-v", v, "-o", fifo, "--lse", "/dev/null")
 	if code, _ := c.wait(60 * time.Second); code != 0 {
 		t.Fatalf("FIFO: exit %d:\n%s", code, c.errText())
