@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,10 +18,7 @@ func benchJSON(t *testing.T, args ...string) []benchResult {
 	if code != exitOK {
 		t.Fatalf("bench %v: exit %d\nstderr: %s", args, code, errOut)
 	}
-	var rs []benchResult
-	if err := json.Unmarshal([]byte(out), &rs); err != nil {
-		t.Fatalf("bench %v: output is not a JSON array of results: %v\n%s", args, err, out)
-	}
+	rs := parseJSON[[]benchResult](t, out)
 	return rs
 }
 
@@ -199,10 +195,7 @@ func TestBenchSuites(t *testing.T) {
 func TestBenchBackward(t *testing.T) {
 	withDevice(t)
 	out := cliOK(t, "bench", "--shape", "1,2,2,64,64,16", "--backward", "--reps", "2", "--quiet", "--json")
-	var rs []benchResult
-	if err := json.Unmarshal([]byte(out), &rs); err != nil {
-		t.Fatalf("--json: %v\n%s", err, out)
-	}
+	rs := parseJSON[[]benchResult](t, out)
 	if len(rs) != 1 || !rs[0].Backward || rs[0].FLOPs != 3.5*4*2*64*64*16 || rs[0].GFLOPS <= 0 {
 		t.Errorf("results %+v", rs)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
@@ -53,10 +52,7 @@ func TestDecode(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o := filepath.Join(t.TempDir(), "o.npy")
 			out := cliOK(t, append([]string{"decode", "-q", q, "-k", k, "-v", v, "-o", o, "--check", "--json"}, c.args...)...)
-			var s decodeSummary
-			if err := json.Unmarshal([]byte(out), &s); err != nil {
-				t.Fatalf("--json: %v\n%s", err, out)
-			}
+			s := parseJSON[decodeSummary](t, out)
 			if s.Check == nil || !s.Check.Pass || s.Steps+s.Prefill != T || s.TokensPerSec <= 0 {
 				t.Errorf("summary %+v", s)
 			}
@@ -101,10 +97,7 @@ func TestBenchDecodeLoop(t *testing.T) {
 			args = append(args, "--plan-as", planAs)
 		}
 		out := cliOK(t, args...)
-		var rs []tune.LoopResult
-		if err := json.Unmarshal([]byte(out), &rs); err != nil {
-			t.Fatalf("--json: %v\n%s", err, out)
-		}
+		rs := parseJSON[[]tune.LoopResult](t, out)
 		if len(rs) != 12 {
 			t.Fatalf("%d results, want 12 (two capacities, contiguous and paged, f32, f16 and q8_0)", len(rs))
 		}
@@ -135,10 +128,7 @@ func TestBenchFork(t *testing.T) {
 	cacheSuite.H, cacheSuite.HKV, cacheSuite.D, cacheSuite.Page, cacheSuite.Prompt = 4, 2, 32, 64, 300
 	defer func() { cacheSuite = saved }()
 	out := cliOK(t, "bench", "--suite", "fork", "--reps", "3", "--quiet", "--json")
-	var rs []tune.ForkResult
-	if err := json.Unmarshal([]byte(out), &rs); err != nil {
-		t.Fatalf("--json: %v\n%s", err, out)
-	}
+	rs := parseJSON[[]tune.ForkResult](t, out)
 	if len(rs) != 3 {
 		t.Fatalf("%d results, want 3 (f32, f16, q8_0)", len(rs))
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"regexp"
 	"strconv"
@@ -146,10 +145,7 @@ func TestTuneDryRunJSON(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
 	}
-	var rep tuneReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("not a JSON report: %v\n%s", err, out)
-	}
+	rep := parseJSON[tuneReport](t, out)
 	if rep.Saved != "" {
 		t.Errorf("dry run reports saved file %q", rep.Saved)
 	}
