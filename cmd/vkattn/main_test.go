@@ -367,12 +367,11 @@ func TestNPYFortranAndRoundTrip(t *testing.T) {
 	if err := writeNPYFiles([]output{{"O", out, []int{2, 1, 2, 2}, vals}}); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(out)
+	written, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	r, err := npyio.NewReader(f)
+	r, err := npyio.NewReader(bytes.NewReader(written))
 	if err != nil {
 		t.Fatal(err)
 	}
