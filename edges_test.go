@@ -227,10 +227,7 @@ func TestEveryMethodAfterDeviceClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step, err := kv.PrepareStep(2, vkattn.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	step := prepareStep(t, kv, 2, vkattn.Options{})
 	mha, err := d.NewMHA(randomMHA(r, 8, 8, 8, true))
 	if err != nil {
 		t.Fatal(err)

@@ -97,6 +97,16 @@ func download(t *testing.T, x *vkattn.Tensor) []float32 {
 	return got
 }
 
+// prepareStep prepares a decode step of heads query heads on cache.
+func prepareStep(t *testing.T, cache *vkattn.KVCache, heads int, opts vkattn.Options) *vkattn.DecodeStep {
+	t.Helper()
+	step, err := cache.PrepareStep(heads, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return step
+}
+
 func upload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
 	t.Helper()
 	tt := mustUpload(t, d, shape, x)

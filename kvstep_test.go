@@ -32,10 +32,7 @@ func decodeSteps(t *testing.T, d *vkattn.Device, page int) {
 	cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page}
 	cache, hist := filledCache(t, d, r, cfg, 250, 90)
 	opts := vkattn.Options{Window: &vkattn.Window{Left: 200, Right: 0}}
-	step, err := cache.PrepareStep(H, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	step := prepareStep(t, cache, H, opts)
 	defer step.Close()
 	o := make([]float32, B*H*D)
 	run := func(i int) vkattn.Stats {
@@ -183,10 +180,7 @@ func TestConcurrentDecodeSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cache.Close()
-	step, err := cache.PrepareStep(H, vkattn.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	step := prepareStep(t, cache, H, vkattn.Options{})
 	errs := make(chan error, workers)
 	for w := 0; w < workers; w++ {
 		go func() {
@@ -245,10 +239,7 @@ func TestDecodeStepChunked(t *testing.T) {
 			const B, H, HKV, D = 2, 4, 2, 32
 			r := rand.New(rand.NewSource(77))
 			cache, hist := filledCache(t, d, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 600, DK: D, DV: D}, 300, 290)
-			step, err := cache.PrepareStep(H, vkattn.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			step := prepareStep(t, cache, H, vkattn.Options{})
 			defer step.Close()
 			plan, err := step.Plan()
 			if err != nil {
@@ -319,10 +310,7 @@ func TestForkSharesPages(t *testing.T) {
 			if got := cache.Lengths(); got[1] != prompt || got[2] != prompt {
 				t.Fatalf("forked lengths %v", got)
 			}
-			step, err := cache.PrepareStep(H, vkattn.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			step := prepareStep(t, cache, H, vkattn.Options{})
 			defer step.Close()
 			o := make([]float32, B*H*D)
 			for i := 0; i < 4; i++ {

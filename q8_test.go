@@ -86,10 +86,7 @@ func TestKVCacheQ8(t *testing.T) {
 			q := randomValues(r, B*H*3*D)
 			o, _ := attendOnce(t, cache, upload(t, d, []int{B, H, 3, D}, q), vkattn.Options{})
 			hist.check(t, "three queries", o, q, H, 3, vkattn.Options{})
-			step, err := cache.PrepareStep(H, vkattn.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			step := prepareStep(t, cache, H, vkattn.Options{})
 			defer step.Close()
 			o = make([]float32, B*H*D)
 			for i := 0; i < 2; i++ {

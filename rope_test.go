@@ -204,10 +204,7 @@ func cacheRoPE(t *testing.T, d *vkattn.Device, half bool) {
 		check(fmt.Sprintf("prepared call, round %d", round), replay(t, q, qData, call.Run, call.Output().O), qData, 2)
 	}
 	// Decode steps.
-	step, err := cache.PrepareStep(H, vkattn.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	step := prepareStep(t, cache, H, vkattn.Options{})
 	defer step.Close()
 	o := make([]float32, B*H*D)
 	for i := 0; i < 3; i++ {
