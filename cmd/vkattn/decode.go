@@ -72,11 +72,8 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	deviceFlag(fs, &f.device)
 	f.checkFlags.register(fs, "the step's kernel variant, load path, tiles, grid")
 	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
-	if ok, code := parseFlags(fs, decodeUsage, args, stdout, stderr); !ok {
+	if ok, code := parseInputFlags(fs, decodeUsage, args, stdout, stderr, &f.qkvFlags); !ok {
 		return code
-	}
-	if f.missing() {
-		return usagef(stderr, "decode", "-q, -k and -v are required")
 	}
 	if f.page < 0 || f.page > maxPage {
 		return usagef(stderr, "decode", "--page %d: want a page size of at least 1 and at most %d (or 0, contiguous)", f.page, maxPage)

@@ -229,6 +229,18 @@ func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io
 	return true, exitOK
 }
 
+// parseInputFlags is parseFlags for a command that reads Q, K and V: it
+// also refuses a call that does not name all three.
+func parseInputFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer, in *qkvFlags) (ok bool, code int) {
+	if ok, code := parseFlags(fs, usage, args, stdout, stderr); !ok {
+		return ok, code
+	}
+	if in.missing() {
+		return false, usagef(stderr, strings.TrimPrefix(fs.Name(), "vkattn "), "-q, -k and -v are required")
+	}
+	return true, exitOK
+}
+
 // failf reports an error on stderr and returns exitFail.
 func failf(stderr io.Writer, cmd, format string, args ...any) int {
 	msg := fmt.Sprintf(format, args...)

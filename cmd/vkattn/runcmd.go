@@ -383,11 +383,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.heatmap, "heatmap", "", "draw the weights of batch item 0 to `FILE` (.png, .svg or .pdf)")
 	f.checkFlags.register(fs, "kernel variant, load path, tiles, grid")
 	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
-	if ok, code := parseFlags(fs, runUsage, args, stdout, stderr); !ok {
+	if ok, code := parseInputFlags(fs, runUsage, args, stdout, stderr, &f.qkvFlags); !ok {
 		return code
-	}
-	if f.missing() {
-		return usagef(stderr, "run", "-q, -k and -v are required")
 	}
 	causal, err := f.checkProblemFlags()
 	if err != nil {
