@@ -164,10 +164,12 @@ var shaderInterface = []interfaceSection{
 // ShaderInterface is the text of shaders/interface.glsl.
 func ShaderInterface() string {
 	var b strings.Builder
-	b.WriteString("// Generated from pipelines.shaderInterface by `go generate ./pipelines`: do not edit.\n")
-	b.WriteString("// The bindings, flag bits, score-variant bits and specialization-constant IDs\n")
-	b.WriteString("// the kernels share with package pipelines, named once there.\n")
-	b.WriteString("#ifndef VKATTN_INTERFACE\n#define VKATTN_INTERFACE\n")
+	b.WriteString(`// Generated from pipelines.shaderInterface by ` + "`go generate ./pipelines`" + `: do not edit.
+// The bindings, flag bits, score-variant bits and specialization-constant IDs
+// the kernels share with package pipelines, named once there.
+#ifndef VKATTN_INTERFACE
+#define VKATTN_INTERFACE
+`)
 	for _, s := range shaderInterface {
 		fmt.Fprintf(&b, "\n// %s\n", s.title)
 		for _, n := range s.names {

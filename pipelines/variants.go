@@ -168,10 +168,11 @@ var Variants = func() []Variant {
 // name, source and glslc flags, read by tools/glslc.sh.
 func Manifest() string {
 	var b strings.Builder
-	b.WriteString("# Generated from pipelines.Variants by `go generate ./pipelines`: do not edit.\n")
-	b.WriteString("# One line per SPIR-V variant: output name, GLSL source, glslc flags.\n")
-	b.WriteString("# tools/glslc.sh builds shaders/<name>.spv from this list; --check verifies\n")
-	b.WriteString("# that the committed .spv files match their sources (and their includes).\n")
+	b.WriteString(`# Generated from pipelines.Variants by ` + "`go generate ./pipelines`" + `: do not edit.
+# One line per SPIR-V variant: output name, GLSL source, glslc flags.
+# tools/glslc.sh builds shaders/<name>.spv from this list; --check verifies
+# that the committed .spv files match their sources (and their includes).
+`)
 	for _, v := range Variants {
 		line := fmt.Sprintf("%-28s %-22s %s", v.Name(), families[v.Family].source, strings.Join(v.defines(), " "))
 		b.WriteString(strings.TrimRight(line, " ") + "\n")
