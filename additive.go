@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -33,25 +34,13 @@ func (d *Device) NewAdditive(w *AdditiveWeights) (*Additive, error) {
 	}
 	a := &Additive{dev: d, dq: w.DQ, dk: w.DK, da: w.DA}
 	err := d.uploadWeights([]weightUpload{
-		{&a.wq, transpose(w.WQ, w.DQ, w.DA), Float32}, {&a.wk, transpose(w.WK, w.DK, w.DA), Float32}, {&a.bias, w.Bias, Float32}, {&a.wa, w.WA, Float32},
+		{&a.wq, core.Transpose(w.WQ, w.DQ, w.DA), Float32}, {&a.wk, core.Transpose(w.WK, w.DK, w.DA), Float32}, {&a.bias, w.Bias, Float32}, {&a.wa, w.WA, Float32},
 	})
 	if err != nil {
 		a.Close()
 		return nil, err
 	}
 	return a, nil
-}
-
-// transpose returns the (cols, rows) transpose of a row-major (rows, cols)
-// matrix.
-func transpose(x []float32, rows, cols int) []float32 {
-	y := make([]float32, len(x))
-	for r := 0; r < rows; r++ {
-		for c := 0; c < cols; c++ {
-			y[c*rows+r] = x[r*cols+c]
-		}
-	}
-	return y
 }
 
 // Close frees the weights.

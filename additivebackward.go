@@ -62,7 +62,7 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 			return nil, err
 		}
 	}
-	wq, wk := transpose(in[2], a.da, a.dq), transpose(in[3], a.da, a.dk) // back to (in, out)
+	wq, wk := core.Transpose(in[2], a.da, a.dq), core.Transpose(in[3], a.da, a.dk) // back to (in, out)
 	q64, k64 := widen64(in[0]), widen64(in[1])
 	B, L, S := dm.B, dm.L, dm.S
 	// The projections as the forward forms them, in float32.

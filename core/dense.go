@@ -67,48 +67,28 @@ func SwapAxes12[E any](x []E, n0, n1, n2, w int) []E {
 }
 
 // Project returns x W + b for x (rows, in) and W (in, out), the layout of
-// additive attention's W_q and W_k; b (out) may be nil.
+// additive attention's W_q and W_k; b (out) may be nil. It is Linear of
+// W's transpose, summed in the same order.
 func Project(x []float64, rows, in int, w, b []float32, out int) []float64 {
-	y := make([]float64, rows*out)
-	for r := 0; r < rows; r++ {
-		yr := y[r*out : (r+1)*out]
-		if b != nil {
-			for o := range yr {
-				yr[o] = float64(b[o])
-			}
-		}
-		for i, xv := range x[r*in : (r+1)*in] {
-			for o, wv := range w[i*out : (i+1)*out] {
-				yr[o] += xv * float64(wv)
-			}
-		}
-	}
-	return y
+	return Linear(x, rows, in, Transpose(w, in, out), b, out)
 }
 
 // ProjectBackward is the backward of y = x W + b for x (rows, in), W
 // (in, out) and dy (rows, out): dW = x^T dy, db = the column sums of dy
-// (nil without a bias), dx = dy W^T.
+// (nil without a bias), dx = dy W^T; LinearBackward of W's transpose.
 func ProjectBackward(dy, x []float64, rows, in, out int, w []float32, bias bool) (dW, db, dx []float64) {
-	dW, dx = make([]float64, in*out), make([]float64, rows*in)
-	if bias {
-		db = make([]float64, out)
-	}
+	dWt, db, dx := LinearBackward(dy, x, rows, in, out, Transpose(w, in, out), bias)
+	return Transpose(dWt, out, in), db, dx
+}
+
+// Transpose returns the (cols, rows) transpose of a row-major (rows, cols)
+// matrix.
+func Transpose[E any](x []E, rows, cols int) []E {
+	y := make([]E, len(x))
 	for r := 0; r < rows; r++ {
-		dyr := dy[r*out : (r+1)*out]
-		if bias {
-			for o, g := range dyr {
-				db[o] += g
-			}
-		}
-		for i, xv := range x[r*in : (r+1)*in] {
-			s := 0.0
-			for o, g := range dyr {
-				dW[i*out+o] += xv * g
-				s += g * float64(w[i*out+o])
-			}
-			dx[r*in+i] = s
+		for c := 0; c < cols; c++ {
+			y[c*rows+r] = x[r*cols+c]
 		}
 	}
-	return dW, db, dx
+	return y
 }
