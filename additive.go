@@ -45,11 +45,10 @@ func (d *Device) NewAdditive(w *AdditiveWeights) (*Additive, error) {
 
 // Close frees the weights.
 func (a *Additive) Close() {
-	if a == nil {
-		return
+	if a != nil {
+		closeTensors(a.wq, a.wk, a.bias, a.wa)
+		a.closed.Store(true)
 	}
-	closeTensors(a.wq, a.wk, a.bias, a.wa)
-	a.closed.Store(true)
 }
 
 // Plan validates a call given by its input shapes, q (B,L,d_q), k (B,S,d_k)

@@ -53,11 +53,10 @@ func (d *Device) NewMHA(w *MHAWeights) (*MHA, error) {
 
 // Close frees the layer's weights.
 func (m *MHA) Close() {
-	if m == nil {
-		return
+	if m != nil {
+		closeTensors(m.inW, m.qW, m.kW, m.vW, m.inB, m.outW, m.outB)
+		m.closed.Store(true)
 	}
-	closeTensors(m.inW, m.qW, m.kW, m.vW, m.inB, m.outW, m.outB)
-	m.closed.Store(true)
 }
 
 // LayerPlan is one dense layer of an MHA plan.
