@@ -172,13 +172,11 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 		return failf(stderr, "additive", "--params %s: %v", f.params, err)
 	}
 	defer layer.Close()
-	var explain func(vkattn.Plan)
+	var explain io.Writer
 	if f.explain {
-		explain = func(plan vkattn.Plan) { fmt.Fprint(stdout, plan.Explain(p.opts)) }
+		explain = stdout
 	}
-	res, err := attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
-		return layer.Prepare(q, k, v, p.opts)
-	}, explain)
+	res, err := attendWith(dev, p.q, p.k, p.v, layer.Prepare, p.opts, explain)
 	if err != nil {
 		return failf(stderr, "additive", "%v", err)
 	}

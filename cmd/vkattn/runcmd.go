@@ -522,14 +522,20 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 
 // attend runs p on dev and downloads every output it asked for.
 func attend(dev *vkattn.Device, p *problem) (*verify.Outputs, error) {
-	return attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
-		return dev.Prepare(q, k, v, p.opts)
-	}, nil)
+	return attendWith(dev, p.q, p.k, p.v, dev.Prepare, p.opts, nil)
 }
 
-// attendWith runs the call prepare makes of q, k and v (verify.RunCall).
-func attendWith(dev *vkattn.Device, q, k, v *npyArray, prepare func(q, k, v *vkattn.Tensor) (*vkattn.Call, error), planned func(vkattn.Plan)) (*verify.Outputs, error) {
-	return verify.RunCall(dev, *q.input(), *k.input(), *v.input(), prepare, planned)
+// attendWith runs the call prepare makes of q, k and v with opts
+// (verify.RunCall); explain, unless nil, gets its plan explained first.
+func attendWith(dev *vkattn.Device, q, k, v *npyArray, prepare func(q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkattn.Call, error),
+	opts vkattn.Options, explain io.Writer) (*verify.Outputs, error) {
+	var planned func(vkattn.Plan)
+	if explain != nil {
+		planned = func(plan vkattn.Plan) { fmt.Fprint(explain, plan.Explain(opts)) }
+	}
+	return verify.RunCall(dev, *q.input(), *k.input(), *v.input(), func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
+		return prepare(q, k, v, opts)
+	}, planned)
 }
 
 func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
@@ -538,13 +544,11 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		return failf(stderr, "run", "%v", err)
 	}
 	defer dev.Close()
-	var explain func(vkattn.Plan)
+	var explain io.Writer
 	if f.explain && !f.json {
-		explain = func(plan vkattn.Plan) { fmt.Fprint(stdout, plan.Explain(p.opts)) }
+		explain = stdout
 	}
-	res, err := attendWith(dev, p.q, p.k, p.v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
-		return dev.Prepare(q, k, v, p.opts)
-	}, explain)
+	res, err := attendWith(dev, p.q, p.k, p.v, dev.Prepare, p.opts, explain)
 	if err != nil {
 		return failf(stderr, "run", "%v", err)
 	}
