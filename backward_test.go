@@ -172,7 +172,7 @@ func TestAttentionBackwardDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"auto", "nvidia"} {
+	for _, name := range ownAndNVIDIA {
 		d := everyPlan()[name]
 		t.Run(name, func(t *testing.T) {
 			q, k, v := upload(t, d, p.qs[:], p.q), upload(t, d, p.ks[:], p.k), upload(t, d, p.vs[:], p.v)

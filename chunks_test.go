@@ -141,7 +141,7 @@ func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 // are the same). A call whose KV head does not fit even alone is
 // ErrTooLarge.
 func TestBackwardLargerThanABinding(t *testing.T) {
-	for _, plan := range []string{"auto", "nvidia"} {
+	for _, plan := range ownAndNVIDIA {
 		d, err := vkattn.Open(vkattn.Config{Validation: true, BindingLimit: 128 << 10, PlanAs: map[string]string{"nvidia": "nvidia"}[plan]})
 		if err != nil {
 			t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 func TestSoftcapAccurateForEveryCap(t *testing.T) {
 	r := rand.New(rand.NewSource(61))
 	caps := []float64{1e4, 1e7, 1e20, math.MaxFloat32, 0x1p-126, 1e-30, 2.5}
-	for _, plan := range []string{"auto", "nvidia"} {
+	for _, plan := range ownAndNVIDIA {
 		var names []string
 		var problems []*problem
 		for _, c := range caps {

@@ -19,7 +19,7 @@ import (
 // the capacity), with a window, and each step's O equals each sequence's
 // attention over its whole history.
 func TestDecodeStep(t *testing.T) {
-	for _, plan := range []string{"auto", "nvidia"} {
+	for _, plan := range ownAndNVIDIA {
 		for _, page := range []int{0, 32} {
 			t.Run(fmt.Sprintf("%s/page %d", plan, page), func(t *testing.T) { decodeSteps(t, everyPlan()[plan], page) })
 		}

@@ -151,3 +151,8 @@ func TestMain(m *testing.M) {
 func everyPlan() map[string]*vkattn.Device {
 	return map[string]*vkattn.Device{"auto": dev, "storage": storageDev, "nvidia": nvidiaDev, "amd": amdDev}
 }
+
+// ownAndNVIDIA name the two plans most device tests run on: the device's
+// own (lavapipe's: row kernels, host-visible memory) and NVIDIA's (tiled
+// kernels, discrete memory with staged transfers).
+var ownAndNVIDIA = []string{"auto", "nvidia"}

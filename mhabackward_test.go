@@ -37,7 +37,7 @@ func TestMHABackward(t *testing.T) {
 		{"cross, separate, key padding", randomMHA(r, d, 12, 10, false), 12, vkattn.MHAOptions{Heads: 2, KeyPadding: &vkattn.KeyPadding{Padded: padded}}},
 		{"grouped-query", gqa, 12, vkattn.MHAOptions{Heads: 4, Attention: vkattn.Options{Causal: vkattn.CausalBottomRight}}},
 	} {
-		for _, plan := range []string{"auto", "nvidia"} {
+		for _, plan := range ownAndNVIDIA {
 			t.Run(fmt.Sprintf("%s/%s", c.name, plan), func(t *testing.T) {
 				d := everyPlan()[plan]
 				layer, err := d.NewMHA(c.w)
@@ -92,7 +92,7 @@ func TestMHABackward(t *testing.T) {
 // and NVIDIA's, within 1e-4 x max(1, max|PyTorch|).
 func TestMHABackwardPyTorchParity(t *testing.T) {
 	for i, c := range mhaParityCases {
-		for _, plan := range []string{"auto", "nvidia"} {
+		for _, plan := range ownAndNVIDIA {
 			t.Run(plan+"/"+c.name, func(t *testing.T) {
 				d := everyPlan()[plan]
 				mc, _ := loadMHAParity(t, i, ".npz")

@@ -14,7 +14,7 @@ import (
 // row kernels and on the NVIDIA plan with discrete memory, whose output
 // then comes back through the staging area (one more each).
 func TestOneShotSteadyState(t *testing.T) {
-	for _, plan := range []string{"auto", "nvidia"} {
+	for _, plan := range ownAndNVIDIA {
 		t.Run(plan, func(t *testing.T) {
 			d := everyPlan()[plan]
 			q, k, v := uploadProblem(t, d, newProblem(rand.New(rand.NewSource(81)), 1, 2, 1, 16, 16, 16, 16))

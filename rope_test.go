@@ -107,7 +107,7 @@ func TestRoPEVarlen(t *testing.T) {
 // reference's RoPE and a paged float16 one against keys rotated in
 // float64 and then rounded, as it stores them.
 func TestKVCacheRoPE(t *testing.T) {
-	for _, plan := range []string{"auto", "nvidia"} {
+	for _, plan := range ownAndNVIDIA {
 		for _, half := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/half %v", plan, half), func(t *testing.T) { cacheRoPE(t, everyPlan()[plan], half) })
 		}
