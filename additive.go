@@ -96,11 +96,11 @@ func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
 	if err != nil {
 		return p, err
 	}
-	lq, err := a.dev.planLayer("q W_q + b", B*L, a.da, a.dq, 0, Float32)
+	lq, err := a.dev.planLayer("q W_q + b", B*L, a.da, a.dq, 0, Float32, Float32, false)
 	if err != nil {
 		return p, err
 	}
-	lk, err := a.dev.planLayer("k W_k", B*S, a.da, a.dk, 0, Float32)
+	lk, err := a.dev.planLayer("k W_k", B*S, a.da, a.dk, 0, Float32, Float32, false)
 	if err != nil {
 		return p, err
 	}
@@ -132,6 +132,9 @@ func (a *Additive) inputDims(q, k, v *Tensor) ([3][3]int, error) {
 		return dims, err
 	}
 	for i, t := range []*Tensor{q, k, v} {
+		if t.dtype != Float32 {
+			return dims, errorf(ErrOption, "%s is %v: additive attention's inputs are f32", names[i], t.dtype)
+		}
 		b, n, err := mhaInput(names[i], t, t.shape[3], "width")
 		if err != nil {
 			return dims, err

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/reference"
 )
 
 // coopmatDevice is dev when it has float16 cooperative matrices. Without
@@ -124,4 +125,83 @@ func TestCoopmatFloat32Products(t *testing.T) {
 	}
 	got := runGPU(t, d, p)
 	compare(t, "O", got.o, runReference(t, p).O)
+}
+
+// MHA layers with float16 weights and inputs run their input projections
+// on the matrices (exact products, float32 sums: the float32 tolerance);
+// out_proj reads the float32 attention output on linear.comp.
+// Float32Products keeps them all on linear.comp. A packed self-attention
+// layer, and cross-attention whose widths (24, 12) are not whole tiles.
+func TestCoopmatLinear(t *testing.T) {
+	d := coopmatDevice(t)
+	r := rand.New(rand.NewSource(233))
+	half := func(x []float32) []float32 {
+		y, err := vkattn.Round(vkattn.Float16, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return y
+	}
+	for _, c := range []struct {
+		name             string
+		dm, kdim, h      int
+		b, tq, s         int
+		cross, f32, nvid bool
+	}{
+		{"self, packed", 32, 32, 2, 2, 21, 21, false, false, false},
+		{"cross, odd widths, NVIDIA's plan", 24, 12, 3, 2, 5, 19, true, false, true},
+		{"self, Float32Products", 32, 32, 2, 1, 9, 9, false, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			planned := d
+			if c.nvid {
+				planned = nvidiaDev
+			}
+			w := randomMHA(r, c.dm, c.kdim, c.kdim, true)
+			for _, m := range []*[]float32{&w.InProjWeight, &w.QProjWeight, &w.KProjWeight, &w.VProjWeight, &w.OutProjWeight} {
+				if *m != nil {
+					*m = half(*m)
+				}
+			}
+			w.DType = vkattn.Float16
+			layer, err := planned.NewMHA(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer layer.Close()
+			xs := []int{c.b, c.tq, c.dm}
+			x := half(randomValues(r, c.b*c.tq*c.dm))
+			var kv []float32
+			var kvs []int
+			xt := mustUploadAs(t, planned, xs, x, vkattn.Float16)
+			defer xt.Close()
+			var kt *vkattn.Tensor
+			if c.cross {
+				kvs = []int{c.b, c.s, c.kdim}
+				kv = half(randomValues(r, c.b*c.s*c.kdim))
+				kt = mustUploadAs(t, planned, kvs, kv, vkattn.Float16)
+				defer kt.Close()
+			}
+			opts := vkattn.MHAOptions{Heads: c.h}
+			opts.Attention.Float32Products = c.f32
+			out, err := layer.Forward(xt, kt, kt, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			for _, l := range out.Plan.Projections {
+				if on := l.Kernel.Matrix > 0; on == c.f32 {
+					t.Errorf("%s planned %v (Float32Products %v)", l.Name, l.Kernel, c.f32)
+				}
+			}
+			if out.Plan.OutProj.Kernel.Matrix > 0 {
+				t.Errorf("out_proj of float32 input planned %v", out.Plan.OutProj.Kernel)
+			}
+			want, err := reference.MultiHeadAttention(x, xs, kv, kvs, kv, kvs, w, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compare(t, "out", download(t, out.Out), want.Out)
+		})
+	}
 }

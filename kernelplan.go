@@ -73,18 +73,21 @@ type LinearKernelPlan struct {
 	Variant            string
 	LoadPath           LoadPath
 	Vec4               bool
-	TileRows, TileCols int // rows of X and outputs per invocation
+	TileRows, TileCols int // rows of X and outputs per invocation (per workgroup on matrices)
 	WorkGroup          int
 	Grid               [3]uint32
 	X, W               DType // element types of the input and the weights
-	Why                string
-	plan               pipelines.LinearPlan
+	// Matrix > 0: the products on Matrix x Matrix x Matrix float16
+	// cooperative matrices (SEMANTICS.md §18).
+	Matrix int
+	Why    string
+	plan   pipelines.LinearPlan
 }
 
 // linearKernelPlan describes the planner's choice p.
 func linearKernelPlan(p pipelines.LinearPlan) LinearKernelPlan {
 	return LinearKernelPlan{Variant: p.Variant.Name(), LoadPath: p.Path, Vec4: p.Vec4, TileRows: p.TileRows, TileCols: p.TileCols,
-		WorkGroup: p.WorkGroup, Grid: p.Grid, X: p.X, W: p.W, Why: p.Why, plan: p}
+		WorkGroup: p.WorkGroup, Grid: p.Grid, X: p.X, W: p.W, Matrix: p.Matrix, Why: p.Why, plan: p}
 }
 
 func (k LinearKernelPlan) String() string { return k.plan.String() }

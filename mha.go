@@ -141,14 +141,15 @@ func (m *MHA) ForwardContext(ctx context.Context, x, key, value *Tensor, opts MH
 	return runOnce(ctx, func() (*MHACall, error) { return m.Prepare(x, key, value, opts) })
 }
 
-// mhaInput reads an MHA input tensor as (B, T, width).
+// mhaInput reads a layer's input tensor as (B, T, width): dense, of a
+// type the dense layers read (float32, float16 or bfloat16).
 func mhaInput(name string, t *Tensor, width int, widthName string) (b, n int, err error) {
 	s := t.shape
 	if t.owner != nil || t.offset != 0 || t.strides != [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} {
 		return 0, 0, errorf(ErrShape, "%s must be a dense tensor made by Upload, not a view", name)
 	}
-	if t.dtype != Float32 {
-		return 0, 0, errorf(ErrOption, "%s is %v: layer inputs are f32 (the weights may be f16 or bf16: MHAWeights.DType)", name, t.dtype)
+	if !t.dtype.Valid() {
+		return 0, 0, errorf(ErrOption, "%s is %v: layer inputs are f32, f16 or bf16", name, t.dtype)
 	}
 	if s[0] != 1 {
 		return 0, 0, errorf(ErrShape, "%s has shape %v: want (B,T,width) or (T,width)", name, s)
@@ -171,7 +172,8 @@ type mhaProblem struct {
 
 // Plan validates a call given by its input shapes ((B,T,width) or
 // (T,width); nil key and value shapes for self-attention) and returns what
-// Forward would run.
+// Forward would run on float32 inputs (half inputs may put dense layers on
+// the cooperative matrices: the call's own plan says so).
 func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts MHAOptions) (MHAPlan, error) {
 	shapes := [3][]int{xShape, keyShape, valueShape}
 	if keyShape == nil && valueShape == nil {
@@ -195,12 +197,13 @@ func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts MHAOptions) (MHAPlan
 			return MHAPlan{}, errorf(ErrShape, "%s shape %v has width %d but the weights' %s is %d", name, s, s[len(s)-1], []string{"embed_dim", "kdim", "vdim"}[i], width)
 		}
 	}
-	p, err := m.problem(dims, keyShape == nil && valueShape == nil, &opts)
+	p, err := m.problem(dims, [3]DType{}, keyShape == nil && valueShape == nil, &opts)
 	return p.plan, err
 }
 
-// problem checks a call of inputs with (B, T) dims and plans it.
-func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, error) {
+// problem checks a call of inputs with (B, T) dims, stored as types, and
+// plans it.
+func (m *MHA) problem(dims [3][2]int, types [3]DType, self bool, opts *MHAOptions) (mhaProblem, error) {
 	var pr mhaProblem
 	if m.closed.Load() {
 		return pr, errorf(ErrClosed, "MHA layer used after Close")
@@ -246,11 +249,11 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 		return pr, err
 	}
 	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn, HeadMean: opts.NeedWeights}
-	layer := func(name string, rows, outputs, inputs, wOffset int) (LayerPlan, error) {
-		return m.dev.planLayer(name, rows, outputs, inputs, wOffset, m.wType)
+	layer := func(name string, rows, outputs, inputs, wOffset int, x DType) (LayerPlan, error) {
+		return m.dev.planLayer(name, rows, outputs, inputs, wOffset, x, m.wType, opts.Attention.Float32Products)
 	}
 	if pr.self {
-		l, err := layer("in_proj (Q,K,V fused)", B*T, 3*d, d, 0)
+		l, err := layer("in_proj (Q,K,V fused)", B*T, 3*d, d, 0, types[0])
 		if err != nil {
 			return pr, err
 		}
@@ -260,14 +263,14 @@ func (m *MHA) problem(dims [3][2]int, self bool, opts *MHAOptions) (mhaProblem, 
 			name                  string
 			rows, outputs, inputs int
 		}{{"q_proj", B * T, d, d}, {"k_proj", B * S, kv, m.kdim}, {"v_proj", B * S, kv, m.vdim}} {
-			l, err := layer(in.name, in.rows, in.outputs, in.inputs, m.projOffset(i))
+			l, err := layer(in.name, in.rows, in.outputs, in.inputs, m.projOffset(i), types[i])
 			if err != nil {
 				return pr, err
 			}
 			p.Projections = append(p.Projections, l)
 		}
 	}
-	if p.OutProj, err = layer("out_proj", B*T, d, d, 0); err != nil {
+	if p.OutProj, err = layer("out_proj", B*T, d, d, 0, Float32); err != nil {
 		return pr, err
 	}
 	pr.plan = p
@@ -310,7 +313,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 		}
 		dims[i] = [2]int{b, n}
 	}
-	pr, err := m.problem(dims, self, &opts)
+	pr, err := m.problem(dims, [3]DType{x.dtype, key.dtype, value.dtype}, self, &opts)
 	if err != nil {
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, op
 		return nil, errorf(ErrShape, "dY has shape %v, want Out's %v", dY.shape, x.shape)
 	}
 	opts.NeedWeights = false
-	pr, err := m.problem([3][2]int{{B, T}, {bk, S}, {bv, sv}}, self, &opts)
+	pr, err := m.problem([3][2]int{{B, T}, {bk, S}, {bv, sv}}, [3]DType{x.dtype, key.dtype, value.dtype}, self, &opts)
 	if err != nil {
 		return nil, err
 	}

@@ -414,13 +414,7 @@ func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan, names [3]string) error 
 // kernels), no weights, no paged or additive attention, and tiles that
 // fit shared memory. Else it reports false, p untouched.
 func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, error) {
-	mm := 16 // the larger square shape the device has, or 0
-	if !dev.HasMatrix(mm, mm, mm, core.MatrixFloat16) {
-		mm = 8
-	}
-	if !dev.HasMatrix(mm, mm, mm, core.MatrixFloat16) {
-		mm = 0
-	}
+	mm := matrixSide(dev)
 	half := in.Q.Type == core.Float16 && in.K.Type == core.Float16 && in.V.Type == core.Float16
 	packed := in.H / in.HKV * in.L
 	if mm == 0 || !half || in.Float32Products || in.Additive || in.Weights || in.Paging > 0 || in.Force == core.TexelLoadPath ||
@@ -452,6 +446,17 @@ func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, 
 	p.WorkGroup, p.SharedBytes = nsg*sg, bytes(br, bc)
 	p.Grid = [3]uint32{uint32(ceilDiv(packed, br)), uint32(in.HKV), uint32(in.B)}
 	return true, finishPlan(dev, p, [3]string{"query row blocks", "KV heads", "batch"})
+}
+
+// matrixSide is the larger square float16 cooperative-matrix shape (M = N
+// = K = 16 or 8) the device has with float32 accumulators, or 0.
+func matrixSide(dev vk.PhysicalDevice) int {
+	for _, mm := range []int{16, 8} {
+		if dev.HasMatrix(mm, mm, mm, core.MatrixFloat16) {
+			return mm
+		}
+	}
+	return 0
 }
 
 // tiledCapable reports why dev cannot run the tiled kernels, or "".

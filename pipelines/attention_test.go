@@ -280,3 +280,43 @@ func TestCoopmatPlanning(t *testing.T) {
 		}
 	}
 }
+
+// Dense layers go on the matrices when X and W are both float16: a
+// workgroup of (2M/M)^2 subgroups per 2M x 2M block of Y.
+func TestCoopmatLinearPlanning(t *testing.T) {
+	lavapipe26 := withMatrices(lavapipeLike(), 8)
+	layer := func(x, w core.DType) LinearInput {
+		return LinearInput{Rows: 100, Outputs: 40, Inputs: 24, Aligned: true, X: x, W: w}
+	}
+	p, err := PlanLinear(lavapipe26, layer(core.Float16, core.Float16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Variant.Family != FamilyLinearCoopmat || p.Matrix != 8 || p.TileRows != 16 || p.TileCols != 16 ||
+		p.WorkGroup != 4*int(lavapipe26.Limits.SubgroupSize) || p.Grid != [3]uint32{3, 7, 1} {
+		t.Errorf("float16 layer on 8x8x8 matrices: %v", p)
+	}
+	products := layer(core.Float16, core.Float16)
+	products.Float32Products = true
+	texel := layer(core.Float16, core.Float16)
+	texel.Force = core.TexelLoadPath
+	for _, c := range []struct {
+		name string
+		dev  vk.PhysicalDevice
+		in   LinearInput
+	}{
+		{"float32 X", lavapipe26, layer(core.Float32, core.Float16)},
+		{"bfloat16 W", lavapipe26, layer(core.Float16, core.BFloat16)},
+		{"Float32Products", lavapipe26, products},
+		{"texel path forced", lavapipe26, texel},
+		{"no matrices", lavapipeLike(), layer(core.Float16, core.Float16)},
+	} {
+		p, err := PlanLinear(c.dev, c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Variant.Family != FamilyLinear || p.Matrix != 0 {
+			t.Errorf("%s: %v, want linear.comp", c.name, p)
+		}
+	}
+}

@@ -53,6 +53,9 @@ const (
 	// linear.comp.
 	linSpecXType, linSpecWType, linSpecCount = 1, 2, 3
 
+	// linear_coopmat.comp.
+	lincSpecMM, lincSpecTile, lincSpecSG, lincSpecCount = 1, 2, 3, 4
+
 	// attention_backward.comp.
 	bwdSpecMasked, bwdSpecQType, bwdSpecKType, bwdSpecVType, bwdSpecVariants = 1, 2, 3, 4, 5
 	bwdSpecDMax, bwdSpecTile, bwdSpecCount                                   = 6, 7, 8
@@ -147,6 +150,11 @@ var shaderInterface = []interfaceSection{
 	{"linear.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"LIN_SPEC_X_TYPE", linSpecXType, ""}, {"LIN_SPEC_W_TYPE", linSpecWType, ""},
 	}},
+	{"linear_coopmat.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"LINC_SPEC_MM", lincSpecMM, "the cooperative matrices' M = N = K"},
+		{"LINC_SPEC_TILE", lincSpecTile, "rows, outputs and inputs of a workgroup's step"},
+		{"LINC_SPEC_SG", lincSpecSG, "lanes per subgroup"},
+	}},
 	{"attention_backward.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"BWD_SPEC_MASKED", bwdSpecMasked, ""}, {"BWD_SPEC_Q_TYPE", bwdSpecQType, ""}, {"BWD_SPEC_K_TYPE", bwdSpecKType, ""},
 		{"BWD_SPEC_V_TYPE", bwdSpecVType, ""}, {"BWD_SPEC_VARIANTS", bwdSpecVariants, ""},
@@ -221,7 +229,7 @@ func familyBindings(v Variant) []bindingUse {
 		return uses(attentionBindingTypes(p), bindO, bindLSE, bindWeights)
 	case FamilyCombine:
 		return uses(combineBindingTypes(), combineBindO, combineBindLSE)
-	case FamilyLinear:
+	case FamilyLinear, FamilyLinearCoopmat:
 		return uses(linearBindingTypes(LinearPlan{Path: v.Path, Vec4: v.Vec4}), linearBindY)
 	case FamilyHeadMean:
 		return uses(headMeanBindingTypes(), headMeanBindMean)
@@ -252,6 +260,8 @@ func specCount(v Variant) int {
 		return coopSpecCount
 	case FamilyLinear:
 		return linSpecCount
+	case FamilyLinearCoopmat:
+		return lincSpecCount
 	case FamilyRoPE:
 		return ropeSpecCount
 	case FamilyQ8Store:

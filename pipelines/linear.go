@@ -19,9 +19,17 @@ type LinearPlan struct {
 	Grid      [3]uint32
 	Why       string     // why this load path
 	X, W      core.DType // element types of the inputs and the weights
+	// Matrix > 0 (FamilyLinearCoopmat): the products on Matrix x Matrix x
+	// Matrix float16 cooperative matrices, in workgroups of full
+	// subgroups of SubgroupSize lanes, a TileRows x TileCols block of Y each.
+	Matrix, SubgroupSize int
 }
 
 func (p LinearPlan) String() string {
+	if p.Matrix > 0 {
+		return fmt.Sprintf("kernel %s (%s), %dx%d output tile per workgroup of %d (%d-lane subgroups), grid %dx%d",
+			p.Variant, p.Why, p.TileRows, p.TileCols, p.WorkGroup, p.SubgroupSize, p.Grid[0], p.Grid[1])
+	}
 	loads := "scalar loads"
 	if p.Vec4 {
 		loads = "vec4 loads"
@@ -39,6 +47,8 @@ type LinearInput struct {
 	X, W    core.DType // element types of the inputs and the weights
 	Force   core.LoadPath
 	Tuning  *core.Tuning // nil: DefaultTuning; the path's workgroup size is used
+	// Float32Products keeps float16 X and W off the cooperative matrices.
+	Float32Products bool
 }
 
 // PlanLinear picks the dense-layer variant and grid for a device.
@@ -55,18 +65,53 @@ func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
 		return p, fmt.Errorf("dense layer: element types %v and %v; the kernel reads %v", in.X, in.W, DTypes)
 	}
 	p.Path, p.Why, p.X, p.W = path, why, in.X, in.W
-	p.Vec4 = in.Aligned && (p.Path == core.StorageLoadPath || dev.TexelWords4)
-	p.Variant = Variant{Family: FamilyLinear, Path: p.Path, Vec4: p.Vec4}
-	p.TileRows, p.TileCols = 4, 4
-	p.WorkGroup = min(tuning.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
-	colTiles := (in.Outputs + p.TileCols - 1) / p.TileCols
-	p.Grid = [3]uint32{uint32((colTiles + p.WorkGroup - 1) / p.WorkGroup), uint32((in.Rows + p.TileRows - 1) / p.TileRows), 1}
+	if !planLinearCoopmat(dev, in, &p) {
+		p.Vec4 = in.Aligned && (p.Path == core.StorageLoadPath || dev.TexelWords4)
+		p.Variant = Variant{Family: FamilyLinear, Path: p.Path, Vec4: p.Vec4}
+		p.TileRows, p.TileCols = 4, 4
+		p.WorkGroup = min(tuning.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
+	}
+	p.Grid = p.groups(in.Rows, in.Outputs)
 	for i, what := range []string{"output tile blocks", "row tiles"} {
 		if p.Grid[i] > dev.Limits.MaxWorkGroupCount[i] {
 			return p, limitf("%d %s exceed the device's %d workgroups on axis %d", p.Grid[i], what, dev.Limits.MaxWorkGroupCount[i], i)
 		}
 	}
 	return p, nil
+}
+
+// planLinearCoopmat plans p on the cooperative-matrix kernel where the
+// device has float16 matrices and X and W are both float16: each product
+// is exact in float32 and the sums are float32, as on linear.comp.
+func planLinearCoopmat(dev vk.PhysicalDevice, in LinearInput, p *LinearPlan) bool {
+	mm := matrixSide(dev)
+	if mm == 0 || in.X != core.Float16 || in.W != core.Float16 || in.Float32Products || in.Force == core.TexelLoadPath ||
+		!dev.SubgroupSizeControl || !dev.FullSubgroups {
+		return false
+	}
+	lim := dev.Limits
+	sg, tile := int(lim.SubgroupSize), 2*mm
+	wg := (tile / mm) * (tile / mm) * sg
+	if wg > min(int(lim.MaxWorkGroupSize[0]), int(lim.MaxWorkGroupInvocations)) || tile*tile*(2+2+4) > int(lim.MaxSharedMemory) {
+		return false
+	}
+	p.Variant = Variant{Family: FamilyLinearCoopmat, Path: core.StorageLoadPath}
+	p.Path, p.Vec4, p.Matrix, p.SubgroupSize = core.StorageLoadPath, false, mm, sg
+	p.Why = fmt.Sprintf("float16 X and W on the device's %dx%dx%d float16 cooperative matrices", mm, mm, mm)
+	p.TileRows, p.TileCols, p.WorkGroup = tile, tile, wg
+	return true
+}
+
+// groups is the grid of a block of rows and outputs: a workgroup per
+// output tile on the matrices, a row of WorkGroup invocations' tiles on
+// linear.comp.
+func (p LinearPlan) groups(rows, outs int) [3]uint32 {
+	colTiles := (outs + p.TileCols - 1) / p.TileCols
+	rowTiles := (rows + p.TileRows - 1) / p.TileRows
+	if p.Matrix > 0 {
+		return [3]uint32{uint32(colTiles), uint32(rowTiles), 1}
+	}
+	return [3]uint32{uint32((colTiles + p.WorkGroup - 1) / p.WorkGroup), uint32(rowTiles), 1}
 }
 
 // Rows is a matrix of row vectors in a buffer: row r starts at element
@@ -94,9 +139,7 @@ const linearFlagBias = 1
 // buffer windows, in the same step.
 func (ks *Kernels) Linear(p LinearPlan, x LinearArgs) (*Step, error) {
 	info := ks.dev.Info
-	spec := make([]int32, linSpecCount)
-	spec[specLocalSize], spec[linSpecXType], spec[linSpecWType] = int32(p.WorkGroup), typeSpec(p.X), typeSpec(p.W)
-	k, err := ks.get(p.Variant, linearBindingTypes(p), spec...)
+	k, err := ks.linearKernel(p)
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +157,18 @@ func (ks *Kernels) Linear(p LinearPlan, x LinearArgs) (*Step, error) {
 		}
 	}
 	return st, nil
+}
+
+// linearKernel is the kernel of a dense-layer plan, built once per device.
+func (ks *Kernels) linearKernel(p LinearPlan) (*vk.Kernel, error) {
+	if p.Matrix > 0 {
+		spec := make([]int32, lincSpecCount)
+		spec[specLocalSize], spec[lincSpecMM], spec[lincSpecTile], spec[lincSpecSG] = int32(p.WorkGroup), int32(p.Matrix), int32(p.TileRows), int32(p.SubgroupSize)
+		return ks.getInSubgroups(p.Variant, linearBindingTypes(p), uint32(p.SubgroupSize), spec...)
+	}
+	spec := make([]int32, linSpecCount)
+	spec[specLocalSize], spec[linSpecXType], spec[linSpecWType] = int32(p.WorkGroup), typeSpec(p.X), typeSpec(p.W)
+	return ks.get(p.Variant, linearBindingTypes(p), spec...)
 }
 
 // linearSpans are the element ranges of X, W, Y and bias that the block of
@@ -207,9 +262,7 @@ func (ks *Kernels) linearBlock(st *Step, k *vk.Kernel, p LinearPlan, x *LinearAr
 		return err
 	}
 	st.own(set)
-	colTiles := (no + p.TileCols - 1) / p.TileCols
-	groups := [3]uint32{uint32((colTiles + p.WorkGroup - 1) / p.WorkGroup), uint32((nr + p.TileRows - 1) / p.TileRows), 1}
-	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: groups})
+	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: p.groups(nr, no)})
 	return nil
 }
 

@@ -29,6 +29,7 @@ const (
 	FamilyAdditiveBackwardQ                // attention_backward.comp, additive scores: dq
 	FamilyAdditiveBackwardKV               // attention_backward.comp, additive scores: dk, dv, dw_a
 	FamilyCoopmat                          // attention_coopmat.comp, q.k scores on cooperative matrices (float16)
+	FamilyLinearCoopmat                    // linear_coopmat.comp, Y = X W^T + b on cooperative matrices (float16)
 )
 
 var families = [...]struct{ name, source, define string }{
@@ -47,6 +48,7 @@ var families = [...]struct{ name, source, define string }{
 	FamilyAdditiveBackwardQ:  {"additive_backward_q", "attention_backward.comp", "-DADDITIVE=1"},
 	FamilyAdditiveBackwardKV: {"additive_backward_kv", "attention_backward.comp", "-DKV_PASS=1 -DADDITIVE=1"},
 	FamilyCoopmat:            {"attention_coopmat", "attention_coopmat.comp", ""},
+	FamilyLinearCoopmat:      {"linear_coopmat", "linear_coopmat.comp", ""},
 }
 
 func (f Family) String() string {
@@ -151,8 +153,8 @@ var Variants = func() []Variant {
 		{Family: FamilyTiled, Path: core.StorageLoadPath},
 		{Family: FamilyTiled, Path: core.StorageLoadPath, Vec4: true, SplitK: true}}
 	vs = append(vs, tiled...)
-	// The cooperative-matrix kernel: float16 rows read by element.
-	vs = append(vs, Variant{Family: FamilyCoopmat, Path: core.StorageLoadPath})
+	// The cooperative-matrix kernels: float16 rows read by element.
+	vs = append(vs, Variant{Family: FamilyCoopmat, Path: core.StorageLoadPath}, Variant{Family: FamilyLinearCoopmat, Path: core.StorageLoadPath})
 	// q8_0 K and V: the scaled dot-product kernels again, reading them
 	// (not the shared-loads build: the planner keeps q8_0 off it).
 	for _, v := range slices.Clone(vs) {

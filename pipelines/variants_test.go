@@ -95,6 +95,11 @@ func TestEveryVariantIsReachable(t *testing.T) {
 	} else {
 		reached[p.Variant] = true
 	}
+	if lp, err := PlanLinear(withMatrices(gpu, 16), LinearInput{Rows: 6, Outputs: 24, Inputs: 8, X: core.Float16, W: core.Float16}); err != nil {
+		t.Fatal(err)
+	} else {
+		reached[lp.Variant] = true
+	}
 	for v := range reached {
 		if !slices.Contains(Variants, v) {
 			t.Errorf("the planner reaches %s, which is not in the variant table", v)

@@ -115,6 +115,11 @@ const int VAR_SINKS = 8; // a logit per head joins the denominator
 #define LIN_SPEC_X_TYPE 1
 #define LIN_SPEC_W_TYPE 2
 
+// linear_coopmat.comp specialization-constant IDs (0: the workgroup size)
+#define LINC_SPEC_MM 1 // the cooperative matrices' M = N = K
+#define LINC_SPEC_TILE 2 // rows, outputs and inputs of a workgroup's step
+#define LINC_SPEC_SG 3 // lanes per subgroup
+
 // attention_backward.comp specialization-constant IDs (0: the workgroup size)
 #define BWD_SPEC_MASKED 1
 #define BWD_SPEC_Q_TYPE 2
