@@ -135,13 +135,7 @@ func TestCoopmatFloat32Products(t *testing.T) {
 func TestCoopmatLinear(t *testing.T) {
 	d := coopmatDevice(t)
 	r := rand.New(rand.NewSource(233))
-	half := func(x []float32) []float32 {
-		y, err := vkattn.Round(vkattn.Float16, x)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return y
-	}
+	half := func(x []float32) []float32 { return roundAll(vkattn.Float16, x) }
 	for _, c := range []struct {
 		name             string
 		dm, kdim, h      int

@@ -272,6 +272,67 @@ func TestMHASweep(t *testing.T) {
 	})
 }
 
+// An MHA layer reads float16 and bfloat16 inputs as stored: its output is
+// that of the inputs' values (SEMANTICS.md §8.1), here for float32
+// weights on lavapipe's plan (linear.comp widening X) and, with float16
+// weights too, on NVIDIA's; cross-attention with a half key and value.
+func TestMHAHalfInputs(t *testing.T) {
+	const B, T, S, d, kdim, h = 2, 5, 7, 8, 6, 2
+	r := rand.New(rand.NewSource(234))
+	for _, c := range []struct {
+		plan  string
+		x, w  vkattn.DType
+		cross bool
+	}{
+		{"auto", vkattn.Float16, vkattn.Float32, false},
+		{"auto", vkattn.BFloat16, vkattn.Float32, true},
+		{"nvidia", vkattn.Float16, vkattn.Float16, true},
+	} {
+		t.Run(fmt.Sprintf("%s/x %v, weights %v", c.plan, c.x, c.w), func(t *testing.T) {
+			dv := everyPlan()[c.plan]
+			w := randomMHA(r, d, d, d, true)
+			if c.cross {
+				w = randomMHA(r, d, kdim, kdim, true)
+			}
+			for _, m := range []*[]float32{&w.InProjWeight, &w.QProjWeight, &w.KProjWeight, &w.VProjWeight, &w.OutProjWeight} {
+				if *m != nil {
+					*m = roundAll(c.w, *m)
+				}
+			}
+			w.DType = c.w
+			layer, err := dv.NewMHA(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer layer.Close()
+			xs := []int{B, T, d}
+			x := roundAll(c.x, randomValues(r, B*T*d))
+			xt := mustUploadAs(t, dv, xs, x, c.x)
+			defer xt.Close()
+			var kv []float32
+			var kvs []int
+			var kt *vkattn.Tensor
+			if c.cross {
+				kvs = []int{B, S, kdim}
+				kv = roundAll(c.x, randomValues(r, B*S*kdim))
+				kt = mustUploadAs(t, dv, kvs, kv, c.x)
+				defer kt.Close()
+			}
+			opts := vkattn.MHAOptions{Heads: h}
+			out, err := layer.Forward(xt, kt, kt, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			want, err := reference.MultiHeadAttention(x, xs, kv, kvs, kv, kvs, w, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compare(t, "out", download(t, out.Out), want.Out)
+		})
+	}
+}
+
 // The storage load path (what GPUs run) on a smaller sweep.
 func TestMHAStoragePath(t *testing.T) {
 	r := rand.New(rand.NewSource(12))
