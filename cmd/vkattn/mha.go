@@ -17,7 +17,9 @@ Runs a PyTorch nn.MultiheadAttention layer (batch_first=True, eval mode) on
 a Vulkan device, as one submission: the input projections, the attention of
 every head, the output projection and, with --weights, the weights.
 
-Inputs are .npy files (float32; float16 and float64 are converted):
+Inputs are .npy files (float32 or float16, which stays float16 on the device;
+float64 is converted). With float16 inputs and float16 weights the input
+projections run on the device's cooperative matrices when it has them:
   -x X.npy      the query input (B,T,d), batch first, or (T,d) for one
                 sequence (PyTorch's unbatched mode: the outputs drop B too)
   --kv KV.npy   the key = value input (B,S,kdim) of cross-attention, such as
@@ -148,7 +150,7 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mhaProblem, error) {
 	p := &mhaProblem{}
 	var err error
-	if p.x, err = readFloatInput("X", f.x); err != nil {
+	if p.x, err = readHalfOrFloatInput("X", f.x); err != nil {
 		return nil, err
 	}
 	if p.B, p.T, p.d, err = batchedShape("X", f.x, p.x.Shape); err != nil {
@@ -158,7 +160,7 @@ func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mh
 	p.S = p.T
 	kdim := p.d
 	if f.kv != "" {
-		if p.kv, err = readFloatInput("KV", f.kv); err != nil {
+		if p.kv, err = readHalfOrFloatInput("KV", f.kv); err != nil {
 			return nil, err
 		}
 		var b int
@@ -234,25 +236,18 @@ func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mh
 	return p, nil
 }
 
-// kvShape is KV's shape, nil for self-attention, as MHA.Plan takes it.
-func (p *mhaProblem) kvShape() []int {
-	if p.kv == nil {
-		return nil
-	}
-	return p.kv.Shape
-}
-
 func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr io.Writer) int {
 	layer, err := dev.NewMHA(p.w)
 	if err != nil {
 		return failf(stderr, "mha", "--params %s: %v", f.params, err)
 	}
 	defer layer.Close()
-	plan, err := layer.Plan(p.x.Shape, p.kvShape(), p.kvShape(), p.opts)
-	if err != nil {
-		return failf(stderr, "mha", "%v", err)
-	}
-	if f.explain {
+	var plan vkattn.MHAPlan
+	explain := func(planned vkattn.MHAPlan) {
+		plan = planned
+		if !f.explain {
+			return
+		}
 		fmt.Fprintf(stdout, "plan: %v\n", plan)
 		masks := p.opts.Attention.MaskSummary()
 		if p.opts.KeyPadding != nil {
@@ -265,8 +260,7 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 		}
 		fmt.Fprintf(stdout, "  masks: %s\n", masks)
 	}
-
-	res, chk, err := verify.MHAForward(dev, layer, p.w, *p.x.input(), p.kv.input(), p.opts, f.average, f.check)
+	res, chk, err := verify.MHAForward(dev, layer, p.w, *p.x.input(), p.kv.input(), p.opts, f.average, f.check, explain)
 	if err != nil {
 		return failf(stderr, "mha", "%v", err)
 	}

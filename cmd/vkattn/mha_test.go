@@ -18,6 +18,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
+	"github.com/x448/float16"
 )
 
 // mhaDir holds the PyTorch parity cases (tools/mha_parity.py).
@@ -263,6 +264,39 @@ func TestMHACross(t *testing.T) {
 		KeyPadding: &vkattn.KeyPadding{Padded: padded},
 		Attention:  vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{B, h, T, S}, Values: mask}},
 	}, true)
+}
+
+// A float16 X and KV stay float16 on the device (the plan says so) and
+// the output is that of their values.
+func TestMHAHalfInputs(t *testing.T) {
+	withDevice(t)
+	r := rand.New(rand.NewSource(8))
+	dir := t.TempDir()
+	const B, T, S, d, kdim = 2, 3, 4, 8, 6
+	params, w := randomCross(t, r, dir, d, kdim)
+	half := func(x []float32) []float32 {
+		for i, v := range x {
+			x[i] = float16.Fromfloat32(v).Float32()
+		}
+		return x
+	}
+	xd, kvd := half(randomValues(r, B*T*d)), half(randomValues(r, B*S*kdim))
+	x := saveF16(t, dir, "x.npy", []int{B, T, d}, xd)
+	kv := saveF16(t, dir, "kv.npy", []int{B, S, kdim}, kvd)
+	o := filepath.Join(dir, "out.npy")
+	out := cliOK(t, "mha", "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--check", "--explain")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "_proj: ") && !strings.Contains(line, "out_proj") && !strings.Contains(line, "X f16") {
+			t.Errorf("an input projection does not read X as f16: %s", line)
+		}
+	}
+	mentions(t, "--explain", out, "q_proj: ", "k_proj: ", "v_proj: ")
+	opts := vkattn.MHAOptions{Heads: 2}
+	ref, err := reference.MultiHeadAttention(xd, []int{B, T, d}, kvd, []int{B, S, kdim}, kvd, []int{B, S, kdim}, w, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nearReference(t, "out", load(t, o).F32, ref.Out)
 }
 
 // Errors are found on the host, before a device is opened: exit 1 for bad

@@ -411,6 +411,16 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	return execute(&f, p, stdout, stderr)
 }
 
+// readHalfOrFloatInput is readFloatInput keeping a float16 file float16 on
+// the device (a layer's input).
+func readHalfOrFloatInput(name, path string) (*npyArray, error) {
+	a, err := readFloatInput(name, path)
+	if err == nil && a.F16 != nil {
+		err = a.storeAs(vkattn.Float16)
+	}
+	return a, err
+}
+
 // readFloatInput reads an input tensor (name as the help calls it, e.g. Q)
 // that must hold finite float values.
 func readFloatInput(name, path string) (*npyArray, error) {

@@ -108,21 +108,30 @@ func (o *Outputs) Check(ref *reference.Result, v []float32) *golden.Check {
 }
 
 // MHAForward uploads x and kv (nil for self-attention; one array serves as
-// key and value), runs layer.Forward and downloads Out (as O) and, with
+// key and value), prepares the layer's call (planned, if not nil, sees its
+// plan before it runs), runs it and downloads Out (as O) and, with
 // opts.NeedWeights, the per-head weights or, with average, their mean over
 // heads (as Weights). With check it also compares them with
 // reference.MultiHeadAttention.
-func MHAForward(dev *vkattn.Device, layer *vkattn.MHA, w *vkattn.MHAWeights, x Input, kv *Input, opts vkattn.MHAOptions, average, check bool) (*Outputs, *golden.Check, error) {
+func MHAForward(dev *vkattn.Device, layer *vkattn.MHA, w *vkattn.MHAWeights, x Input, kv *Input, opts vkattn.MHAOptions, average, check bool,
+	planned func(vkattn.MHAPlan)) (*Outputs, *golden.Check, error) {
 	ts, free, err := uploadAll(dev, &x, kv)
 	defer free()
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := layer.Forward(ts[0], ts[1], ts[1], opts)
+	call, err := layer.Prepare(ts[0], ts[1], ts[1], opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer out.Close()
+	defer call.Close()
+	out := call.Output()
+	if planned != nil {
+		planned(out.Plan)
+	}
+	if _, err := call.Run(context.Background()); err != nil {
+		return nil, nil, err
+	}
 	res := &Outputs{GPUTime: out.GPUTime}
 	if res.O, err = out.Out.Download(); err != nil {
 		return nil, nil, err
