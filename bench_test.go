@@ -78,21 +78,27 @@ func timeReplays(b *testing.B, run func(context.Context) (time.Duration, error),
 }
 
 // benchMHA times a prepared self-attention layer (packed weights with
-// biases, one sequence of T positions) and reports GFLOP/s counting the
-// projections and the attention (MHAPlan.FLOPs).
-func benchMHA(b *testing.B, d, h, T int) {
+// biases, one sequence of T positions), its weights and input stored as
+// dt, and reports GFLOP/s counting the projections and the attention
+// (MHAPlan.FLOPs). float16 weights and input put in_proj on the
+// cooperative matrices of a device that has them, unless f32Products.
+func benchMHA(b *testing.B, d, h, T int, dt vkattn.DType, f32Products bool) {
 	r := rand.New(rand.NewSource(1))
-	layer, err := dev.NewMHA(randomMHA(r, d, d, d, true))
+	w := randomMHA(r, d, d, d, true)
+	w.DType = dt
+	layer, err := dev.NewMHA(w)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer layer.Close()
-	x, err := dev.Upload([]int{1, T, d}, randomValues(r, T*d))
+	x, err := dev.UploadAs([]int{1, T, d}, randomValues(r, T*d), dt)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer x.Close()
-	call, err := layer.Prepare(x, nil, nil, vkattn.MHAOptions{Heads: h})
+	opts := vkattn.MHAOptions{Heads: h}
+	opts.Attention.Float32Products = f32Products
+	call, err := layer.Prepare(x, nil, nil, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,7 +109,15 @@ func benchMHA(b *testing.B, d, h, T int) {
 	timeReplays(b, call.Run, call.Output().Plan.FLOPs())
 }
 
-func BenchmarkMHAD512H8T1024(b *testing.B) { benchMHA(b, 512, 8, 1024) }
+func BenchmarkMHAD512H8T1024(b *testing.B) { benchMHA(b, 512, 8, 1024, vkattn.Float32, false) }
+
+// The same layer in float16: in_proj on the cooperative matrices where the
+// device has them (Mesa 26's lavapipe emulates them), and with float32
+// products, on linear.comp.
+func BenchmarkMHAD512H8T1024F16(b *testing.B) { benchMHA(b, 512, 8, 1024, vkattn.Float16, false) }
+func BenchmarkMHAD512H8T1024F16Float32Products(b *testing.B) {
+	benchMHA(b, 512, 8, 1024, vkattn.Float16, true)
+}
 
 func BenchmarkAttentionL1024D64H8(b *testing.B) {
 	benchAttention(b, benchShape{b: 1, h: 8, hkv: 8, l: 1024, s: 1024, d: 64})
