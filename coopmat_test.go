@@ -199,3 +199,49 @@ func TestCoopmatLinear(t *testing.T) {
 		})
 	}
 }
+
+// A layer input larger than one binding runs its projection on the
+// matrices in blocks of rows, each bound through its own windows: cross-
+// attention whose KV (300 x 256 halves, 150 KiB) exceeds a 128 KiB binding
+// while the projections' outputs (300 x 16 floats) fit.
+func TestCoopmatLinearBlocks(t *testing.T) {
+	coopmatDevice(t)
+	d, err := vkattn.Open(vkattn.Config{Validation: true, BindingLimit: 128 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const T, S, dm, kdim, h = 20, 300, 16, 256, 2
+	r := rand.New(rand.NewSource(235))
+	w := randomMHA(r, dm, kdim, kdim, true)
+	for _, m := range []*[]float32{&w.QProjWeight, &w.KProjWeight, &w.VProjWeight, &w.OutProjWeight} {
+		*m = roundAll(vkattn.Float16, *m)
+	}
+	w.DType = vkattn.Float16
+	layer, err := d.NewMHA(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.Close()
+	xs, kvs := []int{1, T, dm}, []int{1, S, kdim}
+	x, kv := roundAll(vkattn.Float16, randomValues(r, T*dm)), roundAll(vkattn.Float16, randomValues(r, S*kdim))
+	xt, kvt := mustUploadAs(t, d, xs, x, vkattn.Float16), mustUploadAs(t, d, kvs, kv, vkattn.Float16)
+	defer xt.Close()
+	defer kvt.Close()
+	opts := vkattn.MHAOptions{Heads: h}
+	out, err := layer.Forward(xt, kvt, kvt, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	for _, l := range out.Plan.Projections {
+		if l.Kernel.Matrix == 0 {
+			t.Fatalf("%s planned %v, want the matrices", l.Name, l.Kernel)
+		}
+	}
+	want, err := reference.MultiHeadAttention(x, xs, kv, kvs, kv, kvs, w, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compare(t, "out", download(t, out.Out), want.Out)
+}
