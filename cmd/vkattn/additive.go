@@ -172,11 +172,7 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 		return failf(stderr, "additive", "--params %s: %v", f.params, err)
 	}
 	defer layer.Close()
-	var explain io.Writer
-	if f.explain {
-		explain = stdout
-	}
-	res, err := attendWith(dev, p.q, p.k, p.v, layer.Prepare, p.opts, explain)
+	res, err := attendWith(dev, p.q, p.k, p.v, layer.Prepare, p.opts, f.explainTo(stdout))
 	if err != nil {
 		return failf(stderr, "additive", "%v", err)
 	}

@@ -204,6 +204,14 @@ func (c *checkFlags) register(fs *flag.FlagSet, plan string) {
 	fs.BoolVar(&c.explain, "explain", false, "print the plan: "+plan)
 }
 
+// explainTo is where --explain prints the plan: w, or nil without it.
+func (c checkFlags) explainTo(w io.Writer) io.Writer {
+	if c.explain {
+		return w
+	}
+	return nil
+}
+
 // parseFlags parses args and reports whether the command should go on; if
 // not, code is the exit status (0 after -h).
 func parseFlags(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) (ok bool, code int) {

@@ -242,30 +242,12 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 		return failf(stderr, "mha", "--params %s: %v", f.params, err)
 	}
 	defer layer.Close()
-	var plan vkattn.MHAPlan
-	explain := func(planned vkattn.MHAPlan) {
-		plan = planned
-		if !f.explain {
-			return
-		}
-		fmt.Fprintf(stdout, "plan: %v\n", plan)
-		masks := p.opts.Attention.MaskSummary()
-		if p.opts.KeyPadding != nil {
-			kp := fmt.Sprintf("key padding (%d,%d)", p.B, p.S)
-			if masks == "none" {
-				masks = kp
-			} else {
-				masks = kp + ", " + masks
-			}
-		}
-		fmt.Fprintf(stdout, "  masks: %s\n", masks)
-	}
-	res, chk, err := verify.MHAForward(dev, layer, p.w, *p.x.input(), p.kv.input(), p.opts, f.average, f.check, explain)
+	res, chk, err := verify.MHAForward(dev, layer, p.w, *p.x.input(), p.kv.input(), p.opts, f.average, f.check, p.explainer(f.explainTo(stdout)))
 	if err != nil {
 		return failf(stderr, "mha", "%v", err)
 	}
 	if f.explain {
-		fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.GPUTime, plan.FLOPs()))
+		fmt.Fprintf(stdout, "GPU time: %s\n", gpuTimeString(res.GPUTime, res.LayerPlan.FLOPs()))
 	}
 	var grads []output
 	if f.grads != "" {
@@ -287,4 +269,27 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 		outs = append(outs, output{name, f.weights, p.weightShape, res.Weights})
 	}
 	return finishLayer("mha", outs, chk, f.grads, grads, stdout, stderr)
+}
+
+// explainer prints the layer's plan and masks to w before it runs; nil
+// for a nil w.
+func (p *mhaProblem) explainer(w io.Writer) func(vkattn.MHAPlan) {
+	if w == nil {
+		return nil
+	}
+	return func(plan vkattn.MHAPlan) { p.explain(w, plan) }
+}
+
+func (p *mhaProblem) explain(stdout io.Writer, plan vkattn.MHAPlan) {
+	fmt.Fprintf(stdout, "plan: %v\n", plan)
+	masks := p.opts.Attention.MaskSummary()
+	if p.opts.KeyPadding != nil {
+		kp := fmt.Sprintf("key padding (%d,%d)", p.B, p.S)
+		if masks == "none" {
+			masks = kp
+		} else {
+			masks = kp + ", " + masks
+		}
+	}
+	fmt.Fprintf(stdout, "  masks: %s\n", masks)
 }

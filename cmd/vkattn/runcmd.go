@@ -554,9 +554,9 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		return failf(stderr, "run", "%v", err)
 	}
 	defer dev.Close()
-	var explain io.Writer
-	if f.explain && !f.json {
-		explain = stdout
+	explain := f.explainTo(stdout)
+	if f.json {
+		explain = nil // stdout holds the JSON summary
 	}
 	res, err := attendWith(dev, p.q, p.k, p.v, dev.Prepare, p.opts, explain)
 	if err != nil {

@@ -132,7 +132,7 @@ func MHAForward(dev *vkattn.Device, layer *vkattn.MHA, w *vkattn.MHAWeights, x I
 	if _, err := call.Run(context.Background()); err != nil {
 		return nil, nil, err
 	}
-	res := &Outputs{GPUTime: out.GPUTime}
+	res := &Outputs{LayerPlan: out.Plan, GPUTime: out.GPUTime}
 	if res.O, err = out.Out.Download(); err != nil {
 		return nil, nil, err
 	}

@@ -23,7 +23,8 @@ import (
 type Outputs struct {
 	O, LSE, Weights []float32
 	Plan            vkattn.Plan
-	GPUTime         time.Duration // 0 without timestamps
+	LayerPlan       vkattn.MHAPlan // MHAForward's
+	GPUTime         time.Duration  // 0 without timestamps
 }
 
 // Run uploads p's Q, K and V as types (their values already rounded to
