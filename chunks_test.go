@@ -142,11 +142,7 @@ func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 // ErrTooLarge.
 func TestBackwardLargerThanABinding(t *testing.T) {
 	for _, plan := range ownAndNVIDIA {
-		d, err := vkattn.Open(vkattn.Config{Validation: true, BindingLimit: 128 << 10, PlanAs: map[string]string{"nvidia": "nvidia"}[plan]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d := smallBindings(t, vkattn.Config{PlanAs: map[string]string{"nvidia": "nvidia"}[plan]})
 		for _, c := range []struct{ h, l int }{{4, 8}, {6, 3}} {
 			t.Run(fmt.Sprintf("%s/H=%d L=%d", plan, c.h, c.l), func(t *testing.T) {
 				// One batch item's K is 230 KB, one KV head's 115 KB.

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/reference"
 )
 
 // coopmatDevice is dev when it has float16 cooperative matrices. Without
@@ -86,11 +85,7 @@ func TestCoopmatAttention(t *testing.T) {
 // sinks, ALiBi and a window per chunk.
 func TestCoopmatChunked(t *testing.T) {
 	coopmatDevice(t)
-	d, err := vkattn.Open(vkattn.Config{Validation: true, BindingLimit: 128 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := smallBindings(t, vkattn.Config{})
 	r := rand.New(rand.NewSource(232))
 	p := newProblem(r, 2, 4, 2, 40, 900, 32, 32)
 	p.types, p.wantLSE = [3]vkattn.DType{vkattn.Float16, vkattn.Float16, vkattn.Float16}, true
@@ -135,7 +130,6 @@ func TestCoopmatFloat32Products(t *testing.T) {
 func TestCoopmatLinear(t *testing.T) {
 	d := coopmatDevice(t)
 	r := rand.New(rand.NewSource(233))
-	half := func(x []float32) []float32 { return roundAll(vkattn.Float16, x) }
 	for _, c := range []struct {
 		name             string
 		dm, kdim, h      int
@@ -151,51 +145,22 @@ func TestCoopmatLinear(t *testing.T) {
 			if c.nvid {
 				planned = nvidiaDev
 			}
-			w := randomMHA(r, c.dm, c.kdim, c.kdim, true)
-			for _, m := range []*[]float32{&w.InProjWeight, &w.QProjWeight, &w.KProjWeight, &w.VProjWeight, &w.OutProjWeight} {
-				if *m != nil {
-					*m = half(*m)
-				}
-			}
-			w.DType = vkattn.Float16
-			layer, err := planned.NewMHA(w)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer layer.Close()
-			xs := []int{c.b, c.tq, c.dm}
-			x := half(randomValues(r, c.b*c.tq*c.dm))
-			var kv []float32
-			var kvs []int
-			xt := mustUploadAs(t, planned, xs, x, vkattn.Float16)
-			defer xt.Close()
-			var kt *vkattn.Tensor
+			in := halfLayerCase{w: randomMHA(r, c.dm, c.kdim, c.kdim, true), xs: []int{c.b, c.tq, c.dm}, dt: vkattn.Float16,
+				opts: vkattn.MHAOptions{Heads: c.h}}
 			if c.cross {
-				kvs = []int{c.b, c.s, c.kdim}
-				kv = half(randomValues(r, c.b*c.s*c.kdim))
-				kt = mustUploadAs(t, planned, kvs, kv, vkattn.Float16)
-				defer kt.Close()
+				in.kvs = []int{c.b, c.s, c.kdim}
 			}
-			opts := vkattn.MHAOptions{Heads: c.h}
-			opts.Attention.Float32Products = c.f32
-			out, err := layer.Forward(xt, kt, kt, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer out.Close()
-			for _, l := range out.Plan.Projections {
+			in.opts.Attention.Float32Products = c.f32
+			storeWeightsAs(in.w, vkattn.Float16)
+			plan := in.check(t, planned, r)
+			for _, l := range plan.Projections {
 				if on := l.Kernel.Matrix > 0; on == c.f32 {
 					t.Errorf("%s planned %v (Float32Products %v)", l.Name, l.Kernel, c.f32)
 				}
 			}
-			if out.Plan.OutProj.Kernel.Matrix > 0 {
-				t.Errorf("out_proj of float32 input planned %v", out.Plan.OutProj.Kernel)
+			if plan.OutProj.Kernel.Matrix > 0 {
+				t.Errorf("out_proj of float32 input planned %v", plan.OutProj.Kernel)
 			}
-			want, err := reference.MultiHeadAttention(x, xs, kv, kvs, kv, kvs, w, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			compare(t, "out", download(t, out.Out), want.Out)
 		})
 	}
 }
@@ -206,42 +171,15 @@ func TestCoopmatLinear(t *testing.T) {
 // while the projections' outputs (300 x 16 floats) fit.
 func TestCoopmatLinearBlocks(t *testing.T) {
 	coopmatDevice(t)
-	d, err := vkattn.Open(vkattn.Config{Validation: true, BindingLimit: 128 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := smallBindings(t, vkattn.Config{})
 	const T, S, dm, kdim, h = 20, 300, 16, 256, 2
 	r := rand.New(rand.NewSource(235))
-	w := randomMHA(r, dm, kdim, kdim, true)
-	for _, m := range []*[]float32{&w.QProjWeight, &w.KProjWeight, &w.VProjWeight, &w.OutProjWeight} {
-		*m = roundAll(vkattn.Float16, *m)
-	}
-	w.DType = vkattn.Float16
-	layer, err := d.NewMHA(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer layer.Close()
-	xs, kvs := []int{1, T, dm}, []int{1, S, kdim}
-	x, kv := roundAll(vkattn.Float16, randomValues(r, T*dm)), roundAll(vkattn.Float16, randomValues(r, S*kdim))
-	xt, kvt := mustUploadAs(t, d, xs, x, vkattn.Float16), mustUploadAs(t, d, kvs, kv, vkattn.Float16)
-	defer xt.Close()
-	defer kvt.Close()
-	opts := vkattn.MHAOptions{Heads: h}
-	out, err := layer.Forward(xt, kvt, kvt, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	for _, l := range out.Plan.Projections {
+	in := halfLayerCase{w: randomMHA(r, dm, kdim, kdim, true), xs: []int{1, T, dm}, kvs: []int{1, S, kdim}, dt: vkattn.Float16,
+		opts: vkattn.MHAOptions{Heads: h}}
+	storeWeightsAs(in.w, vkattn.Float16)
+	for _, l := range in.check(t, d, r).Projections {
 		if l.Kernel.Matrix == 0 {
-			t.Fatalf("%s planned %v, want the matrices", l.Name, l.Kernel)
+			t.Errorf("%s planned %v, want the matrices", l.Name, l.Kernel)
 		}
 	}
-	want, err := reference.MultiHeadAttention(x, xs, kv, kvs, kv, kvs, w, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compare(t, "out", download(t, out.Out), want.Out)
 }

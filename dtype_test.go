@@ -255,13 +255,7 @@ func TestMHAHalfWeights(t *testing.T) {
 					width = 6 // scalar loads: the projections of width 7 and 8
 				}
 				c := randomMHACase(r, width, 2, 9, "key padding", cross)
-				w := c.w
-				w.DType = dt
-				for _, m := range []*[]float32{&w.InProjWeight, &w.QProjWeight, &w.KProjWeight, &w.VProjWeight, &w.OutProjWeight} {
-					if *m != nil {
-						*m = roundAll(dt, *m)
-					}
-				}
+				storeWeightsAs(c.w, dt)
 				t.Run(fmt.Sprintf("%s/%v/cross=%v", path, dt, cross), func(t *testing.T) {
 					got := checkMHA(t, d, c)
 					if s := got.plan.OutProj.String(); !strings.Contains(s, "W "+dt.String()) {

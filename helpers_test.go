@@ -97,6 +97,24 @@ func download(t *testing.T, x *vkattn.Tensor) []float32 {
 	return got
 }
 
+// smallBindings opens a validated device whose bindings reach 128 KiB,
+// otherwise as cfg says, so that calls and layers run in chunks and
+// blocks; it is closed when the test ends.
+func smallBindings(t *testing.T, cfg vkattn.Config) *vkattn.Device {
+	t.Helper()
+	cfg.Validation, cfg.BindingLimit = true, 128<<10
+	d, err := vkattn.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
 // prepareStep prepares a decode step of heads query heads on cache.
 func prepareStep(t *testing.T, cache *vkattn.KVCache, heads int, opts vkattn.Options) *vkattn.DecodeStep {
 	t.Helper()

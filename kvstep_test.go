@@ -231,11 +231,7 @@ func TestConcurrentDecodeSteps(t *testing.T) {
 func TestDecodeStepChunked(t *testing.T) {
 	for _, memory := range []vkattn.MemoryModel{vkattn.AutoMemory, vkattn.DiscreteMemory} {
 		t.Run(memory.String(), func(t *testing.T) {
-			d, err := vkattn.Open(vkattn.Config{Validation: true, BindingLimit: 128 << 10, Memory: memory})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
+			d := smallBindings(t, vkattn.Config{Memory: memory})
 			const B, H, HKV, D = 2, 4, 2, 32
 			r := rand.New(rand.NewSource(77))
 			cache, hist := filledCache(t, d, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 600, DK: D, DV: D}, 300, 290)

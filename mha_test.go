@@ -37,6 +37,18 @@ func randomMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *vkattn.MHAWeights {
 	return w
 }
 
+// storeWeightsAs has w store its weight matrices as dt, rounded to it by
+// the tests' own rounding (roundAll), so the reference reads what the
+// device holds.
+func storeWeightsAs(w *vkattn.MHAWeights, dt vkattn.DType) {
+	for _, m := range []*[]float32{&w.InProjWeight, &w.QProjWeight, &w.KProjWeight, &w.VProjWeight, &w.OutProjWeight} {
+		if *m != nil {
+			*m = roundAll(dt, *m)
+		}
+	}
+	w.DType = dt
+}
+
 // mhaCase is one layer call with host data.
 type mhaCase struct {
 	w                *vkattn.MHAWeights
@@ -289,48 +301,65 @@ func TestMHAHalfInputs(t *testing.T) {
 		{"nvidia", vkattn.Float16, vkattn.Float16, true},
 	} {
 		t.Run(fmt.Sprintf("%s/x %v, weights %v", c.plan, c.x, c.w), func(t *testing.T) {
-			dv := everyPlan()[c.plan]
-			w := randomMHA(r, d, d, d, true)
+			in := halfLayerCase{w: randomMHA(r, d, d, d, true), xs: []int{B, T, d}, dt: c.x, opts: vkattn.MHAOptions{Heads: h}}
 			if c.cross {
-				w = randomMHA(r, d, kdim, kdim, true)
+				in.w, in.kvs = randomMHA(r, d, kdim, kdim, true), []int{B, S, kdim}
 			}
-			for _, m := range []*[]float32{&w.InProjWeight, &w.QProjWeight, &w.KProjWeight, &w.VProjWeight, &w.OutProjWeight} {
-				if *m != nil {
-					*m = roundAll(c.w, *m)
-				}
-			}
-			w.DType = c.w
-			layer, err := dv.NewMHA(w)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer layer.Close()
-			xs := []int{B, T, d}
-			x := roundAll(c.x, randomValues(r, B*T*d))
-			xt := mustUploadAs(t, dv, xs, x, c.x)
-			defer xt.Close()
-			var kv []float32
-			var kvs []int
-			var kt *vkattn.Tensor
-			if c.cross {
-				kvs = []int{B, S, kdim}
-				kv = roundAll(c.x, randomValues(r, B*S*kdim))
-				kt = mustUploadAs(t, dv, kvs, kv, c.x)
-				defer kt.Close()
-			}
-			opts := vkattn.MHAOptions{Heads: h}
-			out, err := layer.Forward(xt, kt, kt, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer out.Close()
-			want, err := reference.MultiHeadAttention(x, xs, kv, kvs, kv, kvs, w, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			compare(t, "out", download(t, out.Out), want.Out)
+			storeWeightsAs(in.w, c.w)
+			in.check(t, everyPlan()[c.plan], r)
 		})
 	}
+}
+
+// elements is the element count of a shape.
+func elements(shape []int) int {
+	n := 1
+	for _, e := range shape {
+		n *= e
+	}
+	return n
+}
+
+// halfLayerCase is an MHA call whose inputs, random, are stored as dt:
+// x of shape xs, and for cross-attention one array of shape kvs as key
+// and value.
+type halfLayerCase struct {
+	w       *vkattn.MHAWeights
+	xs, kvs []int
+	dt      vkattn.DType
+	opts    vkattn.MHAOptions
+}
+
+// check runs the call on d and compares Out with the float64 reference of
+// the stored values; it returns the plan the call ran.
+func (c *halfLayerCase) check(t *testing.T, d *vkattn.Device, r *rand.Rand) vkattn.MHAPlan {
+	t.Helper()
+	layer, err := d.NewMHA(c.w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.Close()
+	x := roundAll(c.dt, randomValues(r, elements(c.xs)))
+	xt := mustUploadAs(t, d, c.xs, x, c.dt)
+	defer xt.Close()
+	var kv []float32
+	var kvt *vkattn.Tensor
+	if c.kvs != nil {
+		kv = roundAll(c.dt, randomValues(r, elements(c.kvs)))
+		kvt = mustUploadAs(t, d, c.kvs, kv, c.dt)
+		defer kvt.Close()
+	}
+	out, err := layer.Forward(xt, kvt, kvt, c.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	want, err := reference.MultiHeadAttention(x, c.xs, kv, c.kvs, kv, c.kvs, c.w, c.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compare(t, "out", download(t, out.Out), want.Out)
+	return out.Plan
 }
 
 // The storage load path (what GPUs run) on a smaller sweep.

@@ -91,11 +91,7 @@ func TestScoreVariantsFullyMaskedAndChunked(t *testing.T) {
 	}
 	checkAgainstReference(t, dev, p)
 
-	d, err := vkattn.Open(vkattn.Config{Validation: true, BindingLimit: 128 << 10}) // one KV head of K per chunk
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := smallBindings(t, vkattn.Config{}) // one KV head of K per chunk
 	for _, l := range []int{8, 1} {
 		c := newProblem(r, 2, 4, 2, l, 900, 32, 32)
 		c.opts.ALiBi = vkattn.ALiBiSlopes(4)
