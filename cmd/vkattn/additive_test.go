@@ -9,6 +9,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/weights"
 )
 
 // goldenAdditive writes the hand-worked case of reference's
@@ -28,6 +29,37 @@ func goldenAdditive(t *testing.T, dir string) (params, q, k, v string) {
 	k = save(t, dir, "k.npy", [][]float32{{0, 0}, {a, 0}, {a, a}})
 	v = save(t, dir, "v.npy", [][]float32{{1, 0}, {0, 1}, {1, 1}})
 	return params, q, k, v
+}
+
+// additiveCase is a random additive layer and batch written to a test's
+// folder: weights with a bias in p.npz (w_a as a column (d_a,1)), q, k, v
+// of B=2, L=3, S=5, d_q=4, d_k=3, d_a=6, d_v=2 in q.npy, k.npy, v.npy.
+type additiveCase struct {
+	dir             string
+	w               *vkattn.AdditiveWeights
+	params, q, k, v string
+	qd, kd, vd      []float32
+	q3, k3, v3      [3]int
+}
+
+const addB, addL, addS, addDQ, addDK, addDA, addDV = 2, 3, 5, 4, 3, 6, 2
+
+func newAdditiveCase(t *testing.T, r *rand.Rand) *additiveCase {
+	t.Helper()
+	c := &additiveCase{dir: t.TempDir(), q3: [3]int{addB, addL, addDQ}, k3: [3]int{addB, addS, addDK}, v3: [3]int{addB, addS, addDV}}
+	c.w = &vkattn.AdditiveWeights{DQ: addDQ, DK: addDK, DA: addDA, WQ: randomValues(r, addDQ*addDA), WK: randomValues(r, addDK*addDA),
+		Bias: randomValues(r, addDA), WA: randomValues(r, addDA)}
+	c.params = writeNPZ(t, c.dir, "p.npz", map[string]any{"W_q": rows(c.w.WQ, addDA), "W_k": rows(c.w.WK, addDA), "b": c.w.Bias, "w_a": rows(c.w.WA, 1)})
+	for _, x := range []struct {
+		path *string
+		data *[]float32
+		name string
+		s    [3]int
+	}{{&c.q, &c.qd, "q.npy", c.q3}, {&c.k, &c.kd, "k.npy", c.k3}, {&c.v, &c.vd, "v.npy", c.v3}} {
+		*x.data = randomValues(r, x.s[0]*x.s[1]*x.s[2])
+		*x.path = writeArray(t, c.dir, x.name, x.s[:], *x.data)
+	}
+	return c
 }
 
 func TestAdditiveGolden(t *testing.T) {
@@ -80,18 +112,8 @@ func TestAdditiveGolden(t *testing.T) {
 // A batch with a 3-D (B,L,S) mask, per batch item, against the reference.
 func TestAdditiveBatchMask(t *testing.T) {
 	withDevice(t)
-	r := rand.New(rand.NewSource(3))
-	dir := t.TempDir()
-	const B, L, S, dq, dk, da, dv = 2, 3, 5, 4, 3, 6, 2
-	w := &vkattn.AdditiveWeights{DQ: dq, DK: dk, DA: da,
-		WQ: randomValues(r, dq*da), WK: randomValues(r, dk*da), Bias: randomValues(r, da), WA: randomValues(r, da)}
-	params := writeNPZ(t, dir, "p.npz", map[string]any{
-		"W_q": rows(w.WQ, da), "W_k": rows(w.WK, da), "b": w.Bias, "w_a": rows(w.WA, 1), // w_a as a column (d_a,1)
-	})
-	qd, kd, vd := randomValues(r, B*L*dq), randomValues(r, B*S*dk), randomValues(r, B*S*dv)
-	q := writeArray(t, dir, "q.npy", []int{B, L, dq}, qd)
-	k := writeArray(t, dir, "k.npy", []int{B, S, dk}, kd)
-	v := writeArray(t, dir, "v.npy", []int{B, S, dv}, vd)
+	c := newAdditiveCase(t, rand.New(rand.NewSource(3)))
+	const B, L, S, dv = addB, addL, addS, addDV
 	mask := make([]float32, B*L*S)
 	for i := range mask {
 		if i%4 == 1 {
@@ -100,12 +122,12 @@ func TestAdditiveBatchMask(t *testing.T) {
 			mask[i] = float32(i%3) - 1
 		}
 	}
-	m := writeArray(t, dir, "m.npy", []int{B, L, S}, mask)
-	o, wp := filepath.Join(dir, "o.npy"), filepath.Join(dir, "w.npy")
-	cliOK(t, "additive", "-q", q, "-k", k, "-v", v, "--params", params, "--mask", m, "--causal", "bottom-right", "-o", o, "--weights", wp, "--check")
+	m := writeArray(t, c.dir, "m.npy", []int{B, L, S}, mask)
+	o, wp := filepath.Join(c.dir, "o.npy"), filepath.Join(c.dir, "w.npy")
+	cliOK(t, "additive", "-q", c.q, "-k", c.k, "-v", c.v, "--params", c.params, "--mask", m, "--causal", "bottom-right", "-o", o, "--weights", wp, "--check")
 
 	opts := vkattn.Options{Causal: vkattn.CausalBottomRight, Mask: &vkattn.Mask{Shape: vkattn.MaskShape{B, 1, L, S}, Values: mask}}
-	ref, err := reference.AdditiveAttention(qd, [3]int{B, L, dq}, kd, [3]int{B, S, dk}, vd, [3]int{B, S, dv}, w, opts)
+	ref, err := reference.AdditiveAttention(c.qd, c.q3, c.kd, c.k3, c.vd, c.v3, c.w, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,4 +167,36 @@ func TestAdditiveErrors(t *testing.T) {
 		{"key lengths count", with("--key-lengths", "2,2"), exitFail, "key lengths"},
 		{"missing params file", with("--params", filepath.Join(dir, "nope.npz")), exitFail, "nope.npz"},
 	})
+}
+
+// additive --dout --grads writes q, k, v, W_q, W_k, b and w_a's gradients
+// equal to the float64 reference's, with a causal mask and key lengths.
+func TestAdditiveGrads(t *testing.T) {
+	withDevice(t)
+	r := rand.New(rand.NewSource(161))
+	c := newAdditiveCase(t, r)
+	dO := randomValues(r, addB*addL*addDV)
+	do := writeArray(t, c.dir, "do.npy", []int{addB, addL, addDV}, dO)
+	g := filepath.Join(c.dir, "g.npz")
+	cliOK(t, "additive", "-q", c.q, "-k", c.k, "-v", c.v, "--params", c.params, "--causal", "bottom-right", "--key-lengths", "5,2",
+		"-o", filepath.Join(c.dir, "o.npy"), "--dout", do, "--grads", g, "--check")
+	got, err := weights.Load(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{5, 2}}
+	ref, err := reference.AdditiveAttentionBackward(c.qd, c.q3, c.kd, c.k3, c.vd, c.v3, c.w, dO, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][]float64{"q": ref.DQ, "k": ref.DK, "v": ref.DV, "W_q": ref.DWQ, "W_k": ref.DWK, "b": ref.DBias, "w_a": ref.DWA} {
+		m, ok := got[name]
+		if !ok {
+			t.Fatalf("no member %s in %v", name, got)
+		}
+		within(t, name, m.Data, want)
+	}
+	if len(got) != 7 {
+		t.Errorf("%d members, want 7", len(got))
+	}
 }
