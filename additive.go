@@ -96,11 +96,11 @@ func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
 	if err != nil {
 		return p, err
 	}
-	lq, err := a.dev.planLayer("q W_q + b", B*L, a.da, a.dq, 0, Float32, Float32, false)
+	lq, err := a.dev.planLayer("q W_q + b", pipelines.LinearInput{Rows: B * L, Outputs: a.da, Inputs: a.dq, Bias: a.bias != nil})
 	if err != nil {
 		return p, err
 	}
-	lk, err := a.dev.planLayer("k W_k", B*S, a.da, a.dk, 0, Float32, Float32, false)
+	lk, err := a.dev.planLayer("k W_k", pipelines.LinearInput{Rows: B * S, Outputs: a.da, Inputs: a.dk})
 	if err != nil {
 		return p, err
 	}

@@ -117,7 +117,10 @@ func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 		// head for the per-head mask); the dense layers split by rows (a
 		// 198 KB fused projection output) or by outputs (a 196 KB
 		// in_proj_weight).
-		for _, mc := range []struct{ d, h, T, chunks int }{{64, 4, 129, 2}, {128, 2, 40, 1}} {
+		for _, mc := range []struct {
+			d, h, T, chunks int
+			byRows          bool
+		}{{64, 4, 129, 2, true}, {128, 2, 40, 1, false}} {
 			t.Run(fmt.Sprintf("%s/MHA d=%d T=%d", path, mc.d, mc.T), func(t *testing.T) {
 				r := rand.New(rand.NewSource(31))
 				c := randomMHACase(r, mc.d, mc.h, mc.T, "key padding", false)
@@ -125,6 +128,10 @@ func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 				got := checkMHA(t, d, c)
 				if n := got.plan.Attention.Kernel.Chunks; n != mc.chunks {
 					t.Fatalf("MHA attention plan %v: want %d chunks", got.plan.Attention.Kernel, mc.chunks)
+				}
+				in := got.plan.Projections[0]
+				if k := in.Kernel; k.Blocks < 2 || (k.BlockRows < in.Rows) != mc.byRows || (k.BlockOutputs < in.Outputs) == mc.byRows {
+					t.Fatalf("in_proj %v: want blocks of fewer rows %v, of fewer outputs %v", in, mc.byRows, !mc.byRows)
 				}
 			})
 		}

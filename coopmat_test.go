@@ -181,5 +181,8 @@ func TestCoopmatLinearBlocks(t *testing.T) {
 		if l.Kernel.Matrix == 0 {
 			t.Errorf("%s planned %v, want the matrices", l.Name, l.Kernel)
 		}
+		if blocks := l.Kernel.Blocks; (l.Name != "q_proj") != (blocks == 2 && l.Kernel.BlockRows == 160) || (l.Name == "q_proj" && blocks != 1) {
+			t.Errorf("%s planned %v: want K's and V's projections in 2 blocks of 160 rows, Q's in one", l.Name, l.Kernel)
+		}
 	}
 }

@@ -80,14 +80,19 @@ type LinearKernelPlan struct {
 	// Matrix > 0: the products on Matrix x Matrix x Matrix float16
 	// cooperative matrices (SEMANTICS.md §18).
 	Matrix int
-	Why    string
-	plan   pipelines.LinearPlan
+	// BlockRows x BlockOutputs is the block of Y one dispatch computes:
+	// the whole layer, or Blocks of them where X, W or Y is larger than one
+	// binding reaches.
+	BlockRows, BlockOutputs, Blocks int
+	Why                             string
+	plan                            pipelines.LinearPlan
 }
 
 // linearKernelPlan describes the planner's choice p.
 func linearKernelPlan(p pipelines.LinearPlan) LinearKernelPlan {
 	return LinearKernelPlan{Variant: p.Variant.Name(), LoadPath: p.Path, Vec4: p.Vec4, TileRows: p.TileRows, TileCols: p.TileCols,
-		WorkGroup: p.WorkGroup, Grid: p.Grid, X: p.X, W: p.W, Matrix: p.Matrix, Why: p.Why, plan: p}
+		WorkGroup: p.WorkGroup, Grid: p.Grid, X: p.X, W: p.W, Matrix: p.Matrix,
+		BlockRows: p.BlockRows, BlockOutputs: p.BlockOutputs, Blocks: p.Blocks, Why: p.Why, plan: p}
 }
 
 func (k LinearKernelPlan) String() string { return k.plan.String() }

@@ -25,18 +25,16 @@ func (d *Device) uploadWeights(ws []weightUpload) error {
 	return nil
 }
 
-// planLayer plans a dense layer whose input rows, of element type x, are
-// dense (row stride = inputs) and whose weight, of element type w, starts
-// at element wOffset of its tensor; f32 keeps half X and W off the
-// cooperative matrices (Options.Float32Products).
-func (d *Device) planLayer(name string, rows, outputs, inputs, wOffset int, x, w DType, f32 bool) (LayerPlan, error) {
+// planLayer plans the dense layer in says (its rows, outputs and inputs,
+// X and Y dense in their tensors, W's offset in its tensor, the bias, the
+// element types, Float32Products) on d's load path and tuning.
+func (d *Device) planLayer(name string, in pipelines.LinearInput) (LayerPlan, error) {
 	if err := d.checkOpen(); err != nil {
 		return LayerPlan{}, err
 	}
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
-	kp, err := pipelines.PlanLinear(d.dev.Info, pipelines.LinearInput{
-		Rows: rows, Outputs: outputs, Inputs: inputs, X: x, W: w,
-		Aligned: inputs%4 == 0 && wOffset%4 == 0, Force: d.path, Tuning: &tuning, Float32Products: f32,
-	})
-	return LayerPlan{Name: name, Rows: rows, Outputs: outputs, Inputs: inputs, Kernel: linearKernelPlan(kp)}, deviceError(err)
+	in.Aligned = in.Inputs%4 == 0 && in.WOffset%4 == 0
+	in.Force, in.Tuning = d.path, &tuning
+	kp, err := pipelines.PlanLinear(d.dev.Info, in)
+	return LayerPlan{Name: name, Rows: in.Rows, Outputs: in.Outputs, Inputs: in.Inputs, Kernel: linearKernelPlan(kp)}, deviceError(err)
 }

@@ -249,11 +249,12 @@ func (m *MHA) problem(dims [3][2]int, types [3]DType, self bool, opts *MHAOption
 		return pr, err
 	}
 	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn, HeadMean: opts.NeedWeights}
-	layer := func(name string, rows, outputs, inputs, wOffset int, x DType) (LayerPlan, error) {
-		return m.dev.planLayer(name, rows, outputs, inputs, wOffset, x, m.wType, opts.Attention.Float32Products)
+	layer := func(name string, in pipelines.LinearInput, x DType) (LayerPlan, error) {
+		in.X, in.W, in.Float32Products = x, m.wType, opts.Attention.Float32Products
+		return m.dev.planLayer(name, in)
 	}
 	if pr.self {
-		l, err := layer("in_proj (Q,K,V fused)", B*T, 3*d, d, 0, types[0])
+		l, err := layer("in_proj (Q,K,V fused)", pipelines.LinearInput{Rows: B * T, Outputs: 3 * d, Inputs: d, Bias: m.inB != nil}, types[0])
 		if err != nil {
 			return pr, err
 		}
@@ -263,19 +264,25 @@ func (m *MHA) problem(dims [3][2]int, types [3]DType, self bool, opts *MHAOption
 			name                  string
 			rows, outputs, inputs int
 		}{{"q_proj", B * T, d, d}, {"k_proj", B * S, kv, m.kdim}, {"v_proj", B * S, kv, m.vdim}} {
-			l, err := layer(in.name, in.rows, in.outputs, in.inputs, m.projOffset(i), types[i])
+			// in_proj_bias holds b_q (d), b_k and b_v (the K/V width each).
+			l, err := layer(in.name, pipelines.LinearInput{Rows: in.rows, Outputs: in.outputs, Inputs: in.inputs, WOffset: m.projOffset(i),
+				Bias: m.inB != nil, BiasOffset: m.biasOffset(i)}, types[i])
 			if err != nil {
 				return pr, err
 			}
 			p.Projections = append(p.Projections, l)
 		}
 	}
-	if p.OutProj, err = layer("out_proj", B*T, d, d, 0, Float32); err != nil {
+	if p.OutProj, err = layer("out_proj", pipelines.LinearInput{Rows: B * T, Outputs: d, Inputs: d, Bias: m.outB != nil}, Float32); err != nil {
 		return pr, err
 	}
 	pr.plan = p
 	return pr, nil
 }
+
+// biasOffset is the element offset of projection i's bias in
+// in_proj_bias: b_q (d), then b_k and b_v (the K/V width each).
+func (m *MHA) biasOffset(i int) int { return []int{0, m.dModel, m.dModel + m.kvOut}[i] }
 
 // projOffset is the element offset of projection i (0 Q, 1 K, 2 V) in its
 // weight tensor: the packed in_proj_weight stacks them.
@@ -354,9 +361,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 			if err != nil {
 				return nil, b.fail(err)
 			}
-			// in_proj_bias holds b_q (d), b_k and b_v (the K/V width each).
-			biasOffset := []int{0, dm, dm + m.kvOut}[i]
-			if err := b.linear(l, inputs[i], w, m.projOffset(i), m.inB, biasOffset, y, l.Outputs); err != nil {
+			if err := b.linear(l, inputs[i], w, m.projOffset(i), m.inB, m.biasOffset(i), y, l.Outputs); err != nil {
 				return nil, b.fail(err)
 			}
 			*bufs[i] = y.buf

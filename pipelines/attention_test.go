@@ -320,3 +320,26 @@ func TestCoopmatLinearPlanning(t *testing.T) {
 		}
 	}
 }
+
+// A dense layer larger than one binding is planned in blocks, whole tiles
+// each, that the plan names: X and Y of 1000 x 64 floats (250 KiB) in a
+// 64 KiB reach are 4 blocks of 252 rows (rows halve, in whole tiles of 4,
+// until they fit).
+func TestLinearBlocksPlanned(t *testing.T) {
+	d := lavapipeLike()
+	d.Limits.MaxStorageBufferRange = 64 << 10
+	p, err := PlanLinear(d, LinearInput{Rows: 1000, Outputs: 64, Inputs: 64, Aligned: true, Force: core.StorageLoadPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.BlockOutputs != 64 || p.BlockRows != 252 || p.Blocks != 4 || !strings.Contains(p.String(), "in 4 blocks of 252 rows x 64 outputs") {
+		t.Errorf("planned %v (blocks of %d x %d, %d)", p, p.BlockRows, p.BlockOutputs, p.Blocks)
+	}
+	whole, err := PlanLinear(lavapipeLike(), LinearInput{Rows: 1000, Outputs: 64, Inputs: 64, Aligned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.Blocks != 1 || whole.BlockRows != 1000 || strings.Contains(whole.String(), "blocks") {
+		t.Errorf("a layer that fits: %v", whole)
+	}
+}

@@ -23,24 +23,37 @@ type LinearPlan struct {
 	// Matrix float16 cooperative matrices, in workgroups of full
 	// subgroups of SubgroupSize lanes, a TileRows x TileCols block of Y each.
 	Matrix, SubgroupSize int
+	// BlockRows x BlockOutputs is the block of Y one dispatch computes,
+	// bound through its own buffer windows: the whole layer when it fits
+	// one binding, Blocks of them when not.
+	BlockRows, BlockOutputs, Blocks int
 }
 
 func (p LinearPlan) String() string {
+	blocks := ""
+	if p.Blocks > 1 {
+		blocks = fmt.Sprintf(", in %d blocks of %d rows x %d outputs (one binding's reach)", p.Blocks, p.BlockRows, p.BlockOutputs)
+	}
 	if p.Matrix > 0 {
-		return fmt.Sprintf("kernel %s (%s), %dx%d output tile per workgroup of %d (%d-lane subgroups), grid %dx%d",
-			p.Variant, p.Why, p.TileRows, p.TileCols, p.WorkGroup, p.SubgroupSize, p.Grid[0], p.Grid[1])
+		return fmt.Sprintf("kernel %s (%s), %dx%d output tile per workgroup of %d (%d-lane subgroups), grid %dx%d%s",
+			p.Variant, p.Why, p.TileRows, p.TileCols, p.WorkGroup, p.SubgroupSize, p.Grid[0], p.Grid[1], blocks)
 	}
 	loads := "scalar loads"
 	if p.Vec4 {
 		loads = "vec4 loads"
 	}
-	return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), %dx%d output tile per invocation, workgroup %d, grid %dx%d",
-		p.Variant, p.Path, p.Why, loads, typesNote([]string{"X", "W"}, p.X, p.W), p.TileRows, p.TileCols, p.WorkGroup, p.Grid[0], p.Grid[1])
+	return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), %dx%d output tile per invocation, workgroup %d, grid %dx%d%s",
+		p.Variant, p.Path, p.Why, loads, typesNote([]string{"X", "W"}, p.X, p.W), p.TileRows, p.TileCols, p.WorkGroup, p.Grid[0], p.Grid[1], blocks)
 }
 
-// LinearInput is what the planner needs to know about a dense layer.
+// LinearInput is what the planner needs to know about a dense layer. X
+// and Y are dense (row strides Inputs and Outputs) from their buffers'
+// first element; W's rows start at element WOffset of its buffer.
 type LinearInput struct {
 	Rows, Outputs, Inputs int // M, N, K
+	WOffset               int
+	Bias                  bool // a bias of Outputs floats from element BiasOffset
+	BiasOffset            int
 	// Aligned: X and W offsets and row strides are multiples of 4 (and so
 	// is Inputs), so rows can be read as vec4s.
 	Aligned bool
@@ -72,6 +85,12 @@ func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
 		p.WorkGroup = min(tuning.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
 	}
 	p.Grid = p.groups(in.Rows, in.Outputs)
+	layer := LinearArgs{Rows: in.Rows, Outputs: in.Outputs, Inputs: in.Inputs, X: Rows{Stride: in.Inputs},
+		W: Rows{Offset: in.WOffset, Stride: in.Inputs}, Y: Rows{Stride: in.Outputs}, BiasOffset: in.BiasOffset}
+	if p.BlockRows, p.BlockOutputs, err = linearBlocks(dev, p, &layer, in.Bias); err != nil {
+		return p, err
+	}
+	p.Blocks = ceilDiv(in.Rows, p.BlockRows) * ceilDiv(in.Outputs, p.BlockOutputs)
 	for i, what := range []string{"output tile blocks", "row tiles"} {
 		if p.Grid[i] > dev.Limits.MaxWorkGroupCount[i] {
 			return p, limitf("%d %s exceed the device's %d workgroups on axis %d", p.Grid[i], what, dev.Limits.MaxWorkGroupCount[i], i)
@@ -134,18 +153,17 @@ type LinearArgs struct {
 
 const linearFlagBias = 1
 
-// Linear binds a dense layer. A layer whose X, W or Y is larger than one
-// binding reaches runs as blocks of rows and outputs, each bound through
-// buffer windows, in the same step.
+// Linear binds a dense layer as p planned it: a layer whose X, W or Y is
+// larger than one binding reaches runs as p's blocks of rows and outputs,
+// each bound through buffer windows, in the same step.
 func (ks *Kernels) Linear(p LinearPlan, x LinearArgs) (*Step, error) {
-	info := ks.dev.Info
 	k, err := ks.linearKernel(p)
 	if err != nil {
 		return nil, err
 	}
-	rows, outs, err := linearBlocks(info, p, &x)
-	if err != nil {
-		return nil, err
+	rows, outs := p.BlockRows, p.BlockOutputs
+	if rows <= 0 || outs <= 0 {
+		return nil, fmt.Errorf("pipelines: dense layer plan without its blocks (PlanLinear makes them)")
 	}
 	st := &Step{}
 	for r0 := 0; r0 < x.Rows; r0 += rows {
@@ -191,12 +209,12 @@ func (p LinearPlan) types() [4]core.DType { return [4]core.DType{p.X, p.W, core.
 
 // linearBlocks picks the block size: the whole layer if it fits, else as
 // many rows (and outputs) per block as fit, in whole tiles.
-func linearBlocks(dev vk.PhysicalDevice, p LinearPlan, x *LinearArgs) (rows, outs int, err error) {
+func linearBlocks(dev vk.PhysicalDevice, p LinearPlan, x *LinearArgs, bias bool) (rows, outs int, err error) {
 	texel := p.Path == core.TexelLoadPath
 	fit := func(nr, no int) error {
 		sp := linearSpans(x, 0, nr, 0, no)
 		for i, what := range []string{"X", "W", "Y", "bias"} {
-			if i == 3 && x.Bias == nil {
+			if i == 3 && !bias {
 				continue
 			}
 			if _, err := bindWindow(dev, what, sp[i], texel && i < 2, p.Vec4 && i < 2, p.types()[i]); err != nil {
