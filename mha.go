@@ -130,7 +130,9 @@ func (o *MHAOutput) Close() {
 
 // Forward runs the layer: x is the query input (B,T,DModel); key
 // (B,S,KDim) and value (B,S,VDim) are the cross-attention inputs, both nil
-// for self-attention. A query row whose every key is masked gets zero
+// for self-attention. Each is a dense float32, float16 or bfloat16 tensor
+// (float16 inputs with float16 weights put the projections on a device's
+// cooperative matrices). A query row whose every key is masked gets zero
 // attention, so its output is out_proj.bias (PyTorch gives NaN there).
 func (m *MHA) Forward(x, key, value *Tensor, opts MHAOptions) (*MHAOutput, error) {
 	return m.ForwardContext(context.Background(), x, key, value, opts)
