@@ -18,8 +18,10 @@ a Vulkan device, as one submission: the input projections, the attention of
 every head, the output projection and, with --weights, the weights.
 
 Inputs are .npy files (float32 or float16, which stays float16 on the device;
-float64 is converted). With float16 inputs and float16 weights the input
-projections run on the device's cooperative matrices when it has them:
+float64 is converted; --dtype stores them as another type). With float16
+inputs and float16 weights the input projections run on the device's
+cooperative matrices when it has them (exact products, float32 sums;
+--fp32-products keeps them off):
   -x X.npy      the query input (B,T,d), batch first, or (T,d) for one
                 sequence (PyTorch's unbatched mode: the outputs drop B too)
   --kv KV.npy   the key = value input (B,S,kdim) of cross-attention, such as
@@ -87,6 +89,8 @@ type mhaFlags struct {
 	out, weights  string
 	average       bool
 	dout, grads   string
+	dtype         string
+	fp32Products  bool
 	device        deviceChoice
 	checkFlags
 }
@@ -117,6 +121,8 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.average, "average-weights", false, "with --weights: write their mean over heads instead, (B,T,S)")
 	fs.StringVar(&f.dout, "dout", "", "the gradient of the loss with respect to attn_output, `DY.npy` (OUT's shape); with --grads")
 	fs.StringVar(&f.grads, "grads", "", "write the gradients of sum(OUT * DY) to `G.npz`: x, kv and every parameter by name")
+	fs.StringVar(&f.dtype, "dtype", "", "store X and KV on the device as `T`: f32, f16 or bf16 (default: as the file, f16 for <f2, else f32)")
+	fs.BoolVar(&f.fp32Products, "fp32-products", false, "float16 inputs and weights: keep the projections off the device's cooperative matrices (SEMANTICS.md §18)")
 	deviceFlag(fs, &f.device)
 	f.checkFlags.register(fs, "dense layers, attention kernel, masks")
 	if ok, code := parseFlags(fs, mhaUsage, args, stdout, stderr); !ok {
@@ -133,6 +139,8 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "mha", "-o is required")
 	case f.average && f.weights == "":
 		return usagef(stderr, "mha", "--average-weights needs --weights W.npy")
+	case f.dtype != "" && !validLayerType(f.dtype):
+		return usagef(stderr, "mha", "--dtype %q: want f32, f16 or bf16", f.dtype)
 	case (f.dout == "") != (f.grads == ""):
 		return usagef(stderr, "mha", "--dout DY.npy and --grads G.npz go together")
 	}
@@ -150,7 +158,7 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mhaProblem, error) {
 	p := &mhaProblem{}
 	var err error
-	if p.x, err = readHalfOrFloatInput("X", f.x); err != nil {
+	if p.x, err = readLayerInput("X", f.x, f.dtype); err != nil {
 		return nil, err
 	}
 	if p.B, p.T, p.d, err = batchedShape("X", f.x, p.x.Shape); err != nil {
@@ -160,7 +168,7 @@ func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mh
 	p.S = p.T
 	kdim := p.d
 	if f.kv != "" {
-		if p.kv, err = readHalfOrFloatInput("KV", f.kv); err != nil {
+		if p.kv, err = readLayerInput("KV", f.kv, f.dtype); err != nil {
 			return nil, err
 		}
 		var b int
@@ -191,6 +199,7 @@ func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mh
 	h := f.heads
 	p.opts = vkattn.MHAOptions{Heads: h, NeedWeights: f.weights != ""}
 	p.opts.Attention.Causal = causal
+	p.opts.Attention.Float32Products = f.fp32Products
 	if f.keyPadding != "" {
 		a, err := readNPY(f.keyPadding)
 		if err != nil {

@@ -542,3 +542,36 @@ func TestMHAGrads(t *testing.T) {
 	}
 	checkRefused(t, []string{"mha", "-x", xPath, "--params", selfParams, "--heads", "2", "-o", filepath.Join(dir, "o.npy"), "--dout", dyPath}, 2, "go together", "")
 }
+
+// --dtype stores X and KV as the type it names (rounded: the reference
+// reads the rounded values), --fp32-products is taken, and a type a layer
+// cannot read is a usage error.
+func TestMHADType(t *testing.T) {
+	withDevice(t)
+	r := rand.New(rand.NewSource(9))
+	dir := t.TempDir()
+	const B, T, S, d, kdim = 2, 3, 4, 8, 6
+	params, w := randomCross(t, r, dir, d, kdim)
+	xd, kvd := randomValues(r, B*T*d), randomValues(r, B*S*kdim)
+	x := writeArray(t, dir, "x.npy", []int{B, T, d}, xd)
+	kv := writeArray(t, dir, "kv.npy", []int{B, S, kdim}, kvd)
+	o := filepath.Join(dir, "out.npy")
+	out := cliOK(t, "mha", "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--dtype", "bf16", "--fp32-products", "--check", "--explain")
+	mentions(t, "--explain", out, "X bf16")
+	bf16 := func(x []float32) []float32 { // round to nearest, ties to even, on the bits
+		y := make([]float32, len(x))
+		for i, v := range x {
+			b := math.Float32bits(v)
+			y[i] = math.Float32frombits((b + 0x7fff + (b>>16)&1) &^ 0xffff)
+		}
+		return y
+	}
+	xr, kvr := bf16(xd), bf16(kvd)
+	ref, err := reference.MultiHeadAttention(xr, []int{B, T, d}, kvr, []int{B, S, kdim}, kvr, []int{B, S, kdim}, w, vkattn.MHAOptions{Heads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nearReference(t, "out", load(t, o).F32, ref.Out)
+	refused := filepath.Join(dir, "refused.npy")
+	checkRefused(t, []string{"mha", "-x", x, "--params", params, "--heads", "2", "-o", refused, "--dtype", "q8_0"}, exitUsage, `--dtype "q8_0": want f32, f16 or bf16`, refused)
+}
