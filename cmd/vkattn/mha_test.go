@@ -266,39 +266,6 @@ func TestMHACross(t *testing.T) {
 	}, true)
 }
 
-// A float16 X and KV stay float16 on the device (the plan says so) and
-// the output is that of their values.
-func TestMHAHalfInputs(t *testing.T) {
-	withDevice(t)
-	r := rand.New(rand.NewSource(8))
-	dir := t.TempDir()
-	const B, T, S, d, kdim = 2, 3, 4, 8, 6
-	params, w := randomCross(t, r, dir, d, kdim)
-	half := func(x []float32) []float32 {
-		for i, v := range x {
-			x[i] = float16.Fromfloat32(v).Float32()
-		}
-		return x
-	}
-	xd, kvd := half(randomValues(r, B*T*d)), half(randomValues(r, B*S*kdim))
-	x := saveF16(t, dir, "x.npy", []int{B, T, d}, xd)
-	kv := saveF16(t, dir, "kv.npy", []int{B, S, kdim}, kvd)
-	o := filepath.Join(dir, "out.npy")
-	out := cliOK(t, "mha", "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--check", "--explain")
-	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, "_proj: ") && !strings.Contains(line, "out_proj") && !strings.Contains(line, "X f16") {
-			t.Errorf("an input projection does not read X as f16: %s", line)
-		}
-	}
-	mentions(t, "--explain", out, "q_proj: ", "k_proj: ", "v_proj: ")
-	opts := vkattn.MHAOptions{Heads: 2}
-	ref, err := reference.MultiHeadAttention(xd, []int{B, T, d}, kvd, []int{B, S, kdim}, kvd, []int{B, S, kdim}, w, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nearReference(t, "out", load(t, o).F32, ref.Out)
-}
-
 // Errors are found on the host, before a device is opened: exit 1 for bad
 // files (naming them), 2 for bad command lines; nothing is written.
 func TestMHAErrors(t *testing.T) {
@@ -543,22 +510,26 @@ func TestMHAGrads(t *testing.T) {
 	checkRefused(t, []string{"mha", "-x", xPath, "--params", selfParams, "--heads", "2", "-o", filepath.Join(dir, "o.npy"), "--dout", dyPath}, 2, "go together", "")
 }
 
-// --dtype stores X and KV as the type it names (rounded: the reference
-// reads the rounded values), --fp32-products is taken, and a type a layer
-// cannot read is a usage error.
-func TestMHADType(t *testing.T) {
+// A float16 X and KV file stays float16 on the device; --dtype stores
+// them as the type it names (rounded to it: the reference reads the
+// rounded values); the plan says how each projection reads X, and
+// --fp32-products is taken. A type a layer cannot read is a usage error.
+func TestMHAInputTypes(t *testing.T) {
 	withDevice(t)
-	r := rand.New(rand.NewSource(9))
+	r := rand.New(rand.NewSource(8))
 	dir := t.TempDir()
 	const B, T, S, d, kdim = 2, 3, 4, 8, 6
 	params, w := randomCross(t, r, dir, d, kdim)
-	xd, kvd := randomValues(r, B*T*d), randomValues(r, B*S*kdim)
-	x := writeArray(t, dir, "x.npy", []int{B, T, d}, xd)
-	kv := writeArray(t, dir, "kv.npy", []int{B, S, kdim}, kvd)
-	o := filepath.Join(dir, "out.npy")
-	out := cliOK(t, "mha", "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--dtype", "bf16", "--fp32-products", "--check", "--explain")
-	mentions(t, "--explain", out, "X bf16")
-	bf16 := func(x []float32) []float32 { // round to nearest, ties to even, on the bits
+	// Independent roundings: float16 by x448/float16, bfloat16 to nearest,
+	// ties to even, on the bits.
+	half := func(x []float32) []float32 {
+		y := make([]float32, len(x))
+		for i, v := range x {
+			y[i] = float16.Fromfloat32(v).Float32()
+		}
+		return y
+	}
+	bf16 := func(x []float32) []float32 {
 		y := make([]float32, len(x))
 		for i, v := range x {
 			b := math.Float32bits(v)
@@ -566,12 +537,35 @@ func TestMHADType(t *testing.T) {
 		}
 		return y
 	}
-	xr, kvr := bf16(xd), bf16(kvd)
-	ref, err := reference.MultiHeadAttention(xr, []int{B, T, d}, kvr, []int{B, S, kdim}, kvr, []int{B, S, kdim}, w, vkattn.MHAOptions{Heads: 2})
-	if err != nil {
-		t.Fatal(err)
+	xd, kvd := randomValues(r, B*T*d), randomValues(r, B*S*kdim)
+	o := filepath.Join(dir, "out.npy")
+	for _, c := range []struct {
+		name  string
+		files func(name string, shape []int, x []float32) string
+		flags []string
+		round func([]float32) []float32
+		reads string
+	}{
+		{"float16 files", func(name string, shape []int, x []float32) string { return saveF16(t, dir, name, shape, x) }, nil, half, "X f16"},
+		{"--dtype bf16", func(name string, shape []int, x []float32) string { return writeArray(t, dir, name, shape, x) },
+			[]string{"--dtype", "bf16", "--fp32-products"}, bf16, "X bf16"},
+	} {
+		x, kv := c.files("x.npy", []int{B, T, d}, xd), c.files("kv.npy", []int{B, S, kdim}, kvd)
+		out := cliOK(t, append([]string{"mha", "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--check", "--explain"}, c.flags...)...)
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "_proj: ") && !strings.Contains(line, "out_proj") && !strings.Contains(line, c.reads) {
+				t.Errorf("%s: an input projection does not read %s: %s", c.name, c.reads, line)
+			}
+		}
+		mentions(t, "--explain", out, "q_proj: ", "k_proj: ", "v_proj: ")
+		xr, kvr := c.round(xd), c.round(kvd)
+		ref, err := reference.MultiHeadAttention(xr, []int{B, T, d}, kvr, []int{B, S, kdim}, kvr, []int{B, S, kdim}, w, vkattn.MHAOptions{Heads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nearReference(t, c.name+" out", load(t, o).F32, ref.Out)
 	}
-	nearReference(t, "out", load(t, o).F32, ref.Out)
 	refused := filepath.Join(dir, "refused.npy")
-	checkRefused(t, []string{"mha", "-x", x, "--params", params, "--heads", "2", "-o", refused, "--dtype", "q8_0"}, exitUsage, `--dtype "q8_0": want f32, f16 or bf16`, refused)
+	checkRefused(t, []string{"mha", "-x", filepath.Join(dir, "x.npy"), "--params", params, "--heads", "2", "-o", refused, "--dtype", "q8_0"},
+		exitUsage, `--dtype "q8_0": want f32, f16 or bf16`, refused)
 }
