@@ -126,7 +126,8 @@ func TestCoopmatFloat32Products(t *testing.T) {
 // on the matrices (exact products, float32 sums: the float32 tolerance);
 // out_proj reads the float32 attention output on linear.comp.
 // Float32Products keeps them all on linear.comp. A packed self-attention
-// layer, and cross-attention whose widths (24, 12) are not whole tiles.
+// layer, and cross-attention whose widths (24 and 12; 12 and 7, rows of
+// halves that start mid-word) are not whole tiles.
 func TestCoopmatLinear(t *testing.T) {
 	d := coopmatDevice(t)
 	r := rand.New(rand.NewSource(233))
@@ -137,7 +138,8 @@ func TestCoopmatLinear(t *testing.T) {
 		cross, f32, nvid bool
 	}{
 		{"self, packed", 32, 32, 2, 2, 21, 21, false, false, false},
-		{"cross, odd widths, NVIDIA's plan", 24, 12, 3, 2, 5, 19, true, false, true},
+		{"cross, widths not whole tiles, NVIDIA's plan", 24, 12, 3, 2, 5, 19, true, false, true},
+		{"cross, odd widths (kdim 7, d 12)", 12, 7, 3, 1, 6, 11, true, false, false},
 		{"self, Float32Products", 32, 32, 2, 1, 9, 9, false, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
