@@ -27,6 +27,11 @@
 #   decode-loop  decode-loop.json: bench --suite decode-loop --json (decode
 #              steps through a KV cache: steps/s, and per step submissions,
 #              host waits, allocations and staged bytes)
+#   mha-f16    mha-f16.out: a float16 self-attention layer (d=512, h=8,
+#              T=1024, tools/mha_inputs.py) through `mha --explain --check`:
+#              its plan (in_proj on the cooperative matrices where the
+#              device has float16 ones: SEMANTICS.md §18), GPU time, check
+#   mha-f16-fp32  mha-f16-fp32.out: the same with --fp32-products
 #   torch      torch.json: tools/torch_sdpa.py, only where
 #              torch.cuda.is_available() holds (else logged as skipped)
 #   torch-decode-loop  torch-decode-loop.json and decode-loop.md:
@@ -128,12 +133,22 @@ if [ "${SKIP_BENCH:-}" = 1 ]; then
   skip bench-f16-fp32 SKIP_BENCH=1
   skip bench-kvf16 SKIP_BENCH=1
   skip decode-loop SKIP_BENCH=1
+  skip mha-f16 SKIP_BENCH=1
+  skip mha-f16-fp32 SKIP_BENCH=1
 else
   step bench "$out/bench.json" "$out/bench.err" "$bin" bench "${shapes[@]}" --json --quiet
   step bench-f16 "$out/bench-f16.json" "$out/bench-f16.err" "$bin" bench "${shapes[@]}" --dtype f16 --json --quiet
   step bench-f16-fp32 "$out/bench-f16-fp32.json" "$out/bench-f16-fp32.err" "$bin" bench "${shapes[@]}" --dtype f16 --fp32-products --json --quiet
   step bench-kvf16 "$out/bench-kvf16.json" "$out/bench-kvf16.err" "$bin" bench "${decode[@]}" --kv-dtype f16 --json --quiet
   step decode-loop "$out/decode-loop.json" "$out/decode-loop.err" "$bin" bench --suite decode-loop --reps "$reps" --json --quiet
+  layer=(--t 1024 --d 512)
+  [ "${QUICK:-}" = 1 ] && layer=(--t 128 --d 64)
+  mha="$out/mha"
+  step mha-inputs "$out/mha-inputs.out" "$out/mha-inputs.err" "$py" "$here/mha_inputs.py" --out "$mha" "${layer[@]}"
+  mha_run=("$bin" mha -x "$mha/x.npy" --params "$mha/p.npz" --heads 8 -o "$mha/out.npy" --explain --check)
+  step mha-f16 "$out/mha-f16.out" "$out/mha-f16.err" "${mha_run[@]}"
+  step mha-f16-fp32 "$out/mha-f16-fp32.out" "$out/mha-f16-fp32.err" "${mha_run[@]}" --fp32-products
+  rm -f "$mha/out.npy" "$mha/x.npy" "$mha/p.npz" # inputs and output are MiBs; the .out files keep the figures
 fi
 
 # torch.cuda.is_available() returns False rather than failing: exit on it.
