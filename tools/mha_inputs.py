@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """Writes a random self-attention layer and its input for `vkattn mha`, in
-float16, with the standard library only (the GPU machine's Python has no
-guaranteed numpy): OUT/x.npy (B, T, d) and OUT/p.npz (in_proj_weight
+float16, with the standard library only (no numpy needed): OUT/x.npy (B, T, d) and OUT/p.npz (in_proj_weight
 (3d, d), in_proj_bias (3d), out_proj.weight (d, d), out_proj.bias (d)),
 weights uniform in +-1/sqrt(d) as PyTorch initialises them, x standard
 normal. tools/gpu-check.sh times the layer on the cooperative matrices and

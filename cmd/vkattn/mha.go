@@ -90,6 +90,7 @@ type mhaFlags struct {
 	average       bool
 	dout, grads   string
 	dtype         string
+	store         *vkattn.DType // --dtype parsed; nil: as the files
 	fp32Products  bool
 	device        deviceChoice
 	checkFlags
@@ -139,10 +140,15 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "mha", "-o is required")
 	case f.average && f.weights == "":
 		return usagef(stderr, "mha", "--average-weights needs --weights W.npy")
-	case f.dtype != "" && !validLayerType(f.dtype):
-		return usagef(stderr, "mha", "--dtype %q: want f32, f16 or bf16", f.dtype)
 	case (f.dout == "") != (f.grads == ""):
 		return usagef(stderr, "mha", "--dout DY.npy and --grads G.npz go together")
+	}
+	if f.dtype != "" {
+		t, err := vkattn.ParseDType(f.dtype)
+		if err != nil || !t.Valid() {
+			return usagef(stderr, "mha", "--dtype %q: want f32, f16 or bf16", f.dtype)
+		}
+		f.store = &t
 	}
 	return runLayer("mha", f.device, &f.masks, []outputFlag{{"-o", f.out}, {"--weights", f.weights}, {"--grads", f.grads}}, stdout, stderr,
 		func(causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mhaProblem, error) {
@@ -158,7 +164,7 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mhaProblem, error) {
 	p := &mhaProblem{}
 	var err error
-	if p.x, err = readLayerInput("X", f.x, f.dtype); err != nil {
+	if p.x, err = readLayerInput("X", f.x, f.store); err != nil {
 		return nil, err
 	}
 	if p.B, p.T, p.d, err = batchedShape("X", f.x, p.x.Shape); err != nil {
@@ -168,7 +174,7 @@ func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mh
 	p.S = p.T
 	kdim := p.d
 	if f.kv != "" {
-		if p.kv, err = readLayerInput("KV", f.kv, f.dtype); err != nil {
+		if p.kv, err = readLayerInput("KV", f.kv, f.store); err != nil {
 			return nil, err
 		}
 		var b int

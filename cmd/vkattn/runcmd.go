@@ -412,33 +412,23 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 }
 
 // readLayerInput is readFloatInput for a layer's input, stored on the
-// device as dtype (f32, f16 or bf16; "": as the file, a float16 file
-// float16).
-func readLayerInput(name, path, dtype string) (*npyArray, error) {
+// device as *as (nil: as the file, a float16 file float16).
+func readLayerInput(name, path string, as *vkattn.DType) (*npyArray, error) {
 	a, err := readFloatInput(name, path)
 	if err != nil {
 		return nil, err
 	}
 	t := vkattn.Float32
-	if a.F16 != nil {
+	switch {
+	case as != nil:
+		t = *as
+	case a.F16 != nil:
 		t = vkattn.Float16
-	}
-	if dtype != "" {
-		if t, err = vkattn.ParseDType(dtype); err != nil {
-			return nil, err
-		}
 	}
 	if err := a.storeAs(t); err != nil {
 		return nil, fmt.Errorf("%s %s as %v: %w", name, path, t, err)
 	}
 	return a, nil
-}
-
-// validLayerType reports whether s names a type a layer's input may be
-// stored as.
-func validLayerType(s string) bool {
-	t, err := vkattn.ParseDType(s)
-	return err == nil && t.Valid()
 }
 
 // readFloatInput reads an input tensor (name as the help calls it, e.g. Q)
