@@ -27,14 +27,15 @@ type Plan struct {
 	RoPEQueryOnly bool
 }
 
-// MatrixErrorBound is the absolute error a call so planned may add to
-// float32 attention's, for V's values as stored: 0 but on cooperative
-// matrices, where P is rounded to float16 (SEMANTICS.md §18).
-func (p Plan) MatrixErrorBound(v []float32) float64 {
+// MatrixErrorBound is how far a call so planned may move its outputs from
+// float32 attention's, for its Q, K and V as stored and its score scale:
+// zero but on cooperative matrices, where P is rounded to float16 and
+// bfloat16 inputs are scaled into float16 (SEMANTICS.md §18).
+func (p Plan) MatrixErrorBound(q, k, v []float32, scale Scale) MatrixBound {
 	if p.Kernel.Matrix == 0 {
-		return 0
+		return MatrixBound{}
 	}
-	return core.MatrixErrorBound(p.Dims.S, v)
+	return core.MatrixErrorBound(p.Dims.S, p.Dims.DK, scale.For(p.Dims.DK), p.Kernel.Types, q, k, v)
 }
 
 func (p Plan) String() string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -29,7 +30,7 @@ func coopmatDevice(t *testing.T) *vkattn.Device {
 // stated bound (SEMANTICS.md §18): grouped-query heads, both causal
 // alignments with L < S and L > S, every mask kind, key and query lengths
 // (a fully masked row), d_k != d_v, every score variant together, LSE,
-// strided views; float16 Q, K and V. Small shapes: each case is a kernel
+// strided views; float16 Q, K and V (bfloat16 in TestCoopmatBFloat16). Small shapes: each case is a kernel
 // lavapipe compiles.
 func TestCoopmatAttention(t *testing.T) {
 	d := coopmatDevice(t)
@@ -40,7 +41,7 @@ func TestCoopmatAttention(t *testing.T) {
 		b, h, hkv, l, s, dk, dv int
 		setup                   func(p *problem)
 	}{
-		{"gqa", 2, 4, 2, 37, 50, 64, 64, func(p *problem) {}},
+		{"gqa", 2, 4, 2, 37, 50, 16, 16, func(p *problem) {}}, // d_max 16 as the odd widths: lavapipe compiles d_max 64 for ~30 s
 		{"masks, lengths, bottom-right", 2, 2, 1, 20, 70, 32, 16, func(p *problem) {
 			p.opts.Causal = vkattn.CausalBottomRight
 			p.opts.KeyLengths, p.opts.QueryLengths = []int{70, 0}, []int{20, 13}
@@ -78,6 +79,61 @@ func TestCoopmatAttention(t *testing.T) {
 				checkAgainstReference(t, planned.d, p)
 			})
 		}
+	}
+}
+
+// Bfloat16 inputs reach the float16 matrices scaled by a power of two per
+// block (SEMANTICS.md §18): queries of ~1e6 (beyond float16's 65504), keys
+// of ~1e-6 and ~1e-5 by tile (float16 subnormals unscaled) and values of
+// ~1e6 and ~1e5 by tile, so every block needs its own scale, and a float16
+// K beside them (scaled Q and V, exact K). Each must stay within the
+// stated bound, which for these values is 2^-11 of the largest |v| and
+// a few ulps of the scores.
+func TestCoopmatBFloat16(t *testing.T) {
+	d := coopmatDevice(t)
+	r := rand.New(rand.NewSource(233))
+	for _, c := range []struct {
+		name  string
+		types [3]vkattn.DType
+	}{
+		{"bf16", [3]vkattn.DType{vkattn.BFloat16, vkattn.BFloat16, vkattn.BFloat16}},
+		{"bf16 Q and V, f16 K", [3]vkattn.DType{vkattn.BFloat16, vkattn.Float16, vkattn.BFloat16}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const s, dk = 40, 16
+			p := newProblem(r, 1, 2, 1, 20, s, dk, dk)
+			p.types, p.wantLSE = c.types, true
+			p.opts.Causal = vkattn.CausalBottomRight
+			scaleRows := func(x []float32, first, scale float32) {
+				for i := range x {
+					if i/dk%s < 16 {
+						x[i] *= first
+					} else {
+						x[i] *= scale
+					}
+				}
+			}
+			for i := range p.q {
+				p.q[i] *= 1e6
+			}
+			if c.types[1] == vkattn.BFloat16 {
+				scaleRows(p.k, 1e-6, 1e-5)
+			} else {
+				scaleRows(p.k, 1e-3, 1e-2) // within float16's normal range
+				for i := range p.q {
+					p.q[i] *= 1e-3
+				}
+			}
+			scaleRows(p.v, 1e6, 1e5)
+			plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, p.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.Kernel.Matrix == 0 || !strings.Contains(plan.String(), "scaled by a power of two") {
+				t.Fatalf("planned %v, want the cooperative-matrix kernel with scaled bfloat16", plan)
+			}
+			checkAgainstReference(t, d, p)
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package vkattn
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/vkattn/vkattn/core"
@@ -37,7 +38,11 @@ func (p Plan) Explain(opts Options) string {
 	axes := "query row blocks x heads x batch"
 	if k.Matrix > 0 {
 		axes = "query row blocks x KV heads x batch"
-		row("matrices", "Q K^T and P V on %dx%dx%d cooperative matrices: float16 Q, K, V and P, float32 accumulators (SEMANTICS.md §18)", k.Matrix, k.Matrix, k.Matrix)
+		scaled := ""
+		if slices.Contains(k.Types[:], BFloat16) {
+			scaled = " (bfloat16 scaled by a power of two per block)"
+		}
+		row("matrices", "Q K^T and P V on %dx%dx%d cooperative matrices: float16 Q, K, V%s and P, float32 accumulators (SEMANTICS.md §18)", k.Matrix, k.Matrix, k.Matrix, scaled)
 		row("tiles", "Br %d query rows (the query heads of a KV head packed) x Bc %d keys, tiles and output rows in %d B of shared memory", k.TileRows, k.KeyTile, k.SharedBytes)
 		row("subgroups", "%d full subgroups of %d lanes (VK_EXT_subgroup_size_control, enabled)", k.WorkGroup/k.SubgroupSize, k.SubgroupSize)
 	} else if k.TileRows > 0 {

@@ -11,6 +11,7 @@ type KernelPlan struct {
 	LoadPath LoadPath `json:"load_path"` // how the kernel reads Q, K, V and masks
 	Why      string   `json:"why"`       // why this load path and kernel
 	DMax     int      `json:"d_max"`     // compile-time bound of d_k and d_v
+	Types    [3]DType `json:"types"`     // element types of Q, K and V as the kernel reads them
 	// The row kernels: query rows per invocation and keys per
 	// online-softmax step; the invocations per workgroup and workgroups of
 	// the (first) dispatch.
@@ -56,7 +57,8 @@ type KernelPlan struct {
 func kernelPlan(p pipelines.AttentionPlan) KernelPlan {
 	return KernelPlan{
 		Variant: p.Variant.Name(), LoadPath: p.Path, Vec4: p.Vec4, Additive: p.Additive, Masked: p.Masked, DMax: p.DMax,
-		Rows: p.Rows, KeyTile: p.KeyTile, WorkGroup: p.WorkGroup, SharedLoads: p.SharedLoads,
+		Types: [3]DType{p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type},
+		Rows:  p.Rows, KeyTile: p.KeyTile, WorkGroup: p.WorkGroup, SharedLoads: p.SharedLoads,
 		Splits: p.Splits, SplitKeys: p.SplitKeys, RowBlocks: p.RowBlocks,
 		TileRows: p.TileRows, LanesPerRow: p.LanesPerRow, RowsPerLane: p.RowsPerLane, SharedBytes: p.SharedBytes, SubgroupSize: p.SubgroupSize,
 		Matrix: p.Matrix, Chunks: p.Chunks, ChunkKVHeads: p.ChunkKVHeads, ChunkHeads: p.ChunkHeads, ChunkRows: p.ChunkRows,

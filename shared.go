@@ -31,6 +31,9 @@ type (
 	Window = core.Window
 	// Dims are the extents of one attention problem.
 	Dims = core.Dims
+	// MatrixBound is how far the cooperative-matrix path may move a call's
+	// outputs from float32 attention's (Plan.MatrixErrorBound).
+	MatrixBound = core.MatrixBound
 )
 
 const (

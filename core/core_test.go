@@ -122,3 +122,21 @@ func TestFirstNonFiniteFindsNaNAndBothInfinities(t *testing.T) {
 		}
 	}
 }
+
+// The cooperative-matrix bound (SEMANTICS.md §18) for max|q| = 2, max|k| =
+// 1, max|v| = 4, three keys, d_k = 4 and scale 1/2, against the numbers
+// worked by hand from its formula: float16 inputs only round P; bfloat16
+// ones add e = 2^-28 max|x| + 2^-140 per value, eps = 2^-25 + 2^-54
+// (and terms of 2^-140) for the scores.
+func TestMatrixErrorBound(t *testing.T) {
+	q, k, v := []float32{2, -1}, []float32{1}, []float32{-4, 0.5}
+	half := core.MatrixErrorBound(3, 4, 0.5, [3]core.DType{core.Float16, core.Float16, core.Float16}, q, k, v)
+	if want := (0x1p-11 + 3*0x1p-25) * 4; half.O != want || half.LSE != 0 {
+		t.Errorf("float16: %+v, want O %v, LSE 0", half, want)
+	}
+	brain := core.MatrixErrorBound(3, 4, 0.5, [3]core.DType{core.BFloat16, core.BFloat16, core.BFloat16}, q, k, v)
+	const wantO, wantLSE = 0.0019537359621697448, 2.9802322443206464e-08
+	if math.Abs(brain.O-wantO) > 1e-15 || math.Abs(brain.LSE-wantLSE) > 1e-20 {
+		t.Errorf("bfloat16: %+v, want O %v, LSE %v", brain, wantO, wantLSE)
+	}
+}

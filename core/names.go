@@ -42,6 +42,9 @@ var dtypeNames = names[DType]{"DType", "element type", []string{"f32", "f16", "b
 
 func (t DType) String() string { return dtypeNames.of(t) }
 
+// MarshalText writes the type's name, so plans print as readable JSON.
+func (t DType) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
 var matrixScopeNames = names[MatrixScope]{"MatrixScope", "matrix scope", []string{"", "device", "workgroup", "subgroup", "", "queue family"}}
 
 func (s MatrixScope) String() string { return matrixScopeNames.of(s) }

@@ -218,7 +218,7 @@ func (p AttentionPlan) String() string {
 	}
 	if p.Variant.Family == FamilyCoopmat {
 		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), both products on %dx%dx%d cooperative matrices (float16 in, float32 accumulated; P rounded to float16), workgroup-tiled, query heads of each KV head packed; Br %d query rows x Bc %d keys per tile, workgroup %d (%d subgroups of %d, full subgroups required), %d B of shared memory; grid %dx%dx%d (row blocks x KV heads x batch), online softmax rescaled once per tile, no L*S buffer%s%s",
-			p.Variant, p.Path, p.Why, loads, "; Q, K and V float16 as stored", p.Matrix, p.Matrix, p.Matrix, p.TileRows, p.KeyTile, p.WorkGroup, p.WorkGroup/p.SubgroupSize, p.SubgroupSize,
+			p.Variant, p.Path, p.Why, loads, p.matrixTypesNote(), p.Matrix, p.Matrix, p.Matrix, p.TileRows, p.KeyTile, p.WorkGroup, p.WorkGroup/p.SubgroupSize, p.SubgroupSize,
 			p.SharedBytes, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
 	}
 	if p.Variant.Family == FamilyTiled {
@@ -246,6 +246,23 @@ func (p AttentionPlan) String() string {
 // typesNote says how Q, K and V are read when one of them is a half.
 func (p AttentionPlan) typesNote() string {
 	return typesNote([]string{"Q", "K", "V"}, p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type)
+}
+
+// matrixTypesNote names Q's, K's and V's types as the matrices read them:
+// float16 as stored, bfloat16 scaled into float16 by a power of two per
+// block (SEMANTICS.md §18).
+func (p AttentionPlan) matrixTypesNote() string {
+	var parts []string
+	scaled := false
+	for i, t := range []core.DType{p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type} {
+		parts = append(parts, []string{"Q", "K", "V"}[i]+" "+t.String())
+		scaled = scaled || t == core.BFloat16
+	}
+	note := "; " + strings.Join(parts, " ") + " as float16"
+	if scaled {
+		note += " (bfloat16 scaled by a power of two per block)"
+	}
+	return note
 }
 
 // maskNote says whether mask loads and score variants are compiled in.
@@ -408,16 +425,16 @@ func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan, names [3]string) error 
 }
 
 // planCoopmat plans p on the cooperative-matrix kernel where the device
-// and the problem allow it (SEMANTICS.md §18): float16 Q, K and V, a
+// and the problem allow it (SEMANTICS.md §18): half Q, K and V, a
 // subgroup-scope float16 matrix with float32 accumulators, enough packed
 // query rows per KV head for a row block (decode keeps the split-K
 // kernels), no weights, no paged or additive attention, and tiles that
 // fit shared memory. Else it reports false, p untouched.
 func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, error) {
 	mm := matrixSide(dev)
-	half := in.Q.Type == core.Float16 && in.K.Type == core.Float16 && in.V.Type == core.Float16
+	half := func(t core.DType) bool { return t == core.Float16 || t == core.BFloat16 }
 	packed := in.H / in.HKV * in.L
-	if mm == 0 || !half || in.Float32Products || in.Additive || in.Weights || in.Paging > 0 || in.Force == core.TexelLoadPath ||
+	if mm == 0 || !half(in.Q.Type) || !half(in.K.Type) || !half(in.V.Type) || in.Float32Products || in.Additive || in.Weights || in.Paging > 0 || in.Force == core.TexelLoadPath ||
 		packed < 2*mm || p.DMax%mm != 0 || !dev.SubgroupSizeControl || !dev.FullSubgroups {
 		return false, nil
 	}
@@ -426,8 +443,8 @@ func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, 
 	dp := p.DMax
 	// Shared memory: Q, K and V tiles in float16, the scores (float32) and
 	// probabilities (float16) of a tile, the output rows (float32), a
-	// rescale per row.
-	bytes := func(br, bc int) int { return br*dp*2 + 2*bc*dp*2 + br*bc*(4+2) + br*dp*4 + br*4 }
+	// rescale per row, five block maxima (bfloat16's scales).
+	bytes := func(br, bc int) int { return br*dp*2 + 2*bc*dp*2 + br*bc*(4+2) + br*dp*4 + br*4 + 5*4 }
 	br, bc := max(16, 2*mm), max(16, 2*mm)
 	for bc > mm && bytes(br, bc) > int(lim.MaxSharedMemory) {
 		bc /= 2
@@ -441,7 +458,7 @@ func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, 
 	}
 	p.Variant = Variant{Family: FamilyCoopmat, Path: core.StorageLoadPath}
 	p.Path, p.Vec4, p.Matrix = core.StorageLoadPath, false, mm
-	p.Why = fmt.Sprintf("float16 inputs on the device's %dx%dx%d float16 cooperative matrices", mm, mm, mm)
+	p.Why = fmt.Sprintf("half inputs on the device's %dx%dx%d float16 cooperative matrices", mm, mm, mm)
 	p.Rows, p.TileRows, p.KeyTile, p.SubgroupSize = 0, br, bc, sg
 	p.WorkGroup, p.SharedBytes = nsg*sg, bytes(br, bc)
 	p.Grid = [3]uint32{uint32(ceilDiv(packed, br)), uint32(in.HKV), uint32(in.B)}
@@ -615,6 +632,7 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 		spec[specLocalSize], spec[coopSpecD4], spec[coopSpecBR], spec[coopSpecBC] = int32(p.WorkGroup), int32(p.DMax/4), int32(p.TileRows), int32(p.KeyTile)
 		spec[coopSpecMM], spec[coopSpecNSG], spec[coopSpecSG] = int32(p.Matrix), int32(p.WorkGroup/p.SubgroupSize), int32(p.SubgroupSize)
 		spec[coopSpecMasked], spec[coopSpecVariants] = boolSpec(p.Masked), s.variants()
+		spec[coopSpecQType], spec[coopSpecKType], spec[coopSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 		return ks.getInSubgroups(p.Variant, bindings, uint32(p.SubgroupSize), spec...)
 	}
 	if p.Variant.Family == FamilyTiled {

@@ -251,6 +251,11 @@ func TestCoopmatPlanning(t *testing.T) {
 	if p.Grid != [3]uint32{uint32(ceilDiv(4*100, 16)), 2, 2} {
 		t.Errorf("grid %v", p.Grid)
 	}
+	brain := half(2, 8, 2, 100, 300, 64, 64)
+	brain.Q.Type, brain.V.Type = core.BFloat16, core.BFloat16
+	if p := plan(lavapipe26, brain); p.Variant.Family != FamilyCoopmat || !strings.Contains(p.String(), "Q bf16 K f16 V bf16 as float16 (bfloat16 scaled") {
+		t.Errorf("bfloat16 Q and V beside float16 K on float16 matrices: %v", p)
+	}
 	wide := plan(lavapipe26, half(1, 2, 2, 64, 64, 256, 256))
 	if wide.Variant.Family != FamilyCoopmat || wide.SharedBytes > 32<<10 || wide.TileRows != 8 {
 		t.Errorf("d 256 in 32 KiB: %v", wide)

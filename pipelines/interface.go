@@ -48,7 +48,8 @@ const (
 
 	// attention_coopmat.comp.
 	coopSpecD4, coopSpecBR, coopSpecBC, coopSpecMM, coopSpecNSG, coopSpecSG = 1, 2, 3, 4, 5, 6
-	coopSpecMasked, coopSpecVariants, coopSpecCount                         = 7, 8, 9
+	coopSpecMasked, coopSpecVariants, coopSpecQType, coopSpecKType          = 7, 8, 9, 10
+	coopSpecVType, coopSpecCount                                            = 11, 12
 
 	// linear.comp.
 	linSpecXType, linSpecWType, linSpecCount = 1, 2, 3
@@ -146,6 +147,8 @@ var shaderInterface = []interfaceSection{
 		{"COOP_SPEC_MM", coopSpecMM, "the cooperative matrices' M = N = K"},
 		{"COOP_SPEC_NSG", coopSpecNSG, "subgroups per workgroup"}, {"COOP_SPEC_SG", coopSpecSG, "lanes per subgroup"},
 		{"COOP_SPEC_MASKED", coopSpecMasked, ""}, {"COOP_SPEC_VARIANTS", coopSpecVariants, ""},
+		{"COOP_SPEC_Q_TYPE", coopSpecQType, "element types of Q, K and V: float16 or bfloat16"},
+		{"COOP_SPEC_K_TYPE", coopSpecKType, ""}, {"COOP_SPEC_V_TYPE", coopSpecVType, ""},
 	}},
 	{"linear.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"LIN_SPEC_X_TYPE", linSpecXType, ""}, {"LIN_SPEC_W_TYPE", linSpecWType, ""},

@@ -6,10 +6,10 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 // Fused attention forward on the matrix units (VK_KHR_cooperative_matrix)
-// for float16 Q, K and V: attention_tiled.comp's loop order and
-// workgroups (BR packed query rows of one KV head, BC keys per tile) with
-// both products on cooperative matrices of MM x MM x MM, float16 inputs
-// and float32 accumulators (SEMANTICS.md §18):
+// for half (float16 or bfloat16) Q, K and V: attention_tiled.comp's loop
+// order and workgroups (BR packed query rows of one KV head, BC keys per
+// tile) with both products on cooperative matrices of MM x MM x MM,
+// float16 inputs and float32 accumulators (SEMANTICS.md §18):
 //
 //   S = Q K^T   in float32 from the float16 rows (each product exact);
 //   the online softmax of S, row by row in float32 (every option of the
@@ -23,6 +23,13 @@
 // columns of zeros (D4 divisible by MM / 4). The workgroup is NSG whole
 // subgroups; subgroup g computes the MM x MM blocks g, g + NSG, ... of S
 // and of O.
+//
+// A bfloat16 input reaches the float16 matrices scaled by a power of two
+// per block (the query rows; each tile of keys, of values) that puts the
+// block's largest finite |x| in [2^14, 2^15): bfloat16's 8-bit significands
+// fit float16's 11, so only values below 2^-28 of the block's largest can
+// round, and the products are scaled back in float32 (S before the
+// softmax; each tile's P V before it joins O).
 
 #include "interface.glsl"
 
@@ -35,10 +42,10 @@ layout(constant_id = COOP_SPEC_NSG) const int NSG = 2; // subgroups per workgrou
 layout(constant_id = COOP_SPEC_SG) const int SG = 32;  // lanes per subgroup (full subgroups required)
 layout(constant_id = COOP_SPEC_MASKED) const bool MASKED = true;
 layout(constant_id = COOP_SPEC_VARIANTS) const int VARIANTS = 0;
+layout(constant_id = COOP_SPEC_Q_TYPE) const int Q_TYPE = 1; // TYPE_F16 or TYPE_BF16
+layout(constant_id = COOP_SPEC_K_TYPE) const int K_TYPE = 1;
+layout(constant_id = COOP_SPEC_V_TYPE) const int V_TYPE = 1;
 const bool PAGED = false;
-const int Q_TYPE = 1; // TYPE_F16: the family reads float16 only
-const int K_TYPE = 1;
-const int V_TYPE = 1;
 
 const int WG = NSG * SG;
 const int DP = 4 * D4; // padded row width
@@ -60,26 +67,63 @@ shared float sS[BR * BC];     // the tile's dot products, then nothing
 shared float16_t pS[BR * BC]; // the tile's probabilities, rounded
 shared float oS[BR * DP];     // the unnormalised output rows
 shared float alphaS[BR];      // each row's rescale of this tile
+shared uint topS[5];          // bits of the largest finite |x|: Q's, then K's and V's by tile parity
 
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, MM, MM, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, MM, MM, gl_MatrixUseB>
 #define MAT_C coopmat<float, gl_ScopeSubgroup, MM, MM, gl_MatrixUseAccumulator>
 
-// stage copies rows of width n (from element base, row stride `stride`)
-// into dst as float16, zero past n: rows count rows, row r from rowBase(r).
-#define STAGE(dst, src, T, count, baseOf, n)                      \
+// STAGE copies count rows of width n (row r from element baseOf(r) of
+// src) into dst as float16 times scale, zero past n.
+#define STAGE(dst, src, T, count, baseOf, n, scale)               \
     [[unroll]] for (int i0 = 0; i0 < count * D4; i0 += WG) {      \
         int i = i0 + lane;                                        \
         if (i < count * D4) {                                     \
             int r = i / D4;                                       \
             int c = i % D4;                                       \
-            vec4 x = LOAD4(src, T, baseOf(r), c, n);              \
+            vec4 x = LOAD4(src, T, baseOf(r), c, n) * (scale);    \
             dst[r * DP + 4 * c] = float16_t(x.x);                 \
             dst[r * DP + 4 * c + 1] = float16_t(x.y);             \
             dst[r * DP + 4 * c + 2] = float16_t(x.z);             \
             dst[r * DP + 4 * c + 3] = float16_t(x.w);             \
         }                                                         \
     }
+
+// TOP folds the largest finite |x| of the rows STAGE would copy into
+// topS[slot] (a bfloat16 input only; non-negative floats order as their
+// bits).
+#define TOP(src, T, count, baseOf, n, slot)                                    \
+    if (T == TYPE_BF16) {                                                      \
+        uint top = 0u;                                                         \
+        [[unroll]] for (int i0 = 0; i0 < count * D4; i0 += WG) {               \
+            int i = i0 + lane;                                                 \
+            if (i < count * D4) {                                              \
+                top = max(top, finiteTop(LOAD4(src, T, baseOf(i / D4), i % D4, n))); \
+            }                                                                  \
+        }                                                                      \
+        atomicMax(topS[slot], top);                                            \
+    }
+
+const bool SCALED = Q_TYPE == TYPE_BF16 || K_TYPE == TYPE_BF16 || V_TYPE == TYPE_BF16;
+
+uint finiteTop(vec4 x) {
+    uvec4 bits = floatBitsToUint(abs(x));
+    bits = mix(bits, uvec4(0u), greaterThanEqual(bits, uvec4(0x7f800000u))); // Inf and NaN stay unscaled
+    return max(max(bits.x, bits.y), max(bits.z, bits.w));
+}
+
+// pow2 is 2^e, exactly, for e in [-126, 127].
+float pow2(int e) { return uintBitsToFloat(uint(e + 127) << 23); }
+
+// blockExponent is the e that puts 2^e times a block's largest finite |x|
+// (its bits top) in [2^14, 2^15): 0 for an all-zero block, at most 126
+// for one below 2^-112 (whose values then err by under 2^-140).
+int blockExponent(uint top, int T) {
+    if (T != TYPE_BF16 || top == 0u) {
+        return 0;
+    }
+    return min(14 - (int(top >> 23) - 127), 126);
+}
 
 int lane;
 int rowBase, packed, group, H;
@@ -116,7 +160,16 @@ void main() {
     int keyEnd = keyLen;
     keyRange(oneHead ? rowBase % L : 0, oneHead ? last % L : L - 1, keyBegin, keyEnd);
 
-    STAGE(qS, Qt, Q_TYPE, BR, qRowBase, DK)
+    if (SCALED) {
+        if (lane < 5) {
+            topS[lane] = 0u;
+        }
+        barrier();
+        TOP(Qt, Q_TYPE, BR, qRowBase, DK, 0)
+        barrier();
+    }
+    int qExp = blockExponent(topS[0], Q_TYPE);
+    STAGE(qS, Qt, Q_TYPE, BR, qRowBase, DK, pow2(qExp))
     [[unroll]] for (int i0 = 0; i0 < BR * DP; i0 += WG) {
         if (i0 + lane < BR * DP) {
             oS[i0 + lane] = 0.0;
@@ -126,8 +179,28 @@ void main() {
     float l = 0.0;
     for (j0 = keyBegin; j0 < keyEnd; j0 += BC) {
         barrier(); // the previous tile is no longer read
-        STAGE(kS, Kt, K_TYPE, BC, kRowBase, DK)
-        STAGE(vS, Vt, V_TYPE, BC, vRowBase, DV)
+        // The tile's scales: the slots of its parity were cleared by the
+        // tile before, which the barrier above shows done reading them.
+        int kExp = 0;
+        int vExp = 0;
+        if (SCALED) {
+            int slot = 1 + 2 * (((j0 - keyBegin) / BC) & 1);
+            if (lane < 2) {
+                topS[4 - slot + lane] = 0u; // the other parity's K and V
+            }
+            TOP(Kt, K_TYPE, BC, kRowBase, DK, slot)
+            TOP(Vt, V_TYPE, BC, vRowBase, DV, slot + 1)
+            barrier();
+            kExp = blockExponent(topS[slot], K_TYPE);
+            vExp = blockExponent(topS[slot + 1], V_TYPE);
+        }
+        STAGE(kS, Kt, K_TYPE, BC, kRowBase, DK, pow2(kExp))
+        STAGE(vS, Vt, V_TYPE, BC, vRowBase, DV, pow2(vExp))
+        // S's scale back, 2^-(qExp + kExp), as two factors of one sign so
+        // no product overflows or underflows before the score would.
+        int down = -(qExp + kExp);
+        float down0 = pow2(down / 2);
+        float down1 = pow2(down - down / 2);
         barrier();
         // S = Q K^T: K's tile read column-major is K^T.
         [[unroll]] for (int blk0 = 0; blk0 < (BR / MM) * (BC / MM); blk0 += NSG) {
@@ -152,7 +225,7 @@ void main() {
             float sc[BC];
             float mNew = m;
             [[unroll]] for (int t = 0; t < BC; t++) {
-                sc[t] = scoreOf(sS[r * BC + t], row, head, slope, j0 + t, keyEnd);
+                sc[t] = scoreOf(sS[r * BC + t] * down0 * down1, row, head, slope, j0 + t, keyEnd);
                 mNew = max(mNew, sc[t]);
             }
             // While every key so far is masked mNew is -inf: keep alpha 1.
@@ -181,12 +254,22 @@ void main() {
                 int bd = blk % (DP / MM);
                 MAT_C acc;
                 coopMatLoad(acc, oS, bi * MM * DP + bd * MM, DP, gl_CooperativeMatrixLayoutRowMajor);
+                // Scaled values: the tile's P V apart, scaled back as it joins O.
+                MAT_C pv = acc;
+                if (V_TYPE == TYPE_BF16) {
+                    pv = MAT_C(0.0);
+                }
                 [[unroll]] for (int kk = 0; kk < BC / MM; kk++) {
                     MAT_A p;
                     MAT_B v;
                     coopMatLoad(p, pS, bi * MM * BC + kk * MM, BC, gl_CooperativeMatrixLayoutRowMajor);
                     coopMatLoad(v, vS, kk * MM * DP + bd * MM, DP, gl_CooperativeMatrixLayoutRowMajor);
-                    acc = coopMatMulAdd(p, v, acc);
+                    pv = coopMatMulAdd(p, v, pv);
+                }
+                if (V_TYPE == TYPE_BF16) {
+                    acc = acc + pv * pow2(-vExp);
+                } else {
+                    acc = pv;
                 }
                 coopMatStore(acc, oS, bi * MM * DP + bd * MM, DP, gl_CooperativeMatrixLayoutRowMajor);
             }

@@ -110,6 +110,9 @@ const int VAR_SINKS = 8; // a logit per head joins the denominator
 #define COOP_SPEC_SG 6 // lanes per subgroup
 #define COOP_SPEC_MASKED 7
 #define COOP_SPEC_VARIANTS 8
+#define COOP_SPEC_Q_TYPE 9 // element types of Q, K and V: float16 or bfloat16
+#define COOP_SPEC_K_TYPE 10
+#define COOP_SPEC_V_TYPE 11
 
 // linear.comp specialization-constant IDs (0: the workgroup size)
 #define LIN_SPEC_X_TYPE 1

@@ -185,7 +185,7 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 		if err != nil {
 			return failf(stderr, "additive", "reference: %v", err)
 		}
-		chk = res.Check(ref, p.v.F32)
+		chk = res.Check(ref, p.q.F32, p.k.F32, p.v.F32, p.opts.Scale)
 	}
 
 	var grads []output

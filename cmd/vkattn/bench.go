@@ -77,10 +77,10 @@ Element types: the random data is float32 unless
   --kv-dtype f16|bf16|q8_0
                         stores K and V so (Q as --dtype, else float32); q8_0
                         is ggml's 8-bit blocks of 32 with float16 scales
-The kernels widen on load and compute in float32, but for float16 Q, K
-and V on a device with float16 cooperative matrices (vkattn devices lists
-them), which multiply on those with P rounded to float16 (SEMANTICS.md
-§18); --fp32-products keeps them in float32 too.
+The kernels widen on load and compute in float32, but for half (f16 or
+bf16) Q, K and V on a device with float16 cooperative matrices (vkattn
+devices lists them), which multiply on those with P rounded to float16
+(SEMANTICS.md §18); --fp32-products keeps them in float32 too.
 
 Rotary position embeddings: --rope THETA (with --rope-dims, --rope-style,
 --rope-scale as for run) rotates Q and K of every shape first (rope.comp;
@@ -245,7 +245,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.loadPath, "load-path", "auto", "force the kernel's load `path`: auto, texel or storage")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
 	fs.BoolVar(&f.backward, "backward", false, "time the gradients (Device.AttentionBackward: the forward and the backward) instead")
-	fs.BoolVar(&f.fp32Products, "fp32-products", false, "float16 inputs: keep P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
+	fs.BoolVar(&f.fp32Products, "fp32-products", false, "half inputs: keep Q K^T and P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
 	f.typeFlags.register(fs)
 	f.ropeFlags.register(fs)
 	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {

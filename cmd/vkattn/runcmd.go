@@ -59,9 +59,10 @@ are stored as float32 (float64 narrowed), unless
                            is ggml's: int8 quants in blocks of 32 along a row (d_k
                            and d_v multiples of 32), a float16 scale each
 The kernels widen on load and compute in float32; --check then compares
-with the reference on the rounded values. The exception: float16 Q, K and
-V on a device with float16 cooperative matrices (vkattn devices lists
-them) multiply on those, P rounded to float16, and --check allows the
+with the reference on the rounded values. The exception: half (f16 or
+bf16) Q, K and V on a device with float16 cooperative matrices (vkattn
+devices lists them) multiply on those, P rounded to float16 and bfloat16
+scaled into float16 by a power of two per block, and --check allows the
 bound SEMANTICS.md §18 states; --fp32-products keeps float32 products.
 
 Outputs are written to a temporary file and renamed, all or none; a
@@ -289,7 +290,7 @@ func (v *variantFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&v.sinks, "sinks", "", "attention sinks `S.npy`: one logit per query head (H values) that joins the softmax denominator")
 	fs.BoolVar(&v.alibi, "alibi", false, "ALiBi position bias with the published slopes 2^(-8(h+1)/H)")
 	fs.StringVar(&v.alibiSlopes, "alibi-slopes", "", "ALiBi with the given slopes `A.npy` (H values)")
-	fs.BoolVar(&v.fp32Products, "fp32-products", false, "float16 inputs: keep P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
+	fs.BoolVar(&v.fp32Products, "fp32-products", false, "half inputs: keep Q K^T and P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
 }
 
 // setIn sets the variants in opts for h query heads, reading the files.
@@ -580,7 +581,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 		if err != nil {
 			return failf(stderr, "run", "reference: %v", err)
 		}
-		chk = res.Check(ref, p.v.F32)
+		chk = res.Check(ref, p.q.F32, p.k.F32, p.v.F32, p.opts.Scale)
 	}
 
 	outs := f.outputs(res, oShape, lseShape, wShape)

@@ -50,7 +50,7 @@ func (c *Check) String() string {
 	}
 	limit := fmt.Sprintf("%g * max(1,|ref|)", CheckTolerance)
 	if c.extra > 0 {
-		limit += fmt.Sprintf(" + %.3g (P rounded to float16 on cooperative matrices, SEMANTICS.md §18)", c.extra)
+		limit += fmt.Sprintf(" + %.3g (the cooperative-matrix bound, SEMANTICS.md §18)", c.extra)
 	}
 	return fmt.Sprintf("check vs float64 reference: max abs err %.3g, max rel err %.3g (where |ref| >= %g); limit %s: %s",
 		float64(c.MaxAbs), float64(c.MaxRel), RelFloor, limit, verdict)

@@ -92,14 +92,16 @@ func RunCall(dev *vkattn.Device, q, k, v Input, prepare func(q, k, v *vkattn.Ten
 }
 
 // Check compares the outputs with the float64 reference's: O, and the
-// log-sum-exp and weights where the call gave them. v is the call's V as
-// stored: a plan on cooperative matrices is held to its stated bound
-// (Plan.MatrixErrorBound) on top of the float32 tolerance.
-func (o *Outputs) Check(ref *reference.Result, v []float32) *golden.Check {
+// log-sum-exp and weights where the call gave them. q, k and v are the
+// call's inputs as stored and scale its score scale: a plan on cooperative
+// matrices is held to its stated bound (Plan.MatrixErrorBound) on top of
+// the float32 tolerance.
+func (o *Outputs) Check(ref *reference.Result, q, k, v []float32, scale vkattn.Scale) *golden.Check {
 	chk := &golden.Check{}
-	chk.AddWithin("O", o.O, ref.O, o.Plan.MatrixErrorBound(v))
+	bound := o.Plan.MatrixErrorBound(q, k, v, scale)
+	chk.AddWithin("O", o.O, ref.O, bound.O)
 	if o.LSE != nil {
-		chk.Add("LSE", o.LSE, ref.LSE)
+		chk.AddWithin("LSE", o.LSE, ref.LSE, bound.LSE)
 	}
 	if o.Weights != nil {
 		chk.Add("weights", o.Weights, ref.Weights)

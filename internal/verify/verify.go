@@ -178,6 +178,6 @@ func Random(dev *vkattn.Device, p *golden.Problem, types [3]vkattn.DType) (strin
 	if err != nil {
 		return "reference: " + err.Error(), false
 	}
-	chk := res.Check(ref, p.V)
+	chk := res.Check(ref, p.Q, p.K, p.V, p.Opts.Scale)
 	return fmt.Sprintf("%s; %s", res.Plan.Kernel.Variant, chk), chk.OK()
 }
