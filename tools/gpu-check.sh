@@ -23,6 +23,9 @@
 #              SEMANTICS.md §18; its kernel column says)
 #   bench-f16-fp32  bench-f16-fp32.json: f16 again with --fp32-products (the
 #              float32 products, beside the matrices' and PyTorch's fp16)
+#   bench-bf16  bench-bf16.json: Q, K, V stored as bf16 (on the float16
+#              matrices, each block scaled by a power of two; beside
+#              PyTorch's bf16)
 #   bench-kvf16  bench-kvf16.json: decode with f32 Q and f16 K/V
 #   decode-loop  decode-loop.json: bench --suite decode-loop --json (decode
 #              steps through a KV cache: steps/s, and per step submissions,
@@ -131,6 +134,7 @@ if [ "${SKIP_BENCH:-}" = 1 ]; then
   skip bench SKIP_BENCH=1
   skip bench-f16 SKIP_BENCH=1
   skip bench-f16-fp32 SKIP_BENCH=1
+  skip bench-bf16 SKIP_BENCH=1
   skip bench-kvf16 SKIP_BENCH=1
   skip decode-loop SKIP_BENCH=1
   skip mha-f16 SKIP_BENCH=1
@@ -139,6 +143,7 @@ else
   step bench "$out/bench.json" "$out/bench.err" "$bin" bench "${shapes[@]}" --json --quiet
   step bench-f16 "$out/bench-f16.json" "$out/bench-f16.err" "$bin" bench "${shapes[@]}" --dtype f16 --json --quiet
   step bench-f16-fp32 "$out/bench-f16-fp32.json" "$out/bench-f16-fp32.err" "$bin" bench "${shapes[@]}" --dtype f16 --fp32-products --json --quiet
+  step bench-bf16 "$out/bench-bf16.json" "$out/bench-bf16.err" "$bin" bench "${shapes[@]}" --dtype bf16 --json --quiet
   step bench-kvf16 "$out/bench-kvf16.json" "$out/bench-kvf16.err" "$bin" bench "${decode[@]}" --kv-dtype f16 --json --quiet
   step decode-loop "$out/decode-loop.json" "$out/decode-loop.err" "$bin" bench --suite decode-loop --reps "$reps" --json --quiet
   layer=(--t 1024 --d 512)
@@ -157,7 +162,7 @@ if [ "${SKIP_BENCH:-}" = 1 ]; then
 elif "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' > /dev/null 2>&1; then
   quick=()
   [ "${QUICK:-}" = 1 ] && quick=(--quick --reps 2 --warmup 1)
-  step torch "$out/torch.out" "$out/torch.err" "$py" "$here/torch_sdpa.py" --out "$out/torch.json" --backends "${quick[@]}"
+  step torch "$out/torch.out" "$out/torch.err" "$py" "$here/torch_sdpa.py" --out "$out/torch.json" --dtypes f32,f16,bf16 --backends "${quick[@]}"
   loop=()
   [ "${QUICK:-}" = 1 ] && loop=(--quick --reps 2 --warmup 1)
   step torch-decode-loop "$out/torch-decode-loop.out" "$out/torch-decode-loop.err" "$py" "$here/torch_decode_loop.py" \
