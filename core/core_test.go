@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"testing"
@@ -138,5 +139,18 @@ func TestMatrixErrorBound(t *testing.T) {
 	const wantO, wantLSE = 0.0019537359621697448, 2.9802322443206464e-08
 	if math.Abs(brain.O-wantO) > 1e-15 || math.Abs(brain.LSE-wantLSE) > 1e-20 {
 		t.Errorf("bfloat16: %+v, want O %v, LSE %v", brain, wantO, wantLSE)
+	}
+}
+
+// Element types print by name in JSON (plans, bench rows) and read back.
+func TestDTypeJSONRoundTrip(t *testing.T) {
+	in := [4]core.DType{core.Float32, core.Float16, core.BFloat16, core.Q8_0}
+	b, err := json.Marshal(in)
+	if err != nil || string(b) != `["f32","f16","bf16","q8_0"]` {
+		t.Fatalf("json.Marshal: %s, %v", b, err)
+	}
+	var out [4]core.DType
+	if err := json.Unmarshal(b, &out); err != nil || out != in {
+		t.Fatalf("json.Unmarshal: %v, %v", out, err)
 	}
 }

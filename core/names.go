@@ -42,8 +42,14 @@ var dtypeNames = names[DType]{"DType", "element type", []string{"f32", "f16", "b
 
 func (t DType) String() string { return dtypeNames.of(t) }
 
-// MarshalText writes the type's name, so plans print as readable JSON.
+// MarshalText writes the type's name, so plans print as readable JSON;
+// UnmarshalText reads it back.
 func (t DType) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+func (t *DType) UnmarshalText(b []byte) (err error) {
+	*t, err = ParseDType(string(b))
+	return err
+}
 
 var matrixScopeNames = names[MatrixScope]{"MatrixScope", "matrix scope", []string{"", "device", "workgroup", "subgroup", "", "queue family"}}
 
