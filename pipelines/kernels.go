@@ -12,17 +12,28 @@ import (
 )
 
 // Kernels is vkattn's kernel library on one device: every variant is built
-// on first use and kept until Close. Safe for concurrent use.
+// on first use and kept until Close. Safe for concurrent use: kernels
+// compile outside the lock, so a call whose kernel is built never waits
+// for another's compile, and two variants compile at once (each once).
 type Kernels struct {
-	dev    *vk.Device
-	mu     sync.Mutex // guards kernel and dummy
-	kernel map[kernelKey]*vk.Kernel
-	dummy  *vk.Buffer // bound where an optional input or output is absent
+	dev      *vk.Device
+	mu       sync.Mutex // guards kernel, building and dummy
+	kernel   map[kernelKey]*vk.Kernel
+	building map[kernelKey]*pendingKernel
+	dummy    *vk.Buffer // bound where an optional input or output is absent
+}
+
+// pendingKernel is a kernel being compiled; done closes when k or err is
+// set.
+type pendingKernel struct {
+	done chan struct{}
+	k    *vk.Kernel
+	err  error
 }
 
 // NewKernels prepares the kernel library of dev. Nothing is built yet.
 func NewKernels(dev *vk.Device) *Kernels {
-	return &Kernels{dev: dev, kernel: map[kernelKey]*vk.Kernel{}}
+	return &Kernels{dev: dev, kernel: map[kernelKey]*vk.Kernel{}, building: map[kernelKey]*pendingKernel{}}
 }
 
 // Close frees the library's kernels and buffers.
@@ -74,23 +85,35 @@ func (ks *Kernels) build(key kernelKey, bindings []vk.BindingType, spec []int32)
 	}
 	copy(key.spec[:], spec)
 	ks.mu.Lock()
-	defer ks.mu.Unlock()
 	if k, ok := ks.kernel[key]; ok {
+		ks.mu.Unlock()
 		return k, nil
 	}
+	if p, ok := ks.building[key]; ok {
+		ks.mu.Unlock()
+		<-p.done
+		return p.k, p.err
+	}
+	p := &pendingKernel{done: make(chan struct{})}
+	ks.building[key] = p
+	ks.mu.Unlock()
+	defer close(p.done)
+
 	code, err := shaders.SPIRV(v.Name())
-	if err != nil {
-		return nil, err
+	if err == nil {
+		p.k, err = ks.dev.NewKernel(vk.KernelSpec{
+			Name: fmt.Sprintf("%s%v", v, spec), SPIRV: code, Bindings: bindings, Spec: spec, PushSize: key.push,
+			SubgroupSize: key.subgroup, FullSubgroups: key.subgroup > 0,
+		})
 	}
-	k, err := ks.dev.NewKernel(vk.KernelSpec{
-		Name: fmt.Sprintf("%s%v", v, spec), SPIRV: code, Bindings: bindings, Spec: spec, PushSize: key.push,
-		SubgroupSize: key.subgroup, FullSubgroups: key.subgroup > 0,
-	})
-	if err != nil {
-		return nil, err
+	p.err = err
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	delete(ks.building, key)
+	if err == nil {
+		ks.kernel[key] = p.k
 	}
-	ks.kernel[key] = k
-	return k, nil
+	return p.k, p.err
 }
 
 // or returns b, or a small dummy buffer for an absent optional binding.
