@@ -2,9 +2,9 @@ package vkattn_test
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -139,16 +139,16 @@ func TestAttentionBackwardEveryPlan(t *testing.T) {
 			return p
 		}},
 	}
-	for i, c := range cases {
-		for _, name := range c.plans {
-			d := everyPlan()[name]
-			t.Run(fmt.Sprintf("%s/%s", name, c.name), func(t *testing.T) {
-				r := rand.New(rand.NewSource(int64(120 + i)))
-				p := c.make(r)
-				checkBackward(t, d, r, p)
-			})
+	inParallel(t, everyPlanName, func(t *testing.T, plan string) {
+		for i, c := range cases {
+			if slices.Contains(c.plans, plan) {
+				t.Run(c.name, func(t *testing.T) {
+					r := rand.New(rand.NewSource(int64(120 + i)))
+					checkBackward(t, everyPlan()[plan], r, c.make(r))
+				})
+			}
 		}
-	}
+	})
 	q := zeros(t, dev, 1, 1, 2, 4)
 	if _, err := dev.AttentionBackward(q, q, q, zeros(t, dev, 1, 1, 3, 4), vkattn.Options{}); !errors.Is(err, vkattn.ErrShape) {
 		t.Errorf("dO of the wrong shape: %v, want ErrShape", err)

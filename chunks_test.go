@@ -148,10 +148,10 @@ func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 // are the same). A call whose KV head does not fit even alone is
 // ErrTooLarge.
 func TestBackwardLargerThanABinding(t *testing.T) {
-	for _, plan := range ownAndNVIDIA {
+	inParallel(t, ownAndNVIDIA, func(t *testing.T, plan string) {
 		d := smallBindings(t, vkattn.Config{PlanAs: map[string]string{"nvidia": "nvidia"}[plan]})
 		for _, c := range []struct{ h, l int }{{4, 8}, {6, 3}} {
-			t.Run(fmt.Sprintf("%s/H=%d L=%d", plan, c.h, c.l), func(t *testing.T) {
+			t.Run(fmt.Sprintf("H=%d L=%d", c.h, c.l), func(t *testing.T) {
 				// One batch item's K is 230 KB, one KV head's 115 KB.
 				r := rand.New(rand.NewSource(int64(c.h)))
 				p := newProblem(r, 2, c.h, 2, c.l, 900, 32, 32)
@@ -167,7 +167,7 @@ func TestBackwardLargerThanABinding(t *testing.T) {
 				}
 			})
 		}
-		t.Run(plan+"/one KV head too large", func(t *testing.T) {
+		t.Run("one KV head too large", func(t *testing.T) {
 			r := rand.New(rand.NewSource(3))
 			p := newProblem(r, 1, 1, 1, 300, 200, 16, 16)
 			// One head's (L, S) mask is 240 KB: the forward splits its
@@ -179,5 +179,5 @@ func TestBackwardLargerThanABinding(t *testing.T) {
 				t.Errorf("got %v, want ErrTooLarge", err)
 			}
 		})
-	}
+	})
 }

@@ -177,11 +177,10 @@ func TestHalfUploadRefusals(t *testing.T) {
 // path and load width, against the reference on the rounded values (the
 // scalar loads with each half type in every slot; the mixes with vec4).
 func TestHalfInputsEveryPath(t *testing.T) {
-	r := rand.New(rand.NewSource(9))
-	for path, d := range everyPlan() {
-		if path == "amd" {
-			continue // NVIDIA's plan loads as AMD's does: other tiles, the same loads
-		}
+	// NVIDIA's plan loads as AMD's does: other tiles, the same loads.
+	inParallel(t, []string{"auto", "storage", "nvidia"}, func(t *testing.T, path string) {
+		d := everyPlan()[path]
+		r := rand.New(rand.NewSource(9))
 		for _, width := range []int{8, 5} { // vec4 and scalar loads
 			mixes := typeMixes[1:]
 			if width == 5 {
@@ -193,8 +192,7 @@ func TestHalfInputsEveryPath(t *testing.T) {
 				p.opts.Causal = vkattn.CausalBottomRight
 				p.wantLSE, p.weights = true, i%2 == 0
 				p.blhd = i == 2
-				name := fmt.Sprintf("%s/d%d%s", path, width, typesName(ts))
-				t.Run(name, func(t *testing.T) {
+				t.Run(fmt.Sprintf("d%d%s", width, typesName(ts)), func(t *testing.T) {
 					plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], ts, p.opts)
 					if err != nil {
 						t.Fatal(err)
@@ -207,7 +205,7 @@ func TestHalfInputsEveryPath(t *testing.T) {
 				})
 			}
 		}
-	}
+	})
 }
 
 // Every golden case with its inputs stored as halves (all three, and half
@@ -218,13 +216,12 @@ func TestGoldenCasesInHalves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range cases {
-		for path, d := range everyPlan() {
-			if path == "amd" {
-				continue // NVIDIA's plan loads as AMD's does
-			}
+	// NVIDIA's plan loads as AMD's does.
+	inParallel(t, []string{"auto", "storage", "nvidia"}, func(t *testing.T, path string) {
+		d := everyPlan()[path]
+		for _, c := range cases {
 			for _, ts := range [][3]vkattn.DType{typeMixes[2], typeMixes[4]} {
-				t.Run(c.Name+"/"+path+typesName(ts), func(t *testing.T) {
+				t.Run(c.Name+typesName(ts), func(t *testing.T) {
 					g, err := c.Problem()
 					if err != nil {
 						t.Fatal(err)
@@ -236,18 +233,17 @@ func TestGoldenCasesInHalves(t *testing.T) {
 				})
 			}
 		}
-	}
+	})
 }
 
 // Multi-head layers with float16 and bfloat16 weights (packed and
 // separate q/k/v projections, both load paths, vec4 and scalar widths):
 // against the reference on the rounded weights.
 func TestMHAHalfWeights(t *testing.T) {
-	r := rand.New(rand.NewSource(17))
-	for path, d := range everyPlan() {
-		if path == "amd" {
-			continue // NVIDIA's plan loads as AMD's does
-		}
+	// NVIDIA's plan loads as AMD's does.
+	inParallel(t, []string{"auto", "storage", "nvidia"}, func(t *testing.T, path string) {
+		d := everyPlan()[path]
+		r := rand.New(rand.NewSource(17))
 		for _, dt := range []vkattn.DType{vkattn.Float16, vkattn.BFloat16} {
 			for _, cross := range []bool{false, true} {
 				width := 16
@@ -256,7 +252,7 @@ func TestMHAHalfWeights(t *testing.T) {
 				}
 				c := randomMHACase(r, width, 2, 9, "key padding", cross)
 				storeWeightsAs(c.w, dt)
-				t.Run(fmt.Sprintf("%s/%v/cross=%v", path, dt, cross), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%v/cross=%v", dt, cross), func(t *testing.T) {
 					got := checkMHA(t, d, c)
 					if s := got.plan.OutProj.String(); !strings.Contains(s, "W "+dt.String()) {
 						t.Errorf("out_proj plan %q does not say it reads %v weights", s, dt)
@@ -264,7 +260,7 @@ func TestMHAHalfWeights(t *testing.T) {
 				})
 			}
 		}
-	}
+	})
 }
 
 // The kernels widen halves exactly, subnormals included: with one visible

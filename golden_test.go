@@ -21,13 +21,14 @@ func TestGoldenCases(t *testing.T) {
 	if len(cases) < 8 {
 		t.Fatalf("only %d golden cases loaded", len(cases))
 	}
-	for plan, d := range everyPlan() {
+	inParallel(t, everyPlanName, func(t *testing.T, plan string) {
+		d := everyPlan()[plan]
 		for _, c := range cases {
-			t.Run(plan+"/"+c.Name, func(t *testing.T) {
+			t.Run(c.Name, func(t *testing.T) {
 				if line, ok := verify.Case(d, &c); !ok {
 					t.Errorf("%s (%s)", line, c.Source)
 				}
 			})
 		}
-	}
+	})
 }

@@ -152,6 +152,22 @@ func everyPlan() map[string]*vkattn.Device {
 	return map[string]*vkattn.Device{"auto": dev, "storage": storageDev, "nvidia": nvidiaDev, "amd": amdDev}
 }
 
+// inParallel runs f for each plan as parallel subtests named by plan. The
+// plans are devices of their own, and lavapipe compiles a device's kernels
+// on that device's queue thread, so the plans' kernels compile at once.
+func inParallel(t *testing.T, plans []string, f func(t *testing.T, plan string)) {
+	t.Helper()
+	for _, plan := range plans {
+		t.Run(plan, func(t *testing.T) {
+			t.Parallel()
+			f(t, plan)
+		})
+	}
+}
+
+// everyPlanName are everyPlan's names, in a fixed order.
+var everyPlanName = []string{"auto", "storage", "nvidia", "amd"}
+
 // ownAndNVIDIA name the two plans most device tests run on: the device's
 // own (lavapipe's: row kernels, host-visible memory) and NVIDIA's (tiled
 // kernels, discrete memory with staged transfers).

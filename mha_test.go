@@ -226,6 +226,7 @@ func TestMHAPyTorchParityGPU(t *testing.T) {
 	for i, c := range mhaParityCases {
 		for plan, d := range everyPlan() {
 			t.Run(plan+"/"+c.name, func(t *testing.T) {
+				t.Parallel() // each plan's device compiles its kernels at once
 				// The storage plan reads the safetensors copy of the layer.
 				mc, data := loadMHAParity(t, i, map[bool]string{false: ".npz", true: ".safetensors"}[d == storageDev])
 				mc.opts.NeedWeights = true

@@ -18,6 +18,7 @@ import (
 func TestQ8KVEveryPlan(t *testing.T) {
 	for name, d := range everyPlan() {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each plan's device compiles its kernel at once
 			r := rand.New(rand.NewSource(97))
 			p := newProblem(r, 2, 4, 2, 5, 9, 32, 32)
 			p.k[7] = 40 // an outlier in its block

@@ -310,8 +310,9 @@ func TestAttentionVarlen(t *testing.T) {
 		cuQ, cuK = append(cuQ, cuQ[i]+lq[i]), append(cuK, cuK[i]+lk[i])
 	}
 	tq, tk := cuQ[len(lq)], cuK[len(lk)]
-	r := rand.New(rand.NewSource(61))
-	for path, d := range everyPlan() {
+	inParallel(t, everyPlanName, func(t *testing.T, path string) {
+		d := everyPlan()[path]
+		r := rand.New(rand.NewSource(61))
 		for _, c := range []struct {
 			name string
 			opts vkattn.Options
@@ -321,7 +322,7 @@ func TestAttentionVarlen(t *testing.T) {
 			{"top-left window alibi", vkattn.Options{Causal: vkattn.CausalTopLeft, Window: &vkattn.Window{Left: 3, Right: 1}, ALiBi: vkattn.ALiBiSlopes(H)}, vkattn.Float16},
 			{"sinks softcap", vkattn.Options{Sinks: randomValues(r, H), Softcap: 0.7}, vkattn.BFloat16},
 		} {
-			t.Run(path+"/"+c.name, func(t *testing.T) {
+			t.Run(c.name, func(t *testing.T) {
 				// Packed (total, H, d) as a model lays it out.
 				qp, kp, vp := randomValues(r, tq*H*D), randomValues(r, tk*HKV*D), randomValues(r, tk*HKV*D)
 				q := mustUploadAs(t, d, []int{1, tq, H, D}, qp, c.dt).SwapAxes12()
@@ -375,7 +376,7 @@ func TestAttentionVarlen(t *testing.T) {
 				}
 			})
 		}
-	}
+	})
 	q := upload(t, dev, []int{1, H, tq, D}, make([]float32, H*tq*D))
 	k := upload(t, dev, []int{1, HKV, tk, D}, make([]float32, HKV*tk*D))
 	for _, c := range []struct {
