@@ -39,21 +39,32 @@ COOPMAT_TESTS = Coopmat
 FUZZ_EXECS = 60000x
 
 # Then the viewer build: its vet, and the window tests on a virtual X server.
+# The legs after the whole suite are independent of each other and run two
+# at a time, each one's output printed whole when it ends.
 test: deps-viewer
 	tools/glslc.sh --check
 	$(GO) vet ./...
 	$(GO) vet -tags viewer ./viewer/... ./cmd/vkattn
 	CGO_ENABLED=0 $(GO) test -count=1 ./core/... ./reference/... ./weights/... ./internal/golden/...
 	$(TEST_ENV) $(GO) test -count=1 -timeout 40m ./...
-	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
-	t=$$(mktemp -d) && $(GO) test -c -o $$t/vkattn.test . && \
-	  $(TEST_ENV) VKATTN_REQUIRE_COOPMAT=1 tools/lavapipe26.sh $$t/vkattn.test -test.count=1 -test.timeout 10m -test.run '$(COOPMAT_TESTS)'; \
-	  s=$$?; rm -rf $$t; exit $$s
-	$(TEST_ENV) $(GO) test -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
-	$(TEST_ENV) $(GO) test -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-optimised test-coopmat test-view test-race
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNPY$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x ./weights
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNPZ$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x ./weights
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSafetensors$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x ./weights
+
+# The legs of make test after the whole suite (each installs what make
+# test does, once however many run).
+.PHONY: test-optimised test-coopmat test-view test-race
+test-optimised: deps-viewer
+	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
+test-coopmat: deps-viewer
+	t=$$(mktemp -d) && $(GO) test -c -o $$t/vkattn.test . && \
+	  $(TEST_ENV) VKATTN_REQUIRE_COOPMAT=1 tools/lavapipe26.sh $$t/vkattn.test -test.count=1 -test.timeout 10m -test.run '$(COOPMAT_TESTS)'; \
+	  s=$$?; rm -rf $$t; exit $$s
+test-view: deps-viewer
+	$(TEST_ENV) $(GO) test -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
+test-race: deps-viewer
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
 
 demo: deps
 	$(GO) run ./cmd/vkattn demo
