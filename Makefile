@@ -39,22 +39,19 @@ COOPMAT_TESTS = Coopmat
 FUZZ_EXECS = 60000x
 
 # Then the viewer build: its vet, and the window tests on a virtual X server.
-# The legs after the whole suite are independent of each other and run two
-# at a time, each one's output printed whole when it ends.
+# The legs after the whole suite (fuzzing included) are independent of each
+# other and run two at a time, each one's output printed whole when it ends.
 test: deps-viewer
 	tools/glslc.sh --check
 	$(GO) vet ./...
 	$(GO) vet -tags viewer ./viewer/... ./cmd/vkattn
 	CGO_ENABLED=0 $(GO) test -count=1 ./core/... ./reference/... ./weights/... ./internal/golden/...
 	$(TEST_ENV) $(GO) test -count=1 -timeout 40m ./...
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-optimised test-coopmat test-view test-race
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNPY$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x ./weights
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNPZ$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x ./weights
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSafetensors$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x ./weights
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-fuzz test-coopmat test-race test-optimised test-view
 
 # The legs of make test after the whole suite (each installs what make
 # test does, once however many run).
-.PHONY: test-optimised test-coopmat test-view test-race
+.PHONY: test-optimised test-coopmat test-view test-race test-fuzz
 test-optimised: deps-viewer
 	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
 test-coopmat: deps-viewer
@@ -65,6 +62,10 @@ test-view: deps-viewer
 	$(TEST_ENV) $(GO) test -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
 test-race: deps-viewer
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
+test-fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNPY$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x ./weights
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNPZ$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x ./weights
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSafetensors$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x ./weights
 
 demo: deps
 	$(GO) run ./cmd/vkattn demo
