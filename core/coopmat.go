@@ -75,8 +75,9 @@ type MatrixBound struct {
 //     (2^-11 + keys * 2^-25) * max|v|;
 //   - a bfloat16 block scaled into float16 keeps each value within
 //     e = 2^-28 * max|x| + 2^-140 of itself (exact for float16 inputs), so
-//     a score moves by at most eps = |scale| * dk * (max|q| e_k + max|k| e_q
-//   - e_q e_k), the log-sum-exp by eps and the outputs by another
+//     a score moves by at most
+//     eps = |scale| * dk * (max|q| e_k + max|k| e_q + e_q e_k),
+//     the log-sum-exp by eps and the outputs by another
 //     (e^(2 eps) - 1) max|v| + (1 + 2^-11) e_v.
 func MatrixErrorBound(keys, dk int, scale float64, types [3]DType, q, k, v []float32) MatrixBound {
 	mq, mk, mv := maxAbs(q), maxAbs(k), maxAbs(v)

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/vkattn/vkattn/core"
@@ -252,14 +253,9 @@ func (p AttentionPlan) typesNote() string {
 // float16 as stored, bfloat16 scaled into float16 by a power of two per
 // block (SEMANTICS.md §18).
 func (p AttentionPlan) matrixTypesNote() string {
-	var parts []string
-	scaled := false
-	for i, t := range []core.DType{p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type} {
-		parts = append(parts, []string{"Q", "K", "V"}[i]+" "+t.String())
-		scaled = scaled || t == core.BFloat16
-	}
-	note := "; " + strings.Join(parts, " ") + " as float16"
-	if scaled {
+	ts := []core.DType{p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type}
+	note := "; " + namedTypes([]string{"Q", "K", "V"}, ts...) + " as float16"
+	if slices.Contains(ts, core.BFloat16) {
 		note += " (bfloat16 scaled by a power of two per block)"
 	}
 	return note

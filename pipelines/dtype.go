@@ -2,6 +2,7 @@ package pipelines
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/vkattn/vkattn/core"
@@ -33,16 +34,19 @@ func texelBinding(t core.DType, vec4 bool) vk.BindingType {
 // typesNote says how inputs named names of types ts are read: nothing when
 // all are float32.
 func typesNote(names []string, ts ...core.DType) string {
-	var parts []string
-	half := false
-	for i, t := range ts {
-		parts = append(parts, names[i]+" "+t.String())
-		half = half || t != core.Float32
-	}
-	if !half {
+	if !slices.ContainsFunc(ts, func(t core.DType) bool { return t != core.Float32 }) {
 		return ""
 	}
-	return fmt.Sprintf(", %s widened to f32 on load", strings.Join(parts, " "))
+	return fmt.Sprintf(", %s widened to f32 on load", namedTypes(names, ts...))
+}
+
+// namedTypes is "Q f16 K f16 V bf16": each input's name and type.
+func namedTypes(names []string, ts ...core.DType) string {
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = names[i] + " " + t.String()
+	}
+	return strings.Join(parts, " ")
 }
 
 // checkTypes refuses element types the attention kernel cannot read:
