@@ -62,10 +62,10 @@ func uploadProblem(t *testing.T, d *vkattn.Device, p *problem) (q, k, v *vkattn.
 	return mustUpload(t, d, p.qs[:], p.q), mustUpload(t, d, p.ks[:], p.k), mustUpload(t, d, p.vs[:], p.v)
 }
 
-// slowProblem is a call that runs long enough on lavapipe (about a second)
-// to be cancelled while it is on the device.
+// slowProblem is a call that runs long enough on lavapipe (about half a
+// second) to be cancelled while it is on the device.
 func slowProblem() *problem {
-	return newProblem(rand.New(rand.NewSource(11)), 1, 8, 8, 4096, 4096, 64, 64)
+	return newProblem(rand.New(rand.NewSource(11)), 1, 2, 2, 4096, 4096, 64, 64)
 }
 
 // TestCancelledCallsLeaveTheDeviceUsable: a done context submits nothing; a
