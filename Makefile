@@ -11,11 +11,10 @@ deps:
 deps-viewer:
 	@tools/deps.sh --viewer
 
-# SPIR-V freshness, go vet, then the whole suite with the Vulkan validation
-# layer on (any validation message fails it) and, beside it, the legs: the
-# plain-Go packages without cgo (no Vulkan driver needed), the tests of a
-# device shared by goroutines and closed under load again under the race
-# detector, and those below.
+# SPIR-V freshness, go vet, the plain-Go packages without cgo (no Vulkan
+# driver needed), then the whole suite with the Vulkan validation layer on
+# (any validation message fails it) and, beside it, the tests of a device
+# shared by goroutines and closed under load again under the race detector.
 RACE_TESTS = Concurrent|Cancelled|AfterDeviceClose|InFlight|StagingArea
 
 # lavapipe compiles each kernel variant at its first dispatch, and a cold
@@ -42,26 +41,26 @@ FUZZ_EXECS = 60000x
 # the fuzzing build instruments the decoders and core, not the engine.
 FUZZ = CGO_ENABLED=0 $(GO) test -run '^$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x
 
-# The viewer build: its vet, and the window tests on a virtual X server.
-# The whole suite and the legs are independent of each other: the legs
-# run two at a time beside the suite at a lower priority,
+# Then the viewer build: its vet, and the window tests on a virtual X server.
+# The whole suite and the legs (fuzzing included) are independent of each
+# other: the legs run two at a time beside the suite at a lower priority,
 # so they take the CPU time the suite leaves idle (the root package, the
 # long pole, keeps one core busy and the other only in part) and the rest
 # once it ends. Each one's output is printed whole when it ends.
 test: deps-viewer
 	tools/glslc.sh --check
 	$(GO) vet ./...
+	$(GO) vet -tags viewer ./viewer/... ./cmd/vkattn
+	CGO_ENABLED=0 $(GO) test -count=1 ./core/... ./reference/... ./weights/... ./internal/golden/...
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-suite test-legs
 
 # The legs of make test beside the suite (each installs what make test
 # does, once however many run).
-.PHONY: test-suite test-legs test-nocgo test-optimised test-coopmat test-view test-race test-fuzz
+.PHONY: test-suite test-legs test-optimised test-coopmat test-view test-race test-fuzz
 test-suite: deps-viewer
 	$(TEST_ENV) $(GO) test -count=1 -timeout 40m ./...
 test-legs: deps-viewer
-	nice -n 10 env MAKEFLAGS= $(MAKE) --no-print-directory -j2 --output-sync=target test-coopmat test-race test-fuzz test-view test-optimised test-nocgo
-test-nocgo:
-	CGO_ENABLED=0 $(GO) test -count=1 ./core/... ./reference/... ./weights/... ./internal/golden/...
+	nice -n 10 env MAKEFLAGS= $(MAKE) --no-print-directory -j2 --output-sync=target test-coopmat test-race test-fuzz test-optimised test-view
 test-optimised: deps-viewer
 	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
 test-coopmat: deps-viewer
@@ -69,7 +68,6 @@ test-coopmat: deps-viewer
 	  $(TEST_ENV) VKATTN_REQUIRE_COOPMAT=1 tools/lavapipe26.sh $$t/vkattn.test -test.count=1 -test.timeout 10m -test.run '$(COOPMAT_TESTS)'; \
 	  s=$$?; rm -rf $$t; exit $$s
 test-view: deps-viewer
-	$(GO) vet -tags viewer ./viewer/... ./cmd/vkattn
 	$(TEST_ENV) $(GO) test -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
 test-race: deps-viewer
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
