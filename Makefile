@@ -59,8 +59,10 @@ test: deps-viewer
 .PHONY: test-suite test-legs test-optimised test-coopmat test-view test-race test-fuzz
 test-suite: deps-viewer
 	$(TEST_ENV) $(GO) test -count=1 -timeout 40m ./...
+# The legs' make takes two jobs of its own: its MAKEFLAGS keep the command
+# line's variables and flags but not the outer jobserver.
 test-legs: deps-viewer
-	nice -n 10 env MAKEFLAGS= $(MAKE) --no-print-directory -j2 --output-sync=target test-coopmat test-race test-fuzz test-optimised test-view
+	nice -n 10 env MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))' $(MAKE) --no-print-directory -j2 --output-sync=target test-coopmat test-race test-fuzz test-optimised test-view
 test-optimised: deps-viewer
 	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
 test-coopmat: deps-viewer
