@@ -33,11 +33,9 @@ func (d *Device) NewAdditive(w *AdditiveWeights) (*Additive, error) {
 		return nil, err
 	}
 	a := &Additive{dev: d, dq: w.DQ, dk: w.DK, da: w.DA}
-	err := d.uploadWeights([]weightUpload{
+	if err := d.uploadWeights([]weightUpload{
 		{&a.wq, core.Transpose(w.WQ, w.DQ, w.DA), Float32}, {&a.wk, core.Transpose(w.WK, w.DK, w.DA), Float32}, {&a.bias, w.Bias, Float32}, {&a.wa, w.WA, Float32},
-	})
-	if err != nil {
-		a.Close()
+	}); err != nil {
 		return nil, err
 	}
 	return a, nil

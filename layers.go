@@ -10,14 +10,19 @@ type weightUpload struct {
 }
 
 // uploadWeights uploads every weight that is present as a flat tensor,
-// with its exact largest |value| as its bound (weights are never written).
+// with its exact largest |value| as its bound (weights are never written):
+// all of them, or on an error none (what it had uploaded is freed).
 func (d *Device) uploadWeights(ws []weightUpload) error {
-	for _, u := range ws {
+	for i, u := range ws {
 		if u.data == nil {
 			continue
 		}
 		t, err := d.upload([]int{1, len(u.data)}, u.data, u.dtype, 0)
 		if err != nil {
+			for _, done := range ws[:i] {
+				closeTensors(*done.dst)
+				*done.dst = nil
+			}
 			return err
 		}
 		*u.dst = t

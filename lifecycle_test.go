@@ -217,6 +217,26 @@ func TestCloseAfterDeviceClose(t *testing.T) {
 	}
 }
 
+// TestLayerWeightsAllOrNothing: a layer whose last weight cannot be stored
+// (an out_proj weight beyond float16's range, uploaded after the input
+// projections) is refused with ErrOverflow and leaves nothing of the
+// weights uploaded before it on the device.
+func TestLayerWeightsAllOrNothing(t *testing.T) {
+	d, before := openOwnDevice(t)
+	opened := vkattn.LiveObjects()
+	w := randomMHA(rand.New(rand.NewSource(16)), 8, 8, 8, true)
+	w.DType = vkattn.Float16
+	w.OutProjWeight[5] = 1e6
+	if layer, err := d.NewMHA(w); !errors.Is(err, vkattn.ErrOverflow) {
+		layer.Close()
+		t.Fatalf("NewMHA with an out_proj weight of 1e6 stored as float16: %v, want ErrOverflow", err)
+	}
+	if n := vkattn.LiveObjects(); n != opened {
+		t.Errorf("%d Vulkan objects alive after the refused layer, want %d", n, opened)
+	}
+	closeOwnDevice(t, d, before)
+}
+
 // TestSoakManyCalls makes thousands of one-shot and prepared calls on a
 // device of its own: resident memory stays flat (no C or Vulkan memory
 // leaks per call) and nothing is alive after Close.

@@ -40,12 +40,10 @@ func (d *Device) NewMHA(w *MHAWeights) (*MHA, error) {
 		return nil, err
 	}
 	m := &MHA{dev: d, dModel: w.DModel, kdim: w.KDim, vdim: w.VDim, kvOut: w.KVOut(), packed: w.InProjWeight != nil, wType: w.DType}
-	err := d.uploadWeights([]weightUpload{
+	if err := d.uploadWeights([]weightUpload{
 		{&m.inW, w.InProjWeight, w.DType}, {&m.qW, w.QProjWeight, w.DType}, {&m.kW, w.KProjWeight, w.DType}, {&m.vW, w.VProjWeight, w.DType},
 		{&m.inB, w.InProjBias, Float32}, {&m.outW, w.OutProjWeight, w.DType}, {&m.outB, w.OutProjBias, Float32},
-	})
-	if err != nil {
-		m.Close()
+	}); err != nil {
 		return nil, err
 	}
 	return m, nil
