@@ -219,14 +219,16 @@ static VkResult vkattn_create_compute_pipeline(const vkattn_device_calls *c, VkD
 	return r;
 }
 
-// A pool for exactly one set: counts[i] descriptors of types[i].
+// A pool for exactly one set of the layout vkattn_create_set_layout makes
+// from types: a size of one descriptor per binding (Vulkan adds up the
+// sizes of one type).
 static VkResult vkattn_create_descriptor_pool(const vkattn_device_calls *c, VkDevice dev,
-		const uint32_t *types, const uint32_t *counts, uint32_t n, VkDescriptorPool *out) {
+		const uint32_t *types, uint32_t n, VkDescriptorPool *out) {
 	VkDescriptorPoolSize *sizes = calloc(n ? n : 1, sizeof(*sizes));
 	if (!sizes) return VK_ERROR_OUT_OF_HOST_MEMORY;
 	for (uint32_t i = 0; i < n; i++) {
 		sizes[i].type = (VkDescriptorType)types[i];
-		sizes[i].descriptorCount = counts[i];
+		sizes[i].descriptorCount = 1;
 	}
 	VkDescriptorPoolCreateInfo info = {VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
 	info.maxSets = 1;
@@ -516,10 +518,10 @@ func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan
 	return vulkan.Pipeline(unsafe.Pointer(h)), err
 }
 
-func (d *Device) createDescriptorPool(types, counts []uint32) (vulkan.DescriptorPool, error) {
+func (d *Device) createDescriptorPool(types []uint32) (vulkan.DescriptorPool, error) {
 	var h C.VkDescriptorPool
 	err := check("vkCreateDescriptorPool", result(C.vkattn_create_descriptor_pool(&d.calls.c, d.cDevice(),
-		uint32Ptr(types), uint32Ptr(counts), C.uint32_t(len(types)), &h)))
+		uint32Ptr(types), C.uint32_t(len(types)), &h)))
 	return vulkan.DescriptorPool(unsafe.Pointer(h)), err
 }
 

@@ -75,6 +75,7 @@ type Kernel struct {
 	setLay   vulkan.DescriptorSetLayout
 	pipeLay  vulkan.PipelineLayout
 	pipeline vulkan.Pipeline
+	types    []uint32                    // each binding's VkDescriptorType
 	sets     map[*DescriptorSet]struct{} // guarded by dev.mu
 	// spareSets are sets Close gave back, for reuse (guarded by dev.mu).
 	spareSets []spareSet
@@ -105,11 +106,11 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	k.module = module
 	objectCreated()
 
-	types := make([]uint32, len(spec.Bindings))
+	k.types = make([]uint32, len(spec.Bindings))
 	for i, t := range spec.Bindings {
-		types[i] = uint32(t.descriptorType())
+		k.types[i] = uint32(t.descriptorType())
 	}
-	setLay, err := d.createSetLayout(types)
+	setLay, err := d.createSetLayout(k.types)
 	if err != nil {
 		k.destroy()
 		return nil, fmt.Errorf("kernel %s: %w", spec.Name, err)
@@ -302,16 +303,7 @@ func (k *Kernel) newSet() (*DescriptorSet, error) {
 		return &DescriptorSet{kernel: k, pool: sp.pool, set: sp.set, written: sp.written}, nil
 	}
 	d.mu.Unlock()
-	counts := map[vulkan.DescriptorType]uint32{}
-	for _, t := range k.Spec.Bindings {
-		counts[t.descriptorType()]++
-	}
-	var types, sizes []uint32
-	for t, n := range counts {
-		types = append(types, uint32(t))
-		sizes = append(sizes, n)
-	}
-	pool, err := d.createDescriptorPool(types, sizes)
+	pool, err := d.createDescriptorPool(k.types)
 	if err != nil {
 		return nil, err
 	}
