@@ -17,6 +17,11 @@ deps-viewer:
 # shared by goroutines and closed under load again under the race detector.
 RACE_TESTS = Concurrent|Cancelled|AfterDeviceClose|InFlight|StagingArea
 
+# go vet ./... runs every analyzer on every package first, so the test
+# runs after it leave off go test's own vet (a subset of the same checks,
+# on the same files, which would cost the runs some 40 s of CPU cold).
+GOTEST = $(GO) test -vet=off
+
 # lavapipe compiles each kernel variant at its first dispatch, and a cold
 # run of the suite is mostly that (some 300 variants). GALLIVM_PERF=nopt
 # turns off the LLVM optimisation passes of lavapipe's JIT (GPU drivers
@@ -37,9 +42,11 @@ COOPMAT_TESTS = Coopmat
 # deadline and can fail with "context deadline exceeded" and no crasher
 # (golang/go#75804, open in Go 1.26).
 FUZZ_EXECS = 60000x
-# Without cgo the weights tests leave out the one that opens a device, so
-# the fuzzing build instruments the decoders and core, not the engine.
-FUZZ = CGO_ENABLED=0 $(GO) test -run '^$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x
+# Without cgo the weights tests leave out the one that opens a device, and
+# with the fuzzing tag the two that check against npyio and the float64
+# reference (they run in the suite), so the fuzzing build instruments the
+# decoders, core and the standard library, not the engine, gonum or npyio.
+FUZZ = CGO_ENABLED=0 $(GOTEST) -tags fuzzing -run '^$$' -fuzztime $(FUZZ_EXECS) -fuzzminimizetime 100x
 
 # Then the viewer build: its vet, and the window tests on a virtual X server.
 # The whole suite and the legs (fuzzing included) are independent of each
@@ -51,28 +58,28 @@ test: deps-viewer
 	tools/glslc.sh --check
 	$(GO) vet ./...
 	$(GO) vet -tags viewer ./viewer/... ./cmd/vkattn
-	CGO_ENABLED=0 $(GO) test -count=1 ./core/... ./reference/... ./weights/... ./internal/golden/...
+	CGO_ENABLED=0 $(GOTEST) -count=1 ./core/... ./reference/... ./weights/... ./internal/golden/...
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-suite test-legs
 
 # The legs of make test beside the suite (each installs what make test
 # does, once however many run).
 .PHONY: test-suite test-legs test-optimised test-coopmat test-view test-race test-fuzz
 test-suite: deps-viewer
-	$(TEST_ENV) $(GO) test -count=1 -timeout 40m ./...
+	$(TEST_ENV) $(GOTEST) -count=1 -timeout 40m ./...
 # The legs' make takes two jobs of its own: its MAKEFLAGS keep the command
 # line's variables and flags but not the outer jobserver.
 test-legs: deps-viewer
 	nice -n 10 env MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))' $(MAKE) --no-print-directory -j2 --output-sync=target test-coopmat test-race test-fuzz test-optimised test-view
 test-optimised: deps-viewer
-	VKATTN_VALIDATION=1 $(GO) test -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
+	VKATTN_VALIDATION=1 $(GOTEST) -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
 test-coopmat: deps-viewer
-	t=$$(mktemp -d) && $(GO) test -c -o $$t/vkattn.test . && \
+	t=$$(mktemp -d) && $(GOTEST) -c -o $$t/vkattn.test . && \
 	  $(TEST_ENV) VKATTN_REQUIRE_COOPMAT=1 tools/lavapipe26.sh $$t/vkattn.test -test.count=1 -test.timeout 10m -test.run '$(COOPMAT_TESTS)'; \
 	  s=$$?; rm -rf $$t; exit $$s
 test-view: deps-viewer
-	$(TEST_ENV) $(GO) test -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
+	$(TEST_ENV) $(GOTEST) -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
 test-race: deps-viewer
-	$(TEST_ENV) $(GO) test -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
+	$(TEST_ENV) $(GOTEST) -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
 test-fuzz:
 	$(FUZZ) -fuzz '^FuzzDecodeNPY$$' ./weights
 	$(FUZZ) -fuzz '^FuzzDecodeNPZ$$' ./weights

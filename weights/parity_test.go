@@ -1,3 +1,8 @@
+//go:build !fuzzing
+
+// Like npyio_test.go, left out of the fuzzing build: the float64 reference
+// would bring gonum into it.
+
 package weights
 
 import (

@@ -17,7 +17,6 @@ import (
 	"strings"
 	"testing"
 
-	"codeberg.org/sbinet/npyio/npz"
 	"github.com/vkattn/vkattn/core"
 )
 
@@ -161,21 +160,6 @@ func TestLoadNPZ(t *testing.T) {
 		if !reflect.DeepEqual(ts, want) {
 			t.Fatalf("compress %v:\n got %v\nwant %v", compress, ts, want)
 		}
-	}
-}
-
-// Files written by npyio's own npz writer read back.
-func TestLoadNPZFromNpyio(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "x.npz")
-	if err := npz.Write(p, map[string]any{"m.npy": [][]float32{{1, 2, 3}, {4, 5, 6}}, "v.npy": []float64{1.5, 2.5}}); err != nil {
-		t.Fatal(err)
-	}
-	ts := mustLoad(t, p)
-	if m := ts["m"]; !reflect.DeepEqual(m.Shape, []int{2, 3}) || !reflect.DeepEqual(m.Data, []float32{1, 2, 3, 4, 5, 6}) {
-		t.Fatalf("m = %+v", m)
-	}
-	if v := ts["v"]; v.DType != "F64" || !reflect.DeepEqual(v.Data, []float32{1.5, 2.5}) {
-		t.Fatalf("v = %+v", v)
 	}
 }
 
