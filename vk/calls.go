@@ -1,7 +1,10 @@
 package vk
 
 // Vulkan calls whose create infos hold arrays or nested structs are made
-// here, through C shims that build those structs on the C stack.
+// here, through C shims that build those structs on the C stack. The
+// arrays they point to are built in Go when they hold no pointers (cgo pins
+// them for the call), and in C memory by the shim when they do
+// (vkattn_update_set's writes point to its buffer and image infos).
 //
 // vulkan-go converts such arguments into C memory that it frees from a Go
 // finalizer, and the finalizer is attached to a variable that is unreachable
@@ -154,23 +157,12 @@ static VkResult vkattn_create_shader_module(const vkattn_device_calls *c, VkDevi
 	return c->createShaderModule(dev, &info, NULL, out);
 }
 
-// One descriptor of types[i] at binding i, visible to compute shaders.
 static VkResult vkattn_create_set_layout(const vkattn_device_calls *c, VkDevice dev,
-		const uint32_t *types, uint32_t n, VkDescriptorSetLayout *out) {
-	VkDescriptorSetLayoutBinding *bindings = calloc(n ? n : 1, sizeof(*bindings));
-	if (!bindings) return VK_ERROR_OUT_OF_HOST_MEMORY;
-	for (uint32_t i = 0; i < n; i++) {
-		bindings[i].binding = i;
-		bindings[i].descriptorType = (VkDescriptorType)types[i];
-		bindings[i].descriptorCount = 1;
-		bindings[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
-	}
+		const VkDescriptorSetLayoutBinding *bindings, uint32_t n, VkDescriptorSetLayout *out) {
 	VkDescriptorSetLayoutCreateInfo info = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
 	info.bindingCount = n;
 	info.pBindings = bindings;
-	VkResult r = c->createDescriptorSetLayout(dev, &info, NULL, out);
-	free(bindings);
-	return r;
+	return c->createDescriptorSetLayout(dev, &info, NULL, out);
 }
 
 static VkResult vkattn_create_pipeline_layout(const vkattn_device_calls *c, VkDevice dev,
@@ -186,19 +178,14 @@ static VkResult vkattn_create_pipeline_layout(const vkattn_device_calls *c, VkDe
 	return c->createPipelineLayout(dev, &info, NULL, out);
 }
 
-// Specialization constant i is the 4-byte spec[i]. subgroupSize > 0
-// requires that subgroup size; full requires full subgroups (both need the
-// features of VK_EXT_subgroup_size_control enabled).
+// entries[i] places specialization constant entries[i].constantID in spec.
+// subgroupSize > 0 requires that subgroup size; full requires full
+// subgroups (both need the features of VK_EXT_subgroup_size_control
+// enabled).
 static VkResult vkattn_create_compute_pipeline(const vkattn_device_calls *c, VkDevice dev,
 		VkPipelineCache cache, VkShaderModule module, VkPipelineLayout layout,
-		const int32_t *spec, uint32_t n, uint32_t subgroupSize, int full, VkPipeline *out) {
-	VkSpecializationMapEntry *entries = calloc(n ? n : 1, sizeof(*entries));
-	if (!entries) return VK_ERROR_OUT_OF_HOST_MEMORY;
-	for (uint32_t i = 0; i < n; i++) {
-		entries[i].constantID = i;
-		entries[i].offset = 4 * i;
-		entries[i].size = 4;
-	}
+		const VkSpecializationMapEntry *entries, const int32_t *spec, uint32_t n,
+		uint32_t subgroupSize, int full, VkPipeline *out) {
 	VkSpecializationInfo specInfo = {n, entries, 4 * (size_t)n, spec};
 	VkComputePipelineCreateInfo info = {VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
 	info.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
@@ -214,29 +201,17 @@ static VkResult vkattn_create_compute_pipeline(const vkattn_device_calls *c, VkD
 	}
 	if (full) info.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT;
 	info.layout = layout;
-	VkResult r = c->createComputePipelines(dev, cache, 1, &info, NULL, out);
-	free(entries);
-	return r;
+	return c->createComputePipelines(dev, cache, 1, &info, NULL, out);
 }
 
-// A pool for exactly one set of the layout vkattn_create_set_layout makes
-// from types: a size of one descriptor per binding (Vulkan adds up the
-// sizes of one type).
+// A pool for exactly one set.
 static VkResult vkattn_create_descriptor_pool(const vkattn_device_calls *c, VkDevice dev,
-		const uint32_t *types, uint32_t n, VkDescriptorPool *out) {
-	VkDescriptorPoolSize *sizes = calloc(n ? n : 1, sizeof(*sizes));
-	if (!sizes) return VK_ERROR_OUT_OF_HOST_MEMORY;
-	for (uint32_t i = 0; i < n; i++) {
-		sizes[i].type = (VkDescriptorType)types[i];
-		sizes[i].descriptorCount = 1;
-	}
+		const VkDescriptorPoolSize *sizes, uint32_t n, VkDescriptorPool *out) {
 	VkDescriptorPoolCreateInfo info = {VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
 	info.maxSets = 1;
 	info.poolSizeCount = n;
 	info.pPoolSizes = sizes;
-	VkResult r = c->createDescriptorPool(dev, &info, NULL, out);
-	free(sizes);
-	return r;
+	return c->createDescriptorPool(dev, &info, NULL, out);
 }
 
 static VkResult vkattn_allocate_set(const vkattn_device_calls *c, VkDevice dev,
@@ -488,10 +463,17 @@ func (d *Device) createShaderModule(code []uint32) (vulkan.ShaderModule, error) 
 	return vulkan.ShaderModule(unsafe.Pointer(h)), err
 }
 
+// createSetLayout makes a layout of one descriptor of types[i] at binding
+// i, visible to compute shaders.
 func (d *Device) createSetLayout(types []uint32) (vulkan.DescriptorSetLayout, error) {
+	bindings := make([]C.VkDescriptorSetLayoutBinding, len(types))
+	for i, t := range types {
+		bindings[i] = C.VkDescriptorSetLayoutBinding{binding: C.uint32_t(i), descriptorType: C.VkDescriptorType(t),
+			descriptorCount: 1, stageFlags: C.VK_SHADER_STAGE_COMPUTE_BIT}
+	}
 	var h C.VkDescriptorSetLayout
 	err := check("vkCreateDescriptorSetLayout", result(C.vkattn_create_set_layout(&d.calls.c, d.cDevice(),
-		uint32Ptr(types), C.uint32_t(len(types)), &h)))
+		first(bindings), C.uint32_t(len(bindings)), &h)))
 	return vulkan.DescriptorSetLayout(unsafe.Pointer(h)), err
 }
 
@@ -502,10 +484,15 @@ func (d *Device) createPipelineLayout(set vulkan.DescriptorSetLayout, pushSize u
 	return vulkan.PipelineLayout(unsafe.Pointer(h)), err
 }
 
+// createComputePipeline specializes constant_id i to the 4-byte spec[i].
 func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan.PipelineLayout, spec []int32, subgroupSize uint32, full bool) (vulkan.Pipeline, error) {
 	fullFlag := C.int(0)
 	if full {
 		fullFlag = 1
+	}
+	entries := make([]C.VkSpecializationMapEntry, len(spec))
+	for i := range spec {
+		entries[i] = C.VkSpecializationMapEntry{constantID: C.uint32_t(i), offset: C.uint32_t(4 * i), size: 4}
 	}
 	var specPtr *C.int32_t
 	if len(spec) > 0 {
@@ -514,14 +501,22 @@ func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan
 	var h C.VkPipeline
 	err := check("vkCreateComputePipelines", result(C.vkattn_create_compute_pipeline(&d.calls.c, d.cDevice(),
 		C.VkPipelineCache(unsafe.Pointer(d.cache)), C.VkShaderModule(unsafe.Pointer(module)),
-		C.VkPipelineLayout(unsafe.Pointer(layout)), specPtr, C.uint32_t(len(spec)), C.uint32_t(subgroupSize), fullFlag, &h)))
+		C.VkPipelineLayout(unsafe.Pointer(layout)), first(entries), specPtr, C.uint32_t(len(spec)),
+		C.uint32_t(subgroupSize), fullFlag, &h)))
 	return vulkan.Pipeline(unsafe.Pointer(h)), err
 }
 
+// createDescriptorPool makes a pool for one set of the layout
+// createSetLayout makes from types: a size of one descriptor per binding
+// (Vulkan adds up the sizes of one type).
 func (d *Device) createDescriptorPool(types []uint32) (vulkan.DescriptorPool, error) {
+	sizes := make([]C.VkDescriptorPoolSize, len(types))
+	for i, t := range types {
+		sizes[i] = C.VkDescriptorPoolSize{_type: C.VkDescriptorType(t), descriptorCount: 1}
+	}
 	var h C.VkDescriptorPool
 	err := check("vkCreateDescriptorPool", result(C.vkattn_create_descriptor_pool(&d.calls.c, d.cDevice(),
-		uint32Ptr(types), C.uint32_t(len(types)), &h)))
+		first(sizes), C.uint32_t(len(sizes)), &h)))
 	return vulkan.DescriptorPool(unsafe.Pointer(h)), err
 }
 
@@ -544,9 +539,9 @@ type descriptor struct {
 	image  vulkan.ImageView
 }
 
-func (d *Device) updateSet(set vulkan.DescriptorSet, descs []descriptor) {
+func (d *Device) updateSet(set vulkan.DescriptorSet, descs []descriptor) error {
 	if len(descs) == 0 {
-		return
+		return nil
 	}
 	b := make([]C.vkattn_binding, len(descs))
 	for i, w := range descs {
@@ -559,7 +554,8 @@ func (d *Device) updateSet(set vulkan.DescriptorSet, descs []descriptor) {
 			image:  C.VkImageView(unsafe.Pointer(w.image)),
 		}
 	}
-	C.vkattn_update_set(&d.calls.c, d.cDevice(), C.VkDescriptorSet(unsafe.Pointer(set)), &b[0], C.uint32_t(len(b)))
+	return check("vkUpdateDescriptorSets", result(C.vkattn_update_set(&d.calls.c, d.cDevice(),
+		C.VkDescriptorSet(unsafe.Pointer(set)), &b[0], C.uint32_t(len(b)))))
 }
 
 func (d *Device) submit(cmd vulkan.CommandBuffer, fence vulkan.Fence) error {
@@ -581,9 +577,11 @@ func (d *Device) copyBuffer(cmd vulkan.CommandBuffer, src, dst vulkan.Buffer, sr
 
 func (d *Device) cDevice() C.VkDevice { return C.VkDevice(unsafe.Pointer(d.handle)) }
 
-func uint32Ptr(s []uint32) *C.uint32_t {
+// first is the address of s[0] (nil for an empty s), for C arrays built in
+// Go memory that holds no Go pointers (cgo pins it for the call).
+func first[T any](s []T) *T {
 	if len(s) == 0 {
 		return nil
 	}
-	return (*C.uint32_t)(unsafe.Pointer(&s[0]))
+	return &s[0]
 }

@@ -281,7 +281,10 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 	// update: a one-shot call repeated on the same tensors binds what its
 	// predecessor bound.
 	if !reusable || !slices.Equal(s.written, descs) {
-		d.updateSet(set, descs)
+		if err := d.updateSet(set, descs); err != nil {
+			s.destroy()
+			return nil, fmt.Errorf("vk: kernel %s: %w", k.Spec.Name, err)
+		}
 	}
 	s.written = nil
 	if reusable {
