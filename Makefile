@@ -19,7 +19,7 @@ RACE_TESTS = Concurrent|Cancelled|AfterDeviceClose|InFlight|StagingArea
 
 # go vet ./... runs every analyzer on every package first, so the test
 # runs after it leave off go test's own vet (a subset of the same checks,
-# on the same files, which would cost the runs some 40 s of CPU cold).
+# on the same files: some 30 s of CPU for the suite's test binaries).
 GOTEST = $(GO) test -vet=off
 
 # lavapipe compiles each kernel variant at its first dispatch, and a cold
