@@ -85,6 +85,17 @@ func TestInvalidInputs(t *testing.T) {
 	if _, err := dev.Attention(other, k, v, vkattn.Options{}); !errors.Is(err, vkattn.ErrDevice) {
 		t.Errorf("tensor of another device: got %v, want ErrDevice", err)
 	}
+	// A head one wider than the kernels take, in K or in V; the widest
+	// plans.
+	w := vkattn.MaxHeadWidth
+	for _, c := range [][2]int{{w + 1, 8}, {8, w + 1}} {
+		if _, err := dev.Plan([]int{1, 1, 2, c[0]}, []int{1, 1, 3, c[0]}, []int{1, 1, 3, c[1]}, vkattn.Options{}); !errors.Is(err, vkattn.ErrTooLarge) {
+			t.Errorf("d_k %d, d_v %d: got %v, want ErrTooLarge", c[0], c[1], err)
+		}
+	}
+	if _, err := dev.Plan([]int{1, 1, 2, w}, []int{1, 1, 3, w}, []int{1, 1, 3, w}, vkattn.Options{}); err != nil {
+		t.Errorf("d_k = d_v = MaxHeadWidth (%d): %v", w, err)
+	}
 	// K of one KV head too large for one binding (4 GiB; lavapipe's vec4
 	// texel views reach 2 GiB, its storage bindings 128 MiB) cannot be
 	// split; weights of one head too large (256 MiB) can, into blocks of

@@ -213,6 +213,10 @@ type (
 	AdditiveWeights = core.AdditiveWeights
 )
 
+// MaxHeadWidth is the widest d_k or d_v the attention kernels take; a
+// wider head is refused with ErrTooLarge.
+const MaxHeadWidth = core.MaxHeadWidth
+
 // MaxALiBiHeads bounds ALiBiSlopes (2^24 heads, far beyond any model).
 const MaxALiBiHeads = core.MaxALiBiHeads
 

@@ -102,7 +102,7 @@ func TestSweepStoragePath(t *testing.T) {
 // compile in seconds, so they get halves at every width.
 func halvesUpTo(d *vkattn.Device) int {
 	if d == nvidiaDev || d == amdDev {
-		return pipelines.MaxHeadWidth
+		return vkattn.MaxHeadWidth
 	}
 	return 64
 }

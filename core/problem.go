@@ -6,6 +6,10 @@ import (
 	"strings"
 )
 
+// MaxHeadWidth is the widest d_k or d_v the attention kernels take (the
+// planner refuses a wider head; the float64 reference has no limit).
+const MaxHeadWidth = 256
+
 // Causal selects a causal mask and, when L != S, how it is aligned.
 type Causal int
 

@@ -290,9 +290,6 @@ func (p AttentionPlan) chunkNote() string {
 	return fmt.Sprintf("; tensors exceed one binding's reach: %d chunks of one batch item, %d KV heads and up to %d query rows, each through buffer windows, one submission", p.Chunks, p.ChunkKVHeads, p.ChunkRows)
 }
 
-// MaxHeadWidth is the widest d_k or d_v the attention kernel supports.
-const MaxHeadWidth = 256
-
 // LimitError is a problem that does not fit the device or the kernel.
 type LimitError struct{ Msg string }
 
@@ -326,8 +323,8 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	// Rows read as vec4s need 4-aligned widths, offsets and strides.
 	aligned := in.Q.aligned(dk) && in.K.aligned(dk) && in.V.aligned(dv)
 	width := max(dk, dv)
-	if width > MaxHeadWidth {
-		return p, limitf("head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, MaxHeadWidth)
+	if width > core.MaxHeadWidth {
+		return p, limitf("head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, core.MaxHeadWidth)
 	}
 	p.DMax = 16
 	for p.DMax < width {

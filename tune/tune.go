@@ -32,7 +32,6 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/pipelines"
 )
 
 // WorkGroups are the workgroup sizes tried unless Config.WorkGroups says.
@@ -75,8 +74,8 @@ func DecodeDims(d int) vkattn.Dims {
 func CheckWidths(ds []int) error {
 	seen := map[int]int{}
 	for _, d := range ds {
-		if d < 1 || d > pipelines.MaxHeadWidth {
-			return fmt.Errorf("head width %d: want 1..%d", d, pipelines.MaxHeadWidth)
+		if d < 1 || d > vkattn.MaxHeadWidth {
+			return fmt.Errorf("head width %d: want 1..%d", d, vkattn.MaxHeadWidth)
 		}
 		b := DMax(d)
 		if prev, ok := seen[b]; ok {
