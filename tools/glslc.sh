@@ -24,29 +24,30 @@ if [ $check = 1 ] && [ "$version" != "$(cat glslc-version.txt 2>/dev/null)" ]; t
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# The manifest's variants: name, source, flags.
+variants=()
+while read -r name src flags; do
+  case "$name" in ''|\#*) continue ;; esac
+  variants+=("$name $src $flags")
+done < manifest.txt
 # Every variant compiles first, as many at once as there are cores; a
 # failed compile fails the script when its job is collected.
 jobs=$(nproc 2>/dev/null || echo 1)
 running=0
 failed=0
-while read -r name src flags; do
-  case "$name" in ''|\#*) continue ;; esac
-  if [ "$running" -ge "$jobs" ]; then
-    wait -n || failed=1
-    running=$((running - 1))
-  fi
+reap() { wait -n || failed=1; running=$((running - 1)); }
+for v in "${variants[@]}"; do
+  read -r name src flags <<<"$v"
+  [ "$running" -ge "$jobs" ] && reap
   # shellcheck disable=SC2086
   "$glslc" -fshader-stage=compute --target-env=vulkan1.1 -O $flags "$src" -o "$tmp/$name.spv" &
   running=$((running + 1))
-done < manifest.txt
-while [ "$running" -gt 0 ]; do
-  wait -n || failed=1
-  running=$((running - 1))
 done
+while [ "$running" -gt 0 ]; do reap; done
 [ $failed = 0 ] || { echo "glslc failed (above)" >&2; exit 1; }
 stale=0
-while read -r name src flags; do
-  case "$name" in ''|\#*) continue ;; esac
+for v in "${variants[@]}"; do
+  read -r name src flags <<<"$v"
   if [ $check = 1 ]; then
     if ! cmp -s "$tmp/$name.spv" "$name.spv"; then
       echo "stale SPIR-V: shaders/$name.spv does not match $src ($flags); run tools/glslc.sh" >&2
@@ -56,7 +57,7 @@ while read -r name src flags; do
     cp "$tmp/$name.spv" "$name.spv"
     echo "built shaders/$name.spv"
   fi
-done < manifest.txt
+done
 if [ $check = 1 ]; then
   [ $stale = 0 ] && echo "SPIR-V is fresh"
   exit $stale

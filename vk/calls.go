@@ -494,14 +494,10 @@ func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan
 	for i := range spec {
 		entries[i] = C.VkSpecializationMapEntry{constantID: C.uint32_t(i), offset: C.uint32_t(4 * i), size: 4}
 	}
-	var specPtr *C.int32_t
-	if len(spec) > 0 {
-		specPtr = (*C.int32_t)(unsafe.Pointer(&spec[0]))
-	}
 	var h C.VkPipeline
 	err := check("vkCreateComputePipelines", result(C.vkattn_create_compute_pipeline(&d.calls.c, d.cDevice(),
 		C.VkPipelineCache(unsafe.Pointer(d.cache)), C.VkShaderModule(unsafe.Pointer(module)),
-		C.VkPipelineLayout(unsafe.Pointer(layout)), first(entries), specPtr, C.uint32_t(len(spec)),
+		C.VkPipelineLayout(unsafe.Pointer(layout)), first(entries), (*C.int32_t)(unsafe.Pointer(first(spec))), C.uint32_t(len(spec)),
 		C.uint32_t(subgroupSize), fullFlag, &h)))
 	return vulkan.Pipeline(unsafe.Pointer(h)), err
 }
