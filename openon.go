@@ -1,6 +1,9 @@
 package vkattn
 
 import (
+	"errors"
+	"fmt"
+
 	vulkan "github.com/vulkan-go/vulkan"
 
 	"github.com/vkattn/vkattn/pipelines"
@@ -20,6 +23,13 @@ type SharedDevice struct {
 	// the host does not submit to it while a vkattn call runs, or gives
 	// vkattn a queue of its own.
 	QueueFamily, QueueIndex uint32
+	// QueueCount is how many queues of QueueFamily the host created the
+	// device with (the queueCount of its VkDeviceQueueCreateInfo for that
+	// family); 0 means 1, the usual single queue. Vulkan cannot be asked
+	// how many queues a device was created with, so OpenOn checks
+	// QueueIndex against this count, and the count against the family's
+	// (vkGetPhysicalDeviceQueueFamilyProperties).
+	QueueCount uint32
 	// The optional device extensions vkattn uses, where the host enabled
 	// them: VK_EXT_subgroup_size_control with subgroupSizeControl and
 	// computeFullSubgroups (the tiled GPU kernels need both), and
@@ -38,15 +48,35 @@ type SharedDevice struct {
 // kernels, commands, its pipeline cache), after waiting for vkattn's own
 // submissions, and leaves the instance, device and queues to the host,
 // which closes them after it.
+//
+// OpenOn may be the process's first vkattn call, before or after any
+// other. It refuses with ErrOption a nil handle, a queue family the
+// physical device does not have or that has no compute, a QueueCount
+// beyond the family's and a QueueIndex not below QueueCount; with
+// ErrNoDriver a missing Vulkan loader; with ErrDevice a Vulkan call it
+// needs on the device failing. A handle that is not null but not a live
+// Vulkan object of its kind cannot be detected: Vulkan has no such
+// query, and using it crashes in the driver, as in the host's own calls.
 func OpenOn(h SharedDevice, cfg Config) (*Device, error) {
 	dev, err := vk.Borrow(vk.Borrowed{Instance: h.Instance, PhysicalDevice: h.PhysicalDevice, Device: h.Device,
-		QueueFamily: h.QueueFamily, QueueIndex: h.QueueIndex,
+		QueueFamily: h.QueueFamily, QueueIndex: h.QueueIndex, QueueCount: h.QueueCount,
 		SubgroupSizeControl: h.SubgroupSizeControl, FullSubgroups: h.FullSubgroups, MemoryBudget: h.MemoryBudget,
 		CooperativeMatrix: h.CooperativeMatrix})
 	if err != nil {
-		return nil, driverError(err)
+		return nil, sharedError(err)
 	}
 	return openOn(nil, dev, cfg), nil
+}
+
+// sharedError is OpenOn's refusal: vk.Borrow's bad arguments wrap
+// ErrOption and a missing loader ErrNoDriver; any other error is a Vulkan
+// call failing on the host's device, which wraps ErrDevice.
+func sharedError(err error) error {
+	err = driverError(err)
+	if errors.Is(err, ErrOption) || errors.Is(err, ErrNoDriver) {
+		return err
+	}
+	return fmt.Errorf("%w: shared device: %w", ErrDevice, err)
 }
 
 // openOn makes the Device of dev (and inst, which Close closes after it;

@@ -92,7 +92,8 @@ var (
 	ErrTooLarge = core.ErrTooLarge
 	// ErrClosed: the device or tensor was used after Close.
 	ErrClosed = core.ErrClosed
-	// ErrDevice: a tensor belongs to another device.
+	// ErrDevice: a tensor belongs to another device, or a host program's
+	// device (OpenOn) fails a Vulkan call vkattn needs on it.
 	ErrDevice = core.ErrDevice
 	// ErrTuning: a tuning does not fit the device (SetTuning, SaveTuning).
 	ErrTuning = core.ErrTuning

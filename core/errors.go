@@ -35,7 +35,8 @@ var (
 	ErrTooLarge = sentinel("too large for device")
 	// ErrClosed: the device or tensor was used after Close.
 	ErrClosed = sentinel("use after Close")
-	// ErrDevice: a tensor belongs to another device.
+	// ErrDevice: a tensor belongs to another device, or a host program's
+	// device (OpenOn) fails a Vulkan call vkattn needs on it.
 	ErrDevice = sentinel("wrong device")
 	// ErrTuning: a tuning does not fit the device (SetTuning, SaveTuning).
 	ErrTuning = sentinel("invalid tuning")

@@ -3,8 +3,12 @@ package vk
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	vulkan "github.com/vulkan-go/vulkan"
+
+	"github.com/vkattn/vkattn/core"
 )
 
 // Borrowed names a logical device another program made with vulkan-go (a
@@ -20,6 +24,12 @@ type Borrowed struct {
 	// this queue while a vkattn call runs (or gives vkattn a queue of its
 	// own).
 	QueueFamily, QueueIndex uint32
+	// QueueCount is how many queues of QueueFamily the owner created the
+	// device with (its VkDeviceQueueCreateInfo.queueCount); 0 means 1.
+	// QueueIndex must be below it and it within the family's queue count:
+	// Vulkan gives no way to ask a device how many queues it was created
+	// with, and vkGetDeviceQueue past them is undefined.
+	QueueCount uint32
 	// VK_EXT_subgroup_size_control with subgroupSizeControl (and
 	// computeFullSubgroups) enabled: the tiled GPU kernels need both.
 	SubgroupSizeControl, FullSubgroups bool
@@ -35,12 +45,31 @@ type Borrowed struct {
 // made through it (buffers, kernels, commands, its pipeline cache) is
 // vkattn's and Close frees it, after waiting for its own submissions; the
 // device, its queues and the instance stay the owner's, open.
+//
+// Bad arguments (a nil handle, a queue the device does not have) are
+// errors wrapping core.ErrOption; handles that are not null but not live
+// Vulkan objects cannot be told apart from live ones and crash in the
+// driver, as they would in the owner's own calls.
 func Borrow(b Borrowed) (*Device, error) {
-	if b.Instance == nil || b.PhysicalDevice == nil || b.Device == nil {
-		return nil, errors.New("vk: Borrow: an instance, a physical device and a device are required")
+	var missing []string
+	for name, isNil := range map[string]bool{"Instance": b.Instance == nil, "PhysicalDevice": b.PhysicalDevice == nil, "Device": b.Device == nil} {
+		if isNil {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, core.Errorf(core.ErrOption, "shared device: nil %s; the host's instance, physical device and device are required", strings.Join(missing, ", "))
 	}
 	if err := load(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNoDriver, err)
+	}
+	// In the process's first vkattn call, load ran vulkan-go's Init, which
+	// resets its instance-level entry points (describe's and the owner's
+	// own) to null: set them from the owner's instance again, as the
+	// owner did after creating it.
+	if err := vulkan.InitInstance(b.Instance); err != nil {
+		return nil, fmt.Errorf("vk: vulkan-go InitInstance: %w", err)
 	}
 	pd, _, err := describe(b.Instance, b.PhysicalDevice)
 	if err != nil {
@@ -50,8 +79,20 @@ func Borrow(b Borrowed) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	if int(b.QueueFamily) >= len(families) || families[b.QueueFamily].flags&vulkan.QueueComputeBit == 0 {
-		return nil, fmt.Errorf("vk: Borrow: queue family %d of %s does not support compute", b.QueueFamily, pd.Name)
+	if int(b.QueueFamily) >= len(families) {
+		return nil, core.Errorf(core.ErrOption, "shared device: QueueFamily %d, but %s has %d queue families (0 to %d)", b.QueueFamily, pd.Name, len(families), len(families)-1)
+	}
+	family := families[b.QueueFamily]
+	if family.flags&vulkan.QueueComputeBit == 0 {
+		return nil, core.Errorf(core.ErrOption, "shared device: QueueFamily %d of %s does not support compute", b.QueueFamily, pd.Name)
+	}
+	count := max(b.QueueCount, 1)
+	if count > family.count {
+		return nil, core.Errorf(core.ErrOption, "shared device: QueueCount %d, but queue family %d of %s has %d queue(s)", count, b.QueueFamily, pd.Name, family.count)
+	}
+	if b.QueueIndex >= count {
+		return nil, core.Errorf(core.ErrOption, "shared device: QueueIndex %d, but QueueCount is %d (how many queues of family %d the device was created with; 0 means 1)",
+			b.QueueIndex, count, b.QueueFamily)
 	}
 	pd.queueFamily = b.QueueFamily
 	pd.TimestampsOK = families[b.QueueFamily].timestampBits > 0 && pd.Limits.TimestampPeriod > 0
@@ -67,15 +108,22 @@ func Borrow(b Borrowed) (*Device, error) {
 		return nil, err
 	}
 	in := &Instance{handle: b.Instance, borrowed: true, devices: []PhysicalDevice{pd}, surfaces: map[*Surface]struct{}{}}
-	return newDevice(in, pd, b.Device, calls, b.QueueIndex, true)
+	d, err := newDevice(in, pd, b.Device, calls, b.QueueIndex, true)
+	if err == nil && d.queue == nil {
+		d.Close()
+		return nil, fmt.Errorf("vk: vkGetDeviceQueue: %s has no queue %d in family %d", pd.Name, b.QueueIndex, b.QueueFamily)
+	}
+	return d, err
 }
 
 // Handles are the Vulkan objects a Device runs on, for sharing it with
 // another program (Borrowed): the instance, physical device, device and
-// the queue it submits on.
+// the queue it submits on. QueueCount is queueIndex+1, as many queues of
+// the family as the device is known to have (the one vkattn creates, or
+// those its owner counted).
 func (d *Device) Handles() Borrowed {
 	return Borrowed{Instance: d.inst.handle, PhysicalDevice: d.Info.handle, Device: d.handle,
-		QueueFamily: d.Info.queueFamily, QueueIndex: d.queueIndex,
+		QueueFamily: d.Info.queueFamily, QueueIndex: d.queueIndex, QueueCount: d.queueIndex + 1,
 		SubgroupSizeControl: d.Info.SubgroupSizeControl, FullSubgroups: d.Info.FullSubgroups, MemoryBudget: d.Info.MemoryBudget,
 		CooperativeMatrix: d.Info.CooperativeMatrices != nil}
 }

@@ -404,6 +404,7 @@ func deviceExtensions(inst vulkan.Instance, pd vulkan.PhysicalDevice) ([]string,
 type queueFamily struct {
 	flags         vulkan.QueueFlagBits
 	timestampBits uint32
+	count         uint32 // queues the family offers
 }
 
 // queueFamilies returns the physical device's queue families.
@@ -419,7 +420,7 @@ func queueFamilies(inst vulkan.Instance, pd vulkan.PhysicalDevice) ([]queueFamil
 	}
 	families := make([]queueFamily, n)
 	for i := range families {
-		families[i] = queueFamily{vulkan.QueueFlagBits(props[i].queueFlags), uint32(props[i].timestampValidBits)}
+		families[i] = queueFamily{vulkan.QueueFlagBits(props[i].queueFlags), uint32(props[i].timestampValidBits), uint32(props[i].queueCount)}
 	}
 	return families, nil
 }

@@ -1,0 +1,37 @@
+package vkattn
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/vk"
+)
+
+// TestSharedErrorWrapsOneSentinel: OpenOn's refusals keep vk.Borrow's
+// sentinel (ErrOption for bad arguments, ErrNoDriver for a missing loader)
+// and make any other failure, a Vulkan call failing on the host's device,
+// ErrDevice; each wraps exactly one of the three and the error it came
+// from.
+func TestSharedErrorWrapsOneSentinel(t *testing.T) {
+	three := []error{ErrOption, ErrNoDriver, ErrDevice}
+	for _, c := range []struct {
+		in, want error
+	}{
+		{core.Errorf(core.ErrOption, "shared device: queue index 5"), ErrOption},
+		{fmt.Errorf("%w: cannot load libvulkan.so.1", vk.ErrNoDriver), ErrNoDriver},
+		{errors.New("vk: vkGetDeviceProcAddr: a core Vulkan 1.0 command is missing"), ErrDevice},
+		{&core.VulkanError{Call: "vkCreatePipelineCache", Result: -1, What: "out of host memory"}, ErrDevice},
+	} {
+		err := sharedError(c.in)
+		if !errors.Is(err, c.in) {
+			t.Errorf("%v: became %v, which does not wrap it", c.in, err)
+		}
+		for _, s := range three {
+			if errors.Is(err, s) != (s == c.want) {
+				t.Errorf("%v: error %v, want it to wrap %v and not the other of %v", c.in, err, c.want, three)
+			}
+		}
+	}
+}
