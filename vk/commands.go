@@ -272,6 +272,20 @@ func (c *Commands) Update(dst *Buffer, off uint64, data []byte) error {
 	})
 }
 
+// Fill records size bytes of dst from off set to copies of the 32-bit
+// word (vkCmdFillBuffer): memory zeroed or set on the device, with no host
+// copy of it. off and size must be multiples of 4, inside dst.
+func (c *Commands) Fill(dst *Buffer, off, size uint64, word uint32) error {
+	if size == 0 || size%4 != 0 || off%4 != 0 || off > dst.size || size > dst.size-off {
+		return fmt.Errorf("vk: fill of %d bytes at %d into a %d-byte buffer (want a multiple of 4, inside it)", size, off, dst.size)
+	}
+	return c.recording(func() error {
+		c.uses[dst] = struct{}{}
+		vulkan.CmdFillBuffer(c.cmd, dst.handle, vulkan.DeviceSize(off), vulkan.DeviceSize(size), word)
+		return nil
+	})
+}
+
 // Push records the kernel's push constants for the dispatches that follow;
 // data must be the kernel's PushSize bytes.
 func (c *Commands) Push(k *Kernel, data []byte) error {
