@@ -74,7 +74,10 @@ type KVCache struct {
 	rope        *cacheRoPE // nil without RoPE
 }
 
-// NewKVCache allocates an empty cache (every sequence of length 0).
+// NewKVCache allocates an empty cache (every sequence of length 0), zeroed
+// on the device: the host holds no copy of it. A cache the device's heap
+// (or Config.MemoryLimit) cannot hold, or heads wider than MaxHeadWidth,
+// are ErrTooLarge.
 func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	if err := d.checkOpen(); err != nil {
 		return nil, err
@@ -94,6 +97,11 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	}
 	if !cfg.DType.ValidKV() {
 		return nil, errorf(ErrOption, "KV cache of element type %v: want f32, f16, bf16 or q8_0", cfg.DType)
+	}
+	// Calls over the cache would all be refused (the kernels take heads
+	// up to MaxHeadWidth): refuse the cache instead.
+	if cfg.DK > MaxHeadWidth || cfg.DV > MaxHeadWidth {
+		return nil, errorf(ErrTooLarge, "KV cache heads of DK = %d, DV = %d: the attention kernels take widths up to MaxHeadWidth = %d", cfg.DK, cfg.DV, MaxHeadWidth)
 	}
 	if cfg.DType == Q8_0 && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
 		return nil, errorf(ErrShape, "a q8_0 KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
@@ -129,28 +137,48 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 		return nil, err
 	}
 	var err error
-	// Zeros, not garbage: the kernels load a few positions past a
-	// sequence's end (masked, but 0 * NaN would not be 0).
-	zeros := func(b, n, w int) (*Tensor, error) {
-		return d.UploadAs([]int{b, cfg.HKV, n, w}, make([]float32, b*cfg.HKV*n*w), cfg.DType)
+	// Allocated, not uploaded: the host never holds a copy of the cache,
+	// and one the heap cannot hold is refused before anything is written.
+	// The bound is Upload's, as if zeros had been uploaded.
+	alloc := func(b, n, w int) (*Tensor, error) {
+		t, err := d.newTensor([4]int{b, cfg.HKV, n, w}, cfg.DType)
+		if err == nil {
+			t.bound = writeHeadroom
+		}
+		return t, err
 	}
 	for _, x := range []struct {
 		dst **Tensor
 		w   int
 	}{{&c.k, cfg.DK}, {&c.v, cfg.DV}} {
 		if cfg.PageSize == 0 {
-			if *x.dst, err = zeros(cfg.B, cfg.Capacity, x.w); err != nil {
+			if *x.dst, err = alloc(cfg.B, cfg.Capacity, x.w); err != nil {
 				return fail(err)
 			}
 			continue
 		}
-		pool, err := zeros(cfg.Pages, cfg.PageSize, x.w)
+		pool, err := alloc(cfg.Pages, cfg.PageSize, x.w)
 		if err != nil {
 			return fail(err)
 		}
 		// The kernels see a (B, HKV, Capacity, D) tensor whose batch
 		// stride is the pool's page stride: the page table says which page.
 		*x.dst = pool.pagedView(cfg)
+	}
+	// Zeros, not garbage: the kernels load a few positions past a
+	// sequence's end (masked, but 0 * NaN would not be 0). Set on the
+	// device; all-zero bytes are zeros in every cache type (float16,
+	// bfloat16, q8_0 quants and their float16 scales).
+	err = d.dev.Once(func(cmds *vk.Commands) error {
+		for _, t := range []*Tensor{c.k.root(), c.v.root()} {
+			if err := cmds.Fill(t.buf, 0, t.buf.Size(), 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(deviceError(err))
 	}
 	if cfg.PageSize > 0 {
 		c.pt = &pageTable{size: cfg.PageSize, pages: cfg.Pages, perItem: perItem}
@@ -170,17 +198,23 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 		return fail(err)
 	}
 	if r := cfg.RoPE; r != nil {
-		positions := make([]int, cfg.Capacity)
-		for p := range positions {
-			positions[p] = p
-		}
-		cs := ropeTable(r, cfg.DK, positions)
+		rot := r.RotatedDims(cfg.DK)
 		c.rope = &cacheRoPE{r: r}
-		if c.rope.table, err = d.newTensor([4]int{1, 1, 1, len(cs)}, Float32); err != nil {
+		if c.rope.table, err = d.newTensor([4]int{1, 1, 1, cfg.Capacity * rot}, Float32); err != nil {
 			return fail(err)
 		}
-		if err := c.rope.table.buf.WriteFloat32(0, cs); err != nil {
-			return fail(deviceError(err))
+		// A row per position, written a piece at a time: the host holds
+		// no copy of the whole table.
+		const piece = 4096
+		positions := make([]int, 0, piece)
+		for p0 := 0; p0 < cfg.Capacity; p0 += piece {
+			positions = positions[:0]
+			for p := p0; p < min(p0+piece, cfg.Capacity); p++ {
+				positions = append(positions, p)
+			}
+			if err := c.rope.table.buf.WriteFloat32(uint64(p0*rot), ropeTable(r, cfg.DK, positions)); err != nil {
+				return fail(deviceError(err))
+			}
 		}
 	}
 	// Key lengths 0; query lengths Capacity, so that no row is padding.
@@ -205,9 +239,10 @@ func (c *KVCache) Lengths() []int {
 
 // Append adds n tokens to every sequence: k is (B, HKV, n, DK) and v
 // (B, HKV, n, DV), row-major, stored after each sequence's last position.
-// Past the capacity it is ErrCapacity; bad values (non-finite, too large
-// for the cache's type) are refused as by Tensor.Write. Nothing is
-// written when it fails.
+// Past the capacity it is ErrCapacity; bad values are refused as by
+// Tensor.Write: non-finite (ErrNonFinite), too large for the cache's type
+// or beyond the cache's bound of 2^32, which calls prepared on it were
+// checked against (ErrOverflow). Nothing is written when it fails.
 func (c *KVCache) Append(k, v []float32, n int) error {
 	return c.append(c.everySequence(), k, v, n)
 }
@@ -446,11 +481,11 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 	}
 	c.settleLocked()
 	k = c.rotateKeysLocked(seqs, k, n)
-	rawK, err := c.k.encode(k)
+	rawK, err := c.encode(c.k, k)
 	if err != nil {
 		return fmt.Errorf("keys: %w", err)
 	}
-	rawV, err := c.v.encode(v)
+	rawV, err := c.encode(c.v, v)
 	if err != nil {
 		return fmt.Errorf("values: %w", err)
 	}
@@ -482,6 +517,25 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 			return cmds.Copy(stage, base+from.off, dst.buf, to.off, to.n)
 		})
 	})
+}
+
+// encode checks tokens to be stored in t, the cache's K or V, and returns
+// them as the device stores them. The type's own range comes first
+// (float16's and q8_0's lie within the cache's bound), then the cache's
+// bound, which calls prepared on the cache were checked against.
+func (c *KVCache) encode(t *Tensor, data []float32) ([]byte, error) {
+	most, finite := magnitude(data)
+	if !finite {
+		return nil, errorf(ErrNonFinite, "appended data holds NaN or Inf")
+	}
+	raw, err := t.encodeValues(data)
+	if err != nil {
+		return nil, err
+	}
+	if bound := t.root().bound; most > bound {
+		return nil, errorf(ErrOverflow, "appended data holds |x| = %g, beyond the KV cache's bound %g (2^32): a cache holds keys and values up to it, since calls prepared on the cache were checked against it", most, bound)
+	}
+	return raw, nil
 }
 
 // rotateKeysLocked is k, n new tokens of each sequence of seqs, rotated by

@@ -167,7 +167,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 			return 0, errorf(ErrShape, "decode step: %s has %d values, want %d", x.name, len(x.data), x.want)
 		}
 	}
-	rawV, err := c.v.encode(v)
+	rawV, err := c.encode(c.v, v)
 	if err != nil {
 		return 0, fmt.Errorf("values: %w", err)
 	}
@@ -184,7 +184,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 		return 0, err
 	}
 	// The keys are rotated (with RoPE) at the positions they go to.
-	rawK, err := c.k.encode(c.rotateKeysLocked(c.everySequence(), k, 1))
+	rawK, err := c.encode(c.k, c.rotateKeysLocked(c.everySequence(), k, 1))
 	if err != nil {
 		return 0, fmt.Errorf("keys: %w", err)
 	}

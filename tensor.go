@@ -201,6 +201,12 @@ func (t *Tensor) encode(data []float32) ([]byte, error) {
 	if bound := t.root().bound; most > bound {
 		return nil, errorf(ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
 	}
+	return t.encodeValues(data)
+}
+
+// encodeValues is data as t's element type stores it, checked against
+// that type's range only (finiteness and t's bound are the caller's).
+func (t *Tensor) encodeValues(data []float32) ([]byte, error) {
 	switch t.dtype {
 	case Float32:
 		return f32Bytes(data), nil // a view of data, copied by writeRaw
