@@ -40,8 +40,7 @@ Masks combine and broadcast to (B,1,L,S) (one head) from the left; a 3-D
   --query-lengths 2,3      query rows past it give zeros
 A row whose every key is masked has output 0 and log-sum-exp -inf.
 
-Outputs are written to a temporary file and renamed, all or none; a
-symbolic link is written through to its target, a FIFO or device refused:
+` + outputRule + `Outputs:
   -o OUT.npy       O, (B,L,d_v)
   --lse LSE.npy    natural log-sum-exp of each row's scores, (B,L)
   --weights W.npy  attention weights, (B,L,S)

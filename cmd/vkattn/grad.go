@@ -25,6 +25,7 @@ causal and score-variant flag of run applies, as do --scale, --dtype and
 Under grouped-query attention dK and dV sum every query head of a group.
 Rows that are padding or see no key have output 0 and add nothing.
 
+` + outputRule + `--json, whose summary cannot move, is refused with such a stream.
 Outputs (float32 .npy, the shapes of Q, K and V as given):
   --dq DQ.npy  --dk DK.npy  --dv DV.npy
   --dsinks DS.npy      with --sinks: the gradient of each head's sink, (H,)

@@ -159,15 +159,20 @@ func batchedShape(name, path string, shape []int) (b, t, width int, err error) {
 	return b, shape[len(shape)-2], shape[len(shape)-1], nil
 }
 
-// finishOutputs writes outs, unless the check failed, and reports what it
-// wrote and the check's verdict. A failed check writes nothing and exits 1.
-func finishOutputs(cmd string, outs []output, chk *golden.Check, stdout, stderr io.Writer) int {
+// finishOutputs writes outs and the staged files more, all or none,
+// unless the check failed, and reports what it wrote and the check's
+// verdict. A failed check writes nothing and exits 1.
+func finishOutputs(cmd string, outs []output, more []*pendingFile, chk *golden.Check, stdout, stderr io.Writer) int {
 	if chk == nil || chk.OK() {
-		if err := writeNPYFiles(outs); err != nil {
+		if err := writeNPYFiles(outs, more...); err != nil {
 			return failf(stderr, cmd, "%v", err)
 		}
 		for _, o := range outs {
 			fmt.Fprintf(stdout, "wrote %s %s to %s\n", o.name, shapeString(o.shape), o.path)
+		}
+	} else {
+		for _, p := range more {
+			p.discard()
 		}
 	}
 	if chk != nil {
@@ -195,14 +200,19 @@ func layerGradients(cmd string, g *verify.Gradients, stdout, stderr io.Writer) (
 	return outs, exitOK
 }
 
-// finishLayer is finishOutputs, then --grads (the gradients, nil without
-// it) as one .npz file.
+// finishLayer is finishOutputs with --grads (the gradients, nil without
+// it) as one .npz file among the outputs.
 func finishLayer(cmd string, outs []output, chk *golden.Check, gradsPath string, grads []output, stdout, stderr io.Writer) int {
-	if code := finishOutputs(cmd, outs, chk, stdout, stderr); code != exitOK || grads == nil {
-		return code
+	var more []*pendingFile
+	if grads != nil && (chk == nil || chk.OK()) {
+		p, err := stageArraysNPZ(gradsPath, grads)
+		if err != nil {
+			return failf(stderr, cmd, "--grads: %v", err)
+		}
+		more = append(more, p)
 	}
-	if err := writeArraysNPZ(gradsPath, grads); err != nil {
-		return failf(stderr, cmd, "--grads: %v", err)
+	if code := finishOutputs(cmd, outs, more, chk, stdout, stderr); code != exitOK || grads == nil {
+		return code
 	}
 	fmt.Fprintf(stdout, "wrote %d gradients to %s\n", len(grads), gradsPath)
 	return exitOK

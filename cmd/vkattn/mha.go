@@ -49,8 +49,7 @@ Masks combine, with PyTorch's meanings:
 A query row whose every key is masked gets zero attention, so its output is
 out_proj.bias (zeros without a bias), where PyTorch gives NaN.
 
-Outputs are written to a temporary file and renamed, all or none; a
-symbolic link is written through to its target, a FIFO or device refused:
+` + outputRule + `Outputs:
   -o OUT.npy           attn_output, (B,T,d)
   --weights W.npy      attention weights per head, (B,h,T,S); with
                        --average-weights their mean over heads, (B,T,S)

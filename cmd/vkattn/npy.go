@@ -84,24 +84,21 @@ func stageNPY(path string, shape []int, data []float32) (*pendingFile, error) {
 	return stageFile(path, func(w *bufio.Writer) error { return encodeNPY(w, shape, data) })
 }
 
-// writeNPYFiles writes every output or none: all are staged first, then
-// renamed into place.
-func writeNPYFiles(outs []output) error {
+// writeNPYFiles writes every output, then the staged files more, or none:
+// all are staged first, then committed together (commitAll).
+func writeNPYFiles(outs []output, more ...*pendingFile) error {
 	var staged []*pendingFile
-	discard := func() {
-		for _, p := range staged {
-			p.discard()
-		}
-	}
 	for _, o := range outs {
 		p, err := stageNPY(o.path, o.shape, o.data)
 		if err != nil {
-			discard()
+			for _, p := range append(staged, more...) {
+				p.discard()
+			}
 			return err
 		}
 		staged = append(staged, p)
 	}
-	return commitAll(staged)
+	return commitAll(append(staged, more...))
 }
 
 // output is one array the run command writes.
@@ -112,10 +109,10 @@ type output struct {
 	data  []float32
 }
 
-// writeArraysNPZ writes the arrays as the members "<name>.npy" of an .npz file
-// (numpy.load reads it as a dict), atomically (stageFile).
-func writeArraysNPZ(path string, members []output) error {
-	pf, err := stageFile(path, func(w *bufio.Writer) error {
+// stageArraysNPZ writes the arrays as the members "<name>.npy" of an .npz
+// file (numpy.load reads it as a dict) to a temporary file (stageFile).
+func stageArraysNPZ(path string, members []output) (*pendingFile, error) {
+	return stageFile(path, func(w *bufio.Writer) error {
 		zw := zip.NewWriter(w)
 		for _, m := range members {
 			f, err := zw.Create(m.name + ".npy")
@@ -131,8 +128,4 @@ func writeArraysNPZ(path string, members []output) error {
 		}
 		return w.Flush()
 	})
-	if err != nil {
-		return err
-	}
-	return commitAll([]*pendingFile{pf})
 }

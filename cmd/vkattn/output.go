@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/vkattn/vkattn/internal/filekind"
@@ -64,6 +66,17 @@ func textStreams(cmd string, asJSON bool, stdout, stderr io.Writer, outs []outpu
 	}
 	return stderr, exitOK
 }
+
+// outputRule is what the help of every command with several outputs says
+// of how they are written (README.md says the same).
+const outputRule = `Outputs are written to temporary files and renamed into place, all or
+none: when one cannot be, those already renamed get their old contents
+back and the command exits 1. A symbolic link is written through to its
+target. A pipe or character device (-o /dev/stdout, /dev/null, a FIFO)
+is written in place, before the files (what it took cannot be taken
+back), and the text that would go to stdout goes to stderr then. A
+socket, directory or block device is refused before any work.
+`
 
 // maxLinkHops bounds a chain of symbolic links, as the kernel's ELOOP does.
 const maxLinkHops = 40
@@ -226,16 +239,7 @@ func stageFile(path string, write func(*bufio.Writer) error) (*pendingFile, erro
 var afterStaged func(tmp string)
 
 func (p *pendingFile) commit() error {
-	if p.stream != nil {
-		return p.writeStream()
-	}
-	return renameTemp(p.tmp, p.target, func() error {
-		// Something not regular may have appeared since stageFile looked.
-		if st, err := os.Lstat(p.target); err == nil && !st.Mode().IsRegular() {
-			return fmt.Errorf("%s is now %s, not a regular file; refusing to replace it", p.target, filekind.Describe(st.Mode()))
-		}
-		return nil
-	})
+	return commitAll([]*pendingFile{p})
 }
 
 // writeStream writes a stream output in place. Opening a FIFO waits for
@@ -268,30 +272,163 @@ func (p *pendingFile) discard() {
 	}
 }
 
-// commitAll puts staged outputs in place: the streams first, since what
-// they wrote cannot be taken back, then the files; after a failure the
-// rest are discarded.
+// commitAll puts staged outputs in place, all or none. The streams go
+// first, since what they took cannot be taken back; a failure there leaves
+// every file as it was. The files are then renamed into place while a
+// signal waits (holdSignals), and if one cannot be, those renamed before
+// it get their old contents back (replaceAll).
 func commitAll(ps []*pendingFile) error {
-	ordered := make([]*pendingFile, 0, len(ps))
+	var files []*pendingFile
+	var temps []string
 	for _, p := range ps {
-		if p.stream != nil {
-			ordered = append(ordered, p)
+		if p.stream == nil {
+			files = append(files, p)
+			temps = append(temps, p.tmp)
 		}
 	}
 	for _, p := range ps {
 		if p.stream == nil {
-			ordered = append(ordered, p)
+			continue
 		}
-	}
-	for i, p := range ordered {
-		if err := p.commit(); err != nil {
-			for _, q := range ordered[i+1:] {
+		if err := p.writeStream(); err != nil {
+			for _, q := range files {
 				q.discard()
 			}
 			return err
 		}
 	}
+	return holdSignals(temps, func() error { return replaceAll(files) })
+}
+
+// replaceAll renames each file's temporary file onto its target. Before a
+// target is replaced its old file is kept under a backup name (keepOld);
+// when a later rename fails, every target replaced so far gets that file
+// back, or is removed if it was new, and the error says so. The backups
+// are removed once every file is in place.
+func replaceAll(files []*pendingFile) error {
+	var done []backup
+	for i, p := range files {
+		b, err := replaceOne(p)
+		if err == nil {
+			done = append(done, b)
+			continue
+		}
+		for _, q := range files[i+1:] {
+			os.Remove(q.tmp)
+		}
+		restored := true
+		for j := len(done) - 1; j >= 0; j-- {
+			b := done[j]
+			if rerr := b.restore(); rerr != nil {
+				restored = false
+				if b.old == "" {
+					err = fmt.Errorf("%w; and removing the new %s failed: %v", err, b.target, rerr)
+				} else {
+					err = fmt.Errorf("%w; and putting back %s failed (its old contents are in %s): %v", err, b.target, b.old, rerr)
+				}
+			}
+		}
+		if restored && len(done) > 0 {
+			err = fmt.Errorf("%w; the outputs already in place were put back as they were", err)
+		}
+		return err
+	}
+	for _, b := range done {
+		b.drop()
+	}
 	return nil
+}
+
+// replaceOne renames p's temporary file onto its target, keeping the old
+// file (keepOld); on failure the target is as it was and the temporary
+// file gone.
+func replaceOne(p *pendingFile) (backup, error) {
+	fail := func(err error) (backup, error) {
+		os.Remove(p.tmp)
+		return backup{}, err
+	}
+	// Something not regular may have appeared since stageFile looked.
+	if st, err := os.Lstat(p.target); err == nil && !st.Mode().IsRegular() {
+		return fail(fmt.Errorf("%s is now %s, not a regular file; refusing to replace it", p.target, filekind.Describe(st.Mode())))
+	}
+	b, err := keepOld(p.target)
+	if err != nil {
+		return fail(fmt.Errorf("writing %s: keeping its old contents until every output is written: %w", p.target, err))
+	}
+	if err := os.Rename(p.tmp, p.target); err != nil {
+		if b.moved {
+			b.restore()
+		} else {
+			b.drop()
+		}
+		return fail(fmt.Errorf("writing %s: %w", p.target, err))
+	}
+	return b, nil
+}
+
+// backup is what replaceOne did to a target: old names the file that was
+// there (empty if none), as a second hard link, or renamed aside (moved)
+// where the file system has no hard links.
+type backup struct {
+	target, old string
+	moved       bool
+}
+
+// keepOld keeps target's current file, if any, under a backup name beside
+// it. A hard link leaves the target in place until it is replaced, so a
+// reader never finds it missing.
+func keepOld(target string) (backup, error) {
+	b := backup{target: target}
+	if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
+		return b, nil
+	} else if err != nil {
+		return b, err
+	}
+	prefix := dirOf(target) + string(filepath.Separator) + "." + filepath.Base(target) + ".old"
+	for range 100 {
+		name := prefix + strconv.FormatUint(rand.Uint64(), 36)
+		err := hardLink(target, name)
+		if err == nil {
+			b.old = name
+			return b, nil
+		}
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		// No hard link here: rename the file aside, onto a name made ours.
+		f, cerr := os.CreateTemp(dirOf(target), "."+filepath.Base(target)+".old*")
+		if cerr != nil {
+			return b, err
+		}
+		f.Close()
+		if err := os.Rename(target, f.Name()); err != nil {
+			os.Remove(f.Name())
+			return b, err
+		}
+		b.old, b.moved = f.Name(), true
+		return b, nil
+	}
+	return b, fmt.Errorf("no free name for a backup beside %s", target)
+}
+
+// hardLink is os.Link; the tests make it fail as on a file system
+// without hard links.
+var hardLink = os.Link
+
+// restore puts the old file back on the target, or removes the target if
+// there was none.
+func (b backup) restore() error {
+	if b.old == "" {
+		return os.Remove(b.target)
+	}
+	return os.Rename(b.old, b.target)
+}
+
+// drop removes the backup once it is no longer needed.
+func (b backup) drop() {
+	if b.old != "" {
+		os.Remove(b.old)
+	}
 }
 
 // writeFileAtomic writes one output through stageFile and commits it.

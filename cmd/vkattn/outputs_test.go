@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"io/fs"
@@ -211,4 +212,197 @@ func readFIFO(t *testing.T, path string) <-chan []byte {
 		got <- b
 	}()
 	return got
+}
+
+// Issue 34 item 9: outputs are committed all or none. When the third of
+// three staged files cannot be renamed into place (its temporary file is
+// gone), the first keeps its old contents and the second, new, does not
+// appear; nothing else is left beside them. Without hard links the old
+// file is renamed aside instead, with the same outcome.
+func TestCommitAllOrNone(t *testing.T) {
+	for _, links := range []bool{true, false} {
+		dir := t.TempDir()
+		if !links {
+			hardLink = func(string, string) error { return &os.LinkError{Op: "link", Err: syscall.EPERM} }
+			t.Cleanup(func() { hardLink = os.Link })
+		}
+		a, b, c := filepath.Join(dir, "a.npy"), filepath.Join(dir, "b.npy"), filepath.Join(dir, "c.npy")
+		os.WriteFile(a, []byte("old a"), 0o644)
+		os.WriteFile(c, []byte("old c"), 0o644)
+		stage := func() []*pendingFile {
+			var ps []*pendingFile
+			for _, path := range []string{a, b, c} {
+				p, err := stageFile(path, func(w *bufio.Writer) error {
+					_, err := w.WriteString("new " + filepath.Base(path))
+					return err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ps = append(ps, p)
+			}
+			return ps
+		}
+		ps := stage()
+		os.Remove(ps[2].tmp)
+		err := commitAll(ps)
+		if err == nil || !strings.Contains(err.Error(), "writing "+c) || !strings.Contains(err.Error(), "put back") {
+			t.Errorf("links %v: commitAll with a rename failing: %v; want an error naming %s and saying the others were put back", links, err, c)
+		}
+		if got, err := os.ReadFile(a); string(got) != "old a" {
+			t.Errorf("links %v: %s holds %q (%v) after a failed commit; want its old contents", links, a, got, err)
+		}
+		if _, err := os.Lstat(b); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("links %v: %s, new, exists after a failed commit (%v)", links, b, err)
+		}
+		if got, _ := os.ReadFile(c); string(got) != "old c" {
+			t.Errorf("links %v: %s holds %q", links, c, got)
+		}
+		onlyFiles(t, dir, "a.npy", "c.npy")
+
+		if err := commitAll(stage()); err != nil {
+			t.Fatalf("links %v: %v", links, err)
+		}
+		for _, p := range []string{a, b, c} {
+			if got, _ := os.ReadFile(p); string(got) != "new "+filepath.Base(p) {
+				t.Errorf("links %v: %s holds %q after a commit", links, p, got)
+			}
+		}
+		onlyFiles(t, dir, "a.npy", "b.npy", "c.npy")
+	}
+}
+
+// onlyFiles fails the test unless dir holds exactly names: no temporary
+// file or backup is left.
+func onlyFiles(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if !slices.Equal(got, names) {
+		t.Errorf("%s holds %q; want %q", dir, got, names)
+	}
+}
+
+// blockAfterStaging makes target an existing, non-empty directory once n
+// outputs are staged, before any is committed: its rename then fails.
+func blockAfterStaging(t *testing.T, n int, target string) {
+	staged := 0
+	afterStaged = func(string) {
+		if staged++; staged != n {
+			return
+		}
+		os.Remove(target)
+		if err := os.Mkdir(target, 0o755); err != nil {
+			t.Error(err)
+		}
+		os.WriteFile(filepath.Join(target, "x"), []byte("x"), 0o644)
+	}
+	t.Cleanup(func() { afterStaged = nil })
+}
+
+// Issue 34 item 9: every command with several outputs (run, grad, mha and
+// additive through the same code) writes all or none when the rename of
+// one fails after the work: an existing output keeps its old contents, a
+// new one does not appear, and the command exits 1 naming the file.
+func TestCommandOutputsAllOrNone(t *testing.T) {
+	withDevice(t)
+	dir := t.TempDir()
+	q, k, v := seed000(t, dir)
+	x, dy, params := tinyMHA(t, dir)
+	dout := save(t, dir, "do.npy", [][]float32{{1, -1}})
+	for _, c := range []struct {
+		name     string
+		args     []string
+		old, new []string // outputs, existing and absent, by flag
+		blocked  string   // the flag whose target fails
+	}{
+		{"run, --lse", []string{"run", "-q", q, "-k", k, "-v", v}, []string{"-o"}, []string{"--weights"}, "--lse"},
+		{"run, --heatmap", []string{"run", "-q", q, "-k", k, "-v", v}, []string{"--lse"}, []string{"-o"}, "--heatmap"},
+		{"grad", []string{"grad", "-q", q, "-k", k, "-v", v, "--dout", dout}, []string{"--dv"}, []string{"--dq"}, "--dk"},
+		{"mha --grads", []string{"mha", "-x", x, "--params", params, "--heads", "1", "--dout", dy}, []string{"-o"}, nil, "--grads"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := t.TempDir()
+			args := slices.Clone(c.args)
+			name := func(flag string) string {
+				ext := ".npy"
+				switch flag {
+				case "--heatmap":
+					ext = ".png"
+				case "--grads":
+					ext = ".npz"
+				}
+				return filepath.Join(out, strings.TrimLeft(flag, "-")+ext)
+			}
+			for _, f := range c.old {
+				os.WriteFile(name(f), []byte("old"), 0o644)
+			}
+			for _, f := range slices.Concat(c.old, c.new, []string{c.blocked}) {
+				args = append(args, f, name(f))
+			}
+			blockAfterStaging(t, len(c.old)+len(c.new)+1, name(c.blocked))
+			_, errOut, code := cli(t, args...)
+			if code != exitFail || !strings.Contains(errOut, name(c.blocked)+" is now a directory") {
+				t.Errorf("exit %d, stderr %q; want %d naming %s", code, errOut, exitFail, name(c.blocked))
+			}
+			for _, f := range c.old {
+				if got, err := os.ReadFile(name(f)); string(got) != "old" {
+					t.Errorf("%s %s holds %d bytes (%v); want its old contents", f, name(f), len(got), err)
+				}
+			}
+			for _, f := range c.new {
+				if _, err := os.Lstat(name(f)); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("%s %s was written (%v)", f, name(f), err)
+				}
+			}
+		})
+	}
+}
+
+// tinyMHA writes a small mha problem to dir: X (3,2), its output's
+// gradient DY and the parameters of one head.
+func tinyMHA(t *testing.T, dir string) (x, dy, params string) {
+	x = save(t, dir, "x.npy", [][]float32{{0.5, -1}, {1, 0.25}, {-0.5, 2}})
+	dy = save(t, dir, "dy.npy", [][]float32{{1, 0}, {-1, 0.5}, {0.25, 1}})
+	params = writeNPZ(t, dir, "p.npz", map[string]any{
+		"in_proj_weight":  [][]float32{{1, 0}, {0, 1}, {0.5, 0.5}, {-1, 0}, {0, 2}, {1, 1}},
+		"out_proj.weight": [][]float32{{1, -1}, {0.5, 1}},
+	})
+	return x, dy, params
+}
+
+// Issue 34 item 13: the help of every command with several outputs says
+// what happens to a pipe or character device, as README.md does: it is
+// written in place (mha -h and additive -h said it was refused), and mha
+// does write a FIFO.
+func TestOutputHelp(t *testing.T) {
+	for _, cmd := range []string{"run", "grad", "mha", "additive"} {
+		help := cliOK(t, cmd, "-h")
+		for _, want := range []string{"all or\nnone", "/dev/null, a FIFO)\nis written in place", "old contents\nback"} {
+			if !strings.Contains(help, want) {
+				t.Errorf("%s -h does not say %q", cmd, want)
+			}
+		}
+		if strings.Contains(help, "FIFO or device refused") {
+			t.Errorf("%s -h says a FIFO or device is refused", cmd)
+		}
+	}
+	withDevice(t)
+	dir := t.TempDir()
+	x, _, params := tinyMHA(t, dir)
+	fifo := filepath.Join(dir, "out.npy")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	read := readFIFO(t, fifo)
+	cliOK(t, "mha", "-x", x, "--params", params, "--heads", "1", "-o", fifo)
+	if b := <-read; !strings.HasPrefix(string(b), "\x93NUMPY") || len(b) != 128+3*2*4 {
+		t.Errorf("the FIFO carried %d bytes: %q", len(b), b)
+	}
 }

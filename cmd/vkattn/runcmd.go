@@ -65,12 +65,8 @@ devices lists them) multiply on those, P rounded to float16 and bfloat16
 scaled into float16 by a power of two per block, and --check allows the
 bound SEMANTICS.md §18 states; --fp32-products keeps float32 products.
 
-Outputs are written to a temporary file and renamed, all or none; a
-symbolic link is written through to its target; a pipe or character
-device (-o /dev/stdout, /dev/null) is written in place, first (what it
-took cannot be taken back), and the text that would go to stdout goes to
-stderr then (--json cannot move: refused); a socket, directory or block
-device is refused:
+` + outputRule + `--json, whose summary cannot move, is refused with such a stream.
+Outputs:
   -o O.npy         O, Q's shape with the last axis d_v
   --lse LSE.npy    natural log-sum-exp of each row, Q's shape without d_k
   --weights W.npy  attention weights, Q's leading axes then (L,S); small problems only
@@ -587,28 +583,24 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 	outs := f.outputs(res, oShape, lseShape, wShape)
 	// A failed check writes nothing: a non-zero exit never leaves files.
 	if chk == nil || chk.OK() {
-		// The picture is drawn first and put in place last, so a failure
-		// to draw it leaves no array written either.
-		var pic *pendingFile
+		// The picture is drawn first and committed with the arrays, so a
+		// failure to draw it leaves no array written either.
+		var more []*pendingFile
 		if f.heatmap != "" {
 			w, err := heatmap.NewWeights(wShape, res.Weights)
+			var pic *pendingFile
 			if err == nil {
 				pic, _, err = stageHeatmap(f.heatmap, w, heatmap.Options{})
 			}
 			if err != nil {
 				return failf(stderr, "run", "--heatmap: %v", err)
 			}
+			more = append(more, pic)
 		}
-		if err := writeNPYFiles(outs); err != nil {
-			if pic != nil {
-				pic.discard()
-			}
+		if err := writeNPYFiles(outs, more...); err != nil {
 			return failf(stderr, "run", "%v", err)
 		}
-		if pic != nil {
-			if err := pic.commit(); err != nil {
-				return failf(stderr, "run", "--heatmap: %v", err)
-			}
+		if f.heatmap != "" {
 			outs = append(outs, output{name: "heat map", path: f.heatmap, shape: wShape})
 		}
 	}

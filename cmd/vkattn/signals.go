@@ -161,26 +161,21 @@ func createTemp(dir, pattern string) (*os.File, error) {
 	return f, nil
 }
 
-// renameTemp renames a registered temporary file onto target, unless a
-// signal has arrived (it was removed then); check runs first, under the
-// same lock, and may refuse.
-func renameTemp(tmp, target string, check func() error) error {
+// holdSignals runs fn, which puts the registered temporary files temps in
+// place or removes them, unless a signal has arrived (they were removed
+// then). A signal that comes while fn runs waits for it, so the process
+// never dies with some outputs of a command in place and others not.
+func holdSignals(temps []string, fn func() error) error {
 	s := signals
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.got != nil {
 		return errInterrupted
 	}
-	delete(s.temps, tmp)
-	if err := check(); err != nil {
-		os.Remove(tmp)
-		return err
+	for _, tmp := range temps {
+		delete(s.temps, tmp)
 	}
-	if err := os.Rename(tmp, target); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return fn()
 }
 
 // removeTemp removes a registered temporary file.
