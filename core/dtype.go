@@ -178,8 +178,8 @@ func HalfBits(t DType, data []float32) ([]uint16, error) {
 // id = 1/d (0 when d = 0), each quant the float32 product x*id rounded
 // half away from zero, and d stored as the nearest float16 (ties to even,
 // subnormals kept). A NaN or Inf is ErrNonFinite; a block whose scale
-// exceeds float16's range (amax > 65504*127) ErrOverflow; a length that
-// is not whole blocks ErrShape.
+// rounds beyond float16's range (amax >= q8AmaxLimit) ErrOverflow; a
+// length that is not whole blocks ErrShape.
 func QuantizeQ8_0(data []float32) (quants []int8, scales []uint16, err error) {
 	if len(data)%Q8Block != 0 {
 		return nil, nil, Errorf(ErrShape, "q8_0 holds blocks of %d values; %d values are not whole blocks", Q8Block, len(data))
@@ -195,6 +195,9 @@ func QuantizeQ8_0(data []float32) (quants []int8, scales []uint16, err error) {
 			}
 			amax = max(amax, float32(math.Abs(float64(x))))
 		}
+		if amax >= q8AmaxLimit {
+			return nil, nil, Errorf(ErrOverflow, "q8_0 block %d: largest |x| %g needs a scale beyond float16 (a block's |x| must be below 65520*127 = %d)", b, amax, q8AmaxLimit)
+		}
 		d := amax / 127
 		var id float32
 		if d != 0 {
@@ -203,17 +206,21 @@ func QuantizeQ8_0(data []float32) (quants []int8, scales []uint16, err error) {
 		if math.IsInf(float64(id), 0) {
 			id = 0 // d is below 2^-126 or so: its float16 scale is 0 anyway
 		}
-		h := float16.Fromfloat32(d)
-		if h.IsInf(0) {
-			return nil, nil, Errorf(ErrOverflow, "q8_0 block %d: largest |x| %g needs a scale beyond float16 (|x| <= %g)", b, amax, 65504*127.0)
-		}
-		scales[b] = h.Bits()
+		scales[b] = float16.Fromfloat32(d).Bits()
 		for i, x := range block {
 			quants[b*Q8Block+i] = int8(roundHalfAway(float32(x * id))) // the product rounded: never fused
 		}
 	}
 	return quants, scales, nil
 }
+
+// q8AmaxLimit bounds a q8_0 block's largest |x|: below it the scale
+// amax/127 rounds to a finite float16, at or above it to Inf. float16's
+// largest value is 65504 and 65520, the midpoint to 2^16, rounds to even,
+// Inf; amax/127 in float32 is below 65520 exactly when amax is below
+// 65520*127 (an integer, exact in float32: the float32 below it,
+// 8321039.5, gives 65519.996).
+const q8AmaxLimit = 65520 * 127
 
 // roundHalfAway is C's roundf: the nearest integer, halves away from zero.
 func roundHalfAway(x float32) float32 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 )
 
@@ -100,6 +101,29 @@ func TestQuantizeQ8_0Bounds(t *testing.T) {
 	}
 	if got := Q8_0.StorageBytes(64); got != 68 {
 		t.Errorf("64 q8_0 elements take %d bytes, want 68", got)
+	}
+}
+
+// Issue 34 item 13: the q8_0 bound is exact and stated as it is checked.
+// A block's scale amax/127 is a finite float16 exactly when amax is below
+// 65520*127 = 8321040: the float32 below it (8321039.5) quantizes, with
+// the largest float16 scale, and 8321040 is ErrOverflow, the message
+// naming that bound; 8320032, which the old message (|x| <= 8.319008e+06)
+// refused in words, is accepted as it was.
+func TestQuantizeQ8_0Limit(t *testing.T) {
+	block := make([]float32, 32)
+	for _, amax := range []float32{8320032, 8321039.5, -8321039.5} {
+		block[3] = amax
+		if _, scales, err := QuantizeQ8_0(block); err != nil || scales[0] != 0x7bff {
+			t.Errorf("amax %v: scales %x, %v; want the largest float16 scale 0x7bff", amax, scales, err)
+		}
+	}
+	const want = "below 65520*127 = 8321040"
+	for _, amax := range []float32{8321040, -8321040, 8321040.5, 8.3233e6, 3e38} {
+		block[3] = amax
+		if _, _, err := QuantizeQ8_0(block); !errors.Is(err, ErrOverflow) || !strings.Contains(err.Error(), want) {
+			t.Errorf("amax %v: %v; want ErrOverflow saying %q", amax, err, want)
+		}
 	}
 }
 

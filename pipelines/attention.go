@@ -324,6 +324,9 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	aligned := in.Q.aligned(dk) && in.K.aligned(dk) && in.V.aligned(dv)
 	width := max(dk, dv)
 	if width > core.MaxHeadWidth {
+		if in.Additive { // Q and K are the projections: their width is d_a
+			return p, limitf("head width %d (d_a=%d, the projections' width; d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, core.MaxHeadWidth)
+		}
 		return p, limitf("head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, core.MaxHeadWidth)
 	}
 	p.DMax = 16

@@ -200,3 +200,19 @@ func TestAdditiveGrads(t *testing.T) {
 		t.Errorf("%d members, want 7", len(got))
 	}
 }
+
+// Issue 34 item 13: a projection wider than the kernels' head width is
+// refused naming d_a, the projections' width, not d_k (the keys' width,
+// here 2).
+func TestAdditiveWideProjection(t *testing.T) {
+	withDevice(t)
+	dir := t.TempDir()
+	_, q, k, v := goldenAdditive(t, dir)
+	const da = 300
+	ones := make([]float32, 2*da)
+	for i := range ones {
+		ones[i] = 0.01
+	}
+	params := writeNPZ(t, dir, "wide.npz", map[string]any{"W_q": rows(ones, da), "W_k": rows(ones, da), "w_a": ones[:da]})
+	checkRefused(t, []string{"additive", "-q", q, "-k", k, "-v", v, "--params", params}, exitFail, "head width 300 (d_a=300, the projections' width; d_v=2)", "")
+}

@@ -21,7 +21,9 @@ stored) and sums in a fixed order (the same bits run to run).
 Inputs as for run: Q (B,H,L,d_k), K (B,H_kv,S,d_k), V (B,H_kv,S,d_v), rank
 2 to 4, and DO with O's shape (Q's, last axis d_v). Every mask, length,
 causal and score-variant flag of run applies, as do --scale, --dtype and
---kv-dtype (the gradients are of the values as stored; they are float32).
+--kv-dtype f32, f16 or bf16 (the gradients are of the values as stored;
+they are float32). The backward reads float K and V: --kv-dtype q8_0 is a
+usage error.
 Under grouped-query attention dK and dV sum every query head of a group.
 Rows that are padding or see no key have output 0 and add nothing.
 
@@ -68,6 +70,7 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.dsinks, "dsinks", "", "write dL/dsinks to `DS.npy` (H values; needs --sinks)")
 	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
 	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
+	fs.Lookup("kv-dtype").Usage = "store K and V as `T`: f32, f16 or bf16 (not q8_0: the backward reads float K and V), overriding --dtype for them"
 	if ok, code := parseFlags(fs, gradUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -80,6 +83,11 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 	causal, err := f.checkProblemFlags()
 	if err != nil {
 		return usagef(stderr, "grad", "%v", err)
+	}
+	// Refused here, before any input is read, rather than by the planner
+	// once the forward has run.
+	if ts, _ := f.types([3]vkattn.DType{}); ts[1] == vkattn.Q8_0 {
+		return usagef(stderr, "grad", "--kv-dtype q8_0: the backward reads float K and V; say f32, f16 or bf16")
 	}
 	outs := []outputFlag{{"--dq", f.dq}, {"--dk", f.dk}, {"--dv", f.dv}, {"--dsinks", f.dsinks}}
 	if code := checkOutputPaths("grad", stderr, outs); code != exitOK {

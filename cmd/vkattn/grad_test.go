@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -77,4 +78,22 @@ func TestGradCommand(t *testing.T) {
 	checkRefused(t, []string{"grad", "-q", qPath, "-k", kPath, "-v", vPath}, 2, "--dout are required", "")
 	checkRefused(t, []string{"grad", "-q", qPath, "-k", kPath, "-v", vPath, "--dout", doPath, "--dsinks", filepath.Join(dir, "x.npy")}, 2, "--dsinks needs --sinks", "")
 	checkRefused(t, []string{"grad", "-q", qPath, "-k", kPath, "-v", vPath, "--dout", qPath}, 1, "want O's", "")
+}
+
+// Issue 34 item 13: grad refuses --kv-dtype q8_0 as a usage error before
+// any input is read (here there is none), where it ran the forward first;
+// its help offers only the float types. A bool --dout names every float
+// type grad reads, float16 included.
+func TestGradRefusals(t *testing.T) {
+	dir := t.TempDir()
+	none := filepath.Join(dir, "none.npy")
+	checkRefused(t, []string{"grad", "-q", none, "-k", none, "-v", none, "--dout", none, "--kv-dtype", "q8_0"}, exitUsage,
+		"--kv-dtype q8_0: the backward reads float K and V; say f32, f16 or bf16", "")
+	help := cliOK(t, "grad", "-h")
+	if !strings.Contains(help, "f32, f16 or bf16 (not q8_0") || strings.Contains(help, "bf16, or q8_0") {
+		t.Errorf("grad -h offers q8_0 for --kv-dtype:\n%s", help)
+	}
+	q, k, v := seed000(t, dir)
+	bools := save(t, dir, "bools.npy", [][]bool{{true, false}})
+	checkRefused(t, []string{"grad", "-q", q, "-k", k, "-v", v, "--dout", bools}, exitFail, "holds bool values; want float32, float16 or float64", "")
 }

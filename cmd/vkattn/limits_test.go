@@ -117,3 +117,14 @@ func TestRangeError(t *testing.T) {
 		t.Errorf("over the limit: %q", msg)
 	}
 }
+
+// Issue 34 item 13: verify --seed without --random seeds nothing that
+// runs: a usage error, before any case is read, where it was ignored.
+// With --random it is taken (the missing directory fails after).
+func TestVerifySeedNeedsRandom(t *testing.T) {
+	none := filepath.Join(t.TempDir(), "none")
+	for _, args := range [][]string{{"--seed", "5"}, {"--seed", "5", "--random", "0"}} {
+		checkRefused(t, append([]string{"verify", "--dir", none}, args...), exitUsage, "--seed seeds the random problems of --random N; give --random too", "")
+	}
+	checkRefused(t, []string{"verify", "--dir", none, "--seed", "5", "--random", "1"}, exitFail, none, "")
+}

@@ -436,7 +436,7 @@ func readFloatInput(name, path string) (*npyArray, error) {
 		return nil, err
 	}
 	if a.Bools != nil {
-		return nil, fmt.Errorf("%s %s holds bool values; want float32 or float64", name, path)
+		return nil, fmt.Errorf("%s %s holds bool values; want float32, float16 or float64", name, path)
 	}
 	if i := vkattn.FirstNonFinite(a.F32); i >= 0 {
 		return nil, fmt.Errorf("%s %s: value %d is %v; %s must be finite", name, path, i, a.F32[i], name)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -23,12 +24,13 @@ them, with
   * the case's expected values: max |GPU - expected| <= the case's tolerance
     (1e-5 unless the case says otherwise, e.g. 1e-4 for values given to 4 digits);
   * the float64 reference: |GPU - reference| <= 1e-5 * max(1, |reference|).
---random N then runs N random problems (seeded by --seed): odd shapes,
-d_k != d_v up to 256, grouped-query heads, decode shapes (split-K), causal
-masks of both alignments, additive and boolean masks, per-item key and
-query lengths, float16 and bfloat16 inputs, LSE and weights, each against
-the float64 reference on the values as stored (as run --check compares),
-so a device's own plans are checked beyond the golden shapes.
+--random N then runs N random problems (seeded by --seed, which needs
+--random): odd shapes, d_k != d_v up to 256, grouped-query heads, decode
+shapes (split-K), causal masks of both alignments, additive and boolean
+masks, per-item key and query lengths, float16 and bfloat16 inputs, LSE
+and weights, each against the float64 reference on the values as stored
+(as run --check compares), so a device's own plans are checked beyond the
+golden shapes.
 It prints one line per case and, last, exactly "N passed, M failed"; the
 exit status is 1 if any case failed. A case file must be a regular file
 of at most 64 MiB; --random is at most 1000000.
@@ -52,6 +54,12 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	}
 	if code := checkRanges(stderr, "verify", rangeError("--random", *random, 0, maxRandomCases)); code != exitOK {
 		return code
+	}
+	seedSet := false
+	fs.Visit(func(fl *flag.Flag) { seedSet = seedSet || fl.Name == "seed" })
+	if seedSet && *random == 0 {
+		// Said so, not ignored: a seed alone changes nothing that runs.
+		return usagef(stderr, "verify", "--seed seeds the random problems of --random N; give --random too")
 	}
 	if err := checkCaseFiles(*dir); err != nil {
 		return failf(stderr, "verify", "%v", err)
