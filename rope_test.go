@@ -2,6 +2,7 @@ package vkattn_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -254,4 +255,56 @@ func TestRoPERefusals(t *testing.T) {
 			return err
 		}},
 	})
+}
+
+// A RoPE whose table (SEMANTICS.md §17) would not be finite is ErrOption
+// naming what makes it so, for a call (Options.RoPE) and for a KV cache,
+// rather than NaN outputs (a call) or a NaN table and keys (a cache):
+// frequencies theta^(-2i/n) beyond float64 (theta 5e-324 or 1e-320 with
+// 64 rotated dims), a scaling factor that makes them so (linear or Llama
+// 3's of 5e-324), or angles p invFreq_i beyond float64 at the call's
+// positions (linear:1e-308: frequency 1e308, position 7). With linear:1e-300
+// every angle of the call is finite (7e300) and it matches the reference.
+func TestRoPETableOutOfRange(t *testing.T) {
+	const l, s, d = 4, 8, 64
+	for _, c := range []struct {
+		theta float64
+		scale string
+		names string
+	}{
+		{5e-324, "none", "theta"},
+		{1e-320, "none", "theta"},
+		{10000, "linear:1e-308", "position 7"},
+		{10000, "linear:5e-324", "scaling linear:5e-324"},
+		{10000, "llama3:5e-324,1,4,8192", "scaling llama3:5e-324"},
+	} {
+		t.Run(fmt.Sprintf("%g %s", c.theta, c.scale), func(t *testing.T) {
+			scaling, err := vkattn.ParseRoPEScaling(c.scale)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rope := &vkattn.RoPE{Theta: c.theta, Scaling: scaling}
+			q, k := zeros(t, dev, 1, 1, l, d), zeros(t, dev, 1, 1, s, d)
+			out, err := dev.Attention(q, k, k, vkattn.Options{RoPE: rope})
+			if err == nil {
+				o := download(t, out.O)
+				out.Close()
+				t.Fatalf("Options.RoPE: no error, O[0] = %v; want ErrOption", o[0])
+			}
+			if !errors.Is(err, vkattn.ErrOption) || !strings.Contains(err.Error(), c.names) {
+				t.Errorf("Options.RoPE: %v, want ErrOption naming %q", err, c.names)
+			}
+			cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: s, DK: d, DV: d, RoPE: rope})
+			if err == nil {
+				cache.Close()
+				t.Fatal("KVCacheConfig.RoPE: no error, want ErrOption")
+			}
+			if !errors.Is(err, vkattn.ErrOption) {
+				t.Errorf("KVCacheConfig.RoPE: %v, want ErrOption", err)
+			}
+		})
+	}
+	p := newProblem(rand.New(rand.NewSource(97)), 1, 1, 1, l, s, d, d)
+	p.opts.RoPE = &vkattn.RoPE{Theta: 10000, Scaling: vkattn.RoPEScaling{Kind: vkattn.RoPELinear, Factor: 1e-300}}
+	checkAgainstReference(t, dev, p)
 }

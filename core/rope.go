@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -158,7 +159,11 @@ func (r *RoPE) RotatedDims(dk int) int {
 
 // Check validates r for rows of width dk (0: the width is not known yet)
 // in a problem of extents d (B, L and S; zero extents skip the position
-// checks).
+// counts), and the table it produces (checkTable) at the positions the
+// problem uses: the explicit ones, else queries within [-L, S-1] and keys
+// within [0, S-1]. A KV cache of capacity C passes Dims{S: C}. With L and
+// S both zero, positions not given explicitly may be any up to
+// MaxRoPEPosition.
 func (r *RoPE) Check(dk int, d Dims) error {
 	if !(r.Theta > 0) || math.IsInf(r.Theta, 0) {
 		return Errorf(ErrOption, "RoPE theta %v: want a finite number > 0", r.Theta)
@@ -194,8 +199,72 @@ func (r *RoPE) Check(dk int, d Dims) error {
 			}
 		}
 	}
+	if n := r.RotatedDims(dk); n > 0 {
+		return r.checkTable(n, d)
+	}
 	return nil
 }
+
+// maxPosition bounds |position| over the rows of a problem of extents d
+// (SEMANTICS.md §17): explicit positions as given; by default query row t
+// sits at t + S - L, or t + KeyLengths[b] - L with KeyLengths[b] in
+// [0, S], so within [-L, S-1], and key j at j. Unknown extents (L = S = 0)
+// allow any position (known false).
+func (r *RoPE) maxPosition(d Dims) (most int, known bool) {
+	known = true
+	side := func(explicit []int, byDefault int) int {
+		if explicit == nil {
+			if d.L == 0 && d.S == 0 {
+				known = false
+				return MaxRoPEPosition
+			}
+			return byDefault
+		}
+		most := 0
+		for _, x := range explicit {
+			most = max(most, x, -x)
+		}
+		return most
+	}
+	most = max(side(r.QueryPositions, max(d.L, d.S-1)), side(r.KeyPositions, d.S-1))
+	return most, known
+}
+
+// checkTable refuses (ErrOption) a RoPE of n rotated elements whose table
+// would not be finite at the positions of a problem of extents d
+// (maxPosition): a frequency Theta^(-2i/n) or its scaled value beyond
+// float64 (Theta near 0, a factor near 0), or an angle p * invFreq_i
+// beyond it, whose cos and sin are NaN. The table holds those cos and sin
+// rounded to float32, in [-1, 1], so finite angles are all it needs; the
+// angle grows with |p|, so the largest position and frequency bound every
+// entry.
+func (r *RoPE) checkTable(n int, d Dims) error {
+	base, inv := r.freqs(n)
+	for i := range inv {
+		if !inRange(base[i]) {
+			return Errorf(ErrOption, "RoPE theta %v: invFreq_%d = theta^(-%d/%d) is %v, beyond float64's range (want a larger theta)", r.Theta, i, 2*i, n, base[i])
+		}
+		if !inRange(inv[i]) {
+			return Errorf(ErrOption, "RoPE scaling %v: it makes invFreq_%d (theta %v) %v, beyond float64's range (want a larger factor)", r.Scaling, i, r.Theta, inv[i])
+		}
+	}
+	most := 0.0
+	for _, f := range inv {
+		most = max(most, f)
+	}
+	maxPos, known := r.maxPosition(d)
+	if angle := float64(maxPos) * most; !inRange(angle) {
+		where := ""
+		if !known {
+			where = " (the positions are not known here: any up to 2^31-1)"
+		}
+		return Errorf(ErrOption, "RoPE theta %v, scaling %v: the largest frequency %.3g at position %d%s turns by %v radians, beyond float64's range (want a larger theta or scaling factor, or fewer positions)", r.Theta, r.Scaling, most, maxPos, where, angle)
+	}
+	return nil
+}
+
+// inRange reports whether x is finite (false for NaN).
+func inRange(x float64) bool { return math.Abs(x) <= math.MaxFloat64 }
 
 // MaxRoPEPosition bounds explicit positions (2^31 - 1): the kernels index
 // positions with 32-bit integers.
@@ -204,10 +273,17 @@ const MaxRoPEPosition = math.MaxInt32
 // InvFreq is the n/2 frequencies of a RoPE that rotates n elements, in
 // float64: Theta^(-2i/n), then scaled.
 func (r *RoPE) InvFreq(n int) []float64 {
-	inv := make([]float64, n/2)
-	for i := range inv {
-		inv[i] = math.Pow(r.Theta, -float64(2*i)/float64(n))
+	_, inv := r.freqs(n)
+	return inv
+}
+
+// freqs is InvFreq before scaling (base) and after (inv).
+func (r *RoPE) freqs(n int) (base, inv []float64) {
+	base = make([]float64, n/2)
+	for i := range base {
+		base[i] = math.Pow(r.Theta, -float64(2*i)/float64(n))
 	}
+	inv = slices.Clone(base)
 	s := r.Scaling
 	switch s.Kind {
 	case RoPELinear:
@@ -229,7 +305,7 @@ func (r *RoPE) InvFreq(n int) []float64 {
 			}
 		}
 	}
-	return inv
+	return base, inv
 }
 
 // QueryPosition is the position of query row t of batch item b in a
