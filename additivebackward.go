@@ -47,7 +47,7 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 		return nil, err
 	}
 	dm := plan.Dims
-	if _, err := a.checkRange(dm, &opts, q, k, v); err != nil {
+	if err := a.checkBackwardRange(dm, &opts, q, k, v, dO); err != nil {
 		return nil, err
 	}
 	host := func(t *Tensor) ([]float32, error) {
@@ -113,4 +113,42 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 		out.DBias = narrow32(db)
 	}
 	return out, nil
+}
+
+// checkBackwardRange bounds an additive backward call: the forward
+// (checkRange), the attention's backward on the projections (dS flows
+// into each projection's element i as dS w_a,i (1 - tanh^2) and into w_a
+// as dS tanh, so max|w_a| and 1 are its factors), and the host's float64
+// sums, each rounded to float32: dw_a over B S key rows' shares (each
+// over L rows), and the projections' gradients dx = dx' W^T, dW = x^T dx'
+// and db.
+func (a *Additive) checkBackwardRange(dm Dims, opts *Options, q, k, v, dO *Tensor) error {
+	oBound, err := a.checkRange(dm, opts, q, k, v)
+	if err != nil {
+		return err
+	}
+	via := gradFactor{"dS·w_a(1 - tanh²)", "max|w_a|", a.wa.magnitudeBound()}
+	g, err := backwardRange(dm, opts, 1, dO.magnitudeBound(), v.magnitudeBound(), oBound, via, via)
+	if err != nil {
+		return err
+	}
+	B, L, S := dm.B, dm.L, dm.S
+	for _, c := range []struct {
+		what  string
+		n     int
+		terms string
+		x     float64
+	}{
+		{"dw_a", B * S * L, "B x S x L terms dS tanh, each within max|dS|", g.dS},
+		{"dq = dq' W_q^T", a.da, "d_a terms, each within max|dq'| x max|W_q|", g.dQ * a.wq.magnitudeBound()},
+		{"dW_q = q^T dq'", B * L, "B x L terms, each within max|q| x max|dq'|", q.magnitudeBound() * g.dQ},
+		{"db", B * L, "B x L terms, each within max|dq'|", g.dQ},
+		{"dk = dk' W_k^T", a.da, "d_a terms, each within max|dk'| x max|W_k|", g.dK * a.wk.magnitudeBound()},
+		{"dW_k = k^T dk'", B * S, "B x S terms, each within max|k| x max|dk'|", k.magnitudeBound() * g.dK},
+	} {
+		if y := float64(c.n) * c.x; !(y <= f32Limit) {
+			return errorf(ErrOverflow, "the backward pass's %s could reach %d (%s %.3g) = %.3g, beyond %.3g, half of float32's range", c.what, c.n, c.terms, c.x, y, f32Limit)
+		}
+	}
+	return nil
 }

@@ -86,7 +86,14 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, 
 	if dO.shape != oShape {
 		return nil, errorf(ErrShape, "dO has shape %v, want O's %v", dO.shape, oShape)
 	}
-	if _, err := attentionRange(dm, &opts, q, k, v); err != nil {
+	oBound, err := attentionRange(dm, &opts, q, k, v)
+	if err != nil {
+		return nil, err
+	}
+	scale := opts.Scale.For(dm.DK)
+	toQ, toK := scaledGrads(scale, q, k)
+	bounds, err := backwardRange(dm, &opts, scale, dO.magnitudeBound(), v.magnitudeBound(), oBound, toQ, toK)
+	if err != nil {
 		return nil, err
 	}
 	b := &builder{d: d}
@@ -95,6 +102,10 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, 
 	if err != nil {
 		return nil, b.fail(err)
 	}
+	// As a forward's outputs, the gradients carry bounds for the calls
+	// they feed.
+	g := call.Output()
+	g.DQ.bound, g.DK.bound, g.DV.bound = bounds.dQ, bounds.dK, bounds.dV
 	return call, nil
 }
 

@@ -69,6 +69,74 @@ func checkLinear(name string, inputs int, x, w, b float64) (float64, error) {
 	return y, nil
 }
 
+// gradFactor is what dS meets in each term of a gradient's sum: for dQ =
+// scale dS K, |scale| max|K| (formula "scale·dS·K", factor "|scale| x
+// max|K|").
+type gradFactor struct {
+	formula, factor string
+	x               float64
+}
+
+// scaledGrads are the factors of scaled dot-product scores: the kernel
+// forms scale dS first, then its products with K (into dQ) and Q (into
+// dK).
+func scaledGrads(scale float64, q, k *Tensor) (toQ, toK gradFactor) {
+	scale = math.Abs(scale)
+	return gradFactor{"scale·dS·K", "|scale| x max|K|", scale * k.magnitudeBound()},
+		gradFactor{"scale·dS^T·Q", "|scale| x max|Q|", scale * q.magnitudeBound()}
+}
+
+// gradBounds bound a backward call's float32 quantities.
+type gradBounds struct{ dS, dQ, dK, dV float64 }
+
+// backwardRange refuses a backward call (SEMANTICS.md §16) whose float32
+// intermediates in attention_backward.comp could overflow, which gives Inf
+// and then NaN gradients, never an error, on the device. dO, v and o bound
+// |dO|, |V| and the forward's |O|; toQ and toK are what dS is multiplied by
+// on its way into dQ (a sum over up to S keys) and dK (over the group's
+// query rows). P is at most 1 and so is the soft-cap's derivative, so
+//
+//	dP = dO . v_j, D = dO . O_t       within d_v max|dO| max|V| (or max|O|)
+//	dS = P (dP - D) c'                within |dP| + |D|
+//	dQ_t = sum over keys, dK_j = sum over rows of dS times the factor
+//	dV_j = sum over rows of P dO      within rows max|dO|
+//
+// and each head's dSinks sums -P_sink D over B L rows (in float64, then
+// rounded to float32). The bounds hold for every partial sum too. scale is
+// what multiplies dS before either product (1 for additive scores).
+func backwardRange(dm Dims, opts *Options, scale, dO, v, o float64, toQ, toK gradFactor) (gradBounds, error) {
+	dv := float64(dm.DV)
+	rows := dm.H / dm.HKV * dm.L // the query rows a key's gradients sum
+	dP, D := dv*dO*v, dv*dO*o
+	g := gradBounds{dS: dP + D}
+	g.dQ = float64(dm.S) * g.dS * toQ.x
+	g.dK = float64(rows) * g.dS * toK.x
+	g.dV = float64(rows) * dO
+	sinks := 0.0
+	if opts.Sinks != nil {
+		sinks = float64(dm.B*dm.L) * D
+	}
+	for _, c := range []struct {
+		x      float64
+		format string
+		args   []any
+	}{
+		{dP, "dP = dO·V^T could reach d_v %d x max|dO| %.3g x max|V| %.3g = %.3g", []any{dm.DV, dO, v, dP}},
+		{D, "D = rowsum(dO∘O) could reach d_v %d x max|dO| %.3g x max|O| %.3g = %.3g", []any{dm.DV, dO, o, D}},
+		{g.dS, "dS = P∘(dP - D) could reach max|dP| %.3g + max|D| %.3g = %.3g", []any{dP, D, g.dS}},
+		{g.dS * math.Abs(scale), "scale·dS could reach |scale| %g x max|dS| %.3g = %.3g", []any{scale, g.dS, g.dS * math.Abs(scale)}},
+		{g.dQ, "dQ = %s could reach S %d x max|dS| %.3g x %s %.3g = %.3g", []any{toQ.formula, dm.S, g.dS, toQ.factor, toQ.x, g.dQ}},
+		{g.dK, "dK = %s could reach %d query rows x max|dS| %.3g x %s %.3g = %.3g", []any{toK.formula, rows, g.dS, toK.factor, toK.x, g.dK}},
+		{g.dV, "dV = P^T·dO could reach %d query rows x max|dO| %.3g = %.3g", []any{rows, dO, g.dV}},
+		{sinks, "dSinks could reach B x L = %d rows x max|D| %.3g = %.3g", []any{dm.B * dm.L, D, sinks}},
+	} {
+		if !(c.x <= f32Limit) {
+			return g, errorf(ErrOverflow, "the backward pass's "+c.format+", beyond %.3g, half of float32's range", append(c.args, f32Limit)...)
+		}
+	}
+	return g, nil
+}
+
 // maskMagnitude is the largest finite |value| of an additive mask (0 for
 // none); -Inf entries block and add nothing.
 func maskMagnitude(m *Mask) float64 {

@@ -109,6 +109,13 @@ float capGrad(float qk) {
     return 1.0 - y * y;
 }
 
+// probOf is P = exp(s - lse), at most 1 as the forward's weights are:
+// this pass sums a score in its own order, and at large scores the few
+// ulps it may land above the forward's maximum, the lse, made exp
+// overflow to Inf and the gradients NaN.
+float probOf(float s, float lse) {
+    return s == NEG_INF ? 0.0 : min(exp(s - lse), 1.0);
+}
 
 // SCORE_TERM is element i's term of the raw score of q and k (q . k, or
 // w_a . tanh(q + k)), given the staged row's element a and the own o.
@@ -211,7 +218,7 @@ void main() {
                     qk += SCORE_TERM(aTile[u * DMAX + i], own[i], i);
                 }
                 float s = scoreOf(qk, t0 + u, h, slope, j, keyLen);
-                float p = s == NEG_INF ? 0.0 : exp(s - lse);
+                float p = probOf(s, lse);
                 if (p == 0.0) {
                     continue;
                 }
@@ -304,7 +311,7 @@ void main() {
                 qk += SCORE_TERM(aTile[u * DMAX + i], own[i], i);
             }
             float s = scoreOf(qk, tc, h, slope, j0 + u, keyEnd);
-            float p = s == NEG_INF ? 0.0 : exp(s - lse);
+            float p = probOf(s, lse);
             if (p == 0.0) {
                 continue;
             }
