@@ -1,6 +1,9 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // What vkattn knows of a Vulkan device, as plain data: package vk fills it
 // in from the driver, the planner and the user read it.
@@ -92,4 +95,36 @@ type DeviceInfo struct {
 // pipeline cache UUID) for files that must not outlive a driver update.
 func (d DeviceInfo) CacheKey() string {
 	return fmt.Sprintf("%04x-%04x-%x", d.VendorID, d.DeviceID, d.PipelineCacheUUID)
+}
+
+// LoopBudget is how many loop iterations one invocation of a compute
+// shader runs, all its loops together, before the driver silently ends its
+// loops, or 0 where no such limit is known. llvmpipe (lavapipe) counts
+// every loop iteration of an invocation against one limiter of 65,535
+// (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS) and drops the work past it:
+// measured on Mesa 22.3.6; Mesa 26.1 computed the same long loops whole.
+// Versions in between are taken to have it. The planner keeps every
+// kernel's loops within the budget (SEMANTICS.md §20).
+func (d DeviceInfo) LoopBudget() int {
+	if d.DriverID != DriverIDLavapipe {
+		return 0
+	}
+	if major, ok := mesaMajor(d.DriverInfo); ok && major >= 26 {
+		return 0
+	}
+	return 65535
+}
+
+// mesaMajor reads Mesa's major version from a driver info string such as
+// "Mesa 22.3.6 (LLVM 15.0.6)".
+func mesaMajor(info string) (int, bool) {
+	var major int
+	i := strings.Index(info, "Mesa ")
+	if i < 0 {
+		return 0, false
+	}
+	if _, err := fmt.Sscanf(info[i+len("Mesa "):], "%d", &major); err != nil {
+		return 0, false
+	}
+	return major, true
 }

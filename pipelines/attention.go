@@ -390,6 +390,9 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 		p.Grid = [3]uint32{uint32((p.Splits + p.WorkGroup - 1) / p.WorkGroup), uint32(in.HKV * p.RowBlocks), uint32(b)}
 		names = [3]string{"key split blocks", "KV heads x row blocks", "batch"}
 	}
+	if err := fitLoops(dev, &in, &p); err != nil {
+		return p, err
+	}
 	// Prefill lanes of a workgroup all read the same key row: let each
 	// subgroup fetch it once and share it by shuffles where the tuning
 	// asks for it and the subgroups tile the workgroup.
@@ -424,14 +427,16 @@ func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan, names [3]string) error 
 // and the problem allow it (SEMANTICS.md §18): half Q, K and V, a
 // subgroup-scope float16 matrix with float32 accumulators, enough packed
 // query rows per KV head for a row block (decode keeps the split-K
-// kernels), no weights, no paged or additive attention, and tiles that
-// fit shared memory. Else it reports false, p untouched.
+// kernels), no weights, no paged or additive attention, tiles that fit
+// shared memory, and a device that runs loops whole (LoopBudget 0: its
+// loops are not counted; no device with a budget offers matrices). Else it
+// reports false, p untouched.
 func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, error) {
 	mm := matrixSide(dev)
 	half := func(t core.DType) bool { return t == core.Float16 || t == core.BFloat16 }
 	packed := in.H / in.HKV * in.L
 	if mm == 0 || !half(in.Q.Type) || !half(in.K.Type) || !half(in.V.Type) || in.Float32Products || in.Additive || in.Weights || in.Paging > 0 || in.Force == core.TexelLoadPath ||
-		packed < 2*mm || p.DMax%mm != 0 || !dev.SubgroupSizeControl || !dev.FullSubgroups {
+		packed < 2*mm || p.DMax%mm != 0 || !dev.SubgroupSizeControl || !dev.FullSubgroups || dev.LoopBudget() > 0 {
 		return false, nil
 	}
 	lim := dev.Limits
@@ -552,6 +557,12 @@ func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *core.TiledTuning, p 
 		p.Splits = ceilDiv(in.S, p.SplitKeys)
 		p.Variant.SplitK = true
 		p.Grid = [3]uint32{uint32(p.Splits), uint32(in.HKV * p.RowBlocks), uint32(in.B)}
+		names = [3]string{"key splits", "KV heads x row blocks", "batch"}
+	}
+	if err := fitLoops(dev, in, p); err != nil {
+		return true, err
+	}
+	if p.Splits > 0 {
 		names = [3]string{"key splits", "KV heads x row blocks", "batch"}
 	}
 	return true, finishPlan(dev, p, names)

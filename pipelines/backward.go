@@ -60,25 +60,15 @@ func planBackward(dev vk.PhysicalDevice, p AttentionPlan) (backwardPlan, error) 
 	case backwardWorkGroup > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)):
 		return bp, limitf("the backward pass needs workgroups of %d invocations", backwardWorkGroup)
 	}
-	if dev.DriverID == core.DriverIDLavapipe {
-		// An invocation loops once per tile and per staged row: over the
-		// keys in the query pass, over its group's query rows in the key
-		// pass.
-		loops := func(rows int) int { return ceilDiv(rows, bp.tile) * (bp.tile + 1) }
+	if budget := dev.LoopBudget(); budget > 0 {
 		group := s.H / s.HKV
-		if n := max(loops(s.S), group*(loops(s.L)+1)); n > lavapipeLoopBudget {
-			return bp, limitf("on lavapipe, which ends an invocation's loops after %d iterations, the backward of %d keys and %d query rows a KV head (%d heads of %d rows) would loop %d times",
-				lavapipeLoopBudget, s.S, group*s.L, group, s.L, n)
+		if n := backwardLoops(bp.tile, s.S, s.L, group); n > budget {
+			return bp, limitf("on %s, which ends an invocation's loops after %d iterations, the backward of %d keys and %d query rows a KV head (%d heads of %d rows) would loop %d times",
+				dev.Name, budget, s.S, group*s.L, group, s.L, n)
 		}
 	}
 	return bp, nil
 }
-
-// lavapipeLoopBudget is how many loop iterations, all loops together,
-// lavapipe runs in one invocation before it ends them (gallivm's loop
-// limiter, 65,535), measured: the backward's per-element loops lost keys
-// past ~680 keys at d = 32.
-const lavapipeLoopBudget = 65535
 
 // AttentionBackward binds the backward pass of the forward call planned
 // as p (planned with its LSE): a query pass (dQ, D, the sinks' shares),
