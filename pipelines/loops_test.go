@@ -1,0 +1,104 @@
+package pipelines
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/vkattn/vkattn/core"
+)
+
+func TestLoopBudgetByDriver(t *testing.T) {
+	for _, c := range []struct {
+		driver uint32
+		info   string
+		want   int
+	}{
+		{core.DriverIDLavapipe, "Mesa 22.3.6 (LLVM 15.0.6)", 65535},
+		{core.DriverIDLavapipe, "Mesa 25.0.7 (LLVM 15.0.6)", 65535},
+		{core.DriverIDLavapipe, "Mesa 26.1.6 (LLVM 19.1.7)", 0},
+		{core.DriverIDLavapipe, "", 65535},
+		{core.DriverIDNvidia, "580.95", 0},
+		{core.DriverIDMesaRADV, "Mesa 22.3.6", 0},
+	} {
+		d := core.DeviceInfo{DriverID: c.driver, DriverInfo: c.info}
+		if got := d.LoopBudget(); got != c.want {
+			t.Errorf("driver %d %q: budget %d, want %d", c.driver, c.info, got, c.want)
+		}
+	}
+}
+
+// Every plan on a device with a loop budget keeps each invocation of its
+// kernels (and the split-K merge) within it, or is refused with a
+// LimitError, on every vendor's plan; without a budget nothing is split
+// or refused for it.
+func TestPlansFitTheLoopBudget(t *testing.T) {
+	dev := lavapipeLike()
+	dev.DriverInfo = "Mesa 22.3.6 (LLVM 15.0.6)"
+	budget := dev.LoopBudget()
+	for _, vendor := range append([]string{""}, PlanAsVendors...) {
+		tuning := DefaultTuning(dev)
+		if vendor != "" {
+			var err error
+			if tuning, err = VendorTuning(vendor); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range []int{1000, 10000, 262140, 262141, 1 << 20} {
+			for _, l := range []int{1, 64, 1024} {
+				for _, d := range []int{4, 64, 256} {
+					for _, weights := range []bool{false, true} {
+						in := PlanInput{AttentionShape: DenseShape(1, 4, 2, l, s, d, d), Tuning: &tuning}
+						in.Weights = weights
+						name := fmt.Sprintf("%s L=%d S=%d d=%d weights %v", vendor, l, s, d, weights)
+						p, err := PlanAttention(dev, in)
+						var limit *LimitError
+						if errors.As(err, &limit) {
+							continue
+						} else if err != nil {
+							t.Fatalf("%s: %v", name, err)
+						}
+						keys, n := s, 0
+						if p.Splits > 0 {
+							keys = p.SplitKeys
+							if c := combineLoops(p.Splits, d); c > budget {
+								t.Errorf("%s: the merge of %d splits loops %d times", name, p.Splits, c)
+							}
+						}
+						if p.Variant.Family == FamilyTiled {
+							n = tiledLoops(&p, keys, weights)
+						} else {
+							n = rowLoops(&p, keys, weights)
+						}
+						if n > budget {
+							t.Errorf("%s: %s loops %d times", name, p.Variant, n)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// Split-K decode's merge loops once per split for each of its output
+// elements: a tuning of 4 keys a split would merge 65,536 splits of 2^18
+// keys, more than the budget; the planner splits them into fewer, longer
+// blocks that each invocation and the merge run whole.
+func TestSplitKMergeWithinTheLoopBudget(t *testing.T) {
+	dev := lavapipeLike()
+	tuning := DefaultTuning(dev)
+	tuning.Texel.SplitKeys = 4
+	in := PlanInput{AttentionShape: DenseShape(1, 1, 1, 1, 1<<18, 64, 64), Tuning: &tuning}
+	p, err := PlanAttention(dev, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := dev.LoopBudget()
+	if p.Splits == 0 || p.Splits*p.SplitKeys < in.S || combineLoops(p.Splits, 64) > budget || rowLoops(&p, p.SplitKeys, false) > budget {
+		t.Errorf("%d splits of %d keys: the merge loops %d times, a split %d; want both within %d",
+			p.Splits, p.SplitKeys, combineLoops(p.Splits, 64), rowLoops(&p, p.SplitKeys, false), budget)
+	}
+	if combineLoops(in.S/4, 64) <= budget {
+		t.Errorf("the tuning's own splits would fit the budget: not a test of the merge")
+	}
+}
