@@ -2,6 +2,7 @@ package vkattn
 
 import (
 	"context"
+	"math"
 
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
@@ -95,12 +96,11 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 			return nil, err
 		}
 	}
-	out := &AdditiveGradients{DV: dev[2], DWA: make([]float32, a.da)}
+	out := &AdditiveGradients{DV: dev[2]}
 	dwa := make([]float64, a.da)
 	for i, x := range dev[3] {
 		dwa[i%a.da] += float64(x)
 	}
-	out.DWA = narrow32(dwa)
 	if opts.Sinks != nil {
 		if out.DSinks, err = sinkGradients(g.rowSinks, dm); err != nil {
 			return nil, err
@@ -108,20 +108,27 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 	}
 	dWQ, db, dq := core.ProjectBackward(widen64(dev[0]), q64, B*L, a.dq, a.da, wq, a.bias != nil)
 	dWK, _, dk := core.ProjectBackward(widen64(dev[1]), k64, B*S, a.dk, a.da, wk, false)
-	out.DQ, out.DK, out.DWQ, out.DWK = narrow32(dq), narrow32(dk), narrow32(dWQ), narrow32(dWK)
-	if db != nil {
-		out.DBias = narrow32(db)
+	for _, h := range []struct {
+		name string
+		dst  *[]float32
+		x    []float64
+	}{{"dw_a", &out.DWA, dwa}, {"dq", &out.DQ, dq}, {"dk", &out.DK, dk}, {"dW_q", &out.DWQ, dWQ}, {"dW_k", &out.DWK, dWK}, {"db", &out.DBias, db}} {
+		if h.x == nil {
+			continue // no bias
+		}
+		if *h.dst, err = roundGrad(h.name, h.x); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-// checkBackwardRange bounds an additive backward call: the forward
-// (checkRange), the attention's backward on the projections (dS flows
-// into each projection's element i as dS w_a,i (1 - tanh^2) and into w_a
-// as dS tanh, so max|w_a| and 1 are its factors), and the host's float64
-// sums, each rounded to float32: dw_a over B S key rows' shares (each
-// over L rows), and the projections' gradients dx = dx' W^T, dW = x^T dx'
-// and db.
+// checkBackwardRange bounds an additive backward call before it runs: the
+// forward (checkRange), and the attention's backward on the projections,
+// where dS reaches each projection's element i as dS w_a,i (1 - tanh^2),
+// so max|w_a| is the factor of dQ and dK (backwardRange), and w_a as
+// dS tanh, summed over L rows into each key row's share. The host's sums
+// are float64 and checked when rounded (roundGrad).
 func (a *Additive) checkBackwardRange(dm Dims, opts *Options, q, k, v, dO *Tensor) error {
 	oBound, err := a.checkRange(dm, opts, q, k, v)
 	if err != nil {
@@ -132,23 +139,21 @@ func (a *Additive) checkBackwardRange(dm Dims, opts *Options, q, k, v, dO *Tenso
 	if err != nil {
 		return err
 	}
-	B, L, S := dm.B, dm.L, dm.S
-	for _, c := range []struct {
-		what  string
-		n     int
-		terms string
-		x     float64
-	}{
-		{"dw_a", B * S * L, "B x S x L terms dS tanh, each within max|dS|", g.dS},
-		{"dq = dq' W_q^T", a.da, "d_a terms, each within max|dq'| x max|W_q|", g.dQ * a.wq.magnitudeBound()},
-		{"dW_q = q^T dq'", B * L, "B x L terms, each within max|q| x max|dq'|", q.magnitudeBound() * g.dQ},
-		{"db", B * L, "B x L terms, each within max|dq'|", g.dQ},
-		{"dk = dk' W_k^T", a.da, "d_a terms, each within max|dk'| x max|W_k|", g.dK * a.wk.magnitudeBound()},
-		{"dW_k = k^T dk'", B * S, "B x S terms, each within max|k| x max|dk'|", k.magnitudeBound() * g.dK},
-	} {
-		if y := float64(c.n) * c.x; !(y <= f32Limit) {
-			return errorf(ErrOverflow, "the backward pass's %s could reach %d (%s %.3g) = %.3g, beyond %.3g, half of float32's range", c.what, c.n, c.terms, c.x, y, f32Limit)
-		}
+	if share := float64(dm.L) * g.dS; !(share <= f32Limit) {
+		return errorf(ErrOverflow, "the backward pass's share of dw_a of a key row could reach L %d x max|dS| %.3g = %.3g, beyond %.3g, half of float32's range", dm.L, g.dS, share, f32Limit)
 	}
 	return nil
+}
+
+// roundGrad rounds a gradient the host summed in float64 to float32,
+// refusing one that would round to Inf (ErrOverflow): its terms are the
+// device's finite gradients, so only the rounding can overflow.
+func roundGrad(name string, x []float64) ([]float32, error) {
+	y := narrow32(x)
+	for i, v := range y {
+		if math.IsInf(float64(v), 0) {
+			return nil, errorf(ErrOverflow, "the backward pass's %s[%d] is %.3g, beyond float32's range", name, i, x[i])
+		}
+	}
+	return y, nil
 }
