@@ -107,7 +107,7 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 		return nil, errorf(ErrShape, "a q8_0 KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
 	}
 	if r := cfg.RoPE; r != nil {
-		if err := r.Check(cfg.DK, Dims{}); err != nil {
+		if err := r.Check(cfg.DK, Dims{S: cfg.Capacity}); err != nil {
 			return nil, err
 		}
 		if r.QueryPositions != nil || r.KeyPositions != nil {

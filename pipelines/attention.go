@@ -935,7 +935,7 @@ func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.
 	default:
 		grid[0] = uint32(ceilDiv(c.nl, p.Rows*p.WorkGroup))
 	}
-	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: grid})
+	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: grid, flops: c.flops(s)})
 	if combine != nil {
 		o, lse, lengths, heads := bound[bindO], bound[bindLSE], bound[bindLengths], bound[bindHeads]
 		cset, err := combine.Bind([]vk.Arg{{Buffer: params}, {Buffer: partials}, o, lse, lengths, heads})

@@ -222,6 +222,9 @@ func withMatrices(dev vk.PhysicalDevice, m int) vk.PhysicalDevice {
 		{M: m, N: m, K: m, A: core.MatrixFloat16, B: core.MatrixFloat16, C: core.MatrixFloat32, Result: core.MatrixFloat32, Scope: core.MatrixSubgroup},
 	}
 	dev.SubgroupSizeControl, dev.FullSubgroups = true, true
+	if dev.DriverID == core.DriverIDLavapipe {
+		dev.DriverInfo = "Mesa 26.1.6 (LLVM 19.1.7)" // the lavapipe that has them
+	}
 	return dev
 }
 

@@ -54,6 +54,24 @@ func rowChunks(x *AttentionShape, nl int) []chunk {
 	return cs
 }
 
+// flops is the work of chunk c of a call of shape x: the two products'
+// multiply-adds over every key.
+func (c chunk) flops(x *AttentionShape) float64 {
+	return 2 * float64(c.nb*c.nh*c.nl) * float64(x.S) * float64(x.DK+x.DV)
+}
+
+// dispatchFLOPs is the most attention work one submission carries: a
+// cancelled call stops between submissions, and Windows ends a dispatch
+// that runs past about 2 s (TDR) as a lost device. lavapipe runs some 50
+// GFLOP/s on two cores (BENCHMARKS.md), so a CPU device's submission takes
+// under a second; GPUs run from about 1 TFLOP/s.
+func dispatchFLOPs(dev vk.PhysicalDevice) float64 {
+	if dev.Type == core.DeviceCPU {
+		return 2e10
+	}
+	return 5e11
+}
+
 // chunks are the plan's chunks, as planChunks chose them.
 func (p *AttentionPlan) chunks() []chunk {
 	x := &p.Shape
@@ -211,11 +229,20 @@ func fits(dev vk.PhysicalDevice, p *AttentionPlan, c chunk) error {
 // query head of one batch item with as many of its rows as fit (not for
 // split-K, whose few query rows are never what is large). A chunk of one
 // query row that does not fit is a LimitError.
+//
+// Chunks also bound a submission's work (dispatchFLOPs): a call larger than
+// that runs as chunks found the same way, down to one query row, each
+// submitted on its own (Prepared.Run), so a cancelled context stops it
+// between them and no dispatch runs for long. Paged and split-K calls are
+// not split for their work.
 func planChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
 	x := &p.Shape
+	costly := func(c chunk) bool {
+		return p.Splits == 0 && x.Paging == 0 && c.nl > 1 && c.flops(x) > dispatchFLOPs(dev)
+	}
 	whole := headsChunk(x, 0, x.B, 0, x.HKV)
 	err := fits(dev, p, whole)
-	if err == nil {
+	if err == nil && !costly(whole) {
 		return []chunk{whole}, nil
 	}
 	if x.Paging > 0 {
@@ -228,6 +255,9 @@ func planChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
 		for _, c := range cs {
 			if err := fits(dev, p, c); err != nil {
 				lastErr = err
+				return nil
+			}
+			if costly(c) {
 				return nil
 			}
 		}

@@ -188,6 +188,7 @@ type dispatch struct {
 	set    *vk.DescriptorSet
 	groups [3]uint32
 	push   []byte
+	flops  float64 // the attention work it does (planChunks), 0 for the rest
 }
 
 // Step is bound work (one or more dispatches with their parameters and
@@ -209,10 +210,9 @@ func (s *Step) recordUpdates(c *vk.Commands) error {
 	return nil
 }
 
-// recordDispatches records the step's dispatches into c, a barrier after
-// each.
-func (s *Step) recordDispatches(c *vk.Commands) error {
-	for _, d := range s.dispatches {
+// recordDispatches records dispatches into c, a barrier after each.
+func recordDispatches(c *vk.Commands, ds []dispatch) error {
+	for _, d := range ds {
 		if d.push != nil {
 			if err := c.Push(d.kernel, d.push); err != nil {
 				return err
@@ -240,27 +240,45 @@ func (s *Step) Close() {
 	s.owned = nil
 }
 
-// Prepared is a sequence of Steps recorded once into one command buffer,
-// replayable with Run. Its methods are serialized, so it is safe for
-// concurrent use (runs take turns).
+// Prepared is a sequence of Steps recorded once, replayable with Run. Its
+// methods are serialized, so it is safe for concurrent use (runs take
+// turns). Its dispatches are recorded into one command buffer, or, where
+// they do more work than one submission should carry (dispatchFLOPs), into
+// several, submitted one after another.
 type Prepared struct {
 	mu    sync.Mutex
 	steps []*Step
-	cmds  *vk.Commands
+	// parts are the dispatches of each command buffer, in order.
+	parts [][]dispatch
+	cmds  []*vk.Commands
 	// wrapped: the commands hold RunWith's transfers, which Run must not
 	// replay.
 	wrapped bool
 }
 
 // Prepare records steps in order, with a barrier after each dispatch and
-// timestamps around the whole sequence. The Prepared owns the steps (also
+// timestamps around each submission. The Prepared owns the steps (also
 // when Prepare fails).
 func (ks *Kernels) Prepare(steps ...*Step) (*Prepared, error) {
 	pr := &Prepared{steps: steps}
-	var err error
-	if pr.cmds, err = ks.dev.NewCommands(2); err != nil {
-		pr.Close()
-		return nil, err
+	most, work := dispatchFLOPs(ks.dev.Info), 0.0
+	pr.parts = [][]dispatch{nil}
+	for _, s := range steps {
+		for _, d := range s.dispatches {
+			if last := len(pr.parts) - 1; work+d.flops > most && len(pr.parts[last]) > 0 && d.flops > 0 {
+				pr.parts, work = append(pr.parts, nil), 0
+			}
+			pr.parts[len(pr.parts)-1] = append(pr.parts[len(pr.parts)-1], d)
+			work += d.flops
+		}
+	}
+	for range pr.parts {
+		c, err := ks.dev.NewCommands(2)
+		if err != nil {
+			pr.Close()
+			return nil, err
+		}
+		pr.cmds = append(pr.cmds, c)
 	}
 	if err := pr.record(); err != nil {
 		pr.Close()
@@ -269,52 +287,63 @@ func (ks *Kernels) Prepare(steps ...*Step) (*Prepared, error) {
 	return pr, nil
 }
 
+// Submissions is how many submissions a run of pr makes.
+func (pr *Prepared) Submissions() int { return len(pr.parts) }
+
 func (pr *Prepared) record() error { return pr.recordWith(nil, nil) }
 
-// recordWith records before (transfers into the inputs), the steps, then
-// after (transfers out of the outputs), with barriers between.
+// recordWith records before (transfers into the inputs) and the steps'
+// parameter blocks into the first command buffer, the dispatches, then
+// after (transfers out of the outputs) into the last, with barriers
+// between.
 func (pr *Prepared) recordWith(before, after func(*vk.Commands) error) error {
-	c := pr.cmds
 	pr.wrapped = true // until a plain recording ends well, Run records anew
-	if err := c.Begin(); err != nil {
-		return err
-	}
-	if before != nil {
-		if err := before(c); err != nil {
+	for i, c := range pr.cmds {
+		if err := c.Begin(); err != nil {
 			return err
 		}
-	}
-	updated := false
-	for _, s := range pr.steps {
-		if err := s.recordUpdates(c); err != nil {
+		if i == 0 {
+			if before != nil {
+				if err := before(c); err != nil {
+					return err
+				}
+			}
+			updated := false
+			for _, s := range pr.steps {
+				if err := s.recordUpdates(c); err != nil {
+					return err
+				}
+				updated = updated || len(s.updates) > 0
+			}
+			if before != nil || updated {
+				c.Barrier()
+			}
+		}
+		c.Timestamp(0)
+		if err := recordDispatches(c, pr.parts[i]); err != nil {
 			return err
 		}
-		updated = updated || len(s.updates) > 0
-	}
-	if before != nil || updated {
-		c.Barrier()
-	}
-	c.Timestamp(0)
-	for _, s := range pr.steps {
-		if err := s.recordDispatches(c); err != nil {
+		c.Timestamp(1)
+		if i == len(pr.cmds)-1 && after != nil {
+			if err := after(c); err != nil {
+				return err
+			}
+			c.Barrier()
+		}
+		if err := c.End(); err != nil {
 			return err
 		}
-	}
-	c.Timestamp(1)
-	if after != nil {
-		if err := after(c); err != nil {
-			return err
-		}
-		c.Barrier()
 	}
 	pr.wrapped = before != nil || after != nil
-	return c.End()
+	return nil
 }
 
 // Run submits the recorded sequence and waits for it; it returns the device
 // time when the device has timestamps (0 otherwise). A done ctx submits
 // nothing; a ctx done while waiting returns at once (within a fence slice)
-// and leaves the work running: the next Run or Close waits for it.
+// and leaves the submission in flight running (the next Run or Close waits
+// for it) but submits no more: a call of several submissions stops between
+// them, its outputs then undefined.
 func (pr *Prepared) Run(ctx context.Context) (time.Duration, error) {
 	return pr.run(ctx, func() error {
 		if pr.wrapped {
@@ -342,8 +371,10 @@ func (pr *Prepared) run(ctx context.Context, record func() error) (time.Duration
 	if pr.cmds == nil {
 		return 0, fmt.Errorf("pipelines: %w: prepared call", vk.ErrClosed)
 	}
-	if err := pr.cmds.Wait(ctx); err != nil {
-		return 0, err
+	for _, c := range pr.cmds {
+		if err := c.Wait(ctx); err != nil {
+			return 0, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -357,14 +388,26 @@ func (pr *Prepared) run(ctx context.Context, record func() error) (time.Duration
 // submitAndWait submits the recorded commands and waits for them. The
 // caller holds pr.mu.
 func (pr *Prepared) submitAndWait(ctx context.Context) (time.Duration, error) {
-	if err := pr.cmds.Submit(); err != nil {
-		return 0, err
+	var total time.Duration
+	for i, c := range pr.cmds {
+		if i > 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+		}
+		if err := c.Submit(); err != nil {
+			return 0, err
+		}
+		if err := c.Wait(ctx); err != nil {
+			return 0, err
+		}
+		t, _, err := c.Elapsed(0, 1)
+		if err != nil {
+			return 0, err
+		}
+		total += t
 	}
-	if err := pr.cmds.Wait(ctx); err != nil {
-		return 0, err
-	}
-	t, _, err := pr.cmds.Elapsed(0, 1)
-	return t, err
+	return total, nil
 }
 
 // Close frees the commands (waiting for work in flight) and the steps.
@@ -374,7 +417,9 @@ func (pr *Prepared) Close() {
 	}
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
-	pr.cmds.Close()
+	for _, c := range pr.cmds {
+		c.Close()
+	}
 	pr.cmds = nil
 	for _, s := range pr.steps {
 		s.Close()

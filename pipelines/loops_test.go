@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/vk"
 )
 
 func TestLoopBudgetByDriver(t *testing.T) {
@@ -100,5 +101,43 @@ func TestSplitKMergeWithinTheLoopBudget(t *testing.T) {
 	}
 	if combineLoops(in.S/4, 64) <= budget {
 		t.Errorf("the tuning's own splits would fit the budget: not a test of the merge")
+	}
+}
+
+// A call with more work than one submission should carry runs as chunks
+// of at most that much (down to one query row), on CPUs and GPUs alike;
+// split-K calls are not chunked for work.
+func TestLongCallsChunkedByWork(t *testing.T) {
+	gpu := lavapipeLike()
+	gpu.Type, gpu.DriverID = core.DeviceDiscrete, core.DriverIDNvidia
+	for _, dev := range []struct {
+		name string
+		dev  vk.PhysicalDevice
+	}{{"cpu", lavapipeLike()}, {"gpu", gpu}} {
+		most := dispatchFLOPs(dev.dev)
+		for _, shape := range []AttentionShape{
+			DenseShape(1, 1, 1, 100000, 100000, 64, 64),
+			DenseShape(2, 8, 2, 4096, 4096, 128, 128),
+			DenseShape(1, 1, 1, 1, 1<<18, 64, 64),
+		} {
+			p, err := PlanAttention(dev.dev, PlanInput{AttentionShape: shape})
+			if err != nil {
+				t.Fatalf("%s %+v: %v", dev.name, shape, err)
+			}
+			cs := p.chunks()
+			work := 0.0
+			for _, c := range cs {
+				if c.flops(&p.Shape) > most && c.nl > 1 {
+					t.Errorf("%s: a chunk of %.3g FLOPs, more than %.3g", dev.name, c.flops(&p.Shape), most)
+				}
+				work += c.flops(&p.Shape)
+			}
+			if whole := headsChunk(&p.Shape, 0, shape.B, 0, shape.HKV).flops(&p.Shape); work != whole {
+				t.Errorf("%s: chunks of %.4g FLOPs in all, want the call's %.4g", dev.name, work, whole)
+			}
+			if p.Splits > 0 && len(cs) > 1 {
+				t.Errorf("%s: a split-K call in %d chunks", dev.name, len(cs))
+			}
+		}
 	}
 }

@@ -68,5 +68,5 @@ func (s *Step) Record(c *vk.Commands) error {
 	if len(s.updates) > 0 {
 		c.Barrier()
 	}
-	return s.recordDispatches(c)
+	return recordDispatches(c, s.dispatches)
 }

@@ -77,7 +77,7 @@ func (c *Clock) Estimate() string {
 		return "stopping"
 	}
 	ran := time.Since(c.start)
-	running := fmt.Sprintf("stopping after the call in flight (it cannot be stopped on the device), running for %s", roundDur(ran))
+	running := fmt.Sprintf("stopping at the next submission of the call in flight (a long call is submitted in parts; one on the device, or a kernel compiling, cannot be stopped), running for %s", roundDur(ran))
 	switch {
 	case c.cold && c.first > 0:
 		return fmt.Sprintf("%s; it is the first of its kernel variant, which compiles it (the last such call took %s)", running, roundDur(c.first))

@@ -98,9 +98,10 @@ over the kernel's limit, say) fails at once with exit status 1. A shape
 that fails while running (out of device memory, say) is reported on
 stderr; the others still run and the exit status is 1. Ctrl-C (SIGINT,
 SIGTERM, SIGHUP) stops the run at the next call and prints what was
-measured so far, with no plot; a call in flight cannot be stopped on the
-device, so stderr says how long it should still take, and a second
-signal quits at once. The exit status is then 128 + the signal (130).
+measured so far, with no plot; a long call stops at its next submission
+(it is submitted in parts of under a second's work on lavapipe), but a
+part on the device or a kernel compiling cannot be stopped, so stderr
+says how long it may still take, and a second signal quits at once. The exit status is then 128 + the signal (130).
 --reps is at most 1000000.
 
 Examples:

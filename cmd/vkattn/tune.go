@@ -74,9 +74,10 @@ lavapipe. --len shrinks the prefill problem (faster, noisier); it is at
 most 32768, --reps at most 1000000.
 
 Ctrl-C (SIGINT, SIGTERM, SIGHUP) stops at the next call, prints what was
-measured and saves nothing; a call in flight cannot be stopped on the
-device, so stderr says how long it should still take, and a second signal
-quits at once. The exit status is then 128 + the signal (130).
+measured and saves nothing; a long call stops at its next submission,
+but a part on the device or a kernel compiling cannot be stopped, so
+stderr says how long it may still take, and a second signal quits at
+once. The exit status is then 128 + the signal (130).
 
 Examples:
   vkattn tune                          # tune d=64 and d=128, save
