@@ -44,7 +44,10 @@ type prepared[O outputs] struct {
 func (c *prepared[O]) Output() O { return c.out }
 
 // Run executes the recorded commands and waits for them. It returns the
-// device time (0 without timestamps), also kept in Output().GPUTime.
+// device time (0 without timestamps), also kept in Output().GPUTime. A
+// cancelled ctx returns at once; a long call, recorded as several
+// submissions (SEMANTICS.md §2), submits no more, and the one in flight
+// finishes before the next Run or Close.
 func (c *prepared[O]) Run(ctx context.Context) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
