@@ -104,7 +104,7 @@ func TestQuantizeQ8_0Bounds(t *testing.T) {
 	}
 }
 
-// Issue 34 item 13: the q8_0 bound is exact and stated as it is checked.
+// The q8_0 bound is exact and stated as it is checked.
 // A block's scale amax/127 is a finite float16 exactly when amax is below
 // 65520*127 = 8321040: the float32 below it (8321039.5) quantizes, with
 // the largest float16 scale, and 8321040 is ErrOverflow, the message

@@ -201,7 +201,7 @@ func TestAdditiveGrads(t *testing.T) {
 	}
 }
 
-// Issue 34 item 13: a projection wider than the kernels' head width is
+// A projection wider than the kernels' head width is
 // refused naming d_a, the projections' width, not d_k (the keys' width,
 // here 2).
 func TestAdditiveWideProjection(t *testing.T) {

@@ -80,7 +80,7 @@ func TestGradCommand(t *testing.T) {
 	checkRefused(t, []string{"grad", "-q", qPath, "-k", kPath, "-v", vPath, "--dout", qPath}, 1, "want O's", "")
 }
 
-// Issue 34 item 13: grad refuses --kv-dtype q8_0 as a usage error before
+// Grad refuses --kv-dtype q8_0 as a usage error before
 // any input is read (here there is none), where it ran the forward first;
 // its help offers only the float types. A bool --dout names every float
 // type grad reads, float16 included.

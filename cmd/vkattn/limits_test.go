@@ -118,7 +118,7 @@ func TestRangeError(t *testing.T) {
 	}
 }
 
-// Issue 34 item 13: verify --seed without --random seeds nothing that
+// Verify --seed without --random seeds nothing that
 // runs: a usage error, before any case is read, where it was ignored.
 // With --random it is taken (the missing directory fails after).
 func TestVerifySeedNeedsRandom(t *testing.T) {

@@ -214,7 +214,7 @@ func readFIFO(t *testing.T, path string) <-chan []byte {
 	return got
 }
 
-// Issue 34 item 9: outputs are committed all or none. When the third of
+// Outputs are committed all or none. When the third of
 // three staged files cannot be renamed into place (its temporary file is
 // gone), the first keeps its old contents and the second, new, does not
 // appear; nothing else is left beside them. Without hard links the old
@@ -306,7 +306,7 @@ func blockAfterStaging(t *testing.T, n int, target string) {
 	t.Cleanup(func() { afterStaged = nil })
 }
 
-// Issue 34 item 9: every command with several outputs (run, grad, mha and
+// Every command with several outputs (run, grad, mha and
 // additive through the same code) writes all or none when the rename of
 // one fails after the work: an existing output keeps its old contents, a
 // new one does not appear, and the command exits 1 naming the file.
@@ -377,7 +377,7 @@ func tinyMHA(t *testing.T, dir string) (x, dy, params string) {
 	return x, dy, params
 }
 
-// Issue 34 item 13: the help of every command with several outputs says
+// The help of every command with several outputs says
 // what happens to a pipe or character device, as README.md does: it is
 // written in place (mha -h and additive -h said it was refused), and mha
 // does write a FIFO.
