@@ -43,7 +43,7 @@ static VkResult vkattn_enumerate_layers(void *gipa, uint32_t *n, VkLayerProperti
 	return f(n, props);
 }
 
-static VkResult vkattn_create_instance(void *gipa, uint32_t apiVersion, const char *const *layers, uint32_t nLayers,
+static VkResult vkattn_create_instance(void *gipa, uint32_t apiVersion, uint32_t flags, const char *const *layers, uint32_t nLayers,
 		const char *const *extensions, uint32_t nExtensions, VkInstance *out) {
 	PFN_vkCreateInstance f = (PFN_vkCreateInstance)vkattn_proc(gipa, NULL, "vkCreateInstance");
 	if (!f) return VK_ERROR_INITIALIZATION_FAILED;
@@ -52,6 +52,7 @@ static VkResult vkattn_create_instance(void *gipa, uint32_t apiVersion, const ch
 	app.pEngineName = "vkattn";
 	app.apiVersion = apiVersion;
 	VkInstanceCreateInfo info = {VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+	info.flags = flags;
 	info.pApplicationInfo = &app;
 	info.enabledLayerCount = nLayers;
 	info.ppEnabledLayerNames = layers;
@@ -352,15 +353,15 @@ func cStrings(names []string) (**C.char, C.uint32_t, func()) {
 	}
 }
 
-// createInstance creates an instance for apiVersion with the given layers
-// and extensions.
-func createInstance(apiVersion uint32, layers, extensions []string) (vulkan.Instance, error) {
+// createInstance creates an instance for apiVersion with the given
+// VkInstanceCreateFlags, layers and extensions.
+func createInstance(apiVersion, flags uint32, layers, extensions []string) (vulkan.Instance, error) {
 	cLayers, nLayers, freeLayers := cStrings(layers)
 	defer freeLayers()
 	cExts, nExts, freeExts := cStrings(extensions)
 	defer freeExts()
 	var h C.VkInstance
-	err := check("vkCreateInstance", result(C.vkattn_create_instance(procAddr, C.uint32_t(apiVersion), cLayers, nLayers, cExts, nExts, &h)))
+	err := check("vkCreateInstance", result(C.vkattn_create_instance(procAddr, C.uint32_t(apiVersion), C.uint32_t(flags), cLayers, nLayers, cExts, nExts, &h)))
 	return vulkan.Instance(unsafe.Pointer(h)), err
 }
 

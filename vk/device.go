@@ -77,6 +77,8 @@ type Device struct {
 	staging  stagingArea // for the transfers of unmapped buffers
 	spare    spares      // objects Close gave back, for reuse
 	discrete bool        // SetDiscreteMemory
+	// extensions are those the device was created with (nil if borrowed).
+	extensions []string
 }
 
 // ErrClosed is wrapped by every error of an operation on a closed device,
@@ -272,6 +274,8 @@ func (in *Instance) NewDeviceWith(index int, cfg DeviceConfig) (*Device, error) 
 			sizeControl = 2
 		}
 	}
+	// A portability driver (MoltenVK) requires its subset enabled.
+	exts = appendNew(exts, pd.portable...)
 	// The cooperative-matrix kernels need the extension and its feature,
 	// float16 arithmetic and the Vulkan memory model.
 	coopmat := pd.CooperativeMatrices != nil
@@ -290,8 +294,17 @@ func (in *Instance) NewDeviceWith(index int, cfg DeviceConfig) (*Device, error) 
 		return nil, err
 	}
 	objectCreated()
-	return newDevice(in, pd, handle, calls, 0, false)
+	dev, err := newDevice(in, pd, handle, calls, 0, false)
+	if dev != nil {
+		dev.extensions = exts
+	}
+	return dev, err
 }
+
+// Extensions lists the device extensions the device was created with: the
+// configured ones and those vkattn adds where the device offers them. A
+// borrowed device's are its owner's and unknown: nil.
+func (d *Device) Extensions() []string { return slices.Clone(d.extensions) }
 
 // newDevice finishes a Device on logical device handle (made by vkattn,
 // or borrowed from its owner): its queue, memory types and pipeline cache.

@@ -22,6 +22,67 @@ const extSubgroupSizeControl = "VK_EXT_subgroup_size_control"
 // extMemoryBudget reports each heap's budget and usage (what else uses it).
 const extMemoryBudget = "VK_EXT_memory_budget"
 
+// Portability drivers (MoltenVK on macOS, over Metal) implement a subset of
+// Vulkan. The loader lists them only to an instance that enables
+// VK_KHR_portability_enumeration with the
+// VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR flag, and a device that
+// offers VK_KHR_portability_subset must be created with it enabled.
+// vulkan-go's 1.1.88 headers predate both: the names and the flag's value
+// are spelled out here.
+const (
+	extPortabilityEnumeration = "VK_KHR_portability_enumeration"
+	extPortabilitySubset      = "VK_KHR_portability_subset"
+	// createEnumeratePortability is VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR.
+	createEnumeratePortability uint32 = 0x00000001
+)
+
+// portabilityInstance is what an instance asks for, given the instance
+// extensions the loader offers, so that portability drivers are listed:
+// the enumeration extension and its flag where offered, nothing otherwise
+// (a loader older than 1.3.216 lists them without asking, and the flag
+// without the extension is invalid).
+func portabilityInstance(offered []string) (extensions []string, flags uint32) {
+	if slices.Contains(offered, extPortabilityEnumeration) {
+		return []string{extPortabilityEnumeration}, createEnumeratePortability
+	}
+	return nil, 0
+}
+
+// portabilityDevice is what a device must enable, given the device
+// extensions its physical device offers: VK_KHR_portability_subset where
+// offered (the spec requires it then; it needs
+// VK_KHR_get_physical_device_properties2, core in the 1.1 instance).
+//
+// Enabling it turns on none of the features of
+// VkPhysicalDevicePortabilitySubsetFeaturesKHR, and vkattn needs none:
+// they are all graphics (constantAlphaColorBlendFactors, events,
+// imageViewFormatReinterpretation, imageViewFormatSwizzle,
+// imageView2DOn3DImage, multisampleArrayImage, mutableComparisonSamplers,
+// pointPolygons, samplerMipLodBias, separateStencilMaskRef,
+// shaderSampleRateInterpolationFunctions, tessellationIsolines,
+// tessellationPointMode, triangleFans, vertexAttributeAccessBeyondStride)
+// and its one property is a vertex stride alignment. vkattn's compute uses
+// no events, and a window's views keep their image's format and the
+// identity swizzle. What compute does depend on (subgroup sizes and
+// operations, texel formats, limits, timestamps) is queried from the
+// device as on any other (describe), not assumed.
+func portabilityDevice(offered []string) []string {
+	if slices.Contains(offered, extPortabilitySubset) {
+		return []string{extPortabilitySubset}
+	}
+	return nil
+}
+
+// appendNew appends each of names that list does not hold yet.
+func appendNew(list []string, names ...string) []string {
+	for _, n := range names {
+		if !slices.Contains(list, n) {
+			list = append(list, n)
+		}
+	}
+	return list
+}
+
 // ErrNoDriver is wrapped by the error of an instance or device choice when
 // the Vulkan loader finds no driver (or none with a compute queue).
 var ErrNoDriver = errors.New("vk: no Vulkan driver found")
@@ -109,18 +170,18 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 		return nil, err
 	}
 	var layers, extensions []string
-	if len(cfg.Extensions) > 0 {
-		have, err := instanceExtensions()
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range cfg.Extensions {
-			if !slices.Contains(have, e) {
-				return nil, fmt.Errorf("vk: instance extension %s is not available (the loader and drivers offer %s)", e, strings.Join(have, ", "))
-			}
-		}
-		extensions = append(extensions, cfg.Extensions...)
+	have, err := instanceExtensions()
+	if err != nil {
+		return nil, err
 	}
+	for _, e := range cfg.Extensions {
+		if !slices.Contains(have, e) {
+			return nil, fmt.Errorf("vk: instance extension %s is not available (the loader and drivers offer %s)", e, strings.Join(have, ", "))
+		}
+	}
+	extensions = appendNew(extensions, cfg.Extensions...)
+	portable, flags := portabilityInstance(have)
+	extensions = appendNew(extensions, portable...)
 	if cfg.Validation {
 		ok, err := LayerAvailable(validationLayer)
 		if err != nil {
@@ -130,9 +191,9 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 			return nil, fmt.Errorf("vk: validation requested but %s is not installed (apt-get install vulkan-validationlayers)", validationLayer)
 		}
 		layers = []string{validationLayer}
-		extensions = append(extensions, "VK_EXT_debug_report")
+		extensions = appendNew(extensions, "VK_EXT_debug_report")
 	}
-	handle, err := createInstance(vulkan.MakeVersion(1, 1, 0), layers, extensions)
+	handle, err := createInstance(vulkan.MakeVersion(1, 1, 0), flags, layers, extensions)
 	var verr *Error
 	if errors.As(err, &verr) && vulkan.Result(verr.Result) == vulkan.ErrorIncompatibleDriver {
 		return nil, fmt.Errorf("%w: %s (%v)", ErrNoDriver, noDriverHint(), err)
@@ -145,7 +206,7 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 		vulkan.DestroyInstance(handle, nil)
 		return nil, fmt.Errorf("vk: InitInstance: %w", err)
 	}
-	inst := &Instance{handle: handle, validation: cfg.Validation, extensions: cfg.Extensions, surfaces: map[*Surface]struct{}{}}
+	inst := &Instance{handle: handle, validation: cfg.Validation, extensions: extensions, surfaces: map[*Surface]struct{}{}}
 	objectCreated()
 	if cfg.Validation {
 		cb := vulkan.DebugReportCallbackCreateInfo{
@@ -174,6 +235,12 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 
 // Validation reports whether the validation layer is on.
 func (in *Instance) Validation() bool { return in.validation }
+
+// Extensions lists the instance extensions the instance was created with:
+// the configured ones and those vkattn adds (portability enumeration where
+// the loader offers it, debug report under validation). A borrowed
+// instance's are its owner's and unknown: nil.
+func (in *Instance) Extensions() []string { return slices.Clone(in.extensions) }
 
 // Close destroys the instance and the surfaces still open on it. Devices
 // created from it must be closed first.
@@ -208,6 +275,8 @@ type PhysicalDevice struct {
 	core.DeviceInfo
 	queueFamily uint32
 	handle      vulkan.PhysicalDevice
+	// portable is what a device on it must enable (portabilityDevice).
+	portable []string
 }
 
 // Devices lists the instance's devices in enumeration order.
@@ -323,6 +392,7 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 		return d, false, err
 	}
 	d.MemoryBudget = slices.Contains(exts, extMemoryBudget)
+	d.portable = portabilityDevice(exts)
 	if d.CooperativeMatrices, err = cooperativeMatrices(inst, h, exts); err != nil {
 		return d, false, err
 	}
