@@ -10,15 +10,82 @@
 #                             has VK_KHR_cooperative_matrix, and trixie's
 #                             validation layer, which knows it; prints their
 #                             folder (tools/lavapipe26.sh runs programs on it)
+#   tools/trixie.sh mirror    prints the Debian mirror it would use
 # The folder is $VKATTN_TOOLS, else $XDG_CACHE_HOME/vkattn-tools, else
 # ~/.cache/vkattn-tools; a folder already holding the pinned version is
 # used as it is.
+# The Debian mirror is $VKATTN_DEBIAN_MIRROR, else the first one the
+# machine's own apt sources name for a Debian release (one-line .list and
+# deb822 .sources files), else deb.debian.org; the script says which.
 set -euo pipefail
 
 # The pinned versions: the committed SPIR-V comes from this glslc.
 GLSLC_VERSION=2025.2-1
 MESA_VERSION=26.1.6-1~bpo13+1
-MIRROR=${VKATTN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+# apt_mirror prints the first http(s) URI that the apt sources give for a
+# Debian release's main archive (a codename or stable/testing/unstable,
+# with -updates or -backports; not -security, whose archive has no
+# trixie-backports, nor another distribution's), tab, the file naming it.
+apt_mirror() {
+  local list=/etc/apt/sources.list parts=/etc/apt/sources.list.d/
+  if command -v apt-config >/dev/null; then
+    eval "$(apt-config shell list Dir::Etc::SourceList/f parts Dir::Etc::SourceParts/d)"
+  fi
+  local files=()
+  [ -f "$list" ] && files+=("$list")
+  for f in "$parts"*.list "$parts"*.sources; do
+    [ -f "$f" ] && files+=("$f")
+  done
+  [ ${#files[@]} -gt 0 ] || return 0
+  awk '
+    function debian(suite) {
+      return suite ~ /^(buster|bullseye|bookworm|trixie|forky|duke|sid|oldoldstable|oldstable|stable|testing|unstable)(-updates|-backports)?$/
+    }
+    function consider(type, uri, suite) {
+      if (found == "" && type == "deb" && uri ~ /^https?:\/\// && debian(suite)) {
+        sub(/\/+$/, "", uri)
+        found = uri "\t" FILENAME
+      }
+    }
+    # One stanza of a deb822 file: every type, URI and suite it lists.
+    function stanza(   nt, nu, ns, t, u, x, ty, ur, su) {
+      if (enabled != "no") {
+        nt = split(types, ty, " "); nu = split(uris, ur, " "); ns = split(suites, su, " ")
+        for (t = 1; t <= nt; t++) for (u = 1; u <= nu; u++) for (x = 1; x <= ns; x++) consider(ty[t], ur[u], su[x])
+      }
+      types = uris = suites = field = enabled = ""
+    }
+    FNR == 1 { if (deb822) stanza(); deb822 = FILENAME ~ /\.sources$/ }
+    /^[ \t]*#/ { next }
+    !deb822 {
+      line = $0
+      gsub(/\[[^]]*\]/, "", line)
+      n = split(line, w, " ")
+      if (n >= 3) consider(w[1], w[2], w[3])
+      next
+    }
+    /^[ \t]*$/ { stanza(); next }
+    /^[ \t]/ { value = $0 }
+    /^[^ \t]/ { field = tolower($0); sub(/:.*/, "", field); value = $0; sub(/^[^:]*:/, "", value) }
+    field == "types" { types = types " " value }
+    field == "uris" { uris = uris " " value }
+    field == "suites" { suites = suites " " value }
+    field == "enabled" { gsub(/[ \t]/, "", value); enabled = tolower(value) }
+    END { if (deb822) stanza(); if (found != "") print found }
+  ' "${files[@]}"
+}
+
+if [ -n "${VKATTN_DEBIAN_MIRROR:-}" ]; then
+  MIRROR=$VKATTN_DEBIAN_MIRROR
+  MIRROR_FROM="VKATTN_DEBIAN_MIRROR"
+elif found=$(apt_mirror) && [ -n "$found" ]; then
+  MIRROR=${found%%$'\t'*}
+  MIRROR_FROM="the apt sources, ${found#*$'\t'}"
+else
+  MIRROR=http://deb.debian.org/debian
+  MIRROR_FROM="no Debian mirror in the apt sources: the default"
+fi
 
 root=${VKATTN_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/vkattn-tools}
 lib=usr/lib/x86_64-linux-gnu
@@ -37,10 +104,14 @@ EOF
   local opts=(-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o "Dir::Etc::SourceParts=-"
     -o "Dir::Etc::PreferencesParts=$apt/etc/preferences.d" -o "Dir::State=$apt" -o "Dir::State::Lists=$apt/lists"
     -o "Dir::State::status=/dev/null" -o "Dir::Cache=$apt" -o "Debug::NoLocking=1" -o "APT::Sandbox::User=$(id -un)")
-  if [ ! -e "$apt/lists/.fresh" ] || [ -n "$(find "$apt/lists/.fresh" -mmin +1440)" ]; then
+  echo "trixie.sh: Debian mirror $MIRROR ($MIRROR_FROM)" >&2
+  # The lists are read again daily, and when the mirror changes (apt keys
+  # them by its URI: the old mirror's do not serve the new one).
+  if [ ! -e "$apt/lists/.fresh" ] || [ -n "$(find "$apt/lists/.fresh" -mmin +1440)" ] ||
+    [ "$(cat "$apt/lists/.fresh")" != "$MIRROR" ]; then
     echo "trixie.sh: reading the trixie package lists" >&2
     apt-get "${opts[@]}" -qq update
-    touch "$apt/lists/.fresh"
+    echo "$MIRROR" >"$apt/lists/.fresh"
   fi
   (cd "$dir.debs" && apt-get "${opts[@]}" -qq download "$@")
   rm -rf "$dir.tmp"
@@ -83,8 +154,12 @@ lavapipe)
   fi
   echo "$dir"
   ;;
+mirror)
+  echo "trixie.sh: Debian mirror $MIRROR ($MIRROR_FROM)" >&2
+  echo "$MIRROR"
+  ;;
 *)
-  echo "usage: tools/trixie.sh glslc|lavapipe" >&2
+  echo "usage: tools/trixie.sh glslc|lavapipe|mirror" >&2
   exit 2
   ;;
 esac
