@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
 )
 
 // Properties of SEMANTICS.md §11, checked on the GPU output itself (not only
@@ -24,12 +25,12 @@ func TestWeightsAreADistribution(t *testing.T) {
 		sum := 0.0
 		for j := 0; j < s; j++ {
 			w := float64(got.w[row*s+j])
-			if w < 0 {
+			if !(w >= 0) {
 				t.Fatalf("row %d weight %d = %v < 0", row, j, w)
 			}
 			sum += w
 		}
-		if math.Abs(sum-1) > 1e-5 {
+		if !golden.Near(sum, 1, 1e-5) {
 			t.Fatalf("row %d weights sum to %v, want 1", row, sum)
 		}
 	}
@@ -42,7 +43,7 @@ func TestWeightsAreADistribution(t *testing.T) {
 			}
 			for t0 := 0; t0 < l; t0++ {
 				o := float64(got.o[(bh*l+t0)*d+i])
-				if o < lo-1e-6 || o > hi+1e-6 {
+				if !(o >= lo-1e-6 && o <= hi+1e-6) {
 					t.Fatalf("output %v outside value range [%v, %v]", o, lo, hi)
 				}
 			}
@@ -111,7 +112,7 @@ func TestZeroQueryUniformWeights(t *testing.T) {
 	p.weights = true
 	got := runGPU(t, dev, p)
 	for i, w := range got.w {
-		if math.Abs(float64(w)-1.0/s) > 1e-6 {
+		if !golden.Near(float64(w), 1.0/s, 1e-6) {
 			t.Fatalf("weight %d = %v, want 1/%d", i, w, s)
 		}
 	}
@@ -120,7 +121,7 @@ func TestZeroQueryUniformWeights(t *testing.T) {
 		for j := 0; j < s; j++ {
 			mean += float64(p.v[j*d+c]) / s
 		}
-		if math.Abs(float64(got.o[c])-mean) > 1e-6 {
+		if !golden.Near(float64(got.o[c]), mean, 1e-6) {
 			t.Fatalf("output[%d] = %v, want mean %v", c, got.o[c], mean)
 		}
 	}

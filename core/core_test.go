@@ -137,7 +137,7 @@ func TestMatrixErrorBound(t *testing.T) {
 	}
 	brain := core.MatrixErrorBound(3, 4, 0.5, [3]core.DType{core.BFloat16, core.BFloat16, core.BFloat16}, q, k, v)
 	const wantO, wantLSE = 0.0019537359621697448, 2.9802322443206464e-08
-	if math.Abs(brain.O-wantO) > 1e-15 || math.Abs(brain.LSE-wantLSE) > 1e-20 {
+	if !(math.Abs(brain.O-wantO) <= 1e-15) || !(math.Abs(brain.LSE-wantLSE) <= 1e-20) {
 		t.Errorf("bfloat16: %+v, want O %v, LSE %v", brain, wantO, wantLSE)
 	}
 }

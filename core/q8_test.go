@@ -75,7 +75,7 @@ func TestQuantizeQ8_0Bounds(t *testing.T) {
 		d16 := float64(Widen(Float16, scales[b]))
 		for i, x := range block {
 			qi := int(q[b*32+i])
-			if math.Abs(float64(qi)-float64(x)/d) > 0.5+1e-5 {
+			if !(math.Abs(float64(qi)-float64(x)/d) <= 0.5+1e-5) {
 				t.Fatalf("block %d element %d: quant %d for x/d = %g", b, i, qi, float64(x)/d)
 			}
 			top = max(top, abs(qi))

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/golden"
 )
 
 // atanhHalf is a = atanh(1/2) = ln(3)/2, so tanh(a) = 1/2 and tanh(2a) =
@@ -296,7 +297,7 @@ func TestAdditiveProperties(t *testing.T) {
 		p0.w = &w0
 		r0 := p0.run(t, core.Options{})
 		for i, a := range r0.Weights {
-			if math.Abs(a-1.0/S) > 1e-15 {
+			if !golden.Near(a, 1.0/S, 1e-15) {
 				t.Fatalf("w_a = 0: weight %d is %v, want 1/%d", i, a, S)
 			}
 		}

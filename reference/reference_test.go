@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/golden"
 )
 
 var negInf = float32(math.Inf(-1))
@@ -234,7 +235,7 @@ func TestProperties(t *testing.T) {
 							t.Fatalf("%v: negative weight %v", causal, x)
 						}
 					}
-					if s := sum(w); math.Abs(s-1) > 1e-12 {
+					if s := sum(w); !golden.Near(s, 1, 1e-12) {
 						t.Fatalf("%v: row %d weights sum to %v", causal, row, s)
 					}
 					kv := b*HKV + h/(H/HKV)
@@ -272,12 +273,12 @@ func TestProperties(t *testing.T) {
 	// A zero query gives uniform weights and LSE log(S).
 	r := mustRun(t, make([]float32, len(q)), qs, k, ks, v, vs, core.Options{})
 	for i, w := range r.Weights {
-		if math.Abs(w-1.0/S) > 1e-15 {
+		if !golden.Near(w, 1.0/S, 1e-15) {
 			t.Fatalf("zero query: weight %d = %v, want 1/%d", i, w, S)
 		}
 	}
 	for i, x := range r.LSE {
-		if math.Abs(x-math.Log(S)) > 1e-14 {
+		if !golden.Near(x, math.Log(S), 1e-14) {
 			t.Fatalf("zero query: LSE %d = %v, want log %d", i, x, S)
 		}
 	}
@@ -623,7 +624,7 @@ func TestStableSoftmax(t *testing.T) {
 	}
 	r := p.run(t, core.Options{})
 	for row := 0; row < 4; row++ {
-		if s := sum(r.Weights[row*6 : row*6+6]); math.Abs(s-1) > 1e-12 {
+		if s := sum(r.Weights[row*6 : row*6+6]); !golden.Near(s, 1, 1e-12) {
 			t.Fatalf("row %d weights sum to %v", row, s)
 		}
 		if math.IsInf(r.LSE[row], 0) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/golden"
 )
 
 // The rotation as complex multiplication (RoFormer's formulation): pair i
@@ -118,14 +119,14 @@ func TestRoPEScaling(t *testing.T) {
 				t.Errorf("inv_freq %d (wavelength %.0f): scaled by %g, want 1", i, wavelen, ratio)
 			}
 		case wavelen > 8192:
-			if math.Abs(ratio-0.125) > 1e-15 {
+			if !golden.Near(ratio, 0.125, 1e-15) {
 				t.Errorf("inv_freq %d (wavelength %.0f): scaled by %g, want 1/8", i, wavelen, ratio)
 			}
 		default:
 			medium++
 			// smooth = 8192/wavelen/3 - 1/3; ratio = (1 - smooth)/8 + smooth.
 			smooth := (8192/wavelen - 1) / 3
-			if want := (1-smooth)/8 + smooth; math.Abs(ratio-want) > 1e-12 || ratio < 0.125 || ratio > 1 {
+			if want := (1-smooth)/8 + smooth; !golden.Near(ratio, want, 1e-12) || !(ratio >= 0.125 && ratio <= 1) {
 				t.Errorf("inv_freq %d (wavelength %.0f): scaled by %g, want %g", i, wavelen, ratio, want)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/vkattn/vkattn/core"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -105,7 +106,7 @@ func near(t *testing.T, what string, got []float32, want []float64, tol float64)
 		t.Fatalf("%s: got %d values %v, want %v", what, len(got), got, want)
 	}
 	for i := range got {
-		if math.Abs(float64(got[i])-want[i]) > tol {
+		if !golden.Near(float64(got[i]), want[i], tol) {
 			t.Fatalf("%s: got %v, want %v (tolerance %g)", what, got, want, tol)
 		}
 	}

@@ -94,6 +94,14 @@ func MaxAbsDiff(got []float32, want []float64) float64 {
 	return Compare(got, want, 0).MaxAbs
 }
 
+// Near reports whether got is within tol of want: |got - want| <= tol, or
+// both the same infinity. A NaN on either side is never near: a test that
+// compares with Near fails on NaN.
+func Near(got, want, tol float64) bool {
+	d := diff(got, want) // +Inf for NaN or unequal infinities
+	return d <= tol && !math.IsInf(d, 1)
+}
+
 // diff is |a - b|, 0 for equal values (equal infinities included) and
 // +Inf where either is NaN.
 func diff(a, b float64) float64 {

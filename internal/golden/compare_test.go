@@ -38,14 +38,14 @@ func TestCompareWorstIsFarthestOutsideItsBound(t *testing.T) {
 	// Errors 0.01 (bound 0.02 at 1000) and 1.5e-5 (bound 2e-5 at 0): the
 	// second is the closer to failing though the smaller.
 	c := Compare([]float32{1000.01, 1.5e-5}, []float64{1000, 0}, SweepTolerance)
-	if c.Worst != 1 || math.Abs(c.Ratio-0.75) > 0.01 || !c.OK() {
+	if c.Worst != 1 || !Near(c.Ratio, 0.75, 0.01) || !c.OK() {
 		t.Errorf("%+v: want worst 1 at ratio 0.75, ok", c)
 	}
-	if math.Abs(c.MaxAbs-0.01) > 1e-4 {
+	if !Near(c.MaxAbs, 0.01, 1e-4) {
 		t.Errorf("MaxAbs %g, want 0.01", c.MaxAbs)
 	}
 	// MaxRel is over |ref| >= RelFloor only: 1e-5 of 1000, not 1.5e-5 of 0.
-	if math.Abs(c.MaxRel-1e-5) > 1e-7 {
+	if !Near(c.MaxRel, 1e-5, 1e-7) {
 		t.Errorf("MaxRel %g, want 1e-5", c.MaxRel)
 	}
 }
@@ -72,6 +72,21 @@ func TestMaxAbsDiffIsCompareMaxAbs(t *testing.T) {
 	} {
 		if d := MaxAbsDiff(c.got, c.want); d != c.d {
 			t.Errorf("MaxAbsDiff(%v, %v) = %v, want %v", c.got, c.want, d, c.d)
+		}
+	}
+}
+
+func TestNearFailsOnNaN(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, c := range []struct {
+		got, want, tol float64
+		near           bool
+	}{
+		{1, 1.5, 0.5, true}, {1, 1.5, 0.49, false}, {inf, inf, 0, true}, {-inf, -inf, 0, true},
+		{inf, -inf, 1e300, false}, {1, inf, 1e300, false}, {nan, 1, inf, false}, {1, nan, inf, false}, {nan, nan, inf, false},
+	} {
+		if got := Near(c.got, c.want, c.tol); got != c.near {
+			t.Errorf("Near(%v, %v, %v) = %v, want %v", c.got, c.want, c.tol, got, c.near)
 		}
 	}
 }
