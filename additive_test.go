@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -75,10 +76,7 @@ func near(t *testing.T, what string, got []float32, want []float64, tol float64)
 		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}
 	for i := range got {
-		if math.IsInf(want[i], -1) && math.IsInf(float64(got[i]), -1) {
-			continue
-		}
-		if !(math.Abs(float64(got[i])-want[i]) <= tol) {
+		if !golden.Near(float64(got[i]), want[i], tol) {
 			t.Fatalf("%s[%d] = %.9g, want %.9g", what, i, got[i], want[i])
 		}
 	}

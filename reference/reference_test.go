@@ -41,10 +41,7 @@ func near(t *testing.T, what string, got, want []float64, tol float64) {
 		t.Fatalf("%s: len %d, want %d", what, len(got), len(want))
 	}
 	for i := range got {
-		if got[i] == want[i] { // also covers -Inf == -Inf
-			continue
-		}
-		if !(math.Abs(got[i]-want[i]) <= tol) {
+		if !golden.Near(got[i], want[i], tol) {
 			t.Fatalf("%s[%d] = %.17g, want %.17g (tol %g)", what, i, got[i], want[i], tol)
 		}
 	}
