@@ -377,10 +377,9 @@ func tinyMHA(t *testing.T, dir string) (x, dy, params string) {
 	return x, dy, params
 }
 
-// The help of every command with several outputs says
-// what happens to a pipe or character device, as README.md does: it is
-// written in place (mha -h and additive -h said it was refused), and mha
-// does write a FIFO.
+// The help of every command with several outputs says what happens to a
+// pipe or character device: it is written in place (mha -h and additive
+// -h said it was refused), and mha does write a FIFO.
 func TestOutputHelp(t *testing.T) {
 	for _, cmd := range []string{"run", "grad", "mha", "additive"} {
 		help := cliOK(t, cmd, "-h")
