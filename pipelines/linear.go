@@ -70,6 +70,10 @@ func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
 	if in.Rows <= 0 || in.Outputs <= 0 || in.Inputs <= 0 {
 		return p, limitf("dense layer of %d rows, %d outputs, %d inputs: all must be at least 1", in.Rows, in.Outputs, in.Inputs)
 	}
+	if budget := dev.LoopBudget(); budget > 0 && linearLoops(in.Inputs) > budget {
+		return p, limitf("on %s, which ends an invocation's loops after %d iterations, a dense layer of %d inputs would loop %d times",
+			dev.Name, budget, in.Inputs, linearLoops(in.Inputs))
+	}
 	path, tuning, why, err := choosePath(dev, in.Force, in.Tuning)
 	if err != nil {
 		return p, err

@@ -70,6 +70,11 @@ func backwardLoops(tile, keys, rows, group int) int {
 	return max(perTile(keys), group*(perTile(rows)+1))
 }
 
+// linearLoops bounds an invocation of the dense layers (linear.comp): one
+// iteration per four inputs. (The cooperative-matrix layers run only where
+// there is no budget.)
+func linearLoops(inputs int) int { return ceilDiv(inputs, 4) }
+
 // fitLoops keeps the attention plan p within the device's loop budget: a
 // plan whose invocations would loop more runs its keys as split-K
 // (several invocations a row, merged by the combine pass) where its family

@@ -141,3 +141,19 @@ func TestLongCallsChunkedByWork(t *testing.T) {
 		}
 	}
 }
+
+// A dense layer loops once per four inputs: 262,140 inputs plan on a
+// device with a loop budget, 262,144 are refused.
+func TestLinearWithinTheLoopBudget(t *testing.T) {
+	dev := lavapipeLike()
+	layer := func(inputs int) LinearInput {
+		return LinearInput{Rows: 1, Outputs: 1, Inputs: inputs, Aligned: true, X: core.Float32, W: core.Float32}
+	}
+	if _, err := PlanLinear(dev, layer(4*dev.LoopBudget())); err != nil {
+		t.Errorf("%d inputs: %v", 4*dev.LoopBudget(), err)
+	}
+	var limit *LimitError
+	if _, err := PlanLinear(dev, layer(4*dev.LoopBudget()+1)); !errors.As(err, &limit) {
+		t.Errorf("%d inputs: %v, want a LimitError", 4*dev.LoopBudget()+1, err)
+	}
+}
