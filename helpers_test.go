@@ -11,6 +11,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -27,13 +28,8 @@ type problem struct {
 	types [3]vkattn.DType
 }
 
-func randomValues(r *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = 2*r.Float32() - 1
-	}
-	return x
-}
+// randomValues are n values uniform in [-1, 1) (internal/random).
+func randomValues(r *rand.Rand, n int) []float32 { return random.Uniform(r, n) }
 
 func size(s [4]int) int { return s[0] * s[1] * s[2] * s[3] }
 

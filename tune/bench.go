@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/random"
 )
 
 // Case is one attention problem to time (`vkattn bench`): its shape, causal
@@ -147,7 +148,7 @@ func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint6
 	var runner Runner
 	if c.Backward {
 		d := c.Dims
-		dO, err := dev.Upload([]int{d.B, d.H, d.L, d.DV}, RandomValues(r, d.B*d.H*d.L*d.DV))
+		dO, err := dev.Upload([]int{d.B, d.H, d.L, d.DV}, random.Uniform(r, d.B*d.H*d.L*d.DV))
 		if err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/random"
 )
 
 // CacheSuite is the shape of the KV-cache suites of `vkattn bench`: decode
@@ -41,7 +42,7 @@ var DefaultCacheSuite = CacheSuite{
 
 // normals gives n standard normal values at a time from r.
 func normals(r *rand.Rand) func(n int) []float32 {
-	return func(n int) []float32 { return NormalValues(r, n) }
+	return func(n int) []float32 { return random.Normal(r, n) }
 }
 
 // LoopResults is how many results DecodeLoop gives: every case, layout and type.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/stats"
 )
 
 // Inputs are the Q, K and V of one timed problem.
@@ -48,7 +50,7 @@ func UploadRandomAs(dev *vkattn.Device, r *rand.Rand, d vkattn.Dims, types [3]vk
 			in.Close()
 			return Inputs{}, fmt.Errorf("%w: %v is %d values, more than the %d filled with random data on the host", vkattn.ErrTooLarge, u.shape, n, maxRandom)
 		}
-		t, err := dev.UploadAs(u.shape[:], RandomValues(r, n), types[i])
+		t, err := dev.UploadAs(u.shape[:], random.Uniform(r, n), types[i])
 		if err != nil {
 			in.Close()
 			return Inputs{}, fmt.Errorf("upload: %w", err)
@@ -61,24 +63,6 @@ func UploadRandomAs(dev *vkattn.Device, r *rand.Rand, d vkattn.Dims, types [3]vk
 // maxRandom is the most values UploadRandom makes for one tensor (8 GiB).
 const maxRandom = 1 << 31
 
-// NormalValues are n standard normal values.
-func NormalValues(r *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(r.NormFloat64())
-	}
-	return x
-}
-
-// RandomValues are n uniform values in [-1, 1).
-func RandomValues(r *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = 2*r.Float32() - 1
-	}
-	return x
-}
-
 // Stats are the min, median and max of a set of times, in nanoseconds.
 type Stats struct {
 	Min    int64 `json:"min"`
@@ -89,17 +73,8 @@ type Stats struct {
 // StatsOf summarises ts (at least one time); the median of an even count
 // is the mean of the middle two.
 func StatsOf(ts []time.Duration) Stats {
-	if len(ts) == 0 {
-		return Stats{}
-	}
-	s := slices.Clone(ts)
-	slices.Sort(s)
-	n := len(s)
-	med := s[n/2]
-	if n%2 == 0 {
-		med = (s[n/2-1] + s[n/2]) / 2
-	}
-	return Stats{Min: int64(s[0]), Median: int64(med), Max: int64(s[n-1])}
+	s := stats.Of(ts)
+	return Stats{Min: int64(s.Min), Median: int64(s.Median), Max: int64(s.Max)}
 }
 
 // Timing is reps timed runs of a prepared call.

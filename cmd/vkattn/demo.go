@@ -11,10 +11,10 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/train"
 	"github.com/vkattn/vkattn/internal/verify"
 	"github.com/vkattn/vkattn/reference"
-	"github.com/vkattn/vkattn/tune"
 )
 
 const demoUsage = `Usage: vkattn demo [--device N]
@@ -261,5 +261,5 @@ func normalArray(rng *rand.Rand, shape ...int) *npyArray {
 	for _, x := range shape {
 		n *= x
 	}
-	return &npyArray{Shape: shape, F32: tune.NormalValues(rng, n)}
+	return &npyArray{Shape: shape, F32: random.Normal(rng, n)}
 }

@@ -16,6 +16,7 @@ import (
 	"codeberg.org/sbinet/npyio/npz"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
 	"github.com/x448/float16"
@@ -198,13 +199,8 @@ func randomCross(t *testing.T, r *rand.Rand, dir string, d, kdim int) (string, *
 	return path, w
 }
 
-func randomValues(r *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(r.NormFloat64())
-	}
-	return x
-}
+// randomValues are n values standard normal (internal/random).
+func randomValues(r *rand.Rand, n int) []float32 { return random.Normal(r, n) }
 
 // Cross-attention (key = value = KV, kdim 6 != d 8) against the reference,
 // plain and with key padding and PyTorch's 3-D (B*h,T,S) additive mask.

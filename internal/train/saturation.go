@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/verify"
-	"github.com/vkattn/vkattn/tune"
 )
 
 // SaturationRow is one d_k and scaling's measurement (vkattn
@@ -30,7 +30,7 @@ func Saturation(dev *vkattn.Device, dk int, scaled bool, seed uint64) (Saturatio
 	const H, L, DV = 8, 128, 64
 	row := SaturationRow{DK: dk, Scaled: scaled}
 	r := rand.New(rand.NewPCG(seed, uint64(dk)))
-	randn := func(n int) []float32 { return tune.NormalValues(r, n) }
+	randn := func(n int) []float32 { return random.Normal(r, n) }
 	qd, kd, vd, dOd := randn(H*L*dk), randn(H*L*dk), randn(H*L*DV), randn(H*L*DV)
 	opts := vkattn.Options{WantWeights: true}
 	if !scaled {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/stats"
 	"github.com/vkattn/vkattn/reference"
-	"github.com/vkattn/vkattn/tune"
 )
 
 // Input is a host array to upload: its shape and values, the element type
@@ -340,5 +340,5 @@ func MedianGPUTime(dev *vkattn.Device, q, k, v Input, prepare func(q, k, v *vkat
 			return 0, err
 		}
 	}
-	return time.Duration(tune.StatsOf(times).Median), nil
+	return stats.Of(times).Median, nil
 }

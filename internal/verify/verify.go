@@ -13,8 +13,8 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/reference"
-	"github.com/vkattn/vkattn/tune"
 )
 
 // Outputs are a call's results, downloaded: O, and the log-sum-exp and
@@ -114,7 +114,7 @@ func RandomCase(rng *rand.Rand, i int) (*golden.Problem, [3]vkattn.DType, string
 	for b*h*l*s*(dk+dv) > 4_000_000 { // keep the float64 reference quick
 		l, s = max(1, l/2), max(1, s/2)
 	}
-	p := &golden.Problem{Q: tune.NormalValues(rng, b*h*l*dk), K: tune.NormalValues(rng, b*hkv*s*dk), V: tune.NormalValues(rng, b*hkv*s*dv),
+	p := &golden.Problem{Q: random.Normal(rng, b*h*l*dk), K: random.Normal(rng, b*hkv*s*dk), V: random.Normal(rng, b*hkv*s*dv),
 		Q4: [4]int{b, h, l, dk}, K4: [4]int{b, hkv, s, dk}, V4: [4]int{b, hkv, s, dv}}
 	p.QShape, p.KShape, p.VShape = p.Q4[:], p.K4[:], p.V4[:]
 	name := fmt.Sprintf("random%03d B%d H%d Hkv%d L%d S%d dk%d dv%d", i, b, h, hkv, l, s, dk, dv)
