@@ -75,6 +75,7 @@ const (
 	headMeanBindW, headMeanBindMean                                                                            = 0, 1
 	ropeBindX, ropeBindY, ropeBindTable, ropeBindLengths                                                       = 0, 1, 2, 3
 	q8BindX, q8BindY, q8BindRows                                                                               = 0, 1, 2
+	mergeBindPartO, mergeBindPartLSE, mergeBindO, mergeBindLSE                                                 = 0, 1, 2, 3
 )
 
 var shaderInterface = []interfaceSection{
@@ -114,6 +115,10 @@ var shaderInterface = []interfaceSection{
 	{"q8_store.comp bindings", false, []glslName{
 		{"QBIND_X", q8BindX, ""}, {"QBIND_Y", q8BindY, "the q8_0 tensor: quants, then scales"},
 		{"QBIND_ROWS", q8BindRows, "each row's destination element"},
+	}},
+	{"attention_merge.comp bindings", false, []glslName{
+		{"MBIND_PART_O", mergeBindPartO, "the part being merged in"}, {"MBIND_PART_LSE", mergeBindPartLSE, ""},
+		{"MBIND_O", mergeBindO, "the merged output, summed part by part"}, {"MBIND_LSE", mergeBindLSE, ""},
 	}},
 	{"Params flag bits (P.dims.w of attention_params.glsl)", true, []glslName{
 		{"FLAG_MASK", flagMask, ""}, {"FLAG_BOOLMASK", flagBoolMask, ""}, {"FLAG_CAUSAL", flagCausal, ""},
@@ -246,6 +251,10 @@ func familyBindings(v Variant) []bindingUse {
 		u := uses(q8StoreBindingTypes())
 		u[q8BindY].use = readWrite // quants written, scale words set half by half
 		return u
+	case FamilyMerge:
+		u := uses(mergeBindingTypes())
+		u[mergeBindO].use, u[mergeBindLSE].use = readWrite, readWrite // accumulated part by part
+		return u
 	}
 	return nil
 }
@@ -271,6 +280,8 @@ func specCount(v Variant) int {
 		return q8SpecCount
 	case FamilyBackwardQ, FamilyBackwardKV, FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV:
 		return bwdSpecCount
+	case FamilyMerge:
+		return 1 // the workgroup size only
 	case FamilyCombine, FamilyHeadMean:
 		return 0
 	}

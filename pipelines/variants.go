@@ -30,6 +30,7 @@ const (
 	FamilyAdditiveBackwardKV               // attention_backward.comp, additive scores: dk, dv, dw_a
 	FamilyCoopmat                          // attention_coopmat.comp, q.k scores on cooperative matrices (float16)
 	FamilyLinearCoopmat                    // linear_coopmat.comp, Y = X W^T + b on cooperative matrices (float16)
+	FamilyMerge                            // attention_merge.comp, partial attentions (O, LSE) merged into one
 )
 
 var families = [...]struct{ name, source, define string }{
@@ -49,6 +50,7 @@ var families = [...]struct{ name, source, define string }{
 	FamilyAdditiveBackwardKV: {"additive_backward_kv", "attention_backward.comp", "-DKV_PASS=1 -DADDITIVE=1"},
 	FamilyCoopmat:            {"attention_coopmat", "attention_coopmat.comp", ""},
 	FamilyLinearCoopmat:      {"linear_coopmat", "linear_coopmat.comp", ""},
+	FamilyMerge:              {"attention_merge", "attention_merge.comp", ""},
 }
 
 func (f Family) String() string {
@@ -163,6 +165,8 @@ var Variants = func() []Variant {
 			vs = append(vs, v)
 		}
 	}
+	// Partial attentions merged (Device.Merge).
+	vs = append(vs, Variant{Family: FamilyMerge})
 	return vs
 }()
 

@@ -38,6 +38,7 @@ func TestEveryVariantIsReachable(t *testing.T) {
 		{Family: FamilyHeatmap}:  true, // package viewer's Painter
 		{Family: FamilyRoPE}:     true, // Kernels.RoPE's one build
 		{Family: FamilyQ8Store}:  true, // Kernels.Q8Store's one build
+		{Family: FamilyMerge}:    true, // Kernels.Merge's one build
 	}
 	for _, dev := range []vk.PhysicalDevice{lavapipeLike(), gpu, noVec4Texels} {
 		for _, force := range []core.LoadPath{core.AutoLoadPath, core.TexelLoadPath, core.StorageLoadPath} {

@@ -57,6 +57,12 @@
 #define QBIND_Y 1 // the q8_0 tensor: quants, then scales
 #define QBIND_ROWS 2 // each row's destination element
 
+// attention_merge.comp bindings
+#define MBIND_PART_O 0 // the part being merged in
+#define MBIND_PART_LSE 1
+#define MBIND_O 2 // the merged output, summed part by part
+#define MBIND_LSE 3
+
 // Params flag bits (P.dims.w of attention_params.glsl)
 const int FLAG_MASK = 1;
 const int FLAG_BOOLMASK = 2;

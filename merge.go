@@ -1,0 +1,120 @@
+package vkattn
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/vkattn/vkattn/pipelines"
+)
+
+// Part is one partial attention (SEMANTICS.md §21): the attention of some
+// query rows over a subset of the keys, as Attention returns it with
+// Options.WantLSE: O (B, H, L, d_v) normalised within the part and LSE
+// (B, H, L, 1), -Inf on rows that saw no key.
+type Part struct{ O, LSE *Tensor }
+
+// Part is the output's O and LSE as a part of a merge; LSE is nil unless
+// the call asked for it (Options.WantLSE), which Merge refuses.
+func (o *Output) Part() Part { return Part{O: o.O, LSE: o.LSE} }
+
+// Merge computes, on the device, the attention over the union of the
+// parts' keys from the parts' outputs (SEMANTICS.md §21):
+//
+//	LSE = ln sum_i exp(LSE_i)    O = sum_i exp(LSE_i - LSE) O_i
+//
+// with LSE -Inf and O 0 on rows where every part has -Inf. The parts must
+// share their shapes; any number of at least one may be given, in any
+// order. The output holds O and LSE (its Plan is empty: a merge runs no
+// attention kernel). The parts stay the caller's.
+func (d *Device) Merge(parts []Part) (*Output, error) {
+	return d.MergeContext(context.Background(), parts)
+}
+
+// MergeContext is Merge with a context that can cancel the wait for the
+// device.
+func (d *Device) MergeContext(ctx context.Context, parts []Part) (*Output, error) {
+	return runOnce(ctx, func() (*Call, error) { return d.PrepareMerge(parts) })
+}
+
+// PrepareMerge validates a merge, allocates its outputs and records its
+// dispatches without running them; Run reads the parts as they are then.
+func (d *Device) PrepareMerge(parts []Part) (*Call, error) {
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
+	shape, err := d.checkParts(parts)
+	if err != nil {
+		return nil, err
+	}
+	B, H, L, DV := shape[0], shape[1], shape[2], shape[3]
+	x := pipelines.MergeArgs{B: B, Heads: H, L: L, D: DV}
+	bound := 0.0
+	for _, p := range parts {
+		ol, ll := p.O.layout(), p.LSE.layout()
+		x.Parts = append(x.Parts, pipelines.MergePart{O: p.O.buf, LSE: p.LSE.buf,
+			OOffset: ol.Offset, OStrides: ol.Strides, LSEOffset: ll.Offset, LSEStrides: ll.Strides})
+		// O is a convex combination of the parts' rows (or zeros).
+		bound = max(bound, p.O.magnitudeBound())
+	}
+	b := &builder{d: d}
+	out := &Output{}
+	if out.O, err = b.output(shape); err != nil {
+		return nil, b.fail(err)
+	}
+	if out.LSE, err = b.output([4]int{B, H, L, 1}); err != nil {
+		return nil, b.fail(err)
+	}
+	x.O, x.LSE = out.O.buf, out.LSE.buf
+	if err := b.add(d.kernels.Merge(x)); err != nil {
+		return nil, b.fail(err)
+	}
+	out.setBounds(bound)
+	call := &Call{}
+	if err := finish(b, &call.prepared, out); err != nil {
+		return nil, err
+	}
+	return call, nil
+}
+
+// checkParts checks the parts of a merge and returns their O's shape.
+func (d *Device) checkParts(parts []Part) ([4]int, error) {
+	if len(parts) == 0 {
+		return [4]int{}, errorf(ErrOption, "Merge needs at least one part")
+	}
+	var shape [4]int
+	for i, p := range parts {
+		name := fmt.Sprintf("part %d's", i)
+		if p.LSE == nil && p.O != nil {
+			return shape, errorf(ErrShape, "%s LSE is nil: compute each part with Options.WantLSE", name)
+		}
+		// O is an input like any other; LSE may hold -Inf (rows with no
+		// visible key), so only its finiteness goes unchecked.
+		if err := d.checkInput(name+" O", p.O); err != nil {
+			return shape, err
+		}
+		switch lse := p.LSE; {
+		case lse.root().closed.Load():
+			return shape, errorf(ErrClosed, "%s LSE was closed", name)
+		case lse.dev != d:
+			return shape, errorf(ErrDevice, "%s LSE lives on %s, not on %s", name, lse.dev.ident(), d.ident())
+		}
+		for _, t := range []struct {
+			what string
+			t    *Tensor
+		}{{"O", p.O}, {"LSE", p.LSE}} {
+			if t.t.dtype != Float32 {
+				return shape, errorf(ErrOption, "%s %s is %v: Merge reads float32 parts, as Attention writes them", name, t.what, t.t.dtype)
+			}
+		}
+		if i == 0 {
+			shape = p.O.shape
+		}
+		if p.O.shape != shape {
+			return shape, errorf(ErrShape, "%s O is %v, part 0's %v: the parts of a merge share B, H, L and d_v", name, p.O.shape, shape)
+		}
+		if want := [4]int{shape[0], shape[1], shape[2], 1}; p.LSE.shape != want {
+			return shape, errorf(ErrShape, "%s LSE is %v, want %v (a row of O, one value)", name, p.LSE.shape, want)
+		}
+	}
+	return shape, nil
+}

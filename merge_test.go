@@ -1,0 +1,321 @@
+package vkattn_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/reference"
+)
+
+// keyRange is keys [from, to) of x, dense (B, H, S, d).
+func keyRange(x []float32, s [4]int, from, to int) ([]float32, [4]int) {
+	out := make([]float32, 0, s[0]*s[1]*(to-from)*s[3])
+	for bh := 0; bh < s[0]*s[1]; bh++ {
+		out = append(out, x[(bh*s[2]+from)*s[3]:(bh*s[2]+to)*s[3]]...)
+	}
+	return out, [4]int{s[0], s[1], to - from, s[3]}
+}
+
+// causalPart is the mask that gives keys [from, to) of S, as their own
+// part, the union's bottom-right causal mask: row t of L sees key j iff
+// j <= t + S - L.
+func causalPart(L, S, from, to int) vkattn.BoolMask {
+	m := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, L, to - from}, Values: make([]bool, L*(to-from)), Meaning: vkattn.TrueAllows}
+	for t := 0; t < L; t++ {
+		for j := from; j < to; j++ {
+			m.Values[t*(to-from)+j-from] = j <= t+S-L
+		}
+	}
+	return m
+}
+
+// permutations lists every order of 0..n-1.
+func permutations(n int) [][]int {
+	if n == 0 {
+		return [][]int{{}}
+	}
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for at := 0; at <= len(p); at++ {
+			out = append(out, append(append(append([]int{}, p[:at]...), n-1), p[at:]...))
+		}
+	}
+	return out
+}
+
+// mergeAndCompare merges parts in the order given and compares O and LSE
+// with want (NaN fails; -Inf must be -Inf).
+func mergeAndCompare(t *testing.T, d *vkattn.Device, parts []vkattn.Part, want *reference.Result) {
+	t.Helper()
+	out, err := d.Merge(parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if s := out.LSE.Shape(); s != [4]int{want.Dims.B, want.Dims.H, want.Dims.L, 1} {
+		t.Fatalf("LSE shape %v", s)
+	}
+	compare(t, "O", download(t, out.O), want.O)
+	compare(t, "LSE", download(t, out.LSE), want.LSE)
+}
+
+// TestMergeIsAttentionOverTheUnion: attention over keys split into 2 to 5
+// ranges (each its own K and V, with the union's causal mask where it
+// has one), merged on the device in every order, with parts that see no
+// key (LSE -Inf, O 0) among them, is the attention over all the keys: the
+// float64 reference's over the union, within the sweep tolerance. One
+// case reads a part through strided views.
+func TestMergeIsAttentionOverTheUnion(t *testing.T) {
+	r := rand.New(rand.NewSource(37))
+	p := newProblem(r, 2, 4, 2, 5, 41, 16, 8)
+	for _, c := range []struct {
+		name   string
+		cuts   []int
+		empty  int
+		causal bool
+		views  bool
+	}{
+		{"two parts and an empty one", []int{0, 17, 41}, 1, false, false},
+		{"three parts and two empty ones", []int{0, 3, 30, 41}, 2, false, false},
+		{"five parts", []int{0, 8, 9, 20, 33, 41}, 0, false, false},
+		{"four causal parts", []int{0, 12, 37, 39, 41}, 0, true, false},
+		{"only empty parts", nil, 3, false, false},
+		{"a part read through views", []int{0, 25, 41}, 1, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var parts []vkattn.Part
+			part := func(k []float32, ks [4]int, v []float32, vs [4]int, opts vkattn.Options) {
+				t.Helper()
+				q := upload(t, dev, p.qs[:], p.q)
+				kt, vt := upload(t, dev, ks[:], k), upload(t, dev, vs[:], v)
+				opts.WantLSE = true
+				out, err := dev.Attention(q, kt, vt, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(out.Close)
+				parts = append(parts, out.Part())
+			}
+			S := p.ks[2]
+			for i := 0; i+1 < len(c.cuts); i++ {
+				from, to := c.cuts[i], c.cuts[i+1]
+				k, ks := keyRange(p.k, p.ks, from, to)
+				v, vs := keyRange(p.v, p.vs, from, to)
+				opts := vkattn.Options{}
+				if c.causal {
+					opts.BoolMasks = []vkattn.BoolMask{causalPart(p.qs[2], S, from, to)}
+				}
+				part(k, ks, v, vs, opts)
+			}
+			for range c.empty {
+				k, ks := keyRange(p.k, p.ks, 0, 3)
+				v, vs := keyRange(p.v, p.vs, 0, 3)
+				part(k, ks, v, vs, vkattn.Options{KeyLengths: make([]int, p.qs[0])})
+			}
+			if c.views {
+				// Part 0 again, uploaded as (B, L, H, d) and read as (B, H, L, d).
+				o, lse := download(t, parts[0].O), download(t, parts[0].LSE)
+				os, ls := parts[0].O.Shape(), parts[0].LSE.Shape()
+				parts[0] = vkattn.Part{
+					O:   upload(t, dev, []int{os[0], os[2], os[1], os[3]}, toBLHD(o, os)).SwapAxes12(),
+					LSE: upload(t, dev, []int{ls[0], ls[2], ls[1], ls[3]}, toBLHD(lse, ls)).SwapAxes12(),
+				}
+			}
+			union := *p
+			if c.causal {
+				union.opts.Causal = vkattn.CausalBottomRight
+			}
+			if len(c.cuts) == 0 {
+				union.opts.KeyLengths = make([]int, p.qs[0])
+			}
+			want := runReference(t, &union)
+			for _, order := range permutations(len(parts)) {
+				ps := make([]vkattn.Part, len(parts))
+				for i, j := range order {
+					ps[i] = parts[j]
+				}
+				mergeAndCompare(t, dev, ps, want)
+			}
+		})
+	}
+}
+
+// TestMergeCascade is cascade inference: a 4,096-token prefix shared by 8
+// sequences is attended once, by the last 4 query rows of all 8 sequences
+// together (32 rows of one call, every prefix key visible to each); each
+// sequence's own suffix (64 to 256 tokens) is attended by its own rows
+// alone, bottom-right causal within it (one call over the suffixes side
+// by side, a mask keeping each sequence to its own); the two parts
+// merged are each sequence's full attention, bottom-right causal over
+// its prefix and suffix, as the float64 reference computes it.
+func TestMergeCascade(t *testing.T) {
+	const prefix, seqs, rows, H, HKV, D = 4096, 8, 4, 4, 2, 64
+	r := rand.New(rand.NewSource(38))
+	suffix := make([]int, seqs)
+	starts := make([]int, seqs+1) // each suffix's first key among all suffixes
+	for i := range suffix {
+		suffix[i] = 64 + r.Intn(193)
+		starts[i+1] = starts[i] + suffix[i]
+	}
+	total := starts[seqs]
+	// Sequence i's queries are rows [i*rows, (i+1)*rows) of Q.
+	qs := [4]int{1, H, seqs * rows, D}
+	q := randomValues(r, size(qs))
+	pks := [4]int{1, HKV, prefix, D}
+	pk, pv := randomValues(r, size(pks)), randomValues(r, size(pks))
+	sks := [4]int{1, HKV, total, D}
+	sk, sv := randomValues(r, size(sks)), randomValues(r, size(sks))
+
+	qt := upload(t, dev, qs[:], q)
+	pre, err := dev.Attention(qt, upload(t, dev, pks[:], pk), upload(t, dev, pks[:], pv), vkattn.Options{WantLSE: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pre.Close()
+	own := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, seqs * rows, total}, Values: make([]bool, seqs*rows*total), Meaning: vkattn.TrueAllows}
+	for i := range seqs {
+		for t := range rows {
+			for j := range suffix[i] {
+				own.Values[(i*rows+t)*total+starts[i]+j] = j <= t+suffix[i]-rows
+			}
+		}
+	}
+	suf, err := dev.Attention(qt, upload(t, dev, sks[:], sk), upload(t, dev, sks[:], sv), vkattn.Options{WantLSE: true, BoolMasks: []vkattn.BoolMask{own}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer suf.Close()
+	out, err := dev.Merge([]vkattn.Part{pre.Part(), suf.Part()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	gotO, gotLSE := download(t, out.O), download(t, out.LSE)
+
+	for i := range seqs {
+		// Sequence i alone: Q its rows, K and V its prefix and suffix.
+		qi := make([]float32, 0, H*rows*D)
+		for h := range H {
+			qi = append(qi, q[(h*seqs*rows+i*rows)*D:(h*seqs*rows+(i+1)*rows)*D]...)
+		}
+		kvs := [4]int{1, HKV, prefix + suffix[i], D}
+		ki, vi := make([]float32, 0, size(kvs)), make([]float32, 0, size(kvs))
+		for h := range HKV {
+			ki = append(ki, pk[h*prefix*D:(h+1)*prefix*D]...)
+			ki = append(ki, sk[(h*total+starts[i])*D:(h*total+starts[i+1])*D]...)
+			vi = append(vi, pv[h*prefix*D:(h+1)*prefix*D]...)
+			vi = append(vi, sv[(h*total+starts[i])*D:(h*total+starts[i+1])*D]...)
+		}
+		want, err := reference.Attention(qi, [4]int{1, H, rows, D}, ki, kvs, vi, kvs, vkattn.Options{Causal: vkattn.CausalBottomRight})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o []float32
+		var lse []float32
+		for h := range H {
+			row := h*seqs*rows + i*rows
+			o = append(o, gotO[row*D:(row+rows)*D]...)
+			lse = append(lse, gotLSE[row:row+rows]...)
+		}
+		compare(t, fmt.Sprintf("sequence %d O", i), o, want.O)
+		compare(t, fmt.Sprintf("sequence %d LSE", i), lse, want.LSE)
+	}
+}
+
+// TestMergeSinks: a sink given to one part's call joins the merged
+// denominator once: the merge is the attention with sinks over the union.
+func TestMergeSinks(t *testing.T) {
+	r := rand.New(rand.NewSource(39))
+	p := newProblem(r, 1, 4, 4, 3, 20, 8, 8)
+	p.opts.Sinks = []float32{1, -2, 0.5, 3}
+	var parts []vkattn.Part
+	for i, cut := range [][2]int{{0, 7}, {7, 20}} {
+		k, ks := keyRange(p.k, p.ks, cut[0], cut[1])
+		v, vs := keyRange(p.v, p.vs, cut[0], cut[1])
+		opts := vkattn.Options{WantLSE: true}
+		if i == 1 {
+			opts.Sinks = p.opts.Sinks
+		}
+		out, err := dev.Attention(upload(t, dev, p.qs[:], p.q), upload(t, dev, ks[:], k), upload(t, dev, vs[:], v), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		parts = append(parts, out.Part())
+	}
+	mergeAndCompare(t, dev, parts, runReference(t, p))
+}
+
+// TestMergeOfOnePart: a merge of one part is that part.
+func TestMergeOfOnePart(t *testing.T) {
+	o := []float32{1, -2, 3, 0, 0, 0}
+	lse := []float32{0.25, float32(math.Inf(-1))}
+	out, err := dev.Merge([]vkattn.Part{{O: upload(t, dev, []int{2, 3}, o), LSE: upload(t, dev, []int{2, 1}, lse)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if c := golden.Compare(download(t, out.O), []float64{1, -2, 3, 0, 0, 0}, 0); !c.OK() {
+		t.Errorf("O = %v, want %v", download(t, out.O), o)
+	}
+	if c := golden.Compare(download(t, out.LSE), []float64{0.25, math.Inf(-1)}, 0); !c.OK() {
+		t.Errorf("LSE = %v, want %v", download(t, out.LSE), lse)
+	}
+}
+
+// TestMergeRefusals: a merge of no parts, of parts that disagree in shape
+// or lack their LSE, of half-precision, non-finite, closed or foreign
+// tensors is refused with its sentinel, and allocates nothing.
+func TestMergeRefusals(t *testing.T) {
+	o := func(shape ...int) *vkattn.Tensor { return zeros(t, dev, shape...) }
+	ok := vkattn.Part{O: o(2, 3, 8), LSE: o(2, 3, 1)}
+	half, err := dev.UploadAs([]int{2, 3, 8}, make([]float32, 48), vkattn.Float16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer half.Close()
+	nan := make([]float32, 48)
+	nan[7] = float32(math.NaN())
+	nanO := upload(t, dev, []int{2, 3, 8}, nan)
+	closed := o(2, 3, 1)
+	closed.Close()
+	other := smallBindings(t, vkattn.Config{})
+	foreign, err := other.Upload([]int{2, 3, 1}, make([]float32, 6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer foreign.Close()
+	merge := func(parts ...vkattn.Part) func() error {
+		return func() error {
+			out, err := dev.Merge(parts)
+			out.Close()
+			return err
+		}
+	}
+	otherL, otherDV := vkattn.Part{O: o(2, 4, 8), LSE: o(2, 4, 1)}, vkattn.Part{O: o(2, 3, 4), LSE: o(2, 3, 1)}
+	wide := o(2, 3, 2)
+	before := dev.Stats()
+	checkRefusals(t, []refusal{
+		{"no parts", vkattn.ErrOption, merge()},
+		{"no LSE", vkattn.ErrShape, merge(ok, vkattn.Part{O: ok.O})},
+		{"no O", vkattn.ErrShape, merge(ok, vkattn.Part{LSE: ok.LSE})},
+		{"other L", vkattn.ErrShape, merge(ok, otherL)},
+		{"other d_v", vkattn.ErrShape, merge(ok, otherDV)},
+		{"LSE with a width", vkattn.ErrShape, merge(ok, vkattn.Part{O: ok.O, LSE: wide})},
+		{"float16 O", vkattn.ErrOption, merge(ok, vkattn.Part{O: half, LSE: ok.LSE})},
+		{"NaN in O", vkattn.ErrNonFinite, merge(ok, vkattn.Part{O: nanO, LSE: ok.LSE})},
+		{"closed LSE", vkattn.ErrClosed, merge(ok, vkattn.Part{O: ok.O, LSE: closed})},
+		{"LSE of another device", vkattn.ErrDevice, merge(ok, vkattn.Part{O: ok.O, LSE: foreign})},
+	})
+	if after := dev.Stats(); after.Since(before).Allocations != 0 {
+		t.Errorf("refused merges allocated %d buffers", after.Since(before).Allocations)
+	}
+	if _, err := dev.Merge(nil); !errors.Is(err, vkattn.ErrOption) {
+		t.Errorf("Merge(nil): %v", err)
+	}
+}

@@ -1,0 +1,78 @@
+package pipelines
+
+import (
+	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/vk"
+)
+
+// MergePart is one partial attention of a merge: its float32 O rows and
+// LSE values, each at an element offset with strides over (B, heads, L).
+type MergePart struct {
+	O, LSE               *vk.Buffer
+	OOffset, LSEOffset   int
+	OStrides, LSEStrides [3]int
+}
+
+// MergeArgs are the parts of a merge (attention_merge.comp) and its
+// outputs: O, dense float32 (B, Heads, L, DV), and LSE, dense (B, Heads,
+// L).
+type MergeArgs struct {
+	Parts          []MergePart
+	B, Heads, L, D int // D: the width of O's rows (d_v)
+	O, LSE         *vk.Buffer
+}
+
+// mergeBindingTypes are attention_merge.comp's bindings: the part's O and
+// LSE, the merged O and LSE.
+func mergeBindingTypes() []vk.BindingType {
+	return []vk.BindingType{mergeBindPartO: vk.StorageBuffer, mergeBindPartLSE: vk.StorageBuffer,
+		mergeBindO: vk.StorageBuffer, mergeBindLSE: vk.StorageBuffer}
+}
+
+// Merge binds the merge of a.Parts (at least one) into a.O and a.LSE: an
+// LSE pass per part, then an O pass per part, which reads the finished
+// LSE (see attention_merge.comp).
+func (ks *Kernels) Merge(a MergeArgs) (*Step, error) {
+	dev := ks.dev.Info
+	if len(a.Parts) == 0 {
+		return nil, limitf("a merge of no parts")
+	}
+	bufs := []rowBuffer{{"merged O", a.O, core.Float32}, {"merged LSE", a.LSE, core.Float32}}
+	for _, p := range a.Parts {
+		bufs = append(bufs, rowBuffer{"a part's O", p.O, core.Float32}, rowBuffer{"a part's LSE", p.LSE, core.Float32})
+	}
+	elems, err := checkRows(dev, "merge", [4]int{a.B, a.Heads, a.L, a.D}, bufs...)
+	if err != nil {
+		return nil, err
+	}
+	k, err := ks.getPushed(Variant{Family: FamilyMerge}, mergeBindingTypes(), 15*4, ropeWorkGroup)
+	if err != nil {
+		return nil, err
+	}
+	rows := a.B * a.Heads * a.L
+	st := &Step{}
+	for pass, n := range []int{rows, elems} {
+		cols, gridRows, err := grid(dev, "merge", n)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		for i, p := range a.Parts {
+			set, err := ks.bind(k, p.O, p.LSE, a.O, a.LSE)
+			if err != nil {
+				st.Close()
+				return nil, err
+			}
+			st.own(set)
+			first := 0
+			if i == 0 {
+				first = 1
+			}
+			push := int32Bytes([]int{pass, first, a.Heads, a.L, a.D, n, cols * ropeWorkGroup,
+				p.OOffset, p.OStrides[0], p.OStrides[1], p.OStrides[2],
+				p.LSEOffset, p.LSEStrides[0], p.LSEStrides[1], p.LSEStrides[2]})
+			st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: [3]uint32{uint32(cols), uint32(gridRows), 1}, push: push})
+		}
+	}
+	return st, nil
+}
