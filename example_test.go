@@ -105,3 +105,45 @@ func ExampleDevice_AttentionBackward_training() {
 	// loss below 0.001: true
 	// alignment: [7 6 5 4 3 2 1 0]
 }
+
+// Cascade inference: a prefix shared by two sequences is attended once,
+// by both sequences' last query rows together; each sequence's own suffix
+// by its own row (a mask keeps each row to its sequence's keys); the two
+// parts merged are each sequence's attention over its prefix and suffix
+// (SEMANTICS.md §21), as the last line checks for sequence 1.
+func ExampleDevice_Merge() {
+	dev, err := vkattn.Open(vkattn.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.Close()
+	up := func(shape []int, x ...float32) *vkattn.Tensor {
+		t, _ := dev.Upload(shape, x)
+		return t
+	}
+	q := up([]int{2, 2}, 1, 0, 0, 1) // row 0: sequence 0's query, row 1: sequence 1's
+	prefixK, prefixV := up([]int{3, 2}, 1, 0, 0, 1, 1, 1), up([]int{3, 2}, 2, 0, 0, 4, 2, 2)
+	// The suffixes side by side: key 0 is sequence 0's, keys 1 and 2 sequence 1's.
+	suffixK, suffixV := up([]int{3, 2}, 0, 2, 1, -1, 3, 0), up([]int{3, 2}, 1, 1, -2, 0, 0, 8)
+	own := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, 2, 3}, Values: []bool{true, false, false, false, true, true}, Meaning: vkattn.TrueAllows}
+
+	prefix, _ := dev.Attention(q, prefixK, prefixV, vkattn.Options{WantLSE: true})
+	suffix, _ := dev.Attention(q, suffixK, suffixV, vkattn.Options{WantLSE: true, BoolMasks: []vkattn.BoolMask{own}})
+	out, err := dev.Merge([]vkattn.Part{prefix.Part(), suffix.Part()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	o, _ := out.O.Download()
+	fmt.Printf("sequence 0: O = [%.4f %.4f]\nsequence 1: O = [%.4f %.4f]\n", o[0], o[1], o[2], o[3])
+
+	// Sequence 1 alone, over its prefix and suffix: the same row.
+	full, _ := dev.Attention(up([]int{1, 2}, 0, 1), up([]int{5, 2}, 1, 0, 0, 1, 1, 1, 1, -1, 3, 0), up([]int{5, 2}, 2, 0, 0, 4, 2, 2, -2, 0, 0, 8), vkattn.Options{})
+	f, _ := full.O.Download()
+	fmt.Printf("sequence 1 in full: O = [%.4f %.4f]\n", f[0], f[1])
+	// Output:
+	// sequence 0: O = [1.5046 1.4954]
+	// sequence 1: O = [0.7741 3.0795]
+	// sequence 1 in full: O = [0.7741 3.0795]
+}
