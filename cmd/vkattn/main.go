@@ -15,6 +15,7 @@
 //	vkattn bench [--suite prefill|decode|long|all | --shape B,H,H_kv,L,S,d] [--json] [--plot FILE.png]
 //	vkattn tune [--device N|NAME] [--d 64,128] [--reps N] [--dry-run] [--json]
 //	vkattn heatmap --weights W.npy -o HEAT.png [--heads 0,3] [--contribution V.npy]
+//	vkattn merge [-o O.npy] [--lse LSE.npy] PART.npz|O.npy,LSE.npy...
 //	vkattn view -q Q.npy -k K.npy -v V.npy [masks as run] (built with -tags viewer)
 //
 // Every subcommand explains itself with -h.
@@ -66,6 +67,7 @@ Commands:
   bench     time attention on preset suites or given shapes (GFLOP/s, GB/s, plot)
   tune      measure the kernel's launch shapes on this device and save the fastest
   heatmap   draw attention weights (or a_ij*||v_j||) as heat maps: PNG, SVG or PDF
+  merge     merge partial attentions (O and LSE over parts of the keys) into one
   view      a window showing one head's weights, drawn from the device (keys n, p, b, c, q)
 
 Run 'vkattn <command> -h' for a command's flags and an example.
@@ -96,6 +98,7 @@ var commands = []command{
 	{"bench", runBench},
 	{"tune", runTune},
 	{"heatmap", runHeatmap},
+	{"merge", runMerge},
 	{"view", runView},
 }
 
