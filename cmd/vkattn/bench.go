@@ -17,7 +17,7 @@ import (
 	"github.com/vkattn/vkattn/tune"
 )
 
-const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all|decode-loop|fork] [flags]
+const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all|decode-loop|fork|cascade] [flags]
        vkattn bench --shape B,H,H_kv,L,S,d [--shape ...] [--causal] [flags]
 
 Times attention on random data (fixed seed) and prints one row per
@@ -49,6 +49,11 @@ Suites (B=1 and d_k = d_v = d throughout):
            prompt appended to one sequence and forked to the others, then
            --reps decode steps of all 8, each its own token; pages and
            bytes in use against 8 independent copies, steps/s
+  cascade  8 sequences of 4 query rows sharing a 4,096-token prefix, each
+           with 256 tokens of its own (H=8, H_kv=2, d=64): the prefix
+           attended once by all 32 rows, the suffixes in one call, merged
+           (Device.Merge), against 8 full causal attentions; medians of
+           the three calls together, of the merge alone and of the 8
 Causal rows use the bottom-right alignment (query t sees keys j <= t + S - L).
 
 --shape replaces the suite with your own shapes: six integers B,H,H_kv,L,S,d
@@ -235,7 +240,7 @@ type benchResult struct {
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("bench", stderr)
 	var f benchFlags
-	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long, all, decode-loop or fork")
+	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long, all, decode-loop, fork or cascade")
 	fs.Var(&f.shapes, "shape", "time `B,H,H_kv,L,S,d` instead of a suite (repeatable; ';' separates shapes)")
 	fs.Var(&f.causal, "causal", "bottom-right causal mask on every --shape (--causal=top-left for the other alignment)")
 	fs.IntVar(&f.reps, "reps", 5, "timed calls per shape, after one warm-up call")
@@ -265,8 +270,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if f.backward && (f.suite == "decode-loop" || f.suite == "fork") && !set["shape"] {
+	if f.backward && (f.suite == "decode-loop" || f.suite == "fork" || f.suite == "cascade") && !set["shape"] {
 		return usagef(stderr, "bench", "--backward times the suites prefill, decode, long and all, or --shape")
+	}
+	if f.suite == "cascade" && !set["shape"] {
+		return runCacheSuite(&f, stdout, stderr, "cascade", 1, f.reps, tune.DefaultCascadeSuite.Cascade, printCascadeTable)
 	}
 	if f.suite == "decode-loop" && !set["shape"] {
 		return runDecodeLoopSuite(&f, stdout, stderr)
@@ -287,7 +295,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "bench", "--causal applies to --shape; the suites say per shape whether they are causal")
 	default:
 		if cases = tune.SuiteCases(f.suite); cases == nil {
-			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all, decode-loop or fork", f.suite)
+			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all, decode-loop, fork or cascade", f.suite)
 		}
 	}
 	for i := range cases {

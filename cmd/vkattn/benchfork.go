@@ -28,3 +28,15 @@ func runForkSuite(f *benchFlags, stdout, stderr io.Writer) int {
 	s.RoPE = f.rope
 	return runCacheSuite(f, stdout, stderr, "fork", len(s.Types), len(s.Types)*f.reps, s.Fork, printForkTable)
 }
+
+// printCascadeTable writes the cascade results as a table.
+func printCascadeTable(w io.Writer, device string, rs []tune.CascadeResult) {
+	fmt.Fprintf(w, "device: %s\n", device)
+	rows := [][]string{{"sequences", "rows", "prefix", "suffix", "H", "H_kv", "d", "cascade", "merge", "full", "speedup"}}
+	for _, r := range rs {
+		rows = append(rows, []string{strconv.Itoa(r.Sequences), strconv.Itoa(r.Rows), strconv.Itoa(r.Prefix), strconv.Itoa(r.Suffix),
+			strconv.Itoa(r.H), strconv.Itoa(r.HKV), strconv.Itoa(r.D), durString(time.Duration(r.CascadeNS)), durString(time.Duration(r.MergeNS)),
+			durString(time.Duration(r.FullNS)), strconv.FormatFloat(r.Speedup, 'f', 2, 64) + "x"})
+	}
+	printAligned(w, rows, nil)
+}
