@@ -1,25 +1,15 @@
 package vk
 
 /*
-#cgo LDFLAGS: -ldl
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vulkan/vulkan.h>
 
-static void *vkattn_lib;
+// The loader's vkGetInstanceProcAddr, which the OS's own part
+// (loader_unix.go, loader_windows.go) found.
 static PFN_vkGetInstanceProcAddr vkattn_gipa;
 
-// vkattn_load opens the runtime loader (libvulkan.so.1, which the runtime
-// package ships; libvulkan.so comes only with -dev packages).
-static void *vkattn_load(char **err) {
-	if (vkattn_gipa) return (void *)vkattn_gipa;
-	vkattn_lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!vkattn_lib) { *err = dlerror(); return NULL; }
-	vkattn_gipa = (PFN_vkGetInstanceProcAddr)dlsym(vkattn_lib, "vkGetInstanceProcAddr");
-	if (!vkattn_gipa) { *err = "libvulkan.so.1 has no vkGetInstanceProcAddr"; return NULL; }
-	return (void *)vkattn_gipa;
-}
+static void vkattn_set_gipa(void *p) { vkattn_gipa = (PFN_vkGetInstanceProcAddr)p; }
 
 typedef struct {
 	uint32_t driverID;
@@ -103,6 +93,9 @@ import "C"
 
 import (
 	"fmt"
+	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -114,16 +107,87 @@ var (
 	loadErr  error
 )
 
-// load opens libvulkan.so.1 and initialises vulkan-go's global entry points.
-// It runs once per process; later calls return the first result.
+// libraryEnv names a Vulkan loader to use instead of the OS's usual one.
+const libraryEnv = "VKATTN_VULKAN_LIBRARY"
+
+// loaderCandidates are the libraries load tries on goos, in order: the
+// one env names alone when it is set (a name given on purpose that does
+// not load is an error, not a reason to take another), else the OS's
+// runtime loader. Linux's is libvulkan.so.1 (the runtime package's;
+// libvulkan.so comes only with -dev packages); macOS's is the Vulkan SDK's
+// or Homebrew's loader, else MoltenVK itself, which is a Vulkan library
+// of its own.
+func loaderCandidates(goos, env string) []string {
+	if env != "" {
+		return []string{env}
+	}
+	switch goos {
+	case "windows":
+		return []string{"vulkan-1.dll"}
+	case "darwin", "ios":
+		return []string{"libvulkan.1.dylib", "libMoltenVK.dylib"}
+	}
+	return []string{"libvulkan.so.1"}
+}
+
+// loaderHint says how to get a Vulkan loader on goos.
+func loaderHint(goos string) string {
+	var hint string
+	switch goos {
+	case "windows":
+		hint = "install your GPU vendor's driver, which installs vulkan-1.dll"
+	case "darwin", "ios":
+		hint = "install the Vulkan SDK or MoltenVK (Homebrew: brew install vulkan-loader molten-vk)"
+	default:
+		hint = "install the Vulkan loader and a driver (Debian/Ubuntu: apt-get install libvulkan1 mesa-vulkan-drivers)"
+	}
+	return hint + ", or set " + libraryEnv + " to the loader library's path"
+}
+
+// loaderError is load's failure: no candidate library could be opened.
+// It wraps ErrNoDriver.
+type loaderError struct {
+	tried []string // each library tried, with why it failed
+	env   string   // VKATTN_VULKAN_LIBRARY, which named the one tried, or ""
+	goos  string
+}
+
+func (e *loaderError) Error() string {
+	if e.env != "" {
+		return fmt.Sprintf("vk: cannot load the Vulkan loader %s names: tried %s; it must name a Vulkan loader library (unset it to look for %s)",
+			libraryEnv, strings.Join(e.tried, "; "), strings.Join(loaderCandidates(e.goos, ""), " or "))
+	}
+	return fmt.Sprintf("vk: cannot load a Vulkan loader: tried %s; %s", strings.Join(e.tried, "; "), loaderHint(e.goos))
+}
+
+func (e *loaderError) Unwrap() error { return ErrNoDriver }
+
+// openLoader opens the first of the libraries loaderCandidates(goos, env)
+// names that loads and has vkGetInstanceProcAddr, and returns that
+// function.
+func openLoader(goos, env string) (unsafe.Pointer, error) {
+	e := &loaderError{env: env, goos: goos}
+	for _, name := range loaderCandidates(goos, env) {
+		gipa, err := openLibrary(name)
+		if err == nil {
+			return gipa, nil
+		}
+		e.tried = append(e.tried, fmt.Sprintf("%s (%v)", name, err))
+	}
+	return nil, e
+}
+
+// load opens the Vulkan loader (loaderCandidates) and initialises
+// vulkan-go's global entry points. It runs once per process; later calls
+// return the first result.
 func load() error {
 	loadOnce.Do(func() {
-		var cerr *C.char
-		gipa := C.vkattn_load(&cerr)
-		if gipa == nil {
-			loadErr = fmt.Errorf("vk: cannot load the Vulkan loader libvulkan.so.1 (install libvulkan1 and a driver such as mesa-vulkan-drivers): %s", C.GoString(cerr))
+		gipa, err := openLoader(runtime.GOOS, os.Getenv(libraryEnv))
+		if err != nil {
+			loadErr = err
 			return
 		}
+		C.vkattn_set_gipa(gipa)
 		procAddr = gipa
 		vulkan.SetGetInstanceProcAddr(gipa)
 		if err := vulkan.Init(); err != nil {
