@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/vkattn/vkattn/internal/filekind"
 )
@@ -68,7 +67,7 @@ func textStreams(cmd string, asJSON bool, stdout, stderr io.Writer, outs []outpu
 }
 
 // outputRule is what the help of every command with several outputs says
-// of how they are written (README.md says the same).
+// of how they are written.
 const outputRule = `Outputs are written to temporary files and renamed into place, all or
 none: when one cannot be, those already renamed get their old contents
 back and the command exits 1. A symbolic link is written through to its
@@ -129,16 +128,35 @@ func outputTarget(path string) (string, error) {
 }
 
 // dirOf is the directory part of p, uncleaned (filepath.Dir would fold
-// "a/link/.." lexically, where the kernel follows the link first).
+// "a/link/.." lexically, where the kernel follows the link first). Every
+// separator of the OS counts (Windows takes / as well as \), and a
+// volume name stays whole ("C:\" is a root, "C:" the drive's current
+// directory).
 func dirOf(p string) string {
-	i := strings.LastIndexByte(p, filepath.Separator)
+	vol := filepath.VolumeName(p)
+	i := len(p) - 1
+	for i >= len(vol) && !os.IsPathSeparator(p[i]) {
+		i--
+	}
 	switch {
-	case i < 0:
-		return "."
-	case i == 0:
-		return string(filepath.Separator)
+	case i < len(vol):
+		if vol == "" {
+			return "."
+		}
+		return vol
+	case i == len(vol):
+		return p[:i+1]
 	}
 	return p[:i]
+}
+
+// beside is the path of the file name in target's directory (dirOf).
+func beside(target, name string) string {
+	d := dirOf(target)
+	if os.IsPathSeparator(d[len(d)-1]) || d == filepath.VolumeName(target) {
+		return d + name
+	}
+	return d + string(filepath.Separator) + name
 }
 
 // outputFlag is an output file given on the command line; path "" means
@@ -384,7 +402,7 @@ func keepOld(target string) (backup, error) {
 	} else if err != nil {
 		return b, err
 	}
-	prefix := dirOf(target) + string(filepath.Separator) + "." + filepath.Base(target) + ".old"
+	prefix := beside(target, "."+filepath.Base(target)+".old")
 	for range 100 {
 		name := prefix + strconv.FormatUint(rand.Uint64(), 36)
 		err := hardLink(target, name)

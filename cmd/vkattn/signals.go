@@ -11,16 +11,15 @@ import (
 	"syscall"
 )
 
-// Signals: SIGINT, SIGTERM and SIGHUP end every command the same way. The
+// Signals: SIGINT, SIGTERM and SIGHUP (on Windows: Ctrl-C and Ctrl-Break,
+// which Go delivers as os.Interrupt, and closing the console, logging off
+// or shutting down, as SIGTERM) end every command the same way. The
 // first one removes the temporary files of outputs not yet in place, then
 // either cancels the context the interruptible work measures under (bench,
 // tune, decode: they stop at the next dispatch and report what they have)
 // or, when no such work runs, exits at once. A second signal exits at
 // once, leaving the device to the OS. The exit status is 128 + the signal
 // number (130 for SIGINT).
-
-// stopSignals are the signals caught.
-var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 
 // errInterrupted is why an output is not written after a signal.
 var errInterrupted = errors.New("interrupted by a signal")
