@@ -88,16 +88,21 @@ func onPool(t *testing.T, d *vkattn.Device, f func(d *vkattn.Device)) {
 	f(x)
 }
 
+// validate turns the Vulkan validation layer on for the suite's devices;
+// VKATTN_TEST_VALIDATION=0 leaves it off where it cannot load (under
+// Wine, whose Vulkan passes no layers through: tools/wine.sh).
+var validate = os.Getenv("VKATTN_TEST_VALIDATION") != "0"
+
 func TestMain(m *testing.M) {
 	configs := []struct {
 		shared *(*vkattn.Device)
 		cfg    vkattn.Config
 	}{
-		{&dev, vkattn.Config{Validation: true}},
-		{&storageDev, vkattn.Config{Validation: true, LoadPath: vkattn.StorageLoadPath}},
-		{&nvidiaDev, vkattn.Config{Validation: true, PlanAs: "nvidia"}},
-		{&amdDev, vkattn.Config{Validation: true, PlanAs: "amd"}},
-		{&intelDev, vkattn.Config{Validation: true, PlanAs: "intel"}},
+		{&dev, vkattn.Config{Validation: validate}},
+		{&storageDev, vkattn.Config{Validation: validate, LoadPath: vkattn.StorageLoadPath}},
+		{&nvidiaDev, vkattn.Config{Validation: validate, PlanAs: "nvidia"}},
+		{&amdDev, vkattn.Config{Validation: validate, PlanAs: "amd"}},
+		{&intelDev, vkattn.Config{Validation: validate, PlanAs: "intel"}},
 	}
 	var opened []*vkattn.Device
 	open := func(cfg vkattn.Config) *vkattn.Device {
@@ -120,8 +125,8 @@ func TestMain(m *testing.M) {
 	}
 	rowDev, rowStorageDev = dev, storageDev
 	if dev.PlannedAs() != "" || dev.Info().DriverID != core.DriverIDLavapipe {
-		rowDev = open(vkattn.Config{Validation: true, PlanAs: "lavapipe"})
-		rowStorageDev = open(vkattn.Config{Validation: true, PlanAs: "lavapipe", LoadPath: vkattn.StorageLoadPath})
+		rowDev = open(vkattn.Config{Validation: validate, PlanAs: "lavapipe"})
+		rowStorageDev = open(vkattn.Config{Validation: validate, PlanAs: "lavapipe", LoadPath: vkattn.StorageLoadPath})
 	}
 	code := m.Run()
 	for _, d := range opened {
