@@ -63,13 +63,13 @@ test: deps-viewer
 
 # The legs of make test beside the suite (each installs what make test
 # does, once however many run).
-.PHONY: test-suite test-legs test-optimised test-coopmat test-view test-race test-fuzz
+.PHONY: test-suite test-legs test-optimised test-coopmat test-view test-race test-fuzz test-widths
 test-suite: deps-viewer
 	$(TEST_ENV) $(GOTEST) -count=1 -timeout 40m ./...
 # The legs' make takes two jobs of its own: its MAKEFLAGS keep the command
 # line's variables and flags but not the outer jobserver.
 test-legs: deps-viewer
-	nice -n 10 env MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))' $(MAKE) --no-print-directory -j2 --output-sync=target test-coopmat test-race test-fuzz test-optimised test-view
+	nice -n 10 env MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))' $(MAKE) --no-print-directory -j2 --output-sync=target test-coopmat test-race test-fuzz test-optimised test-view test-widths
 test-optimised: deps-viewer
 	VKATTN_VALIDATION=1 $(GOTEST) -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
 test-coopmat: deps-viewer
@@ -80,6 +80,34 @@ test-view: deps-viewer
 	$(TEST_ENV) $(GOTEST) -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
 test-race: deps-viewer
 	$(TEST_ENV) $(GOTEST) -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
+# Subgroup widths: lavapipe's subgroups have 8 lanes, 4 with
+# LP_NATIVE_VECTOR_WIDTH=128 and 16 with 512 (its wider emulation is not
+# trustworthy on AVX2). The cases whose kernels depend on the width
+# (subgroup reductions and shuffles, query heads packed into rows, split-K,
+# lanes per row beside narrow heads, loop budgets) run at both, on
+# lavapipe's own plan and NVIDIA's, AMD's and Intel's; each run of the
+# test binary opens every plan's devices. Each kernel variant compiles anew
+# at each width, so the leg keeps to a few cases per plan: the prefill
+# sweep on Intel's tiles (16 x 16), the decode sweeps at head widths 8 and
+# 64 (the wider ones compile longest and share the width logic). It first
+# checks that the driver took the width.
+WIDTH_VECTORS = 128 512
+WIDTH_RUNS = 'TestGPUPlansNameTiledKernels|TestDecodeStep$$|TestLongLoops(RowKernel|Tiled)$$' \
+  'TestGoldenCases$$/(auto|nvidia)$$' \
+  'TestAttentionBackwardEveryPlan/(auto|amd)/GQA' \
+  'TestSweepGPUPlans/intel' \
+  'TestDecode(GPUPlans|SplitK)//[0-9]+/_dk(8|64)_dv(8|64)_'
+test-widths: deps-viewer
+	t=$$(mktemp -d) && $(GOTEST) -c -o $$t/vkattn.test . && $(GO) build -o $$t/vkattn ./cmd/vkattn && ( \
+	  for w in $(WIDTH_VECTORS); do \
+	    LP_NATIVE_VECTOR_WIDTH=$$w $$t/vkattn devices | grep -Eq "subgroup size +$$((w / 32)) " || \
+	      { echo "LP_NATIVE_VECTOR_WIDTH=$$w: no $$((w / 32))-lane subgroups"; exit 1; }; \
+	    for run in $(WIDTH_RUNS); do \
+	      echo "LP_NATIVE_VECTOR_WIDTH=$$w -run $$run"; \
+	      LP_NATIVE_VECTOR_WIDTH=$$w $(TEST_ENV) $$t/vkattn.test -test.count=1 -test.timeout 10m -test.run "$$run" || exit 1; \
+	    done; \
+	  done ); \
+	  s=$$?; rm -rf $$t; exit $$s
 test-fuzz:
 	$(FUZZ) -fuzz '^FuzzDecodeNPY$$' ./weights
 	$(FUZZ) -fuzz '^FuzzDecodeNPZ$$' ./weights
