@@ -232,13 +232,15 @@ func (p AttentionPlan) String() string {
 		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), workgroup-tiled, query heads of each KV head packed; %s; grid %dx%dx%d (row blocks x KV heads x batch), online softmax rescaled once per tile, no L*S buffer%s%s",
 			p.Variant, p.Path, p.Why, loads, p.typesNote(), tiles, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
 	}
+	// The row kernels use no subgroup operations but the shared loads' shuffles.
+	anyWidth := ", no subgroup operations (any subgroup width)"
 	if p.Splits > 0 {
-		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), %d keys per step, d_max %d, workgroup %d, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s%s",
-			p.Variant, p.Path, p.Why, loads, p.typesNote(), p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.KeyTile, p.DMax, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
+		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), split-K: %d splits of %d keys, one per lane, query heads of each KV head packed (%d row blocks of %d rows), %d keys per step, d_max %d, workgroup %d%s, grid %dx%dx%d (split blocks x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s%s",
+			p.Variant, p.Path, p.Why, loads, p.typesNote(), p.Splits, p.SplitKeys, p.RowBlocks, p.Rows, p.KeyTile, p.DMax, p.WorkGroup, anyWidth, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
 	}
-	shared := ""
+	shared := anyWidth
 	if p.SharedLoads > 0 {
-		shared = fmt.Sprintf(", K/V rows fetched once per %d-lane subgroup and shared by shuffles", p.SharedLoads)
+		shared = fmt.Sprintf(", K/V rows fetched once per %d-lane subgroup and shared by shuffles (the device's one subgroup width)", p.SharedLoads)
 	}
 	return fmt.Sprintf("kernel %s (load path %s: %s; %s%s%s), d_max %d, %d query rows/invocation, %d keys per step, workgroup %d, grid %dx%dx%d (row blocks x heads x batch), online softmax, no L*S buffer%s%s",
 		p.Variant, p.Path, p.Why, loads, p.typesNote(), shared, p.DMax, p.Rows, p.KeyTile, p.WorkGroup, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
@@ -395,14 +397,40 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	}
 	// Prefill lanes of a workgroup all read the same key row: let each
 	// subgroup fetch it once and share it by shuffles where the tuning
-	// asks for it and the subgroups tile the workgroup.
+	// asks for it, the device runs one subgroup width and its subgroups
+	// tile the workgroup.
 	if tuning.SharedLoads && p.Path == core.TexelLoadPath && p.Vec4 && p.Splits == 0 && !p.Additive && !in.kvQ8() {
-		if sg := int(dev.Limits.SubgroupSize); dev.Limits.SubgroupShuffle && sg > 1 && p.WorkGroup%sg == 0 {
+		if sg, why := sharedLoadWidth(dev); why != "" {
+			p.Why += "; shared K/V loads not used: " + why
+		} else if p.WorkGroup%sg == 0 {
 			p.SharedLoads = sg
 			p.Variant.Shared = true
 		}
 	}
 	return p, finishPlan(dev, &p, names)
+}
+
+// sharedLoadWidth is the subgroup width the row kernels' shared K/V loads
+// may assume (their lanes shuffle from SHARE = that many lanes), or why
+// none: the kernel does not require a subgroup size, so only a device that
+// runs every compute subgroup at one width (size control reporting
+// min = max = SubgroupSize) has one. Intel (8..32) and MoltenVK (4..32)
+// report the widest, and a subgroup may run narrower; a device without
+// size control does not say.
+func sharedLoadWidth(dev vk.PhysicalDevice) (int, string) {
+	lim := dev.Limits
+	sg := int(lim.SubgroupSize)
+	switch {
+	case !lim.SubgroupShuffle:
+		return 0, "no subgroup shuffles in compute shaders"
+	case sg < 2:
+		return 0, fmt.Sprintf("subgroups of %d lane", sg)
+	case !dev.SubgroupSizeControl:
+		return 0, "no subgroup size control, so the width compute subgroups run at is not known"
+	case lim.MinSubgroupSize != lim.SubgroupSize || lim.MaxSubgroupSize != lim.SubgroupSize:
+		return 0, fmt.Sprintf("compute subgroups may run at %d..%d lanes, not one width", lim.MinSubgroupSize, lim.MaxSubgroupSize)
+	}
+	return sg, ""
 }
 
 // finishPlan checks the grid (its axes named by names) against the device
@@ -430,13 +458,19 @@ func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan, names [3]string) error 
 // kernels), no weights, no paged or additive attention, tiles that fit
 // shared memory, and a device that runs loops whole (LoopBudget 0: its
 // loops are not counted; no device with a budget offers matrices). Else it
-// reports false, p untouched.
+// reports false, p untouched but for a note in its Why where the device
+// has the matrices and the call would use them but the device's limits
+// do not let it.
 func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, error) {
 	mm := matrixSide(dev)
 	half := func(t core.DType) bool { return t == core.Float16 || t == core.BFloat16 }
 	packed := in.H / in.HKV * in.L
 	if mm == 0 || !half(in.Q.Type) || !half(in.K.Type) || !half(in.V.Type) || in.Float32Products || in.Additive || in.Weights || in.Paging > 0 || in.Force == core.TexelLoadPath ||
-		packed < 2*mm || p.DMax%mm != 0 || !dev.SubgroupSizeControl || !dev.FullSubgroups || dev.LoopBudget() > 0 {
+		packed < 2*mm || p.DMax%mm != 0 {
+		return false, nil
+	}
+	if !dev.SubgroupSizeControl || !dev.FullSubgroups || dev.LoopBudget() > 0 {
+		p.Why += "; cooperative matrices not used: they need subgroup size control with full subgroups and loops run whole"
 		return false, nil
 	}
 	lim := dev.Limits
@@ -455,6 +489,7 @@ func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, 
 	}
 	nsg := max(ceilDiv(br, sg), 2)
 	if bytes(br, bc) > int(lim.MaxSharedMemory) || nsg*sg > min(int(lim.MaxWorkGroupSize[0]), int(lim.MaxWorkGroupInvocations)) {
+		p.Why += fmt.Sprintf("; cooperative matrices not used: d_max %d tiles do not fit %d B of shared memory in a workgroup of %d %d-lane subgroups", dp, lim.MaxSharedMemory, nsg, sg)
 		return false, nil
 	}
 	p.Variant = Variant{Family: FamilyCoopmat, Path: core.StorageLoadPath}

@@ -15,9 +15,10 @@ func lavapipeLike() vk.PhysicalDevice {
 	return vk.PhysicalDevice{DeviceInfo: core.DeviceInfo{
 		Name: "fake lavapipe", Type: core.DeviceCPU, DriverID: core.DriverIDLavapipe,
 		TexelR32F: true, TexelWords: true, TexelWords4: true,
+		SubgroupSizeControl: true, FullSubgroups: true, // one width, 8 (Mesa 22.3.6)
 		Limits: core.Limits{
 			MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 64},
-			MaxWorkGroupInvocations: 1024, SubgroupSize: 8, SubgroupShuffle: true,
+			MaxWorkGroupInvocations: 1024, SubgroupSize: 8, MinSubgroupSize: 8, MaxSubgroupSize: 8, SubgroupShuffle: true,
 			MaxStorageBufferRange: 128 << 20, MaxTexelBufferElements: 128 << 20,
 			MinStorageAlignment: 16, MinTexelAlignment: 16, MaxSharedMemory: 32 << 10,
 		},
