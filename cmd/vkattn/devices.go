@@ -139,6 +139,7 @@ func printDevice(w io.Writer, d vkattn.DeviceInfo, isDefault bool) {
 	row("shared memory", "%d B (%s)", l.MaxSharedMemory, core.FormatBytes(uint64(l.MaxSharedMemory)))
 	row("subgroup size", "%d (shuffles in compute: %s)", l.SubgroupSize, yesNo(l.SubgroupShuffle))
 	row("subgroup size control", "%s, sizes %d..%d, full subgroups %s", yesNo(d.SubgroupSizeControl), l.MinSubgroupSize, l.MaxSubgroupSize, yesNo(d.FullSubgroups))
+	row("kernels' subgroup widths", "%s", plannedWidths(d))
 	row("max workgroup count", "%d x %d x %d", l.MaxWorkGroupCount[0], l.MaxWorkGroupCount[1], l.MaxWorkGroupCount[2])
 	row("max workgroup size", "%d x %d x %d (%d invocations)", l.MaxWorkGroupSize[0], l.MaxWorkGroupSize[1], l.MaxWorkGroupSize[2], l.MaxWorkGroupInvocations)
 	row("push constants", "%d B", l.MaxPushConstantsSize)
@@ -155,6 +156,24 @@ func printDevice(w io.Writer, d vkattn.DeviceInfo, isDefault bool) {
 		}
 		row(k, "%v", m) // M x N x K A*B+C->Result (scope)
 	}
+}
+
+// plannedWidths says which subgroup widths the planner plans kernels for
+// on d: the tiled and matrix kernels require one size within the device's
+// range (each plan names it) where it has size control with full
+// subgroups and shuffles; the row kernels assume none, but their shared
+// K/V loads need a device that runs a single width.
+func plannedWidths(d vkattn.DeviceInfo) string {
+	l := d.Limits
+	tiled := fmt.Sprintf("tiled and matrix kernels require full subgroups of one size in %d..%d (Plan names it)", l.MinSubgroupSize, l.MaxSubgroupSize)
+	if !d.SubgroupSizeControl || !d.FullSubgroups || !l.SubgroupShuffle {
+		tiled = "no tiled or matrix kernels (they need subgroup size control with full subgroups and shuffles)"
+	}
+	rows := "row kernels any width, without shared K/V loads (no single width)"
+	if d.SubgroupSizeControl && l.SubgroupShuffle && l.MinSubgroupSize == l.SubgroupSize && l.MaxSubgroupSize == l.SubgroupSize {
+		rows = fmt.Sprintf("row kernels any width, shared K/V loads at %d", l.SubgroupSize)
+	}
+	return tiled + "; " + rows
 }
 
 func yesNo(b bool) string {
