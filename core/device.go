@@ -52,6 +52,10 @@ type Limits struct {
 	MaxMemoryAllocation              uint64 // largest heap, a bound for one allocation
 	MaxImageDimension2D              uint32 // widest and tallest 2D image (the viewer's picture)
 	MaxAllocations                   uint32 // maxMemoryAllocationCount: device memory allocations alive at once
+	// Descriptors one shader stage may use (maxPerStageDescriptor*: uniform
+	// texel buffers count as sampled images; maxPerStageResources): a
+	// kernel binds up to some twenty buffers. 0: not known, not checked.
+	MaxStageUniformBuffers, MaxStageStorageBuffers, MaxStageSampledImages, MaxStageStorageImages, MaxStageResources uint32
 }
 
 // DeviceInfo describes a Vulkan device: name, type, driver, limits and

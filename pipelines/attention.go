@@ -443,6 +443,9 @@ func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan, names [3]string) error 
 	}
 	p.Masked = p.Shape.masked()
 	p.Variant.Q8 = p.Shape.kvQ8()
+	if err := dev.CheckBindings(attentionBindingTypes(*p)); err != nil {
+		return limitf("%v", err)
+	}
 	cs, err := planChunks(dev, p)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package pipelines
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
@@ -155,5 +156,21 @@ func TestLinearWithinTheLoopBudget(t *testing.T) {
 	var limit *LimitError
 	if _, err := PlanLinear(dev, layer(4*dev.LoopBudget()+1)); !errors.As(err, &limit) {
 		t.Errorf("%d inputs: %v, want a LimitError", 4*dev.LoopBudget()+1, err)
+	}
+}
+
+// A device whose stage takes fewer storage buffers than a kernel binds
+// (Vulkan's minimum is 4) refuses the plan, naming the limit.
+func TestPlanRefusesBindingsPastTheStageLimits(t *testing.T) {
+	dev := lavapipeLike()
+	in := PlanInput{AttentionShape: DenseShape(1, 2, 2, 16, 16, 16, 16), Force: core.StorageLoadPath}
+	if _, err := PlanAttention(dev, in); err != nil {
+		t.Fatal(err)
+	}
+	dev.Limits.MaxStageStorageBuffers = 4
+	_, err := PlanAttention(dev, in)
+	var limit *LimitError
+	if !errors.As(err, &limit) || !strings.Contains(err.Error(), "maxPerStageDescriptorStorageBuffers") {
+		t.Errorf("4 storage buffers a stage: %v, want a LimitError naming maxPerStageDescriptorStorageBuffers", err)
 	}
 }

@@ -382,6 +382,11 @@ func describe(inst vulkan.Instance, h vulkan.PhysicalDevice) (PhysicalDevice, bo
 			TimestampPeriod:         lim.TimestampPeriod,
 			MaxImageDimension2D:     lim.MaxImageDimension2D,
 			MaxAllocations:          lim.MaxMemoryAllocationCount,
+			MaxStageUniformBuffers:  lim.MaxPerStageDescriptorUniformBuffers,
+			MaxStageStorageBuffers:  lim.MaxPerStageDescriptorStorageBuffers,
+			MaxStageSampledImages:   lim.MaxPerStageDescriptorSampledImages,
+			MaxStageStorageImages:   lim.MaxPerStageDescriptorStorageImages,
+			MaxStageResources:       lim.MaxPerStageResources,
 		},
 	}}
 	if d.Type < core.DeviceOther || d.Type > core.DeviceCPU {

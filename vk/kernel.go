@@ -49,6 +49,40 @@ func (t BindingType) descriptorType() vulkan.DescriptorType {
 	return vulkan.DescriptorTypeStorageBuffer
 }
 
+// CheckBindings refuses bindings more numerous, of some descriptor kind or
+// in all, than one shader stage of the device may use, naming the limit.
+func (pd PhysicalDevice) CheckBindings(bindings []BindingType) error {
+	var uniform, storage, texel, images uint32
+	for _, t := range bindings {
+		switch t.descriptorType() {
+		case vulkan.DescriptorTypeUniformBuffer:
+			uniform++
+		case vulkan.DescriptorTypeStorageBuffer:
+			storage++
+		case vulkan.DescriptorTypeUniformTexelBuffer:
+			texel++
+		case vulkan.DescriptorTypeStorageImage:
+			images++
+		}
+	}
+	lim := &pd.Limits
+	for _, c := range []struct {
+		n, most uint32
+		what    string
+	}{
+		{uniform, lim.MaxStageUniformBuffers, "uniform buffers (maxPerStageDescriptorUniformBuffers)"},
+		{storage, lim.MaxStageStorageBuffers, "storage buffers (maxPerStageDescriptorStorageBuffers)"},
+		{texel, lim.MaxStageSampledImages, "texel buffers (maxPerStageDescriptorSampledImages)"},
+		{images, lim.MaxStageStorageImages, "storage images (maxPerStageDescriptorStorageImages)"},
+		{uint32(len(bindings)), lim.MaxStageResources, "bindings in all (maxPerStageResources)"},
+	} {
+		if c.most > 0 && c.n > c.most {
+			return fmt.Errorf("the kernel binds %d %s; %s allows %d", c.n, c.what, pd.Name, c.most)
+		}
+	}
+	return nil
+}
+
 // KernelSpec describes a compute kernel: its SPIR-V, its bindings (binding i
 // has type Bindings[i]), its specialization constants (constant_id i gets
 // Spec[i], as a 32-bit int) and the size of its push-constant block.
@@ -89,6 +123,9 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 	}
 	if err := d.checkSubgroupRequest(spec); err != nil {
 		return nil, err
+	}
+	if err := d.Info.CheckBindings(spec.Bindings); err != nil {
+		return nil, fmt.Errorf("vk: kernel %s: %w", spec.Name, err)
 	}
 	if err := d.enter(); err != nil {
 		return nil, err
