@@ -1,7 +1,7 @@
 # The two commands: `make test` (what CI runs) and `make demo`.
 GO ?= go
 
-.PHONY: test demo deps deps-viewer vet shaders bench build
+.PHONY: test demo deps deps-viewer deps-windows vet shaders bench build dist
 
 deps:
 	@tools/deps.sh
@@ -10,6 +10,10 @@ deps:
 # X11 headers GLFW needs; everything else builds without them.
 deps-viewer:
 	@tools/deps.sh --viewer
+
+# The Windows cross-build (mingw-w64) and Wine to run it under.
+deps-windows:
+	@tools/deps.sh --windows
 
 # SPIR-V freshness, go vet, the plain-Go packages without cgo (no Vulkan
 # driver needed), then the whole suite with the Vulkan validation layer on
@@ -63,13 +67,13 @@ test: deps-viewer
 
 # The legs of make test beside the suite (each installs what make test
 # does, once however many run).
-.PHONY: test-suite test-legs test-optimised test-coopmat test-view test-race test-fuzz test-widths
+.PHONY: test-suite test-legs test-optimised test-coopmat test-view test-race test-fuzz test-widths test-windows
 test-suite: deps-viewer
 	$(TEST_ENV) $(GOTEST) -count=1 -timeout 40m ./...
 # The legs' make takes two jobs of its own: its MAKEFLAGS keep the command
 # line's variables and flags but not the outer jobserver.
 test-legs: deps-viewer
-	nice -n 10 env MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))' $(MAKE) --no-print-directory -j2 --output-sync=target test-coopmat test-race test-fuzz test-optimised test-view test-widths
+	nice -n 10 env MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))' $(MAKE) --no-print-directory -j2 --output-sync=target test-coopmat test-race test-fuzz test-optimised test-view test-widths test-windows
 test-optimised: deps-viewer
 	VKATTN_VALIDATION=1 $(GOTEST) -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
 test-coopmat: deps-viewer
@@ -108,6 +112,13 @@ test-widths: deps-viewer
 	    done; \
 	  done ); \
 	  s=$$?; rm -rf $$t; exit $$s
+# vkattn.exe and the root package's test binary, cross-built, under Wine on
+# lavapipe: devices, verify, the worked example, outputs, Ctrl-C, and a
+# slice of the suite (tools/wine.sh says which). GALLIVM_PERF=nopt as the
+# suite's: Wine's Vulkan is the host's lavapipe, whose shader cache then
+# serves both.
+test-windows: deps-windows
+	GALLIVM_PERF=nopt GO=$(GO) tools/wine.sh
 test-fuzz:
 	$(FUZZ) -fuzz '^FuzzDecodeNPY$$' ./weights
 	$(FUZZ) -fuzz '^FuzzDecodeNPZ$$' ./weights
@@ -119,6 +130,12 @@ demo: deps
 # vkattn with the viewer window; 'go build ./cmd/vkattn' builds it without.
 build: deps-viewer
 	$(GO) build -tags viewer -o vkattn ./cmd/vkattn
+
+# The binaries to download: dist/vkattn (linux/amd64, with the viewer) and
+# dist/vkattn.exe (windows/amd64); tools/wine.sh dist/vkattn.exe runs the
+# latter under Wine.
+dist: deps-viewer deps-windows
+	GO=$(GO) tools/dist.sh
 
 # Rebuild shaders/*.spv after editing a GLSL source or shaders/manifest.txt.
 shaders: deps
