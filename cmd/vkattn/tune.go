@@ -65,9 +65,10 @@ marks the winners, "default" the defaults) and a progress bar on stderr
 (--quiet hides it); --json prints the measurements and the chosen tuning as
 one JSON object instead. Unless --dry-run, the tuning is saved in the user
 cache directory (vkattn.TuningFile: $XDG_CACHE_HOME/vkattn or
-~/.cache/vkattn on Linux, one file per device and driver build) and its path
-printed. To go back to the defaults, delete that file, or open the device
-with vkattn.Config{DefaultTuning: true} in a program.
+~/.cache/vkattn on Linux, %LocalAppData%\vkattn on Windows,
+~/Library/Caches/vkattn on macOS; one file per device and driver build) and
+its path printed. To go back to the defaults, delete that file, or open the
+device with vkattn.Config{DefaultTuning: true} in a program.
 
 The default run (--d 64,128) compiles about 30 variants: 1-3 minutes on
 lavapipe. --len shrinks the prefill problem (faster, noisier); it is at
