@@ -79,7 +79,7 @@ func TestLongLoopsRowKernel(t *testing.T) {
 }
 
 func TestLongLoopsRowKernelQ8(t *testing.T) {
-	checkLoopBoundary(t, rowDev, 64, 32, [3]vkattn.DType{vkattn.Float32, vkattn.Q8_0, vkattn.Q8_0})
+	checkLoopBoundary(t, rowDev, 32, 32, [3]vkattn.DType{vkattn.Float32, vkattn.Q8_0, vkattn.Q8_0})
 }
 
 func TestLongLoopsTiled(t *testing.T) {

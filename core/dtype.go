@@ -116,11 +116,16 @@ var maxHalf = map[DType]uint16{Float16: 0x7bff, BFloat16: 0x7f7f}
 
 // FiniteElement refuses NaN and Inf; the error names x as what says.
 func FiniteElement(x float32, what string) error {
-	if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+	if !Finite32(x) {
 		return Errorf(ErrNonFinite, "%s%g cannot be stored (tensors must be finite)", what, x)
 	}
 	return nil
 }
+
+// Finite32 reports whether x is neither NaN nor an infinity: loops over
+// many elements test it first and format FiniteElement's message only for
+// the element that fails.
+func Finite32(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
 
 // Widen is the float32 value of the half bits h of type t (exact).
 func Widen(t DType, h uint16) float32 {
@@ -190,8 +195,8 @@ func QuantizeQ8_0(data []float32) (quants []int8, scales []uint16, err error) {
 		block := data[b*Q8Block : (b+1)*Q8Block]
 		var amax float32
 		for i, x := range block {
-			if err := FiniteElement(x, fmt.Sprintf("element %d: ", b*Q8Block+i)); err != nil {
-				return nil, nil, err
+			if !Finite32(x) {
+				return nil, nil, FiniteElement(x, fmt.Sprintf("element %d: ", b*Q8Block+i))
 			}
 			amax = max(amax, float32(math.Abs(float64(x))))
 		}
