@@ -84,18 +84,26 @@ const maxFloat16 = 65504
 // included, and returns its bits. A NaN or Inf is ErrNonFinite; a finite x
 // that rounds beyond 65504 (|x| >= 65520) is ErrOverflow, never a silent
 // Inf.
-func ToFloat16(x float32) (uint16, error) { return toHalf(Float16, x, "") }
+func ToFloat16(x float32) (uint16, error) { return toHalf(Float16, x, -1) }
 
 // ToBFloat16 rounds x to the nearest bfloat16 (ties to even) and returns
 // its bits: the upper 16 bits of the rounded float32. NaN or Inf is
 // ErrNonFinite; a finite x that rounds beyond the largest bfloat16
 // (3.3895314e38) is ErrOverflow.
-func ToBFloat16(x float32) (uint16, error) { return toHalf(BFloat16, x, "") }
+func ToBFloat16(x float32) (uint16, error) { return toHalf(BFloat16, x, -1) }
 
-// toHalf rounds x to the half type t; errors name x as what says.
-func toHalf(t DType, x float32, what string) (uint16, error) {
-	if err := FiniteElement(x, what); err != nil {
-		return 0, err
+// toHalf rounds x to the half type t; errors name it as element element
+// (none for a negative one).
+func toHalf(t DType, x float32, element int) (uint16, error) {
+	// The element's name is formatted only for an error.
+	what := func() string {
+		if element < 0 {
+			return ""
+		}
+		return fmt.Sprintf("element %d: ", element)
+	}
+	if !Finite32(x) {
+		return 0, FiniteElement(x, what())
 	}
 	var h uint16
 	if t == Float16 {
@@ -106,7 +114,7 @@ func toHalf(t DType, x float32, what string) (uint16, error) {
 		h = uint16(bits >> 16)
 	}
 	if math.IsInf(float64(Widen(t, h)), 0) {
-		return 0, Errorf(ErrOverflow, "%s%g does not fit %v (|x| <= %g)", what, x, t, Widen(t, maxHalf[t]))
+		return 0, Errorf(ErrOverflow, "%s%g does not fit %v (|x| <= %g)", what(), x, t, Widen(t, maxHalf[t]))
 	}
 	return h, nil
 }
@@ -169,7 +177,7 @@ func HalfBits(t DType, data []float32) ([]uint16, error) {
 	}
 	bits := make([]uint16, len(data))
 	for i, x := range data {
-		h, err := toHalf(t, x, fmt.Sprintf("element %d: ", i))
+		h, err := toHalf(t, x, i)
 		if err != nil {
 			return nil, err
 		}
