@@ -41,11 +41,11 @@ OPTIMISED_TESTS = TestGoldenCases$$
 # Coopmat tests fail, rather than skip, if the device has no matrices.
 COOPMAT_TESTS = Coopmat
 
-# Each fuzz target runs a fixed number of inputs (some 10-20 s of CPU
+# Each fuzz target runs a fixed number of inputs (some 5-10 s of CPU
 # each here, on two workers): a -fuzztime in seconds races Go's fuzzing
 # coordinator against its own deadline and can fail with "context deadline
 # exceeded" and no crasher (golang/go#75804, open in Go 1.26).
-FUZZ_EXECS = 25000x
+FUZZ_EXECS = 10000x
 # Without cgo the weights tests leave out the one that opens a device, and
 # with the fuzzing tag the two that check against npyio and the float64
 # reference (they run in the suite), so the fuzzing build instruments the
