@@ -120,12 +120,15 @@ var shaderInterface = []interfaceSection{
 		{"MBIND_PART_O", mergeBindPartO, "the part being merged in"}, {"MBIND_PART_LSE", mergeBindPartLSE, ""},
 		{"MBIND_O", mergeBindO, "the merged output, summed part by part"}, {"MBIND_LSE", mergeBindLSE, ""},
 	}},
-	{"Params flag bits (P.dims.w of attention_params.glsl)", true, []glslName{
+	{"Params flag bits (P.heads.z of attention_params.glsl)", true, []glslName{
 		{"FLAG_MASK", flagMask, ""}, {"FLAG_BOOLMASK", flagBoolMask, ""}, {"FLAG_CAUSAL", flagCausal, ""},
 		{"FLAG_LENGTHS", flagLengths, ""}, {"FLAG_LSE", flagLSE, ""}, {"FLAG_WEIGHTS", flagWeights, ""},
 		{"FLAG_KEYPAD", flagKeyPad, ""}, {"FLAG_SINKS", flagSinks, "the combine pass reads the sinks"},
 		{"FLAG_ALIGN_CAUSAL", flagAlignCausal, "causal mask from each item's key length"},
 		{"FLAG_ALIGN_POS", flagAlignPos, "window and ALiBi positions from each item's key length"},
+	}},
+	{"dense-layer flag bits (P.dims.w of linear.comp and linear_coopmat.comp)", true, []glslName{
+		{"LFLAG_BIAS", linearFlagBias, "add the bias"},
 	}},
 	{"score-variant bits (the VARIANTS specialization constant)", true, []glslName{
 		{"VAR_WINDOW", variantWindow, "keys outside P.window's band are blocked"},

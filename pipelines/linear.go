@@ -155,6 +155,8 @@ type LinearArgs struct {
 	BiasOffset            int
 }
 
+// linearFlagBias in P.dims.w: the layer adds its bias (LFLAG_BIAS of the
+// generated interface.glsl).
 const linearFlagBias = 1
 
 // Linear binds a dense layer as p planned it: a layer whose X, W or Y is

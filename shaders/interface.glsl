@@ -63,7 +63,7 @@
 #define MBIND_O 2 // the merged output, summed part by part
 #define MBIND_LSE 3
 
-// Params flag bits (P.dims.w of attention_params.glsl)
+// Params flag bits (P.heads.z of attention_params.glsl)
 const int FLAG_MASK = 1;
 const int FLAG_BOOLMASK = 2;
 const int FLAG_CAUSAL = 4;
@@ -74,6 +74,9 @@ const int FLAG_KEYPAD = 64;
 const int FLAG_SINKS = 128; // the combine pass reads the sinks
 const int FLAG_ALIGN_CAUSAL = 256; // causal mask from each item's key length
 const int FLAG_ALIGN_POS = 512; // window and ALiBi positions from each item's key length
+
+// dense-layer flag bits (P.dims.w of linear.comp and linear_coopmat.comp)
+const int LFLAG_BIAS = 1; // add the bias
 
 // score-variant bits (the VARIANTS specialization constant)
 const int VAR_WINDOW = 1; // keys outside P.window's band are blocked

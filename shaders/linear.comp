@@ -21,7 +21,6 @@ layout(local_size_x_id = 0) in;
 
 const int TR = 4; // rows of X per invocation
 const int TC = 4; // outputs per invocation
-const int FLAG_BIAS = 1;
 
 layout(std140, binding = LBIND_PARAMS) uniform Params {
     ivec4 dims; // rows M, outputs N, inputs K, flags
@@ -79,7 +78,7 @@ void main() {
         }
     }
     vec4 b = vec4(0.0);
-    if ((P.dims.w & FLAG_BIAS) != 0) {
+    if ((P.dims.w & LFLAG_BIAS) != 0) {
         [[unroll]] for (int c = 0; c < TC; c++) {
             b[c] = bias[P.y.z + min(col0 + c, N - 1)];
         }

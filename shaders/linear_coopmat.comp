@@ -24,7 +24,6 @@ layout(constant_id = LINC_SPEC_MM) const int MM = 16;   // the matrices' M = N =
 layout(constant_id = LINC_SPEC_TILE) const int TILE = 32; // rows, outputs and inputs per step
 layout(constant_id = LINC_SPEC_SG) const int SG = 32;   // lanes per subgroup (full subgroups required)
 
-const int FLAG_BIAS = 1;
 const int NB = TILE / MM; // accumulator blocks per side
 const int WG = NB * NB * SG;
 const int T4 = TILE / 4;  // vec4s per staged row
@@ -97,7 +96,7 @@ void main() {
     }
     coopMatStore(acc, yS, bi * MM * TILE + bj * MM, TILE, gl_CooperativeMatrixLayoutRowMajor);
     barrier();
-    bool withBias = (P.dims.w & FLAG_BIAS) != 0;
+    bool withBias = (P.dims.w & LFLAG_BIAS) != 0;
     [[unroll]] for (int i0 = 0; i0 < TILE * TILE; i0 += WG) {
         int i = i0 + lane;
         int r = row0 + i / TILE;
