@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/pages"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )
@@ -51,12 +52,10 @@ type KVCache struct {
 	dev  *Device
 	cfg  KVCacheConfig
 	k, v *Tensor // (B, HKV, Capacity, D); views of the page pools when paged
-	// Paged: the table, each sequence's pages, the free ones, and how
-	// many sequences hold each page (forked sequences share pages).
-	pt      *pageTable
-	pagesOf [][]int
-	free    []int
-	refs    []int
+	// Paged: the table on the device and the page allocator (forked
+	// sequences share pages, copied on write).
+	pt   *pageTable
+	pool *pages.Pool
 	// lengths on the device as the kernels read them: key lengths [B]
 	// (the sequence lengths), then query lengths [B], all Capacity: no
 	// row of any call (L <= every length <= Capacity) is padding.
@@ -185,11 +184,7 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 		if c.pt.table, err = d.newTensor([4]int{1, 1, cfg.B, perItem}, Float32); err != nil {
 			return fail(err)
 		}
-		c.pagesOf = make([][]int, cfg.B)
-		c.refs = make([]int, cfg.Pages)
-		for p := cfg.Pages - 1; p >= 0; p-- {
-			c.free = append(c.free, p)
-		}
+		c.pool = pages.New(cfg.Pages, cfg.PageSize, cfg.B)
 		if err := c.syncPages(writeInts); err != nil {
 			return fail(err)
 		}
@@ -588,39 +583,19 @@ func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 	if err := c.usable(); err != nil {
 		return err
 	}
-	need := 0     // new pages
-	var cow []int // sequences whose partly filled last page is shared
 	for _, b := range seqs {
 		if c.lens[b]+n > cfg.Capacity {
 			return errorf(ErrCapacity, "sequence %d holds %d of %d positions: %d more do not fit", b, c.lens[b], cfg.Capacity, n)
 		}
-		if c.pt != nil {
-			need += (c.lens[b]+n+cfg.PageSize-1)/cfg.PageSize - len(c.pagesOf[b])
-			if n > 0 && c.lens[b]%cfg.PageSize != 0 && c.refs[c.pagesOf[b][len(c.pagesOf[b])-1]] > 1 {
-				need++
-				cow = append(cow, b)
-			}
-		}
-	}
-	if need > len(c.free) {
-		return errorf(ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, len(c.free), cfg.Pages)
 	}
 	if c.pt != nil {
+		if need, _ := c.pool.Plan(seqs, c.lens, n); need > c.pool.Free() {
+			return errorf(ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, c.pool.Free(), cfg.Pages)
+		}
 		// Copy on write: a sequence about to write into a page it shares
 		// (a fork's last, partly filled page) gets a copy of its own.
-		for _, b := range cow {
-			last := len(c.pagesOf[b]) - 1
-			old, own := c.pagesOf[b][last], c.takePageLocked()
-			if err := w.page(old, own); err != nil {
-				return err
-			}
-			c.dropPageLocked(old)
-			c.pagesOf[b][last] = own
-		}
-		for _, b := range seqs {
-			for len(c.pagesOf[b])*cfg.PageSize < c.lens[b]+n {
-				c.pagesOf[b] = append(c.pagesOf[b], c.takePageLocked())
-			}
+		if err := c.pool.Grow(seqs, c.lens, n, w.page); err != nil {
+			return err
 		}
 		if err := c.syncPages(w.ints); err != nil {
 			return err
@@ -653,24 +628,6 @@ func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 		c.lens[b] += n
 	}
 	return c.syncLengths(w.ints)
-}
-
-// takePageLocked takes a free page for one sequence. The caller holds c.mu
-// and has checked that one is free.
-func (c *KVCache) takePageLocked() int {
-	p := c.free[len(c.free)-1]
-	c.free = c.free[:len(c.free)-1]
-	c.refs[p] = 1
-	return p
-}
-
-// dropPageLocked lets go of one sequence's hold on page p: the last one
-// gives it back to the pool. The caller holds c.mu.
-func (c *KVCache) dropPageLocked(p int) {
-	c.refs[p]--
-	if c.refs[p] == 0 {
-		c.free = append(c.free, p)
-	}
 }
 
 // eachPageSpan calls f with the byte ranges of page from and page to in
@@ -716,25 +673,19 @@ func (c *KVCache) recordPageCopy(cmds *vk.Commands) func(from, to int) error {
 // cacheState is what an append changes on the host, to put back when its
 // submission fails.
 type cacheState struct {
-	lens, free, refs []int
-	pagesOf          [][]int
-}
-
-func clonePages(p [][]int) [][]int {
-	out := make([][]int, len(p))
-	for i, x := range p {
-		out[i] = slices.Clone(x)
-	}
-	return out
+	lens []int
+	pool *pages.Pool
 }
 
 func (c *KVCache) saveLocked() cacheState {
-	return cacheState{lens: slices.Clone(c.lens), free: slices.Clone(c.free), refs: slices.Clone(c.refs), pagesOf: clonePages(c.pagesOf)}
+	s := cacheState{lens: slices.Clone(c.lens)}
+	if c.pool != nil {
+		s.pool = c.pool.Clone()
+	}
+	return s
 }
 
-func (c *KVCache) restoreLocked(s cacheState) {
-	c.lens, c.free, c.refs, c.pagesOf = s.lens, s.free, s.refs, s.pagesOf
-}
+func (c *KVCache) restoreLocked(s cacheState) { c.lens, c.pool = s.lens, s.pool }
 
 // rowOffset is the element offset of position pos of sequence b, head h,
 // in a tensor of rows of width w.
@@ -743,7 +694,7 @@ func (c *KVCache) rowOffset(b, h, pos, w int) int {
 	if c.pt == nil {
 		return ((b*cfg.HKV+h)*cfg.Capacity + pos) * w
 	}
-	page := c.pagesOf[b][pos/cfg.PageSize]
+	page := c.pool.Page(b, pos)
 	return ((page*cfg.HKV+h)*cfg.PageSize + pos%cfg.PageSize) * w
 }
 
@@ -751,11 +702,7 @@ func (c *KVCache) rowOffset(b, h, pos, w int) int {
 // entries 0, never read: they lie past every length). The caller holds
 // c.mu.
 func (c *KVCache) syncPages(putInts func(t *Tensor, off int, xs []int) error) error {
-	table := make([]int, c.cfg.B*c.pt.perItem)
-	for b, pages := range c.pagesOf {
-		copy(table[b*c.pt.perItem:], pages)
-	}
-	return putInts(c.pt.table, 0, table)
+	return putInts(c.pt.table, 0, c.pool.Table(c.pt.perItem))
 }
 
 // pagedView is the (B, HKV, Capacity, D) view of a page pool: its batch
@@ -795,11 +742,7 @@ func (c *KVCache) Truncate(lens []int) error {
 		// Pages past a sequence's new end are let go (back to the pool
 		// unless another sequence shares them).
 		for b, n := range lens {
-			keep := (n + c.cfg.PageSize - 1) / c.cfg.PageSize
-			for _, p := range c.pagesOf[b][keep:] {
-				c.dropPageLocked(p)
-			}
-			c.pagesOf[b] = c.pagesOf[b][:keep]
+			c.pool.Truncate(b, n)
 		}
 		if err := c.syncPages(writeInts); err != nil {
 			return err
@@ -834,13 +777,7 @@ func (c *KVCache) Fork(src, dst int) error {
 		return nil
 	}
 	c.settleLocked()
-	for _, p := range c.pagesOf[src] {
-		c.refs[p]++ // first: dst may already share them
-	}
-	for _, p := range c.pagesOf[dst] {
-		c.dropPageLocked(p)
-	}
-	c.pagesOf[dst] = slices.Clone(c.pagesOf[src])
+	c.pool.Fork(src, dst)
 	c.lens[dst] = c.lens[src]
 	if err := c.syncPages(writeInts); err != nil {
 		return err
@@ -856,7 +793,7 @@ func (c *KVCache) PagesInUse() int {
 	if c.pt == nil {
 		return 0
 	}
-	return c.cfg.Pages - len(c.free)
+	return c.pool.InUse()
 }
 
 // Reset empties every sequence.
