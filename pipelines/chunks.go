@@ -42,16 +42,26 @@ func headsChunks(x *AttentionShape, g int) []chunk {
 // rowChunks are the chunks of up to nl query rows of one query head of one
 // batch item each.
 func rowChunks(x *AttentionShape, nl int) []chunk {
-	var cs []chunk
+	cs := make([]chunk, 0, x.B*x.H*ceilDiv(x.L, nl))
+	eachRowChunk(x, nl, func(c chunk) bool { cs = append(cs, c); return true })
+	return cs
+}
+
+// eachRowChunk calls f with the chunks of rowChunks(x, nl) in turn until
+// it returns false, and reports whether it never did: planning tries many
+// row counts of calls with up to millions of such chunks.
+func eachRowChunk(x *AttentionShape, nl int, f func(chunk) bool) bool {
 	group := x.H / x.HKV
 	for b := 0; b < x.B; b++ {
 		for h := 0; h < x.H; h++ {
 			for l0 := 0; l0 < x.L; l0 += nl {
-				cs = append(cs, chunk{b, 1, h / group, 1, h, 1, l0, min(nl, x.L-l0)})
+				if !f(chunk{b, 1, h / group, 1, h, 1, l0, min(nl, x.L-l0)}) {
+					return false
+				}
 			}
 		}
 	}
-	return cs
+	return true
 }
 
 // flops is the work of chunk c of a call of shape x: the two products'
@@ -250,14 +260,18 @@ func planChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
 		return nil, limitf("paged K/V pools larger than one binding are not split: %v", err)
 	}
 	var lastErr error
+	// fitsAll reports whether chunk c fits a binding and a submission.
+	fitsAll := func(c chunk) bool {
+		if err := fits(dev, p, c); err != nil {
+			lastErr = err
+			return false
+		}
+		return !costly(c)
+	}
 	// allFit returns cs, or nil if one of them does not fit.
 	allFit := func(cs []chunk) []chunk {
 		for _, c := range cs {
-			if err := fits(dev, p, c); err != nil {
-				lastErr = err
-				return nil
-			}
-			if costly(c) {
+			if !fitsAll(c) {
 				return nil
 			}
 		}
@@ -273,8 +287,8 @@ func planChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
 		// them halved until they fit: windows grow with the rows, so the
 		// first size that fits is within 2x of the largest.
 		for nl := x.L; ; nl = (nl + 1) / 2 {
-			if cs := allFit(rowChunks(x, nl)); cs != nil {
-				return cs, nil
+			if eachRowChunk(x, nl, fitsAll) {
+				return rowChunks(x, nl), nil
 			}
 			if nl == 1 {
 				break
