@@ -376,21 +376,13 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 	}
 	rowsPerGroup := p.Rows * p.WorkGroup
 	p.Grid = [3]uint32{uint32((l + rowsPerGroup - 1) / rowsPerGroup), uint32(h), uint32(b)}
-	names := [3]string{"query row blocks", "heads", "batch"}
 	// Decode-like problems (few query rows per KV head, many keys) leave
 	// most lanes idle and read K/V once per query head; split the keys over
 	// lanes instead and pack each KV head's query rows together.
 	packed := (h / in.HKV) * l
 	if p.Vec4 && !in.Weights && !p.Additive && packed <= max(2*p.Rows, 8) && in.S >= 256 {
 		p.SplitKeys = tuning.SplitKeys
-		p.Splits = (in.S + p.SplitKeys - 1) / p.SplitKeys
-		// No more rows per lane than the KV head has packed rows: a lane's
-		// rows past them would be computed and thrown away.
-		p.Rows = min(p.Rows, pow2Above(packed))
-		p.RowBlocks = (packed + p.Rows - 1) / p.Rows
-		p.Variant.SplitK = true
-		p.Grid = [3]uint32{uint32((p.Splits + p.WorkGroup - 1) / p.WorkGroup), uint32(in.HKV * p.RowBlocks), uint32(b)}
-		names = [3]string{"key split blocks", "KV heads x row blocks", "batch"}
+		p.splitKeys(ceilDiv(in.S, p.SplitKeys))
 	}
 	if err := fitLoops(dev, &in, &p); err != nil {
 		return p, err
@@ -407,7 +399,40 @@ func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
 			p.Variant.Shared = true
 		}
 	}
-	return p, finishPlan(dev, &p, names)
+	return p, finishPlan(dev, &p)
+}
+
+// splitKeys makes p a split-K plan of splits blocks of SplitKeys keys (set
+// by the caller) with each KV head's query rows packed: the row kernels
+// take a split a lane, with no more rows per lane than the KV head has
+// packed rows (a lane's rows past them would be computed and thrown
+// away); the tiled kernels a split a workgroup.
+func (p *AttentionPlan) splitKeys(splits int) {
+	s := &p.Shape
+	packed := s.H / s.HKV * s.L
+	p.Splits, p.Variant.SplitK = splits, true
+	if p.Variant.Family == FamilyTiled {
+		p.RowBlocks = ceilDiv(packed, p.TileRows)
+		p.Grid = [3]uint32{uint32(p.Splits), uint32(s.HKV * p.RowBlocks), uint32(s.B)}
+		return
+	}
+	p.Rows = min(p.Rows, pow2Above(packed))
+	p.RowBlocks = ceilDiv(packed, p.Rows)
+	p.Grid = [3]uint32{uint32(ceilDiv(p.Splits, p.WorkGroup)), uint32(s.HKV * p.RowBlocks), uint32(s.B)}
+}
+
+// gridAxes names the axes of p's grid, for errors.
+func (p *AttentionPlan) gridAxes() [3]string {
+	tiled := p.Variant.Family == FamilyTiled || p.Variant.Family == FamilyCoopmat
+	switch {
+	case p.Splits > 0 && tiled:
+		return [3]string{"key splits", "KV heads x row blocks", "batch"}
+	case p.Splits > 0:
+		return [3]string{"key split blocks", "KV heads x row blocks", "batch"}
+	case tiled:
+		return [3]string{"query row blocks", "KV heads", "batch"}
+	}
+	return [3]string{"query row blocks", "heads", "batch"}
 }
 
 // sharedLoadWidth is the subgroup width the row kernels' shared K/V loads
@@ -433,12 +458,12 @@ func sharedLoadWidth(dev vk.PhysicalDevice) (int, string) {
 	return sg, ""
 }
 
-// finishPlan checks the grid (its axes named by names) against the device
+// finishPlan checks the grid against the device
 // and splits the call into chunks where it is larger than one binding.
-func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan, names [3]string) error {
+func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan) error {
 	for i, g := range p.Grid {
 		if g > dev.Limits.MaxWorkGroupCount[i] {
-			return limitf("%d %s exceed the device's %d workgroups on axis %d", g, names[i], dev.Limits.MaxWorkGroupCount[i], i)
+			return limitf("%d %s exceed the device's %d workgroups on axis %d", g, p.gridAxes()[i], dev.Limits.MaxWorkGroupCount[i], i)
 		}
 	}
 	p.Masked = p.Shape.masked()
@@ -501,7 +526,7 @@ func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, 
 	p.Rows, p.TileRows, p.KeyTile, p.SubgroupSize = 0, br, bc, sg
 	p.WorkGroup, p.SharedBytes = nsg*sg, bytes(br, bc)
 	p.Grid = [3]uint32{uint32(ceilDiv(packed, br)), uint32(in.HKV), uint32(in.B)}
-	return true, finishPlan(dev, p, [3]string{"query row blocks", "KV heads", "batch"})
+	return true, finishPlan(dev, p)
 }
 
 // matrixSide is the larger square float16 cooperative-matrix shape (M = N
@@ -584,26 +609,18 @@ func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *core.TiledTuning, p 
 	p.Variant = Variant{Family: FamilyTiled, Path: core.StorageLoadPath, Vec4: p.Vec4}
 	p.Rows, p.TileRows, p.KeyTile, p.LanesPerRow, p.RowsPerLane, p.SubgroupSize = 0, br, bc, lanes, rpl, sg
 	p.WorkGroup, p.SharedBytes = br/rpl*lanes, tileBytes(bc)
-	names := [3]string{"query row blocks", "KV heads", "batch"}
 	p.Grid = [3]uint32{uint32(ceilDiv(packed, br)), uint32(in.HKV), uint32(in.B)}
 	if decode {
-		p.RowBlocks = ceilDiv(packed, br)
 		// Several workgroups per compute unit, each at least a tile of keys.
-		want := ceilDiv(4*tiles.ComputeUnits, in.B*in.HKV*p.RowBlocks)
-		p.Splits = max(1, min(want, ceilDiv(in.S, bc)))
-		p.SplitKeys = max(bc, ceilDiv(in.S, p.Splits)/bc*bc) // whole tiles, rounded down: at least the splits wanted
-		p.Splits = ceilDiv(in.S, p.SplitKeys)
-		p.Variant.SplitK = true
-		p.Grid = [3]uint32{uint32(p.Splits), uint32(in.HKV * p.RowBlocks), uint32(in.B)}
-		names = [3]string{"key splits", "KV heads x row blocks", "batch"}
+		want := ceilDiv(4*tiles.ComputeUnits, in.B*in.HKV*ceilDiv(packed, br))
+		splits := max(1, min(want, ceilDiv(in.S, bc)))
+		p.SplitKeys = max(bc, ceilDiv(in.S, splits)/bc*bc) // whole tiles, rounded down: at least the splits wanted
+		p.splitKeys(ceilDiv(in.S, p.SplitKeys))
 	}
 	if err := fitLoops(dev, in, p); err != nil {
 		return true, err
 	}
-	if p.Splits > 0 {
-		names = [3]string{"key splits", "KV heads x row blocks", "batch"}
-	}
-	return true, finishPlan(dev, p, names)
+	return true, finishPlan(dev, p)
 }
 
 // checkRange refuses a buffer the kernel could not address whole: the shader

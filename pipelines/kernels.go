@@ -287,9 +287,6 @@ func (ks *Kernels) Prepare(steps ...*Step) (*Prepared, error) {
 	return pr, nil
 }
 
-// Submissions is how many submissions a run of pr makes.
-func (pr *Prepared) Submissions() int { return len(pr.parts) }
-
 func (pr *Prepared) record() error { return pr.recordWith(nil, nil) }
 
 // recordWith records before (transfers into the inputs) and the steps'

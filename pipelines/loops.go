@@ -106,7 +106,7 @@ func fitLoops(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) error {
 	}
 	// The most keys an invocation may take, in whole steps.
 	most := 0
-	for hi := s.S; most+step <= hi && loops(most+step) <= budget; {
+	for most+step <= s.S && loops(most+step) <= budget {
 		most += step
 	}
 	if most == 0 {
@@ -118,21 +118,11 @@ func fitLoops(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) error {
 		splits = max(splits, p.WorkGroup)
 	}
 	p.SplitKeys = ceilDiv(ceilDiv(s.S, splits), step) * step
-	p.Splits = ceilDiv(s.S, p.SplitKeys)
-	if n := combineLoops(p.Splits, s.DV); n > budget {
+	if n := combineLoops(ceilDiv(s.S, p.SplitKeys), s.DV); n > budget {
 		return limitf("on %s, which ends an invocation's loops after %d iterations, %d keys need %d key splits, whose merge would loop %d times",
-			dev.Name, budget, s.S, p.Splits, n)
+			dev.Name, budget, s.S, ceilDiv(s.S, p.SplitKeys), n)
 	}
-	packed := (s.H / s.HKV) * s.L
-	p.Variant.SplitK = true
-	if p.Variant.Family == FamilyTiled {
-		p.RowBlocks = ceilDiv(packed, p.TileRows)
-		p.Grid = [3]uint32{uint32(p.Splits), uint32(s.HKV * p.RowBlocks), uint32(s.B)}
-	} else {
-		p.Rows = min(p.Rows, pow2Above(packed))
-		p.RowBlocks = ceilDiv(packed, p.Rows)
-		p.Grid = [3]uint32{uint32(ceilDiv(p.Splits, p.WorkGroup)), uint32(s.HKV * p.RowBlocks), uint32(s.B)}
-	}
+	p.splitKeys(ceilDiv(s.S, p.SplitKeys))
 	p.Why += "; keys split to stay within the driver's loop limit"
 	return nil
 }
