@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/random"
 )
 
 // AdditiveAttentionBackward against central finite differences of the
@@ -29,11 +30,11 @@ func TestAdditiveBackwardFD(t *testing.T) {
 			Softcap:   1.5, Sinks: []float32{0.3}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := &core.AdditiveWeights{DQ: dq, DK: dk, DA: da, WQ: randF32(r, dq*da), WK: randF32(r, dk*da), WA: randF32(r, da)}
+			w := &core.AdditiveWeights{DQ: dq, DK: dk, DA: da, WQ: random.Normal(r, dq*da), WK: random.Normal(r, dk*da), WA: random.Normal(r, da)}
 			if c.bias {
-				w.Bias = randF32(r, da)
+				w.Bias = random.Normal(r, da)
 			}
-			q, k, v, dO := randF32(r, B*L*dq), randF32(r, B*S*dk), randF32(r, B*S*dv), randF32(r, B*L*dv)
+			q, k, v, dO := random.Normal(r, B*L*dq), random.Normal(r, B*S*dk), random.Normal(r, B*S*dv), random.Normal(r, B*L*dv)
 			qs, ks, vs := [3]int{B, L, dq}, [3]int{B, S, dk}, [3]int{B, S, dv}
 			loss := func() float64 {
 				res, err := AdditiveAttention(q, qs, k, ks, v, vs, w, c.opts)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 // atanhHalf is a = atanh(1/2) = ln(3)/2, so tanh(a) = 1/2 and tanh(2a) =
@@ -40,11 +42,11 @@ func TestAdditiveGoldenKeys(t *testing.T) {
 		[]float32{1, 0, 0, 1, 1, 1}, [3]int{1, 3, 2}, w, core.Options{})
 	e, eh := math.E, math.Exp(0.5)
 	z := 1 + eh + e
-	near(t, "A", r.Weights, []float64{1 / z, eh / z, e / z}, 1e-7)
-	near(t, "A digits", r.Weights, []float64{0.186323723, 0.307195886, 0.506480391}, 1e-7)
-	near(t, "O", r.O, []float64{(1 + e) / z, (eh + e) / z}, 1e-7)
-	near(t, "O digits", r.O, []float64{0.692804114, 0.813676277}, 1e-7)
-	near(t, "LSE", r.LSE, []float64{math.Log(z)}, 1e-7)
+	testutil.Near(t, "A", r.Weights, []float64{1 / z, eh / z, e / z}, 1e-7)
+	testutil.Near(t, "A digits", r.Weights, []float64{0.186323723, 0.307195886, 0.506480391}, 1e-7)
+	testutil.Near(t, "O", r.O, []float64{(1 + e) / z, (eh + e) / z}, 1e-7)
+	testutil.Near(t, "O digits", r.O, []float64{0.692804114, 0.813676277}, 1e-7)
+	testutil.Near(t, "LSE", r.LSE, []float64{math.Log(z)}, 1e-7)
 	if want := (core.Dims{B: 1, H: 1, HKV: 1, L: 1, S: 3, DK: 2, DV: 2}); r.Dims != want {
 		t.Fatalf("Dims %v, want %v", r.Dims, want)
 	}
@@ -73,25 +75,25 @@ func TestAdditiveGoldenQuery(t *testing.T) {
 		return mustAdditive(t, []float32{a}, [3]int{1, 1, 1}, []float32{-a, a, 0}, [3]int{1, 3, 1}, []float32{1, 2, 4}, [3]int{1, 3, 1}, w, opts)
 	}
 	r := run(core.Options{})
-	near(t, "A", r.Weights, []float64{0.190865424, 0.424778812, 0.384355764}, 1e-7)
-	near(t, "O", r.O, []float64{2.577846104}, 1e-7)
-	near(t, "LSE", r.LSE, []float64{2.456186687}, 1e-7)
+	testutil.Near(t, "A", r.Weights, []float64{0.190865424, 0.424778812, 0.384355764}, 1e-7)
+	testutil.Near(t, "O", r.O, []float64{2.577846104}, 1e-7)
+	testutil.Near(t, "LSE", r.LSE, []float64{2.456186687}, 1e-7)
 
 	r = run(core.Options{KeyLengths: []int{2}})
-	near(t, "key length A", r.Weights, []float64{0.310025519, 0.689974481, 0}, 1e-7)
-	near(t, "key length O", r.O, []float64{1.689974481}, 1e-7)
+	testutil.Near(t, "key length A", r.Weights, []float64{0.310025519, 0.689974481, 0}, 1e-7)
+	testutil.Near(t, "key length O", r.O, []float64{1.689974481}, 1e-7)
 
 	r = run(core.Options{Causal: core.CausalTopLeft})
-	near(t, "top-left A", r.Weights, []float64{1, 0, 0}, 0)
-	near(t, "top-left O", r.O, []float64{1}, 0)
-	near(t, "top-left LSE", r.LSE, []float64{0.8}, 1e-7)
+	testutil.Near(t, "top-left A", r.Weights, []float64{1, 0, 0}, 0)
+	testutil.Near(t, "top-left O", r.O, []float64{1}, 0)
+	testutil.Near(t, "top-left LSE", r.LSE, []float64{0.8}, 1e-7)
 
 	same(t, "bottom-right", run(core.Options{Causal: core.CausalBottomRight}), run(core.Options{}))
 
 	m := &core.Mask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []float32{0, negInf, -1.5}}
 	r = run(core.Options{Mask: m})
-	near(t, "mask A", r.Weights, []float64{0.689974481, 0, 0.310025519}, 1e-7)
-	near(t, "mask O", r.O, []float64{1.930076557}, 1e-7)
+	testutil.Near(t, "mask A", r.Weights, []float64{0.689974481, 0, 0.310025519}, 1e-7)
+	testutil.Near(t, "mask O", r.O, []float64{1.930076557}, 1e-7)
 
 	// The same block as a boolean mask of either meaning.
 	blocks := core.BoolMask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []bool{false, false, true}, Meaning: core.TrueBlocks}
@@ -102,9 +104,9 @@ func TestAdditiveGoldenQuery(t *testing.T) {
 	// Every key masked, or the query padded: zeros and -Inf, never NaN.
 	for _, opts := range []core.Options{{KeyLengths: []int{0}}, {QueryLengths: []int{0}}} {
 		r = run(opts)
-		near(t, "masked row A", r.Weights, []float64{0, 0, 0}, 0)
-		near(t, "masked row O", r.O, []float64{0}, 0)
-		near(t, "masked row LSE", r.LSE, []float64{math.Inf(-1)}, 0)
+		testutil.Near(t, "masked row A", r.Weights, []float64{0, 0, 0}, 0)
+		testutil.Near(t, "masked row O", r.O, []float64{0}, 0)
+		testutil.Near(t, "masked row LSE", r.LSE, []float64{math.Inf(-1)}, 0)
 	}
 }
 
@@ -127,10 +129,10 @@ func TestAdditiveGoldenBias(t *testing.T) {
 		w := &core.AdditiveWeights{DQ: 1, DK: 1, DA: 1, WQ: []float32{0}, WK: []float32{0}, Bias: []float32{bias}, WA: []float32{2}}
 		r := mustAdditive(t, q, [3]int{2, 2, 1}, k, [3]int{2, 3, 1}, v, [3]int{2, 3, 2}, w, core.Options{})
 		third := 1.0 / 3
-		near(t, "A", r.Weights, []float64{third, third, third, third, third, third, third, third, third, third, third, third}, 1e-15)
-		near(t, "O", r.O, []float64{3, 5, 3, 5, 3, 0, 3, 0}, 1e-14)
+		testutil.Near(t, "A", r.Weights, []float64{third, third, third, third, third, third, third, third, third, third, third, third}, 1e-15)
+		testutil.Near(t, "O", r.O, []float64{3, 5, 3, 5, 3, 0, 3, 0}, 1e-14)
 		score := 2 * math.Tanh(float64(bias))
-		near(t, "LSE", r.LSE, []float64{score + math.Log(3), score + math.Log(3), score + math.Log(3), score + math.Log(3)}, 1e-14)
+		testutil.Near(t, "LSE", r.LSE, []float64{score + math.Log(3), score + math.Log(3), score + math.Log(3), score + math.Log(3)}, 1e-14)
 	}
 }
 
@@ -144,8 +146,8 @@ func newAdditiveProblem(seed int64, B, L, S, DQ, DK, DA, DV int) additiveProblem
 	r := rand.New(rand.NewSource(seed))
 	return additiveProblem{
 		B: B, L: L, S: S, DQ: DQ, DK: DK, DA: DA, DV: DV,
-		q: randF32(r, B*L*DQ), k: randF32(r, B*S*DK), v: randF32(r, B*S*DV),
-		w: &core.AdditiveWeights{DQ: DQ, DK: DK, DA: DA, WQ: randF32(r, DQ*DA), WK: randF32(r, DK*DA), Bias: randF32(r, DA), WA: randF32(r, DA)},
+		q: random.Normal(r, B*L*DQ), k: random.Normal(r, B*S*DK), v: random.Normal(r, B*S*DV),
+		w: &core.AdditiveWeights{DQ: DQ, DK: DK, DA: DA, WQ: random.Normal(r, DQ*DA), WK: random.Normal(r, DK*DA), Bias: random.Normal(r, DA), WA: random.Normal(r, DA)},
 	}
 }
 
@@ -185,7 +187,7 @@ func TestAdditiveMatchesSDPAWithScoresAsMask(t *testing.T) {
 	p := newAdditiveProblem(11, B, L, S, DQ, DK, DA, DV)
 	e := p.scores()
 	r := rand.New(rand.NewSource(12))
-	userMask := randF32(r, L*S)
+	userMask := random.Normal(r, L*S)
 	userMask[7] = negInf
 	bm := make([]bool, B*S)
 	for i := range bm {
@@ -212,9 +214,9 @@ func TestAdditiveMatchesSDPAWithScoresAsMask(t *testing.T) {
 		sd := opts
 		sd.Mask = &core.Mask{Shape: core.MaskShape{B, 1, L, S}, Values: m}
 		want := mustRun(t, make([]float32, B*L), [4]int{B, 1, L, 1}, make([]float32, B*S), [4]int{B, 1, S, 1}, p.v, [4]int{B, 1, S, DV}, sd)
-		near(t, "weights", got.Weights, want.Weights, 1e-6)
-		near(t, "O", got.O, want.O, 1e-6)
-		near(t, "LSE", got.LSE, want.LSE, 1e-6)
+		testutil.Near(t, "weights", got.Weights, want.Weights, 1e-6)
+		testutil.Near(t, "O", got.O, want.O, 1e-6)
+		testutil.Near(t, "LSE", got.LSE, want.LSE, 1e-6)
 	}
 }
 
@@ -226,7 +228,7 @@ func TestAdditiveProperties(t *testing.T) {
 		r := p.run(t, core.Options{})
 		for row := 0; row < B*L; row++ {
 			w := r.Weights[row*S : (row+1)*S]
-			near(t, "row sum", []float64{sum(w)}, []float64{1}, 1e-12)
+			testutil.Near(t, "row sum", []float64{sum(w)}, []float64{1}, 1e-12)
 			b := row / L
 			for i := 0; i < DV; i++ {
 				lo, hi := math.Inf(1), math.Inf(-1)
@@ -252,7 +254,7 @@ func TestAdditiveProperties(t *testing.T) {
 				z += math.Exp(x - m)
 			}
 			for j := 0; j < S; j++ {
-				near(t, "weight", r.Weights[row*S+j:row*S+j+1], []float64{math.Exp(e[row*S+j]-m) / z}, 1e-14)
+				testutil.Near(t, "weight", r.Weights[row*S+j:row*S+j+1], []float64{math.Exp(e[row*S+j]-m) / z}, 1e-14)
 			}
 		}
 
@@ -268,10 +270,10 @@ func TestAdditiveProperties(t *testing.T) {
 			}
 		}
 		rp := pp.run(t, core.Options{})
-		near(t, "permuted O", rp.O, r.O, 1e-12)
+		testutil.Near(t, "permuted O", rp.O, r.O, 1e-12)
 		for row := 0; row < B*L; row++ {
 			for j, src := range perm {
-				near(t, "permuted weights", rp.Weights[row*S+j:row*S+j+1], r.Weights[row*S+src:row*S+src+1], 1e-15)
+				testutil.Near(t, "permuted weights", rp.Weights[row*S+j:row*S+j+1], r.Weights[row*S+src:row*S+src+1], 1e-15)
 			}
 		}
 
@@ -284,11 +286,11 @@ func TestAdditiveProperties(t *testing.T) {
 		}
 		ru := pu.run(t, core.Options{})
 		for i := range r.O {
-			near(t, "shifted O", ru.O[i:i+1], []float64{r.O[i] + float64(u[i%DV])}, 1e-6)
+			testutil.Near(t, "shifted O", ru.O[i:i+1], []float64{r.O[i] + float64(u[i%DV])}, 1e-6)
 		}
 		pz := p
 		pz.v = make([]float32, len(p.v))
-		near(t, "zero V", pz.run(t, core.Options{}).O, make([]float64, B*L*DV), 0)
+		testutil.Near(t, "zero V", pz.run(t, core.Options{}).O, make([]float64, B*L*DV), 0)
 
 		// w_a = 0 makes every score 0: uniform weights.
 		p0 := p

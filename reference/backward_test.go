@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 // Tests of AttentionBackward (SEMANTICS.md §16) against central finite
@@ -82,7 +84,7 @@ func compareFD(t *testing.T, what string, got, fd []float64) (maxErr, maxAbs flo
 func checkBackwardFD(t *testing.T, p problem, opts core.Options, seed int64) {
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
-	dO32 := randF32(rng, p.qs[0]*p.qs[1]*p.qs[2]*p.vs[3])
+	dO32 := random.Normal(rng, p.qs[0]*p.qs[1]*p.qs[2]*p.vs[3])
 	dO := widen(dO32)
 	// Own copies, so the perturbations never touch the caller's inputs.
 	p.q, p.k, p.v = append([]float32(nil), p.q...), append([]float32(nil), p.k...), append([]float32(nil), p.v...)
@@ -193,17 +195,17 @@ func backwardCases() []backwardCase {
 			return core.Options{Softcap: 0.8, Scale: core.CustomScale(2)}
 		}},
 		{"softcap 3 GQA", 2, 4, 2, 3, 4, 4, 2, func(*rand.Rand) core.Options { return core.Options{Softcap: 3} }},
-		{"ALiBi", 1, 3, 1, 4, 5, 3, 3, func(rng *rand.Rand) core.Options { return core.Options{ALiBi: randF32(rng, 3)} }},
+		{"ALiBi", 1, 3, 1, 4, 5, 3, 3, func(rng *rand.Rand) core.Options { return core.Options{ALiBi: random.Normal(rng, 3)} }},
 		{"ALiBi published L<S", 1, 4, 2, 3, 6, 3, 3, func(*rand.Rand) core.Options { return core.Options{ALiBi: core.ALiBiSlopes(4)} }},
-		{"sinks", 2, 2, 1, 4, 5, 3, 3, func(rng *rand.Rand) core.Options { return core.Options{Sinks: randF32(rng, 2)} }},
+		{"sinks", 2, 2, 1, 4, 5, 3, 3, func(rng *rand.Rand) core.Options { return core.Options{Sinks: random.Normal(rng, 2)} }},
 		// Rows without a visible key keep the sink as their whole
 		// denominator and add nothing to dSinks.
 		{"sinks masked rows", 2, 2, 1, 5, 3, 3, 2, func(rng *rand.Rand) core.Options {
-			return core.Options{Sinks: randF32(rng, 2), Causal: core.CausalBottomRight, KeyLengths: []int{3, 0}, QueryLengths: []int{4, 5}}
+			return core.Options{Sinks: random.Normal(rng, 2), Causal: core.CausalBottomRight, KeyLengths: []int{3, 0}, QueryLengths: []int{4, 5}}
 		}},
 		{"align to key lengths", 2, 2, 1, 3, 6, 3, 3, func(rng *rand.Rand) core.Options {
 			return core.Options{KeyLengths: []int{4, 6}, AlignToKeyLengths: true, Causal: core.CausalBottomRight,
-				Window: &core.Window{Left: 2, Right: -1}, ALiBi: randF32(rng, 2)}
+				Window: &core.Window{Left: 2, Right: -1}, ALiBi: random.Normal(rng, 2)}
 		}},
 		{"everything", 2, 4, 2, 5, 6, 4, 3, func(rng *rand.Rand) core.Options {
 			return core.Options{
@@ -215,8 +217,8 @@ func backwardCases() []backwardCase {
 				QueryLengths:      []int{5, 4},
 				Window:            &core.Window{Left: 3, Right: 1},
 				Softcap:           1.2,
-				Sinks:             randF32(rng, 4),
-				ALiBi:             randF32(rng, 4),
+				Sinks:             random.Normal(rng, 4),
+				ALiBi:             random.Normal(rng, 4),
 				AlignToKeyLengths: true,
 			}
 		}},
@@ -229,7 +231,7 @@ func backwardCases() []backwardCase {
 				QueryLengths: []int{6, 3},
 				Window:       &core.Window{Left: -1, Right: 2},
 				Softcap:      0.8,
-				Sinks:        randF32(rng, 4),
+				Sinks:        random.Normal(rng, 4),
 				ALiBi:        core.ALiBiSlopes(4),
 			}
 		}},
@@ -255,10 +257,10 @@ func TestBackwardDeadRowsExactlyZero(t *testing.T) {
 	rng := rand.New(rand.NewSource(8))
 	// Item 0: no keys at all. Item 1: rows 0-1 see no key (bottom-right,
 	// L > S), rows 4 on are padding.
-	opts := core.Options{Causal: core.CausalBottomRight, KeyLengths: []int{0, 3}, QueryLengths: []int{5, 4}, Sinks: randF32(rng, H)}
+	opts := core.Options{Causal: core.CausalBottomRight, KeyLengths: []int{0, 3}, QueryLengths: []int{5, 4}, Sinks: random.Normal(rng, H)}
 	dead := func(b, t int) bool { return b == 0 || t < L-S || t >= 4 }
 
-	dO := randF32(rng, B*H*L*DV)
+	dO := random.Normal(rng, B*H*L*DV)
 	g, err := AttentionBackward(p.q, p.qs, p.k, p.ks, p.v, p.vs, dO, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -306,10 +308,10 @@ func TestBackwardDeadRowsExactlyZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	near(t, "dQ", g2.DQ, g.DQ, 0)
-	near(t, "dK", g2.DK, g.DK, 0)
-	near(t, "dV", g2.DV, g.DV, 0)
-	near(t, "dSinks", g2.DSinks, g.DSinks, 0)
+	testutil.Near(t, "dQ", g2.DQ, g.DQ, 0)
+	testutil.Near(t, "dK", g2.DK, g.DK, 0)
+	testutil.Near(t, "dV", g2.DV, g.DV, 0)
+	testutil.Near(t, "dSinks", g2.DSinks, g.DSinks, 0)
 }
 
 // Without sinks DSinks is nil; with them it has one entry per query head.

@@ -7,16 +7,9 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 )
-
-// keySlice is keys [from, to) of x, dense (B, H, S, d).
-func keySlice(x []float32, s [4]int, from, to int) ([]float32, [4]int) {
-	out := make([]float32, 0, s[0]*s[1]*(to-from)*s[3])
-	for bh := 0; bh < s[0]*s[1]; bh++ {
-		out = append(out, x[(bh*s[2]+from)*s[3]:(bh*s[2]+to)*s[3]]...)
-	}
-	return out, [4]int{s[0], s[1], to - from, s[3]}
-}
 
 // TestMergeIsAttentionOverTheUnion: the attention over keys split into
 // ranges, merged, is the attention over all of them (O, LSE and weights),
@@ -24,8 +17,8 @@ func keySlice(x []float32, s [4]int, from, to int) ([]float32, [4]int) {
 // among them and with a sink given to one part only.
 func TestMergeIsAttentionOverTheUnion(t *testing.T) {
 	r := rand.New(rand.NewSource(21))
-	qs, ks, vs := [4]int{2, 4, 5, 8}, [4]int{2, 2, 23, 8}, [4]int{2, 2, 23, 6}
-	q, k, v := randF32(r, size4(qs)), randF32(r, size4(ks)), randF32(r, size4(vs))
+	in, sh := random.QKV(r, random.Normal, 2, 4, 2, 5, 23, 8, 6)
+	q, k, v, qs, ks, vs := in[0], in[1], in[2], sh[0], sh[1], sh[2]
 	sinks := []float32{0.5, -1, 2, 0}
 	for _, c := range []struct {
 		name  string
@@ -46,8 +39,8 @@ func TestMergeIsAttentionOverTheUnion(t *testing.T) {
 			}
 			var parts []*Result
 			for i := 0; i+1 < len(c.cuts); i++ {
-				kp, kps := keySlice(k, ks, c.cuts[i], c.cuts[i+1])
-				vp, vps := keySlice(v, vs, c.cuts[i], c.cuts[i+1])
+				kp, kps := testutil.KeyRange(k, ks, c.cuts[i], c.cuts[i+1])
+				vp, vps := testutil.KeyRange(v, vs, c.cuts[i], c.cuts[i+1])
 				po := core.Options{}
 				if i == 0 {
 					po.Sinks = opts.Sinks // the sink joins one denominator
@@ -62,27 +55,21 @@ func TestMergeIsAttentionOverTheUnion(t *testing.T) {
 			if len(c.cuts) == 0 {
 				want = mustRun(t, q, qs, k, ks, v, vs, core.Options{KeyLengths: make([]int, qs[0])})
 			}
-			for _, order := range permutations(len(parts)) {
-				ps := make([]*Result, len(parts))
-				for i, j := range order {
-					ps[i] = parts[j]
-				}
-				got, err := Merge(ps)
+			for _, order := range testutil.Permutations(len(parts)) {
+				got, err := Merge(testutil.Permute(parts, order))
 				if err != nil {
 					t.Fatal(err)
 				}
 				noNaN(t, got)
-				near(t, "O", got.O, want.O, 1e-12)
-				near(t, "LSE", got.LSE, want.LSE, 1e-12)
+				testutil.Near(t, "O", got.O, want.O, 1e-12)
+				testutil.Near(t, "LSE", got.LSE, want.LSE, 1e-12)
 				if inOrder(order) && len(c.cuts) > 0 && c.empty == 0 {
-					near(t, "weights", got.Weights, want.Weights, 1e-12)
+					testutil.Near(t, "weights", got.Weights, want.Weights, 1e-12)
 				}
 			}
 		})
 	}
 }
-
-func size4(s [4]int) int { return s[0] * s[1] * s[2] * s[3] }
 
 // inOrder reports whether p is the identity.
 func inOrder(p []int) bool {
@@ -94,33 +81,18 @@ func inOrder(p []int) bool {
 	return true
 }
 
-// permutations lists every order of 0..n-1.
-func permutations(n int) [][]int {
-	if n == 0 {
-		return [][]int{{}}
-	}
-	var out [][]int
-	for _, p := range permutations(n - 1) {
-		for at := 0; at <= len(p); at++ {
-			q := append(append(append([]int{}, p[:at]...), n-1), p[at:]...)
-			out = append(out, q)
-		}
-	}
-	return out
-}
-
 // TestMergeCausalSuffix: the bottom-right causal attention of the last L
 // tokens over a prefix and a suffix is the prefix part, every key visible,
 // merged with the suffix part, bottom-right causal over its own keys.
 func TestMergeCausalSuffix(t *testing.T) {
 	r := rand.New(rand.NewSource(22))
 	const P, N, L = 13, 6, 4 // prefix keys, suffix keys, query rows (the last L tokens)
-	qs, ks, vs := [4]int{1, 2, L, 8}, [4]int{1, 2, P + N, 8}, [4]int{1, 2, P + N, 8}
-	q, k, v := randF32(r, size4(qs)), randF32(r, size4(ks)), randF32(r, size4(vs))
-	kp, kps := keySlice(k, ks, 0, P)
-	vp, vps := keySlice(v, vs, 0, P)
-	kn, kns := keySlice(k, ks, P, P+N)
-	vn, vns := keySlice(v, vs, P, P+N)
+	in, sh := random.QKV(r, random.Normal, 1, 2, 2, L, P+N, 8, 8)
+	q, k, v, qs, ks, vs := in[0], in[1], in[2], sh[0], sh[1], sh[2]
+	kp, kps := testutil.KeyRange(k, ks, 0, P)
+	vp, vps := testutil.KeyRange(v, vs, 0, P)
+	kn, kns := testutil.KeyRange(k, ks, P, P+N)
+	vn, vns := testutil.KeyRange(v, vs, P, P+N)
 	prefix := mustRun(t, q, qs, kp, kps, vp, vps, core.Options{})
 	suffix := mustRun(t, q, qs, kn, kns, vn, vns, core.Options{Causal: core.CausalBottomRight})
 	got, err := Merge([]*Result{prefix, suffix})
@@ -128,9 +100,9 @@ func TestMergeCausalSuffix(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := mustRun(t, q, qs, k, ks, v, vs, core.Options{Causal: core.CausalBottomRight})
-	near(t, "O", got.O, want.O, 1e-12)
-	near(t, "LSE", got.LSE, want.LSE, 1e-12)
-	near(t, "weights", got.Weights, want.Weights, 1e-12)
+	testutil.Near(t, "O", got.O, want.O, 1e-12)
+	testutil.Near(t, "LSE", got.LSE, want.LSE, 1e-12)
+	testutil.Near(t, "weights", got.Weights, want.Weights, 1e-12)
 }
 
 // TestMergeRefusals: no parts, parts of other shapes and non-finite

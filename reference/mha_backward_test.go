@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/random"
 )
 
 // mhaFD is the central difference of loss with respect to element i of
@@ -38,8 +39,8 @@ func TestMHABackwardFD(t *testing.T) {
 		allow[i] = i%4 != 1
 	}
 	gqa := &core.MHAWeights{DModel: d, KDim: 6, VDim: 6, KVDim: d / 2,
-		QProjWeight: randF32(r, d*d), KProjWeight: randF32(r, d/2*6), VProjWeight: randF32(r, d/2*6),
-		InProjBias: randF32(r, d+d), OutProjWeight: randF32(r, d*d), OutProjBias: randF32(r, d)}
+		QProjWeight: random.Normal(r, d*d), KProjWeight: random.Normal(r, d/2*6), VProjWeight: random.Normal(r, d/2*6),
+		InProjBias: random.Normal(r, d+d), OutProjWeight: random.Normal(r, d*d), OutProjBias: random.Normal(r, d)}
 	for _, c := range []struct {
 		name string
 		w    *core.MHAWeights
@@ -52,14 +53,14 @@ func TestMHABackwardFD(t *testing.T) {
 		{"grouped-query", gqa, 6, core.MHAOptions{Heads: 4, Attention: core.Options{Causal: core.CausalBottomRight}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			x := randF32(r, B*T*d)
+			x := random.Normal(r, B*T*d)
 			var key, value []float32
 			var ks, vs []int
 			if c.kdim > 0 {
-				key, value = randF32(r, B*S*c.w.KDim), randF32(r, B*S*c.w.VDim)
+				key, value = random.Normal(r, B*S*c.w.KDim), random.Normal(r, B*S*c.w.VDim)
 				ks, vs = []int{B, S, c.w.KDim}, []int{B, S, c.w.VDim}
 			}
-			dOut := randF32(r, B*T*d)
+			dOut := random.Normal(r, B*T*d)
 			loss := func() float64 {
 				res, err := MultiHeadAttention(x, []int{B, T, d}, key, ks, value, vs, c.w, c.opts)
 				if err != nil {

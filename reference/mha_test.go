@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 // randMHA returns random weights: packed when kdim = vdim = d, separate
@@ -17,18 +19,18 @@ import (
 func randSelf(seed int64, d, n int) (r *rand.Rand, w *core.MHAWeights, x []float32) {
 	r = rand.New(rand.NewSource(seed))
 	w = randMHA(r, d, d, d, true)
-	return r, w, randF32(r, n)
+	return r, w, random.Normal(r, n)
 }
 
 func randMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *core.MHAWeights {
-	w := &core.MHAWeights{DModel: d, KDim: kdim, VDim: vdim, OutProjWeight: randF32(r, d*d)}
+	w := &core.MHAWeights{DModel: d, KDim: kdim, VDim: vdim, OutProjWeight: random.Normal(r, d*d)}
 	if kdim == d && vdim == d {
-		w.InProjWeight = randF32(r, 3*d*d)
+		w.InProjWeight = random.Normal(r, 3*d*d)
 	} else {
-		w.QProjWeight, w.KProjWeight, w.VProjWeight = randF32(r, d*d), randF32(r, d*kdim), randF32(r, d*vdim)
+		w.QProjWeight, w.KProjWeight, w.VProjWeight = random.Normal(r, d*d), random.Normal(r, d*kdim), random.Normal(r, d*vdim)
 	}
 	if bias {
-		w.InProjBias, w.OutProjBias = randF32(r, 3*d), randF32(r, d)
+		w.InProjBias, w.OutProjBias = random.Normal(r, 3*d), random.Normal(r, d)
 	}
 	return w
 }
@@ -160,7 +162,7 @@ func TestMHASpecWalkthrough(t *testing.T) {
 	}
 
 	// Out against loops that never split heads.
-	near(t, "Out vs naive", res.Out, naiveMHA(res, w), 1e-12)
+	testutil.Near(t, "Out vs naive", res.Out, naiveMHA(res, w), 1e-12)
 	if res.Weights != nil || res.AvgWeights != nil {
 		t.Fatal("weights returned without NeedWeights")
 	}
@@ -176,7 +178,7 @@ func TestMHAAxisSwapMatters(t *testing.T) {
 
 	// Split and merge are inverses, and split really moves data.
 	back := mergeHeads(widen(splitHeads(res.Q, B, T, h, dh)), B, T, h, dh)
-	near(t, "merge(split(Q))", back, widen(res.Q), 0)
+	testutil.Near(t, "merge(split(Q))", back, widen(res.Q), 0)
 	if split := splitHeads(res.Q, B, T, h, dh); split[dh] == res.Q[dh] && split[2*dh] == res.Q[2*dh] {
 		t.Fatal("splitHeads left the data in place")
 	}
@@ -201,33 +203,33 @@ func TestMHACross(t *testing.T) {
 	const B, T, S, d, kd, vd, h = 2, 3, 5, 8, 5, 6, 2
 	r := rand.New(rand.NewSource(5))
 	w := randMHA(r, d, kd, vd, true)
-	x, k, v := randF32(r, B*T*d), randF32(r, B*S*kd), randF32(r, B*S*vd)
+	x, k, v := random.Normal(r, B*T*d), random.Normal(r, B*S*kd), random.Normal(r, B*S*vd)
 	res := mustMHA(t, x, []int{B, T, d}, k, []int{B, S, kd}, v, []int{B, S, vd}, w, core.MHAOptions{Heads: h, NeedWeights: true})
 	if res.S != S || len(res.K) != B*S*d || len(res.V) != B*S*d || len(res.Weights) != B*h*T*S || len(res.AvgWeights) != B*T*S {
 		t.Fatalf("S %d, K %d, V %d, weights %d, avg %d", res.S, len(res.K), len(res.V), len(res.Weights), len(res.AvgWeights))
 	}
-	near(t, "K", widen(res.K), widen(narrowMust(t, linear(widen(k), B*S, kd, w.KProjWeight, w.InProjBias[d:2*d], d))), 0)
-	near(t, "V", widen(res.V), widen(narrowMust(t, linear(widen(v), B*S, vd, w.VProjWeight, w.InProjBias[2*d:], d))), 0)
-	near(t, "Out vs naive", res.Out, naiveMHA(res, w), 1e-12)
+	testutil.Near(t, "K", widen(res.K), widen(narrowMust(t, linear(widen(k), B*S, kd, w.KProjWeight, w.InProjBias[d:2*d], d))), 0)
+	testutil.Near(t, "V", widen(res.V), widen(narrowMust(t, linear(widen(v), B*S, vd, w.VProjWeight, w.InProjBias[2*d:], d))), 0)
+	testutil.Near(t, "Out vs naive", res.Out, naiveMHA(res, w), 1e-12)
 
 	// AvgWeights is the head mean; every row sums to 1.
 	for b := 0; b < B; b++ {
 		for tt := 0; tt < T; tt++ {
 			row := res.AvgWeights[(b*T+tt)*S : (b*T+tt+1)*S]
-			near(t, "avg row sum", []float64{sum(row)}, []float64{1}, 1e-12)
+			testutil.Near(t, "avg row sum", []float64{sum(row)}, []float64{1}, 1e-12)
 			for j := range row {
 				m := 0.0
 				for hh := 0; hh < h; hh++ {
 					m += res.Weights[((b*h+hh)*T+tt)*S+j]
 				}
-				near(t, "avg", row[j:j+1], []float64{m / h}, 1e-15)
+				testutil.Near(t, "avg", row[j:j+1], []float64{m / h}, 1e-15)
 			}
 		}
 	}
 
 	// Rank 2 inputs are batch 1.
 	r2 := mustMHA(t, x[:T*d], []int{T, d}, k[:S*kd], []int{S, kd}, v[:S*vd], []int{S, vd}, w, core.MHAOptions{Heads: h})
-	near(t, "rank 2", r2.Out, res.Out[:T*d], 0)
+	testutil.Near(t, "rank 2", r2.Out, res.Out[:T*d], 0)
 }
 
 func narrowMust(t *testing.T, x []float64) []float32 {
@@ -249,7 +251,7 @@ func TestMHALayouts(t *testing.T) {
 	sep.QProjWeight, sep.KProjWeight, sep.VProjWeight = packed.InProjWeight[:d*d], packed.InProjWeight[d*d:2*d*d], packed.InProjWeight[2*d*d:]
 	a := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, packed, core.MHAOptions{Heads: h})
 	b := mustMHA(t, x, []int{B, T, d}, x, []int{B, T, d}, x, []int{B, T, d}, &sep, core.MHAOptions{Heads: h})
-	near(t, "separate vs packed", b.Out, a.Out, 0)
+	testutil.Near(t, "separate vs packed", b.Out, a.Out, 0)
 	if packed.ParamCount() != sep.ParamCount() {
 		t.Fatalf("ParamCount %d vs %d", packed.ParamCount(), sep.ParamCount())
 	}
@@ -258,7 +260,7 @@ func TestMHALayouts(t *testing.T) {
 	nob.InProjBias, nob.OutProjBias = nil, nil
 	zero := *packed
 	zero.InProjBias, zero.OutProjBias = make([]float32, 3*d), make([]float32, d)
-	near(t, "nil vs zero bias", mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &nob, core.MHAOptions{Heads: h}).Out,
+	testutil.Near(t, "nil vs zero bias", mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &nob, core.MHAOptions{Heads: h}).Out,
 		mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, &zero, core.MHAOptions{Heads: h}).Out, 0)
 	if nob.ParamCount() != 4*d*d {
 		t.Fatalf("ParamCount without bias %d, want %d", nob.ParamCount(), 4*d*d)
@@ -278,14 +280,14 @@ func TestMHAPermutation(t *testing.T) {
 	a := mustMHA(t, x, []int{T, d}, nil, nil, nil, nil, w, core.MHAOptions{Heads: h})
 	b := mustMHA(t, px, []int{T, d}, nil, nil, nil, nil, w, core.MHAOptions{Heads: h})
 	for i, p := range perm {
-		near(t, "permuted row", b.Out[i*d:(i+1)*d], a.Out[p*d:(p+1)*d], 1e-12)
+		testutil.Near(t, "permuted row", b.Out[i*d:(i+1)*d], a.Out[p*d:(p+1)*d], 1e-12)
 	}
 }
 
 func TestMHAKeyPadding(t *testing.T) {
 	const B, T, S, d, h = 2, 3, 4, 8, 2
 	r, w, x := randSelf(8, d, B*T*d)
-	kv := randF32(r, B*S*d)
+	kv := random.Normal(r, B*S*d)
 	run := func(opts core.MHAOptions) *MHAResult {
 		opts.Heads, opts.NeedWeights = h, true
 		return mustMHA(t, x, []int{B, T, d}, kv, []int{B, S, d}, kv, []int{B, S, d}, w, opts)
@@ -294,9 +296,9 @@ func TestMHAKeyPadding(t *testing.T) {
 	// Padding the last keys is KeyLengths, and a (B,1,1,S) TrueBlocks mask.
 	pad := &core.KeyPadding{Padded: []bool{false, false, false, true, false, false, true, true}}
 	got := run(core.MHAOptions{KeyPadding: pad})
-	near(t, "padding vs key lengths", got.Out, run(core.MHAOptions{Attention: core.Options{KeyLengths: []int{3, 2}}}).Out, 0)
+	testutil.Near(t, "padding vs key lengths", got.Out, run(core.MHAOptions{Attention: core.Options{KeyLengths: []int{3, 2}}}).Out, 0)
 	bm := core.BoolMask{Shape: core.MaskShape{B, 1, 1, S}, Values: pad.Padded, Meaning: core.TrueBlocks}
-	near(t, "padding vs bool mask", got.Out, run(core.MHAOptions{Attention: core.Options{BoolMasks: []core.BoolMask{bm}}}).Out, 0)
+	testutil.Near(t, "padding vs bool mask", got.Out, run(core.MHAOptions{Attention: core.Options{BoolMasks: []core.BoolMask{bm}}}).Out, 0)
 	for i, a := range got.Weights {
 		if j := i % S; (i/(h*T*S) == 0 && j == 3 || i/(h*T*S) == 1 && j >= 2) && a != 0 {
 			t.Fatalf("padded key has weight %v at %d", a, i)
@@ -319,7 +321,7 @@ func TestMHAKeyPadding(t *testing.T) {
 		}
 	}
 	mm := core.BoolMask{Shape: core.MaskShape{B, 1, T, S}, Values: merged, Meaning: core.TrueBlocks}
-	near(t, "padding + mask", run(core.MHAOptions{KeyPadding: pad, Attention: core.Options{BoolMasks: []core.BoolMask{am}}}).Out,
+	testutil.Near(t, "padding + mask", run(core.MHAOptions{KeyPadding: pad, Attention: core.Options{BoolMasks: []core.BoolMask{am}}}).Out,
 		run(core.MHAOptions{Attention: core.Options{BoolMasks: []core.BoolMask{mm}}}).Out, 0)
 	// The caller's mask is left as it was.
 	if am.Shape != (core.MaskShape{1, 1, T, S}) || !am.Values[0] || am.Values[2] {
@@ -331,8 +333,8 @@ func TestMHAKeyPadding(t *testing.T) {
 	full := &core.KeyPadding{Padded: []bool{false, false, false, false, true, true, true, true}}
 	res := run(core.MHAOptions{KeyPadding: full})
 	for tt := 0; tt < T; tt++ {
-		near(t, "fully masked out", res.Out[(T+tt)*d:(T+tt+1)*d], widen(w.OutProjBias), 0)
-		near(t, "fully masked avg weights", res.AvgWeights[(T+tt)*S:(T+tt+1)*S], make([]float64, S), 0)
+		testutil.Near(t, "fully masked out", res.Out[(T+tt)*d:(T+tt+1)*d], widen(w.OutProjBias), 0)
+		testutil.Near(t, "fully masked avg weights", res.AvgWeights[(T+tt)*S:(T+tt+1)*S], make([]float64, S), 0)
 	}
 }
 
@@ -342,8 +344,8 @@ func TestMHAMasksPassThrough(t *testing.T) {
 	const B, T, d, h, dh = 2, 4, 8, 2, 4
 	r := rand.New(rand.NewSource(9))
 	w := randMHA(r, d, d, d, false)
-	x := randF32(r, B*T*d)
-	m := &core.Mask{Shape: core.MaskShape{B, h, T, T}, Values: randF32(r, B*h*T*T)}
+	x := random.Normal(r, B*T*d)
+	m := &core.Mask{Shape: core.MaskShape{B, h, T, T}, Values: random.Normal(r, B*h*T*T)}
 	m.Values[5] = negInf
 	opts := core.Options{Causal: core.CausalTopLeft, Mask: m, Scale: core.CustomScale(0.3)}
 	res := mustMHA(t, x, []int{B, T, d}, nil, nil, nil, nil, w, core.MHAOptions{Heads: h, Attention: opts, NeedWeights: true})
@@ -365,7 +367,7 @@ func TestMHAErrors(t *testing.T) {
 	const B, T, d, h = 1, 2, 4, 2
 	r := rand.New(rand.NewSource(10))
 	good := randMHA(r, d, d, d, true)
-	x := randF32(r, B*T*d)
+	x := random.Normal(r, B*T*d)
 	xs := []int{B, T, d}
 	mod := func(f func(w *core.MHAWeights)) *core.MHAWeights {
 		w := *good
@@ -448,8 +450,8 @@ func TestMHAGroupedQueryEqualsRepeatedKV(t *testing.T) {
 	const dh, kv, group = d / h, kvHeads * d / h, h / kvHeads
 	r := rand.New(rand.NewSource(17))
 	g := &core.MHAWeights{DModel: d, KDim: 6, VDim: 5, KVDim: kv,
-		QProjWeight: randF32(r, d*d), KProjWeight: randF32(r, kv*6), VProjWeight: randF32(r, kv*5),
-		InProjBias: randF32(r, d+2*kv), OutProjWeight: randF32(r, d*d), OutProjBias: randF32(r, d)}
+		QProjWeight: random.Normal(r, d*d), KProjWeight: random.Normal(r, kv*6), VProjWeight: random.Normal(r, kv*5),
+		InProjBias: random.Normal(r, d+2*kv), OutProjWeight: random.Normal(r, d*d), OutProjBias: random.Normal(r, d)}
 	full := &core.MHAWeights{DModel: d, KDim: 6, VDim: 5, QProjWeight: g.QProjWeight,
 		OutProjWeight: g.OutProjWeight, OutProjBias: g.OutProjBias, InProjBias: append([]float32(nil), g.InProjBias[:d]...)}
 	repeat := func(w []float32, in int) []float32 {
@@ -463,19 +465,19 @@ func TestMHAGroupedQueryEqualsRepeatedKV(t *testing.T) {
 	full.KProjWeight, full.VProjWeight = repeat(g.KProjWeight, 6), repeat(g.VProjWeight, 5)
 	full.InProjBias = append(full.InProjBias, repeat(g.InProjBias[d:d+kv], 1)...)
 	full.InProjBias = append(full.InProjBias, repeat(g.InProjBias[d+kv:], 1)...)
-	x, key, value := randF32(r, B*T*d), randF32(r, B*S*6), randF32(r, B*S*5)
+	x, key, value := random.Normal(r, B*T*d), random.Normal(r, B*S*6), random.Normal(r, B*S*5)
 	opts := core.MHAOptions{Heads: h, NeedWeights: true, Attention: core.Options{Causal: core.CausalBottomRight}}
 	got := mustMHA(t, x, []int{B, T, d}, key, []int{B, S, 6}, value, []int{B, S, 5}, g, opts)
 	want := mustMHA(t, x, []int{B, T, d}, key, []int{B, S, 6}, value, []int{B, S, 5}, full, opts)
-	near(t, "Out", got.Out, want.Out, 1e-12)
-	near(t, "AvgWeights", got.AvgWeights, want.AvgWeights, 1e-12)
+	testutil.Near(t, "Out", got.Out, want.Out, 1e-12)
+	testutil.Near(t, "AvgWeights", got.AvgWeights, want.AvgWeights, 1e-12)
 	if got.Attention.Dims.HKV != kvHeads {
 		t.Fatalf("K/V heads %d, want %d", got.Attention.Dims.HKV, kvHeads)
 	}
 	// A K/V width that is not a whole number of heads dividing the query
 	// heads is refused.
 	bad := *g
-	bad.KVDim, bad.KProjWeight, bad.VProjWeight, bad.InProjBias = 3*dh, randF32(r, 3*dh*6), randF32(r, 3*dh*5), nil
+	bad.KVDim, bad.KProjWeight, bad.VProjWeight, bad.InProjBias = 3*dh, random.Normal(r, 3*dh*6), random.Normal(r, 3*dh*5), nil
 	if _, err := MultiHeadAttention(x, []int{B, T, d}, key, []int{B, S, 6}, value, []int{B, S, 5}, &bad, opts); !errors.Is(err, core.ErrHeads) {
 		t.Fatalf("3 K/V heads for 8 query heads: %v, want ErrHeads", err)
 	}

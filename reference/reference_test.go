@@ -8,6 +8,8 @@ import (
 
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 var negInf = float32(math.Inf(-1))
@@ -35,33 +37,13 @@ func noNaN(t *testing.T, r *Result) {
 	}
 }
 
-func near(t *testing.T, what string, got, want []float64, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: len %d, want %d", what, len(got), len(want))
-	}
-	for i := range got {
-		if !golden.Near(got[i], want[i], tol) {
-			t.Fatalf("%s[%d] = %.17g, want %.17g (tol %g)", what, i, got[i], want[i], tol)
-		}
-	}
-}
-
 // same requires bit-for-bit equal results: used where two ways of stating a
 // mask must take exactly the same arithmetic path.
 func same(t *testing.T, what string, a, b *Result) {
 	t.Helper()
-	near(t, what+" O", a.O, b.O, 0)
-	near(t, what+" LSE", a.LSE, b.LSE, 0)
-	near(t, what+" Weights", a.Weights, b.Weights, 0)
-}
-
-func randF32(r *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(r.NormFloat64())
-	}
-	return x
+	testutil.Near(t, what+" O", a.O, b.O, 0)
+	testutil.Near(t, what+" LSE", a.LSE, b.LSE, 0)
+	testutil.Near(t, what+" Weights", a.Weights, b.Weights, 0)
 }
 
 // matmul is (n,m) x (m,p) in float32; the small inputs below are integers,
@@ -95,26 +77,26 @@ func TestGoldenSeed000(t *testing.T) {
 
 	r := mustRun(t, q, qs, k, ks, v, vs, core.Options{})
 	// Rounded values as SEMANTICS.md §14 prints them.
-	near(t, "A", r.Weights, []float64{0.4011, 0.1978, 0.4011}, 1e-4)
-	near(t, "O", r.O, []float64{1.6044, 1.5933}, 1e-4)
+	testutil.Near(t, "A", r.Weights, []float64{0.4011, 0.1978, 0.4011}, 1e-4)
+	testutil.Near(t, "O", r.O, []float64{1.6044, 1.5933}, 1e-4)
 	// Closed form: scaled scores [1/sqrt2, 0, 1/sqrt2].
 	c := math.Exp(1 / math.Sqrt2)
-	near(t, "A exact", r.Weights, []float64{c / (2*c + 1), 1 / (2*c + 1), c / (2*c + 1)}, 1e-15)
-	near(t, "LSE", r.LSE, []float64{math.Log(2*c + 1)}, 1e-15)
+	testutil.Near(t, "A exact", r.Weights, []float64{c / (2*c + 1), 1 / (2*c + 1), c / (2*c + 1)}, 1e-15)
+	testutil.Near(t, "LSE", r.LSE, []float64{math.Log(2*c + 1)}, 1e-15)
 
 	// SEMANTICS.md §14: with M = [0 0 -inf].
 	m := &core.Mask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []float32{0, 0, negInf}}
 	r = mustRun(t, q, qs, k, ks, v, vs, core.Options{Mask: m})
-	near(t, "masked A", r.Weights, []float64{0.6698, 0.3302, 0}, 1e-4)
-	near(t, "masked O", r.O, []float64{1.3395, 1.3210}, 1e-4)
-	near(t, "masked LSE", r.LSE, []float64{math.Log(c + 1)}, 1e-15)
+	testutil.Near(t, "masked A", r.Weights, []float64{0.6698, 0.3302, 0}, 1e-4)
+	testutil.Near(t, "masked O", r.O, []float64{1.3395, 1.3210}, 1e-4)
+	testutil.Near(t, "masked LSE", r.LSE, []float64{math.Log(c + 1)}, 1e-15)
 
 	// SEMANTICS.md §14: weights (0.5, 0.25, 0.25) over the same V give (1.5, 1.5).
 	// A zero query makes the scores equal the additive mask [ln2 0 0].
 	m = &core.Mask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []float32{float32(math.Ln2), 0, 0}}
 	r = mustRun(t, []float32{0, 0}, qs, k, ks, v, vs, core.Options{Mask: m})
-	near(t, "weighted A", r.Weights, []float64{0.5, 0.25, 0.25}, 1e-7)
-	near(t, "weighted O", r.O, []float64{1.5, 1.5}, 1e-6)
+	testutil.Near(t, "weighted A", r.Weights, []float64{0.5, 0.25, 0.25}, 1e-7)
+	testutil.Near(t, "weighted O", r.O, []float64{1.5, 1.5}, 1e-6)
 }
 
 // seed003 builds the seed 003 self-attention problem (SEMANTICS.md §14) from X and
@@ -131,9 +113,9 @@ func TestGoldenSeed003(t *testing.T) {
 	s := [4]int{1, 1, 3, 2}
 	wv := []float32{1, 0, 1, 2}
 	q, k, v := seed003(wv)
-	near(t, "Q", widen(q), []float64{1, 0, 0, 1, 1, 1}, 0)
-	near(t, "K", widen(k), []float64{1, 1, 0, 1, 1, 2}, 0)
-	near(t, "V", widen(v), []float64{1, 0, 1, 2, 2, 2}, 0)
+	testutil.Near(t, "Q", widen(q), []float64{1, 0, 0, 1, 1, 1}, 0)
+	testutil.Near(t, "K", widen(k), []float64{1, 1, 0, 1, 1, 2}, 0)
+	testutil.Near(t, "V", widen(v), []float64{1, 0, 1, 2, 2, 2}, 0)
 
 	r := mustRun(t, q, s, k, s, v, s, core.Options{})
 	wantA := []float64{
@@ -141,14 +123,14 @@ func TestGoldenSeed003(t *testing.T) {
 		0.248255, 0.248255, 0.503490,
 		0.283995, 0.140029, 0.575975,
 	}
-	near(t, "A", r.Weights, wantA, 1e-6)
-	near(t, "O", r.O, []float64{1.401112, 1.197776, 1.503490, 1.503490, 1.575975, 1.432009}, 1e-6)
+	testutil.Near(t, "A", r.Weights, wantA, 1e-6)
+	testutil.Near(t, "O", r.O, []float64{1.401112, 1.197776, 1.503490, 1.503490, 1.575975, 1.432009}, 1e-6)
 
 	// Zero W_V: O all zeros, A unchanged.
 	_, _, v0 := seed003([]float32{0, 0, 0, 0})
 	r0 := mustRun(t, q, s, k, s, v0, s, core.Options{})
-	near(t, "zero W_V O", r0.O, make([]float64, 6), 0)
-	near(t, "zero W_V A", r0.Weights, r.Weights, 0)
+	testutil.Near(t, "zero W_V O", r0.O, make([]float64, 6), 0)
+	testutil.Near(t, "zero W_V A", r0.Weights, r.Weights, 0)
 
 	// V + [2,-1] per row: O + [2,-1]; first row to full precision.
 	vs := append([]float32(nil), v...)
@@ -156,17 +138,17 @@ func TestGoldenSeed003(t *testing.T) {
 		vs[i] += []float32{2, -1}[i%2]
 	}
 	rs := mustRun(t, q, s, k, s, vs, s, core.Options{})
-	near(t, "shifted O row 0", rs.O[:2], []float64{3.401112092679786, 0.1977758146404283}, 1e-14)
+	testutil.Near(t, "shifted O row 0", rs.O[:2], []float64{3.401112092679786, 0.1977758146404283}, 1e-14)
 	for i := range r.O {
-		near(t, "shifted O", rs.O[i:i+1], []float64{r.O[i] + []float64{2, -1}[i%2]}, 1e-14)
+		testutil.Near(t, "shifted O", rs.O[i:i+1], []float64{r.O[i] + []float64{2, -1}[i%2]}, 1e-14)
 	}
 
 	// Third query [0,0]: uniform weights, output mean of V = [4/3 4/3].
 	qz := append([]float32(nil), q...)
 	qz[4], qz[5] = 0, 0
 	rz := mustRun(t, qz, s, k, s, v, s, core.Options{})
-	near(t, "zero-query A", rz.Weights[6:], []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-15)
-	near(t, "zero-query O", rz.O[4:], []float64{4.0 / 3, 4.0 / 3}, 1e-15)
+	testutil.Near(t, "zero-query A", rz.Weights[6:], []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-15)
+	testutil.Near(t, "zero-query O", rz.O[4:], []float64{4.0 / 3, 4.0 / 3}, 1e-15)
 }
 
 // SEMANTICS.md §14: Q, K (5,4), V (5,3): divisor sqrt(4) = 2, scores (5,5),
@@ -199,11 +181,11 @@ func TestGoldenDivisor(t *testing.T) {
 		x := math.Exp(float64(i) / 2)
 		z := 4 + x
 		a := []float64{1 / z, x / z, 1 / z, 1 / z, 1 / z}
-		near(t, "A row", r.Weights[i*5:i*5+5], a, 1e-15)
+		testutil.Near(t, "A row", r.Weights[i*5:i*5+5], a, 1e-15)
 		// O = a0*v0 + a1*v1 + a2*v2 + a3*v3 + a4*v4.
 		o := []float64{a[0] + a[3], a[1] + a[3] + a[4], a[2] + a[4]}
-		near(t, "O row", r.O[i*3:i*3+3], o, 1e-15)
-		near(t, "LSE", r.LSE[i:i+1], []float64{math.Log(z)}, 1e-15)
+		testutil.Near(t, "O row", r.O[i*3:i*3+3], o, 1e-15)
+		testutil.Near(t, "LSE", r.LSE[i:i+1], []float64{math.Log(z)}, 1e-15)
 	}
 }
 
@@ -212,7 +194,7 @@ func TestProperties(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	const B, H, HKV, L, S, DK, DV = 2, 4, 2, 5, 7, 4, 3
 	qs, ks, vs := [4]int{B, H, L, DK}, [4]int{B, HKV, S, DK}, [4]int{B, HKV, S, DV}
-	q, k := randF32(rng, B*H*L*DK), randF32(rng, B*HKV*S*DK)
+	q, k := random.Normal(rng, B*H*L*DK), random.Normal(rng, B*HKV*S*DK)
 	// Multiples of 1/64 so that adding the shift below is exact in float32.
 	v := make([]float32, B*HKV*S*DV)
 	for i := range v {
@@ -258,13 +240,13 @@ func TestProperties(t *testing.T) {
 		}
 		ru := mustRun(t, q, qs, k, ks, vu, vs, opts)
 		for i := range r.O {
-			near(t, "value shift", ru.O[i:i+1], []float64{r.O[i] + float64(u[i%DV])}, 1e-12)
+			testutil.Near(t, "value shift", ru.O[i:i+1], []float64{r.O[i] + float64(u[i%DV])}, 1e-12)
 		}
-		near(t, "value shift weights", ru.Weights, r.Weights, 0)
+		testutil.Near(t, "value shift weights", ru.Weights, r.Weights, 0)
 
 		// Zero values give zero output whatever the weights.
 		rz := mustRun(t, q, qs, k, ks, make([]float32, len(v)), vs, opts)
-		near(t, "zero values", rz.O, make([]float64, len(r.O)), 0)
+		testutil.Near(t, "zero values", rz.O, make([]float64, len(r.O)), 0)
 	}
 
 	// A zero query gives uniform weights and LSE log(S).
@@ -287,8 +269,8 @@ func TestProperties(t *testing.T) {
 func TestPermutationEquivariance(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
 	const T, D, DV = 6, 4, 3
-	x := randF32(rng, T*D)
-	wq, wk, wv := randF32(rng, D*D), randF32(rng, D*D), randF32(rng, D*DV)
+	x := random.Normal(rng, T*D)
+	wq, wk, wv := random.Normal(rng, D*D), random.Normal(rng, D*D), random.Normal(rng, D*DV)
 	perm := rng.Perm(T)
 	xp := make([]float32, len(x))
 	for i, p := range perm {
@@ -298,10 +280,10 @@ func TestPermutationEquivariance(t *testing.T) {
 	r := mustRun(t, matmul(x, T, D, wq, D), qk, matmul(x, T, D, wk, D), qk, matmul(x, T, D, wv, DV), vs, core.Options{})
 	rp := mustRun(t, matmul(xp, T, D, wq, D), qk, matmul(xp, T, D, wk, D), qk, matmul(xp, T, D, wv, DV), vs, core.Options{})
 	for i, p := range perm {
-		near(t, "permuted O", rp.O[i*DV:(i+1)*DV], r.O[p*DV:(p+1)*DV], 1e-12)
-		near(t, "permuted LSE", rp.LSE[i:i+1], r.LSE[p:p+1], 1e-12)
+		testutil.Near(t, "permuted O", rp.O[i*DV:(i+1)*DV], r.O[p*DV:(p+1)*DV], 1e-12)
+		testutil.Near(t, "permuted LSE", rp.LSE[i:i+1], r.LSE[p:p+1], 1e-12)
 		for j, pj := range perm {
-			near(t, "permuted A", rp.Weights[i*T+j:i*T+j+1], r.Weights[p*T+pj:p*T+pj+1], 1e-12)
+			testutil.Near(t, "permuted A", rp.Weights[i*T+j:i*T+j+1], r.Weights[p*T+pj:p*T+pj+1], 1e-12)
 		}
 	}
 }
@@ -312,12 +294,10 @@ type problem struct {
 	qs, ks, vs [4]int
 }
 
+// newProblem is a problem of standard normal inputs (random.QKV).
 func newProblem(seed int64, B, H, HKV, L, S, DK, DV int) problem {
-	rng := rand.New(rand.NewSource(seed))
-	return problem{
-		q: randF32(rng, B*H*L*DK), k: randF32(rng, B*HKV*S*DK), v: randF32(rng, B*HKV*S*DV),
-		qs: [4]int{B, H, L, DK}, ks: [4]int{B, HKV, S, DK}, vs: [4]int{B, HKV, S, DV},
-	}
+	in, sh := random.QKV(rand.New(rand.NewSource(seed)), random.Normal, B, H, HKV, L, S, DK, DV)
+	return problem{q: in[0], k: in[1], v: in[2], qs: sh[0], ks: sh[1], vs: sh[2]}
 }
 
 func (p problem) run(t *testing.T, opts core.Options) *Result {
@@ -368,7 +348,7 @@ func TestBoolMaskMeaning(t *testing.T) {
 		if !math.IsInf(ra.LSE[row], -1) {
 			t.Fatalf("fully masked row %d: LSE %v, want -Inf", row, ra.LSE[row])
 		}
-		near(t, "fully masked O", ra.O[row*3:row*3+3], []float64{0, 0, 0}, 0)
+		testutil.Near(t, "fully masked O", ra.O[row*3:row*3+3], []float64{0, 0, 0}, 0)
 	}
 }
 
@@ -404,10 +384,10 @@ func TestCausal(t *testing.T) {
 		if !math.IsInf(r.LSE[row], -1) {
 			t.Fatalf("row %d LSE %v, want -Inf", row, r.LSE[row])
 		}
-		near(t, "empty causal row", r.O[row*2:row*2+2], []float64{0, 0}, 0)
+		testutil.Near(t, "empty causal row", r.O[row*2:row*2+2], []float64{0, 0}, 0)
 	}
-	near(t, "row 2 weights", r.Weights[4:6], []float64{1, 0}, 0)
-	near(t, "row 3 weights sum", []float64{sum(r.Weights[6:8])}, []float64{1}, 1e-15)
+	testutil.Near(t, "row 2 weights", r.Weights[4:6], []float64{1, 0}, 0)
+	testutil.Near(t, "row 3 weights sum", []float64{sum(r.Weights[6:8])}, []float64{1}, 1e-15)
 }
 
 func TestKeyLengths(t *testing.T) {
@@ -415,8 +395,8 @@ func TestKeyLengths(t *testing.T) {
 	r := p.run(t, core.Options{KeyLengths: []int{0, 2}})
 	// Batch 0 has no keys: every row zeros, LSE -Inf, weights 0.
 	n := 2 * 3 // rows per batch item
-	near(t, "key length 0 O", r.O[:n*2], make([]float64, n*2), 0)
-	near(t, "key length 0 weights", r.Weights[:n*4], make([]float64, n*4), 0)
+	testutil.Near(t, "key length 0 O", r.O[:n*2], make([]float64, n*2), 0)
+	testutil.Near(t, "key length 0 weights", r.Weights[:n*4], make([]float64, n*4), 0)
 	for i := 0; i < n; i++ {
 		if !math.IsInf(r.LSE[i], -1) {
 			t.Fatalf("LSE[%d] = %v, want -Inf", i, r.LSE[i])
@@ -437,16 +417,16 @@ func TestQueryLengths(t *testing.T) {
 				row := (b*2+h)*3 + l
 				o, w := r.O[row*2:row*2+2], r.Weights[row*4:row*4+4]
 				if l >= []int{1, 3}[b] {
-					near(t, "padded O", o, []float64{0, 0}, 0)
-					near(t, "padded weights", w, []float64{0, 0, 0, 0}, 0)
+					testutil.Near(t, "padded O", o, []float64{0, 0}, 0)
+					testutil.Near(t, "padded weights", w, []float64{0, 0, 0, 0}, 0)
 					if !math.IsInf(r.LSE[row], -1) {
 						t.Fatalf("padded row %d LSE %v, want -Inf", row, r.LSE[row])
 					}
 					continue
 				}
-				near(t, "valid O", o, full.O[row*2:row*2+2], 0)
-				near(t, "valid weights", w, full.Weights[row*4:row*4+4], 0)
-				near(t, "valid LSE", r.LSE[row:row+1], full.LSE[row:row+1], 0)
+				testutil.Near(t, "valid O", o, full.O[row*2:row*2+2], 0)
+				testutil.Near(t, "valid weights", w, full.Weights[row*4:row*4+4], 0)
+				testutil.Near(t, "valid LSE", r.LSE[row:row+1], full.LSE[row:row+1], 0)
 			}
 		}
 	}
@@ -482,11 +462,11 @@ func TestCustomScale(t *testing.T) {
 	// Scale 1 turns the seed 000 scores into Q K^T = [1 0 1].
 	r := mustRun(t, q, qs, k, ks, v, ks, core.Options{Scale: core.CustomScale(1)})
 	e := math.E
-	near(t, "scale 1 A", r.Weights, []float64{e / (2*e + 1), 1 / (2*e + 1), e / (2*e + 1)}, 1e-15)
-	near(t, "scale 1 LSE", r.LSE, []float64{math.Log(2*e + 1)}, 1e-15)
+	testutil.Near(t, "scale 1 A", r.Weights, []float64{e / (2*e + 1), 1 / (2*e + 1), e / (2*e + 1)}, 1e-15)
+	testutil.Near(t, "scale 1 LSE", r.LSE, []float64{math.Log(2*e + 1)}, 1e-15)
 	// Scale 0 makes every score 0: uniform weights.
 	r = mustRun(t, q, qs, k, ks, v, ks, core.Options{Scale: core.CustomScale(0)})
-	near(t, "scale 0 A", r.Weights, []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-15)
+	testutil.Near(t, "scale 0 A", r.Weights, []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-15)
 	// Naming the default explicitly changes nothing.
 	same(t, "explicit default scale",
 		mustRun(t, q, qs, k, ks, v, ks, core.Options{Scale: core.CustomScale(1 / math.Sqrt(2))}),
@@ -578,8 +558,8 @@ func TestBoolMasksAND(t *testing.T) {
 		}
 		return x
 	}
-	add := randF32(rng, L*S) // (1,1,L,S)
-	allow := bools(H * S)    // (1,H,1,S), true allows
+	add := random.Normal(rng, L*S) // (1,1,L,S)
+	allow := bools(H * S)          // (1,H,1,S), true allows
 	for i := range allow {
 		allow[i] = !allow[i]
 	}
@@ -609,8 +589,8 @@ func TestBoolMasksAND(t *testing.T) {
 		{Shape: core.MaskShape{1, 1, 1, 3}, Values: []bool{true, true, false}, Meaning: core.TrueAllows},
 		{Shape: core.MaskShape{1, 1, 1, 3}, Values: []bool{false, true, false}, Meaning: core.TrueBlocks},
 	}})
-	near(t, "weights", r.Weights, []float64{1, 0, 0}, 0)
-	near(t, "O", r.O, []float64{2, 0}, 0)
+	testutil.Near(t, "weights", r.Weights, []float64{1, 0, 0}, 0)
+	testutil.Near(t, "O", r.O, []float64{2, 0}, 0)
 }
 
 // Large scores must not overflow: the row max is subtracted before exp.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 // The rotation as complex multiplication (RoFormer's formulation): pair i
@@ -19,7 +21,7 @@ func TestRoPEIsComplexRotation(t *testing.T) {
 		for _, c := range []struct{ d, n int }{{8, 8}, {12, 8}, {6, 2}} {
 			r := &core.RoPE{Theta: 10000, Dims: c.n, Style: style}
 			const pos = 37
-			x32 := randF32(rng, c.d)
+			x32 := random.Normal(rng, c.d)
 			got := widen(x32)
 			RotateRoPE(got, [4]int{1, 1, 1, c.d}, r, func(int, int) int { return pos })
 			want := widen(x32)
@@ -32,7 +34,7 @@ func TestRoPEIsComplexRotation(t *testing.T) {
 				z := complex(want[a], want[b]) * cmplx.Exp(complex(0, angle))
 				want[a], want[b] = real(z), imag(z)
 			}
-			near(t, style.String(), got, want, 1e-12)
+			testutil.Near(t, style.String(), got, want, 1e-12)
 			for i := c.n; i < c.d; i++ {
 				if got[i] != float64(x32[i]) {
 					t.Errorf("%v d=%d n=%d: element %d past the rotated dims changed", style, c.d, c.n, i)
@@ -48,7 +50,7 @@ func TestRoPEIsComplexRotation(t *testing.T) {
 func TestRoPERelativePositions(t *testing.T) {
 	rng := rand.New(rand.NewSource(4))
 	qs, ks := [4]int{2, 2, 3, 8}, [4]int{2, 1, 5, 8}
-	q, k, v := randF32(rng, 2*2*3*8), randF32(rng, 2*5*8), randF32(rng, 2*5*8)
+	q, k, v := random.Normal(rng, 2*2*3*8), random.Normal(rng, 2*5*8), random.Normal(rng, 2*5*8)
 	positions := func(n, shift int) []int {
 		p := make([]int, 2*n)
 		for i := range p {
@@ -61,7 +63,7 @@ func TestRoPERelativePositions(t *testing.T) {
 		return mustRun(t, q, qs, k, ks, v, ks, core.Options{RoPE: r}).O
 	}
 	base := run(0, 0)
-	near(t, "shifted by 1000", run(1000, 1000), base, 1e-9)
+	testutil.Near(t, "shifted by 1000", run(1000, 1000), base, 1e-9)
 	moved := run(7, 0)
 	diff := 0.0
 	for i := range moved {
@@ -79,7 +81,7 @@ func TestRoPERelativePositions(t *testing.T) {
 func TestRoPEDefaultPositions(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
 	qs, ks := [4]int{2, 1, 2, 4}, [4]int{2, 1, 6, 4}
-	q, k, v := randF32(rng, 16), randF32(rng, 48), randF32(rng, 48)
+	q, k, v := random.Normal(rng, 16), random.Normal(rng, 48), random.Normal(rng, 48)
 	for _, align := range []bool{false, true} {
 		opts := core.Options{KeyLengths: []int{6, 3}, AlignToKeyLengths: align, RoPE: &core.RoPE{Theta: 100}}
 		qp := []int{4, 5, 4, 5}
@@ -88,7 +90,7 @@ func TestRoPEDefaultPositions(t *testing.T) {
 		}
 		explicit := opts
 		explicit.RoPE = &core.RoPE{Theta: 100, QueryPositions: qp, KeyPositions: []int{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}}
-		near(t, "defaults", mustRun(t, q, qs, k, ks, v, ks, opts).O, mustRun(t, q, qs, k, ks, v, ks, explicit).O, 0)
+		testutil.Near(t, "defaults", mustRun(t, q, qs, k, ks, v, ks, opts).O, mustRun(t, q, qs, k, ks, v, ks, explicit).O, 0)
 	}
 }
 
@@ -97,11 +99,11 @@ func TestRoPEScaling(t *testing.T) {
 	r := &core.RoPE{Theta: 10000, Scaling: core.RoPEScaling{Kind: core.RoPELinear, Factor: 4}}
 	plain := &core.RoPE{Theta: 10000}
 	rng := rand.New(rand.NewSource(6))
-	x := randF32(rng, 16)
+	x := random.Normal(rng, 16)
 	a, b := widen(x), widen(x)
 	RotateRoPE(a, [4]int{1, 1, 1, 16}, r, func(int, int) int { return 12 })
 	RotateRoPE(b, [4]int{1, 1, 1, 16}, plain, func(int, int) int { return 3 })
-	near(t, "linear:4 at 12 vs none at 3", a, b, 1e-12)
+	testutil.Near(t, "linear:4 at 12 vs none at 3", a, b, 1e-12)
 
 	// Llama 3 (factor 8, low 1, high 4, original context 8192: Llama
 	// 3.1's): wavelengths under 8192/4 = 2048 positions keep their

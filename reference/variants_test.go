@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 // Tests of the score variants (SEMANTICS.md §4.1): window, soft-capping,
@@ -19,9 +21,9 @@ import (
 func wantRow(t *testing.T, what string, r *Result, row int, o, w []float64, lse float64) {
 	t.Helper()
 	d := r.Dims
-	near(t, what+" O", r.O[row*d.DV:(row+1)*d.DV], o, 1e-15)
-	near(t, what+" weights", r.Weights[row*d.S:(row+1)*d.S], w, 1e-15)
-	near(t, what+" LSE", r.LSE[row:row+1], []float64{lse}, 1e-14)
+	testutil.Near(t, what+" O", r.O[row*d.DV:(row+1)*d.DV], o, 1e-15)
+	testutil.Near(t, what+" weights", r.Weights[row*d.S:(row+1)*d.S], w, 1e-15)
+	testutil.Near(t, what+" LSE", r.LSE[row:row+1], []float64{lse}, 1e-14)
 }
 
 // softmaxOf returns exp(e_j - m) / Z and m + log Z for the logits e plus,
@@ -239,7 +241,7 @@ func buildCase(rng *rand.Rand, c variantCase, d core.Dims) (core.Options, denseS
 	case 1:
 		opts.ALiBi = core.ALiBiSlopes(H)
 	case 2:
-		opts.ALiBi = randF32(rng, H) // negative slopes too
+		opts.ALiBi = random.Normal(rng, H) // negative slopes too
 	}
 	for h := 0; h < H && opts.ALiBi != nil; h++ {
 		for t := 0; t < L; t++ {
@@ -426,9 +428,9 @@ func TestVariantsMatchDense(t *testing.T) {
 			}
 			noNaN(t, r)
 			o, lse, w := denseAttention(p, sp)
-			near(t, name+" O", r.O, o, 1e-12)
-			near(t, name+" LSE", r.LSE, lse, 1e-12)
-			near(t, name+" weights", r.Weights, w, 1e-12)
+			testutil.Near(t, name+" O", r.O, o, 1e-12)
+			testutil.Near(t, name+" LSE", r.LSE, lse, 1e-12)
+			testutil.Near(t, name+" weights", r.Weights, w, 1e-12)
 			if c.wantDeadRows && deadRows(sp, d) == 0 {
 				t.Fatalf("%s: no fully masked row to check", name)
 			}
@@ -497,9 +499,9 @@ func TestSoftcapHugeIsNone(t *testing.T) {
 			capped := opts
 			capped.Softcap = 1e6
 			a, b := p.run(t, opts), p.run(t, capped)
-			near(t, name+" O", b.O, a.O, 1e-9)
-			near(t, name+" LSE", b.LSE, a.LSE, 1e-9)
-			near(t, name+" weights", b.Weights, a.Weights, 1e-9)
+			testutil.Near(t, name+" O", b.O, a.O, 1e-9)
+			testutil.Near(t, name+" LSE", b.LSE, a.LSE, 1e-9)
+			testutil.Near(t, name+" weights", b.Weights, a.Weights, 1e-9)
 		}
 	}
 }
@@ -537,14 +539,14 @@ func TestSinksFarBelowAreNone(t *testing.T) {
 				s.Sinks[h] = -1e30
 			}
 			a, b := p.run(t, opts), p.run(t, s)
-			near(t, name+" O", b.O, a.O, 0)
-			near(t, name+" weights", b.Weights, a.Weights, 0)
+			testutil.Near(t, name+" O", b.O, a.O, 0)
+			testutil.Near(t, name+" weights", b.Weights, a.Weights, 0)
 			for row := range a.LSE {
 				want := a.LSE[row]
 				if rowSum(a, row) == 0 && !padded(opts, a.Dims, row) {
 					want = float64(float32(-1e30))
 				}
-				near(t, fmt.Sprintf("%s LSE row %d", name, row), b.LSE[row:row+1], []float64{want}, 0)
+				testutil.Near(t, fmt.Sprintf("%s LSE row %d", name, row), b.LSE[row:row+1], []float64{want}, 0)
 			}
 		}
 	}
@@ -575,21 +577,21 @@ func TestSinksRows(t *testing.T) {
 				o := r.O[row*d.DV : (row+1)*d.DV]
 				switch {
 				case padded(opts, d, row):
-					near(t, name+" padded LSE", r.LSE[row:row+1], []float64{math.Inf(-1)}, 0)
-					near(t, name+" padded O", o, make([]float64, d.DV), 0)
+					testutil.Near(t, name+" padded LSE", r.LSE[row:row+1], []float64{math.Inf(-1)}, 0)
+					testutil.Near(t, name+" padded O", o, make([]float64, d.DV), 0)
 				case rowSum(a, row) == 0: // no visible key
 					dead++
-					near(t, name+" dead LSE", r.LSE[row:row+1], []float64{sink}, 0)
-					near(t, name+" dead O", o, make([]float64, d.DV), 0)
-					near(t, name+" dead weights", r.Weights[row*d.S:(row+1)*d.S], make([]float64, d.S), 0)
+					testutil.Near(t, name+" dead LSE", r.LSE[row:row+1], []float64{sink}, 0)
+					testutil.Near(t, name+" dead O", o, make([]float64, d.DV), 0)
+					testutil.Near(t, name+" dead weights", r.Weights[row*d.S:(row+1)*d.S], make([]float64, d.S), 0)
 				default:
 					ws := rowSum(r, row)
 					if !(ws > 0 && ws < 1) {
 						t.Fatalf("%s row %d: weights sum to %v, want in (0, 1)", name, row, ws)
 					}
-					near(t, name+" sink share", []float64{1 - ws}, []float64{math.Exp(sink - r.LSE[row])}, 1e-12)
+					testutil.Near(t, name+" sink share", []float64{1 - ws}, []float64{math.Exp(sink - r.LSE[row])}, 1e-12)
 					want := math.Max(a.LSE[row], sink) + math.Log1p(math.Exp(-math.Abs(a.LSE[row]-sink)))
-					near(t, name+" LSE", r.LSE[row:row+1], []float64{want}, 1e-12)
+					testutil.Near(t, name+" LSE", r.LSE[row:row+1], []float64{want}, 1e-12)
 				}
 			}
 			if name == "everything" && dead == 0 {
