@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/x448/float16"
 )
 
@@ -60,8 +62,8 @@ func TestHalfMHAWeightsOnDevice(t *testing.T) {
 		name, path string
 		dtype      vkattn.DType
 	}{
-		{"npz f32", writeNPZ(t, npz32, false), vkattn.Float32},
-		{"npz f16", writeNPZ(t, npz16, true), vkattn.Float16},
+		{"npz f32", writeFile(t, "w.npz", testutil.NPZ(npz32, false)), vkattn.Float32},
+		{"npz f16", writeFile(t, "w.npz", testutil.NPZ(npz16, true)), vkattn.Float16},
 		{"safetensors F16", writeFile(t, "w16.safetensors", stBytes(st16)), vkattn.Float16},
 		{"safetensors BF16", writeFile(t, "wbf.safetensors", stBytes(stBF)), vkattn.BFloat16},
 	}
@@ -110,7 +112,7 @@ func TestHalfMHAWeightsOnDevice(t *testing.T) {
 			continue
 		}
 		for i := range want {
-			if diff := math.Abs(float64(got[i] - want[i])); diff > 2e-5*max(1, math.Abs(float64(want[i]))) {
+			if w := float64(want[i]); !golden.Near(float64(got[i]), w, 2e-5*max(1, math.Abs(w))) {
 				t.Fatalf("%s: out[%d] = %v, float32 weights give %v", f.name, i, got[i], want[i])
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/x448/float16"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 // halfValue is the exact value of IEEE 754 binary16 bits h.
@@ -43,10 +44,10 @@ func TestFloat16Exact(t *testing.T) {
 		binary.LittleEndian.PutUint16(le[2*i:], uint16(i))
 		binary.BigEndian.PutUint16(be[2*i:], uint16(i))
 	}
-	ts := mustLoad(t, writeNPZ(t, map[string][]byte{
+	ts := mustLoad(t, writeFile(t, "w.npz", testutil.NPZ(map[string][]byte{
 		"le": npyBytes(npyDict("<f2", false, 1<<16), le),
 		"be": npyBytes(npyDict(">f2", false, 1<<16), be),
-	}, true))
+	}, true)))
 	st := mustLoad(t, writeFile(t, "h.safetensors", stBytes(map[string]stTensor{"h": {"F16", []int{1 << 16}, le}})))
 	for name, x := range map[string]Tensor{"npz <f2": ts["le"], "npz >f2": ts["be"], "safetensors F16": st["h"]} {
 		if x.DType != "F16" || len(x.Data) != 1<<16 {
@@ -88,11 +89,11 @@ func TestLoadMHAFloat16(t *testing.T) {
 		f32[name] = f32NPY(x.Shape, x.Data)
 		f16[name] = halfNPY(x.Shape, x.Data)
 	}
-	want, err := LoadMHA(writeNPZ(t, f32, false), 4, 3, 2)
+	want, err := LoadMHA(writeFile(t, "w.npz", testutil.NPZ(f32, false)), 4, 3, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := LoadMHA(writeNPZ(t, f16, true), 4, 3, 2)
+	got, err := LoadMHA(writeFile(t, "w.npz", testutil.NPZ(f16, true)), 4, 3, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestLoadMHAFloat16(t *testing.T) {
 	bias := append([]float32(nil), ts["out_proj.bias"].Data...)
 	bias[1] = float32(math.Inf(-1))
 	f16["out_proj.bias"] = halfNPY(ts["out_proj.bias"].Shape, bias)
-	if _, err := LoadMHA(writeNPZ(t, f16, true), 4, 3, 2); !errors.Is(err, core.ErrNonFinite) || !strings.Contains(err.Error(), "out_proj.bias value 1") {
+	if _, err := LoadMHA(writeFile(t, "w.npz", testutil.NPZ(f16, true)), 4, 3, 2); !errors.Is(err, core.ErrNonFinite) || !strings.Contains(err.Error(), "out_proj.bias value 1") {
 		t.Fatalf("float16 -inf bias: %v", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 // The fuzz targets check that no input panics and that whatever loads is
@@ -104,10 +106,10 @@ func FuzzDecodeNPZ(f *testing.F) {
 	for i, s := range npySeeds()[:8] { // the valid ones
 		members[string(rune('a'+i))] = s
 	}
-	f.Add(npzBytes(members, false))
-	f.Add(npzBytes(members, true))
+	f.Add(testutil.NPZ(members, false))
+	f.Add(testutil.NPZ(members, true))
 	for _, s := range npySeeds()[8:] {
-		f.Add(npzBytes(map[string][]byte{"x": s}, true))
+		f.Add(testutil.NPZ(map[string][]byte{"x": s}, true))
 	}
 	for _, name := range []string{"self.npz", "self_params.npz", "padcausal.npz"} {
 		if b, err := os.ReadFile(filepath.Join("..", "testdata", "mha", name)); err == nil {

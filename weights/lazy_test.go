@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 // holeFile is a file made of data and holes (runs of zero bytes that take
@@ -120,12 +121,8 @@ func hugeNPZ(t *testing.T, small map[string][]byte, big ...bigMember) *holeFile 
 	t.Helper()
 	h := &holeFile{}
 	zw := zip.NewWriter(h)
-	for name, b := range small {
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: name + ".npy", Method: zip.Store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write(b)
+	if err := testutil.AddNPY(zw, small, false); err != nil {
+		t.Fatal(err)
 	}
 	zeros := make([]byte, 1<<20)
 	for _, m := range big {
@@ -306,7 +303,7 @@ func TestTotalLimit(t *testing.T) {
 	}
 	members := map[string][]byte{"a": f32NPY([]int{1000}, make([]float32, 1000)), "b": f32NPY([]int{1000}, make([]float32, 1000))}
 	st := map[string]stTensor{"a": {"F32", []int{1000}, make([]byte, 4000)}, "b": {"F16", []int{1000}, make([]byte, 2000)}}
-	for name, data := range map[string][]byte{"npz": npzBytes(members, false), "deflated npz": npzBytes(members, true), "safetensors": stBytes(st)} {
+	for name, data := range map[string][]byte{"npz": testutil.NPZ(members, false), "deflated npz": testutil.NPZ(members, true), "safetensors": stBytes(st)} {
 		t.Run(name, func(t *testing.T) {
 			h := &holeFile{}
 			h.Write(data)
@@ -347,10 +344,10 @@ func TestReadAllocatesOneCopy(t *testing.T) {
 		f64[i] = float64(v)
 	}
 	files := map[string][]byte{
-		"stored npz":         npzBytes(map[string][]byte{"x": f32NPY([]int{1024, n / 1024}, x)}, false),
-		"deflated npz":       npzBytes(map[string][]byte{"x": f32NPY([]int{1024, n / 1024}, x)}, true),
-		"fortran npz":        npzBytes(map[string][]byte{"x": npyBytes(npyDict("<f4", true, 1024, n/1024), f32Bytes(x...))}, false),
-		"float64 npz":        npzBytes(map[string][]byte{"x": npyBytes(npyDict("<f8", false, 1024, n/1024), f64Bytes(f64...))}, false),
+		"stored npz":         testutil.NPZ(map[string][]byte{"x": f32NPY([]int{1024, n / 1024}, x)}, false),
+		"deflated npz":       testutil.NPZ(map[string][]byte{"x": f32NPY([]int{1024, n / 1024}, x)}, true),
+		"fortran npz":        testutil.NPZ(map[string][]byte{"x": npyBytes(npyDict("<f4", true, 1024, n/1024), f32Bytes(x...))}, false),
+		"float64 npz":        testutil.NPZ(map[string][]byte{"x": npyBytes(npyDict("<f8", false, 1024, n/1024), f64Bytes(f64...))}, false),
 		"float32 safetensor": stBytes(map[string]stTensor{"x": {"F32", []int{1024, n / 1024}, f32Bytes(x...)}}),
 	}
 	for name, data := range files {
@@ -382,7 +379,7 @@ func TestReadFortranOrder(t *testing.T) {
 			n *= s
 		}
 		x := seq(n)
-		ts, err := decode(npzBytes(map[string][]byte{"x": npyBytes(npyDict("<f4", true, shape...), f32Bytes(x...))}, true))
+		ts, err := decode(testutil.NPZ(map[string][]byte{"x": npyBytes(npyDict("<f4", true, shape...), f32Bytes(x...))}, true))
 		if err != nil {
 			t.Fatal(err)
 		}

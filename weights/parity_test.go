@@ -6,12 +6,13 @@
 package weights
 
 import (
-	"math"
 	"path/filepath"
 	"reflect"
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -77,15 +78,8 @@ func TestPyTorchParity(t *testing.T) {
 				if !reflect.DeepEqual(want.Shape, shape) || len(got) != len(want.Data) {
 					t.Fatalf("%s: PyTorch shape %v (%d values), reference %v (%d values)", what, want.Shape, len(want.Data), shape, len(got))
 				}
-				worst := 0.0
-				for i := range got {
-					diff := math.Abs(got[i] - float64(want.Data[i]))
-					if !(diff <= parityTol) {
-						t.Fatalf("%s[%d] = %.9g, PyTorch %.9g", what, i, got[i], want.Data[i])
-					}
-					worst = math.Max(worst, diff)
-				}
-				t.Logf("%s: max |reference - PyTorch| = %.2g", what, worst)
+				testutil.Near(t, "PyTorch "+what, want.Data, got, parityTol)
+				t.Logf("%s: max |reference - PyTorch| = %.2g", what, golden.MaxAbsDiff(want.Data, got))
 			}
 			check("out", res.Out, data["out"], B, T, c.dModel)
 			check("weights", res.Weights, data["weights"], B, c.heads, T, S)

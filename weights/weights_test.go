@@ -1,7 +1,6 @@
 package weights
 
 import (
-	"archive/zip"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -18,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 // npyBytes builds a .npy file (format 1.0) from a header dictionary and raw
@@ -51,35 +51,6 @@ func f64Bytes(xs ...float64) []byte {
 // f32NPY is a C-ordered little-endian float32 .npy of the given shape.
 func f32NPY(shape []int, xs []float32) []byte {
 	return npyBytes(npyDict("<f4", false, shape...), f32Bytes(xs...))
-}
-
-// npzBytes is a .npz archive of members (name -> .npy bytes; ".npy" is
-// appended), in name order, deflated when compress is set, like
-// np.savez_compressed.
-func npzBytes(members map[string][]byte, compress bool) []byte {
-	var b bytes.Buffer
-	zw := zip.NewWriter(&b)
-	method := zip.Store
-	if compress {
-		method = zip.Deflate
-	}
-	for _, name := range slices.Sorted(maps.Keys(members)) {
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: name + ".npy", Method: method})
-		if err != nil {
-			panic(err)
-		}
-		w.Write(members[name])
-	}
-	if err := zw.Close(); err != nil {
-		panic(err)
-	}
-	return b.Bytes()
-}
-
-// writeNPZ writes members as a .npz file (npzBytes).
-func writeNPZ(t *testing.T, members map[string][]byte, compress bool) string {
-	t.Helper()
-	return writeFile(t, "w.npz", npzBytes(members, compress))
 }
 
 func writeFile(t *testing.T, name string, data []byte) string {
@@ -136,7 +107,7 @@ func seq(n int) []float32 {
 
 func TestLoadNPZ(t *testing.T) {
 	for _, compress := range []bool{false, true} {
-		p := writeNPZ(t, map[string][]byte{
+		p := writeFile(t, "w.npz", testutil.NPZ(map[string][]byte{
 			"a":       f32NPY([]int{2, 3}, seq(6)),
 			"dbl":     npyBytes(npyDict("<f8", false, 3), f64Bytes(0.1, -2, 1e-3)),
 			"big":     npyBytes(npyDict(">f4", false, 2), []byte{0x3f, 0x80, 0, 0, 0xc0, 0, 0, 0}),
@@ -145,7 +116,7 @@ func TestLoadNPZ(t *testing.T) {
 			"scalar":  npyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", f32Bytes(7)),
 			"empty":   npyBytes(npyDict("<f4", false, 0, 4), nil),
 			"ints":    npyBytes(npyDict("<i8", false, 1), make([]byte, 8)),
-		}, compress)
+		}, compress))
 		ts := mustLoad(t, p)
 		want := map[string]Tensor{
 			"a":       {Shape: []int{2, 3}, DType: "F32", Data: seq(6)},
@@ -222,7 +193,7 @@ func TestLoadErrors(t *testing.T) {
 	}
 	for name, member := range npzCases {
 		t.Run("npz "+name, func(t *testing.T) {
-			_, err := Load(writeNPZ(t, map[string][]byte{"x": member}, false))
+			_, err := Load(writeFile(t, "w.npz", testutil.NPZ(map[string][]byte{"x": member}, false)))
 			if !errors.Is(err, ErrFormat) {
 				t.Fatalf("err = %v, want ErrFormat", err)
 			}
@@ -398,7 +369,7 @@ func TestLoadMHA(t *testing.T) {
 		npzMembers[name] = f32NPY(x.Shape, x.Data)
 		stTensors[name] = stTensor{"F32", x.Shape, f32Bytes(x.Data...)}
 	}
-	a, err := LoadMHA(writeNPZ(t, npzMembers, true), 4, 3, 2)
+	a, err := LoadMHA(writeFile(t, "w.npz", testutil.NPZ(npzMembers, true)), 4, 3, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,10 +439,10 @@ func TestAdditive(t *testing.T) {
 	for name, x := range base() {
 		members[name] = f32NPY(x.Shape, x.Data)
 	}
-	if _, err := LoadAdditive(writeNPZ(t, members, false), 2, 4); err != nil {
+	if _, err := LoadAdditive(writeFile(t, "w.npz", testutil.NPZ(members, false)), 2, 4); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadAdditive(writeNPZ(t, members, false), 2, 5); !errors.Is(err, core.ErrShape) {
+	if _, err := LoadAdditive(writeFile(t, "w.npz", testutil.NPZ(members, false)), 2, 5); !errors.Is(err, core.ErrShape) {
 		t.Fatalf("d_k 5: %v", err)
 	}
 }
