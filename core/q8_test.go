@@ -79,7 +79,7 @@ func TestQuantizeQ8_0Bounds(t *testing.T) {
 				t.Fatalf("block %d element %d: quant %d for x/d = %g", b, i, qi, float64(x)/d)
 			}
 			top = max(top, abs(qi))
-			if e := math.Abs(float64(deq[b*32+i]) - float64(x)); e > d/2*(1+1e-5)+127*math.Abs(d16-d) {
+			if e := math.Abs(float64(deq[b*32+i]) - float64(x)); !(e <= d/2*(1+1e-5)+127*math.Abs(d16-d)) {
 				t.Fatalf("block %d element %d: dequantized %v for %v", b, i, deq[b*32+i], x)
 			}
 		}

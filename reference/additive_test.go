@@ -236,7 +236,7 @@ func TestAdditiveProperties(t *testing.T) {
 					x := float64(p.v[(b*S+j)*DV+i])
 					lo, hi = math.Min(lo, x), math.Max(hi, x)
 				}
-				if o := r.O[row*DV+i]; o < lo-1e-12 || o > hi+1e-12 {
+				if o := r.O[row*DV+i]; !(o >= lo-1e-12 && o <= hi+1e-12) {
 					t.Fatalf("seed %d: O[%d,%d] = %v outside [%v, %v]", seed, row, i, o, lo, hi)
 				}
 			}

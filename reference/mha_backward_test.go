@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
 )
 
@@ -92,7 +93,7 @@ func TestMHABackwardFD(t *testing.T) {
 				for k := 0; k < 12 && len(p.param) > 0; k++ {
 					i := r.Intn(len(p.param))
 					fd := mhaFD(p.param, i, loss)
-					if e := math.Abs(fd - p.grad[i]); e > 2e-3*math.Max(1, top) {
+					if !golden.Near(p.grad[i], fd, 2e-3*math.Max(1, top)) {
 						t.Errorf("%s[%d] = %.9g, finite difference %.9g", p.name, i, p.grad[i], fd)
 					}
 					checked++

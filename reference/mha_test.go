@@ -193,7 +193,7 @@ func TestMHAAxisSwapMatters(t *testing.T) {
 	for i := range badOut {
 		maxDiff = math.Max(maxDiff, math.Abs(badOut[i]-res.Out[i]))
 	}
-	if maxDiff < 1e-2 {
+	if !(maxDiff >= 1e-2) {
 		t.Fatalf("attention without the axis swap differs by only %g", maxDiff)
 	}
 	t.Logf("without the axis swap the output is off by up to %.3g", maxDiff)

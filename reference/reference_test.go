@@ -224,7 +224,7 @@ func TestProperties(t *testing.T) {
 							x := float64(v[(kv*S+j)*DV+i])
 							lo, hi = math.Min(lo, x), math.Max(hi, x)
 						}
-						if o := r.O[row*DV+i]; o < lo-1e-12 || o > hi+1e-12 {
+						if o := r.O[row*DV+i]; !(o >= lo-1e-12 && o <= hi+1e-12) {
 							t.Fatalf("%v: O[%d,%d] = %v outside [%v, %v]", causal, row, i, o, lo, hi)
 						}
 					}

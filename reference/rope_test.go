@@ -69,7 +69,7 @@ func TestRoPERelativePositions(t *testing.T) {
 	for i := range moved {
 		diff = math.Max(diff, math.Abs(moved[i]-base[i]))
 	}
-	if diff < 1e-3 {
+	if !(diff >= 1e-3) {
 		t.Errorf("queries moved 7 positions from their keys: output changed by %g only", diff)
 	}
 }

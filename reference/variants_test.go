@@ -75,7 +75,7 @@ func TestSoftcapByHand(t *testing.T) {
 	wantRow(t, "scale 2 softcap 4", r, 0, []float64{dotRow(w, vv)}, w, lse)
 
 	// A softcap below the scores' range still keeps their order.
-	if r.Weights[0] <= r.Weights[1] || r.Weights[1] <= r.Weights[2] {
+	if !(r.Weights[0] > r.Weights[1] && r.Weights[1] > r.Weights[2]) {
 		t.Fatalf("weights %v not decreasing", r.Weights)
 	}
 }
