@@ -175,6 +175,5 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
 	if err != nil {
 		return nil, b.fail(err)
 	}
-	x := pipelines.AttentionArgs{Q: qp.buf, K: kp.buf, V: v.buf, Scale: 1, Causal: int(opts.Causal), WA: a.wa.buf}
-	return b.attentionCall(plan, &opts, x, oBound, nil)
+	return b.attentionCall(plan, &opts, attentionInputs{q: qp.buf, k: kp.buf, v: v.buf, wa: a.wa.buf}, oBound, nil)
 }

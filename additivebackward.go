@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/pipelines"
 )
 
 // AdditiveGradients are additive attention's gradients of sum(O * dO)
@@ -79,8 +78,7 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 	defer kp.Close()
 	g, err := runOnce(ctx, func() (*gradCall, error) {
 		b := &builder{d: d}
-		x := pipelines.AttentionArgs{Q: qp.buf, K: kp.buf, V: v.buf, Scale: 1, Causal: int(opts.Causal), WA: a.wa.buf}
-		call, err := b.backward(plan, &opts, x, dO)
+		call, err := b.backward(plan, &opts, attentionInputs{q: qp.buf, k: kp.buf, v: v.buf, wa: a.wa.buf}, dO)
 		if err != nil {
 			return nil, b.fail(err)
 		}

@@ -119,8 +119,9 @@ func (d *Device) plan(q, k, v [4]int, how planOf, opts *Options) (Plan, error) {
 		shape.Paging, shape.Pages, shape.PagesPerItem = pt.size, pt.pages, pt.perItem
 	}
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
-	kp, err := pipelines.PlanAttention(d.dev.Info, pipelines.PlanInput{
+	kp, err := pipelines.PlanAttention(d.dev.Info.DeviceInfo, pipelines.PlanInput{
 		AttentionShape: shape, Force: d.path, Additive: how.additive, Tuning: &tuning, Float32Products: opts.Float32Products,
+		Scalars: scalars(dims, opts, how.additive),
 	})
 	if err != nil {
 		return Plan{}, deviceError(err)
@@ -130,6 +131,29 @@ func (d *Device) plan(q, k, v [4]int, how planOf, opts *Options) (Plan, error) {
 		p.RoPE, p.RoPEQueryOnly = how.cache.rope.r, true
 	}
 	return p, nil
+}
+
+// scalars are the values of a call of dims that its kernels read: the
+// score scale (none for additive scores: w_a carries it), the causal
+// alignment, the window, the soft cap and the positions' alignment.
+func scalars(dims Dims, opts *Options, additive bool) pipelines.Scalars {
+	sc := pipelines.Scalars{Scale: opts.Scale.For(dims.DK), Causal: opts.Causal, Softcap: opts.Softcap, AlignToKeyLengths: opts.AlignToKeyLengths}
+	if additive {
+		sc.Scale = 1
+	}
+	if w := opts.Window; w != nil {
+		// A side reaching L + S keys shows every key (a query's position
+		// is in [-L, S-1]): so capped, the kernels' 32-bit position
+		// arithmetic cannot overflow, whatever the int was.
+		reach := func(side int) int {
+			if side < 0 {
+				return side
+			}
+			return min(side, dims.L+dims.S)
+		}
+		sc.Window = [2]int{reach(w.Left), reach(w.Right)}
+	}
+	return sc
 }
 
 // deviceError turns the planner's limit errors and full memory heaps into
@@ -218,8 +242,7 @@ func (d *Device) prepare(q, k, v *Tensor, opts Options, cache *cacheRefs) (*Call
 	if err != nil {
 		return nil, b.fail(err)
 	}
-	x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, Scale: opts.Scale.For(dm.DK), Causal: int(opts.Causal)}
-	return b.attentionCall(plan, &opts, x, oBound, cache)
+	return b.attentionCall(plan, &opts, attentionInputs{q: q.buf, k: k.buf, v: v.buf}, oBound, cache)
 }
 
 // checkInputs checks the three input tensors of a call, named names.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/pipelines/dispatch"
 )
 
 // Gradients are the gradients of sum(O * dO) for O = attention(q, k, v,
@@ -97,8 +98,7 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, 
 		return nil, err
 	}
 	b := &builder{d: d}
-	x := pipelines.AttentionArgs{Q: q.buf, K: k.buf, V: v.buf, Scale: opts.Scale.For(dm.DK), Causal: int(opts.Causal)}
-	call, err := b.backward(plan, &opts, x, dO)
+	call, err := b.backward(plan, &opts, attentionInputs{q: q.buf, k: k.buf, v: v.buf}, dO)
 	if err != nil {
 		return nil, b.fail(err)
 	}
@@ -110,11 +110,11 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, 
 }
 
 // backward finishes a backward call of the forward planned as plan (with
-// its LSE), whose inputs x holds (Q, K, V, the scalars; WA for additive
-// scores): the options' buffers, the forward's O and LSE as scratch, the
+// its LSE) over in (Q, K, V; w_a for additive scores): the options'
+// buffers, the forward's O and LSE as scratch, the
 // backward, and its gradients as outputs (dQ, dK, dV, each row's sink
 // share and, for additive scores, each key row's share of dw_a).
-func (b *builder) backward(plan Plan, opts *Options, x pipelines.AttentionArgs, dO *Tensor) (*gradCall, error) {
+func (b *builder) backward(plan Plan, opts *Options, in attentionInputs, dO *Tensor) (*gradCall, error) {
 	d, dm := b.d, plan.Dims
 	oShape := [4]int{dm.B, dm.H, dm.L, dm.DV}
 	if dO.layout() != denseF32(oShape) {
@@ -127,7 +127,8 @@ func (b *builder) backward(plan Plan, opts *Options, x pipelines.AttentionArgs, 
 			return nil, err
 		}
 	}
-	if err := b.bindOptions(dm, opts, &x, nil); err != nil {
+	x, err := b.lower(plan, opts, in, nil, nil)
+	if err != nil {
 		return nil, err
 	}
 	o, err := b.scratchTensor(oShape)
@@ -162,7 +163,7 @@ func (b *builder) backward(plan Plan, opts *Options, x pipelines.AttentionArgs, 
 			return nil, err
 		}
 	}
-	bx := pipelines.BackwardArgs{AttentionArgs: x, DO: dO.buf, RowD: rowD.buf, DSink: g.rowSinks.buf, DQ: g.DQ.buf, DK: g.DK.buf, DV: g.DV.buf}
+	bx := dispatch.BackwardArgs{AttentionArgs: x, DO: dO.buf, RowD: rowD.buf, DSink: g.rowSinks.buf, DQ: g.DQ.buf, DK: g.DK.buf, DV: g.DV.buf}
 	if g.keyWA != nil {
 		bx.DWA = g.keyWA.buf
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/pipelines/dispatch"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -34,7 +35,7 @@ func (o *MHAOutput) setGPUTime(t time.Duration) { o.GPUTime = t }
 // results) and the outputs. Its lock makes Run and Close take turns.
 type prepared[O outputs] struct {
 	mu       sync.Mutex
-	commands *pipelines.Prepared
+	commands *dispatch.Prepared
 	scratch  []*Tensor
 	out      O
 }
@@ -63,7 +64,7 @@ func (c *prepared[O]) Run(ctx context.Context) (time.Duration, error) {
 }
 
 // runWith is Run with transfers recorded around the call in the same
-// submission (pipelines.Prepared.RunWith).
+// submission (dispatch.Prepared.RunWith).
 func (c *prepared[O]) runWith(ctx context.Context, before, after func(*vk.Commands) error) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -144,7 +145,7 @@ func runOnce[O any, C oneShot[O]](ctx context.Context, prepare func() (C, error)
 // order, and one cleanup of all of them when something fails.
 type builder struct {
 	d       *Device
-	steps   []*pipelines.Step
+	steps   []*dispatch.Step
 	scratch []*Tensor // freed with the call
 	outputs []*Tensor // handed to the caller with the call's output
 }
@@ -179,42 +180,60 @@ func (b *builder) upload(n int, fill func([]float32)) (*Tensor, error) {
 }
 
 // add appends a bound step.
-func (b *builder) add(st *pipelines.Step, err error) error {
+func (b *builder) add(st *dispatch.Step, err error) error {
 	if err == nil {
 		b.steps = append(b.steps, st)
 	}
 	return err
 }
 
-// attention binds the attention of plan: x holds Q, K, V, O and the
-// scalars; the masks and lengths of opts (and key padding, if not nil) are
-// uploaded here, and the LSE and weights opts asks for are allocated as
-// outputs (returned, nil when not asked for).
-func (b *builder) attention(plan Plan, opts *Options, x pipelines.AttentionArgs, keyPadding *KeyPadding, cache *cacheRefs) (lse, weights *Tensor, err error) {
-	dm := plan.Dims
-	if err := b.bindOptions(dm, opts, &x, cache); err != nil {
-		return nil, nil, err
+// attentionInputs are the buffers of the tensors an attention call reads
+// (Q, K, V; w_a for additive scores) and, where the caller placed it, O.
+type attentionInputs struct{ q, k, v, o, wa *vk.Buffer }
+
+// lower is the one place an attention call becomes its kernel's
+// arguments: in's buffers, and the masks, lengths and per-head values of
+// opts (already checked against the plan's dims) and key padding (if not
+// nil) uploaded into scratch tensors of the call, each where the plan's
+// shape, planned from the same options, has it. The LSE and weights
+// outputs are left to the caller.
+func (b *builder) lower(plan Plan, opts *Options, in attentionInputs, keyPadding *KeyPadding, cache *cacheRefs) (dispatch.AttentionArgs, error) {
+	x := dispatch.AttentionArgs{Q: in.q, K: in.k, V: in.v, O: in.o, WA: in.wa}
+	dm, s := plan.Dims, &plan.Kernel.plan.Shape
+	if err := b.bindOptions(dm, s, opts, &x, cache); err != nil {
+		return x, err
 	}
-	if kp := keyPadding; kp != nil {
+	if s.KeyPadding {
 		t, err := b.upload(dm.B*dm.S, func(f []float32) {
-			for i, padded := range kp.Padded {
+			for i, padded := range keyPadding.Padded {
 				if padded {
 					f[i] = float32(math.Inf(-1))
 				}
 			}
 		})
 		if err != nil {
-			return nil, nil, err
+			return x, err
 		}
 		x.KeyPadding = t.buf
 	}
-	if opts.WantLSE {
+	return x, nil
+}
+
+// attention binds the attention of plan over in, with the LSE and weights
+// opts asks for allocated as outputs (returned, nil when not asked for).
+func (b *builder) attention(plan Plan, opts *Options, in attentionInputs, keyPadding *KeyPadding, cache *cacheRefs) (lse, weights *Tensor, err error) {
+	dm, s := plan.Dims, &plan.Kernel.plan.Shape
+	x, err := b.lower(plan, opts, in, keyPadding, cache)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.LSE {
 		if lse, err = b.output([4]int{dm.B, dm.H, dm.L, 1}); err != nil {
 			return nil, nil, err
 		}
 		x.LSE = lse.buf
 	}
-	if opts.WantWeights {
+	if s.Weights {
 		if weights, err = b.output([4]int{dm.B, dm.H, dm.L, dm.S}); err != nil {
 			return nil, nil, err
 		}
@@ -224,16 +243,17 @@ func (b *builder) attention(plan Plan, opts *Options, x pipelines.AttentionArgs,
 }
 
 // attentionCall finishes a call whose last step is the attention of plan
-// (x without O): it allocates the outputs, O's bound oBound, and records.
-func (b *builder) attentionCall(plan Plan, opts *Options, x pipelines.AttentionArgs, oBound float64, cache *cacheRefs) (*Call, error) {
+// over in (without O): it allocates the outputs, O's bound oBound, and
+// records.
+func (b *builder) attentionCall(plan Plan, opts *Options, in attentionInputs, oBound float64, cache *cacheRefs) (*Call, error) {
 	dm := plan.Dims
 	out := &Output{Plan: plan}
 	var err error
 	if out.O, err = b.output([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
 		return nil, b.fail(err)
 	}
-	x.O = out.O.buf
-	if out.LSE, out.Weights, err = b.attention(plan, opts, x, nil, cache); err != nil {
+	in.o = out.O.buf
+	if out.LSE, out.Weights, err = b.attention(plan, opts, in, nil, cache); err != nil {
 		return nil, b.fail(err)
 	}
 	out.setBounds(oBound)
@@ -248,17 +268,18 @@ func (b *builder) attentionCall(plan Plan, opts *Options, x pipelines.AttentionA
 // starts at element wOffset of w, bias (may be nil) at biasOffset, and out
 // rows are outStride apart.
 func (b *builder) linear(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, biasOffset int, out *Tensor, outStride int) error {
-	args := pipelines.LinearArgs{
+	shape := pipelines.LinearShape{
 		Rows: l.Rows, Outputs: l.Outputs, Inputs: l.Inputs,
-		X:          pipelines.Rows{Buffer: in.buf, Offset: in.offset, Stride: l.Inputs},
-		W:          pipelines.Rows{Buffer: w.buf, Offset: wOffset, Stride: l.Inputs},
-		Y:          pipelines.Rows{Buffer: out.buf, Offset: out.offset, Stride: outStride},
-		BiasOffset: biasOffset,
+		X:    pipelines.RowLayout{Offset: in.offset, Stride: l.Inputs},
+		W:    pipelines.RowLayout{Offset: wOffset, Stride: l.Inputs},
+		Y:    pipelines.RowLayout{Offset: out.offset, Stride: outStride},
+		Bias: bias != nil, BiasOffset: biasOffset,
 	}
+	bufs := dispatch.LinearBuffers{X: in.buf, W: w.buf, Y: out.buf}
 	if bias != nil {
-		args.Bias = bias.buf
+		bufs.Bias = bias.buf
 	}
-	return b.add(b.d.kernels.Linear(l.Kernel.plan, args))
+	return b.add(b.d.kernels.Linear(l.Kernel.plan, shape, bufs))
 }
 
 // finish records the steps as one submission and moves everything into c;
@@ -292,20 +313,24 @@ func (b *builder) fail(err error) error {
 	return deviceError(err)
 }
 
-// bindOptions uploads the masks and lengths of opts (already checked
-// against dm) into scratch tensors of the call and points x at them.
-func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs, cache *cacheRefs) error {
-	if m := opts.Mask; m != nil {
+// bindOptions uploads the masks, lengths and per-head values of opts
+// (already checked against dm) that the planned shape s has into scratch
+// tensors of the call and points x at them; a KV cache's call reads the
+// cache's lengths and page table.
+func (b *builder) bindOptions(dm Dims, s *pipelines.AttentionShape, opts *Options, x *dispatch.AttentionArgs, cache *cacheRefs) error {
+	if s.Mask.Given {
+		m := opts.Mask
 		t, err := b.upload(len(m.Values), func(h []float32) { copy(h, m.Values) })
 		if err != nil {
 			return err
 		}
 		x.Mask = t.buf
 	}
-	if ms := opts.BoolMasks; len(ms) > 0 {
+	if s.BoolMask.Given {
 		// The boolean masks become one additive 0 / -inf mask over the
 		// union of their shapes; blocks AND because -inf absorbs every
 		// finite addend.
+		ms := opts.BoolMasks
 		shape := boolMasksShape(ms)
 		t, err := b.upload(shape[0]*shape[1]*shape[2]*shape[3], func(h []float32) {
 			foldBoolMasks(ms, shape, h)
@@ -315,13 +340,14 @@ func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs
 		}
 		x.BoolMask = t.buf
 	}
-	x.AlignToKeyLengths = opts.AlignToKeyLengths
-	if cache != nil && cache.pages != nil {
+	if s.Paging > 0 {
 		x.PageTable = cache.pages.table.buf
 	}
-	if cache != nil {
+	switch {
+	case !s.Lengths:
+	case cache != nil:
 		x.Lengths = cache.lengths.buf // kept current by the cache
-	} else if opts.KeyLengths != nil || opts.QueryLengths != nil {
+	default:
 		t, err := b.upload(2*dm.B, func(h []float32) {
 			for b := 0; b < dm.B; b++ {
 				kl, ql := dm.S, dm.L
@@ -340,7 +366,7 @@ func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs
 		}
 		x.Lengths = t.buf
 	}
-	if opts.Sinks != nil || opts.ALiBi != nil {
+	if s.Sinks || s.ALiBi {
 		t, err := b.upload(2*dm.H, func(h []float32) {
 			for i := 0; i < dm.H; i++ {
 				if opts.Sinks != nil {
@@ -356,19 +382,6 @@ func (b *builder) bindOptions(dm Dims, opts *Options, x *pipelines.AttentionArgs
 		}
 		x.Heads = t.buf
 	}
-	if w := opts.Window; w != nil {
-		// A side reaching L + S keys shows every key (a query's position
-		// is in [-L, S-1]): so capped, the kernels' 32-bit position
-		// arithmetic cannot overflow, whatever the int was.
-		reach := func(side int) int {
-			if side < 0 {
-				return side
-			}
-			return min(side, dm.L+dm.S)
-		}
-		x.Window = [2]int{reach(w.Left), reach(w.Right)}
-	}
-	x.Softcap = opts.Softcap
 	return nil
 }
 

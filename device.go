@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/pipelines/dispatch"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -119,7 +120,7 @@ type Device struct {
 	mu       sync.Mutex // guards tuning and tensors; Close holds it
 	instance *vk.Instance
 	dev      *vk.Device
-	kernels  *pipelines.Kernels
+	kernels  *dispatch.Kernels
 	path     LoadPath
 	tuning   Tuning
 	tensors  map[*Tensor]struct{}

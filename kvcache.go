@@ -9,7 +9,7 @@ import (
 
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/pages"
-	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/pipelines/dispatch"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -337,7 +337,7 @@ func (c *KVCache) appendQuantized(k, v *Tensor, n int) error {
 				return err
 			}
 			cmds.Barrier()
-			st, err := c.dev.kernels.Q8Store(pipelines.Q8StoreArgs{
+			st, err := c.dev.kernels.Q8Store(dispatch.Q8StoreArgs{
 				X: src.buf, XType: src.dtype, XOffset: src.offset, XStrides: src.strides,
 				B: cfg.B, Heads: cfg.HKV, N: n, D: src.shape[3],
 				Y: dst.buf, Scales: dst.elements() / 2, RowDst: rows.buf,

@@ -40,6 +40,6 @@ func (d *Device) planLayer(name string, in pipelines.LinearInput) (LayerPlan, er
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	in.Aligned = in.Inputs%4 == 0 && in.WOffset%4 == 0
 	in.Force, in.Tuning = d.path, &tuning
-	kp, err := pipelines.PlanLinear(d.dev.Info, in)
+	kp, err := pipelines.PlanLinear(d.dev.Info.DeviceInfo, in)
 	return LayerPlan{Name: name, Rows: in.Rows, Outputs: in.Outputs, Inputs: in.Inputs, Kernel: linearKernelPlan(kp)}, deviceError(err)
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/pipelines/dispatch"
 )
 
 // Part is one partial attention (SEMANTICS.md §21): the attention of some
@@ -47,11 +47,11 @@ func (d *Device) PrepareMerge(parts []Part) (*Call, error) {
 		return nil, err
 	}
 	B, H, L, DV := shape[0], shape[1], shape[2], shape[3]
-	x := pipelines.MergeArgs{B: B, Heads: H, L: L, D: DV}
+	x := dispatch.MergeArgs{B: B, Heads: H, L: L, D: DV}
 	bound := 0.0
 	for _, p := range parts {
 		ol, ll := p.O.layout(), p.LSE.layout()
-		x.Parts = append(x.Parts, pipelines.MergePart{O: p.O.buf, LSE: p.LSE.buf,
+		x.Parts = append(x.Parts, dispatch.MergePart{O: p.O.buf, LSE: p.LSE.buf,
 			OOffset: ol.Offset, OStrides: ol.Strides, LSEOffset: ll.Offset, LSEStrides: ll.Strides})
 		// O is a convex combination of the parts' rows (or zeros).
 		bound = max(bound, p.O.magnitudeBound())

@@ -330,7 +330,6 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	}
 	p := pr.plan
 	B, T, S, dm, h := p.B, p.T, p.S, p.DModel, p.Heads
-	dh := dm / h
 
 	b := &builder{d: d}
 	out := &MHAOutput{Plan: p}
@@ -374,12 +373,8 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 	if err != nil {
 		return nil, b.fail(err)
 	}
-	ax := pipelines.AttentionArgs{
-		Q: q, K: k, V: v, O: concat.buf,
-		Scale:  pr.attn.Scale.For(dh),
-		Causal: int(pr.attn.Causal),
-	}
-	if _, out.Weights, err = b.attention(p.Attention, &pr.attn, ax, opts.KeyPadding, nil); err != nil {
+	in := attentionInputs{q: q, k: k, v: v, o: concat.buf}
+	if _, out.Weights, err = b.attention(p.Attention, &pr.attn, in, opts.KeyPadding, nil); err != nil {
 		return nil, b.fail(err)
 	}
 	if out.Weights != nil {

@@ -7,6 +7,7 @@ import (
 	vulkan "github.com/vulkan-go/vulkan"
 
 	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/pipelines/dispatch"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -90,9 +91,9 @@ func openOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 	d := &Device{
 		instance: inst,
 		dev:      dev,
-		kernels:  pipelines.NewKernels(dev),
+		kernels:  dispatch.NewKernels(dev),
 		path:     cfg.LoadPath,
-		tuning:   pipelines.DefaultTuning(dev.Info),
+		tuning:   pipelines.DefaultTuning(dev.Info.DeviceInfo),
 		tensors:  map[*Tensor]struct{}{},
 	}
 	if cfg.MemoryLimit > 0 {

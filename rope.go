@@ -5,6 +5,7 @@ import (
 
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/pipelines/dispatch"
 )
 
 // ropeTable is the (cos, sin) table of r for rows of width dk, a table
@@ -38,7 +39,7 @@ func (b *builder) rotated(x *Tensor, r *RoPE, table, lengths *Tensor) (*Tensor, 
 	if err != nil {
 		return nil, err
 	}
-	args := pipelines.RoPEArgs{
+	args := dispatch.RoPEArgs{
 		X: x.buf, XType: x.dtype, XOffset: x.offset, XStrides: x.strides, Y: y.buf,
 		B: s[0], Heads: s[1], N: s[2], D: s[3], Rot: r.RotatedDims(s[3]), Interleaved: r.Style == RoPEInterleaved,
 		Table: table.buf,

@@ -110,8 +110,7 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 			return nil, b.fail(fmt.Errorf("sequence %d: %w", i, err))
 		}
 		oBound = max(oBound, bound)
-		x := pipelines.AttentionArgs{Q: qi.buf, K: ki.buf, V: v.buf, O: out.O.buf, Scale: opts.Scale.For(plan.Dims.DK), Causal: int(opts.Causal)}
-		if _, _, err := b.attention(plan, &seqOpts, x, nil, nil); err != nil {
+		if _, _, err := b.attention(plan, &seqOpts, attentionInputs{q: qi.buf, k: ki.buf, v: v.buf, o: out.O.buf}, nil, nil); err != nil {
 			return nil, b.fail(err)
 		}
 		if l*s > out.Plan.Dims.L*out.Plan.Dims.S {

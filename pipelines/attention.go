@@ -1,8 +1,11 @@
-// Package pipelines holds vkattn's kernels in kernel terms: buffers,
-// element strides, dimensions and flags. It plans each dispatch from the
-// device's properties (load path, tile sizes, workgroup size, grid), records
-// it once and replays it. It knows nothing of the root package's options;
-// the root package translates them.
+// Package pipelines plans vkattn's kernels in kernel terms: layouts,
+// element strides, dimensions, flags and the device's description
+// (core.DeviceInfo). It decides each dispatch from the device's properties
+// (load path, tile sizes, workgroup size, grid, chunks, buffer windows and
+// parameter blocks) without a driver: it builds and tests with cgo off.
+// Package dispatch binds a plan to the device's buffers and records it.
+// It knows nothing of the root package's options; the root package
+// lowers them.
 package pipelines
 
 import (
@@ -14,7 +17,6 @@ import (
 	"strings"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // Layout is where a tensor of four logical axes (batch, head, position,
@@ -59,13 +61,6 @@ type MaskLayout struct {
 	Given   bool
 	Strides [4]int
 }
-
-// Causal alignment codes.
-const (
-	CausalNone = iota
-	CausalTopLeft
-	CausalBottomRight
-)
 
 // AttentionShape is an attention call without its buffers: extents, where
 // Q, K, V and O lie in their buffers, and which masks, lengths and outputs
@@ -120,50 +115,16 @@ func DenseShape(b, h, hkv, l, s, dk, dv int) AttentionShape {
 // masked reports whether the kernel needs its mask loads.
 func (s *AttentionShape) masked() bool { return s.Mask.Given || s.BoolMask.Given || s.KeyPadding }
 
-// AttentionArgs are the buffers and scalars of a planned attention call;
-// a buffer is nil exactly when the plan's shape lacks it.
-type AttentionArgs struct {
-	Q, K, V, O     *vk.Buffer
-	Mask, BoolMask *vk.Buffer
-	Lengths        *vk.Buffer // int32 key lengths [B] then query lengths [B]
-	LSE            *vk.Buffer // (B, H, L) float
-	Weights        *vk.Buffer // (B, H, L, S) float
-	KeyPadding     *vk.Buffer // (B, S) float 0 / -inf
-	WA             *vk.Buffer // additive plans: w_a, DK floats
-	// Heads holds per query head the sink logit (element 2h) and the ALiBi
-	// slope (2h+1), for shapes with Sinks or ALiBi.
-	Heads *vk.Buffer
-	// PageTable is the int32 (B, PagesPerItem) page table of paged shapes.
-	PageTable *vk.Buffer
-	Scale     float64
-	Causal    int
-	Window    [2]int  // left, right; -1 unbounded (shapes with Window)
-	Softcap   float64 // c > 0 (shapes with Softcap)
+// Scalars are the values of an attention call that its kernels read from
+// their parameter block rather than plan for.
+type Scalars struct {
+	Scale   float64
+	Causal  core.Causal
+	Window  [2]int  // left, right; -1 unbounded (shapes with Window)
+	Softcap float64 // c > 0 (shapes with Softcap)
 	// AlignToKeyLengths: bottom-right positions count from each item's key
-	// length (in Lengths) instead of S.
+	// length (in the lengths buffer) instead of S.
 	AlignToKeyLengths bool
-}
-
-// check refuses buffers that do not match the plan's shape.
-func (x *AttentionArgs) check(p *AttentionPlan) error {
-	s := &p.Shape
-	for _, b := range []struct {
-		what    string
-		buf     *vk.Buffer
-		planned bool
-	}{
-		{"Q", x.Q, true}, {"K", x.K, true}, {"V", x.V, true}, {"O", x.O, true},
-		{"mask", x.Mask, s.Mask.Given}, {"boolean mask", x.BoolMask, s.BoolMask.Given},
-		{"lengths", x.Lengths, s.Lengths}, {"LSE", x.LSE, s.LSE}, {"weights", x.Weights, s.Weights},
-		{"key padding", x.KeyPadding, s.KeyPadding}, {"w_a", x.WA, p.Additive},
-		{"per-head sinks and slopes", x.Heads, s.Sinks || s.ALiBi},
-		{"page table", x.PageTable, s.Paging > 0},
-	} {
-		if (b.buf != nil) != b.planned {
-			return fmt.Errorf("pipelines: %s given %v, planned %v", b.what, b.buf != nil, b.planned)
-		}
-	}
-	return nil
 }
 
 // AttentionPlan is what the planner chose for one problem.
@@ -207,9 +168,11 @@ type AttentionPlan struct {
 	Chunks, ChunkKVHeads, ChunkHeads, ChunkRows int
 	Grid                                        [3]uint32
 	Why                                         string // why this load path
-	// Shape is the call planned: binding its buffers reads the chunks and
-	// windows from the plan and never plans again.
-	Shape AttentionShape
+	// Shape is the call planned and Scalars its values: binding its
+	// buffers reads the chunks, windows and parameters from the plan and
+	// never plans again.
+	Shape   AttentionShape
+	Scalars Scalars
 }
 
 func (p AttentionPlan) String() string {
@@ -297,7 +260,7 @@ type LimitError struct{ Msg string }
 
 func (e *LimitError) Error() string { return e.Msg }
 
-func limitf(format string, args ...any) error {
+func Limitf(format string, args ...any) error {
 	return &LimitError{Msg: fmt.Sprintf(format, args...)}
 }
 
@@ -314,22 +277,24 @@ type PlanInput struct {
 	Additive bool
 	// core.Tuning is the device's launch shapes; nil means DefaultTuning.
 	Tuning *core.Tuning
+	// Scalars are the call's values, kept in the plan for its binding.
+	Scalars Scalars
 }
 
 // PlanAttention picks the kernel variant, launch shape and (for a call
 // larger than one binding reaches) the split into chunks for a problem on
-// a device. The plan is complete: Kernels.Attention binds buffers to it.
-func PlanAttention(dev vk.PhysicalDevice, in PlanInput) (AttentionPlan, error) {
-	p := AttentionPlan{Shape: in.AttentionShape}
+// a device. The plan is complete: dispatch binds buffers to it.
+func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
+	p := AttentionPlan{Shape: in.AttentionShape, Scalars: in.Scalars}
 	b, h, l, dk, dv, force := in.B, in.H, in.L, in.DK, in.DV, in.Force
 	// Rows read as vec4s need 4-aligned widths, offsets and strides.
 	aligned := in.Q.aligned(dk) && in.K.aligned(dk) && in.V.aligned(dv)
 	width := max(dk, dv)
 	if width > core.MaxHeadWidth {
 		if in.Additive { // Q and K are the projections: their width is d_a
-			return p, limitf("head width %d (d_a=%d, the projections' width; d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, core.MaxHeadWidth)
+			return p, Limitf("head width %d (d_a=%d, the projections' width; d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, core.MaxHeadWidth)
 		}
-		return p, limitf("head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, core.MaxHeadWidth)
+		return p, Limitf("head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, core.MaxHeadWidth)
 	}
 	p.DMax = 16
 	for p.DMax < width {
@@ -442,7 +407,7 @@ func (p *AttentionPlan) gridAxes() [3]string {
 // min = max = SubgroupSize) has one. Intel (8..32) and MoltenVK (4..32)
 // report the widest, and a subgroup may run narrower; a device without
 // size control does not say.
-func sharedLoadWidth(dev vk.PhysicalDevice) (int, string) {
+func sharedLoadWidth(dev core.DeviceInfo) (int, string) {
 	lim := dev.Limits
 	sg := int(lim.SubgroupSize)
 	switch {
@@ -460,16 +425,16 @@ func sharedLoadWidth(dev vk.PhysicalDevice) (int, string) {
 
 // finishPlan checks the grid against the device
 // and splits the call into chunks where it is larger than one binding.
-func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan) error {
+func finishPlan(dev core.DeviceInfo, p *AttentionPlan) error {
 	for i, g := range p.Grid {
 		if g > dev.Limits.MaxWorkGroupCount[i] {
-			return limitf("%d %s exceed the device's %d workgroups on axis %d", g, p.gridAxes()[i], dev.Limits.MaxWorkGroupCount[i], i)
+			return Limitf("%d %s exceed the device's %d workgroups on axis %d", g, p.gridAxes()[i], dev.Limits.MaxWorkGroupCount[i], i)
 		}
 	}
 	p.Masked = p.Shape.masked()
 	p.Variant.Q8 = p.Shape.kvQ8()
 	if err := dev.CheckBindings(attentionBindingTypes(*p)); err != nil {
-		return limitf("%v", err)
+		return Limitf("%v", err)
 	}
 	cs, err := planChunks(dev, p)
 	if err != nil {
@@ -489,7 +454,7 @@ func finishPlan(dev vk.PhysicalDevice, p *AttentionPlan) error {
 // reports false, p untouched but for a note in its Why where the device
 // has the matrices and the call would use them but the device's limits
 // do not let it.
-func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, error) {
+func planCoopmat(dev core.DeviceInfo, in *PlanInput, p *AttentionPlan) (bool, error) {
 	mm := matrixSide(dev)
 	half := func(t core.DType) bool { return t == core.Float16 || t == core.BFloat16 }
 	packed := in.H / in.HKV * in.L
@@ -531,7 +496,7 @@ func planCoopmat(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) (bool, 
 
 // matrixSide is the larger square float16 cooperative-matrix shape (M = N
 // = K = 16 or 8) the device has with float32 accumulators, or 0.
-func matrixSide(dev vk.PhysicalDevice) int {
+func matrixSide(dev core.DeviceInfo) int {
 	for _, mm := range []int{16, 8} {
 		if dev.HasMatrix(mm, mm, mm, core.MatrixFloat16) {
 			return mm
@@ -541,7 +506,7 @@ func matrixSide(dev vk.PhysicalDevice) int {
 }
 
 // tiledCapable reports why dev cannot run the tiled kernels, or "".
-func tiledCapable(dev vk.PhysicalDevice) string {
+func tiledCapable(dev core.DeviceInfo) string {
 	switch {
 	case !dev.Limits.SubgroupShuffle:
 		return "no subgroup shuffles in compute shaders"
@@ -572,7 +537,7 @@ func pow2Above(n int) int {
 // planTiled plans p with the tiled GPU kernels shaped by tiles, fitted to
 // the device and the problem. It reports false (p untouched but for its
 // note) when the device cannot run them; the row kernels plan then.
-func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *core.TiledTuning, p *AttentionPlan) (bool, error) {
+func planTiled(dev core.DeviceInfo, in *PlanInput, tiles *core.TiledTuning, p *AttentionPlan) (bool, error) {
 	if why := tiledCapable(dev); why != "" {
 		p.Why += "; tiled kernels not used: " + why
 		return false, nil
@@ -623,31 +588,28 @@ func planTiled(dev vk.PhysicalDevice, in *PlanInput, tiles *core.TiledTuning, p 
 	return true, finishPlan(dev, p)
 }
 
-// checkRange refuses a buffer the kernel could not address whole: the shader
-// indexes with 32-bit ints, texel views are limited in elements and storage
-// bindings in bytes.
-func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 bool, t core.DType) error {
-	if buf == nil {
-		return nil
-	}
-	elems := buf.Size() / uint64(t.Bytes())
+// CheckRange refuses a buffer of size bytes that a kernel could not
+// address whole: the shader indexes with 32-bit ints, texel views are
+// limited in elements and storage bindings in bytes.
+func CheckRange(dev core.DeviceInfo, what string, size uint64, texel, vec4 bool, t core.DType) error {
+	elems := size / uint64(t.Bytes())
 	if t == core.Q8_0 {
-		elems = buf.Size() / 4 // read as words
+		elems = size / 4 // read as words
 	}
 	if elems > math.MaxInt32 {
-		return limitf("%s has %d elements, more than 2^31", what, elems)
+		return Limitf("%s has %d elements, more than 2^31", what, elems)
 	}
 	if texel {
 		if vec4 {
 			elems /= 4
 		}
 		if elems > uint64(dev.Limits.MaxTexelBufferElements) {
-			return limitf("%s has %d elements, the device's texel buffers hold %d", what, elems, dev.Limits.MaxTexelBufferElements)
+			return Limitf("%s has %d elements, the device's texel buffers hold %d", what, elems, dev.Limits.MaxTexelBufferElements)
 		}
 		return nil
 	}
-	if buf.Size() > uint64(dev.Limits.MaxStorageBufferRange) {
-		return limitf("%s is %d bytes, the device's storage buffer range is %d", what, buf.Size(), dev.Limits.MaxStorageBufferRange)
+	if size > uint64(dev.Limits.MaxStorageBufferRange) {
+		return Limitf("%s is %d bytes, the device's storage buffer range is %d", what, size, dev.Limits.MaxStorageBufferRange)
 	}
 	return nil
 }
@@ -655,47 +617,47 @@ func checkRange(dev vk.PhysicalDevice, what string, buf *vk.Buffer, texel, vec4 
 // The attention kernel's descriptor bindings (attention.comp's
 // layout(binding = N)), in order.
 const (
-	bindParams = iota
-	bindQ
-	bindK
-	bindV
-	bindMask
-	bindBoolMask
-	bindLengths
-	bindO
-	bindLSE
-	bindWeights // the split-K partials in split-K plans
-	bindKeyPadding
-	bindHeads     // per-head sinks and ALiBi slopes
-	bindPageTable // paged K and V
-	bindWA        // additive plans only
+	BindParams = iota
+	BindQ
+	BindK
+	BindV
+	BindMask
+	BindBoolMask
+	BindLengths
+	BindO
+	BindLSE
+	BindWeights // the split-K partials in split-K plans
+	BindKeyPadding
+	BindHeads     // per-head sinks and ALiBi slopes
+	BindPageTable // paged K and V
+	BindWA        // additive plans only
 	attentionBindings
 )
 
 // The backward pass's further bindings (attention_backward.comp), after
 // the forward's: dO, D per row, the gradients, each row's sink gradient.
 const (
-	bindDO = attentionBindings + iota
-	bindRowD
-	bindDQ
-	bindDK
-	bindDV
-	bindDSink
-	bindDWA // additive: each key row's share of dw_a
+	BindDO = attentionBindings + iota
+	BindRowD
+	BindDQ
+	BindDK
+	BindDV
+	BindDSink
+	BindDWA // additive: each key row's share of dw_a
 	backwardBindings
 )
 
-// attentionKernel is the kernel of an attention plan, built once per device.
-func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
+// Kernel is the kernel of an attention plan.
+func (p *AttentionPlan) Kernel() KernelSpec {
 	s := &p.Shape
-	bindings := attentionBindingTypes(p)
+	bindings := attentionBindingTypes(*p)
 	if p.Variant.Family == FamilyCoopmat {
 		spec := make([]int32, coopSpecCount)
 		spec[specLocalSize], spec[coopSpecD4], spec[coopSpecBR], spec[coopSpecBC] = int32(p.WorkGroup), int32(p.DMax/4), int32(p.TileRows), int32(p.KeyTile)
 		spec[coopSpecMM], spec[coopSpecNSG], spec[coopSpecSG] = int32(p.Matrix), int32(p.WorkGroup/p.SubgroupSize), int32(p.SubgroupSize)
 		spec[coopSpecMasked], spec[coopSpecVariants] = boolSpec(p.Masked), s.variants()
 		spec[coopSpecQType], spec[coopSpecKType], spec[coopSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-		return ks.getInSubgroups(p.Variant, bindings, uint32(p.SubgroupSize), spec...)
+		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec}
 	}
 	if p.Variant.Family == FamilyTiled {
 		spec := make([]int32, tiledSpecCount)
@@ -703,32 +665,32 @@ func (ks *Kernels) attentionKernel(p AttentionPlan) (*vk.Kernel, error) {
 		spec[tiledSpecBR], spec[tiledSpecBC], spec[tiledSpecLPR], spec[tiledSpecRPL] = int32(p.TileRows), int32(p.KeyTile), int32(p.LanesPerRow), int32(p.RowsPerLane)
 		spec[tiledSpecMasked], spec[tiledSpecVariants], spec[tiledSpecPaged] = boolSpec(p.Masked), s.variants(), boolSpec(s.Paging > 0)
 		spec[tiledSpecQType], spec[tiledSpecKType], spec[tiledSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-		return ks.getInSubgroups(p.Variant, bindings, uint32(p.SubgroupSize), spec...)
+		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec}
 	}
 	spec := make([]int32, attSpecCount)
 	spec[specLocalSize], spec[attSpecWG], spec[attSpecD4] = int32(p.WorkGroup), int32(p.WorkGroup), int32(p.DMax/4)
 	spec[attSpecRows], spec[attSpecKeys], spec[attSpecShare] = int32(p.Rows), int32(p.KeyTile), int32(max(p.SharedLoads, 1))
 	spec[attSpecMasked], spec[attSpecVariants], spec[attSpecPaged] = boolSpec(p.Masked), s.variants(), boolSpec(s.Paging > 0)
 	spec[attSpecQType], spec[attSpecKType], spec[attSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-	return ks.get(p.Variant, bindings, spec...)
+	return KernelSpec{Variant: p.Variant, Bindings: bindings, Spec: spec}
 }
 
 // attentionBindingTypes are the attention kernel's bindings for plan p:
 // storage buffers but the Params block, Q, K, V and the masks through
 // texel views on the texel path, w_a for additive plans only.
-func attentionBindingTypes(p AttentionPlan) []vk.BindingType {
+func attentionBindingTypes(p AttentionPlan) []core.BindingType {
 	s := &p.Shape
-	bindings := make([]vk.BindingType, attentionBindings)
+	bindings := make([]core.BindingType, attentionBindings)
 	for i := range bindings {
-		bindings[i] = vk.StorageBuffer
+		bindings[i] = core.StorageBuffer
 	}
-	bindings[bindParams] = vk.UniformBuffer
+	bindings[BindParams] = core.UniformBuffer
 	if p.Path == core.TexelLoadPath {
-		bindings[bindQ], bindings[bindK], bindings[bindV] = texelBinding(s.Q.Type, p.Vec4), texelBinding(s.K.Type, p.Vec4), texelBinding(s.V.Type, p.Vec4)
-		bindings[bindMask], bindings[bindBoolMask], bindings[bindKeyPadding] = vk.UniformTexelR32F, vk.UniformTexelR32F, vk.UniformTexelR32F
+		bindings[BindQ], bindings[BindK], bindings[BindV] = texelBinding(s.Q.Type, p.Vec4), texelBinding(s.K.Type, p.Vec4), texelBinding(s.V.Type, p.Vec4)
+		bindings[BindMask], bindings[BindBoolMask], bindings[BindKeyPadding] = core.UniformTexelR32F, core.UniformTexelR32F, core.UniformTexelR32F
 	}
 	if !p.Additive {
-		bindings = bindings[:bindWA]
+		bindings = bindings[:BindWA]
 	}
 	return bindings
 }
@@ -744,19 +706,19 @@ func boolSpec(b bool) int32 {
 	return 0
 }
 
-// combineKernel is the split-K combine pass (one variant per device).
-func (ks *Kernels) combineKernel() (*vk.Kernel, error) {
-	return ks.get(Variant{Family: FamilyCombine}, combineBindingTypes())
+// CombineKernel is the split-K combine pass (one variant per device).
+func CombineKernel() KernelSpec {
+	return KernelSpec{Variant: Variant{Family: FamilyCombine}, Bindings: combineBindingTypes()}
 }
 
 // combineBindingTypes are the combine pass's bindings: Params, the
 // partials, O, LSE, lengths, per-head data.
-func combineBindingTypes() []vk.BindingType {
-	b := make([]vk.BindingType, combineBindHeads+1)
+func combineBindingTypes() []core.BindingType {
+	b := make([]core.BindingType, combineBindHeads+1)
 	for i := range b {
-		b[i] = vk.StorageBuffer
+		b[i] = core.StorageBuffer
 	}
-	b[combineBindParams] = vk.UniformBuffer
+	b[combineBindParams] = core.UniformBuffer
 	return b
 }
 
@@ -828,7 +790,8 @@ func (p *attentionParams) encode() []byte {
 
 // newAttentionParams is the Params of a chunk whose shape is cs (its
 // extents, and its tensors' offsets within their windows).
-func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c chunkParams) *attentionParams {
+func newAttentionParams(p *AttentionPlan, cs *AttentionShape, c chunkParams) *attentionParams {
+	x := &p.Scalars
 	flags := 0
 	m, bm := cs.Mask.Strides, cs.BoolMask.Strides
 	if cs.Mask.Given {
@@ -841,9 +804,9 @@ func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c
 	// count from its first row l0.
 	shift := c.l0
 	switch x.Causal {
-	case CausalTopLeft:
+	case core.CausalTopLeft:
 		flags |= flagCausal
-	case CausalBottomRight:
+	case core.CausalBottomRight:
 		flags |= flagCausal
 		shift += cs.S - c.rows
 	}
@@ -864,7 +827,7 @@ func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c
 	}
 	if x.AlignToKeyLengths && cs.Lengths {
 		flags |= flagAlignPos
-		if x.Causal == CausalBottomRight {
+		if x.Causal == core.CausalBottomRight {
 			flags |= flagAlignCausal
 		}
 	}
@@ -890,140 +853,60 @@ func newAttentionParams(p AttentionPlan, cs *AttentionShape, x *AttentionArgs, c
 	}
 }
 
-// Attention binds the buffers of a planned attention call: its
-// parameters, scratch buffers and descriptor sets, and the split-K combine
-// pass when the plan has one. A call larger than one binding reaches runs
-// as the plan's chunks, each bound through windows of the buffers.
-func (ks *Kernels) Attention(p AttentionPlan, x AttentionArgs) (*Step, error) {
-	info := ks.dev.Info
-	if err := x.check(&p); err != nil {
-		return nil, err
-	}
-	chunks := p.chunks()
-	texel := p.Path == core.TexelLoadPath
-	if err := checkRange(info, "key padding", x.KeyPadding, texel, false, core.Float32); err != nil {
-		return nil, err
-	}
-	k, err := ks.attentionKernel(p)
-	if err != nil {
-		return nil, err
-	}
-	st := &Step{}
-	fail := func(err error) (*Step, error) {
-		st.Close()
-		return nil, err
-	}
-	var partials *vk.Buffer
-	var combine *vk.Kernel
-	if p.Splits > 0 {
-		// Per split and row: max, sum and the unnormalised d_v-wide output;
-		// one buffer serves every chunk in turn.
-		most := 0
-		for _, c := range chunks {
-			most = max(most, c.nb*c.nh)
-		}
-		n := uint64(most) * uint64(p.Shape.L) * uint64(p.Splits) * uint64(p.Shape.DV+2)
-		if partials, err = ks.dev.NewBuffer(4 * n); err != nil {
-			return fail(err)
-		}
-		st.own(partials)
-		if err := checkRange(info, "split-K partials", partials, false, false, core.Float32); err != nil {
-			return fail(err)
-		}
-		if combine, err = ks.combineKernel(); err != nil {
-			return fail(err)
-		}
-	}
-	for _, c := range chunks {
-		if err := ks.attentionChunk(st, k, combine, partials, p, &x, c); err != nil {
-			return fail(err)
-		}
-	}
-	return st, nil
+// ChunkDispatch is one chunk of a planned call as bound: the windows of
+// its buffers (the others are bound whole), its parameter block, its grid
+// and its attention work, and the combine pass's grid where the plan is
+// split-K.
+type ChunkDispatch struct {
+	Windows       []Window
+	Params        []byte
+	Groups        [3]uint32
+	FLOPs         float64
+	CombineGroups [3]uint32
 }
 
-// attentionChunk binds chunk c of the call into st.
-func (ks *Kernels) attentionChunk(st *Step, k, combine *vk.Kernel, partials *vk.Buffer, p AttentionPlan, x *AttentionArgs, c chunk) error {
-	info := ks.dev.Info
+// BindChunk binds chunk c of p: each windowed buffer's window, and the
+// parameters that locate the chunk's tensors in them.
+func (p *AttentionPlan) BindChunk(dev core.DeviceInfo, c Chunk) (ChunkDispatch, error) {
 	s := &p.Shape
 	cs := *s // the chunk's shape: its extents, offsets within its windows
 	cs.B, cs.H, cs.HKV, cs.L = c.nb, c.nh, c.nkv, c.nl
 	extra := chunkParams{b0: c.b0, batch: s.B, l0: c.l0, rows: s.L, h0: c.h0}
-	bound := make([]vk.Arg, attentionBindings)
-	bound[bindLengths].Buffer, bound[bindKeyPadding].Buffer, bound[bindWA].Buffer = x.Lengths, x.KeyPadding, x.WA
-	bound[bindHeads].Buffer, bound[bindPageTable].Buffer = x.Heads, x.PageTable
-	if p.Splits > 0 {
-		bound[bindWeights].Buffer = partials
+	var d ChunkDispatch
+	var err error
+	if d.Windows, err = bindWindows(dev, chunkBindings(p, c, &cs, &extra)); err != nil {
+		return d, err
 	}
-	for _, b := range chunkBindings(&p, c, x, &cs, &extra) {
-		w, err := bindWindow(info, b.what, b.sp, b.texel, b.vec4, b.dtype)
-		if err != nil {
-			return err
-		}
-		bound[b.binding] = vk.Arg{Buffer: b.buf, Offset: w.offset, Range: w.size}
-		*b.offset = b.sp.lo - w.first
-	}
-	params, err := st.params(ks, newAttentionParams(p, &cs, x, extra).encode())
-	if err != nil {
-		return err
-	}
-	bound[bindParams].Buffer = params
-	if !p.Additive {
-		bound = bound[:bindWA]
-	}
-	for i := range bound {
-		if bound[i].Buffer, err = ks.or(bound[i].Buffer); err != nil {
-			return err
-		}
-	}
-	set, err := k.Bind(bound)
-	if err != nil {
-		return err
-	}
-	st.own(set)
-	grid := [3]uint32{0, uint32(cs.H), uint32(cs.B)}
+	d.Params = newAttentionParams(p, &cs, extra).encode()
+	d.Groups = [3]uint32{0, uint32(cs.H), uint32(cs.B)}
 	switch {
 	case p.Splits > 0:
-		grid[0], grid[1] = p.Grid[0], uint32(cs.HKV*p.RowBlocks)
+		d.Groups[0], d.Groups[1] = p.Grid[0], uint32(cs.HKV*p.RowBlocks)
 	case p.Variant.Family == FamilyTiled || p.Variant.Family == FamilyCoopmat:
-		grid[0], grid[1] = uint32(ceilDiv(c.nl*cs.H/cs.HKV, p.TileRows)), uint32(cs.HKV)
+		d.Groups[0], d.Groups[1] = uint32(ceilDiv(c.nl*cs.H/cs.HKV, p.TileRows)), uint32(cs.HKV)
 	default:
-		grid[0] = uint32(ceilDiv(c.nl, p.Rows*p.WorkGroup))
+		d.Groups[0] = uint32(ceilDiv(c.nl, p.Rows*p.WorkGroup))
 	}
-	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: grid, flops: c.flops(s)})
-	if combine != nil {
-		o, lse, lengths, heads := bound[bindO], bound[bindLSE], bound[bindLengths], bound[bindHeads]
-		cset, err := combine.Bind([]vk.Arg{{Buffer: params}, {Buffer: partials}, o, lse, lengths, heads})
-		if err != nil {
-			return err
-		}
-		st.own(cset)
+	d.FLOPs = c.flops(s)
+	if p.Splits > 0 {
 		// A workgroup per row; rows past the x axis's limit continue on y.
 		rows := cs.B * cs.H * cs.L
-		x := min(rows, int(info.Limits.MaxWorkGroupCount[0]))
-		st.dispatches = append(st.dispatches, dispatch{kernel: combine, set: cset, groups: [3]uint32{uint32(x), uint32(ceilDiv(rows, x)), 1}})
+		x := min(rows, int(dev.Limits.MaxWorkGroupCount[0]))
+		d.CombineGroups = [3]uint32{uint32(x), uint32(ceilDiv(rows, x)), 1}
 	}
-	return nil
+	return d, nil
 }
 
-// bind binds buffers to a kernel's bindings in order; nil binds the dummy
-// buffer (an absent optional input or output).
-func (ks *Kernels) bind(k *vk.Kernel, bufs ...*vk.Buffer) (*vk.DescriptorSet, error) {
-	args := make([]vk.Arg, len(bufs))
-	for i, b := range bufs {
-		var err error
-		if args[i].Buffer, err = ks.or(b); err != nil {
-			return nil, err
-		}
+// PartialsBytes is the size of the split-K partials buffer of p (0 when
+// p is not split-K): per split and row, max, sum and the unnormalised
+// d_v-wide output; one buffer serves every chunk in turn.
+func (p *AttentionPlan) PartialsBytes() uint64 {
+	if p.Splits == 0 {
+		return 0
 	}
-	return k.Bind(args)
-}
-
-// PrepareAttention binds an attention call and records it on its own.
-func (ks *Kernels) PrepareAttention(p AttentionPlan, x AttentionArgs) (*Prepared, error) {
-	st, err := ks.Attention(p, x)
-	if err != nil {
-		return nil, err
+	most := 0
+	for _, c := range p.ChunkList() {
+		most = max(most, c.nb*c.nh)
 	}
-	return ks.Prepare(st)
+	return 4 * uint64(most) * uint64(p.Shape.L) * uint64(p.Splits) * uint64(p.Shape.DV+2)
 }

@@ -6,13 +6,12 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // lavapipeLike is a device description with lavapipe's driver ID and the
 // properties the planner reads; no Vulkan device is needed to plan.
-func lavapipeLike() vk.PhysicalDevice {
-	return vk.PhysicalDevice{DeviceInfo: core.DeviceInfo{
+func lavapipeLike() core.DeviceInfo {
+	return core.DeviceInfo{
 		Name: "fake lavapipe", Type: core.DeviceCPU, DriverID: core.DriverIDLavapipe,
 		TexelR32F: true, TexelWords: true, TexelWords4: true,
 		SubgroupSizeControl: true, FullSubgroups: true, // one width, 8 (Mesa 22.3.6)
@@ -22,7 +21,7 @@ func lavapipeLike() vk.PhysicalDevice {
 			MaxStorageBufferRange: 128 << 20, MaxTexelBufferElements: 128 << 20,
 			MinStorageAlignment: 16, MinTexelAlignment: 16, MaxSharedMemory: 32 << 10,
 		},
-	}}
+	}
 }
 
 // TestPlanUsesTheTuning checks that a plan carries the tuning's keys per
@@ -63,9 +62,9 @@ func TestPlanUsesTheTuning(t *testing.T) {
 
 	// Shared loads need subgroup shuffles and subgroups that tile the
 	// workgroup.
-	for _, edit := range []func(*vk.PhysicalDevice){
-		func(d *vk.PhysicalDevice) { d.Limits.SubgroupShuffle = false },
-		func(d *vk.PhysicalDevice) { d.Limits.SubgroupSize = 16 }, // workgroup 8
+	for _, edit := range []func(*core.DeviceInfo){
+		func(d *core.DeviceInfo) { d.Limits.SubgroupShuffle = false },
+		func(d *core.DeviceInfo) { d.Limits.SubgroupSize = 16 }, // workgroup 8
 	} {
 		d := lavapipeLike()
 		edit(&d)
@@ -132,7 +131,7 @@ func TestChunksComeFromThePlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := p.chunks(); !slices.Equal(got, planned) {
+		if got := p.ChunkList(); !slices.Equal(got, planned) {
 			t.Errorf("%s: the plan gives chunks %v, the planner chose %v", c.name, got, planned)
 		}
 		if c.reach < 1<<30 && p.Chunks < 2 {
@@ -150,7 +149,7 @@ func TestChunksComeFromThePlan(t *testing.T) {
 // compute unit; a device without subgroup size control keeps the row
 // kernels and the plan says why.
 func TestTiledPlansFitTheDevice(t *testing.T) {
-	gpu := func(shared, minSG, maxSG uint32) vk.PhysicalDevice {
+	gpu := func(shared, minSG, maxSG uint32) core.DeviceInfo {
 		d := lavapipeLike()
 		d.Type, d.DriverID = core.DeviceDiscrete, core.DriverIDMesaRADV
 		d.Limits.MaxSharedMemory, d.Limits.MinSubgroupSize, d.Limits.MaxSubgroupSize = shared, minSG, maxSG
@@ -165,7 +164,7 @@ func TestTiledPlansFitTheDevice(t *testing.T) {
 	tiles := *amd.Tiled
 	for _, c := range []struct {
 		name                      string
-		dev                       vk.PhysicalDevice
+		dev                       core.DeviceInfo
 		shape                     AttentionShape
 		keys, lanes, subgroup, wg int
 	}{
@@ -217,7 +216,7 @@ func TestTiledPlansFitTheDevice(t *testing.T) {
 
 // withMatrices is dev with subgroup-scope m x m x m float16 cooperative
 // matrices (float32 accumulators) and their features.
-func withMatrices(dev vk.PhysicalDevice, m int) vk.PhysicalDevice {
+func withMatrices(dev core.DeviceInfo, m int) core.DeviceInfo {
 	dev.CooperativeMatrices = []core.CooperativeMatrix{
 		{M: m, N: m, K: m, A: core.MatrixFloat16, B: core.MatrixFloat16, C: core.MatrixFloat16, Result: core.MatrixFloat16, Scope: core.MatrixSubgroup},
 		{M: m, N: m, K: m, A: core.MatrixFloat16, B: core.MatrixFloat16, C: core.MatrixFloat32, Result: core.MatrixFloat32, Scope: core.MatrixSubgroup},
@@ -240,7 +239,7 @@ func TestCoopmatPlanning(t *testing.T) {
 		in.Q.Type, in.K.Type, in.V.Type = core.Float16, core.Float16, core.Float16
 		return in
 	}
-	plan := func(dev vk.PhysicalDevice, in PlanInput) AttentionPlan {
+	plan := func(dev core.DeviceInfo, in PlanInput) AttentionPlan {
 		t.Helper()
 		p, err := PlanAttention(dev, in)
 		if err != nil {
@@ -274,7 +273,7 @@ func TestCoopmatPlanning(t *testing.T) {
 	accumulators.CooperativeMatrices = accumulators.CooperativeMatrices[:1] // float16 accumulators only
 	for _, c := range []struct {
 		name string
-		dev  vk.PhysicalDevice
+		dev  core.DeviceInfo
 		in   PlanInput
 	}{
 		{"float32 Q", lavapipe26, f32},
@@ -311,7 +310,7 @@ func TestCoopmatLinearPlanning(t *testing.T) {
 	texel.Force = core.TexelLoadPath
 	for _, c := range []struct {
 		name string
-		dev  vk.PhysicalDevice
+		dev  core.DeviceInfo
 		in   LinearInput
 	}{
 		{"float32 X", lavapipe26, layer(core.Float32, core.Float16)},

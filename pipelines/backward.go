@@ -1,33 +1,18 @@
 package pipelines
 
-import (
-	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/vk"
-)
-
-// BackwardArgs are the buffers of an attention call's backward pass: the
-// forward's (Q, K, V, masks, lengths, per-head data and scalars, with O
-// and LSE its outputs, read here), dO (dense, O's shape), and where the
-// pass writes: D per row and each row's sink gradient (dense (B, H, L)
-// scratch) and the gradients, dense float32 of Q's, K's and V's shapes.
-type BackwardArgs struct {
-	AttentionArgs
-	DO, RowD, DSink, DQ, DK, DV *vk.Buffer
-	// DWA, additive plans: each key row's share of dw_a, (B, S, d_a).
-	DWA *vk.Buffer
-}
+import "github.com/vkattn/vkattn/core"
 
 // backwardWorkGroup is the backward kernels' workgroup size.
 const backwardWorkGroup = 64
 
 // backwardBindingTypes are attention_backward.comp's bindings: the
 // forward's, storage buffers but the Params block, then the pass's own.
-func backwardBindingTypes() []vk.BindingType {
-	b := make([]vk.BindingType, backwardBindings)
+func backwardBindingTypes() []core.BindingType {
+	b := make([]core.BindingType, backwardBindings)
 	for i := range b {
-		b[i] = vk.StorageBuffer
+		b[i] = core.StorageBuffer
 	}
-	b[bindParams] = vk.UniformBuffer
+	b[BindParams] = core.UniformBuffer
 	return b
 }
 
@@ -42,7 +27,7 @@ type backwardPlan struct {
 // planBackward sizes the passes for p: d_max the power of two from 16
 // that holds d_k and d_v (at most core.MaxHeadWidth), tiles of up to 16 rows
 // that fit the device's shared memory twice over with their LSE and D.
-func planBackward(dev vk.PhysicalDevice, p AttentionPlan) (backwardPlan, error) {
+func planBackward(dev core.DeviceInfo, p AttentionPlan) (backwardPlan, error) {
 	bp := backwardPlan{families: [2]Family{FamilyBackwardQ, FamilyBackwardKV}, dMax: 16}
 	if p.Additive {
 		bp.families = [2]Family{FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV}
@@ -54,80 +39,78 @@ func planBackward(dev vk.PhysicalDevice, p AttentionPlan) (backwardPlan, error) 
 	bp.tile = min(16, int(dev.Limits.MaxSharedMemory)/(4*(2*bp.dMax+2)))
 	switch {
 	case bp.dMax > core.MaxHeadWidth:
-		return bp, limitf("the backward pass takes head widths up to %d, not d_k %d, d_v %d", core.MaxHeadWidth, s.DK, s.DV)
+		return bp, Limitf("the backward pass takes head widths up to %d, not d_k %d, d_v %d", core.MaxHeadWidth, s.DK, s.DV)
 	case bp.tile < 1:
-		return bp, limitf("the backward pass's tiles of d_max %d do not fit %d B of shared memory", bp.dMax, dev.Limits.MaxSharedMemory)
+		return bp, Limitf("the backward pass's tiles of d_max %d do not fit %d B of shared memory", bp.dMax, dev.Limits.MaxSharedMemory)
 	case backwardWorkGroup > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)):
-		return bp, limitf("the backward pass needs workgroups of %d invocations", backwardWorkGroup)
+		return bp, Limitf("the backward pass needs workgroups of %d invocations", backwardWorkGroup)
 	}
 	if budget := dev.LoopBudget(); budget > 0 {
 		group := s.H / s.HKV
 		if n := backwardLoops(bp.tile, s.S, s.L, group); n > budget {
-			return bp, limitf("on %s, which ends an invocation's loops after %d iterations, the backward of %d keys and %d query rows a KV head (%d heads of %d rows) would loop %d times",
+			return bp, Limitf("on %s, which ends an invocation's loops after %d iterations, the backward of %d keys and %d query rows a KV head (%d heads of %d rows) would loop %d times",
 				dev.Name, budget, s.S, group*s.L, group, s.L, n)
 		}
 	}
 	return bp, nil
 }
 
-// AttentionBackward binds the backward pass of the forward call planned
-// as p (planned with its LSE): a query pass (dQ, D, the sinks' shares),
-// then a key pass (dK, dV), each an output row per invocation with no
-// atomics, the other side's rows staged in shared memory. A call larger than one binding reaches runs as chunks
-// of batch items and KV heads with their query heads, each bound through
-// windows of the buffers (never blocks of query rows: a key's gradient
-// sums every row). K and V are read unpaged. An additive plan's Q and K
-// are the projections (d_k = d_a), and the key pass writes each key row's
-// share of dw_a too.
-func (ks *Kernels) AttentionBackward(p AttentionPlan, x BackwardArgs) (*Step, error) {
-	dev := ks.dev.Info
+// BackwardPlan is the backward pass of a forward plan (planned with its
+// LSE): its two kernels, a query pass (dQ, D, the sinks' shares) then a
+// key pass (dK, dV), each an output row per invocation with no atomics,
+// the other side's rows staged in shared memory; and its chunks. A call
+// larger than one binding reaches runs as chunks of batch items and KV
+// heads with their query heads, each bound through windows of the
+// buffers (never blocks of query rows: a key's gradient sums every row).
+// K and V are read unpaged. An additive plan's Q and K are the
+// projections (d_k = d_a), and the key pass writes each key row's share
+// of dw_a too.
+type BackwardPlan struct {
+	Forward AttentionPlan // the forward plan, on storage loads
+	Passes  [2]KernelSpec
+	Chunks  []Chunk
+}
+
+// PlanBackward plans the backward of the forward plan p.
+func PlanBackward(dev core.DeviceInfo, p AttentionPlan) (BackwardPlan, error) {
 	s := &p.Shape
 	switch {
 	case s.Paging > 0:
-		return nil, limitf("the backward pass reads dense K and V, not pages")
+		return BackwardPlan{}, Limitf("the backward pass reads dense K and V, not pages")
 	case !s.LSE:
-		return nil, limitf("the backward pass needs the forward's log-sum-exp")
+		return BackwardPlan{}, Limitf("the backward pass needs the forward's log-sum-exp")
 	case s.kvQ8():
-		return nil, limitf("the backward pass reads float K and V, not q8_0")
+		return BackwardPlan{}, Limitf("the backward pass reads float K and V, not q8_0")
 	}
 	// The backward kernels read storage buffers, whatever the forward's path.
 	p.Path, p.Vec4 = core.StorageLoadPath, false
 	chunks, err := backwardChunks(dev, &p)
 	if err != nil {
-		return nil, err
+		return BackwardPlan{}, err
 	}
 	bp, err := planBackward(dev, p)
 	if err != nil {
-		return nil, err
+		return BackwardPlan{}, err
 	}
 	spec := make([]int32, bwdSpecCount)
 	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, boolSpec(p.Masked), s.variants()
 	spec[bwdSpecQType], spec[bwdSpecKType], spec[bwdSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 	spec[bwdSpecDMax], spec[bwdSpecTile] = int32(bp.dMax), int32(bp.tile)
-	var passes [2]*vk.Kernel
+	plan := BackwardPlan{Forward: p, Chunks: chunks}
 	for i, f := range bp.families {
-		if passes[i], err = ks.get(Variant{Family: f}, backwardBindingTypes(), spec...); err != nil {
-			return nil, err
-		}
+		plan.Passes[i] = KernelSpec{Variant: Variant{Family: f}, Bindings: backwardBindingTypes(), Spec: spec}
 	}
-	st := &Step{}
-	for _, c := range chunks {
-		if err := ks.backwardChunk(st, passes, p, &x, c); err != nil {
-			st.Close()
-			return nil, err
-		}
-	}
-	return st, nil
+	return plan, nil
 }
 
 // backwardChunks are the chunks of the backward of p: the whole call,
 // else as many KV heads of one batch item at a time as fit.
-func backwardChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
+func backwardChunks(dev core.DeviceInfo, p *AttentionPlan) ([]Chunk, error) {
 	x := &p.Shape
 	var lastErr error
-	fit := func(cs []chunk) []chunk {
+	fit := func(cs []Chunk) []Chunk {
 		for _, c := range cs {
-			for _, b := range backwardChunkBindings(p, c, nil, nil, nil, nil) {
+			for _, b := range backwardChunkBindings(p, c, nil, nil, nil) {
 				if _, err := bindWindow(dev, b.what, b.sp, false, false, b.dtype); err != nil {
 					lastErr = err
 					return nil
@@ -136,7 +119,7 @@ func backwardChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
 		}
 		return cs
 	}
-	if cs := fit([]chunk{headsChunk(x, 0, x.B, 0, x.HKV)}); cs != nil {
+	if cs := fit([]Chunk{headsChunk(x, 0, x.B, 0, x.HKV)}); cs != nil {
 		return cs, nil
 	}
 	for g := x.HKV; g >= 1; g-- {
@@ -144,7 +127,7 @@ func backwardChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
 			return cs, nil
 		}
 	}
-	return nil, limitf("one KV head of one batch item does not fit a binding in the backward pass (which does not split query rows): %v", lastErr)
+	return nil, Limitf("one KV head of one batch item does not fit a binding in the backward pass (which does not split query rows): %v", lastErr)
 }
 
 // backwardOffsets are the element offsets, within their windows, of a
@@ -156,76 +139,63 @@ type backwardOffsets struct{ dO, dQ, dK, dV, rowD, dSink, dWA int }
 // backwardChunkBindings are the forward's windowed buffers of chunk c
 // (chunkBindings) and the backward's own: dO, D, the sink shares and dQ
 // over the chunk's query rows, dK and dV (and dw_a's shares) over its key
-// rows, all dense. Planning passes nil for x, cs, extra and off.
-func backwardChunkBindings(p *AttentionPlan, c chunk, x *BackwardArgs, cs *AttentionShape, extra *chunkParams, off *backwardOffsets) []chunkBinding {
-	if x == nil {
-		x, cs, extra, off = &BackwardArgs{}, &AttentionShape{}, &chunkParams{}, &backwardOffsets{}
+// rows, all dense. Planning passes nil for cs, extra and off.
+func backwardChunkBindings(p *AttentionPlan, c Chunk, cs *AttentionShape, extra *chunkParams, off *backwardOffsets) []chunkBinding {
+	if cs == nil {
+		cs, extra, off = new(AttentionShape), new(chunkParams), new(backwardOffsets)
 	}
 	s := &p.Shape
-	bs := chunkBindings(p, c, &x.AttentionArgs, cs, extra)
+	bs := chunkBindings(p, c, cs, extra)
 	rows := span{(c.b0*s.H + c.h0) * s.L, ((c.b0+c.nb-1)*s.H+c.h0+c.nh-1)*s.L + s.L}
 	keys := span{(c.b0*s.HKV + c.hk0) * s.S, ((c.b0+c.nb-1)*s.HKV+c.hk0+c.nkv-1)*s.S + s.S}
 	times := func(sp span, n int) span { return span{sp.lo * n, sp.hi * n} }
 	bs = append(bs,
-		chunkBinding{bindDO, "dO", x.DO, times(rows, s.DV), false, false, core.Float32, &off.dO},
-		chunkBinding{bindRowD, "D", x.RowD, rows, false, false, core.Float32, &off.rowD},
-		chunkBinding{bindDSink, "sink shares", x.DSink, rows, false, false, core.Float32, &off.dSink},
-		chunkBinding{bindDQ, "dQ", x.DQ, times(rows, s.DK), false, false, core.Float32, &off.dQ},
-		chunkBinding{bindDK, "dK", x.DK, times(keys, s.DK), false, false, core.Float32, &off.dK},
-		chunkBinding{bindDV, "dV", x.DV, times(keys, s.DV), false, false, core.Float32, &off.dV})
+		chunkBinding{BindDO, "dO", times(rows, s.DV), false, false, core.Float32, &off.dO},
+		chunkBinding{BindRowD, "D", rows, false, false, core.Float32, &off.rowD},
+		chunkBinding{BindDSink, "sink shares", rows, false, false, core.Float32, &off.dSink},
+		chunkBinding{BindDQ, "dQ", times(rows, s.DK), false, false, core.Float32, &off.dQ},
+		chunkBinding{BindDK, "dK", times(keys, s.DK), false, false, core.Float32, &off.dK},
+		chunkBinding{BindDV, "dV", times(keys, s.DV), false, false, core.Float32, &off.dV})
 	if p.Additive {
-		bs = append(bs, chunkBinding{bindDWA, "dw_a shares", x.DWA, times(keys, s.DK), false, false, core.Float32, &off.dWA})
+		bs = append(bs, chunkBinding{BindDWA, "dw_a shares", times(keys, s.DK), false, false, core.Float32, &off.dWA})
 	}
 	return bs
 }
 
-// backwardChunk binds chunk c's two passes into st.
-func (ks *Kernels) backwardChunk(st *Step, passes [2]*vk.Kernel, p AttentionPlan, x *BackwardArgs, c chunk) error {
-	info := ks.dev.Info
+// BackwardDispatch is one chunk of a backward pass as bound: the windows
+// of its buffers, its parameter block and the grids of its two passes.
+type BackwardDispatch struct {
+	Windows []Window
+	Params  []byte
+	Groups  [2][3]uint32
+}
+
+// BindChunk binds chunk c of the backward pass.
+func (bp *BackwardPlan) BindChunk(dev core.DeviceInfo, c Chunk) (BackwardDispatch, error) {
+	p := &bp.Forward
 	s := &p.Shape
 	cs := *s
 	cs.B, cs.H, cs.HKV = c.nb, c.nh, c.nkv
 	extra := chunkParams{b0: c.b0, batch: s.B, rows: s.L, h0: c.h0}
 	var off backwardOffsets
-	bound := make([]vk.Arg, backwardBindings)
-	bound[bindLengths].Buffer, bound[bindKeyPadding].Buffer = x.Lengths, x.KeyPadding
-	bound[bindHeads].Buffer, bound[bindWA].Buffer = x.Heads, x.WA
-	for _, b := range backwardChunkBindings(&p, c, x, &cs, &extra, &off) {
-		w, err := bindWindow(info, b.what, b.sp, false, false, b.dtype)
-		if err != nil {
-			return err
-		}
-		bound[b.binding] = vk.Arg{Buffer: b.buf, Offset: w.offset, Range: w.size}
-		*b.offset = b.sp.lo - w.first
+	var d BackwardDispatch
+	var err error
+	if d.Windows, err = bindWindows(dev, backwardChunkBindings(p, c, &cs, &extra, &off)); err != nil {
+		return d, err
 	}
 	if off.rowD != extra.lse || off.dSink != extra.lse || (p.Additive && off.dWA != off.dK) {
-		return limitf("the backward's row buffers start at other offsets than the log-sum-exp's and dK's")
+		return d, Limitf("the backward's row buffers start at other offsets than the log-sum-exp's and dK's")
 	}
-	params := newAttentionParams(p, &cs, &x.AttentionArgs, extra)
+	params := newAttentionParams(p, &cs, extra)
 	params.Grads = ivec4(off.dO, off.dQ, off.dK, off.dV)
-	pbuf, err := st.params(ks, params.encode())
-	if err != nil {
-		return err
-	}
-	bound[bindParams].Buffer = pbuf
-	for i := range bound {
-		if bound[i].Buffer, err = ks.or(bound[i].Buffer); err != nil {
-			return err
-		}
-	}
+	d.Params = params.encode()
 	for i, pass := range []struct{ rows, heads int }{{s.L, cs.H}, {s.S, cs.HKV}} {
-		set, err := passes[i].Bind(bound)
-		if err != nil {
-			return err
-		}
-		st.own(set)
-		groups := [3]uint32{uint32(ceilDiv(pass.rows, backwardWorkGroup)), uint32(pass.heads), uint32(cs.B)}
-		for a, g := range groups {
-			if g > info.Limits.MaxWorkGroupCount[a] {
-				return limitf("the backward pass needs %v workgroups, beyond the device's grid %v", groups, info.Limits.MaxWorkGroupCount)
+		d.Groups[i] = [3]uint32{uint32(ceilDiv(pass.rows, backwardWorkGroup)), uint32(pass.heads), uint32(cs.B)}
+		for a, g := range d.Groups[i] {
+			if g > dev.Limits.MaxWorkGroupCount[a] {
+				return d, Limitf("the backward pass needs %v workgroups, beyond the device's grid %v", d.Groups[i], dev.Limits.MaxWorkGroupCount)
 			}
 		}
-		st.dispatches = append(st.dispatches, dispatch{kernel: passes[i], set: set, groups: groups})
 	}
-	return nil
+	return d, nil
 }

@@ -1,10 +1,6 @@
 package pipelines
 
-import (
-	"github.com/vkattn/vkattn/vk"
-
-	"github.com/vkattn/vkattn/core"
-)
+import "github.com/vkattn/vkattn/core"
 
 // A binding reaches at most maxStorageBufferRange bytes (storage) or
 // maxTexelBufferElements texels (texel views), so a call whose tensors are
@@ -18,19 +14,19 @@ import (
 // the query heads are all those of the KV heads, or (nkv = nh = 1) one
 // query head of its KV head; nb > 1 only with every head, nl < L only with
 // one query head of one batch item.
-type chunk struct{ b0, nb, hk0, nkv, h0, nh, l0, nl int }
+type Chunk struct{ b0, nb, hk0, nkv, h0, nh, l0, nl int }
 
 // headsChunk is every query row of batch item b's KV heads [hk0, hk0+nkv)
 // and their query heads.
-func headsChunk(x *AttentionShape, b, nb, hk0, nkv int) chunk {
+func headsChunk(x *AttentionShape, b, nb, hk0, nkv int) Chunk {
 	group := x.H / x.HKV
-	return chunk{b, nb, hk0, nkv, hk0 * group, nkv * group, 0, x.L}
+	return Chunk{b, nb, hk0, nkv, hk0 * group, nkv * group, 0, x.L}
 }
 
 // headsChunks are the chunks of g KV heads (with their query heads) of one
 // batch item each.
-func headsChunks(x *AttentionShape, g int) []chunk {
-	var cs []chunk
+func headsChunks(x *AttentionShape, g int) []Chunk {
+	var cs []Chunk
 	for b := 0; b < x.B; b++ {
 		for hk := 0; hk < x.HKV; hk += g {
 			cs = append(cs, headsChunk(x, b, 1, hk, min(g, x.HKV-hk)))
@@ -41,21 +37,21 @@ func headsChunks(x *AttentionShape, g int) []chunk {
 
 // rowChunks are the chunks of up to nl query rows of one query head of one
 // batch item each.
-func rowChunks(x *AttentionShape, nl int) []chunk {
-	cs := make([]chunk, 0, x.B*x.H*ceilDiv(x.L, nl))
-	eachRowChunk(x, nl, func(c chunk) bool { cs = append(cs, c); return true })
+func rowChunks(x *AttentionShape, nl int) []Chunk {
+	cs := make([]Chunk, 0, x.B*x.H*ceilDiv(x.L, nl))
+	eachRowChunk(x, nl, func(c Chunk) bool { cs = append(cs, c); return true })
 	return cs
 }
 
 // eachRowChunk calls f with the chunks of rowChunks(x, nl) in turn until
 // it returns false, and reports whether it never did: planning tries many
 // row counts of calls with up to millions of such chunks.
-func eachRowChunk(x *AttentionShape, nl int, f func(chunk) bool) bool {
+func eachRowChunk(x *AttentionShape, nl int, f func(Chunk) bool) bool {
 	group := x.H / x.HKV
 	for b := 0; b < x.B; b++ {
 		for h := 0; h < x.H; h++ {
 			for l0 := 0; l0 < x.L; l0 += nl {
-				if !f(chunk{b, 1, h / group, 1, h, 1, l0, min(nl, x.L-l0)}) {
+				if !f(Chunk{b, 1, h / group, 1, h, 1, l0, min(nl, x.L-l0)}) {
 					return false
 				}
 			}
@@ -66,28 +62,28 @@ func eachRowChunk(x *AttentionShape, nl int, f func(chunk) bool) bool {
 
 // flops is the work of chunk c of a call of shape x: the two products'
 // multiply-adds over every key.
-func (c chunk) flops(x *AttentionShape) float64 {
+func (c Chunk) flops(x *AttentionShape) float64 {
 	return 2 * float64(c.nb*c.nh*c.nl) * float64(x.S) * float64(x.DK+x.DV)
 }
 
-// dispatchFLOPs is the most attention work one submission carries: a
+// DispatchFLOPs is the most attention work one submission carries: a
 // cancelled call stops between submissions, and Windows ends a dispatch
 // that runs past about 2 s (TDR) as a lost device. lavapipe runs some 50
 // GFLOP/s on two cores (BENCHMARKS.md), so a CPU device's submission takes
 // under a second; GPUs run from about 1 TFLOP/s.
-func dispatchFLOPs(dev vk.PhysicalDevice) float64 {
+func DispatchFLOPs(dev core.DeviceInfo) float64 {
 	if dev.Type == core.DeviceCPU {
 		return 2e10
 	}
 	return 5e11
 }
 
-// chunks are the plan's chunks, as planChunks chose them.
-func (p *AttentionPlan) chunks() []chunk {
+// ChunkList is the plan's chunks, as planChunks chose them.
+func (p *AttentionPlan) ChunkList() []Chunk {
 	x := &p.Shape
 	switch {
 	case p.Chunks <= 1:
-		return []chunk{headsChunk(x, 0, x.B, 0, x.HKV)}
+		return []Chunk{headsChunk(x, 0, x.B, 0, x.HKV)}
 	case p.ChunkHeads == p.ChunkKVHeads*(x.H/x.HKV) && p.ChunkRows == x.L:
 		return headsChunks(x, p.ChunkKVHeads)
 	}
@@ -128,7 +124,7 @@ type window struct {
 // bindWindow aligns a span's start down to the binding's offset alignment
 // (and to whole vec4s for vec4 texel views) and checks the window against
 // the binding's reach.
-func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool, t core.DType) (window, error) {
+func bindWindow(dev core.DeviceInfo, what string, sp span, texel, vec4 bool, t core.DType) (window, error) {
 	elem := uint64(t.Bytes())
 	// Whole 32-bit words (halves are read two a word on the storage path),
 	// and whole vec4 slots: the shader finds slot c of a row at
@@ -157,7 +153,7 @@ func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool, t
 	hi := (uint64(sp.hi)*elem + 3) / 4 * 4
 	w := window{offset: lo, size: hi - lo, first: int(lo / elem)}
 	if w.size > reach {
-		return w, limitf("%s needs a %d-byte window, more than one binding reaches (%d bytes)", what, w.size, reach)
+		return w, Limitf("%s needs a %d-byte window, more than one binding reaches (%d bytes)", what, w.size, reach)
 	}
 	return w, nil
 }
@@ -167,7 +163,6 @@ func bindWindow(dev vk.PhysicalDevice, what string, sp span, texel, vec4 bool, t
 type chunkBinding struct {
 	binding int
 	what    string
-	buf     *vk.Buffer
 	sp      span
 	texel   bool
 	vec4    bool
@@ -175,13 +170,12 @@ type chunkBinding struct {
 	offset  *int
 }
 
-// chunkBindings lists the windowed buffers of chunk c of plan p with the
-// call's buffers x; their offsets go to the chunk's shape cs and
-// parameters extra. Planning passes nil for all three: only the windows
-// are wanted.
-func chunkBindings(p *AttentionPlan, c chunk, x *AttentionArgs, cs *AttentionShape, extra *chunkParams) []chunkBinding {
-	if x == nil {
-		x, cs, extra = &AttentionArgs{}, &AttentionShape{}, &chunkParams{}
+// chunkBindings lists the windowed buffers of chunk c of plan p; their
+// offsets go to the chunk's shape cs and parameters extra. Planning
+// passes nil for both: only the windows are wanted.
+func chunkBindings(p *AttentionPlan, c Chunk, cs *AttentionShape, extra *chunkParams) []chunkBinding {
+	if cs == nil {
+		cs, extra = new(AttentionShape), new(chunkParams)
 	}
 	s := &p.Shape
 	h0, nh := c.h0, c.nh
@@ -200,33 +194,33 @@ func chunkBindings(p *AttentionPlan, c chunk, x *AttentionArgs, cs *AttentionSha
 		vSpan = s.V.q8Span()
 	}
 	bs := []chunkBinding{
-		{bindQ, "Q", x.Q, viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, s.Q.Type, &cs.Q.Offset},
-		{bindK, "K", x.K, kSpan, texel, p.Vec4, s.K.Type, &cs.K.Offset},
-		{bindV, "V", x.V, vSpan, texel, p.Vec4, s.V.Type, &cs.V.Offset},
-		{bindO, "O", x.O, viewSpan(rowsFrom(s.O, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DV), false, false, core.Float32, &cs.O.Offset},
+		{BindQ, "Q", viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, s.Q.Type, &cs.Q.Offset},
+		{BindK, "K", kSpan, texel, p.Vec4, s.K.Type, &cs.K.Offset},
+		{BindV, "V", vSpan, texel, p.Vec4, s.V.Type, &cs.V.Offset},
+		{BindO, "O", viewSpan(rowsFrom(s.O, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DV), false, false, core.Float32, &cs.O.Offset},
 	}
 	// LSE and weights are dense (B, H, L[, S]); a chunk of several batch
 	// items has every head, so its range is contiguous (a block of query
 	// rows is contiguous within each of its heads).
 	rows := span{(c.b0*s.H+h0)*s.L + c.l0, ((c.b0+c.nb-1)*s.H+h0+nh-1)*s.L + c.l0 + c.nl}
 	if s.LSE {
-		bs = append(bs, chunkBinding{bindLSE, "LSE", x.LSE, rows, false, false, core.Float32, &extra.lse})
+		bs = append(bs, chunkBinding{BindLSE, "LSE", rows, false, false, core.Float32, &extra.lse})
 	}
 	if s.Weights {
-		bs = append(bs, chunkBinding{bindWeights, "weights", x.Weights, span{rows.lo * s.S, rows.hi * s.S}, false, false, core.Float32, &extra.weights})
+		bs = append(bs, chunkBinding{BindWeights, "weights", span{rows.lo * s.S, rows.hi * s.S}, false, false, core.Float32, &extra.weights})
 	}
 	if s.Mask.Given {
-		bs = append(bs, chunkBinding{bindMask, "mask", x.Mask, maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.mask})
+		bs = append(bs, chunkBinding{BindMask, "mask", maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.mask})
 	}
 	if s.BoolMask.Given {
-		bs = append(bs, chunkBinding{bindBoolMask, "boolean mask", x.BoolMask, maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.boolMask})
+		bs = append(bs, chunkBinding{BindBoolMask, "boolean mask", maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.boolMask})
 	}
 	return bs
 }
 
 // fits reports whether every binding of chunk c has a window within reach.
-func fits(dev vk.PhysicalDevice, p *AttentionPlan, c chunk) error {
-	for _, b := range chunkBindings(p, c, nil, nil, nil) {
+func fits(dev core.DeviceInfo, p *AttentionPlan, c Chunk) error {
+	for _, b := range chunkBindings(p, c, nil, nil) {
 		if _, err := bindWindow(dev, b.what, b.sp, b.texel, b.vec4, b.dtype); err != nil {
 			return err
 		}
@@ -240,28 +234,28 @@ func fits(dev vk.PhysicalDevice, p *AttentionPlan, c chunk) error {
 // split-K, whose few query rows are never what is large). A chunk of one
 // query row that does not fit is a LimitError.
 //
-// Chunks also bound a submission's work (dispatchFLOPs): a call larger than
+// Chunks also bound a submission's work (DispatchFLOPs): a call larger than
 // that runs as chunks found the same way, down to one query row, each
 // submitted on its own (Prepared.Run), so a cancelled context stops it
 // between them and no dispatch runs for long. Paged and split-K calls are
 // not split for their work.
-func planChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
+func planChunks(dev core.DeviceInfo, p *AttentionPlan) ([]Chunk, error) {
 	x := &p.Shape
-	costly := func(c chunk) bool {
-		return p.Splits == 0 && x.Paging == 0 && c.nl > 1 && c.flops(x) > dispatchFLOPs(dev)
+	costly := func(c Chunk) bool {
+		return p.Splits == 0 && x.Paging == 0 && c.nl > 1 && c.flops(x) > DispatchFLOPs(dev)
 	}
 	whole := headsChunk(x, 0, x.B, 0, x.HKV)
 	err := fits(dev, p, whole)
 	if err == nil && !costly(whole) {
-		return []chunk{whole}, nil
+		return []Chunk{whole}, nil
 	}
 	if x.Paging > 0 {
 		// Windows of the pools would need each chunk's head offset.
-		return nil, limitf("paged K/V pools larger than one binding are not split: %v", err)
+		return nil, Limitf("paged K/V pools larger than one binding are not split: %v", err)
 	}
 	var lastErr error
 	// fitsAll reports whether chunk c fits a binding and a submission.
-	fitsAll := func(c chunk) bool {
+	fitsAll := func(c Chunk) bool {
 		if err := fits(dev, p, c); err != nil {
 			lastErr = err
 			return false
@@ -269,7 +263,7 @@ func planChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
 		return !costly(c)
 	}
 	// allFit returns cs, or nil if one of them does not fit.
-	allFit := func(cs []chunk) []chunk {
+	allFit := func(cs []Chunk) []Chunk {
 		for _, c := range cs {
 			if !fitsAll(c) {
 				return nil
@@ -299,5 +293,27 @@ func planChunks(dev vk.PhysicalDevice, p *AttentionPlan) ([]chunk, error) {
 	if p.Splits == 0 {
 		how = ", even a query row at a time"
 	}
-	return nil, limitf("one KV head of one batch item does not fit a binding%s: %v", how, lastErr)
+	return nil, Limitf("one KV head of one batch item does not fit a binding%s: %v", how, lastErr)
+}
+
+// Window is the range of a buffer that one binding of a dispatch reads or
+// writes: bytes [Offset, Offset+Size).
+type Window struct {
+	Binding      int
+	Offset, Size uint64
+}
+
+// bindWindows binds each of bs through its window and stores its element
+// offset within the window where the binding says.
+func bindWindows(dev core.DeviceInfo, bs []chunkBinding) ([]Window, error) {
+	ws := make([]Window, len(bs))
+	for i, b := range bs {
+		w, err := bindWindow(dev, b.what, b.sp, b.texel, b.vec4, b.dtype)
+		if err != nil {
+			return nil, err
+		}
+		ws[i] = Window{Binding: b.binding, Offset: w.offset, Size: w.size}
+		*b.offset = b.sp.lo - w.first
+	}
+	return ws, nil
 }

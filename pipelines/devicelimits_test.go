@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // TestPlansFitRealDevices plans a sweep of calls of every kernel family
@@ -133,7 +132,7 @@ func containsAny(s string, words []string) bool {
 
 // boundless is a device with far larger limits than any in the table:
 // a call it refuses is refused for what it is, not for a device's limit.
-func boundless() vk.PhysicalDevice {
+func boundless() core.DeviceInfo {
 	d := realDevices()[0]
 	d.Name = "boundless"
 	l := &d.Limits
@@ -149,7 +148,7 @@ type namedTuning struct {
 }
 
 // tuningsFor are dev's own tuning and each vendor's.
-func tuningsFor(t *testing.T, dev vk.PhysicalDevice) []namedTuning {
+func tuningsFor(t *testing.T, dev core.DeviceInfo) []namedTuning {
 	// A texel tuning with shared loads in workgroups of 64, as `vkattn
 	// tune` may save one planned as lavapipe (it keeps the shared loads
 	// and varies the workgroup).
@@ -285,7 +284,7 @@ func declaredShared(p AttentionPlan) int {
 
 // subgroupProblems checks a kernel that requires full subgroups of sg
 // lanes in workgroups of wg.
-func subgroupProblems(dev vk.PhysicalDevice, sg, wg int) []string {
+func subgroupProblems(dev core.DeviceInfo, sg, wg int) []string {
 	var ps []string
 	lim := dev.Limits
 	switch {
@@ -300,7 +299,7 @@ func subgroupProblems(dev vk.PhysicalDevice, sg, wg int) []string {
 }
 
 // workGroupProblems checks a workgroup of wg invocations along x.
-func workGroupProblems(dev vk.PhysicalDevice, wg int) []string {
+func workGroupProblems(dev core.DeviceInfo, wg int) []string {
 	if wg < 1 || wg > int(dev.Limits.MaxWorkGroupSize[0]) || wg > int(dev.Limits.MaxWorkGroupInvocations) {
 		return []string{fmt.Sprintf("workgroup %d beyond the device's %d (%d invocations)", wg, dev.Limits.MaxWorkGroupSize[0], dev.Limits.MaxWorkGroupInvocations)}
 	}
@@ -308,7 +307,7 @@ func workGroupProblems(dev vk.PhysicalDevice, wg int) []string {
 }
 
 // gridProblems checks a dispatch's workgroup counts.
-func gridProblems(dev vk.PhysicalDevice, what string, g [3]uint32) []string {
+func gridProblems(dev core.DeviceInfo, what string, g [3]uint32) []string {
 	for i := range g {
 		if g[i] < 1 || g[i] > dev.Limits.MaxWorkGroupCount[i] {
 			return []string{fmt.Sprintf("%s grid %v beyond the device's %v", what, g, dev.Limits.MaxWorkGroupCount)}
@@ -320,7 +319,7 @@ func gridProblems(dev vk.PhysicalDevice, what string, g [3]uint32) []string {
 // reach is the bytes one binding of type t reaches (texel views hold
 // MaxTexelBufferElements texels of one element, four with vec4, or a word
 // for q8_0).
-func reach(dev vk.PhysicalDevice, texel, vec4 bool, t core.DType) int {
+func reach(dev core.DeviceInfo, texel, vec4 bool, t core.DType) int {
 	if !texel {
 		return int(dev.Limits.MaxStorageBufferRange)
 	}
@@ -336,7 +335,7 @@ func reach(dev vk.PhysicalDevice, texel, vec4 bool, t core.DType) int {
 
 // chunkGrid is the grid of chunk c's attention dispatch (as
 // Kernels.attentionChunk records it).
-func chunkGrid(p *AttentionPlan, c chunk) [3]uint32 {
+func chunkGrid(p *AttentionPlan, c Chunk) [3]uint32 {
 	switch {
 	case p.Splits > 0:
 		return [3]uint32{p.Grid[0], uint32(c.nkv * p.RowBlocks), uint32(c.nb)}
@@ -349,7 +348,7 @@ func chunkGrid(p *AttentionPlan, c chunk) [3]uint32 {
 // coopmatEligible reports whether the call would go on dev's cooperative
 // matrices if the device's limits allowed (planCoopmat's conditions on
 // the call).
-func coopmatEligible(dev vk.PhysicalDevice, in *PlanInput, dmax int) bool {
+func coopmatEligible(dev core.DeviceInfo, in *PlanInput, dmax int) bool {
 	mm := matrixSide(dev)
 	half := func(t core.DType) bool { return t == core.Float16 || t == core.BFloat16 }
 	return mm > 0 && half(in.Q.Type) && half(in.K.Type) && half(in.V.Type) && !in.Float32Products && !in.Additive && !in.Weights &&
@@ -357,7 +356,7 @@ func coopmatEligible(dev vk.PhysicalDevice, in *PlanInput, dmax int) bool {
 }
 
 // attentionProblems is how plan p of call in with tuning does not fit dev.
-func attentionProblems(dev vk.PhysicalDevice, in *PlanInput, tuning *core.Tuning, p AttentionPlan) []string {
+func attentionProblems(dev core.DeviceInfo, in *PlanInput, tuning *core.Tuning, p AttentionPlan) []string {
 	lim := dev.Limits
 	ps := workGroupProblems(dev, p.WorkGroup)
 	if shared := declaredShared(p); shared > int(lim.MaxSharedMemory) || shared != p.SharedBytes {
@@ -416,7 +415,7 @@ func attentionProblems(dev vk.PhysicalDevice, in *PlanInput, tuning *core.Tuning
 		ps = append(ps, "the device's cooperative matrices left without a reason: "+p.Why)
 	}
 	ps = append(ps, gridProblems(dev, "attention", p.Grid)...)
-	cs := p.chunks()
+	cs := p.ChunkList()
 	if len(cs) > 17 {
 		cs = append(cs[:16], cs[len(cs)-1]) // the chunks are alike but the last
 	}
@@ -430,7 +429,7 @@ func attentionProblems(dev vk.PhysicalDevice, in *PlanInput, tuning *core.Tuning
 		if err := fits(dev, &p, c); err != nil {
 			ps = append(ps, fmt.Sprintf("chunk %v does not fit: %v", c, err))
 		}
-		for _, b := range chunkBindings(&p, c, nil, nil, nil) {
+		for _, b := range chunkBindings(&p, c, nil, nil) {
 			if n := (b.sp.hi - b.sp.lo) * b.dtype.Bytes(); n > reach(dev, b.texel, b.vec4, b.dtype) {
 				ps = append(ps, fmt.Sprintf("chunk %v binds %d B of %s, beyond one binding's %d", c, n, b.what, reach(dev, b.texel, b.vec4, b.dtype)))
 			}
@@ -444,7 +443,7 @@ func attentionProblems(dev vk.PhysicalDevice, in *PlanInput, tuning *core.Tuning
 
 // backwardProblems is how the backward of forward plan p does not fit
 // dev, or nothing where it is refused with a LimitError naming a limit.
-func backwardProblems(dev vk.PhysicalDevice, p AttentionPlan) []string {
+func backwardProblems(dev core.DeviceInfo, p AttentionPlan) []string {
 	lim := dev.Limits
 	bp, err := planBackward(dev, p)
 	var limit *LimitError
@@ -473,7 +472,7 @@ func backwardProblems(dev vk.PhysicalDevice, p AttentionPlan) []string {
 		cs = append(cs[:16], cs[len(cs)-1])
 	}
 	for _, c := range cs {
-		for _, b := range backwardChunkBindings(&p, c, nil, nil, nil, nil) {
+		for _, b := range backwardChunkBindings(&p, c, nil, nil, nil) {
 			if n := (b.sp.hi - b.sp.lo) * b.dtype.Bytes(); n > int(lim.MaxStorageBufferRange) {
 				return append(ps, fmt.Sprintf("backward chunk %v binds %d B of %s, beyond the device's %d", c, n, b.what, lim.MaxStorageBufferRange))
 			}
@@ -511,7 +510,7 @@ func linearSweep() []linearCase {
 }
 
 // linearProblems is how dense-layer plan p does not fit dev.
-func linearProblems(dev vk.PhysicalDevice, in LinearInput, p LinearPlan) []string {
+func linearProblems(dev core.DeviceInfo, in LinearInput, p LinearPlan) []string {
 	lim := dev.Limits
 	ps := workGroupProblems(dev, p.WorkGroup)
 	ps = append(ps, gridProblems(dev, "dense layer", p.Grid)...)
@@ -535,7 +534,7 @@ func linearProblems(dev vk.PhysicalDevice, in LinearInput, p LinearPlan) []strin
 		!strings.Contains(p.Why, "cooperative matrices not used") {
 		ps = append(ps, "the device's cooperative matrices left without a reason: "+p.Why)
 	}
-	x := LinearArgs{Rows: in.Rows, Outputs: in.Outputs, Inputs: in.Inputs, X: Rows{Stride: in.Inputs}, W: Rows{Offset: in.WOffset, Stride: in.Inputs}, Y: Rows{Stride: in.Outputs}}
+	x := LinearShape{Rows: in.Rows, Outputs: in.Outputs, Inputs: in.Inputs, X: RowLayout{Stride: in.Inputs}, W: RowLayout{Offset: in.WOffset, Stride: in.Inputs}, Y: RowLayout{Stride: in.Outputs}}
 	sp := linearSpans(&x, 0, p.BlockRows, 0, p.BlockOutputs)
 	types := p.types()
 	for i, what := range []string{"X", "W", "Y", "bias"} {
@@ -557,7 +556,7 @@ func TestPlanSaysWhyNotMatrices(t *testing.T) {
 	noControl, small := realDevices()[0], realDevices()[0]
 	noControl.SubgroupSizeControl, noControl.FullSubgroups = false, false
 	small.Limits.MaxSharedMemory = 16 << 10
-	for _, dev := range []vk.PhysicalDevice{noControl, small} {
+	for _, dev := range []core.DeviceInfo{noControl, small} {
 		p, err := PlanAttention(dev, in)
 		if err != nil {
 			t.Fatal(err)

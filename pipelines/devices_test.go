@@ -2,7 +2,6 @@ package pipelines
 
 import (
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // Real devices' descriptions, as their drivers report them: the limits,
@@ -35,13 +34,13 @@ func matrices(ab, c core.MatrixType, shapes ...[3]int) []core.CooperativeMatrix 
 
 // texels marks d's R32F and raw-word texel formats usable (every device
 // in the table has them: they are among Vulkan's required buffer formats).
-func texels(d core.DeviceInfo) vk.PhysicalDevice {
+func texels(d core.DeviceInfo) core.DeviceInfo {
 	d.TexelR32F, d.TexelWords, d.TexelWords4 = true, true, true
-	return vk.PhysicalDevice{DeviceInfo: d}
+	return d
 }
 
 // realDevices is the table.
-func realDevices() []vk.PhysicalDevice {
+func realDevices() []core.DeviceInfo {
 	// NVIDIA's proprietary driver reports the same compute limits from
 	// Turing to Hopper (vulkan.gpuinfo.org, RTX 3090 and RTX 4090 reports):
 	// 48 KiB of shared memory (the CUDA opt-in above 48 KiB has no Vulkan
@@ -53,7 +52,7 @@ func realDevices() []vk.PhysicalDevice {
 	// float32 accumulators.
 	nvidiaMatrices := append(matrices(core.MatrixFloat16, core.MatrixFloat16, [3]int{16, 16, 16}, [3]int{16, 8, 16}, [3]int{16, 8, 8}),
 		matrices(core.MatrixFloat16, core.MatrixFloat32, [3]int{16, 16, 16}, [3]int{16, 8, 16}, [3]int{16, 8, 8})...)
-	nvidia := func(name string, deviceID uint32) vk.PhysicalDevice {
+	nvidia := func(name string, deviceID uint32) core.DeviceInfo {
 		return texels(core.DeviceInfo{
 			Name: name, Type: core.DeviceDiscrete, VendorID: 0x10de, DeviceID: deviceID, APIVersion: "1.3.277",
 			DriverID: core.DriverIDNvidia, DriverName: "NVIDIA", DriverInfo: "550.54",
@@ -74,7 +73,7 @@ func realDevices() []vk.PhysicalDevice {
 	// axis, 4 GiB - 1 of storage range and texels, 256 B of push
 	// constants, 4 B offset alignments. RDNA3 (GFX11) lists float16
 	// 16x16x16 matrices (Mesa 24.1+).
-	radv := func(name string, deviceID uint32, rdna bool, ms []core.CooperativeMatrix) vk.PhysicalDevice {
+	radv := func(name string, deviceID uint32, rdna bool, ms []core.CooperativeMatrix) core.DeviceInfo {
 		min := uint32(64)
 		if rdna {
 			min = 32
@@ -91,7 +90,7 @@ func realDevices() []vk.PhysicalDevice {
 			},
 		})
 	}
-	return []vk.PhysicalDevice{
+	return []core.DeviceInfo{
 		nvidia("NVIDIA GeForce RTX 3090 (Ampere)", 0x2204),
 		// H100: the same driver's limits (gpuinfo has few Hopper reports;
 		// 48 KiB is what the driver exposes on every part above).

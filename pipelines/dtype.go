@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // DTypes is every element type, in order.
@@ -18,17 +17,17 @@ func typeSpec(t core.DType) int32 { return int32(t) }
 // texelBinding is the view a kernel reads an input of type t through on
 // the texel path: raw words, widened by the shader.
 // q8_0 is read as words too: four quants a word, the scales two a word.
-func texelBinding(t core.DType, vec4 bool) vk.BindingType {
+func texelBinding(t core.DType, vec4 bool) core.BindingType {
 	words := t == core.Float32 || t == core.Q8_0
 	switch {
 	case words && vec4:
-		return vk.UniformTexelRGBA32UI
+		return core.UniformTexelRGBA32UI
 	case words:
-		return vk.UniformTexelR32UI
+		return core.UniformTexelR32UI
 	case vec4:
-		return vk.UniformTexelRGBA16UI
+		return core.UniformTexelRGBA16UI
 	}
-	return vk.UniformTexelR16UI
+	return core.UniformTexelR16UI
 }
 
 // typesNote says how inputs named names of types ts are read: nothing when

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vkattn/vkattn/vk"
+	"github.com/vkattn/vkattn/core"
 )
 
 // The shader interface: every descriptor binding, Params flag bit,
@@ -71,7 +71,7 @@ const (
 // The combine pass's, the dense layer's and the head mean's bindings.
 const (
 	combineBindParams, combineBindPartials, combineBindO, combineBindLSE, combineBindLengths, combineBindHeads = 0, 1, 2, 3, 4, 5
-	linearBindParams, linearBindX, linearBindW, linearBindBias, linearBindY                                    = 0, 1, 2, 3, 4
+	LinearBindParams, linearBindX, linearBindW, linearBindBias, linearBindY                                    = 0, 1, 2, 3, 4
 	headMeanBindW, headMeanBindMean                                                                            = 0, 1
 	ropeBindX, ropeBindY, ropeBindTable, ropeBindLengths                                                       = 0, 1, 2, 3
 	q8BindX, q8BindY, q8BindRows                                                                               = 0, 1, 2
@@ -80,21 +80,21 @@ const (
 
 var shaderInterface = []interfaceSection{
 	{"attention.comp and attention_tiled.comp bindings (attention_common.glsl)", false, []glslName{
-		{"BIND_PARAMS", bindParams, "uniform Params (attention_params.glsl)"},
-		{"BIND_Q", bindQ, ""}, {"BIND_K", bindK, ""}, {"BIND_V", bindV, ""},
-		{"BIND_MASK", bindMask, "additive mask"},
-		{"BIND_BOOLMASK", bindBoolMask, "boolean masks folded to 0 / -inf"},
-		{"BIND_LENGTHS", bindLengths, "key lengths [0,B), query lengths [B,2B)"},
-		{"BIND_O", bindO, ""}, {"BIND_LSE", bindLSE, ""},
-		{"BIND_WEIGHTS", bindWeights, "weights, or the split-K partials"},
-		{"BIND_KEYPAD", bindKeyPadding, "key padding (B, S) as 0 / -inf"},
-		{"BIND_HEADS", bindHeads, "per-head sinks and ALiBi slopes"},
-		{"BIND_PAGETABLE", bindPageTable, "paged K and V"},
-		{"BIND_WA", bindWA, "w_a of additive attention"},
-		{"BIND_DO", bindDO, "the backward pass: dO"}, {"BIND_ROWD", bindRowD, "D = dO . O per row"},
-		{"BIND_DQ", bindDQ, ""}, {"BIND_DK", bindDK, ""}, {"BIND_DV", bindDV, ""},
-		{"BIND_DSINK", bindDSink, "each row's share of its head's sink gradient"},
-		{"BIND_DWA", bindDWA, "additive: each key row's share of dw_a"},
+		{"BIND_PARAMS", BindParams, "uniform Params (attention_params.glsl)"},
+		{"BIND_Q", BindQ, ""}, {"BIND_K", BindK, ""}, {"BIND_V", BindV, ""},
+		{"BIND_MASK", BindMask, "additive mask"},
+		{"BIND_BOOLMASK", BindBoolMask, "boolean masks folded to 0 / -inf"},
+		{"BIND_LENGTHS", BindLengths, "key lengths [0,B), query lengths [B,2B)"},
+		{"BIND_O", BindO, ""}, {"BIND_LSE", BindLSE, ""},
+		{"BIND_WEIGHTS", BindWeights, "weights, or the split-K partials"},
+		{"BIND_KEYPAD", BindKeyPadding, "key padding (B, S) as 0 / -inf"},
+		{"BIND_HEADS", BindHeads, "per-head sinks and ALiBi slopes"},
+		{"BIND_PAGETABLE", BindPageTable, "paged K and V"},
+		{"BIND_WA", BindWA, "w_a of additive attention"},
+		{"BIND_DO", BindDO, "the backward pass: dO"}, {"BIND_ROWD", BindRowD, "D = dO . O per row"},
+		{"BIND_DQ", BindDQ, ""}, {"BIND_DK", BindDK, ""}, {"BIND_DV", BindDV, ""},
+		{"BIND_DSINK", BindDSink, "each row's share of its head's sink gradient"},
+		{"BIND_DWA", BindDWA, "additive: each key row's share of dw_a"},
 	}},
 	{"attention_combine.comp bindings", false, []glslName{
 		{"CBIND_PARAMS", combineBindParams, ""}, {"CBIND_PARTIALS", combineBindPartials, ""},
@@ -102,7 +102,7 @@ var shaderInterface = []interfaceSection{
 		{"CBIND_LENGTHS", combineBindLengths, ""}, {"CBIND_HEADS", combineBindHeads, ""},
 	}},
 	{"linear.comp bindings", false, []glslName{
-		{"LBIND_PARAMS", linearBindParams, ""}, {"LBIND_X", linearBindX, ""}, {"LBIND_W", linearBindW, ""},
+		{"LBIND_PARAMS", LinearBindParams, ""}, {"LBIND_X", linearBindX, ""}, {"LBIND_W", linearBindW, ""},
 		{"LBIND_BIAS", linearBindBias, ""}, {"LBIND_Y", linearBindY, ""},
 	}},
 	{"head_mean.comp bindings", false, []glslName{
@@ -217,14 +217,14 @@ const (
 
 // bindingUse is one binding of a kernel family as the Go side binds it.
 type bindingUse struct {
-	kind vk.BindingType
+	kind core.BindingType
 	use  access
 }
 
 // familyBindings is what the Go side binds for variant v, by binding
 // index: the table TestShaderInterface checks each SPIR-V against.
 func familyBindings(v Variant) []bindingUse {
-	uses := func(kinds []vk.BindingType, written ...int) []bindingUse {
+	uses := func(kinds []core.BindingType, written ...int) []bindingUse {
 		out := make([]bindingUse, len(kinds))
 		for i, k := range kinds {
 			out[i] = bindingUse{kind: k}
@@ -237,7 +237,7 @@ func familyBindings(v Variant) []bindingUse {
 	switch v.Family {
 	case FamilyAttention, FamilyAdditive, FamilyTiled, FamilyCoopmat:
 		p := AttentionPlan{Variant: v, Path: v.Path, Vec4: v.Vec4, Additive: v.Family == FamilyAdditive}
-		return uses(attentionBindingTypes(p), bindO, bindLSE, bindWeights)
+		return uses(attentionBindingTypes(p), BindO, BindLSE, BindWeights)
 	case FamilyCombine:
 		return uses(combineBindingTypes(), combineBindO, combineBindLSE)
 	case FamilyLinear, FamilyLinearCoopmat:
@@ -247,9 +247,9 @@ func familyBindings(v Variant) []bindingUse {
 	case FamilyRoPE:
 		return uses(ropeBindingTypes(), ropeBindY)
 	case FamilyBackwardQ, FamilyAdditiveBackwardQ:
-		return uses(backwardBindingTypes(), bindRowD, bindDSink, bindDQ)
+		return uses(backwardBindingTypes(), BindRowD, BindDSink, BindDQ)
 	case FamilyBackwardKV, FamilyAdditiveBackwardKV:
-		return uses(backwardBindingTypes(), bindDK, bindDV, bindDWA)
+		return uses(backwardBindingTypes(), BindDK, BindDV, BindDWA)
 	case FamilyQ8Store:
 		u := uses(q8StoreBindingTypes())
 		u[q8BindY].use = readWrite // quants written, scale words set half by half

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/shaders"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // TestInterfaceIsTheTable: shaders/interface.glsl, which the shaders
@@ -100,13 +100,13 @@ func TestShaderInterface(t *testing.T) {
 }
 
 // kindOf is the SPIR-V descriptor kind a vk binding type declares.
-func kindOf(b vk.BindingType) string {
+func kindOf(b core.BindingType) string {
 	switch b {
-	case vk.UniformBuffer:
+	case core.UniformBuffer:
 		return "uniform block"
-	case vk.StorageBuffer:
+	case core.StorageBuffer:
 		return "storage buffer"
-	case vk.StorageImage:
+	case core.StorageImage:
 		return "storage image"
 	}
 	return "uniform texel buffer"

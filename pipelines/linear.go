@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // LinearPlan is what the planner chose for a dense layer Y = X W^T + b.
@@ -65,13 +64,13 @@ type LinearInput struct {
 }
 
 // PlanLinear picks the dense-layer variant and grid for a device.
-func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
+func PlanLinear(dev core.DeviceInfo, in LinearInput) (LinearPlan, error) {
 	var p LinearPlan
 	if in.Rows <= 0 || in.Outputs <= 0 || in.Inputs <= 0 {
-		return p, limitf("dense layer of %d rows, %d outputs, %d inputs: all must be at least 1", in.Rows, in.Outputs, in.Inputs)
+		return p, Limitf("dense layer of %d rows, %d outputs, %d inputs: all must be at least 1", in.Rows, in.Outputs, in.Inputs)
 	}
 	if budget := dev.LoopBudget(); budget > 0 && linearLoops(in.Inputs) > budget {
-		return p, limitf("on %s, which ends an invocation's loops after %d iterations, a dense layer of %d inputs would loop %d times",
+		return p, Limitf("on %s, which ends an invocation's loops after %d iterations, a dense layer of %d inputs would loop %d times",
 			dev.Name, budget, in.Inputs, linearLoops(in.Inputs))
 	}
 	path, tuning, why, err := choosePath(dev, in.Force, in.Tuning)
@@ -89,15 +88,15 @@ func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
 		p.WorkGroup = min(tuning.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
 	}
 	p.Grid = p.groups(in.Rows, in.Outputs)
-	layer := LinearArgs{Rows: in.Rows, Outputs: in.Outputs, Inputs: in.Inputs, X: Rows{Stride: in.Inputs},
-		W: Rows{Offset: in.WOffset, Stride: in.Inputs}, Y: Rows{Stride: in.Outputs}, BiasOffset: in.BiasOffset}
-	if p.BlockRows, p.BlockOutputs, err = linearBlocks(dev, p, &layer, in.Bias); err != nil {
+	layer := LinearShape{Rows: in.Rows, Outputs: in.Outputs, Inputs: in.Inputs, X: RowLayout{Stride: in.Inputs},
+		W: RowLayout{Offset: in.WOffset, Stride: in.Inputs}, Y: RowLayout{Stride: in.Outputs}, Bias: in.Bias, BiasOffset: in.BiasOffset}
+	if p.BlockRows, p.BlockOutputs, err = linearBlocks(dev, p, &layer); err != nil {
 		return p, err
 	}
 	p.Blocks = ceilDiv(in.Rows, p.BlockRows) * ceilDiv(in.Outputs, p.BlockOutputs)
 	for i, what := range []string{"output tile blocks", "row tiles"} {
 		if p.Grid[i] > dev.Limits.MaxWorkGroupCount[i] {
-			return p, limitf("%d %s exceed the device's %d workgroups on axis %d", p.Grid[i], what, dev.Limits.MaxWorkGroupCount[i], i)
+			return p, Limitf("%d %s exceed the device's %d workgroups on axis %d", p.Grid[i], what, dev.Limits.MaxWorkGroupCount[i], i)
 		}
 	}
 	return p, nil
@@ -106,7 +105,7 @@ func PlanLinear(dev vk.PhysicalDevice, in LinearInput) (LinearPlan, error) {
 // planLinearCoopmat plans p on the cooperative-matrix kernel where the
 // device has float16 matrices and X and W are both float16: each product
 // is exact in float32 and the sums are float32, as on linear.comp.
-func planLinearCoopmat(dev vk.PhysicalDevice, in LinearInput, p *LinearPlan) bool {
+func planLinearCoopmat(dev core.DeviceInfo, in LinearInput, p *LinearPlan) bool {
 	mm := matrixSide(dev)
 	if mm == 0 || in.X != core.Float16 || in.W != core.Float16 || in.Float32Products || in.Force == core.TexelLoadPath ||
 		!dev.SubgroupSizeControl || !dev.FullSubgroups {
@@ -137,21 +136,18 @@ func (p LinearPlan) groups(rows, outs int) [3]uint32 {
 	return [3]uint32{uint32((colTiles + p.WorkGroup - 1) / p.WorkGroup), uint32(rowTiles), 1}
 }
 
-// Rows is a matrix of row vectors in a buffer: row r starts at element
-// Offset + r*Stride and is contiguous.
-type Rows struct {
-	Buffer *vk.Buffer
-	Offset int
-	Stride int
-}
+// RowLayout is where a matrix of row vectors lies in its buffer: row r
+// starts at element Offset + r*Stride and is contiguous.
+type RowLayout struct{ Offset, Stride int }
 
-// LinearArgs is one dense layer Y = X W^T + b in kernel terms: X is
-// (Rows, Inputs), W (Outputs, Inputs) in PyTorch's (out, in) layout, Y
-// (Rows, Outputs), Bias Outputs floats from element BiasOffset (nil: none).
-type LinearArgs struct {
+// LinearShape is one dense layer Y = X W^T + b in kernel terms, without
+// its buffers: X is (Rows, Inputs), W (Outputs, Inputs) in PyTorch's
+// (out, in) layout, Y (Rows, Outputs), the bias (if Bias) Outputs floats
+// from element BiasOffset.
+type LinearShape struct {
 	Rows, Outputs, Inputs int
-	X, W, Y               Rows
-	Bias                  *vk.Buffer
+	X, W, Y               RowLayout
+	Bias                  bool
 	BiasOffset            int
 }
 
@@ -159,46 +155,22 @@ type LinearArgs struct {
 // generated interface.glsl).
 const linearFlagBias = 1
 
-// Linear binds a dense layer as p planned it: a layer whose X, W or Y is
-// larger than one binding reaches runs as p's blocks of rows and outputs,
-// each bound through buffer windows, in the same step.
-func (ks *Kernels) Linear(p LinearPlan, x LinearArgs) (*Step, error) {
-	k, err := ks.linearKernel(p)
-	if err != nil {
-		return nil, err
-	}
-	rows, outs := p.BlockRows, p.BlockOutputs
-	if rows <= 0 || outs <= 0 {
-		return nil, fmt.Errorf("pipelines: dense layer plan without its blocks (PlanLinear makes them)")
-	}
-	st := &Step{}
-	for r0 := 0; r0 < x.Rows; r0 += rows {
-		for o0 := 0; o0 < x.Outputs; o0 += outs {
-			if err := ks.linearBlock(st, k, p, &x, r0, min(rows, x.Rows-r0), o0, min(outs, x.Outputs-o0)); err != nil {
-				st.Close()
-				return nil, err
-			}
-		}
-	}
-	return st, nil
-}
-
-// linearKernel is the kernel of a dense-layer plan, built once per device.
-func (ks *Kernels) linearKernel(p LinearPlan) (*vk.Kernel, error) {
+// Kernel is the kernel of a dense-layer plan.
+func (p LinearPlan) Kernel() KernelSpec {
 	if p.Matrix > 0 {
 		spec := make([]int32, lincSpecCount)
 		spec[specLocalSize], spec[lincSpecMM], spec[lincSpecTile], spec[lincSpecSG] = int32(p.WorkGroup), int32(p.Matrix), int32(p.TileRows), int32(p.SubgroupSize)
-		return ks.getInSubgroups(p.Variant, linearBindingTypes(p), uint32(p.SubgroupSize), spec...)
+		return KernelSpec{Variant: p.Variant, Bindings: linearBindingTypes(p), Subgroup: uint32(p.SubgroupSize), Spec: spec}
 	}
 	spec := make([]int32, linSpecCount)
 	spec[specLocalSize], spec[linSpecXType], spec[linSpecWType] = int32(p.WorkGroup), typeSpec(p.X), typeSpec(p.W)
-	return ks.get(p.Variant, linearBindingTypes(p), spec...)
+	return KernelSpec{Variant: p.Variant, Bindings: linearBindingTypes(p), Spec: spec}
 }
 
 // linearSpans are the element ranges of X, W, Y and bias that the block of
 // rows [r0, r0+nr) and outputs [o0, o0+no) touches.
-func linearSpans(x *LinearArgs, r0, nr, o0, no int) [4]span {
-	row := func(v Rows, first, n, width int) span {
+func linearSpans(x *LinearShape, r0, nr, o0, no int) [4]span {
+	row := func(v RowLayout, first, n, width int) span {
 		lo := v.Offset + first*v.Stride
 		return span{lo, lo + (n-1)*v.Stride + width}
 	}
@@ -215,12 +187,12 @@ func (p LinearPlan) types() [4]core.DType { return [4]core.DType{p.X, p.W, core.
 
 // linearBlocks picks the block size: the whole layer if it fits, else as
 // many rows (and outputs) per block as fit, in whole tiles.
-func linearBlocks(dev vk.PhysicalDevice, p LinearPlan, x *LinearArgs, bias bool) (rows, outs int, err error) {
+func linearBlocks(dev core.DeviceInfo, p LinearPlan, x *LinearShape) (rows, outs int, err error) {
 	texel := p.Path == core.TexelLoadPath
 	fit := func(nr, no int) error {
 		sp := linearSpans(x, 0, nr, 0, no)
 		for i, what := range []string{"X", "W", "Y", "bias"} {
-			if i == 3 && !bias {
+			if i == 3 && !x.Bias {
 				continue
 			}
 			if _, err := bindWindow(dev, what, sp[i], texel && i < 2, p.Vec4 && i < 2, p.types()[i]); err != nil {
@@ -239,65 +211,81 @@ func linearBlocks(dev vk.PhysicalDevice, p LinearPlan, x *LinearArgs, bias bool)
 		rows = (rows/2 + p.TileRows - 1) / p.TileRows * p.TileRows
 	}
 	if err := fit(rows, outs); err != nil {
-		return 0, 0, limitf("dense layer (%d x %d) x (%d x %d)^T: even one tile does not fit a binding: %v", x.Rows, x.Inputs, x.Outputs, x.Inputs, err)
+		return 0, 0, Limitf("dense layer (%d x %d) x (%d x %d)^T: even one tile does not fit a binding: %v", x.Rows, x.Inputs, x.Outputs, x.Inputs, err)
 	}
 	return rows, outs, nil
 }
 
-// linearBlock binds one block of rows and outputs into st.
-func (ks *Kernels) linearBlock(st *Step, k *vk.Kernel, p LinearPlan, x *LinearArgs, r0, nr, o0, no int) error {
-	info := ks.dev.Info
+// LinearBlock is one block of a dense layer as bound: the windows of X,
+// W, Y and the bias (nil where the layer has none), its parameter block
+// and its grid.
+type LinearBlock struct {
+	Windows [4]*Window
+	Params  []byte
+	Groups  [3]uint32
+}
+
+// EachBlock calls f with each block of the layer x as p bound it, in order.
+func (p LinearPlan) EachBlock(dev core.DeviceInfo, x *LinearShape, f func(LinearBlock) error) error {
+	rows, outs := p.BlockRows, p.BlockOutputs
+	if rows <= 0 || outs <= 0 {
+		return fmt.Errorf("pipelines: dense layer plan without its blocks (PlanLinear makes them)")
+	}
+	for r0 := 0; r0 < x.Rows; r0 += rows {
+		for o0 := 0; o0 < x.Outputs; o0 += outs {
+			b, err := p.bindBlock(dev, x, r0, min(rows, x.Rows-r0), o0, min(outs, x.Outputs-o0))
+			if err == nil {
+				err = f(b)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// bindBlock binds the block of rows [r0, r0+nr) and outputs [o0, o0+no).
+func (p LinearPlan) bindBlock(dev core.DeviceInfo, x *LinearShape, r0, nr, o0, no int) (LinearBlock, error) {
+	var b LinearBlock
 	texel := p.Path == core.TexelLoadPath
 	sp := linearSpans(x, r0, nr, o0, no)
-	var args [4]vk.Arg
 	var first [4]int
-	for i, buf := range []*vk.Buffer{x.X.Buffer, x.W.Buffer, x.Y.Buffer, x.Bias} {
-		if buf == nil {
+	for i := range sp {
+		if i == 3 && !x.Bias {
 			continue
 		}
-		w, err := bindWindow(info, []string{"X", "W", "Y", "bias"}[i], sp[i], texel && i < 2, p.Vec4 && i < 2, p.types()[i])
+		w, err := bindWindow(dev, []string{"X", "W", "Y", "bias"}[i], sp[i], texel && i < 2, p.Vec4 && i < 2, p.types()[i])
 		if err != nil {
-			return err
+			return b, err
 		}
-		args[i], first[i] = vk.Arg{Buffer: buf, Offset: w.offset, Range: w.size}, w.first
+		b.Windows[i], first[i] = &Window{Binding: linearBindingOf[i], Offset: w.offset, Size: w.size}, w.first
 	}
 	flags := 0
-	if x.Bias != nil {
+	if x.Bias {
 		flags |= linearFlagBias
-	} else {
-		b, err := ks.or(nil)
-		if err != nil {
-			return err
-		}
-		args[3] = vk.Arg{Buffer: b}
 	}
-	ints := []int{
+	b.Params = Int32Bytes([]int{
 		nr, no, x.Inputs, flags,
 		sp[0].lo - first[0], x.X.Stride, 0, 0,
 		sp[1].lo - first[1], x.W.Stride, 0, 0,
 		sp[2].lo - first[2], x.Y.Stride, sp[3].lo - first[3], 0,
-	}
-	params, err := st.params(ks, int32Bytes(ints))
-	if err != nil {
-		return err
-	}
-	set, err := k.Bind([]vk.Arg{{Buffer: params}, args[0], args[1], args[3], args[2]})
-	if err != nil {
-		return err
-	}
-	st.own(set)
-	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: p.groups(nr, no)})
-	return nil
+	})
+	b.Groups = p.groups(nr, no)
+	return b, nil
 }
+
+// linearBindingOf is the binding of X, W, Y and the bias.
+var linearBindingOf = [4]int{linearBindX, linearBindW, linearBindY, linearBindBias}
 
 // linearBindingTypes are the dense layer's bindings: Params, X, W (texel
 // views on the texel path), bias, Y.
-func linearBindingTypes(p LinearPlan) []vk.BindingType {
-	b := make([]vk.BindingType, linearBindY+1)
+func linearBindingTypes(p LinearPlan) []core.BindingType {
+	b := make([]core.BindingType, linearBindY+1)
 	for i := range b {
-		b[i] = vk.StorageBuffer
+		b[i] = core.StorageBuffer
 	}
-	b[linearBindParams] = vk.UniformBuffer
+	b[LinearBindParams] = core.UniformBuffer
 	if p.Path == core.TexelLoadPath {
 		b[linearBindX], b[linearBindW] = texelBinding(p.X, p.Vec4), texelBinding(p.W, p.Vec4)
 	}
@@ -305,37 +293,18 @@ func linearBindingTypes(p LinearPlan) []vk.BindingType {
 }
 
 // headMeanBindingTypes are the head mean's bindings: weights, mean.
-func headMeanBindingTypes() []vk.BindingType {
-	return []vk.BindingType{headMeanBindW: vk.StorageBuffer, headMeanBindMean: vk.StorageBuffer}
+func headMeanBindingTypes() []core.BindingType {
+	return []core.BindingType{headMeanBindW: core.StorageBuffer, headMeanBindMean: core.StorageBuffer}
 }
 
-// HeadMean binds the mean over heads of attention weights (B, H, n) into
-// (B, n).
-func (ks *Kernels) HeadMean(weights, mean *vk.Buffer, b, h, n int) (*Step, error) {
-	if err := checkRange(ks.dev.Info, "weights", weights, false, false, core.Float32); err != nil {
-		return nil, err
-	}
-	k, err := ks.getPushed(Variant{Family: FamilyHeadMean}, headMeanBindingTypes(), 12)
-	if err != nil {
-		return nil, err
-	}
-	set, err := ks.bind(k, weights, mean)
-	if err != nil {
-		return nil, err
-	}
-	groups := (b*n + 63) / 64
-	if groups > int(ks.dev.Info.Limits.MaxWorkGroupCount[0]) {
-		set.Close()
-		return nil, limitf("%d averaged weights need %d workgroups, the device allows %d", b*n, groups, ks.dev.Info.Limits.MaxWorkGroupCount[0])
-	}
-	st := &Step{owned: []closer{set}}
-	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(groups), 1, 1}, push: int32Bytes([]int{b, h, n})}}
-	return st, nil
+// HeadMeanKernel is the mean over heads of attention weights.
+func HeadMeanKernel() KernelSpec {
+	return KernelSpec{Variant: Variant{Family: FamilyHeadMean}, Bindings: headMeanBindingTypes(), Push: 12}
 }
 
-// int32Bytes encodes ints as little-endian int32s (std140 ivec4 rows when
+// Int32Bytes encodes ints as little-endian int32s (std140 ivec4 rows when
 // the count is a multiple of 4).
-func int32Bytes(ints []int) []byte {
+func Int32Bytes(ints []int) []byte {
 	out := make([]byte, 4*len(ints))
 	for i, v := range ints {
 		binary.LittleEndian.PutUint32(out[4*i:], uint32(int32(v)))

@@ -3,7 +3,7 @@ package pipelines
 import (
 	"math/bits"
 
-	"github.com/vkattn/vkattn/vk"
+	"github.com/vkattn/vkattn/core"
 )
 
 // Loop counts: how many loop iterations one invocation of each kernel runs,
@@ -79,7 +79,7 @@ func linearLoops(inputs int) int { return ceilDiv(inputs, 4) }
 // plan whose invocations would loop more runs its keys as split-K
 // (several invocations a row, merged by the combine pass) where its family
 // has a split-K variant, else it is a LimitError naming the budget.
-func fitLoops(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) error {
+func fitLoops(dev core.DeviceInfo, in *PlanInput, p *AttentionPlan) error {
 	budget := dev.LoopBudget()
 	if budget == 0 {
 		return nil
@@ -101,7 +101,7 @@ func fitLoops(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) error {
 	}
 	canSplit := p.Vec4 && !in.Weights && !p.Additive && (p.Variant.Family == FamilyAttention || p.Variant.Family == FamilyTiled)
 	if !canSplit {
-		return limitf("on %s, which ends an invocation's loops after %d iterations, %s over %d keys would loop %d times; it has no split-K form (%s)",
+		return Limitf("on %s, which ends an invocation's loops after %d iterations, %s over %d keys would loop %d times; it has no split-K form (%s)",
 			dev.Name, budget, p.Variant, s.S, loops(s.S), splitBlocker(in, p))
 	}
 	// The most keys an invocation may take, in whole steps.
@@ -110,7 +110,7 @@ func fitLoops(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) error {
 		most += step
 	}
 	if most == 0 {
-		return limitf("on %s, which ends an invocation's loops after %d iterations, %s cannot take one step of %d keys", dev.Name, budget, p.Variant, step)
+		return Limitf("on %s, which ends an invocation's loops after %d iterations, %s cannot take one step of %d keys", dev.Name, budget, p.Variant, step)
 	}
 	splits := ceilDiv(s.S, most)
 	if p.Variant.Family == FamilyAttention {
@@ -119,7 +119,7 @@ func fitLoops(dev vk.PhysicalDevice, in *PlanInput, p *AttentionPlan) error {
 	}
 	p.SplitKeys = ceilDiv(ceilDiv(s.S, splits), step) * step
 	if n := combineLoops(ceilDiv(s.S, p.SplitKeys), s.DV); n > budget {
-		return limitf("on %s, which ends an invocation's loops after %d iterations, %d keys need %d key splits, whose merge would loop %d times",
+		return Limitf("on %s, which ends an invocation's loops after %d iterations, %d keys need %d key splits, whose merge would loop %d times",
 			dev.Name, budget, s.S, ceilDiv(s.S, p.SplitKeys), n)
 	}
 	p.splitKeys(ceilDiv(s.S, p.SplitKeys))

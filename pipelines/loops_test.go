@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/vk"
 )
 
 func TestLoopBudgetByDriver(t *testing.T) {
@@ -113,9 +112,9 @@ func TestLongCallsChunkedByWork(t *testing.T) {
 	gpu.Type, gpu.DriverID = core.DeviceDiscrete, core.DriverIDNvidia
 	for _, dev := range []struct {
 		name string
-		dev  vk.PhysicalDevice
+		dev  core.DeviceInfo
 	}{{"cpu", lavapipeLike()}, {"gpu", gpu}} {
-		most := dispatchFLOPs(dev.dev)
+		most := DispatchFLOPs(dev.dev)
 		for _, shape := range []AttentionShape{
 			DenseShape(1, 1, 1, 100000, 100000, 64, 64),
 			DenseShape(2, 8, 2, 4096, 4096, 128, 128),
@@ -125,7 +124,7 @@ func TestLongCallsChunkedByWork(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s %+v: %v", dev.name, shape, err)
 			}
-			cs := p.chunks()
+			cs := p.ChunkList()
 			work := 0.0
 			for _, c := range cs {
 				if c.flops(&p.Shape) > most && c.nl > 1 {

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/vk"
 )
 
 func rowsEach(n int) map[int]int {
@@ -96,7 +95,7 @@ func VendorTuning(vendor string) (core.Tuning, error) {
 
 // DefaultTuning is the quirk-table tuning of a device's driver, or the
 // defaults for its kind of device.
-func DefaultTuning(dev vk.PhysicalDevice) core.Tuning {
+func DefaultTuning(dev core.DeviceInfo) core.Tuning {
 	if q, ok := quirks[dev.DriverID]; ok {
 		t := q.tuning.Clone()
 		t.Source = "quirk table: " + q.name
@@ -110,4 +109,30 @@ func DefaultTuning(dev vk.PhysicalDevice) core.Tuning {
 	t := gpuTuning.Clone()
 	t.Source = "defaults for GPUs"
 	return t
+}
+
+// tuningOr is t, or the device's default tuning for nil.
+func tuningOr(dev core.DeviceInfo, t *core.Tuning) *core.Tuning {
+	if t == nil {
+		d := DefaultTuning(dev)
+		t = &d
+	}
+	return t
+}
+
+// choosePath picks the load path of a kernel on dev: the forced one, or
+// the tuning's (nil: the device's default tuning).
+func choosePath(dev core.DeviceInfo, force core.LoadPath, t *core.Tuning) (core.LoadPath, *core.PathTuning, string, error) {
+	if !force.Valid() {
+		return force, nil, "", fmt.Errorf("unknown load path %v (want auto, texel or storage)", force)
+	}
+	t = tuningOr(dev, t)
+	path, why := force, "forced"
+	if path == core.AutoLoadPath {
+		path, why = t.Path, t.Source
+	}
+	if path == core.TexelLoadPath && !dev.TexelPathOK() {
+		return path, nil, why, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT, R32_UINT and R16_UINT uniform texel buffers", dev.Name)
+	}
+	return path, t.For(path), why, nil
 }

@@ -185,3 +185,15 @@ func Manifest() string {
 	}
 	return b.String()
 }
+
+// KernelSpec is a kernel as the device builds it: its variant's SPIR-V,
+// the types of its bindings (binding i has type Bindings[i]), its
+// specialization constants (constant_id i gets Spec[i]), its push-constant
+// bytes and the subgroup size it runs in whole (0: any).
+type KernelSpec struct {
+	Variant  Variant
+	Bindings []core.BindingType
+	Spec     []int32
+	Push     uint32
+	Subgroup uint32
+}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/shaders"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // TestManifestIsTheVariantTable: shaders/manifest.txt, which tools/glslc.sh
@@ -40,7 +39,7 @@ func TestEveryVariantIsReachable(t *testing.T) {
 		{Family: FamilyQ8Store}:  true, // Kernels.Q8Store's one build
 		{Family: FamilyMerge}:    true, // Kernels.Merge's one build
 	}
-	for _, dev := range []vk.PhysicalDevice{lavapipeLike(), gpu, noVec4Texels} {
+	for _, dev := range []core.DeviceInfo{lavapipeLike(), gpu, noVec4Texels} {
 		for _, force := range []core.LoadPath{core.AutoLoadPath, core.TexelLoadPath, core.StorageLoadPath} {
 			for _, aligned := range []bool{true, false} {
 				for _, in := range []PlanInput{

@@ -5,23 +5,23 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/vkattn/vkattn/core"
 	vulkan "github.com/vulkan-go/vulkan"
 )
 
-// BindingType is the kind of one descriptor binding of a kernel.
-type BindingType int
+// BindingType is the kind of one descriptor binding of a kernel (core's,
+// so that planning code can count bindings without a driver).
+type BindingType = core.BindingType
 
 const (
-	UniformBuffer BindingType = iota
-	StorageBuffer
-	UniformTexelR32F // a float texel buffer read with texelFetch
-	StorageImage     // an rgba8 image (NewStorageImage) in the general layout
-	// Raw words through a usamplerBuffer, widened by the shader: 32-bit
-	// words (float32 data) and 16-bit ones (halves), one or four a texel.
-	UniformTexelR32UI
-	UniformTexelRGBA32UI
-	UniformTexelR16UI
-	UniformTexelRGBA16UI
+	UniformBuffer        = core.UniformBuffer
+	StorageBuffer        = core.StorageBuffer
+	UniformTexelR32F     = core.UniformTexelR32F
+	StorageImage         = core.StorageImage
+	UniformTexelR32UI    = core.UniformTexelR32UI
+	UniformTexelRGBA32UI = core.UniformTexelRGBA32UI
+	UniformTexelR16UI    = core.UniformTexelR16UI
+	UniformTexelRGBA16UI = core.UniformTexelRGBA16UI
 )
 
 // texelFormats are the view format and texel size of each texel binding.
@@ -36,51 +36,17 @@ var texelFormats = map[BindingType]struct {
 	UniformTexelRGBA16UI: {vulkan.FormatR16g16b16a16Uint, 8},
 }
 
-func (t BindingType) descriptorType() vulkan.DescriptorType {
-	if _, texel := texelFormats[t]; texel {
+// descriptorType is the Vulkan descriptor type of a binding of type t.
+func descriptorType(t BindingType) vulkan.DescriptorType {
+	switch {
+	case t.Texel():
 		return vulkan.DescriptorTypeUniformTexelBuffer
-	}
-	switch t {
-	case UniformBuffer:
+	case t == UniformBuffer:
 		return vulkan.DescriptorTypeUniformBuffer
-	case StorageImage:
+	case t == StorageImage:
 		return vulkan.DescriptorTypeStorageImage
 	}
 	return vulkan.DescriptorTypeStorageBuffer
-}
-
-// CheckBindings refuses bindings more numerous, of some descriptor kind or
-// in all, than one shader stage of the device may use, naming the limit.
-func (pd PhysicalDevice) CheckBindings(bindings []BindingType) error {
-	var uniform, storage, texel, images uint32
-	for _, t := range bindings {
-		switch t.descriptorType() {
-		case vulkan.DescriptorTypeUniformBuffer:
-			uniform++
-		case vulkan.DescriptorTypeStorageBuffer:
-			storage++
-		case vulkan.DescriptorTypeUniformTexelBuffer:
-			texel++
-		case vulkan.DescriptorTypeStorageImage:
-			images++
-		}
-	}
-	lim := &pd.Limits
-	for _, c := range []struct {
-		n, most uint32
-		what    string
-	}{
-		{uniform, lim.MaxStageUniformBuffers, "uniform buffers (maxPerStageDescriptorUniformBuffers)"},
-		{storage, lim.MaxStageStorageBuffers, "storage buffers (maxPerStageDescriptorStorageBuffers)"},
-		{texel, lim.MaxStageSampledImages, "texel buffers (maxPerStageDescriptorSampledImages)"},
-		{images, lim.MaxStageStorageImages, "storage images (maxPerStageDescriptorStorageImages)"},
-		{uint32(len(bindings)), lim.MaxStageResources, "bindings in all (maxPerStageResources)"},
-	} {
-		if c.most > 0 && c.n > c.most {
-			return fmt.Errorf("the kernel binds %d %s; %s allows %d", c.n, c.what, pd.Name, c.most)
-		}
-	}
-	return nil
 }
 
 // KernelSpec describes a compute kernel: its SPIR-V, its bindings (binding i
@@ -145,7 +111,7 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 
 	k.types = make([]uint32, len(spec.Bindings))
 	for i, t := range spec.Bindings {
-		k.types[i] = uint32(t.descriptorType())
+		k.types[i] = uint32(descriptorType(t))
 	}
 	setLay, err := d.createSetLayout(k.types)
 	if err != nil {
@@ -288,7 +254,7 @@ func (k *Kernel) Bind(args []Arg) (*DescriptorSet, error) {
 	d.mu.Lock() // texel views are cached per buffer
 	for i, a := range args {
 		t := k.Spec.Bindings[i]
-		descs[i] = descriptor{kind: t.descriptorType()}
+		descs[i] = descriptor{kind: descriptorType(t)}
 		if t == StorageImage {
 			descs[i].image = a.Image.view
 			reusable = false // images are not identified across their lives

@@ -1,7 +1,8 @@
-package pipelines
+package dispatch
 
 import (
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -21,24 +22,18 @@ type Q8StoreArgs struct {
 	RowDst      *vk.Buffer // int32, one per row of X
 }
 
-// q8StoreBindingTypes are q8_store.comp's bindings: X, Y, the rows'
-// destinations.
-func q8StoreBindingTypes() []vk.BindingType {
-	return []vk.BindingType{q8BindX: vk.StorageBuffer, q8BindY: vk.StorageBuffer, q8BindRows: vk.StorageBuffer}
-}
-
 // Q8Store binds the quantization of a's rows.
 func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
-	dev := ks.dev.Info
+	dev := ks.dev.Info.DeviceInfo
 	if a.D%core.Q8Block != 0 || !a.XType.Valid() {
-		return nil, limitf("q8_0 quantization of rows of %d %v: want float rows of whole blocks of %d", a.D, a.XType, core.Q8Block)
+		return nil, pipelines.Limitf("q8_0 quantization of rows of %d %v: want float rows of whole blocks of %d", a.D, a.XType, core.Q8Block)
 	}
 	total, err := checkRows(dev, "q8_0 quantization", [4]int{a.B, a.Heads, a.N, a.D},
 		rowBuffer{"quantized input", a.X, a.XType}, rowBuffer{"q8_0 output", a.Y, core.Q8_0})
 	if err != nil {
 		return nil, err
 	}
-	k, err := ks.getPushed(Variant{Family: FamilyQ8Store}, q8StoreBindingTypes(), 10*4, ropeWorkGroup, typeSpec(a.XType))
+	k, err := ks.kernel(pipelines.Q8StoreKernel(a.XType))
 	if err != nil {
 		return nil, err
 	}
@@ -47,12 +42,12 @@ func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 		return nil, err
 	}
 	blocks := total / core.Q8Block
-	cols, rows, err := grid(dev, "q8_0 quantization", blocks)
+	cols, rows, err := pipelines.Grid(dev, "q8_0 quantization", blocks)
 	if err != nil {
 		set.Close()
 		return nil, err
 	}
-	push := int32Bytes([]int{a.Heads, a.N, a.D, a.XOffset, a.XStrides[0], a.XStrides[1], a.XStrides[2], blocks, a.Scales, cols * ropeWorkGroup})
+	push := pipelines.Int32Bytes([]int{a.Heads, a.N, a.D, a.XOffset, a.XStrides[0], a.XStrides[1], a.XStrides[2], blocks, a.Scales, cols * pipelines.ElementWorkGroup})
 	st := &Step{owned: []closer{set}}
 	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(cols), uint32(rows), 1}, push: push}}
 	return st, nil

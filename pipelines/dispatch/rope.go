@@ -1,9 +1,10 @@
-package pipelines
+package dispatch
 
 import (
 	"math"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -26,23 +27,15 @@ type RoPEArgs struct {
 	Table, Lengths *vk.Buffer
 }
 
-// ropeWorkGroup is rope.comp's workgroup size.
-const ropeWorkGroup = 64
-
-// ropeBindingTypes are rope.comp's bindings: X, Y, the table, lengths.
-func ropeBindingTypes() []vk.BindingType {
-	return []vk.BindingType{ropeBindX: vk.StorageBuffer, ropeBindY: vk.StorageBuffer, ropeBindTable: vk.StorageBuffer, ropeBindLengths: vk.StorageBuffer}
-}
-
 // RoPE binds a rotary embedding of a's rows.
 func (ks *Kernels) RoPE(a RoPEArgs) (*Step, error) {
-	dev := ks.dev.Info
+	dev := ks.dev.Info.DeviceInfo
 	total, err := checkRows(dev, "RoPE", [4]int{a.B, a.Heads, a.N, a.D},
 		rowBuffer{"RoPE input", a.X, a.XType}, rowBuffer{"RoPE output", a.Y, core.Float32}, rowBuffer{"RoPE table", a.Table, core.Float32})
 	if err != nil {
 		return nil, err
 	}
-	k, err := ks.getPushed(Variant{Family: FamilyRoPE}, ropeBindingTypes(), 12*4, ropeWorkGroup, typeSpec(a.XType))
+	k, err := ks.kernel(pipelines.RoPEKernel(a.XType))
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +44,7 @@ func (ks *Kernels) RoPE(a RoPEArgs) (*Step, error) {
 		return nil, err
 	}
 	n := total
-	cols, rows, err := grid(dev, "RoPE", n)
+	cols, rows, err := pipelines.Grid(dev, "RoPE", n)
 	if err != nil {
 		set.Close()
 		return nil, err
@@ -62,24 +55,11 @@ func (ks *Kernels) RoPE(a RoPEArgs) (*Step, error) {
 		}
 		return 0
 	}
-	push := int32Bytes([]int{a.Heads, a.N, a.D, a.Rot, flag(a.Interleaved), flag(a.Lengths != nil),
-		a.XOffset, a.XStrides[0], a.XStrides[1], a.XStrides[2], n, cols * ropeWorkGroup})
+	push := pipelines.Int32Bytes([]int{a.Heads, a.N, a.D, a.Rot, flag(a.Interleaved), flag(a.Lengths != nil),
+		a.XOffset, a.XStrides[0], a.XStrides[1], a.XStrides[2], n, cols * pipelines.ElementWorkGroup})
 	st := &Step{owned: []closer{set}}
 	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(cols), uint32(rows), 1}, push: push}}
 	return st, nil
-}
-
-// grid lays n invocations of ropeWorkGroup lanes out in rows of at most
-// the device's x extent of workgroups (65,535 on every device), as many
-// rows as needed: the kernel's index is x + y * cols * ropeWorkGroup.
-func grid(dev vk.PhysicalDevice, what string, n int) (cols, rows int, err error) {
-	groups := (n + ropeWorkGroup - 1) / ropeWorkGroup
-	cols = min(groups, int(dev.Limits.MaxWorkGroupCount[0]))
-	rows = (groups + cols - 1) / cols
-	if rows > int(dev.Limits.MaxWorkGroupCount[1]) {
-		return 0, 0, limitf("%s of %d invocations needs %d x %d workgroups, beyond the device's grid", what, n, cols, rows)
-	}
-	return cols, rows, nil
 }
 
 // rowBuffer is a buffer an elementwise kernel reads or writes, its
@@ -93,10 +73,10 @@ type rowBuffer struct {
 // checkRows checks an elementwise kernel over rows of shape (B, heads, N,
 // D) for what: at most 2^31 elements in all, each buffer within the
 // device's binding range. It returns the elements.
-func checkRows(dev vk.PhysicalDevice, what string, shape [4]int, bufs ...rowBuffer) (int, error) {
+func checkRows(dev core.DeviceInfo, what string, shape [4]int, bufs ...rowBuffer) (int, error) {
 	total := float64(shape[0]) * float64(shape[1]) * float64(shape[2]) * float64(shape[3])
 	if total > math.MaxInt32 {
-		return 0, limitf("%s of %.3g elements: at most 2^31", what, total)
+		return 0, pipelines.Limitf("%s of %.3g elements: at most 2^31", what, total)
 	}
 	for _, b := range bufs {
 		if err := checkRange(dev, b.what, b.buf, false, false, b.t); err != nil {

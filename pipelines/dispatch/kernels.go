@@ -1,4 +1,8 @@
-package pipelines
+// Package dispatch binds and records vkattn's kernels on a Vulkan device:
+// the kernel library, bound steps and prepared submissions. What it binds
+// comes planned from package pipelines, which needs no driver; dispatch
+// adds the device's buffers, descriptor sets and command buffers.
+package dispatch
 
 import (
 	"context"
@@ -6,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/shaders"
 	"github.com/vkattn/vkattn/vk"
 )
@@ -17,8 +21,8 @@ import (
 // for another's compile, and two variants compile at once (each once).
 type Kernels struct {
 	dev      *vk.Device
-	mu       sync.Mutex // guards kernel, building and dummy
-	kernel   map[kernelKey]*vk.Kernel
+	mu       sync.Mutex // guards built, building and dummy
+	built    map[kernelKey]*vk.Kernel
 	building map[kernelKey]*pendingKernel
 	dummy    *vk.Buffer // bound where an optional input or output is absent
 }
@@ -33,17 +37,17 @@ type pendingKernel struct {
 
 // NewKernels prepares the kernel library of dev. Nothing is built yet.
 func NewKernels(dev *vk.Device) *Kernels {
-	return &Kernels{dev: dev, kernel: map[kernelKey]*vk.Kernel{}, building: map[kernelKey]*pendingKernel{}}
+	return &Kernels{dev: dev, built: map[kernelKey]*vk.Kernel{}, building: map[kernelKey]*pendingKernel{}}
 }
 
 // Close frees the library's kernels and buffers.
 func (ks *Kernels) Close() {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	for _, k := range ks.kernel {
+	for _, k := range ks.built {
 		k.Close()
 	}
-	ks.kernel = map[kernelKey]*vk.Kernel{}
+	ks.built = map[kernelKey]*vk.Kernel{}
 	ks.dummy.Close()
 	ks.dummy = nil
 }
@@ -51,7 +55,7 @@ func (ks *Kernels) Close() {
 // kernelKey names a built kernel: its variant, its specialization
 // constants and its push-constant size.
 type kernelKey struct {
-	variant  Variant
+	variant  pipelines.Variant
 	spec     [maxSpec]int32
 	push     uint32
 	subgroup uint32 // required subgroup size (full subgroups); 0: any
@@ -60,32 +64,20 @@ type kernelKey struct {
 // maxSpec is the most specialization constants a kernel takes.
 const maxSpec = 12
 
-// get returns the kernel of variant v with the given bindings and
-// specialization constants (constant_id i gets spec[i]), building it from
-// the variant's SPIR-V on first use.
-func (ks *Kernels) get(v Variant, bindings []vk.BindingType, spec ...int32) (*vk.Kernel, error) {
-	return ks.build(kernelKey{variant: v}, bindings, spec)
-}
-
-// getPushed is get for a kernel with push constants of push bytes.
-func (ks *Kernels) getPushed(v Variant, bindings []vk.BindingType, push uint32, spec ...int32) (*vk.Kernel, error) {
-	return ks.build(kernelKey{variant: v, push: push}, bindings, spec)
-}
-
-// getInSubgroups is get for a kernel that runs in full subgroups of the
-// given size.
-func (ks *Kernels) getInSubgroups(v Variant, bindings []vk.BindingType, subgroup uint32, spec ...int32) (*vk.Kernel, error) {
-	return ks.build(kernelKey{variant: v, subgroup: subgroup}, bindings, spec)
+// kernel returns the kernel k describes, building it from its variant's
+// SPIR-V on first use.
+func (ks *Kernels) kernel(k pipelines.KernelSpec) (*vk.Kernel, error) {
+	return ks.build(kernelKey{variant: k.Variant, push: k.Push, subgroup: k.Subgroup}, k.Bindings, k.Spec)
 }
 
 func (ks *Kernels) build(key kernelKey, bindings []vk.BindingType, spec []int32) (*vk.Kernel, error) {
 	v := key.variant
 	if len(spec) > maxSpec {
-		return nil, fmt.Errorf("pipelines: kernel %s takes %d specialization constants, at most %d", v, len(spec), maxSpec)
+		return nil, fmt.Errorf("dispatch: kernel %s takes %d specialization constants, at most %d", v, len(spec), maxSpec)
 	}
 	copy(key.spec[:], spec)
 	ks.mu.Lock()
-	if k, ok := ks.kernel[key]; ok {
+	if k, ok := ks.built[key]; ok {
 		ks.mu.Unlock()
 		return k, nil
 	}
@@ -111,7 +103,7 @@ func (ks *Kernels) build(key kernelKey, bindings []vk.BindingType, spec []int32)
 	defer ks.mu.Unlock()
 	delete(ks.building, key)
 	if err == nil {
-		ks.kernel[key] = p.k
+		ks.built[key] = p.k
 	}
 	return p.k, p.err
 }
@@ -130,32 +122,6 @@ func (ks *Kernels) or(b *vk.Buffer) (*vk.Buffer, error) {
 		}
 	}
 	return ks.dummy, nil
-}
-
-// tuningOr is t, or the device's default tuning for nil.
-func tuningOr(dev vk.PhysicalDevice, t *core.Tuning) *core.Tuning {
-	if t == nil {
-		d := DefaultTuning(dev)
-		t = &d
-	}
-	return t
-}
-
-// choosePath picks the load path of a kernel on dev: the forced one, or
-// the tuning's (nil: the device's default tuning).
-func choosePath(dev vk.PhysicalDevice, force core.LoadPath, t *core.Tuning) (core.LoadPath, *core.PathTuning, string, error) {
-	if !force.Valid() {
-		return force, nil, "", fmt.Errorf("unknown load path %v (want auto, texel or storage)", force)
-	}
-	t = tuningOr(dev, t)
-	path, why := force, "forced"
-	if path == core.AutoLoadPath {
-		path, why = t.Path, t.Source
-	}
-	if path == core.TexelLoadPath && !dev.TexelPathOK() {
-		return path, nil, why, fmt.Errorf("texel load path: device %s cannot use R32_SFLOAT, R32_UINT and R16_UINT uniform texel buffers", dev.Name)
-	}
-	return path, t.For(path), why, nil
 }
 
 // closer is what a Step owns and frees.
@@ -243,7 +209,7 @@ func (s *Step) Close() {
 // Prepared is a sequence of Steps recorded once, replayable with Run. Its
 // methods are serialized, so it is safe for concurrent use (runs take
 // turns). Its dispatches are recorded into one command buffer, or, where
-// they do more work than one submission should carry (dispatchFLOPs), into
+// they do more work than one submission should carry (pipelines.DispatchFLOPs), into
 // several, submitted one after another.
 type Prepared struct {
 	mu    sync.Mutex
@@ -261,7 +227,7 @@ type Prepared struct {
 // when Prepare fails).
 func (ks *Kernels) Prepare(steps ...*Step) (*Prepared, error) {
 	pr := &Prepared{steps: steps}
-	most, work := dispatchFLOPs(ks.dev.Info), 0.0
+	most, work := pipelines.DispatchFLOPs(ks.dev.Info.DeviceInfo), 0.0
 	pr.parts = [][]dispatch{nil}
 	for _, s := range steps {
 		for _, d := range s.dispatches {
@@ -366,7 +332,7 @@ func (pr *Prepared) run(ctx context.Context, record func() error) (time.Duration
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	if pr.cmds == nil {
-		return 0, fmt.Errorf("pipelines: %w: prepared call", vk.ErrClosed)
+		return 0, fmt.Errorf("dispatch: %w: prepared call", vk.ErrClosed)
 	}
 	for _, c := range pr.cmds {
 		if err := c.Wait(ctx); err != nil {

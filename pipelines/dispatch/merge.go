@@ -1,7 +1,8 @@
-package pipelines
+package dispatch
 
 import (
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -22,20 +23,13 @@ type MergeArgs struct {
 	O, LSE         *vk.Buffer
 }
 
-// mergeBindingTypes are attention_merge.comp's bindings: the part's O and
-// LSE, the merged O and LSE.
-func mergeBindingTypes() []vk.BindingType {
-	return []vk.BindingType{mergeBindPartO: vk.StorageBuffer, mergeBindPartLSE: vk.StorageBuffer,
-		mergeBindO: vk.StorageBuffer, mergeBindLSE: vk.StorageBuffer}
-}
-
 // Merge binds the merge of a.Parts (at least one) into a.O and a.LSE: an
 // LSE pass per part, then an O pass per part, which reads the finished
 // LSE (see attention_merge.comp).
 func (ks *Kernels) Merge(a MergeArgs) (*Step, error) {
-	dev := ks.dev.Info
+	dev := ks.dev.Info.DeviceInfo
 	if len(a.Parts) == 0 {
-		return nil, limitf("a merge of no parts")
+		return nil, pipelines.Limitf("a merge of no parts")
 	}
 	bufs := []rowBuffer{{"merged O", a.O, core.Float32}, {"merged LSE", a.LSE, core.Float32}}
 	for _, p := range a.Parts {
@@ -45,14 +39,14 @@ func (ks *Kernels) Merge(a MergeArgs) (*Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	k, err := ks.getPushed(Variant{Family: FamilyMerge}, mergeBindingTypes(), 15*4, ropeWorkGroup)
+	k, err := ks.kernel(pipelines.MergeKernel())
 	if err != nil {
 		return nil, err
 	}
 	rows := a.B * a.Heads * a.L
 	st := &Step{}
 	for pass, n := range []int{rows, elems} {
-		cols, gridRows, err := grid(dev, "merge", n)
+		cols, gridRows, err := pipelines.Grid(dev, "merge", n)
 		if err != nil {
 			st.Close()
 			return nil, err
@@ -68,7 +62,7 @@ func (ks *Kernels) Merge(a MergeArgs) (*Step, error) {
 			if i == 0 {
 				first = 1
 			}
-			push := int32Bytes([]int{pass, first, a.Heads, a.L, a.D, n, cols * ropeWorkGroup,
+			push := pipelines.Int32Bytes([]int{pass, first, a.Heads, a.L, a.D, n, cols * pipelines.ElementWorkGroup,
 				p.OOffset, p.OStrides[0], p.OStrides[1], p.OStrides[2],
 				p.LSEOffset, p.LSEStrides[0], p.LSEStrides[1], p.LSEStrides[2]})
 			st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: [3]uint32{uint32(cols), uint32(gridRows), 1}, push: push})

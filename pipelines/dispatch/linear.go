@@ -1,0 +1,76 @@
+package dispatch
+
+import (
+	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/vk"
+)
+
+// LinearBuffers are the buffers of a dense layer Y = X W^T + b: X, W, Y,
+// and the bias (nil: none).
+type LinearBuffers struct{ X, W, Y, Bias *vk.Buffer }
+
+// Linear binds the dense layer x with the buffers bufs as p planned it: a
+// layer whose X, W or Y is larger than one binding reaches runs as p's
+// blocks of rows and outputs, each bound through buffer windows, in the
+// same step.
+func (ks *Kernels) Linear(p pipelines.LinearPlan, x pipelines.LinearShape, bufs LinearBuffers) (*Step, error) {
+	spec := p.Kernel()
+	k, err := ks.kernel(spec)
+	if err != nil {
+		return nil, err
+	}
+	st := &Step{}
+	err = p.EachBlock(ks.dev.Info.DeviceInfo, &x, func(b pipelines.LinearBlock) error {
+		bound := make([]vk.Arg, len(spec.Bindings))
+		for i, buf := range []*vk.Buffer{bufs.X, bufs.W, bufs.Y, bufs.Bias} {
+			if w := b.Windows[i]; w != nil {
+				bound[w.Binding] = vk.Arg{Buffer: buf, Offset: w.Offset, Range: w.Size}
+			}
+		}
+		params, err := st.params(ks, b.Params)
+		if err != nil {
+			return err
+		}
+		bound[pipelines.LinearBindParams].Buffer = params
+		if err := ks.orAll(bound); err != nil {
+			return err
+		}
+		set, err := k.Bind(bound)
+		if err != nil {
+			return err
+		}
+		st.own(set)
+		st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: b.Groups})
+		return nil
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// HeadMean binds the mean over heads of attention weights (B, H, n) into
+// (B, n).
+func (ks *Kernels) HeadMean(weights, mean *vk.Buffer, b, h, n int) (*Step, error) {
+	info := ks.dev.Info.DeviceInfo
+	if err := checkRange(info, "weights", weights, false, false, core.Float32); err != nil {
+		return nil, err
+	}
+	groups := (b*n + 63) / 64
+	if groups > int(info.Limits.MaxWorkGroupCount[0]) {
+		return nil, pipelines.Limitf("%d averaged weights need %d workgroups, the device allows %d", b*n, groups, info.Limits.MaxWorkGroupCount[0])
+	}
+	k, err := ks.kernel(pipelines.HeadMeanKernel())
+	if err != nil {
+		return nil, err
+	}
+	set, err := ks.bind(k, weights, mean)
+	if err != nil {
+		return nil, err
+	}
+	st := &Step{owned: []closer{set}}
+	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(groups), 1, 1}, push: pipelines.Int32Bytes([]int{b, h, n})}}
+	return st, nil
+}

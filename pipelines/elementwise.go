@@ -1,0 +1,53 @@
+package pipelines
+
+import "github.com/vkattn/vkattn/core"
+
+// ElementWorkGroup is the workgroup size of the elementwise kernels
+// (rope.comp, q8_store.comp, attention_merge.comp).
+const ElementWorkGroup = 64
+
+// ropeBindingTypes are rope.comp's bindings: X, Y, the table, lengths.
+func ropeBindingTypes() []core.BindingType {
+	return []core.BindingType{ropeBindX: core.StorageBuffer, ropeBindY: core.StorageBuffer, ropeBindTable: core.StorageBuffer, ropeBindLengths: core.StorageBuffer}
+}
+
+// Grid lays n invocations of ElementWorkGroup lanes out in rows of at most
+// the device's x extent of workgroups (65,535 on every device), as many
+// rows as needed: the kernel's index is x + y * cols * ElementWorkGroup.
+func Grid(dev core.DeviceInfo, what string, n int) (cols, rows int, err error) {
+	groups := (n + ElementWorkGroup - 1) / ElementWorkGroup
+	cols = min(groups, int(dev.Limits.MaxWorkGroupCount[0]))
+	rows = (groups + cols - 1) / cols
+	if rows > int(dev.Limits.MaxWorkGroupCount[1]) {
+		return 0, 0, Limitf("%s of %d invocations needs %d x %d workgroups, beyond the device's grid", what, n, cols, rows)
+	}
+	return cols, rows, nil
+}
+
+// mergeBindingTypes are attention_merge.comp's bindings: the part's O and
+// LSE, the merged O and LSE.
+func mergeBindingTypes() []core.BindingType {
+	return []core.BindingType{mergeBindPartO: core.StorageBuffer, mergeBindPartLSE: core.StorageBuffer,
+		mergeBindO: core.StorageBuffer, mergeBindLSE: core.StorageBuffer}
+}
+
+// q8StoreBindingTypes are q8_store.comp's bindings: X, Y, the rows'
+// destinations.
+func q8StoreBindingTypes() []core.BindingType {
+	return []core.BindingType{q8BindX: core.StorageBuffer, q8BindY: core.StorageBuffer, q8BindRows: core.StorageBuffer}
+}
+
+// RoPEKernel is the rotary embedding of rows of type t.
+func RoPEKernel(t core.DType) KernelSpec {
+	return KernelSpec{Variant: Variant{Family: FamilyRoPE}, Bindings: ropeBindingTypes(), Push: 12 * 4, Spec: []int32{ElementWorkGroup, typeSpec(t)}}
+}
+
+// MergeKernel is the merge of partial attentions.
+func MergeKernel() KernelSpec {
+	return KernelSpec{Variant: Variant{Family: FamilyMerge}, Bindings: mergeBindingTypes(), Push: 15 * 4, Spec: []int32{ElementWorkGroup}}
+}
+
+// Q8StoreKernel is the q8_0 quantization of rows of type t.
+func Q8StoreKernel(t core.DType) KernelSpec {
+	return KernelSpec{Variant: Variant{Family: FamilyQ8Store}, Bindings: q8StoreBindingTypes(), Push: 10 * 4, Spec: []int32{ElementWorkGroup, typeSpec(t)}}
+}
