@@ -6,6 +6,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"testing"
@@ -16,17 +17,23 @@ import (
 // Near fails t unless got has want's length and every value is within
 // tol of want's: golden.Near, so |got - want| <= tol, or both the same
 // infinity. A NaN on either side is never near, whatever tol: a test that
-// checks with Near fails on NaN. tol 0 asks for equal values.
-func Near[T float32 | float64](t testing.TB, what string, got []T, want []float64, tol float64) {
+// checks with Near fails on NaN. tol 0 asks for equal values. It returns
+// the largest |got - want| (0 for equal infinities), for a test to report.
+func Near[G, W float32 | float64](t testing.TB, what string, got []G, want []W, tol float64) (worst float64) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}
 	for i := range got {
-		if !golden.Near(float64(got[i]), want[i], tol) {
+		g, w := float64(got[i]), float64(want[i])
+		if !golden.Near(g, w, tol) {
 			t.Fatalf("%s[%d] = %v, want %v (tolerance %g)", what, i, got[i], want[i], tol)
 		}
+		if g != w {
+			worst = max(worst, math.Abs(g-w))
+		}
 	}
+	return worst
 }
 
 // KeyRange is keys [from, to) of x, dense (B, H, S, d), and its shape.

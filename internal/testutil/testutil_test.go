@@ -142,3 +142,11 @@ func TestNPZMembers(t *testing.T) {
 		}
 	}
 }
+
+// Near returns the largest difference, 0 for equal values and infinities.
+func TestNearReturnsTheLargestDifference(t *testing.T) {
+	inf := math.Inf(1)
+	if worst := Near(t, "x", []float32{1, 2.5, float32(inf)}, []float64{1.25, 2, inf}, 1); worst != 0.5 {
+		t.Errorf("largest difference %v, want 0.5", worst)
+	}
+}
