@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -69,19 +69,6 @@ func checkAdditive(t *testing.T, d *vkattn.Device, c *additiveCase) {
 	compare(t, "weights", w, want.Weights)
 }
 
-// near checks got against numbers derived by hand.
-func near(t *testing.T, what string, got []float32, want []float64, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	for i := range got {
-		if !golden.Near(float64(got[i]), want[i], tol) {
-			t.Fatalf("%s[%d] = %.9g, want %.9g", what, i, got[i], want[i])
-		}
-	}
-}
-
 // a = atanh(1/2) = ln(3)/2: tanh(a) = 1/2, tanh(2a) = 4/5.
 var atanhHalf = float32(math.Log(3) / 2)
 
@@ -101,9 +88,9 @@ func TestAdditiveGoldenKeysGPU(t *testing.T) {
 			B: 1, L: 1, S: 3, DQ: 2, DK: 2, DA: 2, DV: 2,
 		}
 		o, lse, w := runAdditive(t, d, c)
-		near(t, "A", w, []float64{0.186323723, 0.307195886, 0.506480391}, 1e-6)
-		near(t, "O", o, []float64{0.692804114, 0.813676277}, 1e-6)
-		near(t, "LSE", lse, []float64{1.680269671}, 1e-6)
+		testutil.Near(t, "A", w, []float64{0.186323723, 0.307195886, 0.506480391}, 1e-6)
+		testutil.Near(t, "O", o, []float64{0.692804114, 0.813676277}, 1e-6)
+		testutil.Near(t, "LSE", lse, []float64{1.680269671}, 1e-6)
 	}
 }
 
@@ -146,9 +133,9 @@ func TestAdditiveGoldenQueryGPU(t *testing.T) {
 				B: 1, L: 1, S: 3, DQ: 1, DK: 1, DA: 2, DV: 1, opts: c.opts,
 			}
 			o, lse, w := runAdditive(t, dev, ac)
-			near(t, "A", w, c.w, 1e-6)
-			near(t, "O", o, []float64{c.o}, 1e-6)
-			near(t, "LSE", lse, []float64{c.lse}, 1e-6)
+			testutil.Near(t, "A", w, c.w, 1e-6)
+			testutil.Near(t, "O", o, []float64{c.o}, 1e-6)
+			testutil.Near(t, "LSE", lse, []float64{c.lse}, 1e-6)
 		})
 	}
 }

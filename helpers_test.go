@@ -33,14 +33,10 @@ func randomValues(r *rand.Rand, n int) []float32 { return random.Uniform(r, n) }
 
 func size(s [4]int) int { return s[0] * s[1] * s[2] * s[3] }
 
+// newProblem is a problem of uniform random inputs (random.QKV).
 func newProblem(r *rand.Rand, b, h, hkv, l, s, dk, dv int) *problem {
-	p := &problem{
-		qs: [4]int{b, h, l, dk}, ks: [4]int{b, hkv, s, dk}, vs: [4]int{b, hkv, s, dv},
-	}
-	p.q = randomValues(r, size(p.qs))
-	p.k = randomValues(r, size(p.ks))
-	p.v = randomValues(r, size(p.vs))
-	return p
+	in, sh := random.QKV(r, random.Uniform, b, h, hkv, l, s, dk, dv)
+	return &problem{q: in[0], k: in[1], v: in[2], qs: sh[0], ks: sh[1], vs: sh[2]}
 }
 
 // toBLHD rewrites dense (B,H,L,d) data as (B,L,H,d).

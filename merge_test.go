@@ -9,17 +9,9 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/reference"
 )
-
-// keyRange is keys [from, to) of x, dense (B, H, S, d).
-func keyRange(x []float32, s [4]int, from, to int) ([]float32, [4]int) {
-	out := make([]float32, 0, s[0]*s[1]*(to-from)*s[3])
-	for bh := 0; bh < s[0]*s[1]; bh++ {
-		out = append(out, x[(bh*s[2]+from)*s[3]:(bh*s[2]+to)*s[3]]...)
-	}
-	return out, [4]int{s[0], s[1], to - from, s[3]}
-}
 
 // causalPart is the mask that gives keys [from, to) of S, as their own
 // part, the union's bottom-right causal mask: row t of L sees key j iff
@@ -32,20 +24,6 @@ func causalPart(L, S, from, to int) vkattn.BoolMask {
 		}
 	}
 	return m
-}
-
-// permutations lists every order of 0..n-1.
-func permutations(n int) [][]int {
-	if n == 0 {
-		return [][]int{{}}
-	}
-	var out [][]int
-	for _, p := range permutations(n - 1) {
-		for at := 0; at <= len(p); at++ {
-			out = append(out, append(append(append([]int{}, p[:at]...), n-1), p[at:]...))
-		}
-	}
-	return out
 }
 
 // mergeAndCompare merges parts in the order given and compares O and LSE
@@ -104,8 +82,8 @@ func TestMergeIsAttentionOverTheUnion(t *testing.T) {
 			S := p.ks[2]
 			for i := 0; i+1 < len(c.cuts); i++ {
 				from, to := c.cuts[i], c.cuts[i+1]
-				k, ks := keyRange(p.k, p.ks, from, to)
-				v, vs := keyRange(p.v, p.vs, from, to)
+				k, ks := testutil.KeyRange(p.k, p.ks, from, to)
+				v, vs := testutil.KeyRange(p.v, p.vs, from, to)
 				opts := vkattn.Options{}
 				if c.causal {
 					opts.BoolMasks = []vkattn.BoolMask{causalPart(p.qs[2], S, from, to)}
@@ -113,8 +91,8 @@ func TestMergeIsAttentionOverTheUnion(t *testing.T) {
 				part(k, ks, v, vs, opts)
 			}
 			for range c.empty {
-				k, ks := keyRange(p.k, p.ks, 0, 3)
-				v, vs := keyRange(p.v, p.vs, 0, 3)
+				k, ks := testutil.KeyRange(p.k, p.ks, 0, 3)
+				v, vs := testutil.KeyRange(p.v, p.vs, 0, 3)
 				part(k, ks, v, vs, vkattn.Options{KeyLengths: make([]int, p.qs[0])})
 			}
 			if c.views {
@@ -134,12 +112,8 @@ func TestMergeIsAttentionOverTheUnion(t *testing.T) {
 				union.opts.KeyLengths = make([]int, p.qs[0])
 			}
 			want := runReference(t, &union)
-			for _, order := range permutations(len(parts)) {
-				ps := make([]vkattn.Part, len(parts))
-				for i, j := range order {
-					ps[i] = parts[j]
-				}
-				mergeAndCompare(t, dev, ps, want)
+			for _, order := range testutil.Permutations(len(parts)) {
+				mergeAndCompare(t, dev, testutil.Permute(parts, order), want)
 			}
 		})
 	}
@@ -235,8 +209,8 @@ func TestMergeSinks(t *testing.T) {
 	p.opts.Sinks = []float32{1, -2, 0.5, 3}
 	var parts []vkattn.Part
 	for i, cut := range [][2]int{{0, 7}, {7, 20}} {
-		k, ks := keyRange(p.k, p.ks, cut[0], cut[1])
-		v, vs := keyRange(p.v, p.vs, cut[0], cut[1])
+		k, ks := testutil.KeyRange(p.k, p.ks, cut[0], cut[1])
+		v, vs := testutil.KeyRange(p.v, p.vs, cut[0], cut[1])
 		opts := vkattn.Options{WantLSE: true}
 		if i == 1 {
 			opts.Sinks = p.opts.Sinks

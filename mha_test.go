@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
@@ -236,17 +237,7 @@ func TestMHAPyTorchParityGPU(t *testing.T) {
 					got  []float32
 				}{{"out", got.out}, {"weights", got.weights}, {"weights_avg", got.avg}} {
 					want := data[o.name].Data
-					if len(o.got) != len(want) {
-						t.Fatalf("%s: %d values, PyTorch %d", o.name, len(o.got), len(want))
-					}
-					worst := 0.0
-					for i := range want {
-						diff := math.Abs(float64(o.got[i]) - float64(want[i]))
-						if !(diff <= 2e-5) {
-							t.Fatalf("%s[%d] = %.9g, PyTorch %.9g", o.name, i, o.got[i], want[i])
-						}
-						worst = math.Max(worst, diff)
-					}
+					worst := testutil.Near(t, o.name+" against PyTorch's", o.got, want, 2e-5)
 					t.Logf("%s: max |GPU - PyTorch| = %.2g", o.name, worst)
 				}
 			})

@@ -26,7 +26,7 @@ func TestWeightsAreADistribution(t *testing.T) {
 		for j := 0; j < s; j++ {
 			w := float64(got.w[row*s+j])
 			if !(w >= 0) {
-				t.Fatalf("row %d weight %d = %v < 0", row, j, w)
+				t.Fatalf("row %d weight %d = %v, want >= 0", row, j, w)
 			}
 			sum += w
 		}
@@ -69,8 +69,8 @@ func TestPermutationEquivariance(t *testing.T) {
 	o, po := self(x), self(px)
 	for i, j := range perm {
 		for c := 0; c < d; c++ {
-			if diff := math.Abs(float64(po[i*d+c] - o[j*d+c])); diff > 1e-5 {
-				t.Fatalf("permuted row %d differs from row %d by %v", i, j, diff)
+			if !golden.Near(float64(po[i*d+c]), float64(o[j*d+c]), 1e-5) {
+				t.Fatalf("permuted row %d [%d] = %v, row %d's %v", i, c, po[i*d+c], j, o[j*d+c])
 			}
 		}
 	}
@@ -90,8 +90,8 @@ func TestValueShift(t *testing.T) {
 	}
 	got := runGPU(t, dev, &shifted).o
 	for i := range got {
-		if diff := math.Abs(float64(got[i] - base[i] - u[i%d])); diff > 2e-5 {
-			t.Fatalf("output %d: shifted %v, base %v + u %v (diff %v)", i, got[i], base[i], u[i%d], diff)
+		if !golden.Near(float64(got[i]), float64(base[i])+float64(u[i%d]), 2e-5) {
+			t.Fatalf("output %d: shifted %v, base %v + u %v", i, got[i], base[i], u[i%d])
 		}
 	}
 	zero := *p
