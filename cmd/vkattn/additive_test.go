@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
 )
@@ -72,9 +73,9 @@ func TestAdditiveGolden(t *testing.T) {
 
 	out := cliOK(t, "additive", "-q", q, "-k", k, "-v", v, "--params", params, "-o", o, "--weights", w, "--lse", lse, "--check")
 	mentions(t, "output", out, "wrote O (1, 2) to "+o, ": ok")
-	near(t, "O", load(t, o).F32, []float64{0.692804114, 0.813676277}, 1e-5)
-	near(t, "A", load(t, w).F32, []float64{0.186323723, 0.307195886, 0.506480391}, 1e-5)
-	near(t, "LSE", load(t, lse).F32, []float64{math.Log(z)}, 1e-5)
+	testutil.Near(t, "O", load(t, o).F32, []float64{0.692804114, 0.813676277}, 1e-5)
+	testutil.Near(t, "A", load(t, w).F32, []float64{0.186323723, 0.307195886, 0.506480391}, 1e-5)
+	testutil.Near(t, "LSE", load(t, lse).F32, []float64{math.Log(z)}, 1e-5)
 	for _, c := range []struct {
 		path  string
 		shape []int
@@ -94,7 +95,7 @@ func TestAdditiveGolden(t *testing.T) {
 	allow := save(t, dir, "allow.npy", [][]bool{{true, false, true}})
 	for _, m := range [][]string{{block, "block"}, {allow, "allow"}} {
 		cliOK(t, "additive", "-q", q, "-k", k, "-v", v, "--params", params, "--mask", m[0], "--mask-means", m[1], "-o", o, "--check")
-		near(t, "O masked ("+m[1]+")", load(t, o).F32, masked, 1e-5)
+		testutil.Near(t, "O masked ("+m[1]+")", load(t, o).F32, masked, 1e-5)
 	}
 
 	// Rank-3 inputs and --key-lengths 2: keys 0 and 1, scores 0 and 1/2.
@@ -106,7 +107,7 @@ func TestAdditiveGolden(t *testing.T) {
 	if !slices.Equal(got.Shape, []int{1, 1, 2}) {
 		t.Errorf("O shape %v, want [1 1 2]", got.Shape)
 	}
-	near(t, "O with key length 2", got.F32, []float64{1 / (1 + eh), eh / (1 + eh)}, 1e-5)
+	testutil.Near(t, "O with key length 2", got.F32, []float64{1 / (1 + eh), eh / (1 + eh)}, 1e-5)
 }
 
 // A batch with a 3-D (B,L,S) mask, per batch item, against the reference.

@@ -46,7 +46,7 @@ func TestBenchShapeJSON(t *testing.T) {
 	if want := int64(4 * (2*256 + 2*128)); r.Bytes != want {
 		t.Errorf("bytes %d, want %d", r.Bytes, want)
 	}
-	if r.GFLOPS <= 0 || r.GBPS <= 0 {
+	if !(r.GFLOPS > 0 && r.GBPS > 0) {
 		t.Errorf("GFLOP/s %v, GB/s %v: want both > 0", r.GFLOPS, r.GBPS)
 	}
 	// A prepared call's Run: one submission, one wait, nothing allocated

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/tune"
 )
 
@@ -17,13 +19,7 @@ func TestDecode(t *testing.T) {
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(7, 7))
 	const B, H, HKV, T, D = 2, 4, 2, 23, 8
-	randn := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
-		return x
-	}
+	randn := func(n int) []float32 { return random.Normal(r, n) }
 	shape := func(h int, x []float32) [][][][]float32 {
 		out := make([][][][]float32, B)
 		for b := range out {
@@ -53,7 +49,7 @@ func TestDecode(t *testing.T) {
 			o := filepath.Join(t.TempDir(), "o.npy")
 			out := cliOK(t, append([]string{"decode", "-q", q, "-k", k, "-v", v, "-o", o, "--check", "--json"}, c.args...)...)
 			s := parseJSON[decodeSummary](t, out)
-			if s.Check == nil || !s.Check.Pass || s.Steps+s.Prefill != T || s.TokensPerSec <= 0 {
+			if s.Check == nil || !s.Check.Pass || s.Steps+s.Prefill != T || !(s.TokensPerSec > 0) {
 				t.Errorf("summary %+v", s)
 			}
 			// The same attention in one call: run's kernel on the whole
@@ -66,12 +62,7 @@ func TestDecode(t *testing.T) {
 				}
 			}
 			cliOK(t, runArgs...)
-			got, want := load(t, o).F32, load(t, ro).F32
-			for i := range want {
-				if d := got[i] - want[i]; d > 2e-5 || d < -2e-5 {
-					t.Fatalf("O[%d] = %v from decode, %v from run", i, got[i], want[i])
-				}
-			}
+			testutil.Near(t, "O from decode against run's", load(t, o).F32, load(t, ro).F32, 2e-5)
 		})
 	}
 	checkRefused(t, []string{"decode", "-q", q, "-k", k, "-v", v, "--prefill", "0"}, 2, "--prefill 0: want 1..T (T = 23)", "")
@@ -102,7 +93,7 @@ func TestBenchDecodeLoop(t *testing.T) {
 			t.Fatalf("%d results, want 12 (two capacities, contiguous and paged, f32, f16 and q8_0)", len(rs))
 		}
 		for _, r := range rs {
-			if r.Length != 300 || r.StepsPerS <= 0 || r.Allocs != 0 || r.Submits != 1 || r.Waits != 1 || r.StagingBytes <= 0 {
+			if r.Length != 300 || !(r.StepsPerS > 0) || r.Allocs != 0 || r.Submits != 1 || r.Waits != 1 || r.StagingBytes <= 0 {
 				t.Errorf("plan as %q: result %+v: want cache length 300, a rate, no allocation, 1 submission and 1 wait, staged bytes", planAs, r)
 			}
 		}
@@ -133,7 +124,7 @@ func TestBenchFork(t *testing.T) {
 		t.Fatalf("%d results, want 3 (f32, f16, q8_0)", len(rs))
 	}
 	for _, r := range rs {
-		if r.PagesInUse != 12 || r.PagesIndependent != 40 || r.StepsPerS <= 0 || r.BytesInUse*40 != r.BytesIndependent*12 {
+		if r.PagesInUse != 12 || r.PagesIndependent != 40 || !(r.StepsPerS > 0) || r.BytesInUse*40 != r.BytesIndependent*12 {
 			t.Errorf("%+v: want 12 pages in use against 40, a rate", r)
 		}
 	}

@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	"codeberg.org/sbinet/npyio"
-	"github.com/vkattn/vkattn/core"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -100,18 +100,6 @@ func load(t *testing.T, path string) *npyArray {
 	return a
 }
 
-func near(t *testing.T, what string, got []float32, want []float64, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: got %d values %v, want %v", what, len(got), got, want)
-	}
-	for i := range got {
-		if !golden.Near(float64(got[i]), want[i], tol) {
-			t.Fatalf("%s: got %v, want %v (tolerance %g)", what, got, want, tol)
-		}
-	}
-}
-
 func TestRunSpecExample(t *testing.T) {
 	withDevice(t)
 	dir := t.TempDir()
@@ -128,12 +116,12 @@ func TestRunSpecExample(t *testing.T) {
 	if !slices.Equal(got.Shape, []int{1, 2}) {
 		t.Errorf("O shape %v, want [1 2]", got.Shape)
 	}
-	near(t, "O", got.F32, []float64{1.6044, 1.5933}, 1e-4)
+	testutil.Near(t, "O", got.F32, []float64{1.6044, 1.5933}, 1e-4)
 
 	// float64 inputs are converted.
 	q64 := save(t, dir, "q64.npy", [][]float64{{1, 0}})
 	cliOK(t, "run", "-q", q64, "-k", k, "-v", v, "-o", o)
-	near(t, "O from float64 Q", load(t, o).F32, []float64{1.6044, 1.5933}, 1e-4)
+	testutil.Near(t, "O from float64 Q", load(t, o).F32, []float64{1.6044, 1.5933}, 1e-4)
 }
 
 func TestRunMask(t *testing.T) {
@@ -144,17 +132,17 @@ func TestRunMask(t *testing.T) {
 	o := filepath.Join(dir, "o.npy")
 	w := filepath.Join(dir, "w.npy")
 	cliOK(t, "run", "-q", q, "-k", k, "-v", v, "--mask", m, "-o", o, "--weights", w, "--check")
-	near(t, "O", load(t, o).F32, []float64{1.3395, 1.3210}, 1e-4)
+	testutil.Near(t, "O", load(t, o).F32, []float64{1.3395, 1.3210}, 1e-4)
 	weights := load(t, w)
 	if !slices.Equal(weights.Shape, []int{1, 3}) {
 		t.Errorf("weights shape %v, want [1 3]", weights.Shape)
 	}
-	near(t, "A", weights.F32, []float64{0.6698, 0.3302, 0}, 1e-4)
+	testutil.Near(t, "A", weights.F32, []float64{0.6698, 0.3302, 0}, 1e-4)
 
 	// A rank-1 mask over the keys broadcasts the same way.
 	m1 := save(t, dir, "m1.npy", []float32{0, 0, float32(math.Inf(-1))})
 	cliOK(t, "run", "-q", q, "-k", k, "-v", v, "--mask", m1, "-o", o)
-	near(t, "O with rank-1 mask", load(t, o).F32, []float64{1.3395, 1.3210}, 1e-4)
+	testutil.Near(t, "O with rank-1 mask", load(t, o).F32, []float64{1.3395, 1.3210}, 1e-4)
 }
 
 // TestAllowBlockPolarity: --allow keeps the keys where a mask is true,
@@ -187,7 +175,7 @@ func TestAllowBlockPolarity(t *testing.T) {
 	} {
 		args := append([]string{"run", "-q", q, "-k", k, "-v", v, "-o", o, "--check"}, c.masks...)
 		cliOK(t, args...)
-		near(t, c.name, load(t, o).F32, c.want, 1e-4)
+		testutil.Near(t, c.name, load(t, o).F32, c.want, 1e-4)
 	}
 }
 
@@ -222,10 +210,10 @@ func TestRunShapesGQA(t *testing.T) {
 			t.Errorf("%s: shape %v, want %v", filepath.Base(c.path), a.Shape, c.shape)
 		}
 	}
-	near(t, "O", load(t, o).F32, []float64{1.6044, 1.5933, 4.0 / 3, 2}, 1e-4)
+	testutil.Near(t, "O", load(t, o).F32, []float64{1.6044, 1.5933, 4.0 / 3, 2}, 1e-4)
 	third := 1.0 / 3
-	near(t, "A", load(t, w).F32, []float64{0.4011, 0.1978, 0.4011, third, third, third}, 1e-4)
-	near(t, "LSE head 1", load(t, lse).F32[1:], []float64{math.Log(3)}, 1e-5)
+	testutil.Near(t, "A", load(t, w).F32, []float64{0.4011, 0.1978, 0.4011, third, third, third}, 1e-4)
+	testutil.Near(t, "LSE head 1", load(t, lse).F32[1:], []float64{math.Log(3)}, 1e-5)
 }
 
 func TestRunErrors(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/zip"
+	"bytes"
 	"encoding/binary"
 	"io"
 	"math"
@@ -13,10 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"codeberg.org/sbinet/npyio/npz"
+	"codeberg.org/sbinet/npyio"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
 	"github.com/x448/float16"
@@ -72,18 +74,19 @@ func rows[T any](x []T, n int) [][]T {
 	return r
 }
 
-// writeNPZ writes arrays (name -> []float32 or [][]float32) as a .npz.
+// writeNPZ writes arrays (name -> []float32 or [][]float32), each encoded
+// by npyio, as the deflated .npz dir/name (testutil.WriteNPZ).
 func writeNPZ(t *testing.T, dir, name string, arrays map[string]any) string {
 	t.Helper()
-	path := filepath.Join(dir, name)
-	m := map[string]any{}
+	members := map[string][]byte{}
 	for k, v := range arrays {
-		m[k+".npy"] = v
+		var b bytes.Buffer
+		if err := npyio.Write(&b, v); err != nil {
+			t.Fatal(err)
+		}
+		members[k] = b.Bytes()
 	}
-	if err := npz.Write(path, m); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return testutil.WriteNPZ(t, filepath.Join(dir, name), members, true)
 }
 
 // sameTensor checks an output file against a PyTorch parity array: shape
@@ -98,7 +101,7 @@ func sameTensor(t *testing.T, what, path string, want weights.Tensor, shape []in
 	for i, x := range want.Data {
 		w[i] = float64(x)
 	}
-	near(t, what, got.F32, w, tol)
+	testutil.Near(t, what, got.F32, w, tol)
 }
 
 // parityTol: the GPU in float32 against PyTorch in float64.

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -15,10 +17,7 @@ import (
 // returns its path and values.
 func randomNPY(t *testing.T, r *rand.Rand, dir, name string, s [4]int) (string, []float32) {
 	t.Helper()
-	flat := make([]float32, s[0]*s[1]*s[2]*s[3])
-	for i := range flat {
-		flat[i] = float32(r.NormFloat64())
-	}
+	flat := random.Normal(r, s[0]*s[1]*s[2]*s[3])
 	return save(t, dir, name, nest(flat, s)), flat
 }
 
@@ -30,14 +29,7 @@ func within(t *testing.T, what string, got []float32, want []float64) {
 	for _, w := range want {
 		top = math.Max(top, math.Abs(w))
 	}
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	for i := range got {
-		if d := math.Abs(float64(got[i]) - want[i]); d > 2e-5*top {
-			t.Fatalf("%s: [%d] = %v, want %v (error %.3g)", what, i, got[i], want[i], d)
-		}
-	}
+	testutil.Near(t, what, got, want, 2e-5*top)
 }
 
 // run --rope and decode --rope against the float64 reference's RoPE: both

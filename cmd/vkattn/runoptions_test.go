@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/x448/float16"
+
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 // saveF16 writes a little-endian float16 .npy of the given shape.
@@ -69,14 +71,14 @@ func TestRunHalfInputs(t *testing.T) {
 	if types != [3]string{"f16", "f16", "f16"} || !pass {
 		t.Errorf("float16 files: stored as %v, check passed %v; want f16 and a pass", types, pass)
 	}
-	near(t, "O (float16 files)", o, want, 1e-4)
+	testutil.Near(t, "O (float16 files)", o, want, 1e-4)
 
 	q32, k32, v32 := seed000(t, dir)
 	types, pass, o = runSummaryOf(t, "-q", q32, "-k", k32, "-v", v32, "--dtype", "bf16")
 	if types != [3]string{"bf16", "bf16", "bf16"} || !pass {
 		t.Errorf("--dtype bf16: stored as %v, check passed %v", types, pass)
 	}
-	near(t, "O (--dtype bf16)", o, want, 1e-4)
+	testutil.Near(t, "O (--dtype bf16)", o, want, 1e-4)
 
 	// Values that round: the check compares with the reference on the
 	// rounded values.
@@ -164,7 +166,7 @@ func TestRunScoreVariants(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o := filepath.Join(t.TempDir(), "o.npy")
 			cliOK(t, append([]string{"run", "-q", q, "-k", k, "-v", v, "-o", o, "--check"}, c.args...)...)
-			near(t, "O", load(t, o).F32, c.want, 1e-6)
+			testutil.Near(t, "O", load(t, o).F32, c.want, 1e-6)
 		})
 	}
 	checkRefused(t, []string{"run", "-q", q, "-k", k, "-v", v, "--window", "-2,0"}, 1, "window (-2, 0)", "")

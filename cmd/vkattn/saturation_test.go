@@ -38,11 +38,11 @@ func TestSaturation(t *testing.T) {
 	if !(u64.MaxWeight > 0.7 && u64.MaxWeight > u4.MaxWeight && u64.Entropy < 1 && u64.Entropy < u4.Entropy) {
 		t.Errorf("unscaled: %+v then %+v: want the weights to go one-hot", u4, u64)
 	}
-	if u64.ScoreGrad >= at(16, false).ScoreGrad {
+	if !(u64.ScoreGrad < at(16, false).ScoreGrad) {
 		t.Errorf("unscaled score gradients %v at 16, %v at 64: want them falling", at(16, false).ScoreGrad, u64.ScoreGrad)
 	}
 	for _, r := range []train.SaturationRow{s4, at(16, true), s64} {
-		if r.MaxWeight > 0.1 || r.Entropy < 4.2 || r.ScoreGrad < 0.8 || r.ScoreGrad > 1.3 {
+		if !(r.MaxWeight <= 0.1 && r.Entropy >= 4.2 && r.ScoreGrad >= 0.8 && r.ScoreGrad <= 1.3) {
 			t.Errorf("scaled: %+v: want flat weights and gradients near 1", r)
 		}
 	}

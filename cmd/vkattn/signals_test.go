@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vkattn/vkattn/internal/testutil"
 )
 
 func (c *cliChild) signal(s syscall.Signal) {
@@ -169,7 +171,7 @@ func TestRunWritesToAPipe(t *testing.T) {
 	}
 	out := filepath.Join(dir, "piped.npy")
 	os.WriteFile(out, c.stdout.Bytes(), 0o644)
-	near(t, "O through the pipe", load(t, out).F32, []float64{1.6044, 1.5933}, 1e-4)
+	testutil.Near(t, "O through the pipe", load(t, out).F32, []float64{1.6044, 1.5933}, 1e-4)
 	mentions(t, "stderr", c.errText(), "wrote O (1, 2) to /dev/stdout", "check vs float64 reference")
 
 	// A FIFO likewise, and /dev/null; no temporary file anywhere.
@@ -185,7 +187,7 @@ func TestRunWritesToAPipe(t *testing.T) {
 	select {
 	case b := <-got:
 		os.WriteFile(out, b, 0o644)
-		near(t, "O through the FIFO", load(t, out).F32, []float64{1.6044, 1.5933}, 1e-4)
+		testutil.Near(t, "O through the FIFO", load(t, out).F32, []float64{1.6044, 1.5933}, 1e-4)
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing came through the FIFO")
 	}
