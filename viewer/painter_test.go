@@ -10,6 +10,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/heatmap"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/vk"
 )
@@ -29,17 +30,13 @@ type problem struct {
 
 func newProblem(t *testing.T) *problem {
 	const B, H, HKV, L, S, d, dv = 2, 4, 2, 5, 7, 3, 2
-	rng := rand.New(rand.NewPCG(13, 5))
-	rnd := func(n int) []float32 {
-		x := make([]float32, n)
+	p := &problem{B: B, H: H, HKV: HKV, L: L, S: S, dv: dv}
+	p.in, p.shapes = random.QKV(rand.New(rand.NewPCG(13, 5)), random.Normal, B, H, HKV, L, S, d, dv)
+	for _, x := range p.in {
 		for i := range x {
-			x[i] = float32(2 * rng.NormFloat64())
+			x[i] *= 2 // normals of standard deviation 2: sharper weights
 		}
-		return x
 	}
-	p := &problem{in: [3][]float32{rnd(B * H * L * d), rnd(B * HKV * S * d), rnd(B * HKV * S * dv)},
-		shapes: [3][4]int{{B, H, L, d}, {B, HKV, S, d}, {B, HKV, S, dv}},
-		B:      B, H: H, HKV: HKV, L: L, S: S, dv: dv}
 	p.opts = vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{S, 4}, WantWeights: true}
 	p.masked = func(b, i, j int) bool { return j > i+S-L || j >= p.opts.KeyLengths[b] }
 	ref, err := reference.Attention(p.in[0], p.shapes[0], p.in[1], p.shapes[1], p.in[2], p.shapes[2], p.opts)

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/random"
 )
 
 // Config sizes the reversal task and its training.
@@ -43,9 +44,9 @@ type Result struct {
 func Reverse(dev *vkattn.Device, cfg Config, report func(step int, loss float64)) (*Result, error) {
 	n, d, batch := cfg.N, cfg.D, cfg.Batch
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x7265))
-	params := make([]float32, 2*n*d) // queries, then keys
+	params := random.Normal(r, 2*n*d) // queries, then keys
 	for i := range params {
-		params[i] = float32(0.5 * r.NormFloat64())
+		params[i] *= 0.5
 	}
 	opt := newAdam(len(params), cfg.LR)
 

@@ -25,7 +25,7 @@ func TestReverseLearns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first < 0.08 || res.Loss > 0.001 {
+	if !(first >= 0.08 && res.Loss <= 0.001) {
 		t.Errorf("loss %.4g at the first step, %.4g after %d: want above 0.08, then below 0.001", first, res.Loss, DefaultConfig.Steps)
 	}
 	if want := []int{7, 6, 5, 4, 3, 2, 1, 0}; !slices.Equal(res.Alignment, want) {

@@ -114,8 +114,8 @@ func RandomCase(rng *rand.Rand, i int) (*golden.Problem, [3]vkattn.DType, string
 	for b*h*l*s*(dk+dv) > 4_000_000 { // keep the float64 reference quick
 		l, s = max(1, l/2), max(1, s/2)
 	}
-	p := &golden.Problem{Q: random.Normal(rng, b*h*l*dk), K: random.Normal(rng, b*hkv*s*dk), V: random.Normal(rng, b*hkv*s*dv),
-		Q4: [4]int{b, h, l, dk}, K4: [4]int{b, hkv, s, dk}, V4: [4]int{b, hkv, s, dv}}
+	in, shapes := random.QKV(rng, random.Normal, b, h, hkv, l, s, dk, dv)
+	p := &golden.Problem{Q: in[0], K: in[1], V: in[2], Q4: shapes[0], K4: shapes[1], V4: shapes[2]}
 	p.QShape, p.KShape, p.VShape = p.Q4[:], p.K4[:], p.V4[:]
 	name := fmt.Sprintf("random%03d B%d H%d Hkv%d L%d S%d dk%d dv%d", i, b, h, hkv, l, s, dk, dv)
 	if rng.IntN(2) == 0 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -143,15 +144,9 @@ func TestOpenOnAsTheFirstCall(t *testing.T) {
 	})
 
 	const B, H, L, S, dk, dv = 1, 2, 5, 7, 8, 4
-	shapes := [3][4]int{{B, H, L, dk}, {B, H, S, dk}, {B, H, S, dv}}
-	rng := rand.New(rand.NewPCG(34, 6))
-	var in [3][]float32
+	in, shapes := random.QKV(rand.New(rand.NewPCG(34, 6)), random.Normal, B, H, H, L, S, dk, dv)
 	var ts [3]*vkattn.Tensor
 	for i, s := range shapes {
-		in[i] = make([]float32, s[0]*s[1]*s[2]*s[3])
-		for j := range in[i] {
-			in[i][j] = float32(rng.NormFloat64())
-		}
 		if ts[i], err = d.Upload(s[:], in[i]); err != nil {
 			t.Fatal(err)
 		}
