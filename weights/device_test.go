@@ -14,6 +14,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/x448/float16"
 )
@@ -72,10 +73,7 @@ func TestHalfMHAWeightsOnDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	xs := make([]float32, T*d)
-	for i := range xs {
-		xs[i] = 2*r.Float32() - 1
-	}
+	xs := random.Uniform(r, T*d)
 	x, err := dev.Upload([]int{1, T, d}, xs)
 	if err != nil {
 		t.Fatal(err)
