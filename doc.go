@@ -98,7 +98,7 @@
 //	x, err := dev.Upload([]int{B, T, d}, xData)              // (B,T,d) batch first, or (T,d)
 //	out, err := layer.Forward(x, nil, nil, vkattn.MHAOptions{ // key, value nil: self-attention
 //		Heads:       8,
-//		KeyPadding:  &vkattn.KeyPadding{Padded: padded},     // (B,S), true = padding
+//		KeyPadding:  &vkattn.KeyPadding{Padded: padded},     // (B,S), PyTorch's key_padding_mask
 //		Attention:   vkattn.Options{Causal: vkattn.CausalTopLeft},
 //		NeedWeights: true,                                   // out.Weights (B,h,T,S), out.AvgWeights (B,T,S)
 //	})
@@ -169,12 +169,9 @@
 //
 // # Errors and range
 //
-// Invalid input returns an error wrapping one of the sentinel errors
-// (ErrShape and the others, re-exported from package core; test with
-// errors.Is); nothing panics on bad input. SEMANTICS.md §8.3 lists them
-// and when each is returned. The kernels compute in float32, and a call
-// whose scores, output sums or projections could exceed float32's range
-// for its inputs' magnitude bounds is refused when it is prepared, never
-// run into NaN rows: SEMANTICS.md §8 states the bounds and how tensors
-// carry them.
+// Invalid input returns an error wrapping one of the sentinel errors,
+// re-exported from package core (test with errors.Is); nothing panics on
+// bad input. SEMANTICS.md §8.3 lists them and when each is returned, and
+// §8 what the float32 kernels refuse to compute and how tensors carry
+// their magnitude bounds.
 package vkattn
