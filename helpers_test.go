@@ -3,8 +3,6 @@ package vkattn_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math"
 	"math/rand"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -230,13 +229,8 @@ func referenceOf(p *problem) ([]float64, error) {
 // (Plan.MatrixErrorBound).
 func compareWithin(t *testing.T, what string, got []float32, want []float64, extra float64) {
 	t.Helper()
-	c := golden.CompareWithin(got, want, tolerance, extra)
-	if !c.OK() {
-		if c.Got != c.Want {
-			t.Fatalf("%s: %d values, want %d", what, c.Got, c.Want)
-		}
-		i := c.Worst
-		t.Fatalf("%s: [%d] = %v, want %v (error %.3g, %.3g times the bound %g*max(1,|want|) + %.3g)", what, i, got[i], want[i], math.Abs(float64(got[i])-want[i]), c.Ratio, tolerance, extra)
+	if err := testutil.Compare(got, want, tolerance, extra); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 
@@ -254,17 +248,7 @@ func compare(t *testing.T, what string, got []float32, want []float64) {
 
 // closeTo is compare's check as an error, for goroutines other than the
 // test's: golden.Compare, the comparison the CLI's --check and verify use.
-func closeTo(got []float32, want []float64) error {
-	c := golden.Compare(got, want, tolerance)
-	switch {
-	case c.Got != c.Want:
-		return fmt.Errorf("%d values, want %d", c.Got, c.Want)
-	case !c.OK():
-		i := c.Worst
-		return fmt.Errorf("[%d] = %v, want %v (error %.3g, %.3g times the bound)", i, got[i], want[i], math.Abs(float64(got[i])-want[i]), c.Ratio)
-	}
-	return nil
-}
+func closeTo(got []float32, want []float64) error { return testutil.Compare(got, want, tolerance, 0) }
 
 // checkAgainstReference runs p on d and on the reference and compares every output.
 func checkAgainstReference(t *testing.T, d *vkattn.Device, p *problem) {

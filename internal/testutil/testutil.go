@@ -5,6 +5,7 @@ package testutil
 import (
 	"archive/zip"
 	"bytes"
+	"fmt"
 	"maps"
 	"math"
 	"os"
@@ -34,6 +35,23 @@ func Near[G, W float32 | float64](t testing.TB, what string, got []G, want []W, 
 		}
 	}
 	return worst
+}
+
+// Compare is golden.CompareWithin(got, want, tol, extra) as an error
+// naming the worst value, nil when every value is within its bound (NaN
+// never is). It returns an error rather than failing a test so that
+// goroutines other than the test's can use it.
+func Compare(got []float32, want []float64, tol, extra float64) error {
+	c := golden.CompareWithin(got, want, tol, extra)
+	switch {
+	case c.Got != c.Want:
+		return fmt.Errorf("%d values, want %d", c.Got, c.Want)
+	case !c.OK():
+		i := c.Worst
+		return fmt.Errorf("[%d] = %v, want %v (error %.3g, %.3g times the bound %g*max(1,|want|) + %.3g)",
+			i, got[i], want[i], math.Abs(float64(got[i])-want[i]), c.Ratio, tol, extra)
+	}
+	return nil
 }
 
 // KeyRange is keys [from, to) of x, dense (B, H, S, d), and its shape.

@@ -77,6 +77,29 @@ func TestNearFailsOnNaN(t *testing.T) {
 	}
 }
 
+// Compare names the worst value against its bound, and fails on NaN and
+// on different lengths.
+func TestCompareNamesTheWorst(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		got        []float32
+		want       []float64
+		tol, extra float64
+		err        string
+	}{
+		{"within", []float32{1000.01, 0}, []float64{1000, 1e-5}, 2e-5, 0, ""},
+		{"within with the allowance", []float32{0.5}, []float64{0.25}, 2e-5, 0.25, ""},
+		{"the worst against its bound", []float32{1000.03, 0.5}, []float64{1000, 0.5 + 1e-5}, 2e-5, 0, "[0] = 1000.03, want 1000 (error 0.03, 1.5 times the bound 2e-05*max(1,|want|) + 0)"},
+		{"NaN", []float32{float32(math.NaN())}, []float64{0}, 1, 1, "[0] = NaN, want 0 (error NaN, +Inf times the bound 1*max(1,|want|) + 1)"},
+		{"lengths", []float32{0}, nil, 1, 0, "1 values, want 0"},
+	} {
+		err := Compare(c.got, c.want, c.tol, c.extra)
+		if got := fmt.Sprint(err); (err == nil) != (c.err == "") || (err != nil && got != c.err) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.err)
+		}
+	}
+}
+
 func TestKeyRange(t *testing.T) {
 	// (B, H, S, d) = (1, 2, 3, 2): value 10*h + 2*s + i.
 	x := []float32{0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15}
