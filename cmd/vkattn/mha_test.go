@@ -97,11 +97,7 @@ func sameTensor(t *testing.T, what, path string, want weights.Tensor, shape []in
 	if !slices.Equal(got.Shape, shape) {
 		t.Fatalf("%s: shape %v, want %v", what, got.Shape, shape)
 	}
-	w := make([]float64, len(want.Data))
-	for i, x := range want.Data {
-		w[i] = float64(x)
-	}
-	testutil.Near(t, what, got.F32, w, tol)
+	testutil.Near(t, what, got.F32, want.Data, tol)
 }
 
 // parityTol: the GPU in float32 against PyTorch in float64.
