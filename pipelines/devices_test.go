@@ -39,6 +39,22 @@ func texels(d core.DeviceInfo) core.DeviceInfo {
 	return d
 }
 
+// limits is a table entry's compute limits, in the order the entries
+// give them: storage buffer range, texel buffer elements, uniform buffer
+// range, push-constant bytes, shared memory; the grid, the workgroup size
+// and invocations; the storage and texel offset alignment, the uniform
+// one; the subgroup size, least and most. Every device in the table has
+// subgroup shuffles in compute.
+func limits(storage, texels, uniform, push, shared uint32, grid, size [3]uint32, invocations uint32,
+	align, uniformAlign uint64, subgroup, minSubgroup, maxSubgroup uint32) core.Limits {
+	return core.Limits{
+		MaxStorageBufferRange: storage, MaxTexelBufferElements: texels, MaxUniformBufferRange: uniform, MaxPushConstantsSize: push,
+		MaxSharedMemory: shared, MaxWorkGroupCount: grid, MaxWorkGroupSize: size, MaxWorkGroupInvocations: invocations,
+		MinStorageAlignment: align, MinTexelAlignment: align, MinUniformAlignment: uniformAlign,
+		SubgroupSize: subgroup, MinSubgroupSize: minSubgroup, MaxSubgroupSize: maxSubgroup, SubgroupShuffle: true,
+	}
+}
+
 // realDevices is the table.
 func realDevices() []core.DeviceInfo {
 	// NVIDIA's proprietary driver reports the same compute limits from
@@ -57,12 +73,8 @@ func realDevices() []core.DeviceInfo {
 			Name: name, Type: core.DeviceDiscrete, VendorID: 0x10de, DeviceID: deviceID, APIVersion: "1.3.277",
 			DriverID: core.DriverIDNvidia, DriverName: "NVIDIA", DriverInfo: "550.54",
 			SubgroupSizeControl: true, FullSubgroups: true, CooperativeMatrices: nvidiaMatrices,
-			Limits: core.Limits{
-				MaxStorageBufferRange: 1<<32 - 1, MaxTexelBufferElements: 1 << 27, MaxUniformBufferRange: 65536, MaxPushConstantsSize: 256,
-				MaxSharedMemory: 49152, MaxWorkGroupCount: [3]uint32{1<<31 - 1, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 64},
-				MaxWorkGroupInvocations: 1024, MinStorageAlignment: 16, MinTexelAlignment: 16, MinUniformAlignment: 64,
-				SubgroupSize: 32, MinSubgroupSize: 32, MaxSubgroupSize: 32, SubgroupShuffle: true,
-			},
+			Limits: limits(1<<32-1, 1<<27, 65536, 256, 49152, [3]uint32{1<<31 - 1, 65535, 65535}, [3]uint32{1024, 1024, 64}, 1024,
+				16, 64, 32, 32, 32),
 		})
 	}
 	// RADV (Mesa's radv_physical_device.c): wave64 by default; GFX10+
@@ -82,12 +94,8 @@ func realDevices() []core.DeviceInfo {
 			Name: name, Type: core.DeviceDiscrete, VendorID: 0x1002, DeviceID: deviceID, APIVersion: "1.3.278",
 			DriverID: core.DriverIDMesaRADV, DriverName: "radv", DriverInfo: "Mesa 24.1.0",
 			SubgroupSizeControl: rdna, FullSubgroups: rdna, CooperativeMatrices: ms,
-			Limits: core.Limits{
-				MaxStorageBufferRange: 1<<32 - 1, MaxTexelBufferElements: 1<<32 - 1, MaxUniformBufferRange: 1<<32 - 1, MaxPushConstantsSize: 256,
-				MaxSharedMemory: 65536, MaxWorkGroupCount: [3]uint32{1<<32 - 1, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 1024},
-				MaxWorkGroupInvocations: 1024, MinStorageAlignment: 4, MinTexelAlignment: 4, MinUniformAlignment: 4,
-				SubgroupSize: 64, MinSubgroupSize: min, MaxSubgroupSize: 64, SubgroupShuffle: true,
-			},
+			Limits: limits(1<<32-1, 1<<32-1, 1<<32-1, 256, 65536, [3]uint32{1<<32 - 1, 65535, 65535}, [3]uint32{1024, 1024, 1024}, 1024,
+				4, 4, 64, min, 64),
 		})
 	}
 	return []core.DeviceInfo{
@@ -112,12 +120,8 @@ func realDevices() []core.DeviceInfo {
 			DriverID: core.DriverIDIntelMesa, DriverName: "Intel open-source Mesa driver", DriverInfo: "Mesa 24.1.0",
 			SubgroupSizeControl: true, FullSubgroups: true,
 			CooperativeMatrices: append(matrices(core.MatrixFloat16, core.MatrixFloat16, [3]int{8, 8, 16}), matrices(core.MatrixFloat16, core.MatrixFloat32, [3]int{8, 8, 16})...),
-			Limits: core.Limits{
-				MaxStorageBufferRange: 1 << 30, MaxTexelBufferElements: 1 << 27, MaxUniformBufferRange: 1 << 30, MaxPushConstantsSize: 128,
-				MaxSharedMemory: 65536, MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 1024},
-				MaxWorkGroupInvocations: 1024, MinStorageAlignment: 64, MinTexelAlignment: 64, MinUniformAlignment: 64,
-				SubgroupSize: 32, MinSubgroupSize: 8, MaxSubgroupSize: 32, SubgroupShuffle: true,
-			},
+			Limits: limits(1<<30, 1<<27, 1<<30, 128, 65536, [3]uint32{65535, 65535, 65535}, [3]uint32{1024, 1024, 1024}, 1024,
+				64, 64, 32, 8, 32),
 		}),
 		// Intel Iris Xe (integrated) on Intel's Windows driver (gpuinfo
 		// reports): SIMD8..32 with size control, subgroupSize 32, 64 KiB of
@@ -128,12 +132,8 @@ func realDevices() []core.DeviceInfo {
 			Name: "Intel(R) Iris(R) Xe Graphics", Type: core.DeviceIntegrated, VendorID: 0x8086, DeviceID: 0x9a49, APIVersion: "1.3.260",
 			DriverID: core.DriverIDIntelWindows, DriverName: "Intel Corporation", DriverInfo: "101.5333",
 			SubgroupSizeControl: true, FullSubgroups: true,
-			Limits: core.Limits{
-				MaxStorageBufferRange: 1 << 31, MaxTexelBufferElements: 1 << 27, MaxUniformBufferRange: 1 << 27, MaxPushConstantsSize: 256,
-				MaxSharedMemory: 65536, MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 64},
-				MaxWorkGroupInvocations: 1024, MinStorageAlignment: 64, MinTexelAlignment: 64, MinUniformAlignment: 64,
-				SubgroupSize: 32, MinSubgroupSize: 8, MaxSubgroupSize: 32, SubgroupShuffle: true,
-			},
+			Limits: limits(1<<31, 1<<27, 1<<27, 256, 65536, [3]uint32{65535, 65535, 65535}, [3]uint32{1024, 1024, 64}, 1024,
+				64, 64, 32, 8, 32),
 		}),
 		// Intel HD Graphics 630 on an old Vulkan 1.1 Windows driver without
 		// VK_EXT_subgroup_size_control: it reports subgroupSize 32 (vkattn
@@ -142,12 +142,8 @@ func realDevices() []core.DeviceInfo {
 		texels(core.DeviceInfo{
 			Name: "Intel(R) HD Graphics 630 (Vulkan 1.1, no size control)", Type: core.DeviceIntegrated, VendorID: 0x8086, DeviceID: 0x5912, APIVersion: "1.1.97",
 			DriverID: core.DriverIDIntelWindows, DriverName: "Intel Corporation", DriverInfo: "100.7463",
-			Limits: core.Limits{
-				MaxStorageBufferRange: 1 << 30, MaxTexelBufferElements: 1 << 27, MaxUniformBufferRange: 1 << 27, MaxPushConstantsSize: 256,
-				MaxSharedMemory: 32768, MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 64},
-				MaxWorkGroupInvocations: 1024, MinStorageAlignment: 64, MinTexelAlignment: 64, MinUniformAlignment: 64,
-				SubgroupSize: 32, MinSubgroupSize: 32, MaxSubgroupSize: 32, SubgroupShuffle: true,
-			},
+			Limits: limits(1<<30, 1<<27, 1<<27, 256, 32768, [3]uint32{65535, 65535, 65535}, [3]uint32{1024, 1024, 64}, 1024,
+				64, 64, 32, 32, 32),
 		}),
 		// Apple M1 through MoltenVK (MVKDevice.mm): subgroupSize 32 with
 		// sizes 4..32 (4 is MoltenVK's guess) and requiredSubgroupSizeStages
@@ -160,12 +156,8 @@ func realDevices() []core.DeviceInfo {
 		texels(core.DeviceInfo{
 			Name: "Apple M1 (MoltenVK)", Type: core.DeviceIntegrated, VendorID: 0x106b, DeviceID: 0x1a020209, APIVersion: "1.2.283",
 			DriverID: driverIDMoltenVK, DriverName: "MoltenVK", DriverInfo: "1.2.9",
-			Limits: core.Limits{
-				MaxStorageBufferRange: 1<<32 - 1, MaxTexelBufferElements: 1 << 26, MaxUniformBufferRange: 1<<32 - 1, MaxPushConstantsSize: 4096,
-				MaxSharedMemory: 32768, MaxWorkGroupCount: [3]uint32{1<<31 - 1, 1<<31 - 1, 1<<31 - 1}, MaxWorkGroupSize: [3]uint32{1024, 1024, 1024},
-				MaxWorkGroupInvocations: 1024, MinStorageAlignment: 16, MinTexelAlignment: 16, MinUniformAlignment: 16,
-				SubgroupSize: 32, MinSubgroupSize: 4, MaxSubgroupSize: 32, SubgroupShuffle: true,
-			},
+			Limits: limits(1<<32-1, 1<<26, 1<<32-1, 4096, 32768, [3]uint32{1<<31 - 1, 1<<31 - 1, 1<<31 - 1}, [3]uint32{1024, 1024, 1024}, 1024,
+				16, 16, 32, 4, 32),
 		}),
 		// Arm Mali-G78 (Valhall) on Arm's driver (gpuinfo reports):
 		// subgroups of 16, 32 KiB of shared memory, 512 invocations, a
@@ -175,12 +167,8 @@ func realDevices() []core.DeviceInfo {
 		texels(core.DeviceInfo{
 			Name: "Mali-G78", Type: core.DeviceIntegrated, VendorID: 0x13b5, DeviceID: 0x92020010, APIVersion: "1.1.177",
 			DriverID: driverIDArm, DriverName: "Mali", DriverInfo: "r32p1",
-			Limits: core.Limits{
-				MaxStorageBufferRange: 1 << 27, MaxTexelBufferElements: 1 << 16, MaxUniformBufferRange: 65536, MaxPushConstantsSize: 128,
-				MaxSharedMemory: 32768, MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{512, 512, 512},
-				MaxWorkGroupInvocations: 512, MinStorageAlignment: 16, MinTexelAlignment: 16, MinUniformAlignment: 16,
-				SubgroupSize: 16, MinSubgroupSize: 16, MaxSubgroupSize: 16, SubgroupShuffle: true,
-			},
+			Limits: limits(1<<27, 1<<16, 65536, 128, 32768, [3]uint32{65535, 65535, 65535}, [3]uint32{512, 512, 512}, 512,
+				16, 16, 16, 16, 16),
 		}),
 		// Qualcomm Adreno 740 on Qualcomm's driver (gpuinfo reports): waves
 		// of 64 or 128 with size control and full subgroups, subgroupSize
@@ -191,12 +179,8 @@ func realDevices() []core.DeviceInfo {
 			Name: "Adreno (TM) 740", Type: core.DeviceIntegrated, VendorID: 0x5143, DeviceID: 0x43050a01, APIVersion: "1.3.128",
 			DriverID: driverIDQualcomm, DriverName: "Qualcomm Technologies Inc. Adreno Vulkan Driver", DriverInfo: "512.676",
 			SubgroupSizeControl: true, FullSubgroups: true,
-			Limits: core.Limits{
-				MaxStorageBufferRange: 1 << 30, MaxTexelBufferElements: 1 << 27, MaxUniformBufferRange: 65536, MaxPushConstantsSize: 128,
-				MaxSharedMemory: 32768, MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 64},
-				MaxWorkGroupInvocations: 1024, MinStorageAlignment: 64, MinTexelAlignment: 64, MinUniformAlignment: 64,
-				SubgroupSize: 64, MinSubgroupSize: 64, MaxSubgroupSize: 128, SubgroupShuffle: true,
-			},
+			Limits: limits(1<<30, 1<<27, 65536, 128, 32768, [3]uint32{65535, 65535, 65535}, [3]uint32{1024, 1024, 64}, 1024,
+				64, 64, 64, 64, 128),
 		}),
 		// SwiftShader (Google's CPU driver; its VkConfig.hpp and
 		// VkPhysicalDevice.cpp): SIMD width 4, 32 KiB of shared memory, 256
@@ -206,12 +190,8 @@ func realDevices() []core.DeviceInfo {
 		texels(core.DeviceInfo{
 			Name: "SwiftShader Device (Subzero)", Type: core.DeviceCPU, VendorID: 0x1ae0, DeviceID: 0xc0de, APIVersion: "1.3.0",
 			DriverID: driverIDSwiftShader, DriverName: "SwiftShader driver", DriverInfo: "5.0.0",
-			Limits: core.Limits{
-				MaxStorageBufferRange: 1 << 27, MaxTexelBufferElements: 1 << 16, MaxUniformBufferRange: 65536, MaxPushConstantsSize: 128,
-				MaxSharedMemory: 32768, MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{256, 256, 64},
-				MaxWorkGroupInvocations: 256, MinStorageAlignment: 256, MinTexelAlignment: 256, MinUniformAlignment: 256,
-				SubgroupSize: 4, MinSubgroupSize: 4, MaxSubgroupSize: 4, SubgroupShuffle: true,
-			},
+			Limits: limits(1<<27, 1<<16, 65536, 128, 32768, [3]uint32{65535, 65535, 65535}, [3]uint32{256, 256, 64}, 256,
+				256, 256, 4, 4, 4),
 		}),
 		// lavapipe, Mesa 22.3.6, as `vkattn devices` reports it on the
 		// project's CI machine: subgroups fixed at 8 with size
@@ -222,12 +202,8 @@ func realDevices() []core.DeviceInfo {
 			Name: "llvmpipe (LLVM 15.0.6, 256 bits)", Type: core.DeviceCPU, VendorID: 0x10005, APIVersion: "1.3.230",
 			DriverID: core.DriverIDLavapipe, DriverName: "llvmpipe", DriverInfo: "Mesa 22.3.6 (LLVM 15.0.6)",
 			SubgroupSizeControl: true, FullSubgroups: true,
-			Limits: core.Limits{
-				MaxStorageBufferRange: 1 << 27, MaxTexelBufferElements: 1 << 27, MaxUniformBufferRange: 65536, MaxPushConstantsSize: 128,
-				MaxSharedMemory: 32768, MaxWorkGroupCount: [3]uint32{65535, 65535, 65535}, MaxWorkGroupSize: [3]uint32{1024, 1024, 1024},
-				MaxWorkGroupInvocations: 1024, MinStorageAlignment: 16, MinTexelAlignment: 16, MinUniformAlignment: 16,
-				SubgroupSize: 8, MinSubgroupSize: 8, MaxSubgroupSize: 8, SubgroupShuffle: true,
-			},
+			Limits: limits(1<<27, 1<<27, 65536, 128, 32768, [3]uint32{65535, 65535, 65535}, [3]uint32{1024, 1024, 1024}, 1024,
+				16, 16, 8, 8, 8),
 		}),
 	}
 }

@@ -103,29 +103,40 @@ func (ks *Kernels) attentionChunk(st *Step, k *vk.Kernel, bindings int, combine 
 	for _, w := range d.Windows {
 		bound[w.Binding].Offset, bound[w.Binding].Range = w.Offset, w.Size
 	}
-	params, err := st.params(ks, d.Params)
-	if err != nil {
+	if err := ks.bindParams(st, bound, pipelines.BindParams, d.Params); err != nil {
 		return err
 	}
-	bound[pipelines.BindParams].Buffer = params
-	if err := ks.orAll(bound); err != nil {
+	if err := st.add(k, bound, d.Groups, d.FLOPs); err != nil {
 		return err
 	}
+	if combine != nil {
+		params := bound[pipelines.BindParams].Buffer
+		o, lse, lengths, heads := bound[pipelines.BindO], bound[pipelines.BindLSE], bound[pipelines.BindLengths], bound[pipelines.BindHeads]
+		return st.add(combine, []vk.Arg{{Buffer: params}, {Buffer: partials}, o, lse, lengths, heads}, d.CombineGroups, 0)
+	}
+	return nil
+}
+
+// bindParams binds a buffer of the parameter block params, written by
+// st's commands, at bound[at], and the dummy buffer wherever bound has
+// none.
+func (ks *Kernels) bindParams(st *Step, bound []vk.Arg, at int, params []byte) error {
+	var err error
+	if bound[at].Buffer, err = st.params(ks, params); err != nil {
+		return err
+	}
+	return ks.orAll(bound)
+}
+
+// add adds a dispatch of k over the buffers bound, in groups workgroups
+// doing flops of attention work, to st.
+func (st *Step) add(k *vk.Kernel, bound []vk.Arg, groups [3]uint32, flops float64) error {
 	set, err := k.Bind(bound)
 	if err != nil {
 		return err
 	}
 	st.own(set)
-	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: d.Groups, flops: d.FLOPs})
-	if combine != nil {
-		o, lse, lengths, heads := bound[pipelines.BindO], bound[pipelines.BindLSE], bound[pipelines.BindLengths], bound[pipelines.BindHeads]
-		cset, err := combine.Bind([]vk.Arg{{Buffer: params}, {Buffer: partials}, o, lse, lengths, heads})
-		if err != nil {
-			return err
-		}
-		st.own(cset)
-		st.dispatches = append(st.dispatches, dispatch{kernel: combine, set: cset, groups: d.CombineGroups})
-	}
+	st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: groups, flops: flops})
 	return nil
 }
 

@@ -58,19 +58,13 @@ func (ks *Kernels) backwardChunk(st *Step, passes [2]*vk.Kernel, bp *pipelines.B
 	for _, w := range d.Windows {
 		bound[w.Binding].Offset, bound[w.Binding].Range = w.Offset, w.Size
 	}
-	if bound[pipelines.BindParams].Buffer, err = st.params(ks, d.Params); err != nil {
-		return err
-	}
-	if err := ks.orAll(bound); err != nil {
+	if err := ks.bindParams(st, bound, pipelines.BindParams, d.Params); err != nil {
 		return err
 	}
 	for i, pass := range passes {
-		set, err := pass.Bind(bound)
-		if err != nil {
+		if err := st.add(pass, bound, d.Groups[i], 0); err != nil {
 			return err
 		}
-		st.own(set)
-		st.dispatches = append(st.dispatches, dispatch{kernel: pass, set: set, groups: d.Groups[i]})
 	}
 	return nil
 }

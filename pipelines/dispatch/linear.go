@@ -28,21 +28,10 @@ func (ks *Kernels) Linear(p pipelines.LinearPlan, x pipelines.LinearShape, bufs 
 				bound[w.Binding] = vk.Arg{Buffer: buf, Offset: w.Offset, Range: w.Size}
 			}
 		}
-		params, err := st.params(ks, b.Params)
-		if err != nil {
+		if err := ks.bindParams(st, bound, pipelines.LinearBindParams, b.Params); err != nil {
 			return err
 		}
-		bound[pipelines.LinearBindParams].Buffer = params
-		if err := ks.orAll(bound); err != nil {
-			return err
-		}
-		set, err := k.Bind(bound)
-		if err != nil {
-			return err
-		}
-		st.own(set)
-		st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: b.Groups})
-		return nil
+		return st.add(k, bound, b.Groups, 0)
 	})
 	if err != nil {
 		st.Close()
