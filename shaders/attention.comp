@@ -63,7 +63,7 @@ layout(constant_id = ATT_SPEC_VARIANTS) const int VARIANTS = 0;
 // PAGED: K and V are read through a page table (attention_common.glsl).
 layout(constant_id = ATT_SPEC_PAGED) const bool PAGED = false;
 
-#include "attention_common.glsl"
+#include "attention_forward.glsl"
 
 #include "loads.glsl"
 INPUT(BIND_Q, Qt)
@@ -139,7 +139,6 @@ void main() {
     beginItem(int(gl_WorkGroupID.z));
     int group = P.heads.y;
     int lane = int(gl_LocalInvocationID.x);
-    int H; // query heads
 
 #ifdef SPLIT_K
     int rowBlocks = P.split.z;
@@ -224,20 +223,7 @@ void main() {
         }
         float alpha[ROWS];
         [[unroll]] for (int r = 0; r < ROWS; r++) {
-            float mNew = m[r];
-            [[unroll]] for (int t = 0; t < KEYS; t++) {
-                mNew = max(mNew, p[t * ROWS + r]);
-            }
-            // While every key so far is masked mNew is -inf: keep alpha 1
-            // (never exp2(-inf - -inf)); acc and l are still zero then.
-            alpha[r] = mNew == NEG_INF ? 1.0 : exp2((m[r] - mNew) * LOG2E);
-            m[r] = mNew;
-            l[r] *= alpha[r];
-            [[unroll]] for (int t = 0; t < KEYS; t++) {
-                float x = p[t * ROWS + r];
-                p[t * ROWS + r] = x == NEG_INF ? 0.0 : exp2((x - mNew) * LOG2E);
-                l[r] += p[t * ROWS + r];
-            }
+            ONLINE_SOFTMAX(t, KEYS, p[t * ROWS + r], m[r], l[r], alpha[r])
         }
         int vBase[KEYS];
         [[unroll]] for (int t = 0; t < KEYS; t++) {
@@ -269,43 +255,29 @@ void main() {
     }
 
 #ifdef SPLIT_K
-    // Partial results: max (natural units), sum, unnormalised output row.
+    // The split's partial of each row, for attention_combine.comp.
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         if (!rowOK[r]) {
             continue;
         }
-        bool live = rowOf[r] < queryLen && l[r] > 0.0;
-        int base = (((b * H + headOf[r]) * L + rowOf[r]) * P.split.x + split) * (DV + 2);
-        wData[base] = live ? m[r] : NEG_INF;
-        wData[base + 1] = live ? l[r] : 0.0;
+        bool live = partialLive(rowOf[r], l[r]);
+        int base = partialBase(headOf[r], rowOf[r], split);
+        storePartialSum(base, live, m[r], l[r]);
         [[unroll]] for (int c = 0; c < D4; c++) {
-            [[unroll]] for (int t = 0; t < 4; t++) {
-                if (4 * c + t < DV) {
-                    wData[base + 2 + 4 * c + t] = live ? acc[r * D4 + c][t] : 0.0;
-                }
-            }
+            storePartialOut(base, live, c, acc[r * D4 + c]);
         }
     }
 #else
     [[unroll]] for (int r = 0; r < ROWS; r++) {
-        int row = rowOf[r];
         if (!rowOK[r]) {
             continue;
         }
-        float inv = endRow(m[r], l[r], headOf[r], P.outs.w + row >= queryLen);
-        int oBase = P.offsets.w + b * P.oStride.x + headOf[r] * P.oStride.y + row * P.oStride.z;
+        float inv = finishRow(m[r], l[r], headOf[r], rowOf[r]);
+        int oBase = outBase(headOf[r], rowOf[r]);
         [[unroll]] for (int c = 0; c < D4; c++) {
-            vec4 o = acc[r * D4 + c] * inv;
-            [[unroll]] for (int t = 0; t < 4; t++) {
-                if (4 * c + t < DV) {
-                    oData[oBase + 4 * c + t] = o[t];
-                }
-            }
+            storeOut(oBase, c, acc[r * D4 + c] * inv);
         }
-        int lseIndex = (b * H + headOf[r]) * P.outs.z + row;
-        if ((flags & FLAG_LSE) != 0) {
-            lseData[P.outs.x + lseIndex] = lseOf(m[r], l[r]);
-        }
+        storeLSE(headOf[r], rowOf[r], m[r], l[r]);
     }
 
     if ((flags & FLAG_WEIGHTS) != 0) {
@@ -314,12 +286,9 @@ void main() {
         for (int j = 0; j < S; j++) {
             keyScores(j, keyLen);
             [[unroll]] for (int r = 0; r < ROWS; r++) {
-                int row = rowOf[r];
-                if (!rowOK[r]) {
-                    continue;
+                if (rowOK[r]) {
+                    storeWeight(headOf[r], rowOf[r], j, sc[r], m[r], l[r]);
                 }
-                float e = sc[r];
-                wData[P.outs.y + ((b * H + headOf[r]) * P.outs.z + row) * S + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2((e - m[r]) * LOG2E) / l[r] : 0.0;
             }
         }
     }

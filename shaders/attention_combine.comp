@@ -44,9 +44,7 @@ float workgroupSum(float x) {
 }
 
 #include "attention_params.glsl"
-
-const float LOG2E = 1.4426950408889634; // the partials' maxima are in natural units
-const float NEG_INF = -1.0 / 0.0;
+#include "softmax.glsl" // the partials' maxima are in natural units
 
 layout(std430, binding = CBIND_PARTIALS) readonly buffer Partials { float part[]; };
 layout(std430, binding = CBIND_O) writeonly buffer OBuf { float oData[]; };
@@ -88,12 +86,9 @@ void main() {
     sum = workgroupSum(sum);
     int queryLen = (P.heads.z & FLAG_LENGTHS) != 0 ? lengths[P.chunk.w + P.chunk.z + b] : P.outs.z;
     if ((P.heads.z & FLAG_SINKS) != 0 && P.outs.w + t < queryLen) {
-        // The sink joins the denominator only (see attention.comp); the
-        // outputs below are then summed relative to the new maximum.
-        float sink = headData[2 * (P.window.w + h)];
-        float mNew = max(mMax, sink);
-        sum = sum * exp2((mMax - mNew) * LOG2E) + exp2((sink - mNew) * LOG2E);
-        mMax = mNew;
+        // The sink joins the denominator only; the outputs below are then
+        // summed relative to the new maximum.
+        foldSink(mMax, sum, headData[2 * (P.window.w + h)]);
     }
     float inv = sum > 0.0 ? 1.0 / sum : 0.0;
     int oBase = P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z;
@@ -108,6 +103,6 @@ void main() {
         oData[oBase + i] = o * inv;
     }
     if ((P.heads.z & FLAG_LSE) != 0 && lane == 0) {
-        lseData[P.outs.x + row] = sum > 0.0 ? mMax + log(sum) : NEG_INF;
+        lseData[P.outs.x + row] = lseOf(mMax, sum);
     }
 }

@@ -1,15 +1,14 @@
-// What the fused attention kernels (attention.comp, attention_tiled.comp)
-// share: the Params block, flags, the mask, length, output and per-head
-// bindings, and the rules that turn a dot product into a score and a
-// finished row into its output scale. Before including, a kernel defines
-// its specialization constants MASKED, VARIANTS and PAGED, and TEXEL_LOADS
-// or not (how the masks are read). The bindings, flag bits (FLAG_*) and
-// score-variant bits (VAR_*; unused ones cost nothing) are named in
-// interface.glsl, which attention_params.glsl includes.
+// What the fused attention kernels (attention.comp, attention_tiled.comp,
+// attention_coopmat.comp, attention_backward.comp) share: the Params
+// block, flags, the mask, length, output and per-head bindings, and the
+// rules that turn a dot product into a score. Before including, a kernel
+// defines its specialization constants MASKED, VARIANTS and PAGED, and
+// TEXEL_LOADS or not (how the masks are read). The bindings, flag bits
+// (FLAG_*) and score-variant bits (VAR_*; unused ones cost nothing) are
+// named in interface.glsl, which attention_params.glsl includes. The
+// forward kernels' steps after the scores are attention_forward.glsl's.
 
-const float LOG2E = 1.4426950408889634;
-const float NEG_INF = -1.0 / 0.0;
-
+#include "softmax.glsl"
 #include "attention_params.glsl"
 
 #ifdef TEXEL_LOADS
@@ -164,31 +163,3 @@ void keyRange(int firstRow, int lastRow, inout int keyBegin, inout int keyEnd) {
         }
     }
 }
-
-// endRow finishes a row of query head `head` after its last key: folds the
-// head's sink into its max m and sum l, and returns the factor its
-// unnormalised output is scaled by. A padded query row or a row with no
-// visible key (and no sink) has no softmax: vkattn defines its output as
-// zeros and its log-sum-exp as -inf; l is then 0.
-float endRow(inout float m, inout float l, int head, bool padded) {
-    float alpha = 1.0;
-    if ((VARIANTS & VAR_SINKS) != 0 && !padded) {
-        // The sink joins the denominator only: m' = max(m, sink),
-        // l' = l e^(m - m') + e^(sink - m'); the output is rescaled by
-        // e^(m - m') (0 when no key was visible).
-        float sink = headData[2 * (P.window.w + head)];
-        float mNew = max(m, sink);
-        alpha = exp2((m - mNew) * LOG2E);
-        l = l * alpha + exp2((sink - mNew) * LOG2E);
-        m = mNew;
-    }
-    bool live = !padded && l > 0.0;
-    float inv = live ? alpha / l : 0.0;
-    if (!live) {
-        l = 0.0;
-    }
-    return inv;
-}
-
-// lseOf is a finished row's log-sum-exp.
-float lseOf(float m, float l) { return l > 0.0 ? m + log(l) : NEG_INF; }

@@ -50,7 +50,7 @@ const bool PAGED = false;
 const int WG = NSG * SG;
 const int DP = 4 * D4; // padded row width
 
-#include "attention_common.glsl"
+#include "attention_forward.glsl"
 
 #include "loads.glsl"
 INPUT(BIND_Q, Qt)
@@ -126,7 +126,7 @@ int blockExponent(uint top, int T) {
 }
 
 int lane;
-int rowBase, packed, group, H;
+int rowBase, packed, group;
 int j0; // the tile's first key
 
 int qRowBase(int r) {
@@ -223,21 +223,13 @@ void main() {
         // The online softmax of each row over the tile.
         if (lane < BR) {
             float sc[BC];
-            float mNew = m;
             [[unroll]] for (int t = 0; t < BC; t++) {
                 sc[t] = scoreOf(sS[r * BC + t] * down0 * down1, row, head, slope, j0 + t, keyEnd);
-                mNew = max(mNew, sc[t]);
             }
-            // While every key so far is masked mNew is -inf: keep alpha 1.
-            float alpha = mNew == NEG_INF ? 1.0 : exp2((m - mNew) * LOG2E);
-            m = mNew;
-            l *= alpha;
+            ONLINE_SOFTMAX(t, BC, sc[t], m, l, alphaS[r])
             [[unroll]] for (int t = 0; t < BC; t++) {
-                float p = sc[t] == NEG_INF ? 0.0 : exp2((sc[t] - mNew) * LOG2E);
-                l += p;
-                pS[r * BC + t] = float16_t(p);
+                pS[r * BC + t] = float16_t(sc[t]);
             }
-            alphaS[r] = alpha;
         }
         barrier();
         [[unroll]] for (int i0 = 0; i0 < BR * DP; i0 += WG) {
@@ -277,16 +269,13 @@ void main() {
     }
     barrier();
 
-    float inv = endRow(m, l, head, P.outs.w + row >= queryLen);
+    float inv = finishRow(m, l, head, row);
     if (rowOK) {
-        int oBase = P.offsets.w + b * P.oStride.x + head * P.oStride.y + row * P.oStride.z;
-        [[unroll]] for (int c = 0; c < DP; c++) {
-            if (c < DV) {
-                oData[oBase + c] = oS[r * DP + c] * inv;
-            }
+        int oBase = outBase(head, row);
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            int i = r * DP + 4 * c;
+            storeOut(oBase, c, vec4(oS[i], oS[i + 1], oS[i + 2], oS[i + 3]) * inv);
         }
-        if ((flags & FLAG_LSE) != 0) {
-            lseData[P.outs.x + (b * H + head) * P.outs.z + row] = lseOf(m, l);
-        }
+        storeLSE(head, row, m, l);
     }
 }

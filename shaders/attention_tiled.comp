@@ -52,7 +52,7 @@ const int GROUPS = BR / RPL; // lane groups of LPR lanes
 const int WG = GROUPS * LPR; // = local_size_x
 const int SLOTS = D4 / LPR;  // vec4 slots of q and acc per lane and row
 
-#include "attention_common.glsl"
+#include "attention_forward.glsl"
 
 #include "loads.glsl"
 INPUT(BIND_Q, Qt)
@@ -121,11 +121,11 @@ void main() {
     int rowBlocks = P.split.z;
     hk = int(gl_WorkGroupID.y) / rowBlocks;
     int rowBase = (int(gl_WorkGroupID.y) % rowBlocks) * BR;
-    int H = P.split.w;
+    H = P.split.w;
 #else
     hk = int(gl_WorkGroupID.y);
     int rowBase = int(gl_WorkGroupID.x) * BR;
-    int H = int(gl_NumWorkGroups.y) * group;
+    H = int(gl_NumWorkGroups.y) * group;
 #endif
     // Lane group g of the workgroup holds rows g, g + GROUPS, ... of the block.
     int sgGroups = int(gl_SubgroupSize) / LPR;
@@ -173,22 +173,10 @@ void main() {
         barrier();
         tileScores(j0, keyEnd);
         [[unroll]] for (int r = 0; r < RPL; r++) {
-            float mNew = m[r];
-            [[unroll]] for (int t = 0; t < BC; t++) {
-                mNew = max(mNew, sc[r * BC + t]);
-            }
-            // While every key so far is masked mNew is -inf: keep alpha 1
-            // (never exp2(-inf - -inf)); acc and l are still zero then.
-            float alpha = mNew == NEG_INF ? 1.0 : exp2((m[r] - mNew) * LOG2E);
-            m[r] = mNew;
-            l[r] *= alpha;
+            float alpha;
+            ONLINE_SOFTMAX(t, BC, sc[r * BC + t], m[r], l[r], alpha)
             [[unroll]] for (int u = 0; u < SLOTS; u++) {
                 acc[r * SLOTS + u] *= alpha; // once per tile
-            }
-            [[unroll]] for (int t = 0; t < BC; t++) {
-                float x = sc[r * BC + t];
-                sc[r * BC + t] = x == NEG_INF ? 0.0 : exp2((x - mNew) * LOG2E);
-                l[r] += sc[r * BC + t];
             }
         }
         [[unroll]] for (int t = 0; t < BC; t++) {
@@ -202,44 +190,33 @@ void main() {
     }
 
 #ifdef SPLIT_K
-    // Partial results: max (natural units), sum, unnormalised output row.
+    // The split's partial of each row, for attention_combine.comp: the
+    // row's lanes write their slots, its first lane the max and sum.
     [[unroll]] for (int r = 0; r < RPL; r++) {
         if (!rowOK[r]) {
             continue;
         }
-        bool live = row[r] < queryLen && l[r] > 0.0;
-        int base = (((b * H + head[r]) * L + row[r]) * P.split.x + split) * (DV + 2);
+        bool live = partialLive(row[r], l[r]);
+        int base = partialBase(head[r], row[r], split);
         if (part == 0) {
-            wData[base] = live ? m[r] : NEG_INF;
-            wData[base + 1] = live ? l[r] : 0.0;
+            storePartialSum(base, live, m[r], l[r]);
         }
         [[unroll]] for (int u = 0; u < SLOTS; u++) {
-            int c = u * LPR + part;
-            [[unroll]] for (int t = 0; t < 4; t++) {
-                if (4 * c + t < DV) {
-                    wData[base + 2 + 4 * c + t] = live ? acc[r * SLOTS + u][t] : 0.0;
-                }
-            }
+            storePartialOut(base, live, u * LPR + part, acc[r * SLOTS + u]);
         }
     }
 #else
     [[unroll]] for (int r = 0; r < RPL; r++) {
-        float inv = endRow(m[r], l[r], head[r], P.outs.w + row[r] >= queryLen);
+        float inv = finishRow(m[r], l[r], head[r], row[r]);
         if (!rowOK[r]) {
             continue;
         }
-        int oBase = P.offsets.w + b * P.oStride.x + head[r] * P.oStride.y + row[r] * P.oStride.z;
+        int oBase = outBase(head[r], row[r]);
         [[unroll]] for (int u = 0; u < SLOTS; u++) {
-            int c = u * LPR + part;
-            vec4 o = acc[r * SLOTS + u] * inv;
-            [[unroll]] for (int t = 0; t < 4; t++) {
-                if (4 * c + t < DV) {
-                    oData[oBase + 4 * c + t] = o[t];
-                }
-            }
+            storeOut(oBase, u * LPR + part, acc[r * SLOTS + u] * inv);
         }
-        if ((flags & FLAG_LSE) != 0 && part == 0) {
-            lseData[P.outs.x + (b * H + head[r]) * P.outs.z + row[r]] = lseOf(m[r], l[r]);
+        if (part == 0) {
+            storeLSE(head[r], row[r], m[r], l[r]);
         }
     }
 
@@ -256,8 +233,7 @@ void main() {
                 [[unroll]] for (int t = 0; t < BC; t++) {
                     int j = j0 + t;
                     if (rowOK[r] && t % LPR == part && j < S) {
-                        float e = sc[r * BC + t];
-                        wData[P.outs.y + ((b * H + head[r]) * P.outs.z + row[r]) * S + j] = (l[r] > 0.0 && e != NEG_INF) ? exp2((e - m[r]) * LOG2E) / l[r] : 0.0;
+                        storeWeight(head[r], row[r], j, sc[r * BC + t], m[r], l[r]);
                     }
                 }
             }
