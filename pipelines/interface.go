@@ -2,18 +2,19 @@ package pipelines
 
 import (
 	"fmt"
+	"math/bits"
 	"strings"
 
 	"github.com/vkattn/vkattn/core"
 )
 
 // The shader interface: every descriptor binding, Params flag bit,
-// score-variant bit and specialization-constant ID that the kernels of
-// this package share with their GLSL, named once here. `go generate
-// ./pipelines` writes shaders/interface.glsl from this table, the shaders
-// use its names (never a number), and TestShaderInterface reads each
-// embedded SPIR-V's decorations (Binding, DescriptorSet, SpecId, read and
-// write access) back against it.
+// score-variant bit, element-type code and specialization-constant ID
+// that the kernels of this package share with their GLSL, named once
+// here. `go generate ./pipelines` writes shaders/interface.glsl from this
+// table, the shaders use its names (never a number), and
+// TestShaderInterface reads each embedded SPIR-V's decorations (Binding,
+// DescriptorSet, SpecId, read and write access) back against it.
 
 // glslName is one named constant of the interface.
 type glslName struct {
@@ -136,6 +137,14 @@ var shaderInterface = []interfaceSection{
 		{"VAR_ALIBI", variantALiBi, "s += slope_h * (j - (t + S - L))"},
 		{"VAR_SINKS", variantSinks, "a logit per head joins the denominator"},
 	}},
+	{"element types (core.DType, as typeSpec sets the *_TYPE specialization constants)", true, []glslName{
+		{"TYPE_F32", int(core.Float32), ""}, {"TYPE_F16", int(core.Float16), ""}, {"TYPE_BF16", int(core.BFloat16), ""},
+		{"TYPE_Q8_0", int(core.Q8_0), "K and V only"},
+	}},
+	{"q8_0 blocks (core.Q8Block)", true, []glslName{
+		{"Q8_BLOCK", core.Q8Block, "elements per block, each block one float16 scale"},
+		{"Q8_BLOCK_SHIFT", bits.TrailingZeros(uint(core.Q8Block)), "element i is in block i >> Q8_BLOCK_SHIFT"},
+	}},
 	{"attention.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"ATT_SPEC_D4", attSpecD4, "compile-time bound of d_k and d_v, in vec4s"},
 		{"ATT_SPEC_ROWS", attSpecRows, ""}, {"ATT_SPEC_WG", attSpecWG, ""}, {"ATT_SPEC_KEYS", attSpecKeys, ""},
@@ -184,8 +193,9 @@ var shaderInterface = []interfaceSection{
 func ShaderInterface() string {
 	var b strings.Builder
 	b.WriteString(`// Generated from pipelines.shaderInterface by ` + "`go generate ./pipelines`" + `: do not edit.
-// The bindings, flag bits, score-variant bits and specialization-constant IDs
-// the kernels share with package pipelines, named once there.
+// The bindings, flag bits, score-variant bits, element types and
+// specialization-constant IDs the kernels share with package pipelines,
+// named once there.
 #ifndef VKATTN_INTERFACE
 #define VKATTN_INTERFACE
 `)

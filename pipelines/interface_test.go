@@ -53,6 +53,65 @@ func TestShadersNameTheirInterface(t *testing.T) {
 	}
 }
 
+// TestShadersDefineNoInterfaceConstant: no shader defines by hand a
+// number named like the interface's (a flag bit, an element type, a
+// binding, a specialization-constant ID): it would be a second
+// definition of a value the Go side sets, free to drift from it.
+func TestShadersDefineNoInterfaceConstant(t *testing.T) {
+	prefixes := map[string]bool{}
+	for _, s := range shaderInterface {
+		for _, n := range s.names {
+			prefix, _, _ := strings.Cut(n.name, "_")
+			prefixes[prefix] = true
+		}
+	}
+	def := regexp.MustCompile(`^\s*(?:const\s+int\s+(\w+)\s*=\s*|#define\s+(\w+)\s+)[-(]*\s*[0-9]`)
+	files, err := filepath.Glob(filepath.Join("..", "shaders", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		base := filepath.Base(f)
+		if ext := filepath.Ext(base); (ext != ".comp" && ext != ".glsl") || base == "interface.glsl" {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			m := def.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			name := m[1] + m[2]
+			if prefix, _, ok := strings.Cut(name, "_"); ok && prefixes[prefix] {
+				t.Errorf("shaders/%s:%d: %q: the interface table names the %s_* constants", base, i+1, strings.TrimSpace(line), prefix)
+			}
+		}
+	}
+}
+
+// TestElementTypeCodes: the TYPE_* constants the kernels compare their
+// element-type specialization constants with are what typeSpec sets, and
+// Q8_BLOCK_SHIFT is the log2 of Q8_BLOCK.
+func TestElementTypeCodes(t *testing.T) {
+	value := map[string]int{}
+	for _, s := range shaderInterface {
+		for _, n := range s.names {
+			value[n.name] = n.value
+		}
+	}
+	for name, dt := range map[string]core.DType{"TYPE_F32": core.Float32, "TYPE_F16": core.Float16, "TYPE_BF16": core.BFloat16, "TYPE_Q8_0": core.Q8_0} {
+		if v, ok := value[name]; !ok || int32(v) != typeSpec(dt) {
+			t.Errorf("%s = %d (in the table: %v), typeSpec(%v) = %d", name, v, ok, dt, typeSpec(dt))
+		}
+	}
+	if block, shift := value["Q8_BLOCK"], value["Q8_BLOCK_SHIFT"]; block != core.Q8Block || 1<<shift != block {
+		t.Errorf("Q8_BLOCK %d, Q8_BLOCK_SHIFT %d: want %d = 1 << Q8_BLOCK_SHIFT", block, shift, core.Q8Block)
+	}
+}
+
 // TestShaderInterface reads each embedded SPIR-V variant's decorations
 // back against the table: every descriptor is in set 0 at a binding the
 // Go side binds, of the kind it binds there (uniform block, storage

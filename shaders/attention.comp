@@ -53,7 +53,7 @@ layout(constant_id = ATT_SPEC_KEYS) const int KEYS = 4; // keys per online-softm
 // of the prefill time.
 layout(constant_id = ATT_SPEC_MASKED) const bool MASKED = true;
 layout(constant_id = ATT_SPEC_SHARE) const int SHARE = 1; // lanes sharing K/V row loads (SHARED_LOADS)
-// Element types of Q, K and V (TYPE_F32, TYPE_F16, TYPE_BF16 of loads.glsl).
+// Element types of Q, K and V (TYPE_F32, TYPE_F16, TYPE_BF16 of interface.glsl).
 layout(constant_id = ATT_SPEC_Q_TYPE) const int Q_TYPE = 0;
 layout(constant_id = ATT_SPEC_K_TYPE) const int K_TYPE = 0;
 layout(constant_id = ATT_SPEC_V_TYPE) const int V_TYPE = 0;

@@ -42,9 +42,9 @@ layout(constant_id = COOP_SPEC_NSG) const int NSG = 2; // subgroups per workgrou
 layout(constant_id = COOP_SPEC_SG) const int SG = 32;  // lanes per subgroup (full subgroups required)
 layout(constant_id = COOP_SPEC_MASKED) const bool MASKED = true;
 layout(constant_id = COOP_SPEC_VARIANTS) const int VARIANTS = 0;
-layout(constant_id = COOP_SPEC_Q_TYPE) const int Q_TYPE = 1; // TYPE_F16 or TYPE_BF16
-layout(constant_id = COOP_SPEC_K_TYPE) const int K_TYPE = 1;
-layout(constant_id = COOP_SPEC_V_TYPE) const int V_TYPE = 1;
+layout(constant_id = COOP_SPEC_Q_TYPE) const int Q_TYPE = TYPE_F16; // or TYPE_BF16
+layout(constant_id = COOP_SPEC_K_TYPE) const int K_TYPE = TYPE_F16;
+layout(constant_id = COOP_SPEC_V_TYPE) const int V_TYPE = TYPE_F16;
 const bool PAGED = false;
 
 const int WG = NSG * SG;

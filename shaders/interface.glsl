@@ -1,6 +1,7 @@
 // Generated from pipelines.shaderInterface by `go generate ./pipelines`: do not edit.
-// The bindings, flag bits, score-variant bits and specialization-constant IDs
-// the kernels share with package pipelines, named once there.
+// The bindings, flag bits, score-variant bits, element types and
+// specialization-constant IDs the kernels share with package pipelines,
+// named once there.
 #ifndef VKATTN_INTERFACE
 #define VKATTN_INTERFACE
 
@@ -83,6 +84,16 @@ const int VAR_WINDOW = 1; // keys outside P.window's band are blocked
 const int VAR_SOFTCAP = 2; // s -> c tanh(s / c), c = P.variant.x
 const int VAR_ALIBI = 4; // s += slope_h * (j - (t + S - L))
 const int VAR_SINKS = 8; // a logit per head joins the denominator
+
+// element types (core.DType, as typeSpec sets the *_TYPE specialization constants)
+const int TYPE_F32 = 0;
+const int TYPE_F16 = 1;
+const int TYPE_BF16 = 2;
+const int TYPE_Q8_0 = 3; // K and V only
+
+// q8_0 blocks (core.Q8Block)
+const int Q8_BLOCK = 32; // elements per block, each block one float16 scale
+const int Q8_BLOCK_SHIFT = 5; // element i is in block i >> Q8_BLOCK_SHIFT
 
 // attention.comp specialization-constant IDs (0: the workgroup size)
 #define ATT_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s

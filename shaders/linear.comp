@@ -34,7 +34,7 @@ INPUT(LBIND_X, Xt)
 INPUT(LBIND_W, Wt)
 #define Xt_SCALES 0 // never q8_0
 #define Wt_SCALES 0
-// Element types of X and W (TYPE_F32, TYPE_F16, TYPE_BF16 of loads.glsl):
+// Element types of X and W (TYPE_F32, TYPE_F16, TYPE_BF16 of interface.glsl):
 // weights are read in the type they were stored in.
 layout(constant_id = LIN_SPEC_X_TYPE) const int X_TYPE = 0;
 layout(constant_id = LIN_SPEC_W_TYPE) const int W_TYPE = 0;

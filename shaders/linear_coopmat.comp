@@ -40,8 +40,8 @@ INPUT(LBIND_X, Xt)
 INPUT(LBIND_W, Wt)
 #define Xt_SCALES 0
 #define Wt_SCALES 0
-const int X_TYPE = 1; // TYPE_F16: the family reads float16 only
-const int W_TYPE = 1;
+const int X_TYPE = TYPE_F16; // the family reads float16 only
+const int W_TYPE = TYPE_F16;
 layout(std430, binding = LBIND_BIAS) readonly buffer BiasBuf { float bias[]; };
 layout(std430, binding = LBIND_Y) writeonly buffer YBuf { float yData[]; };
 

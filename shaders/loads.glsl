@@ -13,7 +13,8 @@
 //
 // A q8_0 input holds a byte per element (an int8 quant, four a word) and,
 // from half name_SCALES of its buffer on, one float16 scale per block of
-// 32 elements; element i is quant(i) * scale(i / 32), exact in float32.
+// Q8_BLOCK (32) elements; element i is quant(i) * scale(i / Q8_BLOCK),
+// exact in float32.
 // Only builds with Q8_LOADS defined read it (the rest carry no q8_0 code,
 // which lavapipe would spend compile time on); a shader defines
 // name_SCALES for each input (0 where it is never q8_0).
@@ -21,10 +22,8 @@
 // INPUT(b, name) declares input name at binding b; LOAD4(name, T, base, c, n)
 // is slot c (elements 4c..4c+3) of the row of width n that starts at
 // element base of input name of type T; elements past the row read as zero.
-const int TYPE_F32 = 0;
-const int TYPE_F16 = 1;
-const int TYPE_BF16 = 2;
-const int TYPE_Q8_0 = 3;
+// The type codes (TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0) and Q8_BLOCK
+// are interface.glsl's, which the including shader includes first.
 
 // f16Bits widens the float16 in the low 16 bits of h, exactly: integer
 // operations only, so subnormal halves survive on drivers that flush them
@@ -58,7 +57,7 @@ vec4 q8x4(uint w) {
 // start at half s; Q8_AT element i; Q8_ROW4 slot c of the row at base (a
 // word of four quants of one block).
 #define Q8_HALF(name, h) (WORD(name, (h) >> 1) >> (((h) & 1) * 16))
-#define Q8_SCALE(name, s, i) f16Bits(Q8_HALF(name, (s) + ((i) >> 5)))
+#define Q8_SCALE(name, s, i) f16Bits(Q8_HALF(name, (s) + ((i) >> Q8_BLOCK_SHIFT)))
 #define Q8_AT(name, s, i) (float(bitfieldExtract(int(WORD(name, (i) >> 2)), ((i) & 3) * 8, 8)) * Q8_SCALE(name, s, i))
 #define Q8_ROW4(name, s, base, c) (q8x4(WORD(name, ((base) >> 2) + (c))) * Q8_SCALE(name, s, (base) + 4 * (c)))
 #ifdef Q8_LOADS

@@ -3,7 +3,7 @@
 // Quantizes rows of X (any float type, any strides) into a q8_0 tensor
 // (SEMANTICS.md §8.2), exactly as ggml's quantize_row_q8_0 does, on the
 // device: AppendTensors into a q8_0 KV cache. One invocation per block
-// of 32: source row r (of (B, heads, N) rows of width D) goes to element
+// of Q8_BLOCK (32): source row r (of (B, heads, N) rows of width D) goes to element
 // rowDst[r] of Y, whose quants are its bytes and whose float16 scales
 // start at half P.scales.
 //
@@ -20,12 +20,12 @@ layout(local_size_x_id = 0) in;
 layout(push_constant) uniform Push {
     int heads;    // rows are (B, heads, N)
     int N;
-    int D;        // row width, a multiple of 32
+    int D;        // row width, a multiple of Q8_BLOCK
     int xOffset;  // X's element offset and strides over (B, heads, N)
     int xStrideB;
     int xStrideH;
     int xStrideN;
-    int blocks;   // B * heads * N * D / 32
+    int blocks;   // B * heads * N * D / Q8_BLOCK
     int scales;   // Y's first scale, in halves
     int rowPitch; // invocations per row of the dispatch grid
 } P;
@@ -127,23 +127,23 @@ void main() {
     if (blk >= P.blocks) {
         return;
     }
-    int perRow = P.D / 32;
+    int perRow = P.D / Q8_BLOCK;
     int row = blk / perRow;
-    int first = (blk % perRow) * 32;
+    int first = (blk % perRow) * Q8_BLOCK;
     int t = row % P.N;
     int h = (row / P.N) % P.heads;
     int b = row / (P.N * P.heads);
     int base = P.xOffset + b * P.xStrideB + h * P.xStrideH + t * P.xStrideN + first;
     float amax = 0.0;
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < Q8_BLOCK; i++) {
         amax = max(amax, abs(AT(Xt, X_TYPE, base + i)));
     }
     float d = amax == 0.0 ? 0.0 : div127(amax);
     // A d below float32's normal range has the float16 scale 0; its
     // quants are 0 (ggml's 1/d is then huge or infinite).
     float id = d < 1.17549435e-38 ? 0.0 : recip(d);
-    int dst = rowDst[row] + first; // a multiple of 32: whole words
-    for (int w = 0; w < 8; w++) {
+    int dst = rowDst[row] + first; // a multiple of Q8_BLOCK: whole words
+    for (int w = 0; w < Q8_BLOCK / 4; w++) {
         uint word = 0u;
         for (int j = 0; j < 4; j++) {
             precise float v = AT(Xt, X_TYPE, base + 4 * w + j) * id;
@@ -153,7 +153,7 @@ void main() {
         y[(dst >> 2) + w] = word;
     }
     // Two blocks share a scale word: each sets its own half.
-    int hIdx = P.scales + (dst >> 5);
+    int hIdx = P.scales + (dst >> Q8_BLOCK_SHIFT);
     uint shift = uint(hIdx & 1) * 16u;
     atomicAnd(y[hIdx >> 1], ~(0xffffu << shift));
     atomicOr(y[hIdx >> 1], toF16(d) << shift);
