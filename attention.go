@@ -233,7 +233,7 @@ func (d *Device) prepare(q, k, v *Tensor, opts Options, cache *cacheRefs) (*Call
 	case rotK:
 		q, k, err = b.rotateCall(dm, &opts, q, k)
 	case rotQ:
-		q, err = b.rotated(q, cache.rope.r, cache.rope.table, cache.lengths)
+		q, err = b.rotated(q, cache.rope.r, cache.rope.table, cache.ropeLengths())
 	}
 	if err != nil {
 		return nil, b.fail(err)

@@ -38,6 +38,9 @@ type prepared[O outputs] struct {
 	commands *dispatch.Prepared
 	scratch  []*Tensor
 	out      O
+	// check, if not nil, is asked before each Run: a rolling KV cache's
+	// call refuses a run whose window reaches positions let go.
+	check func() error
 }
 
 // Output is the call's output; its tensors belong to the call and are
@@ -50,6 +53,11 @@ func (c *prepared[O]) Output() O { return c.out }
 // submissions (SEMANTICS.md §2), submits no more, and the one in flight
 // finishes before the next Run or Close.
 func (c *prepared[O]) Run(ctx context.Context) (time.Duration, error) {
+	if c.check != nil {
+		if err := c.check(); err != nil {
+			return 0, err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.commands == nil {

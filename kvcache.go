@@ -29,6 +29,14 @@ type KVCacheConfig struct {
 	// the cache at theirs (SEMANTICS.md §17). Its positions are the
 	// cache's: QueryPositions and KeyPositions must be nil.
 	RoPE *RoPE
+	// Window > 0 makes a rolling cache for layers with a sliding window
+	// of Window positions (SEMANTICS.md §22): paged, it lets go of the
+	// pages no window reaches any more, so its memory follows Window, not
+	// the sequences' lengths. Capacity then bounds the positions a
+	// sequence holds at once (0: Window + PageSize - 1, what a decode of
+	// one token at a time needs), and calls over it need Options.Window
+	// with Left in [0, Window-1]. 0 keeps every position.
+	Window int
 }
 
 // pageTable is a paged cache's page table on the device: perItem entries
@@ -84,8 +92,10 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	for _, x := range []struct {
 		name string
 		n    int
-	}{{"B", cfg.B}, {"HKV", cfg.HKV}, {"Capacity", cfg.Capacity}, {"DK", cfg.DK}, {"DV", cfg.DV}, {"PageSize", cfg.PageSize}, {"Pages", cfg.Pages}} {
-		if x.n <= 0 && x.name != "PageSize" && x.name != "Pages" {
+	}{{"B", cfg.B}, {"HKV", cfg.HKV}, {"Capacity", cfg.Capacity}, {"DK", cfg.DK}, {"DV", cfg.DV}, {"PageSize", cfg.PageSize}, {"Pages", cfg.Pages}, {"Window", cfg.Window}} {
+		// A rolling cache's Capacity 0 is chosen below.
+		rollingCapacity := x.name == "Capacity" && cfg.Window > 0
+		if x.n <= 0 && x.name != "PageSize" && x.name != "Pages" && x.name != "Window" && !rollingCapacity {
 			return nil, errorf(ErrEmpty, "KV cache %s is %d: must be at least 1", x.name, x.n)
 		}
 		// Every tensor of the cache holds at most 2^31 elements, so
@@ -105,8 +115,17 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	if cfg.DType == Q8_0 && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
 		return nil, errorf(ErrShape, "a q8_0 KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
 	}
+	if err := checkRolling(&cfg); err != nil {
+		return nil, err
+	}
 	if r := cfg.RoPE; r != nil {
-		if err := r.Check(cfg.DK, Dims{S: cfg.Capacity}); err != nil {
+		// A rolling cache's positions go on past its capacity: checked
+		// at every position (Dims{}).
+		at := Dims{S: cfg.Capacity}
+		if cfg.Window > 0 {
+			at = Dims{}
+		}
+		if err := r.Check(cfg.DK, at); err != nil {
 			return nil, err
 		}
 		if r.QueryPositions != nil || r.KeyPositions != nil {
@@ -114,9 +133,6 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 		}
 		r := *r
 		cfg.RoPE = &r // the cache's own copy
-	}
-	if cfg.PageSize < 0 || cfg.Pages < 0 {
-		return nil, errorf(ErrOption, "KV cache pages of %d positions, %d pages: want positive numbers (or 0)", cfg.PageSize, cfg.Pages)
 	}
 	perItem := 0
 	if cfg.PageSize > 0 {
@@ -192,7 +208,11 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	if c.lenT, err = d.newTensor([4]int{1, 1, 1, 2 * cfg.B}, Float32); err != nil {
 		return fail(err)
 	}
-	if r := cfg.RoPE; r != nil {
+	if r := cfg.RoPE; r != nil && cfg.Window > 0 {
+		if err := c.newRollingRoPE(r); err != nil {
+			return fail(err)
+		}
+	} else if r != nil {
 		rot := r.RotatedDims(cfg.DK)
 		c.rope = &cacheRoPE{r: r}
 		if c.rope.table, err = d.newTensor([4]int{1, 1, 1, cfg.Capacity * rot}, Float32); err != nil {
@@ -583,15 +603,36 @@ func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 	if err := c.usable(); err != nil {
 		return err
 	}
+	pool := c.pool
+	if cfg.Window > 0 && n > 0 {
+		// A rolling cache first lets go of the pages below the window of
+		// the first new token (SEMANTICS.md §22), in a copy of the pool
+		// until the checks pass.
+		pool = c.pool.Clone()
+		for _, b := range seqs {
+			pool.DropBelow(b, c.lens[b]-cfg.Window+1)
+		}
+	}
 	for _, b := range seqs {
+		if cfg.Window > 0 {
+			start := pool.First(b) * cfg.PageSize
+			if held := c.lens[b] + n - start; held > cfg.Capacity {
+				return errorf(ErrCapacity, "sequence %d of a rolling cache would hold positions %d to %d, %d of at most %d: append fewer tokens at once or raise Capacity", b, start, c.lens[b]+n-1, held, cfg.Capacity)
+			}
+			if c.lens[b]+n > math.MaxInt32 {
+				return errorf(ErrCapacity, "sequence %d holds %d tokens: %d more go past position 2^31-1", b, c.lens[b], n)
+			}
+			continue
+		}
 		if c.lens[b]+n > cfg.Capacity {
 			return errorf(ErrCapacity, "sequence %d holds %d of %d positions: %d more do not fit", b, c.lens[b], cfg.Capacity, n)
 		}
 	}
 	if c.pt != nil {
-		if need, _ := c.pool.Plan(seqs, c.lens, n); need > c.pool.Free() {
-			return errorf(ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, c.pool.Free(), cfg.Pages)
+		if need, _ := pool.Plan(seqs, c.lens, n); need > pool.Free() {
+			return errorf(ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, pool.Free(), cfg.Pages)
 		}
+		c.pool = pool
 		// Copy on write: a sequence about to write into a page it shares
 		// (a fork's last, partly filled page) gets a copy of its own.
 		if err := c.pool.Grow(seqs, c.lens, n, w.page); err != nil {
@@ -621,6 +662,13 @@ func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 					}
 				}
 				done += run
+			}
+		}
+	}
+	if c.rope != nil && c.rope.lengths != nil {
+		for _, b := range seqs {
+			if err := c.putRoPERows(b, c.lens[b], c.lens[b]+n, w.ints); err != nil {
+				return err
 			}
 		}
 	}
@@ -721,7 +769,9 @@ func (t *Tensor) prefix(n int) *Tensor {
 }
 
 // Truncate shortens the sequences to lens (speculative decoding rolls
-// back); a length beyond a sequence's current one is ErrCapacity.
+// back); a length beyond a sequence's current one is ErrCapacity, and in
+// a rolling cache a length whose next token's window reaches positions
+// already let go is ErrOption (SEMANTICS.md §22).
 func (c *KVCache) Truncate(lens []int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -735,6 +785,10 @@ func (c *KVCache) Truncate(lens []int) error {
 	for b, n := range lens {
 		if n < 0 || n > c.lens[b] {
 			return errorf(ErrCapacity, "truncate sequence %d of length %d to %d", b, c.lens[b], n)
+		}
+		if start := c.start(b); n > 0 && max(0, n-c.cfg.Window+1) < start {
+			return errorf(ErrOption, "truncate sequence %d of a rolling cache to %d: the window of its next token reaches back to position %d, but the cache keeps positions from %d on (truncate to 0, or to at least %d)",
+				b, n, n-c.cfg.Window+1, start, start+c.cfg.Window-1)
 		}
 	}
 	copy(c.lens, lens)
@@ -782,6 +836,11 @@ func (c *KVCache) Fork(src, dst int) error {
 	if err := c.syncPages(writeInts); err != nil {
 		return err
 	}
+	if c.rope != nil && c.rope.lengths != nil {
+		if err := c.putRoPERows(dst, c.start(dst), c.lens[dst], writeInts); err != nil {
+			return err
+		}
+	}
 	return c.syncLengths(writeInts)
 }
 
@@ -799,10 +858,25 @@ func (c *KVCache) PagesInUse() int {
 // Reset empties every sequence.
 func (c *KVCache) Reset() error { return c.Truncate(make([]int, c.cfg.B)) }
 
-// syncLengths writes the key lengths to the device with putInts. The
-// caller holds c.mu.
+// syncLengths writes the key lengths to the device with putInts: the
+// positions each sequence holds (of a rolling cache, from its first kept
+// one), and a rolling cache's RoPE rows of its queries. The caller holds
+// c.mu.
 func (c *KVCache) syncLengths(putInts func(t *Tensor, off int, xs []int) error) error {
-	return putInts(c.lenT, 0, c.lens)
+	if c.cfg.Window == 0 {
+		return putInts(c.lenT, 0, c.lens)
+	}
+	if err := putInts(c.lenT, 0, c.keptLocked()); err != nil {
+		return err
+	}
+	if c.rope == nil {
+		return nil
+	}
+	rows := make([]int, c.cfg.B)
+	for b, n := range c.lens {
+		rows[b] = c.rope.rowOf(b, n)
+	}
+	return putInts(c.rope.lengths, 0, rows)
 }
 
 // Attention attends with q, (B, H, L, DK), the queries of each sequence's
@@ -810,7 +884,9 @@ func (c *KVCache) syncLengths(putInts func(t *Tensor, off int, xs []int) error) 
 // Lengths()[b] - L + t and sees the positions up to it (bottom-right
 // causal by construction); Window and ALiBi positions count the same way.
 // Options other than KeyLengths, QueryLengths, Causal and
-// AlignToKeyLengths, which the cache sets, apply as for Device.Attention.
+// AlignToKeyLengths, which the cache sets, apply as for Device.Attention;
+// over a rolling cache a Window within the cache's is required, and its
+// reach checked (SEMANTICS.md §22).
 func (c *KVCache) Attention(q *Tensor, opts Options) (*Output, error) {
 	return c.AttentionContext(context.Background(), q, opts)
 }
@@ -824,7 +900,7 @@ func (c *KVCache) AttentionContext(ctx context.Context, q *Tensor, opts Options)
 // Run reads the cache as it is then: a decode step appends its token,
 // writes its query into q and runs the call again.
 func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
-	if err := checkCacheOptions(opts); err != nil {
+	if err := c.checkOptions(opts); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -841,10 +917,114 @@ func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
 			return nil, errorf(ErrLengths, "sequence %d holds %d tokens, fewer than the %d queries (a query's own token must be appended first)", b, n, l)
 		}
 	}
-	opts.KeyLengths = slices.Clone(c.lens)
+	if err := c.reachLocked(l, opts.Window); err != nil {
+		return nil, err
+	}
+	opts.KeyLengths = c.keptLocked()
 	opts.Causal = CausalBottomRight
 	opts.AlignToKeyLengths = true
-	return c.dev.prepare(q, c.k, c.v, opts, c.callRefs())
+	call, err := c.dev.prepare(q, c.k, c.v, opts, c.callRefs())
+	if err != nil || c.cfg.Window == 0 {
+		return call, err
+	}
+	// Each run reads the lengths as they are then: so is the window's
+	// reach checked.
+	w := *opts.Window
+	call.check = func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err := c.usable(); err != nil {
+			return err
+		}
+		return c.reachLocked(l, &w)
+	}
+	return call, nil
+}
+
+// keptLocked is the positions each sequence holds: its length, less a
+// rolling cache's positions let go. The caller holds c.mu.
+func (c *KVCache) keptLocked() []int {
+	kept := slices.Clone(c.lens)
+	for b := range kept {
+		kept[b] -= c.start(b)
+	}
+	return kept
+}
+
+// start is sequence b's first position held: 0 but in a rolling cache.
+// The caller holds c.mu.
+func (c *KVCache) start(b int) int {
+	if c.cfg.Window == 0 {
+		return 0
+	}
+	return c.pool.First(b) * c.cfg.PageSize
+}
+
+// reachLocked refuses (ErrOption) a call of l queries with window w over
+// a rolling cache whose first query's window reaches a position the cache
+// let go (SEMANTICS.md §22). The caller holds c.mu.
+func (c *KVCache) reachLocked(l int, w *Window) error {
+	if c.cfg.Window == 0 {
+		return nil
+	}
+	for b, n := range c.lens {
+		if from, start := n-l-w.Left, c.start(b); from < start && start > 0 {
+			return errorf(ErrOption, "a call of %d queries with a window of Left = %d over sequence %d of a rolling cache: query 0 sees from position %d on, but the cache keeps positions from %d on (the window of the tokens last appended: call with their queries)",
+				l, w.Left, b, max(0, from), start)
+		}
+	}
+	return nil
+}
+
+// checkOptions refuses the options a call over the cache cannot take:
+// those the cache sets, and over a rolling cache a window reaching past
+// what it keeps and masks over its moving key places.
+func (c *KVCache) checkOptions(opts Options) error {
+	if err := checkCacheOptions(opts); err != nil {
+		return err
+	}
+	w := c.cfg.Window
+	if w == 0 {
+		return nil
+	}
+	if opts.Window == nil || opts.Window.Left < 0 || opts.Window.Left > w-1 {
+		got := "none"
+		if opts.Window != nil {
+			got = fmt.Sprintf("Left = %d", opts.Window.Left)
+		}
+		return errorf(ErrOption, "a rolling KV cache of Window %d keeps the last %d positions a query sees: a call over it needs Options.Window with Left in [0, %d], not %s", w, w, w-1, got)
+	}
+	if opts.Mask != nil || len(opts.BoolMasks) > 0 {
+		return errorf(ErrOption, "a rolling KV cache moves its keys as it lets go of pages: a call over it takes no Mask or BoolMasks")
+	}
+	return nil
+}
+
+// checkRolling checks the pages of a cache's configuration and a rolling
+// cache's window, and sets a rolling cache's capacity (SEMANTICS.md §22).
+func checkRolling(cfg *KVCacheConfig) error {
+	if cfg.PageSize < 0 || cfg.Pages < 0 {
+		return errorf(ErrOption, "KV cache pages of %d positions, %d pages: want positive numbers (or 0)", cfg.PageSize, cfg.Pages)
+	}
+	if cfg.Window < 0 {
+		return errorf(ErrOption, "KV cache Window %d: want 0 (keep every position) or a window of at least 1 position", cfg.Window)
+	}
+	if cfg.Window == 0 {
+		return nil
+	}
+	if cfg.PageSize == 0 {
+		return errorf(ErrOption, "a rolling KV cache (Window %d) lets go of whole pages: set PageSize", cfg.Window)
+	}
+	// A decode step holds the window, the new token and up to a page
+	// less one position before the window.
+	least := cfg.Window + cfg.PageSize - 1
+	if cfg.Capacity == 0 {
+		cfg.Capacity = least
+	}
+	if cfg.Capacity < least {
+		return errorf(ErrOption, "a rolling KV cache of Window %d and pages of %d positions holds up to Window + PageSize - 1 = %d positions of a sequence decoding a token at a time: Capacity %d is less (0 picks it)", cfg.Window, cfg.PageSize, least, cfg.Capacity)
+	}
+	return nil
 }
 
 // checkCacheOptions refuses the options a call over a KV cache sets
@@ -868,6 +1048,15 @@ type cacheRefs struct {
 	rope    *cacheRoPE
 }
 
+// ropeLengths is where the query rotation finds each sequence's table
+// rows: the key lengths, or a rolling cache's own.
+func (r *cacheRefs) ropeLengths() *Tensor {
+	if r.rope.lengths != nil {
+		return r.rope.lengths
+	}
+	return r.lengths
+}
+
 func (c *KVCache) callRefs() *cacheRefs {
 	return &cacheRefs{lengths: c.lenT, pages: c.pt, rope: c.rope}
 }
@@ -875,9 +1064,81 @@ func (c *KVCache) callRefs() *cacheRefs {
 // cacheRoPE is a KV cache's rotary embedding: its RoPE and the (cos, sin)
 // table of every position of the cache, which the queries of calls over
 // it are rotated by on the device.
+//
+// A rolling cache's positions have no end: its table holds each
+// sequence's last `rows` positions, each twice, at rows p % rows and
+// rows + p % rows of the sequence's 2 * rows, written as they are
+// appended; its lengths point each sequence's queries at the rows they
+// read (rowOf), which for any call's queries are consecutive. A position
+// overwrites the rows of the one `rows` before it, which lies below the
+// first position kept (a sequence keeps at most `rows`), so truncating
+// leaves the rows of what is kept; a fork writes the rows of dst's.
 type cacheRoPE struct {
-	r     *RoPE
-	table *Tensor
+	r       *RoPE
+	table   *Tensor
+	lengths *Tensor // int32 [B]: rolling only
+	rows    int     // rolling: positions a sequence's table holds
+}
+
+// rowOf is the value of lengths[b] for sequence b of length n: the RoPE
+// kernel reads query t of N at row t + lengths[b] - N, position
+// p = n - N + t. With n = q*rows + r that row is p - (q-1)*rows of the
+// sequence's own: p's, p % rows from either copy's start, and within
+// [0, 2*rows) for N <= rows.
+func (r *cacheRoPE) rowOf(b, n int) int { return 2*b*r.rows + r.rows + n%r.rows }
+
+// newRollingRoPE allocates a rolling cache's RoPE table and lengths:
+// rows for its capacity, the most positions a call's queries span.
+// Zeroed, so that a call replayed over an emptied cache reads finite
+// rows.
+func (c *KVCache) newRollingRoPE(r *RoPE) error {
+	cfg := c.cfg
+	rot := r.RotatedDims(cfg.DK)
+	c.rope = &cacheRoPE{r: r, rows: cfg.Capacity}
+	var err error
+	if c.rope.table, err = c.dev.newTensor([4]int{1, 1, 1, cfg.B * 2 * cfg.Capacity * rot}, Float32); err != nil {
+		return err
+	}
+	if c.rope.lengths, err = c.dev.newTensor([4]int{1, 1, 1, cfg.B}, Float32); err != nil {
+		return err
+	}
+	err = c.dev.dev.Once(func(cmds *vk.Commands) error {
+		for _, t := range []*Tensor{c.rope.table, c.rope.lengths} {
+			if err := cmds.Fill(t.buf, 0, t.buf.Size(), 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return deviceError(err)
+}
+
+// putRoPERows writes the RoPE table rows of positions [from, to) of
+// sequence b of a rolling cache, twice each, with putInts (the rows'
+// float32 bits as int32 words). to - from is at most the capacity.
+func (c *KVCache) putRoPERows(b, from, to int, putInts func(t *Tensor, off int, xs []int) error) error {
+	r, w := c.rope, c.rope.rows
+	rot := r.r.RotatedDims(c.cfg.DK)
+	for p := from; p < to; {
+		i := p % w
+		n := min(to-p, w-i) // up to the end of a copy
+		positions := make([]int, n)
+		for j := range positions {
+			positions[j] = p + j
+		}
+		rows := ropeTable(r.r, c.cfg.DK, positions)
+		words := make([]int, len(rows))
+		for j, x := range rows {
+			words[j] = int(int32(math.Float32bits(x)))
+		}
+		for _, at := range []int{2*b*w + i, 2*b*w + w + i} {
+			if err := putInts(r.table, at*rot, words); err != nil {
+				return err
+			}
+		}
+		p += n
+	}
+	return nil
 }
 
 // usable is ErrClosed once the cache or its device is closed. The caller
@@ -900,7 +1161,7 @@ func (c *KVCache) Close() {
 	c.settleLocked()
 	closeTensors(c.k, c.v, c.lenT)
 	if c.rope != nil {
-		c.rope.table.Close()
+		closeTensors(c.rope.table, c.rope.lengths)
 	}
 	if c.pt != nil {
 		c.pt.table.Close()

@@ -81,7 +81,7 @@ func (c *KVCache) PrepareStep(heads int, opts Options) (*DecodeStep, error) {
 	if opts.WantLSE || opts.WantWeights {
 		return nil, errorf(ErrOption, "a decode step returns O only: WantLSE and WantWeights are for KVCache.Attention")
 	}
-	if err := checkCacheOptions(opts); err != nil {
+	if err := c.checkOptions(opts); err != nil {
 		return nil, err
 	}
 	s := &DecodeStep{cache: c, heads: heads, opts: opts, calls: map[int]*Call{}}
@@ -102,6 +102,11 @@ func (c *KVCache) PrepareStep(heads int, opts Options) (*DecodeStep, error) {
 	if c.pt != nil {
 		tables += cfg.B * c.pt.perItem
 	}
+	if c.rope != nil && c.rope.lengths != nil {
+		// A rolling cache's RoPE rows of the new token (twice) and its
+		// queries' rows.
+		tables += cfg.B * (2*c.rope.r.RotatedDims(cfg.DK) + 1)
+	}
 	at.o = at.ints + align(uint64(tables)*4)
 	at.size = at.o + uint64(cfg.B*heads*cfg.DV)*4
 	if s.stage, err = c.dev.dev.NewHostBuffer(at.size); err != nil {
@@ -109,29 +114,30 @@ func (c *KVCache) PrepareStep(heads int, opts Options) (*DecodeStep, error) {
 	}
 	// The first view, so that options the call refuses fail here.
 	c.mu.Lock()
-	lens := slices.Clone(c.lens)
+	kept := c.stepKeptLocked()
 	c.mu.Unlock()
-	if _, err := s.callFor(lens); err != nil {
+	if _, err := s.callFor(kept); err != nil {
 		return fail(err)
 	}
 	return s, nil
 }
 
-// callFor is the attention call of a step after which the sequences have
-// lens plus one tokens: over the view of the cache that holds them,
-// prepared the first time that view is needed. The caller holds s.mu.
-func (s *DecodeStep) callFor(lens []int) (*Call, error) {
+// callFor is the attention call of a step after which the sequences hold
+// kept positions (stepKeptLocked): over the view of the cache that holds
+// them, prepared the first time that view is needed. The caller holds
+// s.mu.
+func (s *DecodeStep) callFor(kept []int) (*Call, error) {
 	c := s.cache
 	cfg := c.cfg
-	longest := min(slices.Max(lens)+1, cfg.Capacity)
+	longest := min(slices.Max(kept), cfg.Capacity)
 	view := stepBucket(longest, cfg.Capacity, cfg.PageSize)
 	if call, ok := s.calls[view]; ok {
 		return call, nil
 	}
 	opts := s.opts
 	opts.KeyLengths = make([]int, cfg.B)
-	for b, l := range lens {
-		opts.KeyLengths[b] = min(l+1, view) // as after the step's append
+	for b, n := range kept {
+		opts.KeyLengths[b] = min(n, view)
 	}
 	opts.Causal = CausalBottomRight
 	opts.AlignToKeyLengths = true
@@ -190,7 +196,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 	}
 	// Past the capacity or the pool, storeLocked refuses inside before:
 	// nothing is submitted and the cache is restored.
-	call, err := s.callFor(c.lens)
+	call, err := s.callFor(c.stepKeptLocked())
 	if err != nil {
 		return 0, err
 	}
@@ -239,6 +245,21 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 	return t, deviceError(s.stage.ReadFloat32(s.at.o/4, o))
 }
 
+// stepKeptLocked is the positions each sequence holds after a step's
+// append: one more, less what a rolling cache then lets go. The caller
+// holds c.mu.
+func (c *KVCache) stepKeptLocked() []int {
+	cfg := c.cfg
+	kept := make([]int, cfg.B)
+	for b, l := range c.lens {
+		kept[b] = l + 1
+		if cfg.Window > 0 {
+			kept[b] -= max(c.start(b), max(0, l-cfg.Window+1)/cfg.PageSize*cfg.PageSize)
+		}
+	}
+	return kept
+}
+
 // Plan is the plan of the attention the next Run would launch.
 func (s *DecodeStep) Plan() (Plan, error) {
 	s.mu.Lock()
@@ -251,9 +272,9 @@ func (s *DecodeStep) Plan() (Plan, error) {
 	}
 	c := s.cache
 	c.mu.Lock()
-	lens := slices.Clone(c.lens)
+	kept := c.stepKeptLocked()
 	c.mu.Unlock()
-	call, err := s.callFor(lens)
+	call, err := s.callFor(kept)
 	if err != nil {
 		return Plan{}, err
 	}
