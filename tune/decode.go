@@ -17,9 +17,12 @@ type DecodeInput struct {
 	Q, K, V                []float32
 	QShape, KShape, VShape [4]int
 	Prefill, Page          int
-	Types                  [3]vkattn.DType // of the queries, the cache's K and V
-	RoPE                   *vkattn.RoPE
-	Opts                   vkattn.Options
+	// Window > 0: a rolling cache that keeps the last Window positions
+	// (KVCacheConfig.Window; Page > 0, and Opts.Window's Left below it).
+	Window int
+	Types  [3]vkattn.DType // of the queries, the cache's K and V
+	RoPE   *vkattn.RoPE
+	Opts   vkattn.Options
 }
 
 // DecodeRun is what Decode measured: every token's output (B, H, T, d_v),
@@ -55,7 +58,12 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 			}
 		})
 	}()
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page, RoPE: rope})
+	cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page, RoPE: rope}
+	if in.Window > 0 {
+		// Room for the window and the prefill, appended at once.
+		cfg.Window, cfg.Capacity = in.Window, in.Window+page-2+prefill
+	}
+	cache, err := dev.NewKVCache(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -63,6 +71,9 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 	kind := "contiguous"
 	if page > 0 {
 		kind = fmt.Sprintf("paged (%d positions a page)", page)
+	}
+	if in.Window > 0 {
+		kind = fmt.Sprintf("rolling (the last %d positions in pages of %d)", in.Window, page)
 	}
 	res := &DecodeRun{O: make([]float32, B*H*T*DV), Cache: kind + " " + types[1].String(), Steps: T - prefill}
 	// tokens returns tokens [a, b) of a (B, heads, T, w) array as

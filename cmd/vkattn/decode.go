@@ -25,6 +25,10 @@ rank 2 to 4 as for run; T is the sequence length, the cache's capacity.
 
   --prefill P          tokens of the prefill (default 1; 1 <= P <= T)
   --page N             a paged cache of N-position pages, N <= T (default: contiguous)
+  --window-cache W     a rolling cache: it keeps only the last W positions of
+                       the sequence (whole pages let go as the window moves
+                       on), so its memory follows W, not T; needs --page and
+                       --window L,R with L <= W-1
   --kv-dtype f16|bf16|q8_0
                        the cache's element type (default f32; q8_0: ggml's
                        8-bit blocks of 32 with float16 scales, d_k and d_v
@@ -48,8 +52,9 @@ Example:
 // decodeFlags are decode's command line.
 type decodeFlags struct {
 	qkvFlags
-	prefill int
-	page    int
+	prefill     int
+	page        int
+	windowCache int
 	typeFlags
 	variantFlags
 	ropeFlags
@@ -65,6 +70,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	f.qkvFlags.register(fs, "(B,H,T,d_k), (H,T,d_k) or (T,d_k)", "(B,H_kv,T,d_k), ...", "(B,H_kv,T,d_v), ...")
 	fs.IntVar(&f.prefill, "prefill", 1, "tokens of the first step, a prefill (`P`)")
 	fs.IntVar(&f.page, "page", 0, "a paged cache of `N`-position pages (0: contiguous)")
+	fs.IntVar(&f.windowCache, "window-cache", 0, "a rolling cache keeping the last `W` positions (needs --page and --window L,R with L <= W-1)")
 	f.typeFlags.register(fs)
 	f.variantFlags.register(fs)
 	f.ropeFlags.register(fs)
@@ -77,6 +83,12 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.page < 0 || f.page > maxPage {
 		return usagef(stderr, "decode", "--page %d: want a page size of at least 1 and at most %d (or 0, contiguous)", f.page, maxPage)
+	}
+	if f.windowCache < 0 {
+		return usagef(stderr, "decode", "--window-cache %d: want a window of at least 1 position (or 0, keep every position)", f.windowCache)
+	}
+	if f.windowCache > 0 && f.page == 0 {
+		return usagef(stderr, "decode", "--window-cache %d lets go of whole pages: give --page N too", f.windowCache)
 	}
 	types, err := f.types([3]vkattn.DType{})
 	if err != nil {
@@ -126,6 +138,9 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if err := f.variantFlags.setIn(&opts, q[1]); err != nil {
 		return failf(stderr, "decode", "%v", err)
 	}
+	if w := f.windowCache; w > 0 && (opts.Window == nil || opts.Window.Left < 0 || opts.Window.Left > w-1) {
+		return usagef(stderr, "decode", "--window-cache %d keeps the last %d positions a query sees: give --window L,R with 0 <= L <= %d", w, w, w-1)
+	}
 	// The whole problem checked on the host first: bad input fails before
 	// a device is opened.
 	full := opts
@@ -141,7 +156,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer done()
-	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, types, rope, opts, clock)
+	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, f.windowCache, types, rope, opts, clock)
 	if ctx.Err() != nil {
 		return failf(stderr, "decode", "interrupted: no output written")
 	}
@@ -212,10 +227,10 @@ type decodeResult struct {
 
 // decodeLoop runs the prefill and the steps (tune.Decode), gathering
 // every token's output and the summary.
-func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page int, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *tune.Clock) (*decodeResult, error) {
+func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page, window int, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *tune.Clock) (*decodeResult, error) {
 	run, err := tune.Decode(ctx, dev, tune.DecodeInput{
 		Q: in[0].F32, K: in[1].F32, V: in[2].F32, QShape: q, KShape: k, VShape: v,
-		Prefill: prefill, Page: page, Types: types, RoPE: rope, Opts: opts,
+		Prefill: prefill, Page: page, Window: window, Types: types, RoPE: rope, Opts: opts,
 	}, clock)
 	if err != nil {
 		return nil, err
