@@ -78,7 +78,8 @@ var (
 	ErrLengths = core.ErrLengths
 	// ErrScale: the custom scale is NaN, infinite or beyond float32's range.
 	ErrScale = core.ErrScale
-	// ErrOption: an option holds a value outside its defined set.
+	// ErrOption: an option holds a value outside its defined set, or
+	// options that cannot go together (SEMANTICS.md §8.3).
 	ErrOption = core.ErrOption
 	// ErrEmpty: an axis has extent zero.
 	ErrEmpty = core.ErrEmpty

@@ -20,8 +20,8 @@ var (
 	ErrLengths = sentinel("invalid sequence lengths")
 	// ErrScale: the custom scale is NaN, infinite or beyond float32's range.
 	ErrScale = sentinel("invalid scale")
-	// ErrOption: an option holds a value outside its defined set (an
-	// unknown Causal alignment).
+	// ErrOption: an option holds a value outside its defined set, or
+	// options that cannot go together (SEMANTICS.md §8.3).
 	ErrOption = sentinel("invalid option")
 	// ErrEmpty: an axis has extent zero.
 	ErrEmpty = sentinel("empty axis")
@@ -31,7 +31,7 @@ var (
 	// float32's range, where the kernel would produce Inf or NaN; or a value
 	// too large for the half type it is to be stored in.
 	ErrOverflow = sentinel("overflow")
-	// ErrTooLarge: the problem does not fit the device's limits.
+	// ErrTooLarge: the problem does not fit the device's limits or memory.
 	ErrTooLarge = sentinel("too large for device")
 	// ErrClosed: the device or tensor was used after Close.
 	ErrClosed = sentinel("use after Close")
