@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/reference"
 )
 
 // rollingModel is the host's account of a rolling cache: each sequence's
@@ -76,18 +75,7 @@ func rollingDecode(t *testing.T, d *vkattn.Device, steps int) {
 	// positions and rounded to float16, as the cache stores them; the
 	// reference attends over it with queries rotated alike.
 	hist := newHistory(B, HKV, D, D, cfg.DType)
-	rotate := func(x []float32, heads, n, first int) []float32 {
-		x64 := make([]float64, len(x))
-		for i, v := range x {
-			x64[i] = float64(v)
-		}
-		reference.RotateRoPE(x64, [4]int{1, heads, n, D}, rope, func(_, t int) int { return first + t })
-		out := make([]float32, len(x))
-		for i, v := range x64 {
-			out[i] = float32(v)
-		}
-		return out
-	}
+	rotate := func(x []float32, heads, n, first int) []float32 { return rotatedFrom(x, heads, n, D, rope, first) }
 	// record adds n tokens of every sequence ((B, HKV, n, D) k and v)
 	// appended to lengths before.
 	record := func(before []int, k, v []float32, n int) {

@@ -136,18 +136,7 @@ func cacheRoPE(t *testing.T, d *vkattn.Device, half bool) {
 	if !half {
 		opts.RoPE = rope
 	}
-	rotate := func(x []float32, heads, n, first int) []float32 {
-		x64 := make([]float64, len(x))
-		for i, v := range x {
-			x64[i] = float64(v)
-		}
-		reference.RotateRoPE(x64, [4]int{1, heads, n, D}, rope, func(_, t int) int { return first + t })
-		out := make([]float32, len(x))
-		for i, v := range x64 {
-			out[i] = float32(v)
-		}
-		return out
-	}
+	rotate := func(x []float32, heads, n, first int) []float32 { return rotatedFrom(x, heads, n, D, rope, first) }
 	record := func(b int, k, v []float32, n int) {
 		if half {
 			k = rotate(k, HKV, n, cache.Lengths()[b]-n)
@@ -307,4 +296,20 @@ func TestRoPETableOutOfRange(t *testing.T) {
 	p := newProblem(rand.New(rand.NewSource(97)), 1, 1, 1, l, s, d, d)
 	p.opts.RoPE = &vkattn.RoPE{Theta: 10000, Scaling: vkattn.RoPEScaling{Kind: vkattn.RoPELinear, Factor: 1e-300}}
 	checkAgainstReference(t, dev, p)
+}
+
+// rotatedFrom is x, rows of n positions of heads heads of width d, rotated
+// in float64 by rope at positions first, first+1, ... and rounded to
+// float32.
+func rotatedFrom(x []float32, heads, n, d int, rope *vkattn.RoPE, first int) []float32 {
+	x64 := make([]float64, len(x))
+	for i, v := range x {
+		x64[i] = float64(v)
+	}
+	reference.RotateRoPE(x64, [4]int{1, heads, n, d}, rope, func(_, t int) int { return first + t })
+	out := make([]float32, len(x))
+	for i, v := range x64 {
+		out[i] = float32(v)
+	}
+	return out
 }
