@@ -144,12 +144,12 @@ func TestMatrixErrorBound(t *testing.T) {
 
 // Element types print by name in JSON (plans, bench rows) and read back.
 func TestDTypeJSONRoundTrip(t *testing.T) {
-	in := [4]core.DType{core.Float32, core.Float16, core.BFloat16, core.Q8_0}
+	in := [5]core.DType{core.Float32, core.Float16, core.BFloat16, core.Q8_0, core.Q4_0}
 	b, err := json.Marshal(in)
-	if err != nil || string(b) != `["f32","f16","bf16","q8_0"]` {
+	if err != nil || string(b) != `["f32","f16","bf16","q8_0","q4_0"]` {
 		t.Fatalf("json.Marshal: %s, %v", b, err)
 	}
-	var out [4]core.DType
+	var out [5]core.DType
 	if err := json.Unmarshal(b, &out); err != nil || out != in {
 		t.Fatalf("json.Unmarshal: %v, %v", out, err)
 	}

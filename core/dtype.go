@@ -24,34 +24,53 @@ const (
 	// the block's float16 scale (SEMANTICS.md §8.2). Rows must be whole
 	// blocks.
 	Q8_0
+	// Q4_0 is ggml's q4_0, for K and V: blocks of Q4Block consecutive
+	// elements of a row, each a 4-bit quant q read as (q - 8) times the
+	// block's float16 scale (SEMANTICS.md §8.2). Rows must be whole
+	// blocks.
+	Q4_0
 )
 
 // Q8Block is the elements of one q8_0 block.
 const Q8Block = 32
 
+// Q4Block is the elements of one q4_0 block: Q4Block/2 bytes of quants,
+// two a byte, and a float16 scale.
+const Q4Block = 32
+
 // DTypes is every element type, in order.
 var DTypes = []DType{Float32, Float16, BFloat16}
 
 // Bytes is the size of one element of a float type (Q8_0: 1, its
-// quant; StorageBytes counts its scales too).
+// quant; Q4_0: 1 too, the unit its buffers are measured in, though a
+// quant is half a byte). StorageBytes is the size of n elements of any
+// type, scales included.
 func (t DType) Bytes() int {
 	switch t {
 	case Float32:
 		return 4
-	case Q8_0:
+	case Q8_0, Q4_0:
 		return 1
 	}
 	return 2
 }
 
 // StorageBytes is the bytes n elements of type t take: n*Bytes(), and for
-// Q8_0 a float16 scale per block besides (34 bytes per 32 elements).
+// Q8_0 a float16 scale per block besides (34 bytes per 32 elements); for
+// Q4_0 half a byte per element and a scale per block (18 bytes per 32).
 func (t DType) StorageBytes(n int) int {
-	if t == Q8_0 {
+	switch t {
+	case Q8_0:
 		return n + 2*((n+Q8Block-1)/Q8Block)
+	case Q4_0:
+		return (n+1)/2 + 2*((n+Q4Block-1)/Q4Block)
 	}
 	return n * t.Bytes()
 }
+
+// Quantized reports whether t is a block-quantized type (Q8_0, Q4_0): a
+// buffer of its quants, then its float16 scales, one per block of 32.
+func (t DType) Quantized() bool { return t == Q8_0 || t == Q4_0 }
 
 // Valid reports whether t is one of DTypes, the float types every tensor
 // may have.
@@ -62,7 +81,7 @@ func (t DType) Valid() bool { return t >= Float32 && t <= BFloat16 }
 func (t DType) ValidKV() bool { return t.Valid() || t == Q8_0 }
 
 // ParseDType reads an element type: f32, f16 or bf16 (or float32, float16,
-// bfloat16).
+// bfloat16), or q8_0 or q4_0.
 func ParseDType(s string) (DType, error) {
 	switch strings.ToLower(s) {
 	case "f32", "float32", "fp32":
@@ -73,8 +92,10 @@ func ParseDType(s string) (DType, error) {
 		return BFloat16, nil
 	case "q8_0":
 		return Q8_0, nil
+	case "q4_0":
+		return Q4_0, nil
 	}
-	return Float32, Errorf(ErrOption, "element type %q: want f32, f16, bf16 (or q8_0 for K and V)", s)
+	return Float32, Errorf(ErrOption, "element type %q: want f32, f16, bf16 (or q8_0, q4_0 for K and V)", s)
 }
 
 // maxFloat16 is the largest finite float16.
@@ -148,6 +169,13 @@ func Widen(t DType, h uint16) float32 {
 // them is the reference of the device's result. Errors as ToFloat16 and
 // ToBFloat16, naming the element.
 func Round(t DType, data []float32) ([]float32, error) {
+	if t == Q4_0 {
+		q, scales, err := QuantizeQ4_0(data)
+		if err != nil {
+			return nil, err
+		}
+		return DequantizeQ4_0(q, scales), nil
+	}
 	if t == Q8_0 {
 		q, scales, err := QuantizeQ8_0(data)
 		if err != nil {
@@ -250,6 +278,84 @@ func DequantizeQ8_0(quants []int8, scales []uint16) []float32 {
 	out := make([]float32, len(quants))
 	for i, q := range quants {
 		out[i] = float32(q) * Widen(Float16, scales[i/Q8Block])
+	}
+	return out
+}
+
+// QuantizeQ4_0 quantizes data, whole blocks of Q4Block values, as ggml's
+// quantize_row_q4_0_ref does, bit for bit: per block max is the value of
+// largest |x| (the first such, its sign kept), d = max / -8 and id = 1/d
+// (0 when d is ±0) in float32, each quant min(15, trunc(x*id + 8.5)) with
+// the product and the sum each rounded to float32, and d stored as the
+// nearest float16 (ties to even, subnormals and sign kept). quants are
+// ggml's qs bytes, 16 a block: element j of a block is the low nibble of
+// its byte j, element j+16 the high one. A NaN or Inf is ErrNonFinite; a
+// block whose scale rounds beyond float16's range (|max| >= q4MaxLimit)
+// ErrOverflow; a length that is not whole blocks ErrShape.
+func QuantizeQ4_0(data []float32) (quants []byte, scales []uint16, err error) {
+	if len(data)%Q4Block != 0 {
+		return nil, nil, Errorf(ErrShape, "q4_0 holds blocks of %d values; %d values are not whole blocks", Q4Block, len(data))
+	}
+	quants = make([]byte, len(data)/2)
+	scales = make([]uint16, len(data)/Q4Block)
+	for b := range scales {
+		block := data[b*Q4Block : (b+1)*Q4Block]
+		var amax, top float32
+		for i, x := range block {
+			if !Finite32(x) {
+				return nil, nil, FiniteElement(x, fmt.Sprintf("element %d: ", b*Q4Block+i))
+			}
+			if a := float32(math.Abs(float64(x))); amax < a { // strictly: the first of equal magnitudes
+				amax, top = a, x
+			}
+		}
+		if amax >= q4MaxLimit {
+			return nil, nil, Errorf(ErrOverflow, "q4_0 block %d: largest |x| %g needs a scale beyond float16 (a block's |x| must be below 65520*8 = %d)", b, amax, q4MaxLimit)
+		}
+		d := top / -8 // a block of zeros: -0
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		if math.IsInf(float64(id), 0) {
+			id = 0 // |d| below about 2.9e-39: its float16 scale is 0 anyway
+		}
+		scales[b] = float16.Fromfloat32(d).Bits()
+		for j := range Q4Block / 2 {
+			lo, hi := q4Quant(block[j], id), q4Quant(block[j+Q4Block/2], id)
+			quants[b*Q4Block/2+j] = lo | hi<<4
+		}
+	}
+	return quants, scales, nil
+}
+
+// q4Quant is ggml's quant of x: the float32 product x*id and the float32
+// sum with 8.5, each rounded (never fused), truncated, at most 15. The sum
+// is at least 0.5 minus rounding for every x of the block (|x*id| <= 8
+// but for the rounding of id), so truncating never goes below 0.
+func q4Quant(x, id float32) byte {
+	s := float32(float32(x*id) + 8.5)
+	return byte(min(15, int(s)))
+}
+
+// q4MaxLimit bounds a q4_0 block's largest |x|: below it the scale
+// max/-8 rounds to a finite float16, at or above it to Inf (65520, the
+// midpoint from 65504 to 2^16, rounds to even, Inf). Dividing by 8 is
+// exact for such magnitudes.
+const q4MaxLimit = 65520 * 8
+
+// DequantizeQ4_0 is the values of q4_0 blocks: (quant - 8) times the
+// block's float16 scale, exact in float32; as many whole blocks as both
+// quants and scales hold.
+func DequantizeQ4_0(quants []byte, scales []uint16) []float32 {
+	out := make([]float32, min(len(quants)/(Q4Block/2), len(scales))*Q4Block)
+	for i := range out {
+		b, j := i/Q4Block, i%Q4Block
+		q := quants[b*Q4Block/2+j%(Q4Block/2)]
+		if j >= Q4Block/2 {
+			q >>= 4
+		}
+		out[i] = float32(int(q&0xf)-8) * Widen(Float16, scales[b])
 	}
 	return out
 }

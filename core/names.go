@@ -38,7 +38,7 @@ var deviceTypeNames = names[DeviceType]{"DeviceType", "device type", []string{"o
 
 func (t DeviceType) String() string { return deviceTypeNames.of(t) }
 
-var dtypeNames = names[DType]{"DType", "element type", []string{"f32", "f16", "bf16", "q8_0"}}
+var dtypeNames = names[DType]{"DType", "element type", []string{"f32", "f16", "bf16", "q8_0", "q4_0"}}
 
 func (t DType) String() string { return dtypeNames.of(t) }
 
