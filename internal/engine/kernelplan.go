@@ -1,17 +1,20 @@
-package vkattn
+package engine
 
-import "github.com/vkattn/vkattn/pipelines"
+import (
+	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
+)
 
 // KernelPlan is the attention kernel the planner chose for a call: which
 // SPIR-V variant, how it reads its inputs, its tiles and launch grid, and
 // how a call larger than one binding reaches is split. String says it in
 // words, with why.
 type KernelPlan struct {
-	Variant  string   `json:"variant"`   // the SPIR-V variant, e.g. "attention_texel_vec4"
-	LoadPath LoadPath `json:"load_path"` // how the kernel reads Q, K, V and masks
-	Why      string   `json:"why"`       // why this load path and kernel
-	DMax     int      `json:"d_max"`     // compile-time bound of d_k and d_v
-	Types    [3]DType `json:"types"`     // element types of Q, K and V as the kernel reads them
+	Variant  string        `json:"variant"`   // the SPIR-V variant, e.g. "attention_texel_vec4"
+	LoadPath core.LoadPath `json:"load_path"` // how the kernel reads Q, K, V and masks
+	Why      string        `json:"why"`       // why this load path and kernel
+	DMax     int           `json:"d_max"`     // compile-time bound of d_k and d_v
+	Types    [3]core.DType `json:"types"`     // element types of Q, K and V as the kernel reads them
 	// The row kernels: query rows per invocation and keys per
 	// online-softmax step; the invocations per workgroup and workgroups of
 	// the (first) dispatch.
@@ -57,7 +60,7 @@ type KernelPlan struct {
 func kernelPlan(p pipelines.AttentionPlan) KernelPlan {
 	return KernelPlan{
 		Variant: p.Variant.Name(), LoadPath: p.Path, Vec4: p.Vec4, Additive: p.Additive, Masked: p.Masked, DMax: p.DMax,
-		Types: [3]DType{p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type},
+		Types: [3]core.DType{p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type},
 		Rows:  p.Rows, KeyTile: p.KeyTile, WorkGroup: p.WorkGroup, SharedLoads: p.SharedLoads,
 		Splits: p.Splits, SplitKeys: p.SplitKeys, RowBlocks: p.RowBlocks,
 		TileRows: p.TileRows, LanesPerRow: p.LanesPerRow, RowsPerLane: p.RowsPerLane, SharedBytes: p.SharedBytes, SubgroupSize: p.SubgroupSize,
@@ -73,12 +76,12 @@ func (k KernelPlan) String() string { return k.plan.String() }
 // outputs each invocation computes, workgroup and grid.
 type LinearKernelPlan struct {
 	Variant            string
-	LoadPath           LoadPath
+	LoadPath           core.LoadPath
 	Vec4               bool
 	TileRows, TileCols int // rows of X and outputs per invocation (per workgroup on matrices)
 	WorkGroup          int
 	Grid               [3]uint32
-	X, W               DType // element types of the input and the weights
+	X, W               core.DType // element types of the input and the weights
 	// Matrix > 0: the products on Matrix x Matrix x Matrix float16
 	// cooperative matrices (SEMANTICS.md §18).
 	Matrix int
@@ -98,3 +101,7 @@ func linearKernelPlan(p pipelines.LinearPlan) LinearKernelPlan {
 }
 
 func (k LinearKernelPlan) String() string { return k.plan.String() }
+
+// AttentionPlanOf is the planner's own plan behind k, for tests of what
+// it chose.
+func AttentionPlanOf(k KernelPlan) pipelines.AttentionPlan { return k.plan }

@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"encoding/binary"
@@ -38,8 +38,8 @@ type byteSpan struct{ off, n uint64 }
 // encoding) of total elements of type dt: one range for the float types;
 // for q8_0 (e, n and total whole blocks) the quants' bytes, then the
 // scales' halves after all total quants.
-func byteSpans(dt DType, total, e, n int) []byteSpan {
-	if dt != Q8_0 {
+func byteSpans(dt core.DType, total, e, n int) []byteSpan {
+	if dt != core.Q8_0 {
 		b := uint64(dt.Bytes())
 		return []byteSpan{{uint64(e) * b, uint64(n) * b}}
 	}
@@ -49,7 +49,7 @@ func byteSpans(dt DType, total, e, n int) []byteSpan {
 // eachSpan calls f with the matching source and destination ranges of n
 // elements: from element src of an encoding (or buffer) of srcTotal
 // elements to element dst of one of dstTotal.
-func eachSpan(dt DType, srcTotal, src, dstTotal, dst, n int, f func(from, to byteSpan) error) error {
+func eachSpan(dt core.DType, srcTotal, src, dstTotal, dst, n int, f func(from, to byteSpan) error) error {
 	to := byteSpans(dt, dstTotal, dst, n)
 	for i, from := range byteSpans(dt, srcTotal, src, n) {
 		if err := f(from, to[i]); err != nil {

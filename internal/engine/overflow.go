@@ -1,8 +1,10 @@
-package vkattn
+package engine
 
 import (
 	"fmt"
 	"math"
+
+	"github.com/vkattn/vkattn/core"
 )
 
 // Inputs near float32's limit give scores, sums or projections that are
@@ -30,7 +32,7 @@ const maskedScoreLimit = math.MaxFloat32 + 0x1p103
 // unscaled score (d_k max|q| max|k| for scaled dot products, described by
 // dotWhat), vBound bounds |V|; the bounds are host-side facts about the
 // inputs (Tensor.bound), not the data itself.
-func checkScores(d Dims, opts *Options, dotWhat string, dot, scale, vBound float64) error {
+func checkScores(d core.Dims, opts *core.Options, dotWhat string, dot, scale, vBound float64) error {
 	scaled := dot * math.Abs(scale)
 	mask := maskMagnitude(opts.Mask)
 	capped := scaled
@@ -43,17 +45,17 @@ func checkScores(d Dims, opts *Options, dotWhat string, dot, scale, vBound float
 	score := capped + bias + mask
 	switch {
 	case !(dot <= f32Limit):
-		return errorf(ErrOverflow, "unscaled scores could reach %s = %.3g, beyond %.3g, half of float32's range", dotWhat, dot, f32Limit)
+		return errorf(core.ErrOverflow, "unscaled scores could reach %s = %.3g, beyond %.3g, half of float32's range", dotWhat, dot, f32Limit)
 	case !(scaled <= f32Limit):
-		return errorf(ErrOverflow, "scaled scores could reach %.3g (%s times scale %g), beyond %.3g, half of float32's range", scaled, dotWhat, scale, f32Limit)
+		return errorf(core.ErrOverflow, "scaled scores could reach %.3g (%s times scale %g), beyond %.3g, half of float32's range", scaled, dotWhat, scale, f32Limit)
 	case !(capped+bias <= f32Limit):
-		return errorf(ErrOverflow, "scores plus the ALiBi bias (largest slope x (S + L) = %.3g) could reach %.3g, beyond %.3g, half of float32's range", bias, capped+bias, f32Limit)
+		return errorf(core.ErrOverflow, "scores plus the ALiBi bias (largest slope x (S + L) = %.3g) could reach %.3g, beyond %.3g, half of float32's range", bias, capped+bias, f32Limit)
 	case !(score < maskedScoreLimit):
-		return errorf(ErrOverflow, "scores plus the additive mask (largest finite |value| %.3g) could reach %.3g, beyond float32's range", mask, score)
+		return errorf(core.ErrOverflow, "scores plus the additive mask (largest finite |value| %.3g) could reach %.3g, beyond float32's range", mask, score)
 	case !(float64(d.S)*vBound <= f32Limit):
 		// Each output row accumulates up to S value rows (weights <= 1)
 		// before it is normalised.
-		return errorf(ErrOverflow, "output sums could reach S %d x max|V| %.3g = %.3g, beyond %.3g, half of float32's range", d.S, vBound, float64(d.S)*vBound, f32Limit)
+		return errorf(core.ErrOverflow, "output sums could reach S %d x max|V| %.3g = %.3g, beyond %.3g, half of float32's range", d.S, vBound, float64(d.S)*vBound, f32Limit)
 	}
 	return nil
 }
@@ -64,7 +66,7 @@ func checkScores(d Dims, opts *Options, dotWhat string, dot, scale, vBound float
 func checkLinear(name string, inputs int, x, w, b float64) (float64, error) {
 	y := float64(inputs)*x*w + b
 	if !(y <= f32Limit) {
-		return 0, errorf(ErrOverflow, "%s outputs could reach %d inputs x max|x| %.3g x max|W| %.3g + max|b| %.3g = %.3g, beyond %.3g, half of float32's range", name, inputs, x, w, b, y, f32Limit)
+		return 0, errorf(core.ErrOverflow, "%s outputs could reach %d inputs x max|x| %.3g x max|W| %.3g + max|b| %.3g = %.3g, beyond %.3g, half of float32's range", name, inputs, x, w, b, y, f32Limit)
 	}
 	return y, nil
 }
@@ -104,7 +106,7 @@ type gradBounds struct{ dS, dQ, dK, dV float64 }
 // and each head's dSinks sums -P_sink D over B L rows (in float64, then
 // rounded to float32). The bounds hold for every partial sum too. scale is
 // what multiplies dS before either product (1 for additive scores).
-func backwardRange(dm Dims, opts *Options, scale, dO, v, o float64, toQ, toK gradFactor) (gradBounds, error) {
+func backwardRange(dm core.Dims, opts *core.Options, scale, dO, v, o float64, toQ, toK gradFactor) (gradBounds, error) {
 	dv := float64(dm.DV)
 	rows := dm.H / dm.HKV * dm.L // the query rows a key's gradients sum
 	dP, D := dv*dO*v, dv*dO*o
@@ -131,7 +133,7 @@ func backwardRange(dm Dims, opts *Options, scale, dO, v, o float64, toQ, toK gra
 		{sinks, "dSinks could reach B x L = %d rows x max|D| %.3g = %.3g", []any{dm.B * dm.L, D, sinks}},
 	} {
 		if !(c.x <= f32Limit) {
-			return g, errorf(ErrOverflow, "the backward pass's "+c.format+", beyond %.3g, half of float32's range", append(c.args, f32Limit)...)
+			return g, errorf(core.ErrOverflow, "the backward pass's "+c.format+", beyond %.3g, half of float32's range", append(c.args, f32Limit)...)
 		}
 	}
 	return g, nil
@@ -139,7 +141,7 @@ func backwardRange(dm Dims, opts *Options, scale, dO, v, o float64, toQ, toK gra
 
 // maskMagnitude is the largest finite |value| of an additive mask (0 for
 // none); -Inf entries block and add nothing.
-func maskMagnitude(m *Mask) float64 {
+func maskMagnitude(m *core.Mask) float64 {
 	if m == nil {
 		return 0
 	}
@@ -162,7 +164,7 @@ func (t *Tensor) magnitudeBound() float64 {
 
 // attentionRange checks a scaled dot-product call (checkScores) and returns
 // the bound of its output O: a convex combination of V rows, or zeros.
-func attentionRange(dm Dims, opts *Options, q, k, v *Tensor) (float64, error) {
+func attentionRange(dm core.Dims, opts *core.Options, q, k, v *Tensor) (float64, error) {
 	qb, kb, vb := q.magnitudeBound(), k.magnitudeBound(), v.magnitudeBound()
 	what := fmt.Sprintf("d_k %d x max|Q| %.3g x max|K| %.3g", dm.DK, qb, kb)
 	return vb, checkScores(dm, opts, what, float64(dm.DK)*qb*kb, opts.Scale.For(dm.DK), vb)
@@ -184,7 +186,7 @@ func (o *Output) setBounds(oBound float64) {
 // checkRange bounds every step of an MHA call: the input projections, the
 // per-head scores and output sums, and out_proj, whose output bound it
 // returns.
-func (m *MHA) checkRange(p MHAPlan, attn *Options, x, key, value *Tensor) (float64, error) {
+func (m *MHA) checkRange(p MHAPlan, attn *core.Options, x, key, value *Tensor) (float64, error) {
 	wq, wk, wv := m.qW, m.kW, m.vW
 	if m.packed {
 		wq, wk, wv = m.inW, m.inW, m.inW
@@ -214,7 +216,7 @@ func (m *MHA) checkRange(p MHAPlan, attn *Options, x, key, value *Tensor) (float
 // checkRange bounds an additive call: the projections q W_q + b and k W_k,
 // their sum (tanh's argument), the scores |w_a . tanh(...)| <= sum |w_a|,
 // and the output sums. It returns O's bound.
-func (a *Additive) checkRange(dm Dims, opts *Options, q, k, v *Tensor) (float64, error) {
+func (a *Additive) checkRange(dm core.Dims, opts *core.Options, q, k, v *Tensor) (float64, error) {
 	qb, err := checkLinear("q W_q + b", a.dq, q.magnitudeBound(), a.wq.magnitudeBound(), a.bias.magnitudeBound())
 	if err != nil {
 		return 0, err
@@ -224,7 +226,7 @@ func (a *Additive) checkRange(dm Dims, opts *Options, q, k, v *Tensor) (float64,
 		return 0, err
 	}
 	if !(qb+kb <= f32Limit) {
-		return 0, errorf(ErrOverflow, "q W_q + b + k W_k could reach %.3g + %.3g, beyond %.3g, half of float32's range", qb, kb, f32Limit)
+		return 0, errorf(core.ErrOverflow, "q W_q + b + k W_k could reach %.3g + %.3g, beyond %.3g, half of float32's range", qb, kb, f32Limit)
 	}
 	what := fmt.Sprintf("d_a %d x max|w_a| %.3g", a.da, a.wa.magnitudeBound())
 	vb := v.magnitudeBound()

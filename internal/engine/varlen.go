@@ -1,9 +1,10 @@
-package vkattn
+package engine
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -17,13 +18,13 @@ import (
 // through SwapAxes12. The Output holds O (1, H, total_q, d_v); masks,
 // lengths, LSE and weights are not taken (ErrOption). Out.Plan is the plan
 // of the longest sequence's dispatch.
-func (d *Device) AttentionVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Options) (*Output, error) {
+func (d *Device) AttentionVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts core.Options) (*Output, error) {
 	return runOnce(context.Background(), func() (*Call, error) { return d.PrepareVarlen(q, k, v, cuSeqQ, cuSeqK, opts) })
 }
 
 // PrepareVarlen is AttentionVarlen prepared: one submission of a dispatch
 // per non-empty sequence, replayed by Run.
-func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Options) (*Call, error) {
+func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts core.Options) (*Call, error) {
 	if err := d.checkInputs([3]string{"Q", "K", "V"}, q, k, v); err != nil {
 		return nil, err
 	}
@@ -32,14 +33,14 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 		t    *Tensor
 	}{{"Q", q}, {"K", k}, {"V", v}} {
 		if t.t.shape[0] != 1 {
-			return nil, errorf(ErrShape, "varlen %s has shape %v: want (1, heads, total, d), the sequences packed along the positions", t.name, t.t.shape)
+			return nil, errorf(core.ErrShape, "varlen %s has shape %v: want (1, heads, total, d), the sequences packed along the positions", t.name, t.t.shape)
 		}
 	}
 	if opts.Mask != nil || opts.BoolMasks != nil || opts.KeyLengths != nil || opts.QueryLengths != nil || opts.AlignToKeyLengths {
-		return nil, errorf(ErrOption, "varlen calls take no masks or lengths: the offsets give each sequence's extent")
+		return nil, errorf(core.ErrOption, "varlen calls take no masks or lengths: the offsets give each sequence's extent")
 	}
 	if opts.WantLSE || opts.WantWeights {
-		return nil, errorf(ErrOption, "varlen calls return O only (no LSE or weights)")
+		return nil, errorf(core.ErrOption, "varlen calls return O only (no LSE or weights)")
 	}
 	if err := checkOffsets("cuSeqQ", cuSeqQ, q.shape[2], -1); err != nil {
 		return nil, err
@@ -48,7 +49,7 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 		return nil, err
 	}
 	if v.shape[2] != k.shape[2] {
-		return nil, errorf(ErrShape, "varlen K holds %d positions, V %d", k.shape[2], v.shape[2])
+		return nil, errorf(core.ErrShape, "varlen K holds %d positions, V %d", k.shape[2], v.shape[2])
 	}
 	if r := opts.RoPE; r != nil {
 		for _, p := range []struct {
@@ -57,7 +58,7 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 			expected int
 		}{{"query", r.QueryPositions, q.shape[2]}, {"key", r.KeyPositions, k.shape[2]}} {
 			if p.pos != nil && len(p.pos) != p.expected {
-				return nil, errorf(ErrShape, "varlen RoPE: %d %s positions for %d packed rows", len(p.pos), p.what, p.expected)
+				return nil, errorf(core.ErrShape, "varlen RoPE: %d %s positions for %d packed rows", len(p.pos), p.what, p.expected)
 			}
 		}
 	}
@@ -130,17 +131,17 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts Optio
 func checkOffsets(name string, cu []int, total, n int) error {
 	switch {
 	case len(cu) < 2:
-		return errorf(ErrLengths, "%s has %d entries: want at least 2 (0, then each sequence's end)", name, len(cu))
+		return errorf(core.ErrLengths, "%s has %d entries: want at least 2 (0, then each sequence's end)", name, len(cu))
 	case n > 0 && len(cu) != n:
-		return errorf(ErrLengths, "%s has %d entries, cuSeqQ %d: one offset per sequence boundary in both", name, len(cu), n)
+		return errorf(core.ErrLengths, "%s has %d entries, cuSeqQ %d: one offset per sequence boundary in both", name, len(cu), n)
 	case cu[0] != 0:
-		return errorf(ErrLengths, "%s starts at %d, not 0", name, cu[0])
+		return errorf(core.ErrLengths, "%s starts at %d, not 0", name, cu[0])
 	case cu[len(cu)-1] != total:
-		return errorf(ErrLengths, "%s ends at %d, but the tensor holds %d positions", name, cu[len(cu)-1], total)
+		return errorf(core.ErrLengths, "%s ends at %d, but the tensor holds %d positions", name, cu[len(cu)-1], total)
 	}
 	for i := 1; i < len(cu); i++ {
 		if cu[i] < cu[i-1] {
-			return errorf(ErrLengths, "%s decreases at entry %d (%d after %d)", name, i, cu[i], cu[i-1])
+			return errorf(core.ErrLengths, "%s decreases at entry %d (%d after %d)", name, i, cu[i], cu[i-1])
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"errors"
@@ -13,8 +13,8 @@ var errorf = core.Errorf
 // driverError makes the vk layer's no-driver error one of vkattn's
 // (ErrNoDriver), its message kept.
 func driverError(err error) error {
-	if errors.Is(err, vk.ErrNoDriver) && !errors.Is(err, ErrNoDriver) {
-		return fmt.Errorf("%w: %w", ErrNoDriver, err)
+	if errors.Is(err, vk.ErrNoDriver) && !errors.Is(err, core.ErrNoDriver) {
+		return fmt.Errorf("%w: %w", core.ErrNoDriver, err)
 	}
 	return err
 }

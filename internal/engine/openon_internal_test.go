@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"errors"
@@ -15,14 +15,14 @@ import (
 // ErrDevice; each wraps exactly one of the three and the error it came
 // from.
 func TestSharedErrorWrapsOneSentinel(t *testing.T) {
-	three := []error{ErrOption, ErrNoDriver, ErrDevice}
+	three := []error{core.ErrOption, core.ErrNoDriver, core.ErrDevice}
 	for _, c := range []struct {
 		in, want error
 	}{
-		{core.Errorf(core.ErrOption, "shared device: queue index 5"), ErrOption},
-		{fmt.Errorf("%w: cannot load libvulkan.so.1", vk.ErrNoDriver), ErrNoDriver},
-		{errors.New("vk: vkGetDeviceProcAddr: a core Vulkan 1.0 command is missing"), ErrDevice},
-		{&core.VulkanError{Call: "vkCreatePipelineCache", Result: -1, What: "out of host memory"}, ErrDevice},
+		{core.Errorf(core.ErrOption, "shared device: queue index 5"), core.ErrOption},
+		{fmt.Errorf("%w: cannot load libvulkan.so.1", vk.ErrNoDriver), core.ErrNoDriver},
+		{errors.New("vk: vkGetDeviceProcAddr: a core Vulkan 1.0 command is missing"), core.ErrDevice},
+		{&core.VulkanError{Call: "vkCreatePipelineCache", Result: -1, What: "out of host memory"}, core.ErrDevice},
 	} {
 		err := sharedError(c.in)
 		if !errors.Is(err, c.in) {

@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 
 	vulkan "github.com/vulkan-go/vulkan"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/pipelines/dispatch"
 	"github.com/vkattn/vkattn/vk"
@@ -74,10 +75,10 @@ func OpenOn(h SharedDevice, cfg Config) (*Device, error) {
 // call failing on the host's device, which wraps ErrDevice.
 func sharedError(err error) error {
 	err = driverError(err)
-	if errors.Is(err, ErrOption) || errors.Is(err, ErrNoDriver) {
+	if errors.Is(err, core.ErrOption) || errors.Is(err, core.ErrNoDriver) {
 		return err
 	}
-	return fmt.Errorf("%w: shared device: %w", ErrDevice, err)
+	return fmt.Errorf("%w: shared device: %w", core.ErrDevice, err)
 }
 
 // openOn makes the Device of dev (and inst, which Close closes after it;
@@ -104,7 +105,7 @@ func openOn(inst *vk.Instance, dev *vk.Device, cfg Config) *Device {
 		d.memory = DiscreteMemory
 	}
 	if !d.path.Valid() {
-		d.path = AutoLoadPath
+		d.path = core.AutoLoadPath
 	}
 	if vendor, t, err := cfg.planAs(); err == nil && vendor != "" {
 		d.tuning, d.plannedAs = t, vendor
@@ -125,14 +126,14 @@ type DeviceBuffer struct {
 	Bytes   uint64        // its size
 	Offset  int           // element offset of the first value
 	Strides [3]int        // element strides of the batch, head and position axes; the last axis is contiguous
-	Type    DType
+	Type    core.DType
 }
 
 // Buffer says where the tensor's values live on the device. It fails once
 // the tensor is closed.
 func (t *Tensor) Buffer() (DeviceBuffer, error) {
 	if t.root().closed.Load() {
-		return DeviceBuffer{}, errorf(ErrClosed, "tensor used after Close")
+		return DeviceBuffer{}, errorf(core.ErrClosed, "tensor used after Close")
 	}
 	return DeviceBuffer{Handle: t.buf.Handle(), Bytes: t.buf.Size(), Offset: t.offset, Strides: t.strides, Type: t.dtype}, nil
 }

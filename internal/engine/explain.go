@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 // with opts (run --explain): the problem and its FLOPs, the kernel and
 // why, its tiles, workgroup and grid, the scale, the masks and what the
 // call holds in memory. It ends in a newline.
-func (p Plan) Explain(opts Options) string {
+func (p Plan) Explain(opts core.Options) string {
 	var w strings.Builder
 	k := p.Kernel
 	d := p.Dims
@@ -39,7 +39,7 @@ func (p Plan) Explain(opts Options) string {
 	if k.Matrix > 0 {
 		axes = "query row blocks x KV heads x batch"
 		scaled := ""
-		if slices.Contains(k.Types[:], BFloat16) {
+		if slices.Contains(k.Types[:], core.BFloat16) {
 			scaled = " (bfloat16 scaled by a power of two per block)"
 		}
 		row("matrices", "Q K^T and P V on %dx%dx%d cooperative matrices: float16 Q, K, V%s and P, float32 accumulators (SEMANTICS.md §18)", k.Matrix, k.Matrix, k.Matrix, scaled)

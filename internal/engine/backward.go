@@ -1,9 +1,10 @@
-package vkattn
+package engine
 
 import (
 	"context"
 	"time"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/pipelines/dispatch"
 )
@@ -41,13 +42,13 @@ func (g *Gradients) setGPUTime(t time.Duration) { g.GPUTime = t }
 // zero gradient. A call too large for one binding per tensor runs as
 // chunks of KV heads; one whose single KV head is too large is
 // ErrTooLarge.
-func (d *Device) AttentionBackward(q, k, v, dO *Tensor, opts Options) (*Gradients, error) {
+func (d *Device) AttentionBackward(q, k, v, dO *Tensor, opts core.Options) (*Gradients, error) {
 	return d.AttentionBackwardContext(context.Background(), q, k, v, dO, opts)
 }
 
 // AttentionBackwardContext is AttentionBackward with a context that can
 // cancel the wait for the device.
-func (d *Device) AttentionBackwardContext(ctx context.Context, q, k, v, dO *Tensor, opts Options) (*Gradients, error) {
+func (d *Device) AttentionBackwardContext(ctx context.Context, q, k, v, dO *Tensor, opts core.Options) (*Gradients, error) {
 	g, err := runOnce(ctx, func() (*gradCall, error) { return d.prepareBackward(q, k, v, dO, opts) })
 	if err != nil {
 		return nil, err
@@ -67,7 +68,7 @@ func (d *Device) AttentionBackwardContext(ctx context.Context, q, k, v, dO *Tens
 type gradCall struct{ prepared[*Gradients] }
 
 // prepareBackward records the forward and the backward of a call.
-func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, error) {
+func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts core.Options) (*gradCall, error) {
 	if err := d.checkInputs([3]string{"Q", "K", "V"}, q, k, v); err != nil {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, 
 		return nil, err
 	}
 	if opts.RoPE != nil {
-		return nil, errorf(ErrOption, "the backward pass does not take RoPE: rotate Q and K before it")
+		return nil, errorf(core.ErrOption, "the backward pass does not take RoPE: rotate Q and K before it")
 	}
 	opts.WantLSE, opts.WantWeights = true, false
 	oShape := [4]int{q.shape[0], q.shape[1], q.shape[2], v.shape[3]}
@@ -85,7 +86,7 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, 
 	}
 	dm := plan.Dims
 	if dO.shape != oShape {
-		return nil, errorf(ErrShape, "dO has shape %v, want O's %v", dO.shape, oShape)
+		return nil, errorf(core.ErrShape, "dO has shape %v, want O's %v", dO.shape, oShape)
 	}
 	oBound, err := attentionRange(dm, &opts, q, k, v)
 	if err != nil {
@@ -114,7 +115,7 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts Options) (*gradCall, 
 // buffers, the forward's O and LSE as scratch, the
 // backward, and its gradients as outputs (dQ, dK, dV, each row's sink
 // share and, for additive scores, each key row's share of dw_a).
-func (b *builder) backward(plan Plan, opts *Options, in attentionInputs, dO *Tensor) (*gradCall, error) {
+func (b *builder) backward(plan Plan, opts *core.Options, in attentionInputs, dO *Tensor) (*gradCall, error) {
 	d, dm := b.d, plan.Dims
 	oShape := [4]int{dm.B, dm.H, dm.L, dm.DV}
 	if dO.layout() != denseF32(oShape) {
@@ -179,7 +180,7 @@ func (b *builder) backward(plan Plan, opts *Options, in attentionInputs, dO *Ten
 
 // sinkGradients sums each head's rows' shares of its sink gradient, in
 // float64 and in order.
-func sinkGradients(rows *Tensor, dm Dims) ([]float32, error) {
+func sinkGradients(rows *Tensor, dm core.Dims) ([]float32, error) {
 	shares, err := rows.Download()
 	if err != nil {
 		return nil, err

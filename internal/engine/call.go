@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/pipelines/dispatch"
 	"github.com/vkattn/vkattn/vk"
@@ -61,7 +62,7 @@ func (c *prepared[O]) Run(ctx context.Context) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.commands == nil {
-		return 0, errorf(ErrClosed, "call used after Close")
+		return 0, errorf(core.ErrClosed, "call used after Close")
 	}
 	t, err := c.commands.Run(ctx)
 	if err != nil {
@@ -77,7 +78,7 @@ func (c *prepared[O]) runWith(ctx context.Context, before, after func(*vk.Comman
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.commands == nil {
-		return 0, errorf(ErrClosed, "call used after Close")
+		return 0, errorf(core.ErrClosed, "call used after Close")
 	}
 	t, err := c.commands.RunWith(ctx, before, after)
 	if err != nil {
@@ -160,7 +161,7 @@ type builder struct {
 
 // output allocates an output tensor of the call.
 func (b *builder) output(shape [4]int) (*Tensor, error) {
-	t, err := b.d.newTensor(shape, Float32)
+	t, err := b.d.newTensor(shape, core.Float32)
 	if err == nil {
 		b.outputs = append(b.outputs, t)
 	}
@@ -169,7 +170,7 @@ func (b *builder) output(shape [4]int) (*Tensor, error) {
 
 // scratchTensor allocates a tensor the call uses and frees itself.
 func (b *builder) scratchTensor(shape [4]int) (*Tensor, error) {
-	t, err := b.d.newTensor(shape, Float32)
+	t, err := b.d.newTensor(shape, core.Float32)
 	if err == nil {
 		b.scratch = append(b.scratch, t)
 	}
@@ -205,7 +206,7 @@ type attentionInputs struct{ q, k, v, o, wa *vk.Buffer }
 // nil) uploaded into scratch tensors of the call, each where the plan's
 // shape, planned from the same options, has it. The LSE and weights
 // outputs are left to the caller.
-func (b *builder) lower(plan Plan, opts *Options, in attentionInputs, keyPadding *KeyPadding, cache *cacheRefs) (dispatch.AttentionArgs, error) {
+func (b *builder) lower(plan Plan, opts *core.Options, in attentionInputs, keyPadding *core.KeyPadding, cache *cacheRefs) (dispatch.AttentionArgs, error) {
 	x := dispatch.AttentionArgs{Q: in.q, K: in.k, V: in.v, O: in.o, WA: in.wa}
 	dm, s := plan.Dims, &plan.Kernel.plan.Shape
 	if err := b.bindOptions(dm, s, opts, &x, cache); err != nil {
@@ -229,7 +230,7 @@ func (b *builder) lower(plan Plan, opts *Options, in attentionInputs, keyPadding
 
 // attention binds the attention of plan over in, with the LSE and weights
 // opts asks for allocated as outputs (returned, nil when not asked for).
-func (b *builder) attention(plan Plan, opts *Options, in attentionInputs, keyPadding *KeyPadding, cache *cacheRefs) (lse, weights *Tensor, err error) {
+func (b *builder) attention(plan Plan, opts *core.Options, in attentionInputs, keyPadding *core.KeyPadding, cache *cacheRefs) (lse, weights *Tensor, err error) {
 	dm, s := plan.Dims, &plan.Kernel.plan.Shape
 	x, err := b.lower(plan, opts, in, keyPadding, cache)
 	if err != nil {
@@ -253,7 +254,7 @@ func (b *builder) attention(plan Plan, opts *Options, in attentionInputs, keyPad
 // attentionCall finishes a call whose last step is the attention of plan
 // over in (without O): it allocates the outputs, O's bound oBound, and
 // records.
-func (b *builder) attentionCall(plan Plan, opts *Options, in attentionInputs, oBound float64, cache *cacheRefs) (*Call, error) {
+func (b *builder) attentionCall(plan Plan, opts *core.Options, in attentionInputs, oBound float64, cache *cacheRefs) (*Call, error) {
 	dm := plan.Dims
 	out := &Output{Plan: plan}
 	var err error
@@ -325,7 +326,7 @@ func (b *builder) fail(err error) error {
 // (already checked against dm) that the planned shape s has into scratch
 // tensors of the call and points x at them; a KV cache's call reads the
 // cache's lengths and page table.
-func (b *builder) bindOptions(dm Dims, s *pipelines.AttentionShape, opts *Options, x *dispatch.AttentionArgs, cache *cacheRefs) error {
+func (b *builder) bindOptions(dm core.Dims, s *pipelines.AttentionShape, opts *core.Options, x *dispatch.AttentionArgs, cache *cacheRefs) error {
 	if s.Mask.Given {
 		m := opts.Mask
 		t, err := b.upload(len(m.Values), func(h []float32) { copy(h, m.Values) })
@@ -395,8 +396,8 @@ func (b *builder) bindOptions(dm Dims, s *pipelines.AttentionShape, opts *Option
 
 // boolMasksShape is the union of the masks' broadcast shapes: full on every
 // axis where any of them is.
-func boolMasksShape(ms []BoolMask) MaskShape {
-	u := MaskShape{1, 1, 1, 1}
+func boolMasksShape(ms []core.BoolMask) core.MaskShape {
+	u := core.MaskShape{1, 1, 1, 1}
 	for _, m := range ms {
 		for a := range u {
 			u[a] = max(u[a], m.Shape[a])
@@ -407,11 +408,11 @@ func boolMasksShape(ms []BoolMask) MaskShape {
 
 // foldBoolMasks writes -inf into h, row-major over shape (their union),
 // wherever any of the masks blocks, and 0 elsewhere.
-func foldBoolMasks(ms []BoolMask, shape MaskShape, h []float32) {
+func foldBoolMasks(ms []core.BoolMask, shape core.MaskShape, h []float32) {
 	clear(h)
 	for _, m := range ms {
 		st := broadcastStrides(m.Shape)
-		blockWhen := m.Meaning == TrueBlocks
+		blockWhen := m.Meaning == core.TrueBlocks
 		i := 0
 		for b := 0; b < shape[0]; b++ {
 			for hh := 0; hh < shape[1]; hh++ {
@@ -431,7 +432,7 @@ func foldBoolMasks(ms []BoolMask, shape MaskShape, h []float32) {
 
 // broadcastStrides gives element strides of a row-major mask over
 // (B, H, L, S), with 0 on axes of extent 1 so they broadcast.
-func broadcastStrides(s MaskShape) [4]int {
+func broadcastStrides(s core.MaskShape) [4]int {
 	var st [4]int
 	n := 1
 	for i := 3; i >= 0; i-- {

@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"encoding/binary"
@@ -21,7 +21,7 @@ type Tensor struct {
 	dev     *Device
 	buf     *vk.Buffer
 	owner   *Tensor // the tensor that owns buf; nil for an owner
-	dtype   DType
+	dtype   core.DType
 	shape   [4]int
 	offset  int
 	strides [3]int
@@ -43,7 +43,7 @@ const writeHeadroom = 1 << 32
 // (B,H,L,d), row-major) to the device. Later Writes may hold values up to
 // the larger of 2^32 and the largest |value| uploaded.
 func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
-	return d.upload(shape, data, Float32, writeHeadroom)
+	return d.upload(shape, data, core.Float32, writeHeadroom)
 }
 
 // UploadAs is Upload into a tensor stored as element type t: float32 data
@@ -51,16 +51,16 @@ func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
 // and ToBFloat16 do. A NaN or Inf is ErrNonFinite and a value beyond the
 // type's range ErrOverflow, both naming the element; nothing is uploaded
 // then.
-func (d *Device) UploadAs(shape []int, data []float32, t DType) (*Tensor, error) {
+func (d *Device) UploadAs(shape []int, data []float32, t core.DType) (*Tensor, error) {
 	return d.upload(shape, data, t, writeHeadroom)
 }
 
 // UploadBits uploads halves the caller already holds: bits[i] is the
 // float16 (t = Float16) or bfloat16 (t = BFloat16) bit pattern of element
 // i, stored as given. NaN and Inf patterns are ErrNonFinite.
-func (d *Device) UploadBits(shape []int, bits []uint16, t DType) (*Tensor, error) {
-	if t != Float16 && t != BFloat16 {
-		return nil, errorf(ErrOption, "UploadBits takes float16 or bfloat16 bits, not %v", t)
+func (d *Device) UploadBits(shape []int, bits []uint16, t core.DType) (*Tensor, error) {
+	if t != core.Float16 && t != core.BFloat16 {
+		return nil, errorf(core.ErrOption, "UploadBits takes float16 or bfloat16 bits, not %v", t)
 	}
 	s, err := d.checkUpload(shape, len(bits))
 	if err != nil {
@@ -84,18 +84,18 @@ func (d *Device) UploadFloat16(shape []int, data []float16.Float16) (*Tensor, er
 	for i, h := range data {
 		bits[i] = h.Bits()
 	}
-	return d.UploadBits(shape, bits, Float16)
+	return d.UploadBits(shape, bits, core.Float16)
 }
 
 // upload is UploadAs with the tensor's bound at least headroom; weights,
 // which are never written, have none, so the bounds derived from them
 // (checkLinear) stay tight.
-func (d *Device) upload(shape []int, data []float32, t DType, headroom float64) (*Tensor, error) {
+func (d *Device) upload(shape []int, data []float32, t core.DType, headroom float64) (*Tensor, error) {
 	s, err := d.checkUpload(shape, len(data))
 	if err != nil {
 		return nil, err
 	}
-	if t == Float32 {
+	if t == core.Float32 {
 		most, finite := magnitude(data)
 		tn, err := d.store(s, t, f32Bytes(data), most, headroom)
 		if err == nil {
@@ -103,9 +103,9 @@ func (d *Device) upload(shape []int, data []float32, t DType, headroom float64) 
 		}
 		return tn, err
 	}
-	if t == Q8_0 {
+	if t == core.Q8_0 {
 		if s[3]%core.Q8Block != 0 {
-			return nil, errorf(ErrShape, "q8_0 rows are whole blocks of %d elements; shape %v has rows of %d", core.Q8Block, shape, s[3])
+			return nil, errorf(core.ErrShape, "q8_0 rows are whole blocks of %d elements; shape %v has rows of %d", core.Q8Block, shape, s[3])
 		}
 		raw, most, err := q8Bytes(data)
 		if err != nil {
@@ -123,19 +123,19 @@ func (d *Device) upload(shape []int, data []float32, t DType, headroom float64) 
 
 // checkUpload checks n values against a shape.
 func (d *Device) checkUpload(shape []int, n int) ([4]int, error) {
-	s, err := Shape4(shape)
+	s, err := core.Shape4(shape)
 	if err != nil {
 		return s, err
 	}
 	if want := s[0] * s[1] * s[2] * s[3]; n != want {
-		return s, errorf(ErrShape, "shape %v needs %d values, got %d", shape, want, n)
+		return s, errorf(core.ErrShape, "shape %v needs %d values, got %d", shape, want, n)
 	}
 	return s, nil
 }
 
 // store makes a dense tensor of type t holding raw, whose largest |value|
 // is most.
-func (d *Device) store(s [4]int, t DType, raw []byte, most, headroom float64) (*Tensor, error) {
+func (d *Device) store(s [4]int, t core.DType, raw []byte, most, headroom float64) (*Tensor, error) {
 	tn, err := d.newTensor(s, t)
 	if err != nil {
 		return nil, err
@@ -175,14 +175,14 @@ func magnitude(data []float32) (most float64, finite bool) {
 // of 2^32 and the largest |value| it was uploaded with (ErrOverflow).
 func (t *Tensor) Write(data []float32) error {
 	if t.root().closed.Load() {
-		return errorf(ErrClosed, "tensor used after Close")
+		return errorf(core.ErrClosed, "tensor used after Close")
 	}
 	s := t.shape
 	if t.owner != nil || t.strides != [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} {
-		return errorf(ErrShape, "Write needs the dense tensor Upload made, not a view")
+		return errorf(core.ErrShape, "Write needs the dense tensor Upload made, not a view")
 	}
 	if n := s[0] * s[1] * s[2] * s[3]; len(data) != n {
-		return errorf(ErrShape, "shape %v needs %d values, got %d", s, n, len(data))
+		return errorf(core.ErrShape, "shape %v needs %d values, got %d", s, n, len(data))
 	}
 	raw, err := t.encode(data)
 	if err != nil {
@@ -196,10 +196,10 @@ func (t *Tensor) Write(data []float32) error {
 func (t *Tensor) encode(data []float32) ([]byte, error) {
 	most, finite := magnitude(data)
 	if !finite {
-		return nil, errorf(ErrNonFinite, "Write data holds NaN or Inf")
+		return nil, errorf(core.ErrNonFinite, "Write data holds NaN or Inf")
 	}
 	if bound := t.root().bound; most > bound {
-		return nil, errorf(ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
+		return nil, errorf(core.ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
 	}
 	return t.encodeValues(data)
 }
@@ -208,9 +208,9 @@ func (t *Tensor) encode(data []float32) ([]byte, error) {
 // that type's range only (finiteness and t's bound are the caller's).
 func (t *Tensor) encodeValues(data []float32) ([]byte, error) {
 	switch t.dtype {
-	case Float32:
+	case core.Float32:
 		return f32Bytes(data), nil // a view of data, copied by writeRaw
-	case Q8_0:
+	case core.Q8_0:
 		raw, _, err := q8Bytes(data)
 		return raw, err
 	}
@@ -238,7 +238,7 @@ func int32Words(xs []int) []byte {
 // (q8_0: whole blocks, quants and scales, as q8Bytes encodes them).
 func (t *Tensor) writeRaw(off int, raw []byte) error {
 	n := len(raw) / t.dtype.Bytes()
-	if t.dtype == Q8_0 {
+	if t.dtype == core.Q8_0 {
 		n = len(raw) / (2 + core.Q8Block) * core.Q8Block
 	}
 	return eachSpan(t.dtype, n, 0, t.elements(), off, n, func(from, to byteSpan) error {
@@ -253,7 +253,7 @@ func (t *Tensor) elements() int {
 }
 
 // newTensor allocates a dense, uninitialised tensor.
-func (d *Device) newTensor(s [4]int, dt DType) (*Tensor, error) {
+func (d *Device) newTensor(s [4]int, dt core.DType) (*Tensor, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {
@@ -263,7 +263,7 @@ func (d *Device) newTensor(s [4]int, dt DType) (*Tensor, error) {
 	// Whole 32-bit words: kernels read halves two a word; q8_0 in whole
 	// 16-byte texels, which vec4 texel views read its last scales in.
 	align := uint64(4)
-	if dt == Q8_0 {
+	if dt == core.Q8_0 {
 		align = 16
 	}
 	buf, err := d.dev.NewBuffer((uint64(dt.StorageBytes(n)) + align - 1) / align * align)
@@ -279,7 +279,7 @@ func (d *Device) newTensor(s [4]int, dt DType) (*Tensor, error) {
 func (t *Tensor) Shape() [4]int { return t.shape }
 
 // DType is the element type the tensor is stored in.
-func (t *Tensor) DType() DType { return t.dtype }
+func (t *Tensor) DType() core.DType { return t.dtype }
 
 // SwapAxes12 returns a view that reads this tensor's axes 1 and 2 swapped:
 // data uploaded as (B, L, H, d) becomes the (B, H, L, d) tensor attention
@@ -301,7 +301,7 @@ func (t *Tensor) root() *Tensor {
 // layout is where the tensor lies in its buffer, in kernel terms.
 func (t *Tensor) layout() pipelines.Layout {
 	l := pipelines.Layout{Offset: t.offset, Strides: t.strides, Type: t.dtype}
-	if t.dtype == Q8_0 {
+	if t.dtype == core.Q8_0 {
 		l.Scales = t.elements() / 2
 	}
 	return l
@@ -311,7 +311,7 @@ func (t *Tensor) layout() pipelines.Layout {
 // float32 data; halves widen exactly.
 func (t *Tensor) Download() ([]float32, error) {
 	if t.root().closed.Load() {
-		return nil, errorf(ErrClosed, "tensor used after Close")
+		return nil, errorf(core.ErrClosed, "tensor used after Close")
 	}
 	s := t.shape
 	out := make([]float32, s[0]*s[1]*s[2]*s[3])
@@ -338,14 +338,14 @@ func (t *Tensor) Download() ([]float32, error) {
 // device (a q8_0 tensor its 32-value block), for a value shown alone.
 func (t *Tensor) At(b, h, l, i int) (float32, error) {
 	if t.root().closed.Load() {
-		return 0, errorf(ErrClosed, "tensor used after Close")
+		return 0, errorf(core.ErrClosed, "tensor used after Close")
 	}
 	s := t.shape
 	if b < 0 || b >= s[0] || h < 0 || h >= s[1] || l < 0 || l >= s[2] || i < 0 || i >= s[3] {
-		return 0, errorf(ErrShape, "index (%d, %d, %d, %d) outside shape %v", b, h, l, i, s)
+		return 0, errorf(core.ErrShape, "index (%d, %d, %d, %d) outside shape %v", b, h, l, i, s)
 	}
 	off := t.offset + b*t.strides[0] + h*t.strides[1] + l*t.strides[2] + i
-	if t.dtype == Q8_0 {
+	if t.dtype == core.Q8_0 {
 		base := off / core.Q8Block * core.Q8Block
 		block := make([]float32, core.Q8Block)
 		if err := t.readRow(base, block); err != nil {
@@ -360,11 +360,11 @@ func (t *Tensor) At(b, h, l, i int) (float32, error) {
 
 // readRow fills dst with the elements from element offset off, widened.
 func (t *Tensor) readRow(off int, dst []float32) error {
-	if t.dtype == Float32 {
+	if t.dtype == core.Float32 {
 		return t.buf.ReadFloat32(uint64(off), dst)
 	}
-	if t.dtype == Q8_0 {
-		sp := byteSpans(Q8_0, t.elements(), off, len(dst))
+	if t.dtype == core.Q8_0 {
+		sp := byteSpans(core.Q8_0, t.elements(), off, len(dst))
 		raw := make([]byte, sp[0].n+sp[1].n)
 		if err := t.buf.Read(sp[0].off, raw[:sp[0].n]); err != nil {
 			return err

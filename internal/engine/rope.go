@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"math"
@@ -10,7 +10,7 @@ import (
 
 // ropeTable is the (cos, sin) table of r for rows of width dk, a table
 // row per position of positions, in order.
-func ropeTable(r *RoPE, dk int, positions []int) []float32 {
+func ropeTable(r *core.RoPE, dk int, positions []int) []float32 {
 	rot := r.RotatedDims(dk)
 	inv := r.InvFreq(rot)
 	cs := make([]float32, len(positions)*rot)
@@ -33,7 +33,7 @@ func denseF32(s [4]int) pipelines.Layout { return pipelines.DenseLayout(s[0], s[
 // of the call and returns it: with lengths nil, table holds a row per row
 // of x (batch item by batch item); with lengths (a KV cache's), table has a
 // row per cache position and row t of item b is at t + lengths[b] - N.
-func (b *builder) rotated(x *Tensor, r *RoPE, table, lengths *Tensor) (*Tensor, error) {
+func (b *builder) rotated(x *Tensor, r *core.RoPE, table, lengths *Tensor) (*Tensor, error) {
 	s := x.shape
 	y, err := b.scratchTensor(s)
 	if err != nil {
@@ -41,7 +41,7 @@ func (b *builder) rotated(x *Tensor, r *RoPE, table, lengths *Tensor) (*Tensor, 
 	}
 	args := dispatch.RoPEArgs{
 		X: x.buf, XType: x.dtype, XOffset: x.offset, XStrides: x.strides, Y: y.buf,
-		B: s[0], Heads: s[1], N: s[2], D: s[3], Rot: r.RotatedDims(s[3]), Interleaved: r.Style == RoPEInterleaved,
+		B: s[0], Heads: s[1], N: s[2], D: s[3], Rot: r.RotatedDims(s[3]), Interleaved: r.Style == core.RoPEInterleaved,
 		Table: table.buf,
 	}
 	if lengths != nil {
@@ -57,7 +57,7 @@ func (b *builder) rotated(x *Tensor, r *RoPE, table, lengths *Tensor) (*Tensor, 
 // rotateCall binds the rotations of a call's Q and K by opts.RoPE, at the
 // positions of SEMANTICS.md §17 in the problem dm, and returns the copies
 // its attention reads instead.
-func (b *builder) rotateCall(dm Dims, opts *Options, q, k *Tensor) (*Tensor, *Tensor, error) {
+func (b *builder) rotateCall(dm core.Dims, opts *core.Options, q, k *Tensor) (*Tensor, *Tensor, error) {
 	r := opts.RoPE
 	qPos := make([]int, 0, dm.B*dm.L)
 	kPos := make([]int, 0, dm.B*dm.S)

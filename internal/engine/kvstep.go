@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -35,7 +36,7 @@ type DecodeStep struct {
 	mu     sync.Mutex
 	cache  *KVCache
 	heads  int
-	opts   Options
+	opts   core.Options
 	q      *Tensor    // (B, H, 1, DK) float32: the calls' query
 	stage  *vk.Buffer // host-visible: K, V, Q and the tables in; O out
 	at     stepLayout
@@ -67,19 +68,19 @@ func stepBucket(n, capacity, pageSize int) int {
 // PrepareStep prepares the decode step of queries of heads query heads
 // (a multiple of the cache's HKV) with opts, as KVCache.Attention takes
 // them; a step returns O only, so WantLSE and WantWeights are refused.
-func (c *KVCache) PrepareStep(heads int, opts Options) (*DecodeStep, error) {
+func (c *KVCache) PrepareStep(heads int, opts core.Options) (*DecodeStep, error) {
 	cfg := c.cfg
 	if err := c.dev.checkOpen(); err != nil {
 		return nil, err
 	}
 	if heads <= 0 || heads%cfg.HKV != 0 {
-		return nil, errorf(ErrHeads, "decode step of %d query heads over %d KV heads: want a positive multiple", heads, cfg.HKV)
+		return nil, errorf(core.ErrHeads, "decode step of %d query heads over %d KV heads: want a positive multiple", heads, cfg.HKV)
 	}
 	if n := float64(cfg.B) * float64(heads) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
-		return nil, errorf(ErrTooLarge, "decode step of %d query heads: %.3g elements per query, at most 2^31", heads, n)
+		return nil, errorf(core.ErrTooLarge, "decode step of %d query heads: %.3g elements per query, at most 2^31", heads, n)
 	}
 	if opts.WantLSE || opts.WantWeights {
-		return nil, errorf(ErrOption, "a decode step returns O only: WantLSE and WantWeights are for KVCache.Attention")
+		return nil, errorf(core.ErrOption, "a decode step returns O only: WantLSE and WantWeights are for KVCache.Attention")
 	}
 	if err := c.checkOptions(opts); err != nil {
 		return nil, err
@@ -90,7 +91,7 @@ func (c *KVCache) PrepareStep(heads int, opts Options) (*DecodeStep, error) {
 		return nil, err
 	}
 	var err error
-	if s.q, err = c.dev.upload([]int{cfg.B, heads, 1, cfg.DK}, make([]float32, cfg.B*heads*cfg.DK), Float32, writeHeadroom); err != nil {
+	if s.q, err = c.dev.upload([]int{cfg.B, heads, 1, cfg.DK}, make([]float32, cfg.B*heads*cfg.DK), core.Float32, writeHeadroom); err != nil {
 		return fail(err)
 	}
 	align := func(n uint64) uint64 { return (n + 15) &^ 15 }
@@ -139,7 +140,7 @@ func (s *DecodeStep) callFor(kept []int) (*Call, error) {
 	for b, n := range kept {
 		opts.KeyLengths[b] = min(n, view)
 	}
-	opts.Causal = CausalBottomRight
+	opts.Causal = core.CausalBottomRight
 	opts.AlignToKeyLengths = true
 	call, err := c.dev.prepare(s.q, c.k.prefix(view), c.v.prefix(view), opts, c.callRefs())
 	if err != nil {
@@ -160,7 +161,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, errorf(ErrClosed, "decode step used after Close")
+		return 0, errorf(core.ErrClosed, "decode step used after Close")
 	}
 	c := s.cache
 	cfg := c.cfg
@@ -170,7 +171,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 		want int
 	}{{"k", k, cfg.B * cfg.HKV * cfg.DK}, {"v", v, cfg.B * cfg.HKV * cfg.DV}, {"q", q, cfg.B * s.heads * cfg.DK}, {"o", o, cfg.B * s.heads * cfg.DV}} {
 		if len(x.data) != x.want {
-			return 0, errorf(ErrShape, "decode step: %s has %d values, want %d", x.name, len(x.data), x.want)
+			return 0, errorf(core.ErrShape, "decode step: %s has %d values, want %d", x.name, len(x.data), x.want)
 		}
 	}
 	rawV, err := c.encode(c.v, v)
@@ -265,7 +266,7 @@ func (s *DecodeStep) Plan() (Plan, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return Plan{}, errorf(ErrClosed, "decode step used after Close")
+		return Plan{}, errorf(core.ErrClosed, "decode step used after Close")
 	}
 	if err := s.cache.dev.checkOpen(); err != nil {
 		return Plan{}, err

@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"context"
@@ -24,12 +24,12 @@ type MHAGradients struct {
 // (Device.AttentionBackward, with the layer's masks and key padding); the
 // dense layers around it are differentiated on the host in float64 (dW =
 // dy^T x, db, dx = dy W) and rounded to float32. NeedWeights is ignored.
-func (m *MHA) Backward(x, key, value, dY *Tensor, opts MHAOptions) (*MHAGradients, error) {
+func (m *MHA) Backward(x, key, value, dY *Tensor, opts core.MHAOptions) (*MHAGradients, error) {
 	return m.BackwardContext(context.Background(), x, key, value, dY, opts)
 }
 
 // BackwardContext is Backward with a context that can cancel the wait.
-func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, opts MHAOptions) (*MHAGradients, error) {
+func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, opts core.MHAOptions) (*MHAGradients, error) {
 	self := key == nil && value == nil
 	if self {
 		key, value = x, x
@@ -58,10 +58,10 @@ func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, op
 		return nil, err
 	}
 	if dY.shape != x.shape {
-		return nil, errorf(ErrShape, "dY has shape %v, want Out's %v", dY.shape, x.shape)
+		return nil, errorf(core.ErrShape, "dY has shape %v, want Out's %v", dY.shape, x.shape)
 	}
 	opts.NeedWeights = false
-	pr, err := m.problem([3][2]int{{B, T}, {bk, S}, {bv, sv}}, [3]DType{x.dtype, key.dtype, value.dtype}, self, &opts)
+	pr, err := m.problem([3][2]int{{B, T}, {bk, S}, {bv, sv}}, [3]core.DType{x.dtype, key.dtype, value.dtype}, self, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -132,11 +132,11 @@ func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, op
 
 // headOptions are the heads' attention options with the key padding
 // folded in as one more boolean mask, (B,1,1,S), true = padded.
-func headOptions(attn *Options, kp *KeyPadding, B, S int) Options {
+func headOptions(attn *core.Options, kp *core.KeyPadding, B, S int) core.Options {
 	o := *attn
 	o.WantLSE, o.WantWeights = false, false
 	if kp != nil {
-		o.BoolMasks = append(append([]BoolMask(nil), o.BoolMasks...), BoolMask{Shape: MaskShape{B, 1, 1, S}, Values: kp.Padded, Meaning: TrueBlocks})
+		o.BoolMasks = append(append([]core.BoolMask(nil), o.BoolMasks...), core.BoolMask{Shape: core.MaskShape{B, 1, 1, S}, Values: kp.Padded, Meaning: core.TrueBlocks})
 	}
 	return o
 }
@@ -165,7 +165,7 @@ func (m *MHA) headViews(q, k, v []float32, B, T, S, h, hkv, dh int) ([3]*Tensor,
 }
 
 // headsConcat is the heads' attention output merged, (B, T, d) in float64.
-func (m *MHA) headsConcat(ctx context.Context, heads [3]*Tensor, B, T, h, dh int, attn *Options) ([]float64, error) {
+func (m *MHA) headsConcat(ctx context.Context, heads [3]*Tensor, B, T, h, dh int, attn *core.Options) ([]float64, error) {
 	out, err := m.dev.AttentionContext(ctx, heads[0], heads[1], heads[2], *attn)
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func (m *MHA) headsConcat(ctx context.Context, heads [3]*Tensor, B, T, h, dh int
 // headsBackward is the heads' attention backward on the device for the
 // concatenation's gradient dConcat (B, T, d): dQ (B, T, d), dK and dV
 // (B, S, kv), in float64.
-func (m *MHA) headsBackward(ctx context.Context, heads [3]*Tensor, dConcat []float32, B, T, S, h, hkv, dh int, attn *Options) (dQ, dK, dV []float64, err error) {
+func (m *MHA) headsBackward(ctx context.Context, heads [3]*Tensor, dConcat []float32, B, T, S, h, hkv, dh int, attn *core.Options) (dQ, dK, dV []float64, err error) {
 	dO, err := m.dev.Upload([]int{B, h, T, dh}, core.SwapAxes12(dConcat, B, T, h, dh))
 	if err != nil {
 		return nil, nil, nil, err
@@ -207,8 +207,8 @@ func (m *MHA) headsBackward(ctx context.Context, heads [3]*Tensor, dConcat []flo
 }
 
 // hostWeights are the layer's weights as the device holds them.
-func (m *MHA) hostWeights() (*MHAWeights, error) {
-	w := &MHAWeights{DModel: m.dModel, KDim: m.kdim, VDim: m.vdim}
+func (m *MHA) hostWeights() (*core.MHAWeights, error) {
+	w := &core.MHAWeights{DModel: m.dModel, KDim: m.kdim, VDim: m.vdim}
 	if m.kvOut != m.dModel {
 		w.KVDim = m.kvOut
 	}

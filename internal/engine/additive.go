@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"context"
@@ -28,13 +28,13 @@ type Additive struct {
 
 // NewAdditive checks the weights (errors name the tensor and both shapes)
 // and uploads them.
-func (d *Device) NewAdditive(w *AdditiveWeights) (*Additive, error) {
+func (d *Device) NewAdditive(w *core.AdditiveWeights) (*Additive, error) {
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
 	a := &Additive{dev: d, dq: w.DQ, dk: w.DK, da: w.DA}
 	if err := d.uploadWeights([]weightUpload{
-		{&a.wq, core.Transpose(w.WQ, w.DQ, w.DA), Float32}, {&a.wk, core.Transpose(w.WK, w.DK, w.DA), Float32}, {&a.bias, w.Bias, Float32}, {&a.wa, w.WA, Float32},
+		{&a.wq, core.Transpose(w.WQ, w.DQ, w.DA), core.Float32}, {&a.wk, core.Transpose(w.WK, w.DK, w.DA), core.Float32}, {&a.bias, w.Bias, core.Float32}, {&a.wa, w.WA, core.Float32},
 	}); err != nil {
 		return nil, err
 	}
@@ -52,15 +52,15 @@ func (a *Additive) Close() {
 // Plan validates a call given by its input shapes, q (B,L,d_q), k (B,S,d_k)
 // and v (B,S,d_v) (or rank 2 without B), and returns what Attention would
 // run. Dims are those of the attention kernel: H = 1, d_k = d_a.
-func (a *Additive) Plan(q, k, v []int, opts Options) (Plan, error) {
+func (a *Additive) Plan(q, k, v []int, opts core.Options) (Plan, error) {
 	var dims [3][3]int
 	for i, s := range [][]int{q, k, v} {
 		name := []string{"query", "key", "value"}[i]
 		if len(s) != 2 && len(s) != 3 {
-			return Plan{}, errorf(ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
+			return Plan{}, errorf(core.ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
 		}
 		if len(s) != len(q) {
-			return Plan{}, errorf(ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(q))
+			return Plan{}, errorf(core.ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(q))
 		}
 		dims[i] = [3]int{1, s[len(s)-2], s[len(s)-1]}
 		if len(s) == 3 {
@@ -71,19 +71,19 @@ func (a *Additive) Plan(q, k, v []int, opts Options) (Plan, error) {
 }
 
 // plan checks a call of (B, positions, width) inputs and plans it.
-func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
+func (a *Additive) plan(dims [3][3]int, opts *core.Options) (Plan, error) {
 	if a.closed.Load() {
-		return Plan{}, errorf(ErrClosed, "additive attention used after Close")
+		return Plan{}, errorf(core.ErrClosed, "additive attention used after Close")
 	}
 	if !opts.Scale.IsDefault() {
-		return Plan{}, errorf(ErrScale, "additive attention has no score scale")
+		return Plan{}, errorf(core.ErrScale, "additive attention has no score scale")
 	}
 	if opts.RoPE != nil {
-		return Plan{}, errorf(ErrOption, "additive attention has no rotary embedding (it scores w_a . tanh(q + k))")
+		return Plan{}, errorf(core.ErrOption, "additive attention has no rotary embedding (it scores w_a . tanh(q + k))")
 	}
 	for i, want := range []int{a.dq, a.dk} {
 		if dims[i][2] != want {
-			return Plan{}, errorf(ErrShape, "%s has width %d but the weights expect %d", []string{"query", "key"}[i], dims[i][2], want)
+			return Plan{}, errorf(core.ErrShape, "%s has width %d but the weights expect %d", []string{"query", "key"}[i], dims[i][2], want)
 		}
 	}
 	B, L, S, dv := dims[0][0], dims[0][1], dims[1][1], dims[2][2]
@@ -112,12 +112,12 @@ func (a *Additive) plan(dims [3][3]int, opts *Options) (Plan, error) {
 // dot-product attention with one head: masks broadcast over (B,1,L,S);
 // Scale must be the default. The Output is that of one head: O (B,1,L,d_v),
 // LSE (B,1,L,1), Weights (B,1,L,S).
-func (a *Additive) Attention(q, k, v *Tensor, opts Options) (*Output, error) {
+func (a *Additive) Attention(q, k, v *Tensor, opts core.Options) (*Output, error) {
 	return a.AttentionContext(context.Background(), q, k, v, opts)
 }
 
 // AttentionContext is Attention with a context that can cancel the wait.
-func (a *Additive) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Options) (*Output, error) {
+func (a *Additive) AttentionContext(ctx context.Context, q, k, v *Tensor, opts core.Options) (*Output, error) {
 	return runOnce(ctx, func() (*Call, error) { return a.Prepare(q, k, v, opts) })
 }
 
@@ -130,8 +130,8 @@ func (a *Additive) inputDims(q, k, v *Tensor) ([3][3]int, error) {
 		return dims, err
 	}
 	for i, t := range []*Tensor{q, k, v} {
-		if t.dtype != Float32 {
-			return dims, errorf(ErrOption, "%s is %v: additive attention's inputs are f32", names[i], t.dtype)
+		if t.dtype != core.Float32 {
+			return dims, errorf(core.ErrOption, "%s is %v: additive attention's inputs are f32", names[i], t.dtype)
 		}
 		b, n, err := mhaInput(names[i], t, t.shape[3], "width")
 		if err != nil {
@@ -144,7 +144,7 @@ func (a *Additive) inputDims(q, k, v *Tensor) ([3][3]int, error) {
 
 // Prepare validates a call, allocates its outputs and records the
 // projections and the attention as one submission without running it.
-func (a *Additive) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
+func (a *Additive) Prepare(q, k, v *Tensor, opts core.Options) (*Call, error) {
 	d := a.dev
 	dims, err := a.inputDims(q, k, v)
 	if err != nil {

@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/pipelines/dispatch"
 	"github.com/vkattn/vkattn/vk"
@@ -25,7 +26,7 @@ type Config struct {
 	Validation bool
 	// LoadPath forces a load path for the attention kernel (testing and
 	// benchmarking); AutoLoadPath lets the planner choose.
-	LoadPath LoadPath
+	LoadPath core.LoadPath
 	// DefaultTuning ignores a tuning saved by `vkattn tune` (SaveTuning)
 	// and plans with the quirk-table defaults of the device's driver.
 	DefaultTuning bool
@@ -80,7 +81,7 @@ func ParseMemoryModel(s string) (MemoryModel, error) {
 			return MemoryModel(m), nil
 		}
 	}
-	return AutoMemory, errorf(ErrOption, "unknown memory model %q (want auto or discrete)", s)
+	return AutoMemory, errorf(core.ErrOption, "unknown memory model %q (want auto or discrete)", s)
 }
 
 // discrete reports whether cfg places buffers as on a discrete GPU.
@@ -91,17 +92,17 @@ func (cfg Config) discrete() bool {
 
 // planAs is the vendor cfg plans as, from PlanAs or VKATTN_PLAN_AS ("" for
 // the device's own), with its tuning.
-func (cfg Config) planAs() (string, Tuning, error) {
+func (cfg Config) planAs() (string, core.Tuning, error) {
 	vendor := cfg.PlanAs
 	if vendor == "" {
 		vendor = os.Getenv("VKATTN_PLAN_AS")
 	}
 	if vendor == "" {
-		return "", Tuning{}, nil
+		return "", core.Tuning{}, nil
 	}
 	t, err := pipelines.VendorTuning(vendor)
 	if err != nil {
-		return "", t, errorf(ErrOption, "plan as: %v", err)
+		return "", t, errorf(core.ErrOption, "plan as: %v", err)
 	}
 	return vendor, t, nil
 }
@@ -121,8 +122,8 @@ type Device struct {
 	instance *vk.Instance
 	dev      *vk.Device
 	kernels  *dispatch.Kernels
-	path     LoadPath
-	tuning   Tuning
+	path     core.LoadPath
+	tuning   core.Tuning
 	tensors  map[*Tensor]struct{}
 	closed   atomic.Bool
 	memory   MemoryModel
@@ -133,7 +134,7 @@ type Device struct {
 
 // Devices lists every Vulkan device with a compute queue and the index the
 // default choice would take.
-func Devices() ([]DeviceInfo, int, error) {
+func Devices() ([]core.DeviceInfo, int, error) {
 	inst, err := vk.NewInstance(vk.InstanceConfig{})
 	if err != nil {
 		return nil, 0, driverError(err)
@@ -143,7 +144,7 @@ func Devices() ([]DeviceInfo, int, error) {
 	if err != nil {
 		return nil, 0, driverError(err)
 	}
-	var infos []DeviceInfo
+	var infos []core.DeviceInfo
 	for _, pd := range inst.Devices() {
 		infos = append(infos, pd.DeviceInfo)
 	}
@@ -156,7 +157,7 @@ func Open(cfg Config) (*Device, error) {
 		return nil, err
 	}
 	if !cfg.LoadPath.Valid() {
-		return nil, errorf(ErrOption, "load path %v (want AutoLoadPath, TexelLoadPath or StorageLoadPath)", cfg.LoadPath)
+		return nil, errorf(core.ErrOption, "load path %v (want AutoLoadPath, TexelLoadPath or StorageLoadPath)", cfg.LoadPath)
 	}
 	if _, err := ParseMemoryModel(cfg.Memory.String()); err != nil {
 		return nil, err
@@ -181,7 +182,7 @@ func Open(cfg Config) (*Device, error) {
 
 // TuningFile is where SaveTuning keeps the tuning of a device: in the user
 // cache directory, named by the device and driver build.
-func TuningFile(info DeviceInfo) (string, error) {
+func TuningFile(info core.DeviceInfo) (string, error) {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		return "", err
@@ -190,8 +191,8 @@ func TuningFile(info DeviceInfo) (string, error) {
 }
 
 // LoadTuning reads the tuning saved for a device.
-func LoadTuning(info DeviceInfo) (Tuning, error) {
-	var t Tuning
+func LoadTuning(info core.DeviceInfo) (core.Tuning, error) {
+	var t core.Tuning
 	path, err := TuningFile(info)
 	if err != nil {
 		return t, err
@@ -208,7 +209,7 @@ func LoadTuning(info DeviceInfo) (Tuning, error) {
 
 // SaveTuning checks t against the device and saves it where Open finds it
 // (TuningFile); it also becomes d's tuning. It returns the file's path.
-func (d *Device) SaveTuning(t Tuning) (string, error) {
+func (d *Device) SaveTuning(t core.Tuning) (string, error) {
 	if err := d.SetTuning(t); err != nil {
 		return "", err
 	}
@@ -227,7 +228,7 @@ func (d *Device) SaveTuning(t Tuning) (string, error) {
 }
 
 // Tuning is the tuning the planner uses on d.
-func (d *Device) Tuning() Tuning {
+func (d *Device) Tuning() core.Tuning {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.tuning.Clone()
@@ -235,12 +236,12 @@ func (d *Device) Tuning() Tuning {
 
 // SetTuning makes the planner use t for later calls on d (calls already
 // prepared keep theirs); `vkattn tune` tries candidates with it.
-func (d *Device) SetTuning(t Tuning) error {
+func (d *Device) SetTuning(t core.Tuning) error {
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
 	if err := t.Check(d.dev.Info.DeviceInfo); err != nil {
-		return errorf(ErrTuning, "%v", err)
+		return errorf(core.ErrTuning, "%v", err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -256,7 +257,7 @@ func (d *Device) PlannedAs() string { return d.plannedAs }
 func (d *Device) Memory() MemoryModel { return d.memory }
 
 // Info describes the open device.
-func (d *Device) Info() DeviceInfo { return d.dev.Info.DeviceInfo }
+func (d *Device) Info() core.DeviceInfo { return d.dev.Info.DeviceInfo }
 
 // Stats counts what a device's work costs beyond the kernels themselves:
 // memory and objects created, and the round trips to the device. On a
@@ -325,7 +326,7 @@ func (d *Device) Close() error {
 
 func (d *Device) checkOpen() error {
 	if d.closed.Load() {
-		return errorf(ErrClosed, "device %s is closed", d.dev.Info.Name)
+		return errorf(core.ErrClosed, "device %s is closed", d.dev.Info.Name)
 	}
 	return nil
 }

@@ -1,9 +1,10 @@
-package vkattn
+package engine
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines/dispatch"
 )
 
@@ -79,13 +80,13 @@ func (d *Device) PrepareMerge(parts []Part) (*Call, error) {
 // checkParts checks the parts of a merge and returns their O's shape.
 func (d *Device) checkParts(parts []Part) ([4]int, error) {
 	if len(parts) == 0 {
-		return [4]int{}, errorf(ErrOption, "Merge needs at least one part")
+		return [4]int{}, errorf(core.ErrOption, "Merge needs at least one part")
 	}
 	var shape [4]int
 	for i, p := range parts {
 		name := fmt.Sprintf("part %d's", i)
 		if p.LSE == nil && p.O != nil {
-			return shape, errorf(ErrShape, "%s LSE is nil: compute each part with Options.WantLSE", name)
+			return shape, errorf(core.ErrShape, "%s LSE is nil: compute each part with Options.WantLSE", name)
 		}
 		// O is an input like any other; LSE may hold -Inf (rows with no
 		// visible key), so only its finiteness goes unchecked.
@@ -94,26 +95,26 @@ func (d *Device) checkParts(parts []Part) ([4]int, error) {
 		}
 		switch lse := p.LSE; {
 		case lse.root().closed.Load():
-			return shape, errorf(ErrClosed, "%s LSE was closed", name)
+			return shape, errorf(core.ErrClosed, "%s LSE was closed", name)
 		case lse.dev != d:
-			return shape, errorf(ErrDevice, "%s LSE lives on %s, not on %s", name, lse.dev.ident(), d.ident())
+			return shape, errorf(core.ErrDevice, "%s LSE lives on %s, not on %s", name, lse.dev.ident(), d.ident())
 		}
 		for _, t := range []struct {
 			what string
 			t    *Tensor
 		}{{"O", p.O}, {"LSE", p.LSE}} {
-			if t.t.dtype != Float32 {
-				return shape, errorf(ErrOption, "%s %s is %v: Merge reads float32 parts, as Attention writes them", name, t.what, t.t.dtype)
+			if t.t.dtype != core.Float32 {
+				return shape, errorf(core.ErrOption, "%s %s is %v: Merge reads float32 parts, as Attention writes them", name, t.what, t.t.dtype)
 			}
 		}
 		if i == 0 {
 			shape = p.O.shape
 		}
 		if p.O.shape != shape {
-			return shape, errorf(ErrShape, "%s O is %v, part 0's %v: the parts of a merge share B, H, L and d_v", name, p.O.shape, shape)
+			return shape, errorf(core.ErrShape, "%s O is %v, part 0's %v: the parts of a merge share B, H, L and d_v", name, p.O.shape, shape)
 		}
 		if want := [4]int{shape[0], shape[1], shape[2], 1}; p.LSE.shape != want {
-			return shape, errorf(ErrShape, "%s LSE is %v, want %v (a row of O, one value)", name, p.LSE.shape, want)
+			return shape, errorf(core.ErrShape, "%s LSE is %v, want %v (a row of O, one value)", name, p.LSE.shape, want)
 		}
 	}
 	return shape, nil

@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"context"
@@ -24,12 +24,12 @@ type AdditiveGradients struct {
 // additive scores: the gradients of the projections and each key row's
 // share of dw_a); the projections q W_q + b and k W_k are formed and
 // differentiated on the host in float64.
-func (a *Additive) Backward(q, k, v, dO *Tensor, opts Options) (*AdditiveGradients, error) {
+func (a *Additive) Backward(q, k, v, dO *Tensor, opts core.Options) (*AdditiveGradients, error) {
 	return a.BackwardContext(context.Background(), q, k, v, dO, opts)
 }
 
 // BackwardContext is Backward with a context that can cancel the wait.
-func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opts Options) (*AdditiveGradients, error) {
+func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opts core.Options) (*AdditiveGradients, error) {
 	d := a.dev
 	dims, err := a.inputDims(q, k, v)
 	if err != nil {
@@ -39,7 +39,7 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 		return nil, err
 	}
 	if want := [4]int{1, dims[0][0], dims[0][1], dims[2][2]}; dO.shape != want {
-		return nil, errorf(ErrShape, "dO has shape %v, want O's (B, L, d_v) %v", dO.shape, want)
+		return nil, errorf(core.ErrShape, "dO has shape %v, want O's (B, L, d_v) %v", dO.shape, want)
 	}
 	opts.WantLSE, opts.WantWeights = true, false
 	plan, err := a.plan(dims, &opts)
@@ -127,7 +127,7 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 // so max|w_a| is the factor of dQ and dK (backwardRange), and w_a as
 // dS tanh, summed over L rows into each key row's share. The host's sums
 // are float64 and checked when rounded (roundGrad).
-func (a *Additive) checkBackwardRange(dm Dims, opts *Options, q, k, v, dO *Tensor) error {
+func (a *Additive) checkBackwardRange(dm core.Dims, opts *core.Options, q, k, v, dO *Tensor) error {
 	oBound, err := a.checkRange(dm, opts, q, k, v)
 	if err != nil {
 		return err
@@ -138,7 +138,7 @@ func (a *Additive) checkBackwardRange(dm Dims, opts *Options, q, k, v, dO *Tenso
 		return err
 	}
 	if share := float64(dm.L) * g.dS; !(share <= f32Limit) {
-		return errorf(ErrOverflow, "the backward pass's share of dw_a of a key row could reach L %d x max|dS| %.3g = %.3g, beyond %.3g, half of float32's range", dm.L, g.dS, share, f32Limit)
+		return errorf(core.ErrOverflow, "the backward pass's share of dw_a of a key row could reach L %d x max|dS| %.3g = %.3g, beyond %.3g, half of float32's range", dm.L, g.dS, share, f32Limit)
 	}
 	return nil
 }
@@ -150,7 +150,7 @@ func roundGrad(name string, x []float64) ([]float32, error) {
 	y := narrow32(x)
 	for i, v := range y {
 		if math.IsInf(float64(v), 0) {
-			return nil, errorf(ErrOverflow, "the backward pass's %s[%d] is %.3g, beyond float32's range", name, i, x[i])
+			return nil, errorf(core.ErrOverflow, "the backward pass's %s[%d] is %.3g, beyond float32's range", name, i, x[i])
 		}
 	}
 	return y, nil

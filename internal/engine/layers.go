@@ -1,12 +1,15 @@
-package vkattn
+package engine
 
-import "github.com/vkattn/vkattn/pipelines"
+import (
+	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
+)
 
 // weightUpload is a layer's weight tensor and the field that keeps it.
 type weightUpload struct {
 	dst   **Tensor
 	data  []float32
-	dtype DType // what it is stored as (zero: float32)
+	dtype core.DType // what it is stored as (zero: float32)
 }
 
 // uploadWeights uploads every weight that is present as a flat tensor,

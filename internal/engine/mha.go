@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"context"
@@ -29,20 +29,20 @@ type MHA struct {
 	packed             bool
 	// Weights in PyTorch's (out, in) layout; inW when packed, else qW, kW, vW.
 	inW, qW, kW, vW, inB, outW, outB *Tensor
-	wType                            DType // element type of the weight matrices
+	wType                            core.DType // element type of the weight matrices
 	closed                           atomic.Bool
 }
 
 // NewMHA checks the weights (errors name the tensor and both shapes) and
 // uploads them.
-func (d *Device) NewMHA(w *MHAWeights) (*MHA, error) {
+func (d *Device) NewMHA(w *core.MHAWeights) (*MHA, error) {
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
 	m := &MHA{dev: d, dModel: w.DModel, kdim: w.KDim, vdim: w.VDim, kvOut: w.KVOut(), packed: w.InProjWeight != nil, wType: w.DType}
 	if err := d.uploadWeights([]weightUpload{
 		{&m.inW, w.InProjWeight, w.DType}, {&m.qW, w.QProjWeight, w.DType}, {&m.kW, w.KProjWeight, w.DType}, {&m.vW, w.VProjWeight, w.DType},
-		{&m.inB, w.InProjBias, Float32}, {&m.outW, w.OutProjWeight, w.DType}, {&m.outB, w.OutProjBias, Float32},
+		{&m.inB, w.InProjBias, core.Float32}, {&m.outW, w.OutProjWeight, w.DType}, {&m.outB, w.OutProjBias, core.Float32},
 	}); err != nil {
 		return nil, err
 	}
@@ -132,12 +132,12 @@ func (o *MHAOutput) Close() {
 // (float16 inputs with float16 weights put the projections on a device's
 // cooperative matrices). A query row whose every key is masked gets zero
 // attention, so its output is out_proj.bias (PyTorch gives NaN there).
-func (m *MHA) Forward(x, key, value *Tensor, opts MHAOptions) (*MHAOutput, error) {
+func (m *MHA) Forward(x, key, value *Tensor, opts core.MHAOptions) (*MHAOutput, error) {
 	return m.ForwardContext(context.Background(), x, key, value, opts)
 }
 
 // ForwardContext is Forward with a context that can cancel the wait.
-func (m *MHA) ForwardContext(ctx context.Context, x, key, value *Tensor, opts MHAOptions) (*MHAOutput, error) {
+func (m *MHA) ForwardContext(ctx context.Context, x, key, value *Tensor, opts core.MHAOptions) (*MHAOutput, error) {
 	return runOnce(ctx, func() (*MHACall, error) { return m.Prepare(x, key, value, opts) })
 }
 
@@ -146,16 +146,16 @@ func (m *MHA) ForwardContext(ctx context.Context, x, key, value *Tensor, opts MH
 func mhaInput(name string, t *Tensor, width int, widthName string) (b, n int, err error) {
 	s := t.shape
 	if t.owner != nil || t.offset != 0 || t.strides != [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} {
-		return 0, 0, errorf(ErrShape, "%s must be a dense tensor made by Upload, not a view", name)
+		return 0, 0, errorf(core.ErrShape, "%s must be a dense tensor made by Upload, not a view", name)
 	}
 	if !t.dtype.Valid() {
-		return 0, 0, errorf(ErrOption, "%s is %v: layer inputs are f32, f16 or bf16", name, t.dtype)
+		return 0, 0, errorf(core.ErrOption, "%s is %v: layer inputs are f32, f16 or bf16", name, t.dtype)
 	}
 	if s[0] != 1 {
-		return 0, 0, errorf(ErrShape, "%s has shape %v: want (B,T,width) or (T,width)", name, s)
+		return 0, 0, errorf(core.ErrShape, "%s has shape %v: want (B,T,width) or (T,width)", name, s)
 	}
 	if s[3] != width {
-		return 0, 0, errorf(ErrShape, "%s has width %d but the weights' %s is %d", name, s[3], widthName, width)
+		return 0, 0, errorf(core.ErrShape, "%s has width %d but the weights' %s is %d", name, s[3], widthName, width)
 	}
 	return s[1], s[2], nil
 }
@@ -163,8 +163,8 @@ func mhaInput(name string, t *Tensor, width int, widthName string) (b, n int, er
 // mhaProblem is a validated MHA call.
 type mhaProblem struct {
 	plan MHAPlan
-	attn Options // per-head attention options (weights wanted when NeedWeights)
-	self bool    // self-attention with packed weights: one fused projection
+	attn core.Options // per-head attention options (weights wanted when NeedWeights)
+	self bool         // self-attention with packed weights: one fused projection
 	// layouts are where Q, K, V and O of every head lie inside the
 	// projection outputs and the concatenation.
 	layouts [4]pipelines.Layout
@@ -174,7 +174,7 @@ type mhaProblem struct {
 // (T,width); nil key and value shapes for self-attention) and returns what
 // Forward would run on float32 inputs (half inputs may put dense layers on
 // the cooperative matrices: the call's own plan says so).
-func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts MHAOptions) (MHAPlan, error) {
+func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts core.MHAOptions) (MHAPlan, error) {
 	shapes := [3][]int{xShape, keyShape, valueShape}
 	if keyShape == nil && valueShape == nil {
 		shapes[1], shapes[2] = xShape, xShape
@@ -183,10 +183,10 @@ func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts MHAOptions) (MHAPlan
 	for i, name := range []string{"query", "key", "value"} {
 		s := shapes[i]
 		if len(s) != 2 && len(s) != 3 {
-			return MHAPlan{}, errorf(ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
+			return MHAPlan{}, errorf(core.ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
 		}
 		if len(s) != len(xShape) {
-			return MHAPlan{}, errorf(ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(xShape))
+			return MHAPlan{}, errorf(core.ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(xShape))
 		}
 		dims[i] = [2]int{1, s[len(s)-2]}
 		if len(s) == 3 {
@@ -194,32 +194,32 @@ func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts MHAOptions) (MHAPlan
 		}
 		width := []int{m.dModel, m.kdim, m.vdim}[i]
 		if s[len(s)-1] != width {
-			return MHAPlan{}, errorf(ErrShape, "%s shape %v has width %d but the weights' %s is %d", name, s, s[len(s)-1], []string{"embed_dim", "kdim", "vdim"}[i], width)
+			return MHAPlan{}, errorf(core.ErrShape, "%s shape %v has width %d but the weights' %s is %d", name, s, s[len(s)-1], []string{"embed_dim", "kdim", "vdim"}[i], width)
 		}
 	}
-	p, err := m.problem(dims, [3]DType{}, keyShape == nil && valueShape == nil, &opts)
+	p, err := m.problem(dims, [3]core.DType{}, keyShape == nil && valueShape == nil, &opts)
 	return p.plan, err
 }
 
 // problem checks a call of inputs with (B, T) dims, stored as types, and
 // plans it.
-func (m *MHA) problem(dims [3][2]int, types [3]DType, self bool, opts *MHAOptions) (mhaProblem, error) {
+func (m *MHA) problem(dims [3][2]int, types [3]core.DType, self bool, opts *core.MHAOptions) (mhaProblem, error) {
 	var pr mhaProblem
 	if m.closed.Load() {
-		return pr, errorf(ErrClosed, "MHA layer used after Close")
+		return pr, errorf(core.ErrClosed, "MHA layer used after Close")
 	}
 	if err := m.dev.checkOpen(); err != nil {
 		return pr, err
 	}
 	B, T, S := dims[0][0], dims[0][1], dims[1][1]
 	if dims[1][0] != B || dims[2][0] != B {
-		return pr, errorf(ErrShape, "batch sizes differ: query %d, key %d, value %d", B, dims[1][0], dims[2][0])
+		return pr, errorf(core.ErrShape, "batch sizes differ: query %d, key %d, value %d", B, dims[1][0], dims[2][0])
 	}
 	if dims[2][1] != S {
-		return pr, errorf(ErrShape, "key has %d positions but value has %d", S, dims[2][1])
+		return pr, errorf(core.ErrShape, "key has %d positions but value has %d", S, dims[2][1])
 	}
 	if opts.Attention.RoPE != nil {
-		return pr, errorf(ErrOption, "MultiheadAttention has no rotary embedding: Attention.RoPE must be nil")
+		return pr, errorf(core.ErrOption, "MultiheadAttention has no rotary embedding: Attention.RoPE must be nil")
 	}
 	h, d, kv := opts.Heads, m.dModel, m.kvOut
 	hkv, err := core.KVHeadCount(d, kv, h)
@@ -231,7 +231,7 @@ func (m *MHA) problem(dims [3][2]int, types [3]DType, self bool, opts *MHAOption
 	pr.attn.WantLSE = false
 	pr.attn.WantWeights = opts.NeedWeights
 	if kp := opts.KeyPadding; kp != nil && len(kp.Padded) != B*S {
-		return pr, errorf(ErrMask, "key padding mask has %d values, want (B,S) = (%d,%d)", len(kp.Padded), B, S)
+		return pr, errorf(core.ErrMask, "key padding mask has %d values, want (B,S) = (%d,%d)", len(kp.Padded), B, S)
 	}
 	pr.self = self && m.packed
 	// Heads are strided views of the projection outputs: (B, T, h, dh)
@@ -249,7 +249,7 @@ func (m *MHA) problem(dims [3][2]int, types [3]DType, self bool, opts *MHAOption
 		return pr, err
 	}
 	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn, HeadMean: opts.NeedWeights}
-	layer := func(name string, in pipelines.LinearInput, x DType) (LayerPlan, error) {
+	layer := func(name string, in pipelines.LinearInput, x core.DType) (LayerPlan, error) {
 		in.X, in.W, in.Float32Products = x, m.wType, opts.Attention.Float32Products
 		return m.dev.planLayer(name, in)
 	}
@@ -273,7 +273,7 @@ func (m *MHA) problem(dims [3][2]int, types [3]DType, self bool, opts *MHAOption
 			p.Projections = append(p.Projections, l)
 		}
 	}
-	if p.OutProj, err = layer("out_proj", pipelines.LinearInput{Rows: B * T, Outputs: d, Inputs: d, Bias: m.outB != nil}, Float32); err != nil {
+	if p.OutProj, err = layer("out_proj", pipelines.LinearInput{Rows: B * T, Outputs: d, Inputs: d, Bias: m.outB != nil}, core.Float32); err != nil {
 		return pr, err
 	}
 	pr.plan = p
@@ -296,11 +296,11 @@ func (m *MHA) projOffset(i int) int {
 // Prepare validates an MHA call, allocates its outputs and scratch buffers
 // and records the whole layer without running it. Change the inputs
 // between runs with Tensor.Write.
-func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) {
+func (m *MHA) Prepare(x, key, value *Tensor, opts core.MHAOptions) (*MHACall, error) {
 	d := m.dev
 	self := key == nil && value == nil
 	if (key == nil) != (value == nil) {
-		return nil, errorf(ErrShape, "give key and value for cross-attention, or neither for self-attention")
+		return nil, errorf(core.ErrShape, "give key and value for cross-attention, or neither for self-attention")
 	}
 	if self {
 		key, value = x, x
@@ -320,7 +320,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts MHAOptions) (*MHACall, error) 
 		}
 		dims[i] = [2]int{b, n}
 	}
-	pr, err := m.problem(dims, [3]DType{x.dtype, key.dtype, value.dtype}, self, &opts)
+	pr, err := m.problem(dims, [3]core.DType{x.dtype, key.dtype, value.dtype}, self, &opts)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // positions of HKV key/value heads of widths DK and DV, stored as DType.
 type KVCacheConfig struct {
 	B, HKV, Capacity, DK, DV int
-	DType                    DType // of K and V (zero: float32)
+	DType                    core.DType // of K and V (zero: float32)
 	// PageSize > 0 stores K and V paged, as paged attention does: a pool of
 	// Pages pages of PageSize positions (0: enough for every sequence to
 	// reach Capacity), handed to sequences as they grow, with a page table
@@ -28,7 +28,7 @@ type KVCacheConfig struct {
 	// at its position in its sequence) and the queries of every call over
 	// the cache at theirs (SEMANTICS.md §17). Its positions are the
 	// cache's: QueryPositions and KeyPositions must be nil.
-	RoPE *RoPE
+	RoPE *core.RoPE
 	// Window > 0 makes a rolling cache for layers with a sliding window
 	// of Window positions (SEMANTICS.md §22): paged, it lets go of the
 	// pages no window reaches any more, so its memory follows Window, not
@@ -96,24 +96,24 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 		// A rolling cache's Capacity 0 is chosen below.
 		rollingCapacity := x.name == "Capacity" && cfg.Window > 0
 		if x.n <= 0 && x.name != "PageSize" && x.name != "Pages" && x.name != "Window" && !rollingCapacity {
-			return nil, errorf(ErrEmpty, "KV cache %s is %d: must be at least 1", x.name, x.n)
+			return nil, errorf(core.ErrEmpty, "KV cache %s is %d: must be at least 1", x.name, x.n)
 		}
 		// Every tensor of the cache holds at most 2^31 elements, so
 		// no one extent may exceed it (and products of two stay exact).
 		if x.n > math.MaxInt32 {
-			return nil, errorf(ErrTooLarge, "KV cache %s is %d: at most 2^31-1", x.name, x.n)
+			return nil, errorf(core.ErrTooLarge, "KV cache %s is %d: at most 2^31-1", x.name, x.n)
 		}
 	}
 	if !cfg.DType.ValidKV() {
-		return nil, errorf(ErrOption, "KV cache of element type %v: want f32, f16, bf16 or q8_0", cfg.DType)
+		return nil, errorf(core.ErrOption, "KV cache of element type %v: want f32, f16, bf16 or q8_0", cfg.DType)
 	}
 	// Calls over the cache would all be refused (the kernels take heads
 	// up to MaxHeadWidth): refuse the cache instead.
-	if cfg.DK > MaxHeadWidth || cfg.DV > MaxHeadWidth {
-		return nil, errorf(ErrTooLarge, "KV cache heads of DK = %d, DV = %d: the attention kernels take widths up to MaxHeadWidth = %d", cfg.DK, cfg.DV, MaxHeadWidth)
+	if cfg.DK > core.MaxHeadWidth || cfg.DV > core.MaxHeadWidth {
+		return nil, errorf(core.ErrTooLarge, "KV cache heads of DK = %d, DV = %d: the attention kernels take widths up to MaxHeadWidth = %d", cfg.DK, cfg.DV, core.MaxHeadWidth)
 	}
-	if cfg.DType == Q8_0 && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
-		return nil, errorf(ErrShape, "a q8_0 KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
+	if cfg.DType == core.Q8_0 && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
+		return nil, errorf(core.ErrShape, "a q8_0 KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
 	}
 	if err := checkRolling(&cfg); err != nil {
 		return nil, err
@@ -121,15 +121,15 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	if r := cfg.RoPE; r != nil {
 		// A rolling cache's positions go on past its capacity: checked
 		// at every position (Dims{}).
-		at := Dims{S: cfg.Capacity}
+		at := core.Dims{S: cfg.Capacity}
 		if cfg.Window > 0 {
-			at = Dims{}
+			at = core.Dims{}
 		}
 		if err := r.Check(cfg.DK, at); err != nil {
 			return nil, err
 		}
 		if r.QueryPositions != nil || r.KeyPositions != nil {
-			return nil, errorf(ErrOption, "a KV cache places its tokens itself: its RoPE takes no explicit positions")
+			return nil, errorf(core.ErrOption, "a KV cache places its tokens itself: its RoPE takes no explicit positions")
 		}
 		r := *r
 		cfg.RoPE = &r // the cache's own copy
@@ -144,7 +144,7 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	}
 	positions := max(float64(cfg.B)*float64(cfg.Capacity), float64(cfg.Pages)*float64(cfg.PageSize))
 	if n := positions * float64(cfg.HKV) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
-		return nil, errorf(ErrTooLarge, "KV cache of %.3g elements per tensor: at most 2^31", n)
+		return nil, errorf(core.ErrTooLarge, "KV cache of %.3g elements per tensor: at most 2^31", n)
 	}
 	c := &KVCache{dev: d, cfg: cfg, lens: make([]int, cfg.B)}
 	fail := func(err error) (*KVCache, error) {
@@ -197,7 +197,7 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	}
 	if cfg.PageSize > 0 {
 		c.pt = &pageTable{size: cfg.PageSize, pages: cfg.Pages, perItem: perItem}
-		if c.pt.table, err = d.newTensor([4]int{1, 1, cfg.B, perItem}, Float32); err != nil {
+		if c.pt.table, err = d.newTensor([4]int{1, 1, cfg.B, perItem}, core.Float32); err != nil {
 			return fail(err)
 		}
 		c.pool = pages.New(cfg.Pages, cfg.PageSize, cfg.B)
@@ -205,7 +205,7 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 			return fail(err)
 		}
 	}
-	if c.lenT, err = d.newTensor([4]int{1, 1, 1, 2 * cfg.B}, Float32); err != nil {
+	if c.lenT, err = d.newTensor([4]int{1, 1, 1, 2 * cfg.B}, core.Float32); err != nil {
 		return fail(err)
 	}
 	if r := cfg.RoPE; r != nil && cfg.Window > 0 {
@@ -215,7 +215,7 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	} else if r != nil {
 		rot := r.RotatedDims(cfg.DK)
 		c.rope = &cacheRoPE{r: r}
-		if c.rope.table, err = d.newTensor([4]int{1, 1, 1, cfg.Capacity * rot}, Float32); err != nil {
+		if c.rope.table, err = d.newTensor([4]int{1, 1, 1, cfg.Capacity * rot}, core.Float32); err != nil {
 			return fail(err)
 		}
 		// A row per position, written a piece at a time: the host holds
@@ -281,7 +281,7 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 		return err
 	}
 	if k == nil || v == nil {
-		return errorf(ErrShape, "AppendTensors of a nil tensor")
+		return errorf(core.ErrShape, "AppendTensors of a nil tensor")
 	}
 	n := k.shape[2]
 	for _, x := range []struct {
@@ -290,13 +290,13 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 		w    int
 	}{{"k", k, cfg.DK}, {"v", v, cfg.DV}} {
 		if want := [4]int{cfg.B, cfg.HKV, n, x.w}; x.t.shape != want {
-			return errorf(ErrShape, "AppendTensors: %s has shape %v, want %v", x.name, x.t.shape, want)
+			return errorf(core.ErrShape, "AppendTensors: %s has shape %v, want %v", x.name, x.t.shape, want)
 		}
 		if err := c.dev.checkInput(x.name, x.t); err != nil {
 			return err
 		}
 	}
-	if cfg.DType == Q8_0 && c.rope == nil && k.dtype.Valid() && v.dtype.Valid() {
+	if cfg.DType == core.Q8_0 && c.rope == nil && k.dtype.Valid() && v.dtype.Valid() {
 		return c.appendQuantized(k, v, n)
 	}
 	if c.rope != nil || !c.copyable(k) || !c.copyable(v) {
@@ -348,7 +348,7 @@ func (c *KVCache) appendQuantized(k, v *Tensor, n int) error {
 		}
 		for i, src := range []*Tensor{k, v} {
 			dst := [2]*Tensor{c.k, c.v}[i].root()
-			rows, err := c.dev.newTensor([4]int{1, 1, 1, len(dsts[i])}, Float32)
+			rows, err := c.dev.newTensor([4]int{1, 1, 1, len(dsts[i])}, core.Float32)
 			if err != nil {
 				return err
 			}
@@ -465,7 +465,7 @@ func (c *KVCache) everySequence() []int {
 // (HKV, n, DV). Sequences so get different lengths.
 func (c *KVCache) AppendTo(b int, k, v []float32, n int) error {
 	if b < 0 || b >= c.cfg.B {
-		return errorf(ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
+		return errorf(core.ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
 	}
 	return c.append([]int{b}, k, v, n)
 }
@@ -475,7 +475,7 @@ func (c *KVCache) AppendTo(b int, k, v []float32, n int) error {
 func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 	cfg := c.cfg
 	if n < 0 {
-		return errorf(ErrShape, "append of %d tokens", n)
+		return errorf(core.ErrShape, "append of %d tokens", n)
 	}
 	for _, x := range []struct {
 		name string
@@ -483,7 +483,7 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 		w    int
 	}{{"k", k, cfg.DK}, {"v", v, cfg.DV}} {
 		if want := len(seqs) * cfg.HKV * n * x.w; len(x.data) != want {
-			return errorf(ErrShape, "append of %d tokens to %d sequences: %s has %d values, want %d (sequences x %d heads x %d tokens x %d)",
+			return errorf(core.ErrShape, "append of %d tokens to %d sequences: %s has %d values, want %d (sequences x %d heads x %d tokens x %d)",
 				n, len(seqs), x.name, len(x.data), want, cfg.HKV, n, x.w)
 		}
 	}
@@ -541,14 +541,14 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 func (c *KVCache) encode(t *Tensor, data []float32) ([]byte, error) {
 	most, finite := magnitude(data)
 	if !finite {
-		return nil, errorf(ErrNonFinite, "appended data holds NaN or Inf")
+		return nil, errorf(core.ErrNonFinite, "appended data holds NaN or Inf")
 	}
 	raw, err := t.encodeValues(data)
 	if err != nil {
 		return nil, err
 	}
 	if bound := t.root().bound; most > bound {
-		return nil, errorf(ErrOverflow, "appended data holds |x| = %g, beyond the KV cache's bound %g (2^32): a cache holds keys and values up to it, since calls prepared on the cache were checked against it", most, bound)
+		return nil, errorf(core.ErrOverflow, "appended data holds |x| = %g, beyond the KV cache's bound %g (2^32): a cache holds keys and values up to it, since calls prepared on the cache were checked against it", most, bound)
 	}
 	return raw, nil
 }
@@ -617,20 +617,20 @@ func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 		if cfg.Window > 0 {
 			start := pool.First(b) * cfg.PageSize
 			if held := c.lens[b] + n - start; held > cfg.Capacity {
-				return errorf(ErrCapacity, "sequence %d of a rolling cache would hold positions %d to %d, %d of at most %d: append fewer tokens at once or raise Capacity", b, start, c.lens[b]+n-1, held, cfg.Capacity)
+				return errorf(core.ErrCapacity, "sequence %d of a rolling cache would hold positions %d to %d, %d of at most %d: append fewer tokens at once or raise Capacity", b, start, c.lens[b]+n-1, held, cfg.Capacity)
 			}
 			if c.lens[b]+n > math.MaxInt32 {
-				return errorf(ErrCapacity, "sequence %d holds %d tokens: %d more go past position 2^31-1", b, c.lens[b], n)
+				return errorf(core.ErrCapacity, "sequence %d holds %d tokens: %d more go past position 2^31-1", b, c.lens[b], n)
 			}
 			continue
 		}
 		if c.lens[b]+n > cfg.Capacity {
-			return errorf(ErrCapacity, "sequence %d holds %d of %d positions: %d more do not fit", b, c.lens[b], cfg.Capacity, n)
+			return errorf(core.ErrCapacity, "sequence %d holds %d of %d positions: %d more do not fit", b, c.lens[b], cfg.Capacity, n)
 		}
 	}
 	if c.pt != nil {
 		if need, _ := pool.Plan(seqs, c.lens, n); need > pool.Free() {
-			return errorf(ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, pool.Free(), cfg.Pages)
+			return errorf(core.ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, pool.Free(), cfg.Pages)
 		}
 		c.pool = pool
 		// Copy on write: a sequence about to write into a page it shares
@@ -779,15 +779,15 @@ func (c *KVCache) Truncate(lens []int) error {
 		return err
 	}
 	if len(lens) != c.cfg.B {
-		return errorf(ErrShape, "truncate to %d lengths, the cache has %d sequences", len(lens), c.cfg.B)
+		return errorf(core.ErrShape, "truncate to %d lengths, the cache has %d sequences", len(lens), c.cfg.B)
 	}
 	c.settleLocked()
 	for b, n := range lens {
 		if n < 0 || n > c.lens[b] {
-			return errorf(ErrCapacity, "truncate sequence %d of length %d to %d", b, c.lens[b], n)
+			return errorf(core.ErrCapacity, "truncate sequence %d of length %d to %d", b, c.lens[b], n)
 		}
 		if start := c.start(b); n > 0 && max(0, n-c.cfg.Window+1) < start {
-			return errorf(ErrOption, "truncate sequence %d of a rolling cache to %d: the window of its next token reaches back to position %d, but the cache keeps positions from %d on (truncate to 0, or to at least %d)",
+			return errorf(core.ErrOption, "truncate sequence %d of a rolling cache to %d: the window of its next token reaches back to position %d, but the cache keeps positions from %d on (truncate to 0, or to at least %d)",
 				b, n, n-c.cfg.Window+1, start, start+c.cfg.Window-1)
 		}
 	}
@@ -820,11 +820,11 @@ func (c *KVCache) Fork(src, dst int) error {
 		return err
 	}
 	if c.pt == nil {
-		return errorf(ErrOption, "Fork shares pages: the cache must be paged (PageSize > 0)")
+		return errorf(core.ErrOption, "Fork shares pages: the cache must be paged (PageSize > 0)")
 	}
 	for _, b := range []int{src, dst} {
 		if b < 0 || b >= c.cfg.B {
-			return errorf(ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
+			return errorf(core.ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
 		}
 	}
 	if src == dst {
@@ -887,19 +887,19 @@ func (c *KVCache) syncLengths(putInts func(t *Tensor, off int, xs []int) error) 
 // AlignToKeyLengths, which the cache sets, apply as for Device.Attention;
 // over a rolling cache a Window within the cache's is required, and its
 // reach checked (SEMANTICS.md §22).
-func (c *KVCache) Attention(q *Tensor, opts Options) (*Output, error) {
+func (c *KVCache) Attention(q *Tensor, opts core.Options) (*Output, error) {
 	return c.AttentionContext(context.Background(), q, opts)
 }
 
 // AttentionContext is Attention with a context that can cancel the wait.
-func (c *KVCache) AttentionContext(ctx context.Context, q *Tensor, opts Options) (*Output, error) {
+func (c *KVCache) AttentionContext(ctx context.Context, q *Tensor, opts core.Options) (*Output, error) {
 	return runOnce(ctx, func() (*Call, error) { return c.Prepare(q, opts) })
 }
 
 // Prepare records an attention call over the cache (see Attention). Each
 // Run reads the cache as it is then: a decode step appends its token,
 // writes its query into q and runs the call again.
-func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
+func (c *KVCache) Prepare(q *Tensor, opts core.Options) (*Call, error) {
 	if err := c.checkOptions(opts); err != nil {
 		return nil, err
 	}
@@ -909,19 +909,19 @@ func (c *KVCache) Prepare(q *Tensor, opts Options) (*Call, error) {
 		return nil, err
 	}
 	if q == nil {
-		return nil, errorf(ErrShape, "Q is nil")
+		return nil, errorf(core.ErrShape, "Q is nil")
 	}
 	l := q.shape[2]
 	for b, n := range c.lens {
 		if n < l {
-			return nil, errorf(ErrLengths, "sequence %d holds %d tokens, fewer than the %d queries (a query's own token must be appended first)", b, n, l)
+			return nil, errorf(core.ErrLengths, "sequence %d holds %d tokens, fewer than the %d queries (a query's own token must be appended first)", b, n, l)
 		}
 	}
 	if err := c.reachLocked(l, opts.Window); err != nil {
 		return nil, err
 	}
 	opts.KeyLengths = c.keptLocked()
-	opts.Causal = CausalBottomRight
+	opts.Causal = core.CausalBottomRight
 	opts.AlignToKeyLengths = true
 	call, err := c.dev.prepare(q, c.k, c.v, opts, c.callRefs())
 	if err != nil || c.cfg.Window == 0 {
@@ -963,13 +963,13 @@ func (c *KVCache) start(b int) int {
 // reachLocked refuses (ErrOption) a call of l queries with window w over
 // a rolling cache whose first query's window reaches a position the cache
 // let go (SEMANTICS.md §22). The caller holds c.mu.
-func (c *KVCache) reachLocked(l int, w *Window) error {
+func (c *KVCache) reachLocked(l int, w *core.Window) error {
 	if c.cfg.Window == 0 {
 		return nil
 	}
 	for b, n := range c.lens {
 		if from, start := n-l-w.Left, c.start(b); from < start && start > 0 {
-			return errorf(ErrOption, "a call of %d queries with a window of Left = %d over sequence %d of a rolling cache: query 0 sees from position %d on, but the cache keeps positions from %d on (the window of the tokens last appended: call with their queries)",
+			return errorf(core.ErrOption, "a call of %d queries with a window of Left = %d over sequence %d of a rolling cache: query 0 sees from position %d on, but the cache keeps positions from %d on (the window of the tokens last appended: call with their queries)",
 				l, w.Left, b, max(0, from), start)
 		}
 	}
@@ -979,7 +979,7 @@ func (c *KVCache) reachLocked(l int, w *Window) error {
 // checkOptions refuses the options a call over the cache cannot take:
 // those the cache sets, and over a rolling cache a window reaching past
 // what it keeps and masks over its moving key places.
-func (c *KVCache) checkOptions(opts Options) error {
+func (c *KVCache) checkOptions(opts core.Options) error {
 	if err := checkCacheOptions(opts); err != nil {
 		return err
 	}
@@ -992,10 +992,10 @@ func (c *KVCache) checkOptions(opts Options) error {
 		if opts.Window != nil {
 			got = fmt.Sprintf("Left = %d", opts.Window.Left)
 		}
-		return errorf(ErrOption, "a rolling KV cache of Window %d keeps the last %d positions a query sees: a call over it needs Options.Window with Left in [0, %d], not %s", w, w, w-1, got)
+		return errorf(core.ErrOption, "a rolling KV cache of Window %d keeps the last %d positions a query sees: a call over it needs Options.Window with Left in [0, %d], not %s", w, w, w-1, got)
 	}
 	if opts.Mask != nil || len(opts.BoolMasks) > 0 {
-		return errorf(ErrOption, "a rolling KV cache moves its keys as it lets go of pages: a call over it takes no Mask or BoolMasks")
+		return errorf(core.ErrOption, "a rolling KV cache moves its keys as it lets go of pages: a call over it takes no Mask or BoolMasks")
 	}
 	return nil
 }
@@ -1004,16 +1004,16 @@ func (c *KVCache) checkOptions(opts Options) error {
 // cache's window, and sets a rolling cache's capacity (SEMANTICS.md §22).
 func checkRolling(cfg *KVCacheConfig) error {
 	if cfg.PageSize < 0 || cfg.Pages < 0 {
-		return errorf(ErrOption, "KV cache pages of %d positions, %d pages: want positive numbers (or 0)", cfg.PageSize, cfg.Pages)
+		return errorf(core.ErrOption, "KV cache pages of %d positions, %d pages: want positive numbers (or 0)", cfg.PageSize, cfg.Pages)
 	}
 	if cfg.Window < 0 {
-		return errorf(ErrOption, "KV cache Window %d: want 0 (keep every position) or a window of at least 1 position", cfg.Window)
+		return errorf(core.ErrOption, "KV cache Window %d: want 0 (keep every position) or a window of at least 1 position", cfg.Window)
 	}
 	if cfg.Window == 0 {
 		return nil
 	}
 	if cfg.PageSize == 0 {
-		return errorf(ErrOption, "a rolling KV cache (Window %d) lets go of whole pages: set PageSize", cfg.Window)
+		return errorf(core.ErrOption, "a rolling KV cache (Window %d) lets go of whole pages: set PageSize", cfg.Window)
 	}
 	// A decode step holds the window, the new token and up to a page
 	// less one position before the window.
@@ -1022,19 +1022,19 @@ func checkRolling(cfg *KVCacheConfig) error {
 		cfg.Capacity = least
 	}
 	if cfg.Capacity < least {
-		return errorf(ErrOption, "a rolling KV cache of Window %d and pages of %d positions holds up to Window + PageSize - 1 = %d positions of a sequence decoding a token at a time: Capacity %d is less (0 picks it)", cfg.Window, cfg.PageSize, least, cfg.Capacity)
+		return errorf(core.ErrOption, "a rolling KV cache of Window %d and pages of %d positions holds up to Window + PageSize - 1 = %d positions of a sequence decoding a token at a time: Capacity %d is less (0 picks it)", cfg.Window, cfg.PageSize, least, cfg.Capacity)
 	}
 	return nil
 }
 
 // checkCacheOptions refuses the options a call over a KV cache sets
 // itself.
-func checkCacheOptions(opts Options) error {
-	if opts.KeyLengths != nil || opts.QueryLengths != nil || opts.Causal != NotCausal || opts.AlignToKeyLengths {
-		return errorf(ErrOption, "a KV cache call sets KeyLengths, QueryLengths, Causal and AlignToKeyLengths itself")
+func checkCacheOptions(opts core.Options) error {
+	if opts.KeyLengths != nil || opts.QueryLengths != nil || opts.Causal != core.NotCausal || opts.AlignToKeyLengths {
+		return errorf(core.ErrOption, "a KV cache call sets KeyLengths, QueryLengths, Causal and AlignToKeyLengths itself")
 	}
 	if opts.RoPE != nil {
-		return errorf(ErrOption, "a KV cache call rotates by the cache's RoPE (KVCacheConfig.RoPE): Options.RoPE must be nil")
+		return errorf(core.ErrOption, "a KV cache call rotates by the cache's RoPE (KVCacheConfig.RoPE): Options.RoPE must be nil")
 	}
 	return nil
 }
@@ -1074,7 +1074,7 @@ func (c *KVCache) callRefs() *cacheRefs {
 // first position kept (a sequence keeps at most `rows`), so truncating
 // leaves the rows of what is kept; a fork writes the rows of dst's.
 type cacheRoPE struct {
-	r       *RoPE
+	r       *core.RoPE
 	table   *Tensor
 	lengths *Tensor // int32 [B]: rolling only
 	rows    int     // rolling: positions a sequence's table holds
@@ -1091,15 +1091,15 @@ func (r *cacheRoPE) rowOf(b, n int) int { return 2*b*r.rows + r.rows + n%r.rows 
 // rows for its capacity, the most positions a call's queries span.
 // Zeroed, so that a call replayed over an emptied cache reads finite
 // rows.
-func (c *KVCache) newRollingRoPE(r *RoPE) error {
+func (c *KVCache) newRollingRoPE(r *core.RoPE) error {
 	cfg := c.cfg
 	rot := r.RotatedDims(cfg.DK)
 	c.rope = &cacheRoPE{r: r, rows: cfg.Capacity}
 	var err error
-	if c.rope.table, err = c.dev.newTensor([4]int{1, 1, 1, cfg.B * 2 * cfg.Capacity * rot}, Float32); err != nil {
+	if c.rope.table, err = c.dev.newTensor([4]int{1, 1, 1, cfg.B * 2 * cfg.Capacity * rot}, core.Float32); err != nil {
 		return err
 	}
-	if c.rope.lengths, err = c.dev.newTensor([4]int{1, 1, 1, cfg.B}, Float32); err != nil {
+	if c.rope.lengths, err = c.dev.newTensor([4]int{1, 1, 1, cfg.B}, core.Float32); err != nil {
 		return err
 	}
 	err = c.dev.dev.Once(func(cmds *vk.Commands) error {
@@ -1145,7 +1145,7 @@ func (c *KVCache) putRoPERows(b, from, to int, putInts func(t *Tensor, off int, 
 // holds c.mu.
 func (c *KVCache) usable() error {
 	if c.closed {
-		return errorf(ErrClosed, "KV cache used after Close")
+		return errorf(core.ErrClosed, "KV cache used after Close")
 	}
 	return c.dev.checkOpen()
 }
@@ -1170,3 +1170,13 @@ func (c *KVCache) Close() {
 
 // closer is what a cache keeps alive for work in flight.
 type closer interface{ Close() }
+
+// CacheKeys is a contiguous cache's key storage, (B, HKV, Capacity, DK),
+// as the kernels read it (q8_0 dequantized), once pending appends are
+// done: for tests of what appends store.
+func CacheKeys(c *KVCache) ([]float32, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.settleLocked()
+	return c.k.Download()
+}

@@ -1,4 +1,4 @@
-package vkattn
+package engine
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // Plan says what the device will run for a problem: which kernel variant,
 // load path, tiles and grid. Nothing is chosen silently.
 type Plan struct {
-	Dims   Dims
+	Dims   core.Dims
 	Device string
 	Kernel KernelPlan
 	// Projections are the dense layers that run first (additive attention's
@@ -23,7 +23,7 @@ type Plan struct {
 	// RoPE, if not nil, rotates Q and K first (rope.comp, into float32
 	// copies the kernel reads); Q alone when RoPEQueryOnly (a KV cache's
 	// keys are rotated as they are appended).
-	RoPE          *RoPE
+	RoPE          *core.RoPE
 	RoPEQueryOnly bool
 }
 
@@ -31,9 +31,9 @@ type Plan struct {
 // float32 attention's, for its Q, K and V as stored and its score scale:
 // zero but on cooperative matrices, where P is rounded to float16 and
 // bfloat16 inputs are scaled into float16 (SEMANTICS.md §18).
-func (p Plan) MatrixErrorBound(q, k, v []float32, scale Scale) MatrixBound {
+func (p Plan) MatrixErrorBound(q, k, v []float32, scale core.Scale) core.MatrixBound {
 	if p.Kernel.Matrix == 0 {
-		return MatrixBound{}
+		return core.MatrixBound{}
 	}
 	return core.MatrixErrorBound(p.Dims.S, p.Dims.DK, scale.For(p.Dims.DK), p.Kernel.Types, q, k, v)
 }
@@ -60,17 +60,17 @@ func (p Plan) String() string {
 // Plan validates a problem given by its shapes (each rank 2-4, filled from
 // the left as in Upload) and returns what Attention would run on dense
 // float32 tensors of those shapes.
-func (d *Device) Plan(q, k, v []int, opts Options) (Plan, error) {
-	return d.PlanAs(q, k, v, [3]DType{}, opts)
+func (d *Device) Plan(q, k, v []int, opts core.Options) (Plan, error) {
+	return d.PlanAs(q, k, v, [3]core.DType{}, opts)
 }
 
 // PlanAs is Plan for dense Q, K and V stored as the element types types.
-func (d *Device) PlanAs(q, k, v []int, types [3]DType, opts Options) (Plan, error) {
+func (d *Device) PlanAs(q, k, v []int, types [3]core.DType, opts core.Options) (Plan, error) {
 	var shapes [3][4]int
 	var layouts [4]pipelines.Layout
 	for i, s := range [][]int{q, k, v} {
 		var err error
-		if shapes[i], err = Shape4(s); err != nil {
+		if shapes[i], err = core.Shape4(s); err != nil {
 			return Plan{}, err
 		}
 		x := shapes[i]
@@ -93,11 +93,11 @@ type planOf struct {
 
 // plan checks a problem of tensors of shapes q, k and v and plans its
 // attention kernel, the one plan the call then binds its buffers to.
-func (d *Device) plan(q, k, v [4]int, how planOf, opts *Options) (Plan, error) {
+func (d *Device) plan(q, k, v [4]int, how planOf, opts *core.Options) (Plan, error) {
 	if err := d.checkOpen(); err != nil {
 		return Plan{}, err
 	}
-	dims, err := CheckProblem(q, k, v, opts)
+	dims, err := core.CheckProblem(q, k, v, opts)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -136,7 +136,7 @@ func (d *Device) plan(q, k, v [4]int, how planOf, opts *Options) (Plan, error) {
 // scalars are the values of a call of dims that its kernels read: the
 // score scale (none for additive scores: w_a carries it), the causal
 // alignment, the window, the soft cap and the positions' alignment.
-func scalars(dims Dims, opts *Options, additive bool) pipelines.Scalars {
+func scalars(dims core.Dims, opts *core.Options, additive bool) pipelines.Scalars {
 	sc := pipelines.Scalars{Scale: opts.Scale.For(dims.DK), Causal: opts.Causal, Softcap: opts.Softcap, AlignToKeyLengths: opts.AlignToKeyLengths}
 	if additive {
 		sc.Scale = 1
@@ -162,11 +162,11 @@ func deviceError(err error) error {
 	var limit *pipelines.LimitError
 	switch {
 	case errors.As(err, &limit):
-		return errorf(ErrTooLarge, "%s", limit.Msg)
-	case errors.Is(err, vk.ErrOutOfMemory) && !errors.Is(err, ErrTooLarge):
-		return fmt.Errorf("%w (%w)", ErrTooLarge, err)
-	case errors.Is(err, vk.ErrClosed) && !errors.Is(err, ErrClosed):
-		return fmt.Errorf("%w (%w)", ErrClosed, err)
+		return errorf(core.ErrTooLarge, "%s", limit.Msg)
+	case errors.Is(err, vk.ErrOutOfMemory) && !errors.Is(err, core.ErrTooLarge):
+		return fmt.Errorf("%w (%w)", core.ErrTooLarge, err)
+	case errors.Is(err, vk.ErrClosed) && !errors.Is(err, core.ErrClosed):
+		return fmt.Errorf("%w (%w)", core.ErrClosed, err)
 	}
 	return err
 }
@@ -189,29 +189,29 @@ func (o *Output) Close() {
 
 // Attention computes softmax(Q K^T * scale + masks) V on the device.
 // q is (B,H,L,d_k), k is (B,H_kv,S,d_k), v is (B,H_kv,S,d_v).
-func (d *Device) Attention(q, k, v *Tensor, opts Options) (*Output, error) {
+func (d *Device) Attention(q, k, v *Tensor, opts core.Options) (*Output, error) {
 	return d.AttentionContext(context.Background(), q, k, v, opts)
 }
 
 // AttentionContext is Attention with a context that can cancel the wait for
 // the device.
-func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts Options) (*Output, error) {
+func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts core.Options) (*Output, error) {
 	return runOnce(ctx, func() (*Call, error) { return d.Prepare(q, k, v, opts) })
 }
 
 // Prepare validates an attention call, allocates its outputs and records its
 // dispatch without running it.
-func (d *Device) Prepare(q, k, v *Tensor, opts Options) (*Call, error) {
+func (d *Device) Prepare(q, k, v *Tensor, opts core.Options) (*Call, error) {
 	return d.prepare(q, k, v, opts, nil)
 }
 
 // prepare is Prepare of a call that reads the KV cache cache (nil: none).
-func (d *Device) prepare(q, k, v *Tensor, opts Options, cache *cacheRefs) (*Call, error) {
+func (d *Device) prepare(q, k, v *Tensor, opts core.Options, cache *cacheRefs) (*Call, error) {
 	if err := d.checkInputs([3]string{"Q", "K", "V"}, q, k, v); err != nil {
 		return nil, err
 	}
 	if cache != nil && cache.rope != nil && opts.RoPE != nil {
-		return nil, errorf(ErrOption, "the KV cache rotates by its own RoPE (KVCacheConfig.RoPE): Options.RoPE must be nil")
+		return nil, errorf(core.ErrOption, "the KV cache rotates by its own RoPE (KVCacheConfig.RoPE): Options.RoPE must be nil")
 	}
 	// With RoPE the attention reads rotated float32 copies of Q and K
 	// (of Q alone over a cache: its keys were rotated when appended).
@@ -259,13 +259,13 @@ func (d *Device) checkInputs(names [3]string, q, k, v *Tensor) error {
 func (d *Device) checkInput(name string, t *Tensor) error {
 	switch {
 	case t == nil:
-		return errorf(ErrShape, "%s is nil", name)
+		return errorf(core.ErrShape, "%s is nil", name)
 	case t.root().closed.Load():
-		return errorf(ErrClosed, "%s was closed", name)
+		return errorf(core.ErrClosed, "%s was closed", name)
 	case t.dev != d:
-		return errorf(ErrDevice, "%s lives on %s, not on %s", name, t.dev.ident(), d.ident())
+		return errorf(core.ErrDevice, "%s lives on %s, not on %s", name, t.dev.ident(), d.ident())
 	case !t.finite:
-		return errorf(ErrNonFinite, "%s holds NaN or Inf", name)
+		return errorf(core.ErrNonFinite, "%s holds NaN or Inf", name)
 	}
 	return nil
 }
