@@ -65,8 +65,8 @@ const (
 	// rope.comp.
 	ropeSpecXType, ropeSpecCount = 1, 2
 
-	// q8_store.comp.
-	q8SpecXType, q8SpecCount = 1, 2
+	// q8_store.comp: the input's type and the output's (q8_0 or q4_0).
+	q8SpecXType, q8SpecYType, q8SpecCount = 1, 2, 3
 )
 
 // The combine pass's, the dense layer's and the head mean's bindings.
@@ -114,7 +114,7 @@ var shaderInterface = []interfaceSection{
 		{"RBIND_LENGTHS", ropeBindLengths, "a KV cache's key lengths"},
 	}},
 	{"q8_store.comp bindings", false, []glslName{
-		{"QBIND_X", q8BindX, ""}, {"QBIND_Y", q8BindY, "the q8_0 tensor: quants, then scales"},
+		{"QBIND_X", q8BindX, ""}, {"QBIND_Y", q8BindY, "the q8_0 or q4_0 tensor: quants, then scales"},
 		{"QBIND_ROWS", q8BindRows, "each row's destination element"},
 	}},
 	{"attention_merge.comp bindings", false, []glslName{
@@ -139,11 +139,13 @@ var shaderInterface = []interfaceSection{
 	}},
 	{"element types (core.DType, as typeSpec sets the *_TYPE specialization constants)", true, []glslName{
 		{"TYPE_F32", int(core.Float32), ""}, {"TYPE_F16", int(core.Float16), ""}, {"TYPE_BF16", int(core.BFloat16), ""},
-		{"TYPE_Q8_0", int(core.Q8_0), "K and V only"},
+		{"TYPE_Q8_0", int(core.Q8_0), "K and V only"}, {"TYPE_Q4_0", int(core.Q4_0), "K and V only"},
 	}},
-	{"q8_0 blocks (core.Q8Block)", true, []glslName{
+	{"q8_0 and q4_0 blocks (core.Q8Block, core.Q4Block)", true, []glslName{
 		{"Q8_BLOCK", core.Q8Block, "elements per block, each block one float16 scale"},
 		{"Q8_BLOCK_SHIFT", bits.TrailingZeros(uint(core.Q8Block)), "element i is in block i >> Q8_BLOCK_SHIFT"},
+		{"Q4_BLOCK", core.Q4Block, "elements per block: 16 bytes of nibbles, one float16 scale"},
+		{"Q4_BLOCK_SHIFT", bits.TrailingZeros(uint(core.Q4Block)), "element i is in block i >> Q4_BLOCK_SHIFT"},
 	}},
 	{"attention.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"ATT_SPEC_D4", attSpecD4, "compile-time bound of d_k and d_v, in vec4s"},
@@ -185,7 +187,7 @@ var shaderInterface = []interfaceSection{
 		{"ROPE_SPEC_X_TYPE", ropeSpecXType, ""},
 	}},
 	{"q8_store.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"Q8_SPEC_X_TYPE", q8SpecXType, ""},
+		{"Q8_SPEC_X_TYPE", q8SpecXType, ""}, {"Q8_SPEC_Y_TYPE", q8SpecYType, "TYPE_Q8_0 or TYPE_Q4_0"},
 	}},
 }
 

@@ -6,7 +6,7 @@
 //
 // Every input is read as raw words and widened to float32 here, by its
 // element type (pipelines.DType): float32, float16, bfloat16 or (K and V)
-// q8_0, a specialization constant per input, so one SPIR-V serves every
+// q8_0 or q4_0, a specialization constant per input, so one SPIR-V serves every
 // mix of types and the driver folds the other branches away. Halves are
 // read as packed 32-bit words (storage) or 16-bit texels (texel views),
 // which needs no 16-bit storage feature: it runs on every Vulkan device.
@@ -14,16 +14,21 @@
 // A q8_0 input holds a byte per element (an int8 quant, four a word) and,
 // from half name_SCALES of its buffer on, one float16 scale per block of
 // Q8_BLOCK (32) elements; element i is quant(i) * scale(i / Q8_BLOCK),
-// exact in float32.
-// Only builds with Q8_LOADS defined read it (the rest carry no q8_0 code,
-// which lavapipe would spend compile time on); a shader defines
-// name_SCALES for each input (0 where it is never q8_0).
+// exact in float32. A q4_0 input holds ggml's 16 bytes of nibbles per
+// block of Q4_BLOCK (32) elements, blocks in element order, and its
+// float16 scales from half name_SCALES on; element j of a block is the
+// low nibble of the block's byte j & 15 for j < 16, the high nibble for
+// j >= 16, and reads as (nibble - 8) * scale, exact in float32.
+// Only builds with Q8_LOADS defined read either (the rest carry no
+// quantized code, which lavapipe would spend compile time on); a shader
+// defines name_SCALES for each input (0 where it is never quantized).
 //
 // INPUT(b, name) declares input name at binding b; LOAD4(name, T, base, c, n)
 // is slot c (elements 4c..4c+3) of the row of width n that starts at
 // element base of input name of type T; elements past the row read as zero.
-// The type codes (TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0) and Q8_BLOCK
-// are interface.glsl's, which the including shader includes first.
+// The type codes (TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0, TYPE_Q4_0),
+// Q8_BLOCK and Q4_BLOCK are interface.glsl's, which the including shader
+// includes first.
 
 // f16Bits widens the float16 in the low 16 bits of h, exactly: integer
 // operations only, so subnormal halves survive on drivers that flush them
@@ -60,10 +65,27 @@ vec4 q8x4(uint w) {
 #define Q8_SCALE(name, s, i) f16Bits(Q8_HALF(name, (s) + ((i) >> Q8_BLOCK_SHIFT)))
 #define Q8_AT(name, s, i) (float(bitfieldExtract(int(WORD(name, (i) >> 2)), ((i) & 3) * 8, 8)) * Q8_SCALE(name, s, i))
 #define Q8_ROW4(name, s, base, c) (q8x4(WORD(name, ((base) >> 2) + (c))) * Q8_SCALE(name, s, (base) + 4 * (c)))
+
+// The four quants of word w from bit shift on (shift 0: low nibbles, 4:
+// high), minus 8, as floats.
+vec4 q4x4(uint w, int shift) {
+    uvec4 n = (uvec4(w) >> uvec4(shift, shift + 8, shift + 16, shift + 24)) & 0xfu;
+    return vec4(ivec4(n) - 8);
+}
+// Q4_WORD is the word holding element i's nibble, Q4_BIT its first bit:
+// byte i & 15 of block i >> Q4_BLOCK_SHIFT's four words, the high half
+// for the block's elements 16..31. Q4_AT is element i of a q4_0 input whose
+// scales start at half s; Q4_ROW4 slot c of the row at base (four
+// elements of one block, in one word).
+#define Q4_WORD(i) ((((i) >> Q4_BLOCK_SHIFT) << 2) + (((i) >> 2) & 3))
+#define Q4_BIT(i) ((((i) & 3) << 3) + (((i) >> 2) & 4))
+#define Q4_SCALE(name, s, i) f16Bits(Q8_HALF(name, (s) + ((i) >> Q4_BLOCK_SHIFT)))
+#define Q4_AT(name, s, i) (float(int(bitfieldExtract(WORD(name, Q4_WORD(i)), Q4_BIT(i), 4)) - 8) * Q4_SCALE(name, s, i))
+#define Q4_ROW4(name, s, base, c) (q4x4(WORD(name, Q4_WORD((base) + 4 * (c))), Q4_BIT((base) + 4 * (c))) * Q4_SCALE(name, s, (base) + 4 * (c)))
 #ifdef Q8_LOADS
-#define IF_Q8(T, q8, other) ((T) == TYPE_Q8_0 ? (q8) : (other))
+#define IF_QUANT(T, q8, q4, other) ((T) == TYPE_Q8_0 ? (q8) : ((T) == TYPE_Q4_0 ? (q4) : (other)))
 #else
-#define IF_Q8(T, q8, other) (other)
+#define IF_QUANT(T, q8, q4, other) (other)
 #endif
 
 #ifdef TEXEL_LOADS
@@ -72,13 +94,13 @@ vec4 q8x4(uint w) {
 #define INPUT(b, name) layout(binding = b) uniform usamplerBuffer name;
 #ifdef VEC4_LOADS
 #define WORD(name, w) texelFetch(name, (w) >> 2)[(w) & 3]
-#define ROW4(name, T, base, c) IF_Q8(T, Q8_ROW4(name, name##_SCALES, base, c),                                  \
-                                     ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, ((base) >> 2) + (c))) \
-                                                      : widen16x4(texelFetch(name, ((base) >> 2) + (c)), T)))
+#define ROW4(name, T, base, c) IF_QUANT(T, Q8_ROW4(name, name##_SCALES, base, c), Q4_ROW4(name, name##_SCALES, base, c), \
+                                       ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, ((base) >> 2) + (c)))          \
+                                                        : widen16x4(texelFetch(name, ((base) >> 2) + (c)), T)))
 #else
 #define WORD(name, w) texelFetch(name, (w)).r
-#define AT(name, T, i) IF_Q8(T, Q8_AT(name, name##_SCALES, i), \
-                             ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, (i)).r) : widen16(texelFetch(name, (i)).r, T)))
+#define AT(name, T, i) IF_QUANT(T, Q8_AT(name, name##_SCALES, i), Q4_AT(name, name##_SCALES, i), \
+                               ((T) == TYPE_F32 ? uintBitsToFloat(texelFetch(name, (i)).r) : widen16(texelFetch(name, (i)).r, T)))
 #endif
 #else
 #ifdef VEC4_LOADS
@@ -88,16 +110,16 @@ vec4 q8x4(uint w) {
     layout(std430, binding = b) readonly buffer name##Halves { uvec2 name##H[]; }; \
     layout(std430, binding = b) readonly buffer name##Single { uint name##W[]; };
 #define WORD(name, w) name##W[(w)]
-#define ROW4(name, T, base, c) IF_Q8(T, Q8_ROW4(name, name##_SCALES, base, c),                         \
-                                     ((T) == TYPE_F32 ? uintBitsToFloat(name[((base) >> 2) + (c)]) \
-                                                      : widen16x4(halves4(name##H[((base) >> 2) + (c)]), T)))
+#define ROW4(name, T, base, c) IF_QUANT(T, Q8_ROW4(name, name##_SCALES, base, c), Q4_ROW4(name, name##_SCALES, base, c), \
+                                       ((T) == TYPE_F32 ? uintBitsToFloat(name[((base) >> 2) + (c)])                     \
+                                                        : widen16x4(halves4(name##H[((base) >> 2) + (c)]), T)))
 uvec4 halves4(uvec2 w) { return uvec4(w.x, w.x >> 16, w.y, w.y >> 16); }
 #else
 // Element i of a half input is half (i & 1) of word i >> 1.
 #define INPUT(b, name) layout(std430, binding = b) readonly buffer name##Words { uint name[]; };
 #define WORD(name, w) name[(w)]
-#define AT(name, T, i) IF_Q8(T, Q8_AT(name, name##_SCALES, i), \
-                             ((T) == TYPE_F32 ? uintBitsToFloat(name[(i)]) : widen16(name[(i) >> 1] >> (((i) & 1) * 16), T)))
+#define AT(name, T, i) IF_QUANT(T, Q8_AT(name, name##_SCALES, i), Q4_AT(name, name##_SCALES, i), \
+                               ((T) == TYPE_F32 ? uintBitsToFloat(name[(i)]) : widen16(name[(i) >> 1] >> (((i) & 1) * 16), T)))
 #endif
 #endif
 

@@ -1,17 +1,21 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Quantizes rows of X (any float type, any strides) into a q8_0 tensor
-// (SEMANTICS.md §8.2), exactly as ggml's quantize_row_q8_0 does, on the
-// device: AppendTensors into a q8_0 KV cache. One invocation per block
-// of Q8_BLOCK (32): source row r (of (B, heads, N) rows of width D) goes to element
-// rowDst[r] of Y, whose quants are its bytes and whose float16 scales
-// start at half P.scales.
+// Quantizes rows of X (any float type, any strides) into a q8_0 or, by
+// Y_TYPE, a q4_0 tensor (SEMANTICS.md §8.2), exactly as ggml's
+// quantize_row_q8_0 and quantize_row_q4_0_ref do, on the device:
+// AppendTensors into a quantized KV cache. One invocation per block of
+// 32 (Q8_BLOCK, Q4_BLOCK): source row r (of (B, heads, N) rows of width
+// D) goes to element rowDst[r] of Y, whose quants are its first bytes (a
+// byte each for q8_0, two a byte in ggml's order for q4_0) and whose
+// float16 scales start at half P.scales.
 //
-// Every step is rounded as in float32 C: d = amax / 127 and id = 1 / d
-// correctly rounded (GLSL's division is not: the quotient is corrected
-// with exact residuals), the product x * id rounded once (precise: never
-// contracted), roundf halves away from zero, and d rounded to float16 to
-// nearest even with subnormals, in integer arithmetic.
+// Every step is rounded as in float32 C: d = amax / 127 (q8_0) and
+// id = 1 / d correctly rounded (GLSL's division is not: the quotient is
+// corrected with exact residuals), q4_0's d = max / -8 exact (a power of
+// two; below float32's normal range id is 0 anyway), the product x * id
+// and q4_0's sum with 8.5 each rounded once (precise: never contracted),
+// roundf halves away from zero, and d rounded to float16 to nearest even
+// with subnormals, in integer arithmetic.
 
 #include "interface.glsl"
 
@@ -20,12 +24,12 @@ layout(local_size_x_id = 0) in;
 layout(push_constant) uniform Push {
     int heads;    // rows are (B, heads, N)
     int N;
-    int D;        // row width, a multiple of Q8_BLOCK
+    int D;        // row width, a multiple of the block
     int xOffset;  // X's element offset and strides over (B, heads, N)
     int xStrideB;
     int xStrideH;
     int xStrideN;
-    int blocks;   // B * heads * N * D / Q8_BLOCK
+    int blocks;   // B * heads * N * D / 32
     int scales;   // Y's first scale, in halves
     int rowPitch; // invocations per row of the dispatch grid
 } P;
@@ -34,6 +38,7 @@ layout(push_constant) uniform Push {
 INPUT(QBIND_X, Xt)
 #define Xt_SCALES 0 // never q8_0
 layout(constant_id = Q8_SPEC_X_TYPE) const int X_TYPE = 0;
+layout(constant_id = Q8_SPEC_Y_TYPE) const int Y_TYPE = TYPE_Q8_0;
 layout(std430, binding = QBIND_Y) buffer YBuf { uint y[]; };
 layout(std430, binding = QBIND_ROWS) readonly buffer RowsBuf { int rowDst[]; };
 
@@ -122,18 +127,73 @@ float roundHalfAway(float v) {
     return abs(v - t) >= 0.5 ? t + sign(v) : t;
 }
 
+// Sets the float16 scale h of Y's block blk: two blocks share a scale
+// word, each sets its own half.
+void storeScale(int blk, uint h) {
+    int hIdx = P.scales + blk;
+    uint shift = uint(hIdx & 1) * 16u;
+    atomicAnd(y[hIdx >> 1], ~(0xffffu << shift));
+    atomicOr(y[hIdx >> 1], h << shift);
+}
+
+// ggml's q4_0 quant of x: min(15, trunc(x * id + 8.5)), the product and
+// the sum each rounded to float32. The sum is at least 0.5 but for the
+// rounding of id, so the truncation is never below 0.
+uint q4Quant(float x, float id) {
+    precise float p = x * id;
+    precise float s = p + 8.5;
+    return uint(min(15, int(s)));
+}
+
+// The q4_0 block of the 32 elements of X from base, to element dst of Y.
+void storeQ4(int base, int dst) {
+    // max: the first element of largest |x|, its sign kept (+0 when all
+    // are zeros).
+    float amax = 0.0;
+    float top = 0.0;
+    for (int i = 0; i < Q4_BLOCK; i++) {
+        float x = AT(Xt, X_TYPE, base + i);
+        if (amax < abs(x)) {
+            amax = abs(x);
+            top = x;
+        }
+    }
+    // d = max / -8: magnitude amax / 8, exact for a normal result; the
+    // opposite sign of max, and -0 for a block of zeros (max +0).
+    float dAbs = amax * 0.125;
+    bool dNeg = !(top < 0.0);
+    // A d below float32's normal range has the float16 scale 0; its
+    // quants are 8 (ggml's 1/d is then huge or infinite).
+    float idAbs = dAbs < 1.17549435e-38 ? 0.0 : recip(dAbs);
+    float id = dNeg ? -idAbs : idAbs;
+    for (int w = 0; w < Q4_BLOCK / 8; w++) {
+        uint word = 0u;
+        for (int j = 0; j < 4; j++) {
+            uint lo = q4Quant(AT(Xt, X_TYPE, base + 4 * w + j), id);
+            uint hi = q4Quant(AT(Xt, X_TYPE, base + 4 * w + j + Q4_BLOCK / 2), id);
+            word |= (lo | (hi << 4)) << (8 * j);
+        }
+        y[(dst >> 3) + w] = word; // dst is a multiple of Q4_BLOCK: whole words
+    }
+    storeScale(dst >> Q4_BLOCK_SHIFT, toF16(dAbs) | (dNeg ? 0x8000u : 0u));
+}
+
 void main() {
     int blk = int(gl_GlobalInvocationID.x) + int(gl_GlobalInvocationID.y) * P.rowPitch;
     if (blk >= P.blocks) {
         return;
     }
-    int perRow = P.D / Q8_BLOCK;
+    int perRow = P.D / Q8_BLOCK; // q4_0's blocks are as long (Q4_BLOCK)
     int row = blk / perRow;
     int first = (blk % perRow) * Q8_BLOCK;
     int t = row % P.N;
     int h = (row / P.N) % P.heads;
     int b = row / (P.N * P.heads);
     int base = P.xOffset + b * P.xStrideB + h * P.xStrideH + t * P.xStrideN + first;
+    if (Y_TYPE == TYPE_Q4_0) {
+        storeQ4(base, rowDst[row] + first);
+        return;
+    }
     float amax = 0.0;
     for (int i = 0; i < Q8_BLOCK; i++) {
         amax = max(amax, abs(AT(Xt, X_TYPE, base + i)));
@@ -152,9 +212,5 @@ void main() {
         }
         y[(dst >> 2) + w] = word;
     }
-    // Two blocks share a scale word: each sets its own half.
-    int hIdx = P.scales + (dst >> Q8_BLOCK_SHIFT);
-    uint shift = uint(hIdx & 1) * 16u;
-    atomicAnd(y[hIdx >> 1], ~(0xffffu << shift));
-    atomicOr(y[hIdx >> 1], toF16(d) << shift);
+    storeScale(dst >> Q8_BLOCK_SHIFT, toF16(d));
 }
