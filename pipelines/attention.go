@@ -26,23 +26,28 @@ type Layout struct {
 	Offset  int        // elements
 	Strides [3]int     // batch, head, position, in elements
 	Type    core.DType // element type
-	// Scales is where a q8_0 tensor's block scales start in its buffer,
-	// in halves: its quants, a byte per element, fill the buffer's first
-	// 2*Scales bytes, the float16 scales follow, one per block of 32.
+	// Scales is where a q8_0 or q4_0 tensor's block scales start in its
+	// buffer, in halves: its quants (q8_0 a byte per element, q4_0 two
+	// elements a byte) fill the buffer's first 2*Scales bytes, the float16
+	// scales follow, one per block of 32.
 	Scales int
 }
 
-// kvQ8 reports whether K or V is q8_0: the plan reads them with a
-// Q8_LOADS build.
-func (s *AttentionShape) kvQ8() bool { return s.K.Type == core.Q8_0 || s.V.Type == core.Q8_0 }
+// kvQuant reports whether K or V is q8_0 or q4_0: the plan reads them
+// with a Q8_LOADS build.
+func (s *AttentionShape) kvQuant() bool { return s.K.Type.Quantized() || s.V.Type.Quantized() }
 
-// q8Span is the whole buffer of a q8_0 layout, quants and scales, in
-// bytes (its elements): a kernel reads both, so it binds all of it.
-// q8_0 buffers are allocated in whole 16-byte texels (vec4 texel views
-// read the last scales).
-func (l Layout) q8Span() span {
-	quants := 2 * l.Scales
-	return span{0, (quants + 2*(quants/core.Q8Block) + 15) &^ 15}
+// quantSpan is the whole buffer of a q8_0 or q4_0 layout, quants and
+// scales, in bytes (the unit of its spans): a kernel reads both, so it
+// binds all of it. Such buffers are allocated in whole 16-byte texels
+// (vec4 texel views read the last scales).
+func (l Layout) quantSpan() span {
+	quants := 2 * l.Scales // bytes
+	elements := quants
+	if l.Type == core.Q4_0 {
+		elements = 2 * quants
+	}
+	return span{0, (l.Type.StorageBytes(elements) + 15) &^ 15}
 }
 
 // DenseLayout is the layout of a dense row-major (b, h, l, w) tensor.
@@ -356,7 +361,7 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	// subgroup fetch it once and share it by shuffles where the tuning
 	// asks for it, the device runs one subgroup width and its subgroups
 	// tile the workgroup.
-	if tuning.SharedLoads && p.Path == core.TexelLoadPath && p.Vec4 && p.Splits == 0 && !p.Additive && !in.kvQ8() {
+	if tuning.SharedLoads && p.Path == core.TexelLoadPath && p.Vec4 && p.Splits == 0 && !p.Additive && !in.kvQuant() {
 		if sg, why := sharedLoadWidth(dev); why != "" {
 			p.Why += "; shared K/V loads not used: " + why
 		} else if p.WorkGroup%sg == 0 {
@@ -432,7 +437,7 @@ func finishPlan(dev core.DeviceInfo, p *AttentionPlan) error {
 		}
 	}
 	p.Masked = p.Shape.masked()
-	p.Variant.Q8 = p.Shape.kvQ8()
+	p.Variant.Q8 = p.Shape.kvQuant()
 	if err := dev.CheckBindings(attentionBindingTypes(*p)); err != nil {
 		return Limitf("%v", err)
 	}
@@ -593,7 +598,7 @@ func planTiled(dev core.DeviceInfo, in *PlanInput, tiles *core.TiledTuning, p *A
 // limited in elements and storage bindings in bytes.
 func CheckRange(dev core.DeviceInfo, what string, size uint64, texel, vec4 bool, t core.DType) error {
 	elems := size / uint64(t.Bytes())
-	if t == core.Q8_0 {
+	if t.Quantized() {
 		elems = size / 4 // read as words
 	}
 	if elems > math.MaxInt32 {
@@ -777,8 +782,8 @@ func ivec4(a, b, c, d int) [4]int32 { return [4]int32{int32(a), int32(b), int32(
 // strides4 is a view's strides as an ivec4 (the last is unused).
 func strides4(s [3]int) [4]int32 { return ivec4(s[0], s[1], s[2], 0) }
 
-// kvStrides4 is a K or V view's strides and, last, where its q8_0 scales
-// start (in halves; unused for the float types).
+// kvStrides4 is a K or V view's strides and, last, where its q8_0 or
+// q4_0 scales start (in halves; unused for the float types).
 func kvStrides4(l Layout) [4]int32 { return ivec4(l.Strides[0], l.Strides[1], l.Strides[2], l.Scales) }
 
 // encode is the block's bytes.

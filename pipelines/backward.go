@@ -79,8 +79,8 @@ func PlanBackward(dev core.DeviceInfo, p AttentionPlan) (BackwardPlan, error) {
 		return BackwardPlan{}, Limitf("the backward pass reads dense K and V, not pages")
 	case !s.LSE:
 		return BackwardPlan{}, Limitf("the backward pass needs the forward's log-sum-exp")
-	case s.kvQ8():
-		return BackwardPlan{}, Limitf("the backward pass reads float K and V, not q8_0")
+	case s.kvQuant():
+		return BackwardPlan{}, Limitf("the backward pass reads float K and V, not q8_0 or q4_0")
 	}
 	// The backward kernels read storage buffers, whatever the forward's path.
 	p.Path, p.Vec4 = core.StorageLoadPath, false

@@ -137,7 +137,7 @@ func bindWindow(dev core.DeviceInfo, what string, sp span, texel, vec4 bool, t c
 	if texel {
 		align = max(align, dev.Limits.MinTexelAlignment)
 		texelBytes := elem
-		if t == core.Q8_0 {
+		if t.Quantized() {
 			texelBytes = 4 // read as words
 		}
 		if vec4 {
@@ -186,12 +186,13 @@ func chunkBindings(p *AttentionPlan, c Chunk, cs *AttentionShape, extra *chunkPa
 		kSpan = viewSpan(s.K, 0, s.Pages, 0, s.HKV, s.Paging, s.DK)
 		vSpan = viewSpan(s.V, 0, s.Pages, 0, s.HKV, s.Paging, s.DV)
 	}
-	// A q8_0 K or V is bound whole: its scales lie after every quant.
-	if s.K.Type == core.Q8_0 {
-		kSpan = s.K.q8Span()
+	// A q8_0 or q4_0 K or V is bound whole: its scales lie after every
+	// quant.
+	if s.K.Type.Quantized() {
+		kSpan = s.K.quantSpan()
 	}
-	if s.V.Type == core.Q8_0 {
-		vSpan = s.V.q8Span()
+	if s.V.Type.Quantized() {
+		vSpan = s.V.quantSpan()
 	}
 	bs := []chunkBinding{
 		{BindQ, "Q", viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, s.Q.Type, &cs.Q.Offset},

@@ -40,7 +40,7 @@ func TestPlansFitRealDevices(t *testing.T) {
 						continue
 					}
 					r.add(c.name, attentionProblems(dev, &in, &tuning, p))
-					if in.LSE && !in.kvQ8() && in.Paging == 0 {
+					if in.LSE && !in.kvQuant() && in.Paging == 0 {
 						r.add(c.name+" backward", backwardProblems(dev, p))
 					}
 				}
@@ -172,8 +172,8 @@ type attentionCase struct {
 }
 
 // attentionSweep is every family's calls: prefill, GQA, decode (split-K),
-// long S and long L, odd widths 1..256, float32, float16, bfloat16 and
-// q8_0 K/V, masks and lengths, weights, LSE (and so the backward),
+// long S and long L, odd widths 1..256, float32, float16, bfloat16,
+// q8_0 and q4_0 K/V, masks and lengths, weights, LSE (and so the backward),
 // additive scores, paged K/V, each on every load path.
 func attentionSweep() []attentionCase {
 	// Every width on the smaller calls, a few on the large ones (whose
@@ -214,6 +214,7 @@ func attentionSweep() []attentionCase {
 			in.K.Type, in.V.Type = core.Q8_0, core.Q8_0
 			in.K.Scales, in.V.Scales = in.B*in.HKV*in.S*in.DK/2, in.B*in.HKV*in.S*in.DV/2
 		}},
+		{"q4_0 K/V", false, func(in *PlanInput) { quantKV(in, core.Q4_0) }},
 		{"masked LSE", true, func(in *PlanInput) {
 			s := &in.AttentionShape
 			in.Mask = MaskLayout{Given: true, Strides: [4]int{s.H * s.L * s.S, s.L * s.S, s.S, 1}}
@@ -318,13 +319,13 @@ func gridProblems(dev core.DeviceInfo, what string, g [3]uint32) []string {
 
 // reach is the bytes one binding of type t reaches (texel views hold
 // MaxTexelBufferElements texels of one element, four with vec4, or a word
-// for q8_0).
+// for q8_0 and q4_0).
 func reach(dev core.DeviceInfo, texel, vec4 bool, t core.DType) int {
 	if !texel {
 		return int(dev.Limits.MaxStorageBufferRange)
 	}
 	b := t.Bytes()
-	if t == core.Q8_0 {
+	if t.Quantized() {
 		b = 4
 	}
 	if vec4 {

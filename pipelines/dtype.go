@@ -16,9 +16,10 @@ func typeSpec(t core.DType) int32 { return int32(t) }
 
 // texelBinding is the view a kernel reads an input of type t through on
 // the texel path: raw words, widened by the shader.
-// q8_0 is read as words too: four quants a word, the scales two a word.
+// q8_0 and q4_0 are read as words too: four or eight quants a word, the
+// scales two a word.
 func texelBinding(t core.DType, vec4 bool) core.BindingType {
-	words := t == core.Float32 || t == core.Q8_0
+	words := t == core.Float32 || t.Quantized()
 	switch {
 	case words && vec4:
 		return core.UniformTexelRGBA32UI
@@ -49,8 +50,8 @@ func namedTypes(names []string, ts ...core.DType) string {
 }
 
 // checkTypes refuses element types the attention kernel cannot read:
-// Q, K and V each in any of DTypes, K and V in q8_0 too (rows of whole
-// blocks), outputs in float32.
+// Q, K and V each in any of DTypes, K and V in q8_0 and q4_0 too (rows of
+// whole blocks), outputs in float32.
 func (s *AttentionShape) checkTypes() error {
 	for _, in := range []struct {
 		what string
@@ -58,15 +59,23 @@ func (s *AttentionShape) checkTypes() error {
 		kv   bool
 		w    int
 	}{{"Q", s.Q.Type, false, s.DK}, {"K", s.K.Type, true, s.DK}, {"V", s.V.Type, true, s.DV}} {
-		if !in.t.Valid() && !(in.kv && in.t == core.Q8_0) {
-			return fmt.Errorf("attention: %s has element type %v; the kernel reads %v (and q8_0 for K and V)", in.what, in.t, DTypes)
+		if !in.t.Valid() && !(in.kv && in.t.Quantized()) {
+			return fmt.Errorf("attention: %s has element type %v; the kernel reads %v (and q8_0, q4_0 for K and V)", in.what, in.t, DTypes)
 		}
-		if in.t == core.Q8_0 && in.w%core.Q8Block != 0 {
-			return fmt.Errorf("attention: %s in q8_0 has rows of %d elements; q8_0 rows are whole blocks of %d", in.what, in.w, core.Q8Block)
+		if in.t.Quantized() && in.w%quantBlock(in.t) != 0 {
+			return fmt.Errorf("attention: %s in %v has rows of %d elements; %v rows are whole blocks of %d", in.what, in.t, in.w, in.t, quantBlock(in.t))
 		}
 	}
 	if s.O.Type != core.Float32 {
 		return fmt.Errorf("attention: output of element type %v; outputs are f32", s.O.Type)
 	}
 	return nil
+}
+
+// quantBlock is the elements of one block of the quantized type t.
+func quantBlock(t core.DType) int {
+	if t == core.Q4_0 {
+		return core.Q4Block
+	}
+	return core.Q8Block
 }

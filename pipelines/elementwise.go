@@ -47,7 +47,9 @@ func MergeKernel() KernelSpec {
 	return KernelSpec{Variant: Variant{Family: FamilyMerge}, Bindings: mergeBindingTypes(), Push: 15 * 4, Spec: []int32{ElementWorkGroup}}
 }
 
-// Q8StoreKernel is the q8_0 quantization of rows of type t.
-func Q8StoreKernel(t core.DType) KernelSpec {
-	return KernelSpec{Variant: Variant{Family: FamilyQ8Store}, Bindings: q8StoreBindingTypes(), Push: 10 * 4, Spec: []int32{ElementWorkGroup, typeSpec(t)}}
+// Q8StoreKernel is the quantization of rows of type x into y, q8_0 or
+// q4_0 (q8_store.comp reads the output type as a specialization
+// constant: one SPIR-V for both).
+func Q8StoreKernel(x, y core.DType) KernelSpec {
+	return KernelSpec{Variant: Variant{Family: FamilyQ8Store}, Bindings: q8StoreBindingTypes(), Push: 10 * 4, Spec: []int32{ElementWorkGroup, typeSpec(x), typeSpec(y)}}
 }

@@ -23,7 +23,7 @@ const (
 	FamilyHeatmap                          // heat_colour.comp, the viewer's picture of weights
 	FamilyTiled                            // attention_tiled.comp, q.k scores, workgroup-tiled (GPUs)
 	FamilyRoPE                             // rope.comp, rotary position embeddings
-	FamilyQ8Store                          // q8_store.comp, quantization into a q8_0 tensor
+	FamilyQ8Store                          // q8_store.comp, quantization into a q8_0 or q4_0 tensor
 	FamilyBackwardQ                        // attention_backward.comp, dQ (and D, the sinks' shares)
 	FamilyBackwardKV                       // attention_backward.comp, dK and dV
 	FamilyAdditiveBackwardQ                // attention_backward.comp, additive scores: dq
@@ -72,7 +72,7 @@ type Variant struct {
 	Vec4   bool // inputs read as vec4s
 	SplitK bool // keys split over lanes (flash-decoding), merged by FamilyCombine
 	Shared bool // K/V rows fetched once per subgroup and shared by shuffles
-	Q8     bool // K or V in q8_0 (only these builds read it)
+	Q8     bool // K or V in q8_0 or q4_0 (only these builds read them)
 }
 
 // Name is the variant's SPIR-V name (shaders/<Name>.spv).
@@ -157,8 +157,9 @@ var Variants = func() []Variant {
 	vs = append(vs, tiled...)
 	// The cooperative-matrix kernels: float16 rows read by element.
 	vs = append(vs, Variant{Family: FamilyCoopmat, Path: core.StorageLoadPath}, Variant{Family: FamilyLinearCoopmat, Path: core.StorageLoadPath})
-	// q8_0 K and V: the scaled dot-product kernels again, reading them
-	// (not the shared-loads build: the planner keeps q8_0 off it).
+	// q8_0 and q4_0 K and V: the scaled dot-product kernels again, reading
+	// them (not the shared-loads build: the planner keeps them off it).
+	// One build reads both, by the K and V types' specialization constants.
 	for _, v := range slices.Clone(vs) {
 		if (v.Family == FamilyAttention || v.Family == FamilyTiled) && !v.Shared {
 			v.Q8 = true

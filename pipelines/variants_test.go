@@ -51,15 +51,12 @@ func TestEveryVariantIsReachable(t *testing.T) {
 					}
 					for _, additive := range []bool{false, true} {
 						for _, weights := range []bool{false, true} {
-							for _, q8 := range []bool{false, true} {
-								if q8 && additive {
+							for _, kv := range []core.DType{core.Float32, core.Q8_0, core.Q4_0} {
+								if kv.Quantized() && additive {
 									continue // additive K is a float projection
 								}
 								in.Force, in.Additive, in.Weights = force, additive, weights
-								in.K.Type, in.V.Type = core.Float32, core.Float32
-								if q8 {
-									in.K.Type, in.V.Type = core.Q8_0, core.Q8_0
-								}
+								in.K.Type, in.V.Type = kv, kv
 								p, err := PlanAttention(dev, in)
 								if err != nil {
 									t.Fatalf("%s %+v: %v", dev.Name, in, err)

@@ -6,18 +6,19 @@ import (
 	"github.com/vkattn/vkattn/vk"
 )
 
-// Q8StoreArgs are the buffers and extents of a q8_0 quantization
+// Q8StoreArgs are the buffers and extents of a q8_0 or q4_0 quantization
 // (q8_store.comp): rows of X, (B, Heads, N, D) at XOffset with XStrides
-// over (B, Heads, N), each quantized to element RowDst[r] of Y, a q8_0
-// buffer whose scales start at half Scales.
+// over (B, Heads, N), each quantized to element RowDst[r] of Y, a buffer
+// of YType whose scales start at half Scales.
 type Q8StoreArgs struct {
 	X           *vk.Buffer
 	XType       core.DType
 	XOffset     int
 	XStrides    [3]int
 	B, Heads, N int
-	D           int // a multiple of 32
+	D           int // a multiple of the block (32)
 	Y           *vk.Buffer
+	YType       core.DType // Q8_0 or Q4_0; the zero value, Float32, is Q8_0
 	Scales      int
 	RowDst      *vk.Buffer // int32, one per row of X
 }
@@ -25,15 +26,26 @@ type Q8StoreArgs struct {
 // Q8Store binds the quantization of a's rows.
 func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 	dev := ks.dev.Info.DeviceInfo
-	if a.D%core.Q8Block != 0 || !a.XType.Valid() {
-		return nil, pipelines.Limitf("q8_0 quantization of rows of %d %v: want float rows of whole blocks of %d", a.D, a.XType, core.Q8Block)
+	if a.YType == core.Float32 {
+		a.YType = core.Q8_0
 	}
-	total, err := checkRows(dev, "q8_0 quantization", [4]int{a.B, a.Heads, a.N, a.D},
-		rowBuffer{"quantized input", a.X, a.XType}, rowBuffer{"q8_0 output", a.Y, core.Q8_0})
+	if !a.YType.Quantized() {
+		return nil, pipelines.Limitf("quantization into %v: want q8_0 or q4_0", a.YType)
+	}
+	what := a.YType.String() + " quantization"
+	block := core.Q8Block
+	if a.YType == core.Q4_0 {
+		block = core.Q4Block
+	}
+	if a.D%block != 0 || !a.XType.Valid() {
+		return nil, pipelines.Limitf("%s of rows of %d %v: want float rows of whole blocks of %d", what, a.D, a.XType, block)
+	}
+	total, err := checkRows(dev, what, [4]int{a.B, a.Heads, a.N, a.D},
+		rowBuffer{"quantized input", a.X, a.XType}, rowBuffer{a.YType.String() + " output", a.Y, a.YType})
 	if err != nil {
 		return nil, err
 	}
-	k, err := ks.kernel(pipelines.Q8StoreKernel(a.XType))
+	k, err := ks.kernel(pipelines.Q8StoreKernel(a.XType, a.YType))
 	if err != nil {
 		return nil, err
 	}
@@ -41,8 +53,8 @@ func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	blocks := total / core.Q8Block
-	cols, rows, err := pipelines.Grid(dev, "q8_0 quantization", blocks)
+	blocks := total / block
+	cols, rows, err := pipelines.Grid(dev, what, blocks)
 	if err != nil {
 		set.Close()
 		return nil, err
