@@ -150,14 +150,14 @@ func backwardChunkBindings(p *AttentionPlan, c Chunk, cs *AttentionShape, extra 
 	keys := span{(c.b0*s.HKV + c.hk0) * s.S, ((c.b0+c.nb-1)*s.HKV+c.hk0+c.nkv-1)*s.S + s.S}
 	times := func(sp span, n int) span { return span{sp.lo * n, sp.hi * n} }
 	bs = append(bs,
-		chunkBinding{BindDO, "dO", times(rows, s.DV), false, false, core.Float32, &off.dO},
-		chunkBinding{BindRowD, "D", rows, false, false, core.Float32, &off.rowD},
-		chunkBinding{BindDSink, "sink shares", rows, false, false, core.Float32, &off.dSink},
-		chunkBinding{BindDQ, "dQ", times(rows, s.DK), false, false, core.Float32, &off.dQ},
-		chunkBinding{BindDK, "dK", times(keys, s.DK), false, false, core.Float32, &off.dK},
-		chunkBinding{BindDV, "dV", times(keys, s.DV), false, false, core.Float32, &off.dV})
+		chunkBinding{BindDO, "dO", times(rows, s.DV), false, false, core.Float32, &off.dO, nil},
+		chunkBinding{BindRowD, "D", rows, false, false, core.Float32, &off.rowD, nil},
+		chunkBinding{BindDSink, "sink shares", rows, false, false, core.Float32, &off.dSink, nil},
+		chunkBinding{BindDQ, "dQ", times(rows, s.DK), false, false, core.Float32, &off.dQ, nil},
+		chunkBinding{BindDK, "dK", times(keys, s.DK), false, false, core.Float32, &off.dK, nil},
+		chunkBinding{BindDV, "dV", times(keys, s.DV), false, false, core.Float32, &off.dV, nil})
 	if p.Additive {
-		bs = append(bs, chunkBinding{BindDWA, "dw_a shares", times(keys, s.DK), false, false, core.Float32, &off.dWA})
+		bs = append(bs, chunkBinding{BindDWA, "dw_a shares", times(keys, s.DK), false, false, core.Float32, &off.dWA, nil})
 	}
 	return bs
 }

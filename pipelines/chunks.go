@@ -158,8 +158,9 @@ func bindWindow(dev core.DeviceInfo, what string, sp span, texel, vec4 bool, t c
 	return w, nil
 }
 
-// chunkBinding is one buffer of a chunk: its binding, its window, and
-// where the chunk's parameters keep its element offset in the window.
+// chunkBinding is one buffer of a chunk: its binding, the span it
+// touches, and where the chunk's parameters keep its element offset in
+// the window. The window covers the span, or whole when set.
 type chunkBinding struct {
 	binding int
 	what    string
@@ -168,6 +169,15 @@ type chunkBinding struct {
 	vec4    bool
 	dtype   core.DType
 	offset  *int
+	whole   *span
+}
+
+// window is the span b's window covers: whole, or the span it touches.
+func (b chunkBinding) window() span {
+	if b.whole != nil {
+		return *b.whole
+	}
+	return b.sp
 }
 
 // chunkBindings lists the windowed buffers of chunk c of plan p; their
@@ -186,35 +196,38 @@ func chunkBindings(p *AttentionPlan, c Chunk, cs *AttentionShape, extra *chunkPa
 		kSpan = viewSpan(s.K, 0, s.Pages, 0, s.HKV, s.Paging, s.DK)
 		vSpan = viewSpan(s.V, 0, s.Pages, 0, s.HKV, s.Paging, s.DV)
 	}
-	// A q8_0 or q4_0 K or V is bound whole: its scales lie after every
-	// quant.
+	// A q8_0 or q4_0 K or V is bound whole, its scales lying after every
+	// quant; the chunk's offset is still its first element there.
+	var kWhole, vWhole *span
 	if s.K.Type.Quantized() {
-		kSpan = s.K.quantSpan()
+		w := s.K.quantSpan()
+		kWhole = &w
 	}
 	if s.V.Type.Quantized() {
-		vSpan = s.V.quantSpan()
+		w := s.V.quantSpan()
+		vWhole = &w
 	}
 	bs := []chunkBinding{
-		{BindQ, "Q", viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, s.Q.Type, &cs.Q.Offset},
-		{BindK, "K", kSpan, texel, p.Vec4, s.K.Type, &cs.K.Offset},
-		{BindV, "V", vSpan, texel, p.Vec4, s.V.Type, &cs.V.Offset},
-		{BindO, "O", viewSpan(rowsFrom(s.O, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DV), false, false, core.Float32, &cs.O.Offset},
+		{BindQ, "Q", viewSpan(rowsFrom(s.Q, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DK), texel, p.Vec4, s.Q.Type, &cs.Q.Offset, nil},
+		{BindK, "K", kSpan, texel, p.Vec4, s.K.Type, &cs.K.Offset, kWhole},
+		{BindV, "V", vSpan, texel, p.Vec4, s.V.Type, &cs.V.Offset, vWhole},
+		{BindO, "O", viewSpan(rowsFrom(s.O, c.l0), c.b0, c.nb, h0, nh, c.nl, s.DV), false, false, core.Float32, &cs.O.Offset, nil},
 	}
 	// LSE and weights are dense (B, H, L[, S]); a chunk of several batch
 	// items has every head, so its range is contiguous (a block of query
 	// rows is contiguous within each of its heads).
 	rows := span{(c.b0*s.H+h0)*s.L + c.l0, ((c.b0+c.nb-1)*s.H+h0+nh-1)*s.L + c.l0 + c.nl}
 	if s.LSE {
-		bs = append(bs, chunkBinding{BindLSE, "LSE", rows, false, false, core.Float32, &extra.lse})
+		bs = append(bs, chunkBinding{BindLSE, "LSE", rows, false, false, core.Float32, &extra.lse, nil})
 	}
 	if s.Weights {
-		bs = append(bs, chunkBinding{BindWeights, "weights", span{rows.lo * s.S, rows.hi * s.S}, false, false, core.Float32, &extra.weights})
+		bs = append(bs, chunkBinding{BindWeights, "weights", span{rows.lo * s.S, rows.hi * s.S}, false, false, core.Float32, &extra.weights, nil})
 	}
 	if s.Mask.Given {
-		bs = append(bs, chunkBinding{BindMask, "mask", maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.mask})
+		bs = append(bs, chunkBinding{BindMask, "mask", maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.mask, nil})
 	}
 	if s.BoolMask.Given {
-		bs = append(bs, chunkBinding{BindBoolMask, "boolean mask", maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.boolMask})
+		bs = append(bs, chunkBinding{BindBoolMask, "boolean mask", maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.boolMask, nil})
 	}
 	return bs
 }
@@ -222,7 +235,7 @@ func chunkBindings(p *AttentionPlan, c Chunk, cs *AttentionShape, extra *chunkPa
 // fits reports whether every binding of chunk c has a window within reach.
 func fits(dev core.DeviceInfo, p *AttentionPlan, c Chunk) error {
 	for _, b := range chunkBindings(p, c, nil, nil) {
-		if _, err := bindWindow(dev, b.what, b.sp, b.texel, b.vec4, b.dtype); err != nil {
+		if _, err := bindWindow(dev, b.what, b.window(), b.texel, b.vec4, b.dtype); err != nil {
 			return err
 		}
 	}
@@ -309,7 +322,7 @@ type Window struct {
 func bindWindows(dev core.DeviceInfo, bs []chunkBinding) ([]Window, error) {
 	ws := make([]Window, len(bs))
 	for i, b := range bs {
-		w, err := bindWindow(dev, b.what, b.sp, b.texel, b.vec4, b.dtype)
+		w, err := bindWindow(dev, b.what, b.window(), b.texel, b.vec4, b.dtype)
 		if err != nil {
 			return nil, err
 		}

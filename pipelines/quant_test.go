@@ -1,6 +1,8 @@
 package pipelines
 
 import (
+	"bytes"
+	"encoding/binary"
 	"slices"
 	"strings"
 	"testing"
@@ -147,5 +149,64 @@ func TestQ4Refused(t *testing.T) {
 	}
 	if _, err := PlanBackward(dev, p); err == nil || !strings.Contains(err.Error(), "q4_0") {
 		t.Errorf("backward over q4_0 K and V: %v, want a refusal naming q4_0", err)
+	}
+}
+
+// TestQuantChunkOffsets: a chunked call binds a q8_0 or q4_0 K and V
+// whole (their scales follow every quant) and puts each chunk's first
+// element, batch item b0 and KV head hk0, in its parameters, as for a
+// float K: chunks split by batch items, by KV heads, and by query rows.
+func TestQuantChunkOffsets(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		shape AttentionShape
+		reach uint32
+	}{
+		{"batch items", DenseShape(3, 4, 2, 64, 64, 32, 32), 64 * 32 * 4 * 4},
+		{"KV heads", DenseShape(2, 4, 2, 64, 64, 32, 32), 64 * 32 * 4 * 2},
+		{"query rows", DenseShape(2, 2, 2, 256, 32, 32, 32), 64 * 32 * 4},
+	} {
+		for _, t4 := range []core.DType{core.Float32, core.Q8_0, core.Q4_0} {
+			d := lavapipeLike()
+			d.Limits.MaxStorageBufferRange, d.Limits.MaxTexelBufferElements = 1<<30, 1<<28
+			in := PlanInput{AttentionShape: c.shape, Force: core.StorageLoadPath}
+			in.Weights = true // (B, H, L, S) weights: larger than the reach, so chunked
+			quantKV(&in, t4)
+			// The reach limits the weights, not K and V (a quantized K is bound whole).
+			d.Limits.MaxStorageBufferRange = max(c.reach, uint32(in.B*in.HKV*in.S*in.DK*4))
+			p, err := PlanAttention(d, in)
+			if err != nil {
+				t.Fatalf("%s %v: %v", c.name, t4, err)
+			}
+			if p.Chunks < 2 {
+				t.Fatalf("%s %v: %d chunks, want a split", c.name, t4, p.Chunks)
+			}
+			for _, ch := range p.ChunkList() {
+				bc, err := p.BindChunk(d, ch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ap attentionParams
+				if err := binary.Read(bytes.NewReader(bc.Params), binary.LittleEndian, &ap); err != nil {
+					t.Fatal(err)
+				}
+				var kWin Window
+				for _, w := range bc.Windows {
+					if w.Binding == BindK {
+						kWin = w
+					}
+				}
+				// The chunk's first key element, counted from its window's
+				// start (a float K's window starts at the chunk).
+				first := ch.b0*in.K.Strides[0] + ch.hk0*in.K.Strides[1]
+				elem := uint64(t4.Bytes())
+				if got := int(kWin.Offset/elem) + int(ap.Offsets[1]); got != first {
+					t.Errorf("%s %v chunk %+v: K window at byte %d, offset %d: element %d, want %d", c.name, t4, ch, kWin.Offset, ap.Offsets[1], got, first)
+				}
+				if t4.Quantized() && kWin.Offset != 0 {
+					t.Errorf("%s %v chunk %+v: K window at byte %d, want the whole buffer", c.name, t4, ch, kWin.Offset)
+				}
+			}
+		}
 	}
 }
