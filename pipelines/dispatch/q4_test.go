@@ -232,7 +232,8 @@ func TestQ4StoreMatchesHost(t *testing.T) {
 
 // TestQ4Attention runs attention over q4_0 K and V on the device's own
 // plans (prefill with GQA, split-K decode, the storage path, and the
-// prefill chunked by batch items) and checks O and the log-sum-exp against
+// prefill chunked by batch items) and on NVIDIA's tuning (the tiled
+// kernel, as VKATTN_PLAN_AS=nvidia plans), and checks O and the log-sum-exp against
 // the float64 reference on the dequantized values, at §13's sweep
 // tolerance.
 func TestQ4Attention(t *testing.T) {
@@ -240,7 +241,9 @@ func TestQ4Attention(t *testing.T) {
 	info := dev.Info.DeviceInfo
 	r := rand.New(rand.NewSource(4))
 	small := info
-	small.Limits.MaxTexelBufferElements, small.Limits.MaxStorageBufferRange = 4096, 64<<10
+	// A batch item's Q (1024 vec4 texels) and O (8 KiB) fit, two do not;
+	// the prefill's kernel serves (the same specialization).
+	small.Limits.MaxTexelBufferElements, small.Limits.MaxStorageBufferRange = 1024, 8<<10
 	for _, c := range []struct {
 		name              string
 		b, h, hkv, l, s   int
@@ -250,11 +253,13 @@ func TestQ4Attention(t *testing.T) {
 		vType             core.DType
 		causal            core.Causal
 		wantChunks, split bool
+		vendor            string // plan with this vendor's tuning
 	}{
-		{"prefill", 2, 4, 2, 16, 40, 64, 32, info, core.AutoLoadPath, core.Q4_0, core.CausalBottomRight, false, false},
-		{"decode", 1, 8, 2, 1, 300, 64, 64, info, core.AutoLoadPath, core.Q4_0, core.NotCausal, false, true},
-		{"storage, V q8_0", 2, 4, 2, 16, 40, 64, 32, info, core.StorageLoadPath, core.Q8_0, core.NotCausal, false, false},
-		{"prefill in chunks", 3, 4, 2, 64, 64, 64, 32, small, core.AutoLoadPath, core.Q4_0, core.CausalBottomRight, true, false},
+		{"prefill", 2, 4, 2, 16, 40, 64, 32, info, core.AutoLoadPath, core.Q4_0, core.CausalBottomRight, false, false, ""},
+		{"decode", 1, 8, 2, 1, 300, 64, 64, info, core.AutoLoadPath, core.Q4_0, core.NotCausal, false, true, ""},
+		{"storage, V q8_0", 2, 4, 2, 16, 40, 64, 32, info, core.StorageLoadPath, core.Q8_0, core.NotCausal, false, false, ""},
+		{"prefill in chunks", 2, 4, 2, 16, 40, 64, 32, small, core.AutoLoadPath, core.Q4_0, core.CausalBottomRight, true, false, ""},
+		{"tiled", 2, 4, 2, 16, 40, 64, 32, info, core.AutoLoadPath, core.Q4_0, core.CausalBottomRight, false, false, "nvidia"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			qs, ks4, vs := [4]int{c.b, c.h, c.l, c.dk}, [4]int{c.b, c.hkv, c.s, c.dk}, [4]int{c.b, c.hkv, c.s, c.dv}
@@ -301,9 +306,19 @@ func TestQ4Attention(t *testing.T) {
 			in.K.Type, in.V.Type, in.K.Scales, in.V.Scales = core.Q4_0, c.vType, kScales, vScales
 			in.LSE = true
 			in.Scalars = pipelines.Scalars{Scale: 1 / math.Sqrt(float64(c.dk)), Causal: c.causal}
+			if c.vendor != "" {
+				tuning, err := pipelines.VendorTuning(c.vendor)
+				if err != nil {
+					t.Fatal(err)
+				}
+				in.Tuning = &tuning
+			}
 			p, err := pipelines.PlanAttention(c.dev, in)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if (p.Variant.Family == pipelines.FamilyTiled) != (c.vendor != "") {
+				t.Fatalf("plan %s with %q's tuning", p.Variant, c.vendor)
 			}
 			if !p.Variant.Q8 || (p.Chunks > 1) != c.wantChunks || (p.Splits > 0) != c.split || (c.force != core.AutoLoadPath && p.Path != c.force) {
 				t.Fatalf("plan %s, %d chunks, %d splits; want a quantized build, chunks %v, split-K %v", p.Variant, p.Chunks, p.Splits, c.wantChunks, c.split)
