@@ -8,48 +8,33 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/reference"
 )
-
-// compareGrad checks a gradient against the float64 reference's under
-// golden.GradCheck: |got - want| <= 1e-4 * max(1, max|want|) over the
-// tensor.
-func compareGrad(t *testing.T, what string, got []float32, want []float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	var c golden.GradCheck
-	c.Add(what, got, want)
-	if !c.Pass {
-		t.Fatalf("%s (%.3g times the bound)", c.Worst(), float64(c.Ratio))
-	}
-}
 
 // checkBackward runs the backward of p on d with a random dO and checks
 // dQ, dK, dV and dSinks against the float64 reference; it returns the
 // forward's plan.
-func checkBackward(t *testing.T, d *vkattn.Device, r *rand.Rand, p *problem) vkattn.Plan {
+func checkBackward(t *testing.T, d *vkattn.Device, r *rand.Rand, p *devtest.Problem) vkattn.Plan {
 	t.Helper()
-	return checkBackwardOf(t, d, p, randomValues(r, p.qs[0]*p.qs[1]*p.qs[2]*p.vs[3]))
+	return checkBackwardOf(t, d, p, devtest.RandomValues(r, p.QS[0]*p.QS[1]*p.QS[2]*p.VS[3]))
 }
 
 // checkBackwardOf is checkBackward with the given dO.
-func checkBackwardOf(t *testing.T, d *vkattn.Device, p *problem, dO []float32) vkattn.Plan {
+func checkBackwardOf(t *testing.T, d *vkattn.Device, p *devtest.Problem, dO []float32) vkattn.Plan {
 	t.Helper()
-	q, k, v := p.inputs(t, d)
-	dOT := p.upload(t, d, dO, [4]int{p.qs[0], p.qs[1], p.qs[2], p.vs[3]}, vkattn.Float32)
+	q, k, v := p.Inputs(t, d)
+	dOT := p.Upload(t, d, dO, [4]int{p.QS[0], p.QS[1], p.QS[2], p.VS[3]}, vkattn.Float32)
 	for _, x := range []*vkattn.Tensor{q, k, v, dOT} {
 		defer x.Close()
 	}
-	g, err := d.AttentionBackward(q, k, v, dOT, p.opts)
+	g, err := d.AttentionBackward(q, k, v, dOT, p.Opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	rq, rk, rv := p.rounded()
-	want, err := reference.AttentionBackward(rq, p.qs, rk, p.ks, rv, p.vs, dO, p.opts)
+	rq, rk, rv := p.Rounded()
+	want, err := reference.AttentionBackward(rq, p.QS, rk, p.KS, rv, p.VS, dO, p.Opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,42 +43,15 @@ func checkBackwardOf(t *testing.T, d *vkattn.Device, p *problem, dO []float32) v
 		t    *vkattn.Tensor
 		want []float64
 	}{{"dQ", g.DQ, want.DQ}, {"dK", g.DK, want.DK}, {"dV", g.DV, want.DV}} {
-		got := download(t, x.t)
-		compareGrad(t, x.name, got, x.want)
+		got := devtest.Download(t, x.t)
+		devtest.CompareGrad(t, x.name, got, x.want)
 	}
-	if p.opts.Sinks != nil {
-		compareGrad(t, "dSinks", g.DSinks, want.DSinks)
+	if p.Opts.Sinks != nil {
+		devtest.CompareGrad(t, "dSinks", g.DSinks, want.DSinks)
 	} else if g.DSinks != nil {
 		t.Errorf("dSinks %v without sinks", g.DSinks)
 	}
 	return g.Plan
-}
-
-// compareOptionalGrad is compareGrad for a gradient a layer may lack:
-// got and want are both nil, or both compared.
-func compareOptionalGrad(t *testing.T, what string, got []float32, want []float64) {
-	t.Helper()
-	if (got == nil) != (want == nil) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	if got != nil {
-		compareGrad(t, what, got, want)
-	}
-}
-
-// namedGrad is a device gradient and the reference's, by name.
-type namedGrad struct {
-	name string
-	got  []float32
-	want []float64
-}
-
-// compareOptionalGrads is compareOptionalGrad for each of grads.
-func compareOptionalGrads(t *testing.T, grads ...namedGrad) {
-	t.Helper()
-	for _, g := range grads {
-		compareOptionalGrad(t, g.name, g.got, g.want)
-	}
 }
 
 // The device backward (dQ, dK, dV, dSinks) equals the float64 reference's
@@ -109,16 +67,16 @@ func TestAttentionBackwardEveryPlan(t *testing.T) {
 	cases := []struct {
 		name  string
 		plans []string
-		make  func(r *rand.Rand) *problem
+		make  func(r *rand.Rand) *devtest.Problem
 	}{
-		{"GQA, bottom-right causal, L < S, strided", []string{"auto", "storage", "nvidia", "amd"}, func(r *rand.Rand) *problem {
-			p := newProblem(r, 2, 4, 2, 5, 9, 8, 12)
-			p.blhd = true
-			p.opts = vkattn.Options{Causal: vkattn.CausalBottomRight}
+		{"GQA, bottom-right causal, L < S, strided", []string{"auto", "storage", "nvidia", "amd"}, func(r *rand.Rand) *devtest.Problem {
+			p := devtest.NewProblem(r, 2, 4, 2, 5, 9, 8, 12)
+			p.BLHD = true
+			p.Opts = vkattn.Options{Causal: vkattn.CausalBottomRight}
 			return p
 		}},
-		{"top-left causal, L > S, masks, lengths", []string{"auto", "amd"}, func(r *rand.Rand) *problem {
-			p := newProblem(r, 2, 2, 2, 7, 4, 16, 8)
+		{"top-left causal, L > S, masks, lengths", []string{"auto", "amd"}, func(r *rand.Rand) *devtest.Problem {
+			p := devtest.NewProblem(r, 2, 2, 2, 7, 4, 16, 8)
 			add := make([]float32, 7*4)
 			for i := range add {
 				add[i] = float32(i%3) - 1
@@ -127,37 +85,37 @@ func TestAttentionBackwardEveryPlan(t *testing.T) {
 			for i := range allow {
 				allow[i] = i%5 != 2
 			}
-			p.opts = vkattn.Options{Causal: vkattn.CausalTopLeft,
+			p.Opts = vkattn.Options{Causal: vkattn.CausalTopLeft,
 				Mask:         &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 7, 4}, Values: add},
 				BoolMasks:    []vkattn.BoolMask{{Shape: vkattn.MaskShape{2, 1, 7, 4}, Values: allow, Meaning: vkattn.TrueAllows}},
 				KeyLengths:   []int{4, 0}, // item 1: no visible key
 				QueryLengths: []int{6, 7}}
 			return p
 		}},
-		{"window, softcap, ALiBi, sinks, large logits, halves", []string{"storage", "nvidia"}, func(r *rand.Rand) *problem {
-			p := newProblem(r, 1, 4, 1, 6, 10, 8, 8)
-			p.types = [3]vkattn.DType{vkattn.Float16, vkattn.BFloat16, vkattn.Float16}
-			p.opts = vkattn.Options{Scale: vkattn.CustomScale(6), Window: &vkattn.Window{Left: 3, Right: 1},
+		{"window, softcap, ALiBi, sinks, large logits, halves", []string{"storage", "nvidia"}, func(r *rand.Rand) *devtest.Problem {
+			p := devtest.NewProblem(r, 1, 4, 1, 6, 10, 8, 8)
+			p.Types = [3]vkattn.DType{vkattn.Float16, vkattn.BFloat16, vkattn.Float16}
+			p.Opts = vkattn.Options{Scale: vkattn.CustomScale(6), Window: &vkattn.Window{Left: 3, Right: 1},
 				Softcap: 5, ALiBi: vkattn.ALiBiSlopes(4), Sinks: []float32{0.5, -1, 2, 0},
 				KeyLengths: []int{8}, AlignToKeyLengths: true, Causal: vkattn.CausalBottomRight}
 			return p
 		}},
 	}
-	inParallel(t, everyPlanName, func(t *testing.T, plan string) {
+	devtest.InParallel(t, devtest.EveryPlanName, func(t *testing.T, plan string) {
 		for i, c := range cases {
 			if slices.Contains(c.plans, plan) {
 				t.Run(c.name, func(t *testing.T) {
 					r := rand.New(rand.NewSource(int64(120 + i)))
-					checkBackward(t, everyPlan()[plan], r, c.make(r))
+					checkBackward(t, devtest.EveryPlan()[plan], r, c.make(r))
 				})
 			}
 		}
 	})
-	q := zeros(t, dev, 1, 1, 2, 4)
-	if _, err := dev.AttentionBackward(q, q, q, zeros(t, dev, 1, 1, 3, 4), vkattn.Options{}); !errors.Is(err, vkattn.ErrShape) {
+	q := devtest.Zeros(t, devtest.Dev, 1, 1, 2, 4)
+	if _, err := devtest.Dev.AttentionBackward(q, q, q, devtest.Zeros(t, devtest.Dev, 1, 1, 3, 4), vkattn.Options{}); !errors.Is(err, vkattn.ErrShape) {
 		t.Errorf("dO of the wrong shape: %v, want ErrShape", err)
 	}
-	if _, err := dev.AttentionBackward(q, q, q, q, vkattn.Options{RoPE: &vkattn.RoPE{Theta: 1e4}}); !errors.Is(err, vkattn.ErrOption) {
+	if _, err := devtest.Dev.AttentionBackward(q, q, q, q, vkattn.Options{RoPE: &vkattn.RoPE{Theta: 1e4}}); !errors.Is(err, vkattn.ErrOption) {
 		t.Errorf("RoPE: %v, want ErrOption", err)
 	}
 }
@@ -169,18 +127,18 @@ func TestAttentionBackwardEveryPlan(t *testing.T) {
 // ran past lavapipe's budget of loop iterations there and lost keys.
 func TestAttentionBackwardDeterministic(t *testing.T) {
 	r := rand.New(rand.NewSource(130))
-	p := newProblem(r, 1, 4, 2, 70, 1500, 16, 16)
+	p := devtest.NewProblem(r, 1, 4, 2, 70, 1500, 16, 16)
 	opts := vkattn.Options{Causal: vkattn.CausalBottomRight}
-	dOValues := randomValues(r, 4*70*16)
-	want, err := reference.AttentionBackward(p.q, p.qs, p.k, p.ks, p.v, p.vs, dOValues, opts)
+	dOValues := devtest.RandomValues(r, 4*70*16)
+	want, err := reference.AttentionBackward(p.Q, p.QS, p.K, p.KS, p.V, p.VS, dOValues, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range ownAndNVIDIA {
-		d := everyPlan()[name]
+	for _, name := range devtest.OwnAndNVIDIA {
+		d := devtest.EveryPlan()[name]
 		t.Run(name, func(t *testing.T) {
-			q, k, v := upload(t, d, p.qs[:], p.q), upload(t, d, p.ks[:], p.k), upload(t, d, p.vs[:], p.v)
-			dO := upload(t, d, []int{1, 4, 70, 16}, dOValues)
+			q, k, v := devtest.Upload(t, d, p.QS[:], p.Q), devtest.Upload(t, d, p.KS[:], p.K), devtest.Upload(t, d, p.VS[:], p.V)
+			dO := devtest.Upload(t, d, []int{1, 4, 70, 16}, dOValues)
 			var first [3][]float32
 			for run := 0; run < 2; run++ {
 				g, err := d.AttentionBackward(q, k, v, dO, opts)
@@ -188,10 +146,10 @@ func TestAttentionBackwardDeterministic(t *testing.T) {
 					t.Fatal(err)
 				}
 				for i, x := range []*vkattn.Tensor{g.DQ, g.DK, g.DV} {
-					got := download(t, x)
+					got := devtest.Download(t, x)
 					if run == 0 {
 						first[i] = got
-						compareGrad(t, [3]string{"dQ", "dK", "dV"}[i], got, [3][]float64{want.DQ, want.DK, want.DV}[i])
+						devtest.CompareGrad(t, [3]string{"dQ", "dK", "dV"}[i], got, [3][]float64{want.DQ, want.DK, want.DV}[i])
 						continue
 					}
 					for j := range got {

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -16,7 +18,7 @@ import (
 // ends.
 func backwardOf(t *testing.T, l, s, d int, q, k, v, dO []float32, opts vkattn.Options) (*vkattn.Gradients, error) {
 	t.Helper()
-	g, err := dev.AttentionBackward(upload(t, dev, []int{l, d}, q), upload(t, dev, []int{s, d}, k), upload(t, dev, []int{s, d}, v), upload(t, dev, []int{l, d}, dO), opts)
+	g, err := devtest.Dev.AttentionBackward(devtest.Upload(t, devtest.Dev, []int{l, d}, q), devtest.Upload(t, devtest.Dev, []int{s, d}, k), devtest.Upload(t, devtest.Dev, []int{s, d}, v), devtest.Upload(t, devtest.Dev, []int{l, d}, dO), opts)
 	if err == nil {
 		t.Cleanup(g.Close)
 	}
@@ -25,7 +27,7 @@ func backwardOf(t *testing.T, l, s, d int, q, k, v, dO []float32, opts vkattn.Op
 
 // alternating is n values of magnitude x, signs alternating.
 func alternating(n int, x float32) []float32 {
-	v := filled(n, x)
+	v := devtest.Filled(n, x)
 	for i := 1; i < n; i += 2 {
 		v[i] = -x
 	}
@@ -39,13 +41,13 @@ func alternating(n int, x float32) []float32 {
 func TestBackwardOverflowIsRefused(t *testing.T) {
 	const l, s, d = 4, 8, 8
 	r := rand.New(rand.NewSource(140))
-	small := func(n int) []float32 { return randomValues(r, n) }
+	small := func(n int) []float32 { return devtest.RandomValues(r, n) }
 	for _, c := range []struct {
 		name, what  string
 		q, k, v, dO []float32
 	}{
 		// dO . v_j reaches 8 x 1e10 x 1e30 = 8e40.
-		{"V 1e30, dO 1e10", "dP = dO·V^T", small(l * d), small(s * d), alternating(s*d, 1e30), filled(l*d, 1e10)},
+		{"V 1e30, dO 1e10", "dP = dO·V^T", small(l * d), small(s * d), alternating(s*d, 1e30), devtest.Filled(l*d, 1e10)},
 		// 8 x 3e38 x 2^32 (V's bound).
 		{"dO 3e38", "dP = dO·V^T", small(l * d), small(s * d), small(s * d), alternating(l*d, 3e38)},
 		// dS <= 2 x 8 x 2^32 x 2^32 = 3e20; dQ sums 8 keys of dS |scale| max|K|:
@@ -55,7 +57,7 @@ func TestBackwardOverflowIsRefused(t *testing.T) {
 		{"Q 1e20", "dK = scale·dS^T·Q", alternating(l*d, 1e20), small(s * d), small(s * d), small(l * d)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, err := dev.Attention(upload(t, dev, []int{l, d}, c.q), upload(t, dev, []int{s, d}, c.k), upload(t, dev, []int{s, d}, c.v), vkattn.Options{})
+			out, err := devtest.Dev.Attention(devtest.Upload(t, devtest.Dev, []int{l, d}, c.q), devtest.Upload(t, devtest.Dev, []int{s, d}, c.k), devtest.Upload(t, devtest.Dev, []int{s, d}, c.v), vkattn.Options{})
 			if err != nil {
 				t.Fatalf("forward: %v", err)
 			}
@@ -63,7 +65,7 @@ func TestBackwardOverflowIsRefused(t *testing.T) {
 			g, err := backwardOf(t, l, s, d, c.q, c.k, c.v, c.dO, vkattn.Options{})
 			if !errors.Is(err, vkattn.ErrOverflow) {
 				if g != nil {
-					t.Fatalf("got gradients (dQ[0] = %v), error %v; want ErrOverflow", download(t, g.DQ)[0], err)
+					t.Fatalf("got gradients (dQ[0] = %v), error %v; want ErrOverflow", devtest.Download(t, g.DQ)[0], err)
 				}
 				t.Fatalf("got %v, want ErrOverflow", err)
 			}
@@ -73,13 +75,13 @@ func TestBackwardOverflowIsRefused(t *testing.T) {
 		})
 	}
 
-	w := &vkattn.AdditiveWeights{DQ: d, DK: d, DA: d, WQ: small(d * d), WK: small(d * d), WA: small(d)}
-	add, err := dev.NewAdditive(w)
+	w := &nn.AdditiveWeights{DQ: d, DK: d, DA: d, WQ: small(d * d), WK: small(d * d), WA: small(d)}
+	add, err := nn.NewAdditive(devtest.Dev, w)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer add.Close()
-	q, k, v, dO := upload(t, dev, []int{1, l, d}, small(l*d)), upload(t, dev, []int{1, s, d}, small(s*d)), upload(t, dev, []int{1, s, d}, alternating(s*d, 1e30)), upload(t, dev, []int{1, l, d}, filled(l*d, 1e10))
+	q, k, v, dO := devtest.Upload(t, devtest.Dev, []int{1, l, d}, small(l*d)), devtest.Upload(t, devtest.Dev, []int{1, s, d}, small(s*d)), devtest.Upload(t, devtest.Dev, []int{1, s, d}, alternating(s*d, 1e30)), devtest.Upload(t, devtest.Dev, []int{1, l, d}, devtest.Filled(l*d, 1e10))
 	if _, err := add.Backward(q, k, v, dO, vkattn.Options{}); !errors.Is(err, vkattn.ErrOverflow) || !strings.Contains(err.Error(), "dP = dO·V^T") {
 		t.Errorf("additive backward, V 1e30, dO 1e10: %v, want ErrOverflow naming dP", err)
 	}
@@ -88,8 +90,8 @@ func TestBackwardOverflowIsRefused(t *testing.T) {
 	// they round to Inf: q of 1e30 through W_q of 1e-30 keeps tanh's
 	// argument small, dO and V of 1e10 make dq' about 1e20 on the
 	// device, and dW_q = q^T dq' about 1e50.
-	w.WQ = filled(d*d, 1e-30)
-	tiny, err := dev.NewAdditive(w)
+	w.WQ = devtest.Filled(d*d, 1e-30)
+	tiny, err := nn.NewAdditive(devtest.Dev, w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func TestBackwardOverflowIsRefused(t *testing.T) {
 		}
 		return x
 	}
-	q, v, dO = upload(t, dev, []int{1, l, d}, alternating(l*d, 1e30)), upload(t, dev, []int{1, s, d}, large(s*d)), upload(t, dev, []int{1, l, d}, large(l*d))
+	q, v, dO = devtest.Upload(t, devtest.Dev, []int{1, l, d}, alternating(l*d, 1e30)), devtest.Upload(t, devtest.Dev, []int{1, s, d}, large(s*d)), devtest.Upload(t, devtest.Dev, []int{1, l, d}, large(l*d))
 	if g, err := tiny.Backward(q, k, v, dO, vkattn.Options{}); !errors.Is(err, vkattn.ErrOverflow) || !strings.Contains(err.Error(), "dW_q") {
 		if g != nil {
 			t.Fatalf("additive backward, dW_q about 1e50: dW_q[0] = %v, error %v; want ErrOverflow naming dW_q", g.DWQ[0], err)
@@ -118,10 +120,10 @@ func TestBackwardOverflowIsRefused(t *testing.T) {
 func TestBackwardJustInsideTheBound(t *testing.T) {
 	const l, s, d = 4, 8, 8
 	r := rand.New(rand.NewSource(141))
-	q, k, dO := randomValues(r, l*d), randomValues(r, s*d), randomValues(r, l*d)
+	q, k, dO := devtest.RandomValues(r, l*d), devtest.RandomValues(r, s*d), devtest.RandomValues(r, l*d)
 	limit := math.MaxFloat32 / 2 / (s * 2 * d * math.Exp2(32) / math.Sqrt(d) * math.Exp2(32))
 	withMax := func(x float64) []float32 {
-		v := randomValues(rand.New(rand.NewSource(142)), s*d)
+		v := devtest.RandomValues(rand.New(rand.NewSource(142)), s*d)
 		for i := range v {
 			v[i] *= float32(x)
 		}
@@ -137,9 +139,9 @@ func TestBackwardJustInsideTheBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compareGrad(t, "dQ", download(t, g.DQ), want.DQ)
-	compareGrad(t, "dK", download(t, g.DK), want.DK)
-	compareGrad(t, "dV", download(t, g.DV), want.DV)
+	devtest.CompareGrad(t, "dQ", devtest.Download(t, g.DQ), want.DQ)
+	devtest.CompareGrad(t, "dK", devtest.Download(t, g.DK), want.DK)
+	devtest.CompareGrad(t, "dV", devtest.Download(t, g.DV), want.DV)
 	if _, err := backwardOf(t, l, s, d, q, k, withMax(limit*1.01), dO, vkattn.Options{}); !errors.Is(err, vkattn.ErrOverflow) || !strings.Contains(err.Error(), "dQ") {
 		t.Errorf("max|V| 1.01 times the bound: %v, want ErrOverflow naming dQ", err)
 	}
@@ -154,7 +156,7 @@ func TestBackwardLargeScoresFinite(t *testing.T) {
 	const l, s, d = 16, 64, 16
 	for _, m := range []float32{1e5, 1e10} {
 		r := rand.New(rand.NewSource(143))
-		q, k, v, dO := randomValues(r, l*d), randomValues(r, s*d), randomValues(r, s*d), randomValues(r, l*d)
+		q, k, v, dO := devtest.RandomValues(r, l*d), devtest.RandomValues(r, s*d), devtest.RandomValues(r, s*d), devtest.RandomValues(r, l*d)
 		for i := range q {
 			q[i] *= m
 		}
@@ -170,7 +172,7 @@ func TestBackwardLargeScoresFinite(t *testing.T) {
 			t     *vkattn.Tensor
 			bound float64
 		}{{"dQ", g.DQ, math.Inf(1)}, {"dK", g.DK, math.Inf(1)}, {"dV", g.DV, l}} {
-			for i, y := range download(t, x.t) {
+			for i, y := range devtest.Download(t, x.t) {
 				if !(math.Abs(float64(y)) <= x.bound) {
 					t.Fatalf("Q, K of %g: %s[%d] = %v, want finite and within %v", m, x.name, i, y, x.bound)
 				}
@@ -185,20 +187,20 @@ func TestBackwardLargeScoresFinite(t *testing.T) {
 func TestGradientsCarryBounds(t *testing.T) {
 	const l, s, d = 4, 8, 8
 	r := rand.New(rand.NewSource(144))
-	q, k, v := randomValues(r, l*d), randomValues(r, s*d), randomValues(r, s*d)
-	g, err := backwardOf(t, l, s, d, q, k, v, randomValues(r, l*d), vkattn.Options{})
+	q, k, v := devtest.RandomValues(r, l*d), devtest.RandomValues(r, s*d), devtest.RandomValues(r, s*d)
+	g, err := backwardOf(t, l, s, d, q, k, v, devtest.RandomValues(r, l*d), vkattn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// dS <= 2 x 8 x 2^64 ~ 3e20, so dK's bound is 4 rows x 3e20 x 0.354 x
 	// 2^32 ~ 1.8e30 and dV's 4 x 2^32: dV as Q (scores 8 x 1.7e10 x 2^32)
 	// and dK as V fit.
-	out, err := dev.Attention(g.DV, upload(t, dev, []int{s, d}, k), g.DK, vkattn.Options{})
+	out, err := devtest.Dev.Attention(g.DV, devtest.Upload(t, devtest.Dev, []int{s, d}, k), g.DK, vkattn.Options{})
 	if err != nil {
 		t.Fatalf("dV as Q and dK as V: %v", err)
 	}
 	out.Close()
-	if _, err := dev.Attention(g.DQ, g.DQ, g.DQ, vkattn.Options{}); !errors.Is(err, vkattn.ErrOverflow) {
+	if _, err := devtest.Dev.Attention(g.DQ, g.DQ, g.DQ, vkattn.Options{}); !errors.Is(err, vkattn.ErrOverflow) {
 		t.Errorf("dQ as Q and K: %v, want ErrOverflow (8 x its bound 3.6e30, squared)", err)
 	}
 }

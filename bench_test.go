@@ -4,9 +4,9 @@ import (
 	"context"
 	"math/rand"
 	"testing"
-	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 )
 
 type benchShape struct {
@@ -24,13 +24,13 @@ type benchShape struct {
 // reads, since its kernel reads each K/V element once per KV head.
 func benchAttention(b *testing.B, sh benchShape) {
 	r := rand.New(rand.NewSource(1))
-	p := newProblem(r, sh.b, sh.h, sh.hkv, sh.l, sh.s, sh.d, sh.d)
-	q, err := dev.UploadAs(p.qs[:], p.q, sh.types[0])
+	p := devtest.NewProblem(r, sh.b, sh.h, sh.hkv, sh.l, sh.s, sh.d, sh.d)
+	q, err := devtest.Dev.UploadAs(p.QS[:], p.Q, sh.types[0])
 	if err != nil {
 		b.Fatal(err)
 	}
-	k, _ := dev.UploadAs(p.ks[:], p.k, sh.types[1])
-	v, _ := dev.UploadAs(p.vs[:], p.v, sh.types[2])
+	k, _ := devtest.Dev.UploadAs(p.KS[:], p.K, sh.types[1])
+	v, _ := devtest.Dev.UploadAs(p.VS[:], p.V, sh.types[2])
 	defer q.Close()
 	defer k.Close()
 	defer v.Close()
@@ -38,7 +38,7 @@ func benchAttention(b *testing.B, sh benchShape) {
 	if sh.causal {
 		opts.Causal = vkattn.CausalBottomRight
 	}
-	call, err := dev.Prepare(q, k, v, opts)
+	call, err := devtest.Dev.Prepare(q, k, v, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,73 +50,9 @@ func benchAttention(b *testing.B, sh benchShape) {
 	if sh.causal {
 		flops /= 2
 	}
-	bytes := float64(len(p.q)*sh.types[0].Bytes() + len(p.k)*sh.types[1].Bytes() + len(p.v)*sh.types[2].Bytes() + 4*len(p.q))
-	secs := timeReplays(b, call.Run, flops)
+	bytes := float64(len(p.Q)*sh.types[0].Bytes() + len(p.K)*sh.types[1].Bytes() + len(p.V)*sh.types[2].Bytes() + 4*len(p.Q))
+	secs := devtest.TimeReplays(b, call.Run, flops)
 	b.ReportMetric(bytes*float64(b.N)/secs/1e9, "GB/s")
-}
-
-// timeReplays runs a prepared call b.N times and reports GFLOP/s over
-// device time when the device has timestamps, wall time otherwise.
-// It returns the seconds timed.
-func timeReplays(b *testing.B, run func(context.Context) (time.Duration, error), flops float64) float64 {
-	var gpu float64
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t, err := run(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		gpu += t.Seconds()
-	}
-	b.StopTimer()
-	secs := gpu
-	if secs == 0 {
-		secs = b.Elapsed().Seconds()
-	}
-	b.ReportMetric(flops*float64(b.N)/secs/1e9, "GFLOP/s")
-	return secs
-}
-
-// benchMHA times a prepared self-attention layer (packed weights with
-// biases, one sequence of T positions), its weights and input stored as
-// dt, and reports GFLOP/s counting the projections and the attention
-// (MHAPlan.FLOPs). float16 weights and input put in_proj on the
-// cooperative matrices of a device that has them, unless f32Products.
-func benchMHA(b *testing.B, d, h, T int, dt vkattn.DType, f32Products bool) {
-	r := rand.New(rand.NewSource(1))
-	w := randomMHA(r, d, d, d, true)
-	w.DType = dt
-	layer, err := dev.NewMHA(w)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer layer.Close()
-	x, err := dev.UploadAs([]int{1, T, d}, randomValues(r, T*d), dt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer x.Close()
-	opts := vkattn.MHAOptions{Heads: h}
-	opts.Attention.Float32Products = f32Products
-	call, err := layer.Prepare(x, nil, nil, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer call.Close()
-	if _, err := call.Run(context.Background()); err != nil { // compiles the variants
-		b.Fatal(err)
-	}
-	timeReplays(b, call.Run, call.Output().Plan.FLOPs())
-}
-
-func BenchmarkMHAD512H8T1024(b *testing.B) { benchMHA(b, 512, 8, 1024, vkattn.Float32, false) }
-
-// The same layer in float16: in_proj on the cooperative matrices where the
-// device has them (Mesa 26's lavapipe emulates them), and with float32
-// products, on linear.comp.
-func BenchmarkMHAD512H8T1024F16(b *testing.B) { benchMHA(b, 512, 8, 1024, vkattn.Float16, false) }
-func BenchmarkMHAD512H8T1024F16Float32Products(b *testing.B) {
-	benchMHA(b, 512, 8, 1024, vkattn.Float16, true)
 }
 
 func BenchmarkAttentionL1024D64H8(b *testing.B) {
@@ -161,10 +97,10 @@ func BenchmarkAttentionL1024D64H8F16(b *testing.B) {
 // replay: recording, binding and freeing, with no allocation in steady
 // state (TestOneShotSteadyState). Wall time per call (ns/op).
 func tinyProblem() (q, k, v *vkattn.Tensor, close func()) {
-	p := newProblem(rand.New(rand.NewSource(2)), 1, 1, 1, 16, 16, 16, 16)
-	q, _ = dev.Upload(p.qs[:], p.q)
-	k, _ = dev.Upload(p.ks[:], p.k)
-	v, _ = dev.Upload(p.vs[:], p.v)
+	p := devtest.NewProblem(rand.New(rand.NewSource(2)), 1, 1, 1, 16, 16, 16, 16)
+	q, _ = devtest.Dev.Upload(p.QS[:], p.Q)
+	k, _ = devtest.Dev.Upload(p.KS[:], p.K)
+	v, _ = devtest.Dev.Upload(p.VS[:], p.V)
 	return q, k, v, func() { q.Close(); k.Close(); v.Close() }
 }
 
@@ -175,7 +111,7 @@ func BenchmarkTinyOneShot(b *testing.B) {
 		if i == 1 {
 			b.ResetTimer() // the first call compiles the variant
 		}
-		out, err := dev.Attention(q, k, v, vkattn.Options{})
+		out, err := devtest.Dev.Attention(q, k, v, vkattn.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -186,7 +122,7 @@ func BenchmarkTinyOneShot(b *testing.B) {
 func BenchmarkTinyPrepared(b *testing.B) {
 	q, k, v, done := tinyProblem()
 	defer done()
-	call, err := dev.Prepare(q, k, v, vkattn.Options{})
+	call, err := devtest.Dev.Prepare(q, k, v, vkattn.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 )
 
 // Calls larger than one binding reaches run as chunks through buffer
@@ -71,19 +72,19 @@ func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 		} {
 			t.Run(fmt.Sprintf("%s/%s", path, c.name), func(t *testing.T) {
 				r := rand.New(rand.NewSource(int64(c.s + c.l)))
-				p := newProblem(r, c.b, c.h, c.hkv, c.l, c.s, c.dk, c.dk)
-				mask := randomValues(r, c.b*c.l*c.s)
-				p.opts = vkattn.Options{
+				p := devtest.NewProblem(r, c.b, c.h, c.hkv, c.l, c.s, c.dk, c.dk)
+				mask := devtest.RandomValues(r, c.b*c.l*c.s)
+				p.Opts = vkattn.Options{
 					Mask:         &vkattn.Mask{Shape: vkattn.MaskShape{c.b, 1, c.l, c.s}, Values: mask},
 					KeyLengths:   []int{c.s - 7, c.s, c.s - 1}[:c.b],
 					QueryLengths: []int{c.l, c.l - c.l/2, c.l}[:c.b],
 					Causal:       vkattn.CausalBottomRight,
 				}
-				p.wantLSE = true
-				p.weights = c.l > 1 // weights rule out split-K
-				p.types = c.types
-				got := runGPU(t, d, p)
-				kp := got.out.Plan.Kernel
+				p.WantLSE = true
+				p.Weights = c.l > 1 // weights rule out split-K
+				p.Types = c.types
+				got := devtest.RunGPU(t, d, p)
+				kp := got.Out.Plan.Kernel
 				if c.chunks == 0 {
 					// Blocks of rows of one query head each.
 					if kp.ChunkRows >= c.l || kp.Chunks != c.b*c.h*((c.l+kp.ChunkRows-1)/kp.ChunkRows) {
@@ -94,16 +95,16 @@ func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 				if kp.Chunks != c.chunks || kp.ChunkKVHeads != c.kvHeadsChunks || (c.l == 1) != (kp.Splits > 0) {
 					t.Fatalf("plan %v: want %d chunks of %d KV heads", kp, c.chunks, c.kvHeadsChunks)
 				}
-				want := runReference(t, p)
-				compare(t, "O", got.o, want.O)
-				compare(t, "LSE", got.lse, want.LSE)
-				if p.weights {
-					compare(t, "weights", got.w, want.Weights)
+				want := devtest.RunReference(t, p)
+				devtest.Compare(t, "O", got.O, want.O)
+				devtest.Compare(t, "LSE", got.LSE, want.LSE)
+				if p.Weights {
+					devtest.Compare(t, "weights", got.W, want.Weights)
 				}
 				// The shape-only plan predicts the same split.
-				opts := p.opts
-				opts.WantLSE, opts.WantWeights = p.wantLSE, p.weights
-				plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, opts)
+				opts := p.Opts
+				opts.WantLSE, opts.WantWeights = p.WantLSE, p.Weights
+				plan, err := d.PlanAs(p.QS[:], p.KS[:], p.VS[:], p.Types, opts)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -123,13 +124,13 @@ func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 		}{{64, 4, 129, 2, true}, {128, 2, 40, 1, false}} {
 			t.Run(fmt.Sprintf("%s/MHA d=%d T=%d", path, mc.d, mc.T), func(t *testing.T) {
 				r := rand.New(rand.NewSource(31))
-				c := randomMHACase(r, mc.d, mc.h, mc.T, "key padding", false)
-				c.opts.Attention.Causal = vkattn.CausalTopLeft
-				got := checkMHA(t, d, c)
-				if n := got.plan.Attention.Kernel.Chunks; n != mc.chunks {
-					t.Fatalf("MHA attention plan %v: want %d chunks", got.plan.Attention.Kernel, mc.chunks)
+				c := devtest.RandomMHACase(r, mc.d, mc.h, mc.T, "key padding", false)
+				c.Opts.Attention.Causal = vkattn.CausalTopLeft
+				got := devtest.CheckMHA(t, d, c)
+				if n := got.Plan.Attention.Kernel.Chunks; n != mc.chunks {
+					t.Fatalf("MHA attention plan %v: want %d chunks", got.Plan.Attention.Kernel, mc.chunks)
 				}
-				in := got.plan.Projections[0]
+				in := got.Plan.Projections[0]
 				if k := in.Kernel; k.Blocks < 2 || (k.BlockRows < in.Rows) != mc.byRows || (k.BlockOutputs < in.Outputs) == mc.byRows {
 					t.Fatalf("in_proj %v: want blocks of fewer rows %v, of fewer outputs %v", in, mc.byRows, !mc.byRows)
 				}
@@ -148,19 +149,19 @@ func callsLargerThanABinding(t *testing.T, path string, cfg vkattn.Config) {
 // are the same). A call whose KV head does not fit even alone is
 // ErrTooLarge.
 func TestBackwardLargerThanABinding(t *testing.T) {
-	inParallel(t, ownAndNVIDIA, func(t *testing.T, plan string) {
-		d := smallBindings(t, vkattn.Config{PlanAs: map[string]string{"nvidia": "nvidia"}[plan]})
+	devtest.InParallel(t, devtest.OwnAndNVIDIA, func(t *testing.T, plan string) {
+		d := devtest.SmallBindings(t, vkattn.Config{PlanAs: map[string]string{"nvidia": "nvidia"}[plan]})
 		for _, c := range []struct{ h, l int }{{4, 8}, {6, 3}} {
 			t.Run(fmt.Sprintf("H=%d L=%d", c.h, c.l), func(t *testing.T) {
 				// One batch item's K is 230 KB, one KV head's 115 KB.
 				r := rand.New(rand.NewSource(int64(c.h)))
-				p := newProblem(r, 2, c.h, 2, c.l, 900, 32, 32)
-				p.opts = vkattn.Options{
-					Mask:       &vkattn.Mask{Shape: vkattn.MaskShape{2, 1, c.l, 900}, Values: randomValues(r, 2*c.l*900)},
+				p := devtest.NewProblem(r, 2, c.h, 2, c.l, 900, 32, 32)
+				p.Opts = vkattn.Options{
+					Mask:       &vkattn.Mask{Shape: vkattn.MaskShape{2, 1, c.l, 900}, Values: devtest.RandomValues(r, 2*c.l*900)},
 					KeyLengths: []int{893, 900}, QueryLengths: []int{c.l, c.l - c.l/2}, Causal: vkattn.CausalBottomRight,
 				}
 				if plan == "nvidia" {
-					p.opts.Sinks, p.opts.ALiBi = randomValues(r, c.h), vkattn.ALiBiSlopes(c.h)
+					p.Opts.Sinks, p.Opts.ALiBi = devtest.RandomValues(r, c.h), vkattn.ALiBiSlopes(c.h)
 				}
 				if kp := checkBackward(t, d, r, p).Kernel; kp.Chunks != 4 || kp.ChunkKVHeads != 1 {
 					t.Fatalf("forward plan %v: want 4 chunks of one KV head", kp)
@@ -169,13 +170,13 @@ func TestBackwardLargerThanABinding(t *testing.T) {
 		}
 		t.Run("one KV head too large", func(t *testing.T) {
 			r := rand.New(rand.NewSource(3))
-			p := newProblem(r, 1, 1, 1, 300, 200, 16, 16)
+			p := devtest.NewProblem(r, 1, 1, 1, 300, 200, 16, 16)
 			// One head's (L, S) mask is 240 KB: the forward splits its
 			// rows, which the backward does not.
-			p.opts = vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 300, 200}, Values: randomValues(r, 300*200)}}
-			q, k, v := p.inputs(t, d)
-			dO := zeros(t, d, 1, 1, 300, 16)
-			if _, err := d.AttentionBackward(q, k, v, dO, p.opts); !errors.Is(err, vkattn.ErrTooLarge) {
+			p.Opts = vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 300, 200}, Values: devtest.RandomValues(r, 300*200)}}
+			q, k, v := p.Inputs(t, d)
+			dO := devtest.Zeros(t, d, 1, 1, 300, 16)
+			if _, err := d.AttentionBackward(q, k, v, dO, p.Opts); !errors.Is(err, vkattn.ErrTooLarge) {
 				t.Errorf("got %v, want ErrTooLarge", err)
 			}
 		})

@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/internal/parallel"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -22,19 +24,19 @@ func TestConcurrentCallsOnOneDevice(t *testing.T) {
 	if !inSubprocess(t) {
 		return
 	}
-	d, before := openOwnDevice(t)
+	d, before := devtest.OpenOwnDevice(t)
 	r := rand.New(rand.NewSource(21))
-	shared := newProblem(r, 1, 2, 2, 9, 11, 16, 8)
+	shared := devtest.NewProblem(r, 1, 2, 2, 9, 11, 16, 8)
 	_, k, v := uploadProblem(t, d, shared)
-	weights := randomMHA(r, 8, 8, 8, true)
-	layer, err := d.NewMHA(weights)
+	weights := devtest.RandomMHA(r, 8, 8, 8, true)
+	layer, err := nn.NewMHA(d, weights)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const goroutines, rounds = 8, 4
 	queries := make([][]float32, goroutines)
 	for g := range queries {
-		queries[g] = randomValues(r, size(shared.qs))
+		queries[g] = devtest.RandomValues(r, devtest.Size(shared.QS))
 	}
 	if err := parallel.Start(goroutines, func(g int) error {
 		return concurrentWork(d, &mhaLayer{layer, weights}, shared, queries[g], k, v, g, rounds)
@@ -59,7 +61,7 @@ func TestConcurrentCallsOnOneDevice(t *testing.T) {
 		}
 	})
 	close(start)
-	closeOwnDevice(t, d, before)
+	devtest.CloseOwnDevice(t, d, before)
 	if err := wait(); err != nil {
 		t.Error(err)
 	}
@@ -71,20 +73,20 @@ func TestConcurrentCallsOnOneDevice(t *testing.T) {
 // V through a one-shot call, a prepared call run twice with a Write in
 // between, and (when layer is not nil) an MHA forward, all checked
 // against the reference.
-func concurrentWork(d *vkattn.Device, layer *mhaLayer, shared *problem, qData []float32, k, v *vkattn.Tensor, g, rounds int) error {
+func concurrentWork(d *vkattn.Device, layer *mhaLayer, shared *devtest.Problem, qData []float32, k, v *vkattn.Tensor, g, rounds int) error {
 	p := *shared
-	p.q = qData
-	p.opts = vkattn.Options{Causal: vkattn.CausalBottomRight}
-	want, err := referenceOf(&p)
+	p.Q = qData
+	p.Opts = vkattn.Options{Causal: vkattn.CausalBottomRight}
+	want, err := devtest.ReferenceOf(&p)
 	if err != nil {
 		return err
 	}
 	for i := 0; i < rounds; i++ {
-		q, err := d.Upload(p.qs[:], p.q)
+		q, err := d.Upload(p.QS[:], p.Q)
 		if err != nil {
 			return err
 		}
-		out, err := d.Attention(q, k, v, p.opts)
+		out, err := d.Attention(q, k, v, p.Opts)
 		if err != nil {
 			q.Close()
 			return err
@@ -95,11 +97,11 @@ func concurrentWork(d *vkattn.Device, layer *mhaLayer, shared *problem, qData []
 			q.Close()
 			return err
 		}
-		if err := closeTo(got, want); err != nil {
+		if err := devtest.CloseTo(got, want); err != nil {
 			q.Close()
 			return fmt.Errorf("goroutine %d round %d, one-shot call: %v", g, i, err)
 		}
-		call, err := d.Prepare(q, k, v, p.opts)
+		call, err := d.Prepare(q, k, v, p.Opts)
 		if err != nil {
 			q.Close()
 			return err
@@ -121,7 +123,7 @@ func concurrentWork(d *vkattn.Device, layer *mhaLayer, shared *problem, qData []
 
 // runPreparedTwice runs call, writes the negated queries into q and runs it
 // again; the second output is checked against the reference of -Q.
-func runPreparedTwice(call *vkattn.Call, q *vkattn.Tensor, p *problem, want []float64) error {
+func runPreparedTwice(call *vkattn.Call, q *vkattn.Tensor, p *devtest.Problem, want []float64) error {
 	if _, err := call.Run(context.Background()); err != nil {
 		return err
 	}
@@ -129,19 +131,19 @@ func runPreparedTwice(call *vkattn.Call, q *vkattn.Tensor, p *problem, want []fl
 	if err != nil {
 		return err
 	}
-	if err := closeTo(got, want); err != nil {
+	if err := devtest.CloseTo(got, want); err != nil {
 		return err
 	}
 	neg := *p
-	neg.q = make([]float32, len(p.q))
-	for i, x := range p.q {
-		neg.q[i] = -x
+	neg.Q = make([]float32, len(p.Q))
+	for i, x := range p.Q {
+		neg.Q[i] = -x
 	}
-	wantNeg, err := referenceOf(&neg)
+	wantNeg, err := devtest.ReferenceOf(&neg)
 	if err != nil {
 		return err
 	}
-	if err := q.Write(neg.q); err != nil {
+	if err := q.Write(neg.Q); err != nil {
 		return err
 	}
 	if _, err := call.Run(context.Background()); err != nil {
@@ -150,13 +152,13 @@ func runPreparedTwice(call *vkattn.Call, q *vkattn.Tensor, p *problem, want []fl
 	if got, err = call.Output().O.Download(); err != nil {
 		return err
 	}
-	return closeTo(got, wantNeg)
+	return devtest.CloseTo(got, wantNeg)
 }
 
 // mhaLayer is an MHA layer on the device with its host weights.
 type mhaLayer struct {
-	layer   *vkattn.MHA
-	weights *vkattn.MHAWeights
+	layer   *nn.MHA
+	weights *nn.MHAWeights
 }
 
 // forwardChecked runs the layer on fresh input and checks it against the
@@ -164,13 +166,13 @@ type mhaLayer struct {
 func forwardChecked(d *vkattn.Device, l *mhaLayer, g int) error {
 	r := rand.New(rand.NewSource(int64(100 + g)))
 	shape := []int{1, 3, 8}
-	x := randomValues(r, 1*3*8)
+	x := devtest.RandomValues(r, 1*3*8)
 	xt, err := d.Upload(shape, x)
 	if err != nil {
 		return err
 	}
 	defer xt.Close()
-	opts := vkattn.MHAOptions{Heads: 2}
+	opts := nn.MHAOptions{Heads: 2}
 	out, err := l.layer.Forward(xt, nil, nil, opts)
 	if err != nil {
 		return err
@@ -184,5 +186,5 @@ func forwardChecked(d *vkattn.Device, l *mhaLayer, g int) error {
 	if err != nil {
 		return err
 	}
-	return closeTo(got, want.Out)
+	return devtest.CloseTo(got, want.Out)
 }

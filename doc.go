@@ -93,12 +93,12 @@
 // and the head-averaged weights when asked (SEMANTICS.md §9):
 //
 //	w, err := weights.LoadMHA("layer.safetensors", d, 0, 0) // or .npz; kdim, vdim 0 = d
-//	layer, err := dev.NewMHA(w)                              // uploads the weights once
+//	layer, err := nn.NewMHA(dev, w)                              // uploads the weights once
 //	defer layer.Close()
 //	x, err := dev.Upload([]int{B, T, d}, xData)              // (B,T,d) batch first, or (T,d)
-//	out, err := layer.Forward(x, nil, nil, vkattn.MHAOptions{ // key, value nil: self-attention
+//	out, err := layer.Forward(x, nil, nil, nn.MHAOptions{ // key, value nil: self-attention
 //		Heads:       8,
-//		KeyPadding:  &vkattn.KeyPadding{Padded: padded},     // (B,S), PyTorch's key_padding_mask
+//		KeyPadding:  &nn.KeyPadding{Padded: padded},     // (B,S), PyTorch's key_padding_mask
 //		Attention:   vkattn.Options{Causal: vkattn.CausalTopLeft},
 //		NeedWeights: true,                                   // out.Weights (B,h,T,S), out.AvgWeights (B,T,S)
 //	})
@@ -111,7 +111,7 @@
 // Attention (SEMANTICS.md §10):
 //
 //	w, err := weights.LoadAdditive("additive.npz", dq, dk) // W_q (dq,da), W_k (dk,da), b, w_a
-//	add, err := dev.NewAdditive(w)
+//	add, err := nn.NewAdditive(dev, w)
 //	out, err := add.Attention(q, k, v, vkattn.Options{KeyLengths: lens})
 //
 // # A host program's device

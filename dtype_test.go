@@ -9,62 +9,10 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/x448/float16"
 )
-
-// mustUploadAs uploads x as element type dt; the caller closes it.
-func mustUploadAs(t *testing.T, d *vkattn.Device, shape []int, x []float32, dt vkattn.DType) *vkattn.Tensor {
-	t.Helper()
-	tt, err := d.UploadAs(shape, x, dt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tt
-}
-
-// roundTo is x rounded to element type dt by means independent of
-// vkattn's conversion: x448/float16 for float16, and for bfloat16 the
-// nearer of the two bfloat16 neighbours of x compared in float64 (ties to
-// the even one).
-func roundTo(dt vkattn.DType, x float32) float32 {
-	switch dt {
-	case vkattn.Float16:
-		return float16.Fromfloat32(x).Float32()
-	case vkattn.BFloat16:
-		bits := math.Float32bits(x)
-		down := bits &^ 0xffff // toward zero
-		up := down + 0x10000   // away from zero
-		dd := math.Abs(float64(x) - float64(math.Float32frombits(down)))
-		du := math.Abs(float64(math.Float32frombits(up)) - float64(x))
-		if du < dd || (du == dd && (down>>16)&1 == 1) {
-			return math.Float32frombits(up)
-		}
-		return math.Float32frombits(down)
-	}
-	return x
-}
-
-// roundAll is roundTo over a slice.
-func roundAll(dt vkattn.DType, xs []float32) []float32 {
-	if dt == vkattn.Q8_0 {
-		out, err := vkattn.Round(dt, xs) // whole blocks, not element by element
-		if err != nil {
-			panic(err)
-		}
-		return out
-	}
-	out := make([]float32, len(xs))
-	for i, x := range xs {
-		out[i] = roundTo(dt, x)
-	}
-	return out
-}
-
-// rounded is the problem's Q, K and V as the device holds them.
-func (p *problem) rounded() (q, k, v []float32) {
-	return roundAll(p.types[0], p.q), roundAll(p.types[1], p.k), roundAll(p.types[2], p.v)
-}
 
 // typeMixes are the element types the sweeps give Q, K and V, case by
 // case: float32, the decode case (float32 queries, half K/V), all float16,
@@ -96,13 +44,13 @@ func TestHalfTensorsHoldTheRoundedValues(t *testing.T) {
 	}
 	x[0], x[1] = 65504, float32(math.Ldexp(1, -24))
 	for _, dt := range []vkattn.DType{vkattn.Float16, vkattn.BFloat16} {
-		tn := mustUploadAs(t, dev, []int{1, len(x)}, x, dt)
+		tn := devtest.MustUploadAs(t, devtest.Dev, []int{1, len(x)}, x, dt)
 		got, err := tn.Download()
 		tn.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := roundAll(dt, x)
+		want := devtest.RoundAll(dt, x)
 		for i := range want {
 			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 				t.Fatalf("%v: element %d (%g): holds %g, want %g", dt, i, x[i], got[i], want[i])
@@ -114,12 +62,12 @@ func TestHalfTensorsHoldTheRoundedValues(t *testing.T) {
 	}
 	// Raw bits are stored as given; a view of them reads them too.
 	bits := []uint16{0x3c00, 0x8001, 0x7bff, 0xc000}
-	tn, err := dev.UploadBits([]int{2, 2}, bits, vkattn.Float16)
+	tn, err := devtest.Dev.UploadBits([]int{2, 2}, bits, vkattn.Float16)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tn.Close()
-	got := download(t, tn)
+	got := devtest.Download(t, tn)
 	for i, h := range bits {
 		if want := float16.Frombits(h).Float32(); got[i] != want {
 			t.Errorf("UploadBits: element %d = %g, want %g", i, got[i], want)
@@ -136,15 +84,24 @@ func TestHalfUploadRefusals(t *testing.T) {
 		do   func() error
 		want error
 	}{
-		{"f16 overflow", func() error { _, err := dev.UploadAs([]int{1, 3}, []float32{1, 7e4, 2}, vkattn.Float16); return err }, vkattn.ErrOverflow},
+		{"f16 overflow", func() error {
+			_, err := devtest.Dev.UploadAs([]int{1, 3}, []float32{1, 7e4, 2}, vkattn.Float16)
+			return err
+		}, vkattn.ErrOverflow},
 		{"bf16 NaN", func() error {
-			_, err := dev.UploadAs([]int{1, 2}, []float32{1, float32(math.NaN())}, vkattn.BFloat16)
+			_, err := devtest.Dev.UploadAs([]int{1, 2}, []float32{1, float32(math.NaN())}, vkattn.BFloat16)
 			return err
 		}, vkattn.ErrNonFinite},
-		{"f16 Inf bits", func() error { _, err := dev.UploadBits([]int{1, 2}, []uint16{0, 0x7c00}, vkattn.Float16); return err }, vkattn.ErrNonFinite},
-		{"bf16 NaN bits", func() error { _, err := dev.UploadBits([]int{1, 1}, []uint16{0x7fc1}, vkattn.BFloat16); return err }, vkattn.ErrNonFinite},
-		{"bits of float32", func() error { _, err := dev.UploadBits([]int{1, 1}, []uint16{0}, vkattn.Float32); return err }, vkattn.ErrOption},
-		{"shape", func() error { _, err := dev.UploadAs([]int{2, 2}, []float32{1}, vkattn.Float16); return err }, vkattn.ErrShape},
+		{"f16 Inf bits", func() error {
+			_, err := devtest.Dev.UploadBits([]int{1, 2}, []uint16{0, 0x7c00}, vkattn.Float16)
+			return err
+		}, vkattn.ErrNonFinite},
+		{"bf16 NaN bits", func() error {
+			_, err := devtest.Dev.UploadBits([]int{1, 1}, []uint16{0x7fc1}, vkattn.BFloat16)
+			return err
+		}, vkattn.ErrNonFinite},
+		{"bits of float32", func() error { _, err := devtest.Dev.UploadBits([]int{1, 1}, []uint16{0}, vkattn.Float32); return err }, vkattn.ErrOption},
+		{"shape", func() error { _, err := devtest.Dev.UploadAs([]int{2, 2}, []float32{1}, vkattn.Float16); return err }, vkattn.ErrShape},
 	} {
 		err := c.do()
 		if !errors.Is(err, c.want) {
@@ -152,7 +109,10 @@ func TestHalfUploadRefusals(t *testing.T) {
 		}
 		t.Logf("%s: %v", c.name, err)
 	}
-	if err := (func() error { _, err := dev.UploadAs([]int{1, 3}, []float32{1, 7e4, 2}, vkattn.Float16); return err })(); err == nil ||
+	if err := (func() error {
+		_, err := devtest.Dev.UploadAs([]int{1, 3}, []float32{1, 7e4, 2}, vkattn.Float16)
+		return err
+	})(); err == nil ||
 		!strings.Contains(err.Error(), "element 1: 70000 does not fit f16") {
 		t.Errorf("overflow error %q should name the element, the value and the type", err)
 	}
@@ -160,7 +120,7 @@ func TestHalfUploadRefusals(t *testing.T) {
 		t.Errorf("%d Vulkan objects alive after the refusals, %d before", n, before)
 	}
 	// A half tensor's Write rounds too, and refuses what does not fit.
-	tn := mustUploadAs(t, dev, []int{1, 2}, []float32{1, 2}, vkattn.Float16)
+	tn := devtest.MustUploadAs(t, devtest.Dev, []int{1, 2}, []float32{1, 2}, vkattn.Float16)
 	defer tn.Close()
 	if err := tn.Write([]float32{0.1, 7e4}); !errors.Is(err, vkattn.ErrOverflow) {
 		t.Errorf("Write of 7e4 to a float16 tensor: %v, want ErrOverflow", err)
@@ -168,7 +128,7 @@ func TestHalfUploadRefusals(t *testing.T) {
 	if err := tn.Write([]float32{0.1, -3}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := tn.Download(); err != nil || got[0] != roundTo(vkattn.Float16, 0.1) || got[1] != -3 {
+	if got, err := tn.Download(); err != nil || got[0] != devtest.RoundTo(vkattn.Float16, 0.1) || got[1] != -3 {
 		t.Errorf("after Write: %v, %v", got, err)
 	}
 }
@@ -178,8 +138,8 @@ func TestHalfUploadRefusals(t *testing.T) {
 // scalar loads with each half type in every slot; the mixes with vec4).
 func TestHalfInputsEveryPath(t *testing.T) {
 	// NVIDIA's plan loads as AMD's does: other tiles, the same loads.
-	inParallel(t, []string{"auto", "storage", "nvidia"}, func(t *testing.T, path string) {
-		d := everyPlan()[path]
+	devtest.InParallel(t, []string{"auto", "storage", "nvidia"}, func(t *testing.T, path string) {
+		d := devtest.EveryPlan()[path]
 		r := rand.New(rand.NewSource(9))
 		for _, width := range []int{8, 5} { // vec4 and scalar loads
 			mixes := typeMixes[1:]
@@ -187,13 +147,13 @@ func TestHalfInputsEveryPath(t *testing.T) {
 				mixes = typeMixes[2:4] // all f16, all bf16
 			}
 			for i, ts := range mixes {
-				p := newProblem(r, 2, 2, 1, 5, 37, width, width)
-				p.types = ts
-				p.opts.Causal = vkattn.CausalBottomRight
-				p.wantLSE, p.weights = true, i%2 == 0
-				p.blhd = i == 2
+				p := devtest.NewProblem(r, 2, 2, 1, 5, 37, width, width)
+				p.Types = ts
+				p.Opts.Causal = vkattn.CausalBottomRight
+				p.WantLSE, p.Weights = true, i%2 == 0
+				p.BLHD = i == 2
 				t.Run(fmt.Sprintf("d%d%s", width, typesName(ts)), func(t *testing.T) {
-					plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], ts, p.opts)
+					plan, err := d.PlanAs(p.QS[:], p.KS[:], p.VS[:], ts, p.Opts)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -201,7 +161,7 @@ func TestHalfInputsEveryPath(t *testing.T) {
 					if want := fmt.Sprintf("Q %v K %v V %v widened to f32 on load", ts[0], ts[1], ts[2]); !strings.Contains(plan.String(), want) {
 						t.Errorf("plan %q does not say %q", plan, want)
 					}
-					checkAgainstReference(t, d, p)
+					devtest.CheckAgainstReference(t, d, p)
 				})
 			}
 		}
@@ -217,8 +177,8 @@ func TestGoldenCasesInHalves(t *testing.T) {
 		t.Fatal(err)
 	}
 	// NVIDIA's plan loads as AMD's does.
-	inParallel(t, []string{"auto", "storage", "nvidia"}, func(t *testing.T, path string) {
-		d := everyPlan()[path]
+	devtest.InParallel(t, []string{"auto", "storage", "nvidia"}, func(t *testing.T, path string) {
+		d := devtest.EveryPlan()[path]
 		for _, c := range cases {
 			for _, ts := range [][3]vkattn.DType{typeMixes[2], typeMixes[4]} {
 				t.Run(c.Name+typesName(ts), func(t *testing.T) {
@@ -226,37 +186,10 @@ func TestGoldenCasesInHalves(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					checkAgainstReference(t, d, &problem{
-						q: g.Q, k: g.K, v: g.V, qs: g.Q4, ks: g.K4, vs: g.V4, opts: g.Opts,
-						wantLSE: c.Expect.LSE != nil, weights: c.Expect.A != nil, types: ts,
+					devtest.CheckAgainstReference(t, d, &devtest.Problem{
+						Q: g.Q, K: g.K, V: g.V, QS: g.Q4, KS: g.K4, VS: g.V4, Opts: g.Opts,
+						WantLSE: c.Expect.LSE != nil, Weights: c.Expect.A != nil, Types: ts,
 					})
-				})
-			}
-		}
-	})
-}
-
-// Multi-head layers with float16 and bfloat16 weights (packed and
-// separate q/k/v projections, both load paths, vec4 and scalar widths):
-// against the reference on the rounded weights.
-func TestMHAHalfWeights(t *testing.T) {
-	// NVIDIA's plan loads as AMD's does.
-	inParallel(t, []string{"auto", "storage", "nvidia"}, func(t *testing.T, path string) {
-		d := everyPlan()[path]
-		r := rand.New(rand.NewSource(17))
-		for _, dt := range []vkattn.DType{vkattn.Float16, vkattn.BFloat16} {
-			for _, cross := range []bool{false, true} {
-				width := 16
-				if cross {
-					width = 6 // scalar loads: the projections of width 7 and 8
-				}
-				c := randomMHACase(r, width, 2, 9, "key padding", cross)
-				storeWeightsAs(c.w, dt)
-				t.Run(fmt.Sprintf("%v/cross=%v", dt, cross), func(t *testing.T) {
-					got := checkMHA(t, d, c)
-					if s := got.plan.OutProj.String(); !strings.Contains(s, "W "+dt.String()) {
-						t.Errorf("out_proj plan %q does not say it reads %v weights", s, dt)
-					}
 				})
 			}
 		}
@@ -270,20 +203,20 @@ func TestHalfWideningIsExact(t *testing.T) {
 		float32(math.Ldexp(1, -24)), float32(math.Ldexp(1023, -24)), -float32(math.Ldexp(3, -24)), 65504,
 		float32(math.Ldexp(1, -14)), -0.333251953125, 1, float32(math.Ldexp(1, -133)),
 	}
-	for path, d := range everyPlan() {
+	for path, d := range devtest.EveryPlan() {
 		for _, dt := range []vkattn.DType{vkattn.Float16, vkattn.BFloat16} {
 			for _, width := range []int{8, 7} { // vec4 and scalar loads
-				vals := roundAll(dt, v[:width])
+				vals := devtest.RoundAll(dt, v[:width])
 				if dt == vkattn.Float16 {
 					vals[width-1] = 0 // 2^-133 is a bfloat16 subnormal, not a float16 one
 				}
-				p := &problem{q: make([]float32, width), k: make([]float32, width), v: vals,
-					qs: [4]int{1, 1, 1, width}, ks: [4]int{1, 1, 1, width}, vs: [4]int{1, 1, 1, width},
-					types: [3]vkattn.DType{dt, dt, dt}}
-				got := runGPU(t, d, p)
+				p := &devtest.Problem{Q: make([]float32, width), K: make([]float32, width), V: vals,
+					QS: [4]int{1, 1, 1, width}, KS: [4]int{1, 1, 1, width}, VS: [4]int{1, 1, 1, width},
+					Types: [3]vkattn.DType{dt, dt, dt}}
+				got := devtest.RunGPU(t, d, p)
 				for i := range vals {
-					if math.Float32bits(got.o[i]) != math.Float32bits(vals[i]) {
-						t.Errorf("%s/%v/d%d: O[%d] = %g, want the widened value %g exactly", path, dt, width, i, got.o[i], vals[i])
+					if math.Float32bits(got.O[i]) != math.Float32bits(vals[i]) {
+						t.Errorf("%s/%v/d%d: O[%d] = %g, want the widened value %g exactly", path, dt, width, i, got.O[i], vals[i])
 					}
 				}
 			}
@@ -296,12 +229,12 @@ func TestHalfWideningIsExact(t *testing.T) {
 // index outside the shape is ErrShape.
 func TestTensorAt(t *testing.T) {
 	r := rand.New(rand.NewSource(61))
-	x := randomValues(r, 2*3*4*32)
+	x := devtest.RandomValues(r, 2*3*4*32)
 	for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Float16, vkattn.BFloat16, vkattn.Q8_0} {
-		full := mustUploadAs(t, dev, []int{2, 3, 4, 32}, x, dt)
+		full := devtest.MustUploadAs(t, devtest.Dev, []int{2, 3, 4, 32}, x, dt)
 		defer full.Close()
 		for _, tn := range []*vkattn.Tensor{full, full.SwapAxes12()} {
-			want := download(t, tn)
+			want := devtest.Download(t, tn)
 			s := tn.Shape()
 			for _, ix := range [][4]int{{0, 0, 0, 0}, {1, 2, 2, 31}, {1, 0, 2, 17}, {0, s[1] - 1, s[2] - 1, 5}} {
 				got, err := tn.At(ix[0], ix[1], ix[2], ix[3])

@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/kv"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -20,20 +23,20 @@ import (
 func TestSoftcapAccurateForEveryCap(t *testing.T) {
 	r := rand.New(rand.NewSource(61))
 	caps := []float64{1e4, 1e7, 1e20, math.MaxFloat32, 0x1p-126, 1e-30, 2.5}
-	for _, plan := range ownAndNVIDIA {
+	for _, plan := range devtest.OwnAndNVIDIA {
 		var names []string
-		var problems []*problem
+		var problems []*devtest.Problem
 		for _, c := range caps {
-			p := newProblem(r, 1, 2, 1, 5, 12, 8, 8)
-			for i := range p.q {
-				p.q[i] *= 4 // scores of a few units, where the cap's error showed
+			p := devtest.NewProblem(r, 1, 2, 1, 5, 12, 8, 8)
+			for i := range p.Q {
+				p.Q[i] *= 4 // scores of a few units, where the cap's error showed
 			}
-			p.opts.Softcap = c
-			p.wantLSE = true
+			p.Opts.Softcap = c
+			p.WantLSE = true
 			names = append(names, fmt.Sprintf("cap%g", c))
 			problems = append(problems, p)
 		}
-		t.Run(plan, func(t *testing.T) { runInCompileOrder(t, everyPlan()[plan], names, problems) })
+		t.Run(plan, func(t *testing.T) { runInCompileOrder(t, devtest.EveryPlan()[plan], names, problems) })
 	}
 }
 
@@ -56,18 +59,18 @@ func TestWindowSidesOfAnyInt(t *testing.T) {
 		{"max int, L > S", 9, 5, 0, math.MaxInt, vkattn.Window{Left: 0, Right: -1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := newProblem(r, 1, 2, 2, c.l, c.s, 8, 8)
-			p.opts.Window = &vkattn.Window{Left: c.left, Right: c.right}
-			p.wantLSE = true
-			want := runReference(t, p)
+			p := devtest.NewProblem(r, 1, 2, 2, c.l, c.s, 8, 8)
+			p.Opts.Window = &vkattn.Window{Left: c.left, Right: c.right}
+			p.WantLSE = true
+			want := devtest.RunReference(t, p)
 			same := *p
-			same.opts.Window = &c.same
-			if err := closeTo(toFloat32(want.O), runReference(t, &same).O); err != nil {
+			same.Opts.Window = &c.same
+			if err := devtest.CloseTo(toFloat32(want.O), devtest.RunReference(t, &same).O); err != nil {
 				t.Fatalf("reference: window (%d, %d) differs from %v: %v", c.left, c.right, c.same, err)
 			}
-			got := runGPU(t, dev, p)
-			compare(t, "O", got.o, want.O)
-			compare(t, "LSE", got.lse, want.LSE)
+			got := devtest.RunGPU(t, devtest.Dev, p)
+			devtest.Compare(t, "O", got.O, want.O)
+			devtest.Compare(t, "LSE", got.LSE, want.LSE)
 		})
 	}
 }
@@ -107,21 +110,21 @@ func TestEnumsOutsideTheirSets(t *testing.T) {
 			t.Errorf("Open(%+v): %v, want ErrOption", cfg, err)
 		}
 	}
-	q := upload(t, dev, []int{1, 1, 2, 4}, make([]float32, 8))
+	q := devtest.Upload(t, devtest.Dev, []int{1, 1, 2, 4}, make([]float32, 8))
 	// CheckProblem refuses bad options (TestOptionErrorsWrapSentinels);
 	// the device's calls go through it.
-	if _, err := dev.Attention(q, q, q, vkattn.Options{Causal: 3}); !errors.Is(err, vkattn.ErrOption) {
+	if _, err := devtest.Dev.Attention(q, q, q, vkattn.Options{Causal: 3}); !errors.Is(err, vkattn.ErrOption) {
 		t.Errorf("Causal(3): %v, want ErrOption", err)
 	}
-	if _, err := dev.UploadAs([]int{1, 4}, make([]float32, 4), vkattn.DType(5)); !errors.Is(err, vkattn.ErrOption) {
+	if _, err := devtest.Dev.UploadAs([]int{1, 4}, make([]float32, 4), vkattn.DType(5)); !errors.Is(err, vkattn.ErrOption) {
 		t.Errorf("UploadAs(DType(5)): %v, want ErrOption", err)
 	}
-	if _, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 4, DK: 4, DV: 4, DType: 7}); !errors.Is(err, vkattn.ErrOption) {
+	if _, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 4, DK: 4, DV: 4, DType: 7}); !errors.Is(err, vkattn.ErrOption) {
 		t.Errorf("NewKVCache(DType(7)): %v, want ErrOption", err)
 	}
-	bad := dev.Tuning()
+	bad := devtest.Dev.Tuning()
 	bad.Path = 6
-	if err := dev.SetTuning(bad); !errors.Is(err, vkattn.ErrTuning) {
+	if err := devtest.Dev.SetTuning(bad); !errors.Is(err, vkattn.ErrTuning) {
 		t.Errorf("SetTuning with path %v: %v, want ErrTuning", bad.Path, err)
 	}
 }
@@ -134,31 +137,31 @@ func TestExtentsThatOverflow(t *testing.T) {
 			t.Errorf("Shape4(%v): %v, want ErrTooLarge", s, err)
 		}
 	}
-	if _, err := dev.Upload([]int{1 << 32, 1 << 32}, nil); !errors.Is(err, vkattn.ErrTooLarge) {
+	if _, err := devtest.Dev.Upload([]int{1 << 32, 1 << 32}, nil); !errors.Is(err, vkattn.ErrTooLarge) {
 		t.Errorf("Upload of 2^64 elements and no data: %v, want ErrTooLarge", err)
 	}
-	if _, err := dev.Upload([]int{1 << 40, 1 << 40}, make([]float32, 4)); !errors.Is(err, vkattn.ErrTooLarge) {
+	if _, err := devtest.Dev.Upload([]int{1 << 40, 1 << 40}, make([]float32, 4)); !errors.Is(err, vkattn.ErrTooLarge) {
 		t.Errorf("Upload of 2^80 elements: %v, want ErrTooLarge", err)
 	}
-	base := vkattn.KVCacheConfig{B: 1, HKV: 4, Capacity: 4, DK: 8, DV: 8}
+	base := kv.Config{B: 1, HKV: 4, Capacity: 4, DK: 8, DV: 8}
 	for _, c := range []struct {
 		name string
-		set  func(*vkattn.KVCacheConfig)
+		set  func(*kv.Config)
 	}{
-		{"B 2^62", func(c *vkattn.KVCacheConfig) { c.B = 1 << 62 }},
-		{"HKV 2^62", func(c *vkattn.KVCacheConfig) { c.HKV = 1 << 62 }},
-		{"Capacity max int", func(c *vkattn.KVCacheConfig) { c.Capacity = math.MaxInt }},
-		{"DK 2^40", func(c *vkattn.KVCacheConfig) { c.DK = 1 << 40 }},
-		{"B and Capacity 2^32", func(c *vkattn.KVCacheConfig) { c.B, c.Capacity = 1<<32, 1<<32 }},
-		{"paged, max int capacity", func(c *vkattn.KVCacheConfig) { c.Capacity, c.PageSize = math.MaxInt, 16 }},
-		{"pages max int", func(c *vkattn.KVCacheConfig) { c.PageSize, c.Pages = 16, math.MaxInt }},
-		{"page size 2^62", func(c *vkattn.KVCacheConfig) { c.PageSize = 1 << 62 }},
+		{"B 2^62", func(c *kv.Config) { c.B = 1 << 62 }},
+		{"HKV 2^62", func(c *kv.Config) { c.HKV = 1 << 62 }},
+		{"Capacity max int", func(c *kv.Config) { c.Capacity = math.MaxInt }},
+		{"DK 2^40", func(c *kv.Config) { c.DK = 1 << 40 }},
+		{"B and Capacity 2^32", func(c *kv.Config) { c.B, c.Capacity = 1<<32, 1<<32 }},
+		{"paged, max int capacity", func(c *kv.Config) { c.Capacity, c.PageSize = math.MaxInt, 16 }},
+		{"pages max int", func(c *kv.Config) { c.PageSize, c.Pages = 16, math.MaxInt }},
+		{"page size 2^62", func(c *kv.Config) { c.PageSize = 1 << 62 }},
 	} {
 		cfg := base
 		c.set(&cfg)
-		if kv, err := dev.NewKVCache(cfg); !errors.Is(err, vkattn.ErrTooLarge) {
-			if kv != nil {
-				kv.Close()
+		if cache, err := kv.New(devtest.Dev, cfg); !errors.Is(err, vkattn.ErrTooLarge) {
+			if cache != nil {
+				cache.Close()
 			}
 			t.Errorf("NewKVCache, %s: %v, want ErrTooLarge", c.name, err)
 		}
@@ -201,8 +204,8 @@ func TestFullHeapIsErrTooLarge(t *testing.T) {
 	}
 	held[0].Close()
 	held = held[1:]
-	p := newProblem(rand.New(rand.NewSource(63)), 1, 1, 1, 3, 4, 4, 4)
-	checkAgainstReference(t, d, p)
+	p := devtest.NewProblem(rand.New(rand.NewSource(63)), 1, 1, 1, 3, 4, 4, 4)
+	devtest.CheckAgainstReference(t, d, p)
 }
 
 // After Device.Close every method of the device and of everything made on
@@ -214,31 +217,31 @@ func TestEveryMethodAfterDeviceClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewSource(64))
-	q := mustUpload(t, d, []int{1, 2, 1, 8}, randomValues(r, 16))
-	kv, err := d.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 8, DK: 8, DV: 8})
+	q := devtest.MustUpload(t, d, []int{1, 2, 1, 8}, devtest.RandomValues(r, 16))
+	cache, err := kv.New(d, kv.Config{B: 1, HKV: 1, Capacity: 8, DK: 8, DV: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	k1, v1 := mustUpload(t, d, []int{1, 1, 1, 8}, randomValues(r, 8)), mustUpload(t, d, []int{1, 1, 1, 8}, randomValues(r, 8))
-	if err := kv.AppendTensors(k1, v1); err != nil {
+	k1, v1 := devtest.MustUpload(t, d, []int{1, 1, 1, 8}, devtest.RandomValues(r, 8)), devtest.MustUpload(t, d, []int{1, 1, 1, 8}, devtest.RandomValues(r, 8))
+	if err := cache.AppendTensors(k1, v1); err != nil {
 		t.Fatal(err)
 	}
-	call, err := kv.Prepare(q, vkattn.Options{})
+	call, err := cache.Prepare(q, vkattn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := prepareStep(t, kv, 2, vkattn.Options{})
-	mha, err := d.NewMHA(randomMHA(r, 8, 8, 8, true))
+	step := devtest.PrepareStep(t, cache, 2, vkattn.Options{})
+	mha, err := nn.NewMHA(d, devtest.RandomMHA(r, 8, 8, 8, true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := mustUpload(t, d, []int{1, 3, 8}, randomValues(r, 24))
-	mcall, err := mha.Prepare(x, nil, nil, vkattn.MHAOptions{Heads: 2})
+	x := devtest.MustUpload(t, d, []int{1, 3, 8}, devtest.RandomValues(r, 24))
+	mcall, err := mha.Prepare(x, nil, nil, nn.MHAOptions{Heads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	aw := &vkattn.AdditiveWeights{DQ: 8, DK: 8, DA: 4, WQ: randomValues(r, 32), WK: randomValues(r, 32), WA: randomValues(r, 4)}
-	add, err := d.NewAdditive(aw)
+	aw := &nn.AdditiveWeights{DQ: 8, DK: 8, DA: 4, WQ: devtest.RandomValues(r, 32), WK: devtest.RandomValues(r, 32), WA: devtest.RandomValues(r, 4)}
+	add, err := nn.NewAdditive(d, aw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,23 +268,23 @@ func TestEveryMethodAfterDeviceClose(t *testing.T) {
 			return err
 		},
 		"Device.Prepare":        func() error { _, err := d.Prepare(q, k1, v1, vkattn.Options{}); return err },
-		"Device.NewKVCache":     func() error { _, err := d.NewKVCache(kv.Config()); return err },
-		"Device.NewMHA":         func() error { _, err := d.NewMHA(randomMHA(r, 8, 8, 8, false)); return err },
-		"Device.NewAdditive":    func() error { _, err := d.NewAdditive(aw); return err },
-		"KVCache.Append":        func() error { return kv.Append(one, one, 1) },
-		"KVCache.AppendTo":      func() error { return kv.AppendTo(0, one, one, 1) },
-		"KVCache.AppendTensors": func() error { return kv.AppendTensors(k1, v1) },
-		"KVCache.Truncate":      func() error { return kv.Truncate([]int{0}) },
-		"KVCache.Reset":         func() error { return kv.Reset() },
-		"KVCache.Attention":     func() error { _, err := kv.Attention(q, vkattn.Options{}); return err },
-		"KVCache.Prepare":       func() error { _, err := kv.Prepare(q, vkattn.Options{}); return err },
+		"Device.NewKVCache":     func() error { _, err := kv.New(d, cache.Config()); return err },
+		"Device.NewMHA":         func() error { _, err := nn.NewMHA(d, devtest.RandomMHA(r, 8, 8, 8, false)); return err },
+		"Device.NewAdditive":    func() error { _, err := nn.NewAdditive(d, aw); return err },
+		"KVCache.Append":        func() error { return cache.Append(one, one, 1) },
+		"KVCache.AppendTo":      func() error { return cache.AppendTo(0, one, one, 1) },
+		"KVCache.AppendTensors": func() error { return cache.AppendTensors(k1, v1) },
+		"KVCache.Truncate":      func() error { return cache.Truncate([]int{0}) },
+		"KVCache.Reset":         func() error { return cache.Reset() },
+		"KVCache.Attention":     func() error { _, err := cache.Attention(q, vkattn.Options{}); return err },
+		"KVCache.Prepare":       func() error { _, err := cache.Prepare(q, vkattn.Options{}); return err },
 		"Call.Run":              func() error { _, err := call.Run(bg); return err },
-		"KVCache.PrepareStep":   func() error { _, err := kv.PrepareStep(2, vkattn.Options{}); return err },
+		"KVCache.PrepareStep":   func() error { _, err := cache.PrepareStep(2, vkattn.Options{}); return err },
 		"DecodeStep.Run":        func() error { _, err := step.Run(bg, one, one, make([]float32, 16), make([]float32, 16)); return err },
 		"DecodeStep.Plan":       func() error { _, err := step.Plan(); return err },
-		"MHA.Plan":              func() error { _, err := mha.Plan([]int{1, 3, 8}, nil, nil, vkattn.MHAOptions{Heads: 2}); return err },
-		"MHA.Forward":           func() error { _, err := mha.Forward(x, nil, nil, vkattn.MHAOptions{Heads: 2}); return err },
-		"MHA.Prepare":           func() error { _, err := mha.Prepare(x, nil, nil, vkattn.MHAOptions{Heads: 2}); return err },
+		"MHA.Plan":              func() error { _, err := mha.Plan([]int{1, 3, 8}, nil, nil, nn.MHAOptions{Heads: 2}); return err },
+		"MHA.Forward":           func() error { _, err := mha.Forward(x, nil, nil, nn.MHAOptions{Heads: 2}); return err },
+		"MHA.Prepare":           func() error { _, err := mha.Prepare(x, nil, nil, nn.MHAOptions{Heads: 2}); return err },
 		"MHACall.Run":           func() error { _, err := mcall.Run(bg); return err },
 		"Additive.Plan":         func() error { _, err := add.Plan([]int{3, 8}, []int{4, 8}, []int{4, 8}, vkattn.Options{}); return err },
 		"Additive.Attention":    func() error { _, err := add.Attention(x, x, x, vkattn.Options{}); return err },
@@ -300,18 +303,18 @@ func TestEveryMethodAfterDeviceClose(t *testing.T) {
 	mcall.Close()
 	mha.Close()
 	add.Close()
-	kv.Close()
+	cache.Close()
 }
 
 // A cap below float32's smallest normal, which a device may flush to zero,
 // is refused by the device and the reference alike.
 func TestSubnormalSoftcapRefused(t *testing.T) {
-	p := newProblem(rand.New(rand.NewSource(65)), 1, 1, 1, 2, 3, 4, 4)
-	p.opts.Softcap = 1e-40
-	if _, err := reference.Attention(p.q, p.qs, p.k, p.ks, p.v, p.vs, p.opts); !errors.Is(err, vkattn.ErrOption) {
+	p := devtest.NewProblem(rand.New(rand.NewSource(65)), 1, 1, 1, 2, 3, 4, 4)
+	p.Opts.Softcap = 1e-40
+	if _, err := reference.Attention(p.Q, p.QS, p.K, p.KS, p.V, p.VS, p.Opts); !errors.Is(err, vkattn.ErrOption) {
 		t.Errorf("reference with softcap 1e-40: %v, want ErrOption", err)
 	}
-	if _, err := dev.Attention(upload(t, dev, p.qs[:], p.q), upload(t, dev, p.ks[:], p.k), upload(t, dev, p.vs[:], p.v), p.opts); !errors.Is(err, vkattn.ErrOption) {
+	if _, err := devtest.Dev.Attention(devtest.Upload(t, devtest.Dev, p.QS[:], p.Q), devtest.Upload(t, devtest.Dev, p.KS[:], p.K), devtest.Upload(t, devtest.Dev, p.VS[:], p.V), p.Opts); !errors.Is(err, vkattn.ErrOption) {
 		t.Errorf("device with softcap 1e-40: %v, want ErrOption", err)
 	}
 }

@@ -7,12 +7,13 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 )
 
 // TestInvalidInputs: every kind of invalid input gives its typed error,
 // never a panic.
 func TestInvalidInputs(t *testing.T) {
-	up := func(shape ...int) *vkattn.Tensor { return zeros(t, dev, shape...) }
+	up := func(shape ...int) *vkattn.Tensor { return devtest.Zeros(t, devtest.Dev, shape...) }
 	q, k, v := up(2, 4, 3, 8), up(2, 2, 5, 8), up(2, 2, 5, 6)
 	k3 := up(2, 3, 5, 8)
 	v3 := up(2, 3, 5, 6)
@@ -22,7 +23,7 @@ func TestInvalidInputs(t *testing.T) {
 	huge := up(1, 1, 1, 300)
 	nanData, infData := make([]float32, 2*4*3*8), make([]float32, 2*2*5*8)
 	nanData[17], infData[3] = float32(math.NaN()), float32(math.Inf(1))
-	nan, inf := upload(t, dev, []int{2, 4, 3, 8}, nanData), upload(t, dev, []int{2, 2, 5, 8}, infData)
+	nan, inf := devtest.Upload(t, devtest.Dev, []int{2, 4, 3, 8}, nanData), devtest.Upload(t, devtest.Dev, []int{2, 2, 5, 8}, infData)
 	closed := up(2, 4, 3, 8)
 	closed.Close()
 
@@ -58,7 +59,7 @@ func TestInvalidInputs(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			out, err := dev.Attention(c.q, c.k, c.v, c.opts)
+			out, err := devtest.Dev.Attention(c.q, c.k, c.v, c.opts)
 			if !errors.Is(err, c.want) {
 				out.Close()
 				t.Fatalf("got error %v, want %v", err, c.want)
@@ -67,46 +68,46 @@ func TestInvalidInputs(t *testing.T) {
 	}
 
 	// Shape errors at upload time.
-	if _, err := dev.Upload([]int{3, 0, 2}, nil); !errors.Is(err, vkattn.ErrEmpty) {
+	if _, err := devtest.Dev.Upload([]int{3, 0, 2}, nil); !errors.Is(err, vkattn.ErrEmpty) {
 		t.Errorf("zero-sized axis: got %v, want ErrEmpty", err)
 	}
-	if _, err := dev.Upload([]int{5}, make([]float32, 5)); !errors.Is(err, vkattn.ErrShape) {
+	if _, err := devtest.Dev.Upload([]int{5}, make([]float32, 5)); !errors.Is(err, vkattn.ErrShape) {
 		t.Errorf("rank 1: got %v, want ErrShape", err)
 	}
-	if _, err := dev.Upload([]int{2, 3}, make([]float32, 5)); !errors.Is(err, vkattn.ErrShape) {
+	if _, err := devtest.Dev.Upload([]int{2, 3}, make([]float32, 5)); !errors.Is(err, vkattn.ErrShape) {
 		t.Errorf("value count: got %v, want ErrShape", err)
 	}
 	// A tensor of another device.
-	other, err := storageDev.Upload([]int{2, 4, 3, 8}, make([]float32, 2*4*3*8))
+	other, err := devtest.StorageDev.Upload([]int{2, 4, 3, 8}, make([]float32, 2*4*3*8))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if _, err := dev.Attention(other, k, v, vkattn.Options{}); !errors.Is(err, vkattn.ErrDevice) {
+	if _, err := devtest.Dev.Attention(other, k, v, vkattn.Options{}); !errors.Is(err, vkattn.ErrDevice) {
 		t.Errorf("tensor of another device: got %v, want ErrDevice", err)
 	}
 	// A head one wider than the kernels take, in K or in V; the widest
 	// plans.
 	w := vkattn.MaxHeadWidth
 	for _, c := range [][2]int{{w + 1, 8}, {8, w + 1}} {
-		if _, err := dev.Plan([]int{1, 1, 2, c[0]}, []int{1, 1, 3, c[0]}, []int{1, 1, 3, c[1]}, vkattn.Options{}); !errors.Is(err, vkattn.ErrTooLarge) {
+		if _, err := devtest.Dev.Plan([]int{1, 1, 2, c[0]}, []int{1, 1, 3, c[0]}, []int{1, 1, 3, c[1]}, vkattn.Options{}); !errors.Is(err, vkattn.ErrTooLarge) {
 			t.Errorf("d_k %d, d_v %d: got %v, want ErrTooLarge", c[0], c[1], err)
 		}
 	}
-	if _, err := dev.Plan([]int{1, 1, 2, w}, []int{1, 1, 3, w}, []int{1, 1, 3, w}, vkattn.Options{}); err != nil {
+	if _, err := devtest.Dev.Plan([]int{1, 1, 2, w}, []int{1, 1, 3, w}, []int{1, 1, 3, w}, vkattn.Options{}); err != nil {
 		t.Errorf("d_k = d_v = MaxHeadWidth (%d): %v", w, err)
 	}
 	// K of one KV head too large for one binding (4 GiB; lavapipe's vec4
 	// texel views reach 2 GiB, its storage bindings 128 MiB) cannot be
 	// split; weights of one head too large (256 MiB) can, into blocks of
 	// query rows, and larger calls whose heads fit are split by heads.
-	if _, err := dev.Plan([]int{1, 1, 16, 8}, []int{1, 1, 1 << 27, 8}, []int{1, 1, 1 << 27, 8}, vkattn.Options{}); !errors.Is(err, vkattn.ErrTooLarge) {
+	if _, err := devtest.Dev.Plan([]int{1, 1, 16, 8}, []int{1, 1, 1 << 27, 8}, []int{1, 1, 1 << 27, 8}, vkattn.Options{}); !errors.Is(err, vkattn.ErrTooLarge) {
 		t.Errorf("huge K of one head: got %v, want ErrTooLarge", err)
 	}
-	if p, err := dev.Plan([]int{1, 1, 8192, 8}, []int{1, 1, 8192, 8}, []int{1, 1, 8192, 8}, vkattn.Options{WantWeights: true}); err != nil || p.Kernel.Chunks < 2 || p.Kernel.ChunkRows >= 8192 {
+	if p, err := devtest.Dev.Plan([]int{1, 1, 8192, 8}, []int{1, 1, 8192, 8}, []int{1, 1, 8192, 8}, vkattn.Options{WantWeights: true}); err != nil || p.Kernel.Chunks < 2 || p.Kernel.ChunkRows >= 8192 {
 		t.Errorf("256 MiB of weights for one head: plan %v, %v; want blocks of query rows", p.Kernel, err)
 	}
-	if p, err := dev.Plan([]int{1, 64, 4096, 8}, []int{1, 64, 4096, 8}, []int{1, 64, 4096, 8}, vkattn.Options{WantWeights: true}); err != nil || p.Kernel.Chunks < 2 {
+	if p, err := devtest.Dev.Plan([]int{1, 64, 4096, 8}, []int{1, 64, 4096, 8}, []int{1, 64, 4096, 8}, vkattn.Options{WantWeights: true}); err != nil || p.Kernel.Chunks < 2 {
 		t.Errorf("4 GiB of weights, 64 MiB per head: plan %v, %v; want chunks", p.Kernel, err)
 	}
 }
@@ -115,21 +116,21 @@ func TestInvalidInputs(t *testing.T) {
 // allocates nothing of L*S elements (vk allocation accounting).
 func TestFusedPathAllocatesNoScoreMatrix(t *testing.T) {
 	const l, s, d = 512, 512, 16
-	p := newProblem(rand.New(rand.NewSource(1)), 1, 1, 1, l, s, d, d)
-	q, _ := dev.Upload(p.qs[:], p.q)
-	k, _ := dev.Upload(p.ks[:], p.k)
-	v, _ := dev.Upload(p.vs[:], p.v)
+	p := devtest.NewProblem(rand.New(rand.NewSource(1)), 1, 1, 1, l, s, d, d)
+	q, _ := devtest.Dev.Upload(p.QS[:], p.Q)
+	k, _ := devtest.Dev.Upload(p.KS[:], p.K)
+	v, _ := devtest.Dev.Upload(p.VS[:], p.V)
 	defer q.Close()
 	defer k.Close()
 	defer v.Close()
-	dev.ResetAllocStats()
-	before := dev.Stats()
-	out, err := dev.Attention(q, k, v, vkattn.Options{Causal: vkattn.CausalTopLeft, WantLSE: true})
+	devtest.Dev.ResetAllocStats()
+	before := devtest.Dev.Stats()
+	out, err := devtest.Dev.Attention(q, k, v, vkattn.Options{Causal: vkattn.CausalTopLeft, WantLSE: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out.Close()
-	st := dev.Stats()
+	st := devtest.Dev.Stats()
 	scores := uint64(4 * l * s)
 	if st.Largest >= scores {
 		t.Errorf("largest allocation %d bytes >= the %d-byte score matrix", st.Largest, scores)

@@ -3,6 +3,7 @@ package vkattn_test
 import (
 	"testing"
 
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/verify"
 )
@@ -21,8 +22,8 @@ func TestGoldenCases(t *testing.T) {
 	if len(cases) < 8 {
 		t.Fatalf("only %d golden cases loaded", len(cases))
 	}
-	inParallel(t, everyPlanName, func(t *testing.T, plan string) {
-		d := everyPlan()[plan]
+	devtest.InParallel(t, devtest.EveryPlanName, func(t *testing.T, plan string) {
+		d := devtest.EveryPlan()[plan]
 		for _, c := range cases {
 			t.Run(c.Name, func(t *testing.T) {
 				if line, ok := verify.Case(d, &c); !ok {

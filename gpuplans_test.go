@@ -8,6 +8,8 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -17,8 +19,8 @@ import (
 // tiled split-K - and the plan says so; lavapipe's own plan keeps its row
 // kernels, and additive attention (no tiled variant) keeps them too.
 func TestGPUPlansNameTiledKernels(t *testing.T) {
-	info := dev.Info()
-	for vendor, d := range map[string]*vkattn.Device{"nvidia": nvidiaDev, "amd": amdDev, "intel": intelDev} {
+	info := devtest.Dev.Info()
+	for vendor, d := range map[string]*vkattn.Device{"nvidia": devtest.NVIDIADev, "amd": devtest.AMDDev, "intel": devtest.IntelDev} {
 		for _, c := range []struct {
 			name           string
 			h, hkv, l, s   int
@@ -38,7 +40,7 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 					t.Fatal(err)
 				}
 				k := plan.Kernel
-				if vkattn.AttentionPlanOf(k).Variant.Family != pipelines.FamilyTiled || vkattn.AttentionPlanOf(k).Variant.SplitK != c.split || (k.Splits > 0) != c.split {
+				if engine.AttentionPlanOf(k).Variant.Family != pipelines.FamilyTiled || engine.AttentionPlanOf(k).Variant.SplitK != c.split || (k.Splits > 0) != c.split {
 					t.Fatalf("plan %v: want the tiled kernel (split-K %v)", k, c.split)
 				}
 				if k.SharedBytes <= 0 || k.SharedBytes > int(info.Limits.MaxSharedMemory) || k.SharedBytes != 2*k.KeyTile*k.DMax*4 {
@@ -56,12 +58,12 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 			})
 		}
 	}
-	for name, d := range map[string]*vkattn.Device{"lavapipe's own": dev, "forced storage": storageDev} {
+	for name, d := range map[string]*vkattn.Device{"lavapipe's own": devtest.Dev, "forced storage": devtest.StorageDev} {
 		plan, err := d.Plan([]int{1, 8, 512, 64}, []int{1, 8, 512, 64}, []int{1, 8, 512, 64}, vkattn.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if vkattn.AttentionPlanOf(plan.Kernel).Variant.Family == pipelines.FamilyTiled && info.DriverID == core.DriverIDLavapipe && d.PlannedAs() == "" {
+		if engine.AttentionPlanOf(plan.Kernel).Variant.Family == pipelines.FamilyTiled && info.DriverID == core.DriverIDLavapipe && d.PlannedAs() == "" {
 			t.Errorf("%s plan on lavapipe: %v; want its row kernels", name, plan.Kernel)
 		}
 	}
@@ -71,21 +73,21 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 // 256, GQA/MQA, every mask kind, half inputs at every width, LSE and
 // weights) under both GPU vendors' plans.
 func TestSweepGPUPlans(t *testing.T) {
-	t.Run("nvidia", func(t *testing.T) { sweep(t, nvidiaDev, 31, 16, sweepWidths) })
-	t.Run("amd", func(t *testing.T) { sweep(t, amdDev, 32, 8, sweepWidths) })
+	t.Run("nvidia", func(t *testing.T) { sweep(t, devtest.NVIDIADev, 31, 16, sweepWidths) })
+	t.Run("amd", func(t *testing.T) { sweep(t, devtest.AMDDev, 32, 8, sweepWidths) })
 	// Intel's tiles (16 x 16, 2 rows per lane group) at the narrower widths:
 	// its variants compile anew, and the wide ones are NVIDIA's shapes.
-	t.Run("intel", func(t *testing.T) { sweep(t, intelDev, 33, 8, []int{1, 8, 33, 64}) })
+	t.Run("intel", func(t *testing.T) { sweep(t, devtest.IntelDev, 33, 8, []int{1, 8, 33, 64}) })
 }
 
 // TestDecodeGPUPlans covers tiled split-K decode: few query rows per KV
 // head, many keys, GQA/MQA packing into one row block, every mask kind, key
 // lengths that end inside a split, half K/V, widths up to 256.
 func TestDecodeGPUPlans(t *testing.T) {
-	decodeSweep(t, 41, 12, gpuPlanDevs(), []int{1, 2, 4, 8}, func(r *rand.Rand, c int) (int, int) {
+	decodeSweep(t, 41, 12, devtest.GPUPlanDevs(), []int{1, 2, 4, 8}, func(r *rand.Rand, c int) (int, int) {
 		return pick(r, []int{8, 64, 128, 256}), pick(r, []int{8, 64, 128})
 	}, 2)
-	decodeSweep(t, 42, 4, []*vkattn.Device{intelDev}, []int{1, 4}, func(r *rand.Rand, c int) (int, int) {
+	decodeSweep(t, 42, 4, []*vkattn.Device{devtest.IntelDev}, []int{1, 4}, func(r *rand.Rand, c int) (int, int) {
 		return pick(r, []int{8, 64}), pick(r, []int{8, 64})
 	}, 2)
 }

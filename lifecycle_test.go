@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/internal/resident"
+	"github.com/vkattn/vkattn/nn"
 )
 
 // inSubprocess runs the calling test's body in a child process, so that a
@@ -33,39 +35,16 @@ func inSubprocess(t *testing.T) bool {
 	return false
 }
 
-// openOwnDevice opens a device of the test's own, so that closing it is
-// part of what the test checks; it returns the live-object count before.
-func openOwnDevice(t *testing.T) (*vkattn.Device, int64) {
-	t.Helper()
-	before := vkattn.LiveObjects()
-	d, err := vkattn.Open(vkattn.Config{Validation: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d, before
-}
-
-// closeOwnDevice closes d and checks that everything made on it is gone.
-func closeOwnDevice(t *testing.T, d *vkattn.Device, before int64) {
-	t.Helper()
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if n := vkattn.LiveObjects(); n != before {
-		t.Errorf("%d Vulkan objects alive after Close, want %d", n, before)
-	}
-}
-
 // uploadProblem puts p's Q, K and V on d.
-func uploadProblem(t *testing.T, d *vkattn.Device, p *problem) (q, k, v *vkattn.Tensor) {
+func uploadProblem(t *testing.T, d *vkattn.Device, p *devtest.Problem) (q, k, v *vkattn.Tensor) {
 	t.Helper()
-	return mustUpload(t, d, p.qs[:], p.q), mustUpload(t, d, p.ks[:], p.k), mustUpload(t, d, p.vs[:], p.v)
+	return devtest.MustUpload(t, d, p.QS[:], p.Q), devtest.MustUpload(t, d, p.KS[:], p.K), devtest.MustUpload(t, d, p.VS[:], p.V)
 }
 
 // slowProblem is a call that runs long enough on lavapipe (about half a
 // second) to be cancelled while it is on the device.
-func slowProblem() *problem {
-	return newProblem(rand.New(rand.NewSource(11)), 1, 2, 2, 4096, 4096, 64, 64)
+func slowProblem() *devtest.Problem {
+	return devtest.NewProblem(rand.New(rand.NewSource(11)), 1, 2, 2, 4096, 4096, 64, 64)
 }
 
 // TestCancelledCallsLeaveTheDeviceUsable: a done context submits nothing; a
@@ -76,7 +55,7 @@ func TestCancelledCallsLeaveTheDeviceUsable(t *testing.T) {
 	if !inSubprocess(t) {
 		return
 	}
-	d, before := openOwnDevice(t)
+	d, before := devtest.OpenOwnDevice(t)
 	slow := slowProblem()
 	q, k, v := uploadProblem(t, d, slow)
 
@@ -139,8 +118,8 @@ func TestCancelledCallsLeaveTheDeviceUsable(t *testing.T) {
 	call.Close()
 
 	// The device still computes correct results.
-	checkAgainstReference(t, d, newProblem(rand.New(rand.NewSource(12)), 2, 2, 1, 5, 7, 16, 8))
-	closeOwnDevice(t, d, before)
+	devtest.CheckAgainstReference(t, d, devtest.NewProblem(rand.New(rand.NewSource(12)), 2, 2, 1, 5, 7, 16, 8))
+	devtest.CloseOwnDevice(t, d, before)
 }
 
 // TestCloseAfterDeviceClose: calls and layers closed after their device (never
@@ -150,8 +129,8 @@ func TestCloseAfterDeviceClose(t *testing.T) {
 	if !inSubprocess(t) {
 		return
 	}
-	d, before := openOwnDevice(t)
-	small := newProblem(rand.New(rand.NewSource(13)), 1, 2, 2, 4, 6, 16, 16)
+	d, before := devtest.OpenOwnDevice(t)
+	small := devtest.NewProblem(rand.New(rand.NewSource(13)), 1, 2, 2, 4, 6, 16, 16)
 	q, k, v := uploadProblem(t, d, small)
 	prepare := func() *vkattn.Call {
 		c, err := d.Prepare(q, k, v, vkattn.Options{WantLSE: true})
@@ -176,15 +155,15 @@ func TestCloseAfterDeviceClose(t *testing.T) {
 		t.Log("the slow call finished inside 20 ms: the cancelled case ran as finished")
 	}
 
-	layer, err := d.NewMHA(randomMHA(rand.New(rand.NewSource(14)), 8, 8, 8, true))
+	layer, err := nn.NewMHA(d, devtest.RandomMHA(rand.New(rand.NewSource(14)), 8, 8, 8, true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := d.Upload([]int{1, 3, 8}, randomValues(rand.New(rand.NewSource(15)), 24))
+	x, err := d.Upload([]int{1, 3, 8}, devtest.RandomValues(rand.New(rand.NewSource(15)), 24))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mcall, err := layer.Prepare(x, nil, nil, vkattn.MHAOptions{Heads: 2})
+	mcall, err := layer.Prepare(x, nil, nil, nn.MHAOptions{Heads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +172,7 @@ func TestCloseAfterDeviceClose(t *testing.T) {
 	}
 
 	// Close with every call still open frees their objects.
-	closeOwnDevice(t, d, before)
+	devtest.CloseOwnDevice(t, d, before)
 	for name, c := range map[string]*vkattn.Call{"never run": neverRun, "finished": finished, "cancelled": cancelled} {
 		if _, err := c.Run(context.Background()); !errors.Is(err, vkattn.ErrClosed) {
 			t.Errorf("Run of a %s call after Device.Close: %v, want ErrClosed", name, err)
@@ -217,33 +196,13 @@ func TestCloseAfterDeviceClose(t *testing.T) {
 	}
 }
 
-// TestLayerWeightsAllOrNothing: a layer whose last weight cannot be stored
-// (an out_proj weight beyond float16's range, uploaded after the input
-// projections) is refused with ErrOverflow and leaves nothing of the
-// weights uploaded before it on the device.
-func TestLayerWeightsAllOrNothing(t *testing.T) {
-	d, before := openOwnDevice(t)
-	opened := vkattn.LiveObjects()
-	w := randomMHA(rand.New(rand.NewSource(16)), 8, 8, 8, true)
-	w.DType = vkattn.Float16
-	w.OutProjWeight[5] = 1e6
-	if layer, err := d.NewMHA(w); !errors.Is(err, vkattn.ErrOverflow) {
-		layer.Close()
-		t.Fatalf("NewMHA with an out_proj weight of 1e6 stored as float16: %v, want ErrOverflow", err)
-	}
-	if n := vkattn.LiveObjects(); n != opened {
-		t.Errorf("%d Vulkan objects alive after the refused layer, want %d", n, opened)
-	}
-	closeOwnDevice(t, d, before)
-}
-
 // TestSoakManyCalls makes thousands of one-shot and prepared calls on a
 // device of its own: resident memory stays flat (no C or Vulkan memory
 // leaks per call) and nothing is alive after Close.
 func TestSoakManyCalls(t *testing.T) {
-	d, before := openOwnDevice(t)
-	p := newProblem(rand.New(rand.NewSource(31)), 1, 2, 1, 3, 5, 8, 8)
-	want := runReference(t, p)
+	d, before := devtest.OpenOwnDevice(t)
+	p := devtest.NewProblem(rand.New(rand.NewSource(31)), 1, 2, 1, 3, 5, 8, 8)
+	want := devtest.RunReference(t, p)
 	q, k, v := uploadProblem(t, d, p)
 	prepared, err := d.Prepare(q, k, v, vkattn.Options{})
 	if err != nil {
@@ -256,8 +215,8 @@ func TestSoakManyCalls(t *testing.T) {
 				t.Fatal(err)
 			}
 			if i%100 == 0 { // checking every result would dominate the time
-				got := download(t, out.O)
-				compare(t, "O", got, want.O)
+				got := devtest.Download(t, out.O)
+				devtest.Compare(t, "O", got, want.O)
 			}
 			out.Close()
 			if _, err := prepared.Run(context.Background()); err != nil {
@@ -286,23 +245,23 @@ func TestSoakManyCalls(t *testing.T) {
 	q.Close()
 	k.Close()
 	v.Close()
-	closeOwnDevice(t, d, before)
+	devtest.CloseOwnDevice(t, d, before)
 }
 
 // TestWrongDeviceTellsDevicesApart: a tensor of another device opened on
 // the same GPU is refused with a message that tells the two apart.
 func TestWrongDeviceTellsDevicesApart(t *testing.T) {
-	p := newProblem(rand.New(rand.NewSource(41)), 1, 1, 1, 2, 2, 4, 4)
-	q, k, v := uploadProblem(t, dev, p)
+	p := devtest.NewProblem(rand.New(rand.NewSource(41)), 1, 1, 1, 2, 2, 4, 4)
+	q, k, v := uploadProblem(t, devtest.Dev, p)
 	defer q.Close()
 	defer k.Close()
 	defer v.Close()
-	other, err := storageDev.Upload(p.ks[:], p.k)
+	other, err := devtest.StorageDev.Upload(p.KS[:], p.K)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	_, err = dev.Attention(q, other, v, vkattn.Options{})
+	_, err = devtest.Dev.Attention(q, other, v, vkattn.Options{})
 	if !errors.Is(err, vkattn.ErrDevice) {
 		t.Fatalf("K of another device: %v, want ErrDevice", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/devtest"
 )
 
 // A call with more work than one submission carries (a fraction of a
@@ -17,28 +18,28 @@ import (
 // rest of a long call.
 func TestLongCallStopsBetweenSubmissions(t *testing.T) {
 	r := rand.New(rand.NewSource(199))
-	p := newProblem(r, 1, 8, 8, 8192, 8192, 64, 64)
-	q, k, v := p.inputs(t, dev)
+	p := devtest.NewProblem(r, 1, 8, 8, 8192, 8192, 64, 64)
+	q, k, v := p.Inputs(t, devtest.Dev)
 	defer q.Close()
 	defer k.Close()
 	defer v.Close()
-	call, err := dev.Prepare(q, k, v, p.opts)
+	call, err := devtest.Dev.Prepare(q, k, v, p.Opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer call.Close()
 	parts := call.Output().Plan.Kernel.Chunks
-	if dev.Info().Type != core.DeviceCPU {
-		t.Skipf("%s runs this call in %d submission(s)", dev.Info().Name, parts)
+	if devtest.Dev.Info().Type != core.DeviceCPU {
+		t.Skipf("%s runs this call in %d submission(s)", devtest.Dev.Info().Name, parts)
 	}
 	if parts < 4 {
 		t.Fatalf("%d chunks, want a call of several submissions: %v", parts, call.Output().Plan)
 	}
-	before := dev.Stats()
+	before := devtest.Dev.Stats()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		for dev.Stats().Since(before).Submits == 0 {
+		for devtest.Dev.Stats().Since(before).Submits == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		cancel()
@@ -46,7 +47,7 @@ func TestLongCallStopsBetweenSubmissions(t *testing.T) {
 	if _, err := call.Run(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled run: %v", err)
 	}
-	if n := dev.Stats().Since(before).Submits; n >= parts {
+	if n := devtest.Dev.Stats().Since(before).Submits; n >= parts {
 		t.Errorf("cancelled after the first submission, the call made %d of its %d", n, parts)
 	}
 }

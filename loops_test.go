@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 )
 
 // Long loops: lavapipe before Mesa 26 ends an invocation's loops after
@@ -19,13 +20,13 @@ import (
 
 // lastKeyDominates makes p's last key carry nearly all the weight of every
 // query row: positive queries and a last key row of 10s.
-func lastKeyDominates(p *problem) {
-	for i := range p.q {
-		p.q[i] = 0.5 + p.q[i]*p.q[i]
+func lastKeyDominates(p *devtest.Problem) {
+	for i := range p.Q {
+		p.Q[i] = 0.5 + p.Q[i]*p.Q[i]
 	}
-	s, dk := p.ks[2], p.ks[3]
-	for bh := 0; bh < p.ks[0]*p.ks[1]; bh++ {
-		row := p.k[(bh*s+s-1)*dk : (bh*s+s)*dk]
+	s, dk := p.KS[2], p.KS[3]
+	for bh := 0; bh < p.KS[0]*p.KS[1]; bh++ {
+		row := p.K[(bh*s+s-1)*dk : (bh*s+s)*dk]
 		for i := range row {
 			row[i] = 10
 		}
@@ -34,12 +35,12 @@ func lastKeyDominates(p *problem) {
 
 // mostUnsplit is the largest key count up to hi that d plans for p's
 // other extents without splitting the keys (0 if every count splits).
-func mostUnsplit(t *testing.T, d *vkattn.Device, p *problem, hi int) int {
+func mostUnsplit(t *testing.T, d *vkattn.Device, p *devtest.Problem, hi int) int {
 	t.Helper()
 	planOf := func(s int) vkattn.Plan {
-		ks, vs := p.ks, p.vs
+		ks, vs := p.KS, p.VS
 		ks[2], vs[2] = s, s
-		plan, err := d.PlanAs(p.qs[:], ks[:], vs[:], p.types, p.opts)
+		plan, err := d.PlanAs(p.QS[:], ks[:], vs[:], p.Types, p.Opts)
 		if err != nil {
 			t.Fatalf("plan of %d keys: %v", s, err)
 		}
@@ -56,35 +57,35 @@ func checkLoopBoundary(t *testing.T, d *vkattn.Device, l, dk int, types [3]vkatt
 		t.Skipf("%s runs loops whole", d.Info().Name)
 	}
 	r := rand.New(rand.NewSource(191))
-	probe := newProblem(r, 1, 1, 1, l, 8, dk, dk)
-	probe.types = types
+	probe := devtest.NewProblem(r, 1, 1, 1, l, 8, dk, dk)
+	probe.Types = types
 	most := mostUnsplit(t, d, probe, 1<<20)
 	if most == 0 || most == 1<<20 {
 		t.Fatalf("no key count where the plan starts splitting: %d", most)
 	}
 	for _, s := range []int{most, most + 1} {
-		p := newProblem(r, 1, 1, 1, l, s, dk, dk)
-		p.types = types
+		p := devtest.NewProblem(r, 1, 1, 1, l, s, dk, dk)
+		p.Types = types
 		lastKeyDominates(p)
-		got := runGPU(t, d, p)
-		if split := got.out.Plan.Kernel.Splits > 0; split != (s > most) {
+		got := devtest.RunGPU(t, d, p)
+		if split := got.Out.Plan.Kernel.Splits > 0; split != (s > most) {
 			t.Fatalf("%d keys: split %v", s, split)
 		}
-		compare(t, "O", got.o, runReference(t, p).O)
+		devtest.Compare(t, "O", got.O, devtest.RunReference(t, p).O)
 	}
 }
 
 func TestLongLoopsRowKernel(t *testing.T) {
-	checkLoopBoundary(t, rowDev, 64, 4, [3]vkattn.DType{})
+	checkLoopBoundary(t, devtest.RowDev, 64, 4, [3]vkattn.DType{})
 }
 
 func TestLongLoopsRowKernelQ8(t *testing.T) {
-	checkLoopBoundary(t, rowDev, 32, 32, [3]vkattn.DType{vkattn.Float32, vkattn.Q8_0, vkattn.Q8_0})
+	checkLoopBoundary(t, devtest.RowDev, 32, 32, [3]vkattn.DType{vkattn.Float32, vkattn.Q8_0, vkattn.Q8_0})
 }
 
 func TestLongLoopsTiled(t *testing.T) {
-	inParallel(t, []string{"nvidia", "amd", "intel"}, func(t *testing.T, plan string) {
-		d := map[string]*vkattn.Device{"nvidia": nvidiaDev, "amd": amdDev, "intel": intelDev}[plan]
+	devtest.InParallel(t, []string{"nvidia", "amd", "intel"}, func(t *testing.T, plan string) {
+		d := map[string]*vkattn.Device{"nvidia": devtest.NVIDIADev, "amd": devtest.AMDDev, "intel": devtest.IntelDev}[plan]
 		checkLoopBoundary(t, d, 64, 4, [3]vkattn.DType{})
 	})
 }
@@ -92,7 +93,7 @@ func TestLongLoopsTiled(t *testing.T) {
 // The weights pass loops once more per key and has no split-K form: past
 // the budget the call is refused.
 func TestLongLoopsWeightsRefused(t *testing.T) {
-	d := rowDev
+	d := devtest.RowDev
 	budget := d.Info().LoopBudget()
 	if budget == 0 {
 		t.Skipf("%s runs loops whole", d.Info().Name)
@@ -110,13 +111,13 @@ func TestLongLoopsWeightsRefused(t *testing.T) {
 		t.Fatalf("no key count where the weights are refused: %d", most)
 	}
 	r := rand.New(rand.NewSource(193))
-	p := newProblem(r, 1, 1, 1, 64, most, 4, 4)
-	p.weights = true
+	p := devtest.NewProblem(r, 1, 1, 1, 64, most, 4, 4)
+	p.Weights = true
 	lastKeyDominates(p)
-	got := runGPU(t, d, p)
-	want := runReference(t, p)
-	compare(t, "O", got.o, want.O)
-	compare(t, "weights", got.w, want.Weights)
+	got := devtest.RunGPU(t, d, p)
+	want := devtest.RunReference(t, p)
+	devtest.Compare(t, "O", got.O, want.O)
+	devtest.Compare(t, "weights", got.W, want.Weights)
 }
 
 // The backward passes loop once per staged row and per tile (d <= 16: 16
@@ -124,8 +125,8 @@ func TestLongLoopsWeightsRefused(t *testing.T) {
 // pass) or query rows (the key pass) run whole, one more is refused. The
 // last key and the last query row carry most of the gradients.
 func TestLongLoopsBackward(t *testing.T) {
-	if dev.Info().LoopBudget() == 0 {
-		t.Skipf("%s runs loops whole", dev.Info().Name)
+	if devtest.Dev.Info().LoopBudget() == 0 {
+		t.Skipf("%s runs loops whole", devtest.Dev.Info().Name)
 	}
 	const most = 58240
 	for _, keys := range []bool{true, false} {
@@ -134,20 +135,20 @@ func TestLongLoopsBackward(t *testing.T) {
 			l, s = most, 2
 		}
 		r := rand.New(rand.NewSource(197))
-		p := newProblem(r, 1, 1, 1, l, s, 16, 16)
+		p := devtest.NewProblem(r, 1, 1, 1, l, s, 16, 16)
 		for i := 0; i < 16; i++ {
-			p.k[(s-1)*16+i], p.v[(s-1)*16+i] = 3, 100
+			p.K[(s-1)*16+i], p.V[(s-1)*16+i] = 3, 100
 		}
-		dO := randomValues(r, l*16)
+		dO := devtest.RandomValues(r, l*16)
 		for i := range dO[(l-1)*16:] {
 			dO[(l-1)*16+i] = 1000
 		}
-		checkBackwardOf(t, dev, p, dO)
-		long := newProblem(r, 1, 1, 1, l+boolInt(!keys), s+boolInt(keys), 16, 16)
-		q, k, v := long.inputs(t, dev)
-		_, err := dev.AttentionBackward(q, k, v, zeros(t, dev, 1, 1, long.qs[2], 16), long.opts)
+		checkBackwardOf(t, devtest.Dev, p, dO)
+		long := devtest.NewProblem(r, 1, 1, 1, l+boolInt(!keys), s+boolInt(keys), 16, 16)
+		q, k, v := long.Inputs(t, devtest.Dev)
+		_, err := devtest.Dev.AttentionBackward(q, k, v, devtest.Zeros(t, devtest.Dev, 1, 1, long.QS[2], 16), long.Opts)
 		if !errors.Is(err, vkattn.ErrTooLarge) {
-			t.Errorf("backward of %d query rows and %d keys: %v, want ErrTooLarge", long.qs[2], long.ks[2], err)
+			t.Errorf("backward of %d query rows and %d keys: %v, want ErrTooLarge", long.QS[2], long.KS[2], err)
 		}
 		for _, x := range []*vkattn.Tensor{q, k, v} {
 			x.Close()

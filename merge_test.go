@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/reference"
@@ -38,8 +39,8 @@ func mergeAndCompare(t *testing.T, d *vkattn.Device, parts []vkattn.Part, want *
 	if s := out.LSE.Shape(); s != [4]int{want.Dims.B, want.Dims.H, want.Dims.L, 1} {
 		t.Fatalf("LSE shape %v", s)
 	}
-	compare(t, "O", download(t, out.O), want.O)
-	compare(t, "LSE", download(t, out.LSE), want.LSE)
+	devtest.Compare(t, "O", devtest.Download(t, out.O), want.O)
+	devtest.Compare(t, "LSE", devtest.Download(t, out.LSE), want.LSE)
 }
 
 // TestMergeIsAttentionOverTheUnion: attention over keys split into 2 to 5
@@ -50,7 +51,7 @@ func mergeAndCompare(t *testing.T, d *vkattn.Device, parts []vkattn.Part, want *
 // case reads a part through strided views.
 func TestMergeIsAttentionOverTheUnion(t *testing.T) {
 	r := rand.New(rand.NewSource(37))
-	p := newProblem(r, 2, 4, 2, 5, 41, 16, 8)
+	p := devtest.NewProblem(r, 2, 4, 2, 5, 41, 16, 8)
 	for _, c := range []struct {
 		name   string
 		cuts   []int
@@ -69,51 +70,51 @@ func TestMergeIsAttentionOverTheUnion(t *testing.T) {
 			var parts []vkattn.Part
 			part := func(k []float32, ks [4]int, v []float32, vs [4]int, opts vkattn.Options) {
 				t.Helper()
-				q := upload(t, dev, p.qs[:], p.q)
-				kt, vt := upload(t, dev, ks[:], k), upload(t, dev, vs[:], v)
+				q := devtest.Upload(t, devtest.Dev, p.QS[:], p.Q)
+				kt, vt := devtest.Upload(t, devtest.Dev, ks[:], k), devtest.Upload(t, devtest.Dev, vs[:], v)
 				opts.WantLSE = true
-				out, err := dev.Attention(q, kt, vt, opts)
+				out, err := devtest.Dev.Attention(q, kt, vt, opts)
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(out.Close)
 				parts = append(parts, out.Part())
 			}
-			S := p.ks[2]
+			S := p.KS[2]
 			for i := 0; i+1 < len(c.cuts); i++ {
 				from, to := c.cuts[i], c.cuts[i+1]
-				k, ks := testutil.KeyRange(p.k, p.ks, from, to)
-				v, vs := testutil.KeyRange(p.v, p.vs, from, to)
+				k, ks := testutil.KeyRange(p.K, p.KS, from, to)
+				v, vs := testutil.KeyRange(p.V, p.VS, from, to)
 				opts := vkattn.Options{}
 				if c.causal {
-					opts.BoolMasks = []vkattn.BoolMask{causalPart(p.qs[2], S, from, to)}
+					opts.BoolMasks = []vkattn.BoolMask{causalPart(p.QS[2], S, from, to)}
 				}
 				part(k, ks, v, vs, opts)
 			}
 			for range c.empty {
-				k, ks := testutil.KeyRange(p.k, p.ks, 0, 3)
-				v, vs := testutil.KeyRange(p.v, p.vs, 0, 3)
-				part(k, ks, v, vs, vkattn.Options{KeyLengths: make([]int, p.qs[0])})
+				k, ks := testutil.KeyRange(p.K, p.KS, 0, 3)
+				v, vs := testutil.KeyRange(p.V, p.VS, 0, 3)
+				part(k, ks, v, vs, vkattn.Options{KeyLengths: make([]int, p.QS[0])})
 			}
 			if c.views {
 				// Part 0 again, uploaded as (B, L, H, d) and read as (B, H, L, d).
-				o, lse := download(t, parts[0].O), download(t, parts[0].LSE)
+				o, lse := devtest.Download(t, parts[0].O), devtest.Download(t, parts[0].LSE)
 				os, ls := parts[0].O.Shape(), parts[0].LSE.Shape()
 				parts[0] = vkattn.Part{
-					O:   upload(t, dev, []int{os[0], os[2], os[1], os[3]}, toBLHD(o, os)).SwapAxes12(),
-					LSE: upload(t, dev, []int{ls[0], ls[2], ls[1], ls[3]}, toBLHD(lse, ls)).SwapAxes12(),
+					O:   devtest.Upload(t, devtest.Dev, []int{os[0], os[2], os[1], os[3]}, devtest.ToBLHD(o, os)).SwapAxes12(),
+					LSE: devtest.Upload(t, devtest.Dev, []int{ls[0], ls[2], ls[1], ls[3]}, devtest.ToBLHD(lse, ls)).SwapAxes12(),
 				}
 			}
 			union := *p
 			if c.causal {
-				union.opts.Causal = vkattn.CausalBottomRight
+				union.Opts.Causal = vkattn.CausalBottomRight
 			}
 			if len(c.cuts) == 0 {
-				union.opts.KeyLengths = make([]int, p.qs[0])
+				union.Opts.KeyLengths = make([]int, p.QS[0])
 			}
-			want := runReference(t, &union)
+			want := devtest.RunReference(t, &union)
 			for _, order := range testutil.Permutations(len(parts)) {
-				mergeAndCompare(t, dev, testutil.Permute(parts, order), want)
+				mergeAndCompare(t, devtest.Dev, testutil.Permute(parts, order), want)
 			}
 		})
 	}
@@ -139,14 +140,14 @@ func TestMergeCascade(t *testing.T) {
 	total := starts[seqs]
 	// Sequence i's queries are rows [i*rows, (i+1)*rows) of Q.
 	qs := [4]int{1, H, seqs * rows, D}
-	q := randomValues(r, size(qs))
+	q := devtest.RandomValues(r, devtest.Size(qs))
 	pks := [4]int{1, HKV, prefix, D}
-	pk, pv := randomValues(r, size(pks)), randomValues(r, size(pks))
+	pk, pv := devtest.RandomValues(r, devtest.Size(pks)), devtest.RandomValues(r, devtest.Size(pks))
 	sks := [4]int{1, HKV, total, D}
-	sk, sv := randomValues(r, size(sks)), randomValues(r, size(sks))
+	sk, sv := devtest.RandomValues(r, devtest.Size(sks)), devtest.RandomValues(r, devtest.Size(sks))
 
-	qt := upload(t, dev, qs[:], q)
-	pre, err := dev.Attention(qt, upload(t, dev, pks[:], pk), upload(t, dev, pks[:], pv), vkattn.Options{WantLSE: true})
+	qt := devtest.Upload(t, devtest.Dev, qs[:], q)
+	pre, err := devtest.Dev.Attention(qt, devtest.Upload(t, devtest.Dev, pks[:], pk), devtest.Upload(t, devtest.Dev, pks[:], pv), vkattn.Options{WantLSE: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,17 +160,17 @@ func TestMergeCascade(t *testing.T) {
 			}
 		}
 	}
-	suf, err := dev.Attention(qt, upload(t, dev, sks[:], sk), upload(t, dev, sks[:], sv), vkattn.Options{WantLSE: true, BoolMasks: []vkattn.BoolMask{own}})
+	suf, err := devtest.Dev.Attention(qt, devtest.Upload(t, devtest.Dev, sks[:], sk), devtest.Upload(t, devtest.Dev, sks[:], sv), vkattn.Options{WantLSE: true, BoolMasks: []vkattn.BoolMask{own}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer suf.Close()
-	out, err := dev.Merge([]vkattn.Part{pre.Part(), suf.Part()})
+	out, err := devtest.Dev.Merge([]vkattn.Part{pre.Part(), suf.Part()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	gotO, gotLSE := download(t, out.O), download(t, out.LSE)
+	gotO, gotLSE := devtest.Download(t, out.O), devtest.Download(t, out.LSE)
 
 	for i := range seqs {
 		// Sequence i alone: Q its rows, K and V its prefix and suffix.
@@ -178,7 +179,7 @@ func TestMergeCascade(t *testing.T) {
 			qi = append(qi, q[(h*seqs*rows+i*rows)*D:(h*seqs*rows+(i+1)*rows)*D]...)
 		}
 		kvs := [4]int{1, HKV, prefix + suffix[i], D}
-		ki, vi := make([]float32, 0, size(kvs)), make([]float32, 0, size(kvs))
+		ki, vi := make([]float32, 0, devtest.Size(kvs)), make([]float32, 0, devtest.Size(kvs))
 		for h := range HKV {
 			ki = append(ki, pk[h*prefix*D:(h+1)*prefix*D]...)
 			ki = append(ki, sk[(h*total+starts[i])*D:(h*total+starts[i+1])*D]...)
@@ -196,8 +197,8 @@ func TestMergeCascade(t *testing.T) {
 			o = append(o, gotO[row*D:(row+rows)*D]...)
 			lse = append(lse, gotLSE[row:row+rows]...)
 		}
-		compare(t, fmt.Sprintf("sequence %d O", i), o, want.O)
-		compare(t, fmt.Sprintf("sequence %d LSE", i), lse, want.LSE)
+		devtest.Compare(t, fmt.Sprintf("sequence %d O", i), o, want.O)
+		devtest.Compare(t, fmt.Sprintf("sequence %d LSE", i), lse, want.LSE)
 	}
 }
 
@@ -205,40 +206,40 @@ func TestMergeCascade(t *testing.T) {
 // denominator once: the merge is the attention with sinks over the union.
 func TestMergeSinks(t *testing.T) {
 	r := rand.New(rand.NewSource(39))
-	p := newProblem(r, 1, 4, 4, 3, 20, 8, 8)
-	p.opts.Sinks = []float32{1, -2, 0.5, 3}
+	p := devtest.NewProblem(r, 1, 4, 4, 3, 20, 8, 8)
+	p.Opts.Sinks = []float32{1, -2, 0.5, 3}
 	var parts []vkattn.Part
 	for i, cut := range [][2]int{{0, 7}, {7, 20}} {
-		k, ks := testutil.KeyRange(p.k, p.ks, cut[0], cut[1])
-		v, vs := testutil.KeyRange(p.v, p.vs, cut[0], cut[1])
+		k, ks := testutil.KeyRange(p.K, p.KS, cut[0], cut[1])
+		v, vs := testutil.KeyRange(p.V, p.VS, cut[0], cut[1])
 		opts := vkattn.Options{WantLSE: true}
 		if i == 1 {
-			opts.Sinks = p.opts.Sinks
+			opts.Sinks = p.Opts.Sinks
 		}
-		out, err := dev.Attention(upload(t, dev, p.qs[:], p.q), upload(t, dev, ks[:], k), upload(t, dev, vs[:], v), opts)
+		out, err := devtest.Dev.Attention(devtest.Upload(t, devtest.Dev, p.QS[:], p.Q), devtest.Upload(t, devtest.Dev, ks[:], k), devtest.Upload(t, devtest.Dev, vs[:], v), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer out.Close()
 		parts = append(parts, out.Part())
 	}
-	mergeAndCompare(t, dev, parts, runReference(t, p))
+	mergeAndCompare(t, devtest.Dev, parts, devtest.RunReference(t, p))
 }
 
 // TestMergeOfOnePart: a merge of one part is that part.
 func TestMergeOfOnePart(t *testing.T) {
 	o := []float32{1, -2, 3, 0, 0, 0}
 	lse := []float32{0.25, float32(math.Inf(-1))}
-	out, err := dev.Merge([]vkattn.Part{{O: upload(t, dev, []int{2, 3}, o), LSE: upload(t, dev, []int{2, 1}, lse)}})
+	out, err := devtest.Dev.Merge([]vkattn.Part{{O: devtest.Upload(t, devtest.Dev, []int{2, 3}, o), LSE: devtest.Upload(t, devtest.Dev, []int{2, 1}, lse)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	if c := golden.Compare(download(t, out.O), []float64{1, -2, 3, 0, 0, 0}, 0); !c.OK() {
-		t.Errorf("O = %v, want %v", download(t, out.O), o)
+	if c := golden.Compare(devtest.Download(t, out.O), []float64{1, -2, 3, 0, 0, 0}, 0); !c.OK() {
+		t.Errorf("O = %v, want %v", devtest.Download(t, out.O), o)
 	}
-	if c := golden.Compare(download(t, out.LSE), []float64{0.25, math.Inf(-1)}, 0); !c.OK() {
-		t.Errorf("LSE = %v, want %v", download(t, out.LSE), lse)
+	if c := golden.Compare(devtest.Download(t, out.LSE), []float64{0.25, math.Inf(-1)}, 0); !c.OK() {
+		t.Errorf("LSE = %v, want %v", devtest.Download(t, out.LSE), lse)
 	}
 }
 
@@ -246,19 +247,19 @@ func TestMergeOfOnePart(t *testing.T) {
 // or lack their LSE, of half-precision, non-finite, closed or foreign
 // tensors is refused with its sentinel, and allocates nothing.
 func TestMergeRefusals(t *testing.T) {
-	o := func(shape ...int) *vkattn.Tensor { return zeros(t, dev, shape...) }
+	o := func(shape ...int) *vkattn.Tensor { return devtest.Zeros(t, devtest.Dev, shape...) }
 	ok := vkattn.Part{O: o(2, 3, 8), LSE: o(2, 3, 1)}
-	half, err := dev.UploadAs([]int{2, 3, 8}, make([]float32, 48), vkattn.Float16)
+	half, err := devtest.Dev.UploadAs([]int{2, 3, 8}, make([]float32, 48), vkattn.Float16)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer half.Close()
 	nan := make([]float32, 48)
 	nan[7] = float32(math.NaN())
-	nanO := upload(t, dev, []int{2, 3, 8}, nan)
+	nanO := devtest.Upload(t, devtest.Dev, []int{2, 3, 8}, nan)
 	closed := o(2, 3, 1)
 	closed.Close()
-	other := smallBindings(t, vkattn.Config{})
+	other := devtest.SmallBindings(t, vkattn.Config{})
 	foreign, err := other.Upload([]int{2, 3, 1}, make([]float32, 6))
 	if err != nil {
 		t.Fatal(err)
@@ -266,30 +267,30 @@ func TestMergeRefusals(t *testing.T) {
 	defer foreign.Close()
 	merge := func(parts ...vkattn.Part) func() error {
 		return func() error {
-			out, err := dev.Merge(parts)
+			out, err := devtest.Dev.Merge(parts)
 			out.Close()
 			return err
 		}
 	}
 	otherL, otherDV := vkattn.Part{O: o(2, 4, 8), LSE: o(2, 4, 1)}, vkattn.Part{O: o(2, 3, 4), LSE: o(2, 3, 1)}
 	wide := o(2, 3, 2)
-	before := dev.Stats()
-	checkRefusals(t, []refusal{
-		{"no parts", vkattn.ErrOption, merge()},
-		{"no LSE", vkattn.ErrShape, merge(ok, vkattn.Part{O: ok.O})},
-		{"no O", vkattn.ErrShape, merge(ok, vkattn.Part{LSE: ok.LSE})},
-		{"other L", vkattn.ErrShape, merge(ok, otherL)},
-		{"other d_v", vkattn.ErrShape, merge(ok, otherDV)},
-		{"LSE with a width", vkattn.ErrShape, merge(ok, vkattn.Part{O: ok.O, LSE: wide})},
-		{"float16 O", vkattn.ErrOption, merge(ok, vkattn.Part{O: half, LSE: ok.LSE})},
-		{"NaN in O", vkattn.ErrNonFinite, merge(ok, vkattn.Part{O: nanO, LSE: ok.LSE})},
-		{"closed LSE", vkattn.ErrClosed, merge(ok, vkattn.Part{O: ok.O, LSE: closed})},
-		{"LSE of another device", vkattn.ErrDevice, merge(ok, vkattn.Part{O: ok.O, LSE: foreign})},
+	before := devtest.Dev.Stats()
+	devtest.CheckRefusals(t, []devtest.Refusal{
+		{Name: "no parts", Err: vkattn.ErrOption, Run: merge()},
+		{Name: "no LSE", Err: vkattn.ErrShape, Run: merge(ok, vkattn.Part{O: ok.O})},
+		{Name: "no O", Err: vkattn.ErrShape, Run: merge(ok, vkattn.Part{LSE: ok.LSE})},
+		{Name: "other L", Err: vkattn.ErrShape, Run: merge(ok, otherL)},
+		{Name: "other d_v", Err: vkattn.ErrShape, Run: merge(ok, otherDV)},
+		{Name: "LSE with a width", Err: vkattn.ErrShape, Run: merge(ok, vkattn.Part{O: ok.O, LSE: wide})},
+		{Name: "float16 O", Err: vkattn.ErrOption, Run: merge(ok, vkattn.Part{O: half, LSE: ok.LSE})},
+		{Name: "NaN in O", Err: vkattn.ErrNonFinite, Run: merge(ok, vkattn.Part{O: nanO, LSE: ok.LSE})},
+		{Name: "closed LSE", Err: vkattn.ErrClosed, Run: merge(ok, vkattn.Part{O: ok.O, LSE: closed})},
+		{Name: "LSE of another device", Err: vkattn.ErrDevice, Run: merge(ok, vkattn.Part{O: ok.O, LSE: foreign})},
 	})
-	if after := dev.Stats(); after.Since(before).Allocations != 0 {
+	if after := devtest.Dev.Stats(); after.Since(before).Allocations != 0 {
 		t.Errorf("refused merges allocated %d buffers", after.Since(before).Allocations)
 	}
-	if _, err := dev.Merge(nil); !errors.Is(err, vkattn.ErrOption) {
+	if _, err := devtest.Dev.Merge(nil); !errors.Is(err, vkattn.ErrOption) {
 		t.Errorf("Merge(nil): %v", err)
 	}
 }

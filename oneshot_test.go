@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 )
 
 // A one-shot call on shapes seen before allocates no device memory and
@@ -14,10 +15,10 @@ import (
 // row kernels and on the NVIDIA plan with discrete memory, whose output
 // then comes back through the staging area (one more each).
 func TestOneShotSteadyState(t *testing.T) {
-	for _, plan := range ownAndNVIDIA {
+	for _, plan := range devtest.OwnAndNVIDIA {
 		t.Run(plan, func(t *testing.T) {
-			d := everyPlan()[plan]
-			q, k, v := uploadProblem(t, d, newProblem(rand.New(rand.NewSource(81)), 1, 2, 1, 16, 16, 16, 16))
+			d := devtest.EveryPlan()[plan]
+			q, k, v := uploadProblem(t, d, devtest.NewProblem(rand.New(rand.NewSource(81)), 1, 2, 1, 16, 16, 16, 16))
 			call := func() {
 				out, err := d.AttentionContext(context.Background(), q, k, v, vkattn.Options{WantLSE: true})
 				if err != nil {

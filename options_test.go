@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 )
 
 // sentinels are every sentinel error of errors.go.
@@ -213,7 +214,7 @@ func fuzzOptions(q, k [4]int, spec []byte) vkattn.Options {
 // the call's masks (Options.MaskSummary) and memory.
 func TestPlanExplain(t *testing.T) {
 	opts := vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{5}, WantWeights: true}
-	plan, err := dev.Plan([]int{1, 2, 4, 8}, []int{1, 1, 6, 8}, []int{1, 1, 6, 8}, opts)
+	plan, err := devtest.Dev.Plan([]int{1, 2, 4, 8}, []int{1, 1, 6, 8}, []int{1, 1, 6, 8}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,16 +8,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 )
-
-// filled returns n copies of x.
-func filled(n int, x float32) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = x
-	}
-	return v
-}
 
 // TestOverflowIsRefused: finite inputs whose scores or output sums could
 // exceed float32's range are refused at Prepare (ErrOverflow) instead of
@@ -25,28 +17,28 @@ func filled(n int, x float32) []float32 {
 // q.k <= 8 max|q| max|k|, and each output sums up to S value rows.
 func TestOverflowIsRefused(t *testing.T) {
 	const l, s, d = 2, 3, 8
-	small := func(n int) []float32 { return randomValues(rand.New(rand.NewSource(1)), n) }
+	small := func(n int) []float32 { return devtest.RandomValues(rand.New(rand.NewSource(1)), n) }
 	huge := float32(3e38)
-	mask := filled(s, 0)
+	mask := devtest.Filled(s, 0)
 	mask[1] = huge
 	for _, c := range []struct {
 		name    string
 		q, k, v []float32
 		opts    vkattn.Options
 	}{
-		{"inputs near 3e38", filled(l*d, huge), filled(s*d, huge), small(s * d), vkattn.Options{}},
+		{"inputs near 3e38", devtest.Filled(l*d, huge), devtest.Filled(s*d, huge), small(s * d), vkattn.Options{}},
 		// 8 x 2e19 x 2e19 = 3.2e39: the unscaled q.k, formed first, overflows.
-		{"one product overflows", filled(l*d, 2e19), filled(s*d, 2e19), small(s * d), vkattn.Options{}},
+		{"one product overflows", devtest.Filled(l*d, 2e19), devtest.Filled(s*d, 2e19), small(s * d), vkattn.Options{}},
 		// q.k <= 8e36 fits; times 100 it does not.
-		{"scaled scores", filled(l*d, 1e18), filled(s*d, 1e18), small(s * d), vkattn.Options{Scale: vkattn.CustomScale(100)}},
+		{"scaled scores", devtest.Filled(l*d, 1e18), devtest.Filled(s*d, 1e18), small(s * d), vkattn.Options{Scale: vkattn.CustomScale(100)}},
 		// Scores up to 8e37 (8 x 1e18 x 1e18 x 10) plus a mask of 3e38.
-		{"scores plus mask", filled(l*d, 1e18), filled(s*d, 1e18), small(s * d), vkattn.Options{Scale: vkattn.CustomScale(10), Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: mask}}},
+		{"scores plus mask", devtest.Filled(l*d, 1e18), devtest.Filled(s*d, 1e18), small(s * d), vkattn.Options{Scale: vkattn.CustomScale(10), Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, 1, s}, Values: mask}}},
 		// 3 keys x 3e38: the unnormalised output sum overflows.
-		{"output sums", small(l * d), small(s * d), filled(s*d, huge), vkattn.Options{}},
+		{"output sums", small(l * d), small(s * d), devtest.Filled(s*d, huge), vkattn.Options{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			q, k, v := upload(t, dev, []int{l, d}, c.q), upload(t, dev, []int{s, d}, c.k), upload(t, dev, []int{s, d}, c.v)
-			out, err := dev.Attention(q, k, v, c.opts)
+			q, k, v := devtest.Upload(t, devtest.Dev, []int{l, d}, c.q), devtest.Upload(t, devtest.Dev, []int{s, d}, c.k), devtest.Upload(t, devtest.Dev, []int{s, d}, c.v)
+			out, err := devtest.Dev.Attention(q, k, v, c.opts)
 			if !errors.Is(err, vkattn.ErrOverflow) {
 				if out != nil {
 					o, _ := out.O.Download()
@@ -66,15 +58,15 @@ func TestOverflowIsRefused(t *testing.T) {
 // TestLargeScoresInRange: scores of order 1e36, within the bounds, give
 // the reference's finite result (a one-hot softmax), not NaN.
 func TestLargeScoresInRange(t *testing.T) {
-	p := newProblem(rand.New(rand.NewSource(2)), 1, 1, 1, 2, 3, 8, 8)
-	for i := range p.q {
-		p.q[i] *= 1e18
+	p := devtest.NewProblem(rand.New(rand.NewSource(2)), 1, 1, 1, 2, 3, 8, 8)
+	for i := range p.Q {
+		p.Q[i] *= 1e18
 	}
-	for i := range p.k {
-		p.k[i] *= 1e18
+	for i := range p.K {
+		p.K[i] *= 1e18
 	}
-	p.wantLSE, p.weights = true, true
-	checkAgainstReference(t, dev, p)
+	p.WantLSE, p.Weights = true, true
+	devtest.CheckAgainstReference(t, devtest.Dev, p)
 }
 
 // TestWriteStaysInRange: Write refuses values beyond a tensor's bound, the
@@ -82,25 +74,25 @@ func TestLargeScoresInRange(t *testing.T) {
 // were checked against that bound.
 func TestWriteStaysInRange(t *testing.T) {
 	const s, d = 3, 8
-	q := upload(t, dev, []int{1, d}, filled(d, 1))
-	k := upload(t, dev, []int{s, d}, make([]float32, s*d)) // a cache filled later
-	v := upload(t, dev, []int{s, d}, filled(s*d, 1))
-	call, err := dev.Prepare(q, k, v, vkattn.Options{})
+	q := devtest.Upload(t, devtest.Dev, []int{1, d}, devtest.Filled(d, 1))
+	k := devtest.Upload(t, devtest.Dev, []int{s, d}, make([]float32, s*d)) // a cache filled later
+	v := devtest.Upload(t, devtest.Dev, []int{s, d}, devtest.Filled(s*d, 1))
+	call, err := devtest.Dev.Prepare(q, k, v, vkattn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer call.Close()
-	if err := k.Write(filled(s*d, 1<<32)); err != nil {
+	if err := k.Write(devtest.Filled(s*d, 1<<32)); err != nil {
 		t.Errorf("Write of 2^32 into a tensor uploaded as zeros: %v", err)
 	}
-	if err := k.Write(filled(s*d, 1e10)); !errors.Is(err, vkattn.ErrOverflow) {
+	if err := k.Write(devtest.Filled(s*d, 1e10)); !errors.Is(err, vkattn.ErrOverflow) {
 		t.Errorf("Write of 1e10 into a tensor uploaded as zeros: %v, want ErrOverflow", err)
 	}
-	big := upload(t, dev, []int{s, d}, filled(s*d, 1e20))
-	if err := big.Write(filled(s*d, -1e20)); err != nil {
+	big := devtest.Upload(t, devtest.Dev, []int{s, d}, devtest.Filled(s*d, 1e20))
+	if err := big.Write(devtest.Filled(s*d, -1e20)); err != nil {
 		t.Errorf("Write of -1e20 into a tensor uploaded with 1e20: %v", err)
 	}
-	if err := big.Write(filled(s*d, 2e20)); !errors.Is(err, vkattn.ErrOverflow) {
+	if err := big.Write(devtest.Filled(s*d, 2e20)); !errors.Is(err, vkattn.ErrOverflow) {
 		t.Errorf("Write of 2e20 into a tensor uploaded with 1e20: %v, want ErrOverflow", err)
 	}
 }
@@ -110,15 +102,15 @@ func TestWriteStaysInRange(t *testing.T) {
 func TestOutputsCarryBounds(t *testing.T) {
 	const l, s, d = 2, 3, 8
 	r := rand.New(rand.NewSource(3))
-	q, k := upload(t, dev, []int{l, d}, randomValues(r, l*d)), upload(t, dev, []int{s, d}, randomValues(r, s*d))
+	q, k := devtest.Upload(t, devtest.Dev, []int{l, d}, devtest.RandomValues(r, l*d)), devtest.Upload(t, devtest.Dev, []int{s, d}, devtest.RandomValues(r, s*d))
 	attend := func(q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output, error) {
-		out, err := dev.Attention(q, k, v, opts)
+		out, err := devtest.Dev.Attention(q, k, v, opts)
 		if err == nil {
 			t.Cleanup(out.Close)
 		}
 		return out, err
 	}
-	small, err := attend(q, k, upload(t, dev, []int{s, d}, randomValues(r, s*d)), vkattn.Options{WantLSE: true})
+	small, err := attend(q, k, devtest.Upload(t, devtest.Dev, []int{s, d}, devtest.RandomValues(r, s*d)), vkattn.Options{WantLSE: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,47 +121,13 @@ func TestOutputsCarryBounds(t *testing.T) {
 	if _, err := attend(small.LSE, small.LSE, small.LSE, vkattn.Options{}); !errors.Is(err, vkattn.ErrNonFinite) {
 		t.Errorf("log-sum-exp as an input: %v, want ErrNonFinite (it may hold -Inf)", err)
 	}
-	large, err := attend(q, k, upload(t, dev, []int{s, d}, filled(s*d, 1e20)), vkattn.Options{})
+	large, err := attend(q, k, devtest.Upload(t, devtest.Dev, []int{s, d}, devtest.Filled(s*d, 1e20)), vkattn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// |O| <= 1e20: 8 x 1e20 x 1e20 = 8e40 is not.
 	if _, err := attend(large.O, large.O, large.O, vkattn.Options{}); !errors.Is(err, vkattn.ErrOverflow) {
 		t.Errorf("O of 1e20 values as Q and K: %v, want ErrOverflow", err)
-	}
-}
-
-// TestLayerOverflowIsRefused: MHA and additive attention bound their
-// device-made projections from the inputs and the weights (d inputs x
-// max|x| x max|W| + max|b|) and refuse a call that could overflow.
-func TestLayerOverflowIsRefused(t *testing.T) {
-	r := rand.New(rand.NewSource(4))
-	const B, T, d = 1, 3, 8
-	w := randomMHA(r, d, d, d, true)
-	for i := range w.InProjWeight {
-		w.InProjWeight[i] *= 1e19 // projections ~3e19, their dot products ~1e39
-	}
-	layer, err := dev.NewMHA(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer layer.Close()
-	x := upload(t, dev, []int{B, T, d}, randomValues(r, B*T*d))
-	if out, err := layer.Forward(x, nil, nil, vkattn.MHAOptions{Heads: 2}); !errors.Is(err, vkattn.ErrOverflow) {
-		out.Close()
-		t.Errorf("MHA with 1e19 weights: %v, want ErrOverflow", err)
-	}
-
-	aw := &vkattn.AdditiveWeights{DQ: 2, DK: 2, DA: 2, WQ: filled(4, 1e38), WK: filled(4, 1), WA: filled(2, 1)}
-	add, err := dev.NewAdditive(aw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer add.Close()
-	aq, ak, av := upload(t, dev, []int{1, 2, 2}, filled(4, 3)), upload(t, dev, []int{1, 3, 2}, filled(6, 1)), upload(t, dev, []int{1, 3, 2}, filled(6, 1))
-	if out, err := add.Attention(aq, ak, av, vkattn.Options{}); !errors.Is(err, vkattn.ErrOverflow) {
-		out.Close()
-		t.Errorf("additive with q W_q = 6e38: %v, want ErrOverflow", err)
 	}
 }
 
@@ -192,20 +150,20 @@ func TestFloat32MinMaskMatchesTheReference(t *testing.T) {
 		{"split-K decode", 1, 300, 8, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := newProblem(r, 1, 2, 2, c.l, c.s, c.d, c.d)
+			p := devtest.NewProblem(r, 1, 2, 2, c.l, c.s, c.d, c.d)
 			mask := make([]float32, c.l*c.s)
 			for i := range mask {
 				if r.Intn(2) == 0 || i/c.s == 0 { // row 0: every key
 					mask[i] = -math.MaxFloat32
 				}
 			}
-			p.opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, c.l, c.s}, Values: mask}
-			p.wantLSE, p.weights = true, c.weights
-			d := dev
+			p.Opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, c.l, c.s}, Values: mask}
+			p.WantLSE, p.Weights = true, c.weights
+			d := devtest.Dev
 			if c.onStorage {
-				d = storageDev
+				d = devtest.StorageDev
 			}
-			checkAgainstReference(t, d, p)
+			devtest.CheckAgainstReference(t, d, p)
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/internal/golden"
 )
 
@@ -18,13 +19,13 @@ import (
 // output coordinate lies between the min and max of that value coordinate.
 func TestWeightsAreADistribution(t *testing.T) {
 	const l, s, d = 17, 33, 16
-	p := newProblem(rand.New(rand.NewSource(11)), 2, 3, 3, l, s, d, d)
-	p.weights = true
-	got := runGPU(t, dev, p)
+	p := devtest.NewProblem(rand.New(rand.NewSource(11)), 2, 3, 3, l, s, d, d)
+	p.Weights = true
+	got := devtest.RunGPU(t, devtest.Dev, p)
 	for row := 0; row < 2*3*l; row++ {
 		sum := 0.0
 		for j := 0; j < s; j++ {
-			w := float64(got.w[row*s+j])
+			w := float64(got.W[row*s+j])
 			if !(w >= 0) {
 				t.Fatalf("row %d weight %d = %v, want >= 0", row, j, w)
 			}
@@ -38,11 +39,11 @@ func TestWeightsAreADistribution(t *testing.T) {
 		for i := 0; i < d; i++ {
 			lo, hi := math.Inf(1), math.Inf(-1)
 			for j := 0; j < s; j++ {
-				x := float64(p.v[(bh*s+j)*d+i])
+				x := float64(p.V[(bh*s+j)*d+i])
 				lo, hi = math.Min(lo, x), math.Max(hi, x)
 			}
 			for t0 := 0; t0 < l; t0++ {
-				o := float64(got.o[(bh*l+t0)*d+i])
+				o := float64(got.O[(bh*l+t0)*d+i])
 				if !(o >= lo-1e-6 && o <= hi+1e-6) {
 					t.Fatalf("output %v outside value range [%v, %v]", o, lo, hi)
 				}
@@ -56,15 +57,15 @@ func TestWeightsAreADistribution(t *testing.T) {
 func TestPermutationEquivariance(t *testing.T) {
 	const n, d = 29, 24
 	r := rand.New(rand.NewSource(5))
-	x := randomValues(r, n*d)
+	x := devtest.RandomValues(r, n*d)
 	perm := r.Perm(n)
 	px := make([]float32, n*d)
 	for i, j := range perm {
 		copy(px[i*d:(i+1)*d], x[j*d:(j+1)*d])
 	}
 	self := func(x []float32) []float32 {
-		p := &problem{q: x, k: x, v: x, qs: [4]int{1, 1, n, d}, ks: [4]int{1, 1, n, d}, vs: [4]int{1, 1, n, d}}
-		return runGPU(t, dev, p).o
+		p := &devtest.Problem{Q: x, K: x, V: x, QS: [4]int{1, 1, n, d}, KS: [4]int{1, 1, n, d}, VS: [4]int{1, 1, n, d}}
+		return devtest.RunGPU(t, devtest.Dev, p).O
 	}
 	o, po := self(x), self(px)
 	for i, j := range perm {
@@ -80,23 +81,23 @@ func TestPermutationEquivariance(t *testing.T) {
 // zero values give zero output.
 func TestValueShift(t *testing.T) {
 	const l, s, d = 9, 13, 8
-	p := newProblem(rand.New(rand.NewSource(9)), 1, 2, 2, l, s, d, d)
-	base := runGPU(t, dev, p).o
+	p := devtest.NewProblem(rand.New(rand.NewSource(9)), 1, 2, 2, l, s, d, d)
+	base := devtest.RunGPU(t, devtest.Dev, p).O
 	u := []float32{2, -1, 0.5, 3, -4, 0, 1, 7}
 	shifted := *p
-	shifted.v = append([]float32(nil), p.v...)
-	for i := range shifted.v {
-		shifted.v[i] += u[i%d]
+	shifted.V = append([]float32(nil), p.V...)
+	for i := range shifted.V {
+		shifted.V[i] += u[i%d]
 	}
-	got := runGPU(t, dev, &shifted).o
+	got := devtest.RunGPU(t, devtest.Dev, &shifted).O
 	for i := range got {
 		if !golden.Near(float64(got[i]), float64(base[i])+float64(u[i%d]), 2e-5) {
 			t.Fatalf("output %d: shifted %v, base %v + u %v", i, got[i], base[i], u[i%d])
 		}
 	}
 	zero := *p
-	zero.v = make([]float32, len(p.v))
-	for i, x := range runGPU(t, dev, &zero).o {
+	zero.V = make([]float32, len(p.V))
+	for i, x := range devtest.RunGPU(t, devtest.Dev, &zero).O {
 		if x != 0 {
 			t.Fatalf("zero values gave output[%d] = %v", i, x)
 		}
@@ -107,11 +108,11 @@ func TestValueShift(t *testing.T) {
 // weights are uniform and its output is the mean of the values.
 func TestZeroQueryUniformWeights(t *testing.T) {
 	const l, s, d = 3, 7, 5
-	p := newProblem(rand.New(rand.NewSource(4)), 1, 1, 1, l, s, d, d)
-	p.q = make([]float32, l*d)
-	p.weights = true
-	got := runGPU(t, dev, p)
-	for i, w := range got.w {
+	p := devtest.NewProblem(rand.New(rand.NewSource(4)), 1, 1, 1, l, s, d, d)
+	p.Q = make([]float32, l*d)
+	p.Weights = true
+	got := devtest.RunGPU(t, devtest.Dev, p)
+	for i, w := range got.W {
 		if !golden.Near(float64(w), 1.0/s, 1e-6) {
 			t.Fatalf("weight %d = %v, want 1/%d", i, w, s)
 		}
@@ -119,10 +120,10 @@ func TestZeroQueryUniformWeights(t *testing.T) {
 	for c := 0; c < d; c++ {
 		mean := 0.0
 		for j := 0; j < s; j++ {
-			mean += float64(p.v[j*d+c]) / s
+			mean += float64(p.V[j*d+c]) / s
 		}
-		if !golden.Near(float64(got.o[c]), mean, 1e-6) {
-			t.Fatalf("output[%d] = %v, want mean %v", c, got.o[c], mean)
+		if !golden.Near(float64(got.O[c]), mean, 1e-6) {
+			t.Fatalf("output[%d] = %v, want mean %v", c, got.O[c], mean)
 		}
 	}
 }
@@ -132,36 +133,36 @@ func TestZeroQueryUniformWeights(t *testing.T) {
 // and allocates nothing per run.
 func TestPreparedCallReplays(t *testing.T) {
 	r := rand.New(rand.NewSource(31))
-	p := newProblem(r, 1, 4, 2, 9, 300, 16, 16)
-	p.opts.Causal = vkattn.CausalBottomRight
-	q, k, v := upload(t, dev, p.qs[:], p.q), upload(t, dev, p.ks[:], p.k), upload(t, dev, p.vs[:], p.v)
-	call, err := dev.Prepare(q, k, v, p.opts)
+	p := devtest.NewProblem(r, 1, 4, 2, 9, 300, 16, 16)
+	p.Opts.Causal = vkattn.CausalBottomRight
+	q, k, v := devtest.Upload(t, devtest.Dev, p.QS[:], p.Q), devtest.Upload(t, devtest.Dev, p.KS[:], p.K), devtest.Upload(t, devtest.Dev, p.VS[:], p.V)
+	call, err := devtest.Dev.Prepare(q, k, v, p.Opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer call.Close()
 	for run := 0; run < 3; run++ {
 		if run > 0 {
-			p.q = randomValues(r, len(p.q))
-			if err := q.Write(p.q); err != nil {
+			p.Q = devtest.RandomValues(r, len(p.Q))
+			if err := q.Write(p.Q); err != nil {
 				t.Fatal(err)
 			}
 		}
-		before := dev.Stats().Allocations
+		before := devtest.Dev.Stats().Allocations
 		if _, err := call.Run(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if n := dev.Stats().Allocations - before; n != 0 {
+		if n := devtest.Dev.Stats().Allocations - before; n != 0 {
 			t.Errorf("run %d allocated %d buffers", run, n)
 		}
-		got := download(t, call.Output().O)
-		compare(t, fmt.Sprintf("run %d O", run), got, runReference(t, p).O)
+		got := devtest.Download(t, call.Output().O)
+		devtest.Compare(t, fmt.Sprintf("run %d O", run), got, devtest.RunReference(t, p).O)
 	}
-	bad := make([]float32, len(p.q))
+	bad := make([]float32, len(p.Q))
 	bad[0] = float32(math.NaN())
-	checkRefusals(t, []refusal{
-		{"Write of NaN", vkattn.ErrNonFinite, func() error { return q.Write(bad) }},
-		{"Write to a view", vkattn.ErrShape, func() error { return q.SwapAxes12().Write(p.q) }},
+	devtest.CheckRefusals(t, []devtest.Refusal{
+		{Name: "Write of NaN", Err: vkattn.ErrNonFinite, Run: func() error { return q.Write(bad) }},
+		{Name: "Write to a view", Err: vkattn.ErrShape, Run: func() error { return q.SwapAxes12().Write(p.Q) }},
 	})
 }
 
@@ -172,19 +173,19 @@ func TestPreparedCallReplays(t *testing.T) {
 func TestCallRunAllocatesNothing(t *testing.T) {
 	const replays = 40
 	r := rand.New(rand.NewSource(33))
-	for name, d := range everyPlan() {
+	for name, d := range devtest.EveryPlan() {
 		for _, c := range []struct {
 			kind            string
 			h, hkv, l, s, w int
 		}{{"prefill", 4, 2, 9, 40, 16}, {"decode", 8, 2, 1, 600, 16}} {
 			t.Run(name+"/"+c.kind, func(t *testing.T) {
-				p := newProblem(r, 2, c.h, c.hkv, c.l, c.s, c.w, c.w)
-				p.opts.Causal = vkattn.CausalBottomRight
-				p.opts.KeyLengths = []int{c.s, c.s - 3}
-				p.opts.WantLSE = true
-				p.opts.WantWeights = c.kind == "prefill"
-				q, k, v := upload(t, d, p.qs[:], p.q), upload(t, d, p.ks[:], p.k), upload(t, d, p.vs[:], p.v)
-				call, err := d.Prepare(q, k, v, p.opts)
+				p := devtest.NewProblem(r, 2, c.h, c.hkv, c.l, c.s, c.w, c.w)
+				p.Opts.Causal = vkattn.CausalBottomRight
+				p.Opts.KeyLengths = []int{c.s, c.s - 3}
+				p.Opts.WantLSE = true
+				p.Opts.WantWeights = c.kind == "prefill"
+				q, k, v := devtest.Upload(t, d, p.QS[:], p.Q), devtest.Upload(t, d, p.KS[:], p.K), devtest.Upload(t, d, p.VS[:], p.V)
+				call, err := d.Prepare(q, k, v, p.Opts)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -206,9 +207,9 @@ func TestCallRunAllocatesNothing(t *testing.T) {
 				if before.Pools == 0 {
 					t.Errorf("the pool accounting saw no descriptor pool at all (Prepare binds sets)")
 				}
-				got := download(t, call.Output().O)
-				p.wantLSE, p.weights = true, p.opts.WantWeights
-				compare(t, "O after the replays", got, runReference(t, p).O)
+				got := devtest.Download(t, call.Output().O)
+				p.WantLSE, p.Weights = true, p.Opts.WantWeights
+				devtest.Compare(t, "O after the replays", got, devtest.RunReference(t, p).O)
 			})
 		}
 	}

@@ -4,8 +4,8 @@ import "github.com/vkattn/vkattn/core"
 
 // The public names whose definitions live in package core, the cgo-free
 // package the float64 reference shares: problem shapes and options, errors,
-// element types, load paths and tunings, RoPE, the layers' parameters and
-// ALiBi. Package core documents each in full.
+// element types, load paths and tunings, RoPE and ALiBi (package nn
+// re-exports the layers' parameters). Package core documents each in full.
 
 // The problem's shapes and options (package core, shared with the float64
 // reference; SEMANTICS.md defines them).
@@ -201,19 +201,6 @@ func ParseRoPEStyle(s string) (RoPEStyle, error) { return core.ParseRoPEStyle(s)
 
 // ParseRoPEScaling reads "none", "linear:F" and "llama3:F,LOW,HIGH,ORIG".
 func ParseRoPEScaling(s string) (RoPEScaling, error) { return core.ParseRoPEScaling(s) }
-
-// The layers' parameters and options (package core).
-type (
-	// MHAWeights are the parameters of one PyTorch nn.MultiheadAttention
-	// layer in PyTorch's own layout.
-	MHAWeights = core.MHAWeights
-	// KeyPadding is PyTorch's boolean key_padding_mask.
-	KeyPadding = core.KeyPadding
-	// MHAOptions are the options of one MHA call.
-	MHAOptions = core.MHAOptions
-	// AdditiveWeights are the parameters of additive (Bahdanau) attention.
-	AdditiveWeights = core.AdditiveWeights
-)
 
 // MaxHeadWidth is the widest d_k or d_v the attention kernels take; a
 // wider head is refused with ErrTooLarge.

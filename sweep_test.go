@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -19,8 +20,8 @@ func pick(r *rand.Rand, xs []int) int { return xs[r.Intn(len(xs))] }
 
 // randomMasks adds a random combination of every mask kind to p; each kind
 // is present with probability about one half.
-func randomMasks(r *rand.Rand, p *problem) string {
-	b, h, l, s := p.qs[0], p.qs[1], p.qs[2], p.ks[2]
+func randomMasks(r *rand.Rand, p *devtest.Problem) string {
+	b, h, l, s := p.QS[0], p.QS[1], p.QS[2], p.KS[2]
 	full := [4]int{b, h, l, s}
 	shape := func() vkattn.MaskShape {
 		var m vkattn.MaskShape
@@ -35,7 +36,7 @@ func randomMasks(r *rand.Rand, p *problem) string {
 	var kinds string
 	if r.Intn(2) == 0 {
 		ms := shape()
-		vals := make([]float32, size(ms))
+		vals := make([]float32, devtest.Size(ms))
 		for i := range vals {
 			switch r.Intn(5) {
 			case 0:
@@ -44,36 +45,36 @@ func randomMasks(r *rand.Rand, p *problem) string {
 				vals[i] = 3 * (r.Float32() - 0.5)
 			}
 		}
-		p.opts.Mask = &vkattn.Mask{Shape: ms, Values: vals}
+		p.Opts.Mask = &vkattn.Mask{Shape: ms, Values: vals}
 		kinds += fmt.Sprintf(" additive%v", [4]int(ms))
 	}
 	if r.Intn(2) == 0 {
 		ms := shape()
-		vals := make([]bool, size(ms))
+		vals := make([]bool, devtest.Size(ms))
 		for i := range vals {
 			vals[i] = r.Intn(4) != 0
 		}
 		meaning := []vkattn.MaskMeaning{vkattn.TrueAllows, vkattn.TrueBlocks}[r.Intn(2)]
-		p.opts.BoolMasks = []vkattn.BoolMask{{Shape: ms, Values: vals, Meaning: meaning}}
+		p.Opts.BoolMasks = []vkattn.BoolMask{{Shape: ms, Values: vals, Meaning: meaning}}
 		kinds += fmt.Sprintf(" bool-%v%v", meaning, [4]int(ms))
 	}
 	if r.Intn(2) == 0 {
-		p.opts.Causal = []vkattn.Causal{vkattn.CausalTopLeft, vkattn.CausalBottomRight}[r.Intn(2)]
-		kinds += " causal-" + p.opts.Causal.String()
+		p.Opts.Causal = []vkattn.Causal{vkattn.CausalTopLeft, vkattn.CausalBottomRight}[r.Intn(2)]
+		kinds += " causal-" + p.Opts.Causal.String()
 	}
 	if r.Intn(2) == 0 {
-		p.opts.KeyLengths = make([]int, b)
-		for i := range p.opts.KeyLengths {
-			p.opts.KeyLengths[i] = r.Intn(s + 1) // includes zero: fully masked
+		p.Opts.KeyLengths = make([]int, b)
+		for i := range p.Opts.KeyLengths {
+			p.Opts.KeyLengths[i] = r.Intn(s + 1) // includes zero: fully masked
 		}
-		kinds += fmt.Sprintf(" keylen%v", p.opts.KeyLengths)
+		kinds += fmt.Sprintf(" keylen%v", p.Opts.KeyLengths)
 	}
 	if r.Intn(3) == 0 {
-		p.opts.QueryLengths = make([]int, b)
-		for i := range p.opts.QueryLengths {
-			p.opts.QueryLengths[i] = r.Intn(l + 1)
+		p.Opts.QueryLengths = make([]int, b)
+		for i := range p.Opts.QueryLengths {
+			p.Opts.QueryLengths[i] = r.Intn(l + 1)
 		}
-		kinds += fmt.Sprintf(" querylen%v", p.opts.QueryLengths)
+		kinds += fmt.Sprintf(" querylen%v", p.Opts.QueryLengths)
 	}
 	if kinds == "" {
 		kinds = " unmasked"
@@ -85,7 +86,7 @@ func randomMasks(r *rand.Rand, p *problem) string {
 // odd shapes, d_k != d_v, GQA/MQA and random combinations of every mask kind
 // (fixed seed), on the planner's default load path.
 func TestSweepAgainstReference(t *testing.T) {
-	sweep(t, dev, 1, 22, sweepWidths)
+	sweep(t, devtest.Dev, 1, 22, sweepWidths)
 }
 
 // TestSweepStoragePath runs a smaller sweep on the storage-buffer path, the
@@ -93,7 +94,7 @@ func TestSweepAgainstReference(t *testing.T) {
 // lavapipe needs over a minute to compile each wider storage variant
 // (measured: d=256 vec4 110 s, d=65 scalar 70 s), which would dominate CI.
 func TestSweepStoragePath(t *testing.T) {
-	sweep(t, storageDev, 2, 16, []int{1, 8, 33, 64})
+	sweep(t, devtest.StorageDev, 2, 16, []int{1, 8, 33, 64})
 }
 
 // halvesUpTo is the widest head a sweep on d gives half inputs: the
@@ -101,7 +102,7 @@ func TestSweepStoragePath(t *testing.T) {
 // of another type mix is another slow lavapipe compile; the tiled kernels
 // compile in seconds, so they get halves at every width.
 func halvesUpTo(d *vkattn.Device) int {
-	if d == nvidiaDev || d == amdDev {
+	if d == devtest.NVIDIADev || d == devtest.AMDDev {
 		return vkattn.MaxHeadWidth
 	}
 	return 64
@@ -110,7 +111,7 @@ func halvesUpTo(d *vkattn.Device) int {
 func sweep(t *testing.T, d *vkattn.Device, seed int64, cases int, widths []int) {
 	r := rand.New(rand.NewSource(seed))
 	var names []string
-	var problems []*problem
+	var problems []*devtest.Problem
 	for c := 0; c < cases; c++ {
 		b := 1 + r.Intn(3)
 		hkv := []int{1, 1, 2, 4}[r.Intn(4)]
@@ -126,18 +127,18 @@ func sweep(t *testing.T, d *vkattn.Device, seed int64, cases int, widths []int) 
 		for b*h*l*s*(dk+dv) > 6_000_000 {
 			l, s = max(1, l/2), max(1, s/2)
 		}
-		p := newProblem(r, b, h, hkv, l, s, dk, dv)
+		p := devtest.NewProblem(r, b, h, hkv, l, s, dk, dv)
 		kinds := randomMasks(r, p)
 		if r.Intn(4) == 0 {
-			p.opts.Scale = vkattn.CustomScale(0.5 * r.Float64())
+			p.Opts.Scale = vkattn.CustomScale(0.5 * r.Float64())
 		}
-		p.blhd = r.Intn(3) == 0
-		p.wantLSE = r.Intn(2) == 0
-		p.weights = r.Intn(3) == 0
+		p.BLHD = r.Intn(3) == 0
+		p.WantLSE = r.Intn(2) == 0
+		p.Weights = r.Intn(3) == 0
 		if max(dk, dv) <= halvesUpTo(d) {
-			p.types = typeMixes[c%len(typeMixes)]
+			p.Types = typeMixes[c%len(typeMixes)]
 		}
-		names = append(names, fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, h, hkv, l, s, dk, dv, kinds, typesName(p.types)))
+		names = append(names, fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, h, hkv, l, s, dk, dv, kinds, typesName(p.Types)))
 		problems = append(problems, p)
 	}
 	runInCompileOrder(t, d, names, problems)
@@ -145,19 +146,19 @@ func sweep(t *testing.T, d *vkattn.Device, seed int64, cases int, widths []int) 
 
 // runInCompileOrder checks each problem against the reference as a
 // parallel subtest on d's pool, one problem of each kernel first.
-func runInCompileOrder(t *testing.T, d *vkattn.Device, names []string, problems []*problem) {
+func runInCompileOrder(t *testing.T, d *vkattn.Device, names []string, problems []*devtest.Problem) {
 	kernels := make([]pipelines.AttentionPlan, len(problems))
 	for i, p := range problems {
-		opts := p.opts
-		opts.WantLSE, opts.WantWeights = p.wantLSE, p.weights
-		plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, opts)
+		opts := p.Opts
+		opts.WantLSE, opts.WantWeights = p.WantLSE, p.Weights
+		plan, err := d.PlanAs(p.QS[:], p.KS[:], p.VS[:], p.Types, opts)
 		if err != nil {
 			t.Fatalf("%s: %v", names[i], err)
 		}
-		kernels[i] = kernelOf(plan.Kernel)
+		kernels[i] = devtest.KernelOf(plan.Kernel)
 	}
-	inCompileOrder(t, kernels, func(i int) string { return names[i] }, func(t *testing.T, i int) {
-		onPool(t, d, func(d *vkattn.Device) { checkAgainstReference(t, d, problems[i]) })
+	devtest.InCompileOrder(t, kernels, func(i int) string { return names[i] }, func(t *testing.T, i int) {
+		devtest.OnPool(t, d, func(d *vkattn.Device) { devtest.CheckAgainstReference(t, d, problems[i]) })
 	})
 }
 
@@ -178,7 +179,7 @@ func TestMaskKinds(t *testing.T) {
 		rowMask[2*s+j] = neg
 		rowMask[3*s+j] = 0.25 * float32(j)
 	}
-	boolFull := make([]bool, size(full))
+	boolFull := make([]bool, devtest.Size(full))
 	for i := range boolFull {
 		boolFull[i] = i%5 != 1
 	}
@@ -205,11 +206,11 @@ func TestMaskKinds(t *testing.T) {
 		},
 	}
 	for name, opts := range cases {
-		for _, d := range everyPlan() {
-			p := newProblem(rand.New(rand.NewSource(7)), b, h, hkv, l, s, width, width)
-			p.opts, p.wantLSE, p.weights = opts, true, true
+		for _, d := range devtest.EveryPlan() {
+			p := devtest.NewProblem(rand.New(rand.NewSource(7)), b, h, hkv, l, s, width, width)
+			p.Opts, p.WantLSE, p.Weights = opts, true, true
 			t.Run(name, func(t *testing.T) {
-				checkAgainstReference(t, d, p)
+				devtest.CheckAgainstReference(t, d, p)
 			})
 		}
 	}
@@ -229,7 +230,7 @@ func TestBoolMasksCombine(t *testing.T) {
 		}
 		return x
 	}
-	add := randomValues(r, l*s)
+	add := devtest.RandomValues(r, l*s)
 	add[3] = float32(math.Inf(-1))
 	opts := vkattn.Options{
 		Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, l, s}, Values: add},
@@ -240,38 +241,38 @@ func TestBoolMasksCombine(t *testing.T) {
 		},
 		Causal: vkattn.CausalTopLeft,
 	}
-	for _, d := range everyPlan() {
-		p := newProblem(rand.New(rand.NewSource(9)), b, h, hkv, l, s, width, width)
-		p.opts, p.wantLSE, p.weights = opts, true, true
-		checkAgainstReference(t, d, p)
+	for _, d := range devtest.EveryPlan() {
+		p := devtest.NewProblem(rand.New(rand.NewSource(9)), b, h, hkv, l, s, width, width)
+		p.Opts, p.WantLSE, p.Weights = opts, true, true
+		devtest.CheckAgainstReference(t, d, p)
 	}
 }
 
 // TestFullyMaskedRowsAreZero checks the engine's definition for rows with no
 // visible key: output zeros, log-sum-exp -Inf, weights zero, never NaN.
 func TestFullyMaskedRowsAreZero(t *testing.T) {
-	p := newProblem(rand.New(rand.NewSource(3)), 1, 2, 2, 4, 3, 8, 8)
+	p := devtest.NewProblem(rand.New(rand.NewSource(3)), 1, 2, 2, 4, 3, 8, 8)
 	// Bottom-right with L > S: rows 0 of 4 sees j <= 0 + 3 - 4 = -1, nothing.
-	p.opts = vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{3}}
-	p.wantLSE, p.weights = true, true
-	got := runGPU(t, dev, p)
+	p.Opts = vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{3}}
+	p.WantLSE, p.Weights = true, true
+	got := devtest.RunGPU(t, devtest.Dev, p)
 	for h := 0; h < 2; h++ {
 		row := h * 4 // row 0 of head h
 		for i := 0; i < 8; i++ {
-			if x := got.o[row*8+i]; x != 0 {
+			if x := got.O[row*8+i]; x != 0 {
 				t.Fatalf("head %d row 0 output[%d] = %v, want 0", h, i, x)
 			}
 		}
-		if x := got.lse[row]; !math.IsInf(float64(x), -1) {
+		if x := got.LSE[row]; !math.IsInf(float64(x), -1) {
 			t.Fatalf("head %d row 0 log-sum-exp = %v, want -Inf", h, x)
 		}
 		for j := 0; j < 3; j++ {
-			if x := got.w[row*3+j]; x != 0 {
+			if x := got.W[row*3+j]; x != 0 {
 				t.Fatalf("head %d row 0 weight %d = %v, want 0", h, j, x)
 			}
 		}
 	}
-	for i, x := range got.o {
+	for i, x := range got.O {
 		if math.IsNaN(float64(x)) {
 			t.Fatalf("output[%d] is NaN", i)
 		}
@@ -284,8 +285,8 @@ func TestFullyMaskedRowsAreZero(t *testing.T) {
 // also with the split-K decode kernel.
 func TestLeadingMaskedKeysBesideLiveRows(t *testing.T) {
 	for _, c := range []struct{ h, hkv, l, s int }{{2, 2, 16, 40}, {8, 2, 1, 300}} {
-		for _, d := range everyPlan() {
-			p := newProblem(rand.New(rand.NewSource(4)), 1, c.h, c.hkv, c.l, c.s, 16, 16)
+		for _, d := range devtest.EveryPlan() {
+			p := devtest.NewProblem(rand.New(rand.NewSource(4)), 1, c.h, c.hkv, c.l, c.s, 16, 16)
 			m := &vkattn.Mask{Shape: vkattn.MaskShape{1, c.h, c.l, c.s}, Values: make([]float32, c.h*c.l*c.s)}
 			for h := 0; h < c.h; h++ {
 				for t := 0; t < c.l; t++ {
@@ -296,8 +297,8 @@ func TestLeadingMaskedKeysBesideLiveRows(t *testing.T) {
 					}
 				}
 			}
-			p.opts.Mask, p.wantLSE = m, true
-			checkAgainstReference(t, d, p)
+			p.Opts.Mask, p.WantLSE = m, true
+			devtest.CheckAgainstReference(t, d, p)
 		}
 	}
 }
@@ -308,10 +309,10 @@ func TestLeadingMaskedKeysBesideLiveRows(t *testing.T) {
 func TestLongKeySequences(t *testing.T) {
 	r := rand.New(rand.NewSource(12))
 	for _, d := range []int{33, 64, 128} {
-		p := newProblem(r, 1, 2, 1, 5, 3000, d, d)
-		p.opts.Causal = vkattn.CausalBottomRight
-		p.wantLSE = true
-		t.Run(fmt.Sprintf("d%d", d), func(t *testing.T) { checkAgainstReference(t, dev, p) })
+		p := devtest.NewProblem(r, 1, 2, 1, 5, 3000, d, d)
+		p.Opts.Causal = vkattn.CausalBottomRight
+		p.WantLSE = true
+		t.Run(fmt.Sprintf("d%d", d), func(t *testing.T) { devtest.CheckAgainstReference(t, devtest.Dev, p) })
 	}
 }
 
@@ -319,7 +320,7 @@ func TestLongKeySequences(t *testing.T) {
 // per KV head and many keys, GQA/MQA packing, every mask kind, keys that do
 // not fill the last split, on both load paths.
 func TestDecodeSplitK(t *testing.T) {
-	decodeSweep(t, 21, 14, []*vkattn.Device{dev, storageDev}, []int{1, 2, 4}, func(r *rand.Rand, c int) (int, int) {
+	decodeSweep(t, 21, 14, []*vkattn.Device{devtest.Dev, devtest.StorageDev}, []int{1, 2, 4}, func(r *rand.Rand, c int) (int, int) {
 		dk, dv := pick(r, []int{8, 64}), pick(r, []int{8, 64})
 		if c == 0 {
 			// d_max 128: one case, as a split-K row kernel of that width
@@ -338,7 +339,7 @@ func TestDecodeSplitK(t *testing.T) {
 func decodeSweep(t *testing.T, seed int64, cases int, devs []*vkattn.Device, groups []int, widths func(r *rand.Rand, c int) (int, int), minSplits int) {
 	r := rand.New(rand.NewSource(seed))
 	names := map[*vkattn.Device][]string{}
-	problems := map[*vkattn.Device][]*problem{}
+	problems := map[*vkattn.Device][]*devtest.Problem{}
 	for c := 0; c < cases; c++ {
 		d := devs[c%len(devs)]
 		b := 1 + r.Intn(2)
@@ -347,18 +348,18 @@ func decodeSweep(t *testing.T, seed int64, cases int, devs []*vkattn.Device, gro
 		l := []int{1, 1, 2}[r.Intn(3)]
 		s := []int{256, 300, 1000, 2053}[r.Intn(4)]
 		dk, dv := widths(r, c)
-		p := newProblem(r, b, hkv*group, hkv, l, s, dk, dv)
+		p := devtest.NewProblem(r, b, hkv*group, hkv, l, s, dk, dv)
 		kinds := randomMasks(r, p)
-		p.wantLSE = r.Intn(2) == 0
-		p.types = typeMixes[c%len(typeMixes)]
-		plan, err := d.PlanAs(p.qs[:], p.ks[:], p.vs[:], p.types, p.opts)
+		p.WantLSE = r.Intn(2) == 0
+		p.Types = typeMixes[c%len(typeMixes)]
+		plan, err := d.PlanAs(p.QS[:], p.KS[:], p.VS[:], p.Types, p.Opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if plan.Kernel.Splits < minSplits {
 			t.Fatalf("case %d: want split-K over at least %d splits for a decode shape: %v", c, minSplits, plan)
 		}
-		names[d] = append(names[d], fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, hkv*group, hkv, l, s, dk, dv, kinds, typesName(p.types)))
+		names[d] = append(names[d], fmt.Sprintf("%02d/B%d_H%d_Hkv%d_L%d_S%d_dk%d_dv%d%s%s", c, b, hkv*group, hkv, l, s, dk, dv, kinds, typesName(p.Types)))
 		problems[d] = append(problems[d], p)
 	}
 	for _, d := range devs {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -28,30 +30,30 @@ func TestExactTiesStayExact(t *testing.T) {
 		tied     [2]int // the tied keys
 		split    bool   // the planner must choose split-K decode
 	}{
-		{"texel/vec4", rowDev, 8, 6, [2]int{1, 5}, false},
-		{"texel/scalar", rowDev, 7, 6, [2]int{1, 5}, false},
-		{"storage/vec4", rowStorageDev, 8, 6, [2]int{1, 5}, false},
-		{"storage/scalar", rowStorageDev, 7, 6, [2]int{1, 5}, false},
+		{"texel/vec4", devtest.RowDev, 8, 6, [2]int{1, 5}, false},
+		{"texel/scalar", devtest.RowDev, 7, 6, [2]int{1, 5}, false},
+		{"storage/vec4", devtest.RowStorageDev, 8, 6, [2]int{1, 5}, false},
+		{"storage/scalar", devtest.RowStorageDev, 7, 6, [2]int{1, 5}, false},
 		// 300 keys: two splits of 256 on lavapipe's texel path, five of 64
 		// on the storage path; the tied keys land in different splits, so
 		// the combine pass merges them.
-		{"texel/split-K", rowDev, 8, 300, [2]int{5, 290}, true},
-		{"storage/split-K", rowStorageDev, 8, 300, [2]int{5, 290}, true},
+		{"texel/split-K", devtest.RowDev, 8, 300, [2]int{5, 290}, true},
+		{"storage/split-K", devtest.RowStorageDev, 8, 300, [2]int{5, 290}, true},
 		// The tiled GPU kernels: lanes split d and sum by shuffles; ten
 		// splits of 32 keys as NVIDIA plans them.
-		{"tiled/vec4", nvidiaDev, 8, 6, [2]int{1, 5}, false},
-		{"tiled/scalar", nvidiaDev, 7, 6, [2]int{1, 5}, false},
-		{"tiled/split-K", nvidiaDev, 8, 300, [2]int{5, 290}, true},
+		{"tiled/vec4", devtest.NVIDIADev, 8, 6, [2]int{1, 5}, false},
+		{"tiled/scalar", devtest.NVIDIADev, 7, 6, [2]int{1, 5}, false},
+		{"tiled/split-K", devtest.NVIDIADev, 8, 300, [2]int{5, 290}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w, s := c.width, c.s
-			p := &problem{qs: [4]int{1, 1, 1, w}, ks: [4]int{1, 1, s, w}, vs: [4]int{1, 1, s, w}}
-			p.q = make([]float32, w)
-			p.q[0], p.q[1] = 37, 53
-			p.k = make([]float32, s*w)
-			p.v = make([]float32, s*w)
+			p := &devtest.Problem{QS: [4]int{1, 1, 1, w}, KS: [4]int{1, 1, s, w}, VS: [4]int{1, 1, s, w}}
+			p.Q = make([]float32, w)
+			p.Q[0], p.Q[1] = 37, 53
+			p.K = make([]float32, s*w)
+			p.V = make([]float32, s*w)
 			for j := 0; j < s; j++ {
-				k, v := p.k[j*w:(j+1)*w], p.v[j*w:(j+1)*w]
+				k, v := p.K[j*w:(j+1)*w], p.V[j*w:(j+1)*w]
 				switch j {
 				case c.tied[0]:
 					k[0] = 300
@@ -67,24 +69,24 @@ func TestExactTiesStayExact(t *testing.T) {
 			want := make([]float32, w) // the mean of the tied value rows
 			for i := range want {
 				v0, v1 := float32(3*i-5), float32(11-2*i)
-				p.v[c.tied[0]*w+i], p.v[c.tied[1]*w+i] = v0, v1
+				p.V[c.tied[0]*w+i], p.V[c.tied[1]*w+i] = v0, v1
 				want[i] = (v0 + v1) / 2
 			}
-			p.weights = !c.split // weights rule out split-K
-			got := runGPU(t, c.d, p)
-			plan := got.out.Plan.Kernel
+			p.Weights = !c.split // weights rule out split-K
+			got := devtest.RunGPU(t, c.d, p)
+			plan := got.Out.Plan.Kernel
 			path := strings.Split(c.name, "/")[0]
-			tiled := vkattn.AttentionPlanOf(plan).Variant.Family == pipelines.FamilyTiled
+			tiled := engine.AttentionPlanOf(plan).Variant.Family == pipelines.FamilyTiled
 			if path == "tiled" {
 				path = "storage"
 			}
-			if plan.LoadPath.String() != path || tiled != (c.d == nvidiaDev) || plan.Vec4 != (w%4 == 0) || (plan.Splits > 0) != c.split {
+			if plan.LoadPath.String() != path || tiled != (c.d == devtest.NVIDIADev) || plan.Vec4 != (w%4 == 0) || (plan.Splits > 0) != c.split {
 				t.Fatalf("planned %v, not the %s path this case is for", plan, c.name)
 			}
-			if !slices.Equal(got.o, want) {
-				t.Errorf("output %v, want exactly %v", got.o, want)
+			if !slices.Equal(got.O, want) {
+				t.Errorf("output %v, want exactly %v", got.O, want)
 			}
-			for j, x := range got.w {
+			for j, x := range got.W {
 				want := float32(0)
 				if j == c.tied[0] || j == c.tied[1] {
 					want = 0.5
@@ -94,7 +96,7 @@ func TestExactTiesStayExact(t *testing.T) {
 				}
 			}
 			// The float64 reference agrees with the derivation.
-			ref := runReference(t, p)
+			ref := devtest.RunReference(t, p)
 			for i, x := range ref.O {
 				if x != float64(want[i]) {
 					t.Fatalf("reference output %v, want %v", ref.O, want)

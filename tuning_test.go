@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -49,7 +50,7 @@ func TestTuningRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tiled := vkattn.AttentionPlanOf(p.Kernel).Variant.Family == pipelines.FamilyTiled
+		tiled := engine.AttentionPlanOf(p.Kernel).Variant.Family == pipelines.FamilyTiled
 		if p.Kernel.Why != "test" || !tiled && (p.Kernel.Rows != 2 || p.Kernel.WorkGroup != 16) {
 			t.Fatalf("plan with saved tuning: %v", p)
 		}

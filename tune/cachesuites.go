@@ -9,6 +9,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/kv"
 )
 
 // CacheSuite is the shape of the KV-cache suites of `vkattn bench`: decode
@@ -135,8 +136,8 @@ func (cs CacheSuite) DecodeLoop(ctx context.Context, dev *vkattn.Device, reps in
 // short of its length, its step compiled, and what the timed steps saw.
 type loopRun struct {
 	res           LoopResult
-	cache         *vkattn.KVCache
-	dstep         *vkattn.DecodeStep
+	cache         *kv.Cache
+	dstep         *kv.DecodeStep
 	k, v, q, o    []float32
 	steps, gpus   []time.Duration
 	counted       vkattn.Stats
@@ -162,7 +163,7 @@ func (cs CacheSuite) newLoopRun(ctx context.Context, dev *vkattn.Device, c loopC
 		l.res.RoPE = fmt.Sprintf("theta %g, %d dims, %v, scaling %v", r.Theta, r.RotatedDims(D), r.Style, r.Scaling)
 	}
 	var err error
-	if l.cache, err = dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: HKV, Capacity: c.capacity, DK: D, DV: D, DType: dt, PageSize: c.page, RoPE: cs.RoPE}); err != nil {
+	if l.cache, err = kv.New(dev, kv.Config{B: 1, HKV: HKV, Capacity: c.capacity, DK: D, DV: D, DType: dt, PageSize: c.page, RoPE: cs.RoPE}); err != nil {
 		return nil, err
 	}
 	// The history: s-1 tokens, appended in blocks to bound host memory;
@@ -269,11 +270,11 @@ func (cs CacheSuite) Fork(ctx context.Context, dev *vkattn.Device, reps int, see
 			// (a copy of the prompt's last one, and new ones): what
 			// sharing saves, a pool B copies would not fit in.
 			pages := (prompt+page-1)/page + B*(1+(reps+page-1)/page)
-			cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: prompt + reps + 1, DK: D, DV: D, DType: dt, PageSize: page, Pages: pages, RoPE: cs.RoPE})
+			cache, err := kv.New(dev, kv.Config{B: B, HKV: HKV, Capacity: prompt + reps + 1, DK: D, DV: D, DType: dt, PageSize: page, Pages: pages, RoPE: cs.RoPE})
 			if err != nil {
 				return res, err
 			}
-			var step *vkattn.DecodeStep
+			var step *kv.DecodeStep
 			defer func() {
 				clock.Idle()
 				CloseAfter(ctx, func() {

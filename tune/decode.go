@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/kv"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -18,7 +19,7 @@ type DecodeInput struct {
 	QShape, KShape, VShape [4]int
 	Prefill, Page          int
 	// Window > 0: a rolling cache that keeps the last Window positions
-	// (KVCacheConfig.Window; Page > 0, and Opts.Window's Left below it).
+	// (kv.Config.Window; Page > 0, and Opts.Window's Left below it).
 	Window int
 	Types  [3]vkattn.DType // of the queries, the cache's K and V
 	RoPE   *vkattn.RoPE
@@ -58,12 +59,12 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 			}
 		})
 	}()
-	cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page, RoPE: rope}
+	cfg := kv.Config{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page, RoPE: rope}
 	if in.Window > 0 {
 		// Room for the window and the prefill, appended at once.
 		cfg.Window, cfg.Capacity = in.Window, in.Window+page-2+prefill
 	}
-	cache, err := dev.NewKVCache(cfg)
+	cache, err := kv.New(dev, cfg)
 	if err != nil {
 		return nil, err
 	}

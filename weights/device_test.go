@@ -16,6 +16,7 @@ import (
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/x448/float16"
 )
 
@@ -88,11 +89,11 @@ func TestHalfMHAWeightsOnDevice(t *testing.T) {
 		if w.DType != f.dtype {
 			t.Fatalf("%s: weights kept as %v, want %v", f.name, w.DType, f.dtype)
 		}
-		m, err := dev.NewMHA(w)
+		m, err := nn.NewMHA(dev, w)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := m.Forward(x, nil, nil, vkattn.MHAOptions{Heads: heads})
+		out, err := m.Forward(x, nil, nil, nn.MHAOptions{Heads: heads})
 		if err != nil {
 			t.Fatal(err)
 		}

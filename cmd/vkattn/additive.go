@@ -8,6 +8,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/verify"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
 )
@@ -81,7 +82,7 @@ type additiveFlags struct {
 // additiveProblem is a loaded and validated additive run.
 type additiveProblem struct {
 	q, k, v *npyArray
-	w       *vkattn.AdditiveWeights
+	w       *nn.AdditiveWeights
 	opts    vkattn.Options
 	// q3, k3, v3 are the shapes as (B, positions, width).
 	q3, k3, v3 [3]int
@@ -166,7 +167,7 @@ func loadAdditive(f *additiveFlags, causal vkattn.Causal, meaning vkattn.MaskMea
 }
 
 func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, stdout, stderr io.Writer) int {
-	layer, err := dev.NewAdditive(p.w)
+	layer, err := nn.NewAdditive(dev, p.w)
 	if err != nil {
 		return failf(stderr, "additive", "--params %s: %v", f.params, err)
 	}
@@ -217,7 +218,7 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 // additiveGrads computes the gradients for --dout (Additive.Backward) as
 // the members of --grads, and with check compares them with the
 // reference's.
-func additiveGrads(dev *vkattn.Device, layer *vkattn.Additive, p *additiveProblem, doutPath string, oShape []int, check bool) (*verify.Gradients, error) {
+func additiveGrads(dev *vkattn.Device, layer *nn.Additive, p *additiveProblem, doutPath string, oShape []int, check bool) (*verify.Gradients, error) {
 	dO, err := readFloatInput("--dout", doutPath)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
 )
@@ -37,7 +38,7 @@ func goldenAdditive(t *testing.T, dir string) (params, q, k, v string) {
 // of B=2, L=3, S=5, d_q=4, d_k=3, d_a=6, d_v=2 in q.npy, k.npy, v.npy.
 type additiveCase struct {
 	dir             string
-	w               *vkattn.AdditiveWeights
+	w               *nn.AdditiveWeights
 	params, q, k, v string
 	qd, kd, vd      []float32
 	q3, k3, v3      [3]int
@@ -48,7 +49,7 @@ const addB, addL, addS, addDQ, addDK, addDA, addDV = 2, 3, 5, 4, 3, 6, 2
 func newAdditiveCase(t *testing.T, r *rand.Rand) *additiveCase {
 	t.Helper()
 	c := &additiveCase{dir: t.TempDir(), q3: [3]int{addB, addL, addDQ}, k3: [3]int{addB, addS, addDK}, v3: [3]int{addB, addS, addDV}}
-	c.w = &vkattn.AdditiveWeights{DQ: addDQ, DK: addDK, DA: addDA, WQ: randomValues(r, addDQ*addDA), WK: randomValues(r, addDK*addDA),
+	c.w = &nn.AdditiveWeights{DQ: addDQ, DK: addDK, DA: addDA, WQ: randomValues(r, addDQ*addDA), WK: randomValues(r, addDK*addDA),
 		Bias: randomValues(r, addDA), WA: randomValues(r, addDA)}
 	c.params = writeNPZ(t, c.dir, "p.npz", map[string]any{"W_q": rows(c.w.WQ, addDA), "W_k": rows(c.w.WK, addDA), "b": c.w.Bias, "w_a": rows(c.w.WA, 1)})
 	for _, x := range []struct {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/verify"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/weights"
 )
 
@@ -99,8 +100,8 @@ type mhaFlags struct {
 type mhaProblem struct {
 	x, kv       *npyArray // kv nil for self-attention
 	dout        *npyArray // --dout; nil without
-	w           *vkattn.MHAWeights
-	opts        vkattn.MHAOptions
+	w           *nn.MHAWeights
+	opts        nn.MHAOptions
 	B, T, S, d  int
 	batched     bool // X has rank 3
 	outShape    []int
@@ -202,7 +203,7 @@ func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mh
 	}
 
 	h := f.heads
-	p.opts = vkattn.MHAOptions{Heads: h, NeedWeights: f.weights != ""}
+	p.opts = nn.MHAOptions{Heads: h, NeedWeights: f.weights != ""}
 	p.opts.Attention.Causal = causal
 	p.opts.Attention.Float32Products = f.fp32Products
 	if f.keyPadding != "" {
@@ -222,7 +223,7 @@ func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mh
 		if !ok {
 			return nil, fmt.Errorf("--key-padding %s has shape %v: want %s", f.keyPadding, a.Shape, want)
 		}
-		p.opts.KeyPadding = &vkattn.KeyPadding{Padded: a.Bools}
+		p.opts.KeyPadding = &nn.KeyPadding{Padded: a.Bools}
 	}
 	if err := f.masks.load(&p.opts.Attention, meaning, vkattn.MaskShape{p.B, h, p.T, p.S}); err != nil {
 		return nil, err
@@ -251,7 +252,7 @@ func loadMHA(f *mhaFlags, causal vkattn.Causal, meaning vkattn.MaskMeaning) (*mh
 }
 
 func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr io.Writer) int {
-	layer, err := dev.NewMHA(p.w)
+	layer, err := nn.NewMHA(dev, p.w)
 	if err != nil {
 		return failf(stderr, "mha", "--params %s: %v", f.params, err)
 	}
@@ -287,14 +288,14 @@ func executeMHA(f *mhaFlags, dev *vkattn.Device, p *mhaProblem, stdout, stderr i
 
 // explainer prints the layer's plan and masks to w before it runs; nil
 // for a nil w.
-func (p *mhaProblem) explainer(w io.Writer) func(vkattn.MHAPlan) {
+func (p *mhaProblem) explainer(w io.Writer) func(nn.MHAPlan) {
 	if w == nil {
 		return nil
 	}
-	return func(plan vkattn.MHAPlan) { p.explain(w, plan) }
+	return func(plan nn.MHAPlan) { p.explain(w, plan) }
 }
 
-func (p *mhaProblem) explain(stdout io.Writer, plan vkattn.MHAPlan) {
+func (p *mhaProblem) explain(stdout io.Writer, plan nn.MHAPlan) {
 	fmt.Fprintf(stdout, "plan: %v\n", plan)
 	masks := p.opts.Attention.MaskSummary()
 	if p.opts.KeyPadding != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
 	"github.com/x448/float16"
@@ -173,7 +174,7 @@ func TestMHAPaddingParity(t *testing.T) {
 
 // randomCross writes the weights of a cross-attention layer with kdim =
 // vdim != d (separate q/k/v_proj_weight) and returns them with the path.
-func randomCross(t *testing.T, r *rand.Rand, dir string, d, kdim int) (string, *vkattn.MHAWeights) {
+func randomCross(t *testing.T, r *rand.Rand, dir string, d, kdim int) (string, *nn.MHAWeights) {
 	t.Helper()
 	vals := func(n int) []float32 {
 		x := make([]float32, n)
@@ -182,7 +183,7 @@ func randomCross(t *testing.T, r *rand.Rand, dir string, d, kdim int) (string, *
 		}
 		return x
 	}
-	w := &vkattn.MHAWeights{
+	w := &nn.MHAWeights{
 		DModel: d, KDim: kdim, VDim: kdim,
 		QProjWeight: vals(d * d), KProjWeight: vals(d * kdim), VProjWeight: vals(d * kdim),
 		InProjBias: vals(3 * d), OutProjWeight: vals(d * d), OutProjBias: vals(d),
@@ -214,7 +215,7 @@ func TestMHACross(t *testing.T) {
 	kv := writeArray(t, dir, "kv.npy", []int{B, S, kdim}, kvd)
 	o, wp := filepath.Join(dir, "out.npy"), filepath.Join(dir, "w.npy")
 
-	expect := func(what string, opts vkattn.MHAOptions, average bool) {
+	expect := func(what string, opts nn.MHAOptions, average bool) {
 		t.Helper()
 		opts.NeedWeights = true
 		ref, err := reference.MultiHeadAttention(xd, []int{B, T, d}, kvd, []int{B, S, kdim}, kvd, []int{B, S, kdim}, w, opts)
@@ -237,7 +238,7 @@ func TestMHACross(t *testing.T) {
 	}
 
 	out := cliOK(t, "mha", "-x", x, "--kv", kv, "--params", params, "--heads", "2", "-o", o, "--weights", wp, "--check", "--explain")
-	expect("cross", vkattn.MHAOptions{Heads: h}, false)
+	expect("cross", nn.MHAOptions{Heads: h}, false)
 	mentions(t, "output", out, "q_proj", "k_proj", "v_proj", "out_proj", "masks: none", ": ok")
 
 	// Batch item 1 pads its last key; the (B*h,T,S) mask blocks one key of
@@ -254,9 +255,9 @@ func TestMHACross(t *testing.T) {
 	m := writeArray(t, dir, "m.npy", []int{B * h, T, S}, mask)
 	cliOK(t, "mha", "-x", x, "--kv", kv, "--params", params, "--heads", "2", "--key-padding", kp, "--mask", m,
 		"-o", o, "--weights", wp, "--average-weights", "--check")
-	expect("masked cross", vkattn.MHAOptions{
+	expect("masked cross", nn.MHAOptions{
 		Heads:      h,
-		KeyPadding: &vkattn.KeyPadding{Padded: padded},
+		KeyPadding: &nn.KeyPadding{Padded: padded},
 		Attention:  vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{B, h, T, S}, Values: mask}},
 	}, true)
 }
@@ -429,7 +430,7 @@ func TestMHAGrads(t *testing.T) {
 		}
 		return x
 	}
-	self := &vkattn.MHAWeights{DModel: d, KDim: d, VDim: d, InProjWeight: vals(3 * d * d), InProjBias: vals(3 * d), OutProjWeight: vals(d * d), OutProjBias: vals(d)}
+	self := &nn.MHAWeights{DModel: d, KDim: d, VDim: d, InProjWeight: vals(3 * d * d), InProjBias: vals(3 * d), OutProjWeight: vals(d * d), OutProjBias: vals(d)}
 	selfParams := writeNPZ(t, dir, "self.npz", map[string]any{
 		"in_proj_weight": rows(self.InProjWeight, d), "in_proj_bias": self.InProjBias,
 		"out_proj.weight": rows(self.OutProjWeight, d), "out_proj.bias": self.OutProjBias,
@@ -447,16 +448,16 @@ func TestMHAGrads(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		args   []string
-		w      *vkattn.MHAWeights
+		w      *nn.MHAWeights
 		kv     []float32
-		opts   vkattn.MHAOptions
+		opts   nn.MHAOptions
 		params []string
 	}{
 		{"self, causal", []string{"--params", selfParams, "--causal", "top-left"}, self, nil,
-			vkattn.MHAOptions{Heads: 2, Attention: vkattn.Options{Causal: vkattn.CausalTopLeft}},
+			nn.MHAOptions{Heads: 2, Attention: vkattn.Options{Causal: vkattn.CausalTopLeft}},
 			[]string{"x", "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"}},
 		{"cross, key padding", []string{"--params", crossParams, "--kv", kvPath, "--key-padding", padPath}, cross, kv,
-			vkattn.MHAOptions{Heads: 2, KeyPadding: &vkattn.KeyPadding{Padded: padded}},
+			nn.MHAOptions{Heads: 2, KeyPadding: &nn.KeyPadding{Padded: padded}},
 			[]string{"x", "kv", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -554,7 +555,7 @@ func TestMHAInputTypes(t *testing.T) {
 		}
 		mentions(t, "--explain", out, "q_proj: ", "k_proj: ", "v_proj: ")
 		xr, kvr := c.round(xd), c.round(kvd)
-		ref, err := reference.MultiHeadAttention(xr, []int{B, T, d}, kvr, []int{B, S, kdim}, kvr, []int{B, S, kdim}, w, vkattn.MHAOptions{Heads: 2})
+		ref, err := reference.MultiHeadAttention(xr, []int{B, T, d}, kvr, []int{B, S, kdim}, kvr, []int{B, S, kdim}, w, nn.MHAOptions{Heads: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

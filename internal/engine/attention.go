@@ -78,22 +78,22 @@ func (d *Device) PlanAs(q, k, v []int, types [3]core.DType, opts core.Options) (
 		layouts[i].Type = types[i]
 	}
 	layouts[3] = pipelines.DenseLayout(shapes[0][0], shapes[0][1], shapes[0][2], shapes[2][3])
-	return d.plan(shapes[0], shapes[1], shapes[2], planOf{layouts: &layouts}, &opts)
+	return d.plan(shapes[0], shapes[1], shapes[2], PlanOf{Layouts: &layouts}, &opts)
 }
 
-// planOf is what a call adds to its shapes for the planner: where Q, K, V
+// PlanOf is what a call adds to its shapes for the planner: where Q, K, V
 // and O lie in their buffers (nil: dense), a key-padding mask (MHA), the
 // additive score variant (q and k are then the projections, width d_a),
 // and the KV cache the call reads (nil: none).
-type planOf struct {
-	layouts              *[4]pipelines.Layout
-	keyPadding, additive bool
-	cache                *cacheRefs
+type PlanOf struct {
+	Layouts              *[4]pipelines.Layout
+	KeyPadding, Additive bool
+	Cache                *CacheRefs
 }
 
 // plan checks a problem of tensors of shapes q, k and v and plans its
 // attention kernel, the one plan the call then binds its buffers to.
-func (d *Device) plan(q, k, v [4]int, how planOf, opts *core.Options) (Plan, error) {
+func (d *Device) plan(q, k, v [4]int, how PlanOf, opts *core.Options) (Plan, error) {
 	if err := d.checkOpen(); err != nil {
 		return Plan{}, err
 	}
@@ -102,8 +102,8 @@ func (d *Device) plan(q, k, v [4]int, how planOf, opts *core.Options) (Plan, err
 		return Plan{}, err
 	}
 	shape := pipelines.DenseShape(dims.B, dims.H, dims.HKV, dims.L, dims.S, dims.DK, dims.DV)
-	if how.layouts != nil {
-		shape.Q, shape.K, shape.V, shape.O = how.layouts[0], how.layouts[1], how.layouts[2], how.layouts[3]
+	if how.Layouts != nil {
+		shape.Q, shape.K, shape.V, shape.O = how.Layouts[0], how.Layouts[1], how.Layouts[2], how.Layouts[3]
 	}
 	if opts.Mask != nil {
 		shape.Mask = pipelines.MaskLayout{Given: true, Strides: broadcastStrides(opts.Mask.Shape)}
@@ -112,23 +112,22 @@ func (d *Device) plan(q, k, v [4]int, how planOf, opts *core.Options) (Plan, err
 		shape.BoolMask = pipelines.MaskLayout{Given: true, Strides: broadcastStrides(boolMasksShape(opts.BoolMasks))}
 	}
 	shape.Lengths = opts.KeyLengths != nil || opts.QueryLengths != nil
-	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, how.keyPadding
+	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, how.KeyPadding
 	shape.Window, shape.Softcap, shape.ALiBi, shape.Sinks = opts.Window != nil, opts.Softcap > 0, opts.ALiBi != nil, opts.Sinks != nil
-	if how.cache != nil && how.cache.pages != nil {
-		pt := how.cache.pages
-		shape.Paging, shape.Pages, shape.PagesPerItem = pt.size, pt.pages, pt.perItem
+	if c := how.Cache; c != nil && c.PageTable != nil {
+		shape.Paging, shape.Pages, shape.PagesPerItem = c.PageSize, c.Pages, c.PerItem
 	}
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanAttention(d.dev.Info.DeviceInfo, pipelines.PlanInput{
-		AttentionShape: shape, Force: d.path, Additive: how.additive, Tuning: &tuning, Float32Products: opts.Float32Products,
-		Scalars: scalars(dims, opts, how.additive),
+		AttentionShape: shape, Force: d.path, Additive: how.Additive, Tuning: &tuning, Float32Products: opts.Float32Products,
+		Scalars: scalars(dims, opts, how.Additive),
 	})
 	if err != nil {
-		return Plan{}, deviceError(err)
+		return Plan{}, DeviceError(err)
 	}
 	p := Plan{Dims: dims, Device: d.String(), Kernel: kernelPlan(kp), RoPE: opts.RoPE}
-	if how.cache != nil && how.cache.rope != nil {
-		p.RoPE, p.RoPEQueryOnly = how.cache.rope.r, true
+	if how.Cache != nil && how.Cache.RoPE != nil {
+		p.RoPE, p.RoPEQueryOnly = how.Cache.RoPE, true
 	}
 	return p, nil
 }
@@ -156,9 +155,9 @@ func scalars(dims core.Dims, opts *core.Options, additive bool) pipelines.Scalar
 	return sc
 }
 
-// deviceError turns the planner's limit errors and full memory heaps into
+// DeviceError turns the planner's limit errors and full memory heaps into
 // ErrTooLarge, and a use of a closed device or buffer into ErrClosed.
-func deviceError(err error) error {
+func DeviceError(err error) error {
 	var limit *pipelines.LimitError
 	switch {
 	case errors.As(err, &limit):
@@ -180,10 +179,13 @@ type Output struct {
 	GPUTime time.Duration // device time of the dispatch; 0 without timestamps
 }
 
+// OutputTime is where a call of Output records its device time (Finish).
+func OutputTime(o *Output) *time.Duration { return &o.GPUTime }
+
 // Close frees the output tensors.
 func (o *Output) Close() {
 	if o != nil {
-		closeTensors(o.O, o.LSE, o.Weights)
+		CloseTensors(o.O, o.LSE, o.Weights)
 	}
 }
 
@@ -196,7 +198,7 @@ func (d *Device) Attention(q, k, v *Tensor, opts core.Options) (*Output, error) 
 // AttentionContext is Attention with a context that can cancel the wait for
 // the device.
 func (d *Device) AttentionContext(ctx context.Context, q, k, v *Tensor, opts core.Options) (*Output, error) {
-	return runOnce(ctx, func() (*Call, error) { return d.Prepare(q, k, v, opts) })
+	return RunOnce(ctx, func() (*Call, error) { return d.Prepare(q, k, v, opts) })
 }
 
 // Prepare validates an attention call, allocates its outputs and records its
@@ -206,16 +208,16 @@ func (d *Device) Prepare(q, k, v *Tensor, opts core.Options) (*Call, error) {
 }
 
 // prepare is Prepare of a call that reads the KV cache cache (nil: none).
-func (d *Device) prepare(q, k, v *Tensor, opts core.Options, cache *cacheRefs) (*Call, error) {
+func (d *Device) prepare(q, k, v *Tensor, opts core.Options, cache *CacheRefs) (*Call, error) {
 	if err := d.checkInputs([3]string{"Q", "K", "V"}, q, k, v); err != nil {
 		return nil, err
 	}
-	if cache != nil && cache.rope != nil && opts.RoPE != nil {
-		return nil, errorf(core.ErrOption, "the KV cache rotates by its own RoPE (KVCacheConfig.RoPE): Options.RoPE must be nil")
+	if cache != nil && cache.RoPE != nil && opts.RoPE != nil {
+		return nil, errorf(core.ErrOption, "the KV cache rotates by its own RoPE (kv.Config.RoPE): Options.RoPE must be nil")
 	}
 	// With RoPE the attention reads rotated float32 copies of Q and K
 	// (of Q alone over a cache: its keys were rotated when appended).
-	rotQ, rotK := opts.RoPE != nil || (cache != nil && cache.rope != nil), opts.RoPE != nil
+	rotQ, rotK := opts.RoPE != nil || (cache != nil && cache.RoPE != nil), opts.RoPE != nil
 	layouts := [4]pipelines.Layout{q.layout(), k.layout(), v.layout(), denseF32([4]int{q.shape[0], q.shape[1], q.shape[2], v.shape[3]})}
 	if rotQ {
 		layouts[0] = denseF32(q.shape)
@@ -223,26 +225,26 @@ func (d *Device) prepare(q, k, v *Tensor, opts core.Options, cache *cacheRefs) (
 	if rotK {
 		layouts[1] = denseF32(k.shape)
 	}
-	plan, err := d.plan(q.shape, k.shape, v.shape, planOf{layouts: &layouts, cache: cache}, &opts)
+	plan, err := d.plan(q.shape, k.shape, v.shape, PlanOf{Layouts: &layouts, Cache: cache}, &opts)
 	if err != nil {
 		return nil, err
 	}
 	dm := plan.Dims
-	b := &builder{d: d}
+	b := &Builder{d: d}
 	switch {
 	case rotK:
 		q, k, err = b.rotateCall(dm, &opts, q, k)
 	case rotQ:
-		q, err = b.rotated(q, cache.rope.r, cache.rope.table, cache.ropeLengths())
+		q, err = b.rotated(q, cache.RoPE, cache.RoPETable, cache.RoPELengths)
 	}
 	if err != nil {
-		return nil, b.fail(err)
+		return nil, b.Fail(err)
 	}
 	oBound, err := attentionRange(dm, &opts, q, k, v)
 	if err != nil {
-		return nil, b.fail(err)
+		return nil, b.Fail(err)
 	}
-	return b.attentionCall(plan, &opts, attentionInputs{q: q.buf, k: k.buf, v: v.buf}, oBound, cache)
+	return b.AttentionCall(plan, &opts, AttentionInputs{Q: q.buf, K: k.buf, V: v.buf}, oBound, cache)
 }
 
 // checkInputs checks the three input tensors of a call, named names.

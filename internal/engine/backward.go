@@ -25,11 +25,11 @@ type Gradients struct {
 // Close frees the gradient tensors.
 func (g *Gradients) Close() {
 	if g != nil {
-		closeTensors(g.DQ, g.DK, g.DV, g.rowSinks, g.keyWA)
+		CloseTensors(g.DQ, g.DK, g.DV, g.rowSinks, g.keyWA)
 	}
 }
 
-func (g *Gradients) setGPUTime(t time.Duration) { g.GPUTime = t }
+func gradientsTime(g *Gradients) *time.Duration { return &g.GPUTime }
 
 // AttentionBackward returns the gradients of sum(O * dO) with respect to q,
 // k, v and opts.Sinks, O = attention(q, k, v, opts), computed on the device:
@@ -49,7 +49,7 @@ func (d *Device) AttentionBackward(q, k, v, dO *Tensor, opts core.Options) (*Gra
 // AttentionBackwardContext is AttentionBackward with a context that can
 // cancel the wait for the device.
 func (d *Device) AttentionBackwardContext(ctx context.Context, q, k, v, dO *Tensor, opts core.Options) (*Gradients, error) {
-	g, err := runOnce(ctx, func() (*gradCall, error) { return d.prepareBackward(q, k, v, dO, opts) })
+	g, err := RunOnce(ctx, func() (*GradCall, error) { return d.prepareBackward(q, k, v, dO, opts) })
 	if err != nil {
 		return nil, err
 	}
@@ -64,11 +64,11 @@ func (d *Device) AttentionBackwardContext(ctx context.Context, q, k, v, dO *Tens
 	return g, nil
 }
 
-// gradCall is a backward call recorded once.
-type gradCall struct{ prepared[*Gradients] }
+// GradCall is a backward call recorded once.
+type GradCall = Prepared[*Gradients]
 
 // prepareBackward records the forward and the backward of a call.
-func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts core.Options) (*gradCall, error) {
+func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts core.Options) (*GradCall, error) {
 	if err := d.checkInputs([3]string{"Q", "K", "V"}, q, k, v); err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts core.Options) (*gradC
 	}
 	opts.WantLSE, opts.WantWeights = true, false
 	oShape := [4]int{q.shape[0], q.shape[1], q.shape[2], v.shape[3]}
-	plan, err := d.plan(q.shape, k.shape, v.shape, planOf{layouts: &[4]pipelines.Layout{q.layout(), k.layout(), v.layout(), denseF32(oShape)}}, &opts)
+	plan, err := d.plan(q.shape, k.shape, v.shape, PlanOf{Layouts: &[4]pipelines.Layout{q.layout(), k.layout(), v.layout(), denseF32(oShape)}}, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -94,28 +94,28 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts core.Options) (*gradC
 	}
 	scale := opts.Scale.For(dm.DK)
 	toQ, toK := scaledGrads(scale, q, k)
-	bounds, err := backwardRange(dm, &opts, scale, dO.magnitudeBound(), v.magnitudeBound(), oBound, toQ, toK)
+	bounds, err := BackwardRange(dm, &opts, scale, dO.magnitudeBound(), v.magnitudeBound(), oBound, toQ, toK)
 	if err != nil {
 		return nil, err
 	}
-	b := &builder{d: d}
-	call, err := b.backward(plan, &opts, attentionInputs{q: q.buf, k: k.buf, v: v.buf}, dO)
+	b := &Builder{d: d}
+	call, err := b.Backward(plan, &opts, AttentionInputs{Q: q.buf, K: k.buf, V: v.buf}, dO)
 	if err != nil {
-		return nil, b.fail(err)
+		return nil, b.Fail(err)
 	}
 	// As a forward's outputs, the gradients carry bounds for the calls
 	// they feed.
 	g := call.Output()
-	g.DQ.bound, g.DK.bound, g.DV.bound = bounds.dQ, bounds.dK, bounds.dV
+	g.DQ.bound, g.DK.bound, g.DV.bound = bounds.DQ, bounds.DK, bounds.DV
 	return call, nil
 }
 
-// backward finishes a backward call of the forward planned as plan (with
+// Backward finishes a backward call of the forward planned as plan (with
 // its LSE) over in (Q, K, V; w_a for additive scores): the options'
 // buffers, the forward's O and LSE as scratch, the
 // backward, and its gradients as outputs (dQ, dK, dV, each row's sink
 // share and, for additive scores, each key row's share of dw_a).
-func (b *builder) backward(plan Plan, opts *core.Options, in attentionInputs, dO *Tensor) (*gradCall, error) {
+func (b *Builder) Backward(plan Plan, opts *core.Options, in AttentionInputs, dO *Tensor) (*GradCall, error) {
 	d, dm := b.d, plan.Dims
 	oShape := [4]int{dm.B, dm.H, dm.L, dm.DV}
 	if dO.layout() != denseF32(oShape) {
@@ -132,20 +132,20 @@ func (b *builder) backward(plan Plan, opts *core.Options, in attentionInputs, dO
 	if err != nil {
 		return nil, err
 	}
-	o, err := b.scratchTensor(oShape)
+	o, err := b.ScratchTensor(oShape)
 	if err != nil {
 		return nil, err
 	}
-	lse, err := b.scratchTensor([4]int{dm.B, dm.H, dm.L, 1})
+	lse, err := b.ScratchTensor([4]int{dm.B, dm.H, dm.L, 1})
 	if err != nil {
 		return nil, err
 	}
 	x.O, x.LSE = o.buf, lse.buf
-	if err := b.add(d.kernels.Attention(plan.Kernel.plan, x)); err != nil {
+	if err := b.Add(d.kernels.Attention(plan.Kernel.plan, x)); err != nil {
 		return nil, err
 	}
 	g := &Gradients{Plan: plan}
-	rowD, err := b.scratchTensor([4]int{dm.B, dm.H, dm.L, 1})
+	rowD, err := b.ScratchTensor([4]int{dm.B, dm.H, dm.L, 1})
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +160,7 @@ func (b *builder) backward(plan Plan, opts *core.Options, in attentionInputs, dO
 		}{&g.keyWA, [4]int{dm.B, dm.HKV, dm.S, dm.DK}})
 	}
 	for _, t := range outs {
-		if *t.dst, err = b.output(t.shape); err != nil {
+		if *t.dst, err = b.Output(t.shape); err != nil {
 			return nil, err
 		}
 	}
@@ -168,14 +168,10 @@ func (b *builder) backward(plan Plan, opts *core.Options, in attentionInputs, dO
 	if g.keyWA != nil {
 		bx.DWA = g.keyWA.buf
 	}
-	if err := b.add(d.kernels.AttentionBackward(plan.Kernel.plan, bx)); err != nil {
+	if err := b.Add(d.kernels.AttentionBackward(plan.Kernel.plan, bx)); err != nil {
 		return nil, err
 	}
-	call := &gradCall{}
-	if err := finish(b, &call.prepared, g); err != nil {
-		return nil, err
-	}
-	return call, nil
+	return Finish(b, g, gradientsTime)
 }
 
 // sinkGradients sums each head's rows' shares of its sink gradient, in

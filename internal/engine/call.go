@@ -16,29 +16,18 @@ import (
 // buffers and recorded commands are kept, so Run replays the dispatch with
 // no allocation and no re-recording (a decode loop, a benchmark). Change
 // the inputs between runs with Tensor.Write. Close it when done.
-type Call struct{ prepared[*Output] }
+type Call = Prepared[*Output]
 
-// MHACall is an MHA call recorded once and replayable, like Call.
-type MHACall struct{ prepared[*MHAOutput] }
-
-// outputs are what a prepared call hands out.
-type outputs interface {
-	*Output | *MHAOutput | *Gradients
-	Close()
-	setGPUTime(time.Duration)
-}
-
-func (o *Output) setGPUTime(t time.Duration)    { o.GPUTime = t }
-func (o *MHAOutput) setGPUTime(t time.Duration) { o.GPUTime = t }
-
-// prepared is the one prepared-call type behind Call and MHACall: recorded
-// commands, the scratch tensors they use (masks, lengths, intermediate
-// results) and the outputs. Its lock makes Run and Close take turns.
-type prepared[O outputs] struct {
+// Prepared is the one prepared-call type behind Call, the layers' calls
+// (package nn) and the backward pass: recorded commands, the scratch
+// tensors they use (masks, lengths, intermediate results) and the outputs
+// O. Its lock makes Run and Close take turns.
+type Prepared[O interface{ Close() }] struct {
 	mu       sync.Mutex
 	commands *dispatch.Prepared
 	scratch  []*Tensor
 	out      O
+	gpuTime  func(O) *time.Duration // where Run records the device time in out
 	// check, if not nil, is asked before each Run: a rolling KV cache's
 	// call refuses a run whose window reaches positions let go.
 	check func() error
@@ -46,52 +35,51 @@ type prepared[O outputs] struct {
 
 // Output is the call's output; its tensors belong to the call and are
 // freed by Close.
-func (c *prepared[O]) Output() O { return c.out }
+func (c *Prepared[O]) Output() O { return c.out }
 
 // Run executes the recorded commands and waits for them. It returns the
 // device time (0 without timestamps), also kept in Output().GPUTime. A
 // cancelled ctx returns at once; a long call, recorded as several
 // submissions (SEMANTICS.md §2), submits no more, and the one in flight
 // finishes before the next Run or Close.
-func (c *prepared[O]) Run(ctx context.Context) (time.Duration, error) {
+func (c *Prepared[O]) Run(ctx context.Context) (time.Duration, error) {
 	if c.check != nil {
 		if err := c.check(); err != nil {
 			return 0, err
 		}
 	}
+	return c.run(ctx, func(p *dispatch.Prepared) (time.Duration, error) { return p.Run(ctx) })
+}
+
+// RunWith is c's Run with transfers recorded around the call in the same
+// submission (dispatch.Prepared.RunWith): a KV cache's decode step.
+func RunWith[O interface{ Close() }](ctx context.Context, c *Prepared[O], before, after func(*vk.Commands) error) (time.Duration, error) {
+	return c.run(ctx, func(p *dispatch.Prepared) (time.Duration, error) { return p.RunWith(ctx, before, after) })
+}
+
+// run runs the commands by submit under the call's lock and records the
+// device time.
+func (c *Prepared[O]) run(ctx context.Context, submit func(*dispatch.Prepared) (time.Duration, error)) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.commands == nil {
 		return 0, errorf(core.ErrClosed, "call used after Close")
 	}
-	t, err := c.commands.Run(ctx)
+	t, err := submit(c.commands)
 	if err != nil {
-		return 0, deviceError(err)
+		return 0, DeviceError(err)
 	}
-	c.out.setGPUTime(t)
+	*c.gpuTime(c.out) = t
 	return t, nil
 }
 
-// runWith is Run with transfers recorded around the call in the same
-// submission (dispatch.Prepared.RunWith).
-func (c *prepared[O]) runWith(ctx context.Context, before, after func(*vk.Commands) error) (time.Duration, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.commands == nil {
-		return 0, errorf(core.ErrClosed, "call used after Close")
-	}
-	t, err := c.commands.RunWith(ctx, before, after)
-	if err != nil {
-		return 0, deviceError(err)
-	}
-	c.out.setGPUTime(t)
-	return t, nil
-}
+// SetCheck makes c ask check before each Run, which fails with its error.
+func SetCheck[O interface{ Close() }](c *Prepared[O], check func() error) { c.check = check }
 
 // Close frees the call's commands, scratch buffers and outputs. It waits
 // for work still in flight (after a cancelled Run) before freeing
 // anything; after the device's Close it is a no-op.
-func (c *prepared[O]) Close() {
+func (c *Prepared[O]) Close() {
 	if c == nil {
 		return
 	}
@@ -99,7 +87,7 @@ func (c *prepared[O]) Close() {
 	defer c.mu.Unlock()
 	c.commands.Close()
 	c.commands = nil
-	closeTensors(c.scratch...)
+	CloseTensors(c.scratch...)
 	c.scratch = nil
 	c.out.Close()
 	var none O
@@ -107,7 +95,7 @@ func (c *prepared[O]) Close() {
 }
 
 // takeOutput hands the outputs over to the caller of a one-shot call.
-func (c *prepared[O]) takeOutput() O {
+func (c *Prepared[O]) takeOutput() O {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := c.out
@@ -116,18 +104,11 @@ func (c *prepared[O]) takeOutput() O {
 	return out
 }
 
-// oneShot is a prepared call that Forward-style methods run once.
-type oneShot[O any] interface {
-	Run(context.Context) (time.Duration, error)
-	Close()
-	takeOutput() O
-}
-
-// runOnce prepares a call, runs it and hands its output over to the caller
+// RunOnce prepares a call, runs it and hands its output over to the caller
 // before closing the call. A done ctx prepares and submits nothing; a ctx
 // done while waiting returns at once, and the call is freed in the
 // background when the device has finished it.
-func runOnce[O any, C oneShot[O]](ctx context.Context, prepare func() (C, error)) (O, error) {
+func RunOnce[O interface{ Close() }](ctx context.Context, prepare func() (*Prepared[O], error)) (O, error) {
 	var none O
 	if err := ctx.Err(); err != nil {
 		return none, err
@@ -149,18 +130,18 @@ func runOnce[O any, C oneShot[O]](ctx context.Context, prepare func() (C, error)
 	return out, nil
 }
 
-// builder is the one place a prepared call (attention, additive or
+// Builder is the one place a prepared call (attention, additive or
 // multi-head) is put together: the tensors it allocates, its steps in
 // order, and one cleanup of all of them when something fails.
-type builder struct {
+type Builder struct {
 	d       *Device
 	steps   []*dispatch.Step
 	scratch []*Tensor // freed with the call
 	outputs []*Tensor // handed to the caller with the call's output
 }
 
-// output allocates an output tensor of the call.
-func (b *builder) output(shape [4]int) (*Tensor, error) {
+// Output allocates an output tensor of the call.
+func (b *Builder) Output(shape [4]int) (*Tensor, error) {
 	t, err := b.d.newTensor(shape, core.Float32)
 	if err == nil {
 		b.outputs = append(b.outputs, t)
@@ -168,8 +149,8 @@ func (b *builder) output(shape [4]int) (*Tensor, error) {
 	return t, err
 }
 
-// scratchTensor allocates a tensor the call uses and frees itself.
-func (b *builder) scratchTensor(shape [4]int) (*Tensor, error) {
+// ScratchTensor allocates a tensor the call uses and frees itself.
+func (b *Builder) ScratchTensor(shape [4]int) (*Tensor, error) {
 	t, err := b.d.newTensor(shape, core.Float32)
 	if err == nil {
 		b.scratch = append(b.scratch, t)
@@ -178,8 +159,8 @@ func (b *builder) scratchTensor(shape [4]int) (*Tensor, error) {
 }
 
 // upload makes an n-float scratch tensor filled by fill.
-func (b *builder) upload(n int, fill func([]float32)) (*Tensor, error) {
-	t, err := b.scratchTensor([4]int{1, 1, 1, n})
+func (b *Builder) upload(n int, fill func([]float32)) (*Tensor, error) {
+	t, err := b.ScratchTensor([4]int{1, 1, 1, n})
 	if err != nil {
 		return nil, err
 	}
@@ -188,17 +169,17 @@ func (b *builder) upload(n int, fill func([]float32)) (*Tensor, error) {
 	return t, t.buf.WriteFloat32(0, host)
 }
 
-// add appends a bound step.
-func (b *builder) add(st *dispatch.Step, err error) error {
+// Add appends a bound step.
+func (b *Builder) Add(st *dispatch.Step, err error) error {
 	if err == nil {
 		b.steps = append(b.steps, st)
 	}
 	return err
 }
 
-// attentionInputs are the buffers of the tensors an attention call reads
+// AttentionInputs are the buffers of the tensors an attention call reads
 // (Q, K, V; w_a for additive scores) and, where the caller placed it, O.
-type attentionInputs struct{ q, k, v, o, wa *vk.Buffer }
+type AttentionInputs struct{ Q, K, V, O, WA *vk.Buffer }
 
 // lower is the one place an attention call becomes its kernel's
 // arguments: in's buffers, and the masks, lengths and per-head values of
@@ -206,8 +187,8 @@ type attentionInputs struct{ q, k, v, o, wa *vk.Buffer }
 // nil) uploaded into scratch tensors of the call, each where the plan's
 // shape, planned from the same options, has it. The LSE and weights
 // outputs are left to the caller.
-func (b *builder) lower(plan Plan, opts *core.Options, in attentionInputs, keyPadding *core.KeyPadding, cache *cacheRefs) (dispatch.AttentionArgs, error) {
-	x := dispatch.AttentionArgs{Q: in.q, K: in.k, V: in.v, O: in.o, WA: in.wa}
+func (b *Builder) lower(plan Plan, opts *core.Options, in AttentionInputs, keyPadding *core.KeyPadding, cache *CacheRefs) (dispatch.AttentionArgs, error) {
+	x := dispatch.AttentionArgs{Q: in.Q, K: in.K, V: in.V, O: in.O, WA: in.WA}
 	dm, s := plan.Dims, &plan.Kernel.plan.Shape
 	if err := b.bindOptions(dm, s, opts, &x, cache); err != nil {
 		return x, err
@@ -228,55 +209,51 @@ func (b *builder) lower(plan Plan, opts *core.Options, in attentionInputs, keyPa
 	return x, nil
 }
 
-// attention binds the attention of plan over in, with the LSE and weights
+// Attention binds the attention of plan over in, with the LSE and weights
 // opts asks for allocated as outputs (returned, nil when not asked for).
-func (b *builder) attention(plan Plan, opts *core.Options, in attentionInputs, keyPadding *core.KeyPadding, cache *cacheRefs) (lse, weights *Tensor, err error) {
+func (b *Builder) Attention(plan Plan, opts *core.Options, in AttentionInputs, keyPadding *core.KeyPadding, cache *CacheRefs) (lse, weights *Tensor, err error) {
 	dm, s := plan.Dims, &plan.Kernel.plan.Shape
 	x, err := b.lower(plan, opts, in, keyPadding, cache)
 	if err != nil {
 		return nil, nil, err
 	}
 	if s.LSE {
-		if lse, err = b.output([4]int{dm.B, dm.H, dm.L, 1}); err != nil {
+		if lse, err = b.Output([4]int{dm.B, dm.H, dm.L, 1}); err != nil {
 			return nil, nil, err
 		}
 		x.LSE = lse.buf
 	}
 	if s.Weights {
-		if weights, err = b.output([4]int{dm.B, dm.H, dm.L, dm.S}); err != nil {
+		if weights, err = b.Output([4]int{dm.B, dm.H, dm.L, dm.S}); err != nil {
 			return nil, nil, err
 		}
 		x.Weights = weights.buf
 	}
-	return lse, weights, b.add(b.d.kernels.Attention(plan.Kernel.plan, x))
+	return lse, weights, b.Add(b.d.kernels.Attention(plan.Kernel.plan, x))
 }
 
-// attentionCall finishes a call whose last step is the attention of plan
+// AttentionCall finishes a call whose last step is the attention of plan
 // over in (without O): it allocates the outputs, O's bound oBound, and
 // records.
-func (b *builder) attentionCall(plan Plan, opts *core.Options, in attentionInputs, oBound float64, cache *cacheRefs) (*Call, error) {
+func (b *Builder) AttentionCall(plan Plan, opts *core.Options, in AttentionInputs, oBound float64, cache *CacheRefs) (*Call, error) {
 	dm := plan.Dims
 	out := &Output{Plan: plan}
 	var err error
-	if out.O, err = b.output([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
-		return nil, b.fail(err)
+	if out.O, err = b.Output([4]int{dm.B, dm.H, dm.L, dm.DV}); err != nil {
+		return nil, b.Fail(err)
 	}
-	in.o = out.O.buf
-	if out.LSE, out.Weights, err = b.attention(plan, opts, in, nil, cache); err != nil {
-		return nil, b.fail(err)
+	in.O = out.O.buf
+	if out.LSE, out.Weights, err = b.Attention(plan, opts, in, nil, cache); err != nil {
+		return nil, b.Fail(err)
 	}
 	out.setBounds(oBound)
-	call := &Call{}
-	if err := finish(b, &call.prepared, out); err != nil {
-		return nil, err
-	}
-	return call, nil
+	return Finish(b, out, OutputTime)
 }
 
-// linear binds out = in W^T + bias for a planned layer: in is dense, W
+// Linear binds out = in W^T + bias for a planned layer: in is dense, W
 // starts at element wOffset of w, bias (may be nil) at biasOffset, and out
 // rows are outStride apart.
-func (b *builder) linear(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, biasOffset int, out *Tensor, outStride int) error {
+func (b *Builder) Linear(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, biasOffset int, out *Tensor, outStride int) error {
 	shape := pipelines.LinearShape{
 		Rows: l.Rows, Outputs: l.Outputs, Inputs: l.Inputs,
 		X:    pipelines.RowLayout{Offset: in.offset, Stride: l.Inputs},
@@ -288,25 +265,26 @@ func (b *builder) linear(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, 
 	if bias != nil {
 		bufs.Bias = bias.buf
 	}
-	return b.add(b.d.kernels.Linear(l.Kernel.plan, shape, bufs))
+	return b.Add(b.d.kernels.Linear(l.Kernel.plan, shape, bufs))
 }
 
-// finish records the steps as one submission and moves everything into c;
-// out holds the output tensors (those output allocated).
-func finish[O outputs](b *builder, c *prepared[O], out O) error {
+// Finish records the steps as one submission into a call whose output
+// is out (holding the tensors output allocated), its device time kept at
+// gpuTime(out).
+func Finish[O interface{ Close() }](b *Builder, out O, gpuTime func(O) *time.Duration) (*Prepared[O], error) {
 	commands, err := b.d.kernels.Prepare(b.steps...)
 	b.steps = nil // Prepare owns them now, also on failure
 	if err != nil {
 		b.abandon()
-		return deviceError(err)
+		return nil, DeviceError(err)
 	}
-	c.commands, c.scratch, c.out = commands, b.scratch, out
+	c := &Prepared[O]{commands: commands, scratch: b.scratch, out: out, gpuTime: gpuTime}
 	b.scratch, b.outputs = nil, nil
-	return nil
+	return c, nil
 }
 
 // abandon frees everything built so far.
-func (b *builder) abandon() {
+func (b *Builder) abandon() {
 	for _, s := range b.steps {
 		s.Close()
 	}
@@ -316,17 +294,17 @@ func (b *builder) abandon() {
 	b.steps, b.scratch, b.outputs = nil, nil, nil
 }
 
-// fail abandons the build and returns err as the device would.
-func (b *builder) fail(err error) error {
+// Fail abandons the build and returns err as the device would.
+func (b *Builder) Fail(err error) error {
 	b.abandon()
-	return deviceError(err)
+	return DeviceError(err)
 }
 
 // bindOptions uploads the masks, lengths and per-head values of opts
 // (already checked against dm) that the planned shape s has into scratch
 // tensors of the call and points x at them; a KV cache's call reads the
 // cache's lengths and page table.
-func (b *builder) bindOptions(dm core.Dims, s *pipelines.AttentionShape, opts *core.Options, x *dispatch.AttentionArgs, cache *cacheRefs) error {
+func (b *Builder) bindOptions(dm core.Dims, s *pipelines.AttentionShape, opts *core.Options, x *dispatch.AttentionArgs, cache *CacheRefs) error {
 	if s.Mask.Given {
 		m := opts.Mask
 		t, err := b.upload(len(m.Values), func(h []float32) { copy(h, m.Values) })
@@ -350,12 +328,12 @@ func (b *builder) bindOptions(dm core.Dims, s *pipelines.AttentionShape, opts *c
 		x.BoolMask = t.buf
 	}
 	if s.Paging > 0 {
-		x.PageTable = cache.pages.table.buf
+		x.PageTable = cache.PageTable.buf
 	}
 	switch {
 	case !s.Lengths:
 	case cache != nil:
-		x.Lengths = cache.lengths.buf // kept current by the cache
+		x.Lengths = cache.Lengths.buf // kept current by the cache
 	default:
 		t, err := b.upload(2*dm.B, func(h []float32) {
 			for b := 0; b < dm.B; b++ {

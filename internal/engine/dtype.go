@@ -27,29 +27,29 @@ func q8Bytes(data []float32) ([]byte, float64, error) {
 	for i, x := range q {
 		raw[i] = byte(x)
 	}
-	most, _ := magnitude(core.DequantizeQ8_0(q, scales))
+	most, _ := Magnitude(core.DequantizeQ8_0(q, scales))
 	return append(raw, halfBytes(scales)...), most, nil
 }
 
-// byteSpan is a byte range of a buffer or of an encoding of elements.
-type byteSpan struct{ off, n uint64 }
+// ByteSpan is a byte range of a buffer or of an encoding of elements.
+type ByteSpan struct{ Off, N uint64 }
 
 // byteSpans are where elements [e, e+n) lie in a buffer (or a host
 // encoding) of total elements of type dt: one range for the float types;
 // for q8_0 (e, n and total whole blocks) the quants' bytes, then the
 // scales' halves after all total quants.
-func byteSpans(dt core.DType, total, e, n int) []byteSpan {
+func byteSpans(dt core.DType, total, e, n int) []ByteSpan {
 	if dt != core.Q8_0 {
 		b := uint64(dt.Bytes())
-		return []byteSpan{{uint64(e) * b, uint64(n) * b}}
+		return []ByteSpan{{uint64(e) * b, uint64(n) * b}}
 	}
-	return []byteSpan{{uint64(e), uint64(n)}, {uint64(total + 2*(e/core.Q8Block)), uint64(2 * (n / core.Q8Block))}}
+	return []ByteSpan{{uint64(e), uint64(n)}, {uint64(total + 2*(e/core.Q8Block)), uint64(2 * (n / core.Q8Block))}}
 }
 
-// eachSpan calls f with the matching source and destination ranges of n
+// EachSpan calls f with the matching source and destination ranges of n
 // elements: from element src of an encoding (or buffer) of srcTotal
 // elements to element dst of one of dstTotal.
-func eachSpan(dt core.DType, srcTotal, src, dstTotal, dst, n int, f func(from, to byteSpan) error) error {
+func EachSpan(dt core.DType, srcTotal, src, dstTotal, dst, n int, f func(from, to ByteSpan) error) error {
 	to := byteSpans(dt, dstTotal, dst, n)
 	for i, from := range byteSpans(dt, srcTotal, src, n) {
 		if err := f(from, to[i]); err != nil {

@@ -34,7 +34,7 @@ func (d *Device) Merge(parts []Part) (*Output, error) {
 // MergeContext is Merge with a context that can cancel the wait for the
 // device.
 func (d *Device) MergeContext(ctx context.Context, parts []Part) (*Output, error) {
-	return runOnce(ctx, func() (*Call, error) { return d.PrepareMerge(parts) })
+	return RunOnce(ctx, func() (*Call, error) { return d.PrepareMerge(parts) })
 }
 
 // PrepareMerge validates a merge, allocates its outputs and records its
@@ -57,24 +57,20 @@ func (d *Device) PrepareMerge(parts []Part) (*Call, error) {
 		// O is a convex combination of the parts' rows (or zeros).
 		bound = max(bound, p.O.magnitudeBound())
 	}
-	b := &builder{d: d}
+	b := &Builder{d: d}
 	out := &Output{}
-	if out.O, err = b.output(shape); err != nil {
-		return nil, b.fail(err)
+	if out.O, err = b.Output(shape); err != nil {
+		return nil, b.Fail(err)
 	}
-	if out.LSE, err = b.output([4]int{B, H, L, 1}); err != nil {
-		return nil, b.fail(err)
+	if out.LSE, err = b.Output([4]int{B, H, L, 1}); err != nil {
+		return nil, b.Fail(err)
 	}
 	x.O, x.LSE = out.O.buf, out.LSE.buf
-	if err := b.add(d.kernels.Merge(x)); err != nil {
-		return nil, b.fail(err)
+	if err := b.Add(d.kernels.Merge(x)); err != nil {
+		return nil, b.Fail(err)
 	}
 	out.setBounds(bound)
-	call := &Call{}
-	if err := finish(b, &call.prepared, out); err != nil {
-		return nil, err
-	}
-	return call, nil
+	return Finish(b, out, OutputTime)
 }
 
 // checkParts checks the parts of a merge and returns their O's shape.

@@ -8,9 +8,9 @@ import (
 	"github.com/vkattn/vkattn/pipelines/dispatch"
 )
 
-// ropeTable is the (cos, sin) table of r for rows of width dk, a table
+// RoPETable is the (cos, sin) table of r for rows of width dk, a table
 // row per position of positions, in order.
-func ropeTable(r *core.RoPE, dk int, positions []int) []float32 {
+func RoPETable(r *core.RoPE, dk int, positions []int) []float32 {
 	rot := r.RotatedDims(dk)
 	inv := r.InvFreq(rot)
 	cs := make([]float32, len(positions)*rot)
@@ -33,9 +33,9 @@ func denseF32(s [4]int) pipelines.Layout { return pipelines.DenseLayout(s[0], s[
 // of the call and returns it: with lengths nil, table holds a row per row
 // of x (batch item by batch item); with lengths (a KV cache's), table has a
 // row per cache position and row t of item b is at t + lengths[b] - N.
-func (b *builder) rotated(x *Tensor, r *core.RoPE, table, lengths *Tensor) (*Tensor, error) {
+func (b *Builder) rotated(x *Tensor, r *core.RoPE, table, lengths *Tensor) (*Tensor, error) {
 	s := x.shape
-	y, err := b.scratchTensor(s)
+	y, err := b.ScratchTensor(s)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func (b *builder) rotated(x *Tensor, r *core.RoPE, table, lengths *Tensor) (*Ten
 	if lengths != nil {
 		args.Lengths = lengths.buf
 	}
-	if err := b.add(b.d.kernels.RoPE(args)); err != nil {
+	if err := b.Add(b.d.kernels.RoPE(args)); err != nil {
 		return nil, err
 	}
 	y.bound, y.finite = rotatedBound(x.magnitudeBound()), x.finite
@@ -57,7 +57,7 @@ func (b *builder) rotated(x *Tensor, r *core.RoPE, table, lengths *Tensor) (*Ten
 // rotateCall binds the rotations of a call's Q and K by opts.RoPE, at the
 // positions of SEMANTICS.md §17 in the problem dm, and returns the copies
 // its attention reads instead.
-func (b *builder) rotateCall(dm core.Dims, opts *core.Options, q, k *Tensor) (*Tensor, *Tensor, error) {
+func (b *Builder) rotateCall(dm core.Dims, opts *core.Options, q, k *Tensor) (*Tensor, *Tensor, error) {
 	r := opts.RoPE
 	qPos := make([]int, 0, dm.B*dm.L)
 	kPos := make([]int, 0, dm.B*dm.S)
@@ -74,7 +74,7 @@ func (b *builder) rotateCall(dm core.Dims, opts *core.Options, q, k *Tensor) (*T
 		t   *Tensor
 		pos []int
 	}{{q, qPos}, {k, kPos}} {
-		cs := ropeTable(r, dm.DK, x.pos)
+		cs := RoPETable(r, dm.DK, x.pos)
 		table, err := b.upload(len(cs), func(h []float32) { copy(h, cs) })
 		if err != nil {
 			return nil, nil, err

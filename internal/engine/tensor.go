@@ -33,17 +33,17 @@ type Tensor struct {
 	bound float64
 }
 
-// writeHeadroom is the magnitude Write may reach in any uploaded tensor,
+// WriteHeadroom is the magnitude Write may reach in any uploaded tensor,
 // whatever Upload held (zeros for a cache filled later): calls prepared on
 // it were checked against it. 2^32 leaves scores of d_k <= 256 in range up
 // to a scale of about 1e16.
-const writeHeadroom = 1 << 32
+const WriteHeadroom = 1 << 32
 
 // Upload copies data of the given shape (rank 2 (L,d), 3 (H,L,d) or 4
 // (B,H,L,d), row-major) to the device. Later Writes may hold values up to
 // the larger of 2^32 and the largest |value| uploaded.
 func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
-	return d.upload(shape, data, core.Float32, writeHeadroom)
+	return d.upload(shape, data, core.Float32, WriteHeadroom)
 }
 
 // UploadAs is Upload into a tensor stored as element type t: float32 data
@@ -52,7 +52,7 @@ func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
 // type's range ErrOverflow, both naming the element; nothing is uploaded
 // then.
 func (d *Device) UploadAs(shape []int, data []float32, t core.DType) (*Tensor, error) {
-	return d.upload(shape, data, t, writeHeadroom)
+	return d.upload(shape, data, t, WriteHeadroom)
 }
 
 // UploadBits uploads halves the caller already holds: bits[i] is the
@@ -74,7 +74,7 @@ func (d *Device) UploadBits(shape []int, bits []uint16, t core.DType) (*Tensor, 
 		}
 		most = max(most, math.Abs(float64(x)))
 	}
-	return d.store(s, t, halfBytes(bits), most, writeHeadroom)
+	return d.store(s, t, halfBytes(bits), most, WriteHeadroom)
 }
 
 // UploadFloat16 uploads float16 values (github.com/x448/float16) as a
@@ -96,7 +96,7 @@ func (d *Device) upload(shape []int, data []float32, t core.DType, headroom floa
 		return nil, err
 	}
 	if t == core.Float32 {
-		most, finite := magnitude(data)
+		most, finite := Magnitude(data)
 		tn, err := d.store(s, t, f32Bytes(data), most, headroom)
 		if err == nil {
 			tn.finite = finite
@@ -117,7 +117,7 @@ func (d *Device) upload(shape []int, data []float32, t core.DType, headroom floa
 	if err != nil {
 		return nil, err
 	}
-	most, _ := magnitude(data)
+	most, _ := Magnitude(data)
 	return d.store(s, t, halfBytes(bits), most, headroom)
 }
 
@@ -156,8 +156,8 @@ func f32Bytes(data []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), 4*len(data))
 }
 
-// magnitude returns the largest |x| of data and whether every x is finite.
-func magnitude(data []float32) (most float64, finite bool) {
+// Magnitude returns the largest |x| of data and whether every x is finite.
+func Magnitude(data []float32) (most float64, finite bool) {
 	for _, x := range data {
 		a := math.Abs(float64(x))
 		if math.IsNaN(a) || math.IsInf(a, 0) {
@@ -184,29 +184,29 @@ func (t *Tensor) Write(data []float32) error {
 	if n := s[0] * s[1] * s[2] * s[3]; len(data) != n {
 		return errorf(core.ErrShape, "shape %v needs %d values, got %d", s, n, len(data))
 	}
-	raw, err := t.encode(data)
+	raw, err := Encode(t, data)
 	if err != nil {
 		return err
 	}
 	return t.writeRaw(t.offset, raw)
 }
 
-// encode checks values to be written into t (finite, within its bound,
+// Encode checks values to be written into t (finite, within its bound,
 // fitting its type) and returns them as the device stores them.
-func (t *Tensor) encode(data []float32) ([]byte, error) {
-	most, finite := magnitude(data)
+func Encode(t *Tensor, data []float32) ([]byte, error) {
+	most, finite := Magnitude(data)
 	if !finite {
 		return nil, errorf(core.ErrNonFinite, "Write data holds NaN or Inf")
 	}
 	if bound := t.root().bound; most > bound {
 		return nil, errorf(core.ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
 	}
-	return t.encodeValues(data)
+	return EncodeValues(t, data)
 }
 
-// encodeValues is data as t's element type stores it, checked against
+// EncodeValues is data as t's element type stores it, checked against
 // that type's range only (finiteness and t's bound are the caller's).
-func (t *Tensor) encodeValues(data []float32) ([]byte, error) {
+func EncodeValues(t *Tensor, data []float32) ([]byte, error) {
 	switch t.dtype {
 	case core.Float32:
 		return f32Bytes(data), nil // a view of data, copied by writeRaw
@@ -221,12 +221,12 @@ func (t *Tensor) encodeValues(data []float32) ([]byte, error) {
 	return halfBytes(bits), nil
 }
 
-// writeInts stores xs as int32 words from element offset off of a
+// WriteInts stores xs as int32 words from element offset off of a
 // float32-sized tensor (lengths and page tables the kernels read as ints).
-func (t *Tensor) writeInts(off int, xs []int) error { return t.writeRaw(off, int32Words(xs)) }
+func WriteInts(t *Tensor, off int, xs []int) error { return t.writeRaw(off, Int32Words(xs)) }
 
-// int32Words is xs as the little-endian int32 words the kernels read.
-func int32Words(xs []int) []byte {
+// Int32Words is xs as the little-endian int32 words the kernels read.
+func Int32Words(xs []int) []byte {
 	raw := make([]byte, 4*len(xs))
 	for i, x := range xs {
 		binary.LittleEndian.PutUint32(raw[4*i:], uint32(int32(x)))
@@ -241,8 +241,8 @@ func (t *Tensor) writeRaw(off int, raw []byte) error {
 	if t.dtype == core.Q8_0 {
 		n = len(raw) / (2 + core.Q8Block) * core.Q8Block
 	}
-	return eachSpan(t.dtype, n, 0, t.elements(), off, n, func(from, to byteSpan) error {
-		return t.buf.Write(to.off, raw[from.off:from.off+from.n])
+	return EachSpan(t.dtype, n, 0, t.elements(), off, n, func(from, to ByteSpan) error {
+		return t.buf.Write(to.Off, raw[from.Off:from.Off+from.N])
 	})
 }
 
@@ -268,7 +268,7 @@ func (d *Device) newTensor(s [4]int, dt core.DType) (*Tensor, error) {
 	}
 	buf, err := d.dev.NewBuffer((uint64(dt.StorageBytes(n)) + align - 1) / align * align)
 	if err != nil {
-		return nil, deviceError(err)
+		return nil, DeviceError(err)
 	}
 	t := &Tensor{dev: d, buf: buf, dtype: dt, shape: s, strides: [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}, finite: true, bound: math.Inf(1)}
 	d.tensors[t] = struct{}{}
@@ -365,11 +365,11 @@ func (t *Tensor) readRow(off int, dst []float32) error {
 	}
 	if t.dtype == core.Q8_0 {
 		sp := byteSpans(core.Q8_0, t.elements(), off, len(dst))
-		raw := make([]byte, sp[0].n+sp[1].n)
-		if err := t.buf.Read(sp[0].off, raw[:sp[0].n]); err != nil {
+		raw := make([]byte, sp[0].N+sp[1].N)
+		if err := t.buf.Read(sp[0].Off, raw[:sp[0].N]); err != nil {
 			return err
 		}
-		if err := t.buf.Read(sp[1].off, raw[sp[0].n:]); err != nil {
+		if err := t.buf.Read(sp[1].Off, raw[sp[0].N:]); err != nil {
 			return err
 		}
 		q := make([]int8, len(dst))
@@ -393,8 +393,8 @@ func (t *Tensor) readRow(off int, dst []float32) error {
 	return nil
 }
 
-// closeTensors closes each of ts (nil ones too, which do nothing).
-func closeTensors(ts ...*Tensor) {
+// CloseTensors closes each of ts (nil ones too, which do nothing).
+func CloseTensors(ts ...*Tensor) {
 	for _, t := range ts {
 		t.Close()
 	}

@@ -19,7 +19,7 @@ import (
 // lengths, LSE and weights are not taken (ErrOption). Out.Plan is the plan
 // of the longest sequence's dispatch.
 func (d *Device) AttentionVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts core.Options) (*Output, error) {
-	return runOnce(context.Background(), func() (*Call, error) { return d.PrepareVarlen(q, k, v, cuSeqQ, cuSeqK, opts) })
+	return RunOnce(context.Background(), func() (*Call, error) { return d.PrepareVarlen(q, k, v, cuSeqQ, cuSeqK, opts) })
 }
 
 // PrepareVarlen is AttentionVarlen prepared: one submission of a dispatch
@@ -63,16 +63,16 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts core.
 		}
 	}
 	H, total, dv := q.shape[1], q.shape[2], v.shape[3]
-	b := &builder{d: d}
+	b := &Builder{d: d}
 	out := &Output{}
 	var err error
-	if out.O, err = b.output([4]int{1, H, total, dv}); err != nil {
-		return nil, b.fail(err)
+	if out.O, err = b.Output([4]int{1, H, total, dv}); err != nil {
+		return nil, b.Fail(err)
 	}
 	// Zeros first: a sequence with queries but no keys has no dispatch,
 	// and its rows are fully masked (SEMANTICS.md §5).
 	if err := out.O.writeRaw(0, f32Bytes(make([]float32, H*total*dv))); err != nil {
-		return nil, b.fail(err)
+		return nil, b.Fail(err)
 	}
 	oBound := 0.0
 	for i := 0; i+1 < len(cuSeqQ); i++ {
@@ -97,33 +97,29 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts core.
 			seqOpts.RoPE = &own
 			layouts[0], layouts[1] = denseF32(qi.shape), denseF32(ki.shape)
 		}
-		plan, err := d.plan(qi.shape, ki.shape, vi.shape, planOf{layouts: &layouts}, &seqOpts)
+		plan, err := d.plan(qi.shape, ki.shape, vi.shape, PlanOf{Layouts: &layouts}, &seqOpts)
 		if err != nil {
-			return nil, b.fail(fmt.Errorf("sequence %d: %w", i, err))
+			return nil, b.Fail(fmt.Errorf("sequence %d: %w", i, err))
 		}
 		if seqOpts.RoPE != nil {
 			if qi, ki, err = b.rotateCall(plan.Dims, &seqOpts, qi, ki); err != nil {
-				return nil, b.fail(err)
+				return nil, b.Fail(err)
 			}
 		}
 		bound, err := attentionRange(plan.Dims, &seqOpts, qi, ki, vi)
 		if err != nil {
-			return nil, b.fail(fmt.Errorf("sequence %d: %w", i, err))
+			return nil, b.Fail(fmt.Errorf("sequence %d: %w", i, err))
 		}
 		oBound = max(oBound, bound)
-		if _, _, err := b.attention(plan, &seqOpts, attentionInputs{q: qi.buf, k: ki.buf, v: v.buf, o: out.O.buf}, nil, nil); err != nil {
-			return nil, b.fail(err)
+		if _, _, err := b.Attention(plan, &seqOpts, AttentionInputs{Q: qi.buf, K: ki.buf, V: v.buf, O: out.O.buf}, nil, nil); err != nil {
+			return nil, b.Fail(err)
 		}
 		if l*s > out.Plan.Dims.L*out.Plan.Dims.S {
 			out.Plan = plan
 		}
 	}
 	out.setBounds(oBound)
-	call := &Call{}
-	if err := finish(b, &call.prepared, out); err != nil {
-		return nil, err
-	}
-	return call, nil
+	return Finish(b, out, OutputTime)
 }
 
 // checkOffsets checks cumulative sequence offsets: from 0, non-decreasing,

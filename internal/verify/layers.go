@@ -8,6 +8,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/stats"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -115,8 +116,8 @@ func (o *Outputs) Check(ref *reference.Result, q, k, v []float32, scale vkattn.S
 // opts.NeedWeights, the per-head weights or, with average, their mean over
 // heads (as Weights). With check it also compares them with
 // reference.MultiHeadAttention.
-func MHAForward(dev *vkattn.Device, layer *vkattn.MHA, w *vkattn.MHAWeights, x Input, kv *Input, opts vkattn.MHAOptions, average, check bool,
-	planned func(vkattn.MHAPlan)) (*Outputs, *golden.Check, error) {
+func MHAForward(dev *vkattn.Device, layer *nn.MHA, w *nn.MHAWeights, x Input, kv *Input, opts nn.MHAOptions, average, check bool,
+	planned func(nn.MHAPlan)) (*Outputs, *golden.Check, error) {
 	ts, free, err := uploadAll(dev, &x, kv)
 	defer free()
 	if err != nil {
@@ -258,8 +259,8 @@ func AttentionGradients(dev *vkattn.Device, q, k, v, dO Input, shapes [3][4]int,
 // key and value) and dout, runs layer.Backward and returns the gradients
 // named as the inputs and w.Params() name them: "x", "kv" (the key's and
 // the value's summed) and every parameter's.
-func MHAGradients(dev *vkattn.Device, layer *vkattn.MHA, w *vkattn.MHAWeights, x Input, kv *Input, dout Input, opts vkattn.MHAOptions, check bool) (*Gradients, error) {
-	g, ref, err := runBackward(dev, []*Input{&x, kv, &dout}, func(ts []*vkattn.Tensor) (*vkattn.MHAGradients, error) {
+func MHAGradients(dev *vkattn.Device, layer *nn.MHA, w *nn.MHAWeights, x Input, kv *Input, dout Input, opts nn.MHAOptions, check bool) (*Gradients, error) {
+	g, ref, err := runBackward(dev, []*Input{&x, kv, &dout}, func(ts []*vkattn.Tensor) (*nn.MHAGradients, error) {
 		return layer.Backward(ts[0], ts[1], ts[1], ts[2], opts)
 	}, func() (*reference.MHAGradients, error) {
 		kvData, kvShape := kv.values()
@@ -297,8 +298,8 @@ func MHAGradients(dev *vkattn.Device, layer *vkattn.MHA, w *vkattn.MHAWeights, x
 // returns the gradients named "q", "k", "v", "W_q", "W_k", "b" (with a
 // bias) and "w_a". shapes are q's, k's and v's as (B, positions, width),
 // for the reference's check.
-func AdditiveGradients(dev *vkattn.Device, layer *vkattn.Additive, w *vkattn.AdditiveWeights, q, k, v, dO Input, shapes [3][3]int, opts vkattn.Options, check bool) (*Gradients, error) {
-	g, ref, err := runBackward(dev, []*Input{&q, &k, &v, &dO}, func(ts []*vkattn.Tensor) (*vkattn.AdditiveGradients, error) {
+func AdditiveGradients(dev *vkattn.Device, layer *nn.Additive, w *nn.AdditiveWeights, q, k, v, dO Input, shapes [3][3]int, opts vkattn.Options, check bool) (*Gradients, error) {
+	g, ref, err := runBackward(dev, []*Input{&q, &k, &v, &dO}, func(ts []*vkattn.Tensor) (*nn.AdditiveGradients, error) {
 		return layer.Backward(ts[0], ts[1], ts[2], ts[3], opts)
 	}, func() (*reference.AdditiveGradients, error) {
 		return reference.AdditiveAttentionBackward(q.Data, shapes[0], k.Data, shapes[1], v.Data, shapes[2], w, dO.Data, opts)

@@ -14,6 +14,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -23,8 +24,8 @@ import (
 type Outputs struct {
 	O, LSE, Weights []float32
 	Plan            vkattn.Plan
-	LayerPlan       vkattn.MHAPlan // MHAForward's
-	GPUTime         time.Duration  // 0 without timestamps
+	LayerPlan       nn.MHAPlan    // MHAForward's
+	GPUTime         time.Duration // 0 without timestamps
 }
 
 // Run uploads p's Q, K and V as types (their values already rounded to

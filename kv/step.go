@@ -1,4 +1,4 @@
-package engine
+package kv
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/vk"
 )
 
@@ -34,13 +36,13 @@ import (
 // the lengths then decide which runs first).
 type DecodeStep struct {
 	mu     sync.Mutex
-	cache  *KVCache
+	cache  *Cache
 	heads  int
-	opts   core.Options
-	q      *Tensor    // (B, H, 1, DK) float32: the calls' query
-	stage  *vk.Buffer // host-visible: K, V, Q and the tables in; O out
+	opts   vkattn.Options
+	q      *vkattn.Tensor // (B, H, 1, DK) float32: the calls' query
+	stage  *vk.Buffer     // host-visible: K, V, Q and the tables in; O out
 	at     stepLayout
-	calls  map[int]*Call // by the length of the view they read
+	calls  map[int]*vkattn.Call // by the length of the view they read
 	closed bool
 }
 
@@ -66,32 +68,32 @@ func stepBucket(n, capacity, pageSize int) int {
 }
 
 // PrepareStep prepares the decode step of queries of heads query heads
-// (a multiple of the cache's HKV) with opts, as KVCache.Attention takes
+// (a multiple of the cache's HKV) with opts, as Cache.Attention takes
 // them; a step returns O only, so WantLSE and WantWeights are refused.
-func (c *KVCache) PrepareStep(heads int, opts core.Options) (*DecodeStep, error) {
+func (c *Cache) PrepareStep(heads int, opts vkattn.Options) (*DecodeStep, error) {
 	cfg := c.cfg
-	if err := c.dev.checkOpen(); err != nil {
+	if err := engine.CheckOpen(c.dev); err != nil {
 		return nil, err
 	}
 	if heads <= 0 || heads%cfg.HKV != 0 {
-		return nil, errorf(core.ErrHeads, "decode step of %d query heads over %d KV heads: want a positive multiple", heads, cfg.HKV)
+		return nil, core.Errorf(vkattn.ErrHeads, "decode step of %d query heads over %d KV heads: want a positive multiple", heads, cfg.HKV)
 	}
 	if n := float64(cfg.B) * float64(heads) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
-		return nil, errorf(core.ErrTooLarge, "decode step of %d query heads: %.3g elements per query, at most 2^31", heads, n)
+		return nil, core.Errorf(vkattn.ErrTooLarge, "decode step of %d query heads: %.3g elements per query, at most 2^31", heads, n)
 	}
 	if opts.WantLSE || opts.WantWeights {
-		return nil, errorf(core.ErrOption, "a decode step returns O only: WantLSE and WantWeights are for KVCache.Attention")
+		return nil, core.Errorf(vkattn.ErrOption, "a decode step returns O only: WantLSE and WantWeights are for Cache.Attention")
 	}
 	if err := c.checkOptions(opts); err != nil {
 		return nil, err
 	}
-	s := &DecodeStep{cache: c, heads: heads, opts: opts, calls: map[int]*Call{}}
+	s := &DecodeStep{cache: c, heads: heads, opts: opts, calls: map[int]*vkattn.Call{}}
 	fail := func(err error) (*DecodeStep, error) {
 		s.Close()
 		return nil, err
 	}
 	var err error
-	if s.q, err = c.dev.upload([]int{cfg.B, heads, 1, cfg.DK}, make([]float32, cfg.B*heads*cfg.DK), core.Float32, writeHeadroom); err != nil {
+	if s.q, err = engine.UploadBounded(c.dev, []int{cfg.B, heads, 1, cfg.DK}, make([]float32, cfg.B*heads*cfg.DK), vkattn.Float32, engine.WriteHeadroom); err != nil {
 		return fail(err)
 	}
 	align := func(n uint64) uint64 { return (n + 15) &^ 15 }
@@ -110,8 +112,8 @@ func (c *KVCache) PrepareStep(heads int, opts core.Options) (*DecodeStep, error)
 	}
 	at.o = at.ints + align(uint64(tables)*4)
 	at.size = at.o + uint64(cfg.B*heads*cfg.DV)*4
-	if s.stage, err = c.dev.dev.NewHostBuffer(at.size); err != nil {
-		return fail(deviceError(err))
+	if s.stage, err = engine.VK(c.dev).NewHostBuffer(at.size); err != nil {
+		return fail(engine.DeviceError(err))
 	}
 	// The first view, so that options the call refuses fail here.
 	c.mu.Lock()
@@ -127,7 +129,7 @@ func (c *KVCache) PrepareStep(heads int, opts core.Options) (*DecodeStep, error)
 // kept positions (stepKeptLocked): over the view of the cache that holds
 // them, prepared the first time that view is needed. The caller holds
 // s.mu.
-func (s *DecodeStep) callFor(kept []int) (*Call, error) {
+func (s *DecodeStep) callFor(kept []int) (*vkattn.Call, error) {
 	c := s.cache
 	cfg := c.cfg
 	longest := min(slices.Max(kept), cfg.Capacity)
@@ -140,9 +142,9 @@ func (s *DecodeStep) callFor(kept []int) (*Call, error) {
 	for b, n := range kept {
 		opts.KeyLengths[b] = min(n, view)
 	}
-	opts.Causal = core.CausalBottomRight
+	opts.Causal = vkattn.CausalBottomRight
 	opts.AlignToKeyLengths = true
-	call, err := c.dev.prepare(s.q, c.k.prefix(view), c.v.prefix(view), opts, c.callRefs())
+	call, err := engine.PrepareOver(c.dev, s.q, engine.Prefix(c.k, view), engine.Prefix(c.v, view), opts, c.callRefs())
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +163,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, errorf(core.ErrClosed, "decode step used after Close")
+		return 0, core.Errorf(vkattn.ErrClosed, "decode step used after Close")
 	}
 	c := s.cache
 	cfg := c.cfg
@@ -171,14 +173,14 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 		want int
 	}{{"k", k, cfg.B * cfg.HKV * cfg.DK}, {"v", v, cfg.B * cfg.HKV * cfg.DV}, {"q", q, cfg.B * s.heads * cfg.DK}, {"o", o, cfg.B * s.heads * cfg.DV}} {
 		if len(x.data) != x.want {
-			return 0, errorf(core.ErrShape, "decode step: %s has %d values, want %d", x.name, len(x.data), x.want)
+			return 0, core.Errorf(vkattn.ErrShape, "decode step: %s has %d values, want %d", x.name, len(x.data), x.want)
 		}
 	}
 	rawV, err := c.encode(c.v, v)
 	if err != nil {
 		return 0, fmt.Errorf("values: %w", err)
 	}
-	rawQ, err := s.q.encode(q)
+	rawQ, err := engine.Encode(s.q, q)
 	if err != nil {
 		return 0, fmt.Errorf("queries: %w", err)
 	}
@@ -206,50 +208,50 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 		raw []byte
 	}{{s.at.k, rawK}, {s.at.v, rawV}, {s.at.q, rawQ}} {
 		if err := s.stage.Write(part.off, part.raw); err != nil {
-			return 0, deviceError(err)
+			return 0, engine.DeviceError(err)
 		}
 	}
 	saved := c.saveLocked()
-	out := call.out.O
+	out := call.Output().O
 	before := func(cmds *vk.Commands) error {
 		ints := s.at.ints
-		putInts := func(t *Tensor, off int, xs []int) error {
-			raw := int32Words(xs)
+		putInts := func(t *vkattn.Tensor, off int, xs []int) error {
+			raw := engine.Int32Words(xs)
 			if err := s.stage.Write(ints, raw); err != nil {
 				return err
 			}
-			err := cmds.Copy(s.stage, ints, t.buf, uint64(4*off), uint64(len(raw)))
+			err := cmds.Copy(s.stage, ints, engine.Buf(t), uint64(4*off), uint64(len(raw)))
 			ints += uint64(len(raw))
 			return err
 		}
-		put := func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+		put := func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
 			base := [2]uint64{s.at.k, s.at.v}[i]
-			return eachSpan(cfg.DType, cfg.B*cfg.HKV*w, first*w, dst.elements(), dstElem, rows*w, func(from, to byteSpan) error {
-				return cmds.Copy(s.stage, base+from.off, dst.buf, to.off, to.n)
+			return engine.EachSpan(cfg.DType, cfg.B*cfg.HKV*w, first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
+				return cmds.Copy(s.stage, base+from.Off, engine.Buf(dst), to.Off, to.N)
 			})
 		}
 		if err := c.storeLocked(c.everySequence(), 1, cacheWriter{rows: put, ints: putInts, page: c.recordPageCopy(cmds)}); err != nil {
 			return err
 		}
-		return cmds.Copy(s.stage, s.at.q, s.q.buf, 0, uint64(len(rawQ)))
+		return cmds.Copy(s.stage, s.at.q, engine.Buf(s.q), 0, uint64(len(rawQ)))
 	}
 	after := func(cmds *vk.Commands) error {
-		return cmds.Copy(out.buf, uint64(4*out.offset), s.stage, s.at.o, uint64(4*len(o)))
+		return cmds.Copy(engine.Buf(out), uint64(4*engine.Layout(out).Offset), s.stage, s.at.o, uint64(4*len(o)))
 	}
-	t, err := call.runWith(ctx, before, after)
+	t, err := engine.RunWith(ctx, call, before, after)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.restoreLocked(saved) // not submitted, or the device failed: nothing appended
 		}
 		return 0, err
 	}
-	return t, deviceError(s.stage.ReadFloat32(s.at.o/4, o))
+	return t, engine.DeviceError(s.stage.ReadFloat32(s.at.o/4, o))
 }
 
 // stepKeptLocked is the positions each sequence holds after a step's
 // append: one more, less what a rolling cache then lets go. The caller
 // holds c.mu.
-func (c *KVCache) stepKeptLocked() []int {
+func (c *Cache) stepKeptLocked() []int {
 	cfg := c.cfg
 	kept := make([]int, cfg.B)
 	for b, l := range c.lens {
@@ -262,14 +264,14 @@ func (c *KVCache) stepKeptLocked() []int {
 }
 
 // Plan is the plan of the attention the next Run would launch.
-func (s *DecodeStep) Plan() (Plan, error) {
+func (s *DecodeStep) Plan() (vkattn.Plan, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return Plan{}, errorf(core.ErrClosed, "decode step used after Close")
+		return vkattn.Plan{}, core.Errorf(vkattn.ErrClosed, "decode step used after Close")
 	}
-	if err := s.cache.dev.checkOpen(); err != nil {
-		return Plan{}, err
+	if err := engine.CheckOpen(s.cache.dev); err != nil {
+		return vkattn.Plan{}, err
 	}
 	c := s.cache
 	c.mu.Lock()
@@ -277,9 +279,9 @@ func (s *DecodeStep) Plan() (Plan, error) {
 	c.mu.Unlock()
 	call, err := s.callFor(kept)
 	if err != nil {
-		return Plan{}, err
+		return vkattn.Plan{}, err
 	}
-	return call.out.Plan, nil
+	return call.Output().Plan, nil
 }
 
 // Close frees the step's calls, query and staging buffer; the cache stays.

@@ -1,9 +1,11 @@
-package engine
+package nn
 
 import (
 	"context"
 
+	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/engine"
 )
 
 // MHAGradients are an MHA layer's gradients of sum(Out * dY) (float32,
@@ -24,21 +26,21 @@ type MHAGradients struct {
 // (Device.AttentionBackward, with the layer's masks and key padding); the
 // dense layers around it are differentiated on the host in float64 (dW =
 // dy^T x, db, dx = dy W) and rounded to float32. NeedWeights is ignored.
-func (m *MHA) Backward(x, key, value, dY *Tensor, opts core.MHAOptions) (*MHAGradients, error) {
+func (m *MHA) Backward(x, key, value, dY *vkattn.Tensor, opts MHAOptions) (*MHAGradients, error) {
 	return m.BackwardContext(context.Background(), x, key, value, dY, opts)
 }
 
 // BackwardContext is Backward with a context that can cancel the wait.
-func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, opts core.MHAOptions) (*MHAGradients, error) {
+func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *vkattn.Tensor, opts MHAOptions) (*MHAGradients, error) {
 	self := key == nil && value == nil
 	if self {
 		key, value = x, x
 	}
 	for _, t := range []struct {
 		name string
-		t    *Tensor
+		t    *vkattn.Tensor
 	}{{"query", x}, {"key", key}, {"value", value}, {"dY", dY}} {
-		if err := m.dev.checkInput(t.name, t.t); err != nil {
+		if err := engine.CheckInput(m.dev, t.name, t.t); err != nil {
 			return nil, err
 		}
 	}
@@ -57,11 +59,11 @@ func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, op
 	if _, _, err := mhaInput("dY", dY, m.dModel, "embed_dim"); err != nil {
 		return nil, err
 	}
-	if dY.shape != x.shape {
-		return nil, errorf(core.ErrShape, "dY has shape %v, want Out's %v", dY.shape, x.shape)
+	if dY.Shape() != x.Shape() {
+		return nil, core.Errorf(vkattn.ErrShape, "dY has shape %v, want Out's %v", dY.Shape(), x.Shape())
 	}
 	opts.NeedWeights = false
-	pr, err := m.problem([3][2]int{{B, T}, {bk, S}, {bv, sv}}, [3]core.DType{x.dtype, key.dtype, value.dtype}, self, &opts)
+	pr, err := m.problem([3][2]int{{B, T}, {bk, S}, {bv, sv}}, [3]vkattn.DType{x.DType(), key.DType(), value.DType()}, self, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +72,7 @@ func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, op
 		return nil, err
 	}
 	var in [4][]float64
-	for i, t := range []*Tensor{x, key, value, dY} {
+	for i, t := range []*vkattn.Tensor{x, key, value, dY} {
 		data, err := t.Download()
 		if err != nil {
 			return nil, err
@@ -132,19 +134,19 @@ func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *Tensor, op
 
 // headOptions are the heads' attention options with the key padding
 // folded in as one more boolean mask, (B,1,1,S), true = padded.
-func headOptions(attn *core.Options, kp *core.KeyPadding, B, S int) core.Options {
+func headOptions(attn *vkattn.Options, kp *KeyPadding, B, S int) vkattn.Options {
 	o := *attn
 	o.WantLSE, o.WantWeights = false, false
 	if kp != nil {
-		o.BoolMasks = append(append([]core.BoolMask(nil), o.BoolMasks...), core.BoolMask{Shape: core.MaskShape{B, 1, 1, S}, Values: kp.Padded, Meaning: core.TrueBlocks})
+		o.BoolMasks = append(append([]vkattn.BoolMask(nil), o.BoolMasks...), vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: kp.Padded, Meaning: vkattn.TrueBlocks})
 	}
 	return o
 }
 
 // headViews uploads the projections (B, T|S, heads, dh) and returns them
 // as (B, heads, T|S, dh) views, the heads split.
-func (m *MHA) headViews(q, k, v []float32, B, T, S, h, hkv, dh int) ([3]*Tensor, func(), error) {
-	var ts [3]*Tensor
+func (m *MHA) headViews(q, k, v []float32, B, T, S, h, hkv, dh int) ([3]*vkattn.Tensor, func(), error) {
+	var ts [3]*vkattn.Tensor
 	free := func() {
 		for _, t := range ts {
 			t.Close()
@@ -165,7 +167,7 @@ func (m *MHA) headViews(q, k, v []float32, B, T, S, h, hkv, dh int) ([3]*Tensor,
 }
 
 // headsConcat is the heads' attention output merged, (B, T, d) in float64.
-func (m *MHA) headsConcat(ctx context.Context, heads [3]*Tensor, B, T, h, dh int, attn *core.Options) ([]float64, error) {
+func (m *MHA) headsConcat(ctx context.Context, heads [3]*vkattn.Tensor, B, T, h, dh int, attn *vkattn.Options) ([]float64, error) {
 	out, err := m.dev.AttentionContext(ctx, heads[0], heads[1], heads[2], *attn)
 	if err != nil {
 		return nil, err
@@ -181,7 +183,7 @@ func (m *MHA) headsConcat(ctx context.Context, heads [3]*Tensor, B, T, h, dh int
 // headsBackward is the heads' attention backward on the device for the
 // concatenation's gradient dConcat (B, T, d): dQ (B, T, d), dK and dV
 // (B, S, kv), in float64.
-func (m *MHA) headsBackward(ctx context.Context, heads [3]*Tensor, dConcat []float32, B, T, S, h, hkv, dh int, attn *core.Options) (dQ, dK, dV []float64, err error) {
+func (m *MHA) headsBackward(ctx context.Context, heads [3]*vkattn.Tensor, dConcat []float32, B, T, S, h, hkv, dh int, attn *vkattn.Options) (dQ, dK, dV []float64, err error) {
 	dO, err := m.dev.Upload([]int{B, h, T, dh}, core.SwapAxes12(dConcat, B, T, h, dh))
 	if err != nil {
 		return nil, nil, nil, err
@@ -194,7 +196,7 @@ func (m *MHA) headsBackward(ctx context.Context, heads [3]*Tensor, dConcat []flo
 	defer g.Close()
 	var out [3][]float64
 	for i, x := range []struct {
-		t        *Tensor
+		t        *vkattn.Tensor
 		n, heads int
 	}{{g.DQ, T, h}, {g.DK, S, hkv}, {g.DV, S, hkv}} {
 		data, err := x.t.Download()
@@ -207,14 +209,14 @@ func (m *MHA) headsBackward(ctx context.Context, heads [3]*Tensor, dConcat []flo
 }
 
 // hostWeights are the layer's weights as the device holds them.
-func (m *MHA) hostWeights() (*core.MHAWeights, error) {
-	w := &core.MHAWeights{DModel: m.dModel, KDim: m.kdim, VDim: m.vdim}
+func (m *MHA) hostWeights() (*MHAWeights, error) {
+	w := &MHAWeights{DModel: m.dModel, KDim: m.kdim, VDim: m.vdim}
 	if m.kvOut != m.dModel {
 		w.KVDim = m.kvOut
 	}
 	for _, t := range []struct {
 		dst *[]float32
-		t   *Tensor
+		t   *vkattn.Tensor
 	}{{&w.InProjWeight, m.inW}, {&w.QProjWeight, m.qW}, {&w.KProjWeight, m.kW}, {&w.VProjWeight, m.vW},
 		{&w.InProjBias, m.inB}, {&w.OutProjWeight, m.outW}, {&w.OutProjBias, m.outB}} {
 		if t.t == nil {

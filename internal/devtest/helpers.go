@@ -1,4 +1,4 @@
-package vkattn_test
+package devtest
 
 import (
 	"context"
@@ -11,35 +11,36 @@ import (
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/kv"
 	"github.com/vkattn/vkattn/reference"
 )
 
 // problem is one attention call with host data, runnable on the GPU and on
 // the float64 reference.
-type problem struct {
-	q, k, v          []float32
-	qs, ks, vs       [4]int
-	opts             vkattn.Options
-	blhd             bool // upload Q, K, V as (B, L, H, d) and read through strided views
-	wantLSE, weights bool
+type Problem struct {
+	Q, K, V          []float32
+	QS, KS, VS       [4]int
+	Opts             vkattn.Options
+	BLHD             bool // upload Q, K, V as (B, L, H, d) and read through strided views
+	WantLSE, Weights bool
 	// types are the element types Q, K and V are uploaded as (zero:
 	// float32); the reference reads the values rounded to them.
-	types [3]vkattn.DType
+	Types [3]vkattn.DType
 }
 
 // randomValues are n values uniform in [-1, 1) (internal/random).
-func randomValues(r *rand.Rand, n int) []float32 { return random.Uniform(r, n) }
+func RandomValues(r *rand.Rand, n int) []float32 { return random.Uniform(r, n) }
 
-func size(s [4]int) int { return s[0] * s[1] * s[2] * s[3] }
+func Size(s [4]int) int { return s[0] * s[1] * s[2] * s[3] }
 
 // newProblem is a problem of uniform random inputs (random.QKV).
-func newProblem(r *rand.Rand, b, h, hkv, l, s, dk, dv int) *problem {
+func NewProblem(r *rand.Rand, b, h, hkv, l, s, dk, dv int) *Problem {
 	in, sh := random.QKV(r, random.Uniform, b, h, hkv, l, s, dk, dv)
-	return &problem{q: in[0], k: in[1], v: in[2], qs: sh[0], ks: sh[1], vs: sh[2]}
+	return &Problem{Q: in[0], K: in[1], V: in[2], QS: sh[0], KS: sh[1], VS: sh[2]}
 }
 
 // toBLHD rewrites dense (B,H,L,d) data as (B,L,H,d).
-func toBLHD(x []float32, s [4]int) []float32 {
+func ToBLHD(x []float32, s [4]int) []float32 {
 	out := make([]float32, len(x))
 	for b := 0; b < s[0]; b++ {
 		for h := 0; h < s[1]; h++ {
@@ -54,7 +55,7 @@ func toBLHD(x []float32, s [4]int) []float32 {
 }
 
 // mustUpload uploads x with the given shape on d; the caller closes it.
-func mustUpload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
+func MustUpload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
 	t.Helper()
 	tt, err := d.Upload(shape, x)
 	if err != nil {
@@ -65,7 +66,7 @@ func mustUpload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkatt
 
 // replay writes data into in, runs a prepared call and returns its
 // output out downloaded: one step of a loop that replays a call.
-func replay(t *testing.T, in *vkattn.Tensor, data []float32, run func(context.Context) (time.Duration, error), out *vkattn.Tensor) []float32 {
+func Replay(t *testing.T, in *vkattn.Tensor, data []float32, run func(context.Context) (time.Duration, error), out *vkattn.Tensor) []float32 {
 	t.Helper()
 	if err := in.Write(data); err != nil {
 		t.Fatal(err)
@@ -73,13 +74,13 @@ func replay(t *testing.T, in *vkattn.Tensor, data []float32, run func(context.Co
 	if _, err := run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	got := download(t, out)
+	got := Download(t, out)
 	return got
 }
 
 // upload is mustUpload closed when the test ends.
 // download is x's values on the host.
-func download(t *testing.T, x *vkattn.Tensor) []float32 {
+func Download(t *testing.T, x *vkattn.Tensor) []float32 {
 	t.Helper()
 	got, err := x.Download()
 	if err != nil {
@@ -91,7 +92,7 @@ func download(t *testing.T, x *vkattn.Tensor) []float32 {
 // smallBindings opens a validated device whose bindings reach 128 KiB,
 // otherwise as cfg says, so that calls and layers run in chunks and
 // blocks; it is closed when the test ends.
-func smallBindings(t *testing.T, cfg vkattn.Config) *vkattn.Device {
+func SmallBindings(t *testing.T, cfg vkattn.Config) *vkattn.Device {
 	t.Helper()
 	cfg.Validation, cfg.BindingLimit = true, 128<<10
 	d, err := vkattn.Open(cfg)
@@ -107,7 +108,7 @@ func smallBindings(t *testing.T, cfg vkattn.Config) *vkattn.Device {
 }
 
 // prepareStep prepares a decode step of heads query heads on cache.
-func prepareStep(t *testing.T, cache *vkattn.KVCache, heads int, opts vkattn.Options) *vkattn.DecodeStep {
+func PrepareStep(t *testing.T, cache *kv.Cache, heads int, opts vkattn.Options) *kv.DecodeStep {
 	t.Helper()
 	step, err := cache.PrepareStep(heads, opts)
 	if err != nil {
@@ -116,36 +117,36 @@ func prepareStep(t *testing.T, cache *vkattn.KVCache, heads int, opts vkattn.Opt
 	return step
 }
 
-func upload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
+func Upload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
 	t.Helper()
-	tt := mustUpload(t, d, shape, x)
+	tt := MustUpload(t, d, shape, x)
 	t.Cleanup(tt.Close)
 	return tt
 }
 
 // zeros uploads a tensor of zeros on d, closed when the test ends.
-func zeros(t *testing.T, d *vkattn.Device, shape ...int) *vkattn.Tensor {
+func Zeros(t *testing.T, d *vkattn.Device, shape ...int) *vkattn.Tensor {
 	t.Helper()
 	n := 1
 	for _, s := range shape {
 		n *= s
 	}
-	return upload(t, d, shape, make([]float32, n))
+	return Upload(t, d, shape, make([]float32, n))
 }
 
 // refusal is a call that must fail with an error wrapping err.
-type refusal struct {
-	name string
-	err  error
-	run  func() error
+type Refusal struct {
+	Name string
+	Err  error
+	Run  func() error
 }
 
 // checkRefusals reports every call whose error does not wrap its sentinel.
-func checkRefusals(t *testing.T, rs []refusal) {
+func CheckRefusals(t *testing.T, rs []Refusal) {
 	t.Helper()
 	for _, c := range rs {
-		if err := c.run(); !errors.Is(err, c.err) {
-			t.Errorf("%s: error %v, want %v", c.name, err, c.err)
+		if err := c.Run(); !errors.Is(err, c.Err) {
+			t.Errorf("%s: error %v, want %v", c.Name, err, c.Err)
 		}
 	}
 }
@@ -153,60 +154,60 @@ func checkRefusals(t *testing.T, rs []refusal) {
 // upload puts x, dense (B,H,L,d) data of shape s, on d as type dt, laid
 // out as the problem says (as (B,L,H,d) read through a view when blhd);
 // the caller closes it.
-func (p *problem) upload(t *testing.T, d *vkattn.Device, x []float32, s [4]int, dt vkattn.DType) *vkattn.Tensor {
+func (p *Problem) Upload(t *testing.T, d *vkattn.Device, x []float32, s [4]int, dt vkattn.DType) *vkattn.Tensor {
 	t.Helper()
-	if p.blhd {
-		return mustUploadAs(t, d, []int{s[0], s[2], s[1], s[3]}, toBLHD(x, s), dt).SwapAxes12()
+	if p.BLHD {
+		return MustUploadAs(t, d, []int{s[0], s[2], s[1], s[3]}, ToBLHD(x, s), dt).SwapAxes12()
 	}
-	return mustUploadAs(t, d, s[:], x, dt)
+	return MustUploadAs(t, d, s[:], x, dt)
 }
 
 // inputs uploads the problem's Q, K and V; the caller closes them.
-func (p *problem) inputs(t *testing.T, d *vkattn.Device) (q, k, v *vkattn.Tensor) {
+func (p *Problem) Inputs(t *testing.T, d *vkattn.Device) (q, k, v *vkattn.Tensor) {
 	t.Helper()
-	return p.upload(t, d, p.q, p.qs, p.types[0]), p.upload(t, d, p.k, p.ks, p.types[1]), p.upload(t, d, p.v, p.vs, p.types[2])
+	return p.Upload(t, d, p.Q, p.QS, p.Types[0]), p.Upload(t, d, p.K, p.KS, p.Types[1]), p.Upload(t, d, p.V, p.VS, p.Types[2])
 }
 
-type gpuResult struct {
-	o, lse, w []float32
-	out       *vkattn.Output
+type GPUResult struct {
+	O, LSE, W []float32
+	Out       *vkattn.Output
 }
 
 // runGPU uploads the problem, runs it and downloads every output.
-func runGPU(t *testing.T, d *vkattn.Device, p *problem) gpuResult {
+func RunGPU(t *testing.T, d *vkattn.Device, p *Problem) GPUResult {
 	t.Helper()
-	q, k, v := p.inputs(t, d)
+	q, k, v := p.Inputs(t, d)
 	defer q.Close()
 	defer k.Close()
 	defer v.Close()
-	opts := p.opts
-	opts.WantLSE, opts.WantWeights = p.wantLSE, p.weights
+	opts := p.Opts
+	opts.WantLSE, opts.WantWeights = p.WantLSE, p.Weights
 	out, err := d.Attention(q, k, v, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	res := gpuResult{out: out}
-	if res.o, err = out.O.Download(); err != nil {
+	res := GPUResult{Out: out}
+	if res.O, err = out.O.Download(); err != nil {
 		t.Fatal(err)
 	}
 	if out.LSE != nil {
-		if res.lse, err = out.LSE.Download(); err != nil {
+		if res.LSE, err = out.LSE.Download(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if out.Weights != nil {
-		if res.w, err = out.Weights.Download(); err != nil {
+		if res.W, err = out.Weights.Download(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return res
 }
 
-func runReference(t *testing.T, p *problem) *reference.Result {
+func RunReference(t *testing.T, p *Problem) *reference.Result {
 	t.Helper()
-	q, k, v := p.rounded()
-	want, err := reference.Attention(q, p.qs, k, p.ks, v, p.vs, p.opts)
+	q, k, v := p.Rounded()
+	want, err := reference.Attention(q, p.QS, k, p.KS, v, p.VS, p.Opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,9 +216,9 @@ func runReference(t *testing.T, p *problem) *reference.Result {
 
 // referenceOf is the reference output of p, for goroutines other than the
 // test's.
-func referenceOf(p *problem) ([]float64, error) {
-	q, k, v := p.rounded()
-	want, err := reference.Attention(q, p.qs, k, p.ks, v, p.vs, p.opts)
+func ReferenceOf(p *Problem) ([]float64, error) {
+	q, k, v := p.Rounded()
+	want, err := reference.Attention(q, p.QS, k, p.KS, v, p.VS, p.Opts)
 	if err != nil {
 		return nil, err
 	}
@@ -227,41 +228,41 @@ func referenceOf(p *problem) ([]float64, error) {
 // compareWithin is compare allowing extra more absolute error: a plan on
 // cooperative matrices is off by its stated bound more
 // (Plan.MatrixErrorBound).
-func compareWithin(t *testing.T, what string, got []float32, want []float64, extra float64) {
+func CompareWithin(t *testing.T, what string, got []float32, want []float64, extra float64) {
 	t.Helper()
-	if err := testutil.Compare(got, want, tolerance, extra); err != nil {
+	if err := testutil.Compare(got, want, Tolerance, extra); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
 
 // tolerance is the sweep's error bound: |got - want| <= 2e-5 * max(1, |want|).
-const tolerance = golden.SweepTolerance
+const Tolerance = golden.SweepTolerance
 
 // compare checks got against want element-wise under the sweep bound;
 // -Inf (log-sum-exp of fully masked rows) must be -Inf.
-func compare(t *testing.T, what string, got []float32, want []float64) {
+func Compare(t *testing.T, what string, got []float32, want []float64) {
 	t.Helper()
-	if err := closeTo(got, want); err != nil {
+	if err := CloseTo(got, want); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
 
 // closeTo is compare's check as an error, for goroutines other than the
 // test's: golden.Compare, the comparison the CLI's --check and verify use.
-func closeTo(got []float32, want []float64) error { return testutil.Compare(got, want, tolerance, 0) }
+func CloseTo(got []float32, want []float64) error { return testutil.Compare(got, want, Tolerance, 0) }
 
 // checkAgainstReference runs p on d and on the reference and compares every output.
-func checkAgainstReference(t *testing.T, d *vkattn.Device, p *problem) {
+func CheckAgainstReference(t *testing.T, d *vkattn.Device, p *Problem) {
 	t.Helper()
-	got := runGPU(t, d, p)
-	want := runReference(t, p)
-	q, k, v := p.rounded()
-	bound := got.out.Plan.MatrixErrorBound(q, k, v, p.opts.Scale)
-	compareWithin(t, "O", got.o, want.O, bound.O)
-	if p.wantLSE {
-		compareWithin(t, "LSE", got.lse, want.LSE, bound.LSE)
+	got := RunGPU(t, d, p)
+	want := RunReference(t, p)
+	q, k, v := p.Rounded()
+	bound := got.Out.Plan.MatrixErrorBound(q, k, v, p.Opts.Scale)
+	CompareWithin(t, "O", got.O, want.O, bound.O)
+	if p.WantLSE {
+		CompareWithin(t, "LSE", got.LSE, want.LSE, bound.LSE)
 	}
-	if p.weights {
-		compare(t, "weights", got.w, want.Weights)
+	if p.Weights {
+		Compare(t, "weights", got.W, want.Weights)
 	}
 }

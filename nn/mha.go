@@ -1,4 +1,4 @@
-package engine
+package nn
 
 import (
 	"context"
@@ -7,14 +7,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
 )
 
 // MHA is a multi-head attention layer (PyTorch nn.MultiheadAttention with
 // batch_first=True, in eval mode) whose weights live on a device. Make one
-// with Device.NewMHA, run it with Forward or Prepare, Close it when done.
+// with NewMHA, run it with Forward or Prepare, Close it when done.
 //
 // Inputs are dense tensors made by Upload with shape (B,T,width), or (T,width)
 // for one sequence. The layer runs as one submission: the input projections
@@ -23,26 +25,26 @@ import (
 // projection output, the output projection, and the head-averaged weights
 // when asked. Nothing is transposed or copied between the steps.
 type MHA struct {
-	dev                *Device
+	dev                *vkattn.Device
 	dModel, kdim, vdim int
 	kvOut              int // width of the K and V projections (grouped-query when < dModel)
 	packed             bool
 	// Weights in PyTorch's (out, in) layout; inW when packed, else qW, kW, vW.
-	inW, qW, kW, vW, inB, outW, outB *Tensor
-	wType                            core.DType // element type of the weight matrices
+	inW, qW, kW, vW, inB, outW, outB *vkattn.Tensor
+	wType                            vkattn.DType // element type of the weight matrices
 	closed                           atomic.Bool
 }
 
 // NewMHA checks the weights (errors name the tensor and both shapes) and
-// uploads them.
-func (d *Device) NewMHA(w *core.MHAWeights) (*MHA, error) {
+// uploads them to d.
+func NewMHA(d *vkattn.Device, w *MHAWeights) (*MHA, error) {
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
 	m := &MHA{dev: d, dModel: w.DModel, kdim: w.KDim, vdim: w.VDim, kvOut: w.KVOut(), packed: w.InProjWeight != nil, wType: w.DType}
-	if err := d.uploadWeights([]weightUpload{
+	if err := uploadWeights(d, []weightUpload{
 		{&m.inW, w.InProjWeight, w.DType}, {&m.qW, w.QProjWeight, w.DType}, {&m.kW, w.KProjWeight, w.DType}, {&m.vW, w.VProjWeight, w.DType},
-		{&m.inB, w.InProjBias, core.Float32}, {&m.outW, w.OutProjWeight, w.DType}, {&m.outB, w.OutProjBias, core.Float32},
+		{&m.inB, w.InProjBias, vkattn.Float32}, {&m.outW, w.OutProjWeight, w.DType}, {&m.outB, w.OutProjBias, vkattn.Float32},
 	}); err != nil {
 		return nil, err
 	}
@@ -52,25 +54,9 @@ func (d *Device) NewMHA(w *core.MHAWeights) (*MHA, error) {
 // Close frees the layer's weights.
 func (m *MHA) Close() {
 	if m != nil {
-		closeTensors(m.inW, m.qW, m.kW, m.vW, m.inB, m.outW, m.outB)
+		engine.CloseTensors(m.inW, m.qW, m.kW, m.vW, m.inB, m.outW, m.outB)
 		m.closed.Store(true)
 	}
-}
-
-// LayerPlan is one dense layer of an MHA plan.
-type LayerPlan struct {
-	Name                  string // "in_proj (Q,K,V fused)", "q_proj", "out_proj", ...
-	Rows, Outputs, Inputs int
-	Kernel                LinearKernelPlan
-}
-
-func (l LayerPlan) String() string {
-	return fmt.Sprintf("%s: (%d x %d) x (%d x %d)^T: %v", l.Name, l.Rows, l.Inputs, l.Outputs, l.Inputs, l.Kernel)
-}
-
-// FLOPs counts a multiply-add as two operations.
-func (l LayerPlan) FLOPs() float64 {
-	return 2 * float64(l.Rows) * float64(l.Outputs) * float64(l.Inputs)
 }
 
 // MHAPlan says what an MHA call runs: its dense layers in order and the
@@ -78,7 +64,7 @@ func (l LayerPlan) FLOPs() float64 {
 type MHAPlan struct {
 	B, T, S, DModel, Heads int
 	Projections            []LayerPlan // input projections, in order
-	Attention              Plan        // per-head attention (H = Heads, d = DModel/Heads)
+	Attention              vkattn.Plan // per-head attention (H = Heads, d = DModel/Heads)
 	OutProj                LayerPlan
 	HeadMean               bool // averaged weights computed on the device
 }
@@ -112,17 +98,19 @@ func (p MHAPlan) String() string {
 
 // MHAOutput is the result of an MHA call.
 type MHAOutput struct {
-	Out        *Tensor // (B, T, DModel), shaped (1, B, T, DModel)
-	Weights    *Tensor // (B, Heads, T, S); nil unless NeedWeights
-	AvgWeights *Tensor // (B, T, S) mean over heads, shaped (1, B, T, S); nil unless NeedWeights
+	Out        *vkattn.Tensor // (B, T, DModel), shaped (1, B, T, DModel)
+	Weights    *vkattn.Tensor // (B, Heads, T, S); nil unless NeedWeights
+	AvgWeights *vkattn.Tensor // (B, T, S) mean over heads, shaped (1, B, T, S); nil unless NeedWeights
 	Plan       MHAPlan
 	GPUTime    time.Duration // device time of the whole layer; 0 without timestamps
 }
 
+func mhaOutputTime(o *MHAOutput) *time.Duration { return &o.GPUTime }
+
 // Close frees the output tensors.
 func (o *MHAOutput) Close() {
 	if o != nil {
-		closeTensors(o.Out, o.Weights, o.AvgWeights)
+		engine.CloseTensors(o.Out, o.Weights, o.AvgWeights)
 	}
 }
 
@@ -132,30 +120,30 @@ func (o *MHAOutput) Close() {
 // (float16 inputs with float16 weights put the projections on a device's
 // cooperative matrices). A query row whose every key is masked gets zero
 // attention, so its output is out_proj.bias (PyTorch gives NaN there).
-func (m *MHA) Forward(x, key, value *Tensor, opts core.MHAOptions) (*MHAOutput, error) {
+func (m *MHA) Forward(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHAOutput, error) {
 	return m.ForwardContext(context.Background(), x, key, value, opts)
 }
 
 // ForwardContext is Forward with a context that can cancel the wait.
-func (m *MHA) ForwardContext(ctx context.Context, x, key, value *Tensor, opts core.MHAOptions) (*MHAOutput, error) {
-	return runOnce(ctx, func() (*MHACall, error) { return m.Prepare(x, key, value, opts) })
+func (m *MHA) ForwardContext(ctx context.Context, x, key, value *vkattn.Tensor, opts MHAOptions) (*MHAOutput, error) {
+	return engine.RunOnce(ctx, func() (*MHACall, error) { return m.Prepare(x, key, value, opts) })
 }
 
 // mhaInput reads a layer's input tensor as (B, T, width): dense, of a
 // type the dense layers read (float32, float16 or bfloat16).
-func mhaInput(name string, t *Tensor, width int, widthName string) (b, n int, err error) {
-	s := t.shape
-	if t.owner != nil || t.offset != 0 || t.strides != [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} {
-		return 0, 0, errorf(core.ErrShape, "%s must be a dense tensor made by Upload, not a view", name)
+func mhaInput(name string, t *vkattn.Tensor, width int, widthName string) (b, n int, err error) {
+	s := t.Shape()
+	if !engine.Dense(t) {
+		return 0, 0, core.Errorf(vkattn.ErrShape, "%s must be a dense tensor made by Upload, not a view", name)
 	}
-	if !t.dtype.Valid() {
-		return 0, 0, errorf(core.ErrOption, "%s is %v: layer inputs are f32, f16 or bf16", name, t.dtype)
+	if !t.DType().Valid() {
+		return 0, 0, core.Errorf(vkattn.ErrOption, "%s is %v: layer inputs are f32, f16 or bf16", name, t.DType())
 	}
 	if s[0] != 1 {
-		return 0, 0, errorf(core.ErrShape, "%s has shape %v: want (B,T,width) or (T,width)", name, s)
+		return 0, 0, core.Errorf(vkattn.ErrShape, "%s has shape %v: want (B,T,width) or (T,width)", name, s)
 	}
 	if s[3] != width {
-		return 0, 0, errorf(core.ErrShape, "%s has width %d but the weights' %s is %d", name, s[3], widthName, width)
+		return 0, 0, core.Errorf(vkattn.ErrShape, "%s has width %d but the weights' %s is %d", name, s[3], widthName, width)
 	}
 	return s[1], s[2], nil
 }
@@ -163,8 +151,8 @@ func mhaInput(name string, t *Tensor, width int, widthName string) (b, n int, er
 // mhaProblem is a validated MHA call.
 type mhaProblem struct {
 	plan MHAPlan
-	attn core.Options // per-head attention options (weights wanted when NeedWeights)
-	self bool         // self-attention with packed weights: one fused projection
+	attn vkattn.Options // per-head attention options (weights wanted when NeedWeights)
+	self bool           // self-attention with packed weights: one fused projection
 	// layouts are where Q, K, V and O of every head lie inside the
 	// projection outputs and the concatenation.
 	layouts [4]pipelines.Layout
@@ -174,7 +162,7 @@ type mhaProblem struct {
 // (T,width); nil key and value shapes for self-attention) and returns what
 // Forward would run on float32 inputs (half inputs may put dense layers on
 // the cooperative matrices: the call's own plan says so).
-func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts core.MHAOptions) (MHAPlan, error) {
+func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts MHAOptions) (MHAPlan, error) {
 	shapes := [3][]int{xShape, keyShape, valueShape}
 	if keyShape == nil && valueShape == nil {
 		shapes[1], shapes[2] = xShape, xShape
@@ -183,10 +171,10 @@ func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts core.MHAOptions) (MH
 	for i, name := range []string{"query", "key", "value"} {
 		s := shapes[i]
 		if len(s) != 2 && len(s) != 3 {
-			return MHAPlan{}, errorf(core.ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
+			return MHAPlan{}, core.Errorf(vkattn.ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
 		}
 		if len(s) != len(xShape) {
-			return MHAPlan{}, errorf(core.ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(xShape))
+			return MHAPlan{}, core.Errorf(vkattn.ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(xShape))
 		}
 		dims[i] = [2]int{1, s[len(s)-2]}
 		if len(s) == 3 {
@@ -194,32 +182,32 @@ func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts core.MHAOptions) (MH
 		}
 		width := []int{m.dModel, m.kdim, m.vdim}[i]
 		if s[len(s)-1] != width {
-			return MHAPlan{}, errorf(core.ErrShape, "%s shape %v has width %d but the weights' %s is %d", name, s, s[len(s)-1], []string{"embed_dim", "kdim", "vdim"}[i], width)
+			return MHAPlan{}, core.Errorf(vkattn.ErrShape, "%s shape %v has width %d but the weights' %s is %d", name, s, s[len(s)-1], []string{"embed_dim", "kdim", "vdim"}[i], width)
 		}
 	}
-	p, err := m.problem(dims, [3]core.DType{}, keyShape == nil && valueShape == nil, &opts)
+	p, err := m.problem(dims, [3]vkattn.DType{}, keyShape == nil && valueShape == nil, &opts)
 	return p.plan, err
 }
 
 // problem checks a call of inputs with (B, T) dims, stored as types, and
 // plans it.
-func (m *MHA) problem(dims [3][2]int, types [3]core.DType, self bool, opts *core.MHAOptions) (mhaProblem, error) {
+func (m *MHA) problem(dims [3][2]int, types [3]vkattn.DType, self bool, opts *MHAOptions) (mhaProblem, error) {
 	var pr mhaProblem
 	if m.closed.Load() {
-		return pr, errorf(core.ErrClosed, "MHA layer used after Close")
+		return pr, core.Errorf(vkattn.ErrClosed, "MHA layer used after Close")
 	}
-	if err := m.dev.checkOpen(); err != nil {
+	if err := engine.CheckOpen(m.dev); err != nil {
 		return pr, err
 	}
 	B, T, S := dims[0][0], dims[0][1], dims[1][1]
 	if dims[1][0] != B || dims[2][0] != B {
-		return pr, errorf(core.ErrShape, "batch sizes differ: query %d, key %d, value %d", B, dims[1][0], dims[2][0])
+		return pr, core.Errorf(vkattn.ErrShape, "batch sizes differ: query %d, key %d, value %d", B, dims[1][0], dims[2][0])
 	}
 	if dims[2][1] != S {
-		return pr, errorf(core.ErrShape, "key has %d positions but value has %d", S, dims[2][1])
+		return pr, core.Errorf(vkattn.ErrShape, "key has %d positions but value has %d", S, dims[2][1])
 	}
 	if opts.Attention.RoPE != nil {
-		return pr, errorf(core.ErrOption, "MultiheadAttention has no rotary embedding: Attention.RoPE must be nil")
+		return pr, core.Errorf(vkattn.ErrOption, "MultiheadAttention has no rotary embedding: Attention.RoPE must be nil")
 	}
 	h, d, kv := opts.Heads, m.dModel, m.kvOut
 	hkv, err := core.KVHeadCount(d, kv, h)
@@ -231,7 +219,7 @@ func (m *MHA) problem(dims [3][2]int, types [3]core.DType, self bool, opts *core
 	pr.attn.WantLSE = false
 	pr.attn.WantWeights = opts.NeedWeights
 	if kp := opts.KeyPadding; kp != nil && len(kp.Padded) != B*S {
-		return pr, errorf(core.ErrMask, "key padding mask has %d values, want (B,S) = (%d,%d)", len(kp.Padded), B, S)
+		return pr, core.Errorf(vkattn.ErrMask, "key padding mask has %d values, want (B,S) = (%d,%d)", len(kp.Padded), B, S)
 	}
 	pr.self = self && m.packed
 	// Heads are strided views of the projection outputs: (B, T, h, dh)
@@ -244,14 +232,14 @@ func (m *MHA) problem(dims [3][2]int, types [3]core.DType, self bool, opts *core
 		pr.layouts = [4]pipelines.Layout{{Strides: [3]int{T * d, dh, d}}, {Strides: [3]int{S * kv, dh, kv}}, {Strides: [3]int{S * kv, dh, kv}}}
 	}
 	pr.layouts[3] = pipelines.Layout{Strides: [3]int{T * d, dh, d}}
-	attn, err := m.dev.plan([4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, planOf{layouts: &pr.layouts, keyPadding: opts.KeyPadding != nil}, &pr.attn)
+	attn, err := engine.PlanCall(m.dev, [4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, engine.PlanOf{Layouts: &pr.layouts, KeyPadding: opts.KeyPadding != nil}, &pr.attn)
 	if err != nil {
 		return pr, err
 	}
 	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn, HeadMean: opts.NeedWeights}
-	layer := func(name string, in pipelines.LinearInput, x core.DType) (LayerPlan, error) {
+	layer := func(name string, in pipelines.LinearInput, x vkattn.DType) (LayerPlan, error) {
 		in.X, in.W, in.Float32Products = x, m.wType, opts.Attention.Float32Products
-		return m.dev.planLayer(name, in)
+		return engine.PlanLayer(m.dev, name, in)
 	}
 	if pr.self {
 		l, err := layer("in_proj (Q,K,V fused)", pipelines.LinearInput{Rows: B * T, Outputs: 3 * d, Inputs: d, Bias: m.inB != nil}, types[0])
@@ -273,7 +261,7 @@ func (m *MHA) problem(dims [3][2]int, types [3]core.DType, self bool, opts *core
 			p.Projections = append(p.Projections, l)
 		}
 	}
-	if p.OutProj, err = layer("out_proj", pipelines.LinearInput{Rows: B * T, Outputs: d, Inputs: d, Bias: m.outB != nil}, core.Float32); err != nil {
+	if p.OutProj, err = layer("out_proj", pipelines.LinearInput{Rows: B * T, Outputs: d, Inputs: d, Bias: m.outB != nil}, vkattn.Float32); err != nil {
 		return pr, err
 	}
 	pr.plan = p
@@ -296,11 +284,11 @@ func (m *MHA) projOffset(i int) int {
 // Prepare validates an MHA call, allocates its outputs and scratch buffers
 // and records the whole layer without running it. Change the inputs
 // between runs with Tensor.Write.
-func (m *MHA) Prepare(x, key, value *Tensor, opts core.MHAOptions) (*MHACall, error) {
+func (m *MHA) Prepare(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHACall, error) {
 	d := m.dev
 	self := key == nil && value == nil
 	if (key == nil) != (value == nil) {
-		return nil, errorf(core.ErrShape, "give key and value for cross-attention, or neither for self-attention")
+		return nil, core.Errorf(vkattn.ErrShape, "give key and value for cross-attention, or neither for self-attention")
 	}
 	if self {
 		key, value = x, x
@@ -308,10 +296,10 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts core.MHAOptions) (*MHACall, er
 	var dims [3][2]int
 	for i, in := range []struct {
 		name, widthName string
-		t               *Tensor
+		t               *vkattn.Tensor
 		width           int
 	}{{"query", "embed_dim", x, m.dModel}, {"key", "kdim", key, m.kdim}, {"value", "vdim", value, m.vdim}} {
-		if err := d.checkInput(in.name, in.t); err != nil {
+		if err := engine.CheckInput(d, in.name, in.t); err != nil {
 			return nil, err
 		}
 		b, n, err := mhaInput(in.name, in.t, in.width, in.widthName)
@@ -320,7 +308,7 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts core.MHAOptions) (*MHACall, er
 		}
 		dims[i] = [2]int{b, n}
 	}
-	pr, err := m.problem(dims, [3]core.DType{x.dtype, key.dtype, value.dtype}, self, &opts)
+	pr, err := m.problem(dims, [3]vkattn.DType{x.DType(), key.DType(), value.DType()}, self, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -331,9 +319,9 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts core.MHAOptions) (*MHACall, er
 	p := pr.plan
 	B, T, S, dm, h := p.B, p.T, p.S, p.DModel, p.Heads
 
-	b := &builder{d: d}
+	b := engine.NewBuilder(d)
 	out := &MHAOutput{Plan: p}
-	scratch := func(rows, width int) (*Tensor, error) { return b.scratchTensor([4]int{1, 1, rows, width}) }
+	scratch := func(rows, width int) (*vkattn.Tensor, error) { return b.ScratchTensor([4]int{1, 1, rows, width}) }
 
 	// Input projections; each head of Q, K and V is then a strided view of
 	// their output: (B, T, h, dh) read as (B, h, T, dh).
@@ -341,15 +329,15 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts core.MHAOptions) (*MHACall, er
 	if pr.self {
 		qkv, err := scratch(B*T, 3*dm)
 		if err != nil {
-			return nil, b.fail(err)
+			return nil, b.Fail(err)
 		}
-		if err := b.linear(p.Projections[0], x, m.inW, 0, m.inB, 0, qkv, 3*dm); err != nil {
-			return nil, b.fail(err)
+		if err := b.Linear(p.Projections[0], x, m.inW, 0, m.inB, 0, qkv, 3*dm); err != nil {
+			return nil, b.Fail(err)
 		}
-		q, k, v = qkv.buf, qkv.buf, qkv.buf
+		q, k, v = engine.Buf(qkv), engine.Buf(qkv), engine.Buf(qkv)
 	} else {
-		inputs := []*Tensor{x, key, value}
-		weights := []*Tensor{m.qW, m.kW, m.vW}
+		inputs := []*vkattn.Tensor{x, key, value}
+		weights := []*vkattn.Tensor{m.qW, m.kW, m.vW}
 		bufs := []**vk.Buffer{&q, &k, &v}
 		for i, l := range p.Projections {
 			w := weights[i]
@@ -358,12 +346,12 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts core.MHAOptions) (*MHACall, er
 			}
 			y, err := scratch(l.Rows, l.Outputs)
 			if err != nil {
-				return nil, b.fail(err)
+				return nil, b.Fail(err)
 			}
-			if err := b.linear(l, inputs[i], w, m.projOffset(i), m.inB, m.biasOffset(i), y, l.Outputs); err != nil {
-				return nil, b.fail(err)
+			if err := b.Linear(l, inputs[i], w, m.projOffset(i), m.inB, m.biasOffset(i), y, l.Outputs); err != nil {
+				return nil, b.Fail(err)
 			}
-			*bufs[i] = y.buf
+			*bufs[i] = engine.Buf(y)
 		}
 	}
 
@@ -371,34 +359,33 @@ func (m *MHA) Prepare(x, key, value *Tensor, opts core.MHAOptions) (*MHACall, er
 	// concatenation (B, T, h*dh), the input of out_proj.
 	concat, err := scratch(B*T, dm)
 	if err != nil {
-		return nil, b.fail(err)
+		return nil, b.Fail(err)
 	}
-	in := attentionInputs{q: q, k: k, v: v, o: concat.buf}
-	if _, out.Weights, err = b.attention(p.Attention, &pr.attn, in, opts.KeyPadding, nil); err != nil {
-		return nil, b.fail(err)
+	in := engine.AttentionInputs{Q: q, K: k, V: v, O: engine.Buf(concat)}
+	if _, out.Weights, err = b.Attention(p.Attention, &pr.attn, in, opts.KeyPadding, nil); err != nil {
+		return nil, b.Fail(err)
 	}
 	if out.Weights != nil {
-		out.Weights.bound = 1
+		engine.SetBound(out.Weights, 1)
 	}
-	if out.Out, err = b.output([4]int{1, B, T, dm}); err != nil {
-		return nil, b.fail(err)
+	if out.Out, err = b.Output([4]int{1, B, T, dm}); err != nil {
+		return nil, b.Fail(err)
 	}
-	out.Out.bound = outBound
-	if err := b.linear(p.OutProj, concat, m.outW, 0, m.outB, 0, out.Out, dm); err != nil {
-		return nil, b.fail(err)
+	engine.SetBound(out.Out, outBound)
+	if err := b.Linear(p.OutProj, concat, m.outW, 0, m.outB, 0, out.Out, dm); err != nil {
+		return nil, b.Fail(err)
 	}
 	if opts.NeedWeights {
-		if out.AvgWeights, err = b.output([4]int{1, B, T, S}); err != nil {
-			return nil, b.fail(err)
+		if out.AvgWeights, err = b.Output([4]int{1, B, T, S}); err != nil {
+			return nil, b.Fail(err)
 		}
-		out.AvgWeights.bound = 1
-		if err := b.add(d.kernels.HeadMean(out.Weights.buf, out.AvgWeights.buf, B, h, T*S)); err != nil {
-			return nil, b.fail(err)
+		engine.SetBound(out.AvgWeights, 1)
+		if err := b.Add(engine.Kernels(d).HeadMean(engine.Buf(out.Weights), engine.Buf(out.AvgWeights), B, h, T*S)); err != nil {
+			return nil, b.Fail(err)
 		}
 	}
-	call := &MHACall{}
-	if err := finish(b, &call.prepared, out); err != nil {
-		return nil, err
-	}
-	return call, nil
+	return engine.Finish(b, out, mhaOutputTime)
 }
+
+// MHACall is an MHA call recorded once and replayable, like Call.
+type MHACall = engine.Prepared[*MHAOutput]

@@ -1,4 +1,4 @@
-package engine
+package kv
 
 import (
 	"context"
@@ -7,17 +7,19 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/internal/pages"
 	"github.com/vkattn/vkattn/pipelines/dispatch"
 	"github.com/vkattn/vkattn/vk"
 )
 
-// KVCacheConfig describes a KV cache: B sequences, each of up to Capacity
+// Config describes a KV cache: B sequences, each of up to Capacity
 // positions of HKV key/value heads of widths DK and DV, stored as DType.
-type KVCacheConfig struct {
+type Config struct {
 	B, HKV, Capacity, DK, DV int
-	DType                    core.DType // of K and V (zero: float32)
+	DType                    vkattn.DType // of K and V (zero: float32)
 	// PageSize > 0 stores K and V paged, as paged attention does: a pool of
 	// Pages pages of PageSize positions (0: enough for every sequence to
 	// reach Capacity), handed to sequences as they grow, with a page table
@@ -28,7 +30,7 @@ type KVCacheConfig struct {
 	// at its position in its sequence) and the queries of every call over
 	// the cache at theirs (SEMANTICS.md §17). Its positions are the
 	// cache's: QueryPositions and KeyPositions must be nil.
-	RoPE *core.RoPE
+	RoPE *vkattn.RoPE
 	// Window > 0 makes a rolling cache for layers with a sliding window
 	// of Window positions (SEMANTICS.md §22): paged, it lets go of the
 	// pages no window reaches any more, so its memory follows Window, not
@@ -43,10 +45,10 @@ type KVCacheConfig struct {
 // per sequence, pages of size positions, pages pages in the pool.
 type pageTable struct {
 	size, pages, perItem int
-	table                *Tensor // int32 (B, perItem)
+	table                *vkattn.Tensor // int32 (B, perItem)
 }
 
-// KVCache holds the keys and values of B sequences on the device for
+// Cache holds the keys and values of B sequences on the device for
 // decoding: append each step's tokens, attend with their queries over
 // everything so far. Storage is contiguous: K is (B, HKV, Capacity, DK)
 // and V (B, HKV, Capacity, DV), sequence b filling its first Lengths()[b]
@@ -54,12 +56,12 @@ type pageTable struct {
 // reads the current lengths each time it runs, so a decode step is one
 // Write of the query and one Run, with no allocation.
 //
-// A KVCache is safe for concurrent use; a prepared call must not run while
+// A Cache is safe for concurrent use; a prepared call must not run while
 // an append to its cache is under way.
-type KVCache struct {
-	dev  *Device
-	cfg  KVCacheConfig
-	k, v *Tensor // (B, HKV, Capacity, D); views of the page pools when paged
+type Cache struct {
+	dev  *vkattn.Device
+	cfg  Config
+	k, v *vkattn.Tensor // (B, HKV, Capacity, D); views of the page pools when paged
 	// Paged: the table on the device and the page allocator (forked
 	// sequences share pages, copied on write).
 	pt   *pageTable
@@ -67,7 +69,7 @@ type KVCache struct {
 	// lengths on the device as the kernels read them: key lengths [B]
 	// (the sequence lengths), then query lengths [B], all Capacity: no
 	// row of any call (L <= every length <= Capacity) is padding.
-	lenT   *Tensor
+	lenT   *vkattn.Tensor
 	mu     sync.Mutex
 	lens   []int
 	closed bool
@@ -81,12 +83,12 @@ type KVCache struct {
 	rope        *cacheRoPE // nil without RoPE
 }
 
-// NewKVCache allocates an empty cache (every sequence of length 0), zeroed
+// New allocates an empty cache on d (every sequence of length 0), zeroed
 // on the device: the host holds no copy of it. A cache the device's heap
-// (or Config.MemoryLimit) cannot hold, or heads wider than MaxHeadWidth,
-// are ErrTooLarge.
-func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
-	if err := d.checkOpen(); err != nil {
+// (or vkattn.Config.MemoryLimit) cannot hold, or heads wider than
+// vkattn.MaxHeadWidth, are ErrTooLarge.
+func New(d *vkattn.Device, cfg Config) (*Cache, error) {
+	if err := engine.CheckOpen(d); err != nil {
 		return nil, err
 	}
 	for _, x := range []struct {
@@ -96,24 +98,24 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 		// A rolling cache's Capacity 0 is chosen below.
 		rollingCapacity := x.name == "Capacity" && cfg.Window > 0
 		if x.n <= 0 && x.name != "PageSize" && x.name != "Pages" && x.name != "Window" && !rollingCapacity {
-			return nil, errorf(core.ErrEmpty, "KV cache %s is %d: must be at least 1", x.name, x.n)
+			return nil, core.Errorf(vkattn.ErrEmpty, "KV cache %s is %d: must be at least 1", x.name, x.n)
 		}
 		// Every tensor of the cache holds at most 2^31 elements, so
 		// no one extent may exceed it (and products of two stay exact).
 		if x.n > math.MaxInt32 {
-			return nil, errorf(core.ErrTooLarge, "KV cache %s is %d: at most 2^31-1", x.name, x.n)
+			return nil, core.Errorf(vkattn.ErrTooLarge, "KV cache %s is %d: at most 2^31-1", x.name, x.n)
 		}
 	}
 	if !cfg.DType.ValidKV() {
-		return nil, errorf(core.ErrOption, "KV cache of element type %v: want f32, f16, bf16 or q8_0", cfg.DType)
+		return nil, core.Errorf(vkattn.ErrOption, "KV cache of element type %v: want f32, f16, bf16 or q8_0", cfg.DType)
 	}
 	// Calls over the cache would all be refused (the kernels take heads
 	// up to MaxHeadWidth): refuse the cache instead.
-	if cfg.DK > core.MaxHeadWidth || cfg.DV > core.MaxHeadWidth {
-		return nil, errorf(core.ErrTooLarge, "KV cache heads of DK = %d, DV = %d: the attention kernels take widths up to MaxHeadWidth = %d", cfg.DK, cfg.DV, core.MaxHeadWidth)
+	if cfg.DK > vkattn.MaxHeadWidth || cfg.DV > vkattn.MaxHeadWidth {
+		return nil, core.Errorf(vkattn.ErrTooLarge, "KV cache heads of DK = %d, DV = %d: the attention kernels take widths up to MaxHeadWidth = %d", cfg.DK, cfg.DV, vkattn.MaxHeadWidth)
 	}
-	if cfg.DType == core.Q8_0 && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
-		return nil, errorf(core.ErrShape, "a q8_0 KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
+	if cfg.DType == vkattn.Q8_0 && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
+		return nil, core.Errorf(vkattn.ErrShape, "a q8_0 KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
 	}
 	if err := checkRolling(&cfg); err != nil {
 		return nil, err
@@ -121,15 +123,15 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	if r := cfg.RoPE; r != nil {
 		// A rolling cache's positions go on past its capacity: checked
 		// at every position (Dims{}).
-		at := core.Dims{S: cfg.Capacity}
+		at := vkattn.Dims{S: cfg.Capacity}
 		if cfg.Window > 0 {
-			at = core.Dims{}
+			at = vkattn.Dims{}
 		}
 		if err := r.Check(cfg.DK, at); err != nil {
 			return nil, err
 		}
 		if r.QueryPositions != nil || r.KeyPositions != nil {
-			return nil, errorf(core.ErrOption, "a KV cache places its tokens itself: its RoPE takes no explicit positions")
+			return nil, core.Errorf(vkattn.ErrOption, "a KV cache places its tokens itself: its RoPE takes no explicit positions")
 		}
 		r := *r
 		cfg.RoPE = &r // the cache's own copy
@@ -144,10 +146,10 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	}
 	positions := max(float64(cfg.B)*float64(cfg.Capacity), float64(cfg.Pages)*float64(cfg.PageSize))
 	if n := positions * float64(cfg.HKV) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
-		return nil, errorf(core.ErrTooLarge, "KV cache of %.3g elements per tensor: at most 2^31", n)
+		return nil, core.Errorf(vkattn.ErrTooLarge, "KV cache of %.3g elements per tensor: at most 2^31", n)
 	}
-	c := &KVCache{dev: d, cfg: cfg, lens: make([]int, cfg.B)}
-	fail := func(err error) (*KVCache, error) {
+	c := &Cache{dev: d, cfg: cfg, lens: make([]int, cfg.B)}
+	fail := func(err error) (*Cache, error) {
 		c.Close()
 		return nil, err
 	}
@@ -155,15 +157,15 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	// Allocated, not uploaded: the host never holds a copy of the cache,
 	// and one the heap cannot hold is refused before anything is written.
 	// The bound is Upload's, as if zeros had been uploaded.
-	alloc := func(b, n, w int) (*Tensor, error) {
-		t, err := d.newTensor([4]int{b, cfg.HKV, n, w}, cfg.DType)
+	alloc := func(b, n, w int) (*vkattn.Tensor, error) {
+		t, err := engine.NewTensor(d, [4]int{b, cfg.HKV, n, w}, cfg.DType)
 		if err == nil {
-			t.bound = writeHeadroom
+			engine.SetBound(t, engine.WriteHeadroom)
 		}
 		return t, err
 	}
 	for _, x := range []struct {
-		dst **Tensor
+		dst **vkattn.Tensor
 		w   int
 	}{{&c.k, cfg.DK}, {&c.v, cfg.DV}} {
 		if cfg.PageSize == 0 {
@@ -178,34 +180,34 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 		}
 		// The kernels see a (B, HKV, Capacity, D) tensor whose batch
 		// stride is the pool's page stride: the page table says which page.
-		*x.dst = pool.pagedView(cfg)
+		*x.dst = engine.PagedView(pool, cfg.B, cfg.HKV, cfg.Capacity)
 	}
 	// Zeros, not garbage: the kernels load a few positions past a
 	// sequence's end (masked, but 0 * NaN would not be 0). Set on the
 	// device; all-zero bytes are zeros in every cache type (float16,
 	// bfloat16, q8_0 quants and their float16 scales).
-	err = d.dev.Once(func(cmds *vk.Commands) error {
-		for _, t := range []*Tensor{c.k.root(), c.v.root()} {
-			if err := cmds.Fill(t.buf, 0, t.buf.Size(), 0); err != nil {
+	err = engine.VK(d).Once(func(cmds *vk.Commands) error {
+		for _, t := range []*vkattn.Tensor{engine.Root(c.k), engine.Root(c.v)} {
+			if err := cmds.Fill(engine.Buf(t), 0, engine.Buf(t).Size(), 0); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fail(deviceError(err))
+		return fail(engine.DeviceError(err))
 	}
 	if cfg.PageSize > 0 {
 		c.pt = &pageTable{size: cfg.PageSize, pages: cfg.Pages, perItem: perItem}
-		if c.pt.table, err = d.newTensor([4]int{1, 1, cfg.B, perItem}, core.Float32); err != nil {
+		if c.pt.table, err = engine.NewTensor(d, [4]int{1, 1, cfg.B, perItem}, vkattn.Float32); err != nil {
 			return fail(err)
 		}
 		c.pool = pages.New(cfg.Pages, cfg.PageSize, cfg.B)
-		if err := c.syncPages(writeInts); err != nil {
+		if err := c.syncPages(engine.WriteInts); err != nil {
 			return fail(err)
 		}
 	}
-	if c.lenT, err = d.newTensor([4]int{1, 1, 1, 2 * cfg.B}, core.Float32); err != nil {
+	if c.lenT, err = engine.NewTensor(d, [4]int{1, 1, 1, 2 * cfg.B}, vkattn.Float32); err != nil {
 		return fail(err)
 	}
 	if r := cfg.RoPE; r != nil && cfg.Window > 0 {
@@ -215,7 +217,7 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 	} else if r != nil {
 		rot := r.RotatedDims(cfg.DK)
 		c.rope = &cacheRoPE{r: r}
-		if c.rope.table, err = d.newTensor([4]int{1, 1, 1, cfg.Capacity * rot}, core.Float32); err != nil {
+		if c.rope.table, err = engine.NewTensor(d, [4]int{1, 1, 1, cfg.Capacity * rot}, vkattn.Float32); err != nil {
 			return fail(err)
 		}
 		// A row per position, written a piece at a time: the host holds
@@ -227,26 +229,26 @@ func (d *Device) NewKVCache(cfg KVCacheConfig) (*KVCache, error) {
 			for p := p0; p < min(p0+piece, cfg.Capacity); p++ {
 				positions = append(positions, p)
 			}
-			if err := c.rope.table.buf.WriteFloat32(uint64(p0*rot), ropeTable(r, cfg.DK, positions)); err != nil {
-				return fail(deviceError(err))
+			if err := engine.Buf(c.rope.table).WriteFloat32(uint64(p0*rot), engine.RoPETable(r, cfg.DK, positions)); err != nil {
+				return fail(engine.DeviceError(err))
 			}
 		}
 	}
 	// Key lengths 0; query lengths Capacity, so that no row is padding.
-	if err := c.lenT.writeInts(cfg.B, slices.Repeat([]int{cfg.Capacity}, cfg.B)); err != nil {
+	if err := engine.WriteInts(c.lenT, cfg.B, slices.Repeat([]int{cfg.Capacity}, cfg.B)); err != nil {
 		return fail(err)
 	}
-	if err := c.syncLengths(writeInts); err != nil {
+	if err := c.syncLengths(engine.WriteInts); err != nil {
 		return fail(err)
 	}
 	return c, nil
 }
 
 // Config is the cache's configuration.
-func (c *KVCache) Config() KVCacheConfig { return c.cfg }
+func (c *Cache) Config() Config { return c.cfg }
 
 // Lengths are the current sequence lengths.
-func (c *KVCache) Lengths() []int {
+func (c *Cache) Lengths() []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.lens)
@@ -258,7 +260,7 @@ func (c *KVCache) Lengths() []int {
 // Tensor.Write: non-finite (ErrNonFinite), too large for the cache's type
 // or beyond the cache's bound of 2^32, which calls prepared on it were
 // checked against (ErrOverflow). Nothing is written when it fails.
-func (c *KVCache) Append(k, v []float32, n int) error {
+func (c *Cache) Append(k, v []float32, n int) error {
 	return c.append(c.everySequence(), k, v, n)
 }
 
@@ -272,7 +274,7 @@ func (c *KVCache) Append(k, v []float32, n int) error {
 // (SEMANTICS.md §8.2); others (another type, a view) and the keys of a
 // cache with RoPE (rotated as Append rotates them) go through the host
 // once, rounded as Append rounds.
-func (c *KVCache) AppendTensors(k, v *Tensor) error {
+func (c *Cache) AppendTensors(k, v *vkattn.Tensor) error {
 	cfg := c.cfg
 	c.mu.Lock()
 	err := c.usable()
@@ -281,22 +283,22 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 		return err
 	}
 	if k == nil || v == nil {
-		return errorf(core.ErrShape, "AppendTensors of a nil tensor")
+		return core.Errorf(vkattn.ErrShape, "AppendTensors of a nil tensor")
 	}
-	n := k.shape[2]
+	n := k.Shape()[2]
 	for _, x := range []struct {
 		name string
-		t    *Tensor
+		t    *vkattn.Tensor
 		w    int
 	}{{"k", k, cfg.DK}, {"v", v, cfg.DV}} {
-		if want := [4]int{cfg.B, cfg.HKV, n, x.w}; x.t.shape != want {
-			return errorf(core.ErrShape, "AppendTensors: %s has shape %v, want %v", x.name, x.t.shape, want)
+		if want := [4]int{cfg.B, cfg.HKV, n, x.w}; x.t.Shape() != want {
+			return core.Errorf(vkattn.ErrShape, "AppendTensors: %s has shape %v, want %v", x.name, x.t.Shape(), want)
 		}
-		if err := c.dev.checkInput(x.name, x.t); err != nil {
+		if err := engine.CheckInput(c.dev, x.name, x.t); err != nil {
 			return err
 		}
 	}
-	if cfg.DType == core.Q8_0 && c.rope == nil && k.dtype.Valid() && v.dtype.Valid() {
+	if cfg.DType == vkattn.Q8_0 && c.rope == nil && k.DType().Valid() && v.DType().Valid() {
 		return c.appendQuantized(k, v, n)
 	}
 	if c.rope != nil || !c.copyable(k) || !c.copyable(v) {
@@ -310,10 +312,10 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 		}
 		return c.Append(kd, vd, n)
 	}
-	return c.storeOnce(c.everySequence(), n, false, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
-		src := [2]*Tensor{k, v}[i]
-		return eachSpan(cfg.DType, src.elements(), src.offset+first*w, dst.elements(), dstElem, rows*w, func(from, to byteSpan) error {
-			return cmds.Copy(src.buf, from.off, dst.buf, to.off, to.n)
+	return c.storeOnce(c.everySequence(), n, false, func(cmds *vk.Commands, i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
+		src := [2]*vkattn.Tensor{k, v}[i]
+		return engine.EachSpan(cfg.DType, engine.Elements(src), engine.Layout(src).Offset+first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
+			return cmds.Copy(engine.Buf(src), from.Off, engine.Buf(dst), to.Off, to.N)
 		})
 	})
 }
@@ -322,7 +324,7 @@ func (c *KVCache) AppendTensors(k, v *Tensor) error {
 // sequence, to a q8_0 cache, quantized on the device (q8_store.comp) as
 // the host quantizes: recorded with the page table and the lengths into
 // one submission that the host does not wait for, as a copy is.
-func (c *KVCache) appendQuantized(k, v *Tensor, n int) error {
+func (c *Cache) appendQuantized(k, v *vkattn.Tensor, n int) error {
 	cfg := c.cfg
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -332,23 +334,23 @@ func (c *KVCache) appendQuantized(k, v *Tensor, n int) error {
 	// numbers them: sequence by sequence, head by head, token by token.
 	dsts := [2][]int{make([]int, cfg.B*cfg.HKV*n), make([]int, cfg.B*cfg.HKV*n)}
 	var keep []closer
-	cmds, err := c.dev.dev.Later(func(cmds *vk.Commands) error {
+	cmds, err := engine.VK(c.dev).Later(func(cmds *vk.Commands) error {
 		err := c.storeLocked(c.everySequence(), n, cacheWriter{
-			rows: func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+			rows: func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
 				for r := 0; r < rows; r++ {
 					dsts[i][first+r] = dstElem + r*w
 				}
 				return nil
 			},
-			ints: func(t *Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) },
+			ints: func(t *vkattn.Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) },
 			page: c.recordPageCopy(cmds),
 		})
 		if err != nil || n == 0 {
 			return err
 		}
-		for i, src := range []*Tensor{k, v} {
-			dst := [2]*Tensor{c.k, c.v}[i].root()
-			rows, err := c.dev.newTensor([4]int{1, 1, 1, len(dsts[i])}, core.Float32)
+		for i, src := range []*vkattn.Tensor{k, v} {
+			dst := engine.Root([2]*vkattn.Tensor{c.k, c.v}[i])
+			rows, err := engine.NewTensor(c.dev, [4]int{1, 1, 1, len(dsts[i])}, vkattn.Float32)
 			if err != nil {
 				return err
 			}
@@ -357,10 +359,10 @@ func (c *KVCache) appendQuantized(k, v *Tensor, n int) error {
 				return err
 			}
 			cmds.Barrier()
-			st, err := c.dev.kernels.Q8Store(dispatch.Q8StoreArgs{
-				X: src.buf, XType: src.dtype, XOffset: src.offset, XStrides: src.strides,
-				B: cfg.B, Heads: cfg.HKV, N: n, D: src.shape[3],
-				Y: dst.buf, Scales: dst.elements() / 2, RowDst: rows.buf,
+			st, err := engine.Kernels(c.dev).Q8Store(dispatch.Q8StoreArgs{
+				X: engine.Buf(src), XType: src.DType(), XOffset: engine.Layout(src).Offset, XStrides: engine.Layout(src).Strides,
+				B: cfg.B, Heads: cfg.HKV, N: n, D: src.Shape()[3],
+				Y: engine.Buf(dst), Scales: engine.Elements(dst) / 2, RowDst: engine.Buf(rows),
 			})
 			if err != nil {
 				return err
@@ -377,7 +379,7 @@ func (c *KVCache) appendQuantized(k, v *Tensor, n int) error {
 			x.Close()
 		}
 		c.restoreLocked(saved)
-		return deviceError(err)
+		return engine.DeviceError(err)
 	}
 	c.pending, c.pendingKeep = cmds, keep
 	return nil
@@ -388,40 +390,40 @@ func (c *KVCache) appendQuantized(k, v *Tensor, n int) error {
 // commands write the page table and the lengths. With wait it returns when
 // they are done; otherwise they stay pending (device-to-device copies:
 // nothing of the host's to keep alive). On failure the cache is as it was.
-func (c *KVCache) storeOnce(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error) error {
+func (c *Cache) storeOnce(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.storeOnceLocked(seqs, n, wait, put)
 }
 
 // storeOnceLocked is storeOnce with c.mu held.
-func (c *KVCache) storeOnceLocked(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error) error {
+func (c *Cache) storeOnceLocked(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error) error {
 	c.settleLocked()
 	saved := c.saveLocked()
-	cmds, err := c.dev.dev.Later(func(cmds *vk.Commands) error {
+	cmds, err := engine.VK(c.dev).Later(func(cmds *vk.Commands) error {
 		return c.storeLocked(seqs, n, cacheWriter{
-			rows: func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+			rows: func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
 				return put(cmds, i, dst, dstElem, first, rows, w)
 			},
-			ints: func(t *Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) },
+			ints: func(t *vkattn.Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) },
 			page: c.recordPageCopy(cmds),
 		})
 	})
 	if err != nil {
 		c.restoreLocked(saved)
-		return deviceError(err)
+		return engine.DeviceError(err)
 	}
 	c.pending = cmds
 	if wait {
 		err = cmds.Wait(context.Background())
 	}
-	return deviceError(err)
+	return engine.DeviceError(err)
 }
 
 // settleLocked waits for the pending copies, if any, and frees their
 // commands: before the host itself writes what they write (the lengths,
 // the page table, rows), and at Close. The caller holds c.mu.
-func (c *KVCache) settleLocked() {
+func (c *Cache) settleLocked() {
 	c.pending.Close()
 	c.pending = nil
 	for _, x := range c.pendingKeep {
@@ -432,11 +434,11 @@ func (c *KVCache) settleLocked() {
 
 // updateInts records xs written as int32 words from element offset off of
 // t, in pieces of vkCmdUpdateBuffer's 64 KiB.
-func updateInts(cmds *vk.Commands, t *Tensor, off int, xs []int) error {
+func updateInts(cmds *vk.Commands, t *vkattn.Tensor, off int, xs []int) error {
 	const piece = 65536 / 4
 	for len(xs) > 0 {
 		m := min(len(xs), piece)
-		if err := cmds.Update(t.buf, uint64(4*off), int32Words(xs[:m])); err != nil {
+		if err := cmds.Update(engine.Buf(t), uint64(4*off), engine.Int32Words(xs[:m])); err != nil {
 			return err
 		}
 		xs, off = xs[m:], off+m
@@ -446,14 +448,12 @@ func updateInts(cmds *vk.Commands, t *Tensor, off int, xs []int) error {
 
 // copyable reports whether t can be copied into the cache on the device:
 // dense, the cache's type, within its bound.
-func (c *KVCache) copyable(t *Tensor) bool {
-	s := t.shape
-	return t.owner == nil && t.dtype == c.cfg.DType && t.strides == [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} &&
-		t.root().bound <= c.k.root().bound
+func (c *Cache) copyable(t *vkattn.Tensor) bool {
+	return engine.Dense(t) && t.DType() == c.cfg.DType && engine.Bound(t) <= engine.Bound(c.k)
 }
 
 // everySequence lists the sequences 0..B-1.
-func (c *KVCache) everySequence() []int {
+func (c *Cache) everySequence() []int {
 	seqs := make([]int, c.cfg.B)
 	for b := range seqs {
 		seqs[b] = b
@@ -463,19 +463,19 @@ func (c *KVCache) everySequence() []int {
 
 // AppendTo adds n tokens to sequence b alone: k is (HKV, n, DK) and v
 // (HKV, n, DV). Sequences so get different lengths.
-func (c *KVCache) AppendTo(b int, k, v []float32, n int) error {
+func (c *Cache) AppendTo(b int, k, v []float32, n int) error {
 	if b < 0 || b >= c.cfg.B {
-		return errorf(core.ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
+		return core.Errorf(vkattn.ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
 	}
 	return c.append([]int{b}, k, v, n)
 }
 
 // append writes n tokens of each sequence in seqs (k and v hold them in
 // that order).
-func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
+func (c *Cache) append(seqs []int, k, v []float32, n int) error {
 	cfg := c.cfg
 	if n < 0 {
-		return errorf(core.ErrShape, "append of %d tokens", n)
+		return core.Errorf(vkattn.ErrShape, "append of %d tokens", n)
 	}
 	for _, x := range []struct {
 		name string
@@ -483,7 +483,7 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 		w    int
 	}{{"k", k, cfg.DK}, {"v", v, cfg.DV}} {
 		if want := len(seqs) * cfg.HKV * n * x.w; len(x.data) != want {
-			return errorf(core.ErrShape, "append of %d tokens to %d sequences: %s has %d values, want %d (sequences x %d heads x %d tokens x %d)",
+			return core.Errorf(vkattn.ErrShape, "append of %d tokens to %d sequences: %s has %d values, want %d (sequences x %d heads x %d tokens x %d)",
 				n, len(seqs), x.name, len(x.data), want, cfg.HKV, n, x.w)
 		}
 	}
@@ -504,32 +504,32 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 	if err != nil {
 		return fmt.Errorf("values: %w", err)
 	}
-	if c.k.buf.Mapped() && c.v.buf.Mapped() && c.lenT.buf.Mapped() {
-		return c.storeLocked(seqs, n, cacheWriter{rows: func(i int, dst *Tensor, dstElem, first, rows, w int) error {
+	if engine.Buf(c.k).Mapped() && engine.Buf(c.v).Mapped() && engine.Buf(c.lenT).Mapped() {
+		return c.storeLocked(seqs, n, cacheWriter{rows: func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
 			raw := [2][]byte{rawK, rawV}[i]
-			return eachSpan(cfg.DType, len(seqs)*cfg.HKV*n*w, first*w, dst.elements(), dstElem, rows*w, func(from, to byteSpan) error {
-				return dst.buf.Write(to.off, raw[from.off:from.off+from.n])
+			return engine.EachSpan(cfg.DType, len(seqs)*cfg.HKV*n*w, first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
+				return engine.Buf(dst).Write(to.Off, raw[from.Off:from.Off+from.N])
 			})
-		}, ints: writeInts, page: c.copyPageNow})
+		}, ints: engine.WriteInts, page: c.copyPageNow})
 	}
 	// Unmapped (a discrete GPU): the tokens go through a staging buffer
 	// of their own and every run of rows, the page table and the lengths
 	// into the cache in one submission, not a round trip each.
-	stage, err := c.dev.dev.NewHostBuffer(uint64(len(rawK) + len(rawV)))
+	stage, err := engine.VK(c.dev).NewHostBuffer(uint64(len(rawK) + len(rawV)))
 	if err != nil {
-		return deviceError(err)
+		return engine.DeviceError(err)
 	}
 	defer stage.Close()
 	if err := stage.Write(0, rawK); err != nil {
-		return deviceError(err)
+		return engine.DeviceError(err)
 	}
 	if err := stage.Write(uint64(len(rawK)), rawV); err != nil {
-		return deviceError(err)
+		return engine.DeviceError(err)
 	}
-	return c.storeOnceLocked(seqs, n, true, func(cmds *vk.Commands, i int, dst *Tensor, dstElem, first, rows, w int) error {
+	return c.storeOnceLocked(seqs, n, true, func(cmds *vk.Commands, i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
 		base := [2]uint64{0, uint64(len(rawK))}[i]
-		return eachSpan(cfg.DType, len(seqs)*cfg.HKV*n*w, first*w, dst.elements(), dstElem, rows*w, func(from, to byteSpan) error {
-			return cmds.Copy(stage, base+from.off, dst.buf, to.off, to.n)
+		return engine.EachSpan(cfg.DType, len(seqs)*cfg.HKV*n*w, first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
+			return cmds.Copy(stage, base+from.Off, engine.Buf(dst), to.Off, to.N)
 		})
 	})
 }
@@ -538,17 +538,17 @@ func (c *KVCache) append(seqs []int, k, v []float32, n int) error {
 // them as the device stores them. The type's own range comes first
 // (float16's and q8_0's lie within the cache's bound), then the cache's
 // bound, which calls prepared on the cache were checked against.
-func (c *KVCache) encode(t *Tensor, data []float32) ([]byte, error) {
-	most, finite := magnitude(data)
+func (c *Cache) encode(t *vkattn.Tensor, data []float32) ([]byte, error) {
+	most, finite := engine.Magnitude(data)
 	if !finite {
-		return nil, errorf(core.ErrNonFinite, "appended data holds NaN or Inf")
+		return nil, core.Errorf(vkattn.ErrNonFinite, "appended data holds NaN or Inf")
 	}
-	raw, err := t.encodeValues(data)
+	raw, err := engine.EncodeValues(t, data)
 	if err != nil {
 		return nil, err
 	}
-	if bound := t.root().bound; most > bound {
-		return nil, errorf(core.ErrOverflow, "appended data holds |x| = %g, beyond the KV cache's bound %g (2^32): a cache holds keys and values up to it, since calls prepared on the cache were checked against it", most, bound)
+	if bound := engine.Bound(t); most > bound {
+		return nil, core.Errorf(vkattn.ErrOverflow, "appended data holds |x| = %g, beyond the KV cache's bound %g (2^32): a cache holds keys and values up to it, since calls prepared on the cache were checked against it", most, bound)
 	}
 	return raw, nil
 }
@@ -556,7 +556,7 @@ func (c *KVCache) encode(t *Tensor, data []float32) ([]byte, error) {
 // rotateKeysLocked is k, n new tokens of each sequence of seqs, rotated by
 // the cache's RoPE at the positions they will be stored at (k itself
 // without RoPE). The caller holds c.mu.
-func (c *KVCache) rotateKeysLocked(seqs []int, k []float32, n int) []float32 {
+func (c *Cache) rotateKeysLocked(seqs []int, k []float32, n int) []float32 {
 	if c.rope == nil {
 		return k
 	}
@@ -578,17 +578,13 @@ func (c *KVCache) rotateKeysLocked(seqs []int, k []float32, n int) []float32 {
 	return out
 }
 
-// writeInts writes ints into t at once: how Append and Truncate keep the
-// page table and the lengths current.
-func writeInts(t *Tensor, off int, xs []int) error { return t.writeInts(off, xs) }
-
 // cacheWriter is how store puts things on the device: runs of rows
 // (rows), the page table and lengths (ints), and the copy of a shared page
 // before its first append (page). Each is done at once (Append on mapped
 // memory) or recorded into commands (one submission).
 type cacheWriter struct {
-	rows func(i int, dst *Tensor, dstElem, first, rows, w int) error
-	ints func(t *Tensor, off int, xs []int) error
+	rows func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error
+	ints func(t *vkattn.Tensor, off int, xs []int) error
 	page func(from, to int) error
 }
 
@@ -598,7 +594,7 @@ type cacheWriter struct {
 // numbered sequence by sequence, head by head) at element dstElem of dst;
 // the rows of one call are contiguous on the device. Nothing is written
 // when a check fails. The caller holds c.mu.
-func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
+func (c *Cache) storeLocked(seqs []int, n int, w cacheWriter) error {
 	cfg := c.cfg
 	if err := c.usable(); err != nil {
 		return err
@@ -617,20 +613,20 @@ func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 		if cfg.Window > 0 {
 			start := pool.First(b) * cfg.PageSize
 			if held := c.lens[b] + n - start; held > cfg.Capacity {
-				return errorf(core.ErrCapacity, "sequence %d of a rolling cache would hold positions %d to %d, %d of at most %d: append fewer tokens at once or raise Capacity", b, start, c.lens[b]+n-1, held, cfg.Capacity)
+				return core.Errorf(vkattn.ErrCapacity, "sequence %d of a rolling cache would hold positions %d to %d, %d of at most %d: append fewer tokens at once or raise Capacity", b, start, c.lens[b]+n-1, held, cfg.Capacity)
 			}
 			if c.lens[b]+n > math.MaxInt32 {
-				return errorf(core.ErrCapacity, "sequence %d holds %d tokens: %d more go past position 2^31-1", b, c.lens[b], n)
+				return core.Errorf(vkattn.ErrCapacity, "sequence %d holds %d tokens: %d more go past position 2^31-1", b, c.lens[b], n)
 			}
 			continue
 		}
 		if c.lens[b]+n > cfg.Capacity {
-			return errorf(core.ErrCapacity, "sequence %d holds %d of %d positions: %d more do not fit", b, c.lens[b], cfg.Capacity, n)
+			return core.Errorf(vkattn.ErrCapacity, "sequence %d holds %d of %d positions: %d more do not fit", b, c.lens[b], cfg.Capacity, n)
 		}
 	}
 	if c.pt != nil {
 		if need, _ := pool.Plan(seqs, c.lens, n); need > pool.Free() {
-			return errorf(core.ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, pool.Free(), cfg.Pages)
+			return core.Errorf(vkattn.ErrCapacity, "%d more pages needed, %d of the pool's %d are free", need, pool.Free(), cfg.Pages)
 		}
 		c.pool = pool
 		// Copy on write: a sequence about to write into a page it shares
@@ -655,8 +651,8 @@ func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 				}
 				for t, x := range []struct {
 					w   int
-					dst *Tensor
-				}{{cfg.DK, c.k.root()}, {cfg.DV, c.v.root()}} {
+					dst *vkattn.Tensor
+				}{{cfg.DK, engine.Root(c.k)}, {cfg.DV, engine.Root(c.v)}} {
 					if err := w.rows(t, x.dst, c.rowOffset(b, h, pos, x.w), src*n+done, run, x.w); err != nil {
 						return err
 					}
@@ -681,11 +677,11 @@ func (c *KVCache) storeLocked(seqs []int, n int, w cacheWriter) error {
 // eachPageSpan calls f with the byte ranges of page from and page to in
 // the K pool, then in the V pool (q8_0: quants and scales each): a page
 // holds every KV head's rows.
-func (c *KVCache) eachPageSpan(from, to int, f func(pool *Tensor, src, dst byteSpan) error) error {
+func (c *Cache) eachPageSpan(from, to int, f func(pool *vkattn.Tensor, src, dst engine.ByteSpan) error) error {
 	cfg := c.cfg
-	for _, pool := range []*Tensor{c.k.root(), c.v.root()} {
-		n := cfg.HKV * cfg.PageSize * pool.shape[3]
-		err := eachSpan(cfg.DType, pool.elements(), from*n, pool.elements(), to*n, n, func(src, dst byteSpan) error {
+	for _, pool := range []*vkattn.Tensor{engine.Root(c.k), engine.Root(c.v)} {
+		n := cfg.HKV * cfg.PageSize * pool.Shape()[3]
+		err := engine.EachSpan(cfg.DType, engine.Elements(pool), from*n, engine.Elements(pool), to*n, n, func(src, dst engine.ByteSpan) error {
 			return f(pool, src, dst)
 		})
 		if err != nil {
@@ -697,18 +693,18 @@ func (c *KVCache) eachPageSpan(from, to int, f func(pool *Tensor, src, dst byteS
 
 // copyPageNow copies page from to page to in both pools on the device,
 // and waits.
-func (c *KVCache) copyPageNow(from, to int) error {
-	return c.eachPageSpan(from, to, func(pool *Tensor, src, dst byteSpan) error {
-		return pool.buf.CopyTo(pool.buf, src.off, dst.off, src.n)
+func (c *Cache) copyPageNow(from, to int) error {
+	return c.eachPageSpan(from, to, func(pool *vkattn.Tensor, src, dst engine.ByteSpan) error {
+		return engine.Buf(pool).CopyTo(engine.Buf(pool), src.Off, dst.Off, src.N)
 	})
 }
 
 // recordPageCopy is copyPageNow recorded into cmds, with the barrier that
 // orders it before the rows written into the copy.
-func (c *KVCache) recordPageCopy(cmds *vk.Commands) func(from, to int) error {
+func (c *Cache) recordPageCopy(cmds *vk.Commands) func(from, to int) error {
 	return func(from, to int) error {
-		err := c.eachPageSpan(from, to, func(pool *Tensor, src, dst byteSpan) error {
-			return cmds.Copy(pool.buf, src.off, pool.buf, dst.off, src.n)
+		err := c.eachPageSpan(from, to, func(pool *vkattn.Tensor, src, dst engine.ByteSpan) error {
+			return cmds.Copy(engine.Buf(pool), src.Off, engine.Buf(pool), dst.Off, src.N)
 		})
 		if err != nil {
 			return err
@@ -725,7 +721,7 @@ type cacheState struct {
 	pool *pages.Pool
 }
 
-func (c *KVCache) saveLocked() cacheState {
+func (c *Cache) saveLocked() cacheState {
 	s := cacheState{lens: slices.Clone(c.lens)}
 	if c.pool != nil {
 		s.pool = c.pool.Clone()
@@ -733,11 +729,11 @@ func (c *KVCache) saveLocked() cacheState {
 	return s
 }
 
-func (c *KVCache) restoreLocked(s cacheState) { c.lens, c.pool = s.lens, s.pool }
+func (c *Cache) restoreLocked(s cacheState) { c.lens, c.pool = s.lens, s.pool }
 
 // rowOffset is the element offset of position pos of sequence b, head h,
 // in a tensor of rows of width w.
-func (c *KVCache) rowOffset(b, h, pos, w int) int {
+func (c *Cache) rowOffset(b, h, pos, w int) int {
 	cfg := c.cfg
 	if c.pt == nil {
 		return ((b*cfg.HKV+h)*cfg.Capacity + pos) * w
@@ -749,45 +745,30 @@ func (c *KVCache) rowOffset(b, h, pos, w int) int {
 // syncPages writes the page table to the device with putInts (unused
 // entries 0, never read: they lie past every length). The caller holds
 // c.mu.
-func (c *KVCache) syncPages(putInts func(t *Tensor, off int, xs []int) error) error {
+func (c *Cache) syncPages(putInts func(t *vkattn.Tensor, off int, xs []int) error) error {
 	return putInts(c.pt.table, 0, c.pool.Table(c.pt.perItem))
-}
-
-// pagedView is the (B, HKV, Capacity, D) view of a page pool: its batch
-// stride is the pool's page stride, and the page table places each page.
-func (t *Tensor) pagedView(cfg KVCacheConfig) *Tensor {
-	v := &Tensor{dev: t.dev, buf: t.buf, owner: t.root(), dtype: t.dtype, strides: t.strides, finite: t.finite}
-	v.shape = [4]int{cfg.B, cfg.HKV, cfg.Capacity, t.shape[3]}
-	return v
-}
-
-// prefix is the view of t's first n positions (axis 2), the same data.
-func (t *Tensor) prefix(n int) *Tensor {
-	v := &Tensor{dev: t.dev, buf: t.buf, owner: t.root(), dtype: t.dtype, shape: t.shape, offset: t.offset, strides: t.strides, finite: t.finite}
-	v.shape[2] = n
-	return v
 }
 
 // Truncate shortens the sequences to lens (speculative decoding rolls
 // back); a length beyond a sequence's current one is ErrCapacity, and in
 // a rolling cache a length whose next token's window reaches positions
 // already let go is ErrOption (SEMANTICS.md §22).
-func (c *KVCache) Truncate(lens []int) error {
+func (c *Cache) Truncate(lens []int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usable(); err != nil {
 		return err
 	}
 	if len(lens) != c.cfg.B {
-		return errorf(core.ErrShape, "truncate to %d lengths, the cache has %d sequences", len(lens), c.cfg.B)
+		return core.Errorf(vkattn.ErrShape, "truncate to %d lengths, the cache has %d sequences", len(lens), c.cfg.B)
 	}
 	c.settleLocked()
 	for b, n := range lens {
 		if n < 0 || n > c.lens[b] {
-			return errorf(core.ErrCapacity, "truncate sequence %d of length %d to %d", b, c.lens[b], n)
+			return core.Errorf(vkattn.ErrCapacity, "truncate sequence %d of length %d to %d", b, c.lens[b], n)
 		}
 		if start := c.start(b); n > 0 && max(0, n-c.cfg.Window+1) < start {
-			return errorf(core.ErrOption, "truncate sequence %d of a rolling cache to %d: the window of its next token reaches back to position %d, but the cache keeps positions from %d on (truncate to 0, or to at least %d)",
+			return core.Errorf(vkattn.ErrOption, "truncate sequence %d of a rolling cache to %d: the window of its next token reaches back to position %d, but the cache keeps positions from %d on (truncate to 0, or to at least %d)",
 				b, n, n-c.cfg.Window+1, start, start+c.cfg.Window-1)
 		}
 	}
@@ -798,11 +779,11 @@ func (c *KVCache) Truncate(lens []int) error {
 		for b, n := range lens {
 			c.pool.Truncate(b, n)
 		}
-		if err := c.syncPages(writeInts); err != nil {
+		if err := c.syncPages(engine.WriteInts); err != nil {
 			return err
 		}
 	}
-	return c.syncLengths(writeInts)
+	return c.syncLengths(engine.WriteInts)
 }
 
 // Fork makes sequence dst a copy of sequence src (parallel sampling, beam
@@ -813,18 +794,18 @@ func (c *KVCache) Truncate(lens []int) error {
 // pool when no sequence holds it. dst's own tokens are let go first. Only
 // a paged cache shares pages (ErrOption otherwise); src == dst changes
 // nothing.
-func (c *KVCache) Fork(src, dst int) error {
+func (c *Cache) Fork(src, dst int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usable(); err != nil {
 		return err
 	}
 	if c.pt == nil {
-		return errorf(core.ErrOption, "Fork shares pages: the cache must be paged (PageSize > 0)")
+		return core.Errorf(vkattn.ErrOption, "Fork shares pages: the cache must be paged (PageSize > 0)")
 	}
 	for _, b := range []int{src, dst} {
 		if b < 0 || b >= c.cfg.B {
-			return errorf(core.ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
+			return core.Errorf(vkattn.ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
 		}
 	}
 	if src == dst {
@@ -833,20 +814,20 @@ func (c *KVCache) Fork(src, dst int) error {
 	c.settleLocked()
 	c.pool.Fork(src, dst)
 	c.lens[dst] = c.lens[src]
-	if err := c.syncPages(writeInts); err != nil {
+	if err := c.syncPages(engine.WriteInts); err != nil {
 		return err
 	}
 	if c.rope != nil && c.rope.lengths != nil {
-		if err := c.putRoPERows(dst, c.start(dst), c.lens[dst], writeInts); err != nil {
+		if err := c.putRoPERows(dst, c.start(dst), c.lens[dst], engine.WriteInts); err != nil {
 			return err
 		}
 	}
-	return c.syncLengths(writeInts)
+	return c.syncLengths(engine.WriteInts)
 }
 
 // PagesInUse is how many pages of a paged cache's pool sequences hold
 // (shared pages counted once); 0 for a contiguous cache.
-func (c *KVCache) PagesInUse() int {
+func (c *Cache) PagesInUse() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.pt == nil {
@@ -856,13 +837,13 @@ func (c *KVCache) PagesInUse() int {
 }
 
 // Reset empties every sequence.
-func (c *KVCache) Reset() error { return c.Truncate(make([]int, c.cfg.B)) }
+func (c *Cache) Reset() error { return c.Truncate(make([]int, c.cfg.B)) }
 
 // syncLengths writes the key lengths to the device with putInts: the
 // positions each sequence holds (of a rolling cache, from its first kept
 // one), and a rolling cache's RoPE rows of its queries. The caller holds
 // c.mu.
-func (c *KVCache) syncLengths(putInts func(t *Tensor, off int, xs []int) error) error {
+func (c *Cache) syncLengths(putInts func(t *vkattn.Tensor, off int, xs []int) error) error {
 	if c.cfg.Window == 0 {
 		return putInts(c.lenT, 0, c.lens)
 	}
@@ -887,19 +868,19 @@ func (c *KVCache) syncLengths(putInts func(t *Tensor, off int, xs []int) error) 
 // AlignToKeyLengths, which the cache sets, apply as for Device.Attention;
 // over a rolling cache a Window within the cache's is required, and its
 // reach checked (SEMANTICS.md §22).
-func (c *KVCache) Attention(q *Tensor, opts core.Options) (*Output, error) {
+func (c *Cache) Attention(q *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output, error) {
 	return c.AttentionContext(context.Background(), q, opts)
 }
 
 // AttentionContext is Attention with a context that can cancel the wait.
-func (c *KVCache) AttentionContext(ctx context.Context, q *Tensor, opts core.Options) (*Output, error) {
-	return runOnce(ctx, func() (*Call, error) { return c.Prepare(q, opts) })
+func (c *Cache) AttentionContext(ctx context.Context, q *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output, error) {
+	return engine.RunOnce(ctx, func() (*vkattn.Call, error) { return c.Prepare(q, opts) })
 }
 
 // Prepare records an attention call over the cache (see Attention). Each
 // Run reads the cache as it is then: a decode step appends its token,
 // writes its query into q and runs the call again.
-func (c *KVCache) Prepare(q *Tensor, opts core.Options) (*Call, error) {
+func (c *Cache) Prepare(q *vkattn.Tensor, opts vkattn.Options) (*vkattn.Call, error) {
 	if err := c.checkOptions(opts); err != nil {
 		return nil, err
 	}
@@ -909,41 +890,41 @@ func (c *KVCache) Prepare(q *Tensor, opts core.Options) (*Call, error) {
 		return nil, err
 	}
 	if q == nil {
-		return nil, errorf(core.ErrShape, "Q is nil")
+		return nil, core.Errorf(vkattn.ErrShape, "Q is nil")
 	}
-	l := q.shape[2]
+	l := q.Shape()[2]
 	for b, n := range c.lens {
 		if n < l {
-			return nil, errorf(core.ErrLengths, "sequence %d holds %d tokens, fewer than the %d queries (a query's own token must be appended first)", b, n, l)
+			return nil, core.Errorf(vkattn.ErrLengths, "sequence %d holds %d tokens, fewer than the %d queries (a query's own token must be appended first)", b, n, l)
 		}
 	}
 	if err := c.reachLocked(l, opts.Window); err != nil {
 		return nil, err
 	}
 	opts.KeyLengths = c.keptLocked()
-	opts.Causal = core.CausalBottomRight
+	opts.Causal = vkattn.CausalBottomRight
 	opts.AlignToKeyLengths = true
-	call, err := c.dev.prepare(q, c.k, c.v, opts, c.callRefs())
+	call, err := engine.PrepareOver(c.dev, q, c.k, c.v, opts, c.callRefs())
 	if err != nil || c.cfg.Window == 0 {
 		return call, err
 	}
 	// Each run reads the lengths as they are then: so is the window's
 	// reach checked.
 	w := *opts.Window
-	call.check = func() error {
+	engine.SetCheck(call, func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if err := c.usable(); err != nil {
 			return err
 		}
 		return c.reachLocked(l, &w)
-	}
+	})
 	return call, nil
 }
 
 // keptLocked is the positions each sequence holds: its length, less a
 // rolling cache's positions let go. The caller holds c.mu.
-func (c *KVCache) keptLocked() []int {
+func (c *Cache) keptLocked() []int {
 	kept := slices.Clone(c.lens)
 	for b := range kept {
 		kept[b] -= c.start(b)
@@ -953,7 +934,7 @@ func (c *KVCache) keptLocked() []int {
 
 // start is sequence b's first position held: 0 but in a rolling cache.
 // The caller holds c.mu.
-func (c *KVCache) start(b int) int {
+func (c *Cache) start(b int) int {
 	if c.cfg.Window == 0 {
 		return 0
 	}
@@ -963,13 +944,13 @@ func (c *KVCache) start(b int) int {
 // reachLocked refuses (ErrOption) a call of l queries with window w over
 // a rolling cache whose first query's window reaches a position the cache
 // let go (SEMANTICS.md §22). The caller holds c.mu.
-func (c *KVCache) reachLocked(l int, w *core.Window) error {
+func (c *Cache) reachLocked(l int, w *vkattn.Window) error {
 	if c.cfg.Window == 0 {
 		return nil
 	}
 	for b, n := range c.lens {
 		if from, start := n-l-w.Left, c.start(b); from < start && start > 0 {
-			return errorf(core.ErrOption, "a call of %d queries with a window of Left = %d over sequence %d of a rolling cache: query 0 sees from position %d on, but the cache keeps positions from %d on (the window of the tokens last appended: call with their queries)",
+			return core.Errorf(vkattn.ErrOption, "a call of %d queries with a window of Left = %d over sequence %d of a rolling cache: query 0 sees from position %d on, but the cache keeps positions from %d on (the window of the tokens last appended: call with their queries)",
 				l, w.Left, b, max(0, from), start)
 		}
 	}
@@ -979,7 +960,7 @@ func (c *KVCache) reachLocked(l int, w *core.Window) error {
 // checkOptions refuses the options a call over the cache cannot take:
 // those the cache sets, and over a rolling cache a window reaching past
 // what it keeps and masks over its moving key places.
-func (c *KVCache) checkOptions(opts core.Options) error {
+func (c *Cache) checkOptions(opts vkattn.Options) error {
 	if err := checkCacheOptions(opts); err != nil {
 		return err
 	}
@@ -992,28 +973,28 @@ func (c *KVCache) checkOptions(opts core.Options) error {
 		if opts.Window != nil {
 			got = fmt.Sprintf("Left = %d", opts.Window.Left)
 		}
-		return errorf(core.ErrOption, "a rolling KV cache of Window %d keeps the last %d positions a query sees: a call over it needs Options.Window with Left in [0, %d], not %s", w, w, w-1, got)
+		return core.Errorf(vkattn.ErrOption, "a rolling KV cache of Window %d keeps the last %d positions a query sees: a call over it needs Options.Window with Left in [0, %d], not %s", w, w, w-1, got)
 	}
 	if opts.Mask != nil || len(opts.BoolMasks) > 0 {
-		return errorf(core.ErrOption, "a rolling KV cache moves its keys as it lets go of pages: a call over it takes no Mask or BoolMasks")
+		return core.Errorf(vkattn.ErrOption, "a rolling KV cache moves its keys as it lets go of pages: a call over it takes no Mask or BoolMasks")
 	}
 	return nil
 }
 
 // checkRolling checks the pages of a cache's configuration and a rolling
 // cache's window, and sets a rolling cache's capacity (SEMANTICS.md §22).
-func checkRolling(cfg *KVCacheConfig) error {
+func checkRolling(cfg *Config) error {
 	if cfg.PageSize < 0 || cfg.Pages < 0 {
-		return errorf(core.ErrOption, "KV cache pages of %d positions, %d pages: want positive numbers (or 0)", cfg.PageSize, cfg.Pages)
+		return core.Errorf(vkattn.ErrOption, "KV cache pages of %d positions, %d pages: want positive numbers (or 0)", cfg.PageSize, cfg.Pages)
 	}
 	if cfg.Window < 0 {
-		return errorf(core.ErrOption, "KV cache Window %d: want 0 (keep every position) or a window of at least 1 position", cfg.Window)
+		return core.Errorf(vkattn.ErrOption, "KV cache Window %d: want 0 (keep every position) or a window of at least 1 position", cfg.Window)
 	}
 	if cfg.Window == 0 {
 		return nil
 	}
 	if cfg.PageSize == 0 {
-		return errorf(core.ErrOption, "a rolling KV cache (Window %d) lets go of whole pages: set PageSize", cfg.Window)
+		return core.Errorf(vkattn.ErrOption, "a rolling KV cache (Window %d) lets go of whole pages: set PageSize", cfg.Window)
 	}
 	// A decode step holds the window, the new token and up to a page
 	// less one position before the window.
@@ -1022,43 +1003,38 @@ func checkRolling(cfg *KVCacheConfig) error {
 		cfg.Capacity = least
 	}
 	if cfg.Capacity < least {
-		return errorf(core.ErrOption, "a rolling KV cache of Window %d and pages of %d positions holds up to Window + PageSize - 1 = %d positions of a sequence decoding a token at a time: Capacity %d is less (0 picks it)", cfg.Window, cfg.PageSize, least, cfg.Capacity)
+		return core.Errorf(vkattn.ErrOption, "a rolling KV cache of Window %d and pages of %d positions holds up to Window + PageSize - 1 = %d positions of a sequence decoding a token at a time: Capacity %d is less (0 picks it)", cfg.Window, cfg.PageSize, least, cfg.Capacity)
 	}
 	return nil
 }
 
 // checkCacheOptions refuses the options a call over a KV cache sets
 // itself.
-func checkCacheOptions(opts core.Options) error {
-	if opts.KeyLengths != nil || opts.QueryLengths != nil || opts.Causal != core.NotCausal || opts.AlignToKeyLengths {
-		return errorf(core.ErrOption, "a KV cache call sets KeyLengths, QueryLengths, Causal and AlignToKeyLengths itself")
+func checkCacheOptions(opts vkattn.Options) error {
+	if opts.KeyLengths != nil || opts.QueryLengths != nil || opts.Causal != vkattn.NotCausal || opts.AlignToKeyLengths {
+		return core.Errorf(vkattn.ErrOption, "a KV cache call sets KeyLengths, QueryLengths, Causal and AlignToKeyLengths itself")
 	}
 	if opts.RoPE != nil {
-		return errorf(core.ErrOption, "a KV cache call rotates by the cache's RoPE (KVCacheConfig.RoPE): Options.RoPE must be nil")
+		return core.Errorf(vkattn.ErrOption, "a KV cache call rotates by the cache's RoPE (kv.Config.RoPE): Options.RoPE must be nil")
 	}
 	return nil
 }
 
-// cacheRefs are what a KV cache adds to a call over it: the device copy
-// of the lengths the kernels read, kept current between replays, and the
-// page table when paged.
-type cacheRefs struct {
-	lengths *Tensor
-	pages   *pageTable
-	rope    *cacheRoPE
-}
-
-// ropeLengths is where the query rotation finds each sequence's table
-// rows: the key lengths, or a rolling cache's own.
-func (r *cacheRefs) ropeLengths() *Tensor {
-	if r.rope.lengths != nil {
-		return r.rope.lengths
+// callRefs are what the cache adds to a call over it.
+func (c *Cache) callRefs() *engine.CacheRefs {
+	r := &engine.CacheRefs{Lengths: c.lenT}
+	if pt := c.pt; pt != nil {
+		r.PageTable, r.PageSize, r.Pages, r.PerItem = pt.table, pt.size, pt.pages, pt.perItem
 	}
-	return r.lengths
-}
-
-func (c *KVCache) callRefs() *cacheRefs {
-	return &cacheRefs{lengths: c.lenT, pages: c.pt, rope: c.rope}
+	if c.rope != nil {
+		// The query rotation finds each sequence's table rows at the key
+		// lengths, or a rolling cache's own.
+		r.RoPE, r.RoPETable, r.RoPELengths = c.rope.r, c.rope.table, c.rope.lengths
+		if r.RoPELengths == nil {
+			r.RoPELengths = c.lenT
+		}
+	}
+	return r
 }
 
 // cacheRoPE is a KV cache's rotary embedding: its RoPE and the (cos, sin)
@@ -1074,10 +1050,10 @@ func (c *KVCache) callRefs() *cacheRefs {
 // first position kept (a sequence keeps at most `rows`), so truncating
 // leaves the rows of what is kept; a fork writes the rows of dst's.
 type cacheRoPE struct {
-	r       *core.RoPE
-	table   *Tensor
-	lengths *Tensor // int32 [B]: rolling only
-	rows    int     // rolling: positions a sequence's table holds
+	r       *vkattn.RoPE
+	table   *vkattn.Tensor
+	lengths *vkattn.Tensor // int32 [B]: rolling only
+	rows    int            // rolling: positions a sequence's table holds
 }
 
 // rowOf is the value of lengths[b] for sequence b of length n: the RoPE
@@ -1091,32 +1067,32 @@ func (r *cacheRoPE) rowOf(b, n int) int { return 2*b*r.rows + r.rows + n%r.rows 
 // rows for its capacity, the most positions a call's queries span.
 // Zeroed, so that a call replayed over an emptied cache reads finite
 // rows.
-func (c *KVCache) newRollingRoPE(r *core.RoPE) error {
+func (c *Cache) newRollingRoPE(r *vkattn.RoPE) error {
 	cfg := c.cfg
 	rot := r.RotatedDims(cfg.DK)
 	c.rope = &cacheRoPE{r: r, rows: cfg.Capacity}
 	var err error
-	if c.rope.table, err = c.dev.newTensor([4]int{1, 1, 1, cfg.B * 2 * cfg.Capacity * rot}, core.Float32); err != nil {
+	if c.rope.table, err = engine.NewTensor(c.dev, [4]int{1, 1, 1, cfg.B * 2 * cfg.Capacity * rot}, vkattn.Float32); err != nil {
 		return err
 	}
-	if c.rope.lengths, err = c.dev.newTensor([4]int{1, 1, 1, cfg.B}, core.Float32); err != nil {
+	if c.rope.lengths, err = engine.NewTensor(c.dev, [4]int{1, 1, 1, cfg.B}, vkattn.Float32); err != nil {
 		return err
 	}
-	err = c.dev.dev.Once(func(cmds *vk.Commands) error {
-		for _, t := range []*Tensor{c.rope.table, c.rope.lengths} {
-			if err := cmds.Fill(t.buf, 0, t.buf.Size(), 0); err != nil {
+	err = engine.VK(c.dev).Once(func(cmds *vk.Commands) error {
+		for _, t := range []*vkattn.Tensor{c.rope.table, c.rope.lengths} {
+			if err := cmds.Fill(engine.Buf(t), 0, engine.Buf(t).Size(), 0); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	return deviceError(err)
+	return engine.DeviceError(err)
 }
 
 // putRoPERows writes the RoPE table rows of positions [from, to) of
 // sequence b of a rolling cache, twice each, with putInts (the rows'
 // float32 bits as int32 words). to - from is at most the capacity.
-func (c *KVCache) putRoPERows(b, from, to int, putInts func(t *Tensor, off int, xs []int) error) error {
+func (c *Cache) putRoPERows(b, from, to int, putInts func(t *vkattn.Tensor, off int, xs []int) error) error {
 	r, w := c.rope, c.rope.rows
 	rot := r.r.RotatedDims(c.cfg.DK)
 	for p := from; p < to; {
@@ -1126,7 +1102,7 @@ func (c *KVCache) putRoPERows(b, from, to int, putInts func(t *Tensor, off int, 
 		for j := range positions {
 			positions[j] = p + j
 		}
-		rows := ropeTable(r.r, c.cfg.DK, positions)
+		rows := engine.RoPETable(r.r, c.cfg.DK, positions)
 		words := make([]int, len(rows))
 		for j, x := range rows {
 			words[j] = int(int32(math.Float32bits(x)))
@@ -1143,15 +1119,15 @@ func (c *KVCache) putRoPERows(b, from, to int, putInts func(t *Tensor, off int, 
 
 // usable is ErrClosed once the cache or its device is closed. The caller
 // holds c.mu.
-func (c *KVCache) usable() error {
+func (c *Cache) usable() error {
 	if c.closed {
-		return errorf(core.ErrClosed, "KV cache used after Close")
+		return core.Errorf(vkattn.ErrClosed, "KV cache used after Close")
 	}
-	return c.dev.checkOpen()
+	return engine.CheckOpen(c.dev)
 }
 
 // Close frees the cache; close the calls prepared on it first.
-func (c *KVCache) Close() {
+func (c *Cache) Close() {
 	if c == nil {
 		return
 	}
@@ -1159,9 +1135,9 @@ func (c *KVCache) Close() {
 	defer c.mu.Unlock()
 	c.closed = true
 	c.settleLocked()
-	closeTensors(c.k, c.v, c.lenT)
+	engine.CloseTensors(c.k, c.v, c.lenT)
 	if c.rope != nil {
-		closeTensors(c.rope.table, c.rope.lengths)
+		engine.CloseTensors(c.rope.table, c.rope.lengths)
 	}
 	if c.pt != nil {
 		c.pt.table.Close()
@@ -1170,13 +1146,3 @@ func (c *KVCache) Close() {
 
 // closer is what a cache keeps alive for work in flight.
 type closer interface{ Close() }
-
-// CacheKeys is a contiguous cache's key storage, (B, HKV, Capacity, DK),
-// as the kernels read it (q8_0 dequantized), once pending appends are
-// done: for tests of what appends store.
-func CacheKeys(c *KVCache) ([]float32, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.settleLocked()
-	return c.k.Download()
-}

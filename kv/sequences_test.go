@@ -1,7 +1,7 @@
 // Sequences of different lengths: the KV cache and packed (varlen)
 // batches (SEMANTICS.md §4.2).
 
-package vkattn_test
+package kv_test
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/kv"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -32,8 +34,8 @@ func newHistory(b, hkv, dk, dv int, dt vkattn.DType) *history {
 // add records n tokens of sequence b given as (HKV, n, d) data.
 func (h *history) add(b int, k, v []float32, n int) {
 	for j := 0; j < h.hkv; j++ {
-		h.k[b][j] = append(h.k[b][j], roundAll(h.dt, k[j*n*h.dk:(j+1)*n*h.dk])...)
-		h.v[b][j] = append(h.v[b][j], roundAll(h.dt, v[j*n*h.dv:(j+1)*n*h.dv])...)
+		h.k[b][j] = append(h.k[b][j], devtest.RoundAll(h.dt, k[j*n*h.dk:(j+1)*n*h.dk])...)
+		h.v[b][j] = append(h.v[b][j], devtest.RoundAll(h.dt, v[j*n*h.dv:(j+1)*n*h.dv])...)
 	}
 }
 
@@ -63,16 +65,16 @@ func (h *history) want(t *testing.T, b int, q []float32, H, L int, opts vkattn.O
 
 // filledCache makes a cache of cfg and appends lengths[b] random tokens
 // to sequence b, recording them in a history.
-func filledCache(t *testing.T, d *vkattn.Device, r *rand.Rand, cfg vkattn.KVCacheConfig, lengths ...int) (*vkattn.KVCache, *history) {
+func filledCache(t *testing.T, d *vkattn.Device, r *rand.Rand, cfg kv.Config, lengths ...int) (*kv.Cache, *history) {
 	t.Helper()
-	cache, err := d.NewKVCache(cfg)
+	cache, err := kv.New(d, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cache.Close)
 	hist := newHistory(cfg.B, cfg.HKV, cfg.DK, cfg.DV, cfg.DType)
 	for b, n := range lengths {
-		k, v := randomValues(r, cfg.HKV*n*cfg.DK), randomValues(r, cfg.HKV*n*cfg.DV)
+		k, v := devtest.RandomValues(r, cfg.HKV*n*cfg.DK), devtest.RandomValues(r, cfg.HKV*n*cfg.DV)
 		if err := cache.AppendTo(b, k, v, n); err != nil {
 			t.Fatal(err)
 		}
@@ -87,19 +89,19 @@ func (h *history) check(t *testing.T, what string, o, qData []float32, H, L int,
 	t.Helper()
 	for b := range h.k {
 		n := H * L * h.dv
-		compare(t, fmt.Sprintf("%s, sequence %d (length %d)", what, b, len(h.k[b][0])/h.dk), o[b*n:(b+1)*n], h.want(t, b, qData[b*len(qData)/len(h.k):(b+1)*len(qData)/len(h.k)], H, L, opts))
+		devtest.Compare(t, fmt.Sprintf("%s, sequence %d (length %d)", what, b, len(h.k[b][0])/h.dk), o[b*n:(b+1)*n], h.want(t, b, qData[b*len(qData)/len(h.k):(b+1)*len(qData)/len(h.k)], H, L, opts))
 	}
 }
 
 // attendOnce runs one attention over the cache and returns O and the plan.
-func attendOnce(t *testing.T, cache *vkattn.KVCache, q *vkattn.Tensor, opts vkattn.Options) ([]float32, vkattn.Plan) {
+func attendOnce(t *testing.T, cache *kv.Cache, q *vkattn.Tensor, opts vkattn.Options) ([]float32, vkattn.Plan) {
 	t.Helper()
 	out, err := cache.Attention(q, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	o := download(t, out.O)
+	o := devtest.Download(t, out.O)
 	return o, out.Plan
 }
 
@@ -126,14 +128,14 @@ func TestKVCacheDecodeLoop(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewSource(51))
 			// Prefills of different lengths, then a block of 3 queries.
-			cache, hist := filledCache(t, dev, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: c.dt, PageSize: c.page, Pages: c.pages}, 13, 5)
-			qBlock := randomValues(r, B*H*3*D)
-			o, _ := attendOnce(t, cache, upload(t, dev, []int{B, H, 3, D}, qBlock), c.opts)
+			cache, hist := filledCache(t, devtest.Dev, r, kv.Config{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: c.dt, PageSize: c.page, Pages: c.pages}, 13, 5)
+			qBlock := devtest.RandomValues(r, B*H*3*D)
+			o, _ := attendOnce(t, cache, devtest.Upload(t, devtest.Dev, []int{B, H, 3, D}, qBlock), c.opts)
 			hist.check(t, "prefill queries", o, qBlock, H, 3, c.opts)
 
 			// Decode: one prepared call, replayed; each step appends a
 			// token to both sequences and writes its query.
-			q := upload(t, dev, []int{B, H, 1, D}, make([]float32, B*H*D))
+			q := devtest.Upload(t, devtest.Dev, []int{B, H, 1, D}, make([]float32, B*H*D))
 			call, err := cache.Prepare(q, c.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -145,9 +147,9 @@ func TestKVCacheDecodeLoop(t *testing.T) {
 					// After a step has run: under discrete memory (a GPU
 					// plan) the first append allocates its staging buffer,
 					// which the next ones reuse.
-					before = dev.Stats()
+					before = devtest.Dev.Stats()
 				}
-				k, v := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D)
+				k, v := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D)
 				if err := cache.Append(k, v, 1); err != nil {
 					t.Fatal(err)
 				}
@@ -163,11 +165,11 @@ func TestKVCacheDecodeLoop(t *testing.T) {
 					}
 					hist.truncate(0, lens[0])
 				}
-				qData := randomValues(r, B*H*D)
-				o := replay(t, q, qData, call.Run, call.Output().O)
+				qData := devtest.RandomValues(r, B*H*D)
+				o := devtest.Replay(t, q, qData, call.Run, call.Output().O)
 				hist.check(t, fmt.Sprintf("step %d", step), o, qData, H, 1, c.opts)
 			}
-			if s := dev.Stats().Since(before); s.Allocations != 0 || s.Pools != 0 || s.Commands != 0 {
+			if s := devtest.Dev.Stats().Since(before); s.Allocations != 0 || s.Pools != 0 || s.Commands != 0 {
 				t.Errorf("decode steps allocated: %+v before, %+v after", before, s)
 			}
 		})
@@ -178,7 +180,7 @@ func TestKVCacheDecodeLoop(t *testing.T) {
 // paths: the kernel reads only each sequence's positions, through the page
 // table when paged.
 func TestKVCacheSplitK(t *testing.T) {
-	for path, d := range everyPlan() {
+	for path, d := range devtest.EveryPlan() {
 		for _, page := range []int{0, 64} {
 			t.Run(fmt.Sprintf("%s/page %d", path, page), func(t *testing.T) { kvCacheSplitK(t, d, page) })
 		}
@@ -188,9 +190,9 @@ func TestKVCacheSplitK(t *testing.T) {
 func kvCacheSplitK(t *testing.T, d *vkattn.Device, page int) {
 	const B, H, HKV, D, capacity = 2, 8, 2, 16, 600
 	r := rand.New(rand.NewSource(53))
-	cache, hist := filledCache(t, d, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page}, 517, 290)
-	qData := randomValues(r, B*H*D)
-	o, plan := attendOnce(t, cache, upload(t, d, []int{B, H, 1, D}, qData), vkattn.Options{})
+	cache, hist := filledCache(t, d, r, kv.Config{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page}, 517, 290)
+	qData := devtest.RandomValues(r, B*H*D)
+	o, plan := attendOnce(t, cache, devtest.Upload(t, d, []int{B, H, 1, D}, qData), vkattn.Options{})
 	if plan.Kernel.Splits == 0 {
 		t.Fatalf("plan %v: want split-K", plan.Kernel)
 	}
@@ -201,7 +203,7 @@ func kvCacheSplitK(t *testing.T, d *vkattn.Device, page int) {
 // options the cache sets itself are refused with sentinels, and nothing is
 // written.
 func TestKVCacheRefusals(t *testing.T) {
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 2, HKV: 1, Capacity: 4, DK: 2, DV: 2, DType: vkattn.Float16})
+	cache, err := kv.New(devtest.Dev, kv.Config{B: 2, HKV: 1, Capacity: 4, DK: 2, DV: 2, DType: vkattn.Float16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +211,7 @@ func TestKVCacheRefusals(t *testing.T) {
 	if err := cache.Append(make([]float32, 2*3*2), make([]float32, 2*3*2), 3); err != nil {
 		t.Fatal(err)
 	}
-	q := upload(t, dev, []int{2, 1, 1, 2}, []float32{1, 0, 0, 1})
+	q := devtest.Upload(t, devtest.Dev, []int{2, 1, 1, 2}, []float32{1, 0, 0, 1})
 	for _, c := range []struct {
 		name string
 		err  error
@@ -233,11 +235,11 @@ func TestKVCacheRefusals(t *testing.T) {
 	if got := cache.Lengths(); got[0] != 3 || got[1] != 3 {
 		t.Errorf("lengths %v after the refusals, want [3 3]", got)
 	}
-	if _, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 0, DK: 2, DV: 2}); !errors.Is(err, vkattn.ErrEmpty) {
+	if _, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 0, DK: 2, DV: 2}); !errors.Is(err, vkattn.ErrEmpty) {
 		t.Errorf("capacity 0: %v, want ErrEmpty", err)
 	}
 	// A paged cache whose pool runs out before the capacity does.
-	paged, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 2, HKV: 1, Capacity: 8, DK: 2, DV: 2, PageSize: 2, Pages: 3})
+	paged, err := kv.New(devtest.Dev, kv.Config{B: 2, HKV: 1, Capacity: 8, DK: 2, DV: 2, PageSize: 2, Pages: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,19 +266,19 @@ func TestKVCacheAppendTensors(t *testing.T) {
 	r := rand.New(rand.NewSource(57))
 	for _, page := range []int{0, 3} {
 		t.Run(fmt.Sprintf("page %d", page), func(t *testing.T) {
-			cache, hist := filledCache(t, dev, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 20, DK: D, DV: D, DType: vkattn.Float16, PageSize: page})
+			cache, hist := filledCache(t, devtest.Dev, r, kv.Config{B: B, HKV: HKV, Capacity: 20, DK: D, DV: D, DType: vkattn.Float16, PageSize: page})
 			for i, src := range []struct {
 				dt   vkattn.DType
 				blhd bool
 			}{{vkattn.Float16, false}, {vkattn.Float32, false}, {vkattn.Float16, true}} {
 				n := 2 + i
-				k, v := randomValues(r, B*HKV*n*D), randomValues(r, B*HKV*n*D)
+				k, v := devtest.RandomValues(r, B*HKV*n*D), devtest.RandomValues(r, B*HKV*n*D)
 				s := [4]int{B, HKV, n, D}
 				up := func(x []float32) *vkattn.Tensor {
 					if src.blhd {
-						return mustUploadAs(t, dev, []int{B, n, HKV, D}, toBLHD(x, s), src.dt).SwapAxes12()
+						return devtest.MustUploadAs(t, devtest.Dev, []int{B, n, HKV, D}, devtest.ToBLHD(x, s), src.dt).SwapAxes12()
 					}
-					return mustUploadAs(t, dev, s[:], x, src.dt)
+					return devtest.MustUploadAs(t, devtest.Dev, s[:], x, src.dt)
 				}
 				kt, vt := up(k), up(v)
 				err := cache.AppendTensors(kt, vt)
@@ -287,127 +289,27 @@ func TestKVCacheAppendTensors(t *testing.T) {
 				}
 				for b := 0; b < B; b++ {
 					m := HKV * n * D
-					hist.add(b, roundAll(src.dt, k[b*m:(b+1)*m]), roundAll(src.dt, v[b*m:(b+1)*m]), n)
+					hist.add(b, devtest.RoundAll(src.dt, k[b*m:(b+1)*m]), devtest.RoundAll(src.dt, v[b*m:(b+1)*m]), n)
 				}
 			}
-			qData := randomValues(r, B*H*D)
-			o, _ := attendOnce(t, cache, upload(t, dev, []int{B, H, 1, D}, qData), vkattn.Options{})
+			qData := devtest.RandomValues(r, B*H*D)
+			o, _ := attendOnce(t, cache, devtest.Upload(t, devtest.Dev, []int{B, H, 1, D}, qData), vkattn.Options{})
 			hist.check(t, "appended from tensors", o, qData, H, 1, vkattn.Options{})
 		})
-	}
-}
-
-// A packed batch of sequences of different lengths (one with no queries,
-// one with no keys) gives each sequence's own attention: against the
-// reference on each sequence alone, with causal alignments and the score
-// variants counted within each sequence, packed (total, H, d) data read in
-// place, on both load paths and in half precision.
-func TestAttentionVarlen(t *testing.T) {
-	const H, HKV, D = 4, 2, 8
-	lq, lk := []int{5, 0, 9, 3, 1}, []int{7, 3, 9, 0, 12}
-	cuQ, cuK := []int{0}, []int{0}
-	for i := range lq {
-		cuQ, cuK = append(cuQ, cuQ[i]+lq[i]), append(cuK, cuK[i]+lk[i])
-	}
-	tq, tk := cuQ[len(lq)], cuK[len(lk)]
-	inParallel(t, everyPlanName, func(t *testing.T, path string) {
-		d := everyPlan()[path]
-		r := rand.New(rand.NewSource(61))
-		for _, c := range []struct {
-			name string
-			opts vkattn.Options
-			dt   vkattn.DType
-		}{
-			{"bottom-right", vkattn.Options{Causal: vkattn.CausalBottomRight}, vkattn.Float32},
-			{"top-left window alibi", vkattn.Options{Causal: vkattn.CausalTopLeft, Window: &vkattn.Window{Left: 3, Right: 1}, ALiBi: vkattn.ALiBiSlopes(H)}, vkattn.Float16},
-			{"sinks softcap", vkattn.Options{Sinks: randomValues(r, H), Softcap: 0.7}, vkattn.BFloat16},
-		} {
-			t.Run(c.name, func(t *testing.T) {
-				// Packed (total, H, d) as a model lays it out.
-				qp, kp, vp := randomValues(r, tq*H*D), randomValues(r, tk*HKV*D), randomValues(r, tk*HKV*D)
-				q := mustUploadAs(t, d, []int{1, tq, H, D}, qp, c.dt).SwapAxes12()
-				defer q.Close()
-				k := mustUploadAs(t, d, []int{1, tk, HKV, D}, kp, c.dt).SwapAxes12()
-				defer k.Close()
-				v := mustUploadAs(t, d, []int{1, tk, HKV, D}, vp, c.dt).SwapAxes12()
-				defer v.Close()
-				out, err := d.AttentionVarlen(q, k, v, cuQ, cuK, c.opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer out.Close()
-				o, err := out.O.Download() // (1, H, tq, D)
-				if err != nil {
-					t.Fatal(err)
-				}
-				// sequence i's rows of a packed (total, heads, D) array as (heads, n, D).
-				seq := func(x []float32, heads, first, n int) []float32 {
-					s := make([]float32, 0, heads*n*D)
-					for h := 0; h < heads; h++ {
-						for p := first; p < first+n; p++ {
-							row := x[(p*heads+h)*D : (p*heads+h+1)*D]
-							s = append(s, roundAll(c.dt, row)...)
-						}
-					}
-					return s
-				}
-				for i := range lq {
-					if lq[i] == 0 {
-						continue
-					}
-					got := make([]float32, 0, H*lq[i]*D)
-					for h := 0; h < H; h++ {
-						got = append(got, o[(h*tq+cuQ[i])*D:(h*tq+cuQ[i]+lq[i])*D]...)
-					}
-					if lk[i] == 0 {
-						for j, x := range got {
-							if x != 0 {
-								t.Fatalf("sequence %d has no keys: O[%d] = %v, want 0", i, j, x)
-							}
-						}
-						continue
-					}
-					qs, ks, vs := seq(qp, H, cuQ[i], lq[i]), seq(kp, HKV, cuK[i], lk[i]), seq(vp, HKV, cuK[i], lk[i])
-					want, err := reference.Attention(qs, [4]int{1, H, lq[i], D}, ks, [4]int{1, HKV, lk[i], D}, vs, [4]int{1, HKV, lk[i], D}, c.opts)
-					if err != nil {
-						t.Fatal(err)
-					}
-					compareWithin(t, fmt.Sprintf("sequence %d (L=%d, S=%d)", i, lq[i], lk[i]), got, want.O, out.Plan.MatrixErrorBound(qs, ks, vs, c.opts.Scale).O)
-				}
-			})
-		}
-	})
-	q := upload(t, dev, []int{1, H, tq, D}, make([]float32, H*tq*D))
-	k := upload(t, dev, []int{1, HKV, tk, D}, make([]float32, HKV*tk*D))
-	for _, c := range []struct {
-		name     string
-		cuQ, cuK []int
-		opts     vkattn.Options
-		want     error
-	}{
-		{"not ending at the total", []int{0, 3}, []int{0, tk}, vkattn.Options{}, vkattn.ErrLengths},
-		{"decreasing", []int{0, 10, 5, tq}, []int{0, 1, 2, tk}, vkattn.Options{}, vkattn.ErrLengths},
-		{"counts differ", cuQ, []int{0, tk}, vkattn.Options{}, vkattn.ErrLengths},
-		{"a mask", cuQ, cuK, vkattn.Options{KeyLengths: []int{1}}, vkattn.ErrOption},
-		{"LSE", cuQ, cuK, vkattn.Options{WantLSE: true}, vkattn.ErrOption},
-	} {
-		if _, err := dev.AttentionVarlen(q, k, k, c.cuQ, c.cuK, c.opts); !errors.Is(err, c.want) {
-			t.Errorf("%s: %v, want %v", c.name, err, c.want)
-		}
 	}
 }
 
 // A step prepared on a cache that is closed afterwards fails with
 // ErrClosed when run, and frees cleanly.
 func TestKVCacheClosedUnderAPreparedStep(t *testing.T) {
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 4, DK: 4, DV: 4, PageSize: 2})
+	cache, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 4, DK: 4, DV: 4, PageSize: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cache.Append(make([]float32, 4), make([]float32, 4), 1); err != nil {
 		t.Fatal(err)
 	}
-	step, err := cache.Prepare(upload(t, dev, []int{1, 1, 1, 4}, make([]float32, 4)), vkattn.Options{})
+	step, err := cache.Prepare(devtest.Upload(t, devtest.Dev, []int{1, 1, 1, 4}, make([]float32, 4)), vkattn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +328,7 @@ func TestKVCacheClosedUnderAPreparedStep(t *testing.T) {
 // own tokens in order.
 func TestKVCacheConcurrentAppends(t *testing.T) {
 	const B, H, HKV, D, steps = 4, 2, 1, 4, 12
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: steps, DK: D, DV: D, PageSize: 5})
+	cache, err := kv.New(devtest.Dev, kv.Config{B: B, HKV: HKV, Capacity: steps, DK: D, DV: D, PageSize: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +338,7 @@ func TestKVCacheConcurrentAppends(t *testing.T) {
 	tokens := make([][][2][]float32, B)
 	for b := range tokens {
 		for i := 0; i < steps; i++ {
-			tokens[b] = append(tokens[b], [2][]float32{randomValues(r, HKV*D), randomValues(r, HKV*D)})
+			tokens[b] = append(tokens[b], [2][]float32{devtest.RandomValues(r, HKV*D), devtest.RandomValues(r, HKV*D)})
 			hist.add(b, tokens[b][i][0], tokens[b][i][1], 1)
 		}
 	}
@@ -458,7 +360,7 @@ func TestKVCacheConcurrentAppends(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	qData := randomValues(r, B*H*D)
-	o, _ := attendOnce(t, cache, upload(t, dev, []int{B, H, 1, D}, qData), vkattn.Options{})
+	qData := devtest.RandomValues(r, B*H*D)
+	o, _ := attendOnce(t, cache, devtest.Upload(t, devtest.Dev, []int{B, H, 1, D}, qData), vkattn.Options{})
 	hist.check(t, "after concurrent appends", o, qData, H, 1, vkattn.Options{})
 }

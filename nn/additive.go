@@ -1,10 +1,12 @@
-package engine
+package nn
 
 import (
 	"context"
 	"sync/atomic"
 
+	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -18,23 +20,23 @@ import (
 // same online softmax, masks, lengths, log-sum-exp and weights as scaled
 // dot-product attention. Additive scores have no scale.
 type Additive struct {
-	dev        *Device
+	dev        *vkattn.Device
 	dq, dk, da int
 	// wq and wk are W_q and W_k transposed to the (out, in) layout of the
 	// dense-layer kernel; bias and wa as given.
-	wq, wk, bias, wa *Tensor
+	wq, wk, bias, wa *vkattn.Tensor
 	closed           atomic.Bool
 }
 
 // NewAdditive checks the weights (errors name the tensor and both shapes)
-// and uploads them.
-func (d *Device) NewAdditive(w *core.AdditiveWeights) (*Additive, error) {
+// and uploads them to d.
+func NewAdditive(d *vkattn.Device, w *AdditiveWeights) (*Additive, error) {
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
 	a := &Additive{dev: d, dq: w.DQ, dk: w.DK, da: w.DA}
-	if err := d.uploadWeights([]weightUpload{
-		{&a.wq, core.Transpose(w.WQ, w.DQ, w.DA), core.Float32}, {&a.wk, core.Transpose(w.WK, w.DK, w.DA), core.Float32}, {&a.bias, w.Bias, core.Float32}, {&a.wa, w.WA, core.Float32},
+	if err := uploadWeights(d, []weightUpload{
+		{&a.wq, core.Transpose(w.WQ, w.DQ, w.DA), vkattn.Float32}, {&a.wk, core.Transpose(w.WK, w.DK, w.DA), vkattn.Float32}, {&a.bias, w.Bias, vkattn.Float32}, {&a.wa, w.WA, vkattn.Float32},
 	}); err != nil {
 		return nil, err
 	}
@@ -44,7 +46,7 @@ func (d *Device) NewAdditive(w *core.AdditiveWeights) (*Additive, error) {
 // Close frees the weights.
 func (a *Additive) Close() {
 	if a != nil {
-		closeTensors(a.wq, a.wk, a.bias, a.wa)
+		engine.CloseTensors(a.wq, a.wk, a.bias, a.wa)
 		a.closed.Store(true)
 	}
 }
@@ -52,15 +54,15 @@ func (a *Additive) Close() {
 // Plan validates a call given by its input shapes, q (B,L,d_q), k (B,S,d_k)
 // and v (B,S,d_v) (or rank 2 without B), and returns what Attention would
 // run. Dims are those of the attention kernel: H = 1, d_k = d_a.
-func (a *Additive) Plan(q, k, v []int, opts core.Options) (Plan, error) {
+func (a *Additive) Plan(q, k, v []int, opts vkattn.Options) (vkattn.Plan, error) {
 	var dims [3][3]int
 	for i, s := range [][]int{q, k, v} {
 		name := []string{"query", "key", "value"}[i]
 		if len(s) != 2 && len(s) != 3 {
-			return Plan{}, errorf(core.ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
+			return vkattn.Plan{}, core.Errorf(vkattn.ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
 		}
 		if len(s) != len(q) {
-			return Plan{}, errorf(core.ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(q))
+			return vkattn.Plan{}, core.Errorf(vkattn.ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(q))
 		}
 		dims[i] = [3]int{1, s[len(s)-2], s[len(s)-1]}
 		if len(s) == 3 {
@@ -71,34 +73,34 @@ func (a *Additive) Plan(q, k, v []int, opts core.Options) (Plan, error) {
 }
 
 // plan checks a call of (B, positions, width) inputs and plans it.
-func (a *Additive) plan(dims [3][3]int, opts *core.Options) (Plan, error) {
+func (a *Additive) plan(dims [3][3]int, opts *vkattn.Options) (vkattn.Plan, error) {
 	if a.closed.Load() {
-		return Plan{}, errorf(core.ErrClosed, "additive attention used after Close")
+		return vkattn.Plan{}, core.Errorf(vkattn.ErrClosed, "additive attention used after Close")
 	}
 	if !opts.Scale.IsDefault() {
-		return Plan{}, errorf(core.ErrScale, "additive attention has no score scale")
+		return vkattn.Plan{}, core.Errorf(vkattn.ErrScale, "additive attention has no score scale")
 	}
 	if opts.RoPE != nil {
-		return Plan{}, errorf(core.ErrOption, "additive attention has no rotary embedding (it scores w_a . tanh(q + k))")
+		return vkattn.Plan{}, core.Errorf(vkattn.ErrOption, "additive attention has no rotary embedding (it scores w_a . tanh(q + k))")
 	}
 	for i, want := range []int{a.dq, a.dk} {
 		if dims[i][2] != want {
-			return Plan{}, errorf(core.ErrShape, "%s has width %d but the weights expect %d", []string{"query", "key"}[i], dims[i][2], want)
+			return vkattn.Plan{}, core.Errorf(vkattn.ErrShape, "%s has width %d but the weights expect %d", []string{"query", "key"}[i], dims[i][2], want)
 		}
 	}
 	B, L, S, dv := dims[0][0], dims[0][1], dims[1][1], dims[2][2]
 	q, k, v := [4]int{B, 1, L, a.da}, [4]int{dims[1][0], 1, S, a.da}, [4]int{dims[2][0], 1, dims[2][1], dv}
 	// The projections are dense buffers of width d_a; V is dense and read
 	// in place.
-	p, err := a.dev.plan(q, k, v, planOf{additive: true}, opts)
+	p, err := engine.PlanCall(a.dev, q, k, v, engine.PlanOf{Additive: true}, opts)
 	if err != nil {
 		return p, err
 	}
-	lq, err := a.dev.planLayer("q W_q + b", pipelines.LinearInput{Rows: B * L, Outputs: a.da, Inputs: a.dq, Bias: a.bias != nil})
+	lq, err := engine.PlanLayer(a.dev, "q W_q + b", pipelines.LinearInput{Rows: B * L, Outputs: a.da, Inputs: a.dq, Bias: a.bias != nil})
 	if err != nil {
 		return p, err
 	}
-	lk, err := a.dev.planLayer("k W_k", pipelines.LinearInput{Rows: B * S, Outputs: a.da, Inputs: a.dk})
+	lk, err := engine.PlanLayer(a.dev, "k W_k", pipelines.LinearInput{Rows: B * S, Outputs: a.da, Inputs: a.dk})
 	if err != nil {
 		return p, err
 	}
@@ -112,39 +114,39 @@ func (a *Additive) plan(dims [3][3]int, opts *core.Options) (Plan, error) {
 // dot-product attention with one head: masks broadcast over (B,1,L,S);
 // Scale must be the default. The Output is that of one head: O (B,1,L,d_v),
 // LSE (B,1,L,1), Weights (B,1,L,S).
-func (a *Additive) Attention(q, k, v *Tensor, opts core.Options) (*Output, error) {
+func (a *Additive) Attention(q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output, error) {
 	return a.AttentionContext(context.Background(), q, k, v, opts)
 }
 
 // AttentionContext is Attention with a context that can cancel the wait.
-func (a *Additive) AttentionContext(ctx context.Context, q, k, v *Tensor, opts core.Options) (*Output, error) {
-	return runOnce(ctx, func() (*Call, error) { return a.Prepare(q, k, v, opts) })
+func (a *Additive) AttentionContext(ctx context.Context, q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output, error) {
+	return engine.RunOnce(ctx, func() (*vkattn.Call, error) { return a.Prepare(q, k, v, opts) })
 }
 
 // inputDims checks q, k and v (dense tensors of this layer's device) and
 // gives each one's (B, positions, width).
-func (a *Additive) inputDims(q, k, v *Tensor) ([3][3]int, error) {
+func (a *Additive) inputDims(q, k, v *vkattn.Tensor) ([3][3]int, error) {
 	var dims [3][3]int
 	names := [3]string{"query", "key", "value"}
-	if err := a.dev.checkInputs(names, q, k, v); err != nil {
+	if err := engine.CheckInputs(a.dev, names, q, k, v); err != nil {
 		return dims, err
 	}
-	for i, t := range []*Tensor{q, k, v} {
-		if t.dtype != core.Float32 {
-			return dims, errorf(core.ErrOption, "%s is %v: additive attention's inputs are f32", names[i], t.dtype)
+	for i, t := range []*vkattn.Tensor{q, k, v} {
+		if t.DType() != vkattn.Float32 {
+			return dims, core.Errorf(vkattn.ErrOption, "%s is %v: additive attention's inputs are f32", names[i], t.DType())
 		}
-		b, n, err := mhaInput(names[i], t, t.shape[3], "width")
+		b, n, err := mhaInput(names[i], t, t.Shape()[3], "width")
 		if err != nil {
 			return dims, err
 		}
-		dims[i] = [3]int{b, n, t.shape[3]}
+		dims[i] = [3]int{b, n, t.Shape()[3]}
 	}
 	return dims, nil
 }
 
 // Prepare validates a call, allocates its outputs and records the
 // projections and the attention as one submission without running it.
-func (a *Additive) Prepare(q, k, v *Tensor, opts core.Options) (*Call, error) {
+func (a *Additive) Prepare(q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkattn.Call, error) {
 	d := a.dev
 	dims, err := a.inputDims(q, k, v)
 	if err != nil {
@@ -159,21 +161,21 @@ func (a *Additive) Prepare(q, k, v *Tensor, opts core.Options) (*Call, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &builder{d: d}
-	project := func(l LayerPlan, in, w, bias *Tensor) (*Tensor, error) {
-		y, err := b.scratchTensor([4]int{1, 1, l.Rows, l.Outputs})
+	b := engine.NewBuilder(d)
+	project := func(l LayerPlan, in, w, bias *vkattn.Tensor) (*vkattn.Tensor, error) {
+		y, err := b.ScratchTensor([4]int{1, 1, l.Rows, l.Outputs})
 		if err != nil {
 			return nil, err
 		}
-		return y, b.linear(l, in, w, 0, bias, 0, y, l.Outputs)
+		return y, b.Linear(l, in, w, 0, bias, 0, y, l.Outputs)
 	}
 	qp, err := project(plan.Projections[0], q, a.wq, a.bias)
 	if err != nil {
-		return nil, b.fail(err)
+		return nil, b.Fail(err)
 	}
 	kp, err := project(plan.Projections[1], k, a.wk, nil)
 	if err != nil {
-		return nil, b.fail(err)
+		return nil, b.Fail(err)
 	}
-	return b.attentionCall(plan, &opts, attentionInputs{q: qp.buf, k: kp.buf, v: v.buf, wa: a.wa.buf}, oBound, nil)
+	return b.AttentionCall(plan, &opts, engine.AttentionInputs{Q: engine.Buf(qp), K: engine.Buf(kp), V: engine.Buf(v), WA: engine.Buf(a.wa)}, oBound, nil)
 }

@@ -1,6 +1,6 @@
 // The rolling KV cache of windowed layers (SEMANTICS.md §22).
 
-package vkattn_test
+package kv_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/kv"
 )
 
 // rollingModel is the host's account of a rolling cache: each sequence's
@@ -52,7 +54,7 @@ func TestRollingKVCacheDecode(t *testing.T) {
 		plan  string
 		steps int
 	}{{"auto", 2000}, {"nvidia", 400}} {
-		t.Run(fmt.Sprintf("%s/%d steps", c.plan, c.steps), func(t *testing.T) { rollingDecode(t, everyPlan()[c.plan], c.steps) })
+		t.Run(fmt.Sprintf("%s/%d steps", c.plan, c.steps), func(t *testing.T) { rollingDecode(t, devtest.EveryPlan()[c.plan], c.steps) })
 	}
 }
 
@@ -60,9 +62,9 @@ func rollingDecode(t *testing.T, d *vkattn.Device, steps int) {
 	const B, H, HKV, D, W, page, chunk = 2, 4, 2, 16, 256, 32, 8
 	r := rand.New(rand.NewSource(97))
 	rope := &vkattn.RoPE{Theta: 10000, Dims: 12, Style: vkattn.RoPEInterleaved}
-	cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, DK: D, DV: D, DType: vkattn.Float16, PageSize: page, Window: W, RoPE: rope,
+	cfg := kv.Config{B: B, HKV: HKV, DK: D, DV: D, DType: vkattn.Float16, PageSize: page, Window: W, RoPE: rope,
 		Capacity: W + page - 2 + chunk} // room for the chunk
-	cache, err := d.NewKVCache(cfg)
+	cache, err := kv.New(d, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +77,9 @@ func rollingDecode(t *testing.T, d *vkattn.Device, steps int) {
 	// positions and rounded to float16, as the cache stores them; the
 	// reference attends over it with queries rotated alike.
 	hist := newHistory(B, HKV, D, D, cfg.DType)
-	rotate := func(x []float32, heads, n, first int) []float32 { return rotatedFrom(x, heads, n, D, rope, first) }
+	rotate := func(x []float32, heads, n, first int) []float32 {
+		return devtest.RotatedFrom(x, heads, n, D, rope, first)
+	}
 	// record adds n tokens of every sequence ((B, HKV, n, D) k and v)
 	// appended to lengths before.
 	record := func(before []int, k, v []float32, n int) {
@@ -103,14 +107,14 @@ func rollingDecode(t *testing.T, d *vkattn.Device, steps int) {
 	// Different starting lengths: the sequences let go of pages at
 	// different steps.
 	for b, n := range []int{40, 7} {
-		k, v := randomValues(r, HKV*n*D), randomValues(r, HKV*n*D)
+		k, v := devtest.RandomValues(r, HKV*n*D), devtest.RandomValues(r, HKV*n*D)
 		if err := cache.AppendTo(b, k, v, n); err != nil {
 			t.Fatal(err)
 		}
 		hist.add(b, rotate(k, HKV, n, 0), v, n)
 	}
 	window := vkattn.Window{Left: W - 1, Right: 0}
-	step := prepareStep(t, cache, H, vkattn.Options{Window: &window})
+	step := devtest.PrepareStep(t, cache, H, vkattn.Options{Window: &window})
 	defer step.Close()
 	o := make([]float32, B*H*D)
 	decodeBound := B * (W/page + 1)
@@ -125,7 +129,7 @@ func rollingDecode(t *testing.T, d *vkattn.Device, steps int) {
 		// must stay, though the last query no longer sees it.
 		if !chunked && i >= steps/2 && (before[0]-W+1)%page == page-3 {
 			chunked = true
-			k, v := randomValues(r, B*HKV*chunk*D), randomValues(r, B*HKV*chunk*D)
+			k, v := devtest.RandomValues(r, B*HKV*chunk*D), devtest.RandomValues(r, B*HKV*chunk*D)
 			if err := cache.Append(k, v, chunk); err != nil {
 				t.Fatal(err)
 			}
@@ -134,13 +138,13 @@ func rollingDecode(t *testing.T, d *vkattn.Device, steps int) {
 				t.Fatalf("the chunk at length %d does not cross a page drop (kept from %d)", before[0], model.start[0])
 			}
 			checkPages("after the chunk", B*((W+page+chunk-2+page-1)/page))
-			qData := randomValues(r, B*H*chunk*D)
-			chunkQ = upload(t, d, []int{B, H, chunk, D}, qData)
+			qData := devtest.RandomValues(r, B*H*chunk*D)
+			chunkQ = devtest.Upload(t, d, []int{B, H, chunk, D}, qData)
 			if chunkCall, err = cache.Prepare(chunkQ, vkattn.Options{Window: &window}); err != nil {
 				t.Fatal(err)
 			}
 			defer chunkCall.Close()
-			check(fmt.Sprintf("chunk of %d at step %d", chunk, i), replay(t, chunkQ, qData, chunkCall.Run, chunkCall.Output().O), qData, chunk, window)
+			check(fmt.Sprintf("chunk of %d at step %d", chunk, i), devtest.Replay(t, chunkQ, qData, chunkCall.Run, chunkCall.Output().O), qData, chunk, window)
 			continue
 		}
 		// Both views (256 and 320 positions) are prepared by step 250.
@@ -152,7 +156,7 @@ func rollingDecode(t *testing.T, d *vkattn.Device, steps int) {
 				t.Errorf("steps 300 to 398 allocated: %+v", s)
 			}
 		}
-		k, v, q := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D)
+		k, v, q := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D)
 		if _, err := step.Run(context.Background(), k, v, q, o); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
@@ -193,7 +197,7 @@ func rollingDecode(t *testing.T, d *vkattn.Device, steps int) {
 		t.Fatal(err)
 	}
 	hist.truncate(0, lens[0])
-	k, v, q := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D)
+	k, v, q := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D)
 	if _, err := step.Run(context.Background(), k, v, q, o); err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +216,8 @@ func rollingDecode(t *testing.T, d *vkattn.Device, steps int) {
 		t.Errorf("after the fork %d pages in use, want sequence 0's %d", got, want)
 	}
 	narrow := vkattn.Window{Left: 200, Right: 0}
-	qData := randomValues(r, B*H*chunk*D)
-	o8, _ := attendOnce(t, cache, upload(t, d, []int{B, H, chunk, D}, qData), vkattn.Options{Window: &narrow})
+	qData := devtest.RandomValues(r, B*H*chunk*D)
+	o8, _ := attendOnce(t, cache, devtest.Upload(t, d, []int{B, H, chunk, D}, qData), vkattn.Options{Window: &narrow})
 	check("after a fork", o8, qData, chunk, narrow)
 
 	// Reset: every page back, and a sequence starts again at position 0.
@@ -225,7 +229,7 @@ func rollingDecode(t *testing.T, d *vkattn.Device, steps int) {
 	}
 	hist = newHistory(B, HKV, D, D, cfg.DType)
 	model.start = make([]int, B)
-	k, v, q = randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D)
+	k, v, q = devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D)
 	if _, err := step.Run(context.Background(), k, v, q, o); err != nil {
 		t.Fatal(err)
 	}
@@ -242,18 +246,18 @@ func TestRollingKVCacheRefusals(t *testing.T) {
 	const W, page, D = 8, 4, 8
 	for _, c := range []struct {
 		name string
-		cfg  vkattn.KVCacheConfig
+		cfg  kv.Config
 	}{
-		{"no pages", vkattn.KVCacheConfig{B: 1, HKV: 1, DK: D, DV: D, Window: W}},
-		{"capacity below the window", vkattn.KVCacheConfig{B: 1, HKV: 1, DK: D, DV: D, Window: W, PageSize: page, Capacity: W + page - 2}},
-		{"negative window", vkattn.KVCacheConfig{B: 1, HKV: 1, DK: D, DV: D, Window: -1, PageSize: page, Capacity: 8}},
+		{"no pages", kv.Config{B: 1, HKV: 1, DK: D, DV: D, Window: W}},
+		{"capacity below the window", kv.Config{B: 1, HKV: 1, DK: D, DV: D, Window: W, PageSize: page, Capacity: W + page - 2}},
+		{"negative window", kv.Config{B: 1, HKV: 1, DK: D, DV: D, Window: -1, PageSize: page, Capacity: 8}},
 	} {
-		if cache, err := dev.NewKVCache(c.cfg); !errors.Is(err, vkattn.ErrOption) {
+		if cache, err := kv.New(devtest.Dev, c.cfg); !errors.Is(err, vkattn.ErrOption) {
 			cache.Close()
 			t.Errorf("%s: %v, want ErrOption", c.name, err)
 		}
 	}
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 2, HKV: 1, DK: D, DV: D, Window: W, PageSize: page})
+	cache, err := kv.New(devtest.Dev, kv.Config{B: 2, HKV: 1, DK: D, DV: D, Window: W, PageSize: page})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,18 +268,18 @@ func TestRollingKVCacheRefusals(t *testing.T) {
 	// 20 tokens, one at a time: each sequence keeps positions 12..19.
 	r := rand.New(rand.NewSource(101))
 	for i := 0; i < 20; i++ {
-		if err := cache.Append(randomValues(r, 2*D), randomValues(r, 2*D), 1); err != nil {
+		if err := cache.Append(devtest.RandomValues(r, 2*D), devtest.RandomValues(r, 2*D), 1); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := cache.PagesInUse(); got != 2*2 {
 		t.Errorf("%d pages in use, want 4 (positions 12..19 of 2 sequences)", got)
 	}
-	if err := cache.Append(randomValues(r, 2*W*D), randomValues(r, 2*W*D), W); !errors.Is(err, vkattn.ErrCapacity) {
+	if err := cache.Append(devtest.RandomValues(r, 2*W*D), devtest.RandomValues(r, 2*W*D), W); !errors.Is(err, vkattn.ErrCapacity) {
 		t.Errorf("a chunk of %d tokens past the capacity: %v, want ErrCapacity", W, err)
 	}
 	prepare := func(L, left int, mask bool) error {
-		q := zeros(t, dev, 2, 1, L, D)
+		q := devtest.Zeros(t, devtest.Dev, 2, 1, L, D)
 		opts := vkattn.Options{}
 		if left != -2 {
 			opts.Window = &vkattn.Window{Left: left, Right: 0}

@@ -1,4 +1,4 @@
-package vkattn_test
+package nn_test
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
 )
@@ -23,39 +25,39 @@ func TestMHABackward(t *testing.T) {
 	r := rand.New(rand.NewSource(150))
 	padded := make([]bool, B*S)
 	padded[2], padded[S+5] = true, true
-	gqa := randomMHA(r, d, 12, 12, true)
+	gqa := devtest.RandomMHA(r, d, 12, 12, true)
 	gqa.KVDim = d / 2
 	gqa.KProjWeight, gqa.VProjWeight = gqa.KProjWeight[:d/2*12], gqa.VProjWeight[:d/2*12]
 	gqa.InProjBias = gqa.InProjBias[:d+d]
 	for _, c := range []struct {
 		name string
-		w    *vkattn.MHAWeights
+		w    *nn.MHAWeights
 		kdim int // 0: self-attention
-		opts vkattn.MHAOptions
+		opts nn.MHAOptions
 	}{
-		{"self, packed, causal", randomMHA(r, d, d, d, true), 0, vkattn.MHAOptions{Heads: 4, Attention: vkattn.Options{Causal: vkattn.CausalTopLeft}}},
-		{"cross, separate, key padding", randomMHA(r, d, 12, 10, false), 12, vkattn.MHAOptions{Heads: 2, KeyPadding: &vkattn.KeyPadding{Padded: padded}}},
-		{"grouped-query", gqa, 12, vkattn.MHAOptions{Heads: 4, Attention: vkattn.Options{Causal: vkattn.CausalBottomRight}}},
+		{"self, packed, causal", devtest.RandomMHA(r, d, d, d, true), 0, nn.MHAOptions{Heads: 4, Attention: vkattn.Options{Causal: vkattn.CausalTopLeft}}},
+		{"cross, separate, key padding", devtest.RandomMHA(r, d, 12, 10, false), 12, nn.MHAOptions{Heads: 2, KeyPadding: &nn.KeyPadding{Padded: padded}}},
+		{"grouped-query", gqa, 12, nn.MHAOptions{Heads: 4, Attention: vkattn.Options{Causal: vkattn.CausalBottomRight}}},
 	} {
-		for _, plan := range ownAndNVIDIA {
+		for _, plan := range devtest.OwnAndNVIDIA {
 			t.Run(fmt.Sprintf("%s/%s", c.name, plan), func(t *testing.T) {
-				d := everyPlan()[plan]
-				layer, err := d.NewMHA(c.w)
+				d := devtest.EveryPlan()[plan]
+				layer, err := nn.NewMHA(d, c.w)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer layer.Close()
-				x := randomValues(r, B*T*16)
+				x := devtest.RandomValues(r, B*T*16)
 				var key, value []float32
 				var ks, vs []int
 				var kt, vt *vkattn.Tensor
 				if c.kdim > 0 {
-					key, value = randomValues(r, B*S*c.w.KDim), randomValues(r, B*S*c.w.VDim)
+					key, value = devtest.RandomValues(r, B*S*c.w.KDim), devtest.RandomValues(r, B*S*c.w.VDim)
 					ks, vs = []int{B, S, c.w.KDim}, []int{B, S, c.w.VDim}
-					kt, vt = upload(t, d, ks, key), upload(t, d, vs, value)
+					kt, vt = devtest.Upload(t, d, ks, key), devtest.Upload(t, d, vs, value)
 				}
-				dY := randomValues(r, B*T*16)
-				g, err := layer.Backward(upload(t, d, []int{B, T, 16}, x), kt, vt, upload(t, d, []int{B, T, 16}, dY), c.opts)
+				dY := devtest.RandomValues(r, B*T*16)
+				g, err := layer.Backward(devtest.Upload(t, d, []int{B, T, 16}, x), kt, vt, devtest.Upload(t, d, []int{B, T, 16}, dY), c.opts)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -63,24 +65,24 @@ func TestMHABackward(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				compareOptionalGrads(t, namedGrad{"dx", g.DX, want.DX}, namedGrad{"dkey", g.DKey, want.DKey}, namedGrad{"dvalue", g.DValue, want.DValue})
+				devtest.CompareOptionalGrads(t, devtest.NamedGrad{Name: "dx", Got: g.DX, Want: want.DX}, devtest.NamedGrad{Name: "dkey", Got: g.DKey, Want: want.DKey}, devtest.NamedGrad{Name: "dvalue", Got: g.DValue, Want: want.DValue})
 				wants := want.Params()
 				if len(g.Params) != len(wants) {
 					t.Fatalf("gradients of %d parameters, the reference has %d", len(g.Params), len(wants))
 				}
 				for name, w := range wants {
-					compareGrad(t, name, g.Params[name], w)
+					devtest.CompareGrad(t, name, g.Params[name], w)
 				}
 			})
 		}
 	}
-	layer, err := dev.NewMHA(randomMHA(r, d, d, d, true))
+	layer, err := nn.NewMHA(devtest.Dev, devtest.RandomMHA(r, d, d, d, true))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer layer.Close()
-	x := zeros(t, dev, B, T, d)
-	if _, err := layer.Backward(x, nil, nil, zeros(t, dev, B, T+1, d), vkattn.MHAOptions{Heads: 4}); !errors.Is(err, vkattn.ErrShape) {
+	x := devtest.Zeros(t, devtest.Dev, B, T, d)
+	if _, err := layer.Backward(x, nil, nil, devtest.Zeros(t, devtest.Dev, B, T+1, d), nn.MHAOptions{Heads: 4}); !errors.Is(err, vkattn.ErrShape) {
 		t.Errorf("dY of another shape: %v, want ErrShape", err)
 	}
 }
@@ -92,25 +94,25 @@ func TestMHABackward(t *testing.T) {
 // and NVIDIA's, within 1e-4 x max(1, max|PyTorch|).
 func TestMHABackwardPyTorchParity(t *testing.T) {
 	for i, c := range mhaParityCases {
-		for _, plan := range ownAndNVIDIA {
+		for _, plan := range devtest.OwnAndNVIDIA {
 			t.Run(plan+"/"+c.name, func(t *testing.T) {
-				d := everyPlan()[plan]
+				d := devtest.EveryPlan()[plan]
 				mc, _ := loadMHAParity(t, i, ".npz")
-				grads, err := weights.Load(filepath.Join("testdata", "mha", c.name+"_grads.npz"))
+				grads, err := weights.Load(filepath.Join("..", "testdata", "mha", c.name+"_grads.npz"))
 				if err != nil {
 					t.Fatal(err)
 				}
-				layer, err := d.NewMHA(mc.w)
+				layer, err := nn.NewMHA(d, mc.W)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer layer.Close()
 				var key, value *vkattn.Tensor
-				if mc.key != nil {
-					key, value = upload(t, d, mc.keyS, mc.key), upload(t, d, mc.valueS, mc.value)
+				if mc.Key != nil {
+					key, value = devtest.Upload(t, d, mc.KeyS, mc.Key), devtest.Upload(t, d, mc.ValueS, mc.Value)
 				}
 				dout := grads["dout"]
-				g, err := layer.Backward(upload(t, d, mc.xs, mc.x), key, value, upload(t, d, dout.Shape, dout.Data), mc.opts)
+				g, err := layer.Backward(devtest.Upload(t, d, mc.XS, mc.X), key, value, devtest.Upload(t, d, dout.Shape, dout.Data), mc.Opts)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -130,7 +132,7 @@ func TestMHABackwardPyTorchParity(t *testing.T) {
 					if got[name] == nil {
 						t.Fatalf("no gradient %s", name)
 					}
-					compareGrad(t, name, got[name], w64)
+					devtest.CompareGrad(t, name, got[name], w64)
 					delete(got, name)
 				}
 				for name, v := range got {

@@ -1,4 +1,4 @@
-package vkattn_test
+package kv_test
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/kv"
 )
 
 // A cache the heap cannot hold is refused before the host builds anything
@@ -23,26 +25,26 @@ func TestKVCacheBeyondTheHeapAllocatesNothingOnTheHost(t *testing.T) {
 	defer d.Close()
 	// 2^24 elements a tensor: 64 MiB as float32, 17 MiB as q8_0, each
 	// beyond the 4 MiB heap.
-	base := vkattn.KVCacheConfig{B: 1, HKV: 8, Capacity: 1 << 14, DK: 128, DV: 128}
+	base := kv.Config{B: 1, HKV: 8, Capacity: 1 << 14, DK: 128, DV: 128}
 	for _, c := range []struct {
 		name string
-		set  func(*vkattn.KVCacheConfig)
+		set  func(*kv.Config)
 	}{
-		{"f32", func(*vkattn.KVCacheConfig) {}},
-		{"f16", func(c *vkattn.KVCacheConfig) { c.DType = vkattn.Float16 }},
-		{"bf16", func(c *vkattn.KVCacheConfig) { c.DType = vkattn.BFloat16 }},
-		{"q8_0", func(c *vkattn.KVCacheConfig) { c.DType = vkattn.Q8_0 }},
-		{"paged", func(c *vkattn.KVCacheConfig) { c.PageSize = 256 }},
+		{"f32", func(*kv.Config) {}},
+		{"f16", func(c *kv.Config) { c.DType = vkattn.Float16 }},
+		{"bf16", func(c *kv.Config) { c.DType = vkattn.BFloat16 }},
+		{"q8_0", func(c *kv.Config) { c.DType = vkattn.Q8_0 }},
+		{"paged", func(c *kv.Config) { c.PageSize = 256 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := base
 			c.set(&cfg)
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			kv, err := d.NewKVCache(cfg)
+			cache, err := kv.New(d, cfg)
 			runtime.ReadMemStats(&after)
-			if kv != nil {
-				kv.Close()
+			if cache != nil {
+				cache.Close()
 			}
 			if !errors.Is(err, vkattn.ErrTooLarge) {
 				t.Errorf("a cache of 2^24 elements a tensor under a 4 MiB heap: %v, want ErrTooLarge", err)
@@ -54,11 +56,11 @@ func TestKVCacheBeyondTheHeapAllocatesNothingOnTheHost(t *testing.T) {
 		})
 	}
 	// The device stays usable: a cache that fits is made.
-	kv, err := d.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 64, DK: 8, DV: 8})
+	cache, err := kv.New(d, kv.Config{B: 1, HKV: 1, Capacity: 64, DK: 8, DV: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv.Close()
+	cache.Close()
 }
 
 // A new cache reads as zeros in every element type, whatever its memory
@@ -86,12 +88,12 @@ func TestKVCacheStartsZeroed(t *testing.T) {
 				}
 				x.Close()
 			}
-			kv, err := d.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: capacity, DK: dk, DV: dk, DType: dt})
+			cache, err := kv.New(d, kv.Config{B: 1, HKV: 1, Capacity: capacity, DK: dk, DV: dk, DType: dt})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer kv.Close()
-			keys, err := vkattn.CacheKeys(kv)
+			defer cache.Close()
+			keys, err := kv.CacheKeys(cache)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,26 +110,26 @@ func TestKVCacheStartsZeroed(t *testing.T) {
 // naming MaxHeadWidth, not by every call over the cache later.
 func TestKVCacheWiderThanTheKernels(t *testing.T) {
 	w := vkattn.MaxHeadWidth
-	for _, cfg := range []vkattn.KVCacheConfig{
+	for _, cfg := range []kv.Config{
 		{B: 1, HKV: 1, Capacity: 4, DK: w + 1, DV: 8},
 		{B: 1, HKV: 1, Capacity: 4, DK: 8, DV: w + 1},
 		{B: 1, HKV: 1, Capacity: 4, DK: w + 32, DV: 32, DType: vkattn.Q8_0},
 	} {
-		kv, err := dev.NewKVCache(cfg)
-		if kv != nil {
-			kv.Close()
+		cache, err := kv.New(devtest.Dev, cfg)
+		if cache != nil {
+			cache.Close()
 		}
 		if !errors.Is(err, vkattn.ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprintf("MaxHeadWidth = %d", w)) {
 			t.Errorf("NewKVCache with DK = %d, DV = %d (%v): %v, want ErrTooLarge naming MaxHeadWidth = %d", cfg.DK, cfg.DV, cfg.DType, err, w)
 		}
 	}
 	for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Q8_0} {
-		kv, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 4, DK: w, DV: w, DType: dt})
+		cache, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 4, DK: w, DV: w, DType: dt})
 		if err != nil {
 			t.Errorf("NewKVCache of heads MaxHeadWidth = %d wide (%v): %v", w, dt, err)
 			continue
 		}
-		kv.Close()
+		cache.Close()
 	}
 }
 
@@ -138,20 +140,20 @@ func TestKVCacheWiderThanTheKernels(t *testing.T) {
 func TestKVCacheAppendBeyondItsBound(t *testing.T) {
 	for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.BFloat16, vkattn.Float16} {
 		t.Run(dt.String(), func(t *testing.T) {
-			kv, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: 4, DK: 4, DV: 4, DType: dt})
+			cache, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 4, DK: 4, DV: 4, DType: dt})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer kv.Close()
+			defer cache.Close()
 			big := []float32{0, 1e10, 0, 0}
-			step := prepareStep(t, kv, 1, vkattn.Options{})
+			step := devtest.PrepareStep(t, cache, 1, vkattn.Options{})
 			defer step.Close()
 			for _, c := range []struct {
 				name string
 				err  error
 			}{
-				{"Append of keys", kv.Append(big, make([]float32, 4), 1)},
-				{"Append of values", kv.Append(make([]float32, 4), big, 1)},
+				{"Append of keys", cache.Append(big, make([]float32, 4), 1)},
+				{"Append of values", cache.Append(make([]float32, 4), big, 1)},
 				{"a decode step's keys", func() error {
 					_, err := step.Run(t.Context(), big, make([]float32, 4), make([]float32, 4), make([]float32, 4))
 					return err
@@ -170,12 +172,12 @@ func TestKVCacheAppendBeyondItsBound(t *testing.T) {
 					t.Errorf("%s of |x| = 1e10: %q, want it to say %q", c.name, msg, want)
 				}
 			}
-			if got := kv.Lengths(); got[0] != 0 {
+			if got := cache.Lengths(); got[0] != 0 {
 				t.Errorf("length %d after refused appends, want 0", got[0])
 			}
 			// At the bound itself: accepted.
 			if dt != vkattn.Float16 {
-				if err := kv.Append([]float32{0, 1 << 32, 0, 0}, make([]float32, 4), 1); err != nil {
+				if err := cache.Append([]float32{0, 1 << 32, 0, 0}, make([]float32, 4), 1); err != nil {
 					t.Errorf("Append of |x| = 2^32: %v", err)
 				}
 			}
@@ -190,24 +192,24 @@ func TestKVCacheRoPEPastOnePiece(t *testing.T) {
 	const H, D, capacity = 2, 8, 9000
 	r := rand.New(rand.NewSource(341))
 	rope := &vkattn.RoPE{Theta: 10000, Style: vkattn.RoPEInterleaved}
-	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 1, Capacity: capacity, DK: D, DV: D, RoPE: rope})
+	cache, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: capacity, DK: D, DV: D, RoPE: rope})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cache.Close()
 	hist := newHistory(1, 1, D, D, vkattn.Float32)
 	for _, n := range []int{4100, 4100} {
-		k, v := randomValues(r, n*D), randomValues(r, n*D)
+		k, v := devtest.RandomValues(r, n*D), devtest.RandomValues(r, n*D)
 		if err := cache.Append(k, v, n); err != nil {
 			t.Fatal(err)
 		}
 		hist.add(0, k, v, n)
-		qData := randomValues(r, H*2*D)
-		out, err := cache.Attention(upload(t, dev, []int{1, H, 2, D}, qData), vkattn.Options{})
+		qData := devtest.RandomValues(r, H*2*D)
+		out, err := cache.Attention(devtest.Upload(t, devtest.Dev, []int{1, H, 2, D}, qData), vkattn.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := download(t, out.O)
+		o := devtest.Download(t, out.O)
 		out.Close()
 		hist.check(t, fmt.Sprintf("queries at %d", cache.Lengths()[0]-2), o, qData, H, 2, vkattn.Options{RoPE: rope})
 	}

@@ -1,4 +1,4 @@
-package vkattn_test
+package nn_test
 
 import (
 	"fmt"
@@ -7,14 +7,16 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
 
 // additiveCase is one additive attention call with host data: q (B,L,DQ),
 // k (B,S,DK), v (B,S,DV).
 type additiveCase struct {
-	w                       *vkattn.AdditiveWeights
+	w                       *nn.AdditiveWeights
 	q, k, v                 []float32
 	B, L, S, DQ, DK, DA, DV int
 	opts                    vkattn.Options
@@ -23,12 +25,12 @@ type additiveCase struct {
 // runAdditive runs c on d; it returns O (B,1,L,DV), LSE and weights.
 func runAdditive(t *testing.T, d *vkattn.Device, c *additiveCase) (o, lse, w []float32) {
 	t.Helper()
-	a, err := d.NewAdditive(c.w)
+	a, err := nn.NewAdditive(d, c.w)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	q, k, v := mustUpload(t, d, []int{c.B, c.L, c.DQ}, c.q), mustUpload(t, d, []int{c.B, c.S, c.DK}, c.k), mustUpload(t, d, []int{c.B, c.S, c.DV}, c.v)
+	q, k, v := devtest.MustUpload(t, d, []int{c.B, c.L, c.DQ}, c.q), devtest.MustUpload(t, d, []int{c.B, c.S, c.DK}, c.k), devtest.MustUpload(t, d, []int{c.B, c.S, c.DV}, c.v)
 	defer q.Close()
 	defer k.Close()
 	defer v.Close()
@@ -64,9 +66,9 @@ func checkAdditive(t *testing.T, d *vkattn.Device, c *additiveCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compare(t, "O", o, want.O)
-	compare(t, "LSE", lse, want.LSE)
-	compare(t, "weights", w, want.Weights)
+	devtest.Compare(t, "O", o, want.O)
+	devtest.Compare(t, "LSE", lse, want.LSE)
+	devtest.Compare(t, "weights", w, want.Weights)
 }
 
 // a = atanh(1/2) = ln(3)/2: tanh(a) = 1/2, tanh(2a) = 4/5.
@@ -81,9 +83,9 @@ var atanhHalf = float32(math.Log(3) / 2)
 //	LSE = ln Z = 1.680269671
 func TestAdditiveGoldenKeysGPU(t *testing.T) {
 	a := atanhHalf
-	for _, d := range []*vkattn.Device{dev, storageDev} {
+	for _, d := range []*vkattn.Device{devtest.Dev, devtest.StorageDev} {
 		c := &additiveCase{
-			w: &vkattn.AdditiveWeights{DQ: 2, DK: 2, DA: 2, WQ: []float32{1, 0, 0, 1}, WK: []float32{1, 0, 0, 1}, Bias: []float32{0, 0}, WA: []float32{1, 1}},
+			w: &nn.AdditiveWeights{DQ: 2, DK: 2, DA: 2, WQ: []float32{1, 0, 0, 1}, WK: []float32{1, 0, 0, 1}, Bias: []float32{0, 0}, WA: []float32{1, 1}},
 			q: []float32{0, 0}, k: []float32{0, 0, a, 0, a, a}, v: []float32{1, 0, 0, 1, 1, 1},
 			B: 1, L: 1, S: 3, DQ: 2, DK: 2, DA: 2, DV: 2,
 		}
@@ -128,11 +130,11 @@ func TestAdditiveGoldenQueryGPU(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ac := &additiveCase{
-				w: &vkattn.AdditiveWeights{DQ: 1, DK: 1, DA: 2, WQ: []float32{1, -1}, WK: []float32{1, 1}, WA: []float32{2, -1}},
+				w: &nn.AdditiveWeights{DQ: 1, DK: 1, DA: 2, WQ: []float32{1, -1}, WK: []float32{1, 1}, WA: []float32{2, -1}},
 				q: []float32{a}, k: []float32{-a, a, 0}, v: []float32{1, 2, 4},
 				B: 1, L: 1, S: 3, DQ: 1, DK: 1, DA: 2, DV: 1, opts: c.opts,
 			}
-			o, lse, w := runAdditive(t, dev, ac)
+			o, lse, w := runAdditive(t, devtest.Dev, ac)
 			testutil.Near(t, "A", w, c.w, 1e-6)
 			testutil.Near(t, "O", o, []float64{c.o}, 1e-6)
 			testutil.Near(t, "LSE", lse, []float64{c.lse}, 1e-6)
@@ -153,21 +155,21 @@ func TestAdditiveSweep(t *testing.T) {
 		{1, 33, 20, 64, 32, 128, 64},
 	}
 	for i, s := range shapes {
-		for _, d := range []*vkattn.Device{dev, storageDev} {
-			if s.DA == 128 && d == dev {
+		for _, d := range []*vkattn.Device{devtest.Dev, devtest.StorageDev} {
+			if s.DA == 128 && d == devtest.Dev {
 				continue // d_max 128 on the storage path only: the texel build compiles for 11 s (nopt) and loads as at d_max 64
 			}
 			masks := []string{"none", "additive", "boolean", "causal", "lengths", "all"}[i%6]
-			name := fmt.Sprintf("%v/%s/%s", s, masks, map[bool]string{false: "auto", true: "storage"}[d == storageDev])
+			name := fmt.Sprintf("%v/%s/%s", s, masks, map[bool]string{false: "auto", true: "storage"}[d == devtest.StorageDev])
 			c := &additiveCase{B: s.B, L: s.L, S: s.S, DQ: s.DQ, DK: s.DK, DA: s.DA, DV: s.DV}
-			c.q, c.k, c.v = randomValues(r, s.B*s.L*s.DQ), randomValues(r, s.B*s.S*s.DK), randomValues(r, s.B*s.S*s.DV)
-			c.w = &vkattn.AdditiveWeights{DQ: s.DQ, DK: s.DK, DA: s.DA, WQ: randomValues(r, s.DQ*s.DA), WK: randomValues(r, s.DK*s.DA), WA: randomValues(r, s.DA)}
+			c.q, c.k, c.v = devtest.RandomValues(r, s.B*s.L*s.DQ), devtest.RandomValues(r, s.B*s.S*s.DK), devtest.RandomValues(r, s.B*s.S*s.DV)
+			c.w = &nn.AdditiveWeights{DQ: s.DQ, DK: s.DK, DA: s.DA, WQ: devtest.RandomValues(r, s.DQ*s.DA), WK: devtest.RandomValues(r, s.DK*s.DA), WA: devtest.RandomValues(r, s.DA)}
 			if i%2 == 0 {
-				c.w.Bias = randomValues(r, s.DA)
+				c.w.Bias = devtest.RandomValues(r, s.DA)
 			}
 			all := masks == "all"
 			if all || masks == "additive" {
-				c.opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, s.L, s.S}, Values: randomValues(r, s.L*s.S)}
+				c.opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, s.L, s.S}, Values: devtest.RandomValues(r, s.L*s.S)}
 			}
 			if all || masks == "boolean" {
 				m := vkattn.BoolMask{Shape: vkattn.MaskShape{s.B, 1, 1, s.S}, Values: make([]bool, s.B*s.S), Meaning: vkattn.TrueBlocks}
@@ -185,30 +187,30 @@ func TestAdditiveSweep(t *testing.T) {
 					c.opts.KeyLengths[b], c.opts.QueryLengths[b] = r.Intn(s.S+1), r.Intn(s.L+1)
 				}
 			}
-			t.Run(name, func(t *testing.T) { onPool(t, d, func(d *vkattn.Device) { checkAdditive(t, d, c) }) })
+			t.Run(name, func(t *testing.T) { devtest.OnPool(t, d, func(d *vkattn.Device) { checkAdditive(t, d, c) }) })
 		}
 	}
 }
 
 func TestAdditiveErrors(t *testing.T) {
-	w := &vkattn.AdditiveWeights{DQ: 2, DK: 3, DA: 4, WQ: make([]float32, 8), WK: make([]float32, 12), WA: make([]float32, 4)}
-	a, err := dev.NewAdditive(w)
+	w := &nn.AdditiveWeights{DQ: 2, DK: 3, DA: 4, WQ: make([]float32, 8), WK: make([]float32, 12), WA: make([]float32, 4)}
+	a, err := nn.NewAdditive(devtest.Dev, w)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	q, k, v, k2 := zeros(t, dev, 1, 2, 2), zeros(t, dev, 1, 3, 3), zeros(t, dev, 1, 3, 5), zeros(t, dev, 1, 3, 2)
+	q, k, v, k2 := devtest.Zeros(t, devtest.Dev, 1, 2, 2), devtest.Zeros(t, devtest.Dev, 1, 3, 3), devtest.Zeros(t, devtest.Dev, 1, 3, 5), devtest.Zeros(t, devtest.Dev, 1, 3, 2)
 	bad := *w
 	bad.WK = bad.WK[:11]
-	checkRefusals(t, []refusal{
-		{"nil weights", vkattn.ErrShape, func() error { _, err := dev.NewAdditive(nil); return err }},
-		{"short W_k", vkattn.ErrShape, func() error { _, err := dev.NewAdditive(&bad); return err }},
-		{"key width", vkattn.ErrShape, func() error { _, err := a.Attention(q, k2, v, vkattn.Options{}); return err }},
-		{"scale", vkattn.ErrScale, func() error { _, err := a.Attention(q, k, v, vkattn.Options{Scale: vkattn.CustomScale(2)}); return err }},
-		{"head mask", vkattn.ErrMask, func() error {
+	devtest.CheckRefusals(t, []devtest.Refusal{
+		{Name: "nil weights", Err: vkattn.ErrShape, Run: func() error { _, err := nn.NewAdditive(devtest.Dev, nil); return err }},
+		{Name: "short W_k", Err: vkattn.ErrShape, Run: func() error { _, err := nn.NewAdditive(devtest.Dev, &bad); return err }},
+		{Name: "key width", Err: vkattn.ErrShape, Run: func() error { _, err := a.Attention(q, k2, v, vkattn.Options{}); return err }},
+		{Name: "scale", Err: vkattn.ErrScale, Run: func() error { _, err := a.Attention(q, k, v, vkattn.Options{Scale: vkattn.CustomScale(2)}); return err }},
+		{Name: "head mask", Err: vkattn.ErrMask, Run: func() error {
 			_, err := a.Attention(q, k, v, vkattn.Options{Mask: &vkattn.Mask{Shape: vkattn.MaskShape{1, 2, 2, 3}, Values: make([]float32, 12)}})
 			return err
 		}},
-		{"plan rank", vkattn.ErrShape, func() error { _, err := a.Plan([]int{2}, []int{3, 3}, []int{3, 5}, vkattn.Options{}); return err }},
+		{Name: "plan rank", Err: vkattn.ErrShape, Run: func() error { _, err := a.Plan([]int{2}, []int{3, 3}, []int{3, 5}, vkattn.Options{}); return err }},
 	})
 }

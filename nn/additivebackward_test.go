@@ -1,4 +1,4 @@
-package vkattn_test
+package nn_test
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -31,18 +33,18 @@ func TestAdditiveBackward(t *testing.T) {
 	} {
 		for _, plan := range []string{c.plan} {
 			t.Run(fmt.Sprintf("%s/%s", c.name, plan), func(t *testing.T) {
-				d := everyPlan()[plan]
-				w := &vkattn.AdditiveWeights{DQ: dq, DK: dk, DA: da, WQ: randomValues(r, dq*da), WK: randomValues(r, dk*da), WA: randomValues(r, da)}
+				d := devtest.EveryPlan()[plan]
+				w := &nn.AdditiveWeights{DQ: dq, DK: dk, DA: da, WQ: devtest.RandomValues(r, dq*da), WK: devtest.RandomValues(r, dk*da), WA: devtest.RandomValues(r, da)}
 				if c.bias {
-					w.Bias = randomValues(r, da)
+					w.Bias = devtest.RandomValues(r, da)
 				}
-				layer, err := d.NewAdditive(w)
+				layer, err := nn.NewAdditive(d, w)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer layer.Close()
-				q, k, v, dO := randomValues(r, B*L*dq), randomValues(r, B*S*dk), randomValues(r, B*S*dv), randomValues(r, B*L*dv)
-				g, err := layer.Backward(upload(t, d, []int{B, L, dq}, q), upload(t, d, []int{B, S, dk}, k), upload(t, d, []int{B, S, dv}, v), upload(t, d, []int{B, L, dv}, dO), c.opts)
+				q, k, v, dO := devtest.RandomValues(r, B*L*dq), devtest.RandomValues(r, B*S*dk), devtest.RandomValues(r, B*S*dv), devtest.RandomValues(r, B*L*dv)
+				g, err := layer.Backward(devtest.Upload(t, d, []int{B, L, dq}, q), devtest.Upload(t, d, []int{B, S, dk}, k), devtest.Upload(t, d, []int{B, S, dv}, v), devtest.Upload(t, d, []int{B, L, dv}, dO), c.opts)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -50,9 +52,9 @@ func TestAdditiveBackward(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				compareOptionalGrads(t, namedGrad{"dq", g.DQ, want.DQ}, namedGrad{"dk", g.DK, want.DK}, namedGrad{"dv", g.DV, want.DV},
-					namedGrad{"dW_q", g.DWQ, want.DWQ}, namedGrad{"dW_k", g.DWK, want.DWK}, namedGrad{"db", g.DBias, want.DBias},
-					namedGrad{"dw_a", g.DWA, want.DWA}, namedGrad{"dsinks", g.DSinks, want.DSinks})
+				devtest.CompareOptionalGrads(t, devtest.NamedGrad{Name: "dq", Got: g.DQ, Want: want.DQ}, devtest.NamedGrad{Name: "dk", Got: g.DK, Want: want.DK}, devtest.NamedGrad{Name: "dv", Got: g.DV, Want: want.DV},
+					devtest.NamedGrad{Name: "dW_q", Got: g.DWQ, Want: want.DWQ}, devtest.NamedGrad{Name: "dW_k", Got: g.DWK, Want: want.DWK}, devtest.NamedGrad{Name: "db", Got: g.DBias, Want: want.DBias},
+					devtest.NamedGrad{Name: "dw_a", Got: g.DWA, Want: want.DWA}, devtest.NamedGrad{Name: "dsinks", Got: g.DSinks, Want: want.DSinks})
 			})
 		}
 	}

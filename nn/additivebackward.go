@@ -1,10 +1,12 @@
-package engine
+package nn
 
 import (
 	"context"
 	"math"
 
+	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/engine"
 )
 
 // AdditiveGradients are additive attention's gradients of sum(O * dO)
@@ -24,22 +26,22 @@ type AdditiveGradients struct {
 // additive scores: the gradients of the projections and each key row's
 // share of dw_a); the projections q W_q + b and k W_k are formed and
 // differentiated on the host in float64.
-func (a *Additive) Backward(q, k, v, dO *Tensor, opts core.Options) (*AdditiveGradients, error) {
+func (a *Additive) Backward(q, k, v, dO *vkattn.Tensor, opts vkattn.Options) (*AdditiveGradients, error) {
 	return a.BackwardContext(context.Background(), q, k, v, dO, opts)
 }
 
 // BackwardContext is Backward with a context that can cancel the wait.
-func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opts core.Options) (*AdditiveGradients, error) {
+func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *vkattn.Tensor, opts vkattn.Options) (*AdditiveGradients, error) {
 	d := a.dev
 	dims, err := a.inputDims(q, k, v)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.checkInput("dO", dO); err != nil {
+	if err := engine.CheckInput(d, "dO", dO); err != nil {
 		return nil, err
 	}
-	if want := [4]int{1, dims[0][0], dims[0][1], dims[2][2]}; dO.shape != want {
-		return nil, errorf(core.ErrShape, "dO has shape %v, want O's (B, L, d_v) %v", dO.shape, want)
+	if want := [4]int{1, dims[0][0], dims[0][1], dims[2][2]}; dO.Shape() != want {
+		return nil, core.Errorf(vkattn.ErrShape, "dO has shape %v, want O's (B, L, d_v) %v", dO.Shape(), want)
 	}
 	opts.WantLSE, opts.WantWeights = true, false
 	plan, err := a.plan(dims, &opts)
@@ -50,14 +52,14 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 	if err := a.checkBackwardRange(dm, &opts, q, k, v, dO); err != nil {
 		return nil, err
 	}
-	host := func(t *Tensor) ([]float32, error) {
+	host := func(t *vkattn.Tensor) ([]float32, error) {
 		if t == nil {
 			return nil, nil
 		}
 		return t.Download()
 	}
 	var in [6][]float32 // q, k, W_q^T, W_k^T, b, w_a
-	for i, t := range []*Tensor{q, k, a.wq, a.wk, a.bias, a.wa} {
+	for i, t := range []*vkattn.Tensor{q, k, a.wq, a.wk, a.bias, a.wa} {
 		if in[i], err = host(t); err != nil {
 			return nil, err
 		}
@@ -76,11 +78,11 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 		return nil, err
 	}
 	defer kp.Close()
-	g, err := runOnce(ctx, func() (*gradCall, error) {
-		b := &builder{d: d}
-		call, err := b.backward(plan, &opts, attentionInputs{q: qp.buf, k: kp.buf, v: v.buf, wa: a.wa.buf}, dO)
+	g, err := engine.RunOnce(ctx, func() (*engine.GradCall, error) {
+		b := engine.NewBuilder(d)
+		call, err := b.Backward(plan, &opts, engine.AttentionInputs{Q: engine.Buf(qp), K: engine.Buf(kp), V: engine.Buf(v), WA: engine.Buf(a.wa)}, dO)
 		if err != nil {
-			return nil, b.fail(err)
+			return nil, b.Fail(err)
 		}
 		return call, nil
 	})
@@ -89,7 +91,7 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 	}
 	defer g.Close()
 	var dev [4][]float32 // dqp, dkp, dv, each key row's dw_a
-	for i, t := range []*Tensor{g.DQ, g.DK, g.DV, g.keyWA} {
+	for i, t := range []*vkattn.Tensor{g.DQ, g.DK, g.DV, engine.KeyShares(g)} {
 		if dev[i], err = t.Download(); err != nil {
 			return nil, err
 		}
@@ -100,7 +102,7 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 		dwa[i%a.da] += float64(x)
 	}
 	if opts.Sinks != nil {
-		if out.DSinks, err = sinkGradients(g.rowSinks, dm); err != nil {
+		if out.DSinks, err = engine.SinkGradients(g); err != nil {
 			return nil, err
 		}
 	}
@@ -127,18 +129,18 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *Tensor, opt
 // so max|w_a| is the factor of dQ and dK (backwardRange), and w_a as
 // dS tanh, summed over L rows into each key row's share. The host's sums
 // are float64 and checked when rounded (roundGrad).
-func (a *Additive) checkBackwardRange(dm core.Dims, opts *core.Options, q, k, v, dO *Tensor) error {
+func (a *Additive) checkBackwardRange(dm vkattn.Dims, opts *vkattn.Options, q, k, v, dO *vkattn.Tensor) error {
 	oBound, err := a.checkRange(dm, opts, q, k, v)
 	if err != nil {
 		return err
 	}
-	via := gradFactor{"dS·w_a(1 - tanh²)", "max|w_a|", a.wa.magnitudeBound()}
-	g, err := backwardRange(dm, opts, 1, dO.magnitudeBound(), v.magnitudeBound(), oBound, via, via)
+	via := engine.GradFactor{Formula: "dS·w_a(1 - tanh²)", Factor: "max|w_a|", X: engine.Bound(a.wa)}
+	g, err := engine.BackwardRange(dm, opts, 1, engine.Bound(dO), engine.Bound(v), oBound, via, via)
 	if err != nil {
 		return err
 	}
-	if share := float64(dm.L) * g.dS; !(share <= f32Limit) {
-		return errorf(core.ErrOverflow, "the backward pass's share of dw_a of a key row could reach L %d x max|dS| %.3g = %.3g, beyond %.3g, half of float32's range", dm.L, g.dS, share, f32Limit)
+	if share := float64(dm.L) * g.DS; !(share <= engine.F32Limit) {
+		return core.Errorf(vkattn.ErrOverflow, "the backward pass's share of dw_a of a key row could reach L %d x max|dS| %.3g = %.3g, beyond %.3g, half of float32's range", dm.L, g.DS, share, engine.F32Limit)
 	}
 	return nil
 }
@@ -150,7 +152,7 @@ func roundGrad(name string, x []float64) ([]float32, error) {
 	y := narrow32(x)
 	for i, v := range y {
 		if math.IsInf(float64(v), 0) {
-			return nil, errorf(core.ErrOverflow, "the backward pass's %s[%d] is %.3g, beyond float32's range", name, i, x[i])
+			return nil, core.Errorf(vkattn.ErrOverflow, "the backward pass's %s[%d] is %.3g, beyond float32's range", name, i, x[i])
 		}
 	}
 	return y, nil

@@ -1,4 +1,4 @@
-package vkattn_test
+package kv_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/kv"
 )
 
 // A decode step appends a token, attends and returns O in one submission
@@ -19,9 +21,9 @@ import (
 // the capacity), with a window, and each step's O equals each sequence's
 // attention over its whole history.
 func TestDecodeStep(t *testing.T) {
-	for _, plan := range ownAndNVIDIA {
+	for _, plan := range devtest.OwnAndNVIDIA {
 		for _, page := range []int{0, 32} {
-			t.Run(fmt.Sprintf("%s/page %d", plan, page), func(t *testing.T) { decodeSteps(t, everyPlan()[plan], page) })
+			t.Run(fmt.Sprintf("%s/page %d", plan, page), func(t *testing.T) { decodeSteps(t, devtest.EveryPlan()[plan], page) })
 		}
 	}
 }
@@ -29,14 +31,14 @@ func TestDecodeStep(t *testing.T) {
 func decodeSteps(t *testing.T, d *vkattn.Device, page int) {
 	const B, H, HKV, D, capacity = 2, 4, 2, 16, 600
 	r := rand.New(rand.NewSource(71))
-	cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page}
+	cfg := kv.Config{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, DType: vkattn.Float16, PageSize: page}
 	cache, hist := filledCache(t, d, r, cfg, 250, 90)
 	opts := vkattn.Options{Window: &vkattn.Window{Left: 200, Right: 0}}
-	step := prepareStep(t, cache, H, opts)
+	step := devtest.PrepareStep(t, cache, H, opts)
 	defer step.Close()
 	o := make([]float32, B*H*D)
 	run := func(i int) vkattn.Stats {
-		k, v, q := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D)
+		k, v, q := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D)
 		before := d.Stats()
 		if _, err := step.Run(context.Background(), k, v, q, o); err != nil {
 			t.Fatalf("step %d: %v", i, err)
@@ -87,14 +89,14 @@ func decodeSteps(t *testing.T, d *vkattn.Device, page int) {
 	}
 	// Up to the capacity: the last view is the capacity, then ErrCapacity
 	// with nothing appended.
-	k, v := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D)
+	k, v := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D)
 	full := cache.Config().Capacity // paged: whole pages
 	for cache.Lengths()[0] < full {
 		if err := cache.AppendTo(0, k[:HKV*D], v[:HKV*D], 1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := step.Run(context.Background(), k, v, randomValues(r, B*H*D), o); !errors.Is(err, vkattn.ErrCapacity) {
+	if _, err := step.Run(context.Background(), k, v, devtest.RandomValues(r, B*H*D), o); !errors.Is(err, vkattn.ErrCapacity) {
 		t.Errorf("a step past the capacity: %v, want ErrCapacity", err)
 	}
 	if got := cache.Lengths(); got[0] != full || got[1] != 102 {
@@ -128,7 +130,7 @@ func decodeSteps(t *testing.T, d *vkattn.Device, page int) {
 // tensors' (AppendTensors) in one submission the host does not wait for.
 // The cache then attends as its history says.
 func TestAppendIsOneRoundTrip(t *testing.T) {
-	d := nvidiaDev
+	d := devtest.NVIDIADev
 	if d.Memory() != vkattn.DiscreteMemory {
 		t.Fatalf("the NVIDIA plan's device has %v memory, want discrete", d.Memory())
 	}
@@ -136,9 +138,9 @@ func TestAppendIsOneRoundTrip(t *testing.T) {
 	for _, page := range []int{0, 8} {
 		t.Run(fmt.Sprintf("page %d", page), func(t *testing.T) {
 			r := rand.New(rand.NewSource(73))
-			cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, PageSize: page}
+			cfg := kv.Config{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, PageSize: page}
 			cache, hist := filledCache(t, d, r, cfg, 5, 3)
-			k, v := randomValues(r, B*HKV*9*D), randomValues(r, B*HKV*9*D)
+			k, v := devtest.RandomValues(r, B*HKV*9*D), devtest.RandomValues(r, B*HKV*9*D)
 			before := d.Stats()
 			if err := cache.Append(k, v, 9); err != nil {
 				t.Fatal(err)
@@ -149,8 +151,8 @@ func TestAppendIsOneRoundTrip(t *testing.T) {
 			for b := 0; b < B; b++ {
 				hist.add(b, k[b*HKV*9*D:(b+1)*HKV*9*D], v[b*HKV*9*D:(b+1)*HKV*9*D], 9)
 			}
-			kt, vt := randomValues(r, B*HKV*2*D), randomValues(r, B*HKV*2*D)
-			kT, vT := upload(t, d, []int{B, HKV, 2, D}, kt), upload(t, d, []int{B, HKV, 2, D}, vt)
+			kt, vt := devtest.RandomValues(r, B*HKV*2*D), devtest.RandomValues(r, B*HKV*2*D)
+			kT, vT := devtest.Upload(t, d, []int{B, HKV, 2, D}, kt), devtest.Upload(t, d, []int{B, HKV, 2, D}, vt)
 			before = d.Stats()
 			if err := cache.AppendTensors(kT, vT); err != nil {
 				t.Fatal(err)
@@ -161,8 +163,8 @@ func TestAppendIsOneRoundTrip(t *testing.T) {
 			for b := 0; b < B; b++ {
 				hist.add(b, kt[b*HKV*2*D:(b+1)*HKV*2*D], vt[b*HKV*2*D:(b+1)*HKV*2*D], 2)
 			}
-			qData := randomValues(r, B*H*D)
-			o, _ := attendOnce(t, cache, upload(t, d, []int{B, H, 1, D}, qData), vkattn.Options{})
+			qData := devtest.RandomValues(r, B*H*D)
+			o, _ := attendOnce(t, cache, devtest.Upload(t, d, []int{B, H, 1, D}, qData), vkattn.Options{})
 			hist.check(t, "after the appends", o, qData, H, 1, vkattn.Options{})
 		})
 	}
@@ -174,20 +176,20 @@ func TestAppendIsOneRoundTrip(t *testing.T) {
 // ends them with ErrClosed or lets them finish, never worse.
 func TestConcurrentDecodeSteps(t *testing.T) {
 	const B, H, HKV, D, runs, workers = 1, 2, 1, 8, 5, 4
-	d := dev
-	cache, err := d.NewKVCache(vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D})
+	d := devtest.Dev
+	cache, err := kv.New(d, kv.Config{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cache.Close()
-	step := prepareStep(t, cache, H, vkattn.Options{})
+	step := devtest.PrepareStep(t, cache, H, vkattn.Options{})
 	errs := make(chan error, workers)
 	for w := 0; w < workers; w++ {
 		go func() {
 			r := rand.New(rand.NewSource(int64(90 + w)))
 			o := make([]float32, B*H*D)
 			for i := 0; i < runs; i++ {
-				if _, err := step.Run(context.Background(), randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D), o); err != nil {
+				if _, err := step.Run(context.Background(), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D), o); err != nil {
 					errs <- err
 					return
 				}
@@ -212,7 +214,7 @@ func TestConcurrentDecodeSteps(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		r := rand.New(rand.NewSource(99))
-		_, err := step.Run(context.Background(), randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D), make([]float32, B*H*D))
+		_, err := step.Run(context.Background(), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D), make([]float32, B*H*D))
 		done <- err
 	}()
 	step.Close()
@@ -231,11 +233,11 @@ func TestConcurrentDecodeSteps(t *testing.T) {
 func TestDecodeStepChunked(t *testing.T) {
 	for _, memory := range []vkattn.MemoryModel{vkattn.AutoMemory, vkattn.DiscreteMemory} {
 		t.Run(memory.String(), func(t *testing.T) {
-			d := smallBindings(t, vkattn.Config{Memory: memory})
+			d := devtest.SmallBindings(t, vkattn.Config{Memory: memory})
 			const B, H, HKV, D = 2, 4, 2, 32
 			r := rand.New(rand.NewSource(77))
-			cache, hist := filledCache(t, d, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 600, DK: D, DV: D}, 300, 290)
-			step := prepareStep(t, cache, H, vkattn.Options{})
+			cache, hist := filledCache(t, d, r, kv.Config{B: B, HKV: HKV, Capacity: 600, DK: D, DV: D}, 300, 290)
+			step := devtest.PrepareStep(t, cache, H, vkattn.Options{})
 			defer step.Close()
 			plan, err := step.Plan()
 			if err != nil {
@@ -246,7 +248,7 @@ func TestDecodeStepChunked(t *testing.T) {
 			}
 			o := make([]float32, B*H*D)
 			for i := 0; i < 3; i++ {
-				k, v, q := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D)
+				k, v, q := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D)
 				before := d.Stats()
 				if _, err := step.Run(context.Background(), k, v, q, o); err != nil {
 					t.Fatal(err)
@@ -288,10 +290,10 @@ func TestForkSharesPages(t *testing.T) {
 	}{{"auto", vkattn.Float32, 16}, {"nvidia", vkattn.Float32, 16}, {"auto", vkattn.Q8_0, 32}, {"nvidia", vkattn.Q8_0, 32}} {
 		plan, D := c.plan, c.D
 		t.Run(fmt.Sprintf("%s/%v", plan, c.dt), func(t *testing.T) {
-			d := everyPlan()[plan]
+			d := devtest.EveryPlan()[plan]
 			const B, H, HKV, page, prompt = 3, 4, 2, 8, 21
 			r := rand.New(rand.NewSource(79))
-			cfg := vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, PageSize: page, DType: c.dt}
+			cfg := kv.Config{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, PageSize: page, DType: c.dt}
 			cache, hist := filledCache(t, d, r, cfg, prompt)
 			for _, dst := range []int{1, 2} {
 				if err := cache.Fork(0, dst); err != nil {
@@ -306,11 +308,11 @@ func TestForkSharesPages(t *testing.T) {
 			if got := cache.Lengths(); got[1] != prompt || got[2] != prompt {
 				t.Fatalf("forked lengths %v", got)
 			}
-			step := prepareStep(t, cache, H, vkattn.Options{})
+			step := devtest.PrepareStep(t, cache, H, vkattn.Options{})
 			defer step.Close()
 			o := make([]float32, B*H*D)
 			for i := 0; i < 4; i++ {
-				k, v, q := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D), randomValues(r, B*H*D)
+				k, v, q := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D)
 				if plan == "nvidia" {
 					before := d.Stats()
 					if _, err := step.Run(context.Background(), k, v, q, o); err != nil {
@@ -326,7 +328,7 @@ func TestForkSharesPages(t *testing.T) {
 					hist.add(b, k[b*HKV*D:(b+1)*HKV*D], v[b*HKV*D:(b+1)*HKV*D], 1)
 				}
 				if plan != "nvidia" {
-					o = attendAll(t, cache, upload(t, d, []int{B, H, 1, D}, q))
+					o = attendAll(t, cache, devtest.Upload(t, d, []int{B, H, 1, D}, q))
 				}
 				hist.check(t, fmt.Sprintf("step %d", i), o, q, H, 1, vkattn.Options{})
 				if i == 0 {
@@ -348,7 +350,7 @@ func TestForkSharesPages(t *testing.T) {
 			}
 		})
 	}
-	contiguous, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 2, HKV: 1, Capacity: 8, DK: 4, DV: 4})
+	contiguous, err := kv.New(devtest.Dev, kv.Config{B: 2, HKV: 1, Capacity: 8, DK: 4, DV: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +361,7 @@ func TestForkSharesPages(t *testing.T) {
 }
 
 // attendAll is attendOnce's output alone.
-func attendAll(t *testing.T, cache *vkattn.KVCache, q *vkattn.Tensor) []float32 {
+func attendAll(t *testing.T, cache *kv.Cache, q *vkattn.Tensor) []float32 {
 	t.Helper()
 	o, _ := attendOnce(t, cache, q, vkattn.Options{})
 	return o
@@ -373,7 +375,7 @@ func attendAll(t *testing.T, cache *vkattn.KVCache, q *vkattn.Tensor) []float32 
 func TestForkAppendTruncateRandomly(t *testing.T) {
 	const B, H, HKV, D, page, capacity, pages = 4, 2, 1, 8, 4, 24, 12
 	r := rand.New(rand.NewSource(83))
-	cache, hist := filledCache(t, dev, r, vkattn.KVCacheConfig{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, PageSize: page, Pages: pages}, 5)
+	cache, hist := filledCache(t, devtest.Dev, r, kv.Config{B: B, HKV: HKV, Capacity: capacity, DK: D, DV: D, PageSize: page, Pages: pages}, 5)
 	lens := func() []int { return cache.Lengths() }
 	checked, refused := 0, 0
 	// appended reports whether an append went in; a refusal (a full pool,
@@ -397,7 +399,7 @@ func TestForkAppendTruncateRandomly(t *testing.T) {
 		switch r.Intn(4) {
 		case 0: // one sequence grows
 			b, n := r.Intn(B), 1+r.Intn(6)
-			k, v := randomValues(r, HKV*n*D), randomValues(r, HKV*n*D)
+			k, v := devtest.RandomValues(r, HKV*n*D), devtest.RandomValues(r, HKV*n*D)
 			if appended(op, before, cache.AppendTo(b, k, v, n)) {
 				hist.add(b, k, v, n)
 			}
@@ -418,7 +420,7 @@ func TestForkAppendTruncateRandomly(t *testing.T) {
 			}
 			hist.truncate(b, to[b])
 		case 3: // every sequence grows by one
-			k, v := randomValues(r, B*HKV*D), randomValues(r, B*HKV*D)
+			k, v := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D)
 			if appended(op, before, cache.Append(k, v, 1)) {
 				for b := 0; b < B; b++ {
 					hist.add(b, k[b*HKV*D:(b+1)*HKV*D], v[b*HKV*D:(b+1)*HKV*D], 1)
@@ -438,8 +440,8 @@ func TestForkAppendTruncateRandomly(t *testing.T) {
 				continue // a query needs its own token in the cache
 			}
 			checked++
-			q := randomValues(r, B*H*D)
-			o := attendAll(t, cache, upload(t, dev, []int{B, H, 1, D}, q))
+			q := devtest.RandomValues(r, B*H*D)
+			o := attendAll(t, cache, devtest.Upload(t, devtest.Dev, []int{B, H, 1, D}, q))
 			hist.check(t, fmt.Sprintf("after op %d", op), o, q, H, 1, vkattn.Options{})
 		}
 	}
