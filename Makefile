@@ -18,8 +18,10 @@ deps-windows:
 # SPIR-V freshness, go vet, the plain-Go packages without cgo (no Vulkan
 # driver needed), then the whole suite with the Vulkan validation layer on
 # (any validation message fails it) and, beside it, the tests of a device
-# shared by goroutines and closed under load again under the race detector.
+# shared by goroutines and closed under load again under the race detector
+# (in the root, the KV cache's package and vk).
 RACE_TESTS = Concurrent|Cancelled|AfterDeviceClose|InFlight|StagingArea
+RACE_PACKAGES = . ./kv ./vk
 
 # go vet ./... runs every analyzer on every package first, so the test
 # runs after it leave off go test's own vet (a subset of the same checks,
@@ -39,7 +41,9 @@ OPTIMISED_TESTS = TestGoldenCases$$
 # The cooperative-matrix kernel runs on Mesa 26's lavapipe, which
 # tools/lavapipe26.sh fetches and runs a test binary on; there the
 # Coopmat tests fail, rather than skip, if the device has no matrices.
+# The attention's are the root's, the MHA layer's dense layers nn's.
 COOPMAT_TESTS = Coopmat
+COOPMAT_PACKAGES = . ./nn
 
 # Each fuzz target runs a fixed number of inputs (some 5-10 s of CPU
 # each here, on two workers): a -fuzztime in seconds races Go's fuzzing
@@ -77,13 +81,15 @@ test-legs: deps-viewer
 test-optimised: deps-viewer
 	VKATTN_VALIDATION=1 $(GOTEST) -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
 test-coopmat: deps-viewer
-	t=$$(mktemp -d) && $(GOTEST) -c -o $$t/vkattn.test . && \
-	  $(TEST_ENV) VKATTN_REQUIRE_COOPMAT=1 tools/lavapipe26.sh $$t/vkattn.test -test.count=1 -test.timeout 10m -test.run '$(COOPMAT_TESTS)'; \
+	t=$$(mktemp -d) && ( for p in $(COOPMAT_PACKAGES); do \
+	    $(GOTEST) -c -o $$t/p.test $$p && \
+	    $(TEST_ENV) VKATTN_REQUIRE_COOPMAT=1 tools/lavapipe26.sh $$t/p.test -test.count=1 -test.timeout 10m -test.run '$(COOPMAT_TESTS)' || exit 1; \
+	  done ); \
 	  s=$$?; rm -rf $$t; exit $$s
 test-view: deps-viewer
 	$(TEST_ENV) $(GOTEST) -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
 test-race: deps-viewer
-	$(TEST_ENV) $(GOTEST) -race -count=1 -timeout 20m -run '$(RACE_TESTS)' . ./vk
+	$(TEST_ENV) $(GOTEST) -race -count=1 -timeout 20m -run '$(RACE_TESTS)' $(RACE_PACKAGES)
 # Subgroup widths: lavapipe's subgroups have 8 lanes, 4 with
 # LP_NATIVE_VECTOR_WIDTH=128 and 16 with 512 (its wider emulation is not
 # trustworthy on AVX2). The cases whose kernels depend on the width
@@ -93,22 +99,29 @@ test-race: deps-viewer
 # test binary opens every plan's devices. Each kernel variant compiles anew
 # at each width, so the leg keeps to a few cases per plan: the prefill
 # sweep on Intel's tiles (16 x 16), the decode sweeps at head widths 8 and
-# 64 (the wider ones compile longest and share the width logic). It first
-# checks that the driver took the width.
+# 64 (the wider ones compile longest and share the width logic), and the
+# KV cache's decode step (WIDTH_RUNS_KV, package kv's test binary). It
+# first checks that the driver took the width.
 WIDTH_VECTORS = 128 512
-WIDTH_RUNS = 'TestGPUPlansNameTiledKernels|TestDecodeStep$$|TestLongLoops(RowKernel|Tiled)$$' \
+WIDTH_RUNS = 'TestGPUPlansNameTiledKernels|TestLongLoops(RowKernel|Tiled)$$' \
   'TestGoldenCases$$/(auto|nvidia)$$' \
   'TestAttentionBackwardEveryPlan/(auto|amd)/GQA' \
   'TestSweepGPUPlans/intel' \
   'TestDecode(GPUPlans|SplitK)//[0-9]+/_dk(8|64)_dv(8|64)_'
+WIDTH_RUNS_KV = 'TestDecodeStep$$'
 test-widths: deps-viewer
-	t=$$(mktemp -d) && $(GOTEST) -c -o $$t/vkattn.test . && $(GO) build -o $$t/vkattn ./cmd/vkattn && ( \
+	t=$$(mktemp -d) && $(GOTEST) -c -o $$t/vkattn.test . && $(GOTEST) -c -o $$t/kv.test ./kv && \
+	  $(GO) build -o $$t/vkattn ./cmd/vkattn && ( \
 	  for w in $(WIDTH_VECTORS); do \
 	    LP_NATIVE_VECTOR_WIDTH=$$w $$t/vkattn devices | grep -Eq "subgroup size +$$((w / 32)) " || \
 	      { echo "LP_NATIVE_VECTOR_WIDTH=$$w: no $$((w / 32))-lane subgroups"; exit 1; }; \
 	    for run in $(WIDTH_RUNS); do \
 	      echo "LP_NATIVE_VECTOR_WIDTH=$$w -run $$run"; \
 	      LP_NATIVE_VECTOR_WIDTH=$$w $(TEST_ENV) $$t/vkattn.test -test.count=1 -test.timeout 10m -test.run "$$run" || exit 1; \
+	    done; \
+	    for run in $(WIDTH_RUNS_KV); do \
+	      echo "LP_NATIVE_VECTOR_WIDTH=$$w kv -run $$run"; \
+	      LP_NATIVE_VECTOR_WIDTH=$$w $(TEST_ENV) $$t/kv.test -test.count=1 -test.timeout 10m -test.run "$$run" || exit 1; \
 	    done; \
 	  done ); \
 	  s=$$?; rm -rf $$t; exit $$s
@@ -145,4 +158,4 @@ shaders: deps
 # then the Go benchmarks.
 bench: deps
 	$(GO) run ./cmd/vkattn bench --suite all
-	$(GO) test -run '^$$' -bench . -benchtime 3x .
+	$(GO) test -run '^$$' -bench . -benchtime 3x . ./nn

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The Windows leg of make test: cross-builds vkattn.exe and the root
-# package's test binary with mingw-w64 (tools/dist.sh windows-go) and runs
+# The Windows leg of make test: cross-builds vkattn.exe and the test
+# binaries of the root and kv packages with mingw-w64 (tools/dist.sh
+# windows-go) and runs
 # them under Wine on lavapipe: Wine's vulkan-1.dll forwards to the host's
 # Vulkan loader and driver.
 #   tools/wine.sh                   the leg; fails on any failure
@@ -75,9 +76,10 @@ step() { echo "--- $*"; }
 # (The CLI's own Windows paths are checked through vkattn.exe below: a
 # test binary of cmd/vkattn and go vet for Windows cost some 30 s of CPU
 # more and add little the cross-build does not check.)
-step "cross-building vkattn.exe and the test binary of the root package"
+step "cross-building vkattn.exe and the test binaries of the root and kv packages"
 tools/dist.sh windows-go build -o "$t/vkattn.exe" ./cmd/vkattn
 tools/dist.sh windows-go test -c -o "$t/vkattn.test.exe" .
+tools/dist.sh windows-go test -c -o "$t/kv.test.exe" ./kv
 wine_ready
 vkattn() { $wine "$t/vkattn.exe" "$@"; }
 
@@ -145,7 +147,8 @@ suite() {
 }
 # The golden cases on lavapipe's own plan and NVIDIA's (row and tiled
 # kernels), a KV-cache decode loop (f32 and paged f16), a backward case.
-suite '^(TestGoldenCases|TestKVCacheDecodeLoop)$/^(auto|nvidia|f32|paged_f16_window)$'
+suite '^TestGoldenCases$/^(auto|nvidia)$'
+suite '^TestKVCacheDecodeLoop$/^(f32|paged_f16_window)$' kv.test.exe
 suite '^TestAttentionBackwardEveryPlan$/^auto$/^GQA'
 echo "--- CPU time, user and system: this script, then the programs it ran"
 times
