@@ -40,6 +40,8 @@
 // Attention on shapes seen before allocates nothing either: the buffers,
 // descriptor sets and command buffers a call frees are kept (buffers up
 // to 4 MiB, 64 MiB in all) for the next call and freed by Device.Close.
+// Device.AttentionVarlen takes packed sequences of different lengths
+// without padding (SEMANTICS.md §4.2).
 //
 // # Element types
 //
@@ -50,30 +52,6 @@
 // §8.2; §18 for the cooperative matrices that half inputs use where the
 // device has them, and Options.Float32Products to keep them off).
 //
-// # Decoding: the KV cache
-//
-//	cache, err := dev.NewKVCache(vkattn.KVCacheConfig{B: 1, HKV: 8, Capacity: 4096, DK: 128, DV: 128,
-//		DType: vkattn.Float16, PageSize: 256}) // PageSize 0: contiguous
-//	err = cache.Append(kPrompt, vPrompt, n)     // (B, H_kv, n, d): the prompt's K and V
-//	out, err := cache.Attention(qPrompt, opts)  // the prompt's n queries, causal per sequence
-//	step, err := cache.PrepareStep(32, opts)    // one decode step of 32 query heads, prepared once
-//	o := make([]float32, 1*32*1*128)
-//	for ... {
-//		_, err = step.Run(ctx, kTok, vTok, qTok, o) // append the token, attend, O into o
-//	}
-//
-// The cache keeps each sequence's keys and values on the device and
-// appends only the new positions. A decode step is one queue submission
-// and one host wait whatever B and H_kv: the token's K, V and Q, the
-// lengths and the page table travel in the submission that attends, and
-// O comes back in it. Its work follows the sequences' length, not the
-// capacity. KVCache.AppendTo appends to one sequence, Truncate rolls
-// back, KVCache.Prepare records a call over the cache, and in a paged
-// cache Fork starts a continuation that shares its source's pages (copy
-// on write; PagesInUse counts them). Device.AttentionVarlen takes packed
-// sequences without padding. SEMANTICS.md §4.2 defines all of it, §17 the
-// cache's RoPE and §8.2 its q8_0 storage.
-//
 // # Training: the backward pass
 //
 //	g, err := dev.AttentionBackward(q, k, v, dO, opts) // dQ, dK, dV (and dSinks) of sum(O * dO)
@@ -82,37 +60,15 @@
 // The probabilities are recomputed from the forward's log-sum-exp (nothing
 // L x S is stored), every mask, length and score variant applies, and the
 // sums run in a fixed order, so the gradients are the same bits run to run
-// (SEMANTICS.md §16). MHA.Backward and Additive.Backward give a layer's
-// gradients, its inputs' and every parameter's by name.
+// (SEMANTICS.md §16).
 //
-// # Layers: multi-head and additive attention
+// # The KV cache and the layers
 //
-// A PyTorch nn.MultiheadAttention layer (batch first, eval mode) runs as
-// one submission: the input projections, every head's attention read
-// through strides out of the projection output, the output projection,
-// and the head-averaged weights when asked (SEMANTICS.md §9):
-//
-//	w, err := weights.LoadMHA("layer.safetensors", d, 0, 0) // or .npz; kdim, vdim 0 = d
-//	layer, err := nn.NewMHA(dev, w)                              // uploads the weights once
-//	defer layer.Close()
-//	x, err := dev.Upload([]int{B, T, d}, xData)              // (B,T,d) batch first, or (T,d)
-//	out, err := layer.Forward(x, nil, nil, nn.MHAOptions{ // key, value nil: self-attention
-//		Heads:       8,
-//		KeyPadding:  &nn.KeyPadding{Padded: padded},     // (B,S), PyTorch's key_padding_mask
-//		Attention:   vkattn.Options{Causal: vkattn.CausalTopLeft},
-//		NeedWeights: true,                                   // out.Weights (B,h,T,S), out.AvgWeights (B,T,S)
-//	})
-//	y, err := out.Out.Download()                             // (B,T,d)
-//
-// Cross-attention passes key and value tensors; MHA.Prepare records the
-// layer for replays and MHA.Plan says what runs. Additive (Bahdanau)
-// attention projects queries and keys once and scores the projections in
-// the attention kernel, so masks and outputs mean what they mean for
-// Attention (SEMANTICS.md §10):
-//
-//	w, err := weights.LoadAdditive("additive.npz", dq, dk) // W_q (dq,da), W_k (dk,da), b, w_a
-//	add, err := nn.NewAdditive(dev, w)
-//	out, err := add.Attention(q, k, v, vkattn.Options{KeyLengths: lens})
+// Package kv keeps the keys and values of sequences being decoded on the
+// device (kv.New, kv.Cache, kv.DecodeStep: a decode step in one round
+// trip). Package nn runs PyTorch's nn.MultiheadAttention (nn.NewMHA) and
+// additive attention (nn.NewAdditive) on the device, forward and
+// backward. Both build on the Device and Tensor of this package.
 //
 // # A host program's device
 //
@@ -135,7 +91,7 @@
 // # Goroutines, cancellation and Close
 //
 // A Device is meant to be shared, like an *sql.DB: it and everything made
-// on it (tensors, calls, layers) are safe for concurrent use. Calls from
+// on it (tensors, calls, caches, layers) are safe for concurrent use. Calls from
 // different goroutines record and wait independently and take turns only
 // at queue submission; runs of one prepared Call take turns.
 //
@@ -155,9 +111,9 @@
 // # Round trips and memory
 //
 // Each queue submission and host wait is a round trip to the device, tens
-// of microseconds on a discrete GPU. A prepared Call's Run is one; a
-// KVCache's DecodeStep.Run is one for the whole step (append, attention,
-// O back); Append and AppendTensors are one whatever B and HKV.
+// of microseconds on a discrete GPU. A prepared Call's Run is one; a KV
+// cache's decode step (package kv) is one for the whole step (append,
+// attention, O back).
 // Device.Stats counts what the work costs beyond the kernels: memory
 // allocations, descriptor pools and command buffers created, submissions,
 // host waits and bytes staged between host and device (Stats.Since for a
@@ -174,4 +130,12 @@
 // bad input. SEMANTICS.md §8.3 lists them and when each is returned, and
 // §8 what the float32 kernels refuse to compute and how tensors carry
 // their magnitude bounds.
+//
+// # The types
+//
+// Device, Tensor, Call, Output, Plan and the other types of the device
+// are defined in the module's internal/engine, which packages kv and nn
+// build on too; the names here are aliases of them, the same types, and
+// their methods are documented there (go doc
+// github.com/vkattn/vkattn/internal/engine.Device).
 package vkattn

@@ -120,7 +120,7 @@ func TestEnumsOutsideTheirSets(t *testing.T) {
 		t.Errorf("UploadAs(DType(5)): %v, want ErrOption", err)
 	}
 	if _, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 4, DK: 4, DV: 4, DType: 7}); !errors.Is(err, vkattn.ErrOption) {
-		t.Errorf("NewKVCache(DType(7)): %v, want ErrOption", err)
+		t.Errorf("kv.New(DType(7)): %v, want ErrOption", err)
 	}
 	bad := devtest.Dev.Tuning()
 	bad.Path = 6
@@ -163,7 +163,7 @@ func TestExtentsThatOverflow(t *testing.T) {
 			if cache != nil {
 				cache.Close()
 			}
-			t.Errorf("NewKVCache, %s: %v, want ErrTooLarge", c.name, err)
+			t.Errorf("kv.New, %s: %v, want ErrTooLarge", c.name, err)
 		}
 	}
 	if s := vkattn.ALiBiSlopes(1 << 40); s != nil {
@@ -267,32 +267,32 @@ func TestEveryMethodAfterDeviceClose(t *testing.T) {
 			_, err := d.AttentionVarlen(q, k1, v1, []int{0, 1}, []int{0, 1}, vkattn.Options{})
 			return err
 		},
-		"Device.Prepare":        func() error { _, err := d.Prepare(q, k1, v1, vkattn.Options{}); return err },
-		"Device.NewKVCache":     func() error { _, err := kv.New(d, cache.Config()); return err },
-		"Device.NewMHA":         func() error { _, err := nn.NewMHA(d, devtest.RandomMHA(r, 8, 8, 8, false)); return err },
-		"Device.NewAdditive":    func() error { _, err := nn.NewAdditive(d, aw); return err },
-		"KVCache.Append":        func() error { return cache.Append(one, one, 1) },
-		"KVCache.AppendTo":      func() error { return cache.AppendTo(0, one, one, 1) },
-		"KVCache.AppendTensors": func() error { return cache.AppendTensors(k1, v1) },
-		"KVCache.Truncate":      func() error { return cache.Truncate([]int{0}) },
-		"KVCache.Reset":         func() error { return cache.Reset() },
-		"KVCache.Attention":     func() error { _, err := cache.Attention(q, vkattn.Options{}); return err },
-		"KVCache.Prepare":       func() error { _, err := cache.Prepare(q, vkattn.Options{}); return err },
-		"Call.Run":              func() error { _, err := call.Run(bg); return err },
-		"KVCache.PrepareStep":   func() error { _, err := cache.PrepareStep(2, vkattn.Options{}); return err },
-		"DecodeStep.Run":        func() error { _, err := step.Run(bg, one, one, make([]float32, 16), make([]float32, 16)); return err },
-		"DecodeStep.Plan":       func() error { _, err := step.Plan(); return err },
-		"MHA.Plan":              func() error { _, err := mha.Plan([]int{1, 3, 8}, nil, nil, nn.MHAOptions{Heads: 2}); return err },
-		"MHA.Forward":           func() error { _, err := mha.Forward(x, nil, nil, nn.MHAOptions{Heads: 2}); return err },
-		"MHA.Prepare":           func() error { _, err := mha.Prepare(x, nil, nil, nn.MHAOptions{Heads: 2}); return err },
-		"MHACall.Run":           func() error { _, err := mcall.Run(bg); return err },
-		"Additive.Plan":         func() error { _, err := add.Plan([]int{3, 8}, []int{4, 8}, []int{4, 8}, vkattn.Options{}); return err },
-		"Additive.Attention":    func() error { _, err := add.Attention(x, x, x, vkattn.Options{}); return err },
-		"Additive.Prepare":      func() error { _, err := add.Prepare(x, x, x, vkattn.Options{}); return err },
-		"Tensor.Download":       func() error { _, err := q.Download(); return err },
-		"Tensor.Write":          func() error { return q.Write(make([]float32, 16)) },
-		"Tensor.Buffer":         func() error { _, err := q.Buffer(); return err },
-		"Tensor.At":             func() error { _, err := q.At(0, 0, 0, 0); return err },
+		"Device.Prepare":         func() error { _, err := d.Prepare(q, k1, v1, vkattn.Options{}); return err },
+		"kv.New":                 func() error { _, err := kv.New(d, cache.Config()); return err },
+		"nn.NewMHA":              func() error { _, err := nn.NewMHA(d, devtest.RandomMHA(r, 8, 8, 8, false)); return err },
+		"nn.NewAdditive":         func() error { _, err := nn.NewAdditive(d, aw); return err },
+		"kv.Cache.Append":        func() error { return cache.Append(one, one, 1) },
+		"kv.Cache.AppendTo":      func() error { return cache.AppendTo(0, one, one, 1) },
+		"kv.Cache.AppendTensors": func() error { return cache.AppendTensors(k1, v1) },
+		"kv.Cache.Truncate":      func() error { return cache.Truncate([]int{0}) },
+		"kv.Cache.Reset":         func() error { return cache.Reset() },
+		"kv.Cache.Attention":     func() error { _, err := cache.Attention(q, vkattn.Options{}); return err },
+		"kv.Cache.Prepare":       func() error { _, err := cache.Prepare(q, vkattn.Options{}); return err },
+		"Call.Run":               func() error { _, err := call.Run(bg); return err },
+		"kv.Cache.PrepareStep":   func() error { _, err := cache.PrepareStep(2, vkattn.Options{}); return err },
+		"kv.DecodeStep.Run":      func() error { _, err := step.Run(bg, one, one, make([]float32, 16), make([]float32, 16)); return err },
+		"kv.DecodeStep.Plan":     func() error { _, err := step.Plan(); return err },
+		"nn.MHA.Plan":            func() error { _, err := mha.Plan([]int{1, 3, 8}, nil, nil, nn.MHAOptions{Heads: 2}); return err },
+		"nn.MHA.Forward":         func() error { _, err := mha.Forward(x, nil, nil, nn.MHAOptions{Heads: 2}); return err },
+		"nn.MHA.Prepare":         func() error { _, err := mha.Prepare(x, nil, nil, nn.MHAOptions{Heads: 2}); return err },
+		"nn.MHACall.Run":         func() error { _, err := mcall.Run(bg); return err },
+		"nn.Additive.Plan":       func() error { _, err := add.Plan([]int{3, 8}, []int{4, 8}, []int{4, 8}, vkattn.Options{}); return err },
+		"nn.Additive.Attention":  func() error { _, err := add.Attention(x, x, x, vkattn.Options{}); return err },
+		"nn.Additive.Prepare":    func() error { _, err := add.Prepare(x, x, x, vkattn.Options{}); return err },
+		"Tensor.Download":        func() error { _, err := q.Download(); return err },
+		"Tensor.Write":           func() error { return q.Write(make([]float32, 16)) },
+		"Tensor.Buffer":          func() error { _, err := q.Buffer(); return err },
+		"Tensor.At":              func() error { _, err := q.At(0, 0, 0, 0); return err },
 	} {
 		if err := f(); !errors.Is(err, vkattn.ErrClosed) {
 			t.Errorf("%s after Device.Close: %v, want ErrClosed", name, err)

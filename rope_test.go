@@ -178,10 +178,10 @@ func TestRoPETableOutOfRange(t *testing.T) {
 			cache, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: s, DK: d, DV: d, RoPE: rope})
 			if err == nil {
 				cache.Close()
-				t.Fatal("KVCacheConfig.RoPE: no error, want ErrOption")
+				t.Fatal("kv.Config.RoPE: no error, want ErrOption")
 			}
 			if !errors.Is(err, vkattn.ErrOption) {
-				t.Errorf("KVCacheConfig.RoPE: %v, want ErrOption", err)
+				t.Errorf("kv.Config.RoPE: %v, want ErrOption", err)
 			}
 		})
 	}

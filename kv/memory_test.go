@@ -15,7 +15,7 @@ import (
 )
 
 // A cache the heap cannot hold is refused before the host builds anything
-// of its size: NewKVCache's host allocations stay far below the cache's
+// of its size: kv.New's host allocations stay far below the cache's
 // bytes, in every element type, contiguous or paged.
 func TestKVCacheBeyondTheHeapAllocatesNothingOnTheHost(t *testing.T) {
 	d, err := vkattn.Open(vkattn.Config{Validation: true, MemoryLimit: 4 << 20})
@@ -51,7 +51,7 @@ func TestKVCacheBeyondTheHeapAllocatesNothingOnTheHost(t *testing.T) {
 			}
 			const limit = 1 << 20 // the float32 cache is 2^26 bytes a tensor
 			if grew := after.TotalAlloc - before.TotalAlloc; grew > limit {
-				t.Errorf("NewKVCache allocated %d bytes on the host, want under %d", grew, limit)
+				t.Errorf("New allocated %d bytes on the host, want under %d", grew, limit)
 			}
 		})
 	}
@@ -106,7 +106,7 @@ func TestKVCacheStartsZeroed(t *testing.T) {
 	}
 }
 
-// Heads wider than the kernels take are refused by NewKVCache itself,
+// Heads wider than the kernels take are refused by New itself,
 // naming MaxHeadWidth, not by every call over the cache later.
 func TestKVCacheWiderThanTheKernels(t *testing.T) {
 	w := vkattn.MaxHeadWidth
@@ -120,13 +120,13 @@ func TestKVCacheWiderThanTheKernels(t *testing.T) {
 			cache.Close()
 		}
 		if !errors.Is(err, vkattn.ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprintf("MaxHeadWidth = %d", w)) {
-			t.Errorf("NewKVCache with DK = %d, DV = %d (%v): %v, want ErrTooLarge naming MaxHeadWidth = %d", cfg.DK, cfg.DV, cfg.DType, err, w)
+			t.Errorf("New with DK = %d, DV = %d (%v): %v, want ErrTooLarge naming MaxHeadWidth = %d", cfg.DK, cfg.DV, cfg.DType, err, w)
 		}
 	}
 	for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Q8_0} {
 		cache, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 4, DK: w, DV: w, DType: dt})
 		if err != nil {
-			t.Errorf("NewKVCache of heads MaxHeadWidth = %d wide (%v): %v", w, dt, err)
+			t.Errorf("New of heads MaxHeadWidth = %d wide (%v): %v", w, dt, err)
 			continue
 		}
 		cache.Close()

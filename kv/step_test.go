@@ -265,7 +265,7 @@ func TestDecodeStepChunked(t *testing.T) {
 	}
 }
 
-// fork makes sequence dst's history a copy of src's, as KVCache.Fork does.
+// fork makes sequence dst's history a copy of src's, as Cache.Fork does.
 func (h *history) fork(src, dst int) {
 	for j := range h.k[src] {
 		h.k[dst][j] = append([]float32(nil), h.k[src][j]...)
