@@ -1,3 +1,9 @@
+// Package devtest is what the device tests of packages vkattn, kv and nn
+// share: Main, their TestMain, which opens the shared devices (Dev,
+// StorageDev, NVIDIADev, ...) with the Vulkan validation layer on and
+// fails on any validation message and on objects left alive; problems
+// run on a device and checked against the float64 reference; the MHA
+// cases; refusals. Only tests import it.
 package devtest
 
 import (
@@ -29,7 +35,7 @@ var (
 	RowDev, RowStorageDev *vkattn.Device
 )
 
-// gpuPlanDevs are the devices planned as GPU vendors.
+// GPUPlanDevs are the devices planned as GPU vendors.
 func GPUPlanDevs() []*vkattn.Device { return []*vkattn.Device{NVIDIADev, AMDDev} }
 
 // The sweeps run their cases as parallel subtests on pools of such
@@ -42,7 +48,7 @@ var pools = map[*vkattn.Device]chan *vkattn.Device{}
 // poolSize is how many devices of each kind the sweeps share.
 func poolSize() int { return max(2, min(runtime.NumCPU(), 4)) }
 
-// kernelOf names the kernel a plan compiles: what lavapipe compiles once
+// KernelOf names the kernel a plan compiles: what lavapipe compiles once
 // per variant and specialization (a plan without its problem's extents).
 func KernelOf(k vkattn.KernelPlan) pipelines.AttentionPlan {
 	p := engine.AttentionPlanOf(k)
@@ -50,7 +56,7 @@ func KernelOf(k vkattn.KernelPlan) pipelines.AttentionPlan {
 		WorkGroup: p.WorkGroup, Masked: p.Masked, SharedLoads: p.SharedLoads, Splits: min(p.Splits, 1)}
 }
 
-// inCompileOrder runs case i of a sweep (run is a subtest body that calls
+// InCompileOrder runs case i of a sweep (run is a subtest body that calls
 // onPool) in two rounds: first one case of each kernel, in parallel, so
 // that the devices compile different kernels at once; then the rest, which
 // find theirs compiled. kernels[i] is the kernel case i compiles.
@@ -78,7 +84,7 @@ func InCompileOrder[K comparable](t *testing.T, kernels []K, name func(i int) st
 	}
 }
 
-// onPool runs f as a parallel subtest on a free device of the pool like d
+// OnPool runs f as a parallel subtest on a free device of the pool like d
 // (one of the shared devices above).
 func OnPool(t *testing.T, d *vkattn.Device, f func(d *vkattn.Device)) {
 	t.Helper()
@@ -155,14 +161,14 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// everyPlan are the shared devices by plan, for tests that prove a
+// EveryPlan are the shared devices by plan, for tests that prove a
 // property of every kernel family: the row kernels on both load paths and
 // the tiled GPU kernels as two vendors plan them.
 func EveryPlan() map[string]*vkattn.Device {
 	return map[string]*vkattn.Device{"auto": Dev, "storage": StorageDev, "nvidia": NVIDIADev, "amd": AMDDev}
 }
 
-// inParallel runs f for each plan as parallel subtests named by plan. The
+// InParallel runs f for each plan as parallel subtests named by plan. The
 // plans are devices of their own, and lavapipe compiles a device's kernels
 // on that device's queue thread, so the plans' kernels compile at once.
 func InParallel(t *testing.T, plans []string, f func(t *testing.T, plan string)) {
@@ -175,10 +181,10 @@ func InParallel(t *testing.T, plans []string, f func(t *testing.T, plan string))
 	}
 }
 
-// everyPlanName are everyPlan's names, in a fixed order.
+// EveryPlanName are everyPlan's names, in a fixed order.
 var EveryPlanName = []string{"auto", "storage", "nvidia", "amd"}
 
-// ownAndNVIDIA name the two plans most device tests run on: the device's
+// OwnAndNVIDIA name the two plans most device tests run on: the device's
 // own (lavapipe's: row kernels, host-visible memory) and NVIDIA's (tiled
 // kernels, discrete memory with staged transfers).
 var OwnAndNVIDIA = []string{"auto", "nvidia"}

@@ -15,7 +15,7 @@ import (
 	"github.com/vkattn/vkattn/reference"
 )
 
-// problem is one attention call with host data, runnable on the GPU and on
+// Problem is one attention call with host data, runnable on the GPU and on
 // the float64 reference.
 type Problem struct {
 	Q, K, V          []float32
@@ -28,18 +28,19 @@ type Problem struct {
 	Types [3]vkattn.DType
 }
 
-// randomValues are n values uniform in [-1, 1) (internal/random).
+// RandomValues are n values uniform in [-1, 1) (internal/random).
 func RandomValues(r *rand.Rand, n int) []float32 { return random.Uniform(r, n) }
 
+// Size is the number of elements of a tensor of shape s.
 func Size(s [4]int) int { return s[0] * s[1] * s[2] * s[3] }
 
-// newProblem is a problem of uniform random inputs (random.QKV).
+// NewProblem is a problem of uniform random inputs (random.QKV).
 func NewProblem(r *rand.Rand, b, h, hkv, l, s, dk, dv int) *Problem {
 	in, sh := random.QKV(r, random.Uniform, b, h, hkv, l, s, dk, dv)
 	return &Problem{Q: in[0], K: in[1], V: in[2], QS: sh[0], KS: sh[1], VS: sh[2]}
 }
 
-// toBLHD rewrites dense (B,H,L,d) data as (B,L,H,d).
+// ToBLHD rewrites dense (B,H,L,d) data as (B,L,H,d).
 func ToBLHD(x []float32, s [4]int) []float32 {
 	out := make([]float32, len(x))
 	for b := 0; b < s[0]; b++ {
@@ -54,7 +55,7 @@ func ToBLHD(x []float32, s [4]int) []float32 {
 	return out
 }
 
-// mustUpload uploads x with the given shape on d; the caller closes it.
+// MustUpload uploads x with the given shape on d; the caller closes it.
 func MustUpload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
 	t.Helper()
 	tt, err := d.Upload(shape, x)
@@ -64,7 +65,7 @@ func MustUpload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkatt
 	return tt
 }
 
-// replay writes data into in, runs a prepared call and returns its
+// Replay writes data into in, runs a prepared call and returns its
 // output out downloaded: one step of a loop that replays a call.
 func Replay(t *testing.T, in *vkattn.Tensor, data []float32, run func(context.Context) (time.Duration, error), out *vkattn.Tensor) []float32 {
 	t.Helper()
@@ -78,8 +79,7 @@ func Replay(t *testing.T, in *vkattn.Tensor, data []float32, run func(context.Co
 	return got
 }
 
-// upload is mustUpload closed when the test ends.
-// download is x's values on the host.
+// Download is x's values on the host.
 func Download(t *testing.T, x *vkattn.Tensor) []float32 {
 	t.Helper()
 	got, err := x.Download()
@@ -89,7 +89,7 @@ func Download(t *testing.T, x *vkattn.Tensor) []float32 {
 	return got
 }
 
-// smallBindings opens a validated device whose bindings reach 128 KiB,
+// SmallBindings opens a validated device whose bindings reach 128 KiB,
 // otherwise as cfg says, so that calls and layers run in chunks and
 // blocks; it is closed when the test ends.
 func SmallBindings(t *testing.T, cfg vkattn.Config) *vkattn.Device {
@@ -107,7 +107,7 @@ func SmallBindings(t *testing.T, cfg vkattn.Config) *vkattn.Device {
 	return d
 }
 
-// prepareStep prepares a decode step of heads query heads on cache.
+// PrepareStep prepares a decode step of heads query heads on cache.
 func PrepareStep(t *testing.T, cache *kv.Cache, heads int, opts vkattn.Options) *kv.DecodeStep {
 	t.Helper()
 	step, err := cache.PrepareStep(heads, opts)
@@ -117,6 +117,7 @@ func PrepareStep(t *testing.T, cache *kv.Cache, heads int, opts vkattn.Options) 
 	return step
 }
 
+// Upload is MustUpload closed when the test ends.
 func Upload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Tensor {
 	t.Helper()
 	tt := MustUpload(t, d, shape, x)
@@ -124,7 +125,7 @@ func Upload(t *testing.T, d *vkattn.Device, shape []int, x []float32) *vkattn.Te
 	return tt
 }
 
-// zeros uploads a tensor of zeros on d, closed when the test ends.
+// Zeros uploads a tensor of zeros on d, closed when the test ends.
 func Zeros(t *testing.T, d *vkattn.Device, shape ...int) *vkattn.Tensor {
 	t.Helper()
 	n := 1
@@ -134,14 +135,14 @@ func Zeros(t *testing.T, d *vkattn.Device, shape ...int) *vkattn.Tensor {
 	return Upload(t, d, shape, make([]float32, n))
 }
 
-// refusal is a call that must fail with an error wrapping err.
+// Refusal is a call that must fail with an error wrapping err.
 type Refusal struct {
 	Name string
 	Err  error
 	Run  func() error
 }
 
-// checkRefusals reports every call whose error does not wrap its sentinel.
+// CheckRefusals reports every call whose error does not wrap its sentinel.
 func CheckRefusals(t *testing.T, rs []Refusal) {
 	t.Helper()
 	for _, c := range rs {
@@ -151,7 +152,7 @@ func CheckRefusals(t *testing.T, rs []Refusal) {
 	}
 }
 
-// upload puts x, dense (B,H,L,d) data of shape s, on d as type dt, laid
+// Upload puts x, dense (B,H,L,d) data of shape s, on d as type dt, laid
 // out as the problem says (as (B,L,H,d) read through a view when blhd);
 // the caller closes it.
 func (p *Problem) Upload(t *testing.T, d *vkattn.Device, x []float32, s [4]int, dt vkattn.DType) *vkattn.Tensor {
@@ -162,7 +163,7 @@ func (p *Problem) Upload(t *testing.T, d *vkattn.Device, x []float32, s [4]int, 
 	return MustUploadAs(t, d, s[:], x, dt)
 }
 
-// inputs uploads the problem's Q, K and V; the caller closes them.
+// Inputs uploads the problem's Q, K and V; the caller closes them.
 func (p *Problem) Inputs(t *testing.T, d *vkattn.Device) (q, k, v *vkattn.Tensor) {
 	t.Helper()
 	return p.Upload(t, d, p.Q, p.QS, p.Types[0]), p.Upload(t, d, p.K, p.KS, p.Types[1]), p.Upload(t, d, p.V, p.VS, p.Types[2])
@@ -173,7 +174,7 @@ type GPUResult struct {
 	Out       *vkattn.Output
 }
 
-// runGPU uploads the problem, runs it and downloads every output.
+// RunGPU uploads the problem, runs it and downloads every output.
 func RunGPU(t *testing.T, d *vkattn.Device, p *Problem) GPUResult {
 	t.Helper()
 	q, k, v := p.Inputs(t, d)
@@ -214,7 +215,7 @@ func RunReference(t *testing.T, p *Problem) *reference.Result {
 	return want
 }
 
-// referenceOf is the reference output of p, for goroutines other than the
+// ReferenceOf is the reference output of p, for goroutines other than the
 // test's.
 func ReferenceOf(p *Problem) ([]float64, error) {
 	q, k, v := p.Rounded()
@@ -225,7 +226,7 @@ func ReferenceOf(p *Problem) ([]float64, error) {
 	return want.O, nil
 }
 
-// compareWithin is compare allowing extra more absolute error: a plan on
+// CompareWithin is compare allowing extra more absolute error: a plan on
 // cooperative matrices is off by its stated bound more
 // (Plan.MatrixErrorBound).
 func CompareWithin(t *testing.T, what string, got []float32, want []float64, extra float64) {
@@ -235,10 +236,10 @@ func CompareWithin(t *testing.T, what string, got []float32, want []float64, ext
 	}
 }
 
-// tolerance is the sweep's error bound: |got - want| <= 2e-5 * max(1, |want|).
+// Tolerance is the sweep's error bound: |got - want| <= 2e-5 * max(1, |want|).
 const Tolerance = golden.SweepTolerance
 
-// compare checks got against want element-wise under the sweep bound;
+// Compare checks got against want element-wise under the sweep bound;
 // -Inf (log-sum-exp of fully masked rows) must be -Inf.
 func Compare(t *testing.T, what string, got []float32, want []float64) {
 	t.Helper()
@@ -247,11 +248,11 @@ func Compare(t *testing.T, what string, got []float32, want []float64) {
 	}
 }
 
-// closeTo is compare's check as an error, for goroutines other than the
+// CloseTo is compare's check as an error, for goroutines other than the
 // test's: golden.Compare, the comparison the CLI's --check and verify use.
 func CloseTo(got []float32, want []float64) error { return testutil.Compare(got, want, Tolerance, 0) }
 
-// checkAgainstReference runs p on d and on the reference and compares every output.
+// CheckAgainstReference runs p on d and on the reference and compares every output.
 func CheckAgainstReference(t *testing.T, d *vkattn.Device, p *Problem) {
 	t.Helper()
 	got := RunGPU(t, d, p)

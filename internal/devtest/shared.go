@@ -15,7 +15,7 @@ import (
 	"github.com/x448/float16"
 )
 
-// mustUploadAs uploads x as element type dt; the caller closes it.
+// MustUploadAs uploads x as element type dt; the caller closes it.
 func MustUploadAs(t *testing.T, d *vkattn.Device, shape []int, x []float32, dt vkattn.DType) *vkattn.Tensor {
 	t.Helper()
 	tt, err := d.UploadAs(shape, x, dt)
@@ -25,7 +25,7 @@ func MustUploadAs(t *testing.T, d *vkattn.Device, shape []int, x []float32, dt v
 	return tt
 }
 
-// roundAll is roundTo over a slice.
+// RoundAll is roundTo over a slice.
 func RoundAll(dt vkattn.DType, xs []float32) []float32 {
 	if dt == vkattn.Q8_0 {
 		out, err := vkattn.Round(dt, xs) // whole blocks, not element by element
@@ -41,12 +41,12 @@ func RoundAll(dt vkattn.DType, xs []float32) []float32 {
 	return out
 }
 
-// rounded is the problem's Q, K and V as the device holds them.
+// Rounded is the problem's Q, K and V as the device holds them.
 func (p *Problem) Rounded() (q, k, v []float32) {
 	return RoundAll(p.Types[0], p.Q), RoundAll(p.Types[1], p.K), RoundAll(p.Types[2], p.V)
 }
 
-// rotatedFrom is x, rows of n positions of heads heads of width d, rotated
+// RotatedFrom is x, rows of n positions of heads heads of width d, rotated
 // in float64 by rope at positions first, first+1, ... and rounded to
 // float32.
 func RotatedFrom(x []float32, heads, n, d int, rope *vkattn.RoPE, first int) []float32 {
@@ -62,7 +62,7 @@ func RotatedFrom(x []float32, heads, n, d int, rope *vkattn.RoPE, first int) []f
 	return out
 }
 
-// openOwnDevice opens a device of the test's own, so that closing it is
+// OpenOwnDevice opens a device of the test's own, so that closing it is
 // part of what the test checks; it returns the live-object count before.
 func OpenOwnDevice(t *testing.T) (*vkattn.Device, int64) {
 	t.Helper()
@@ -74,7 +74,7 @@ func OpenOwnDevice(t *testing.T) (*vkattn.Device, int64) {
 	return d, before
 }
 
-// closeOwnDevice closes d and checks that everything made on it is gone.
+// CloseOwnDevice closes d and checks that everything made on it is gone.
 func CloseOwnDevice(t *testing.T, d *vkattn.Device, before int64) {
 	t.Helper()
 	if err := d.Close(); err != nil {
@@ -85,7 +85,7 @@ func CloseOwnDevice(t *testing.T, d *vkattn.Device, before int64) {
 	}
 }
 
-// compareGrad checks a gradient against the float64 reference's under
+// CompareGrad checks a gradient against the float64 reference's under
 // golden.GradCheck: |got - want| <= 1e-4 * max(1, max|want|) over the
 // tensor.
 func CompareGrad(t *testing.T, what string, got []float32, want []float64) {
@@ -100,14 +100,14 @@ func CompareGrad(t *testing.T, what string, got []float32, want []float64) {
 	}
 }
 
-// namedGrad is a device gradient and the reference's, by name.
+// NamedGrad is a device gradient and the reference's, by name.
 type NamedGrad struct {
 	Name string
 	Got  []float32
 	Want []float64
 }
 
-// compareOptionalGrads is compareOptionalGrad for each of grads.
+// CompareOptionalGrads is compareOptionalGrad for each of grads.
 func CompareOptionalGrads(t *testing.T, grads ...NamedGrad) {
 	t.Helper()
 	for _, g := range grads {
@@ -115,7 +115,7 @@ func CompareOptionalGrads(t *testing.T, grads ...NamedGrad) {
 	}
 }
 
-// coopmatDevice is dev when it has float16 cooperative matrices. Without
+// CoopmatDevice is dev when it has float16 cooperative matrices. Without
 // them the cooperative-matrix tests have nothing to run on: they say so,
 // and under VKATTN_REQUIRE_COOPMAT=1 (make test's leg on Mesa 26's
 // lavapipe, tools/lavapipe26.sh) they fail instead.
@@ -131,7 +131,7 @@ func CoopmatDevice(t *testing.T) *vkattn.Device {
 	return nil
 }
 
-// filled returns n copies of x.
+// Filled returns n copies of x.
 func Filled(n int, x float32) []float32 {
 	v := make([]float32, n)
 	for i := range v {
@@ -140,7 +140,7 @@ func Filled(n int, x float32) []float32 {
 	return v
 }
 
-// timeReplays runs a prepared call b.N times and reports GFLOP/s over
+// TimeReplays runs a prepared call b.N times and reports GFLOP/s over
 // device time when the device has timestamps, wall time otherwise.
 // It returns the seconds timed.
 func TimeReplays(b *testing.B, run func(context.Context) (time.Duration, error), flops float64) float64 {
@@ -162,7 +162,7 @@ func TimeReplays(b *testing.B, run func(context.Context) (time.Duration, error),
 	return secs
 }
 
-// randomMHA returns weights scaled like PyTorch's initialisation (uniform
+// RandomMHA returns weights scaled like PyTorch's initialisation (uniform
 // in ±1/sqrt(fan_in)), so activations stay O(1) at every width: packed when
 // kdim = vdim = d, separate otherwise.
 func RandomMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *nn.MHAWeights {
@@ -185,7 +185,7 @@ func RandomMHA(r *rand.Rand, d, kdim, vdim int, bias bool) *nn.MHAWeights {
 	return w
 }
 
-// checkMHA runs c on the GPU and on the float64 reference and compares the
+// CheckMHA runs c on the GPU and on the float64 reference and compares the
 // output and, when asked, the per-head and averaged weights.
 func CheckMHA(t *testing.T, d *vkattn.Device, c *MHACase) MHAGot {
 	t.Helper()
@@ -202,7 +202,7 @@ func CheckMHA(t *testing.T, d *vkattn.Device, c *MHACase) MHAGot {
 	return got
 }
 
-// randomMHACase builds a layer call with the named masks; cross-attention
+// RandomMHACase builds a layer call with the named masks; cross-attention
 // uses S = T+3 keys of widths kdim = d+1, vdim = d+2 (separate weights).
 func RandomMHACase(r *rand.Rand, d, h, T int, masks string, cross bool) *MHACase {
 	const B = 2
@@ -250,7 +250,7 @@ func RandomMHACase(r *rand.Rand, d, h, T int, masks string, cross bool) *MHACase
 	return c
 }
 
-// roundTo is x rounded to element type dt by means independent of
+// RoundTo is x rounded to element type dt by means independent of
 // vkattn's conversion: x448/float16 for float16, and for bfloat16 the
 // nearer of the two bfloat16 neighbours of x compared in float64 (ties to
 // the even one).
@@ -272,7 +272,7 @@ func RoundTo(dt vkattn.DType, x float32) float32 {
 	return x
 }
 
-// compareOptionalGrad is compareGrad for a gradient a layer may lack:
+// CompareOptionalGrad is compareGrad for a gradient a layer may lack:
 // got and want are both nil, or both compared.
 func CompareOptionalGrad(t *testing.T, what string, got []float32, want []float64) {
 	t.Helper()
@@ -284,7 +284,7 @@ func CompareOptionalGrad(t *testing.T, what string, got []float32, want []float6
 	}
 }
 
-// mhaCase is one layer call with host data.
+// MHACase is one layer call with host data.
 type MHACase struct {
 	W                *nn.MHAWeights
 	X, Key, Value    []float32
@@ -298,7 +298,7 @@ type MHAGot struct {
 	OutShape          [4]int
 }
 
-// runMHA runs c on d and downloads every output.
+// RunMHA runs c on d and downloads every output.
 func RunMHA(t *testing.T, d *vkattn.Device, c *MHACase) MHAGot {
 	t.Helper()
 	layer, err := nn.NewMHA(d, c.W)

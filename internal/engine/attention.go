@@ -179,8 +179,8 @@ type Output struct {
 	GPUTime time.Duration // device time of the dispatch; 0 without timestamps
 }
 
-// OutputTime is where a call of Output records its device time (Finish).
-func OutputTime(o *Output) *time.Duration { return &o.GPUTime }
+// outputTime is where a call of Output records its device time (Finish).
+func outputTime(o *Output) *time.Duration { return &o.GPUTime }
 
 // Close frees the output tensors.
 func (o *Output) Close() {

@@ -247,7 +247,7 @@ func (b *Builder) AttentionCall(plan Plan, opts *core.Options, in AttentionInput
 		return nil, b.Fail(err)
 	}
 	out.setBounds(oBound)
-	return Finish(b, out, OutputTime)
+	return Finish(b, out, outputTime)
 }
 
 // Linear binds out = in W^T + bias for a planned layer: in is dense, W

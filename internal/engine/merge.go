@@ -70,7 +70,7 @@ func (d *Device) PrepareMerge(parts []Part) (*Call, error) {
 		return nil, b.Fail(err)
 	}
 	out.setBounds(bound)
-	return Finish(b, out, OutputTime)
+	return Finish(b, out, outputTime)
 }
 
 // checkParts checks the parts of a merge and returns their O's shape.

@@ -119,7 +119,7 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts core.
 		}
 	}
 	out.setBounds(oBound)
-	return Finish(b, out, OutputTime)
+	return Finish(b, out, outputTime)
 }
 
 // checkOffsets checks cumulative sequence offsets: from 0, non-decreasing,
