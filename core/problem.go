@@ -6,9 +6,21 @@ import (
 	"strings"
 )
 
-// MaxHeadWidth is the widest d_k or d_v the attention kernels take (the
-// planner refuses a wider head; the float64 reference has no limit).
-const MaxHeadWidth = 256
+// MaxHeadWidth is the widest d_k or d_v the attention forward takes (the
+// planner refuses a wider head; the float64 reference has no limit): 576
+// holds multi-head latent attention's keys (DeepSeek V2/V3: a 512-wide
+// latent and 64 rotary columns). Heads wider than MaxRowWidth run on the
+// tiled kernels only; the backward pass takes MaxBackwardWidth.
+const MaxHeadWidth = 576
+
+// MaxRowWidth is the widest head the row kernels (one invocation holds a
+// query row and its output in registers) and additive attention take;
+// wider heads split each row over the lanes of a subgroup (the tiled
+// kernels), which needs subgroup size control with full subgroups.
+const MaxRowWidth = 256
+
+// MaxBackwardWidth is the widest d_k or d_v the backward pass takes.
+const MaxBackwardWidth = 256
 
 // Causal selects a causal mask and, when L != S, how it is aligned.
 type Causal int

@@ -40,6 +40,12 @@ type Tuning struct {
 	// device can (subgroup shuffles, subgroup size control with full
 	// subgroups, enough shared memory); nil keeps the row kernels.
 	Tiled *TiledTuning `json:"tiled,omitempty"`
+	// Wide, if set, is the tiled kernels' launch shape for heads wider
+	// than MaxRowWidth where Tiled is nil: such rows do not fit one
+	// invocation's registers, so they run on the tiled kernels on every
+	// device that can. A tuning without either takes its device's
+	// default (pipelines.DefaultTuning).
+	Wide *TiledTuning `json:"wide,omitempty"`
 	// Source says where the tuning came from, for Plan.
 	Source string `json:"source"`
 }
@@ -93,9 +99,30 @@ func (t *TiledTuning) check() error {
 	return nil
 }
 
-// DMaxBuckets are the compile-time head-width bounds of the attention
-// kernel variants.
+// DMaxBuckets are the compile-time head-width bounds of the row kernels
+// (a tuning's rows per invocation are per bucket).
 var DMaxBuckets = []int{16, 32, 64, 128, 256}
+
+// WideDMaxBuckets are the compile-time bounds of heads wider than
+// MaxRowWidth, which the tiled kernels take: up to 512, then up to
+// MaxHeadWidth (576, multi-head latent attention's keys).
+var WideDMaxBuckets = []int{512, MaxHeadWidth}
+
+// DMaxOf is the compile-time bound of a head width w (1..MaxHeadWidth):
+// the first of DMaxBuckets, then WideDMaxBuckets, that holds it.
+func DMaxOf(w int) int {
+	for _, b := range DMaxBuckets {
+		if w <= b {
+			return b
+		}
+	}
+	for _, b := range WideDMaxBuckets {
+		if w <= b {
+			return b
+		}
+	}
+	return WideDMaxBuckets[len(WideDMaxBuckets)-1]
+}
 
 // RowChoices are the query rows per invocation a tuning may use.
 var RowChoices = []int{1, 2, 4, 8}
@@ -110,6 +137,10 @@ func (t Tuning) Clone() Tuning {
 	if t.Tiled != nil {
 		tiles := *t.Tiled
 		t.Tiled = &tiles
+	}
+	if t.Wide != nil {
+		tiles := *t.Wide
+		t.Wide = &tiles
 	}
 	return t
 }
@@ -137,6 +168,11 @@ func (t Tuning) Check(dev DeviceInfo) error {
 	if t.Tiled != nil {
 		if err := t.Tiled.check(); err != nil {
 			return err
+		}
+	}
+	if t.Wide != nil {
+		if err := t.Wide.check(); err != nil {
+			return fmt.Errorf("wide heads: %w", err)
 		}
 	}
 	for _, path := range []LoadPath{TexelLoadPath, StorageLoadPath} {

@@ -86,6 +86,11 @@ type AttentionShape struct {
 	// of item b at row j % Paging of page PageTable[b][j / Paging], with
 	// PagesPerItem table entries per item (S <= PagesPerItem * Paging).
 	Paging, Pages, PagesPerItem int
+	// VFromK: V is the leading DV columns of K's rows (multi-head latent
+	// attention's values are its latent keys without the rotary columns):
+	// V's layout is K's and the caller binds K's buffer as V. The tiled
+	// kernels then stage K alone and read V from its tile.
+	VFromK bool
 }
 
 // Score variant bits of attention.comp's VARIANTS constant.
@@ -138,6 +143,7 @@ type AttentionPlan struct {
 	Path      core.LoadPath
 	Vec4      bool // Q, K, V read four floats per load
 	DMax      int  // compile-time bound on d_k and d_v
+	DVMax     int  // the tiled kernels' bound on d_v: DMax, or d_v's own bucket for heads past core.MaxRowWidth
 	Rows      int  // query rows per invocation
 	KeyTile   int  // keys per online-softmax step (the shader's KEYS)
 	WorkGroup int  // invocations per workgroup
@@ -191,8 +197,16 @@ func (p AttentionPlan) String() string {
 			p.SharedBytes, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
 	}
 	if p.Variant.Family == FamilyTiled {
-		tiles := fmt.Sprintf("Br %d query rows x Bc %d keys per tile, %d lanes per row (each holds %d of the d_max %d) and %d rows per lane group, workgroup %d, K/V tiles %d B of shared memory, full subgroups of %d required (VK_EXT_subgroup_size_control enabled)",
-			p.TileRows, p.KeyTile, p.LanesPerRow, p.DMax/p.LanesPerRow, p.DMax, p.RowsPerLane, p.WorkGroup, p.SharedBytes, p.SubgroupSize)
+		holds := fmt.Sprintf("each holds %d of the d_max %d", p.DMax/p.LanesPerRow, p.DMax)
+		if p.DVMax != p.DMax {
+			holds = fmt.Sprintf("each holds %d of q's d_max %d and %d of the output's %d", p.DMax/p.LanesPerRow, p.DMax, p.DVMax/p.LanesPerRow, p.DVMax)
+		}
+		staged := "K/V tiles"
+		if p.Shape.VFromK {
+			staged = "K tiles (V read from them: V is K's leading columns)"
+		}
+		tiles := fmt.Sprintf("Br %d query rows x Bc %d keys per tile, %d lanes per row (%s) and %d rows per lane group, workgroup %d, %s %d B of shared memory, full subgroups of %d required (VK_EXT_subgroup_size_control enabled)",
+			p.TileRows, p.KeyTile, p.LanesPerRow, holds, p.RowsPerLane, p.WorkGroup, staged, p.SharedBytes, p.SubgroupSize)
 		if p.Splits > 0 {
 			return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), split-K: %d splits of %d keys, a workgroup each, query heads of each KV head packed (%d row blocks); %s; grid %dx%dx%d (key splits x KV heads*row blocks x batch), then attention_combine; online softmax, no L*S buffer%s%s",
 				p.Variant, p.Path, p.Why, loads, p.typesNote(), p.Splits, p.SplitKeys, p.RowBlocks, tiles, p.Grid[0], p.Grid[1], p.Grid[2], p.maskNote(), p.chunkNote())
@@ -295,19 +309,31 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	// Rows read as vec4s need 4-aligned widths, offsets and strides.
 	aligned := in.Q.aligned(dk) && in.K.aligned(dk) && in.V.aligned(dv)
 	width := max(dk, dv)
-	if width > core.MaxHeadWidth {
-		if in.Additive { // Q and K are the projections: their width is d_a
-			return p, Limitf("head width %d (d_a=%d, the projections' width; d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, core.MaxHeadWidth)
-		}
-		return p, Limitf("head width %d (d_k=%d, d_v=%d); the attention kernel supports widths 1..%d", width, dk, dv, core.MaxHeadWidth)
+	switch {
+	case in.Additive && width > core.MaxRowWidth: // Q and K are the projections: their width is d_a
+		return p, Limitf("head width %d (d_a=%d, the projections' width; d_v=%d); additive attention supports widths 1..%d", width, dk, dv, core.MaxRowWidth)
+	case width > core.MaxHeadWidth:
+		return p, Limitf("head width %d (d_k=%d, d_v=%d); the attention kernels support widths 1..%d", width, dk, dv, core.MaxHeadWidth)
+	case in.VFromK && (in.V != in.K || dv > dk):
+		return p, fmt.Errorf("attention: V as K's leading columns needs V's layout to be K's (V %+v, K %+v) and d_v <= d_k (d_v %d, d_k %d)", in.V, in.K, dv, dk)
 	}
-	p.DMax = 16
-	for p.DMax < width {
-		p.DMax *= 2
+	// Heads wider than the row kernels take run on the tiled kernels, on
+	// every device that can run them; d_v takes its own bucket there.
+	wide := width > core.MaxRowWidth
+	p.DMax, p.DVMax = core.DMaxOf(width), core.DMaxOf(width)
+	if wide {
+		p.DVMax = core.DMaxOf(dv)
+	}
+	if wide && force == core.TexelLoadPath {
+		return p, Limitf("head width %d (d_k=%d, d_v=%d) runs on the tiled kernels only (rows wider than %d do not fit one invocation's registers), which read storage buffers, not the forced texel load path", width, dk, dv, core.MaxRowWidth)
 	}
 	path, tuning, why, err := choosePath(dev, force, in.Tuning)
 	if err != nil {
 		return p, err
+	}
+	if wide && path != core.StorageLoadPath {
+		why = fmt.Sprintf("heads wider than %d run on the tiled kernels, which read storage buffers (the tuning's %s path: %s)", core.MaxRowWidth, path, why)
+		path, tuning = core.StorageLoadPath, tuningOr(dev, in.Tuning).For(core.StorageLoadPath)
 	}
 	p.Path, p.Why = path, why
 	p.Additive = in.Additive
@@ -330,10 +356,17 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	if ok, err := planCoopmat(dev, &in, &p); ok || err != nil {
 		return p, err
 	}
-	if tiles := tuningOr(dev, in.Tuning).Tiled; tiles != nil && p.Path == core.StorageLoadPath && !p.Additive {
+	tiles := tuningOr(dev, in.Tuning).Tiled
+	if wide {
+		tiles = wideTiles(dev, in.Tuning)
+	}
+	if tiles != nil && p.Path == core.StorageLoadPath && !p.Additive {
 		if ok, err := planTiled(dev, &in, tiles, &p); ok || err != nil {
 			return p, err
 		}
+	}
+	if wide { // every tuning has a shape for them (DefaultTuning's)
+		return p, fmt.Errorf("attention: no tiled kernel shape for head width %d in the tuning (%s)", width, tuningOr(dev, in.Tuning).Source)
 	}
 	p.Variant = Variant{Family: FamilyAttention, Path: p.Path, Vec4: p.Vec4}
 	if p.Additive {
@@ -471,6 +504,10 @@ func planCoopmat(dev core.DeviceInfo, in *PlanInput, p *AttentionPlan) (bool, er
 		p.Why += "; cooperative matrices not used: they need subgroup size control with full subgroups and loops run whole"
 		return false, nil
 	}
+	if p.DMax > core.MaxRowWidth {
+		p.Why += fmt.Sprintf("; cooperative matrices not used: the matrix kernel's tiles are planned for heads up to %d", core.MaxRowWidth)
+		return false, nil
+	}
 	lim := dev.Limits
 	sg := int(lim.SubgroupSize)
 	dp := p.DMax
@@ -539,42 +576,121 @@ func pow2Above(n int) int {
 	return p
 }
 
+// laneFloats is the most floats of q and output rows the planner lets one
+// lane of the tiled kernels hold (RowsPerLane rows' slots of both): NVIDIA
+// and AMD give a lane up to 255 and 256 32-bit registers, and the tile's
+// scores, the key slots in flight and the addresses need the rest. Every
+// vendor's tiles at d_max 256 hold at most 128.
+const laneFloats = 144
+
+// workgroupFloats is the most floats of q and output rows the planner lets
+// a tiled workgroup hold, all its lanes together: half the 64 Ki 32-bit
+// registers of an NVIDIA SM or an AMD CU's SIMD, so a workgroup keeps its
+// rows in registers with room for the rest (a workgroup of 1024 lanes
+// gets at most 64 registers a lane there). Every vendor's tiles at d_max
+// 256 hold at most 16 Ki.
+const workgroupFloats = 32 << 10
+
+// pow2Factor is the largest power of two dividing n (n >= 1).
+func pow2Factor(n int) int { return n & -n }
+
+// wideTiles is the tiled kernels' shape for heads wider than
+// core.MaxRowWidth: the tuning's tiled kernels, else its Wide shape, else
+// the device's default tuning's (a tuning saved without Wide).
+func wideTiles(dev core.DeviceInfo, t *core.Tuning) *core.TiledTuning {
+	def := DefaultTuning(dev)
+	for _, t := range []*core.Tuning{tuningOr(dev, t), &def} {
+		if t.Tiled != nil {
+			return t.Tiled
+		}
+		if t.Wide != nil {
+			return t.Wide
+		}
+	}
+	return nil
+}
+
 // planTiled plans p with the tiled GPU kernels shaped by tiles, fitted to
 // the device and the problem. It reports false (p untouched but for its
-// note) when the device cannot run them; the row kernels plan then.
+// note) when the device cannot run them; the row kernels plan then. Heads
+// wider than core.MaxRowWidth have no other kernel: where these cannot
+// run, the call is a LimitError naming the limit.
 func planTiled(dev core.DeviceInfo, in *PlanInput, tiles *core.TiledTuning, p *AttentionPlan) (bool, error) {
-	if why := tiledCapable(dev); why != "" {
+	wide := p.DMax > core.MaxRowWidth
+	notUsed := func(why string) (bool, error) {
+		if wide {
+			return true, Limitf("head width %d (d_k=%d, d_v=%d) runs on the tiled kernels only (rows wider than %d do not fit one invocation's registers), which cannot run here: %s",
+				max(in.DK, in.DV), in.DK, in.DV, core.MaxRowWidth, why)
+		}
 		p.Why += "; tiled kernels not used: " + why
 		return false, nil
 	}
+	if why := tiledCapable(dev); why != "" {
+		return notUsed(why)
+	}
 	lim := dev.Limits
 	sg := min(max(tiles.SubgroupSize, int(lim.MinSubgroupSize)), int(lim.MaxSubgroupSize))
-	d4 := p.DMax / 4
+	d4, dv4 := p.DMax/4, p.DVMax/4
 	group := in.H / in.HKV
 	packed := group * in.L
 	maxWG := min(int(lim.MaxWorkGroupSize[0]), int(lim.MaxWorkGroupInvocations))
 	// Decode-like problems: the packed rows of a KV head fit one row block
 	// but the grid (a workgroup per KV head) would leave most compute units
 	// idle; split the keys into blocks, a workgroup each (flash-decoding).
-	decode := p.Vec4 && !in.Weights && packed <= tiles.Rows && in.S >= 256 && in.B*in.HKV < 2*tiles.ComputeUnits
+	// Wide heads hold few rows a workgroup, so many query heads of one KV
+	// head (MLA: 128 over one latent head) take several row blocks: they
+	// split too while the grid leaves compute units idle.
+	splittable := p.Vec4 && !in.Weights && in.S >= 256
+	fewBlocks := in.B*in.HKV < 2*tiles.ComputeUnits
+	if wide {
+		fewBlocks = in.B*in.HKV*ceilDiv(packed, tiles.Rows) < 2*tiles.ComputeUnits
+	}
+	decode := splittable && fewBlocks && (packed <= tiles.Rows || wide)
 	br, lanes, rpl := tiles.Rows, tiles.LanesPerRow, tiles.RowsPerLane
 	if decode {
 		br, lanes, rpl = pow2Above(packed), tiles.DecodeLanesPerRow, 1
 	}
-	lanes = min(lanes, d4, sg)
+	// The lanes of a row split d_max and d_v's bound in whole vec4 slots.
+	most := min(sg, pow2Factor(d4), pow2Factor(dv4))
+	lanes = min(lanes, most)
+	// Registers: more lanes a row, then fewer rows a lane, until a lane's
+	// q and output slots fit.
+	for 4*rpl*(d4+dv4)/lanes > laneFloats {
+		switch {
+		case 2*lanes <= most:
+			lanes *= 2
+		case rpl > 1:
+			rpl /= 2
+		default:
+			return notUsed(fmt.Sprintf("rows of d_max %d (d_v bound %d) leave %d floats of q and output a lane in %d-lane rows of %d-lane subgroups, more than the %d registers planned a lane",
+				p.DMax, p.DVMax, 4*rpl*(d4+dv4)/lanes, lanes, sg, laneFloats))
+		}
+	}
 	// Whole subgroups: more rows where a workgroup would be narrower than one.
 	br = max(br, rpl*sg/lanes)
 	if br/rpl*lanes > maxWG {
 		br = rpl * pow2Below(max(1, maxWG/lanes))
 	}
-	tileBytes := func(bc int) int { return 2 * bc * p.DMax * 4 } // K and V tiles of float32 vec4s
+	// The workgroup's registers: fewer rows a workgroup where its lanes'
+	// slots together would not fit.
+	for br > rpl*sg/lanes && br/rpl*lanes*(4*rpl*(d4+dv4)/lanes) > workgroupFloats {
+		br /= 2
+	}
+	// K and V tiles of float32 vec4s; V from K's tile where it is K's
+	// leading columns (its own array is then one slot).
+	tileBytes := func(bc int) int {
+		v := bc * dv4
+		if in.VFromK {
+			v = 1
+		}
+		return 16 * (bc*d4 + v)
+	}
 	bc := tiles.Keys
 	for bc >= 4 && tileBytes(bc) > int(lim.MaxSharedMemory) {
 		bc /= 2
 	}
 	if bc < 4 || br/rpl*lanes%sg != 0 {
-		p.Why += fmt.Sprintf("; tiled kernels not used: d_max %d tiles do not fit %d B of shared memory in workgroups of whole %d-lane subgroups", p.DMax, lim.MaxSharedMemory, sg)
-		return false, nil
+		return notUsed(fmt.Sprintf("d_max %d tiles do not fit %d B of shared memory in workgroups of whole %d-lane subgroups", p.DMax, lim.MaxSharedMemory, sg))
 	}
 	p.Variant = Variant{Family: FamilyTiled, Path: core.StorageLoadPath, Vec4: p.Vec4}
 	p.Rows, p.TileRows, p.KeyTile, p.LanesPerRow, p.RowsPerLane, p.SubgroupSize = 0, br, bc, lanes, rpl, sg
@@ -583,6 +699,11 @@ func planTiled(dev core.DeviceInfo, in *PlanInput, tiles *core.TiledTuning, p *A
 	if decode {
 		// Several workgroups per compute unit, each at least a tile of keys.
 		want := ceilDiv(4*tiles.ComputeUnits, in.B*in.HKV*ceilDiv(packed, br))
+		if wide {
+			// Many rows a KV head: no more partials (a d_v row per split
+			// and row) than the K and V rows the splits read.
+			want = min(want, max(1, in.S*(in.DK+in.DV)/(packed*(in.DV+2))))
+		}
 		splits := max(1, min(want, ceilDiv(in.S, bc)))
 		p.SplitKeys = max(bc, ceilDiv(in.S, splits)/bc*bc) // whole tiles, rounded down: at least the splits wanted
 		p.splitKeys(ceilDiv(in.S, p.SplitKeys))
@@ -670,6 +791,7 @@ func (p *AttentionPlan) Kernel() KernelSpec {
 		spec[tiledSpecBR], spec[tiledSpecBC], spec[tiledSpecLPR], spec[tiledSpecRPL] = int32(p.TileRows), int32(p.KeyTile), int32(p.LanesPerRow), int32(p.RowsPerLane)
 		spec[tiledSpecMasked], spec[tiledSpecVariants], spec[tiledSpecPaged] = boolSpec(p.Masked), s.variants(), boolSpec(s.Paging > 0)
 		spec[tiledSpecQType], spec[tiledSpecKType], spec[tiledSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
+		spec[tiledSpecDV4], spec[tiledSpecVInK] = int32(p.DVMax/4), boolSpec(s.VFromK)
 		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec}
 	}
 	spec := make([]int32, attSpecCount)

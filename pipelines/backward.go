@@ -25,7 +25,7 @@ type backwardPlan struct {
 }
 
 // planBackward sizes the passes for p: d_max the power of two from 16
-// that holds d_k and d_v (at most core.MaxHeadWidth), tiles of up to 16 rows
+// that holds d_k and d_v (at most core.MaxBackwardWidth), tiles of up to 16 rows
 // that fit the device's shared memory twice over with their LSE and D.
 func planBackward(dev core.DeviceInfo, p AttentionPlan) (backwardPlan, error) {
 	bp := backwardPlan{families: [2]Family{FamilyBackwardQ, FamilyBackwardKV}, dMax: 16}
@@ -38,8 +38,8 @@ func planBackward(dev core.DeviceInfo, p AttentionPlan) (backwardPlan, error) {
 	}
 	bp.tile = min(16, int(dev.Limits.MaxSharedMemory)/(4*(2*bp.dMax+2)))
 	switch {
-	case bp.dMax > core.MaxHeadWidth:
-		return bp, Limitf("the backward pass takes head widths up to %d, not d_k %d, d_v %d", core.MaxHeadWidth, s.DK, s.DV)
+	case bp.dMax > core.MaxBackwardWidth:
+		return bp, Limitf("the backward pass takes head widths up to %d, not d_k %d, d_v %d", core.MaxBackwardWidth, s.DK, s.DV)
 	case bp.tile < 1:
 		return bp, Limitf("the backward pass's tiles of d_max %d do not fit %d B of shared memory", bp.dMax, dev.Limits.MaxSharedMemory)
 	case backwardWorkGroup > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)):

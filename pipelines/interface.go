@@ -45,7 +45,8 @@ const (
 	// attention_tiled.comp.
 	tiledSpecD4, tiledSpecBR, tiledSpecBC, tiledSpecLPR, tiledSpecMasked = 1, 2, 3, 4, 5
 	tiledSpecQType, tiledSpecKType, tiledSpecVType, tiledSpecVariants    = 6, 7, 8, 9
-	tiledSpecPaged, tiledSpecRPL, tiledSpecCount                         = 10, 11, 12
+	tiledSpecPaged, tiledSpecRPL, tiledSpecDV4, tiledSpecVInK            = 10, 11, 12, 13
+	tiledSpecCount                                                       = 14
 
 	// attention_coopmat.comp.
 	coopSpecD4, coopSpecBR, coopSpecBC, coopSpecMM, coopSpecNSG, coopSpecSG = 1, 2, 3, 4, 5, 6
@@ -155,10 +156,12 @@ var shaderInterface = []interfaceSection{
 		{"ATT_SPEC_VARIANTS", attSpecVariants, ""}, {"ATT_SPEC_PAGED", attSpecPaged, ""},
 	}},
 	{"attention_tiled.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"TILED_SPEC_D4", tiledSpecD4, ""}, {"TILED_SPEC_BR", tiledSpecBR, ""}, {"TILED_SPEC_BC", tiledSpecBC, ""},
+		{"TILED_SPEC_D4", tiledSpecD4, "compile-time bound of d_k and d_v, in vec4s"}, {"TILED_SPEC_BR", tiledSpecBR, ""}, {"TILED_SPEC_BC", tiledSpecBC, ""},
 		{"TILED_SPEC_LPR", tiledSpecLPR, ""}, {"TILED_SPEC_MASKED", tiledSpecMasked, ""},
 		{"TILED_SPEC_Q_TYPE", tiledSpecQType, ""}, {"TILED_SPEC_K_TYPE", tiledSpecKType, ""}, {"TILED_SPEC_V_TYPE", tiledSpecVType, ""},
 		{"TILED_SPEC_VARIANTS", tiledSpecVariants, ""}, {"TILED_SPEC_PAGED", tiledSpecPaged, ""}, {"TILED_SPEC_RPL", tiledSpecRPL, ""},
+		{"TILED_SPEC_DV4", tiledSpecDV4, "compile-time bound of d_v, in vec4s (at most D4)"},
+		{"TILED_SPEC_V_IN_K", tiledSpecVInK, "V is the leading d_v columns of K's rows: only K is staged"},
 	}},
 	{"attention_coopmat.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"COOP_SPEC_D4", coopSpecD4, "compile-time bound of d_k and d_v, in vec4s"},

@@ -47,7 +47,7 @@ func TestPlansFitTheLoopBudget(t *testing.T) {
 		}
 		for _, s := range []int{1000, 10000, 262140, 262141, 1 << 20} {
 			for _, l := range []int{1, 64, 1024} {
-				for _, d := range []int{4, 64, 256} {
+				for _, d := range []int{4, 64, 256, core.MaxHeadWidth} {
 					for _, weights := range []bool{false, true} {
 						in := PlanInput{AttentionShape: DenseShape(1, 4, 2, l, s, d, d), Tuning: &tuning}
 						in.Weights = weights

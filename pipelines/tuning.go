@@ -28,6 +28,9 @@ var gpuTuning = core.Tuning{
 	Path:    core.StorageLoadPath,
 	Texel:   core.PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
 	Storage: core.PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
+	// Heads past core.MaxRowWidth: 16 lanes a row (576 = 16 x 36 floats),
+	// one row a lane group, 16-key tiles; a mid-sized GPU's compute units.
+	Wide: &core.TiledTuning{Rows: 16, Keys: 16, LanesPerRow: 16, RowsPerLane: 1, DecodeLanesPerRow: 16, SubgroupSize: 32, ComputeUnits: 16},
 }
 
 // withTiles is t running the tiled kernels shaped by tiles.
@@ -55,11 +58,16 @@ var (
 // across the 8 lanes by shuffles (a texel fetch is a call with a per-lane
 // gather there; ~20% faster prefill). The storage path, slow there and
 // run only when forced (tests), keeps 1 key: its d_max 256 variant
-// compiled for ~60 s with 4.
+// compiled for ~60 s with 4. Heads past core.MaxRowWidth run the tiled
+// kernels (a row kernel of d_max 576 compiled for ~60 s, the tiled one in
+// ~3 s): a row over the 8 lanes of lavapipe's subgroup, 8-key tiles (4
+// where K and V are staged apart: 32 KiB of shared memory), and as many
+// workgroups as a CPU of 8 threads keeps busy.
 var cpuTuning = core.Tuning{
 	Path:    core.TexelLoadPath,
 	Texel:   core.PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 4, 256: 1}, WorkGroup: 8, Keys: 4, SplitKeys: 256, SharedLoads: true},
 	Storage: core.PathTuning{Rows: rowsEach(1), WorkGroup: 64, Keys: 1, SplitKeys: 64},
+	Wide:    &core.TiledTuning{Rows: 16, Keys: 8, LanesPerRow: 8, RowsPerLane: 1, DecodeLanesPerRow: 8, SubgroupSize: 8, ComputeUnits: 8},
 }
 
 // quirks is keyed by VkDriverId.

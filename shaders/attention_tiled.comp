@@ -13,9 +13,13 @@
 // state once per tile.
 //
 // LPR lanes share RPL rows and split the head dimension: lane `part` holds
-// vec4 slots part, part + LPR, ... of each row's q and output accumulator,
-// so a lane keeps 8 * RPL * D4 / LPR floats of them, and the LPR partial
-// dot products of a key are summed by a butterfly of subgroupShuffleXor.
+// vec4 slots part, part + LPR, ... of each row's q (D4 of them) and output
+// accumulator (DV4), so a lane keeps 4 * RPL * (D4 + DV4) / LPR floats of
+// them, and the LPR partial dot products of a key are summed by a
+// butterfly of subgroupShuffleXor. DV4 is d_v's own bound where it is
+// smaller (multi-head latent attention: d_k 576, d_v 512); V_IN_K: V is
+// the leading d_v columns of K's rows (MLA's latent), so only K is staged
+// and V's slots are read from K's tile.
 // Each K and V slot read from shared memory serves the lane's RPL rows
 // (register reuse: fewer shared-memory reads per multiply-add). The lanes of a row are consecutive lanes of one
 // subgroup; rows are numbered from gl_SubgroupID and
@@ -47,10 +51,14 @@ layout(constant_id = TILED_SPEC_V_TYPE) const int V_TYPE = 0;
 layout(constant_id = TILED_SPEC_VARIANTS) const int VARIANTS = 0;
 layout(constant_id = TILED_SPEC_PAGED) const bool PAGED = false;
 layout(constant_id = TILED_SPEC_RPL) const int RPL = 1; // query rows per lane group; divides BR
+layout(constant_id = TILED_SPEC_DV4) const int DV4 = 16; // compile-time bound of d_v, in vec4s; LPR divides it, at most D4
+layout(constant_id = TILED_SPEC_V_IN_K) const bool V_IN_K = false;
 
-const int GROUPS = BR / RPL; // lane groups of LPR lanes
-const int WG = GROUPS * LPR; // = local_size_x
-const int SLOTS = D4 / LPR;  // vec4 slots of q and acc per lane and row
+const int GROUPS = BR / RPL;    // lane groups of LPR lanes
+const int WG = GROUPS * LPR;    // = local_size_x
+const int SLOTS = D4 / LPR;     // vec4 slots of q per lane and row
+const int VSLOTS = DV4 / LPR;   // vec4 slots of acc per lane and row
+const int VTILE = V_IN_K ? 1 : BC * DV4; // V's own tile (unused with V_IN_K)
 
 #include "attention_forward.glsl"
 
@@ -64,10 +72,10 @@ INPUT(BIND_V, Vt)
 #define Vt_SCALES P.vStride.w
 
 shared vec4 kTile[BC * D4];
-shared vec4 vTile[BC * D4];
+shared vec4 vTile[VTILE];
 
-vec4 q[RPL * SLOTS];   // this lane's slots of its query rows, as stored
-vec4 acc[RPL * SLOTS]; // this lane's slots of the unnormalised output rows
+vec4 q[RPL * SLOTS];    // this lane's slots of its query rows, as stored
+vec4 acc[RPL * VSLOTS]; // this lane's slots of the unnormalised output rows
 float sc[RPL * BC];    // the rows' scores of the current tile
 
 int part;        // this lane's share of a row: slots part + u * LPR
@@ -76,8 +84,9 @@ int head[RPL];   // its query head
 bool rowOK[RPL]; // the row exists (within the packed rows)
 float slope[RPL];
 
-// loadTiles stages keys [j0, j0 + BC) of K (and of V if withV) in shared
-// memory; keys past S are clamped (their scores are masked).
+// loadTiles stages keys [j0, j0 + BC) of K (and of V if withV, unless
+// V_IN_K) in shared memory; keys past S are clamped (their scores are
+// masked).
 void loadTiles(int j0, bool withV) {
     int lane = int(gl_LocalInvocationID.x);
     for (int i = lane; i < BC * D4; i += WG) {
@@ -85,10 +94,16 @@ void loadTiles(int j0, bool withV) {
         int c = i % D4;
         int j = min(j0 + t, S - 1);
         kTile[i] = LOAD4(Kt, K_TYPE, P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, j), c, DK);
-        if (withV) {
-            vTile[i] = LOAD4(Vt, V_TYPE, P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, j), c, DV);
+        if (withV && !V_IN_K && c < DV4) {
+            vTile[t * DV4 + c] = LOAD4(Vt, V_TYPE, P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, j), c, DV);
         }
     }
+}
+
+// vSlot is slot c of staged key t's value row: from K's tile with V_IN_K
+// (its slots past d_v hold K's columns, which no store reads back).
+vec4 vSlot(int t, int c) {
+    return V_IN_K ? kTile[t * D4 + c] : vTile[t * DV4 + c];
 }
 
 // tileScores fills sc with the rows' scores of the staged keys from j0.
@@ -158,7 +173,9 @@ void main() {
         int qBase = P.offsets.x + b * P.qStride.x + head[r] * P.qStride.y + row[r] * P.qStride.z;
         [[unroll]] for (int u = 0; u < SLOTS; u++) {
             q[r * SLOTS + u] = LOAD4(Qt, Q_TYPE, qBase, u * LPR + part, DK);
-            acc[r * SLOTS + u] = vec4(0.0);
+        }
+        [[unroll]] for (int u = 0; u < VSLOTS; u++) {
+            acc[r * VSLOTS + u] = vec4(0.0);
         }
     }
     float m[RPL];
@@ -175,15 +192,15 @@ void main() {
         [[unroll]] for (int r = 0; r < RPL; r++) {
             float alpha;
             ONLINE_SOFTMAX(t, BC, sc[r * BC + t], m[r], l[r], alpha)
-            [[unroll]] for (int u = 0; u < SLOTS; u++) {
-                acc[r * SLOTS + u] *= alpha; // once per tile
+            [[unroll]] for (int u = 0; u < VSLOTS; u++) {
+                acc[r * VSLOTS + u] *= alpha; // once per tile
             }
         }
         [[unroll]] for (int t = 0; t < BC; t++) {
-            [[unroll]] for (int u = 0; u < SLOTS; u++) {
-                vec4 v = vTile[t * D4 + u * LPR + part];
+            [[unroll]] for (int u = 0; u < VSLOTS; u++) {
+                vec4 v = vSlot(t, u * LPR + part);
                 [[unroll]] for (int r = 0; r < RPL; r++) {
-                    acc[r * SLOTS + u] += sc[r * BC + t] * v;
+                    acc[r * VSLOTS + u] += sc[r * BC + t] * v;
                 }
             }
         }
@@ -201,8 +218,8 @@ void main() {
         if (part == 0) {
             storePartialSum(base, live, m[r], l[r]);
         }
-        [[unroll]] for (int u = 0; u < SLOTS; u++) {
-            storePartialOut(base, live, u * LPR + part, acc[r * SLOTS + u]);
+        [[unroll]] for (int u = 0; u < VSLOTS; u++) {
+            storePartialOut(base, live, u * LPR + part, acc[r * VSLOTS + u]);
         }
     }
 #else
@@ -212,8 +229,8 @@ void main() {
             continue;
         }
         int oBase = outBase(head[r], row[r]);
-        [[unroll]] for (int u = 0; u < SLOTS; u++) {
-            storeOut(oBase, u * LPR + part, acc[r * SLOTS + u] * inv);
+        [[unroll]] for (int u = 0; u < VSLOTS; u++) {
+            storeOut(oBase, u * LPR + part, acc[r * VSLOTS + u] * inv);
         }
         if (part == 0) {
             storeLSE(head[r], row[r], m[r], l[r]);

@@ -112,7 +112,7 @@ const int Q4_BLOCK_SHIFT = 5; // element i is in block i >> Q4_BLOCK_SHIFT
 #define ATT_SPEC_PAGED 11
 
 // attention_tiled.comp specialization-constant IDs (0: the workgroup size)
-#define TILED_SPEC_D4 1
+#define TILED_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
 #define TILED_SPEC_BR 2
 #define TILED_SPEC_BC 3
 #define TILED_SPEC_LPR 4
@@ -123,6 +123,8 @@ const int Q4_BLOCK_SHIFT = 5; // element i is in block i >> Q4_BLOCK_SHIFT
 #define TILED_SPEC_VARIANTS 9
 #define TILED_SPEC_PAGED 10
 #define TILED_SPEC_RPL 11
+#define TILED_SPEC_DV4 12 // compile-time bound of d_v, in vec4s (at most D4)
+#define TILED_SPEC_V_IN_K 13 // V is the leading d_v columns of K's rows: only K is staged
 
 // attention_coopmat.comp specialization-constant IDs (0: the workgroup size)
 #define COOP_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s

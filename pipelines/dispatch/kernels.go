@@ -62,7 +62,7 @@ type kernelKey struct {
 }
 
 // maxSpec is the most specialization constants a kernel takes.
-const maxSpec = 12
+const maxSpec = 16
 
 // kernel returns the kernel k describes, building it from its variant's
 // SPIR-V on first use.
