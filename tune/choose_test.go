@@ -29,7 +29,7 @@ func TestCheckWidthsWantsOnePerBucketWithinTheKernel(t *testing.T) {
 		want string
 	}{
 		{[]int{0}, "head width 0: want 1..256"},
-		{[]int{vkattn.MaxHeadWidth + 1}, "head width 257"},
+		{[]int{core.MaxRowWidth + 1}, "head width 257"},
 		{[]int{64, 60}, "widths 64 and 60 are both in d_max bucket 64"},
 	} {
 		if err := CheckWidths(c.ds); err == nil || !strings.Contains(err.Error(), c.want) {

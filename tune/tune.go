@@ -69,13 +69,14 @@ func DecodeDims(d int) vkattn.Dims {
 	return vkattn.Dims{B: 1, H: 32, HKV: 8, L: 1, S: 4096, DK: d, DV: d}
 }
 
-// CheckWidths checks head widths to tune: each within the kernel's limit
+// CheckWidths checks head widths to tune: each within the row kernels'
+// limit (wider heads run on the tiled kernels, which Run does not tune)
 // and at most one per d_max bucket (a bucket has one rows setting).
 func CheckWidths(ds []int) error {
 	seen := map[int]int{}
 	for _, d := range ds {
-		if d < 1 || d > vkattn.MaxHeadWidth {
-			return fmt.Errorf("head width %d: want 1..%d", d, vkattn.MaxHeadWidth)
+		if d < 1 || d > core.MaxRowWidth {
+			return fmt.Errorf("head width %d: want 1..%d", d, core.MaxRowWidth)
 		}
 		b := DMax(d)
 		if prev, ok := seen[b]; ok {
