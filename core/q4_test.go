@@ -3,7 +3,6 @@ package core
 import (
 	"errors"
 	"math"
-	"math/rand"
 	"strings"
 	"testing"
 )
@@ -258,12 +257,7 @@ func TestQuantizeQ4_0Refused(t *testing.T) {
 // up), clamped to 15; the first value of largest |x| gets 0; Round is the
 // dequantized values.
 func TestQuantizeQ4_0Bounds(t *testing.T) {
-	r := rand.New(rand.NewSource(4))
-	data := make([]float32, 32*300)
-	for i := range data {
-		data[i] = float32(r.NormFloat64() * math.Pow(10, float64(i/32%7-3)))
-	}
-	data[40] = 1e4 // an outlier
+	data := quantBlocks(4, 300)
 	q, scales, err := QuantizeQ4_0(data)
 	if err != nil {
 		t.Fatal(err)

@@ -54,12 +54,7 @@ func TestQuantizeQ8_0ByHand(t *testing.T) {
 // scale), the largest reaches +-127, and dequantizing is within half a
 // step plus the float16 scale's rounding.
 func TestQuantizeQ8_0Bounds(t *testing.T) {
-	r := rand.New(rand.NewSource(8))
-	data := make([]float32, 32*200)
-	for i := range data {
-		data[i] = float32(r.NormFloat64() * math.Pow(10, float64(i/32%7-3)))
-	}
-	data[40] = 1e4 // an outlier
+	data := quantBlocks(8, 200)
 	q, scales, err := QuantizeQ8_0(data)
 	if err != nil {
 		t.Fatal(err)
@@ -132,4 +127,17 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// quantBlocks draws blocks of 32 normal values whose magnitudes go from
+// 1e-3 to 1e3 block by block, with one outlier (1e4, in the second block):
+// the quantizers' tests' inputs.
+func quantBlocks(seed int64, blocks int) []float32 {
+	r := rand.New(rand.NewSource(seed))
+	data := make([]float32, 32*blocks)
+	for i := range data {
+		data[i] = float32(r.NormFloat64() * math.Pow(10, float64(i/32%7-3)))
+	}
+	data[40] = 1e4
+	return data
 }
