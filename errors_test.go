@@ -20,7 +20,7 @@ func TestInvalidInputs(t *testing.T) {
 	kWide := up(2, 2, 5, 9)
 	vShort := up(2, 2, 4, 6)
 	kBatch := up(1, 2, 5, 8)
-	huge := up(1, 1, 1, 300)
+	huge := up(1, 1, 1, vkattn.MaxHeadWidth+1)
 	nanData, infData := make([]float32, 2*4*3*8), make([]float32, 2*2*5*8)
 	nanData[17], infData[3] = float32(math.NaN()), float32(math.Inf(1))
 	nan, inf := devtest.Upload(t, devtest.Dev, []int{2, 4, 3, 8}, nanData), devtest.Upload(t, devtest.Dev, []int{2, 2, 5, 8}, infData)
