@@ -45,9 +45,11 @@
 //
 // # Element types
 //
-// Q, K and V may each be float32, float16 or bfloat16, and K and V q8_0:
-// Device.UploadAs rounds float32 data to the type, Device.UploadBits
-// stores bit patterns already held, Device.PlanAs plans for given types.
+// Q, K and V may each be float32, float16 or bfloat16, and K and V q8_0
+// or q4_0 (ggml's 8-bit and 4-bit blocks of 32, read directly):
+// Device.UploadAs rounds or quantizes float32 data to the type,
+// Device.UploadBits stores bit patterns already held, Device.PlanAs plans
+// for given types.
 // The kernels widen on load and compute in float32 (SEMANTICS.md §8.1,
 // §8.2; §18 for the cooperative matrices that half inputs use where the
 // device has them, and Options.Float32Products to keep them off).

@@ -121,10 +121,14 @@ const (
 	// Q8_0 is ggml's q8_0 for K and V: int8 quants in blocks of 32 along a
 	// row, each block with a float16 scale (SEMANTICS.md §8.2).
 	Q8_0 = core.Q8_0
+	// Q4_0 is ggml's q4_0 for K and V: 4-bit quants in blocks of 32 along a
+	// row, each read as (q - 8) times the block's float16 scale
+	// (SEMANTICS.md §8.2).
+	Q4_0 = core.Q4_0
 )
 
 // ParseDType reads an element type: f32, f16 or bf16 (or float32, float16,
-// bfloat16).
+// bfloat16), or q8_0 or q4_0.
 func ParseDType(s string) (DType, error) { return core.ParseDType(s) }
 
 // ToFloat16 rounds x to the nearest float16 (ties to even), subnormals

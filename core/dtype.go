@@ -76,9 +76,9 @@ func (t DType) Quantized() bool { return t == Q8_0 || t == Q4_0 }
 // may have.
 func (t DType) Valid() bool { return t >= Float32 && t <= BFloat16 }
 
-// ValidKV reports whether K and V may be stored as t: a float type or
-// Q8_0.
-func (t DType) ValidKV() bool { return t.Valid() || t == Q8_0 }
+// ValidKV reports whether K and V may be stored as t: a float type,
+// Q8_0 or Q4_0.
+func (t DType) ValidKV() bool { return t.Valid() || t.Quantized() }
 
 // ParseDType reads an element type: f32, f16 or bf16 (or float32, float16,
 // bfloat16), or q8_0 or q4_0.

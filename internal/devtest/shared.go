@@ -27,7 +27,7 @@ func MustUploadAs(t *testing.T, d *vkattn.Device, shape []int, x []float32, dt v
 
 // RoundAll is roundTo over a slice.
 func RoundAll(dt vkattn.DType, xs []float32) []float32 {
-	if dt == vkattn.Q8_0 {
+	if dt.Quantized() {
 		out, err := vkattn.Round(dt, xs) // whole blocks, not element by element
 		if err != nil {
 			panic(err)

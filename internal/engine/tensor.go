@@ -48,9 +48,11 @@ func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
 
 // UploadAs is Upload into a tensor stored as element type t: float32 data
 // rounded to the nearest float16 or bfloat16 (ties to even), as ToFloat16
-// and ToBFloat16 do. A NaN or Inf is ErrNonFinite and a value beyond the
-// type's range ErrOverflow, both naming the element; nothing is uploaded
-// then.
+// and ToBFloat16 do, or quantized to q8_0 or q4_0 as QuantizeQ8_0 and
+// QuantizeQ4_0 do (rows of whole blocks of 32, ErrShape otherwise). A NaN
+// or Inf is ErrNonFinite and a value beyond the type's range ErrOverflow,
+// both naming the element (a quantized type its block); nothing is
+// uploaded then.
 func (d *Device) UploadAs(shape []int, data []float32, t core.DType) (*Tensor, error) {
 	return d.upload(shape, data, t, WriteHeadroom)
 }
@@ -103,11 +105,11 @@ func (d *Device) upload(shape []int, data []float32, t core.DType, headroom floa
 		}
 		return tn, err
 	}
-	if t == core.Q8_0 {
-		if s[3]%core.Q8Block != 0 {
-			return nil, errorf(core.ErrShape, "q8_0 rows are whole blocks of %d elements; shape %v has rows of %d", core.Q8Block, shape, s[3])
+	if t.Quantized() {
+		if block := quantBlock(t); s[3]%block != 0 {
+			return nil, errorf(core.ErrShape, "%v rows are whole blocks of %d elements; shape %v has rows of %d", t, block, shape, s[3])
 		}
-		raw, most, err := q8Bytes(data)
+		raw, most, err := quantBytes(t, data)
 		if err != nil {
 			return nil, err
 		}
@@ -210,8 +212,8 @@ func EncodeValues(t *Tensor, data []float32) ([]byte, error) {
 	switch t.dtype {
 	case core.Float32:
 		return f32Bytes(data), nil // a view of data, copied by writeRaw
-	case core.Q8_0:
-		raw, _, err := q8Bytes(data)
+	case core.Q8_0, core.Q4_0:
+		raw, _, err := quantBytes(t.dtype, data)
 		return raw, err
 	}
 	bits, err := core.HalfBits(t.dtype, data)
@@ -235,11 +237,13 @@ func Int32Words(xs []int) []byte {
 }
 
 // writeRaw stores encoded elements from element offset off of t's buffer
-// (q8_0: whole blocks, quants and scales, as q8Bytes encodes them).
+// (q8_0 and q4_0: whole blocks, quants and scales, as quantBytes encodes
+// them).
 func (t *Tensor) writeRaw(off int, raw []byte) error {
 	n := len(raw) / t.dtype.Bytes()
-	if t.dtype == core.Q8_0 {
-		n = len(raw) / (2 + core.Q8Block) * core.Q8Block
+	if t.dtype.Quantized() {
+		block := quantBlock(t.dtype)
+		n = len(raw) / t.dtype.StorageBytes(block) * block
 	}
 	return EachSpan(t.dtype, n, 0, t.elements(), off, n, func(from, to ByteSpan) error {
 		return t.buf.Write(to.Off, raw[from.Off:from.Off+from.N])
@@ -260,10 +264,11 @@ func (d *Device) newTensor(s [4]int, dt core.DType) (*Tensor, error) {
 		return nil, err
 	}
 	n := s[0] * s[1] * s[2] * s[3]
-	// Whole 32-bit words: kernels read halves two a word; q8_0 in whole
-	// 16-byte texels, which vec4 texel views read its last scales in.
+	// Whole 32-bit words: kernels read halves two a word; q8_0 and q4_0
+	// in whole 16-byte texels, which vec4 texel views read their last
+	// scales in.
 	align := uint64(4)
-	if dt == core.Q8_0 {
+	if dt.Quantized() {
 		align = 16
 	}
 	buf, err := d.dev.NewBuffer((uint64(dt.StorageBytes(n)) + align - 1) / align * align)
@@ -301,8 +306,11 @@ func (t *Tensor) root() *Tensor {
 // layout is where the tensor lies in its buffer, in kernel terms.
 func (t *Tensor) layout() pipelines.Layout {
 	l := pipelines.Layout{Offset: t.offset, Strides: t.strides, Type: t.dtype}
-	if t.dtype == core.Q8_0 {
-		l.Scales = t.elements() / 2
+	switch t.dtype {
+	case core.Q8_0:
+		l.Scales = t.elements() / 2 // a byte a quant: the scales follow n/2 halves
+	case core.Q4_0:
+		l.Scales = t.elements() / 4 // two quants a byte
 	}
 	return l
 }
@@ -335,7 +343,8 @@ func (t *Tensor) Download() ([]float32, error) {
 
 // At reads one element, widened to float32: b, h, l and i index the
 // batch, head, position and last axes. It reads a few bytes from the
-// device (a q8_0 tensor its 32-value block), for a value shown alone.
+// device (a q8_0 or q4_0 tensor its 32-value block), for a value shown
+// alone.
 func (t *Tensor) At(b, h, l, i int) (float32, error) {
 	if t.root().closed.Load() {
 		return 0, errorf(core.ErrClosed, "tensor used after Close")
@@ -345,9 +354,10 @@ func (t *Tensor) At(b, h, l, i int) (float32, error) {
 		return 0, errorf(core.ErrShape, "index (%d, %d, %d, %d) outside shape %v", b, h, l, i, s)
 	}
 	off := t.offset + b*t.strides[0] + h*t.strides[1] + l*t.strides[2] + i
-	if t.dtype == core.Q8_0 {
-		base := off / core.Q8Block * core.Q8Block
-		block := make([]float32, core.Q8Block)
+	if t.dtype.Quantized() {
+		n := quantBlock(t.dtype)
+		base := off / n * n
+		block := make([]float32, n)
 		if err := t.readRow(base, block); err != nil {
 			return 0, err
 		}
@@ -363,8 +373,9 @@ func (t *Tensor) readRow(off int, dst []float32) error {
 	if t.dtype == core.Float32 {
 		return t.buf.ReadFloat32(uint64(off), dst)
 	}
-	if t.dtype == core.Q8_0 {
-		sp := byteSpans(core.Q8_0, t.elements(), off, len(dst))
+	if t.dtype.Quantized() {
+		// Whole blocks: their quant bytes, then their scales.
+		sp := byteSpans(t.dtype, t.elements(), off, len(dst))
 		raw := make([]byte, sp[0].N+sp[1].N)
 		if err := t.buf.Read(sp[0].Off, raw[:sp[0].N]); err != nil {
 			return err
@@ -372,13 +383,18 @@ func (t *Tensor) readRow(off int, dst []float32) error {
 		if err := t.buf.Read(sp[1].Off, raw[sp[0].N:]); err != nil {
 			return err
 		}
-		q := make([]int8, len(dst))
-		for i := range q {
-			q[i] = int8(raw[i])
-		}
-		scales := make([]uint16, len(dst)/core.Q8Block)
+		quants := raw[:sp[0].N]
+		scales := make([]uint16, sp[1].N/2)
 		for i := range scales {
-			scales[i] = binary.LittleEndian.Uint16(raw[len(dst)+2*i:])
+			scales[i] = binary.LittleEndian.Uint16(raw[int(sp[0].N)+2*i:])
+		}
+		if t.dtype == core.Q4_0 {
+			copy(dst, core.DequantizeQ4_0(quants, scales))
+			return nil
+		}
+		q := make([]int8, len(quants))
+		for i, b := range quants {
+			q[i] = int8(b)
 		}
 		copy(dst, core.DequantizeQ8_0(q, scales))
 		return nil

@@ -1,0 +1,52 @@
+package devtest
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/x448/float16"
+)
+
+// GGMLQ4_0 is ggml's quantize_row_q4_0_ref written out on its own, not
+// through package core, for tests of q4_0 against it: per block of 32
+// the value of largest |x| (the first such) is max, d = max / -8 and
+// id = 1/d (0 when d is 0) in float32, quant j is min(15, (int8)(x*id +
+// 8.5f)) with the product and the sum each rounded to float32, and d is
+// kept as float16. raw is the blocks as a q4_0 tensor holds them on the
+// device: every block's 16 qs bytes (element j in the low nibble of byte
+// j, element j+16 in the high one), then the scales, little-endian;
+// values are the dequantized (q - 8) * d. len(x) must be whole blocks,
+// and no block's |max| below 2^-125, where 1/d overflows (ggml's C then
+// converts an infinity to int8, which C leaves undefined).
+func GGMLQ4_0(x []float32) (raw []byte, values []float32) {
+	nb := len(x) / 32
+	raw = make([]byte, 16*nb, 18*nb)
+	values = make([]float32, len(x))
+	for b := 0; b < nb; b++ {
+		blk := x[32*b : 32*b+32]
+		var amax, top float32
+		for _, v := range blk {
+			if a := float32(math.Abs(float64(v))); a > amax {
+				amax, top = a, v
+			}
+		}
+		d := top / -8
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		h := float16.Fromfloat32(d)
+		raw = binary.LittleEndian.AppendUint16(raw, uint16(h))
+		scale := h.Float32()
+		for j := 0; j < 16; j++ {
+			// The conversions round the product before the sum: no fused
+			// multiply-add, as ggml's reference build computes it.
+			q0 := min(15, int8(float32(float32(blk[j]*id)+8.5)))
+			q1 := min(15, int8(float32(float32(blk[j+16]*id)+8.5)))
+			raw[16*b+j] = byte(q0) | byte(q1)<<4
+			values[32*b+j] = float32(q0-8) * scale
+			values[32*b+j+16] = float32(q1-8) * scale
+		}
+	}
+	return raw, values
+}
