@@ -107,15 +107,16 @@ func New(d *vkattn.Device, cfg Config) (*Cache, error) {
 		}
 	}
 	if !cfg.DType.ValidKV() {
-		return nil, core.Errorf(vkattn.ErrOption, "KV cache of element type %v: want f32, f16, bf16 or q8_0", cfg.DType)
+		return nil, core.Errorf(vkattn.ErrOption, "KV cache of element type %v: want f32, f16, bf16, q8_0 or q4_0", cfg.DType)
 	}
 	// Calls over the cache would all be refused (the kernels take heads
 	// up to MaxHeadWidth): refuse the cache instead.
 	if cfg.DK > vkattn.MaxHeadWidth || cfg.DV > vkattn.MaxHeadWidth {
 		return nil, core.Errorf(vkattn.ErrTooLarge, "KV cache heads of DK = %d, DV = %d: the attention kernels take widths up to MaxHeadWidth = %d", cfg.DK, cfg.DV, vkattn.MaxHeadWidth)
 	}
-	if cfg.DType == vkattn.Q8_0 && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
-		return nil, core.Errorf(vkattn.ErrShape, "a q8_0 KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
+	// Both quantized types have blocks of 32 (core.Q8Block, core.Q4Block).
+	if cfg.DType.Quantized() && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
+		return nil, core.Errorf(vkattn.ErrShape, "a %v KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", cfg.DType, core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
 	}
 	if err := checkRolling(&cfg); err != nil {
 		return nil, err
@@ -185,7 +186,8 @@ func New(d *vkattn.Device, cfg Config) (*Cache, error) {
 	// Zeros, not garbage: the kernels load a few positions past a
 	// sequence's end (masked, but 0 * NaN would not be 0). Set on the
 	// device; all-zero bytes are zeros in every cache type (float16,
-	// bfloat16, q8_0 quants and their float16 scales).
+	// bfloat16, q8_0 quants and their float16 scales; q4_0's read as
+	// (0 - 8) * 0 = -0).
 	err = engine.VK(d).Once(func(cmds *vk.Commands) error {
 		for _, t := range []*vkattn.Tensor{engine.Root(c.k), engine.Root(c.v)} {
 			if err := cmds.Fill(engine.Buf(t), 0, engine.Buf(t).Size(), 0); err != nil {
@@ -270,7 +272,7 @@ func (c *Cache) Append(k, v []float32, n int) error {
 // whose values are within its bound are copied on the device, every row
 // with the lengths and the page table in one submission that the host
 // does not wait for (calls on the cache run after it); float tensors
-// into a q8_0 cache are quantized on the device the same way
+// into a q8_0 or q4_0 cache are quantized on the device the same way
 // (SEMANTICS.md §8.2); others (another type, a view) and the keys of a
 // cache with RoPE (rotated as Append rotates them) go through the host
 // once, rounded as Append rounds.
@@ -298,7 +300,7 @@ func (c *Cache) AppendTensors(k, v *vkattn.Tensor) error {
 			return err
 		}
 	}
-	if cfg.DType == vkattn.Q8_0 && c.rope == nil && k.DType().Valid() && v.DType().Valid() {
+	if cfg.DType.Quantized() && c.rope == nil && k.DType().Valid() && v.DType().Valid() {
 		return c.appendQuantized(k, v, n)
 	}
 	if c.rope != nil || !c.copyable(k) || !c.copyable(v) {
@@ -321,7 +323,7 @@ func (c *Cache) AppendTensors(k, v *vkattn.Tensor) error {
 }
 
 // appendQuantized appends float tensors k and v, n tokens of every
-// sequence, to a q8_0 cache, quantized on the device (q8_store.comp) as
+// sequence, to a q8_0 or q4_0 cache, quantized on the device (q8_store.comp) as
 // the host quantizes: recorded with the page table and the lengths into
 // one submission that the host does not wait for, as a copy is.
 func (c *Cache) appendQuantized(k, v *vkattn.Tensor, n int) error {
@@ -362,7 +364,7 @@ func (c *Cache) appendQuantized(k, v *vkattn.Tensor, n int) error {
 			st, err := engine.Kernels(c.dev).Q8Store(dispatch.Q8StoreArgs{
 				X: engine.Buf(src), XType: src.DType(), XOffset: engine.Layout(src).Offset, XStrides: engine.Layout(src).Strides,
 				B: cfg.B, Heads: cfg.HKV, N: n, D: src.Shape()[3],
-				Y: engine.Buf(dst), Scales: engine.Elements(dst) / 2, RowDst: engine.Buf(rows),
+				Y: engine.Buf(dst), YType: cfg.DType, Scales: engine.Layout(dst).Scales, RowDst: engine.Buf(rows),
 			})
 			if err != nil {
 				return err
@@ -536,7 +538,7 @@ func (c *Cache) append(seqs []int, k, v []float32, n int) error {
 
 // encode checks tokens to be stored in t, the cache's K or V, and returns
 // them as the device stores them. The type's own range comes first
-// (float16's and q8_0's lie within the cache's bound), then the cache's
+// (float16's and q8_0's and q4_0's lie within the cache's bound), then the cache's
 // bound, which calls prepared on the cache were checked against.
 func (c *Cache) encode(t *vkattn.Tensor, data []float32) ([]byte, error) {
 	most, finite := engine.Magnitude(data)
@@ -675,7 +677,7 @@ func (c *Cache) storeLocked(seqs []int, n int, w cacheWriter) error {
 }
 
 // eachPageSpan calls f with the byte ranges of page from and page to in
-// the K pool, then in the V pool (q8_0: quants and scales each): a page
+// the K pool, then in the V pool (q8_0, q4_0: quants and scales each): a page
 // holds every KV head's rows.
 func (c *Cache) eachPageSpan(from, to int, f func(pool *vkattn.Tensor, src, dst engine.ByteSpan) error) error {
 	cfg := c.cfg

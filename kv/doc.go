@@ -23,8 +23,8 @@
 // paged cache Fork starts a continuation that shares its source's pages
 // (copy on write; PagesInUse counts them). A rolling cache
 // (Config.Window) keeps only what a sliding window sees. SEMANTICS.md
-// §4.2 defines all of it, §17 the cache's RoPE, §8.2 its q8_0 storage
-// and §22 the rolling cache.
+// §4.2 defines all of it, §17 the cache's RoPE, §8.2 its q8_0 and q4_0
+// storage and §22 the rolling cache.
 //
 // A cache is safe for concurrent use, and its device's Close frees it
 // with everything else made on the device. Errors wrap the sentinel

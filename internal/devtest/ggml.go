@@ -3,6 +3,7 @@ package devtest
 import (
 	"encoding/binary"
 	"math"
+	"math/rand"
 
 	"github.com/x448/float16"
 )
@@ -49,4 +50,35 @@ func GGMLQ4_0(x []float32) (raw []byte, values []float32) {
 		}
 	}
 	return raw, values
+}
+
+// Q4Data is n values (whole blocks, at least 8) for q4_0 tests: first
+// the blocks SEMANTICS.md §8.2 works out by hand (halves and the float32
+// sum rounding up, max's sign and its first occurrence, zeros and -0s, a
+// scale rounding in float16, a float16-subnormal scale, the largest
+// scale), then random blocks of several magnitudes.
+func Q4Data(r *rand.Rand, n int) []float32 {
+	negZero := float32(math.Copysign(0, -1))
+	x := make([]float32, n)
+	for b, blk := range [][]float32{
+		{-8, 7, 7.49, 7.5, 8, -3.5, 2.5, -2.5, -0.5, 0.5, 0, negZero, -7.5, -7.51, 0.49999997, -0.50000006, 1.4999999},
+		{1, 0.75, -0.75, 4, 0, -4},
+		{1, 0.75, -0.75, -4, 0, 4},
+		{},
+		{negZero, negZero, negZero},
+		{-8 * (1 + 0x1p-11), 4 * (1 + 0x1p-11)},
+		{0, 0, 0, 0, 0, -8 * 0x1p-20, 3 * 0x1p-20},
+		{3, 524159.97, -2},
+	} {
+		copy(x[32*b:], blk)
+		if b == 4 {
+			for i := 3; i < 32; i++ {
+				x[32*b+i] = negZero
+			}
+		}
+	}
+	for i := 8 * 32; i < n; i++ {
+		x[i] = float32(r.NormFloat64() * math.Ldexp(1, i/32%9-4))
+	}
+	return x
 }

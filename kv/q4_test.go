@@ -1,0 +1,136 @@
+package kv_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/kv"
+)
+
+// A q4_0 KV cache, contiguous and paged: ragged prefills from the host
+// (quantized there), appends of float32 tensors (quantized on the device)
+// and of q4_0 tensors (quants and scales copied on the device), a
+// three-query call and decode steps (quantized on the host), every result
+// against the reference on ggml's q4_0 values, reproduced independently
+// of the code under test. Heads that are not whole blocks are refused
+// naming 32.
+func TestKVCacheQ4(t *testing.T) {
+	for _, page := range []int{0, 16} {
+		t.Run(fmt.Sprintf("page %d", page), func(t *testing.T) {
+			const B, H, HKV, D = 2, 4, 2, 32
+			r := rand.New(rand.NewSource(101))
+			d := devtest.Dev
+			cache, err := kv.New(d, kv.Config{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, DType: vkattn.Q4_0, PageSize: page})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cache.Close()
+			// The history holds the values as stored: ggml's, kept as
+			// float32 (its own rounding then changes nothing).
+			hist := newHistory(B, HKV, D, D, vkattn.Float32)
+			ggml := func(x []float32) []float32 {
+				_, v := devtest.GGMLQ4_0(x)
+				return v
+			}
+			for b, n := range []int{20, 9} {
+				k, v := devtest.RandomValues(r, HKV*n*D), devtest.RandomValues(r, HKV*n*D)
+				if err := cache.AppendTo(b, k, v, n); err != nil {
+					t.Fatal(err)
+				}
+				hist.add(b, ggml(k), ggml(v), n)
+			}
+			k, v := devtest.RandomValues(r, B*HKV*2*D), devtest.RandomValues(r, B*HKV*2*D)
+			k[3], k[35] = 0, 25 // an outlier next to a zero
+			for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Q4_0} {
+				kt, vt := devtest.MustUploadAs(t, d, []int{B, HKV, 2, D}, k, dt), devtest.MustUploadAs(t, d, []int{B, HKV, 2, D}, v, dt)
+				if err := cache.AppendTensors(kt, vt); err != nil {
+					t.Fatal(err)
+				}
+				kt.Close()
+				vt.Close()
+				for b := 0; b < B; b++ {
+					hist.add(b, ggml(k[b*HKV*2*D:(b+1)*HKV*2*D]), ggml(v[b*HKV*2*D:(b+1)*HKV*2*D]), 2)
+				}
+			}
+			q := devtest.RandomValues(r, B*H*3*D)
+			o, _ := attendOnce(t, cache, devtest.Upload(t, d, []int{B, H, 3, D}, q), vkattn.Options{})
+			hist.check(t, "three queries", o, q, H, 3, vkattn.Options{})
+			step := devtest.PrepareStep(t, cache, H, vkattn.Options{})
+			defer step.Close()
+			o = make([]float32, B*H*D)
+			for i := 0; i < 2; i++ {
+				k, v, q := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D)
+				if _, err := step.Run(t.Context(), k, v, q, o); err != nil {
+					t.Fatal(err)
+				}
+				for b := 0; b < B; b++ {
+					hist.add(b, ggml(k[b*HKV*D:(b+1)*HKV*D]), ggml(v[b*HKV*D:(b+1)*HKV*D]), 1)
+				}
+				hist.check(t, fmt.Sprintf("step %d", i), o, q, H, 1, vkattn.Options{})
+			}
+		})
+	}
+	for _, w := range [][2]int{{48, 32}, {32, 16}} {
+		_, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 8, DK: w[0], DV: w[1], DType: vkattn.Q4_0})
+		if !errors.Is(err, vkattn.ErrShape) || !strings.Contains(err.Error(), "32") || !strings.Contains(err.Error(), "q4_0") {
+			t.Errorf("a q4_0 cache of d_k %d, d_v %d: %v, want ErrShape naming q4_0 and 32", w[0], w[1], err)
+		}
+	}
+}
+
+// Appends into a q4_0 cache store ggml's bytes: float32 tensors, dense
+// and a strided view, quantized on the device, and host data quantized in
+// Go, both byte for byte as an independent reproduction of ggml's
+// quantizer writes them, on blocks worked out by hand (ties, the sum
+// rounding up, max's sign, zeros, -0s, float16-subnormal and largest
+// scales) and random ones.
+func TestQ4QuantizeOnDevice(t *testing.T) {
+	const B, HKV, n, D = 2, 2, 16, 64
+	r := rand.New(rand.NewSource(103))
+	k := devtest.Q4Data(r, B*HKV*n*D)
+	want, _ := devtest.GGMLQ4_0(k)
+	for _, c := range []struct {
+		name  string
+		store func(cache *kv.Cache) error
+	}{
+		{"device", func(cache *kv.Cache) error {
+			kt := devtest.MustUploadAs(t, devtest.Dev, []int{B, HKV, n, D}, k, vkattn.Float32)
+			defer kt.Close()
+			return cache.AppendTensors(kt, kt)
+		}},
+		{"device, a view", func(cache *kv.Cache) error {
+			kt := devtest.MustUploadAs(t, devtest.Dev, []int{B, n, HKV, D}, devtest.ToBLHD(k, [4]int{B, HKV, n, D}), vkattn.Float32)
+			defer kt.Close()
+			return cache.AppendTensors(kt.SwapAxes12(), kt.SwapAxes12())
+		}},
+		{"host", func(cache *kv.Cache) error { return cache.Append(k, k, n) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cache, err := kv.New(devtest.Dev, kv.Config{B: B, HKV: HKV, Capacity: n, DK: D, DV: D, DType: vkattn.Q4_0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cache.Close()
+			if err := c.store(cache); err != nil {
+				t.Fatal(err)
+			}
+			got, err := kv.CacheKeyBytes(cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:len(want)], want) {
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("byte %d of the keys: %#02x stored, %#02x by ggml (quants are the first %d bytes)", i, got[i], want[i], len(k)/2)
+					}
+				}
+			}
+		})
+	}
+}
