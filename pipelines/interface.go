@@ -68,6 +68,10 @@ const (
 
 	// q8_store.comp: the input's type and the output's (q8_0 or q4_0).
 	q8SpecXType, q8SpecYType, q8SpecCount = 1, 2, 3
+
+	// linear_grad.comp and regroup.comp: their operands' types.
+	gradSpecAType, gradSpecBType, gradSpecCount = 1, 2, 3
+	regroupSpecSrcType, regroupSpecCount        = 1, 2
 )
 
 // The combine pass's, the dense layer's and the head mean's bindings.
@@ -78,6 +82,8 @@ const (
 	ropeBindX, ropeBindY, ropeBindTable, ropeBindLengths                                                       = 0, 1, 2, 3
 	q8BindX, q8BindY, q8BindRows                                                                               = 0, 1, 2
 	mergeBindPartO, mergeBindPartLSE, mergeBindO, mergeBindLSE                                                 = 0, 1, 2, 3
+	GradBindParams, gradBindA, gradBindB, gradBindC                                                            = 0, 1, 2, 3
+	regroupBindSrc, regroupBindDst                                                                             = 0, 1
 )
 
 var shaderInterface = []interfaceSection{
@@ -122,6 +128,13 @@ var shaderInterface = []interfaceSection{
 		{"MBIND_PART_O", mergeBindPartO, "the part being merged in"}, {"MBIND_PART_LSE", mergeBindPartLSE, ""},
 		{"MBIND_O", mergeBindO, "the merged output, summed part by part"}, {"MBIND_LSE", mergeBindLSE, ""},
 	}},
+	{"linear_grad.comp bindings", false, []glslName{
+		{"GBIND_PARAMS", GradBindParams, ""}, {"GBIND_A", gradBindA, ""}, {"GBIND_B", gradBindB, ""},
+		{"GBIND_C", gradBindC, "written, or added to"},
+	}},
+	{"regroup.comp bindings", false, []glslName{
+		{"XBIND_SRC", regroupBindSrc, ""}, {"XBIND_DST", regroupBindDst, "written, or added to"},
+	}},
 	{"Params flag bits (P.heads.z of attention_params.glsl)", true, []glslName{
 		{"FLAG_MASK", flagMask, ""}, {"FLAG_BOOLMASK", flagBoolMask, ""}, {"FLAG_CAUSAL", flagCausal, ""},
 		{"FLAG_LENGTHS", flagLengths, ""}, {"FLAG_LSE", flagLSE, ""}, {"FLAG_WEIGHTS", flagWeights, ""},
@@ -131,6 +144,14 @@ var shaderInterface = []interfaceSection{
 	}},
 	{"dense-layer flag bits (P.dims.w of linear.comp and linear_coopmat.comp)", true, []glslName{
 		{"LFLAG_BIAS", linearFlagBias, "add the bias"},
+	}},
+	{"gradient-product flag bits (P.dims.w of linear_grad.comp)", true, []glslName{
+		{"GFLAG_A_ROWS", gradFlagARows, "A is read along its rows (contiguous in m), not along k"},
+		{"GFLAG_ACCUMULATE", gradFlagAccumulate, "add to C"},
+	}},
+	{"regroup.comp flag bits (P.flags)", true, []glslName{
+		{"RFLAG_SUM", regroupFlagSum, "sum over i2 instead of copying"},
+		{"RFLAG_ACCUMULATE", regroupFlagAccumulate, "add to dst"},
 	}},
 	{"score-variant bits (the VARIANTS specialization constant)", true, []glslName{
 		{"VAR_WINDOW", variantWindow, "keys outside P.window's band are blocked"},
@@ -191,6 +212,12 @@ var shaderInterface = []interfaceSection{
 	}},
 	{"q8_store.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"Q8_SPEC_X_TYPE", q8SpecXType, ""}, {"Q8_SPEC_Y_TYPE", q8SpecYType, "TYPE_Q8_0 or TYPE_Q4_0"},
+	}},
+	{"linear_grad.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"GRAD_SPEC_A_TYPE", gradSpecAType, ""}, {"GRAD_SPEC_B_TYPE", gradSpecBType, ""},
+	}},
+	{"regroup.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"REGROUP_SPEC_SRC_TYPE", regroupSpecSrcType, ""},
 	}},
 }
 
@@ -273,6 +300,14 @@ func familyBindings(v Variant) []bindingUse {
 		u := uses(mergeBindingTypes())
 		u[mergeBindO].use, u[mergeBindLSE].use = readWrite, readWrite // accumulated part by part
 		return u
+	case FamilyLinearGrad:
+		u := uses(gradBindingTypes(GradPlan{Path: v.Path, Vec4: v.Vec4}))
+		u[gradBindC].use = readWrite // GFLAG_ACCUMULATE adds to C
+		return u
+	case FamilyRegroup:
+		u := uses(regroupBindingTypes())
+		u[regroupBindDst].use = readWrite // RFLAG_ACCUMULATE adds to dst
+		return u
 	}
 	return nil
 }
@@ -300,6 +335,10 @@ func specCount(v Variant) int {
 		return bwdSpecCount
 	case FamilyMerge:
 		return 1 // the workgroup size only
+	case FamilyLinearGrad:
+		return gradSpecCount
+	case FamilyRegroup:
+		return regroupSpecCount
 	case FamilyCombine, FamilyHeadMean:
 		return 0
 	}

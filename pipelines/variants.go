@@ -31,6 +31,8 @@ const (
 	FamilyCoopmat                          // attention_coopmat.comp, q.k scores on cooperative matrices (float16)
 	FamilyLinearCoopmat                    // linear_coopmat.comp, Y = X W^T + b on cooperative matrices (float16)
 	FamilyMerge                            // attention_merge.comp, partial attentions (O, LSE) merged into one
+	FamilyLinearGrad                       // linear_grad.comp, the dense layers' gradients C = A B^T (+ C)
+	FamilyRegroup                          // regroup.comp, gradients copied between layouts and summed over rows
 )
 
 var families = [...]struct{ name, source, define string }{
@@ -51,6 +53,8 @@ var families = [...]struct{ name, source, define string }{
 	FamilyCoopmat:            {"attention_coopmat", "attention_coopmat.comp", ""},
 	FamilyLinearCoopmat:      {"linear_coopmat", "linear_coopmat.comp", ""},
 	FamilyMerge:              {"attention_merge", "attention_merge.comp", ""},
+	FamilyLinearGrad:         {"linear_grad", "linear_grad.comp", ""},
+	FamilyRegroup:            {"regroup", "regroup.comp", ""},
 }
 
 func (f Family) String() string {
@@ -168,6 +172,14 @@ var Variants = func() []Variant {
 	}
 	// Partial attentions merged (Device.Merge).
 	vs = append(vs, Variant{Family: FamilyMerge})
+	// The layers' backward pass: its products, on either path as the
+	// forward's dense layers, and its copies and sums.
+	for _, p := range paths {
+		for _, vec4 := range []bool{true, false} {
+			vs = append(vs, Variant{Family: FamilyLinearGrad, Path: p, Vec4: vec4})
+		}
+	}
+	vs = append(vs, Variant{Family: FamilyRegroup})
 	return vs
 }()
 

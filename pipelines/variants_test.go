@@ -38,6 +38,7 @@ func TestEveryVariantIsReachable(t *testing.T) {
 		{Family: FamilyRoPE}:     true, // Kernels.RoPE's one build
 		{Family: FamilyQ8Store}:  true, // Kernels.Q8Store's one build
 		{Family: FamilyMerge}:    true, // Kernels.Merge's one build
+		{Family: FamilyRegroup}:  true, // Kernels.Regroup's one build
 	}
 	for _, dev := range []core.DeviceInfo{lavapipeLike(), gpu, noVec4Texels} {
 		for _, force := range []core.LoadPath{core.AutoLoadPath, core.TexelLoadPath, core.StorageLoadPath} {
@@ -81,6 +82,17 @@ func TestEveryVariantIsReachable(t *testing.T) {
 					t.Fatal(err)
 				}
 				reached[lp.Variant] = true
+				// dW = dY^T X of a layer of 8 outputs and 8 (or 7) inputs.
+				width := 8
+				if !aligned {
+					width = 7
+				}
+				gp, err := PlanGrad(dev, GradShape{M: 8, N: width, K: 6, A: GradOperand{RowStride: 1, KStride: 8}, B: GradOperand{RowStride: 1, KStride: width},
+					C: RowLayout{Stride: width}}, force, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				reached[gp.Variant] = true
 			}
 		}
 	}

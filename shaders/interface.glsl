@@ -64,6 +64,16 @@
 #define MBIND_O 2 // the merged output, summed part by part
 #define MBIND_LSE 3
 
+// linear_grad.comp bindings
+#define GBIND_PARAMS 0
+#define GBIND_A 1
+#define GBIND_B 2
+#define GBIND_C 3 // written, or added to
+
+// regroup.comp bindings
+#define XBIND_SRC 0
+#define XBIND_DST 1 // written, or added to
+
 // Params flag bits (P.heads.z of attention_params.glsl)
 const int FLAG_MASK = 1;
 const int FLAG_BOOLMASK = 2;
@@ -78,6 +88,14 @@ const int FLAG_ALIGN_POS = 512; // window and ALiBi positions from each item's k
 
 // dense-layer flag bits (P.dims.w of linear.comp and linear_coopmat.comp)
 const int LFLAG_BIAS = 1; // add the bias
+
+// gradient-product flag bits (P.dims.w of linear_grad.comp)
+const int GFLAG_A_ROWS = 1; // A is read along its rows (contiguous in m), not along k
+const int GFLAG_ACCUMULATE = 2; // add to C
+
+// regroup.comp flag bits (P.flags)
+const int RFLAG_SUM = 1; // sum over i2 instead of copying
+const int RFLAG_ACCUMULATE = 2; // add to dst
 
 // score-variant bits (the VARIANTS specialization constant)
 const int VAR_WINDOW = 1; // keys outside P.window's band are blocked
@@ -163,5 +181,12 @@ const int Q4_BLOCK_SHIFT = 5; // element i is in block i >> Q4_BLOCK_SHIFT
 // q8_store.comp specialization-constant IDs (0: the workgroup size)
 #define Q8_SPEC_X_TYPE 1
 #define Q8_SPEC_Y_TYPE 2 // TYPE_Q8_0 or TYPE_Q4_0
+
+// linear_grad.comp specialization-constant IDs (0: the workgroup size)
+#define GRAD_SPEC_A_TYPE 1
+#define GRAD_SPEC_B_TYPE 2
+
+// regroup.comp specialization-constant IDs (0: the workgroup size)
+#define REGROUP_SPEC_SRC_TYPE 1
 
 #endif
