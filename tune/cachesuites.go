@@ -29,14 +29,14 @@ type CacheSuite struct {
 // Capacity.
 type LoopCase struct{ Length, Capacity int }
 
-// DefaultCacheSuite is bench's: H=32 H_kv=8 d=128, pages of 256, f32, f16
-// and q8_0 caches; decode steps at cache lengths 1k..32k, each cache as
-// long as its length and the 1k step also in a 32k cache (a step's work
-// follows the length, not the capacity); 8 continuations of a 4,096-token
-// prompt.
+// DefaultCacheSuite is bench's: H=32 H_kv=8 d=128, pages of 256, f32,
+// f16, q8_0 and q4_0 caches (their bytes per token side by side); decode
+// steps at cache lengths 1k..32k, each cache as long as its length and the
+// 1k step also in a 32k cache (a step's work follows the length, not the
+// capacity); 8 continuations of a 4,096-token prompt.
 var DefaultCacheSuite = CacheSuite{
 	H: 32, HKV: 8, D: 128, Page: 256,
-	Types:     []vkattn.DType{vkattn.Float32, vkattn.Float16, vkattn.Q8_0},
+	Types:     []vkattn.DType{vkattn.Float32, vkattn.Float16, vkattn.Q8_0, vkattn.Q4_0},
 	Cases:     []LoopCase{{1024, 1024}, {1024, 32768}, {4096, 4096}, {16384, 16384}, {32768, 32768}},
 	Sequences: 8, Prompt: 4096,
 }

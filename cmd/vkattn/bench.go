@@ -37,7 +37,7 @@ Suites (B=1 and d_k = d_v = d throughout):
   decode-loop  steps of a decode loop through a KV cache (vkattn decode's):
            H=32, H_kv=8, d=128, cache lengths 1024, 4096, 16384, 32768 in
            caches of that capacity, and 1024 in a 32768 cache; contiguous
-           and paged (256-position pages), f32, f16 and q8_0 caches; a
+           and paged (256-position pages), f32, f16, q8_0 and q4_0 caches; a
            step (DecodeStep) appends a token, attends with its query and
            reads O back in one submission; cache bytes per token,
            steps/s, cache GB/s and, per step, device allocations,
@@ -45,7 +45,7 @@ Suites (B=1 and d_k = d_v = d throughout):
            length step in turns (not in all: it compiles more variants);
            with --rope the caches rotate keys and queries
   fork     8 continuations of a 4,096-token prompt in a paged cache (256
-           positions a page; H=32, H_kv=8, d=128; f32, f16, q8_0): the
+           positions a page; H=32, H_kv=8, d=128; f32, f16, q8_0, q4_0): the
            prompt appended to one sequence and forked to the others, then
            --reps decode steps of all 8, each its own token; pages and
            bytes in use against 8 independent copies, steps/s
@@ -79,9 +79,10 @@ count of the backward, 2.5x.
 
 Element types: the random data is float32 unless
   --dtype f16|bf16      stores Q, K and V as that type
-  --kv-dtype f16|bf16|q8_0
+  --kv-dtype f16|bf16|q8_0|q4_0
                         stores K and V so (Q as --dtype, else float32); q8_0
-                        is ggml's 8-bit blocks of 32 with float16 scales
+                        and q4_0 are ggml's 8-bit and 4-bit blocks of 32 with
+                        float16 scales
 The kernels widen on load and compute in float32, but for half (f16 or
 bf16) Q, K and V on a device with float16 cooperative matrices (vkattn
 devices lists them), which multiply on those with P rounded to float16

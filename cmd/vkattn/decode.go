@@ -29,10 +29,11 @@ rank 2 to 4 as for run; T is the sequence length, the cache's capacity.
                        the sequence (whole pages let go as the window moves
                        on), so its memory follows W, not T; needs --page and
                        --window L,R with L <= W-1
-  --kv-dtype f16|bf16|q8_0
-                       the cache's element type (default f32; q8_0: ggml's
-                       8-bit blocks of 32 with float16 scales, d_k and d_v
-                       multiples of 32); --dtype f16|bf16 also stores Q so
+  --kv-dtype f16|bf16|q8_0|q4_0
+                       the cache's element type (default f32; q8_0, q4_0:
+                       ggml's 8-bit and 4-bit blocks of 32 with float16
+                       scales, d_k and d_v multiples of 32); --dtype
+                       f16|bf16 also stores Q so
   --window L,R, --softcap C, --alibi, --alibi-slopes A.npy, --sinks S.npy
                        the score variants, as for run
 ` + ropeFlagsUsage + `                       (token t at position t: the cache stores its keys

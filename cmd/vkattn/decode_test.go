@@ -89,19 +89,20 @@ func TestBenchDecodeLoop(t *testing.T) {
 		}
 		out := cliOK(t, args...)
 		rs := parseJSON[[]tune.LoopResult](t, out)
-		if len(rs) != 12 {
-			t.Fatalf("%d results, want 12 (two capacities, contiguous and paged, f32, f16 and q8_0)", len(rs))
+		if len(rs) != 16 {
+			t.Fatalf("%d results, want 16 (two capacities, contiguous and paged, f32, f16, q8_0 and q4_0)", len(rs))
 		}
 		for _, r := range rs {
 			if r.Length != 300 || !(r.StepsPerS > 0) || r.Allocs != 0 || r.Submits != 1 || r.Waits != 1 || r.StagingBytes <= 0 {
 				t.Errorf("plan as %q: result %+v: want cache length 300, a rate, no allocation, 1 submission and 1 wait, staged bytes", planAs, r)
 			}
 		}
-		if rs[3].Cache != "paged 64" || rs[1].DType != "f16" || rs[2].DType != "q8_0" || rs[0].Capacity != 300 || rs[6].Capacity != 1200 {
+		if rs[4].Cache != "paged 64" || rs[1].DType != "f16" || rs[2].DType != "q8_0" || rs[3].DType != "q4_0" || rs[0].Capacity != 300 || rs[8].Capacity != 1200 {
 			t.Errorf("results in the wrong order: %+v", rs)
 		}
-		// K and V of 2 heads of 32: 4 bytes, 2, and 34 per 32 (0.53x f16).
-		for i, want := range []int{512, 256, 136} {
+		// K and V of 2 heads of 32: 4 bytes, 2, 34 per 32 (0.53x f16) and
+		// 18 per 32 (0.28x f16).
+		for i, want := range []int{512, 256, 136, 72} {
 			if got := rs[i].BytesPerToken; got != want {
 				t.Errorf("%s cache: %d bytes per token, want %d", rs[i].DType, got, want)
 			}
@@ -120,8 +121,8 @@ func TestBenchFork(t *testing.T) {
 	defer func() { cacheSuite = saved }()
 	out := cliOK(t, "bench", "--suite", "fork", "--reps", "3", "--quiet", "--json")
 	rs := parseJSON[[]tune.ForkResult](t, out)
-	if len(rs) != 3 {
-		t.Fatalf("%d results, want 3 (f32, f16, q8_0)", len(rs))
+	if len(rs) != 4 {
+		t.Fatalf("%d results, want 4 (f32, f16, q8_0, q4_0)", len(rs))
 	}
 	for _, r := range rs {
 		if r.PagesInUse != 12 || r.PagesIndependent != 40 || !(r.StepsPerS > 0) || r.BytesInUse*40 != r.BytesIndependent*12 {

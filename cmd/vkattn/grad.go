@@ -86,8 +86,8 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 	}
 	// Refused here, before any input is read, rather than by the planner
 	// once the forward has run.
-	if ts, _ := f.types([3]vkattn.DType{}); ts[1] == vkattn.Q8_0 {
-		return usagef(stderr, "grad", "--kv-dtype q8_0: the backward reads float K and V; say f32, f16 or bf16")
+	if ts, _ := f.types([3]vkattn.DType{}); ts[1].Quantized() {
+		return usagef(stderr, "grad", "--kv-dtype %v: the backward reads float K and V; say f32, f16 or bf16", ts[1])
 	}
 	outs := []outputFlag{{"--dq", f.dq}, {"--dk", f.dk}, {"--dv", f.dv}, {"--dsinks", f.dsinks}}
 	if code := checkOutputPaths("grad", stderr, outs); code != exitOK {

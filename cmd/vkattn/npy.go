@@ -28,8 +28,8 @@ type npyArray struct {
 // are rounded to it (an error names the value that does not fit); a
 // float16 file stored as float16 keeps its bits as they are.
 func (a *npyArray) storeAs(t vkattn.DType) error {
-	if w := a.Shape[len(a.Shape)-1]; t == vkattn.Q8_0 && w%32 != 0 {
-		return fmt.Errorf("q8_0 stores rows in blocks of 32 values; these rows have %d: %w", w, vkattn.ErrShape)
+	if w := a.Shape[len(a.Shape)-1]; t.Quantized() && w%32 != 0 {
+		return fmt.Errorf("%v stores rows in blocks of 32 values; these rows have %d: %w", t, w, vkattn.ErrShape)
 	}
 	a.Store = t
 	if t == vkattn.Float16 && a.F16 != nil {

@@ -54,10 +54,11 @@ Element types: a float16 (<f2) input stays float16 on the device, others
 are stored as float32 (float64 narrowed), unless
   --dtype f16|bf16|f32     stores Q, K and V as that type (rounded to nearest even;
                            a value out of range is an error, never inf)
-  --kv-dtype f16|bf16|f32|q8_0
+  --kv-dtype f16|bf16|f32|q8_0|q4_0
                            stores K and V so, Q as --dtype or its file says; q8_0
                            is ggml's: int8 quants in blocks of 32 along a row (d_k
-                           and d_v multiples of 32), a float16 scale each
+                           and d_v multiples of 32), a float16 scale each; q4_0
+                           ggml's 4-bit blocks of 32, (q - 8) times the scale
 The kernels widen on load and compute in float32; --check then compares
 with the reference on the rounded values. The exception: half (f16 or
 bf16) Q, K and V on a device with float16 cooperative matrices (vkattn
@@ -335,7 +336,7 @@ type typeFlags struct{ dtype, kvDtype string }
 
 func (t *typeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.dtype, "dtype", "", "store Q, K and V on the device as `T`: f32, f16 or bf16 (default: as the file, f16 for <f2, else f32)")
-	fs.StringVar(&t.kvDtype, "kv-dtype", "", "store K and V as `T` (f32, f16, bf16, or q8_0: ggml's 8-bit blocks of 32), overriding --dtype for them")
+	fs.StringVar(&t.kvDtype, "kv-dtype", "", "store K and V as `T` (f32, f16, bf16, or q8_0, q4_0: ggml's 8-bit and 4-bit blocks of 32), overriding --dtype for them")
 }
 
 // types are the element types of Q, K and V: each input's own (files is
@@ -348,10 +349,10 @@ func (t *typeFlags) types(files [3]vkattn.DType) ([3]vkattn.DType, error) {
 		}
 		dt, err := vkattn.ParseDType(fl.v)
 		if err != nil {
-			return ts, fmt.Errorf("%s %q: want f32, f16 or bf16 (or q8_0 for --kv-dtype)", fl.name, fl.v)
+			return ts, fmt.Errorf("%s %q: want f32, f16 or bf16 (or q8_0, q4_0 for --kv-dtype)", fl.name, fl.v)
 		}
-		if dt == vkattn.Q8_0 && i == 0 {
-			return ts, fmt.Errorf("--dtype q8_0: q8_0 stores K and V only; say --kv-dtype q8_0")
+		if dt.Quantized() && i == 0 {
+			return ts, fmt.Errorf("--dtype %v: %v stores K and V only; say --kv-dtype %v", dt, dt, dt)
 		}
 		for j := i; j < 3; j++ { // --dtype sets all three, --kv-dtype K and V
 			ts[j] = dt
