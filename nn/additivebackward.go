@@ -2,42 +2,72 @@ package nn
 
 import (
 	"context"
-	"math"
+	"time"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/engine"
+	"github.com/vkattn/vkattn/pipelines"
 )
 
-// AdditiveGradients are additive attention's gradients of sum(O * dO)
-// (float32, dense, row-major, each of the shape of what it is the
-// gradient of): the inputs q (B,L,d_q), k (B,S,d_k), v (B,S,d_v), the
+// AdditiveGradients are additive attention's gradients of sum(O * dO),
+// dense float32 tensors on the device (Download reads one; Close frees
+// them all), each of the shape of what it is the gradient of: the inputs
+// q (B,L,d_q), k (B,S,d_k), v (B,S,d_v) as the call took them, the
 // weights W_q (d_q,d_a), W_k (d_k,d_a), b (d_a; nil without a bias), w_a
-// (d_a), and the sink (one entry) when opts has one.
+// (d_a), shaped (1, 1, rows, columns) or (1, 1, 1, length), and the sink
+// (one entry; nil unless opts has one).
 type AdditiveGradients struct {
-	DQ, DK, DV           []float32
-	DWQ, DWK, DBias, DWA []float32
-	DSinks               []float32
+	DQ, DK, DV           *vkattn.Tensor
+	DWQ, DWK, DBias, DWA *vkattn.Tensor
+	DSinks               *vkattn.Tensor
+	Plan                 vkattn.Plan   // the forward's
+	GPUTime              time.Duration // the whole backward call; 0 without timestamps
 }
 
+// Close frees the gradient tensors.
+func (g *AdditiveGradients) Close() {
+	if g != nil {
+		engine.CloseTensors(g.DQ, g.DK, g.DV, g.DWQ, g.DWK, g.DBias, g.DWA, g.DSinks)
+	}
+}
+
+func additiveGradTime(g *AdditiveGradients) *time.Duration { return &g.GPUTime }
+
+// AdditiveGradCall is an additive backward call recorded once and
+// replayable: its gradients are rewritten by each Run.
+type AdditiveGradCall = engine.Prepared[*AdditiveGradients]
+
 // Backward returns the gradients of sum(O * dO) for O = a.Attention(q, k,
-// v, opts) (SEMANTICS.md §16): dO has O's (B, L, d_v). The attention's
-// forward and backward run on the device (attention_backward.comp with
-// additive scores: the gradients of the projections and each key row's
-// share of dw_a); the projections q W_q + b and k W_k are formed and
-// differentiated on the host in float64.
+// v, opts) (SEMANTICS.md §16): dO has O's (B, L, d_v). The whole pass runs
+// on the device as one submission: the projections q W_q + b and k W_k
+// and the attention's forward again, its backward
+// (attention_backward.comp with additive scores: the projections'
+// gradients and each key row's share of dw_a), then the projections'
+// gradients (dW = x^T dy, db and dw_a as column sums, dx = dy W^T) and the
+// sink's, float32 sums in a fixed order.
 func (a *Additive) Backward(q, k, v, dO *vkattn.Tensor, opts vkattn.Options) (*AdditiveGradients, error) {
 	return a.BackwardContext(context.Background(), q, k, v, dO, opts)
 }
 
 // BackwardContext is Backward with a context that can cancel the wait.
 func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *vkattn.Tensor, opts vkattn.Options) (*AdditiveGradients, error) {
+	return engine.RunOnce(ctx, func() (*AdditiveGradCall, error) { return a.PrepareBackward(q, k, v, dO, opts) })
+}
+
+// PrepareBackward validates a backward call, allocates its gradients and
+// scratch buffers and records the whole pass (Backward's) without running
+// it.
+func (a *Additive) PrepareBackward(q, k, v, dO *vkattn.Tensor, opts vkattn.Options) (*AdditiveGradCall, error) {
 	d := a.dev
 	dims, err := a.inputDims(q, k, v)
 	if err != nil {
 		return nil, err
 	}
 	if err := engine.CheckInput(d, "dO", dO); err != nil {
+		return nil, err
+	}
+	if _, _, err := mhaInput("dO", dO, dims[2][2], "d_v"); err != nil {
 		return nil, err
 	}
 	if want := [4]int{1, dims[0][0], dims[0][1], dims[2][2]}; dO.Shape() != want {
@@ -48,112 +78,172 @@ func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *vkattn.Tens
 	if err != nil {
 		return nil, err
 	}
+	bounds, err := a.checkBackwardRange(plan.Dims, &opts, q, k, v, dO)
+	if err != nil {
+		return nil, err
+	}
+	b := engine.NewBuilder(d)
+	g, err := a.recordBackward(b, plan, &opts, [4]*vkattn.Tensor{q, k, v, dO}, &bounds)
+	if err != nil {
+		return nil, b.Fail(err)
+	}
+	return engine.Finish(b, g, additiveGradTime)
+}
+
+// recordBackward records the backward pass of the call planned as plan
+// over q, k, v and dO into b and returns its gradients, bounded by
+// bounds.
+func (a *Additive) recordBackward(b *engine.Builder, plan vkattn.Plan, opts *vkattn.Options, in [4]*vkattn.Tensor, bounds *additiveGradBounds) (*AdditiveGradients, error) {
+	q, k, v, dO := in[0], in[1], in[2], in[3]
 	dm := plan.Dims
-	if err := a.checkBackwardRange(dm, &opts, q, k, v, dO); err != nil {
+	B, L, S, da := dm.B, dm.L, dm.S, a.da
+	g := &AdditiveGradients{Plan: plan}
+	output := func(dst **vkattn.Tensor, shape [4]int, bound float64) error {
+		t, err := b.Output(shape)
+		if err == nil {
+			engine.SetBound(t, bound)
+			*dst = t
+		}
+		return err
+	}
+	scratch := func(rows, width int) (*vkattn.Tensor, error) { return b.ScratchTensor([4]int{B, 1, rows, width}) }
+
+	// The forward again, with the log-sum-exp.
+	qp, err := scratch(L, da)
+	if err != nil {
 		return nil, err
 	}
-	host := func(t *vkattn.Tensor) ([]float32, error) {
-		if t == nil {
-			return nil, nil
-		}
-		return t.Download()
+	if err := b.Linear(plan.Projections[0], q, a.wq, 0, a.bias, 0, qp, da); err != nil {
+		return nil, err
 	}
-	var in [6][]float32 // q, k, W_q^T, W_k^T, b, w_a
-	for i, t := range []*vkattn.Tensor{q, k, a.wq, a.wk, a.bias, a.wa} {
-		if in[i], err = host(t); err != nil {
+	kp, err := scratch(S, da)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Linear(plan.Projections[1], k, a.wk, 0, nil, 0, kp, da); err != nil {
+		return nil, err
+	}
+	tape, err := b.AttentionForBackward(plan, opts, engine.AttentionInputs{Q: engine.Buf(qp), K: engine.Buf(kp), V: engine.Buf(v), WA: engine.Buf(a.wa)}, nil)
+	if err != nil {
+		return nil, err
+	}
+
+	// The attention's backward reads dO as float32, O's (B, 1, L, d_v).
+	dOF := dO
+	if dO.DType() != vkattn.Float32 {
+		if dOF, err = scratch(L, dm.DV); err != nil {
+			return nil, err
+		}
+		if err := b.Regroup(pipelines.RegroupShape{N: [4]int{1, 1, B * L, dm.DV}, SrcType: dO.DType(),
+			Src: pipelines.RegroupView{Strides: [3]int{0, 0, dm.DV}}, Dst: pipelines.RegroupView{Strides: [3]int{0, 0, dm.DV}}}, dO, dOF); err != nil {
 			return nil, err
 		}
 	}
-	wq, wk := core.Transpose(in[2], a.da, a.dq), core.Transpose(in[3], a.da, a.dk) // back to (in, out)
-	q64, k64 := widen64(in[0]), widen64(in[1])
-	B, L, S := dm.B, dm.L, dm.S
-	// The projections as the forward forms them, in float32.
-	qp, err := d.Upload([]int{B, 1, L, a.da}, narrow32(core.Project(q64, B*L, a.dq, wq, in[4], a.da)))
-	if err != nil {
+	var t engine.GradTargets
+	if t.DQ, err = scratch(L, da); err != nil {
 		return nil, err
 	}
-	defer qp.Close()
-	kp, err := d.Upload([]int{B, 1, S, a.da}, narrow32(core.Project(k64, B*S, a.dk, wk, nil, a.da)))
-	if err != nil {
+	if t.DK, err = scratch(S, da); err != nil {
 		return nil, err
 	}
-	defer kp.Close()
-	g, err := engine.RunOnce(ctx, func() (*engine.GradCall, error) {
-		b := engine.NewBuilder(d)
-		call, err := b.Backward(plan, &opts, engine.AttentionInputs{Q: engine.Buf(qp), K: engine.Buf(kp), V: engine.Buf(v), WA: engine.Buf(a.wa)}, dO)
-		if err != nil {
-			return nil, b.Fail(err)
+	if t.KeyWA, err = scratch(S, da); err != nil {
+		return nil, err
+	}
+	if t.RowSinks, err = scratch(L, 1); err != nil {
+		return nil, err
+	}
+	if err := output(&g.DV, v.Shape(), bounds.dv); err != nil {
+		return nil, err
+	}
+	t.DV = g.DV
+	if err := b.AttentionBackwardFrom(tape, dOF, t); err != nil {
+		return nil, err
+	}
+
+	// The projections: y = x W + b with W (in, out), the device's (out,
+	// in) transpose: dW = x^T dy, db and dw_a the column sums, dx = dy W^T.
+	for _, p := range []struct {
+		x, dy, w     *vkattn.Tensor
+		rows, inputs int
+		dW, dx       **vkattn.Tensor
+		dWB, dxB     float64
+	}{{q, t.DQ, a.wq, B * L, a.dq, &g.DWQ, &g.DQ, bounds.dWQ, bounds.dq}, {k, t.DK, a.wk, B * S, a.dk, &g.DWK, &g.DK, bounds.dWK, bounds.dk}} {
+		if err := output(p.dW, [4]int{1, 1, p.inputs, da}, p.dWB); err != nil {
+			return nil, err
 		}
-		return call, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer g.Close()
-	var dev [4][]float32 // dqp, dkp, dv, each key row's dw_a
-	for i, t := range []*vkattn.Tensor{g.DQ, g.DK, g.DV, engine.KeyShares(g)} {
-		if dev[i], err = t.Download(); err != nil {
+		s := pipelines.GradShape{M: p.inputs, N: da, K: p.rows, A: downColumns(p.x, p.inputs, 0), B: downColumns(p.dy, da, 0),
+			C: pipelines.RowLayout{Stride: da}}
+		if err := b.GradProduct(s, p.x, p.dy, *p.dW); err != nil {
+			return nil, err
+		}
+		if err := output(p.dx, p.x.Shape(), p.dxB); err != nil {
+			return nil, err
+		}
+		s = pipelines.GradShape{M: p.rows, N: p.inputs, K: da, A: alongRows(p.dy, da, 0), B: downColumns(p.w, p.inputs, 0),
+			C: pipelines.RowLayout{Stride: p.inputs}}
+		if err := b.GradProduct(s, p.dy, p.w, *p.dx); err != nil {
 			return nil, err
 		}
 	}
-	out := &AdditiveGradients{DV: dev[2]}
-	dwa := make([]float64, a.da)
-	for i, x := range dev[3] {
-		dwa[i%a.da] += float64(x)
+	// Column sums: dw_a over the key rows' shares, db over dq_proj's
+	// rows, the sink's gradient over the rows' shares.
+	type colSum struct {
+		dst         **vkattn.Tensor
+		src         *vkattn.Tensor
+		rows, width int
+		bound       float64
+	}
+	sums := []colSum{{&g.DWA, t.KeyWA, B * S, da, bounds.dwa}}
+	if a.bias != nil {
+		sums = append(sums, colSum{&g.DBias, t.DQ, B * L, da, bounds.db})
 	}
 	if opts.Sinks != nil {
-		if out.DSinks, err = engine.SinkGradients(g); err != nil {
+		sums = append(sums, colSum{&g.DSinks, t.RowSinks, B * L, 1, bounds.dSinks})
+	}
+	for _, c := range sums {
+		if err := output(c.dst, [4]int{1, 1, 1, c.width}, c.bound); err != nil {
+			return nil, err
+		}
+		if err := columnSums(b, c.src, 0, c.width, c.rows, c.width, *c.dst, 0); err != nil {
 			return nil, err
 		}
 	}
-	dWQ, db, dq := core.ProjectBackward(widen64(dev[0]), q64, B*L, a.dq, a.da, wq, a.bias != nil)
-	dWK, _, dk := core.ProjectBackward(widen64(dev[1]), k64, B*S, a.dk, a.da, wk, false)
-	for _, h := range []struct {
-		name string
-		dst  *[]float32
-		x    []float64
-	}{{"dw_a", &out.DWA, dwa}, {"dq", &out.DQ, dq}, {"dk", &out.DK, dk}, {"dW_q", &out.DWQ, dWQ}, {"dW_k", &out.DWK, dWK}, {"db", &out.DBias, db}} {
-		if h.x == nil {
-			continue // no bias
-		}
-		if *h.dst, err = roundGrad(h.name, h.x); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return g, nil
 }
 
-// checkBackwardRange bounds an additive backward call before it runs: the
-// forward (checkRange), and the attention's backward on the projections,
-// where dS reaches each projection's element i as dS w_a,i (1 - tanh^2),
-// so max|w_a| is the factor of dQ and dK (backwardRange), and w_a as
-// dS tanh, summed over L rows into each key row's share. The host's sums
-// are float64 and checked when rounded (roundGrad).
-func (a *Additive) checkBackwardRange(dm vkattn.Dims, opts *vkattn.Options, q, k, v, dO *vkattn.Tensor) error {
+// additiveGradBounds bound an additive backward call's gradients.
+type additiveGradBounds struct {
+	dq, dk, dv, dWQ, dWK, db, dwa, dSinks float64
+}
+
+// checkBackwardRange bounds an additive backward call before it runs and
+// refuses it (ErrOverflow) where the forward (checkRange) or the
+// attention's backward on the projections could overflow float32: dS
+// reaches each projection's element i as dS w_a,i (1 - tanh^2), so
+// max|w_a| is the factor of dQ and dK (BackwardRange), and w_a as dS
+// tanh, summed over L rows into each key row's share. It returns the
+// bounds of the gradients, the projections' (sums of rows for dW and db,
+// of d_a outputs for dx; gradBound) and dw_a's (over B*S key rows).
+func (a *Additive) checkBackwardRange(dm vkattn.Dims, opts *vkattn.Options, q, k, v, dO *vkattn.Tensor) (additiveGradBounds, error) {
+	var g additiveGradBounds
 	oBound, err := a.checkRange(dm, opts, q, k, v)
 	if err != nil {
-		return err
+		return g, err
 	}
 	via := engine.GradFactor{Formula: "dS·w_a(1 - tanh²)", Factor: "max|w_a|", X: engine.Bound(a.wa)}
-	g, err := engine.BackwardRange(dm, opts, 1, engine.Bound(dO), engine.Bound(v), oBound, via, via)
+	heads, err := engine.BackwardRange(dm, opts, 1, engine.Bound(dO), engine.Bound(v), oBound, via, via)
 	if err != nil {
-		return err
+		return g, err
 	}
-	if share := float64(dm.L) * g.DS; !(share <= engine.F32Limit) {
-		return core.Errorf(vkattn.ErrOverflow, "the backward pass's share of dw_a of a key row could reach L %d x max|dS| %.3g = %.3g, beyond %.3g, half of float32's range", dm.L, g.DS, share, engine.F32Limit)
+	share := float64(dm.L) * heads.DS
+	if !(share <= engine.F32Limit) {
+		return g, core.Errorf(vkattn.ErrOverflow, "the backward pass's share of dw_a of a key row could reach L %d x max|dS| %.3g = %.3g, beyond %.3g, half of float32's range", dm.L, heads.DS, share, engine.F32Limit)
 	}
-	return nil
-}
-
-// roundGrad rounds a gradient the host summed in float64 to float32,
-// refusing one that would round to Inf (ErrOverflow): its terms are the
-// device's finite gradients, so only the rounding can overflow.
-func roundGrad(name string, x []float64) ([]float32, error) {
-	y := narrow32(x)
-	for i, v := range y {
-		if math.IsInf(float64(v), 0) {
-			return nil, core.Errorf(vkattn.ErrOverflow, "the backward pass's %s[%d] is %.3g, beyond float32's range", name, i, x[i])
-		}
-	}
-	return y, nil
+	rows, keys := dm.B*dm.L, dm.B*dm.S
+	g.dv = heads.DV
+	g.dSinks = gradBound(rows, heads.DS, 1) // BackwardRange checked the sinks' sum
+	g.dWQ, g.db, g.dq = gradBound(rows, engine.Bound(q), heads.DQ), gradBound(rows, heads.DQ, 1), gradBound(a.da, heads.DQ, engine.Bound(a.wq))
+	g.dWK, g.dk = gradBound(keys, engine.Bound(k), heads.DK), gradBound(a.da, heads.DK, engine.Bound(a.wk))
+	g.dwa = gradBound(keys, share, 1)
+	return g, nil
 }

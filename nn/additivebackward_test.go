@@ -48,13 +48,16 @@ func TestAdditiveBackward(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				defer g.Close()
 				want, err := reference.AdditiveAttentionBackward(q, [3]int{B, L, dq}, k, [3]int{B, S, dk}, v, [3]int{B, S, dv}, w, dO, c.opts)
 				if err != nil {
 					t.Fatal(err)
 				}
-				devtest.CompareOptionalGrads(t, devtest.NamedGrad{Name: "dq", Got: g.DQ, Want: want.DQ}, devtest.NamedGrad{Name: "dk", Got: g.DK, Want: want.DK}, devtest.NamedGrad{Name: "dv", Got: g.DV, Want: want.DV},
-					devtest.NamedGrad{Name: "dW_q", Got: g.DWQ, Want: want.DWQ}, devtest.NamedGrad{Name: "dW_k", Got: g.DWK, Want: want.DWK}, devtest.NamedGrad{Name: "db", Got: g.DBias, Want: want.DBias},
-					devtest.NamedGrad{Name: "dw_a", Got: g.DWA, Want: want.DWA}, devtest.NamedGrad{Name: "dsinks", Got: g.DSinks, Want: want.DSinks})
+				got := func(x *vkattn.Tensor) []float32 { return downloadGrad(t, x) }
+				devtest.CompareOptionalGrads(t, devtest.NamedGrad{Name: "dq", Got: got(g.DQ), Want: want.DQ}, devtest.NamedGrad{Name: "dk", Got: got(g.DK), Want: want.DK},
+					devtest.NamedGrad{Name: "dv", Got: got(g.DV), Want: want.DV}, devtest.NamedGrad{Name: "dW_q", Got: got(g.DWQ), Want: want.DWQ},
+					devtest.NamedGrad{Name: "dW_k", Got: got(g.DWK), Want: want.DWK}, devtest.NamedGrad{Name: "db", Got: got(g.DBias), Want: want.DBias},
+					devtest.NamedGrad{Name: "dw_a", Got: got(g.DWA), Want: want.DWA}, devtest.NamedGrad{Name: "dsinks", Got: got(g.DSinks), Want: want.DSinks})
 			})
 		}
 	}

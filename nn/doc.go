@@ -30,9 +30,15 @@
 //	out, err := add.Attention(q, k, v, vkattn.Options{KeyLengths: lens})
 //
 // MHA.Backward and Additive.Backward give a layer's gradients, its
-// inputs' and every parameter's by name (SEMANTICS.md §16): each head's
-// attention runs forward and backward on the device, the dense layers
-// around it are differentiated on the host in float64.
+// inputs' and every parameter's by name (SEMANTICS.md §16), as float32
+// tensors on the device: the whole pass, the forward again, each head's
+// attention backward and the dense layers' gradients, runs as one
+// submission, and nothing comes back to the host until a gradient is
+// downloaded (PrepareBackward records it for replays):
+//
+//	g, err := layer.Backward(x, nil, nil, dY, nn.MHAOptions{Heads: 8})
+//	defer g.Close()
+//	dW, err := g.Params["in_proj_weight"].Download()
 //
 // Layers are safe for concurrent use, and their device's Close frees
 // them with everything else made on the device. Errors wrap the sentinel

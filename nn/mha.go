@@ -185,13 +185,14 @@ func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts MHAOptions) (MHAPlan
 			return MHAPlan{}, core.Errorf(vkattn.ErrShape, "%s shape %v has width %d but the weights' %s is %d", name, s, s[len(s)-1], []string{"embed_dim", "kdim", "vdim"}[i], width)
 		}
 	}
-	p, err := m.problem(dims, [3]vkattn.DType{}, keyShape == nil && valueShape == nil, &opts)
+	p, err := m.problem(dims, [3]vkattn.DType{}, keyShape == nil && valueShape == nil, &opts, false)
 	return p.plan, err
 }
 
 // problem checks a call of inputs with (B, T) dims, stored as types, and
-// plans it.
-func (m *MHA) problem(dims [3][2]int, types [3]vkattn.DType, self bool, opts *MHAOptions) (mhaProblem, error) {
+// plans it; lse plans the attention with its log-sum-exp (the backward
+// pass reads it).
+func (m *MHA) problem(dims [3][2]int, types [3]vkattn.DType, self bool, opts *MHAOptions, lse bool) (mhaProblem, error) {
 	var pr mhaProblem
 	if m.closed.Load() {
 		return pr, core.Errorf(vkattn.ErrClosed, "MHA layer used after Close")
@@ -216,7 +217,7 @@ func (m *MHA) problem(dims [3][2]int, types [3]vkattn.DType, self bool, opts *MH
 	}
 	dh := d / h
 	pr.attn = opts.Attention
-	pr.attn.WantLSE = false
+	pr.attn.WantLSE = lse
 	pr.attn.WantWeights = opts.NeedWeights
 	if kp := opts.KeyPadding; kp != nil && len(kp.Padded) != B*S {
 		return pr, core.Errorf(vkattn.ErrMask, "key padding mask has %d values, want (B,S) = (%d,%d)", len(kp.Padded), B, S)
@@ -308,7 +309,7 @@ func (m *MHA) Prepare(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHACall, 
 		}
 		dims[i] = [2]int{b, n}
 	}
-	pr, err := m.problem(dims, [3]vkattn.DType{x.DType(), key.DType(), value.DType()}, self, &opts)
+	pr, err := m.problem(dims, [3]vkattn.DType{x.DType(), key.DType(), value.DType()}, self, &opts, false)
 	if err != nil {
 		return nil, err
 	}

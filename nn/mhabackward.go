@@ -2,246 +2,368 @@ package nn
 
 import (
 	"context"
+	"time"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/engine"
+	"github.com/vkattn/vkattn/pipelines"
 )
 
-// MHAGradients are an MHA layer's gradients of sum(Out * dY) (float32,
-// dense, row-major): of its inputs, with the shapes Forward took them in
-// (DKey and DValue nil for self-attention, whose DX includes what flows
-// through K and V), and of its parameters, by the names PyTorch's
-// state_dict gives them: in_proj_weight or q_proj_weight, k_proj_weight,
-// v_proj_weight; in_proj_bias; out_proj.weight; out_proj.bias (those the
-// layer has).
+// MHAGradients are an MHA layer's gradients of sum(Out * dY), dense
+// float32 tensors on the device (Download reads one; Close frees them
+// all): of its inputs, in the shapes Forward took them in (DKey and
+// DValue nil for self-attention, whose DX includes what flows through K
+// and V), and of its parameters, by the names PyTorch's state_dict gives
+// them: in_proj_weight or q_proj_weight, k_proj_weight, v_proj_weight;
+// in_proj_bias; out_proj.weight; out_proj.bias (those the layer has),
+// each shaped (1, 1, rows, columns) or (1, 1, 1, length).
 type MHAGradients struct {
-	DX, DKey, DValue []float32
-	Params           map[string][]float32
+	DX, DKey, DValue *vkattn.Tensor
+	Params           map[string]*vkattn.Tensor
+	Plan             MHAPlan       // the forward's
+	GPUTime          time.Duration // the whole backward call; 0 without timestamps
 }
 
+// Close frees the gradient tensors.
+func (g *MHAGradients) Close() {
+	if g == nil {
+		return
+	}
+	engine.CloseTensors(g.DX, g.DKey, g.DValue)
+	for _, t := range g.Params {
+		t.Close()
+	}
+}
+
+func mhaGradTime(g *MHAGradients) *time.Duration { return &g.GPUTime }
+
+// MHAGradCall is an MHA backward call recorded once and replayable, like
+// MHACall: its gradients are rewritten by each Run.
+type MHAGradCall = engine.Prepared[*MHAGradients]
+
 // Backward returns the gradients of sum(Out * dY) for Out = m.Forward(x,
-// key, value, opts) (SEMANTICS.md §16): dY has Out's shape. Every head's
-// attention, forward and backward, runs on the device
-// (Device.AttentionBackward, with the layer's masks and key padding); the
-// dense layers around it are differentiated on the host in float64 (dW =
-// dy^T x, db, dx = dy W) and rounded to float32. NeedWeights is ignored.
+// key, value, opts) (SEMANTICS.md §16): dY has Out's shape. The whole pass
+// runs on the device as one submission: the input projections and every
+// head's attention forward again (with the log-sum-exp), then
+// out_proj's gradients (dW = dY^T concat, db = the column sums of dY,
+// dconcat = dY W), the heads' attention backward (with the layer's masks
+// and key padding) and the input projections' gradients, the packed
+// in_proj of self-attention as one product. Sums are float32 in a fixed
+// order (the same bits run to run). NeedWeights is ignored.
 func (m *MHA) Backward(x, key, value, dY *vkattn.Tensor, opts MHAOptions) (*MHAGradients, error) {
 	return m.BackwardContext(context.Background(), x, key, value, dY, opts)
 }
 
 // BackwardContext is Backward with a context that can cancel the wait.
 func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *vkattn.Tensor, opts MHAOptions) (*MHAGradients, error) {
-	self := key == nil && value == nil
-	if self {
-		key, value = x, x
+	return engine.RunOnce(ctx, func() (*MHAGradCall, error) { return m.PrepareBackward(x, key, value, dY, opts) })
+}
+
+// mhaGradInputs are a backward call's checked inputs: the tensors (key
+// and value x for self-attention) and each one's (B, rows).
+type mhaGradInputs struct {
+	x, key, value, dY *vkattn.Tensor
+	dims              [3][2]int
+	self              bool
+}
+
+// gradInputs checks a backward call's tensors as Prepare checks a
+// forward's, and dY against Out's shape.
+func (m *MHA) gradInputs(x, key, value, dY *vkattn.Tensor) (mhaGradInputs, error) {
+	in := mhaGradInputs{x: x, key: key, value: value, dY: dY, self: key == nil && value == nil}
+	if (key == nil) != (value == nil) {
+		return in, core.Errorf(vkattn.ErrShape, "give key and value for cross-attention, or neither for self-attention")
 	}
-	for _, t := range []struct {
-		name string
-		t    *vkattn.Tensor
-	}{{"query", x}, {"key", key}, {"value", value}, {"dY", dY}} {
+	if in.self {
+		in.key, in.value = x, x
+	}
+	for i, t := range []struct {
+		name, widthName string
+		t               *vkattn.Tensor
+		width           int
+	}{{"query", "embed_dim", x, m.dModel}, {"key", "kdim", in.key, m.kdim}, {"value", "vdim", in.value, m.vdim}, {"dY", "embed_dim", dY, m.dModel}} {
 		if err := engine.CheckInput(m.dev, t.name, t.t); err != nil {
-			return nil, err
+			return in, err
+		}
+		b, n, err := mhaInput(t.name, t.t, t.width, t.widthName)
+		if err != nil {
+			return in, err
+		}
+		if i < 3 {
+			in.dims[i] = [2]int{b, n}
 		}
 	}
-	B, T, err := mhaInput("query", x, m.dModel, "embed_dim")
-	if err != nil {
-		return nil, err
-	}
-	bk, S, err := mhaInput("key", key, m.kdim, "kdim")
-	if err != nil {
-		return nil, err
-	}
-	bv, sv, err := mhaInput("value", value, m.vdim, "vdim")
-	if err != nil {
-		return nil, err
-	}
-	if _, _, err := mhaInput("dY", dY, m.dModel, "embed_dim"); err != nil {
-		return nil, err
-	}
 	if dY.Shape() != x.Shape() {
-		return nil, core.Errorf(vkattn.ErrShape, "dY has shape %v, want Out's %v", dY.Shape(), x.Shape())
+		return in, core.Errorf(vkattn.ErrShape, "dY has shape %v, want Out's %v", dY.Shape(), x.Shape())
+	}
+	return in, nil
+}
+
+// PrepareBackward validates an MHA backward call, allocates its gradients
+// and scratch buffers and records the whole pass (Backward's) without
+// running it. Change the inputs or dY between runs with Tensor.Write.
+func (m *MHA) PrepareBackward(x, key, value, dY *vkattn.Tensor, opts MHAOptions) (*MHAGradCall, error) {
+	in, err := m.gradInputs(x, key, value, dY)
+	if err != nil {
+		return nil, err
 	}
 	opts.NeedWeights = false
-	pr, err := m.problem([3][2]int{{B, T}, {bk, S}, {bv, sv}}, [3]vkattn.DType{x.DType(), key.DType(), value.DType()}, self, &opts)
+	pr, err := m.problem(in.dims, [3]vkattn.DType{in.x.DType(), in.key.DType(), in.value.DType()}, in.self, &opts, true)
 	if err != nil {
 		return nil, err
 	}
-	w, err := m.hostWeights()
+	bounds, err := m.checkBackwardRange(&pr, &in)
 	if err != nil {
 		return nil, err
 	}
-	var in [4][]float64
-	for i, t := range []*vkattn.Tensor{x, key, value, dY} {
-		data, err := t.Download()
+	b := engine.NewBuilder(m.dev)
+	g, err := m.recordBackward(b, &pr, &in, &opts, &bounds)
+	if err != nil {
+		return nil, b.Fail(err)
+	}
+	return engine.Finish(b, g, mhaGradTime)
+}
+
+// Element offset and (row, k) strides of a dense row-major (rows, width)
+// matrix read along its rows (dY W: each row's sum) or down its columns
+// (dY^T X: the sum over the rows).
+func alongRows(t *vkattn.Tensor, width int, offset int) pipelines.GradOperand {
+	return pipelines.GradOperand{Offset: engine.Layout(t).Offset + offset, RowStride: width, KStride: 1, Type: t.DType()}
+}
+
+func downColumns(t *vkattn.Tensor, width int, offset int) pipelines.GradOperand {
+	return pipelines.GradOperand{Offset: engine.Layout(t).Offset + offset, RowStride: 1, KStride: width, Type: t.DType()}
+}
+
+// linearGrads records the gradients of the dense layer y = x W^T (+ b) of
+// rows rows, in inputs and out outputs, given dy (rows, out) at column
+// dyCol of rows dyStride wide: dW into dW (at element dWAt), the bias's
+// into db (at dbAt; nil: none), and, where dx is not nil, dy W into (or,
+// with accumulate, added to) dx. W starts at element wAt of w.
+func linearGrads(b *engine.Builder, rows, inputs, out int, dy *vkattn.Tensor, dyCol, dyStride int, x, w *vkattn.Tensor, wAt int,
+	dW *vkattn.Tensor, dWAt int, db *vkattn.Tensor, dbAt int, dx *vkattn.Tensor, accumulate bool) error {
+	// dW = dy^T x: the sum over the rows.
+	s := pipelines.GradShape{M: out, N: inputs, K: rows, A: downColumns(dy, dyStride, dyCol), B: downColumns(x, inputs, 0),
+		C: pipelines.RowLayout{Offset: dWAt, Stride: inputs}}
+	if err := b.GradProduct(s, dy, x, dW); err != nil {
+		return err
+	}
+	if db != nil {
+		if err := columnSums(b, dy, dyCol, dyStride, rows, out, db, dbAt); err != nil {
+			return err
+		}
+	}
+	if dx == nil {
+		return nil
+	}
+	// dx = dy W: each row's sum over the outputs, W read down its columns.
+	s = pipelines.GradShape{M: rows, N: inputs, K: out, A: alongRows(dy, dyStride, dyCol), B: downColumns(w, inputs, wAt),
+		C: pipelines.RowLayout{Stride: inputs}, Accumulate: accumulate}
+	return b.GradProduct(s, dy, w, dx)
+}
+
+// columnSums records into dst (from element at) the sums over rows of
+// the width columns of src from column col, rows stride apart: a bias's
+// gradient.
+func columnSums(b *engine.Builder, src *vkattn.Tensor, col, stride, rows, width int, dst *vkattn.Tensor, at int) error {
+	return b.Regroup(pipelines.RegroupShape{N: [4]int{1, 1, rows, width}, SrcType: src.DType(), Sum: true,
+		Src: pipelines.RegroupView{Offset: engine.Layout(src).Offset + col, Strides: [3]int{0, 0, stride}},
+		Dst: pipelines.RegroupView{Offset: at}}, src, dst)
+}
+
+// headsToRows records the copy of heads (B, heads, n, dh), dense, into
+// the columns from col of rows (B*n, ...) stride wide: (B, n, heads, dh).
+func headsToRows(b *engine.Builder, heads *vkattn.Tensor, B, h, n, dh int, rows *vkattn.Tensor, col, stride int) error {
+	return b.Regroup(pipelines.RegroupShape{N: [4]int{B, h, n, dh}, SrcType: vkattn.Float32,
+		Src: pipelines.RegroupView{Strides: [3]int{h * n * dh, n * dh, dh}},
+		Dst: pipelines.RegroupView{Offset: col, Strides: [3]int{n * stride, dh, stride}}}, heads, rows)
+}
+
+// rowsToHeads is headsToRows' inverse for rows d = h*dh wide.
+func rowsToHeads(b *engine.Builder, rows *vkattn.Tensor, B, h, n, dh int, heads *vkattn.Tensor) error {
+	d := h * dh
+	return b.Regroup(pipelines.RegroupShape{N: [4]int{B, h, n, dh}, SrcType: vkattn.Float32,
+		Src: pipelines.RegroupView{Strides: [3]int{n * d, dh, d}},
+		Dst: pipelines.RegroupView{Strides: [3]int{h * n * dh, n * dh, dh}}}, rows, heads)
+}
+
+// recordBackward records the backward pass of the checked call pr over
+// in into b and returns its gradients, bounded by bounds.
+func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInputs, opts *MHAOptions, bounds *mhaGradBounds) (*MHAGradients, error) {
+	p := pr.plan
+	B, T, S, d, h := p.B, p.T, p.S, p.DModel, p.Heads
+	kv := m.kvOut
+	dh := d / h
+	hkv := kv / dh
+	scratch := func(rows, width int) (*vkattn.Tensor, error) { return b.ScratchTensor([4]int{1, 1, rows, width}) }
+	g := &MHAGradients{Params: map[string]*vkattn.Tensor{}, Plan: p}
+	output := func(shape [4]int, bound float64) (*vkattn.Tensor, error) {
+		t, err := b.Output(shape)
+		if err == nil {
+			engine.SetBound(t, bound)
+		}
+		return t, err
+	}
+	param := func(name string, rows, cols int, bound float64) (*vkattn.Tensor, error) {
+		t, err := output([4]int{1, 1, rows, cols}, bound)
+		if err == nil {
+			g.Params[name] = t
+		}
+		return t, err
+	}
+
+	// The forward again, as Prepare records it, up to the heads' outputs
+	// concatenated, with the log-sum-exp the backward reads.
+	projected := [3]*vkattn.Tensor{}
+	inputs := [3]*vkattn.Tensor{in.x, in.key, in.value}
+	if pr.self {
+		qkv, err := scratch(B*T, 3*d)
 		if err != nil {
 			return nil, err
 		}
-		in[i] = widen64(data)
-	}
-	d, h, kv := m.dModel, opts.Heads, m.kvOut
-	dh, hkv := d/h, kv/(d/h)
-	wq, wk, wv, bq, bk32, bv32 := w.Projections()
-	// The projections, rounded to float32 as the device keeps them.
-	proj := func(x []float64, rows, inW int, wt, b []float32, out int) []float32 {
-		return narrow32(core.Linear(x, rows, inW, wt, b, out))
-	}
-	q, k, v := proj(in[0], B*T, d, wq, bq, d), proj(in[1], B*S, m.kdim, wk, bk32, kv), proj(in[2], B*S, m.vdim, wv, bv32, kv)
-	heads, free, err := m.headViews(q, k, v, B, T, S, h, hkv, dh)
-	if err != nil {
-		return nil, err
-	}
-	defer free()
-	attn := headOptions(&pr.attn, opts.KeyPadding, B, S)
-	// Out = concat W_o^T + b_o: the concatenation's gradient, and W_o's.
-	concat, err := m.headsConcat(ctx, heads, B, T, h, dh, &attn)
-	if err != nil {
-		return nil, err
-	}
-	g := &MHAGradients{Params: map[string][]float32{}}
-	dWo, dbo, dConcat := core.LinearBackward(in[3], concat, B*T, d, d, w.OutProjWeight, w.OutProjBias != nil)
-	g.Params["out_proj.weight"] = narrow32(dWo)
-	if dbo != nil {
-		g.Params["out_proj.bias"] = narrow32(dbo)
-	}
-	// The heads, on the device.
-	dQ, dK, dV, err := m.headsBackward(ctx, heads, narrow32(dConcat), B, T, S, h, hkv, dh, &attn)
-	if err != nil {
-		return nil, err
-	}
-	bias := w.InProjBias != nil
-	dWq, dbq, dx := core.LinearBackward(dQ, in[0], B*T, d, d, wq, bias)
-	dWk, dbk, dkey := core.LinearBackward(dK, in[1], B*S, m.kdim, kv, wk, bias)
-	dWv, dbv, dvalue := core.LinearBackward(dV, in[2], B*S, m.vdim, kv, wv, bias)
-	if self {
-		for i := range dx {
-			dx[i] += dkey[i] + dvalue[i]
+		if err := b.Linear(p.Projections[0], in.x, m.inW, 0, m.inB, 0, qkv, 3*d); err != nil {
+			return nil, err
 		}
+		projected = [3]*vkattn.Tensor{qkv, qkv, qkv}
 	} else {
-		g.DKey, g.DValue = narrow32(dkey), narrow32(dvalue)
+		for i, l := range p.Projections {
+			y, err := scratch(l.Rows, l.Outputs)
+			if err != nil {
+				return nil, err
+			}
+			if err := b.Linear(l, inputs[i], m.projWeight(i), m.projOffset(i), m.inB, m.biasOffset(i), y, l.Outputs); err != nil {
+				return nil, err
+			}
+			projected[i] = y
+		}
 	}
-	g.DX = narrow32(dx)
+	concat, err := scratch(B*T, d)
+	if err != nil {
+		return nil, err
+	}
+	tape, err := b.AttentionForBackward(p.Attention, &pr.attn, engine.AttentionInputs{Q: engine.Buf(projected[0]), K: engine.Buf(projected[1]),
+		V: engine.Buf(projected[2]), O: engine.Buf(concat)}, opts.KeyPadding)
+	if err != nil {
+		return nil, err
+	}
+
+	// out_proj: Out = concat W_o^T + b_o.
+	dWo, err := param("out_proj.weight", d, d, bounds.dWo)
+	if err != nil {
+		return nil, err
+	}
+	var dbo *vkattn.Tensor
+	if m.outB != nil {
+		if dbo, err = param("out_proj.bias", 1, d, bounds.dbo); err != nil {
+			return nil, err
+		}
+	}
+	dConcat, err := scratch(B*T, d)
+	if err != nil {
+		return nil, err
+	}
+	if err := linearGrads(b, B*T, d, d, in.dY, 0, d, concat, m.outW, 0, dWo, 0, dbo, 0, dConcat, false); err != nil {
+		return nil, err
+	}
+
+	// The heads: dO is (B, h, T, dh), dense; dQ, dK and dV come back so.
+	dO, err := b.ScratchTensor([4]int{B, h, T, dh})
+	if err != nil {
+		return nil, err
+	}
+	if err := rowsToHeads(b, dConcat, B, h, T, dh, dO); err != nil {
+		return nil, err
+	}
+	var heads engine.GradTargets
+	for _, t := range []struct {
+		dst      **vkattn.Tensor
+		heads, n int
+	}{{&heads.DQ, h, T}, {&heads.DK, hkv, S}, {&heads.DV, hkv, S}} {
+		if *t.dst, err = b.ScratchTensor([4]int{B, t.heads, t.n, dh}); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.AttentionBackwardFrom(tape, dO, heads); err != nil {
+		return nil, err
+	}
+
+	// The input projections.
+	var dIn *vkattn.Tensor // in_proj_weight's gradient (packed)
 	if m.packed {
-		g.Params["in_proj_weight"] = narrow32(append(append(dWq, dWk...), dWv...))
-	} else {
-		g.Params["q_proj_weight"], g.Params["k_proj_weight"], g.Params["v_proj_weight"] = narrow32(dWq), narrow32(dWk), narrow32(dWv)
+		if dIn, err = param("in_proj_weight", 3*d, d, bounds.dWIn); err != nil {
+			return nil, err
+		}
 	}
-	if bias {
-		g.Params["in_proj_bias"] = narrow32(append(append(dbq, dbk...), dbv...))
+	var dbIn *vkattn.Tensor
+	if m.inB != nil {
+		if dbIn, err = param("in_proj_bias", 1, d+2*kv, bounds.dbIn); err != nil {
+			return nil, err
+		}
+	}
+	if g.DX, err = output(in.x.Shape(), bounds.dX); err != nil {
+		return nil, err
+	}
+	if pr.self {
+		// Q, K and V's gradients side by side, (B*T, 3d) as the fused
+		// projection's output: one product for in_proj_weight, one for x.
+		dQKV, err := scratch(B*T, 3*d)
+		if err != nil {
+			return nil, err
+		}
+		for i, t := range []*vkattn.Tensor{heads.DQ, heads.DK, heads.DV} {
+			if err := headsToRows(b, t, B, h, T, dh, dQKV, i*d, 3*d); err != nil {
+				return nil, err
+			}
+		}
+		return g, linearGrads(b, B*T, d, 3*d, dQKV, 0, 3*d, in.x, m.inW, 0, dIn, 0, dbIn, 0, g.DX, false)
+	}
+	if !in.self {
+		if g.DKey, err = output(in.key.Shape(), bounds.dKey); err != nil {
+			return nil, err
+		}
+		if g.DValue, err = output(in.value.Shape(), bounds.dValue); err != nil {
+			return nil, err
+		}
+	}
+	for i, x := range []struct {
+		heads         *vkattn.Tensor
+		nh, rows, out int
+		inputs        int
+		name          string
+		dx            *vkattn.Tensor
+		dWBound       float64
+	}{{heads.DQ, h, T, d, m.dModel, "q_proj_weight", g.DX, bounds.dWq}, {heads.DK, hkv, S, kv, m.kdim, "k_proj_weight", g.DKey, bounds.dWk},
+		{heads.DV, hkv, S, kv, m.vdim, "v_proj_weight", g.DValue, bounds.dWv}} {
+		dy, err := scratch(B*x.rows, x.out)
+		if err != nil {
+			return nil, err
+		}
+		if err := headsToRows(b, x.heads, B, x.nh, x.rows, dh, dy, 0, x.out); err != nil {
+			return nil, err
+		}
+		dW, dWAt := dIn, m.projOffset(i)
+		if !m.packed {
+			if dW, err = param(x.name, x.out, x.inputs, x.dWBound); err != nil {
+				return nil, err
+			}
+		}
+		dx, accumulate := x.dx, false
+		if in.self { // separate weights: K's and V's gradients flow into x too
+			dx, accumulate = g.DX, i > 0
+		}
+		if err := linearGrads(b, B*x.rows, x.inputs, x.out, dy, 0, x.out, inputs[i], m.projWeight(i), m.projOffset(i),
+			dW, dWAt, dbIn, m.biasOffset(i), dx, accumulate); err != nil {
+			return nil, err
+		}
 	}
 	return g, nil
 }
 
-// headOptions are the heads' attention options with the key padding
-// folded in as one more boolean mask, (B,1,1,S), true = padded.
-func headOptions(attn *vkattn.Options, kp *KeyPadding, B, S int) vkattn.Options {
-	o := *attn
-	o.WantLSE, o.WantWeights = false, false
-	if kp != nil {
-		o.BoolMasks = append(append([]vkattn.BoolMask(nil), o.BoolMasks...), vkattn.BoolMask{Shape: vkattn.MaskShape{B, 1, 1, S}, Values: kp.Padded, Meaning: vkattn.TrueBlocks})
+// projWeight is the tensor holding projection i's weights (0 Q, 1 K, 2 V).
+func (m *MHA) projWeight(i int) *vkattn.Tensor {
+	if m.packed {
+		return m.inW
 	}
-	return o
-}
-
-// headViews uploads the projections (B, T|S, heads, dh) and returns them
-// as (B, heads, T|S, dh) views, the heads split.
-func (m *MHA) headViews(q, k, v []float32, B, T, S, h, hkv, dh int) ([3]*vkattn.Tensor, func(), error) {
-	var ts [3]*vkattn.Tensor
-	free := func() {
-		for _, t := range ts {
-			t.Close()
-		}
-	}
-	for i, x := range []struct {
-		data     []float32
-		n, heads int
-	}{{q, T, h}, {k, S, hkv}, {v, S, hkv}} {
-		t, err := m.dev.Upload([]int{B, x.n, x.heads, dh}, x.data)
-		if err != nil {
-			free()
-			return ts, nil, err
-		}
-		ts[i] = t.SwapAxes12()
-	}
-	return ts, free, nil
-}
-
-// headsConcat is the heads' attention output merged, (B, T, d) in float64.
-func (m *MHA) headsConcat(ctx context.Context, heads [3]*vkattn.Tensor, B, T, h, dh int, attn *vkattn.Options) ([]float64, error) {
-	out, err := m.dev.AttentionContext(ctx, heads[0], heads[1], heads[2], *attn)
-	if err != nil {
-		return nil, err
-	}
-	defer out.Close()
-	o, err := out.O.Download()
-	if err != nil {
-		return nil, err
-	}
-	return widen64(core.SwapAxes12(o, B, h, T, dh)), nil
-}
-
-// headsBackward is the heads' attention backward on the device for the
-// concatenation's gradient dConcat (B, T, d): dQ (B, T, d), dK and dV
-// (B, S, kv), in float64.
-func (m *MHA) headsBackward(ctx context.Context, heads [3]*vkattn.Tensor, dConcat []float32, B, T, S, h, hkv, dh int, attn *vkattn.Options) (dQ, dK, dV []float64, err error) {
-	dO, err := m.dev.Upload([]int{B, h, T, dh}, core.SwapAxes12(dConcat, B, T, h, dh))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer dO.Close()
-	g, err := m.dev.AttentionBackwardContext(ctx, heads[0], heads[1], heads[2], dO, *attn)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer g.Close()
-	var out [3][]float64
-	for i, x := range []struct {
-		t        *vkattn.Tensor
-		n, heads int
-	}{{g.DQ, T, h}, {g.DK, S, hkv}, {g.DV, S, hkv}} {
-		data, err := x.t.Download()
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		out[i] = widen64(core.SwapAxes12(data, B, x.heads, x.n, dh))
-	}
-	return out[0], out[1], out[2], nil
-}
-
-// hostWeights are the layer's weights as the device holds them.
-func (m *MHA) hostWeights() (*MHAWeights, error) {
-	w := &MHAWeights{DModel: m.dModel, KDim: m.kdim, VDim: m.vdim}
-	if m.kvOut != m.dModel {
-		w.KVDim = m.kvOut
-	}
-	for _, t := range []struct {
-		dst *[]float32
-		t   *vkattn.Tensor
-	}{{&w.InProjWeight, m.inW}, {&w.QProjWeight, m.qW}, {&w.KProjWeight, m.kW}, {&w.VProjWeight, m.vW},
-		{&w.InProjBias, m.inB}, {&w.OutProjWeight, m.outW}, {&w.OutProjBias, m.outB}} {
-		if t.t == nil {
-			continue
-		}
-		var err error
-		if *t.dst, err = t.t.Download(); err != nil {
-			return nil, err
-		}
-	}
-	return w, nil
-}
-
-func widen64(x []float32) []float64 {
-	y := make([]float64, len(x))
-	for i, v := range x {
-		y[i] = float64(v)
-	}
-	return y
-}
-
-func narrow32(x []float64) []float32 {
-	y := make([]float32, len(x))
-	for i, v := range x {
-		y[i] = float32(v)
-	}
-	return y
+	return []*vkattn.Tensor{m.qW, m.kW, m.vW}[i]
 }

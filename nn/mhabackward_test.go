@@ -17,9 +17,11 @@ import (
 
 // MHA.Backward equals the float64 reference's layer gradients (itself
 // checked by finite differences): self-attention with packed weights,
-// biases and a causal mask; cross-attention with separate weights of
-// other widths, no bias and key padding; a grouped-query layer; on
-// lavapipe's plan and NVIDIA's.
+// biases and a causal mask (one product for in_proj_weight, one for x);
+// cross-attention with separate weights of other widths (10: scalar
+// loads), no bias and key padding; a grouped-query layer; grouped-query
+// self-attention, whose separate projections each add their share to dx;
+// on lavapipe's plan and NVIDIA's.
 func TestMHABackward(t *testing.T) {
 	const B, T, S, d = 2, 5, 6, 16
 	r := rand.New(rand.NewSource(150))
@@ -29,6 +31,9 @@ func TestMHABackward(t *testing.T) {
 	gqa.KVDim = d / 2
 	gqa.KProjWeight, gqa.VProjWeight = gqa.KProjWeight[:d/2*12], gqa.VProjWeight[:d/2*12]
 	gqa.InProjBias = gqa.InProjBias[:d+d]
+	gqaSelf := devtest.RandomMHA(r, d, d+1, d+1, true) // separate weights, cut to (d/2, d)
+	gqaSelf.KDim, gqaSelf.VDim, gqaSelf.KVDim = d, d, d/2
+	gqaSelf.KProjWeight, gqaSelf.VProjWeight, gqaSelf.InProjBias = gqaSelf.KProjWeight[:d/2*d], gqaSelf.VProjWeight[:d/2*d], gqaSelf.InProjBias[:d+d]
 	for _, c := range []struct {
 		name string
 		w    *nn.MHAWeights
@@ -38,6 +43,7 @@ func TestMHABackward(t *testing.T) {
 		{"self, packed, causal", devtest.RandomMHA(r, d, d, d, true), 0, nn.MHAOptions{Heads: 4, Attention: vkattn.Options{Causal: vkattn.CausalTopLeft}}},
 		{"cross, separate, key padding", devtest.RandomMHA(r, d, 12, 10, false), 12, nn.MHAOptions{Heads: 2, KeyPadding: &nn.KeyPadding{Padded: padded}}},
 		{"grouped-query", gqa, 12, nn.MHAOptions{Heads: 4, Attention: vkattn.Options{Causal: vkattn.CausalBottomRight}}},
+		{"grouped-query self", gqaSelf, 0, nn.MHAOptions{Heads: 4}},
 	} {
 		for _, plan := range devtest.OwnAndNVIDIA {
 			t.Run(fmt.Sprintf("%s/%s", c.name, plan), func(t *testing.T) {
@@ -61,17 +67,19 @@ func TestMHABackward(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				defer g.Close()
 				want, err := reference.MultiHeadAttentionBackward(x, []int{B, T, 16}, key, ks, value, vs, c.w, dY, c.opts)
 				if err != nil {
 					t.Fatal(err)
 				}
-				devtest.CompareOptionalGrads(t, devtest.NamedGrad{Name: "dx", Got: g.DX, Want: want.DX}, devtest.NamedGrad{Name: "dkey", Got: g.DKey, Want: want.DKey}, devtest.NamedGrad{Name: "dvalue", Got: g.DValue, Want: want.DValue})
+				devtest.CompareOptionalGrads(t, devtest.NamedGrad{Name: "dx", Got: downloadGrad(t, g.DX), Want: want.DX},
+					devtest.NamedGrad{Name: "dkey", Got: downloadGrad(t, g.DKey), Want: want.DKey}, devtest.NamedGrad{Name: "dvalue", Got: downloadGrad(t, g.DValue), Want: want.DValue})
 				wants := want.Params()
 				if len(g.Params) != len(wants) {
 					t.Fatalf("gradients of %d parameters, the reference has %d", len(g.Params), len(wants))
 				}
 				for name, w := range wants {
-					devtest.CompareGrad(t, name, g.Params[name], w)
+					devtest.CompareGrad(t, name, downloadGrad(t, g.Params[name]), w)
 				}
 			})
 		}
@@ -116,9 +124,10 @@ func TestMHABackwardPyTorchParity(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := map[string][]float32{"query": g.DX, "key": g.DKey, "value": g.DValue}
+				defer g.Close()
+				got := map[string][]float32{"query": downloadGrad(t, g.DX), "key": downloadGrad(t, g.DKey), "value": downloadGrad(t, g.DValue)}
 				for name, v := range g.Params {
-					got[name] = v
+					got[name] = downloadGrad(t, v)
 				}
 				for name, want := range grads {
 					name, ok := strings.CutPrefix(name, "grad.")
@@ -143,4 +152,62 @@ func TestMHABackwardPyTorchParity(t *testing.T) {
 			})
 		}
 	}
+}
+
+// downloadGrad is a gradient's values on the host; nil for a gradient the
+// layer does not have.
+func downloadGrad(t *testing.T, x *vkattn.Tensor) []float32 {
+	t.Helper()
+	if x == nil {
+		return nil
+	}
+	return devtest.Download(t, x)
+}
+
+// MHA.Backward and Additive.Backward leave every gradient on the device:
+// on a device planned as NVIDIA's, whose buffers are not mapped (a host
+// read or write is a staged transfer with a submission and a wait of its
+// own), a backward call with no mask or per-head values to upload is one
+// submission and one host wait, and nothing passes through staging until
+// a gradient is downloaded.
+func TestBackwardStaysOnDevice(t *testing.T) {
+	d := devtest.NVIDIADev
+	if d.Memory() != vkattn.DiscreteMemory {
+		t.Fatalf("NVIDIA's plan places buffers as %v, want DiscreteMemory", d.Memory())
+	}
+	r := rand.New(rand.NewSource(151))
+	const B, T, S, dm = 2, 5, 6, 16
+	check := func(what string, backward func() (interface{ Close() }, error)) {
+		t.Helper()
+		before := d.Stats()
+		g, err := backward()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		if s := d.Stats().Since(before); s.Submits != 1 || s.Waits != 1 || s.StagingBytes != 0 {
+			t.Errorf("%s: %d submissions, %d host waits, %d bytes staged; want 1, 1, 0", what, s.Submits, s.Waits, s.StagingBytes)
+		}
+	}
+	mha, err := nn.NewMHA(d, devtest.RandomMHA(r, dm, dm, dm, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mha.Close()
+	x, dY := devtest.Upload(t, d, []int{B, T, dm}, devtest.RandomValues(r, B*T*dm)), devtest.Upload(t, d, []int{B, T, dm}, devtest.RandomValues(r, B*T*dm))
+	check("MHA", func() (interface{ Close() }, error) { return mha.Backward(x, nil, nil, dY, nn.MHAOptions{Heads: 4}) })
+
+	const dq, dk, da, dv = 5, 3, 8, 4
+	add, err := nn.NewAdditive(d, &nn.AdditiveWeights{DQ: dq, DK: dk, DA: da, WQ: devtest.RandomValues(r, dq*da), WK: devtest.RandomValues(r, dk*da),
+		Bias: devtest.RandomValues(r, da), WA: devtest.RandomValues(r, da)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer add.Close()
+	q, k, v := devtest.Upload(t, d, []int{B, T, dq}, devtest.RandomValues(r, B*T*dq)), devtest.Upload(t, d, []int{B, S, dk}, devtest.RandomValues(r, B*S*dk)),
+		devtest.Upload(t, d, []int{B, S, dv}, devtest.RandomValues(r, B*S*dv))
+	dO := devtest.Upload(t, d, []int{B, T, dv}, devtest.RandomValues(r, B*T*dv))
+	check("additive", func() (interface{ Close() }, error) {
+		return add.Backward(q, k, v, dO, vkattn.Options{Causal: vkattn.CausalBottomRight})
+	})
 }

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
@@ -29,20 +30,7 @@ func checkLinear(name string, inputs int, x, w, b float64) (float64, error) {
 // per-head scores and output sums, and out_proj, whose output bound it
 // returns.
 func (m *MHA) checkRange(p MHAPlan, attn *vkattn.Options, x, key, value *vkattn.Tensor) (float64, error) {
-	wq, wk, wv := m.qW, m.kW, m.vW
-	if m.packed {
-		wq, wk, wv = m.inW, m.inW, m.inW
-	}
-	bias := engine.Bound(m.inB)
-	qb, err := checkLinear("q projection", m.dModel, engine.Bound(x), engine.Bound(wq), bias)
-	if err != nil {
-		return 0, err
-	}
-	kb, err := checkLinear("k projection", m.kdim, engine.Bound(key), engine.Bound(wk), bias)
-	if err != nil {
-		return 0, err
-	}
-	vb, err := checkLinear("v projection", m.vdim, engine.Bound(value), engine.Bound(wv), bias)
+	qb, kb, vb, err := m.projectionBounds(x, key, value)
 	if err != nil {
 		return 0, err
 	}
@@ -53,6 +41,72 @@ func (m *MHA) checkRange(p MHAPlan, attn *vkattn.Options, x, key, value *vkattn.
 	}
 	// The concatenated head outputs lie within the V projection's bound.
 	return checkLinear("out_proj", m.dModel, vb, engine.Bound(m.outW), engine.Bound(m.outB))
+}
+
+// projectionBounds bounds the Q, K and V projections of x, key and value.
+func (m *MHA) projectionBounds(x, key, value *vkattn.Tensor) (qb, kb, vb float64, err error) {
+	bias := engine.Bound(m.inB)
+	if qb, err = checkLinear("q projection", m.dModel, engine.Bound(x), engine.Bound(m.projWeight(0)), bias); err != nil {
+		return
+	}
+	if kb, err = checkLinear("k projection", m.kdim, engine.Bound(key), engine.Bound(m.projWeight(1)), bias); err != nil {
+		return
+	}
+	vb, err = checkLinear("v projection", m.vdim, engine.Bound(value), engine.Bound(m.projWeight(2)), bias)
+	return
+}
+
+// gradBound bounds a float32 sum of terms products of factors bounded by
+// a and b: a gradient product's, terms the length of its sum. It is not
+// checked against float32's range: a bound from the inputs' bounds (each
+// at least 2^32, §8) would refuse ordinary calls, so a gradient beyond
+// float32's range comes out infinite, and its bound, beyond the limit,
+// makes a call that reads it refuse it.
+func gradBound(terms int, a, b float64) float64 { return float64(terms) * a * b }
+
+// mhaGradBounds bound an MHA backward call's gradients.
+type mhaGradBounds struct {
+	dWo, dbo, dWIn, dWq, dWk, dWv, dbIn float64
+	dX, dKey, dValue                    float64
+}
+
+// checkBackwardRange bounds an MHA backward call before it runs and
+// refuses it (ErrOverflow) where the forward (checkRange) or the heads'
+// attention backward (engine.BackwardRange, with dO the concatenation's
+// gradient, within d max|dY| max|W_o|, and the projections' bounds) could
+// overflow float32. It returns the bounds of the gradients: out_proj's
+// (dW over B*T rows of dY^T concat, db over the same rows), then each
+// projection's weight, bias and input gradients from the heads'.
+func (m *MHA) checkBackwardRange(pr *mhaProblem, in *mhaGradInputs) (mhaGradBounds, error) {
+	var g mhaGradBounds
+	if _, err := m.checkRange(pr.plan, &pr.attn, in.x, in.key, in.value); err != nil {
+		return g, err
+	}
+	qb, kb, vb, err := m.projectionBounds(in.x, in.key, in.value)
+	if err != nil {
+		return g, err
+	}
+	p := pr.plan
+	rows, kvRows, d, kv := p.B*p.T, p.B*p.S, p.DModel, m.kvOut
+	dy := engine.Bound(in.dY)
+	g.dWo, g.dbo = gradBound(rows, dy, vb), gradBound(rows, dy, 1)
+	dm := p.Attention.Dims
+	scale := math.Abs(pr.attn.Scale.For(dm.DK))
+	toQ := engine.GradFactor{Formula: "scale·dS·K", Factor: "|scale| x max|K|", X: scale * kb}
+	toK := engine.GradFactor{Formula: "scale·dS^T·Q", Factor: "|scale| x max|Q|", X: scale * qb}
+	heads, err := engine.BackwardRange(dm, &pr.attn, scale, gradBound(d, dy, engine.Bound(m.outW)), vb, vb, toQ, toK)
+	if err != nil {
+		return g, err
+	}
+	g.dWq, g.dWk, g.dWv = gradBound(rows, heads.DQ, engine.Bound(in.x)), gradBound(kvRows, heads.DK, engine.Bound(in.key)), gradBound(kvRows, heads.DV, engine.Bound(in.value))
+	g.dWIn = max(g.dWq, g.dWk, g.dWv)
+	g.dbIn = max(gradBound(rows, heads.DQ, 1), gradBound(kvRows, max(heads.DK, heads.DV), 1))
+	g.dX = gradBound(d, heads.DQ, engine.Bound(m.projWeight(0)))
+	g.dKey, g.dValue = gradBound(kv, heads.DK, engine.Bound(m.projWeight(1))), gradBound(kv, heads.DV, engine.Bound(m.projWeight(2)))
+	if in.self {
+		g.dX += g.dKey + g.dValue
+	}
+	return g, nil
 }
 
 // checkRange bounds an additive call: the projections q W_q + b and k W_k,

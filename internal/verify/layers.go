@@ -180,8 +180,8 @@ type Gradient struct {
 // their comparison with the float64 reference's.
 type Gradients struct {
 	Grads   []Gradient
-	Plan    vkattn.Plan   // the forward's (attention only)
-	GPUTime time.Duration // attention only
+	Plan    vkattn.Plan   // the forward's (attention and additive attention)
+	GPUTime time.Duration // the backward call's device time
 	Check   *golden.GradCheck
 }
 
@@ -266,15 +266,21 @@ func MHAGradients(dev *vkattn.Device, layer *nn.MHA, w *nn.MHAWeights, x Input, 
 		kvData, kvShape := kv.values()
 		return reference.MultiHeadAttentionBackward(x.Data, x.Shape, kvData, kvShape, kvData, kvShape, w, dout.Data, opts)
 	}, check)
+	defer g.Close() // nil-safe: also after the reference failed
+	if err != nil {
+		return nil, err
+	}
+	host, err := downloadAll(map[string]*vkattn.Tensor{"x": g.DX, "key": g.DKey, "value": g.DValue}, g.Params)
 	if err != nil {
 		return nil, err
 	}
 	res := newGradients(check)
-	res.add("x", x.Shape, g.DX, ref.DX)
+	res.GPUTime = g.GPUTime
+	res.add("x", x.Shape, host["x"], ref.DX)
 	if kv != nil {
-		dkv := make([]float32, len(g.DKey))
+		dkv := make([]float32, len(host["key"]))
 		for i := range dkv {
-			dkv[i] = g.DKey[i] + g.DValue[i]
+			dkv[i] = host["key"][i] + host["value"][i]
 		}
 		var want []float64
 		if check {
@@ -287,11 +293,30 @@ func MHAGradients(dev *vkattn.Device, layer *nn.MHA, w *nn.MHAWeights, x Input, 
 	}
 	wants := ref.Params()
 	for _, prm := range w.Params() {
-		if data, ok := g.Params[prm.Name]; ok {
+		if data, ok := host[prm.Name]; ok {
 			res.add(prm.Name, prm.Shape, data, wants[prm.Name])
 		}
 	}
 	return res, nil
+}
+
+// downloadAll reads the tensors of each map (nil ones left out) into one
+// map by name.
+func downloadAll(ms ...map[string]*vkattn.Tensor) (map[string][]float32, error) {
+	host := map[string][]float32{}
+	for _, m := range ms {
+		for name, t := range m {
+			if t == nil {
+				continue
+			}
+			data, err := t.Download()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			host[name] = data
+		}
+	}
+	return host, nil
 }
 
 // AdditiveGradients uploads q, k, v and dO, runs layer.Backward and
@@ -304,19 +329,25 @@ func AdditiveGradients(dev *vkattn.Device, layer *nn.Additive, w *nn.AdditiveWei
 	}, func() (*reference.AdditiveGradients, error) {
 		return reference.AdditiveAttentionBackward(q.Data, shapes[0], k.Data, shapes[1], v.Data, shapes[2], w, dO.Data, opts)
 	}, check)
+	defer g.Close() // nil-safe: also after the reference failed
+	if err != nil {
+		return nil, err
+	}
+	host, err := downloadAll(map[string]*vkattn.Tensor{"q": g.DQ, "k": g.DK, "v": g.DV, "W_q": g.DWQ, "W_k": g.DWK, "b": g.DBias, "w_a": g.DWA})
 	if err != nil {
 		return nil, err
 	}
 	res := newGradients(check)
-	res.add("q", q.Shape, g.DQ, ref.DQ)
-	res.add("k", k.Shape, g.DK, ref.DK)
-	res.add("v", v.Shape, g.DV, ref.DV)
-	res.add("W_q", []int{w.DQ, w.DA}, g.DWQ, ref.DWQ)
-	res.add("W_k", []int{w.DK, w.DA}, g.DWK, ref.DWK)
+	res.Plan, res.GPUTime = g.Plan, g.GPUTime
+	res.add("q", q.Shape, host["q"], ref.DQ)
+	res.add("k", k.Shape, host["k"], ref.DK)
+	res.add("v", v.Shape, host["v"], ref.DV)
+	res.add("W_q", []int{w.DQ, w.DA}, host["W_q"], ref.DWQ)
+	res.add("W_k", []int{w.DK, w.DA}, host["W_k"], ref.DWK)
 	if g.DBias != nil {
-		res.add("b", []int{w.DA}, g.DBias, ref.DBias)
+		res.add("b", []int{w.DA}, host["b"], ref.DBias)
 	}
-	res.add("w_a", []int{w.DA}, g.DWA, ref.DWA)
+	res.add("w_a", []int{w.DA}, host["w_a"], ref.DWA)
 	return res, nil
 }
 

@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
+	"github.com/vkattn/vkattn/pipelines/dispatch"
+)
+
+// What the layers' backward passes (package nn) record on the device
+// beyond their forward: the attention's forward kept for its backward,
+// the backward into tensors the layer places, the dense layers' gradient
+// products, and the copies and sums between them. All of it goes into the
+// one submission of the layer's call: nothing returns to the host until
+// the caller downloads a gradient.
+
+// BackwardTape is an attention forward recorded for its backward: its
+// plan (with the log-sum-exp) and its arguments, O and the LSE included.
+type BackwardTape struct {
+	plan Plan
+	x    dispatch.AttentionArgs
+}
+
+// AttentionForBackward records the forward of plan (planned with its
+// LSE) over in, key padding as lower uploads it, writing O where in.O
+// says (a dense scratch tensor when nil) and the LSE into scratch, and
+// returns what the backward reads.
+func (b *Builder) AttentionForBackward(plan Plan, opts *core.Options, in AttentionInputs, keyPadding *core.KeyPadding) (*BackwardTape, error) {
+	dm := plan.Dims
+	if !plan.Kernel.plan.Shape.LSE {
+		return nil, errorf(core.ErrOption, "the backward pass needs a forward planned with its log-sum-exp")
+	}
+	x, err := b.lower(plan, opts, in, keyPadding, nil)
+	if err != nil {
+		return nil, err
+	}
+	if x.O == nil {
+		o, err := b.ScratchTensor([4]int{dm.B, dm.H, dm.L, dm.DV})
+		if err != nil {
+			return nil, err
+		}
+		x.O = o.buf
+	}
+	lse, err := b.ScratchTensor([4]int{dm.B, dm.H, dm.L, 1})
+	if err != nil {
+		return nil, err
+	}
+	x.LSE = lse.buf
+	if err := b.Add(b.d.kernels.Attention(plan.Kernel.plan, x)); err != nil {
+		return nil, err
+	}
+	return &BackwardTape{plan: plan, x: x}, nil
+}
+
+// GradTargets are where an attention backward writes, dense float32
+// tensors of the plan's shapes: dQ (B, H, L, d_k), dK (B, H_kv, S, d_k),
+// dV (B, H_kv, S, d_v), each row's share of its head's sink gradient (B,
+// H, L; scratch when nil) and, for additive scores, each key row's share
+// of dw_a (B, H_kv, S, d_a).
+type GradTargets struct{ DQ, DK, DV, RowSinks, KeyWA *Tensor }
+
+// AttentionBackwardFrom records the backward of the forward t over dO, a
+// dense float32 tensor holding O's (B, H, L, d_v) row-major (of that
+// shape, or another with the same rows of d_v), into g.
+func (b *Builder) AttentionBackwardFrom(t *BackwardTape, dO *Tensor, g GradTargets) error {
+	dm := t.plan.Dims
+	if s := dO.shape; !Dense(dO) || dO.dtype != core.Float32 || s[3] != dm.DV || s[0]*s[1]*s[2] != dm.B*dm.H*dm.L {
+		return errorf(core.ErrShape, "the backward pass reads dO dense in float32, (%d, %d, %d, %d) as O, not %v %v", dm.B, dm.H, dm.L, dm.DV, dO.dtype, dO.shape)
+	}
+	rowD, err := b.ScratchTensor([4]int{dm.B, dm.H, dm.L, 1})
+	if err != nil {
+		return err
+	}
+	if g.RowSinks == nil {
+		if g.RowSinks, err = b.ScratchTensor([4]int{dm.B, dm.H, dm.L, 1}); err != nil {
+			return err
+		}
+	}
+	bx := dispatch.BackwardArgs{AttentionArgs: t.x, DO: dO.buf, RowD: rowD.buf, DSink: g.RowSinks.buf, DQ: g.DQ.buf, DK: g.DK.buf, DV: g.DV.buf}
+	if t.plan.Kernel.Additive {
+		if g.KeyWA == nil {
+			return errorf(core.ErrOption, "the backward pass of additive scores writes each key row's share of dw_a: give its tensor")
+		}
+		bx.DWA = g.KeyWA.buf
+	}
+	return b.Add(b.d.kernels.AttentionBackward(t.plan.Kernel.plan, bx))
+}
+
+// GradProduct records the gradient product s (C (+)= A B^T) over the
+// buffers of a, w and c, whose element offsets s already holds, planned
+// on the device's load path and tuning.
+func (b *Builder) GradProduct(s pipelines.GradShape, a, w, c *Tensor) error {
+	d := b.d
+	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
+	p, err := pipelines.PlanGrad(d.dev.Info.DeviceInfo, s, d.path, &tuning)
+	if err != nil {
+		return DeviceError(err)
+	}
+	return b.Add(d.kernels.GradProduct(p, s, dispatch.GradBuffers{A: a.buf, B: w.buf, C: c.buf}))
+}
+
+// Regroup records the move or sum s from src's buffer into dst's, whose
+// element offsets s already holds.
+func (b *Builder) Regroup(s pipelines.RegroupShape, src, dst *Tensor) error {
+	st, err := b.d.kernels.Regroup(s, src.buf, dst.buf)
+	return b.Add(st, DeviceError(err))
+}
