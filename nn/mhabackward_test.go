@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -210,4 +211,43 @@ func TestBackwardStaysOnDevice(t *testing.T) {
 	check("additive", func() (interface{ Close() }, error) {
 		return add.Backward(q, k, v, dO, vkattn.Options{Causal: vkattn.CausalBottomRight})
 	})
+}
+
+// A backward pass whose tensors are larger than one binding reaches runs
+// its products in blocks: cross-attention with packed weights over keys
+// and values of 2 x 1100 rows of 16 (137 KiB each, bindings of 128 KiB),
+// so dkey and dvalue run in blocks of rows and k_proj's and v_proj's
+// weight gradients in blocks of the sum over the rows, each adding to the
+// last; against the reference.
+func TestMHABackwardBlocks(t *testing.T) {
+	d := devtest.SmallBindings(t, vkattn.Config{})
+	const B, T, S, dm, h = 2, 3, 1100, 16, 2
+	r := rand.New(rand.NewSource(152))
+	w := devtest.RandomMHA(r, dm, dm, dm, true)
+	x, key, value, dY := devtest.RandomValues(r, B*T*dm), devtest.RandomValues(r, B*S*dm), devtest.RandomValues(r, B*S*dm), devtest.RandomValues(r, B*T*dm)
+	layer, err := nn.NewMHA(d, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.Close()
+	xs, kvs := []int{B, T, dm}, []int{B, S, dm}
+	opts := nn.MHAOptions{Heads: h}
+	call, err := layer.PrepareBackward(devtest.Upload(t, d, xs, x), devtest.Upload(t, d, kvs, key), devtest.Upload(t, d, kvs, value), devtest.Upload(t, d, xs, dY), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Close()
+	if _, err := call.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g := call.Output()
+	want, err := reference.MultiHeadAttentionBackward(x, xs, key, kvs, value, kvs, w, dY, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.CompareOptionalGrads(t, devtest.NamedGrad{Name: "dx", Got: downloadGrad(t, g.DX), Want: want.DX},
+		devtest.NamedGrad{Name: "dkey", Got: downloadGrad(t, g.DKey), Want: want.DKey}, devtest.NamedGrad{Name: "dvalue", Got: downloadGrad(t, g.DValue), Want: want.DValue})
+	for name, w := range want.Params() {
+		devtest.CompareGrad(t, name, downloadGrad(t, g.Params[name]), w)
+	}
 }
