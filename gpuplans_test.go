@@ -16,8 +16,10 @@ import (
 // TestGPUPlansNameTiledKernels: planned as NVIDIA's or AMD's driver, scaled
 // dot-product attention runs the tiled kernels - prefill at every head
 // width up to 256 with shared-memory tiles sized to the device, decode as
-// tiled split-K - and the plan says so; lavapipe's own plan keeps its row
-// kernels, and additive attention (no tiled variant) keeps them too.
+// tiled split-K, multi-head latent attention's 576/512 heads over one KV
+// head too, with V as K's leading columns staged in K's tiles alone - and
+// the plan says so; lavapipe's own plan keeps its row kernels, and
+// additive attention (no tiled variant) keeps them too.
 func TestGPUPlansNameTiledKernels(t *testing.T) {
 	info := devtest.Dev.Info()
 	for vendor, d := range map[string]*vkattn.Device{"nvidia": devtest.NVIDIADev, "amd": devtest.AMDDev, "intel": devtest.IntelDev} {
@@ -26,25 +28,58 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 			h, hkv, l, s   int
 			dk, dv         int
 			weights, split bool
+			vFromK         bool // V = K.Columns(0, dv): planned from tensors
 		}{
-			{"prefill d64", 8, 8, 512, 512, 64, 64, false, false},
-			{"prefill d128 GQA", 8, 2, 300, 300, 128, 128, false, false},
-			{"prefill d256", 2, 2, 64, 64, 256, 256, false, false},
-			{"odd widths", 2, 1, 17, 33, 33, 20, false, false},
-			{"decode GQA", 32, 8, 1, 4096, 128, 128, false, true},
-			{"decode with weights", 8, 2, 1, 1024, 64, 64, true, false}, // within lavapipe's loop budget (SEMANTICS.md §20)
+			{"prefill d64", 8, 8, 512, 512, 64, 64, false, false, false},
+			{"prefill d128 GQA", 8, 2, 300, 300, 128, 128, false, false, false},
+			{"prefill d256", 2, 2, 64, 64, 256, 256, false, false, false},
+			{"odd widths", 2, 1, 17, 33, 33, 20, false, false, false},
+			{"decode GQA", 32, 8, 1, 4096, 128, 128, false, true, false},
+			{"decode with weights", 8, 2, 1, 1024, 64, 64, true, false, false}, // within lavapipe's loop budget (SEMANTICS.md §20)
+			{"MLA decode", 128, 1, 1, 4096, 576, 512, false, true, false},
+			{"MLA decode, V from K", 128, 1, 1, 4096, 576, 512, false, true, true},
+			{"MLA prefill, V from K", 128, 1, 16, 64, 576, 512, false, false, true},
 		} {
 			t.Run(vendor+"/"+c.name, func(t *testing.T) {
 				plan, err := d.Plan([]int{1, c.h, c.l, c.dk}, []int{1, c.hkv, c.s, c.dk}, []int{1, c.hkv, c.s, c.dv}, vkattn.Options{WantWeights: c.weights})
+				if c.vFromK {
+					// Prepared, not run: the plan of tensors whose V views K.
+					q, k := devtest.Zeros(t, d, 1, c.h, c.l, c.dk), devtest.Zeros(t, d, 1, c.hkv, c.s, c.dk)
+					v, verr := k.Columns(0, c.dv)
+					if verr != nil {
+						t.Fatal(verr)
+					}
+					call, perr := d.Prepare(q, k, v, vkattn.Options{})
+					if perr != nil {
+						t.Fatal(perr)
+					}
+					plan = call.Output().Plan
+					call.Close()
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
 				k := plan.Kernel
+				// Heads up to 256 wide share one bound; MLA's have their own.
+				dv := k.DMax
+				if c.dk == 576 {
+					dv = 512
+				}
+				if k.VFromK != c.vFromK || k.DVMax != dv || (c.dk == 576 && k.DMax != 576) {
+					t.Errorf("plan %v: V from K %v, d_max %d and %d; want %v, %d", k, k.VFromK, k.DMax, k.DVMax, c.vFromK, dv)
+				}
 				if engine.AttentionPlanOf(k).Variant.Family != pipelines.FamilyTiled || engine.AttentionPlanOf(k).Variant.SplitK != c.split || (k.Splits > 0) != c.split {
 					t.Fatalf("plan %v: want the tiled kernel (split-K %v)", k, c.split)
 				}
-				if k.SharedBytes <= 0 || k.SharedBytes > int(info.Limits.MaxSharedMemory) || k.SharedBytes != 2*k.KeyTile*k.DMax*4 {
-					t.Errorf("plan %v: %d B of shared memory for K/V tiles of %d keys at d_max %d (device: %d)", k, k.SharedBytes, k.KeyTile, k.DMax, info.Limits.MaxSharedMemory)
+				// Float32 tiles of Bc keys: K's rows of d_max, V's of its
+				// bound (d_max, or d_v's own past 256 wide); V from K keeps
+				// one vec4 slot of its array, its rows read from K's tile.
+				tiles := 4 * k.KeyTile * (k.DMax + k.DVMax)
+				if k.VFromK {
+					tiles = 4*k.KeyTile*k.DMax + 16
+				}
+				if k.SharedBytes <= 0 || k.SharedBytes > int(info.Limits.MaxSharedMemory) || k.SharedBytes != tiles {
+					t.Errorf("plan %v: %d B of shared memory for tiles of %d keys at d_max %d and %d (want %d; device: %d)", k, k.SharedBytes, k.KeyTile, k.DMax, k.DVMax, tiles, info.Limits.MaxSharedMemory)
 				}
 				sg := k.SubgroupSize
 				if sg < int(info.Limits.MinSubgroupSize) || sg > int(info.Limits.MaxSubgroupSize) || k.WorkGroup%sg != 0 || sg%k.LanesPerRow != 0 || k.WorkGroup != k.TileRows/k.RowsPerLane*k.LanesPerRow || k.TileRows%k.RowsPerLane != 0 {

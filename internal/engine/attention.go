@@ -84,11 +84,13 @@ func (d *Device) PlanAs(q, k, v []int, types [3]core.DType, opts core.Options) (
 // PlanOf is what a call adds to its shapes for the planner: where Q, K, V
 // and O lie in their buffers (nil: dense), a key-padding mask (MHA), the
 // additive score variant (q and k are then the projections, width d_a),
-// and the KV cache the call reads (nil: none).
+// the KV cache the call reads (nil: none), and whether V is K's leading
+// columns (Tensor.Columns), read from K's rows.
 type PlanOf struct {
 	Layouts              *[4]pipelines.Layout
 	KeyPadding, Additive bool
 	Cache                *CacheRefs
+	VFromK               bool
 }
 
 // plan checks a problem of tensors of shapes q, k and v and plans its
@@ -117,6 +119,7 @@ func (d *Device) plan(q, k, v [4]int, how PlanOf, opts *core.Options) (Plan, err
 	if c := how.Cache; c != nil && c.PageTable != nil {
 		shape.Paging, shape.Pages, shape.PagesPerItem = c.PageSize, c.Pages, c.PerItem
 	}
+	shape.VFromK = how.VFromK
 	tuning := d.Tuning() // a copy: SetTuning may run meanwhile
 	kp, err := pipelines.PlanAttention(d.dev.Info.DeviceInfo, pipelines.PlanInput{
 		AttentionShape: shape, Force: d.path, Additive: how.Additive, Tuning: &tuning, Float32Products: opts.Float32Products,
@@ -225,7 +228,10 @@ func (d *Device) prepare(q, k, v *Tensor, opts core.Options, cache *CacheRefs) (
 	if rotK {
 		layouts[1] = denseF32(k.shape)
 	}
-	plan, err := d.plan(q.shape, k.shape, v.shape, PlanOf{Layouts: &layouts, Cache: cache}, &opts)
+	// V read as K's leading columns where it is a view of them and K is
+	// read in place (not a rotated copy).
+	vFromK := !rotK && leadingColumnsOf(v, k)
+	plan, err := d.plan(q.shape, k.shape, v.shape, PlanOf{Layouts: &layouts, Cache: cache, VFromK: vFromK}, &opts)
 	if err != nil {
 		return nil, err
 	}

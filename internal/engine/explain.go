@@ -34,7 +34,14 @@ func (p Plan) Explain(opts core.Options) string {
 	row("device", "%s", p.Device)
 	row("kernel", "%s", k.Variant)
 	row("load path", "%s (%s)", k.LoadPath, k.Why)
-	row("d_max", "%d (compile-time bound on d_k and d_v)", k.DMax)
+	if k.DVMax != k.DMax {
+		row("d_max", "%d (compile-time bound on d_k), %d on d_v", k.DMax, k.DVMax)
+	} else {
+		row("d_max", "%d (compile-time bound on d_k and d_v)", k.DMax)
+	}
+	if k.VFromK {
+		row("values", "V is K's leading %d columns, read from K's rows (a view, no copy)", d.DV)
+	}
 	axes := "query row blocks x heads x batch"
 	if k.Matrix > 0 {
 		axes = "query row blocks x KV heads x batch"
@@ -47,8 +54,16 @@ func (p Plan) Explain(opts core.Options) string {
 		row("subgroups", "%d full subgroups of %d lanes (VK_EXT_subgroup_size_control, enabled)", k.WorkGroup/k.SubgroupSize, k.SubgroupSize)
 	} else if k.TileRows > 0 {
 		axes = "query row blocks x KV heads x batch"
-		row("tiles", "Br %d query rows (the query heads of a KV head packed) x Bc %d keys, K and V tiles in %d B of shared memory", k.TileRows, k.KeyTile, k.SharedBytes)
-		row("lanes", "%d lanes per row split d_max %d (%d values of q and of the output each), sums by subgroup shuffles; %d rows per lane group", k.LanesPerRow, k.DMax, k.DMax/k.LanesPerRow, k.RowsPerLane)
+		staged := "K and V tiles"
+		if k.VFromK {
+			staged = "K tiles (V read from their leading columns)"
+		}
+		row("tiles", "Br %d query rows (the query heads of a KV head packed) x Bc %d keys, %s in %d B of shared memory", k.TileRows, k.KeyTile, staged, k.SharedBytes)
+		if k.DVMax == k.DMax {
+			row("lanes", "%d lanes per row split d_max %d (%d values of q and of the output each), sums by subgroup shuffles; %d rows per lane group", k.LanesPerRow, k.DMax, k.DMax/k.LanesPerRow, k.RowsPerLane)
+		} else {
+			row("lanes", "%d lanes per row split q's d_max %d and the output's %d (%d and %d values each), sums by subgroup shuffles; %d rows per lane group", k.LanesPerRow, k.DMax, k.DVMax, k.DMax/k.LanesPerRow, k.DVMax/k.LanesPerRow, k.RowsPerLane)
+		}
 		row("subgroups", "full subgroups of %d lanes required (VK_EXT_subgroup_size_control, enabled)", k.SubgroupSize)
 	} else {
 		row("rows", "%d query rows per invocation", k.Rows)
@@ -63,7 +78,13 @@ func (p Plan) Explain(opts core.Options) string {
 	if k.Additive {
 		row("scores", "w_a . tanh(q W_q + b + k W_k), no scale")
 	} else {
-		row("scale", "%.6g%s", opts.Scale.For(d.DK), map[bool]string{true: " (1/sqrt(d_k))", false: " (custom)"}[opts.Scale.IsDefault()])
+		note := map[bool]string{true: " (1/sqrt(d_k))", false: " (custom)"}[opts.Scale.IsDefault()]
+		if k.VFromK && opts.Scale.IsDefault() {
+			// Latent attention's d_k is the latent's width, not the
+			// head width the model scales by.
+			note = " (1/sqrt(d_k); latent attention models scale by their own: SEMANTICS.md §3)"
+		}
+		row("scale", "%.6g%s", opts.Scale.For(d.DK), note)
 	}
 	row("masks", "%s", opts.MaskSummary())
 	memory := "no (B,H,L,S) buffer: memory grows with L*d"

@@ -14,7 +14,13 @@ type KernelPlan struct {
 	LoadPath core.LoadPath `json:"load_path"` // how the kernel reads Q, K, V and masks
 	Why      string        `json:"why"`       // why this load path and kernel
 	DMax     int           `json:"d_max"`     // compile-time bound of d_k and d_v
-	Types    [3]core.DType `json:"types"`     // element types of Q, K and V as the kernel reads them
+	// DVMax is the tiled kernels' bound of d_v: DMax, or for heads wider
+	// than MaxRowWidth d_v's own (512 for multi-head latent attention).
+	DVMax int `json:"dv_max"`
+	// VFromK: V is K's leading columns (Tensor.Columns), read from K's
+	// rows; the tiled kernels stage K's tiles alone.
+	VFromK bool          `json:"v_from_k,omitempty"`
+	Types  [3]core.DType `json:"types"` // element types of Q, K and V as the kernel reads them
 	// The row kernels: query rows per invocation and keys per
 	// online-softmax step; the invocations per workgroup and workgroups of
 	// the (first) dispatch.
@@ -59,7 +65,7 @@ type KernelPlan struct {
 // kernelPlan describes the planner's choice p.
 func kernelPlan(p pipelines.AttentionPlan) KernelPlan {
 	return KernelPlan{
-		Variant: p.Variant.Name(), LoadPath: p.Path, Vec4: p.Vec4, Additive: p.Additive, Masked: p.Masked, DMax: p.DMax,
+		Variant: p.Variant.Name(), LoadPath: p.Path, Vec4: p.Vec4, Additive: p.Additive, Masked: p.Masked, DMax: p.DMax, DVMax: p.DVMax, VFromK: p.Shape.VFromK,
 		Types: [3]core.DType{p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type},
 		Rows:  p.Rows, KeyTile: p.KeyTile, WorkGroup: p.WorkGroup, SharedLoads: p.SharedLoads,
 		Splits: p.Splits, SplitKeys: p.SplitKeys, RowBlocks: p.RowBlocks,

@@ -296,6 +296,44 @@ func (t *Tensor) SwapAxes12() *Tensor {
 	return v
 }
 
+// Columns returns a view of columns [first, first+n) of every row (the
+// last axis): the same buffer and strides, rows n wide, no copy. As V,
+// K.Columns(0, d_v) is multi-head latent attention's values, the leading
+// columns of the latent keys (SEMANTICS.md §2): a call whose V is such a
+// view of its K reads V's rows from K's, and the tiled kernels stage K's
+// tiles alone. The view shares the data and is freed with it. A range
+// outside the rows is ErrShape, and so is one that splits a q8_0 or q4_0
+// block (views of those types hold whole blocks of 32); a nil or closed
+// tensor is ErrShape or ErrClosed.
+func (t *Tensor) Columns(first, n int) (*Tensor, error) {
+	if t == nil {
+		return nil, errorf(core.ErrShape, "Columns of a nil tensor")
+	}
+	if t.root().closed.Load() {
+		return nil, errorf(core.ErrClosed, "tensor used after Close")
+	}
+	w := t.shape[3]
+	if first < 0 || n < 1 || first > w-n {
+		return nil, errorf(core.ErrShape, "Columns(%d, %d) of rows %d wide: want 0 <= first and 1 <= n with first+n <= %d", first, n, w, w)
+	}
+	if t.dtype.Quantized() {
+		if block := quantBlock(t.dtype); first%block != 0 || n%block != 0 {
+			return nil, errorf(core.ErrShape, "Columns(%d, %d) of a %v tensor: %v rows are read in whole blocks of %d, so first and n must be multiples of %d", first, n, t.dtype, t.dtype, block, block)
+		}
+	}
+	v := &Tensor{dev: t.dev, buf: t.buf, owner: t.root(), dtype: t.dtype, shape: t.shape, offset: t.offset + first, strides: t.strides, finite: t.finite}
+	v.shape[3] = n
+	return v, nil
+}
+
+// leadingColumnsOf reports whether v is k's leading columns (a view
+// k.Columns(0, n) or one of its views: k's buffer, offset, strides, type
+// and first three axes), so a call may read V from K's rows.
+func leadingColumnsOf(v, k *Tensor) bool {
+	return v.root() == k.root() && v.offset == k.offset && v.strides == k.strides && v.dtype == k.dtype &&
+		[3]int(v.shape[:3]) == [3]int(k.shape[:3]) && v.shape[3] <= k.shape[3]
+}
+
 func (t *Tensor) root() *Tensor {
 	if t.owner != nil {
 		return t.owner

@@ -97,7 +97,7 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts core.
 			seqOpts.RoPE = &own
 			layouts[0], layouts[1] = denseF32(qi.shape), denseF32(ki.shape)
 		}
-		plan, err := d.plan(qi.shape, ki.shape, vi.shape, PlanOf{Layouts: &layouts}, &seqOpts)
+		plan, err := d.plan(qi.shape, ki.shape, vi.shape, PlanOf{Layouts: &layouts, VFromK: seqOpts.RoPE == nil && leadingColumnsOf(vi, ki)}, &seqOpts)
 		if err != nil {
 			return nil, b.Fail(fmt.Errorf("sequence %d: %w", i, err))
 		}
