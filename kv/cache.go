@@ -39,6 +39,16 @@ type Config struct {
 	// one token at a time needs), and calls over it need Options.Window
 	// with Left in [0, Window-1]. 0 keeps every position.
 	Window int
+	// Latent makes a latent cache, multi-head latent attention's
+	// (SEMANTICS.md §2): it stores rows of DK alone (DeepSeek V2/V3: 576,
+	// the 512-wide latent and its 64 rotary columns), and V is their
+	// leading DV <= DK columns (512), read in place by every call over the
+	// cache (Tensor.Columns), with no storage of its own. Appends take the
+	// keys alone: v is nil (empty). RoPE must be nil: the cache rotates
+	// leading columns, and a latent's rotary columns are its trailing
+	// ones, so the caller rotates them (and the queries' own) before
+	// appending.
+	Latent bool
 }
 
 // pageTable is a paged cache's page table on the device: perItem entries
@@ -52,7 +62,7 @@ type pageTable struct {
 // decoding: append each step's tokens, attend with their queries over
 // everything so far. Storage is contiguous: K is (B, HKV, Capacity, DK)
 // and V (B, HKV, Capacity, DV), sequence b filling its first Lengths()[b]
-// positions. Appending writes only the new positions; a prepared call
+// positions (a latent cache's V is K's leading columns). Appending writes only the new positions; a prepared call
 // reads the current lengths each time it runs, so a decode step is one
 // Write of the query and one Run, with no allocation.
 //
@@ -61,7 +71,7 @@ type pageTable struct {
 type Cache struct {
 	dev  *vkattn.Device
 	cfg  Config
-	k, v *vkattn.Tensor // (B, HKV, Capacity, D); views of the page pools when paged
+	k, v *vkattn.Tensor // (B, HKV, Capacity, D); views of the page pools when paged; v a view of k's columns when latent
 	// Paged: the table on the device and the page allocator (forked
 	// sequences share pages, copied on write).
 	pt   *pageTable
@@ -121,6 +131,12 @@ func New(d *vkattn.Device, cfg Config) (*Cache, error) {
 	if err := checkRolling(&cfg); err != nil {
 		return nil, err
 	}
+	if cfg.Latent && cfg.DV > cfg.DK {
+		return nil, core.Errorf(vkattn.ErrShape, "a latent KV cache's V is the leading DV columns of its keys: DV = %d must be at most DK = %d", cfg.DV, cfg.DK)
+	}
+	if cfg.Latent && cfg.RoPE != nil {
+		return nil, core.Errorf(vkattn.ErrOption, "a latent KV cache takes no RoPE: the cache's RoPE rotates a key's leading columns, which are V's; rotate the latent's trailing rotary columns (and the queries' own) before appending")
+	}
 	if r := cfg.RoPE; r != nil {
 		// A rolling cache's positions go on past its capacity: checked
 		// at every position (Dims{}).
@@ -165,10 +181,14 @@ func New(d *vkattn.Device, cfg Config) (*Cache, error) {
 		}
 		return t, err
 	}
-	for _, x := range []struct {
+	stored := []struct {
 		dst **vkattn.Tensor
 		w   int
-	}{{&c.k, cfg.DK}, {&c.v, cfg.DV}} {
+	}{{&c.k, cfg.DK}, {&c.v, cfg.DV}}
+	if cfg.Latent {
+		stored = stored[:1]
+	}
+	for _, x := range stored {
 		if cfg.PageSize == 0 {
 			if *x.dst, err = alloc(cfg.B, cfg.Capacity, x.w); err != nil {
 				return fail(err)
@@ -183,13 +203,19 @@ func New(d *vkattn.Device, cfg Config) (*Cache, error) {
 		// stride is the pool's page stride: the page table says which page.
 		*x.dst = engine.PagedView(pool, cfg.B, cfg.HKV, cfg.Capacity)
 	}
+	if cfg.Latent {
+		// V: the keys' leading columns, which calls read from K's rows.
+		if c.v, err = c.k.Columns(0, cfg.DV); err != nil {
+			return fail(err)
+		}
+	}
 	// Zeros, not garbage: the kernels load a few positions past a
 	// sequence's end (masked, but 0 * NaN would not be 0). Set on the
 	// device; all-zero bytes are zeros in every cache type (float16,
 	// bfloat16, q8_0 quants and their float16 scales; q4_0's read as
 	// (0 - 8) * 0 = -0).
 	err = engine.VK(d).Once(func(cmds *vk.Commands) error {
-		for _, t := range []*vkattn.Tensor{engine.Root(c.k), engine.Root(c.v)} {
+		for _, t := range c.pools() {
 			if err := cmds.Fill(engine.Buf(t), 0, engine.Buf(t).Size(), 0); err != nil {
 				return err
 			}
@@ -257,7 +283,8 @@ func (c *Cache) Lengths() []int {
 }
 
 // Append adds n tokens to every sequence: k is (B, HKV, n, DK) and v
-// (B, HKV, n, DV), row-major, stored after each sequence's last position.
+// (B, HKV, n, DV), row-major, stored after each sequence's last position
+// (a latent cache takes k alone: v is nil).
 // Past the capacity it is ErrCapacity; bad values are refused as by
 // Tensor.Write: non-finite (ErrNonFinite), too large for the cache's type
 // or beyond the cache's bound of 2^32, which calls prepared on it were
@@ -268,14 +295,15 @@ func (c *Cache) Append(k, v []float32, n int) error {
 
 // AppendTensors adds the tokens of device tensors to every sequence: k is
 // (B, HKV, n, DK) and v (B, HKV, n, DV), e.g. the outputs of projections,
-// read through any strides. Dense tensors of the cache's element type
-// whose values are within its bound are copied on the device, every row
-// with the lengths and the page table in one submission that the host
-// does not wait for (calls on the cache run after it); float tensors
-// into a q8_0 or q4_0 cache are quantized on the device the same way
-// (SEMANTICS.md §8.2); others (another type, a view) and the keys of a
-// cache with RoPE (rotated as Append rotates them) go through the host
-// once, rounded as Append rounds.
+// read through any strides; a latent cache takes k alone (v nil). Dense
+// tensors of the cache's element type whose values are within its bound
+// are copied on the device, every row with the lengths and the page
+// table in one submission that the host does not wait for (calls on the
+// cache run after it); float tensors into a q8_0 or q4_0 cache are
+// quantized on the device the same way (SEMANTICS.md §8.2); others
+// (another type, a view) and the keys of a cache with RoPE (rotated as
+// Append rotates them) go through the host once, rounded as Append
+// rounds.
 func (c *Cache) AppendTensors(k, v *vkattn.Tensor) error {
 	cfg := c.cfg
 	c.mu.Lock()
@@ -284,49 +312,81 @@ func (c *Cache) AppendTensors(k, v *vkattn.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if k == nil || v == nil {
+	if cfg.Latent && v != nil {
+		return core.Errorf(vkattn.ErrShape, "AppendTensors: a latent KV cache stores the keys alone (V is their leading %d columns): v must be nil", cfg.DV)
+	}
+	if k == nil || (v == nil && !cfg.Latent) {
 		return core.Errorf(vkattn.ErrShape, "AppendTensors of a nil tensor")
 	}
 	n := k.Shape()[2]
-	for _, x := range []struct {
-		name string
-		t    *vkattn.Tensor
-		w    int
-	}{{"k", k, cfg.DK}, {"v", v, cfg.DV}} {
-		if want := [4]int{cfg.B, cfg.HKV, n, x.w}; x.t.Shape() != want {
-			return core.Errorf(vkattn.ErrShape, "AppendTensors: %s has shape %v, want %v", x.name, x.t.Shape(), want)
+	srcs := c.sources(k, v)
+	for i, t := range srcs {
+		name, w := [2]string{"k", "v"}[i], [2]int{cfg.DK, cfg.DV}[i]
+		if want := [4]int{cfg.B, cfg.HKV, n, w}; t.Shape() != want {
+			return core.Errorf(vkattn.ErrShape, "AppendTensors: %s has shape %v, want %v", name, t.Shape(), want)
 		}
-		if err := engine.CheckInput(c.dev, x.name, x.t); err != nil {
+		if err := engine.CheckInput(c.dev, name, t); err != nil {
 			return err
 		}
 	}
-	if cfg.DType.Quantized() && c.rope == nil && k.DType().Valid() && v.DType().Valid() {
-		return c.appendQuantized(k, v, n)
+	valid, copyable := true, true
+	for _, t := range srcs {
+		valid, copyable = valid && t.DType().Valid(), copyable && c.copyable(t)
 	}
-	if c.rope != nil || !c.copyable(k) || !c.copyable(v) {
-		kd, err := k.Download()
-		if err != nil {
-			return err
+	if cfg.DType.Quantized() && c.rope == nil && valid {
+		return c.appendQuantized(srcs, n)
+	}
+	if c.rope != nil || !copyable {
+		var host [2][]float32
+		for i, t := range srcs {
+			if host[i], err = t.Download(); err != nil {
+				return err
+			}
 		}
-		vd, err := v.Download()
-		if err != nil {
-			return err
-		}
-		return c.Append(kd, vd, n)
+		return c.Append(host[0], host[1], n)
 	}
 	return c.storeOnce(c.everySequence(), n, false, func(cmds *vk.Commands, i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
-		src := [2]*vkattn.Tensor{k, v}[i]
+		src := srcs[i]
 		return engine.EachSpan(cfg.DType, engine.Elements(src), engine.Layout(src).Offset+first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
 			return cmds.Copy(engine.Buf(src), from.Off, engine.Buf(dst), to.Off, to.N)
 		})
 	})
 }
 
-// appendQuantized appends float tensors k and v, n tokens of every
-// sequence, to a q8_0 or q4_0 cache, quantized on the device (q8_store.comp) as
-// the host quantizes: recorded with the page table and the lengths into
-// one submission that the host does not wait for, as a copy is.
-func (c *Cache) appendQuantized(k, v *vkattn.Tensor, n int) error {
+// sources are the tensors an append stores: k and v, or a latent cache's
+// k alone.
+func (c *Cache) sources(k, v *vkattn.Tensor) []*vkattn.Tensor {
+	if c.cfg.Latent {
+		return []*vkattn.Tensor{k}
+	}
+	return []*vkattn.Tensor{k, v}
+}
+
+// stored are the cache's tensors that appends write, K then V (a latent
+// cache's K alone), each as the kernels see it.
+func (c *Cache) stored() []*vkattn.Tensor {
+	if c.cfg.Latent {
+		return []*vkattn.Tensor{c.k}
+	}
+	return []*vkattn.Tensor{c.k, c.v}
+}
+
+// pools are the buffers' owners of the stored tensors: the page pools
+// when paged.
+func (c *Cache) pools() []*vkattn.Tensor {
+	var ps []*vkattn.Tensor
+	for _, t := range c.stored() {
+		ps = append(ps, engine.Root(t))
+	}
+	return ps
+}
+
+// appendQuantized appends float tensors srcs (k and v, or a latent
+// cache's k), n tokens of every sequence, to a q8_0 or q4_0 cache,
+// quantized on the device (q8_store.comp) as the host quantizes: recorded
+// with the page table and the lengths into one submission that the host
+// does not wait for, as a copy is.
+func (c *Cache) appendQuantized(srcs []*vkattn.Tensor, n int) error {
 	cfg := c.cfg
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -350,8 +410,8 @@ func (c *Cache) appendQuantized(k, v *vkattn.Tensor, n int) error {
 		if err != nil || n == 0 {
 			return err
 		}
-		for i, src := range []*vkattn.Tensor{k, v} {
-			dst := engine.Root([2]*vkattn.Tensor{c.k, c.v}[i])
+		for i, src := range srcs {
+			dst := c.pools()[i]
 			rows, err := engine.NewTensor(c.dev, [4]int{1, 1, 1, len(dsts[i])}, vkattn.Float32)
 			if err != nil {
 				return err
@@ -479,11 +539,14 @@ func (c *Cache) append(seqs []int, k, v []float32, n int) error {
 	if n < 0 {
 		return core.Errorf(vkattn.ErrShape, "append of %d tokens", n)
 	}
+	if cfg.Latent && len(v) > 0 {
+		return core.Errorf(vkattn.ErrShape, "a latent KV cache stores the keys alone (V is their leading %d columns): v must be empty, not %d values", cfg.DV, len(v))
+	}
 	for _, x := range []struct {
 		name string
 		data []float32
 		w    int
-	}{{"k", k, cfg.DK}, {"v", v, cfg.DV}} {
+	}{{"k", k, cfg.DK}, {"v", v, cfg.DV}}[:len(c.stored())] {
 		if want := len(seqs) * cfg.HKV * n * x.w; len(x.data) != want {
 			return core.Errorf(vkattn.ErrShape, "append of %d tokens to %d sequences: %s has %d values, want %d (sequences x %d heads x %d tokens x %d)",
 				n, len(seqs), x.name, len(x.data), want, cfg.HKV, n, x.w)
@@ -502,9 +565,11 @@ func (c *Cache) append(seqs []int, k, v []float32, n int) error {
 	if err != nil {
 		return fmt.Errorf("keys: %w", err)
 	}
-	rawV, err := c.encode(c.v, v)
-	if err != nil {
-		return fmt.Errorf("values: %w", err)
+	var rawV []byte // none in a latent cache
+	if !cfg.Latent {
+		if rawV, err = c.encode(c.v, v); err != nil {
+			return fmt.Errorf("values: %w", err)
+		}
 	}
 	if engine.Buf(c.k).Mapped() && engine.Buf(c.v).Mapped() && engine.Buf(c.lenT).Mapped() {
 		return c.storeLocked(seqs, n, cacheWriter{rows: func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
@@ -642,6 +707,7 @@ func (c *Cache) storeLocked(seqs []int, n int, w cacheWriter) error {
 	}
 	// Runs of rows that are contiguous on the device: all n per (sequence,
 	// head) when contiguous, up to a page boundary when paged.
+	dsts := c.pools()
 	for i, b := range seqs {
 		for h := 0; h < cfg.HKV; h++ {
 			src := i*cfg.HKV + h
@@ -651,11 +717,9 @@ func (c *Cache) storeLocked(seqs []int, n int, w cacheWriter) error {
 				if c.pt != nil {
 					run = min(run, cfg.PageSize-pos%cfg.PageSize)
 				}
-				for t, x := range []struct {
-					w   int
-					dst *vkattn.Tensor
-				}{{cfg.DK, engine.Root(c.k)}, {cfg.DV, engine.Root(c.v)}} {
-					if err := w.rows(t, x.dst, c.rowOffset(b, h, pos, x.w), src*n+done, run, x.w); err != nil {
+				for t, dst := range dsts {
+					width := [2]int{cfg.DK, cfg.DV}[t]
+					if err := w.rows(t, dst, c.rowOffset(b, h, pos, width), src*n+done, run, width); err != nil {
 						return err
 					}
 				}
@@ -677,11 +741,11 @@ func (c *Cache) storeLocked(seqs []int, n int, w cacheWriter) error {
 }
 
 // eachPageSpan calls f with the byte ranges of page from and page to in
-// the K pool, then in the V pool (q8_0, q4_0: quants and scales each): a page
-// holds every KV head's rows.
+// the K pool, then in the V pool (q8_0, q4_0: quants and scales each; a
+// latent cache has no V pool): a page holds every KV head's rows.
 func (c *Cache) eachPageSpan(from, to int, f func(pool *vkattn.Tensor, src, dst engine.ByteSpan) error) error {
 	cfg := c.cfg
-	for _, pool := range []*vkattn.Tensor{engine.Root(c.k), engine.Root(c.v)} {
+	for _, pool := range c.pools() {
 		n := cfg.HKV * cfg.PageSize * pool.Shape()[3]
 		err := engine.EachSpan(cfg.DType, engine.Elements(pool), from*n, engine.Elements(pool), to*n, n, func(src, dst engine.ByteSpan) error {
 			return f(pool, src, dst)

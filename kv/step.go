@@ -99,7 +99,11 @@ func (c *Cache) PrepareStep(heads int, opts vkattn.Options) (*DecodeStep, error)
 	align := func(n uint64) uint64 { return (n + 15) &^ 15 }
 	at := &s.at
 	at.v = align(uint64(cfg.DType.StorageBytes(cfg.B * cfg.HKV * cfg.DK)))
-	at.q = at.v + align(uint64(cfg.DType.StorageBytes(cfg.B*cfg.HKV*cfg.DV)))
+	vRow := cfg.DV
+	if cfg.Latent {
+		vRow = 0 // V is the keys' leading columns: nothing of its own to stage
+	}
+	at.q = at.v + align(uint64(cfg.DType.StorageBytes(cfg.B*cfg.HKV*vRow)))
 	at.ints = at.q + align(uint64(cfg.B*heads*cfg.DK)*4)
 	tables := cfg.B // key lengths
 	if c.pt != nil {
@@ -153,12 +157,13 @@ func (s *DecodeStep) callFor(kept []int) (*vkattn.Call, error) {
 }
 
 // Run appends a token to every sequence, k (B, HKV, 1, DK) and v (B, HKV,
-// 1, DV), attends with its queries q (B, H, 1, DK) and writes the output,
-// (B, H, 1, DV), into o; all row-major. The checks and refusals are
-// Append's (ErrCapacity past the capacity, nothing appended then) and
-// Write's for q. A ctx done while waiting returns at once and leaves the
-// step running on the device (the token is appended); a failure before
-// the submission leaves the cache as it was.
+// 1, DV) (a latent cache's k alone: v nil), attends with its queries q
+// (B, H, 1, DK) and writes the output, (B, H, 1, DV), into o; all
+// row-major. The checks and refusals are Append's (ErrCapacity past the
+// capacity, nothing appended then) and Write's for q. A ctx done while
+// waiting returns at once and leaves the step running on the device (the
+// token is appended); a failure before the submission leaves the cache as
+// it was.
 func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -167,18 +172,28 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 	}
 	c := s.cache
 	cfg := c.cfg
+	vWant := cfg.B * cfg.HKV * cfg.DV
+	if cfg.Latent {
+		vWant = 0 // V is the keys' leading columns
+	}
 	for _, x := range []struct {
 		name string
 		data []float32
 		want int
-	}{{"k", k, cfg.B * cfg.HKV * cfg.DK}, {"v", v, cfg.B * cfg.HKV * cfg.DV}, {"q", q, cfg.B * s.heads * cfg.DK}, {"o", o, cfg.B * s.heads * cfg.DV}} {
+	}{{"k", k, cfg.B * cfg.HKV * cfg.DK}, {"v", v, vWant}, {"q", q, cfg.B * s.heads * cfg.DK}, {"o", o, cfg.B * s.heads * cfg.DV}} {
 		if len(x.data) != x.want {
+			if x.name == "v" && cfg.Latent {
+				return 0, core.Errorf(vkattn.ErrShape, "decode step: a latent KV cache stores the keys alone (V is their leading %d columns): v must be empty, not %d values", cfg.DV, len(v))
+			}
 			return 0, core.Errorf(vkattn.ErrShape, "decode step: %s has %d values, want %d", x.name, len(x.data), x.want)
 		}
 	}
-	rawV, err := c.encode(c.v, v)
-	if err != nil {
-		return 0, fmt.Errorf("values: %w", err)
+	var rawV []byte
+	if !cfg.Latent {
+		var err error
+		if rawV, err = c.encode(c.v, v); err != nil {
+			return 0, fmt.Errorf("values: %w", err)
+		}
 	}
 	rawQ, err := engine.Encode(s.q, q)
 	if err != nil {
