@@ -60,23 +60,28 @@ void main() {
     if (col0 >= N) {
         return;
     }
-    // A's rows when read along k (clamped: rows past M are not stored).
+    // A's rows when read along k (clamped: rows past M are not stored);
+    // the first element of step 0 of A's and B's rows when read along
+    // them, and how far a step moves them.
     int aBase[TR];
     vec4 acc[TR]; // acc[r][c]: C[row0 + r, col0 + c]
     [[unroll]] for (int r = 0; r < TR; r++) {
         aBase[r] = P.a.x + min(row0 + r, M - 1) * P.a.y;
         acc[r] = vec4(0.0);
     }
+    int aStride = P.a.y, bStride = P.b.y;
+    int aAt = P.a.x, bAt = P.b.x;
     int steps = (K + 3) / 4;
     for (int s = 0; s < steps; s++) {
+        // Sums past K (the last step's) read their row K - 1 and drop it.
+        int live = K - 4 * s;
         vec4 a[TR]; // a[r][i]: A[row0 + r, 4s + i]
         vec4 b[4];  // b[i][c]: B[col0 + c, 4s + i]
         if (aRows) {
             vec4 t[4]; // t[i][r]
             [[unroll]] for (int i = 0; i < 4; i++) {
-                int k = 4 * s + i;
-                vec4 v = LOAD4(At, A_TYPE, P.a.x + min(k, K - 1) * P.a.y, row0 / 4, M);
-                t[i] = k < K ? v : vec4(0.0);
+                vec4 v = LOAD4(At, A_TYPE, aAt + min(i, live - 1) * aStride, row0 / 4, M);
+                t[i] = i < live ? v : vec4(0.0);
             }
             [[unroll]] for (int r = 0; r < TR; r++) {
                 a[r] = vec4(t[0][r], t[1][r], t[2][r], t[3][r]);
@@ -87,10 +92,11 @@ void main() {
             }
         }
         [[unroll]] for (int i = 0; i < 4; i++) {
-            int k = 4 * s + i;
-            vec4 v = LOAD4(Bt, B_TYPE, P.b.x + min(k, K - 1) * P.b.y, col0 / 4, N);
-            b[i] = k < K ? v : vec4(0.0);
+            vec4 v = LOAD4(Bt, B_TYPE, bAt + min(i, live - 1) * bStride, col0 / 4, N);
+            b[i] = i < live ? v : vec4(0.0);
         }
+        aAt += 4 * aStride;
+        bAt += 4 * bStride;
         [[unroll]] for (int r = 0; r < TR; r++) {
             [[unroll]] for (int i = 0; i < 4; i++) {
                 acc[r] += a[r][i] * b[i];
