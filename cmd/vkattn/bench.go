@@ -17,8 +17,9 @@ import (
 	"github.com/vkattn/vkattn/tune"
 )
 
-const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all|decode-loop|fork|cascade] [flags]
+const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all|decode-loop|fork|cascade|mha-train] [flags]
        vkattn bench --shape B,H,H_kv,L,S,d [--shape ...] [--causal] [flags]
+       vkattn bench --mha-train B,L,E,H [flags]
 
 Times attention on random data (fixed seed) and prints one row per
 problem shape. Each shape gets one warm-up call, reported apart as "cold"
@@ -54,6 +55,14 @@ Suites (B=1 and d_k = d_v = d throughout):
            attended once by all 32 rows, the suffixes in one call, merged
            (Device.Merge), against 8 full causal attentions; medians of
            the three calls together, of the merge alone and of the 8
+  mha-train  a training step of an nn.MHA self-attention layer (packed
+           in_proj with biases, PyTorch's initialisation) at B=4, L=128,
+           E=256, H=8: its forward, then its backward (MHA.PrepareBackward:
+           every gradient on the device), both prepared once and replayed;
+           forward, backward and step times, GFLOP/s of 3x the dense layers'
+           count plus 3.5x the attention's; --mha-train B,L,E,H times
+           another shape (tools/torch_cpu_backward.py --mha B,L,E,H times
+           PyTorch's nn.MultiheadAttention doing the same on the CPU)
 Causal rows use the bottom-right alignment (query t sees keys j <= t + S - L).
 
 --shape replaces the suite with your own shapes: six integers B,H,H_kv,L,S,d
@@ -202,6 +211,7 @@ type benchFlags struct {
 	loadPath string
 	quiet    bool
 	backward bool
+	train    trainShape // --mha-train
 	// fp32Products is Options.Float32Products.
 	fp32Products bool
 	typeFlags
@@ -241,7 +251,7 @@ type benchResult struct {
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("bench", stderr)
 	var f benchFlags
-	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long, all, decode-loop, fork or cascade")
+	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long, all, decode-loop, fork, cascade or mha-train")
 	fs.Var(&f.shapes, "shape", "time `B,H,H_kv,L,S,d` instead of a suite (repeatable; ';' separates shapes)")
 	fs.Var(&f.causal, "causal", "bottom-right causal mask on every --shape (--causal=top-left for the other alignment)")
 	fs.IntVar(&f.reps, "reps", 5, "timed calls per shape, after one warm-up call")
@@ -252,6 +262,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.loadPath, "load-path", "auto", "force the kernel's load `path`: auto, texel or storage")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
 	fs.BoolVar(&f.backward, "backward", false, "time the gradients (Device.AttentionBackward: the forward and the backward) instead")
+	fs.Var(&f.train, "mha-train", "time an MHA layer's training step (forward and backward) of `B,L,E,H` instead (the suite mha-train: 4,128,256,8)")
 	fs.BoolVar(&f.fp32Products, "fp32-products", false, "half inputs: keep Q K^T and P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
 	f.typeFlags.register(fs)
 	f.ropeFlags.register(fs)
@@ -283,6 +294,18 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if f.suite == "fork" && !set["shape"] {
 		return runForkSuite(&f, stdout, stderr)
 	}
+	if set["mha-train"] || (f.suite == "mha-train" && !set["shape"]) {
+		for _, other := range []string{"suite", "shape", "causal", "backward", "plot", "dtype", "kv-dtype", "fp32-products", "rope"} {
+			if set[other] && (other != "suite" || set["mha-train"]) {
+				return usagef(stderr, "bench", "--%s does not apply to an MHA training step (--suite mha-train, --mha-train): it runs float32 self-attention", other)
+			}
+		}
+		s := defaultTrainShape
+		if set["mha-train"] {
+			s = f.train
+		}
+		return runTrainBench(&f, s, stdout, stderr)
+	}
 
 	var cases []tune.Case
 	switch {
@@ -296,7 +319,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "bench", "--causal applies to --shape; the suites say per shape whether they are causal")
 	default:
 		if cases = tune.SuiteCases(f.suite); cases == nil {
-			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all, decode-loop, fork or cascade", f.suite)
+			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all, decode-loop, fork, cascade or mha-train", f.suite)
 		}
 	}
 	for i := range cases {

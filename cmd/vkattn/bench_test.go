@@ -147,7 +147,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"--shape", "1,2,1,0,16,8"}, "at least 1"},
 		{[]string{"--shape", ""}, "want B,H,H_kv,L,S,d"},
 		{[]string{"--suite", "decode", "--shape", "1,1,1,4,4,4"}, "mutually exclusive"},
-		{[]string{"--suite", "huge"}, "want prefill, decode, long, all, decode-loop, fork or cascade"},
+		{[]string{"--suite", "huge"}, "want prefill, decode, long, all, decode-loop, fork, cascade or mha-train"},
 		{[]string{"--suite", "cascade", "--backward"}, "--backward times the suites prefill, decode, long and all"},
 		{[]string{"--causal"}, "--causal applies to --shape"},
 		{[]string{"--shape", "1,1,1,4,4,4", "--causal=sideways"}, "top-left"},
@@ -201,4 +201,27 @@ func TestBenchBackward(t *testing.T) {
 		t.Errorf("results %+v", rs)
 	}
 	checkRefused(t, []string{"bench", "--suite", "fork", "--backward"}, 2, "--backward times", "")
+}
+
+// bench --mha-train times an MHA layer's training step: its forward and
+// its backward call, one submission each, and their FLOPs (3x the dense
+// layers' 2*rows*in*out plus 3.5x the attention's 4*B*H*L*S*d); flags of
+// the attention benchmarks are refused with it.
+func TestBenchMHATrain(t *testing.T) {
+	withDevice(t)
+	out := cliOK(t, "bench", "--mha-train", "1,8,16,2", "--reps", "2", "--quiet", "--json")
+	rs := parseJSON[[]trainResult](t, out)
+	const rows, e = 8, 16
+	flops := 3*(2*rows*e*3*e+2*rows*e*e) + 3.5*(4*2*8*8*8)
+	if len(rs) != 1 || rs[0].FLOPs != flops || rs[0].GFLOPS <= 0 || rs[0].Submits != 2 || rs[0].Waits != 2 || rs[0].Reps != 2 {
+		t.Errorf("results %+v, want FLOPs %g and 2 submissions a step", rs, flops)
+	}
+	if r := rs[0]; r.Timing == "gpu" && (r.ForwardGPU.Median <= 0 || r.BackwardGPU.Median <= 0) {
+		t.Errorf("forward and backward medians %d and %d ns", r.ForwardGPU.Median, r.BackwardGPU.Median)
+	}
+	text := cliOK(t, "bench", "--mha-train", "1,8,16,2", "--reps", "1", "--quiet")
+	mentions(t, "bench --mha-train", text, "forward", "backward", "GFLOP/s")
+	checkRefused(t, []string{"bench", "--mha-train", "1,8,16,2", "--backward"}, 2, "--backward does not apply", "")
+	checkRefused(t, []string{"bench", "--suite", "mha-train", "--dtype", "f16"}, 2, "--dtype does not apply", "")
+	checkRefused(t, []string{"bench", "--mha-train", "1,8,16,3"}, 2, "3 heads do not divide E = 16", "")
 }
