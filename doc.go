@@ -27,7 +27,10 @@
 //
 // Shapes of rank 2 (L, d) and 3 (H, L, d) are filled from the left with
 // ones; data laid out (B, L, H, d) is read in place through
-// Tensor.SwapAxes12. Options holds the masks (Mask, BoolMasks, Causal,
+// Tensor.SwapAxes12, and multi-head latent attention's V, the leading
+// columns of its latent K, through K.Columns(0, d_v), which the kernels
+// read from K's rows (SEMANTICS.md §2; its scale is the model's, §3).
+// Options holds the masks (Mask, BoolMasks, Causal,
 // KeyLengths, QueryLengths: SEMANTICS.md §4), the score variants (Window,
 // Softcap, ALiBi, Sinks: §4.1), rotary embeddings (RoPE: §17) and the
 // extra outputs (WantLSE, WantWeights: §6). Device.Plan says which kernel

@@ -22,9 +22,19 @@
 // Cache.Prepare records a call over the cache (a vkattn.Call), and in a
 // paged cache Fork starts a continuation that shares its source's pages
 // (copy on write; PagesInUse counts them). A rolling cache
-// (Config.Window) keeps only what a sliding window sees. SEMANTICS.md
-// §4.2 defines all of it, §17 the cache's RoPE, §8.2 its q8_0 and q4_0
-// storage and §22 the rolling cache.
+// (Config.Window) keeps only what a sliding window sees, and a latent
+// cache (Config.Latent) stores multi-head latent attention's rows alone,
+// V their leading columns:
+//
+//	cache, err := kv.New(dev, kv.Config{B: 1, HKV: 1, Capacity: 4096, DK: 576, DV: 512,
+//		DType: vkattn.Q8_0, PageSize: 64, Latent: true})
+//	err = cache.Append(latents, nil, n)             // (B, 1, n, 576), rotary columns already rotated
+//	opts := vkattn.Options{Scale: vkattn.CustomScale(scale)} // the model's, not 1/sqrt(576)
+//	step, err := cache.PrepareStep(128, opts)
+//	_, err = step.Run(ctx, latent, nil, qTok, o)    // o: (B, 128, 1, 512)
+//
+// SEMANTICS.md §4.2 defines all of it, §2 the latent shapes, §17 the
+// cache's RoPE, §8.2 its q8_0 and q4_0 storage and §22 the rolling cache.
 //
 // A cache is safe for concurrent use, and its device's Close frees it
 // with everything else made on the device. Errors wrap the sentinel
