@@ -251,3 +251,44 @@ func TestMHABackwardBlocks(t *testing.T) {
 		devtest.CompareGrad(t, name, downloadGrad(t, g.Params[name]), w)
 	}
 }
+
+// checkHalfBackward runs the backward of a self-attention layer whose
+// weights and input are float16 and whose dY is bfloat16 on d (the
+// gradient products read each operand as stored) and compares every
+// gradient with the reference's on the stored values.
+func checkHalfBackward(t *testing.T, d *vkattn.Device) {
+	t.Helper()
+	const B, T, dm = 2, 5, 16
+	r := rand.New(rand.NewSource(153))
+	w := devtest.RandomMHA(r, dm, dm, dm, true)
+	storeWeightsAs(w, vkattn.Float16)
+	xs := []int{B, T, dm}
+	x, dY := devtest.RoundAll(vkattn.Float16, devtest.RandomValues(r, B*T*dm)), devtest.RoundAll(vkattn.BFloat16, devtest.RandomValues(r, B*T*dm))
+	layer, err := nn.NewMHA(d, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.Close()
+	opts := nn.MHAOptions{Heads: 4, Attention: vkattn.Options{Causal: vkattn.CausalTopLeft}}
+	g, err := layer.Backward(devtest.MustUploadAs(t, d, xs, x, vkattn.Float16), nil, nil, devtest.MustUploadAs(t, d, xs, dY, vkattn.BFloat16), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	want, err := reference.MultiHeadAttentionBackward(x, xs, nil, nil, nil, nil, w, dY, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.CompareGrad(t, "dx", downloadGrad(t, g.DX), want.DX)
+	for name, w := range want.Params() {
+		devtest.CompareGrad(t, name, downloadGrad(t, g.Params[name]), w)
+	}
+}
+
+// MHA.Backward of float16 weights and input and a bfloat16 dY equals the
+// reference's on the stored values.
+func TestMHABackwardHalf(t *testing.T) { checkHalfBackward(t, devtest.Dev) }
+
+// The same where the forward's projections run on the cooperative
+// matrices (float16 x and W), which the backward pass recomputes there.
+func TestCoopmatMHABackward(t *testing.T) { checkHalfBackward(t, devtest.CoopmatDevice(t)) }
