@@ -50,9 +50,10 @@ Without -o a short summary is printed instead.
 Gradients (training): --dout DO.npy, the gradient of the loss with
 respect to O (O's shape), and --grads G.npz write the gradients of
 sum(O * DO) as one .npz: q, k, v (their shapes as given) and W_q, W_k,
-b (with a bias), w_a (d_a), named as in the params file. The attention's
-forward and backward run on the device; the projections are formed and
-differentiated on the host in float64.
+b (with a bias), w_a (d_a), named as in the params file. The whole
+backward pass runs on the device (Additive.Backward: the projections,
+the attention's forward and backward, the projections' gradients), one
+submission; the gradients are read back to be written.
 
 --check compares with the float64 reference (reference.AdditiveAttention)
 and exits 1, writing nothing, if any |GPU - reference| > 1e-4 * max(1, |reference|);

@@ -61,9 +61,10 @@ respect to attn_output (OUT's shape), and --grads G.npz write the
 gradients of sum(OUT * DY) as one .npz: x (X's shape), kv (KV's, for
 cross-attention: the key's and the value's summed, KV being both) and
 every parameter by its state_dict name (in_proj_weight or
-q/k/v_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias). Every
-head's attention, forward and backward, runs on the device; the dense
-layers are differentiated on the host in float64.
+q/k/v_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias). The
+whole backward pass runs on the device (MHA.Backward: every head's
+attention and the dense layers' gradients, float32 sums in a fixed
+order), one submission; the gradients are read back to be written.
 
 --check compares with the float64 reference (reference.MultiHeadAttention)
 and exits 1, writing nothing, if any |GPU - reference| > 1e-4 * max(1, |reference|);
