@@ -63,6 +63,10 @@ const (
 	bwdSpecMasked, bwdSpecQType, bwdSpecKType, bwdSpecVType, bwdSpecVariants = 1, 2, 3, 4, 5
 	bwdSpecDMax, bwdSpecTile, bwdSpecCount                                   = 6, 7, 8
 
+	// attention_backward_rows.comp.
+	bwrSpecD4, bwrSpecRows, bwrSpecWG, bwrSpecStep, bwrSpecShare, bwrSpecMasked = 1, 2, 3, 4, 5, 6
+	bwrSpecQType, bwrSpecKType, bwrSpecVType, bwrSpecVariants, bwrSpecCount     = 7, 8, 9, 10, 11
+
 	// rope.comp.
 	ropeSpecXType, ropeSpecCount = 1, 2
 
@@ -206,6 +210,14 @@ var shaderInterface = []interfaceSection{
 		{"BWD_SPEC_V_TYPE", bwdSpecVType, ""}, {"BWD_SPEC_VARIANTS", bwdSpecVariants, ""},
 		{"BWD_SPEC_DMAX", bwdSpecDMax, "compile-time bound of d_k and d_v"},
 		{"BWD_SPEC_TILE", bwdSpecTile, "rows of the other side staged per tile"},
+	}},
+	{"attention_backward_rows.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
+		{"BWR_SPEC_D4", bwrSpecD4, "compile-time bound of d_k and d_v, in vec4s"},
+		{"BWR_SPEC_ROWS", bwrSpecRows, "own rows per invocation"}, {"BWR_SPEC_WG", bwrSpecWG, "the workgroup size"},
+		{"BWR_SPEC_STEP", bwrSpecStep, "rows of the other side per loop iteration"},
+		{"BWR_SPEC_SHARE", bwrSpecShare, "lanes sharing each row's loads"}, {"BWR_SPEC_MASKED", bwrSpecMasked, ""},
+		{"BWR_SPEC_Q_TYPE", bwrSpecQType, ""}, {"BWR_SPEC_K_TYPE", bwrSpecKType, ""}, {"BWR_SPEC_V_TYPE", bwrSpecVType, ""},
+		{"BWR_SPEC_VARIANTS", bwrSpecVariants, ""},
 	}},
 	{"rope.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"ROPE_SPEC_X_TYPE", ropeSpecXType, ""},

@@ -175,6 +175,18 @@ const int Q4_BLOCK_SHIFT = 5; // element i is in block i >> Q4_BLOCK_SHIFT
 #define BWD_SPEC_DMAX 6 // compile-time bound of d_k and d_v
 #define BWD_SPEC_TILE 7 // rows of the other side staged per tile
 
+// attention_backward_rows.comp specialization-constant IDs (0: the workgroup size)
+#define BWR_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
+#define BWR_SPEC_ROWS 2 // own rows per invocation
+#define BWR_SPEC_WG 3 // the workgroup size
+#define BWR_SPEC_STEP 4 // rows of the other side per loop iteration
+#define BWR_SPEC_SHARE 5 // lanes sharing each row's loads
+#define BWR_SPEC_MASKED 6
+#define BWR_SPEC_Q_TYPE 7
+#define BWR_SPEC_K_TYPE 8
+#define BWR_SPEC_V_TYPE 9
+#define BWR_SPEC_VARIANTS 10
+
 // rope.comp specialization-constant IDs (0: the workgroup size)
 #define ROPE_SPEC_X_TYPE 1
 
