@@ -21,6 +21,10 @@ type DecodeInput struct {
 	// Window > 0: a rolling cache that keeps the last Window positions
 	// (kv.Config.Window; Page > 0, and Opts.Window's Left below it).
 	Window int
+	// Latent: a latent cache (kv.Config.Latent) that stores K alone and
+	// reads V as its leading d_v columns; V holds those columns for the
+	// reference and is not appended.
+	Latent bool
 	Types  [3]vkattn.DType // of the queries, the cache's K and V
 	RoPE   *vkattn.RoPE
 	Opts   vkattn.Options
@@ -59,7 +63,7 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 			}
 		})
 	}()
-	cfg := kv.Config{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page, RoPE: rope}
+	cfg := kv.Config{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page, RoPE: rope, Latent: in.Latent}
 	if in.Window > 0 {
 		// Room for the window and the prefill, appended at once.
 		cfg.Window, cfg.Capacity = in.Window, in.Window+page-2+prefill
@@ -76,6 +80,9 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 	if in.Window > 0 {
 		kind = fmt.Sprintf("rolling (the last %d positions in pages of %d)", in.Window, page)
 	}
+	if in.Latent {
+		kind = fmt.Sprintf("latent (V the keys' first %d columns), %s", DV, kind)
+	}
 	res := &DecodeRun{O: make([]float32, B*H*T*DV), Cache: kind + " " + types[1].String(), Steps: T - prefill}
 	// tokens returns tokens [a, b) of a (B, heads, T, w) array as
 	// (B, heads, b-a, w), and place puts a (B, H, n, DV) output at token a.
@@ -86,12 +93,19 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 		}
 		return out
 	}
+	// values are tokens [a, b) of V as appended: none to a latent cache.
+	values := func(a, b int) []float32 {
+		if in.Latent {
+			return nil
+		}
+		return tokens(in.V, HKV, DV, a, b)
+	}
 	place := func(o []float32, a, n int) {
 		for i := 0; i < B*H; i++ {
 			copy(res.O[(i*T+a)*DV:(i*T+a+n)*DV], o[i*n*DV:(i+1)*n*DV])
 		}
 	}
-	if err := cache.Append(tokens(in.K, HKV, DK, 0, prefill), tokens(in.V, HKV, DV, 0, prefill), prefill); err != nil {
+	if err := cache.Append(tokens(in.K, HKV, DK, 0, prefill), values(0, prefill), prefill); err != nil {
 		return nil, err
 	}
 	qp, err := dev.UploadAs([]int{B, H, prefill, DK}, tokens(in.Q, H, DK, 0, prefill), types[0])
@@ -136,7 +150,7 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 	var times []time.Duration
 	start := time.Now()
 	for t := prefill; t < T; t++ {
-		if err := cache.Append(tokens(in.K, HKV, DK, t, t+1), tokens(in.V, HKV, DV, t, t+1), 1); err != nil {
+		if err := cache.Append(tokens(in.K, HKV, DK, t, t+1), values(t, t+1), 1); err != nil {
 			return nil, err
 		}
 		if err := qs.Write(tokens(in.Q, H, DK, t, t+1)); err != nil {

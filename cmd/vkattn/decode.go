@@ -11,7 +11,7 @@ import (
 	"github.com/vkattn/vkattn/tune"
 )
 
-const decodeUsage = `Usage: vkattn decode -q Q.npy -k K.npy -v V.npy [--prefill P] [flags] [-o O.npy]
+const decodeUsage = `Usage: vkattn decode -q Q.npy -k K.npy (-v V.npy | --latent N) [--prefill P] [flags] [-o O.npy]
 
 Runs a generation loop over a whole sequence through a KV cache on the
 device, as a Go program generating text does: the first P tokens go in as
@@ -29,6 +29,13 @@ rank 2 to 4 as for run; T is the sequence length, the cache's capacity.
                        the sequence (whole pages let go as the window moves
                        on), so its memory follows W, not T; needs --page and
                        --window L,R with L <= W-1
+  --latent N           a latent cache (multi-head latent attention, SEMANTICS.md
+                       §2): the cache stores K's rows alone and V is their first
+                       N columns, no -v (DeepSeek V2/V3: -k (B,1,T,576),
+                       --latent 512, and the model's --scale, 0.13523 for V3,
+                       not 1/sqrt(576)); K's and Q's rotary columns rotated in
+                       the files (no --rope)
+  --scale X            score scale instead of 1/sqrt(d_k)
   --kv-dtype f16|bf16|q8_0|q4_0
                        the cache's element type (default f32; q8_0, q4_0:
                        ggml's 8-bit and 4-bit blocks of 32 with float16
@@ -53,6 +60,8 @@ Example:
 // decodeFlags are decode's command line.
 type decodeFlags struct {
 	qkvFlags
+	latent      vFromKFlag
+	scale       optFloat
 	prefill     int
 	page        int
 	windowCache int
@@ -79,7 +88,9 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	deviceFlag(fs, &f.device)
 	f.checkFlags.register(fs, "the step's kernel variant, load path, tiles, grid")
 	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
-	if ok, code := parseInputFlags(fs, decodeUsage, args, stdout, stderr, &f.qkvFlags); !ok {
+	f.latent.register(fs, "latent", "a latent cache: K's rows alone, V their first `N` columns, no -v (multi-head latent attention: 512 of 576)")
+	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
+	if ok, code := f.latent.parseInputs(fs, decodeUsage, args, stdout, stderr, &f.qkvFlags); !ok {
 		return code
 	}
 	if f.page < 0 || f.page > maxPage {
@@ -109,6 +120,9 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usagef(stderr, "decode", "%v", err)
 	}
+	if rope != nil && f.latent.n > 0 {
+		return usagef(stderr, "decode", "--latent takes no --rope: the cache's RoPE turns a key's leading columns, which are V's; rotate the latent's trailing rotary columns (and Q's) in the files")
+	}
 	var shapes [3][4]int
 	in, err := f.read(func(i int, path string, a *npyArray) (err error) {
 		if shapes[i], err = vkattn.Shape4(a.Shape); err != nil {
@@ -123,6 +137,13 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failf(stderr, "decode", "%v", err)
 	}
+	if f.latent.n > 0 {
+		// The values the cache reads from its keys, as it stores them.
+		if in[2], err = f.latent.values(in[1]); err != nil {
+			return failf(stderr, "decode", "%v", err)
+		}
+		shapes[2], _ = vkattn.Shape4(in[2].Shape)
+	}
 	q, k, v := shapes[0], shapes[1], shapes[2]
 	T := q[2]
 	if k[2] != T || v[2] != T {
@@ -136,6 +157,9 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "decode", "--page %d: want at most T (T = %d)", f.page, T)
 	}
 	opts := vkattn.Options{}
+	if f.scale.set {
+		opts.Scale = vkattn.CustomScale(f.scale.v)
+	}
 	if err := f.variantFlags.setIn(&opts, q[1]); err != nil {
 		return failf(stderr, "decode", "%v", err)
 	}
@@ -157,7 +181,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer done()
-	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, f.windowCache, types, rope, opts, clock)
+	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, f.windowCache, f.latent.n > 0, types, rope, opts, clock)
 	if ctx.Err() != nil {
 		return failf(stderr, "decode", "interrupted: no output written")
 	}
@@ -228,10 +252,10 @@ type decodeResult struct {
 
 // decodeLoop runs the prefill and the steps (tune.Decode), gathering
 // every token's output and the summary.
-func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page, window int, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *tune.Clock) (*decodeResult, error) {
+func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page, window int, latent bool, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *tune.Clock) (*decodeResult, error) {
 	run, err := tune.Decode(ctx, dev, tune.DecodeInput{
 		Q: in[0].F32, K: in[1].F32, V: in[2].F32, QShape: q, KShape: k, VShape: v,
-		Prefill: prefill, Page: page, Window: window, Types: types, RoPE: rope, Opts: opts,
+		Prefill: prefill, Page: page, Window: window, Latent: latent, Types: types, RoPE: rope, Opts: opts,
 	}, clock)
 	if err != nil {
 		return nil, err

@@ -16,7 +16,7 @@ import (
 	"github.com/vkattn/vkattn/reference"
 )
 
-const runUsage = `Usage: vkattn run -q Q.npy -k K.npy -v V.npy [-o O.npy] [flags]
+const runUsage = `Usage: vkattn run -q Q.npy -k K.npy (-v V.npy | --v-from-k N) [-o O.npy] [flags]
 
 Computes O = softmax(Q K^T * scale + masks) V on a Vulkan device, with the
 fused online-softmax kernel (no (B,H,L,S) score buffer unless --weights).
@@ -26,6 +26,14 @@ Inputs are .npy files (float32, float16 or float64). Q, K and V have rank
   Q (B,H,L,d_k)   K (B,H_kv,S,d_k)   V (B,H_kv,S,d_v)
 H_kv must divide H (H_kv = 1: multi-query, else grouped-query attention).
 The default scale is 1/sqrt(d_k).
+
+Multi-head latent attention (DeepSeek V2/V3, SEMANTICS.md §2) reads V as the
+leading columns of its latent K instead of a file of its own:
+  --v-from-k N     V is K's first N columns (d_v = N <= d_k): a view of K's rows
+                   on the device, no copy and no -v; the tiled kernels read V
+                   from K's tiles. MLA: -q (B,128,L,576), -k (B,1,S,576),
+                   --v-from-k 512 and the model's --scale (DeepSeek-V3:
+                   0.13523 = 1/sqrt(192) * (0.1 ln 40 + 1)^2), not 1/sqrt(576)
 
 Masks have rank 1 to 4 and broadcast to (B,H,L,S) from the left, NumPy
 style (each axis full or 1). All masks combine:
@@ -88,6 +96,7 @@ Examples:
 // runFlags are run's command line.
 type runFlags struct {
 	qkvFlags
+	vFromK       vFromKFlag // run's --v-from-k
 	mask         string
 	allow, block pathList
 	causal       string
@@ -121,10 +130,13 @@ func (f *qkvFlags) missing() bool { return f.q == "" || f.k == "" || f.v == "" }
 
 // read reads Q, K and V in turn as finite floats, each then checked by fit
 // (given its index in qkvNames and its path), whose error is returned as
-// it is.
+// it is. An input not given (V taken from K's columns) stays nil.
 func (f *qkvFlags) read(fit func(i int, path string, a *npyArray) error) ([3]*npyArray, error) {
 	var in [3]*npyArray
 	for i, path := range [3]string{f.q, f.k, f.v} {
+		if path == "" {
+			continue
+		}
 		a, err := readFloatInput(qkvNames[i], path)
 		if err != nil {
 			return in, err
@@ -135,6 +147,65 @@ func (f *qkvFlags) read(fit func(i int, path string, a *npyArray) error) ([3]*np
 		in[i] = a
 	}
 	return in, nil
+}
+
+// vFromKFlag is a flag that takes V from K's leading columns instead of a
+// file (run's --v-from-k, decode's --latent): multi-head latent
+// attention's V, the first n columns of its latent keys.
+type vFromKFlag struct {
+	name string // the flag, e.g. "--v-from-k"
+	n    int    // d_v; 0: V is its own file
+}
+
+func (v *vFromKFlag) register(fs *flag.FlagSet, name, help string) {
+	v.name = "--" + name
+	fs.IntVar(&v.n, name, 0, help)
+}
+
+// parseInputs is parseInputFlags for a command whose V may come from K:
+// with the flag, -q and -k are required and -v is refused.
+func (v *vFromKFlag) parseInputs(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer, in *qkvFlags) (ok bool, code int) {
+	if ok, code := parseFlags(fs, usage, args, stdout, stderr); !ok {
+		return ok, code
+	}
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || "--"+f.Name == v.name })
+	cmd := strings.TrimPrefix(fs.Name(), "vkattn ")
+	switch {
+	case !set && in.missing():
+		return false, usagef(stderr, cmd, "-q, -k and -v are required")
+	case !set:
+		return true, exitOK
+	case v.n < 1:
+		return false, usagef(stderr, cmd, "%s %d: want the width of V, at least 1 (K's leading columns)", v.name, v.n)
+	case in.v != "":
+		return false, usagef(stderr, cmd, "%s %d takes V from K's leading columns: give -v or %s, not both", v.name, v.n, v.name)
+	case in.q == "" || in.k == "":
+		return false, usagef(stderr, cmd, "-q and -k are required (%s takes V from K)", v.name)
+	}
+	return true, exitOK
+}
+
+// values is V as K's leading n columns: the array the reference reads,
+// stored as K is (a view of K's rows on the device). A width past K's or,
+// for a quantized K, one splitting its blocks of 32 is refused.
+func (v *vFromKFlag) values(k *npyArray) (*npyArray, error) {
+	w := k.Shape[len(k.Shape)-1]
+	if v.n > w {
+		return nil, fmt.Errorf("%s %d: K %s has rows of %d; V is at most all of them: %w", v.name, v.n, k.Path, w, vkattn.ErrShape)
+	}
+	if k.Store.Quantized() && v.n%32 != 0 {
+		return nil, fmt.Errorf("%s %d: a %v K is read in blocks of 32; V's width must be a multiple of 32: %w", v.name, v.n, k.Store, vkattn.ErrShape)
+	}
+	a := &npyArray{Path: fmt.Sprintf("%s's leading %d columns", k.Path, v.n), DType: k.DType, Store: k.Store}
+	a.Shape = append(append([]int(nil), k.Shape[:len(k.Shape)-1]...), v.n)
+	for i := 0; i < len(k.F32); i += w {
+		a.F32 = append(a.F32, k.F32[i:i+v.n]...)
+		if k.F16 != nil {
+			a.F16 = append(a.F16, k.F16[i:i+v.n]...)
+		}
+	}
+	return a, nil
 }
 
 // lengthFlags are --key-lengths and --query-lengths (run, view, additive).
@@ -381,7 +452,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.heatmap, "heatmap", "", "draw the weights of batch item 0 to `FILE` (.png, .svg or .pdf)")
 	f.checkFlags.register(fs, "kernel variant, load path, tiles, grid")
 	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
-	if ok, code := parseInputFlags(fs, runUsage, args, stdout, stderr, &f.qkvFlags); !ok {
+	f.vFromK.register(fs, "v-from-k", "V is K's leading `N` columns, a view of K's rows with no copy and no -v (multi-head latent attention: 512 of 576)")
+	if ok, code := f.vFromK.parseInputs(fs, runUsage, args, stdout, stderr, &f.qkvFlags); !ok {
 		return code
 	}
 	causal, err := f.checkProblemFlags()
@@ -475,7 +547,7 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 	}
 	var files [3]vkattn.DType
 	for i, a := range in {
-		if a.F16 != nil {
+		if a != nil && a.F16 != nil {
 			files[i] = vkattn.Float16 // kept half on the device, not widened
 		}
 	}
@@ -484,9 +556,19 @@ func loadProblem(f *runFlags, causal vkattn.Causal) (*problem, error) {
 		return nil, err
 	}
 	for i, a := range in {
+		if a == nil {
+			continue // V from K's columns
+		}
 		if err := a.storeAs(types[i]); err != nil {
 			return nil, fmt.Errorf("%s %s as %v: %w", qkvNames[i], a.Path, types[i], err)
 		}
+	}
+	if f.vFromK.n > 0 {
+		// The values K's view reads, as K stores them.
+		if in[2], err = f.vFromK.values(in[1]); err != nil {
+			return nil, err
+		}
+		shapes[2], _ = vkattn.Shape4(in[2].Shape)
 	}
 	p := &problem{q: in[0], k: in[1], v: in[2], q4: shapes[0], k4: shapes[1], v4: shapes[2]}
 	opts := vkattn.Options{
@@ -544,14 +626,15 @@ func attend(dev *vkattn.Device, p *problem) (*verify.Outputs, error) {
 }
 
 // attendWith runs the call prepare makes of q, k and v with opts
-// (verify.RunCall); explain, unless nil, gets its plan explained first.
+// (verify.RunCall; v nil: prepare gets a nil V and makes its own);
+// explain, unless nil, gets its plan explained first.
 func attendWith(dev *vkattn.Device, q, k, v *npyArray, prepare func(q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkattn.Call, error),
 	opts vkattn.Options, explain io.Writer) (*verify.Outputs, error) {
 	var planned func(vkattn.Plan)
 	if explain != nil {
 		planned = func(plan vkattn.Plan) { fmt.Fprint(explain, plan.Explain(opts)) }
 	}
-	return verify.RunCall(dev, *q.input(), *k.input(), *v.input(), func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
+	return verify.RunCall(dev, *q.input(), *k.input(), v.input(), func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
 		return prepare(q, k, v, opts)
 	}, planned)
 }
@@ -566,7 +649,19 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 	if f.json {
 		explain = nil // stdout holds the JSON summary
 	}
-	res, err := attendWith(dev, p.q, p.k, p.v, dev.Prepare, p.opts, explain)
+	v, prepare := p.v, dev.Prepare
+	if n := f.vFromK.n; n > 0 {
+		// Nothing of V uploaded: the call reads K's leading columns.
+		v = nil
+		prepare = func(q, k, _ *vkattn.Tensor, opts vkattn.Options) (*vkattn.Call, error) {
+			view, err := k.Columns(0, n)
+			if err != nil {
+				return nil, err
+			}
+			return dev.Prepare(q, k, view, opts)
+		}
+	}
+	res, err := attendWith(dev, p.q, p.k, v, prepare, p.opts, explain)
 	if err != nil {
 		return failf(stderr, "run", "%v", err)
 	}

@@ -39,7 +39,7 @@ func Saturation(dev *vkattn.Device, dk int, scaled bool, seed uint64) (Saturatio
 	qs, vs := [4]int{1, H, L, dk}, [4]int{1, H, L, DV}
 	q, k := verify.Input{Shape: qs[:], Data: qd}, verify.Input{Shape: qs[:], Data: kd}
 	v, dO := verify.Input{Shape: vs[:], Data: vd}, verify.Input{Shape: vs[:], Data: dOd}
-	out, err := verify.RunCall(dev, q, k, v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) { return dev.Prepare(q, k, v, opts) }, nil)
+	out, err := verify.RunCall(dev, q, k, &v, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) { return dev.Prepare(q, k, v, opts) }, nil)
 	if err != nil {
 		return row, err
 	}

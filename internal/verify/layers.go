@@ -57,10 +57,12 @@ func uploadAll(dev *vkattn.Device, ins ...*Input) (ts []*vkattn.Tensor, free fun
 	return ts, free, nil
 }
 
-// RunCall uploads Q, K and V, runs the call prepare makes of them (planned,
-// if not nil, sees its plan before it runs) and downloads its outputs.
-func RunCall(dev *vkattn.Device, q, k, v Input, prepare func(q, k, v *vkattn.Tensor) (*vkattn.Call, error), planned func(vkattn.Plan)) (*Outputs, error) {
-	ts, free, err := uploadAll(dev, &q, &k, &v)
+// RunCall uploads Q, K and V (a nil v uploads nothing: prepare gets a nil
+// V, as when it reads V from K's columns), runs the call prepare makes of
+// them (planned, if not nil, sees its plan before it runs) and downloads
+// its outputs.
+func RunCall(dev *vkattn.Device, q, k Input, v *Input, prepare func(q, k, v *vkattn.Tensor) (*vkattn.Call, error), planned func(vkattn.Plan)) (*Outputs, error) {
+	ts, free, err := uploadAll(dev, &q, &k, v)
 	defer free()
 	if err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ type Outputs struct {
 // and downloads its outputs.
 func Run(dev *vkattn.Device, p *golden.Problem, types [3]vkattn.DType) (*Outputs, error) {
 	return RunCall(dev, Input{Shape: p.QShape, Data: p.Q, Type: types[0]}, Input{Shape: p.KShape, Data: p.K, Type: types[1]},
-		Input{Shape: p.VShape, Data: p.V, Type: types[2]}, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
+		&Input{Shape: p.VShape, Data: p.V, Type: types[2]}, func(q, k, v *vkattn.Tensor) (*vkattn.Call, error) {
 			return dev.Prepare(q, k, v, p.Opts)
 		}, nil)
 }
