@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/internal/golden"
-	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -189,20 +187,7 @@ func TestMLAAttention(t *testing.T) {
 			start := time.Now()
 			run(t, ks, st)
 			t.Logf("%v: first run (compiles the kernel) %.1f s", p, time.Since(start).Seconds())
-			gotO := make([]float32, h*c.l*dv)
-			gotLSE := make([]float32, h*c.l)
-			if err := o.ReadFloat32(0, gotO); err != nil {
-				t.Fatal(err)
-			}
-			if err := lse.ReadFloat32(0, gotLSE); err != nil {
-				t.Fatal(err)
-			}
-			if err := testutil.Compare(gotO, ref.O, golden.SweepTolerance, 0); err != nil {
-				t.Errorf("%s O: %v", p.Variant, err)
-			}
-			if err := testutil.Compare(gotLSE, ref.LSE, golden.SweepTolerance, 0); err != nil {
-				t.Errorf("%s LSE: %v", p.Variant, err)
-			}
+			checkOutputs(t, p.Variant.Name(), o, lse, ref)
 		})
 	}
 }

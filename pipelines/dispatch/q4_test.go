@@ -338,20 +338,26 @@ func TestQ4Attention(t *testing.T) {
 				t.Fatal(err)
 			}
 			run(t, ks, st)
-			gotO := make([]float32, c.b*c.h*c.l*c.dv)
-			gotLSE := make([]float32, c.b*c.h*c.l)
-			if err := o.ReadFloat32(0, gotO); err != nil {
-				t.Fatal(err)
-			}
-			if err := lse.ReadFloat32(0, gotLSE); err != nil {
-				t.Fatal(err)
-			}
-			if err := testutil.Compare(gotO, ref.O, golden.SweepTolerance, 0); err != nil {
-				t.Errorf("%s O: %v", p.Variant, err)
-			}
-			if err := testutil.Compare(gotLSE, ref.LSE, golden.SweepTolerance, 0); err != nil {
-				t.Errorf("%s LSE: %v", p.Variant, err)
-			}
+			checkOutputs(t, p.Variant.Name(), o, lse, ref)
 		})
+	}
+}
+
+// checkOutputs compares a run's O and LSE with the float64 reference's
+// at the sweep tolerance.
+func checkOutputs(t *testing.T, variant string, o, lse *vk.Buffer, ref *reference.Result) {
+	t.Helper()
+	gotO, gotLSE := make([]float32, len(ref.O)), make([]float32, len(ref.LSE))
+	if err := o.ReadFloat32(0, gotO); err != nil {
+		t.Fatal(err)
+	}
+	if err := lse.ReadFloat32(0, gotLSE); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.Compare(gotO, ref.O, golden.SweepTolerance, 0); err != nil {
+		t.Errorf("%s O: %v", variant, err)
+	}
+	if err := testutil.Compare(gotLSE, ref.LSE, golden.SweepTolerance, 0); err != nil {
+		t.Errorf("%s LSE: %v", variant, err)
 	}
 }
