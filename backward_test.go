@@ -60,10 +60,10 @@ func checkBackwardOf(t *testing.T, d *vkattn.Device, p *devtest.Problem, dO []fl
 // with no visible key), window, soft-cap, ALiBi and sinks, large logits,
 // half inputs and strided views.
 func TestAttentionBackwardEveryPlan(t *testing.T) {
-	// The first case runs on every plan, the others on a row and a tiled
-	// plan each: every plan sees two of them (each plan's forward for a
-	// new case is another lavapipe compile; the backward kernels are the
-	// same on every plan).
+	// The first case runs on every plan, the others on lavapipe's (the
+	// row passes) and a tiled plan each (each plan's forward for a new
+	// case is another lavapipe compile; the workgroup-tiled passes are
+	// the same on every other plan).
 	cases := []struct {
 		name  string
 		plans []string
@@ -92,12 +92,13 @@ func TestAttentionBackwardEveryPlan(t *testing.T) {
 				QueryLengths: []int{6, 7}}
 			return p
 		}},
-		{"window, softcap, ALiBi, sinks, large logits, halves", []string{"storage", "nvidia"}, func(r *rand.Rand) *devtest.Problem {
-			p := devtest.NewProblem(r, 1, 4, 1, 6, 10, 8, 8)
+		// Rows and keys in several blocks of the row passes' 32.
+		{"window, softcap, ALiBi, sinks, large logits, halves", []string{"auto", "nvidia"}, func(r *rand.Rand) *devtest.Problem {
+			p := devtest.NewProblem(r, 1, 4, 1, 40, 70, 8, 8)
 			p.Types = [3]vkattn.DType{vkattn.Float16, vkattn.BFloat16, vkattn.Float16}
 			p.Opts = vkattn.Options{Scale: vkattn.CustomScale(6), Window: &vkattn.Window{Left: 3, Right: 1},
 				Softcap: 5, ALiBi: vkattn.ALiBiSlopes(4), Sinks: []float32{0.5, -1, 2, 0},
-				KeyLengths: []int{8}, AlignToKeyLengths: true, Causal: vkattn.CausalBottomRight}
+				KeyLengths: []int{61}, AlignToKeyLengths: true, Causal: vkattn.CausalBottomRight}
 			return p
 		}},
 	}

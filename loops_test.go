@@ -120,38 +120,45 @@ func TestLongLoopsWeightsRefused(t *testing.T) {
 	devtest.Compare(t, "weights", got.W, want.Weights)
 }
 
-// The backward passes loop once per staged row and per tile (d <= 16: 16
-// rows a tile, 18 iterations each, 3,640 tiles): 58,240 keys (the query
-// pass) or query rows (the key pass) run whole, one more is refused. The
-// last key and the last query row carry most of the gradients.
+// The backward passes: lavapipe's row passes loop once per 4 keys (the
+// query pass) or 4 query rows (the key pass): 262,140 keys or query rows
+// run whole, one more is refused. The workgroup-tiled passes (forced
+// storage loads) loop once per staged row and per tile (d <= 16: 16 rows
+// a tile, 18 iterations each, 3,640 tiles): 58,240. The last key and the
+// last query row carry most of the gradients.
 func TestLongLoopsBackward(t *testing.T) {
 	if devtest.Dev.Info().LoopBudget() == 0 {
 		t.Skipf("%s runs loops whole", devtest.Dev.Info().Name)
 	}
-	const most = 58240
-	for _, keys := range []bool{true, false} {
-		l, s := 2, most
-		if !keys {
-			l, s = most, 2
-		}
-		r := rand.New(rand.NewSource(197))
-		p := devtest.NewProblem(r, 1, 1, 1, l, s, 16, 16)
-		for i := 0; i < 16; i++ {
-			p.K[(s-1)*16+i], p.V[(s-1)*16+i] = 3, 100
-		}
-		dO := devtest.RandomValues(r, l*16)
-		for i := range dO[(l-1)*16:] {
-			dO[(l-1)*16+i] = 1000
-		}
-		checkBackwardOf(t, devtest.Dev, p, dO)
-		long := devtest.NewProblem(r, 1, 1, 1, l+boolInt(!keys), s+boolInt(keys), 16, 16)
-		q, k, v := long.Inputs(t, devtest.Dev)
-		_, err := devtest.Dev.AttentionBackward(q, k, v, devtest.Zeros(t, devtest.Dev, 1, 1, long.QS[2], 16), long.Opts)
-		if !errors.Is(err, vkattn.ErrTooLarge) {
-			t.Errorf("backward of %d query rows and %d keys: %v, want ErrTooLarge", long.QS[2], long.KS[2], err)
-		}
-		for _, x := range []*vkattn.Tensor{q, k, v} {
-			x.Close()
+	for _, c := range []struct {
+		name string
+		d    *vkattn.Device
+		most int
+	}{{"row passes", devtest.Dev, 262140}, {"tiled passes", devtest.StorageDev, 58240}} {
+		for _, keys := range []bool{true, false} {
+			l, s := 2, c.most
+			if !keys {
+				l, s = c.most, 2
+			}
+			r := rand.New(rand.NewSource(197))
+			p := devtest.NewProblem(r, 1, 1, 1, l, s, 16, 16)
+			for i := 0; i < 16; i++ {
+				p.K[(s-1)*16+i], p.V[(s-1)*16+i] = 3, 100
+			}
+			dO := devtest.RandomValues(r, l*16)
+			for i := range dO[(l-1)*16:] {
+				dO[(l-1)*16+i] = 1000
+			}
+			checkBackwardOf(t, c.d, p, dO)
+			long := devtest.NewProblem(r, 1, 1, 1, l+boolInt(!keys), s+boolInt(keys), 16, 16)
+			q, k, v := long.Inputs(t, c.d)
+			_, err := c.d.AttentionBackward(q, k, v, devtest.Zeros(t, c.d, 1, 1, long.QS[2], 16), long.Opts)
+			if !errors.Is(err, vkattn.ErrTooLarge) {
+				t.Errorf("%s: backward of %d query rows and %d keys: %v, want ErrTooLarge", c.name, long.QS[2], long.KS[2], err)
+			}
+			for _, x := range []*vkattn.Tensor{q, k, v} {
+				x.Close()
+			}
 		}
 	}
 }

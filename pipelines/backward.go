@@ -1,6 +1,10 @@
 package pipelines
 
-import "github.com/vkattn/vkattn/core"
+import (
+	"fmt"
+
+	"github.com/vkattn/vkattn/core"
+)
 
 // backwardWorkGroup is the backward kernels' workgroup size.
 const backwardWorkGroup = 64
@@ -16,16 +20,44 @@ func backwardBindingTypes() []core.BindingType {
 	return b
 }
 
+// backwardRowsBindingTypes are attention_backward_rows.comp's bindings
+// (kv: the key pass's), by the element types of Q, K and V: the
+// workgroup-tiled passes', but Q, K, V, dO, the log-sum-exp and the masks
+// read through texel views (Q, K, V and dO four elements a texel), and D,
+// which the query pass writes, read by the key pass through one.
+func backwardRowsBindingTypes(kv bool, q, k, v core.DType) []core.BindingType {
+	b := backwardBindingTypes()
+	b[BindQ], b[BindK], b[BindV] = texelBinding(q, true), texelBinding(k, true), texelBinding(v, true)
+	b[BindDO], b[BindLSE] = core.UniformTexelRGBA32UI, core.UniformTexelR32F
+	b[BindMask], b[BindBoolMask], b[BindKeyPadding] = core.UniformTexelR32F, core.UniformTexelR32F, core.UniformTexelR32F
+	if kv {
+		b[BindRowD] = core.UniformTexelR32F
+	}
+	return b
+}
+
 // backwardPlan is how the backward of a forward plan runs: its query and
 // key passes' families, the bound of d_k and d_v their registers hold and
-// the rows a tile stages.
+// the rows a tile stages (the tiled passes), or the row kernels' rows per
+// invocation, workgroup, rows per step and lanes sharing a row's loads.
 type backwardPlan struct {
 	families   [2]Family
 	dMax, tile int
+	rows       *backwardTuning
+	share, wg  int
+}
+
+// variant is pass i's SPIR-V build (0 the query pass, 1 the key pass).
+func (bp backwardPlan) variant(i int) Variant {
+	if bp.rows != nil {
+		return Variant{Family: bp.families[i], Path: core.TexelLoadPath, Vec4: true, Shared: true}
+	}
+	return Variant{Family: bp.families[i]}
 }
 
 // planBackward sizes the passes for p: d_max the power of two from 16
-// that holds d_k and d_v (at most core.MaxBackwardWidth), tiles of up to 16 rows
+// that holds d_k and d_v (at most core.MaxBackwardWidth); on the row
+// kernels where they take p (backwardRows), else tiles of up to 16 rows
 // that fit the device's shared memory twice over with their LSE and D.
 func planBackward(dev core.DeviceInfo, p AttentionPlan) (backwardPlan, error) {
 	bp := backwardPlan{families: [2]Family{FamilyBackwardQ, FamilyBackwardKV}, dMax: 16}
@@ -36,10 +68,14 @@ func planBackward(dev core.DeviceInfo, p AttentionPlan) (backwardPlan, error) {
 	for bp.dMax < max(s.DK, s.DV) {
 		bp.dMax *= 2
 	}
+	if bp.dMax > core.MaxBackwardWidth {
+		return bp, Limitf("the backward pass takes head widths up to %d, not d_k %d, d_v %d", core.MaxBackwardWidth, s.DK, s.DV)
+	}
+	if rows, _ := backwardRows(dev, &p); rows != nil {
+		return planBackwardRows(dev, p, rows, bp)
+	}
 	bp.tile = min(16, int(dev.Limits.MaxSharedMemory)/(4*(2*bp.dMax+2)))
 	switch {
-	case bp.dMax > core.MaxBackwardWidth:
-		return bp, Limitf("the backward pass takes head widths up to %d, not d_k %d, d_v %d", core.MaxBackwardWidth, s.DK, s.DV)
 	case bp.tile < 1:
 		return bp, Limitf("the backward pass's tiles of d_max %d do not fit %d B of shared memory", bp.dMax, dev.Limits.MaxSharedMemory)
 	case backwardWorkGroup > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)):
@@ -55,6 +91,64 @@ func planBackward(dev core.DeviceInfo, p AttentionPlan) (backwardPlan, error) {
 	return bp, nil
 }
 
+// planBackwardRows sizes the row kernels' passes: the tuning's rows per
+// invocation for d_max and rows per step, the device's subgroup width
+// sharing each row's loads, and the tuning's workgroup made whole
+// subgroups (the lanes sharing a row must all be there).
+func planBackwardRows(dev core.DeviceInfo, p AttentionPlan, t *backwardTuning, bp backwardPlan) (backwardPlan, error) {
+	s := &p.Shape
+	bp.families, bp.rows = [2]Family{FamilyBackwardRowsQ, FamilyBackwardRowsKV}, t
+	bp.share, _ = sharedLoadWidth(dev)
+	switch {
+	case t.Rows[bp.dMax] < 1 || t.Step < 1 || t.WorkGroup < 1:
+		return bp, fmt.Errorf("backward: tuning has no rows per invocation, rows a step or workgroup for d_max %d", bp.dMax)
+	case bp.share < 1: // backwardRows took only devices that share
+		return bp, fmt.Errorf("backward: the row passes need subgroups that share loads")
+	}
+	bp.wg = ceilDiv(t.WorkGroup, bp.share) * bp.share
+	if bp.wg > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)) {
+		return bp, Limitf("the backward pass needs workgroups of %d invocations", bp.wg)
+	}
+	if budget := dev.LoopBudget(); budget > 0 {
+		group := s.H / s.HKV
+		if n := backwardRowLoops(t.Step, s.S, s.L, group); n > budget {
+			return bp, Limitf("on %s, which ends an invocation's loops after %d iterations, the backward of %d keys and %d query rows a KV head (%d heads of %d rows) would loop %d times",
+				dev.Name, budget, s.S, group*s.L, group, s.L, n)
+		}
+	}
+	return bp, nil
+}
+
+// backwardRows is the row kernels' tuning where the backward of p runs on
+// them, else nil and why not: they read texel views, rows four elements a
+// load, shared by the lanes of a subgroup, so they run where the forward
+// plan is on the texel path with vec4 loads (the quirk table's plan of the
+// device; forced storage loads and the GPU vendors' plans keep the tiled
+// passes) and the device's subgroups share loads.
+func backwardRows(dev core.DeviceInfo, p *AttentionPlan) (*backwardTuning, string) {
+	t, source := backwardTuningOf(dev)
+	if t == nil {
+		return nil, "no row plan for " + dev.Name + " in the quirk table"
+	}
+	lim := &dev.Limits
+	_, noShare := sharedLoadWidth(dev)
+	switch {
+	case p.Path != core.TexelLoadPath:
+		return nil, "the forward runs on the " + p.Path.String() + " load path; the row passes read texel views"
+	case !p.Vec4:
+		return nil, "rows not read as vec4s: widths, offsets or strides not multiples of 4"
+	case p.Additive:
+		return nil, "additive scores"
+	case noShare != "":
+		return nil, "the row passes share rows across a subgroup: " + noShare
+	case lim.MinStorageAlignment > 0 && lim.MinTexelAlignment%lim.MinStorageAlignment != 0:
+		// D is written as a storage buffer and read through a texel view
+		// of the same window.
+		return nil, fmt.Sprintf("texel views align to %d B, storage windows to %d B", lim.MinTexelAlignment, lim.MinStorageAlignment)
+	}
+	return t, source
+}
+
 // BackwardPlan is the backward pass of a forward plan (planned with its
 // LSE): its two kernels, a query pass (dQ, D, the sinks' shares) then a
 // key pass (dK, dV), each an output row per invocation with no atomics,
@@ -65,10 +159,28 @@ func planBackward(dev core.DeviceInfo, p AttentionPlan) (backwardPlan, error) {
 // K and V are read unpaged. An additive plan's Q and K are the
 // projections (d_k = d_a), and the key pass writes each key row's share
 // of dw_a too.
+//
+// On the row kernels (Rows > 0, lavapipe's plan) an invocation owns Rows
+// rows of its side, interleaved over a workgroup of WorkGroup lanes, and
+// walks the other side's rows Step at a time, reading them through texel
+// views and sharing each row's loads across the subgroup; no shared
+// memory and no barriers.
 type BackwardPlan struct {
-	Forward AttentionPlan // the forward plan, on storage loads
+	Forward AttentionPlan // the forward plan, on the loads the passes use
 	Passes  [2]KernelSpec
 	Chunks  []Chunk
+	// The row kernels' shape; Rows 0 for the workgroup-tiled passes.
+	Rows, WorkGroup, Step int
+	Why                   string // which passes and why
+}
+
+func (bp BackwardPlan) String() string {
+	if bp.Rows > 0 {
+		return fmt.Sprintf("kernels %s and %s: %d rows per invocation, workgroup %d, %d rows of the other side a step, rows read through texel views and shared across the subgroup (%s)",
+			bp.Passes[0].Variant, bp.Passes[1].Variant, bp.Rows, bp.WorkGroup, bp.Step, bp.Why)
+	}
+	return fmt.Sprintf("kernels %s and %s: workgroup-tiled, %d invocations a workgroup, the other side's rows staged in shared memory (%s)",
+		bp.Passes[0].Variant, bp.Passes[1].Variant, backwardWorkGroup, bp.Why)
 }
 
 // PlanBackward plans the backward of the forward plan p.
@@ -82,8 +194,14 @@ func PlanBackward(dev core.DeviceInfo, p AttentionPlan) (BackwardPlan, error) {
 	case s.kvQuant():
 		return BackwardPlan{}, Limitf("the backward pass reads float K and V, not q8_0 or q4_0")
 	}
-	// The backward kernels read storage buffers, whatever the forward's path.
-	p.Path, p.Vec4 = core.StorageLoadPath, false
+	rows, why := backwardRows(dev, &p)
+	if rows == nil {
+		// The tiled passes read storage buffers, whatever the forward's path.
+		p.Path, p.Vec4 = core.StorageLoadPath, false
+		why = "workgroup-tiled passes: " + why
+	} else {
+		why = "row passes: " + why
+	}
 	chunks, err := backwardChunks(dev, &p)
 	if err != nil {
 		return BackwardPlan{}, err
@@ -92,13 +210,25 @@ func PlanBackward(dev core.DeviceInfo, p AttentionPlan) (BackwardPlan, error) {
 	if err != nil {
 		return BackwardPlan{}, err
 	}
+	plan := BackwardPlan{Forward: p, Chunks: chunks, Why: why}
+	if rows != nil {
+		plan.Rows, plan.WorkGroup, plan.Step = rows.Rows[bp.dMax], bp.wg, rows.Step
+		spec := make([]int32, bwrSpecCount)
+		spec[specLocalSize], spec[bwrSpecWG], spec[bwrSpecD4] = int32(plan.WorkGroup), int32(plan.WorkGroup), int32(bp.dMax/4)
+		spec[bwrSpecRows], spec[bwrSpecStep], spec[bwrSpecShare] = int32(plan.Rows), int32(plan.Step), int32(bp.share)
+		spec[bwrSpecMasked], spec[bwrSpecVariants] = boolSpec(p.Masked), s.variants()
+		spec[bwrSpecQType], spec[bwrSpecKType], spec[bwrSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
+		for i := range bp.families {
+			plan.Passes[i] = KernelSpec{Variant: bp.variant(i), Bindings: backwardRowsBindingTypes(i == 1, s.Q.Type, s.K.Type, s.V.Type), Spec: spec}
+		}
+		return plan, nil
+	}
 	spec := make([]int32, bwdSpecCount)
 	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, boolSpec(p.Masked), s.variants()
 	spec[bwdSpecQType], spec[bwdSpecKType], spec[bwdSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 	spec[bwdSpecDMax], spec[bwdSpecTile] = int32(bp.dMax), int32(bp.tile)
-	plan := BackwardPlan{Forward: p, Chunks: chunks}
-	for i, f := range bp.families {
-		plan.Passes[i] = KernelSpec{Variant: Variant{Family: f}, Bindings: backwardBindingTypes(), Spec: spec}
+	for i := range bp.families {
+		plan.Passes[i] = KernelSpec{Variant: bp.variant(i), Bindings: backwardBindingTypes(), Spec: spec}
 	}
 	return plan, nil
 }
@@ -111,7 +241,12 @@ func backwardChunks(dev core.DeviceInfo, p *AttentionPlan) ([]Chunk, error) {
 	fit := func(cs []Chunk) []Chunk {
 		for _, c := range cs {
 			for _, b := range backwardChunkBindings(p, c, nil, nil, nil) {
-				if _, err := bindWindow(dev, b.what, b.sp, false, false, b.dtype); err != nil {
+				_, err := bindWindow(dev, b.what, b.window(), b.texel, b.vec4, b.dtype)
+				if err == nil && b.binding == BindRowD && b.texel {
+					// The query pass writes D through a storage view.
+					_, err = bindWindow(dev, b.what, b.window(), false, false, b.dtype)
+				}
+				if err != nil {
 					lastErr = err
 					return nil
 				}
@@ -146,12 +281,20 @@ func backwardChunkBindings(p *AttentionPlan, c Chunk, cs *AttentionShape, extra 
 	}
 	s := &p.Shape
 	bs := chunkBindings(p, c, cs, extra)
+	// The row passes (on the texel path) read dO, the log-sum-exp and D
+	// through texel views; D's window serves the query pass's writes too.
+	texel := p.Path == core.TexelLoadPath
+	for i := range bs {
+		if bs[i].binding == BindLSE {
+			bs[i].texel = texel
+		}
+	}
 	rows := span{(c.b0*s.H + c.h0) * s.L, ((c.b0+c.nb-1)*s.H+c.h0+c.nh-1)*s.L + s.L}
 	keys := span{(c.b0*s.HKV + c.hk0) * s.S, ((c.b0+c.nb-1)*s.HKV+c.hk0+c.nkv-1)*s.S + s.S}
 	times := func(sp span, n int) span { return span{sp.lo * n, sp.hi * n} }
 	bs = append(bs,
-		chunkBinding{BindDO, "dO", times(rows, s.DV), false, false, core.Float32, &off.dO, nil},
-		chunkBinding{BindRowD, "D", rows, false, false, core.Float32, &off.rowD, nil},
+		chunkBinding{BindDO, "dO", times(rows, s.DV), texel, texel, core.Float32, &off.dO, nil},
+		chunkBinding{BindRowD, "D", rows, texel, false, core.Float32, &off.rowD, nil},
 		chunkBinding{BindDSink, "sink shares", rows, false, false, core.Float32, &off.dSink, nil},
 		chunkBinding{BindDQ, "dQ", times(rows, s.DK), false, false, core.Float32, &off.dQ, nil},
 		chunkBinding{BindDK, "dK", times(keys, s.DK), false, false, core.Float32, &off.dK, nil},
@@ -189,8 +332,12 @@ func (bp *BackwardPlan) BindChunk(dev core.DeviceInfo, c Chunk) (BackwardDispatc
 	params := newAttentionParams(p, &cs, extra)
 	params.Grads = ivec4(off.dO, off.dQ, off.dK, off.dV)
 	d.Params = params.encode()
+	perGroup := backwardWorkGroup
+	if bp.Rows > 0 {
+		perGroup = bp.Rows * bp.WorkGroup
+	}
 	for i, pass := range []struct{ rows, heads int }{{s.L, cs.H}, {s.S, cs.HKV}} {
-		d.Groups[i] = [3]uint32{uint32(ceilDiv(pass.rows, backwardWorkGroup)), uint32(pass.heads), uint32(cs.B)}
+		d.Groups[i] = [3]uint32{uint32(ceilDiv(pass.rows, perGroup)), uint32(pass.heads), uint32(cs.B)}
 		for a, g := range d.Groups[i] {
 			if g > dev.Limits.MaxWorkGroupCount[a] {
 				return d, Limitf("the backward pass needs %v workgroups, beyond the device's grid %v", d.Groups[i], dev.Limits.MaxWorkGroupCount)

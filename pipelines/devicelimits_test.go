@@ -469,6 +469,10 @@ func attentionProblems(dev core.DeviceInfo, in *PlanInput, tuning *core.Tuning, 
 // dev, or nothing where it is refused with a LimitError naming a limit.
 func backwardProblems(dev core.DeviceInfo, p AttentionPlan) []string {
 	lim := dev.Limits
+	rows, _ := backwardRows(dev, &p)
+	if rows == nil {
+		p.Path, p.Vec4 = core.StorageLoadPath, false // as AttentionBackward reads
+	}
 	bp, err := planBackward(dev, p)
 	var limit *LimitError
 	if err != nil {
@@ -478,13 +482,16 @@ func backwardProblems(dev core.DeviceInfo, p AttentionPlan) []string {
 		return nil
 	}
 	var ps []string
-	// attention_backward.comp: float aTile[TILE * DMAX], bTile[TILE * DMAX],
-	// lseTile[TILE], dTile[TILE].
-	if shared := 4 * (2*bp.tile*bp.dMax + 2*bp.tile); bp.tile < 1 || shared > int(lim.MaxSharedMemory) {
-		ps = append(ps, fmt.Sprintf("backward tiles of %d rows declare %d B of shared memory, the device has %d", bp.tile, shared, lim.MaxSharedMemory))
+	if rows == nil {
+		// attention_backward.comp: float aTile[TILE * DMAX], bTile[TILE * DMAX],
+		// lseTile[TILE], dTile[TILE].
+		if shared := 4 * (2*bp.tile*bp.dMax + 2*bp.tile); bp.tile < 1 || shared > int(lim.MaxSharedMemory) {
+			ps = append(ps, fmt.Sprintf("backward tiles of %d rows declare %d B of shared memory, the device has %d", bp.tile, shared, lim.MaxSharedMemory))
+		}
+		ps = append(ps, workGroupProblems(dev, backwardWorkGroup)...)
+	} else {
+		ps = append(ps, workGroupProblems(dev, bp.wg)...)
 	}
-	ps = append(ps, workGroupProblems(dev, backwardWorkGroup)...)
-	p.Path, p.Vec4 = core.StorageLoadPath, false // as AttentionBackward reads
 	cs, err := backwardChunks(dev, &p)
 	if err != nil {
 		if !errors.As(err, &limit) || !containsAny(err.Error(), limitWords) {
@@ -497,8 +504,17 @@ func backwardProblems(dev core.DeviceInfo, p AttentionPlan) []string {
 	}
 	for _, c := range cs {
 		for _, b := range backwardChunkBindings(&p, c, nil, nil, nil) {
-			if n := (b.sp.hi - b.sp.lo) * b.dtype.Bytes(); n > int(lim.MaxStorageBufferRange) {
-				return append(ps, fmt.Sprintf("backward chunk %v binds %d B of %s, beyond the device's %d", c, n, b.what, lim.MaxStorageBufferRange))
+			reach, unit := int(lim.MaxStorageBufferRange), "B"
+			n := (b.sp.hi - b.sp.lo) * b.dtype.Bytes()
+			if b.texel {
+				reach, unit = int(lim.MaxTexelBufferElements), "texels"
+				if b.vec4 {
+					n /= 4
+				}
+				n /= b.dtype.Bytes()
+			}
+			if n > reach {
+				return append(ps, fmt.Sprintf("backward chunk %v binds %d %s of %s, beyond the device's %d", c, n, unit, b.what, reach))
 			}
 		}
 	}

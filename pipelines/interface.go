@@ -304,6 +304,10 @@ func familyBindings(v Variant) []bindingUse {
 		return uses(backwardBindingTypes(), BindRowD, BindDSink, BindDQ)
 	case FamilyBackwardKV, FamilyAdditiveBackwardKV:
 		return uses(backwardBindingTypes(), BindDK, BindDV, BindDWA)
+	case FamilyBackwardRowsQ:
+		return uses(backwardRowsBindingTypes(false, core.Float32, core.Float32, core.Float32), BindRowD, BindDSink, BindDQ)
+	case FamilyBackwardRowsKV:
+		return uses(backwardRowsBindingTypes(true, core.Float32, core.Float32, core.Float32), BindDK, BindDV)
 	case FamilyQ8Store:
 		u := uses(q8StoreBindingTypes())
 		u[q8BindY].use = readWrite // quants written, scale words set half by half
@@ -345,6 +349,8 @@ func specCount(v Variant) int {
 		return q8SpecCount
 	case FamilyBackwardQ, FamilyBackwardKV, FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV:
 		return bwdSpecCount
+	case FamilyBackwardRowsQ, FamilyBackwardRowsKV:
+		return bwrSpecCount
 	case FamilyMerge:
 		return 1 // the workgroup size only
 	case FamilyLinearGrad:

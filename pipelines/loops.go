@@ -70,6 +70,15 @@ func backwardLoops(tile, keys, rows, group int) int {
 	return max(perTile(keys), group*(perTile(rows)+1))
 }
 
+// backwardRowLoops bounds an invocation of the backward's row kernels
+// (attention_backward_rows.comp), whose loops over the head dimension and
+// a step's rows are unrolled: one iteration per step of step rows, over
+// the keys (the query pass) or over the query rows of each head of the
+// group, in one loop (the key pass).
+func backwardRowLoops(step, keys, rows, group int) int {
+	return max(ceilDiv(keys, step), group*ceilDiv(rows, step))
+}
+
 // linearLoops bounds an invocation of the dense layers (linear.comp): one
 // iteration per four inputs. (The cooperative-matrix layers run only where
 // there is no budget.)

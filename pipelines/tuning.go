@@ -144,3 +144,38 @@ func choosePath(dev core.DeviceInfo, force core.LoadPath, t *core.Tuning) (core.
 	}
 	return path, t.For(path), why, nil
 }
+
+// backwardTuning is the launch shape of the backward's row kernels
+// (attention_backward_rows.comp): own rows per invocation by d_max, the
+// workgroup's lanes, and the other side's rows each loop iteration takes.
+type backwardTuning struct {
+	Rows      map[int]int
+	WorkGroup int
+	Step      int
+}
+
+// cpuBackward is lavapipe's, measured (BENCHMARKS.md, "Backward pass"):
+// as its forward, one SIMD-8 lane group a workgroup and the other side's
+// rows fetched once per subgroup and shared by shuffles; 4 rows a step
+// (2 and 8 were slower at d = 64); 4 own rows to d_max 64 and 2 at 128
+// (5-12% less CPU than 2 and 1; twice the compile time), 1 at 256 (its
+// two passes compile for ~26 s).
+var cpuBackward = backwardTuning{Rows: map[int]int{16: 4, 32: 4, 64: 4, 128: 2, 256: 1}, WorkGroup: 8, Step: 4}
+
+// backwardQuirks are the drivers whose backward runs on the row kernels,
+// keyed by VkDriverId; the rest run the workgroup-tiled passes.
+var backwardQuirks = map[uint32]backwardTuning{core.DriverIDLavapipe: cpuBackward}
+
+// backwardTuningOf is the row kernels' backward tuning of dev's driver
+// and where it comes from, or nil: the quirk table's, or, as
+// DefaultTuning, lavapipe's for other CPU drivers with texel views.
+func backwardTuningOf(dev core.DeviceInfo) (*backwardTuning, string) {
+	if t, ok := backwardQuirks[dev.DriverID]; ok {
+		return &t, "quirk table: " + quirks[dev.DriverID].name
+	}
+	if dev.Type == core.DeviceCPU && dev.TexelPathOK() {
+		t := cpuBackward
+		return &t, "defaults for CPU drivers"
+	}
+	return nil, ""
+}

@@ -33,6 +33,8 @@ const (
 	FamilyMerge                            // attention_merge.comp, partial attentions (O, LSE) merged into one
 	FamilyLinearGrad                       // linear_grad.comp, the dense layers' gradients C = A B^T (+ C)
 	FamilyRegroup                          // regroup.comp, gradients copied between layouts and summed over rows
+	FamilyBackwardRowsQ                    // attention_backward_rows.comp, dQ (and D, the sinks' shares) as row kernels (CPUs)
+	FamilyBackwardRowsKV                   // attention_backward_rows.comp, dK and dV as row kernels (CPUs)
 )
 
 var families = [...]struct{ name, source, define string }{
@@ -55,6 +57,8 @@ var families = [...]struct{ name, source, define string }{
 	FamilyMerge:              {"attention_merge", "attention_merge.comp", ""},
 	FamilyLinearGrad:         {"linear_grad", "linear_grad.comp", ""},
 	FamilyRegroup:            {"regroup", "regroup.comp", ""},
+	FamilyBackwardRowsQ:      {"attention_backward_rows_q", "attention_backward_rows.comp", ""},
+	FamilyBackwardRowsKV:     {"attention_backward_rows_kv", "attention_backward_rows.comp", "-DKV_PASS=1"},
 }
 
 func (f Family) String() string {
@@ -180,6 +184,10 @@ var Variants = func() []Variant {
 		}
 	}
 	vs = append(vs, Variant{Family: FamilyRegroup})
+	// The backward as row kernels (lavapipe's plan): texel views, vec4
+	// rows, rows shared across a subgroup.
+	vs = append(vs, Variant{Family: FamilyBackwardRowsQ, Path: core.TexelLoadPath, Vec4: true, Shared: true},
+		Variant{Family: FamilyBackwardRowsKV, Path: core.TexelLoadPath, Vec4: true, Shared: true})
 	return vs
 }()
 

@@ -67,8 +67,8 @@ func TestEveryVariantIsReachable(t *testing.T) {
 								if err != nil {
 									t.Fatal(err)
 								}
-								for _, f := range bp.families {
-									reached[Variant{Family: f}] = true
+								for i := range bp.families {
+									reached[bp.variant(i)] = true
 								}
 								if p.Splits > 0 {
 									reached[Variant{Family: FamilyCombine}] = true

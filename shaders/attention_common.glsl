@@ -29,9 +29,14 @@ layout(std430, binding = BIND_KEYPAD) readonly buffer PadBuf { float padData[]; 
 
 layout(std430, binding = BIND_LENGTHS) readonly buffer Lengths { int lengths[]; }; // [0,B) keys, [B,2B) queries of the whole call
 #ifdef BACKWARD
-// The backward pass reads the forward's O and log-sum-exp.
+// The backward pass reads the forward's O and log-sum-exp (the row
+// kernels' backward, inside its loop: through a texel view).
 layout(std430, binding = BIND_O) readonly buffer OBuf { float oData[]; };
+#ifdef TEXEL_LOADS
+layout(binding = BIND_LSE) uniform samplerBuffer lseTexels;
+#else
 layout(std430, binding = BIND_LSE) readonly buffer LseBuf { float lseData[]; };
+#endif
 #else
 layout(std430, binding = BIND_O) writeonly buffer OBuf { float oData[]; };
 layout(std430, binding = BIND_LSE) writeonly buffer LseBuf { float lseData[]; };

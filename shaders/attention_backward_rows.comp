@@ -1,0 +1,340 @@
+#version 450
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+// The backward pass of scaled dot-product attention (SEMANTICS.md §16) as
+// row kernels, for CPU drivers (lavapipe): the formulas and passes of
+// attention_backward.comp, laid out as the forward's row kernel
+// (attention.comp) is. Each invocation owns ROWS rows of its side in
+// registers, interleaved over the workgroup's WG lanes; the lanes walk
+// the other side's rows STEP at a time, every loop over them and over the
+// head dimension unrolled, with no shared memory and no barriers.
+//
+//   query pass: an invocation owns query rows t of head h (q_t, dO_t,
+//     dQ_t, D_t = dO_t . O_t, which it writes for the key pass, and the
+//     row's share of its head's sink gradient, -P_sink D_t); a step reads
+//     STEP keys' K and V rows.
+//   key pass (KV_PASS): an invocation owns key rows j of KV head hk (k_j,
+//     v_j, dK_j, dV_j); a step reads STEP query rows' Q and dO rows and
+//     their log-sum-exp and D, over the query rows of every head of the
+//     group that can see the workgroup's keys, in one loop (head by head).
+//
+// The lanes of a subgroup all read the same other-side rows: as the
+// forward's SHARED_LOADS, each lane fetches every SHARE-th vec4 slot of a
+// row and takes the rest from its neighbours by subgroupShuffle (texel
+// fetches are calls with a per-lane gather on lavapipe). Q, K, V, dO, the
+// log-sum-exp and (key pass) D are read through texel views, rows four
+// elements a load (vec4 slots: widths, offsets and strides multiples of
+// 4); the rest are storage buffers read or written outside the loop.
+//
+// Each output element is summed by one invocation in row order (no
+// atomics): the gradients are the same bits run to run. The loop bounds
+// are uniform over the workgroup; rows that must not add (masked, past
+// the end, padded, with no visible key) add 0 by selection. An invocation
+// loops once per step (per head of the group in the key pass), which the
+// planner keeps within lavapipe's loop budget (pipelines/loops.go).
+
+#define BACKWARD 1
+#include "interface.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = BWR_SPEC_D4) const int D4 = 16;     // compile-time bound of d_k and d_v, in vec4s
+layout(constant_id = BWR_SPEC_ROWS) const int ROWS = 2;  // own rows per invocation
+layout(constant_id = BWR_SPEC_WG) const int WG = 8;      // = local_size_x; own rows interleave by it
+layout(constant_id = BWR_SPEC_STEP) const int STEP = 4;  // other-side rows per loop iteration
+layout(constant_id = BWR_SPEC_SHARE) const int SHARE = 8; // lanes sharing a row's loads
+layout(constant_id = BWR_SPEC_MASKED) const bool MASKED = true;
+layout(constant_id = BWR_SPEC_Q_TYPE) const int Q_TYPE = 0;
+layout(constant_id = BWR_SPEC_K_TYPE) const int K_TYPE = 0;
+layout(constant_id = BWR_SPEC_V_TYPE) const int V_TYPE = 0;
+layout(constant_id = BWR_SPEC_VARIANTS) const int VARIANTS = 0;
+const bool PAGED = false;
+
+#include "attention_common.glsl"
+
+#include "loads.glsl"
+INPUT(BIND_Q, Qt)
+INPUT(BIND_K, Kt)
+INPUT(BIND_V, Vt)
+INPUT(BIND_DO, DOt) // dense float32 (B, H, L, d_v)
+#define Qt_SCALES 0
+#define Kt_SCALES 0
+#define Vt_SCALES 0
+#define DOt_SCALES 0
+
+#ifdef KV_PASS
+layout(binding = BIND_ROWD) uniform samplerBuffer rowDt;
+layout(std430, binding = BIND_DK) writeonly buffer DKBuf { vec4 dK[]; };
+layout(std430, binding = BIND_DV) writeonly buffer DVBuf { vec4 dV[]; };
+#else
+layout(std430, binding = BIND_ROWD) writeonly buffer RowDBuf { float rowD[]; };
+layout(std430, binding = BIND_DQ) writeonly buffer DQBuf { vec4 dQ[]; };
+layout(std430, binding = BIND_DSINK) writeonly buffer DSinkBuf { float dSink[]; };
+#endif
+
+int H;
+
+int qBase(int h, int t) { return P.offsets.x + b * P.qStride.x + h * P.qStride.y + t * P.qStride.z; }
+int kBase(int j) { return P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, j); }
+int vBase(int j) { return P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, j); }
+int oBase(int h, int t) { return P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z; }
+// dO, dQ, the log-sum-exp, D and the sink shares are dense (B, H, L[, d]):
+// rowOf is a row of the chunk, the accessors add its window's offset
+// (P.outs.x, P.grads; dK and dV add P.grads.zw). Dense gradient rows
+// start at multiples of 4 elements (d_k, d_v and the offsets are).
+int rowOf(int h, int t) { return (b * H + h) * L + t; }
+#define LSE_AT(row) texelFetch(lseTexels, P.outs.x + (row)).r
+#define DO_BASE(row) (P.grads.x + (row) * DV)
+
+// capGrad is d(score)/d(scaled dot product): the soft-cap's 1 - tanh^2.
+float capGrad(float qk) {
+    if ((VARIANTS & VAR_SOFTCAP) == 0) {
+        return 1.0;
+    }
+    float c = P.variant.x;
+    float y = softcap(qk * P.scaling.x, c) / c;
+    return 1.0 - y * y;
+}
+
+// probOf is P = exp(s - lse), at most 1 as the forward's weights are
+// (attention_backward.comp says why); 0 for a masked key.
+float probOf(float s, float lse) {
+    return s == NEG_INF ? 0.0 : min(exp(s - lse), 1.0);
+}
+
+const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per row
+
+// LOAD_SHARED fetches this lane's slots of the row at base: slot
+// i_ * SHARE + lane, clamped (the clamped copies are never shuffled out).
+#define LOAD_SHARED(own, buf, T, base, n)                                                         \
+    [[unroll]] for (int i_ = 0; i_ < SLOTS; i_++) {                                              \
+        own[i_] = LOAD4(buf, T, base, min(i_ * SHARE + int(gl_SubgroupInvocationID), D4 - 1), n); \
+    }
+// Slot c of a row loaded by LOAD_SHARED into own.
+#define SLOT(own, c) subgroupShuffle(own[(c) / SHARE], (c) % SHARE)
+
+vec4 ownA[ROWS * D4];  // q_t, or k_j
+vec4 ownB[ROWS * D4];  // dO_t, or v_j
+vec4 gradA[ROWS * D4]; // dQ_t, or dK_j
+#ifdef KV_PASS
+vec4 gradB[ROWS * D4]; // dV_j
+#endif
+
+void main() {
+    beginItem(int(gl_WorkGroupID.z));
+    H = P.split.w; // the call's query heads
+    int group = P.heads.y;
+    int lane = int(gl_LocalInvocationID.x);
+    float scale = P.scaling.x;
+    int first = int(gl_WorkGroupID.x) * ROWS * WG; // the workgroup's first own row
+    int own[ROWS];                                 // each own row's index, clamped into range
+#ifdef KV_PASS
+    hk = int(gl_WorkGroupID.y);
+    bool keyOK[ROWS];
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
+        int j = first + r * WG + lane;
+        keyOK[r] = j < keyLen; // keyLen <= S
+        own[r] = min(j, S - 1);
+        int kb = kBase(own[r]), vb = vBase(own[r]);
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            ownA[r * D4 + c] = LOAD4(Kt, K_TYPE, kb, c, DK);
+            ownB[r * D4 + c] = LOAD4(Vt, V_TYPE, vb, c, DV);
+            gradA[r * D4 + c] = vec4(0.0);
+            gradB[r * D4 + c] = vec4(0.0);
+        }
+    }
+    // The query rows that can see a key of this block.
+    int lastKey = min(first + ROWS * WG - 1, S - 1);
+    int rowBegin = 0, rowEnd = min(L, queryLen);
+    if ((flags & FLAG_CAUSAL) != 0) {
+        rowBegin = max(rowBegin, first - shift);
+    }
+    if ((VARIANTS & VAR_WINDOW) != 0) {
+        if (P.window.x >= 0) {
+            rowEnd = min(rowEnd, lastKey + P.window.x - posShift + 1);
+        }
+        if (P.window.y >= 0) {
+            rowBegin = max(rowBegin, first - P.window.y - posShift);
+        }
+    }
+    // One loop over (head of the group, step of rows): the steps of each
+    // head, head after head.
+    int steps = rowEnd > rowBegin ? (rowEnd - rowBegin + STEP - 1) / STEP : 0;
+    int g = 0, t0 = rowBegin;
+    int h = hk * group;
+    float slope = slopeOf(h);
+    for (int n = 0; n < steps * group; n++) {
+        float lse[STEP], dRow[STEP];
+        int tc[STEP];
+        vec4 aOwn[STEP][SLOTS], bOwn[STEP][SLOTS]; // this lane's slots of q_t and dO_t
+        [[unroll]] for (int u = 0; u < STEP; u++) {
+            int t = t0 + u;
+            tc[u] = min(t, L - 1);
+            int rr = rowOf(h, tc[u]);
+            lse[u] = LSE_AT(rr);
+            lse[u] = t < rowEnd ? lse[u] : NEG_INF; // past the rows: adds nothing
+            dRow[u] = texelFetch(rowDt, P.outs.x + rr).r;
+            int qb = qBase(h, tc[u]), ob = DO_BASE(rr);
+            LOAD_SHARED(aOwn[u], Qt, Q_TYPE, qb, DK)
+            LOAD_SHARED(bOwn[u], DOt, TYPE_F32, ob, DV)
+        }
+        float qk[STEP * ROWS], dp[STEP * ROWS];
+        [[unroll]] for (int i = 0; i < STEP * ROWS; i++) {
+            qk[i] = 0.0;
+            dp[i] = 0.0;
+        }
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            [[unroll]] for (int u = 0; u < STEP; u++) {
+                vec4 a = SLOT(aOwn[u], c), o = SLOT(bOwn[u], c);
+                [[unroll]] for (int r = 0; r < ROWS; r++) {
+                    qk[u * ROWS + r] += dot(a, ownA[r * D4 + c]);
+                    dp[u * ROWS + r] += dot(o, ownB[r * D4 + c]);
+                }
+            }
+        }
+        // p and dS * scale per (row, key), 0 where the pair does not count
+        // (a row with no visible key has lse = -inf and D = 0).
+        float p[STEP * ROWS], ds[STEP * ROWS];
+        [[unroll]] for (int u = 0; u < STEP; u++) {
+            [[unroll]] for (int r = 0; r < ROWS; r++) {
+                int i = u * ROWS + r;
+                float s = scoreOf(qk[i], tc[u], h, slope, own[r], keyLen);
+                bool counts = keyOK[r] && lse[u] != NEG_INF;
+                p[i] = counts ? probOf(s, lse[u]) : 0.0;
+                ds[i] = p[i] * (dp[i] - dRow[u]) * capGrad(qk[i]) * scale;
+            }
+        }
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            vec4 a[STEP], o[STEP];
+            [[unroll]] for (int u = 0; u < STEP; u++) {
+                a[u] = SLOT(aOwn[u], c);
+                o[u] = SLOT(bOwn[u], c);
+            }
+            [[unroll]] for (int r = 0; r < ROWS; r++) {
+                vec4 sumA = gradA[r * D4 + c], sumB = gradB[r * D4 + c];
+                [[unroll]] for (int u = 0; u < STEP; u++) {
+                    sumA += ds[u * ROWS + r] * a[u];
+                    sumB += p[u * ROWS + r] * o[u];
+                }
+                gradA[r * D4 + c] = sumA;
+                gradB[r * D4 + c] = sumB;
+            }
+        }
+        t0 += STEP;
+        if (t0 >= rowEnd) { // the next head of the group
+            t0 = rowBegin;
+            g++;
+            h = hk * group + min(g, group - 1);
+            slope = slopeOf(h);
+        }
+    }
+    int outRow = (b * (H / group) + hk) * S;
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
+        int j = first + r * WG + lane;
+        if (j < S) {
+            int outK = (P.grads.z + (outRow + j) * DK) >> 2;
+            int outV = (P.grads.w + (outRow + j) * DV) >> 2;
+            [[unroll]] for (int c = 0; c < D4; c++) {
+                if (4 * c < DK) {
+                    dK[outK + c] = gradA[r * D4 + c];
+                }
+                if (4 * c < DV) {
+                    dV[outV + c] = gradB[r * D4 + c];
+                }
+            }
+        }
+    }
+#else
+    int h = int(gl_WorkGroupID.y);
+    hk = h / group;
+    float lse[ROWS], dRow[ROWS];
+    bool live[ROWS];
+    float slope = slopeOf(h);
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
+        int t = first + r * WG + lane;
+        own[r] = min(t, L - 1);
+        int rr = rowOf(h, own[r]);
+        lse[r] = LSE_AT(rr);
+        live[r] = t < L && own[r] < queryLen && lse[r] != NEG_INF;
+        int qb = qBase(h, own[r]), ob = oBase(h, own[r]);
+        float d = 0.0;
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            ownA[r * D4 + c] = LOAD4(Qt, Q_TYPE, qb, c, DK);
+            ownB[r * D4 + c] = LOAD4(DOt, TYPE_F32, DO_BASE(rr), c, DV);
+            gradA[r * D4 + c] = vec4(0.0);
+            [[unroll]] for (int e = 0; e < 4; e++) {
+                if (4 * c + e < DV) {
+                    d += ownB[r * D4 + c][e] * oData[ob + 4 * c + e];
+                }
+            }
+        }
+        dRow[r] = live[r] ? d : 0.0;
+        float sinkGrad = 0.0;
+        if ((VARIANTS & VAR_SINKS) != 0 && live[r]) {
+            // dL/dsink = -P_sink D: the sink takes probability from the keys.
+            sinkGrad = -exp(headData[2 * (P.window.w + h)] - lse[r]) * dRow[r];
+        }
+        if (t < L) {
+            rowD[P.outs.x + rr] = dRow[r];
+            dSink[P.outs.x + rr] = sinkGrad;
+        }
+    }
+    int keyBegin = 0, keyEnd = keyLen;
+    keyRange(first, min(first + ROWS * WG, L) - 1, keyBegin, keyEnd);
+    for (int j0 = keyBegin; j0 < keyEnd; j0 += STEP) {
+        vec4 aOwn[STEP][SLOTS], bOwn[STEP][SLOTS]; // this lane's slots of k_j and v_j
+        [[unroll]] for (int u = 0; u < STEP; u++) {
+            int j = min(j0 + u, S - 1);
+            LOAD_SHARED(aOwn[u], Kt, K_TYPE, kBase(j), DK)
+            LOAD_SHARED(bOwn[u], Vt, V_TYPE, vBase(j), DV)
+        }
+        float qk[STEP * ROWS], dp[STEP * ROWS];
+        [[unroll]] for (int i = 0; i < STEP * ROWS; i++) {
+            qk[i] = 0.0;
+            dp[i] = 0.0;
+        }
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            [[unroll]] for (int u = 0; u < STEP; u++) {
+                vec4 a = SLOT(aOwn[u], c), o = SLOT(bOwn[u], c);
+                [[unroll]] for (int r = 0; r < ROWS; r++) {
+                    qk[u * ROWS + r] += dot(ownA[r * D4 + c], a);
+                    dp[u * ROWS + r] += dot(ownB[r * D4 + c], o);
+                }
+            }
+        }
+        float ds[STEP * ROWS];
+        [[unroll]] for (int u = 0; u < STEP; u++) {
+            [[unroll]] for (int r = 0; r < ROWS; r++) {
+                int i = u * ROWS + r;
+                float s = scoreOf(qk[i], own[r], h, slope, j0 + u, keyEnd);
+                float p = live[r] ? probOf(s, lse[r]) : 0.0;
+                ds[i] = p * (dp[i] - dRow[r]) * capGrad(qk[i]) * scale;
+            }
+        }
+        [[unroll]] for (int c = 0; c < D4; c++) {
+            vec4 a[STEP];
+            [[unroll]] for (int u = 0; u < STEP; u++) {
+                a[u] = SLOT(aOwn[u], c);
+            }
+            [[unroll]] for (int r = 0; r < ROWS; r++) {
+                vec4 sum = gradA[r * D4 + c];
+                [[unroll]] for (int u = 0; u < STEP; u++) {
+                    sum += ds[u * ROWS + r] * a[u];
+                }
+                gradA[r * D4 + c] = sum;
+            }
+        }
+    }
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
+        int t = first + r * WG + lane;
+        if (t < L) {
+            int outQ = (P.grads.y + rowOf(h, own[r]) * DK) >> 2;
+            [[unroll]] for (int c = 0; c < D4; c++) {
+                if (4 * c < DK) {
+                    dQ[outQ + c] = gradA[r * D4 + c];
+                }
+            }
+        }
+    }
+#endif
+}
