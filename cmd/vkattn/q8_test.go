@@ -42,26 +42,7 @@ func TestQ8Commands(t *testing.T) {
 	withDevice(t)
 	r := rand.New(rand.NewPCG(19, 19))
 	dir := t.TempDir()
-	qs, ks := [4]int{2, 4, 9, 32}, [4]int{2, 2, 9, 32}
-	qPath, q := randomNPY(t, r, dir, "q.npy", qs)
-	_, k := randomNPY(t, r, dir, "k0.npy", ks)
-	for i := 64; i < 96; i++ {
-		k[i] = 0 // a zero block
-	}
-	k[200] = 300 // an outlier
-	kPath := save(t, dir, "k.npy", nest(k, ks))
-	vPath, v := randomNPY(t, r, dir, "v.npy", ks)
-	kq, vq := ggmlQ8(k), ggmlQ8(v)
-	want, err := reference.Attention(q, qs, kq, ks, vq, ks, vkattn.Options{Causal: vkattn.CausalBottomRight})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := filepath.Join(dir, "o.npy")
-	cliOK(t, "run", "-q", qPath, "-k", kPath, "-v", vPath, "--kv-dtype", "q8_0", "--causal", "bottom-right", "-o", o, "--check")
-	within(t, "run", load(t, o).F32, want.O)
-	od := filepath.Join(dir, "od.npy")
-	cliOK(t, "decode", "-q", qPath, "-k", kPath, "-v", vPath, "--kv-dtype", "q8_0", "--prefill", "3", "-o", od, "--check")
-	within(t, "decode", load(t, od).F32, want.O)
+	qPath, kPath, vPath := quantizedCommands(t, r, dir, "q8_0", ggmlQ8)
 	// With RoPE the cache quantizes the rotated keys; --check compares
 	// with keys so rotated and quantized.
 	cliOK(t, "decode", "-q", qPath, "-k", kPath, "-v", vPath, "--kv-dtype", "q8_0", "--rope", "10000", "--rope-dims", "32", "--check")
@@ -70,6 +51,35 @@ func TestQ8Commands(t *testing.T) {
 	checkRefused(t, []string{"run", "-q", odd, "-k", odd, "-v", odd, "--kv-dtype", "q8_0"}, 1, "blocks of 32", "")
 	checkRefused(t, []string{"decode", "-q", odd, "-k", odd, "-v", odd, "--kv-dtype", "q8_0"}, 1, "blocks of 32", "")
 	checkRefused(t, []string{"run", "-q", qPath, "-k", kPath, "-v", vPath, "--dtype", "q8_0"}, 2, "--kv-dtype q8_0", "")
+}
+
+// quantizedCommands writes Q (2,4,9,32) and K, V (2,2,9,32) with a zero
+// block and an outlier in K, and checks run --causal bottom-right and
+// decode (both --check) with --kv-dtype kvType against float64 attention
+// on K and V rounded by quantize, the test's own reproduction of ggml's
+// format. It returns the files for the caller's further cases.
+func quantizedCommands(t *testing.T, r *rand.Rand, dir, kvType string, quantize func([]float32) []float32) (qPath, kPath, vPath string) {
+	t.Helper()
+	qs, ks := [4]int{2, 4, 9, 32}, [4]int{2, 2, 9, 32}
+	qPath, q := randomNPY(t, r, dir, "q.npy", qs)
+	_, k := randomNPY(t, r, dir, "k0.npy", ks)
+	for i := 64; i < 96; i++ {
+		k[i] = 0 // a zero block
+	}
+	k[200] = 300 // an outlier
+	kPath = save(t, dir, "k.npy", nest(k, ks))
+	vPath, v := randomNPY(t, r, dir, "v.npy", ks)
+	want, err := reference.Attention(q, qs, quantize(k), ks, quantize(v), ks, vkattn.Options{Causal: vkattn.CausalBottomRight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := filepath.Join(dir, "o.npy")
+	cliOK(t, "run", "-q", qPath, "-k", kPath, "-v", vPath, "--kv-dtype", kvType, "--causal", "bottom-right", "-o", o, "--check")
+	within(t, "run", load(t, o).F32, want.O)
+	od := filepath.Join(dir, "od.npy")
+	cliOK(t, "decode", "-q", qPath, "-k", kPath, "-v", vPath, "--kv-dtype", kvType, "--prefill", "3", "-o", od, "--check")
+	within(t, "decode", load(t, od).F32, want.O)
+	return qPath, kPath, vPath
 }
 
 // nest is flat data of shape s as nested slices, for save.
