@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/tune"
 )
@@ -19,24 +18,9 @@ func TestDecode(t *testing.T) {
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(7, 7))
 	const B, H, HKV, T, D = 2, 4, 2, 23, 8
-	randn := func(n int) []float32 { return random.Normal(r, n) }
-	shape := func(h int, x []float32) [][][][]float32 {
-		out := make([][][][]float32, B)
-		for b := range out {
-			out[b] = make([][][]float32, h)
-			for i := range out[b] {
-				out[b][i] = make([][]float32, T)
-				for t := range out[b][i] {
-					n := ((b*h+i)*T + t) * D
-					out[b][i][t] = x[n : n+D]
-				}
-			}
-		}
-		return out
-	}
-	q := save(t, dir, "q.npy", shape(H, randn(B*H*T*D)))
-	k := save(t, dir, "k.npy", shape(HKV, randn(B*HKV*T*D)))
-	v := save(t, dir, "v.npy", shape(HKV, randn(B*HKV*T*D)))
+	q, _ := randomNPY(t, r, dir, "q.npy", [4]int{B, H, T, D})
+	k, _ := randomNPY(t, r, dir, "k.npy", [4]int{B, HKV, T, D})
+	v, _ := randomNPY(t, r, dir, "v.npy", [4]int{B, HKV, T, D})
 	for _, c := range []struct {
 		name string
 		args []string

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
 )
 
@@ -20,22 +19,9 @@ func TestDecodeWindowCache(t *testing.T) {
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(11, 11))
 	const B, H, HKV, T, D = 2, 4, 2, 23, 8
-	tokens := func(h int) [][][][]float32 {
-		x := random.Normal(r, B*h*T*D)
-		out := make([][][][]float32, B)
-		for b := range out {
-			out[b] = make([][][]float32, h)
-			for i := range out[b] {
-				out[b][i] = make([][]float32, T)
-				for t := range out[b][i] {
-					n := ((b*h+i)*T + t) * D
-					out[b][i][t] = x[n : n+D]
-				}
-			}
-		}
-		return out
-	}
-	q, k, v := save(t, dir, "q.npy", tokens(H)), save(t, dir, "k.npy", tokens(HKV)), save(t, dir, "v.npy", tokens(HKV))
+	q, _ := randomNPY(t, r, dir, "q.npy", [4]int{B, H, T, D})
+	k, _ := randomNPY(t, r, dir, "k.npy", [4]int{B, HKV, T, D})
+	v, _ := randomNPY(t, r, dir, "v.npy", [4]int{B, HKV, T, D})
 	args := []string{"decode", "-q", q, "-k", k, "-v", v, "--prefill", "1", "--page", "3", "--window", "5,0", "--check", "--json"}
 	rolling := filepath.Join(dir, "rolling.npy")
 	s := parseJSON[decodeSummary](t, cliOK(t, append(args, "-o", rolling, "--window-cache", "6")...))
