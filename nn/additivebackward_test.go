@@ -13,7 +13,8 @@ import (
 )
 
 // Additive.Backward equals the float64 reference's gradients (themselves
-// checked by finite differences): with a bias on lavapipe's plan; with
+// checked by finite differences): with a bias and a float16 dO (widened
+// on the device for the attention's backward) on lavapipe's plan; with
 // masks, lengths (an item with no visible key), a soft-cap and a sink on
 // NVIDIA's.
 func TestAdditiveBackward(t *testing.T) {
@@ -24,10 +25,11 @@ func TestAdditiveBackward(t *testing.T) {
 		name string
 		plan string
 		bias bool
+		dO   vkattn.DType
 		opts vkattn.Options
 	}{
-		{"plain, bias", "auto", true, vkattn.Options{}},
-		{"masks, lengths, softcap, sink", "nvidia", false, vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{6, 0},
+		{"plain, bias, f16 dO", "auto", true, vkattn.Float16, vkattn.Options{}},
+		{"masks, lengths, softcap, sink", "nvidia", false, vkattn.Float32, vkattn.Options{Causal: vkattn.CausalBottomRight, KeyLengths: []int{6, 0},
 			BoolMasks: []vkattn.BoolMask{{Shape: vkattn.MaskShape{1, 1, L, S}, Values: allow, Meaning: vkattn.TrueAllows}},
 			Softcap:   2, Sinks: []float32{0.4}}},
 	} {
@@ -43,8 +45,9 @@ func TestAdditiveBackward(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer layer.Close()
-				q, k, v, dO := devtest.RandomValues(r, B*L*dq), devtest.RandomValues(r, B*S*dk), devtest.RandomValues(r, B*S*dv), devtest.RandomValues(r, B*L*dv)
-				g, err := layer.Backward(devtest.Upload(t, d, []int{B, L, dq}, q), devtest.Upload(t, d, []int{B, S, dk}, k), devtest.Upload(t, d, []int{B, S, dv}, v), devtest.Upload(t, d, []int{B, L, dv}, dO), c.opts)
+				q, k, v, dO := devtest.RandomValues(r, B*L*dq), devtest.RandomValues(r, B*S*dk), devtest.RandomValues(r, B*S*dv), devtest.RoundAll(c.dO, devtest.RandomValues(r, B*L*dv))
+				g, err := layer.Backward(devtest.Upload(t, d, []int{B, L, dq}, q), devtest.Upload(t, d, []int{B, S, dk}, k), devtest.Upload(t, d, []int{B, S, dv}, v),
+					uploadAs(t, d, []int{B, L, dv}, dO, c.dO), c.opts)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -270,7 +270,7 @@ func checkHalfBackward(t *testing.T, d *vkattn.Device) {
 	}
 	defer layer.Close()
 	opts := nn.MHAOptions{Heads: 4, Attention: vkattn.Options{Causal: vkattn.CausalTopLeft}}
-	g, err := layer.Backward(devtest.MustUploadAs(t, d, xs, x, vkattn.Float16), nil, nil, devtest.MustUploadAs(t, d, xs, dY, vkattn.BFloat16), opts)
+	g, err := layer.Backward(uploadAs(t, d, xs, x, vkattn.Float16), nil, nil, uploadAs(t, d, xs, dY, vkattn.BFloat16), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,3 +292,11 @@ func TestMHABackwardHalf(t *testing.T) { checkHalfBackward(t, devtest.Dev) }
 // The same where the forward's projections run on the cooperative
 // matrices (float16 x and W), which the backward pass recomputes there.
 func TestCoopmatMHABackward(t *testing.T) { checkHalfBackward(t, devtest.CoopmatDevice(t)) }
+
+// uploadAs uploads x stored as dt; the test's cleanup closes it.
+func uploadAs(t *testing.T, d *vkattn.Device, shape []int, x []float32, dt vkattn.DType) *vkattn.Tensor {
+	t.Helper()
+	tt := devtest.MustUploadAs(t, d, shape, x, dt)
+	t.Cleanup(tt.Close)
+	return tt
+}
