@@ -210,7 +210,7 @@ func gradBindingTypes(p GradPlan) []core.BindingType {
 // GradBlock is one dispatch of a gradient product as bound: the windows
 // of A, B and C, its parameter block and its grid.
 type GradBlock struct {
-	Windows [3]Window
+	Windows [3]*Window
 	Params  []byte
 	Groups  [3]uint32
 }
@@ -250,7 +250,7 @@ func (p GradPlan) bindBlock(dev core.DeviceInfo, s *GradShape, m0, nm, n0, nn, k
 		if err != nil {
 			return b, err
 		}
-		b.Windows[i] = Window{Binding: []int{gradBindA, gradBindB, gradBindC}[i], Offset: w.offset, Size: w.size}
+		b.Windows[i] = &Window{Binding: []int{gradBindA, gradBindB, gradBindC}[i], Offset: w.offset, Size: w.size}
 		at[i] = sp[i].lo - w.first
 	}
 	flags := 0

@@ -38,7 +38,7 @@ const regroupWorkGroup = 64
 // RegroupBlock is one dispatch of a regroup as bound: the windows of Src
 // and Dst, its push constants and grid.
 type RegroupBlock struct {
-	Windows [2]Window
+	Windows [2]*Window
 	Push    []byte
 	Groups  [3]uint32
 }
@@ -142,7 +142,7 @@ func bindRegroup(dev core.DeviceInfo, s *RegroupShape, a0, na, c0, nc int, group
 		if err != nil {
 			return b, err
 		}
-		b.Windows[i] = Window{Binding: []int{regroupBindSrc, regroupBindDst}[i], Offset: w.offset, Size: w.size}
+		b.Windows[i] = &Window{Binding: []int{regroupBindSrc, regroupBindDst}[i], Offset: w.offset, Size: w.size}
 		at[i] = sp.lo - w.first
 	}
 	flags := 0

@@ -20,24 +20,15 @@ func (ks *Kernels) Linear(p pipelines.LinearPlan, x pipelines.LinearShape, bufs 
 	if err != nil {
 		return nil, err
 	}
-	st := &Step{}
-	err = p.EachBlock(ks.dev.Info.DeviceInfo, &x, func(b pipelines.LinearBlock) error {
-		bound := make([]vk.Arg, len(spec.Bindings))
-		for i, buf := range []*vk.Buffer{bufs.X, bufs.W, bufs.Y, bufs.Bias} {
-			if w := b.Windows[i]; w != nil {
-				bound[w.Binding] = vk.Arg{Buffer: buf, Offset: w.Offset, Range: w.Size}
+	return stepOf(func(st *Step) error {
+		return p.EachBlock(ks.dev.Info.DeviceInfo, &x, func(b pipelines.LinearBlock) error {
+			bound := windowArgs(len(spec.Bindings), b.Windows[:], bufs.X, bufs.W, bufs.Y, bufs.Bias)
+			if err := ks.bindParams(st, bound, pipelines.LinearBindParams, b.Params); err != nil {
+				return err
 			}
-		}
-		if err := ks.bindParams(st, bound, pipelines.LinearBindParams, b.Params); err != nil {
-			return err
-		}
-		return st.add(k, bound, b.Groups, 0)
+			return st.add(k, bound, b.Groups, 0)
+		})
 	})
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	return st, nil
 }
 
 // HeadMean binds the mean over heads of attention weights (B, H, n) into
