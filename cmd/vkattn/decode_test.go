@@ -9,6 +9,21 @@ import (
 	"github.com/vkattn/vkattn/tune"
 )
 
+// decodeTokens is the sequence length of decodeFiles.
+const decodeTokens = 23
+
+// decodeFiles writes a decode problem drawn from seed into dir: Q (2, 4,
+// T, 8), K and V (2, 2, T, 8) of T = decodeTokens tokens.
+func decodeFiles(t *testing.T, dir string, seed uint64) (q, k, v string) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, seed))
+	const B, H, HKV, T, D = 2, 4, 2, decodeTokens, 8
+	q, _ = randomNPY(t, r, dir, "q.npy", [4]int{B, H, T, D})
+	k, _ = randomNPY(t, r, dir, "k.npy", [4]int{B, HKV, T, D})
+	v, _ = randomNPY(t, r, dir, "v.npy", [4]int{B, HKV, T, D})
+	return q, k, v
+}
+
 // decode's loop through the cache gives full bottom-right causal attention
 // over the sequence: --check against the reference, and the same O as
 // run --causal bottom-right on the same files, contiguous and paged, in
@@ -16,11 +31,8 @@ import (
 func TestDecode(t *testing.T) {
 	withDevice(t)
 	dir := t.TempDir()
-	r := rand.New(rand.NewPCG(7, 7))
-	const B, H, HKV, T, D = 2, 4, 2, 23, 8
-	q, _ := randomNPY(t, r, dir, "q.npy", [4]int{B, H, T, D})
-	k, _ := randomNPY(t, r, dir, "k.npy", [4]int{B, HKV, T, D})
-	v, _ := randomNPY(t, r, dir, "v.npy", [4]int{B, HKV, T, D})
+	const T = decodeTokens
+	q, k, v := decodeFiles(t, dir, 7)
 	for _, c := range []struct {
 		name string
 		args []string

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,11 +16,8 @@ import (
 func TestDecodeWindowCache(t *testing.T) {
 	withDevice(t)
 	dir := t.TempDir()
-	r := rand.New(rand.NewPCG(11, 11))
-	const B, H, HKV, T, D = 2, 4, 2, 23, 8
-	q, _ := randomNPY(t, r, dir, "q.npy", [4]int{B, H, T, D})
-	k, _ := randomNPY(t, r, dir, "k.npy", [4]int{B, HKV, T, D})
-	v, _ := randomNPY(t, r, dir, "v.npy", [4]int{B, HKV, T, D})
+	const T = decodeTokens
+	q, k, v := decodeFiles(t, dir, 11)
 	args := []string{"decode", "-q", q, "-k", k, "-v", v, "--prefill", "1", "--page", "3", "--window", "5,0", "--check", "--json"}
 	rolling := filepath.Join(dir, "rolling.npy")
 	s := parseJSON[decodeSummary](t, cliOK(t, append(args, "-o", rolling, "--window-cache", "6")...))
