@@ -46,38 +46,7 @@ func TestKVCacheQ4(t *testing.T) {
 				}
 				hist.add(b, ggml(k), ggml(v), n)
 			}
-			k, v := devtest.RandomValues(r, B*HKV*2*D), devtest.RandomValues(r, B*HKV*2*D)
-			k[3], k[35] = 0, 25 // an outlier next to a zero
-			for _, dt := range []vkattn.DType{vkattn.Float32, vkattn.Q4_0} {
-				kt, vt := devtest.MustUploadAs(t, d, []int{B, HKV, 2, D}, k, dt), devtest.MustUploadAs(t, d, []int{B, HKV, 2, D}, v, dt)
-				if err := cache.AppendTensors(kt, vt); err != nil {
-					t.Fatal(err)
-				}
-				kt.Close()
-				vt.Close()
-				for b := 0; b < B; b++ {
-					hist.add(b, ggml(k[b*HKV*2*D:(b+1)*HKV*2*D]), ggml(v[b*HKV*2*D:(b+1)*HKV*2*D]), 2)
-				}
-			}
-			q := devtest.RandomValues(r, B*H*3*D)
-			o, _ := attendOnce(t, cache, devtest.Upload(t, d, []int{B, H, 3, D}, q), vkattn.Options{})
-			hist.check(t, "three queries", o, q, H, 3, vkattn.Options{})
-			if page > 0 {
-				return
-			}
-			step := devtest.PrepareStep(t, cache, H, vkattn.Options{})
-			defer step.Close()
-			o = make([]float32, B*H*D)
-			for i := 0; i < 2; i++ {
-				k, v, q := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D)
-				if _, err := step.Run(t.Context(), k, v, q, o); err != nil {
-					t.Fatal(err)
-				}
-				for b := 0; b < B; b++ {
-					hist.add(b, ggml(k[b*HKV*D:(b+1)*HKV*D]), ggml(v[b*HKV*D:(b+1)*HKV*D]), 1)
-				}
-				hist.check(t, fmt.Sprintf("step %d", i), o, q, H, 1, vkattn.Options{})
-			}
+			appendAttendStep(t, d, r, cache, hist, H, []vkattn.DType{vkattn.Float32, vkattn.Q4_0}, ggml, page == 0)
 		})
 	}
 	for _, w := range [][2]int{{48, 32}, {32, 16}} {

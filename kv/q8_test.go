@@ -32,41 +32,59 @@ func TestKVCacheQ8(t *testing.T) {
 			}
 			cfg := kv.Config{B: B, HKV: HKV, Capacity: 300, DK: D, DV: D, DType: vkattn.Q8_0, PageSize: page}
 			cache, hist := filledCache(t, d, r, cfg, 40, 17)
-			k, v := devtest.RandomValues(r, B*HKV*2*D), devtest.RandomValues(r, B*HKV*2*D)
-			k[3] = 0 // a block with an outlier next to a zero
-			k[35] = 25
-			for _, dt := range []vkattn.DType{vkattn.Q8_0, vkattn.Float32} {
-				kt, vt := devtest.MustUploadAs(t, d, []int{B, HKV, 2, D}, k, dt), devtest.MustUploadAs(t, d, []int{B, HKV, 2, D}, v, dt)
-				if err := cache.AppendTensors(kt, vt); err != nil {
-					t.Fatal(err)
-				}
-				kt.Close()
-				vt.Close()
-				for b := 0; b < B; b++ {
-					hist.add(b, k[b*HKV*2*D:(b+1)*HKV*2*D], v[b*HKV*2*D:(b+1)*HKV*2*D], 2)
-				}
-			}
-			q := devtest.RandomValues(r, B*H*3*D)
-			o, _ := attendOnce(t, cache, devtest.Upload(t, d, []int{B, H, 3, D}, q), vkattn.Options{})
-			hist.check(t, "three queries", o, q, H, 3, vkattn.Options{})
-			step := devtest.PrepareStep(t, cache, H, vkattn.Options{})
-			defer step.Close()
-			o = make([]float32, B*H*D)
-			for i := 0; i < 2; i++ {
-				k, v, q := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D)
-				if _, err := step.Run(t.Context(), k, v, q, o); err != nil {
-					t.Fatal(err)
-				}
-				for b := 0; b < B; b++ {
-					hist.add(b, k[b*HKV*D:(b+1)*HKV*D], v[b*HKV*D:(b+1)*HKV*D], 1)
-				}
-				hist.check(t, fmt.Sprintf("step %d", i), o, q, H, 1, vkattn.Options{})
-			}
+			appendAttendStep(t, d, r, cache, hist, H, []vkattn.DType{vkattn.Q8_0, vkattn.Float32}, nil, true)
 		})
 	}
 	_, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 8, DK: 48, DV: 32, DType: vkattn.Q8_0})
 	if !errors.Is(err, vkattn.ErrShape) || !strings.Contains(err.Error(), "32") {
 		t.Errorf("a q8_0 cache of d_k 48: %v, want ErrShape naming 32", err)
+	}
+}
+
+// appendAttendStep appends two positions to every sequence of cache as
+// device tensors of each of types in turn (an outlier next to a zero in
+// K), makes a call of three queries per sequence and, with steps, two
+// decode steps, each checked against hist, which records what the cache
+// holds: stored(x) of host values x (nil: x; hist's own rounding applies
+// after it).
+func appendAttendStep(t *testing.T, d *vkattn.Device, r *rand.Rand, cache *kv.Cache, hist *history, H int, types []vkattn.DType, stored func([]float32) []float32, steps bool) {
+	t.Helper()
+	cfg := cache.Config()
+	B, HKV, D := cfg.B, cfg.HKV, cfg.DK
+	if stored == nil {
+		stored = func(x []float32) []float32 { return x }
+	}
+	k, v := devtest.RandomValues(r, B*HKV*2*D), devtest.RandomValues(r, B*HKV*2*D)
+	k[3], k[35] = 0, 25 // an outlier next to a zero
+	for _, dt := range types {
+		kt, vt := devtest.MustUploadAs(t, d, []int{B, HKV, 2, D}, k, dt), devtest.MustUploadAs(t, d, []int{B, HKV, 2, D}, v, dt)
+		if err := cache.AppendTensors(kt, vt); err != nil {
+			t.Fatal(err)
+		}
+		kt.Close()
+		vt.Close()
+		for b := 0; b < B; b++ {
+			hist.add(b, stored(k[b*HKV*2*D:(b+1)*HKV*2*D]), stored(v[b*HKV*2*D:(b+1)*HKV*2*D]), 2)
+		}
+	}
+	q := devtest.RandomValues(r, B*H*3*D)
+	o, _ := attendOnce(t, cache, devtest.Upload(t, d, []int{B, H, 3, D}, q), vkattn.Options{})
+	hist.check(t, "three queries", o, q, H, 3, vkattn.Options{})
+	if !steps {
+		return
+	}
+	step := devtest.PrepareStep(t, cache, H, vkattn.Options{})
+	defer step.Close()
+	o = make([]float32, B*H*D)
+	for i := 0; i < 2; i++ {
+		k, v, q := devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*HKV*D), devtest.RandomValues(r, B*H*D)
+		if _, err := step.Run(t.Context(), k, v, q, o); err != nil {
+			t.Fatal(err)
+		}
+		for b := 0; b < B; b++ {
+			hist.add(b, stored(k[b*HKV*D:(b+1)*HKV*D]), stored(v[b*HKV*D:(b+1)*HKV*D]), 1)
+		}
+		hist.check(t, fmt.Sprintf("step %d", i), o, q, H, 1, vkattn.Options{})
 	}
 }
 
