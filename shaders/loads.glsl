@@ -50,6 +50,15 @@ float widen16(uint h, int T) {
 }
 
 vec4 widen16x4(uvec4 h, int T) {
+#ifdef UNPACK_HALVES
+    // The driver's conversion (unpackHalf2x16): on lavapipe one vcvtph2ps
+    // per pair of slots instead of a dozen integer operations per element.
+    // Exact for subnormal halves only where the driver keeps them: a
+    // shader defines UNPACK_HALVES only for kernels run on such drivers.
+    if (T == TYPE_F16) {
+        return vec4(unpackHalf2x16(h.x | (h.y << 16)), unpackHalf2x16(h.z | (h.w << 16)));
+    }
+#endif
     return vec4(widen16(h.x, T), widen16(h.y, T), widen16(h.z, T), widen16(h.w, T));
 }
 
