@@ -157,10 +157,11 @@ type backwardTuning struct {
 // cpuBackward is lavapipe's, measured (BENCHMARKS.md, "Backward pass"):
 // as its forward, one SIMD-8 lane group a workgroup and the other side's
 // rows fetched once per subgroup and shared by shuffles; 4 rows a step
-// (2 and 8 were slower at d = 64); 4 own rows to d_max 64 and 2 at 128
-// (5-12% less CPU than 2 and 1; twice the compile time), 1 at 256 (its
-// two passes compile for ~26 s).
-var cpuBackward = backwardTuning{Rows: map[int]int{16: 4, 32: 4, 64: 4, 128: 2, 256: 1}, WorkGroup: 8, Step: 4}
+// (2 and 8 were slower at d = 64). Own rows: 4 at d_max 64 and 2 at 128
+// (5-12% less CPU than 2 and 1, for twice the compile time); 2 at d_max
+// 16 and 32, where 4 ran no faster and compiled 2-3x longer; 1 at 256
+// (its two passes compile for ~26 s).
+var cpuBackward = backwardTuning{Rows: map[int]int{16: 2, 32: 2, 64: 4, 128: 2, 256: 1}, WorkGroup: 8, Step: 4}
 
 // backwardQuirks are the drivers whose backward runs on the row kernels,
 // keyed by VkDriverId; the rest run the workgroup-tiled passes.
