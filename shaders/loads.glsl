@@ -71,7 +71,12 @@ vec4 q8x4(uint w) {
 // start at half s; Q8_AT element i; Q8_ROW4 slot c of the row at base (a
 // word of four quants of one block).
 #define Q8_HALF(name, h) (WORD(name, (h) >> 1) >> (((h) & 1) * 16))
-#define Q8_SCALE(name, s, i) f16Bits(Q8_HALF(name, (s) + ((i) >> Q8_BLOCK_SHIFT)))
+#ifdef UNPACK_HALVES
+#define SCALE16(h) unpackHalf2x16(h).x
+#else
+#define SCALE16(h) f16Bits(h)
+#endif
+#define Q8_SCALE(name, s, i) SCALE16(Q8_HALF(name, (s) + ((i) >> Q8_BLOCK_SHIFT)))
 #define Q8_AT(name, s, i) (float(bitfieldExtract(int(WORD(name, (i) >> 2)), ((i) & 3) * 8, 8)) * Q8_SCALE(name, s, i))
 #define Q8_ROW4(name, s, base, c) (q8x4(WORD(name, ((base) >> 2) + (c))) * Q8_SCALE(name, s, (base) + 4 * (c)))
 
@@ -88,7 +93,7 @@ vec4 q4x4(uint w, int shift) {
 // elements of one block, in one word).
 #define Q4_WORD(i) ((((i) >> Q4_BLOCK_SHIFT) << 2) + (((i) >> 2) & 3))
 #define Q4_BIT(i) ((((i) & 3) << 3) + (((i) >> 2) & 4))
-#define Q4_SCALE(name, s, i) f16Bits(Q8_HALF(name, (s) + ((i) >> Q4_BLOCK_SHIFT)))
+#define Q4_SCALE(name, s, i) SCALE16(Q8_HALF(name, (s) + ((i) >> Q4_BLOCK_SHIFT)))
 #define Q4_AT(name, s, i) (float(int(bitfieldExtract(WORD(name, Q4_WORD(i)), Q4_BIT(i), 4)) - 8) * Q4_SCALE(name, s, i))
 #define Q4_ROW4(name, s, base, c) (q4x4(WORD(name, Q4_WORD((base) + 4 * (c))), Q4_BIT((base) + 4 * (c))) * Q4_SCALE(name, s, (base) + 4 * (c)))
 #ifdef Q8_LOADS
