@@ -13,7 +13,13 @@ reported. FLOPs are bench.go's for --backward: 3.5 x 4*B*H*L*S*d (the
 forward's 4BHLSd and FlashAttention's 2.5x of it for the backward), halved
 for causal rows; the math SDPA computes the whole masked matrix anyway.
 Output: a JSON object per shape and line (shape, causal, ms, gflops, torch,
-threads). Debian 12: apt-get install python3-torch (torch 1.13).
+threads, blas: the BLAS libraries the process loaded). Debian 12: apt-get
+install python3-torch (torch 1.13). That torch calls the libblas.so.3 of
+Debian's alternatives, the reference BLAS unless another is installed;
+OpenBLAS's, first on the library path, made it ~3x faster here:
+
+    apt-get download libopenblas0-pthread && dpkg -x libopenblas0-pthread_*.deb ob
+    LD_LIBRARY_PATH=ob/usr/lib/x86_64-linux-gnu/openblas-pthread /usr/bin/python3 tools/torch_cpu_backward.py ...
 
     /usr/bin/python3 tools/torch_cpu_backward.py --mha B,L,E,H [--reps N] [--threads T]
 
@@ -26,7 +32,7 @@ followed by out.backward(dY), the gradients cleared between steps
 its composite path, not the fused inference kernel). FLOPs are bench.go's: 3 x the dense
 layers' 2*rows*in*out (the forward, then dX and dW) plus 3.5 x the
 attention's 4*B*H*L*L*(E/H). Output: one JSON object (shape, ms, gflops,
-torch, threads).
+torch, threads, blas).
 """
 
 import argparse
@@ -79,7 +85,18 @@ def mha_train(spec, reps, threads):
     dense = 2 * rows * E * 3 * E + 2 * rows * E * E
     flops = 3 * dense + 3.5 * 4 * B * H * L * L * (E // H)
     print(json.dumps({"mha_train": [B, L, E, H], "ms": round(ms, 2), "gflops": round(flops / ms / 1e6, 2),
-                      "torch": torch.__version__, "threads": threads}))
+                      "torch": torch.__version__, "threads": threads, "blas": blas()}))
+
+
+def blas():
+    """The BLAS shared libraries mapped into this process."""
+    libs = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if "blas" in path.rsplit("/", 1)[-1]:
+                libs.add(path)
+    return sorted(libs)
 
 
 def main():
@@ -118,7 +135,7 @@ def main():
         ms = statistics.median(times) * 1e3
         flops = 3.5 * 4 * B * H * L * S * d / (2 if causal else 1)
         print(json.dumps({"shape": [B, H, L, S, d], "causal": causal, "ms": round(ms, 2),
-                          "gflops": round(flops / ms / 1e6, 2), "torch": torch.__version__, "threads": a.threads}))
+                          "gflops": round(flops / ms / 1e6, 2), "torch": torch.__version__, "threads": a.threads, "blas": blas()}))
 
 
 if __name__ == "__main__":
