@@ -84,6 +84,10 @@ func (a *Additive) PrepareBackward(q, k, v, dO *vkattn.Tensor, opts vkattn.Optio
 	}
 	b := engine.NewBuilder(d)
 	g, err := a.recordBackward(b, plan, &opts, [4]*vkattn.Tensor{q, k, v, dO}, &bounds)
+	if err == nil {
+		err = b.CheckFinite([]*vkattn.Tensor{g.DWQ, g.DWK, g.DBias, g.DWA, g.DQ, g.DK, g.DV, g.DSinks},
+			[]string{"dW_q", "dW_k", "db", "dw_a", "dq", "dk", "dv", "the sinks' gradient"})
+	}
 	if err != nil {
 		return nil, b.Fail(err)
 	}

@@ -36,6 +36,20 @@ func (g *MHAGradients) Close() {
 	}
 }
 
+// mhaParamNames are the parameters' gradients in the order a run that
+// left one not finite names the first.
+var mhaParamNames = []string{"out_proj.weight", "out_proj.bias", "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias"}
+
+// checked are the gradients each run checks for non-finite values, and
+// their names: the parameters' (mhaParamNames), then the inputs'.
+func (g *MHAGradients) checked() ([]*vkattn.Tensor, []string) {
+	var ts []*vkattn.Tensor
+	for _, name := range mhaParamNames {
+		ts = append(ts, g.Params[name])
+	}
+	return append(ts, g.DX, g.DKey, g.DValue), append(mhaParamNames[:len(mhaParamNames):len(mhaParamNames)], "dX", "dKey", "dValue")
+}
+
 func mhaGradTime(g *MHAGradients) *time.Duration { return &g.GPUTime }
 
 // MHAGradCall is an MHA backward call recorded once and replayable, like
@@ -119,6 +133,9 @@ func (m *MHA) PrepareBackward(x, key, value, dY *vkattn.Tensor, opts MHAOptions)
 	}
 	b := engine.NewBuilder(m.dev)
 	g, err := m.recordBackward(b, &pr, &in, &opts, &bounds)
+	if err == nil {
+		err = b.CheckFinite(g.checked())
+	}
 	if err != nil {
 		return nil, b.Fail(err)
 	}

@@ -31,6 +31,9 @@ type Prepared[O interface{ Close() }] struct {
 	// check, if not nil, is asked before each Run: a rolling KV cache's
 	// call refuses a run whose window reaches positions let go.
 	check func() error
+	// after, if not nil, is asked after each Run's wait: a backward
+	// call's check that its gradients came out finite.
+	after func() error
 }
 
 // Output is the call's output; its tensors belong to the call and are
@@ -70,6 +73,11 @@ func (c *Prepared[O]) run(ctx context.Context, submit func(*dispatch.Prepared) (
 		return 0, DeviceError(err)
 	}
 	*c.gpuTime(c.out) = t
+	if c.after != nil {
+		if err := c.after(); err != nil {
+			return t, err
+		}
+	}
 	return t, nil
 }
 
@@ -138,6 +146,7 @@ type Builder struct {
 	steps   []*dispatch.Step
 	scratch []*Tensor // freed with the call
 	outputs []*Tensor // handed to the caller with the call's output
+	after   func() error // the call's check after each run (CheckFinite)
 }
 
 // Output allocates an output tensor of the call.
@@ -278,8 +287,8 @@ func Finish[O interface{ Close() }](b *Builder, out O, gpuTime func(O) *time.Dur
 		b.abandon()
 		return nil, DeviceError(err)
 	}
-	c := &Prepared[O]{commands: commands, scratch: b.scratch, out: out, gpuTime: gpuTime}
-	b.scratch, b.outputs = nil, nil
+	c := &Prepared[O]{commands: commands, scratch: b.scratch, out: out, gpuTime: gpuTime, after: b.after}
+	b.scratch, b.outputs, b.after = nil, nil, nil
 	return c, nil
 }
 

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"math"
+
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/pipelines/dispatch"
@@ -104,3 +106,84 @@ func (b *Builder) Regroup(s pipelines.RegroupShape, src, dst *Tensor) error {
 	st, err := b.d.kernels.Regroup(s, src.buf, dst.buf)
 	return b.Add(st, DeviceError(err))
 }
+
+// finiteZeros is where the status buffer of CheckFinite holds the zeros
+// its products read (64 floats: 256 bytes, within any device's offset
+// alignment); each gradient's status words follow.
+const finiteZeros = 64
+
+// CheckFinite records, at the end of the call, a check that each of
+// grads (dense float32 tensors; nil ones skipped) is finite, and makes
+// each Run refuse (ErrOverflow, naming names[i]) a run that left one not
+// finite: a float32 sum of terms of both signs beyond its range comes out
+// +Inf plus -Inf, NaN. The check is one more gradient product per
+// gradient, 0 times each column's elements summed into a status word per
+// column (4 rows of it), 0 exactly when every element is finite: the
+// kernel and variant the gradients were formed with, writing into a small
+// host-visible buffer the host reads after the call's one wait, with no
+// transfer and no submission of its own.
+func (b *Builder) CheckFinite(grads []*Tensor, names []string) error {
+	type checked struct {
+		name      string
+		at, words int
+	}
+	var list []checked
+	words := finiteZeros
+	for i, g := range grads {
+		if g == nil {
+			continue
+		}
+		width := g.shape[3]
+		list = append(list, checked{names[i], words, gradTile4 * width})
+		words += gradTile4 * width
+	}
+	if len(list) == 0 {
+		return nil
+	}
+	buf, err := b.d.dev.NewHostBuffer(uint64(4 * words))
+	if err != nil {
+		return DeviceError(err)
+	}
+	status := &Tensor{dev: b.d, buf: buf, dtype: core.Float32, shape: [4]int{1, 1, 1, words}, strides: [3]int{words, words, words}, finite: true, bound: math.Inf(1)}
+	b.d.mu.Lock()
+	b.d.tensors[status] = struct{}{}
+	b.d.mu.Unlock()
+	b.scratch = append(b.scratch, status)
+	if err := buf.WriteFloat32(0, make([]float32, finiteZeros)); err != nil {
+		return DeviceError(err)
+	}
+	j := 0
+	for _, g := range grads {
+		if g == nil {
+			continue
+		}
+		width, c := g.shape[3], list[j]
+		j++
+		s := pipelines.GradShape{M: gradTile4, N: width, K: g.shape[0] * g.shape[1] * g.shape[2],
+			A: pipelines.GradOperand{RowStride: 1, Type: core.Float32},
+			B: pipelines.GradOperand{Offset: g.offset, RowStride: 1, KStride: width, Type: g.dtype},
+			C: pipelines.RowLayout{Offset: c.at, Stride: width}}
+		if err := b.GradProduct(s, status, g, status); err != nil {
+			return err
+		}
+	}
+	b.after = func() error {
+		for _, c := range list {
+			w := make([]float32, c.words)
+			if err := buf.ReadFloat32(uint64(c.at), w); err != nil {
+				return DeviceError(err)
+			}
+			for _, v := range w {
+				if v != 0 {
+					return errorf(core.ErrOverflow, "%s is not finite: a float32 sum of its terms went beyond float32's range (found on the device after the call); the gradients are refused", c.name)
+				}
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// gradTile4 is the rows of zeros each check's product reads: a whole
+// tile, so the product takes the vec4 loads of the gradients' own.
+const gradTile4 = 4
