@@ -144,8 +144,8 @@ func RunOnce[O interface{ Close() }](ctx context.Context, prepare func() (*Prepa
 type Builder struct {
 	d       *Device
 	steps   []*dispatch.Step
-	scratch []*Tensor // freed with the call
-	outputs []*Tensor // handed to the caller with the call's output
+	scratch []*Tensor    // freed with the call
+	outputs []*Tensor    // handed to the caller with the call's output
 	after   func() error // the call's check after each run (CheckFinite)
 }
 
