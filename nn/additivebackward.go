@@ -45,7 +45,9 @@ type AdditiveGradCall = engine.Prepared[*AdditiveGradients]
 // (attention_backward.comp with additive scores: the projections'
 // gradients and each key row's share of dw_a), then the projections'
 // gradients (dW = x^T dy, db and dw_a as column sums, dx = dy W^T) and the
-// sink's, float32 sums in a fixed order.
+// sink's, float32 sums in a fixed order. A gradient whose sums went beyond
+// float32's range is ErrOverflow naming it (§8), checked on the device at
+// the end of the submission, also on each Run of PrepareBackward's call.
 func (a *Additive) Backward(q, k, v, dO *vkattn.Tensor, opts vkattn.Options) (*AdditiveGradients, error) {
 	return a.BackwardContext(context.Background(), q, k, v, dO, opts)
 }

@@ -64,7 +64,10 @@ type MHAGradCall = engine.Prepared[*MHAGradients]
 // dconcat = dY W), the heads' attention backward (with the layer's masks
 // and key padding) and the input projections' gradients, the packed
 // in_proj of self-attention as one product. Sums are float32 in a fixed
-// order (the same bits run to run). NeedWeights is ignored.
+// order (the same bits run to run). NeedWeights is ignored. A gradient
+// whose sums went beyond float32's range is ErrOverflow naming it (§8),
+// checked on the device at the end of the submission, also on each Run
+// of PrepareBackward's call.
 func (m *MHA) Backward(x, key, value, dY *vkattn.Tensor, opts MHAOptions) (*MHAGradients, error) {
 	return m.BackwardContext(context.Background(), x, key, value, dY, opts)
 }
