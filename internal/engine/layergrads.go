@@ -124,8 +124,10 @@ const finiteZeros = 64
 // transfer and no submission of its own.
 func (b *Builder) CheckFinite(grads []*Tensor, names []string) error {
 	type checked struct {
-		name      string
-		at, words int
+		name        string
+		g           *Tensor
+		rows, width int // the gradient read as (rows, width), dense
+		at, words   int // its status words
 	}
 	var list []checked
 	words := finiteZeros
@@ -133,8 +135,14 @@ func (b *Builder) CheckFinite(grads []*Tensor, names []string) error {
 		if g == nil {
 			continue
 		}
+		// One row (a bias) is read as rows of 4 where it can be: a sum of
+		// one term would take the scalar loads, a variant of its own.
 		width := g.shape[3]
-		list = append(list, checked{names[i], words, gradTile4 * width})
+		rows := g.shape[0] * g.shape[1] * g.shape[2]
+		if rows == 1 && width > gradTile4 && width%gradTile4 == 0 {
+			rows, width = width/gradTile4, gradTile4
+		}
+		list = append(list, checked{names[i], g, rows, width, words, gradTile4 * width})
 		words += gradTile4 * width
 	}
 	if len(list) == 0 {
@@ -152,18 +160,12 @@ func (b *Builder) CheckFinite(grads []*Tensor, names []string) error {
 	if err := buf.WriteFloat32(0, make([]float32, finiteZeros)); err != nil {
 		return DeviceError(err)
 	}
-	j := 0
-	for _, g := range grads {
-		if g == nil {
-			continue
-		}
-		width, c := g.shape[3], list[j]
-		j++
-		s := pipelines.GradShape{M: gradTile4, N: width, K: g.shape[0] * g.shape[1] * g.shape[2],
+	for _, c := range list {
+		s := pipelines.GradShape{M: gradTile4, N: c.width, K: c.rows,
 			A: pipelines.GradOperand{RowStride: 1, Type: core.Float32},
-			B: pipelines.GradOperand{Offset: g.offset, RowStride: 1, KStride: width, Type: g.dtype},
-			C: pipelines.RowLayout{Offset: c.at, Stride: width}}
-		if err := b.GradProduct(s, status, g, status); err != nil {
+			B: pipelines.GradOperand{Offset: c.g.offset, RowStride: 1, KStride: c.width, Type: c.g.dtype},
+			C: pipelines.RowLayout{Offset: c.at, Stride: c.width}}
+		if err := b.GradProduct(s, status, c.g, status); err != nil {
 			return err
 		}
 	}
