@@ -170,7 +170,9 @@ func downloadGrad(t *testing.T, x *vkattn.Tensor) []float32 {
 // read or write is a staged transfer with a submission and a wait of its
 // own), a backward call with no mask or per-head values to upload is one
 // submission and one host wait, and nothing passes through staging until
-// a gradient is downloaded.
+// a gradient is downloaded: the words that say whether each gradient came
+// out finite are written by the kernels into host-visible memory and read
+// there after the wait.
 func TestBackwardStaysOnDevice(t *testing.T) {
 	d := devtest.NVIDIADev
 	if d.Memory() != vkattn.DiscreteMemory {
