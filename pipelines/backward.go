@@ -81,14 +81,18 @@ func planBackward(dev core.DeviceInfo, p AttentionPlan) (backwardPlan, error) {
 	case backwardWorkGroup > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)):
 		return bp, Limitf("the backward pass needs workgroups of %d invocations", backwardWorkGroup)
 	}
-	if budget := dev.LoopBudget(); budget > 0 {
+	return bp, checkBackwardLoops(dev, s, backwardLoops(bp.tile, s.S, s.L, s.H/s.HKV))
+}
+
+// checkBackwardLoops refuses a backward whose invocations would loop n
+// times on a device that ends loops earlier (SEMANTICS.md §20).
+func checkBackwardLoops(dev core.DeviceInfo, s *AttentionShape, n int) error {
+	if budget := dev.LoopBudget(); budget > 0 && n > budget {
 		group := s.H / s.HKV
-		if n := backwardLoops(bp.tile, s.S, s.L, group); n > budget {
-			return bp, Limitf("on %s, which ends an invocation's loops after %d iterations, the backward of %d keys and %d query rows a KV head (%d heads of %d rows) would loop %d times",
-				dev.Name, budget, s.S, group*s.L, group, s.L, n)
-		}
+		return Limitf("on %s, which ends an invocation's loops after %d iterations, the backward of %d keys and %d query rows a KV head (%d heads of %d rows) would loop %d times",
+			dev.Name, budget, s.S, group*s.L, group, s.L, n)
 	}
-	return bp, nil
+	return nil
 }
 
 // planBackwardRows sizes the row kernels' passes: the tuning's rows per
@@ -109,14 +113,7 @@ func planBackwardRows(dev core.DeviceInfo, p AttentionPlan, t *backwardTuning, b
 	if bp.wg > min(int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations)) {
 		return bp, Limitf("the backward pass needs workgroups of %d invocations", bp.wg)
 	}
-	if budget := dev.LoopBudget(); budget > 0 {
-		group := s.H / s.HKV
-		if n := backwardRowLoops(t.Step, s.S, s.L, group); n > budget {
-			return bp, Limitf("on %s, which ends an invocation's loops after %d iterations, the backward of %d keys and %d query rows a KV head (%d heads of %d rows) would loop %d times",
-				dev.Name, budget, s.S, group*s.L, group, s.L, n)
-		}
-	}
-	return bp, nil
+	return bp, checkBackwardLoops(dev, s, backwardRowLoops(t.Step, s.S, s.L, s.H/s.HKV))
 }
 
 // backwardRows is the row kernels' tuning where the backward of p runs on
