@@ -386,11 +386,19 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	if p.Vec4 && !in.Weights && !p.Additive && packed <= max(2*p.Rows, 8) && in.S >= 256 {
 		p.SplitKeys = tuning.SplitKeys
 		p.splitKeys(ceilDiv(in.S, p.SplitKeys))
-		if p.Rows == 1 && p.Path == core.TexelLoadPath {
+		switch {
+		case p.Rows == 1 && p.Path == core.TexelLoadPath:
 			// One row a lane (no GQA): on lavapipe 2 keys a step ran f32
 			// K/V decode ~18% faster than 4 (f16 the same) and compile
 			// in ~1 s instead of ~4; halving keeps splits whole steps.
 			p.KeyTile = max(1, p.KeyTile/2)
+		case p.DMax >= 128 && p.Path == core.TexelLoadPath:
+			// Packed GQA rows at d_max 128: the body of rows x keys x
+			// d_max/4 unrolled vec4 steps compiled on lavapipe for 32 s
+			// (f32 K/V) and 67 s (f16) with 4 rows and 4 keys, 4.1 s and
+			// 4.8 s with 1 key, which decoded f32 K/V 9-30% faster and
+			// f16 9% faster at S=4096, 9% slower at 16384 (BENCHMARKS.md).
+			p.KeyTile = 1
 		}
 	}
 	if err := fitLoops(dev, &in, &p); err != nil {

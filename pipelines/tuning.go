@@ -53,7 +53,8 @@ var (
 // faster than storage loads in loops; one SIMD-8 lane group per workgroup;
 // as many rows as keep the unrolled body small (rows x d_max <= 256, 512
 // at d_max 128 where 4 rows beat 2 by 20-40% and let decode read K/V once
-// per KV head of 4 query heads); 4 keys per step (~30% less CPU than 1);
+// per KV head of 4 query heads); 4 keys per step (~30% less CPU than 1;
+// split-K at d_max 128 takes 1, PlanAttention);
 // 256 keys per split-K lane (~35% faster decode than 128); K/V rows shared
 // across the 8 lanes by shuffles (a texel fetch is a call with a per-lane
 // gather there; ~20% faster prefill). The storage path, slow there and
