@@ -16,7 +16,7 @@ deps-windows:
 	@tools/deps.sh --windows
 
 # SPIR-V freshness, go vet, the plain-Go packages without cgo (no Vulkan
-# driver needed), then the whole suite with the Vulkan validation layer on
+# driver needed), then the rest of the suite with the Vulkan validation layer on
 # (any validation message fails it) and, beside it, the tests of a device
 # shared by goroutines and closed under load again under the race detector
 # (in the root, the KV cache's package and vk).
@@ -27,6 +27,11 @@ RACE_PACKAGES = . ./kv ./vk
 # runs after it leave off go test's own vet (a subset of the same checks,
 # on the same files: some 30 s of CPU for the suite's test binaries).
 GOTEST = $(GO) test -vet=off
+
+# The plain-Go packages whose tests are the same with and without cgo:
+# they run once, without it, before the suite, which leaves them out
+# (weights has tests that open a device, so it runs in both).
+CGO_FREE = ./core/... ./pipelines ./reference/... ./internal/golden/...
 
 # lavapipe compiles each kernel variant at its first dispatch, and a cold
 # run of the suite is mostly that (some 300 variants). GALLIVM_PERF=nopt
@@ -66,14 +71,14 @@ test: deps-viewer
 	tools/glslc.sh --check
 	$(GO) vet ./...
 	$(GO) vet -tags viewer ./viewer/... ./cmd/vkattn
-	CGO_ENABLED=0 $(GOTEST) -count=1 ./core/... ./pipelines ./reference/... ./weights/... ./internal/golden/...
+	CGO_ENABLED=0 $(GOTEST) -count=1 $(CGO_FREE) ./weights/...
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-suite test-legs
 
 # The legs of make test beside the suite (each installs what make test
 # does, once however many run).
 .PHONY: test-suite test-legs test-optimised test-coopmat test-view test-race test-fuzz test-widths test-windows
 test-suite: deps-viewer
-	$(TEST_ENV) $(GOTEST) -count=1 -timeout 40m ./...
+	$(TEST_ENV) $(GOTEST) -count=1 -timeout 40m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(CGO_FREE))")
 # The legs' make takes two jobs of its own: its MAKEFLAGS keep the command
 # line's variables and flags but not the outer jobserver.
 test-legs: deps-viewer
