@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Windows leg of make test: cross-builds vkattn.exe and the test
-# binaries of the root and kv packages with mingw-w64 (tools/dist.sh
+# The Windows leg of make test: cross-builds vkattn.exe and the root
+# package's test binary with mingw-w64 (tools/dist.sh
 # windows-go) and runs
 # them under Wine on lavapipe: Wine's vulkan-1.dll forwards to the host's
 # Vulkan loader and driver.
@@ -76,10 +76,9 @@ step() { echo "--- $*"; }
 # (The CLI's own Windows paths are checked through vkattn.exe below: a
 # test binary of cmd/vkattn and go vet for Windows cost some 30 s of CPU
 # more and add little the cross-build does not check.)
-step "cross-building vkattn.exe and the test binaries of the root and kv packages"
+step "cross-building vkattn.exe and the root package's test binary"
 tools/dist.sh windows-go build -o "$t/vkattn.exe" ./cmd/vkattn
 tools/dist.sh windows-go test -c -o "$t/vkattn.test.exe" .
-tools/dist.sh windows-go test -c -o "$t/kv.test.exe" ./kv
 wine_ready
 vkattn() { $wine "$t/vkattn.exe" "$@"; }
 
@@ -100,6 +99,14 @@ expect "run" "O (1, 2): [1.60445 1.59333]"
 expect "run --check" "check vs float64 reference"
 grep -F "check vs float64 reference" "$t/out" | grep -q ': ok$' || { cat "$t/out"; fail "run --check is not ok"; }
 grep -F -e "O (1, 2)" -e "check vs" "$t/out"
+
+step "a KV-cache decode loop with --check, contiguous f32 and paged f16"
+for cache in "" "--page 2 --kv-dtype f16"; do
+  # shellcheck disable=SC2086 # the cache flags are words
+  vkattn decode -q $ex/k.npy -k $ex/k.npy -v $ex/v.npy $cache --check >"$t/out" 2>&1 || { cat "$t/out"; fail "decode $cache --check"; }
+  grep -F "check vs float64 reference" "$t/out" | grep -q ': ok$' || { cat "$t/out"; fail "decode $cache --check is not ok"; }
+  grep -F "cache " "$t/out" | head -1
+done
 
 # Outputs: written as a temporary file beside the target and renamed over
 # it (the old file kept as a hard link until then); a relative path with
@@ -146,9 +153,9 @@ suite() {
   echo "$n passed (with subtests)"
 }
 # The golden cases on lavapipe's own plan and NVIDIA's (row and tiled
-# kernels), a KV-cache decode loop (f32 and paged f16), a backward case.
+# kernels), a backward case. (The KV cache's decode loop runs above,
+# through vkattn.exe decode.)
 suite '^TestGoldenCases$/^(auto|nvidia)$'
-suite '^TestKVCacheDecodeLoop$/^(f32|paged_f16_window)$' kv.test.exe
 suite '^TestAttentionBackwardEveryPlan$/^auto$/^GQA'
 echo "--- CPU time, user and system: this script, then the programs it ran"
 times
