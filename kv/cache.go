@@ -79,10 +79,10 @@ type Cache struct {
 	// lengths on the device as the kernels read them: key lengths [B]
 	// (the sequence lengths), then query lengths [B], all Capacity: no
 	// row of any call (L <= every length <= Capacity) is padding.
-	lenT   *vkattn.Tensor
-	mu     sync.Mutex
-	lens   []int
-	closed bool
+	lengths *vkattn.Tensor
+	mu      sync.Mutex
+	lens    []int
+	closed  bool
 	// pending are an AppendTensors' copies still in flight: device work
 	// submitted later runs after them; the host waits for them only
 	// before it writes the cache itself.
@@ -235,7 +235,7 @@ func New(d *vkattn.Device, cfg Config) (*Cache, error) {
 			return fail(err)
 		}
 	}
-	if c.lenT, err = engine.NewTensor(d, [4]int{1, 1, 1, 2 * cfg.B}, vkattn.Float32); err != nil {
+	if c.lengths, err = engine.NewTensor(d, [4]int{1, 1, 1, 2 * cfg.B}, vkattn.Float32); err != nil {
 		return fail(err)
 	}
 	if r := cfg.RoPE; r != nil && cfg.Window > 0 {
@@ -263,7 +263,7 @@ func New(d *vkattn.Device, cfg Config) (*Cache, error) {
 		}
 	}
 	// Key lengths 0; query lengths Capacity, so that no row is padding.
-	if err := engine.WriteInts(c.lenT, cfg.B, slices.Repeat([]int{cfg.Capacity}, cfg.B)); err != nil {
+	if err := engine.WriteInts(c.lengths, cfg.B, slices.Repeat([]int{cfg.Capacity}, cfg.B)); err != nil {
 		return fail(err)
 	}
 	if err := c.syncLengths(engine.WriteInts); err != nil {
@@ -571,7 +571,7 @@ func (c *Cache) append(seqs []int, k, v []float32, n int) error {
 			return fmt.Errorf("values: %w", err)
 		}
 	}
-	if engine.Buf(c.k).Mapped() && engine.Buf(c.v).Mapped() && engine.Buf(c.lenT).Mapped() {
+	if engine.Buf(c.k).Mapped() && engine.Buf(c.v).Mapped() && engine.Buf(c.lengths).Mapped() {
 		return c.storeLocked(seqs, n, cacheWriter{rows: func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
 			raw := [2][]byte{rawK, rawV}[i]
 			return engine.EachSpan(cfg.DType, len(seqs)*cfg.HKV*n*w, first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
@@ -911,9 +911,9 @@ func (c *Cache) Reset() error { return c.Truncate(make([]int, c.cfg.B)) }
 // c.mu.
 func (c *Cache) syncLengths(putInts func(t *vkattn.Tensor, off int, xs []int) error) error {
 	if c.cfg.Window == 0 {
-		return putInts(c.lenT, 0, c.lens)
+		return putInts(c.lengths, 0, c.lens)
 	}
-	if err := putInts(c.lenT, 0, c.keptLocked()); err != nil {
+	if err := putInts(c.lengths, 0, c.keptLocked()); err != nil {
 		return err
 	}
 	if c.rope == nil {
@@ -1088,7 +1088,7 @@ func checkCacheOptions(opts vkattn.Options) error {
 
 // callRefs are what the cache adds to a call over it.
 func (c *Cache) callRefs() *engine.CacheRefs {
-	r := &engine.CacheRefs{Lengths: c.lenT}
+	r := &engine.CacheRefs{Lengths: c.lengths}
 	if pt := c.pt; pt != nil {
 		r.PageTable, r.PageSize, r.Pages, r.PerItem = pt.table, pt.size, pt.pages, pt.perItem
 	}
@@ -1097,7 +1097,7 @@ func (c *Cache) callRefs() *engine.CacheRefs {
 		// lengths, or a rolling cache's own.
 		r.RoPE, r.RoPETable, r.RoPELengths = c.rope.r, c.rope.table, c.rope.lengths
 		if r.RoPELengths == nil {
-			r.RoPELengths = c.lenT
+			r.RoPELengths = c.lengths
 		}
 	}
 	return r
@@ -1201,7 +1201,7 @@ func (c *Cache) Close() {
 	defer c.mu.Unlock()
 	c.closed = true
 	c.settleLocked()
-	engine.CloseTensors(c.k, c.v, c.lenT)
+	engine.CloseTensors(c.k, c.v, c.lengths)
 	if c.rope != nil {
 		engine.CloseTensors(c.rope.table, c.rope.lengths)
 	}
