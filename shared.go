@@ -152,6 +152,10 @@ func Round(t DType, data []float32) ([]float32, error) { return core.Round(t, da
 // picks it per device unless Config forces one.
 type LoadPath = core.LoadPath
 
+// KernelLayout is the layout of a planned attention kernel (bounds, rows,
+// tiles, splits, chunks, grid), embedded in KernelPlan.
+type KernelLayout = core.KernelLayout
+
 const (
 	AutoLoadPath    = core.AutoLoadPath
 	TexelLoadPath   = core.TexelLoadPath

@@ -139,46 +139,10 @@ type Scalars struct {
 
 // AttentionPlan is what the planner chose for one problem.
 type AttentionPlan struct {
-	Variant   Variant
-	Path      core.LoadPath
-	Vec4      bool // Q, K, V read four floats per load
-	DMax      int  // compile-time bound on d_k and d_v
-	DVMax     int  // the tiled kernels' bound on d_v: DMax, or d_v's own bucket for heads past core.MaxRowWidth
-	Rows      int  // query rows per invocation
-	KeyTile   int  // keys per online-softmax step (the shader's KEYS)
-	WorkGroup int  // invocations per workgroup
-	// Split-K (flash-decoding): Splits > 0 splits the keys into Splits
-	// chunks of SplitKeys, one per lane, with the rows of all query heads of
-	// a KV head packed together (RowBlocks blocks of Rows rows per KV head);
-	// a combine pass merges the partial results.
-	Splits, SplitKeys, RowBlocks int
-	// Additive: additive (Bahdanau) scores; Q and K are the projections.
-	Additive bool
-	// Masked: the call has an additive, boolean or key-padding mask, so the
-	// kernel is specialized with the mask loads.
-	Masked bool
-	// SharedLoads > 0: the lanes of each subgroup (this many) fetch every
-	// K and V row once between them and share it by subgroup shuffles.
-	SharedLoads int
-	// Tiled plans (FamilyTiled, the GPU kernels): a workgroup owns TileRows
-	// query rows (Br) of one KV head's query heads and walks KeyTile keys
-	// (Bc) per tile staged in SharedBytes of shared memory; LanesPerRow
-	// lanes split each row's head dimension; the pipeline requires full
-	// subgroups of SubgroupSize lanes. With Splits > 0 (split-K decode) a
-	// workgroup reads a contiguous block of SplitKeys keys.
-	TileRows, LanesPerRow, SharedBytes, SubgroupSize int
-	RowsPerLane                                      int // rows each group of LanesPerRow lanes holds
-	// Matrix > 0 (FamilyCoopmat): both products on Matrix x Matrix x Matrix
-	// cooperative matrices (float16 in, float32 accumulated), in workgroups
-	// of WorkGroup / SubgroupSize whole subgroups; TileRows, KeyTile and
-	// SharedBytes as for the tiled kernels.
-	Matrix int
-	// Chunks > 1: the call is larger than one binding reaches and runs as
-	// Chunks parts of ChunkKVHeads KV heads with ChunkHeads query heads of
-	// one batch item and up to ChunkRows query rows.
-	Chunks, ChunkKVHeads, ChunkHeads, ChunkRows int
-	Grid                                        [3]uint32
-	Why                                         string // why this load path
+	Variant Variant
+	Path    core.LoadPath
+	core.KernelLayout
+	Why string // why this load path
 	// Shape is the call planned and Scalars its values: binding its
 	// buffers reads the chunks, windows and parameters from the plan and
 	// never plans again.

@@ -290,12 +290,12 @@ func familyBindings(v Variant) []bindingUse {
 	}
 	switch v.Family {
 	case FamilyAttention, FamilyAdditive, FamilyTiled, FamilyCoopmat:
-		p := AttentionPlan{Variant: v, Path: v.Path, Vec4: v.Vec4, Additive: v.Family == FamilyAdditive}
+		p := AttentionPlan{Variant: v, Path: v.Path, KernelLayout: core.KernelLayout{Vec4: v.Vec4, Additive: v.Family == FamilyAdditive}}
 		return uses(attentionBindingTypes(p), BindO, BindLSE, BindWeights)
 	case FamilyCombine:
 		return uses(combineBindingTypes(), combineBindO, combineBindLSE)
 	case FamilyLinear, FamilyLinearCoopmat:
-		return uses(linearBindingTypes(LinearPlan{Path: v.Path, Vec4: v.Vec4}), linearBindY)
+		return uses(linearBindingTypes(LinearPlan{Path: v.Path, LinearLayout: core.LinearLayout{Vec4: v.Vec4}}), linearBindY)
 	case FamilyHeadMean:
 		return uses(headMeanBindingTypes(), headMeanBindMean)
 	case FamilyRoPE:

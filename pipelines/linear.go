@@ -9,23 +9,10 @@ import (
 
 // LinearPlan is what the planner chose for a dense layer Y = X W^T + b.
 type LinearPlan struct {
-	Variant   Variant
-	Path      core.LoadPath
-	Vec4      bool
-	TileRows  int // rows of X per invocation (fixed by the shader)
-	TileCols  int // outputs per invocation (fixed by the shader)
-	WorkGroup int
-	Grid      [3]uint32
-	Why       string     // why this load path
-	X, W      core.DType // element types of the inputs and the weights
-	// Matrix > 0 (FamilyLinearCoopmat): the products on Matrix x Matrix x
-	// Matrix float16 cooperative matrices, in workgroups of full
-	// subgroups of SubgroupSize lanes, a TileRows x TileCols block of Y each.
-	Matrix, SubgroupSize int
-	// BlockRows x BlockOutputs is the block of Y one dispatch computes,
-	// bound through its own buffer windows: the whole layer when it fits
-	// one binding, Blocks of them when not.
-	BlockRows, BlockOutputs, Blocks int
+	Variant Variant
+	Path    core.LoadPath
+	core.LinearLayout
+	Why string // why this load path
 }
 
 func (p LinearPlan) String() string {

@@ -52,8 +52,8 @@ func poolSize() int { return max(2, min(runtime.NumCPU(), 4)) }
 // per variant and specialization (a plan without its problem's extents).
 func KernelOf(k vkattn.KernelPlan) pipelines.AttentionPlan {
 	p := engine.AttentionPlanOf(k)
-	return pipelines.AttentionPlan{Variant: p.Variant, DMax: p.DMax, Rows: p.Rows, KeyTile: p.KeyTile,
-		WorkGroup: p.WorkGroup, Masked: p.Masked, SharedLoads: p.SharedLoads, Splits: min(p.Splits, 1)}
+	return pipelines.AttentionPlan{Variant: p.Variant, KernelLayout: core.KernelLayout{DMax: p.DMax, Rows: p.Rows, KeyTile: p.KeyTile,
+		WorkGroup: p.WorkGroup, Masked: p.Masked, SharedLoads: p.SharedLoads, Splits: min(p.Splits, 1)}}
 }
 
 // InCompileOrder runs case i of a sweep (run is a subtest body that calls
