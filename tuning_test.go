@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
 )
@@ -17,8 +18,7 @@ import (
 // row kernels take its rows and workgroup, tiled ones (a GPU's own plan)
 // its name.
 func TestTuningRoundTrip(t *testing.T) {
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
-	t.Setenv("HOME", t.TempDir())
+	devtest.TempUserCache(t)
 	t.Setenv("VKATTN_PLAN_AS", "") // saved tunings are for a device's own plans
 	d, err := vkattn.Open(vkattn.Config{Validation: true})
 	if err != nil {

@@ -9,17 +9,9 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/devtest"
 	"github.com/vkattn/vkattn/tune"
 )
-
-// tempCache points the user cache directory (where SaveTuning writes) at
-// a temporary directory, so no test touches the real one.
-func tempCache(t *testing.T) {
-	t.Helper()
-	dir := t.TempDir()
-	t.Setenv("XDG_CACHE_HOME", dir)
-	t.Setenv("HOME", dir)
-}
 
 // tuneArgs is the quick tune the tests run: the smallest bucket, one timed
 // call, a small prefill problem.
@@ -30,7 +22,7 @@ var tuneRowRE = regexp.MustCompile(`(?m)^d=16 \(d_max 16\) L=S=64\s+rows (\d+), 
 
 func TestTuneSaves(t *testing.T) {
 	withDevice(t)
-	tempCache(t)
+	devtest.TempUserCache(t)
 	t.Setenv("VKATTN_PLAN_AS", "") // a saved tuning is for the device's own plans
 	out, errOut, code := cli(t, tuneArgs...)
 	if code != exitOK {
@@ -140,7 +132,7 @@ func TestTuneSaves(t *testing.T) {
 
 func TestTuneDryRunJSON(t *testing.T) {
 	withDevice(t)
-	tempCache(t)
+	devtest.TempUserCache(t)
 	out, errOut, code := cli(t, append(tuneArgs, "--dry-run", "--json")...)
 	if code != exitOK {
 		t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
@@ -214,7 +206,7 @@ func TestTuneDryRunJSON(t *testing.T) {
 }
 
 func TestTuneBadFlags(t *testing.T) {
-	tempCache(t)
+	devtest.TempUserCache(t)
 	for _, c := range []struct {
 		args []string
 		want string

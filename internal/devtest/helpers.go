@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand"
+	"os"
 	"testing"
 	"time"
 
@@ -266,4 +267,20 @@ func CheckAgainstReference(t *testing.T, d *vkattn.Device, p *Problem) {
 	if p.Weights {
 		Compare(t, "weights", got.W, want.Weights)
 	}
+}
+
+// TempUserCache points the user cache directory (where SaveTuning writes
+// and vkattn keeps its pipeline cache) at a temporary one for t, and keeps
+// Mesa's shader cache where it was (MESA_SHADER_CACHE_DIR): lavapipe would
+// otherwise compile anew, in a cache of its own, every kernel the test runs.
+func TempUserCache(t *testing.T) {
+	t.Helper()
+	if os.Getenv("MESA_SHADER_CACHE_DIR") == "" {
+		if dir, err := os.UserCacheDir(); err == nil {
+			t.Setenv("MESA_SHADER_CACHE_DIR", dir)
+		}
+	}
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", dir)
+	t.Setenv("HOME", dir)
 }
