@@ -82,9 +82,12 @@ test: deps-viewer
 test-suite: deps-viewer
 	$(TEST_ENV) $(GOTEST) -count=1 -timeout 40m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(CGO_FREE))")
 # The legs' make takes two jobs of its own: its MAKEFLAGS keep the command
-# line's variables and flags but not the outer jobserver.
+# line's variables and flags but not the outer jobserver. They start in
+# this order: the Windows leg's cross-build (the most CPU) first, the race
+# leg last, so that its kernels come from Mesa's cache the suite filled
+# and its build (all parallel) fills both cores once the suite ends.
 test-legs: deps-viewer
-	nice -n 10 env MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))' $(MAKE) --no-print-directory -j2 --output-sync=target test-coopmat test-race test-fuzz test-optimised test-view test-widths test-windows
+	nice -n 10 env MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))' $(MAKE) --no-print-directory -j2 --output-sync=target test-windows test-coopmat test-widths test-fuzz test-optimised test-view test-race
 test-optimised: deps-viewer
 	VKATTN_VALIDATION=1 $(GOTEST) -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
 test-coopmat: deps-viewer
