@@ -71,6 +71,24 @@ func (d *Device) NewHostBuffer(size uint64) (*Buffer, error) {
 	return b, err
 }
 
+// vkBufferSize is the size of the VkBuffer made for size bytes (a multiple
+// of 16): size, or past a power of two by 16 bytes (32 for the smallest)
+// where that stays within max. llvmpipe (lavapipe) keys each compiled
+// kernel on whether the size of every buffer bound as a texel buffer is a
+// power of two, so a kernel run on buffers of 16,384 and then 15,360 bytes
+// compiled twice (2.5 s each at d=64); with no VkBuffer's size a power of
+// two it compiles once for both.
+func vkBufferSize(size, max uint64) uint64 {
+	padded := size
+	for padded&(padded-1) == 0 {
+		padded += 16
+	}
+	if max > 0 && padded > max {
+		return size
+	}
+	return padded
+}
+
 func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 	if size == 0 {
 		size = 16
@@ -90,7 +108,7 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 	var handle vulkan.Buffer
 	info := vulkan.BufferCreateInfo{
 		SType:       vulkan.StructureTypeBufferCreateInfo,
-		Size:        vulkan.DeviceSize(size),
+		Size:        vulkan.DeviceSize(vkBufferSize(size, d.Info.Limits.MaxMemoryAllocation)),
 		Usage:       vulkan.BufferUsageFlags(allBufferUsage),
 		SharingMode: vulkan.SharingModeExclusive,
 	}
