@@ -90,12 +90,12 @@ test: deps-viewer
 test-suite: deps-viewer
 	$(BUILD) $(TEST_ENV) $(GOTEST) $(SUITE_EXEC) -count=1 -timeout 40m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(CGO_FREE))")
 # The legs' make takes two jobs of its own: its MAKEFLAGS keep the command
-# line's variables and flags but not the outer jobserver. They start in
-# this order: the Windows leg's cross-build (the most CPU) first, the race
-# leg last, so that its kernels come from Mesa's cache the suite filled
-# and its build (all parallel) fills both cores once the suite ends.
+# line's variables and flags but not the outer jobserver. The two longest
+# start first, beside the suite: the race leg (its tests run several times
+# slower under the race detector, on one core) and the Windows leg (the
+# cross-build); the short ones fill both cores once the suite ends.
 test-legs: deps-viewer
-	nice -n 10 env MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))' $(MAKE) --no-print-directory -j2 --output-sync=target test-windows test-coopmat test-widths test-fuzz test-optimised test-view test-race
+	nice -n 10 env MAKEFLAGS='$(filter-out -j% --jobserver%,$(MAKEFLAGS))' $(MAKE) --no-print-directory -j2 --output-sync=target test-race test-windows test-coopmat test-widths test-fuzz test-optimised test-view
 test-optimised: deps-viewer
 	VKATTN_VALIDATION=1 $(GOTEST) -count=1 -timeout 10m -run '$(OPTIMISED_TESTS)' .
 test-coopmat: deps-viewer
