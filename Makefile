@@ -87,8 +87,13 @@ test: deps-viewer
 # The legs of make test beside the suite (each installs what make test
 # does, once however many run).
 .PHONY: test-suite test-legs test-optimised test-coopmat test-view test-race test-fuzz test-widths test-windows
+# go test starts the packages in the order given, two at a time: the root
+# package's first (the longest), the CLI's last, so that the kernels its
+# commands share with the root's tests are more often in Mesa's cache by
+# then than compiled beside them.
+SUITE_LAST = ./cmd/vkattn
 test-suite: deps-viewer
-	$(BUILD) $(TEST_ENV) $(GOTEST) $(SUITE_EXEC) -count=1 -timeout 40m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(CGO_FREE))")
+	$(BUILD) $(TEST_ENV) $(GOTEST) $(SUITE_EXEC) -count=1 -timeout 40m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(CGO_FREE) $(SUITE_LAST))") $(SUITE_LAST)
 # The legs' make takes two jobs of its own: its MAKEFLAGS keep the command
 # line's variables and flags but not the outer jobserver. The two longest
 # start first, beside the suite: the race leg (its tests run several times
