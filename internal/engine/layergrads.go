@@ -169,13 +169,15 @@ func (b *Builder) CheckFinite(grads []*Tensor, names []string) error {
 			return err
 		}
 	}
+	// One read of every status word after each run (runs of a call take
+	// its lock one at a time, so they share got).
+	got := make([]float32, words-finiteZeros)
 	b.after = func() error {
+		if err := buf.ReadFloat32(finiteZeros, got); err != nil {
+			return DeviceError(err)
+		}
 		for _, c := range list {
-			w := make([]float32, c.words)
-			if err := buf.ReadFloat32(uint64(c.at), w); err != nil {
-				return DeviceError(err)
-			}
-			for _, v := range w {
+			for _, v := range got[c.at-finiteZeros : c.at-finiteZeros+c.words] {
 				if v != 0 {
 					return errorf(core.ErrOverflow, "%s is not finite: a float32 sum of its terms went beyond float32's range (found on the device after the call); the gradients are refused", c.name)
 				}
