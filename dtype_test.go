@@ -168,6 +168,35 @@ func TestHalfInputsEveryPath(t *testing.T) {
 	})
 }
 
+// Split-K lanes on the texel path read half rows of whole 16-byte texels
+// eight halves a fetch, and other widths four, both to the reference.
+func TestHalvesEightAFetch(t *testing.T) {
+	d := devtest.EveryPlan()["auto"]
+	r := rand.New(rand.NewSource(10))
+	for _, c := range []struct {
+		width int
+		ts    [3]vkattn.DType
+		eight bool
+	}{
+		{8, typeMixes[2], true},   // all f16
+		{16, typeMixes[4], true},  // bf16 K/V beside f32 queries
+		{12, typeMixes[2], false}, // rows end mid-texel
+	} {
+		t.Run(fmt.Sprintf("d%d%s", c.width, typesName(c.ts)), func(t *testing.T) {
+			p := devtest.NewProblem(r, 1, 2, 1, 1, 300, c.width, c.width)
+			p.Types = c.ts
+			plan, err := d.PlanAs(p.QS[:], p.KS[:], p.VS[:], c.ts, p.Opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.Kernel.Splits == 0 || plan.Kernel.Halves8 != c.eight || strings.Contains(plan.String(), "halves eight a fetch") != c.eight {
+				t.Errorf("want a split-K plan with Halves8 %v; got %s", c.eight, plan)
+			}
+			devtest.CheckAgainstReference(t, d, p)
+		})
+	}
+}
+
 // Every golden case with its inputs stored as halves (all three, and half
 // K/V beside float32 queries) on both load paths, against the reference on
 // the rounded values at the sweep's float32 tolerance.

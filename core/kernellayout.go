@@ -39,8 +39,12 @@ type KernelLayout struct {
 	Splits    int  `json:"splits,omitempty"`
 	SplitKeys int  `json:"split_keys,omitempty"`
 	RowBlocks int  `json:"row_blocks,omitempty"`
-	Vec4      bool `json:"vec4,omitempty"`     // Q, K and V read four values a load
-	Additive  bool `json:"additive,omitempty"` // additive (Bahdanau) scores; Q and K are the projections
+	Vec4      bool `json:"vec4,omitempty"` // Q, K and V read four values a load
+	// Halves8: the row kernels read float16 and bfloat16 inputs through
+	// 32-bit-word texel views, eight halves (two vec4 slots) a fetch
+	// instead of four; their widths, offsets and strides are multiples of 8.
+	Halves8  bool `json:"halves8,omitempty"`
+	Additive bool `json:"additive,omitempty"` // additive (Bahdanau) scores; Q and K are the projections
 	// Masked: the call has an additive, boolean or key-padding mask, so the
 	// kernel is specialized with the mask loads.
 	Masked bool `json:"masked,omitempty"`

@@ -131,7 +131,9 @@ func bindWindow(dev core.DeviceInfo, what string, sp span, texel, vec4 bool, t c
 	// (element >> 2) + c of its window.
 	align := uint64(4)
 	if vec4 {
-		align = 4 * elem
+		// Halves start on whole 16-byte texels too: read eight a texel
+		// (Halves8) their window starts on one.
+		align = max(4*elem, 16)
 	}
 	reach := uint64(dev.Limits.MaxStorageBufferRange)
 	if texel {

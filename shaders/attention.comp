@@ -23,6 +23,7 @@
 //   VEC4_LOADS: Q, K, V rows are read four elements at a time (RGBA32UI or
 //     RGBA16UI texels, or uvec4 / uvec2 storage words, widened by
 //     loads.glsl); needs d % 4 == 0 and 4-aligned offsets and strides.
+//     With HALVES8 (texel path) halves are read eight a texel.
 //     Otherwise scalar loads assemble each vec4 (any width).
 //   ADDITIVE: additive (Bahdanau) scores w_a . tanh(q + k) on projected
 //     queries and keys (width d_k = d_a), w_a at binding 13; no scale.
@@ -72,6 +73,9 @@ layout(constant_id = ATT_SPEC_PAGED) const bool PAGED = false;
 #ifdef TEXEL_LOADS
 #define UNPACK_HALVES
 #endif
+// Half inputs come eight a texel (loads.glsl's HALVES8).
+layout(constant_id = ATT_SPEC_HALVES8) const bool HALVES8_SPEC = false;
+#define HALVES8 HALVES8_SPEC
 #include "loads.glsl"
 INPUT(BIND_Q, Qt)
 INPUT(BIND_K, Kt)

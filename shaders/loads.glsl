@@ -62,6 +62,18 @@ vec4 widen16x4(uvec4 h, int T) {
     return vec4(widen16(h.x, T), widen16(h.y, T), widen16(h.z, T), widen16(h.w, T));
 }
 
+// widen16x4pair widens halves 4..7 (high) or 0..3 of the eight packed
+// two a word in w.
+vec4 widen16x4pair(uvec4 w, bool high, int T) {
+    uvec2 pair = high ? w.zw : w.xy;
+#ifdef UNPACK_HALVES
+    if (T == TYPE_F16) {
+        return vec4(unpackHalf2x16(pair.x), unpackHalf2x16(pair.y));
+    }
+#endif
+    return widen16x4(uvec4(pair.x, pair.x >> 16, pair.y, pair.y >> 16), T);
+}
+
 // The four int8 quants of word w, as floats.
 vec4 q8x4(uint w) {
     int x = int(w);
@@ -104,7 +116,8 @@ vec4 q4x4(uint w, int shift) {
 
 #ifdef TEXEL_LOADS
 // 32-bit inputs through R32UI / RGBA32UI views, halves through R16UI /
-// RGBA16UI views (pipelines picks the view format by the element type).
+// RGBA16UI views, or RGBA32UI ones with HALVES8 (pipelines picks the view
+// format by the element type and the plan).
 #define INPUT(b, name) layout(binding = b) uniform usamplerBuffer name;
 #ifdef VEC4_LOADS
 #define WORD(name, w) texelFetch(name, (w) >> 2)[(w) & 3]
@@ -138,7 +151,27 @@ uvec4 halves4(uvec2 w) { return uvec4(w.x, w.x >> 16, w.y, w.y >> 16); }
 #endif
 
 #ifdef VEC4_LOADS
-#define LOAD4(name, T, base, c, n) ((4 * (c) < (n)) ? ROW4(name, T, base, c) : vec4(0.0))
+// The load is unconditional (its slot clamped into the row) and the tail
+// zeroed by a select: a conditional load compiles to a branch, which
+// lavapipe runs as both sides and a masked write of the result.
+vec4 zeroPast(vec4 v, bool inRow) { return inRow ? v : vec4(0.0); }
+#ifdef TEXEL_LOADS
+// With HALVES8 (a macro the including shader may define as one of its
+// specialization constants; false where it defines none) float16 and
+// bfloat16 inputs are RGBA32UI views, eight halves a texel, rows of whole
+// texels: slots 2k and 2k+1 are one fetch (the same clamped index, which
+// the compiler fetches once).
+#ifndef HALVES8
+#define HALVES8 false
+#endif
+#define ROW4_CLAMPED(name, T, base, c, n)                                                                         \
+    ((HALVES8 && ((T) == TYPE_F16 || (T) == TYPE_BF16))                                                           \
+         ? widen16x4pair(texelFetch(name, ((base) >> 3) + min((c) >> 1, max(((n) - 1) >> 3, 0))), ((c) & 1) != 0, T) \
+         : ROW4(name, T, base, min((c), max(((n) - 1) >> 2, 0))))
+#else
+#define ROW4_CLAMPED(name, T, base, c, n) ROW4(name, T, base, min((c), max(((n) - 1) >> 2, 0)))
+#endif
+#define LOAD4(name, T, base, c, n) zeroPast(ROW4_CLAMPED(name, T, base, c, n), 4 * (c) < (n))
 #else
 // Indexes are clamped into the row so every load is in bounds.
 #define AT_CLAMPED(name, T, base, i, n) ((i) < (n) ? AT(name, T, (base) + min((i), (n) - 1)) : 0.0)
