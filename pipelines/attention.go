@@ -64,18 +64,23 @@ func (l Layout) alignedTo(n, w int) bool {
 	return w%n == 0 && l.Offset%n == 0 && l.Strides[0]%n == 0 && l.Strides[1]%n == 0 && l.Strides[2]%n == 0
 }
 
-// halves8 reports whether every float16 or bfloat16 input among Q, K and
-// V can be read eight halves a texel: rows of whole 16-byte texels.
+// halves8 reports whether Q, K and V include float16 or bfloat16 inputs
+// and each can be read eight halves a texel: rows of whole 16-byte texels.
 func (s *AttentionShape) halves8() bool {
+	halves := 0
 	for _, in := range []struct {
 		l Layout
 		w int
 	}{{s.Q, s.DK}, {s.K, s.DK}, {s.V, s.DV}} {
-		if in.l.Type.Bytes() == 2 && !in.l.Type.Quantized() && !in.l.alignedTo(8, in.w) {
+		if in.l.Type.Bytes() != 2 || in.l.Type.Quantized() {
+			continue
+		}
+		if !in.l.alignedTo(8, in.w) {
 			return false
 		}
+		halves++
 	}
-	return true
+	return halves > 0
 }
 
 // MaskLayout says whether a call has a float mask over (B, H, L, S) and
@@ -378,12 +383,12 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 			// in ~1 s instead of ~4; halving keeps splits whole steps.
 			p.KeyTile = max(1, p.KeyTile/2)
 		case p.DMax >= 128 && p.Path == core.TexelLoadPath:
-			// Packed GQA rows at d_max 128: the body of rows x keys x
-			// d_max/4 unrolled vec4 steps compiled on lavapipe for 32 s
-			// (f32 K/V) and 67 s (f16) with 4 rows and 4 keys, 4.1 s and
-			// 4.8 s with 1 key, which decoded f32 K/V 9-30% faster and
-			// f16 9% faster at S=4096, 9% slower at 16384 (BENCHMARKS.md).
-			p.KeyTile = 1
+			// Packed GQA rows at d_max 128 on lavapipe (H=32 H_kv=8,
+			// S=4096 and 16384): 2 keys a step decoded f16 K/V 10-30%
+			// faster than 1 key and f32 as fast; 4 keys were no faster.
+			// The rows x keys x d_max/4 unrolled body compiles in 2.6 s
+			// (1 key 2.2 s, 4 keys 3.1 s).
+			p.KeyTile = min(p.KeyTile, 2)
 		}
 	}
 	if err := fitLoops(dev, &in, &p); err != nil {
