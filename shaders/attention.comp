@@ -103,11 +103,12 @@ bool rowOK[ROWS]; // the row exists (not past L, or past the packed GQA rows)
 #endif
 const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per row
 
-// LOAD_SHARED fetches this lane's slots of the row at base: slot
-// u * SHARE + lane, clamped (the clamped copies are never shuffled out).
-#define LOAD_SHARED(own, buf, T, base, n)                                                         \
+// LOAD_SHARED fetches this lane's slots of the row at base with load (a
+// LOAD4 of loads.glsl): slot u * SHARE + lane, clamped (the clamped copies
+// are never shuffled out).
+#define LOAD_SHARED(own, load, buf, T, base, n)                                                  \
     [[unroll]] for (int u = 0; u < SLOTS; u++) {                                                \
-        own[u] = LOAD4(buf, T, base, min(u * SHARE + int(gl_SubgroupInvocationID), D4 - 1), n); \
+        own[u] = load(buf, T, base, min(u * SHARE + int(gl_SubgroupInvocationID), D4 - 1), n); \
     }
 // Slot c of a row loaded by LOAD_SHARED into own.
 #define SLOT(own, c) subgroupShuffle(own[(c) / SHARE], (c) % SHARE)
@@ -123,7 +124,7 @@ void keyScores(int j, int keyEnd) {
     }
 #ifdef SHARED_LOADS
     vec4 kOwn[SLOTS];
-    LOAD_SHARED(kOwn, Kt, K_TYPE, kBase, DK)
+    LOAD_SHARED(kOwn, LOAD4, Kt, K_TYPE, kBase, DK)
 #endif
     [[unroll]] for (int c = 0; c < D4; c++) {
 #ifdef SHARED_LOADS
@@ -243,7 +244,7 @@ void main() {
 #ifdef SHARED_LOADS
         vec4 vOwn[KEYS][SLOTS];
         [[unroll]] for (int t = 0; t < KEYS; t++) {
-            LOAD_SHARED(vOwn[t], Vt, V_TYPE, vBase[t], DV)
+            LOAD_SHARED(vOwn[t], LOAD4_ANY_TAIL, Vt, V_TYPE, vBase[t], DV)
         }
 #endif
         [[unroll]] for (int c = 0; c < D4; c++) {
@@ -252,7 +253,7 @@ void main() {
 #ifdef SHARED_LOADS
                 v[t] = SLOT(vOwn[t], c);
 #else
-                v[t] = LOAD4(Vt, V_TYPE, vBase[t], c, DV);
+                v[t] = LOAD4_ANY_TAIL(Vt, V_TYPE, vBase[t], c, DV); // slots past d_v are never stored
 #endif
             }
             [[unroll]] for (int r = 0; r < ROWS; r++) {

@@ -172,9 +172,14 @@ vec4 zeroPast(vec4 v, bool inRow) { return inRow ? v : vec4(0.0); }
 #define ROW4_CLAMPED(name, T, base, c, n) ROW4(name, T, base, min((c), max(((n) - 1) >> 2, 0)))
 #endif
 #define LOAD4(name, T, base, c, n) zeroPast(ROW4_CLAMPED(name, T, base, c, n), 4 * (c) < (n))
+// LOAD4_ANY_TAIL is LOAD4 for rows whose slots past n the caller never
+// uses (V rows: output slots past d_v are not stored): those slots read a
+// copy of the row's last one, and the select is saved.
+#define LOAD4_ANY_TAIL(name, T, base, c, n) ROW4_CLAMPED(name, T, base, c, n)
 #else
 // Indexes are clamped into the row so every load is in bounds.
 #define AT_CLAMPED(name, T, base, i, n) ((i) < (n) ? AT(name, T, (base) + min((i), (n) - 1)) : 0.0)
+#define LOAD4_ANY_TAIL LOAD4
 #define LOAD4(name, T, base, c, n) vec4(AT_CLAMPED(name, T, base, 4 * (c), n), AT_CLAMPED(name, T, base, 4 * (c) + 1, n), \
                                         AT_CLAMPED(name, T, base, 4 * (c) + 2, n), AT_CLAMPED(name, T, base, 4 * (c) + 3, n))
 #endif
