@@ -378,10 +378,11 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 		p.splitKeys(ceilDiv(in.S, p.SplitKeys))
 		switch {
 		case p.Rows == 1 && p.Path == core.TexelLoadPath:
-			// One row a lane (no GQA): on lavapipe 2 keys a step ran f32
-			// K/V decode ~18% faster than 4 (f16 the same) and compile
-			// in ~1 s instead of ~4; halving keeps splits whole steps.
-			p.KeyTile = max(1, p.KeyTile/2)
+			// One row a lane (no GQA): on lavapipe 1 key a step decoded
+			// H=32 S=4096 and 16384 faster than 2 (medians of two sets
+			// of 3 and 4 alternating rounds: f32 K/V 7-33%, f16 K/V -3
+			// to +11%); 4 keys were slower than 2.
+			p.KeyTile = 1
 		case p.DMax >= 128 && p.Path == core.TexelLoadPath:
 			// Packed GQA rows at d_max 128 on lavapipe (H=32 H_kv=8,
 			// S=4096 and 16384): 2 keys a step decoded f16 K/V 10-30%
