@@ -409,8 +409,8 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	}
 	// Lanes that fetch their own rows read half inputs eight a texel: half
 	// the fetches (on lavapipe each is a call gathering the lanes' texels;
-	// f16 K/V decode ran 1.2-1.6x faster). Shared loads and the additive
-	// kernel keep four.
+	// f16 K/V decode without GQA ran 1.5-1.8x faster, with GQA 0.9-1.2x
+	// in noisy rounds). Shared loads and the additive kernel keep four.
 	p.Halves8 = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && p.SharedLoads == 0 && in.halves8()
 	return p, finishPlan(dev, &p)
 }

@@ -131,8 +131,8 @@ func bindWindow(dev core.DeviceInfo, what string, sp span, texel, vec4 bool, t c
 	// (element >> 2) + c of its window.
 	align := uint64(4)
 	if vec4 {
-		// Halves start on whole 16-byte texels too: read eight a texel
-		// (Halves8) their window starts on one.
+		// A window of halves starts on a whole 16-byte texel too, as
+		// Halves8 reads them eight a texel.
 		align = max(4*elem, 16)
 	}
 	reach := uint64(dev.Limits.MaxStorageBufferRange)
