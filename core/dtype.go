@@ -72,6 +72,9 @@ func (t DType) StorageBytes(n int) int {
 // buffer of its quants, then its float16 scales, one per block of 32.
 func (t DType) Quantized() bool { return t == Q8_0 || t == Q4_0 }
 
+// Half reports whether t is a 16-bit float type (Float16, BFloat16).
+func (t DType) Half() bool { return t == Float16 || t == BFloat16 }
+
 // Valid reports whether t is one of DTypes, the float types every tensor
 // may have.
 func (t DType) Valid() bool { return t >= Float32 && t <= BFloat16 }

@@ -72,7 +72,7 @@ func (s *AttentionShape) halves8() bool {
 		l Layout
 		w int
 	}{{s.Q, s.DK}, {s.K, s.DK}, {s.V, s.DV}} {
-		if in.l.Type.Bytes() != 2 || in.l.Type.Quantized() {
+		if !in.l.Type.Half() {
 			continue
 		}
 		if !in.l.alignedTo(8, in.w) {
@@ -504,9 +504,8 @@ func finishPlan(dev core.DeviceInfo, p *AttentionPlan) error {
 // do not let it.
 func planCoopmat(dev core.DeviceInfo, in *PlanInput, p *AttentionPlan) (bool, error) {
 	mm := matrixSide(dev)
-	half := func(t core.DType) bool { return t == core.Float16 || t == core.BFloat16 }
 	packed := in.H / in.HKV * in.L
-	if mm == 0 || !half(in.Q.Type) || !half(in.K.Type) || !half(in.V.Type) || in.Float32Products || in.Additive || in.Weights || in.Paging > 0 || in.Force == core.TexelLoadPath ||
+	if mm == 0 || !in.Q.Type.Half() || !in.K.Type.Half() || !in.V.Type.Half() || in.Float32Products || in.Additive || in.Weights || in.Paging > 0 || in.Force == core.TexelLoadPath ||
 		packed < 2*mm || p.DMax%mm != 0 {
 		return false, nil
 	}
@@ -824,20 +823,23 @@ func attentionBindingTypes(p AttentionPlan) []core.BindingType {
 	}
 	bindings[BindParams] = core.UniformBuffer
 	if p.Path == core.TexelLoadPath {
-		bindings[BindQ], bindings[BindK], bindings[BindV] = texelBinding(s.Q.Type, p.Vec4), texelBinding(s.K.Type, p.Vec4), texelBinding(s.V.Type, p.Vec4)
-		if p.Halves8 {
-			for _, b := range []int{BindQ, BindK, BindV} {
-				if bindings[b] == core.UniformTexelRGBA16UI {
-					bindings[b] = core.UniformTexelRGBA32UI
-				}
-			}
-		}
+		bindings[BindQ], bindings[BindK], bindings[BindV] = p.inputBinding(s.Q.Type), p.inputBinding(s.K.Type), p.inputBinding(s.V.Type)
 		bindings[BindMask], bindings[BindBoolMask], bindings[BindKeyPadding] = core.UniformTexelR32F, core.UniformTexelR32F, core.UniformTexelR32F
 	}
 	if !p.Additive {
 		bindings = bindings[:BindWA]
 	}
 	return bindings
+}
+
+// inputBinding is the texel view of a Q, K or V input of type t: halves
+// through 32-bit-word texels, eight a texel, where the plan reads them so
+// (Halves8).
+func (p *AttentionPlan) inputBinding(t core.DType) core.BindingType {
+	if p.Halves8 && t.Half() {
+		return core.UniformTexelRGBA32UI
+	}
+	return texelBinding(t, p.Vec4)
 }
 
 // ceilDiv is a/b rounded up, for positive b.

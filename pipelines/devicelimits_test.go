@@ -368,8 +368,7 @@ func chunkGrid(p *AttentionPlan, c Chunk) [3]uint32 {
 // the call).
 func coopmatEligible(dev core.DeviceInfo, in *PlanInput, dmax int) bool {
 	mm := matrixSide(dev)
-	half := func(t core.DType) bool { return t == core.Float16 || t == core.BFloat16 }
-	return mm > 0 && half(in.Q.Type) && half(in.K.Type) && half(in.V.Type) && !in.Float32Products && !in.Additive && !in.Weights &&
+	return mm > 0 && in.Q.Type.Half() && in.K.Type.Half() && in.V.Type.Half() && !in.Float32Products && !in.Additive && !in.Weights &&
 		in.Paging == 0 && in.Force != core.TexelLoadPath && in.H/in.HKV*in.L >= 2*mm && dmax%mm == 0
 }
 

@@ -62,6 +62,10 @@ vec4 widen16x4(uvec4 h, int T) {
     return vec4(widen16(h.x, T), widen16(h.y, T), widen16(h.z, T), widen16(h.w, T));
 }
 
+// The four halves of the words of w, two a word, each in the low 16 bits
+// of its slot (widen16 reads no more).
+uvec4 halves4(uvec2 w) { return uvec4(w.x, w.x >> 16, w.y, w.y >> 16); }
+
 // widen16x4pair widens halves 4..7 (high) or 0..3 of the eight packed
 // two a word in w.
 vec4 widen16x4pair(uvec4 w, bool high, int T) {
@@ -71,7 +75,7 @@ vec4 widen16x4pair(uvec4 w, bool high, int T) {
         return vec4(unpackHalf2x16(pair.x), unpackHalf2x16(pair.y));
     }
 #endif
-    return widen16x4(uvec4(pair.x, pair.x >> 16, pair.y, pair.y >> 16), T);
+    return widen16x4(halves4(pair), T);
 }
 
 // The four int8 quants of word w, as floats.
@@ -140,7 +144,6 @@ vec4 q4x4(uint w, int shift) {
 #define ROW4(name, T, base, c) IF_QUANT(T, Q8_ROW4(name, name##_SCALES, base, c), Q4_ROW4(name, name##_SCALES, base, c), \
                                        ((T) == TYPE_F32 ? uintBitsToFloat(name[((base) >> 2) + (c)])                     \
                                                         : widen16x4(halves4(name##H[((base) >> 2) + (c)]), T)))
-uvec4 halves4(uvec2 w) { return uvec4(w.x, w.x >> 16, w.y, w.y >> 16); }
 #else
 // Element i of a half input is half (i & 1) of word i >> 1.
 #define INPUT(b, name) layout(std430, binding = b) readonly buffer name##Words { uint name[]; };

@@ -73,9 +73,9 @@ func (d *Device) NewHostBuffer(size uint64) (*Buffer, error) {
 
 // vkBufferSize is the size of the VkBuffer made for size bytes (a multiple
 // of 16): size, or past a power of two by 16 bytes (32 for the smallest)
-// where that stays within limit (the largest allocation; 0: none). llvmpipe (lavapipe) keys each compiled
-// kernel on whether the size of every buffer bound as a texel buffer is a
-// power of two, so a kernel run on buffers of 16,384 and then 15,360 bytes
+// where that stays within limit (the largest allocation; 0: none).
+// llvmpipe (lavapipe) keys each compiled kernel on whether the size of
+// every buffer bound as a texel buffer is a power of two, so a kernel run on buffers of 16,384 and then 15,360 bytes
 // compiled twice (2.5 s each at d=64); with no VkBuffer's size a power of
 // two it compiles once for both.
 func vkBufferSize(size, limit uint64) uint64 {
