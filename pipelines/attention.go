@@ -362,8 +362,7 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	if p.Additive {
 		p.Variant.Family = FamilyAdditive
 	}
-	p.Rows, p.WorkGroup = tuning.Rows[p.DMax], tuning.WorkGroup
-	p.WorkGroup = min(p.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
+	p.Rows, p.WorkGroup = tuning.Rows[p.DMax], WholeSubgroups(dev, tuning.WorkGroup)
 	if p.Rows < 1 {
 		return p, fmt.Errorf("attention: tuning has no rows per invocation for d_max %d", p.DMax)
 	}
@@ -469,6 +468,19 @@ func sharedLoadWidth(dev core.DeviceInfo) (int, string) {
 		return 0, fmt.Sprintf("compute subgroups may run at %d..%d lanes, not one width", lim.MinSubgroupSize, lim.MaxSubgroupSize)
 	}
 	return sg, ""
+}
+
+// WholeSubgroups is a workgroup of wg invocations made whole subgroups
+// where dev runs compute subgroups at one width, within its limits. A
+// workgroup narrower than the subgroup leaves lanes idle: lavapipe's
+// 8-invocation workgroups ran prefill at half speed on its 16-lane
+// subgroups (512-bit vectors).
+func WholeSubgroups(dev core.DeviceInfo, wg int) int {
+	lim := dev.Limits
+	if sg := int(lim.SubgroupSize); sg > 1 && dev.SubgroupSizeControl && lim.MinSubgroupSize == lim.SubgroupSize && lim.MaxSubgroupSize == lim.SubgroupSize {
+		wg = ceilDiv(wg, sg) * sg
+	}
+	return min(wg, int(lim.MaxWorkGroupSize[0]), int(lim.MaxWorkGroupInvocations))
 }
 
 // finishPlan checks the grid against the device

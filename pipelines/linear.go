@@ -72,7 +72,7 @@ func PlanLinear(dev core.DeviceInfo, in LinearInput) (LinearPlan, error) {
 		p.Vec4 = in.Aligned && (p.Path == core.StorageLoadPath || dev.TexelWords4)
 		p.Variant = Variant{Family: FamilyLinear, Path: p.Path, Vec4: p.Vec4}
 		p.TileRows, p.TileCols = 4, 4
-		p.WorkGroup = min(tuning.WorkGroup, int(dev.Limits.MaxWorkGroupSize[0]), int(dev.Limits.MaxWorkGroupInvocations))
+		p.WorkGroup = WholeSubgroups(dev, tuning.WorkGroup)
 	}
 	p.Grid = p.groups(in.Rows, in.Outputs)
 	layer := LinearShape{Rows: in.Rows, Outputs: in.Outputs, Inputs: in.Inputs, X: RowLayout{Stride: in.Inputs},

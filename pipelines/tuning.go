@@ -50,7 +50,8 @@ var (
 )
 
 // cpuTuning is lavapipe's, measured (BENCHMARKS.md): texel fetches ~20x
-// faster than storage loads in loops; one SIMD-8 lane group per workgroup;
+// faster than storage loads in loops; one subgroup per workgroup (8 lanes
+// at 256-bit vectors, widened to 16 at 512 by DefaultTuning);
 // as many rows as keep the unrolled body small (rows x d_max <= 256, 512
 // at d_max 128 where 4 rows beat 2 by 20-40% and let decode read K/V once
 // per KV head of 4 query heads); 4 keys per step (~30% less CPU than 1;
@@ -73,7 +74,7 @@ var cpuTuning = core.Tuning{
 
 // quirks is keyed by VkDriverId.
 var quirks = map[uint32]quirk{
-	core.DriverIDLavapipe:     {"lavapipe: texel fetches, 8-lane workgroups (measured)", cpuTuning},
+	core.DriverIDLavapipe:     {"lavapipe: texel fetches, one-subgroup workgroups (measured)", cpuTuning},
 	core.DriverIDNvidia:       {"NVIDIA: tiled kernels, warps of 32 (not yet measured)", nvidiaTuning},
 	core.DriverIDMesaRADV:     {"RADV: tiled kernels, wave64 (not yet measured)", amdTuning},
 	core.DriverIDAMDOpen:      {"AMDVLK: tiled kernels, wave64 (not yet measured)", amdTuning},
@@ -103,20 +104,23 @@ func VendorTuning(vendor string) (core.Tuning, error) {
 }
 
 // DefaultTuning is the quirk-table tuning of a device's driver, or the
-// defaults for its kind of device.
+// defaults for its kind of device, with workgroups of whole subgroups
+// (WholeSubgroups: lavapipe's 8 invocations are 16 at 512-bit vectors).
 func DefaultTuning(dev core.DeviceInfo) core.Tuning {
-	if q, ok := quirks[dev.DriverID]; ok {
-		t := q.tuning.Clone()
+	var t core.Tuning
+	switch q, ok := quirks[dev.DriverID]; {
+	case ok:
+		t = q.tuning.Clone()
 		t.Source = "quirk table: " + q.name
-		return t
-	}
-	if dev.Type == core.DeviceCPU && dev.TexelPathOK() {
-		t := cpuTuning.Clone()
+	case dev.Type == core.DeviceCPU && dev.TexelPathOK():
+		t = cpuTuning.Clone()
 		t.Source = "defaults for CPU drivers"
-		return t
+	default:
+		t = gpuTuning.Clone()
+		t.Source = "defaults for GPUs"
 	}
-	t := gpuTuning.Clone()
-	t.Source = "defaults for GPUs"
+	t.Texel.WorkGroup = WholeSubgroups(dev, t.Texel.WorkGroup)
+	t.Storage.WorkGroup = WholeSubgroups(dev, t.Storage.WorkGroup)
 	return t
 }
 
@@ -156,7 +160,7 @@ type backwardTuning struct {
 }
 
 // cpuBackward is lavapipe's, measured (BENCHMARKS.md, "Backward pass"):
-// as its forward, one SIMD-8 lane group a workgroup and the other side's
+// as its forward, one subgroup a workgroup and the other side's
 // rows fetched once per subgroup and shared by shuffles; 4 rows a step
 // (2 and 8 were slower at d = 64). Own rows: 4 at d_max 64 and 2 at 128
 // (5-12% less CPU than 2 and 1, for twice the compile time); 2 at d_max

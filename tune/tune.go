@@ -32,6 +32,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/pipelines"
 )
 
 // WorkGroups are the workgroup sizes tried unless Config.WorkGroups says.
@@ -185,7 +186,10 @@ func Run(ctx context.Context, dev *vkattn.Device, cfg Config) (*Report, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	wgs, splitKeys := WorkGroups, SplitKeys
+	// The package's workgroups the planner would widen to whole subgroups
+	// are left out (those given in cfg are tried, and fail, as asked).
+	wgs := slices.DeleteFunc(slices.Clone(WorkGroups), func(wg int) bool { return pipelines.WholeSubgroups(dev.Info(), wg) != wg })
+	splitKeys := SplitKeys
 	if len(cfg.WorkGroups) > 0 {
 		wgs = cfg.WorkGroups
 	}

@@ -2,12 +2,16 @@ package vk
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/vkattn/vkattn/core"
+	"golang.org/x/sys/cpu"
 )
 
 // TestLoaderCandidates: the libraries each OS's build looks for, and
@@ -91,6 +95,52 @@ func TestLoaderFromEnvironment(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
 			t.Errorf("%s=%s in a subprocess: %v\n%s", libraryEnv, lib, err, out)
+		}
+	}
+}
+
+// TestLavapipeWidth: where the process has not chosen lavapipe's vector
+// width, loading asks for 512 bits on a CPU with AVX-512 (16-lane
+// subgroups) and leaves llvmpipe's choice (8 lanes on AVX2) elsewhere; a
+// width the process chose stands. In child processes, as the driver reads
+// the variable once per process.
+func TestLavapipeWidth(t *testing.T) {
+	if os.Getenv("VKATTN_SUBPROCESS_WIDTH") != "" {
+		inst, err := NewInstance(InstanceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer inst.Close()
+		for _, d := range inst.Devices() {
+			if d.DriverID == core.DriverIDLavapipe {
+				fmt.Printf("lavapipe subgroup %d, %s=%q\n", d.Limits.SubgroupSize, LavapipeWidthEnv, os.Getenv(LavapipeWidthEnv))
+			}
+		}
+		return
+	}
+	if runtime.GOARCH != "amd64" || !cpu.X86.HasAVX {
+		t.Skip("lavapipe's default width is checked on x86-64 CPUs with AVX (256 bits or more)")
+	}
+	wantDefault := "lavapipe subgroup 8, " + LavapipeWidthEnv + `=""`
+	if cpuHasAVX512() {
+		wantDefault = "lavapipe subgroup 16, " + LavapipeWidthEnv + `="512"`
+	}
+	for _, c := range []struct{ env, want string }{
+		{"", wantDefault},
+		{LavapipeWidthEnv + "=256", "lavapipe subgroup 8, " + LavapipeWidthEnv + `="256"`},
+		{LavapipeWidthEnv + "=128", "lavapipe subgroup 4, " + LavapipeWidthEnv + `="128"`},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, LavapipeWidthEnv+"=") }), "VKATTN_SUBPROCESS_WIDTH=1")
+		if c.env != "" {
+			cmd.Env = append(cmd.Env, c.env)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q in a subprocess: %v\n%s", c.env, err, out)
+		}
+		if !strings.Contains(string(out), c.want) {
+			t.Errorf("environment %q: want %q in\n%s", c.env, c.want, out)
 		}
 	}
 }
