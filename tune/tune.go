@@ -35,8 +35,16 @@ import (
 	"github.com/vkattn/vkattn/pipelines"
 )
 
-// WorkGroups are the workgroup sizes tried unless Config.WorkGroups says.
+// WorkGroups are the workgroup sizes tried unless Config.WorkGroups says,
+// those a device plans (WorkGroupsOn).
 var WorkGroups = []int{8, 16, 32, 64}
+
+// WorkGroupsOn is WorkGroups less those the planner would widen to whole
+// subgroups on dev (8 where lavapipe runs 16 lanes): they would plan as
+// another candidate. Workgroups given in Config are tried as asked.
+func WorkGroupsOn(dev core.DeviceInfo) []int {
+	return slices.DeleteFunc(slices.Clone(WorkGroups), func(wg int) bool { return pipelines.WholeSubgroups(dev, wg) != wg })
+}
 
 // SplitKeys are the split-K keys per lane tried unless Config.SplitKeys
 // says.
@@ -186,10 +194,7 @@ func Run(ctx context.Context, dev *vkattn.Device, cfg Config) (*Report, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	// The package's workgroups the planner would widen to whole subgroups
-	// are left out (those given in cfg are tried, and fail, as asked).
-	wgs := slices.DeleteFunc(slices.Clone(WorkGroups), func(wg int) bool { return pipelines.WholeSubgroups(dev.Info(), wg) != wg })
-	splitKeys := SplitKeys
+	wgs, splitKeys := WorkGroupsOn(dev.Info()), SplitKeys
 	if len(cfg.WorkGroups) > 0 {
 		wgs = cfg.WorkGroups
 	}

@@ -40,7 +40,8 @@ func TestTuneSaves(t *testing.T) {
 	pd := def.For(def.Path)
 
 	// Every candidate has a row: rows from RowChoices (rows*16 <= 512, so
-	// all of them) times workgroups 8..64, and the default among them.
+	// all of them) times the device's workgroups of 8..64, and the default
+	// among them.
 	type cand struct{ rows, wg int }
 	seen := map[cand]string{}
 	winners := 0
@@ -58,7 +59,7 @@ func TestTuneSaves(t *testing.T) {
 			t.Errorf("default rows %d wg %d not marked default: %q", c.rows, c.wg, m[0])
 		}
 	}
-	for _, wg := range tune.WorkGroups {
+	for _, wg := range tune.WorkGroupsOn(info) {
 		for _, rows := range core.RowChoices {
 			if _, ok := seen[cand{rows, wg}]; !ok {
 				t.Errorf("no row for rows %d, wg %d", rows, wg)
@@ -141,8 +142,14 @@ func TestTuneDryRunJSON(t *testing.T) {
 	if rep.Saved != "" {
 		t.Errorf("dry run reports saved file %q", rep.Saved)
 	}
-	if len(rep.Candidates) != len(core.RowChoices)*len(tune.WorkGroups) {
-		t.Errorf("%d candidates, want %d", len(rep.Candidates), len(core.RowChoices)*len(tune.WorkGroups))
+	dev, err := vkattn.Open(vkattn.Config{DefaultTuning: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wgs := tune.WorkGroupsOn(dev.Info())
+	dev.Close()
+	if len(rep.Candidates) != len(core.RowChoices)*len(wgs) {
+		t.Errorf("%d candidates, want %d", len(rep.Candidates), len(core.RowChoices)*len(wgs))
 	}
 	winners, defaults := 0, 0
 	for _, c := range rep.Candidates {
@@ -188,7 +195,7 @@ func TestTuneDryRunJSON(t *testing.T) {
 	}
 
 	// Nothing saved.
-	dev, err := vkattn.Open(vkattn.Config{})
+	dev, err = vkattn.Open(vkattn.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
