@@ -23,7 +23,7 @@ lavapipe (llvmpipe, the CPU driver) runs subgroups as wide as its vectors:
 8 lanes at 256 bits. On a CPU with AVX-512 vkattn asks it for 512 bits (16
 lanes; prefill and the backward run 1.5x faster or more) unless
 LP_NATIVE_VECTOR_WIDTH is set; LP_NATIVE_VECTOR_WIDTH=256 keeps llvmpipe's
-own width, which decodes faster without grouped queries.
+own width.
 
 Example:
   vkattn devices
