@@ -351,3 +351,56 @@ func TestLinearBlocksPlanned(t *testing.T) {
 		t.Errorf("a layer that fits: %v", whole)
 	}
 }
+
+// TestWorkGroupsAreWholeSubgroups: lavapipe's workgroups of 8 invocations
+// become 16 where it runs 16-lane subgroups (512-bit vectors), for the
+// forward (prefill with shared loads, split-K decode) and the dense
+// layers, and stay as tuned where the device runs 8 lanes, where its
+// subgroups may run at several widths, and within its workgroup limit.
+func TestWorkGroupsAreWholeSubgroups(t *testing.T) {
+	width := func(sg, lo, hi uint32) core.DeviceInfo {
+		d := lavapipeLike()
+		d.Limits.SubgroupSize, d.Limits.MinSubgroupSize, d.Limits.MaxSubgroupSize = sg, lo, hi
+		return d
+	}
+	capped := width(16, 16, 16)
+	capped.Limits.MaxWorkGroupSize[0] = 12
+	cases := []struct {
+		name   string
+		dev    core.DeviceInfo
+		wg     int
+		shared int
+	}{
+		{"8 lanes", width(8, 8, 8), 8, 8},
+		{"16 lanes", width(16, 16, 16), 16, 16},
+		{"4 lanes", width(4, 4, 4), 8, 4},
+		{"8..32 lanes", width(32, 8, 32), 8, 0},
+		{"16 lanes, workgroups of at most 12", capped, 12, 0},
+	}
+	for _, c := range cases {
+		if got := DefaultTuning(c.dev).Texel.WorkGroup; got != c.wg {
+			t.Errorf("%s: default tuning's workgroup %d, want %d", c.name, got, c.wg)
+		}
+		prefill, err := PlanAttention(c.dev, PlanInput{AttentionShape: DenseShape(1, 8, 8, 1024, 1024, 64, 64)})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if prefill.WorkGroup != c.wg || prefill.SharedLoads != c.shared {
+			t.Errorf("%s: prefill workgroup %d, shared loads %d; want %d, %d", c.name, prefill.WorkGroup, prefill.SharedLoads, c.wg, c.shared)
+		}
+		decode, err := PlanAttention(c.dev, PlanInput{AttentionShape: DenseShape(1, 32, 32, 1, 4096, 128, 128)})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if decode.Splits == 0 || decode.WorkGroup != c.wg {
+			t.Errorf("%s: decode %d splits, workgroup %d; want split-K, %d", c.name, decode.Splits, decode.WorkGroup, c.wg)
+		}
+		dense, err := PlanLinear(c.dev, LinearInput{Rows: 512, Outputs: 256, Inputs: 256, Aligned: true, X: core.Float32, W: core.Float32})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if dense.WorkGroup != c.wg {
+			t.Errorf("%s: dense layer workgroup %d, want %d", c.name, dense.WorkGroup, c.wg)
+		}
+	}
+}
