@@ -62,7 +62,13 @@ void main() {
         wBase[c] = P.w.x + min(col0 + c, N - 1) * P.w.y;
     }
     int steps = (K + 3) / 4;
-    for (int i = 0; i < steps; i++) {
+    // Lane j walks the inputs from its j-th step, wrapping around: weight
+    // rows of the lanes' outputs start a multiple of 1 KiB apart (256
+    // inputs), and read in step they fall in the same few L1 sets, which
+    // 16 lanes (lavapipe at 512 bits) overfill.
+    int rot = int(gl_LocalInvocationID.x) % steps;
+    for (int i0 = 0; i0 < steps; i0++) {
+        int i = i0 + rot - (i0 + rot >= steps ? steps : 0);
         vec4 xs[TR];
         vec4 ws[TC];
         [[unroll]] for (int r = 0; r < TR; r++) {
