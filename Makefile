@@ -119,9 +119,10 @@ test-race: deps-viewer
 	$(BUILD) $(TEST_ENV) $(GOTEST) -race -count=1 -timeout 20m -run '$(RACE_TESTS)' $(RACE_PACKAGES)
 # Subgroup widths: the suite runs lavapipe's subgroups at 8 lanes, this
 # leg at 4 (LP_NATIVE_VECTOR_WIDTH=128) and 16 (512, vkattn's default on
-# AVX-512 CPUs; llvmpipe's wider emulation is not trustworthy on AVX2). The cases whose kernels depend on the width
-# (subgroup reductions and shuffles, query heads packed into rows, split-K,
-# lanes per row beside narrow heads, loop budgets) run at both, on
+# AVX-512 CPUs; llvmpipe's wider emulation is not trustworthy on AVX2).
+# The cases whose kernels depend on the width (subgroup reductions and
+# shuffles, query heads packed into rows, split-K, lanes per row beside
+# narrow heads, loop budgets) run at both, on
 # lavapipe's own plan and NVIDIA's, AMD's and Intel's; each run of the
 # test binary opens every plan's devices. Each kernel variant compiles anew
 # at each width, so the leg keeps to a few cases per plan: the prefill

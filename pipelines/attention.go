@@ -464,10 +464,17 @@ func sharedLoadWidth(dev core.DeviceInfo) (int, string) {
 		return 0, fmt.Sprintf("subgroups of %d lane", sg)
 	case !dev.SubgroupSizeControl:
 		return 0, "no subgroup size control, so the width compute subgroups run at is not known"
-	case lim.MinSubgroupSize != lim.SubgroupSize || lim.MaxSubgroupSize != lim.SubgroupSize:
+	case !oneSubgroupWidth(dev):
 		return 0, fmt.Sprintf("compute subgroups may run at %d..%d lanes, not one width", lim.MinSubgroupSize, lim.MaxSubgroupSize)
 	}
 	return sg, ""
+}
+
+// oneSubgroupWidth reports whether dev runs every compute subgroup at
+// SubgroupSize lanes: size control reporting min = max = SubgroupSize.
+func oneSubgroupWidth(dev core.DeviceInfo) bool {
+	lim := dev.Limits
+	return dev.SubgroupSizeControl && lim.MinSubgroupSize == lim.SubgroupSize && lim.MaxSubgroupSize == lim.SubgroupSize
 }
 
 // WholeSubgroups is a workgroup of wg invocations made whole subgroups
@@ -477,7 +484,7 @@ func sharedLoadWidth(dev core.DeviceInfo) (int, string) {
 // subgroups (512-bit vectors).
 func WholeSubgroups(dev core.DeviceInfo, wg int) int {
 	lim := dev.Limits
-	if sg := int(lim.SubgroupSize); sg > 1 && dev.SubgroupSizeControl && lim.MinSubgroupSize == lim.SubgroupSize && lim.MaxSubgroupSize == lim.SubgroupSize {
+	if sg := int(lim.SubgroupSize); sg > 1 && oneSubgroupWidth(dev) {
 		wg = ceilDiv(wg, sg) * sg
 	}
 	return min(wg, int(lim.MaxWorkGroupSize[0]), int(lim.MaxWorkGroupInvocations))

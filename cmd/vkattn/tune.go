@@ -32,9 +32,11 @@ lavapipe). For each head width d of --d (its d_max bucket is the next power
 of two >= 16: d=64 tunes bucket 64, d=100 bucket 128):
   candidates  query rows per invocation in 1, 2, 4, 8 with rows*d_max <= 512
               (bigger unrolled bodies compile for minutes on lavapipe), times
-              workgroups of 8, 16, 32 and 64 invocations; the default is
-              always a candidate. A candidate the device cannot run (a
-              workgroup over its limits) is reported as failed and skipped.
+              workgroups of 8, 16, 32 and 64 invocations (less those
+              narrower than the device's one subgroup width, which plan as
+              whole subgroups); the default is always a candidate. A
+              candidate the device cannot run (a workgroup over its
+              limits) is reported as failed and skipped.
   problem     prefill B=1, H=4, L=S=512 (--len), d_k=d_v=d, no mask,
               random data (fixed seed)
   timing      Prepare and one call, reported apart as "cold" (the first
