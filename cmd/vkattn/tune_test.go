@@ -142,12 +142,12 @@ func TestTuneDryRunJSON(t *testing.T) {
 	if rep.Saved != "" {
 		t.Errorf("dry run reports saved file %q", rep.Saved)
 	}
-	dev, err := vkattn.Open(vkattn.Config{DefaultTuning: true})
+	dev, err := vkattn.Open(vkattn.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer dev.Close()
 	wgs := tune.WorkGroupsOn(dev.Info())
-	dev.Close()
 	if len(rep.Candidates) != len(core.RowChoices)*len(wgs) {
 		t.Errorf("%d candidates, want %d", len(rep.Candidates), len(core.RowChoices)*len(wgs))
 	}
@@ -195,11 +195,6 @@ func TestTuneDryRunJSON(t *testing.T) {
 	}
 
 	// Nothing saved.
-	dev, err = vkattn.Open(vkattn.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
 	path, err := vkattn.TuningFile(dev.Info())
 	if err != nil {
 		t.Fatal(err)
