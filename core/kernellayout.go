@@ -43,8 +43,13 @@ type KernelLayout struct {
 	// Halves8: the row kernels read float16 and bfloat16 inputs through
 	// 32-bit-word texel views, eight halves (two vec4 slots) a fetch
 	// instead of four; their widths, offsets and strides are multiples of 8.
-	Halves8  bool `json:"halves8,omitempty"`
-	Additive bool `json:"additive,omitempty"` // additive (Bahdanau) scores; Q and K are the projections
+	Halves8 bool `json:"halves8,omitempty"`
+	// QuantBlocks: the row kernels read q8_0 and q4_0 K and V by whole
+	// blocks of 32, each texel of quants and each block's scale fetched
+	// once (not once per four values); their widths, offsets and strides
+	// are multiples of 32.
+	QuantBlocks bool `json:"quant_blocks,omitempty"`
+	Additive    bool `json:"additive,omitempty"` // additive (Bahdanau) scores; Q and K are the projections
 	// Masked: the call has an additive, boolean or key-padding mask, so the
 	// kernel is specialized with the mask loads.
 	Masked bool `json:"masked,omitempty"`

@@ -83,6 +83,25 @@ func (s *AttentionShape) halves8() bool {
 	return halves > 0
 }
 
+// quantBlocks reports whether K or V is q8_0 or q4_0 and each such input
+// has rows of whole blocks (core.Q8Block and core.Q4Block elements).
+func (s *AttentionShape) quantBlocks() bool {
+	quant := 0
+	for _, in := range []struct {
+		l Layout
+		w int
+	}{{s.K, s.DK}, {s.V, s.DV}} {
+		if !in.l.Type.Quantized() {
+			continue
+		}
+		if !in.l.alignedTo(max(core.Q8Block, core.Q4Block), in.w) {
+			return false
+		}
+		quant++
+	}
+	return quant > 0
+}
+
 // MaskLayout says whether a call has a float mask over (B, H, L, S) and
 // its element strides; a stride of 0 broadcasts that axis.
 type MaskLayout struct {
@@ -180,6 +199,9 @@ func (p AttentionPlan) String() string {
 	}
 	if p.Halves8 {
 		loads += ", halves eight a fetch"
+	}
+	if p.QuantBlocks {
+		loads += ", quantized K/V a block at a time"
 	}
 	if p.Variant.Family == FamilyCoopmat {
 		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), both products on %dx%dx%d cooperative matrices (float16 in, float32 accumulated; P rounded to float16), workgroup-tiled, query heads of each KV head packed; Br %d query rows x Bc %d keys per tile, workgroup %d (%d subgroups of %d, full subgroups required), %d B of shared memory; grid %dx%dx%d (row blocks x KV heads x batch), online softmax rescaled once per tile, no L*S buffer%s%s",
@@ -411,6 +433,10 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	// f16 K/V decode without GQA ran 1.5-1.8x faster, with GQA 0.9-1.2x
 	// in noisy rounds). Shared loads and the additive kernel keep four.
 	p.Halves8 = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && p.SharedLoads == 0 && in.halves8()
+	// q8_0 and q4_0 rows of whole blocks fetch each texel of quants and
+	// each block's scale once: a slot at a time fetched the texel four
+	// times and the scale eight, and q8_0 decode ran slower than float32.
+	p.QuantBlocks = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && in.quantBlocks()
 	return p, finishPlan(dev, &p)
 }
 
@@ -827,7 +853,7 @@ func (p *AttentionPlan) Kernel() KernelSpec {
 	spec[attSpecRows], spec[attSpecKeys], spec[attSpecShare] = int32(p.Rows), int32(p.KeyTile), int32(max(p.SharedLoads, 1))
 	spec[attSpecMasked], spec[attSpecVariants], spec[attSpecPaged] = boolSpec(p.Masked), s.variants(), boolSpec(s.Paging > 0)
 	spec[attSpecQType], spec[attSpecKType], spec[attSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-	spec[attSpecHalves8] = boolSpec(p.Halves8)
+	spec[attSpecHalves8], spec[attSpecQuantBlocks] = boolSpec(p.Halves8), boolSpec(p.QuantBlocks)
 	return KernelSpec{Variant: p.Variant, Bindings: bindings, Spec: spec}
 }
 

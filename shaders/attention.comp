@@ -76,6 +76,10 @@ layout(constant_id = ATT_SPEC_PAGED) const bool PAGED = false;
 // Half inputs come eight a texel (loads.glsl's HALVES8).
 layout(constant_id = ATT_SPEC_HALVES8) const bool HALVES8_SPEC = false;
 #define HALVES8 HALVES8_SPEC
+// q8_0 / q4_0 rows of whole blocks, read a texel and a scale once for the
+// slots sharing them (loads.glsl's QUANT_BLOCKS).
+layout(constant_id = ATT_SPEC_QUANT_BLOCKS) const bool QUANT_BLOCKS_SPEC = false;
+#define QUANT_BLOCKS QUANT_BLOCKS_SPEC
 #include "loads.glsl"
 INPUT(BIND_Q, Qt)
 INPUT(BIND_K, Kt)

@@ -167,9 +167,32 @@ vec4 zeroPast(vec4 v, bool inRow) { return inRow ? v : vec4(0.0); }
 #ifndef HALVES8
 #define HALVES8 false
 #endif
+// With QUANT_BLOCKS (the same kind of macro) q8_0 and q4_0 rows start and
+// end on whole blocks of 32: the slots of a row that share a texel of
+// quants (four of q8_0, a block's eight of q4_0) and the eight that share
+// a block's scale use one clamped index each, so each is fetched once, not
+// once a slot.
+#ifndef QUANT_BLOCKS
+#define QUANT_BLOCKS false
+#endif
+#ifdef Q8_LOADS
+// BLOCK_OF is the block of slot c of the row at base, clamped into the row.
+#define BLOCK_OF(base, c, n) (((base) >> Q8_BLOCK_SHIFT) + min((c) >> 3, max(((n) - 1) >> Q8_BLOCK_SHIFT, 0)))
+#define Q8_ROW4_BLOCKS(name, s, base, c, n)                                                      \
+    (q8x4(texelFetch(name, ((base) >> 4) + min((c) >> 2, max(((n) - 1) >> 4, 0)))[(c) & 3]) * \
+     SCALE16(Q8_HALF(name, (s) + BLOCK_OF(base, c, n))))
+#define Q4_ROW4_BLOCKS(name, s, base, c, n) \
+    (q4x4(texelFetch(name, BLOCK_OF(base, c, n))[(c) & 3], (c) & 4) * SCALE16(Q8_HALF(name, (s) + BLOCK_OF(base, c, n))))
+#define QUANT_ROW4_BLOCKS(name, T, base, c, n) \
+    ((T) == TYPE_Q8_0 ? Q8_ROW4_BLOCKS(name, name##_SCALES, base, c, n) : Q4_ROW4_BLOCKS(name, name##_SCALES, base, c, n))
+#else
+#define QUANT_ROW4_BLOCKS(name, T, base, c, n) vec4(0.0)
+#endif
 #define ROW4_CLAMPED(name, T, base, c, n)                                                                         \
     ((HALVES8 && ((T) == TYPE_F16 || (T) == TYPE_BF16))                                                           \
          ? widen16x4pair(texelFetch(name, ((base) >> 3) + min((c) >> 1, max(((n) - 1) >> 3, 0))), ((c) & 1) != 0, T) \
+     : (QUANT_BLOCKS && ((T) == TYPE_Q8_0 || (T) == TYPE_Q4_0))                                                   \
+         ? QUANT_ROW4_BLOCKS(name, T, base, c, n)                                                                 \
          : ROW4(name, T, base, min((c), max(((n) - 1) >> 2, 0))))
 #else
 #define ROW4_CLAMPED(name, T, base, c, n) ROW4(name, T, base, min((c), max(((n) - 1) >> 2, 0)))
