@@ -129,40 +129,39 @@ func TestQuantChunkedCall(t *testing.T) {
 
 // lavapipe's row kernels read q8_0 and q4_0 rows of whole blocks a texel
 // of quants and a block's scale at a time (QuantBlocks): rows of several
-// blocks, decode (split-K lanes) and prefill, K and V of different widths,
-// against the reference on the dequantized values (q4_0 from an
-// independent reproduction of ggml's quantizer).
+// blocks, K and V of different widths, q8_0 in decode (split-K lanes) and
+// q4_0 in prefill (one load macro serves both kernels' shapes, so each
+// type runs once), against the reference on the dequantized values (q4_0
+// from an independent reproduction of ggml's quantizer).
 func TestQuantRowsReadByBlocks(t *testing.T) {
 	d := devtest.EveryPlan()["auto"]
-	for _, dt := range []vkattn.DType{vkattn.Q8_0, vkattn.Q4_0} {
-		for _, c := range []struct {
-			name   string
-			l, s   int
-			splitK bool
-		}{{"decode", 1, 300, true}, {"prefill", 6, 40, false}} {
-			t.Run(dt.String()+"/"+c.name, func(t *testing.T) {
-				r := rand.New(rand.NewSource(44))
-				p := devtest.NewProblem(r, 1, 2, 1, c.l, c.s, 96, 64)
-				p.K[70] = 12 // an outlier in the first row's third block
-				p.V[33] = -9 // and in the second block of V's
-				p.Types = [3]vkattn.DType{vkattn.Float32, dt, dt}
-				p.Opts = vkattn.Options{Causal: vkattn.CausalBottomRight}
-				got := devtest.RunGPU(t, d, p)
-				plan := got.Out.Plan
-				if !plan.Kernel.QuantBlocks || !strings.Contains(plan.String(), "a block at a time") || (plan.Kernel.Splits > 0) != c.splitK {
-					t.Errorf("want a plan reading %v a block at a time (split-K %v); got %s", dt, c.splitK, plan)
-				}
-				k, v := devtest.RoundAll(dt, p.K), devtest.RoundAll(dt, p.V)
-				if dt == vkattn.Q4_0 {
-					_, k = devtest.GGMLQ4_0(p.K)
-					_, v = devtest.GGMLQ4_0(p.V)
-				}
-				want, err := reference.Attention(p.Q, p.QS, k, p.KS, v, p.VS, p.Opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				devtest.Compare(t, "O", got.O, want.O)
-			})
-		}
+	for _, c := range []struct {
+		dt     vkattn.DType
+		l, s   int
+		splitK bool
+	}{{vkattn.Q8_0, 1, 300, true}, {vkattn.Q4_0, 6, 40, false}} {
+		t.Run(c.dt.String(), func(t *testing.T) {
+			r := rand.New(rand.NewSource(44))
+			p := devtest.NewProblem(r, 1, 2, 1, c.l, c.s, 96, 64)
+			p.K[70] = 12 // an outlier in the first row's third block
+			p.V[33] = -9 // and in the second block of V's
+			p.Types = [3]vkattn.DType{vkattn.Float32, c.dt, c.dt}
+			p.Opts = vkattn.Options{Causal: vkattn.CausalBottomRight}
+			got := devtest.RunGPU(t, d, p)
+			plan := got.Out.Plan
+			if !plan.Kernel.QuantBlocks || !strings.Contains(plan.String(), "a block at a time") || (plan.Kernel.Splits > 0) != c.splitK {
+				t.Errorf("want a plan reading %v a block at a time (split-K %v); got %s", c.dt, c.splitK, plan)
+			}
+			k, v := devtest.RoundAll(c.dt, p.K), devtest.RoundAll(c.dt, p.V)
+			if c.dt == vkattn.Q4_0 {
+				_, k = devtest.GGMLQ4_0(p.K)
+				_, v = devtest.GGMLQ4_0(p.V)
+			}
+			want, err := reference.Attention(p.Q, p.QS, k, p.KS, v, p.VS, p.Opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			devtest.Compare(t, "O", got.O, want.O)
+		})
 	}
 }
