@@ -12,6 +12,7 @@ import (
 type benchShape struct {
 	b, h, hkv, l, s, d int
 	causal             bool
+	mask               bool            // an additive (1, 1, L, S) mask
 	types              [3]vkattn.DType // of Q, K and V (zero: float32)
 }
 
@@ -38,6 +39,13 @@ func benchAttention(b *testing.B, sh benchShape) {
 	if sh.causal {
 		opts.Causal = vkattn.CausalBottomRight
 	}
+	if sh.mask {
+		m := make([]float32, sh.l*sh.s)
+		for i := range m {
+			m[i] = -float32(i % 7)
+		}
+		opts.Mask = &vkattn.Mask{Shape: vkattn.MaskShape{1, 1, sh.l, sh.s}, Values: m}
+	}
 	call, err := devtest.Dev.Prepare(q, k, v, opts)
 	if err != nil {
 		b.Fatal(err)
@@ -61,6 +69,10 @@ func BenchmarkAttentionL1024D64H8(b *testing.B) {
 
 func BenchmarkAttentionL1024D64H8Causal(b *testing.B) {
 	benchAttention(b, benchShape{b: 1, h: 8, hkv: 8, l: 1024, s: 1024, d: 64, causal: true})
+}
+
+func BenchmarkAttentionL1024D64H8Mask(b *testing.B) {
+	benchAttention(b, benchShape{b: 1, h: 8, hkv: 8, l: 1024, s: 1024, d: 64, mask: true})
 }
 
 func BenchmarkAttentionL1024D128H8(b *testing.B) {

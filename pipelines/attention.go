@@ -167,6 +167,21 @@ func DenseShape(b, h, hkv, l, s, dk, dv int) AttentionShape {
 // masked reports whether the kernel needs its mask loads.
 func (s *AttentionShape) masked() bool { return s.Mask.Given || s.BoolMask.Given || s.KeyPadding }
 
+// maskSpec is the kernels' MASKED specialization constant: the flag bit of
+// each mask the call has, so that only those masks' loads are compiled in.
+func (s *AttentionShape) maskSpec() int32 {
+	var bits int32
+	for _, m := range []struct {
+		given bool
+		flag  int32
+	}{{s.Mask.Given, flagMask}, {s.BoolMask.Given, flagBoolMask}, {s.KeyPadding, flagKeyPad}} {
+		if m.given {
+			bits |= m.flag
+		}
+	}
+	return bits
+}
+
 // Scalars are the values of an attention call that its kernels read from
 // their parameter block rather than plan for.
 type Scalars struct {
@@ -835,7 +850,7 @@ func (p *AttentionPlan) Kernel() KernelSpec {
 		spec := make([]int32, coopSpecCount)
 		spec[specLocalSize], spec[coopSpecD4], spec[coopSpecBR], spec[coopSpecBC] = int32(p.WorkGroup), int32(p.DMax/4), int32(p.TileRows), int32(p.KeyTile)
 		spec[coopSpecMM], spec[coopSpecNSG], spec[coopSpecSG] = int32(p.Matrix), int32(p.WorkGroup/p.SubgroupSize), int32(p.SubgroupSize)
-		spec[coopSpecMasked], spec[coopSpecVariants] = boolSpec(p.Masked), s.variants()
+		spec[coopSpecMasked], spec[coopSpecVariants] = s.maskSpec(), s.variants()
 		spec[coopSpecQType], spec[coopSpecKType], spec[coopSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec}
 	}
@@ -843,7 +858,7 @@ func (p *AttentionPlan) Kernel() KernelSpec {
 		spec := make([]int32, tiledSpecCount)
 		spec[specLocalSize], spec[tiledSpecD4] = int32(p.WorkGroup), int32(p.DMax/4)
 		spec[tiledSpecBR], spec[tiledSpecBC], spec[tiledSpecLPR], spec[tiledSpecRPL] = int32(p.TileRows), int32(p.KeyTile), int32(p.LanesPerRow), int32(p.RowsPerLane)
-		spec[tiledSpecMasked], spec[tiledSpecVariants], spec[tiledSpecPaged] = boolSpec(p.Masked), s.variants(), boolSpec(s.Paging > 0)
+		spec[tiledSpecMasked], spec[tiledSpecVariants], spec[tiledSpecPaged] = s.maskSpec(), s.variants(), boolSpec(s.Paging > 0)
 		spec[tiledSpecQType], spec[tiledSpecKType], spec[tiledSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 		spec[tiledSpecDV4], spec[tiledSpecVInK] = int32(p.DVMax/4), boolSpec(s.VFromK)
 		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec}
@@ -851,7 +866,7 @@ func (p *AttentionPlan) Kernel() KernelSpec {
 	spec := make([]int32, attSpecCount)
 	spec[specLocalSize], spec[attSpecWG], spec[attSpecD4] = int32(p.WorkGroup), int32(p.WorkGroup), int32(p.DMax/4)
 	spec[attSpecRows], spec[attSpecKeys], spec[attSpecShare] = int32(p.Rows), int32(p.KeyTile), int32(max(p.SharedLoads, 1))
-	spec[attSpecMasked], spec[attSpecVariants], spec[attSpecPaged] = boolSpec(p.Masked), s.variants(), boolSpec(s.Paging > 0)
+	spec[attSpecMasked], spec[attSpecVariants], spec[attSpecPaged] = s.maskSpec(), s.variants(), boolSpec(s.Paging > 0)
 	spec[attSpecQType], spec[attSpecKType], spec[attSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 	spec[attSpecHalves8], spec[attSpecQuantBlocks] = boolSpec(p.Halves8), boolSpec(p.QuantBlocks)
 	return KernelSpec{Variant: p.Variant, Bindings: bindings, Spec: spec}

@@ -213,7 +213,7 @@ func PlanBackward(dev core.DeviceInfo, p AttentionPlan) (BackwardPlan, error) {
 		spec := make([]int32, bwrSpecCount)
 		spec[specLocalSize], spec[bwrSpecWG], spec[bwrSpecD4] = int32(plan.WorkGroup), int32(plan.WorkGroup), int32(bp.dMax/4)
 		spec[bwrSpecRows], spec[bwrSpecStep], spec[bwrSpecShare] = int32(plan.Rows), int32(plan.Step), int32(bp.share)
-		spec[bwrSpecMasked], spec[bwrSpecVariants] = boolSpec(p.Masked), s.variants()
+		spec[bwrSpecMasked], spec[bwrSpecVariants] = s.maskSpec(), s.variants()
 		spec[bwrSpecQType], spec[bwrSpecKType], spec[bwrSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 		for i := range bp.families {
 			plan.Passes[i] = KernelSpec{Variant: bp.variant(i), Bindings: backwardRowsBindingTypes(i == 1, s.Q.Type, s.K.Type, s.V.Type), Spec: spec}
@@ -221,7 +221,7 @@ func PlanBackward(dev core.DeviceInfo, p AttentionPlan) (BackwardPlan, error) {
 		return plan, nil
 	}
 	spec := make([]int32, bwdSpecCount)
-	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, boolSpec(p.Masked), s.variants()
+	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, s.maskSpec(), s.variants()
 	spec[bwdSpecQType], spec[bwdSpecKType], spec[bwdSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 	spec[bwdSpecDMax], spec[bwdSpecTile] = int32(bp.dMax), int32(bp.tile)
 	for i := range bp.families {

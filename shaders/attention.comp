@@ -48,11 +48,12 @@ layout(constant_id = ATT_SPEC_D4) const int D4 = 16;  // compile-time bound of d
 layout(constant_id = ATT_SPEC_ROWS) const int ROWS = 2; // query rows per invocation
 layout(constant_id = ATT_SPEC_WG) const int WG = 8;   // = local_size_x; rows interleave by it
 layout(constant_id = ATT_SPEC_KEYS) const int KEYS = 4; // keys per online-softmax step
-// MASKED: the call has an additive, boolean or key-padding mask. Without
-// one the mask loads are compiled out: lavapipe runs both sides of a
-// branch, even a uniform one, and the three unused loads per key took ~30%
-// of the prefill time.
-layout(constant_id = ATT_SPEC_MASKED) const bool MASKED = true;
+// MASKED: which of the additive, boolean and key-padding masks the call
+// has (their FLAG_* bits). The others' loads are compiled out: lavapipe
+// runs both sides of a branch, even a uniform one, and the three unused
+// loads per key took ~30% of the prefill time (two unused beside an
+// additive mask, half of a masked prefill's).
+layout(constant_id = ATT_SPEC_MASKED) const int MASKED = 67; // the masks the call has (attention_common.glsl)
 layout(constant_id = ATT_SPEC_SHARE) const int SHARE = 1; // lanes sharing K/V row loads (SHARED_LOADS)
 // Element types of Q, K and V (TYPE_F32, TYPE_F16, TYPE_BF16 of interface.glsl).
 layout(constant_id = ATT_SPEC_Q_TYPE) const int Q_TYPE = 0;

@@ -112,17 +112,17 @@ float scoreOf(float qk, int row, int head, float slope, int j, int keyEnd) {
     if ((flags & FLAG_CAUSAL) != 0) {
         ok = ok && j <= row + shift;
     }
+    // MASKED (a specialization constant) has the FLAG_* bit of each mask
+    // the kernel is compiled to read; the others' loads are compiled out.
     float add = 0.0;
-    if (MASKED) {
-        if ((flags & FLAG_MASK) != 0) {
-            add += LOAD_M(P.chunk.x + b * P.mStride.x + head * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
-        }
-        if ((flags & FLAG_BOOLMASK) != 0) {
-            add += LOAD_B(P.chunk.y + b * P.bStride.x + head * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
-        }
-        if ((flags & FLAG_KEYPAD) != 0) {
-            add += LOAD_PAD((P.chunk.z + b) * S + jc);
-        }
+    if ((MASKED & FLAG_MASK) != 0 && (flags & FLAG_MASK) != 0) {
+        add += LOAD_M(P.chunk.x + b * P.mStride.x + head * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
+    }
+    if ((MASKED & FLAG_BOOLMASK) != 0 && (flags & FLAG_BOOLMASK) != 0) {
+        add += LOAD_B(P.chunk.y + b * P.bStride.x + head * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
+    }
+    if ((MASKED & FLAG_KEYPAD) != 0 && (flags & FLAG_KEYPAD) != 0) {
+        add += LOAD_PAD((P.chunk.z + b) * S + jc);
     }
     // The dot product of the stored values, scaled once: equal dot
     // products give equal scores (SEMANTICS.md §7, exact ties). Scores
