@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -224,6 +225,46 @@ func TestMaskKinds(t *testing.T) {
 				devtest.CheckAgainstReference(t, d, p)
 			})
 		}
+	}
+}
+
+// lavapipe's prefill reads an additive mask four keys a fetch (MaskVec4)
+// where its keys are contiguous and its rows start on multiples of 4: a
+// dense mask (with a window, so the keys begin past 0), a mask broadcast
+// over rows of a length that is no multiple of 4 (its last texel partly
+// past the row), the weights pass beside it, and a dense mask of such a
+// length read a key a fetch, all against the reference.
+func TestMaskFourKeysAFetch(t *testing.T) {
+	d := devtest.EveryPlan()["auto"]
+	r := rand.New(rand.NewSource(71))
+	for _, c := range []struct {
+		name    string
+		s       int
+		shape   vkattn.MaskShape
+		opts    vkattn.Options
+		weights bool
+		four    bool
+	}{
+		{"dense-window", 40, vkattn.MaskShape{1, 2, 6, 40}, vkattn.Options{Window: &vkattn.Window{Left: 9, Right: 2}}, false, true},
+		{"keys-only-weights", 37, vkattn.MaskShape{1, 1, 1, 37}, vkattn.Options{Causal: vkattn.CausalBottomRight}, true, true},
+		{"dense-odd", 37, vkattn.MaskShape{1, 2, 6, 37}, vkattn.Options{}, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := devtest.NewProblem(r, 1, 2, 2, 6, c.s, 16, 16)
+			m := devtest.RandomValues(r, devtest.Size(c.shape))
+			m[3] = float32(math.Inf(-1))
+			p.Opts = c.opts
+			p.Opts.Mask = &vkattn.Mask{Shape: c.shape, Values: m}
+			p.WantLSE, p.Weights = true, c.weights
+			plan, err := d.Plan(p.QS[:], p.KS[:], p.VS[:], p.Opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.Kernel.MaskVec4 != c.four || strings.Contains(plan.String(), "the mask four keys a fetch") != c.four {
+				t.Errorf("want a plan with MaskVec4 %v; got %s", c.four, plan)
+			}
+			devtest.CheckAgainstReference(t, d, p)
+		})
 	}
 }
 

@@ -16,12 +16,13 @@ const (
 	UniformTexelRGBA32UI
 	UniformTexelR16UI
 	UniformTexelRGBA16UI
+	UniformTexelRGBA32F // four floats a texel (an additive mask read four keys a fetch)
 )
 
 // Texel reports whether t is a texel-buffer view.
 func (t BindingType) Texel() bool {
 	switch t {
-	case UniformTexelR32F, UniformTexelR32UI, UniformTexelRGBA32UI, UniformTexelR16UI, UniformTexelRGBA16UI:
+	case UniformTexelR32F, UniformTexelR32UI, UniformTexelRGBA32UI, UniformTexelR16UI, UniformTexelRGBA16UI, UniformTexelRGBA32F:
 		return true
 	}
 	return false

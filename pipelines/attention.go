@@ -167,6 +167,14 @@ func DenseShape(b, h, hkv, l, s, dk, dv int) AttentionShape {
 // masked reports whether the kernel needs its mask loads.
 func (s *AttentionShape) masked() bool { return s.Mask.Given || s.BoolMask.Given || s.KeyPadding }
 
+// maskVec4 reports whether the additive mask can be read four keys a
+// texel: its keys contiguous and its rows starting on multiples of 4 (so
+// a step's four keys from a multiple of 4 are one texel).
+func (s *AttentionShape) maskVec4() bool {
+	st := s.Mask.Strides
+	return s.Mask.Given && st[3] == 1 && st[0]%4 == 0 && st[1]%4 == 0 && st[2]%4 == 0
+}
+
 // maskSpec is the kernels' MASKED specialization constant: the flag bit of
 // each mask the call has, so that only those masks' loads are compiled in.
 func (s *AttentionShape) maskSpec() int32 {
@@ -217,6 +225,9 @@ func (p AttentionPlan) String() string {
 	}
 	if p.QuantBlocks {
 		loads += ", quantized K/V a block at a time"
+	}
+	if p.MaskVec4 {
+		loads += ", the mask four keys a fetch"
 	}
 	if p.Variant.Family == FamilyCoopmat {
 		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), both products on %dx%dx%d cooperative matrices (float16 in, float32 accumulated; P rounded to float16), workgroup-tiled, query heads of each KV head packed; Br %d query rows x Bc %d keys per tile, workgroup %d (%d subgroups of %d, full subgroups required), %d B of shared memory; grid %dx%dx%d (row blocks x KV heads x batch), online softmax rescaled once per tile, no L*S buffer%s%s",
@@ -452,6 +463,10 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	// each block's scale once: a slot at a time fetched the texel four
 	// times and the scale eight, and q8_0 decode ran slower than float32.
 	p.QuantBlocks = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && in.quantBlocks()
+	// Prefill lanes read an additive mask value per key and row, each a
+	// texel fetch (on lavapipe a call): four keys a fetch where the mask
+	// allows, in steps of four keys from a multiple of 4.
+	p.MaskVec4 = p.Path == core.TexelLoadPath && p.Splits == 0 && p.KeyTile%4 == 0 && in.maskVec4()
 	return p, finishPlan(dev, &p)
 }
 
@@ -868,7 +883,7 @@ func (p *AttentionPlan) Kernel() KernelSpec {
 	spec[attSpecRows], spec[attSpecKeys], spec[attSpecShare] = int32(p.Rows), int32(p.KeyTile), int32(max(p.SharedLoads, 1))
 	spec[attSpecMasked], spec[attSpecVariants], spec[attSpecPaged] = s.maskSpec(), s.variants(), boolSpec(s.Paging > 0)
 	spec[attSpecQType], spec[attSpecKType], spec[attSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-	spec[attSpecHalves8], spec[attSpecQuantBlocks] = boolSpec(p.Halves8), boolSpec(p.QuantBlocks)
+	spec[attSpecHalves8], spec[attSpecQuantBlocks], spec[attSpecMask4] = boolSpec(p.Halves8), boolSpec(p.QuantBlocks), boolSpec(p.MaskVec4)
 	return KernelSpec{Variant: p.Variant, Bindings: bindings, Spec: spec}
 }
 
@@ -885,6 +900,9 @@ func attentionBindingTypes(p AttentionPlan) []core.BindingType {
 	if p.Path == core.TexelLoadPath {
 		bindings[BindQ], bindings[BindK], bindings[BindV] = p.inputBinding(s.Q.Type), p.inputBinding(s.K.Type), p.inputBinding(s.V.Type)
 		bindings[BindMask], bindings[BindBoolMask], bindings[BindKeyPadding] = core.UniformTexelR32F, core.UniformTexelR32F, core.UniformTexelR32F
+		if p.MaskVec4 {
+			bindings[BindMask] = core.UniformTexelRGBA32F
+		}
 	}
 	if !p.Additive {
 		bindings = bindings[:BindWA]

@@ -153,6 +153,12 @@ func bindWindow(dev core.DeviceInfo, what string, sp span, texel, vec4 bool, t c
 	// The window ends on a word boundary so the last half's word is in it
 	// (half tensors' buffers are allocated in whole words).
 	hi := (uint64(sp.hi)*elem + 3) / 4 * 4
+	if texel && vec4 && elem == 4 {
+		// Whole texels of four floats: a mask read four keys a fetch has
+		// rows of any length, its last texel partly past them (buffers
+		// are allocated in whole 16-byte texels).
+		hi = (hi + 15) / 16 * 16
+	}
 	w := window{offset: lo, size: hi - lo, first: int(lo / elem)}
 	if w.size > reach {
 		return w, Limitf("%s needs a %d-byte window, more than one binding reaches (%d bytes)", what, w.size, reach)
@@ -226,7 +232,7 @@ func chunkBindings(p *AttentionPlan, c Chunk, cs *AttentionShape, extra *chunkPa
 		bs = append(bs, chunkBinding{BindWeights, "weights", span{rows.lo * s.S, rows.hi * s.S}, false, false, core.Float32, &extra.weights, nil})
 	}
 	if s.Mask.Given {
-		bs = append(bs, chunkBinding{BindMask, "mask", maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.mask, nil})
+		bs = append(bs, chunkBinding{BindMask, "mask", maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, p.MaskVec4, core.Float32, &extra.mask, nil})
 	}
 	if s.BoolMask.Given {
 		bs = append(bs, chunkBinding{BindBoolMask, "boolean mask", maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.boolMask, nil})

@@ -64,6 +64,16 @@ layout(constant_id = ATT_SPEC_V_TYPE) const int V_TYPE = 0;
 layout(constant_id = ATT_SPEC_VARIANTS) const int VARIANTS = 0;
 // PAGED: K and V are read through a page table (attention_common.glsl).
 layout(constant_id = ATT_SPEC_PAGED) const bool PAGED = false;
+// MASK4 (texel path, not SPLIT_K; KEYS a multiple of 4): the additive
+// mask is a four-float texel view, read four keys a fetch in steps that
+// start on multiples of 4 (a fetch a key and row took more of a masked
+// prefill's time than K and V).
+layout(constant_id = ATT_SPEC_MASK4) const bool MASK4_SPEC = false;
+#ifdef TEXEL_LOADS
+#define MASK4 MASK4_SPEC
+#else
+#define MASK4 false
+#endif
 
 #include "attention_forward.glsl"
 
@@ -120,8 +130,8 @@ const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per 
 #endif
 
 // keyScores fills sc for key j; a key that is out of range or masked gets
-// -inf.
-void keyScores(int j, int keyEnd) {
+// -inf. With MASK4 the additive mask's value for row r is maskOf[r].
+void keyScores(int j, int keyEnd, float maskOf[ROWS]) {
     int jc = min(j, S - 1); // clamp so loads stay in bounds; masked below
     int kBase = P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, jc);
     [[unroll]] for (int r = 0; r < ROWS; r++) {
@@ -148,7 +158,7 @@ void keyScores(int j, int keyEnd) {
         }
     }
     [[unroll]] for (int r = 0; r < ROWS; r++) {
-        sc[r] = scoreOf(sc[r], rowOf[r], headOf[r], slope[r], j, keyEnd);
+        sc[r] = scoreWith(sc[r], MASK4, maskOf[r], rowOf[r], headOf[r], slope[r], j, keyEnd);
     }
 }
 
@@ -199,6 +209,9 @@ void main() {
     int keyEnd = keyLen;
     int lastRow = min(L, rowBase + ROWS * WG) - 1;
     keyRange(rowBase, lastRow, keyBegin, keyEnd);
+    if (MASK4) {
+        keyBegin &= ~3; // steps from a multiple of 4; the keys before are masked
+    }
     int keyStop = keyEnd;
 #define KEY_AT(j) (j)
 #endif
@@ -221,6 +234,11 @@ void main() {
             acc[r * D4 + c] = vec4(0.0);
         }
     }
+    // MASK4: where each row's additive mask row starts (a multiple of 4).
+    int maskRow[ROWS];
+    [[unroll]] for (int r = 0; r < ROWS; r++) {
+        maskRow[r] = P.chunk.x + b * P.mStride.x + headOf[r] * P.mStride.y + rowOf[r] * P.mStride.z;
+    }
     float m[ROWS];
     float l[ROWS];
     [[unroll]] for (int r = 0; r < ROWS; r++) {
@@ -240,8 +258,25 @@ void main() {
         // Keys past the end are masked by keyScores (keyEnd <= keyStop,
         // and split-K chunks are multiples of KEYS).
         float p[KEYS * ROWS];
+        float maskOf[KEYS][ROWS];
+        [[unroll]] for (int r = 0; r < ROWS; r++) {
+            [[unroll]] for (int t = 0; t < KEYS; t++) {
+                maskOf[t][r] = 0.0;
+            }
+#ifdef TEXEL_LOADS
+            if (MASK4) {
+                [[unroll]] for (int t4 = 0; t4 < KEYS / 4; t4++) {
+                    // Keys past S are masked; their texel is clamped into the row.
+                    vec4 m4 = texelFetch(Mt, min((maskRow[r] + j0) / 4 + t4, (maskRow[r] + S - 1) / 4));
+                    [[unroll]] for (int i = 0; i < 4; i++) {
+                        maskOf[4 * t4 + i][r] = m4[i];
+                    }
+                }
+            }
+#endif
+        }
         [[unroll]] for (int t = 0; t < KEYS; t++) {
-            keyScores(KEY_AT(j0 + t), keyEnd);
+            keyScores(KEY_AT(j0 + t), keyEnd, maskOf[t]);
             [[unroll]] for (int r = 0; r < ROWS; r++) {
                 p[t * ROWS + r] = sc[r];
             }
@@ -309,7 +344,16 @@ void main() {
         // Second pass for the optional (B,H,L,S) weights: recompute each
         // tile's scores and normalise with the final max and sum.
         for (int j = 0; j < S; j++) {
-            keyScores(j, keyLen);
+            float maskOf[ROWS];
+            [[unroll]] for (int r = 0; r < ROWS; r++) {
+                maskOf[r] = 0.0;
+#ifdef TEXEL_LOADS
+                if (MASK4) {
+                    maskOf[r] = texelFetch(Mt, (maskRow[r] + j) / 4)[j & 3];
+                }
+#endif
+            }
+            keyScores(j, keyLen, maskOf);
             [[unroll]] for (int r = 0; r < ROWS; r++) {
                 if (rowOK[r]) {
                     storeWeight(headOf[r], rowOf[r], j, sc[r], m[r], l[r]);

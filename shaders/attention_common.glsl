@@ -103,10 +103,12 @@ float softcap(float e, float c) {
     return abs(x) < 0.3 ? small : c * tanh(clamp(x, -10.0, 10.0));
 }
 
-// scoreOf is the score of key j for query row `row` of query head `head`
+// scoreWith is the score of key j for query row `row` of query head `head`
 // (ALiBi slope `slope`) whose dot product with the key is qk: -inf when
-// the key is at or past keyEnd or masked.
-float scoreOf(float qk, int row, int head, float slope, int j, int keyEnd) {
+// the key is at or past keyEnd or masked. Where the caller read the
+// additive mask's value itself (given, a constant at each call), it is
+// maskValue.
+float scoreWith(float qk, bool given, float maskValue, int row, int head, float slope, int j, int keyEnd) {
     int jc = min(j, S - 1); // clamp so loads stay in bounds; masked below
     bool ok = j < keyEnd;
     if ((flags & FLAG_CAUSAL) != 0) {
@@ -116,7 +118,7 @@ float scoreOf(float qk, int row, int head, float slope, int j, int keyEnd) {
     // the kernel is compiled to read; the others' loads are compiled out.
     float add = 0.0;
     if ((MASKED & FLAG_MASK) != 0 && (flags & FLAG_MASK) != 0) {
-        add += LOAD_M(P.chunk.x + b * P.mStride.x + head * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
+        add += given ? maskValue : LOAD_M(P.chunk.x + b * P.mStride.x + head * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
     }
     if ((MASKED & FLAG_BOOLMASK) != 0 && (flags & FLAG_BOOLMASK) != 0) {
         add += LOAD_B(P.chunk.y + b * P.bStride.x + head * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
@@ -145,6 +147,11 @@ float scoreOf(float qk, int row, int head, float slope, int j, int keyEnd) {
     }
     e += add;
     return (ok && e != NEG_INF) ? e : NEG_INF;
+}
+
+// scoreOf is scoreWith reading the additive mask itself.
+float scoreOf(float qk, int row, int head, float slope, int j, int keyEnd) {
+    return scoreWith(qk, false, 0.0, row, head, slope, j, keyEnd);
 }
 
 // slopeOf is query head h's ALiBi slope (0 without ALiBi).

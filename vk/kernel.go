@@ -22,6 +22,7 @@ const (
 	UniformTexelRGBA32UI = core.UniformTexelRGBA32UI
 	UniformTexelR16UI    = core.UniformTexelR16UI
 	UniformTexelRGBA16UI = core.UniformTexelRGBA16UI
+	UniformTexelRGBA32F  = core.UniformTexelRGBA32F
 )
 
 // texelFormats are the view format and texel size of each texel binding.
@@ -34,6 +35,7 @@ var texelFormats = map[BindingType]struct {
 	UniformTexelRGBA32UI: {vulkan.FormatR32g32b32a32Uint, 16},
 	UniformTexelR16UI:    {vulkan.FormatR16Uint, 2},
 	UniformTexelRGBA16UI: {vulkan.FormatR16g16b16a16Uint, 8},
+	UniformTexelRGBA32F:  {vulkan.FormatR32g32b32a32Sfloat, 16},
 }
 
 // descriptorType is the Vulkan descriptor type of a binding of type t.
