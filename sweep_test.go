@@ -228,40 +228,56 @@ func TestMaskKinds(t *testing.T) {
 	}
 }
 
-// lavapipe's prefill reads an additive mask four keys a fetch (MaskVec4)
-// where its keys are contiguous and its rows start on multiples of 4: a
-// dense mask (with a window, so the keys begin past 0), a mask broadcast
-// over rows of a length that is no multiple of 4 (its last texel partly
-// past the row), the weights pass beside it, and a dense mask of such a
-// length read a key a fetch, all against the reference.
+// lavapipe's prefill reads the additive mask and the (folded) boolean
+// masks four keys a fetch (MaskVec4, BoolMaskVec4) where their keys are
+// contiguous and their rows start on multiples of 4: a dense mask with a
+// window (so the keys begin past 0), masks broadcast over rows of a length
+// that is no multiple of 4 (their last texel partly past the row) with
+// the weights pass, both kinds at once, and a dense mask of such a length
+// read a key a fetch, all against the reference.
 func TestMaskFourKeysAFetch(t *testing.T) {
 	d := devtest.EveryPlan()["auto"]
 	r := rand.New(rand.NewSource(71))
+	type kind struct {
+		shape vkattn.MaskShape // zero: none
+		four  bool
+	}
 	for _, c := range []struct {
-		name    string
-		s       int
-		shape   vkattn.MaskShape
-		opts    vkattn.Options
-		weights bool
-		four    bool
+		name          string
+		s             int
+		mask, boolean kind
+		opts          vkattn.Options
+		weights       bool
 	}{
-		{"dense-window", 40, vkattn.MaskShape{1, 2, 6, 40}, vkattn.Options{Window: &vkattn.Window{Left: 9, Right: 2}}, false, true},
-		{"keys-only-weights", 37, vkattn.MaskShape{1, 1, 1, 37}, vkattn.Options{Causal: vkattn.CausalBottomRight}, true, true},
-		{"dense-odd", 37, vkattn.MaskShape{1, 2, 6, 37}, vkattn.Options{}, false, false},
+		{"dense-window", 40, kind{vkattn.MaskShape{1, 2, 6, 40}, true}, kind{}, vkattn.Options{Window: &vkattn.Window{Left: 9, Right: 2}}, false},
+		{"keys-only-weights", 37, kind{vkattn.MaskShape{1, 1, 1, 37}, true}, kind{}, vkattn.Options{Causal: vkattn.CausalBottomRight}, true},
+		{"boolean-keys-only-weights", 37, kind{}, kind{vkattn.MaskShape{1, 1, 1, 37}, true}, vkattn.Options{}, true},
+		{"both", 40, kind{vkattn.MaskShape{1, 1, 6, 40}, true}, kind{vkattn.MaskShape{1, 2, 6, 40}, true}, vkattn.Options{Causal: vkattn.CausalTopLeft}, false},
+		{"dense-odd", 37, kind{vkattn.MaskShape{1, 2, 6, 37}, false}, kind{vkattn.MaskShape{1, 2, 1, 37}, false}, vkattn.Options{}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := devtest.NewProblem(r, 1, 2, 2, 6, c.s, 16, 16)
-			m := devtest.RandomValues(r, devtest.Size(c.shape))
-			m[3] = float32(math.Inf(-1))
 			p.Opts = c.opts
-			p.Opts.Mask = &vkattn.Mask{Shape: c.shape, Values: m}
+			if c.mask.shape != (vkattn.MaskShape{}) {
+				m := devtest.RandomValues(r, devtest.Size(c.mask.shape))
+				m[3] = float32(math.Inf(-1))
+				p.Opts.Mask = &vkattn.Mask{Shape: c.mask.shape, Values: m}
+			}
+			if c.boolean.shape != (vkattn.MaskShape{}) {
+				allow := make([]bool, devtest.Size(c.boolean.shape))
+				for i := range allow {
+					allow[i] = r.Intn(4) != 0
+				}
+				p.Opts.BoolMasks = []vkattn.BoolMask{{Shape: c.boolean.shape, Values: allow, Meaning: vkattn.TrueAllows}}
+			}
 			p.WantLSE, p.Weights = true, c.weights
 			plan, err := d.Plan(p.QS[:], p.KS[:], p.VS[:], p.Opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if plan.Kernel.MaskVec4 != c.four || strings.Contains(plan.String(), "the mask four keys a fetch") != c.four {
-				t.Errorf("want a plan with MaskVec4 %v; got %s", c.four, plan)
+			k := plan.Kernel
+			if k.MaskVec4 != c.mask.four || k.BoolMaskVec4 != c.boolean.four || strings.Contains(plan.String(), "masks four keys a fetch") != (c.mask.four || c.boolean.four) {
+				t.Errorf("want a plan with MaskVec4 %v, BoolMaskVec4 %v; got %s", c.mask.four, c.boolean.four, plan)
 			}
 			devtest.CheckAgainstReference(t, d, p)
 		})

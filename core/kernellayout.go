@@ -49,12 +49,13 @@ type KernelLayout struct {
 	// once (not once per four values); their widths, offsets and strides
 	// are multiples of 32.
 	QuantBlocks bool `json:"quant_blocks,omitempty"`
-	// MaskVec4: the row kernels read an additive mask four keys a fetch
-	// (through a four-float texel view): prefill steps of four keys over
-	// a mask whose keys are contiguous and whose rows start on multiples
-	// of 4.
-	MaskVec4 bool `json:"mask_vec4,omitempty"`
-	Additive bool `json:"additive,omitempty"` // additive (Bahdanau) scores; Q and K are the projections
+	// MaskVec4, BoolMaskVec4: the row kernels read the additive mask, the
+	// (folded) boolean masks, four keys a fetch (through a four-float
+	// texel view): prefill steps of four keys over a mask whose keys are
+	// contiguous and whose rows start on multiples of 4.
+	MaskVec4     bool `json:"mask_vec4,omitempty"`
+	BoolMaskVec4 bool `json:"bool_mask_vec4,omitempty"`
+	Additive     bool `json:"additive,omitempty"` // additive (Bahdanau) scores; Q and K are the projections
 	// Masked: the call has an additive, boolean or key-padding mask; the
 	// kernel is specialized with the loads of those it has.
 	Masked bool `json:"masked,omitempty"`

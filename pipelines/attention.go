@@ -167,12 +167,25 @@ func DenseShape(b, h, hkv, l, s, dk, dv int) AttentionShape {
 // masked reports whether the kernel needs its mask loads.
 func (s *AttentionShape) masked() bool { return s.Mask.Given || s.BoolMask.Given || s.KeyPadding }
 
-// maskVec4 reports whether the additive mask can be read four keys a
+// vec4 reports whether mask m is given and can be read four keys a
 // texel: its keys contiguous and its rows starting on multiples of 4 (so
 // a step's four keys from a multiple of 4 are one texel).
-func (s *AttentionShape) maskVec4() bool {
-	st := s.Mask.Strides
-	return s.Mask.Given && st[3] == 1 && st[0]%4 == 0 && st[1]%4 == 0 && st[2]%4 == 0
+func (m MaskLayout) vec4() bool {
+	st := m.Strides
+	return m.Given && st[3] == 1 && st[0]%4 == 0 && st[1]%4 == 0 && st[2]%4 == 0
+}
+
+// mask4Spec is the row kernel's MASK4 specialization constant: the flag
+// bits of the masks read four keys a fetch.
+func (p *AttentionPlan) mask4Spec() int32 {
+	var bits int32
+	if p.MaskVec4 {
+		bits |= flagMask
+	}
+	if p.BoolMaskVec4 {
+		bits |= flagBoolMask
+	}
+	return bits
 }
 
 // maskSpec is the kernels' MASKED specialization constant: the flag bit of
@@ -226,8 +239,8 @@ func (p AttentionPlan) String() string {
 	if p.QuantBlocks {
 		loads += ", quantized K/V a block at a time"
 	}
-	if p.MaskVec4 {
-		loads += ", the mask four keys a fetch"
+	if p.MaskVec4 || p.BoolMaskVec4 {
+		loads += ", masks four keys a fetch"
 	}
 	if p.Variant.Family == FamilyCoopmat {
 		return fmt.Sprintf("kernel %s (load path %s: %s; %s%s), both products on %dx%dx%d cooperative matrices (float16 in, float32 accumulated; P rounded to float16), workgroup-tiled, query heads of each KV head packed; Br %d query rows x Bc %d keys per tile, workgroup %d (%d subgroups of %d, full subgroups required), %d B of shared memory; grid %dx%dx%d (row blocks x KV heads x batch), online softmax rescaled once per tile, no L*S buffer%s%s",
@@ -466,7 +479,8 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	// Prefill lanes read an additive mask value per key and row, each a
 	// texel fetch (on lavapipe a call): four keys a fetch where the mask
 	// allows, in steps of four keys from a multiple of 4.
-	p.MaskVec4 = p.Path == core.TexelLoadPath && p.Splits == 0 && p.KeyTile%4 == 0 && in.maskVec4()
+	steps4 := p.Path == core.TexelLoadPath && p.Splits == 0 && p.KeyTile%4 == 0
+	p.MaskVec4, p.BoolMaskVec4 = steps4 && in.Mask.vec4(), steps4 && in.BoolMask.vec4()
 	return p, finishPlan(dev, &p)
 }
 
@@ -883,7 +897,7 @@ func (p *AttentionPlan) Kernel() KernelSpec {
 	spec[attSpecRows], spec[attSpecKeys], spec[attSpecShare] = int32(p.Rows), int32(p.KeyTile), int32(max(p.SharedLoads, 1))
 	spec[attSpecMasked], spec[attSpecVariants], spec[attSpecPaged] = s.maskSpec(), s.variants(), boolSpec(s.Paging > 0)
 	spec[attSpecQType], spec[attSpecKType], spec[attSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-	spec[attSpecHalves8], spec[attSpecQuantBlocks], spec[attSpecMask4] = boolSpec(p.Halves8), boolSpec(p.QuantBlocks), boolSpec(p.MaskVec4)
+	spec[attSpecHalves8], spec[attSpecQuantBlocks], spec[attSpecMask4] = boolSpec(p.Halves8), boolSpec(p.QuantBlocks), p.mask4Spec()
 	return KernelSpec{Variant: p.Variant, Bindings: bindings, Spec: spec}
 }
 
@@ -902,6 +916,9 @@ func attentionBindingTypes(p AttentionPlan) []core.BindingType {
 		bindings[BindMask], bindings[BindBoolMask], bindings[BindKeyPadding] = core.UniformTexelR32F, core.UniformTexelR32F, core.UniformTexelR32F
 		if p.MaskVec4 {
 			bindings[BindMask] = core.UniformTexelRGBA32F
+		}
+		if p.BoolMaskVec4 {
+			bindings[BindBoolMask] = core.UniformTexelRGBA32F
 		}
 	}
 	if !p.Additive {

@@ -235,7 +235,7 @@ func chunkBindings(p *AttentionPlan, c Chunk, cs *AttentionShape, extra *chunkPa
 		bs = append(bs, chunkBinding{BindMask, "mask", maskSpan(s.Mask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, p.MaskVec4, core.Float32, &extra.mask, nil})
 	}
 	if s.BoolMask.Given {
-		bs = append(bs, chunkBinding{BindBoolMask, "boolean mask", maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, false, core.Float32, &extra.boolMask, nil})
+		bs = append(bs, chunkBinding{BindBoolMask, "boolean mask", maskSpan(s.BoolMask, c.b0, c.nb, h0, nh, c.l0, c.nl, s.S), texel, p.BoolMaskVec4, core.Float32, &extra.boolMask, nil})
 	}
 	return bs
 }

@@ -182,7 +182,7 @@ var shaderInterface = []interfaceSection{
 		{"ATT_SPEC_VARIANTS", attSpecVariants, ""}, {"ATT_SPEC_PAGED", attSpecPaged, ""},
 		{"ATT_SPEC_HALVES8", attSpecHalves8, "half inputs read eight a texel (loads.glsl's HALVES8)"},
 		{"ATT_SPEC_QUANT_BLOCKS", attSpecQuantBlocks, "q8_0 and q4_0 rows of whole blocks (loads.glsl's QUANT_BLOCKS)"},
-		{"ATT_SPEC_MASK4", attSpecMask4, "the additive mask read four keys a fetch"},
+		{"ATT_SPEC_MASK4", attSpecMask4, "the masks read four keys a fetch (their FLAG_* bits)"},
 	}},
 	{"attention_tiled.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"TILED_SPEC_D4", tiledSpecD4, "compile-time bound of d_k and d_v, in vec4s"}, {"TILED_SPEC_BR", tiledSpecBR, ""}, {"TILED_SPEC_BC", tiledSpecBC, ""},

@@ -64,15 +64,15 @@ layout(constant_id = ATT_SPEC_V_TYPE) const int V_TYPE = 0;
 layout(constant_id = ATT_SPEC_VARIANTS) const int VARIANTS = 0;
 // PAGED: K and V are read through a page table (attention_common.glsl).
 layout(constant_id = ATT_SPEC_PAGED) const bool PAGED = false;
-// MASK4 (texel path, not SPLIT_K; KEYS a multiple of 4): the additive
-// mask is a four-float texel view, read four keys a fetch in steps that
-// start on multiples of 4 (a fetch a key and row took more of a masked
-// prefill's time than K and V).
-layout(constant_id = ATT_SPEC_MASK4) const bool MASK4_SPEC = false;
+// MASK4 (texel path, not SPLIT_K; KEYS a multiple of 4): the FLAG_MASK
+// and FLAG_BOOLMASK bits of the masks that are four-float texel views,
+// read four keys a fetch in steps that start on multiples of 4 (a fetch a
+// key and row took more of a masked prefill's time than K and V).
+layout(constant_id = ATT_SPEC_MASK4) const int MASK4_SPEC = 0;
 #ifdef TEXEL_LOADS
 #define MASK4 MASK4_SPEC
 #else
-#define MASK4 false
+#define MASK4 0
 #endif
 
 #include "attention_forward.glsl"
@@ -130,7 +130,7 @@ const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per 
 #endif
 
 // keyScores fills sc for key j; a key that is out of range or masked gets
-// -inf. With MASK4 the additive mask's value for row r is maskOf[r].
+// -inf. maskOf[r] is the sum of the MASK4 masks' values for row r.
 void keyScores(int j, int keyEnd, float maskOf[ROWS]) {
     int jc = min(j, S - 1); // clamp so loads stay in bounds; masked below
     int kBase = P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, jc);
@@ -209,7 +209,7 @@ void main() {
     int keyEnd = keyLen;
     int lastRow = min(L, rowBase + ROWS * WG) - 1;
     keyRange(rowBase, lastRow, keyBegin, keyEnd);
-    if (MASK4) {
+    if (MASK4 != 0) {
         keyBegin &= ~3; // steps from a multiple of 4; the keys before are masked
     }
     int keyStop = keyEnd;
@@ -234,10 +234,13 @@ void main() {
             acc[r * D4 + c] = vec4(0.0);
         }
     }
-    // MASK4: where each row's additive mask row starts (a multiple of 4).
+    // MASK4: where each row's additive and boolean mask rows start
+    // (multiples of 4).
     int maskRow[ROWS];
+    int boolRow[ROWS];
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         maskRow[r] = P.chunk.x + b * P.mStride.x + headOf[r] * P.mStride.y + rowOf[r] * P.mStride.z;
+        boolRow[r] = P.chunk.y + b * P.bStride.x + headOf[r] * P.bStride.y + rowOf[r] * P.bStride.z;
     }
     float m[ROWS];
     float l[ROWS];
@@ -264,13 +267,17 @@ void main() {
                 maskOf[t][r] = 0.0;
             }
 #ifdef TEXEL_LOADS
-            if (MASK4) {
-                [[unroll]] for (int t4 = 0; t4 < KEYS / 4; t4++) {
-                    // Keys past S are masked; their texel is clamped into the row.
-                    vec4 m4 = texelFetch(Mt, min((maskRow[r] + j0) / 4 + t4, (maskRow[r] + S - 1) / 4));
-                    [[unroll]] for (int i = 0; i < 4; i++) {
-                        maskOf[4 * t4 + i][r] = m4[i];
-                    }
+            // Keys past S are masked; their texels are clamped into the row.
+            [[unroll]] for (int t4 = 0; t4 < KEYS / 4; t4++) {
+                vec4 m4 = vec4(0.0);
+                if ((MASK4 & FLAG_MASK) != 0) {
+                    m4 += texelFetch(Mt, min((maskRow[r] + j0) / 4 + t4, (maskRow[r] + S - 1) / 4));
+                }
+                if ((MASK4 & FLAG_BOOLMASK) != 0) {
+                    m4 += texelFetch(Bt, min((boolRow[r] + j0) / 4 + t4, (boolRow[r] + S - 1) / 4));
+                }
+                [[unroll]] for (int i = 0; i < 4; i++) {
+                    maskOf[4 * t4 + i][r] = m4[i];
                 }
             }
 #endif
@@ -348,8 +355,11 @@ void main() {
             [[unroll]] for (int r = 0; r < ROWS; r++) {
                 maskOf[r] = 0.0;
 #ifdef TEXEL_LOADS
-                if (MASK4) {
-                    maskOf[r] = texelFetch(Mt, (maskRow[r] + j) / 4)[j & 3];
+                if ((MASK4 & FLAG_MASK) != 0) {
+                    maskOf[r] += texelFetch(Mt, (maskRow[r] + j) / 4)[j & 3];
+                }
+                if ((MASK4 & FLAG_BOOLMASK) != 0) {
+                    maskOf[r] += texelFetch(Bt, (boolRow[r] + j) / 4)[j & 3];
                 }
 #endif
             }

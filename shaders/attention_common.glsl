@@ -106,9 +106,9 @@ float softcap(float e, float c) {
 // scoreWith is the score of key j for query row `row` of query head `head`
 // (ALiBi slope `slope`) whose dot product with the key is qk: -inf when
 // the key is at or past keyEnd or masked. Where the caller read the
-// additive mask's value itself (given, a constant at each call), it is
-// maskValue.
-float scoreWith(float qk, bool given, float maskValue, int row, int head, float slope, int j, int keyEnd) {
+// additive or boolean mask itself (given: their FLAG_MASK and
+// FLAG_BOOLMASK bits, a constant at each call), givenSum is their sum.
+float scoreWith(float qk, int given, float givenSum, int row, int head, float slope, int j, int keyEnd) {
     int jc = min(j, S - 1); // clamp so loads stay in bounds; masked below
     bool ok = j < keyEnd;
     if ((flags & FLAG_CAUSAL) != 0) {
@@ -116,11 +116,11 @@ float scoreWith(float qk, bool given, float maskValue, int row, int head, float 
     }
     // MASKED (a specialization constant) has the FLAG_* bit of each mask
     // the kernel is compiled to read; the others' loads are compiled out.
-    float add = 0.0;
-    if ((MASKED & FLAG_MASK) != 0 && (flags & FLAG_MASK) != 0) {
-        add += given ? maskValue : LOAD_M(P.chunk.x + b * P.mStride.x + head * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
+    float add = givenSum;
+    if ((MASKED & ~given & FLAG_MASK) != 0 && (flags & FLAG_MASK) != 0) {
+        add += LOAD_M(P.chunk.x + b * P.mStride.x + head * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
     }
-    if ((MASKED & FLAG_BOOLMASK) != 0 && (flags & FLAG_BOOLMASK) != 0) {
+    if ((MASKED & ~given & FLAG_BOOLMASK) != 0 && (flags & FLAG_BOOLMASK) != 0) {
         add += LOAD_B(P.chunk.y + b * P.bStride.x + head * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
     }
     if ((MASKED & FLAG_KEYPAD) != 0 && (flags & FLAG_KEYPAD) != 0) {
@@ -151,7 +151,7 @@ float scoreWith(float qk, bool given, float maskValue, int row, int head, float 
 
 // scoreOf is scoreWith reading the additive mask itself.
 float scoreOf(float qk, int row, int head, float slope, int j, int keyEnd) {
-    return scoreWith(qk, false, 0.0, row, head, slope, j, keyEnd);
+    return scoreWith(qk, 0, 0.0, row, head, slope, j, keyEnd);
 }
 
 // slopeOf is query head h's ALiBi slope (0 without ALiBi).

@@ -130,7 +130,7 @@ const int Q4_BLOCK_SHIFT = 5; // element i is in block i >> Q4_BLOCK_SHIFT
 #define ATT_SPEC_PAGED 11
 #define ATT_SPEC_HALVES8 12 // half inputs read eight a texel (loads.glsl's HALVES8)
 #define ATT_SPEC_QUANT_BLOCKS 13 // q8_0 and q4_0 rows of whole blocks (loads.glsl's QUANT_BLOCKS)
-#define ATT_SPEC_MASK4 14 // the additive mask read four keys a fetch
+#define ATT_SPEC_MASK4 14 // the masks read four keys a fetch (their FLAG_* bits)
 
 // attention_tiled.comp specialization-constant IDs (0: the workgroup size)
 #define TILED_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
