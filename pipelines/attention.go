@@ -188,8 +188,9 @@ func (p *AttentionPlan) mask4Spec() int32 {
 	return bits
 }
 
-// maskSpec is the kernels' MASKED specialization constant: the flag bit of
-// each mask the call has, so that only those masks' loads are compiled in.
+// maskSpec is the row kernels' MASKED specialization constant: the flag
+// bit of each mask the call has, so that only those masks' loads are
+// compiled in (lavapipe runs both sides of even a uniform branch).
 func (s *AttentionShape) maskSpec() int32 {
 	var bits int32
 	for _, m := range []struct {
@@ -201,6 +202,16 @@ func (s *AttentionShape) maskSpec() int32 {
 		}
 	}
 	return bits
+}
+
+// anyMaskSpec is the GPU kernels' MASKED: every mask's loads where the
+// call has any (a GPU skips a uniform branch, so one variant serves every
+// mix), none where it has none.
+func (s *AttentionShape) anyMaskSpec() int32 {
+	if s.masked() {
+		return flagMask | flagBoolMask | flagKeyPad
+	}
+	return 0
 }
 
 // Scalars are the values of an attention call that its kernels read from
@@ -879,7 +890,7 @@ func (p *AttentionPlan) Kernel() KernelSpec {
 		spec := make([]int32, coopSpecCount)
 		spec[specLocalSize], spec[coopSpecD4], spec[coopSpecBR], spec[coopSpecBC] = int32(p.WorkGroup), int32(p.DMax/4), int32(p.TileRows), int32(p.KeyTile)
 		spec[coopSpecMM], spec[coopSpecNSG], spec[coopSpecSG] = int32(p.Matrix), int32(p.WorkGroup/p.SubgroupSize), int32(p.SubgroupSize)
-		spec[coopSpecMasked], spec[coopSpecVariants] = s.maskSpec(), s.variants()
+		spec[coopSpecMasked], spec[coopSpecVariants] = s.anyMaskSpec(), s.variants()
 		spec[coopSpecQType], spec[coopSpecKType], spec[coopSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec}
 	}
@@ -887,7 +898,7 @@ func (p *AttentionPlan) Kernel() KernelSpec {
 		spec := make([]int32, tiledSpecCount)
 		spec[specLocalSize], spec[tiledSpecD4] = int32(p.WorkGroup), int32(p.DMax/4)
 		spec[tiledSpecBR], spec[tiledSpecBC], spec[tiledSpecLPR], spec[tiledSpecRPL] = int32(p.TileRows), int32(p.KeyTile), int32(p.LanesPerRow), int32(p.RowsPerLane)
-		spec[tiledSpecMasked], spec[tiledSpecVariants], spec[tiledSpecPaged] = s.maskSpec(), s.variants(), boolSpec(s.Paging > 0)
+		spec[tiledSpecMasked], spec[tiledSpecVariants], spec[tiledSpecPaged] = s.anyMaskSpec(), s.variants(), boolSpec(s.Paging > 0)
 		spec[tiledSpecQType], spec[tiledSpecKType], spec[tiledSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 		spec[tiledSpecDV4], spec[tiledSpecVInK] = int32(p.DVMax/4), boolSpec(s.VFromK)
 		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec}

@@ -221,7 +221,7 @@ func PlanBackward(dev core.DeviceInfo, p AttentionPlan) (BackwardPlan, error) {
 		return plan, nil
 	}
 	spec := make([]int32, bwdSpecCount)
-	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, s.maskSpec(), s.variants()
+	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, s.anyMaskSpec(), s.variants()
 	spec[bwdSpecQType], spec[bwdSpecKType], spec[bwdSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
 	spec[bwdSpecDMax], spec[bwdSpecTile] = int32(bp.dMax), int32(bp.tile)
 	for i := range bp.families {

@@ -53,7 +53,7 @@ layout(constant_id = ATT_SPEC_KEYS) const int KEYS = 4; // keys per online-softm
 // runs both sides of a branch, even a uniform one, and the three unused
 // loads per key took ~30% of the prefill time (two unused beside an
 // additive mask, half of a masked prefill's).
-layout(constant_id = ATT_SPEC_MASKED) const int MASKED = 67; // the masks the call has (attention_common.glsl)
+layout(constant_id = ATT_SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks the call has (attention_common.glsl)
 layout(constant_id = ATT_SPEC_SHARE) const int SHARE = 1; // lanes sharing K/V row loads (SHARED_LOADS)
 // Element types of Q, K and V (TYPE_F32, TYPE_F16, TYPE_BF16 of interface.glsl).
 layout(constant_id = ATT_SPEC_Q_TYPE) const int Q_TYPE = 0;

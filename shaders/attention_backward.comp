@@ -47,7 +47,7 @@
 #include "interface.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = BWD_SPEC_MASKED) const int MASKED = 67; // the masks the call has (attention_common.glsl)
+layout(constant_id = BWD_SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks read: all where the call has any (attention_common.glsl)
 layout(constant_id = BWD_SPEC_Q_TYPE) const int Q_TYPE = 0;
 layout(constant_id = BWD_SPEC_K_TYPE) const int K_TYPE = 0;
 layout(constant_id = BWD_SPEC_V_TYPE) const int V_TYPE = 0;

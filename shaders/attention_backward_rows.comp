@@ -43,7 +43,7 @@ layout(constant_id = BWR_SPEC_ROWS) const int ROWS = 2;  // own rows per invocat
 layout(constant_id = BWR_SPEC_WG) const int WG = 8;      // = local_size_x; own rows interleave by it
 layout(constant_id = BWR_SPEC_STEP) const int STEP = 4;  // other-side rows per loop iteration
 layout(constant_id = BWR_SPEC_SHARE) const int SHARE = 8; // lanes sharing a row's loads
-layout(constant_id = BWR_SPEC_MASKED) const int MASKED = 67; // the masks the call has (attention_common.glsl)
+layout(constant_id = BWR_SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks the call has (attention_common.glsl)
 layout(constant_id = BWR_SPEC_Q_TYPE) const int Q_TYPE = 0;
 layout(constant_id = BWR_SPEC_K_TYPE) const int K_TYPE = 0;
 layout(constant_id = BWR_SPEC_V_TYPE) const int V_TYPE = 0;

@@ -40,7 +40,7 @@ layout(constant_id = COOP_SPEC_BC) const int BC = 16; // keys per tile
 layout(constant_id = COOP_SPEC_MM) const int MM = 16; // the matrices' M = N = K
 layout(constant_id = COOP_SPEC_NSG) const int NSG = 2; // subgroups per workgroup
 layout(constant_id = COOP_SPEC_SG) const int SG = 32;  // lanes per subgroup (full subgroups required)
-layout(constant_id = COOP_SPEC_MASKED) const int MASKED = 67; // the masks the call has (attention_common.glsl)
+layout(constant_id = COOP_SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks read: all where the call has any (attention_common.glsl)
 layout(constant_id = COOP_SPEC_VARIANTS) const int VARIANTS = 0;
 layout(constant_id = COOP_SPEC_Q_TYPE) const int Q_TYPE = TYPE_F16; // or TYPE_BF16
 layout(constant_id = COOP_SPEC_K_TYPE) const int K_TYPE = TYPE_F16;

@@ -44,7 +44,7 @@ layout(constant_id = TILED_SPEC_D4) const int D4 = 16;  // compile-time bound of
 layout(constant_id = TILED_SPEC_BR) const int BR = 16;  // query rows per workgroup
 layout(constant_id = TILED_SPEC_BC) const int BC = 16;  // keys per tile
 layout(constant_id = TILED_SPEC_LPR) const int LPR = 8;  // lanes per row; divides D4 and the subgroup size
-layout(constant_id = TILED_SPEC_MASKED) const int MASKED = 67; // the masks the call has (attention_common.glsl)
+layout(constant_id = TILED_SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks read: all where the call has any (attention_common.glsl)
 layout(constant_id = TILED_SPEC_Q_TYPE) const int Q_TYPE = 0;
 layout(constant_id = TILED_SPEC_K_TYPE) const int K_TYPE = 0;
 layout(constant_id = TILED_SPEC_V_TYPE) const int V_TYPE = 0;
