@@ -67,39 +67,35 @@ func (l Layout) alignedTo(n, w int) bool {
 // halves8 reports whether Q, K and V include float16 or bfloat16 inputs
 // and each can be read eight halves a texel: rows of whole 16-byte texels.
 func (s *AttentionShape) halves8() bool {
-	halves := 0
-	for _, in := range []struct {
-		l Layout
-		w int
-	}{{s.Q, s.DK}, {s.K, s.DK}, {s.V, s.DV}} {
-		if !in.l.Type.Half() {
-			continue
-		}
-		if !in.l.alignedTo(8, in.w) {
-			return false
-		}
-		halves++
-	}
-	return halves > 0
+	return rowsAlignedWhere(core.DType.Half, 8, rowLayout{s.Q, s.DK}, rowLayout{s.K, s.DK}, rowLayout{s.V, s.DV})
 }
 
 // quantBlocks reports whether K or V is q8_0 or q4_0 and each such input
 // has rows of whole blocks (core.Q8Block and core.Q4Block elements).
 func (s *AttentionShape) quantBlocks() bool {
-	quant := 0
-	for _, in := range []struct {
-		l Layout
-		w int
-	}{{s.K, s.DK}, {s.V, s.DV}} {
-		if !in.l.Type.Quantized() {
+	return rowsAlignedWhere(core.DType.Quantized, max(core.Q8Block, core.Q4Block), rowLayout{s.K, s.DK}, rowLayout{s.V, s.DV})
+}
+
+// rowLayout is an input's layout and the width of its rows.
+type rowLayout struct {
+	l Layout
+	w int
+}
+
+// rowsAlignedWhere reports whether some of inputs are of a type `is`
+// selects and each such input has rows aligned to n elements.
+func rowsAlignedWhere(is func(core.DType) bool, n int, inputs ...rowLayout) bool {
+	found := false
+	for _, in := range inputs {
+		if !is(in.l.Type) {
 			continue
 		}
-		if !in.l.alignedTo(max(core.Q8Block, core.Q4Block), in.w) {
+		if !in.l.alignedTo(n, in.w) {
 			return false
 		}
-		quant++
+		found = true
 	}
-	return quant > 0
+	return found
 }
 
 // MaskLayout says whether a call has a float mask over (B, H, L, S) and
@@ -487,9 +483,9 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	// each block's scale once: a slot at a time fetched the texel four
 	// times and the scale eight, and q8_0 decode ran slower than float32.
 	p.QuantBlocks = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && in.quantBlocks()
-	// Prefill lanes read an additive mask value per key and row, each a
-	// texel fetch (on lavapipe a call): four keys a fetch where the mask
-	// allows, in steps of four keys from a multiple of 4.
+	// Prefill lanes read a mask value (additive, boolean) per key and row,
+	// each a texel fetch (on lavapipe a call): four keys a fetch where the
+	// mask allows, in steps of four keys from a multiple of 4.
 	steps4 := p.Path == core.TexelLoadPath && p.Splits == 0 && p.KeyTile%4 == 0
 	p.MaskVec4, p.BoolMaskVec4 = steps4 && in.Mask.vec4(), steps4 && in.BoolMask.vec4()
 	return p, finishPlan(dev, &p)
