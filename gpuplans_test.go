@@ -10,7 +10,6 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/devtest"
-	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -78,7 +77,7 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 				if k.VFromK != c.vFromK || k.DVMax != dv || (c.dk == 576 && k.DMax != 576) {
 					t.Errorf("plan %v: V from K %v, d_max %d and %d; want %v, %d", k, k.VFromK, k.DMax, k.DVMax, c.vFromK, dv)
 				}
-				if engine.AttentionPlanOf(k).Variant.Family != pipelines.FamilyTiled || engine.AttentionPlanOf(k).Variant.SplitK != c.split || (k.Splits > 0) != c.split {
+				if devtest.VariantOf(k).Family != pipelines.FamilyTiled || devtest.VariantOf(k).SplitK != c.split || (k.Splits > 0) != c.split {
 					t.Fatalf("plan %v: want the tiled kernel (split-K %v)", k, c.split)
 				}
 				// Float32 tiles of Bc keys: K's rows of d_max, V's of its
@@ -108,7 +107,7 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if engine.AttentionPlanOf(plan.Kernel).Variant.Family == pipelines.FamilyTiled && info.DriverID == core.DriverIDLavapipe && d.PlannedAs() == "" {
+		if devtest.VariantOf(plan.Kernel).Family == pipelines.FamilyTiled && info.DriverID == core.DriverIDLavapipe && d.PlannedAs() == "" {
 			t.Errorf("%s plan on lavapipe: %v; want its row kernels", name, plan.Kernel)
 		}
 	}

@@ -41,7 +41,7 @@ func TestQ4UploadDownload(t *testing.T) {
 	tn := devtest.MustUploadAs(t, devtest.Dev, shape[:], x, vkattn.Q4_0)
 	defer tn.Close()
 	stored := make([]byte, len(raw))
-	if err := engine.Buf(tn).Read(0, stored); err != nil {
+	if err := engine.Buf((*engine.Tensor)(tn)).Read(0, stored); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(stored, raw) {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/devtest"
-	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -76,7 +75,7 @@ func TestExactTiesStayExact(t *testing.T) {
 			got := devtest.RunGPU(t, c.d, p)
 			plan := got.Out.Plan.Kernel
 			path := strings.Split(c.name, "/")[0]
-			tiled := engine.AttentionPlanOf(plan).Variant.Family == pipelines.FamilyTiled
+			tiled := devtest.VariantOf(plan).Family == pipelines.FamilyTiled
 			if path == "tiled" {
 				path = "storage"
 			}

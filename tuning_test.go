@@ -8,7 +8,6 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/devtest"
-	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -50,7 +49,7 @@ func TestTuningRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tiled := engine.AttentionPlanOf(p.Kernel).Variant.Family == pipelines.FamilyTiled
+		tiled := devtest.VariantOf(p.Kernel).Family == pipelines.FamilyTiled
 		if p.Kernel.Why != "test" || !tiled && (p.Kernel.Rows != 2 || p.Kernel.WorkGroup != 16) {
 			t.Fatalf("plan with saved tuning: %v", p)
 		}

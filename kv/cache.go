@@ -55,7 +55,7 @@ type Config struct {
 // per sequence, pages of size positions, pages pages in the pool.
 type pageTable struct {
 	size, pages, perItem int
-	table                *vkattn.Tensor // int32 (B, perItem)
+	table                *engine.Tensor // int32 (B, perItem)
 }
 
 // Cache holds the keys and values of B sequences on the device for
@@ -69,9 +69,9 @@ type pageTable struct {
 // A Cache is safe for concurrent use; a prepared call must not run while
 // an append to its cache is under way.
 type Cache struct {
-	dev  *vkattn.Device
+	dev  *engine.Device
 	cfg  Config
-	k, v *vkattn.Tensor // (B, HKV, Capacity, D); views of the page pools when paged; v a view of k's columns when latent
+	k, v *engine.Tensor // (B, HKV, Capacity, D); views of the page pools when paged; v a view of k's columns when latent
 	// Paged: the table on the device and the page allocator (forked
 	// sequences share pages, copied on write).
 	pt   *pageTable
@@ -79,7 +79,7 @@ type Cache struct {
 	// lengths on the device as the kernels read them: key lengths [B]
 	// (the sequence lengths), then query lengths [B], all Capacity: no
 	// row of any call (L <= every length <= Capacity) is padding.
-	lengths *vkattn.Tensor
+	lengths *engine.Tensor
 	mu      sync.Mutex
 	lens    []int
 	closed  bool
@@ -97,7 +97,8 @@ type Cache struct {
 // on the device: the host holds no copy of it. A cache the device's heap
 // (or vkattn.Config.MemoryLimit) cannot hold, or heads wider than
 // vkattn.MaxHeadWidth, are ErrTooLarge.
-func New(d *vkattn.Device, cfg Config) (*Cache, error) {
+func New(dev *vkattn.Device, cfg Config) (*Cache, error) {
+	d := (*engine.Device)(dev)
 	if err := engine.CheckOpen(d); err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func New(d *vkattn.Device, cfg Config) (*Cache, error) {
 	// Allocated, not uploaded: the host never holds a copy of the cache,
 	// and one the heap cannot hold is refused before anything is written.
 	// The bound is Upload's, as if zeros had been uploaded.
-	alloc := func(b, n, w int) (*vkattn.Tensor, error) {
+	alloc := func(b, n, w int) (*engine.Tensor, error) {
 		t, err := engine.NewTensor(d, [4]int{b, cfg.HKV, n, w}, cfg.DType)
 		if err == nil {
 			engine.SetBound(t, engine.WriteHeadroom)
@@ -182,7 +183,7 @@ func New(d *vkattn.Device, cfg Config) (*Cache, error) {
 		return t, err
 	}
 	stored := []struct {
-		dst **vkattn.Tensor
+		dst **engine.Tensor
 		w   int
 	}{{&c.k, cfg.DK}, {&c.v, cfg.DV}}
 	if cfg.Latent {
@@ -305,6 +306,10 @@ func (c *Cache) Append(k, v []float32, n int) error {
 // Append rotates them) go through the host once, rounded as Append
 // rounds.
 func (c *Cache) AppendTensors(k, v *vkattn.Tensor) error {
+	return c.appendTensors((*engine.Tensor)(k), (*engine.Tensor)(v))
+}
+
+func (c *Cache) appendTensors(k, v *engine.Tensor) error {
 	cfg := c.cfg
 	c.mu.Lock()
 	err := c.usable()
@@ -345,7 +350,7 @@ func (c *Cache) AppendTensors(k, v *vkattn.Tensor) error {
 		}
 		return c.Append(host[0], host[1], n)
 	}
-	return c.storeOnce(c.everySequence(), n, false, func(cmds *vk.Commands, i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
+	return c.storeOnce(c.everySequence(), n, false, func(cmds *vk.Commands, i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
 		src := srcs[i]
 		return engine.EachSpan(cfg.DType, engine.Elements(src), engine.Layout(src).Offset+first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
 			return cmds.Copy(engine.Buf(src), from.Off, engine.Buf(dst), to.Off, to.N)
@@ -355,26 +360,26 @@ func (c *Cache) AppendTensors(k, v *vkattn.Tensor) error {
 
 // sources are the tensors an append stores: k and v, or a latent cache's
 // k alone.
-func (c *Cache) sources(k, v *vkattn.Tensor) []*vkattn.Tensor {
+func (c *Cache) sources(k, v *engine.Tensor) []*engine.Tensor {
 	if c.cfg.Latent {
-		return []*vkattn.Tensor{k}
+		return []*engine.Tensor{k}
 	}
-	return []*vkattn.Tensor{k, v}
+	return []*engine.Tensor{k, v}
 }
 
 // stored are the cache's tensors that appends write, K then V (a latent
 // cache's K alone), each as the kernels see it.
-func (c *Cache) stored() []*vkattn.Tensor {
+func (c *Cache) stored() []*engine.Tensor {
 	if c.cfg.Latent {
-		return []*vkattn.Tensor{c.k}
+		return []*engine.Tensor{c.k}
 	}
-	return []*vkattn.Tensor{c.k, c.v}
+	return []*engine.Tensor{c.k, c.v}
 }
 
 // pools are the buffers' owners of the stored tensors: the page pools
 // when paged.
-func (c *Cache) pools() []*vkattn.Tensor {
-	var ps []*vkattn.Tensor
+func (c *Cache) pools() []*engine.Tensor {
+	var ps []*engine.Tensor
 	for _, t := range c.stored() {
 		ps = append(ps, engine.Root(t))
 	}
@@ -386,7 +391,7 @@ func (c *Cache) pools() []*vkattn.Tensor {
 // quantized on the device (q8_store.comp) as the host quantizes: recorded
 // with the page table and the lengths into one submission that the host
 // does not wait for, as a copy is.
-func (c *Cache) appendQuantized(srcs []*vkattn.Tensor, n int) error {
+func (c *Cache) appendQuantized(srcs []*engine.Tensor, n int) error {
 	cfg := c.cfg
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -398,13 +403,13 @@ func (c *Cache) appendQuantized(srcs []*vkattn.Tensor, n int) error {
 	var keep []closer
 	cmds, err := engine.VK(c.dev).Later(func(cmds *vk.Commands) error {
 		err := c.storeLocked(c.everySequence(), n, cacheWriter{
-			rows: func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
+			rows: func(i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
 				for r := 0; r < rows; r++ {
 					dsts[i][first+r] = dstElem + r*w
 				}
 				return nil
 			},
-			ints: func(t *vkattn.Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) },
+			ints: func(t *engine.Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) },
 			page: c.recordPageCopy(cmds),
 		})
 		if err != nil || n == 0 {
@@ -452,22 +457,22 @@ func (c *Cache) appendQuantized(srcs []*vkattn.Tensor, n int) error {
 // commands write the page table and the lengths. With wait it returns when
 // they are done; otherwise they stay pending (device-to-device copies:
 // nothing of the host's to keep alive). On failure the cache is as it was.
-func (c *Cache) storeOnce(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error) error {
+func (c *Cache) storeOnce(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *engine.Tensor, dstElem, first, rows, w int) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.storeOnceLocked(seqs, n, wait, put)
 }
 
 // storeOnceLocked is storeOnce with c.mu held.
-func (c *Cache) storeOnceLocked(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error) error {
+func (c *Cache) storeOnceLocked(seqs []int, n int, wait bool, put func(cmds *vk.Commands, i int, dst *engine.Tensor, dstElem, first, rows, w int) error) error {
 	c.settleLocked()
 	saved := c.saveLocked()
 	cmds, err := engine.VK(c.dev).Later(func(cmds *vk.Commands) error {
 		return c.storeLocked(seqs, n, cacheWriter{
-			rows: func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
+			rows: func(i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
 				return put(cmds, i, dst, dstElem, first, rows, w)
 			},
-			ints: func(t *vkattn.Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) },
+			ints: func(t *engine.Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) },
 			page: c.recordPageCopy(cmds),
 		})
 	})
@@ -496,7 +501,7 @@ func (c *Cache) settleLocked() {
 
 // updateInts records xs written as int32 words from element offset off of
 // t, in pieces of vkCmdUpdateBuffer's 64 KiB.
-func updateInts(cmds *vk.Commands, t *vkattn.Tensor, off int, xs []int) error {
+func updateInts(cmds *vk.Commands, t *engine.Tensor, off int, xs []int) error {
 	const piece = 65536 / 4
 	for len(xs) > 0 {
 		m := min(len(xs), piece)
@@ -509,9 +514,9 @@ func updateInts(cmds *vk.Commands, t *vkattn.Tensor, off int, xs []int) error {
 }
 
 // copyable reports whether t can be copied into the cache on the device:
-// dense, the cache's type, within its bound.
-func (c *Cache) copyable(t *vkattn.Tensor) bool {
-	return engine.Dense(t) && t.DType() == c.cfg.DType && engine.Bound(t) <= engine.Bound(c.k)
+// rows one after another, the cache's type, within its bound.
+func (c *Cache) copyable(t *engine.Tensor) bool {
+	return engine.RowMajor(t) && t.DType() == c.cfg.DType && engine.Bound(t) <= engine.Bound(c.k)
 }
 
 // everySequence lists the sequences 0..B-1.
@@ -572,7 +577,7 @@ func (c *Cache) append(seqs []int, k, v []float32, n int) error {
 		}
 	}
 	if engine.Buf(c.k).Mapped() && engine.Buf(c.v).Mapped() && engine.Buf(c.lengths).Mapped() {
-		return c.storeLocked(seqs, n, cacheWriter{rows: func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
+		return c.storeLocked(seqs, n, cacheWriter{rows: func(i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
 			raw := [2][]byte{rawK, rawV}[i]
 			return engine.EachSpan(cfg.DType, len(seqs)*cfg.HKV*n*w, first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
 				return engine.Buf(dst).Write(to.Off, raw[from.Off:from.Off+from.N])
@@ -593,7 +598,7 @@ func (c *Cache) append(seqs []int, k, v []float32, n int) error {
 	if err := stage.Write(uint64(len(rawK)), rawV); err != nil {
 		return engine.DeviceError(err)
 	}
-	return c.storeOnceLocked(seqs, n, true, func(cmds *vk.Commands, i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
+	return c.storeOnceLocked(seqs, n, true, func(cmds *vk.Commands, i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
 		base := [2]uint64{0, uint64(len(rawK))}[i]
 		return engine.EachSpan(cfg.DType, len(seqs)*cfg.HKV*n*w, first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
 			return cmds.Copy(stage, base+from.Off, engine.Buf(dst), to.Off, to.N)
@@ -605,7 +610,7 @@ func (c *Cache) append(seqs []int, k, v []float32, n int) error {
 // them as the device stores them. The type's own range comes first
 // (float16's and q8_0's and q4_0's lie within the cache's bound), then the cache's
 // bound, which calls prepared on the cache were checked against.
-func (c *Cache) encode(t *vkattn.Tensor, data []float32) ([]byte, error) {
+func (c *Cache) encode(t *engine.Tensor, data []float32) ([]byte, error) {
 	most, finite := engine.Magnitude(data)
 	if !finite {
 		return nil, core.Errorf(vkattn.ErrNonFinite, "appended data holds NaN or Inf")
@@ -650,8 +655,8 @@ func (c *Cache) rotateKeysLocked(seqs []int, k []float32, n int) []float32 {
 // before its first append (page). Each is done at once (Append on mapped
 // memory) or recorded into commands (one submission).
 type cacheWriter struct {
-	rows func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error
-	ints func(t *vkattn.Tensor, off int, xs []int) error
+	rows func(i int, dst *engine.Tensor, dstElem, first, rows, w int) error
+	ints func(t *engine.Tensor, off int, xs []int) error
 	page func(from, to int) error
 }
 
@@ -743,7 +748,7 @@ func (c *Cache) storeLocked(seqs []int, n int, w cacheWriter) error {
 // eachPageSpan calls f with the byte ranges of page from and page to in
 // the K pool, then in the V pool (q8_0, q4_0: quants and scales each; a
 // latent cache has no V pool): a page holds every KV head's rows.
-func (c *Cache) eachPageSpan(from, to int, f func(pool *vkattn.Tensor, src, dst engine.ByteSpan) error) error {
+func (c *Cache) eachPageSpan(from, to int, f func(pool *engine.Tensor, src, dst engine.ByteSpan) error) error {
 	cfg := c.cfg
 	for _, pool := range c.pools() {
 		n := cfg.HKV * cfg.PageSize * pool.Shape()[3]
@@ -760,7 +765,7 @@ func (c *Cache) eachPageSpan(from, to int, f func(pool *vkattn.Tensor, src, dst 
 // copyPageNow copies page from to page to in both pools on the device,
 // and waits.
 func (c *Cache) copyPageNow(from, to int) error {
-	return c.eachPageSpan(from, to, func(pool *vkattn.Tensor, src, dst engine.ByteSpan) error {
+	return c.eachPageSpan(from, to, func(pool *engine.Tensor, src, dst engine.ByteSpan) error {
 		return engine.Buf(pool).CopyTo(engine.Buf(pool), src.Off, dst.Off, src.N)
 	})
 }
@@ -769,7 +774,7 @@ func (c *Cache) copyPageNow(from, to int) error {
 // orders it before the rows written into the copy.
 func (c *Cache) recordPageCopy(cmds *vk.Commands) func(from, to int) error {
 	return func(from, to int) error {
-		err := c.eachPageSpan(from, to, func(pool *vkattn.Tensor, src, dst engine.ByteSpan) error {
+		err := c.eachPageSpan(from, to, func(pool *engine.Tensor, src, dst engine.ByteSpan) error {
 			return cmds.Copy(engine.Buf(pool), src.Off, engine.Buf(pool), dst.Off, src.N)
 		})
 		if err != nil {
@@ -811,7 +816,7 @@ func (c *Cache) rowOffset(b, h, pos, w int) int {
 // syncPages writes the page table to the device with putInts (unused
 // entries 0, never read: they lie past every length). The caller holds
 // c.mu.
-func (c *Cache) syncPages(putInts func(t *vkattn.Tensor, off int, xs []int) error) error {
+func (c *Cache) syncPages(putInts func(t *engine.Tensor, off int, xs []int) error) error {
 	return putInts(c.pt.table, 0, c.pool.Table(c.pt.perItem))
 }
 
@@ -909,7 +914,7 @@ func (c *Cache) Reset() error { return c.Truncate(make([]int, c.cfg.B)) }
 // positions each sequence holds (of a rolling cache, from its first kept
 // one), and a rolling cache's RoPE rows of its queries. The caller holds
 // c.mu.
-func (c *Cache) syncLengths(putInts func(t *vkattn.Tensor, off int, xs []int) error) error {
+func (c *Cache) syncLengths(putInts func(t *engine.Tensor, off int, xs []int) error) error {
 	if c.cfg.Window == 0 {
 		return putInts(c.lengths, 0, c.lens)
 	}
@@ -940,13 +945,25 @@ func (c *Cache) Attention(q *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output
 
 // AttentionContext is Attention with a context that can cancel the wait.
 func (c *Cache) AttentionContext(ctx context.Context, q *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output, error) {
-	return engine.RunOnce(ctx, func() (*vkattn.Call, error) { return c.Prepare(q, opts) })
+	out, err := engine.RunOnce(ctx, func() (*engine.Call, error) { return c.prepare((*engine.Tensor)(q), opts) })
+	if err != nil {
+		return nil, err
+	}
+	return engine.PublicOutput[*vkattn.Output](out), nil
 }
 
 // Prepare records an attention call over the cache (see Attention). Each
 // Run reads the cache as it is then: a decode step appends its token,
 // writes its query into q and runs the call again.
 func (c *Cache) Prepare(q *vkattn.Tensor, opts vkattn.Options) (*vkattn.Call, error) {
+	call, err := c.prepare((*engine.Tensor)(q), opts)
+	if err != nil {
+		return nil, err
+	}
+	return engine.PublicCall[*vkattn.Call](call), nil
+}
+
+func (c *Cache) prepare(q *engine.Tensor, opts vkattn.Options) (*engine.Call, error) {
 	if err := c.checkOptions(opts); err != nil {
 		return nil, err
 	}
@@ -1117,8 +1134,8 @@ func (c *Cache) callRefs() *engine.CacheRefs {
 // leaves the rows of what is kept; a fork writes the rows of dst's.
 type cacheRoPE struct {
 	r       *vkattn.RoPE
-	table   *vkattn.Tensor
-	lengths *vkattn.Tensor // int32 [B]: rolling only
+	table   *engine.Tensor
+	lengths *engine.Tensor // int32 [B]: rolling only
 	rows    int            // rolling: positions a sequence's table holds
 }
 
@@ -1145,7 +1162,7 @@ func (c *Cache) newRollingRoPE(r *vkattn.RoPE) error {
 		return err
 	}
 	err = engine.VK(c.dev).Once(func(cmds *vk.Commands) error {
-		for _, t := range []*vkattn.Tensor{c.rope.table, c.rope.lengths} {
+		for _, t := range []*engine.Tensor{c.rope.table, c.rope.lengths} {
 			if err := cmds.Fill(engine.Buf(t), 0, engine.Buf(t).Size(), 0); err != nil {
 				return err
 			}
@@ -1158,7 +1175,7 @@ func (c *Cache) newRollingRoPE(r *vkattn.RoPE) error {
 // putRoPERows writes the RoPE table rows of positions [from, to) of
 // sequence b of a rolling cache, twice each, with putInts (the rows'
 // float32 bits as int32 words). to - from is at most the capacity.
-func (c *Cache) putRoPERows(b, from, to int, putInts func(t *vkattn.Tensor, off int, xs []int) error) error {
+func (c *Cache) putRoPERows(b, from, to int, putInts func(t *engine.Tensor, off int, xs []int) error) error {
 	r, w := c.rope, c.rope.rows
 	rot := r.r.RotatedDims(c.cfg.DK)
 	for p := from; p < to; {

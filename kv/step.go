@@ -39,10 +39,10 @@ type DecodeStep struct {
 	cache  *Cache
 	heads  int
 	opts   vkattn.Options
-	q      *vkattn.Tensor // (B, H, 1, DK) float32: the calls' query
+	q      *engine.Tensor // (B, H, 1, DK) float32: the calls' query
 	stage  *vk.Buffer     // host-visible: K, V, Q and the tables in; O out
 	at     stepLayout
-	calls  map[int]*vkattn.Call // by the length of the view they read
+	calls  map[int]*engine.Call // by the length of the view they read
 	closed bool
 }
 
@@ -87,7 +87,7 @@ func (c *Cache) PrepareStep(heads int, opts vkattn.Options) (*DecodeStep, error)
 	if err := c.checkOptions(opts); err != nil {
 		return nil, err
 	}
-	s := &DecodeStep{cache: c, heads: heads, opts: opts, calls: map[int]*vkattn.Call{}}
+	s := &DecodeStep{cache: c, heads: heads, opts: opts, calls: map[int]*engine.Call{}}
 	fail := func(err error) (*DecodeStep, error) {
 		s.Close()
 		return nil, err
@@ -133,7 +133,7 @@ func (c *Cache) PrepareStep(heads int, opts vkattn.Options) (*DecodeStep, error)
 // kept positions (stepKeptLocked): over the view of the cache that holds
 // them, prepared the first time that view is needed. The caller holds
 // s.mu.
-func (s *DecodeStep) callFor(kept []int) (*vkattn.Call, error) {
+func (s *DecodeStep) callFor(kept []int) (*engine.Call, error) {
 	c := s.cache
 	cfg := c.cfg
 	longest := min(slices.Max(kept), cfg.Capacity)
@@ -230,7 +230,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 	out := call.Output().O
 	before := func(cmds *vk.Commands) error {
 		ints := s.at.ints
-		putInts := func(t *vkattn.Tensor, off int, xs []int) error {
+		putInts := func(t *engine.Tensor, off int, xs []int) error {
 			raw := engine.Int32Words(xs)
 			if err := s.stage.Write(ints, raw); err != nil {
 				return err
@@ -239,7 +239,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 			ints += uint64(len(raw))
 			return err
 		}
-		put := func(i int, dst *vkattn.Tensor, dstElem, first, rows, w int) error {
+		put := func(i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
 			base := [2]uint64{s.at.k, s.at.v}[i]
 			return engine.EachSpan(cfg.DType, cfg.B*cfg.HKV*w, first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
 				return cmds.Copy(s.stage, base+from.Off, engine.Buf(dst), to.Off, to.N)
@@ -296,7 +296,7 @@ func (s *DecodeStep) Plan() (vkattn.Plan, error) {
 	if err != nil {
 		return vkattn.Plan{}, err
 	}
-	return call.Output().Plan, nil
+	return call.Output().Plan.Plan, nil
 }
 
 // Close frees the step's calls, query and staging buffer; the cache stays.

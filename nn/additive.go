@@ -20,17 +20,18 @@ import (
 // same online softmax, masks, lengths, log-sum-exp and weights as scaled
 // dot-product attention. Additive scores have no scale.
 type Additive struct {
-	dev        *vkattn.Device
+	dev        *engine.Device
 	dq, dk, da int
 	// wq and wk are W_q and W_k transposed to the (out, in) layout of the
 	// dense-layer kernel; bias and wa as given.
-	wq, wk, bias, wa *vkattn.Tensor
+	wq, wk, bias, wa *engine.Tensor
 	closed           atomic.Bool
 }
 
 // NewAdditive checks the weights (errors name the tensor and both shapes)
 // and uploads them to d.
-func NewAdditive(d *vkattn.Device, w *AdditiveWeights) (*Additive, error) {
+func NewAdditive(dev *vkattn.Device, w *AdditiveWeights) (*Additive, error) {
+	d := (*engine.Device)(dev)
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
@@ -55,14 +56,19 @@ func (a *Additive) Close() {
 // and v (B,S,d_v) (or rank 2 without B), and returns what Attention would
 // run. Dims are those of the attention kernel: H = 1, d_k = d_a.
 func (a *Additive) Plan(q, k, v []int, opts vkattn.Options) (vkattn.Plan, error) {
+	p, err := a.planShapes(q, k, v, opts)
+	return p.Plan, err
+}
+
+func (a *Additive) planShapes(q, k, v []int, opts vkattn.Options) (engine.Plan, error) {
 	var dims [3][3]int
 	for i, s := range [][]int{q, k, v} {
 		name := []string{"query", "key", "value"}[i]
 		if len(s) != 2 && len(s) != 3 {
-			return vkattn.Plan{}, core.Errorf(vkattn.ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
+			return engine.Plan{}, core.Errorf(vkattn.ErrShape, "%s shape %v: want (B,T,width) or (T,width)", name, s)
 		}
 		if len(s) != len(q) {
-			return vkattn.Plan{}, core.Errorf(vkattn.ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(q))
+			return engine.Plan{}, core.Errorf(vkattn.ErrShape, "%s has rank %d but query has rank %d", name, len(s), len(q))
 		}
 		dims[i] = [3]int{1, s[len(s)-2], s[len(s)-1]}
 		if len(s) == 3 {
@@ -73,19 +79,19 @@ func (a *Additive) Plan(q, k, v []int, opts vkattn.Options) (vkattn.Plan, error)
 }
 
 // plan checks a call of (B, positions, width) inputs and plans it.
-func (a *Additive) plan(dims [3][3]int, opts *vkattn.Options) (vkattn.Plan, error) {
+func (a *Additive) plan(dims [3][3]int, opts *vkattn.Options) (engine.Plan, error) {
 	if a.closed.Load() {
-		return vkattn.Plan{}, core.Errorf(vkattn.ErrClosed, "additive attention used after Close")
+		return engine.Plan{}, core.Errorf(vkattn.ErrClosed, "additive attention used after Close")
 	}
 	if !opts.Scale.IsDefault() {
-		return vkattn.Plan{}, core.Errorf(vkattn.ErrScale, "additive attention has no score scale")
+		return engine.Plan{}, core.Errorf(vkattn.ErrScale, "additive attention has no score scale")
 	}
 	if opts.RoPE != nil {
-		return vkattn.Plan{}, core.Errorf(vkattn.ErrOption, "additive attention has no rotary embedding (it scores w_a . tanh(q + k))")
+		return engine.Plan{}, core.Errorf(vkattn.ErrOption, "additive attention has no rotary embedding (it scores w_a . tanh(q + k))")
 	}
 	for i, want := range []int{a.dq, a.dk} {
 		if dims[i][2] != want {
-			return vkattn.Plan{}, core.Errorf(vkattn.ErrShape, "%s has width %d but the weights expect %d", []string{"query", "key"}[i], dims[i][2], want)
+			return engine.Plan{}, core.Errorf(vkattn.ErrShape, "%s has width %d but the weights expect %d", []string{"query", "key"}[i], dims[i][2], want)
 		}
 	}
 	B, L, S, dv := dims[0][0], dims[0][1], dims[1][1], dims[2][2]
@@ -104,7 +110,7 @@ func (a *Additive) plan(dims [3][3]int, opts *vkattn.Options) (vkattn.Plan, erro
 	if err != nil {
 		return p, err
 	}
-	p.Projections = []LayerPlan{lq, lk}
+	p.SetProjections(lq, lk)
 	return p, nil
 }
 
@@ -120,18 +126,24 @@ func (a *Additive) Attention(q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkat
 
 // AttentionContext is Attention with a context that can cancel the wait.
 func (a *Additive) AttentionContext(ctx context.Context, q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output, error) {
-	return engine.RunOnce(ctx, func() (*vkattn.Call, error) { return a.Prepare(q, k, v, opts) })
+	out, err := engine.RunOnce(ctx, func() (*engine.Call, error) {
+		return a.prepare((*engine.Tensor)(q), (*engine.Tensor)(k), (*engine.Tensor)(v), opts)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return engine.PublicOutput[*vkattn.Output](out), nil
 }
 
 // inputDims checks q, k and v (dense tensors of this layer's device) and
 // gives each one's (B, positions, width).
-func (a *Additive) inputDims(q, k, v *vkattn.Tensor) ([3][3]int, error) {
+func (a *Additive) inputDims(q, k, v *engine.Tensor) ([3][3]int, error) {
 	var dims [3][3]int
 	names := [3]string{"query", "key", "value"}
 	if err := engine.CheckInputs(a.dev, names, q, k, v); err != nil {
 		return dims, err
 	}
-	for i, t := range []*vkattn.Tensor{q, k, v} {
+	for i, t := range []*engine.Tensor{q, k, v} {
 		if t.DType() != vkattn.Float32 {
 			return dims, core.Errorf(vkattn.ErrOption, "%s is %v: additive attention's inputs are f32", names[i], t.DType())
 		}
@@ -147,6 +159,14 @@ func (a *Additive) inputDims(q, k, v *vkattn.Tensor) ([3][3]int, error) {
 // Prepare validates a call, allocates its outputs and records the
 // projections and the attention as one submission without running it.
 func (a *Additive) Prepare(q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkattn.Call, error) {
+	call, err := a.prepare((*engine.Tensor)(q), (*engine.Tensor)(k), (*engine.Tensor)(v), opts)
+	if err != nil {
+		return nil, err
+	}
+	return engine.PublicCall[*vkattn.Call](call), nil
+}
+
+func (a *Additive) prepare(q, k, v *engine.Tensor, opts vkattn.Options) (*engine.Call, error) {
 	d := a.dev
 	dims, err := a.inputDims(q, k, v)
 	if err != nil {
@@ -162,18 +182,18 @@ func (a *Additive) Prepare(q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkattn
 		return nil, err
 	}
 	b := engine.NewBuilder(d)
-	project := func(l LayerPlan, in, w, bias *vkattn.Tensor) (*vkattn.Tensor, error) {
+	project := func(l engine.LayerPlan, in, w, bias *engine.Tensor) (*engine.Tensor, error) {
 		y, err := b.ScratchTensor([4]int{1, 1, l.Rows, l.Outputs})
 		if err != nil {
 			return nil, err
 		}
 		return y, b.Linear(l, in, w, 0, bias, 0, y, l.Outputs)
 	}
-	qp, err := project(plan.Projections[0], q, a.wq, a.bias)
+	qp, err := project(plan.Projection(0), q, a.wq, a.bias)
 	if err != nil {
 		return nil, b.Fail(err)
 	}
-	kp, err := project(plan.Projections[1], k, a.wk, nil)
+	kp, err := project(plan.Projection(1), k, a.wk, nil)
 	if err != nil {
 		return nil, b.Fail(err)
 	}

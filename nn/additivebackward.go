@@ -28,7 +28,7 @@ type AdditiveGradients struct {
 // Close frees the gradient tensors.
 func (g *AdditiveGradients) Close() {
 	if g != nil {
-		engine.CloseTensors(g.DQ, g.DK, g.DV, g.DWQ, g.DWK, g.DBias, g.DWA, g.DSinks)
+		closeTensors(g.DQ, g.DK, g.DV, g.DWQ, g.DWK, g.DBias, g.DWA, g.DSinks)
 	}
 }
 
@@ -36,7 +36,7 @@ func additiveGradTime(g *AdditiveGradients) *time.Duration { return &g.GPUTime }
 
 // AdditiveGradCall is an additive backward call recorded once and
 // replayable: its gradients are rewritten by each Run.
-type AdditiveGradCall = engine.Prepared[*AdditiveGradients]
+type AdditiveGradCall engine.Prepared[*AdditiveGradients]
 
 // Backward returns the gradients of sum(O * dO) for O = a.Attention(q, k,
 // v, opts) (SEMANTICS.md §16): dO has O's (B, L, d_v). The whole pass runs
@@ -54,13 +54,20 @@ func (a *Additive) Backward(q, k, v, dO *vkattn.Tensor, opts vkattn.Options) (*A
 
 // BackwardContext is Backward with a context that can cancel the wait.
 func (a *Additive) BackwardContext(ctx context.Context, q, k, v, dO *vkattn.Tensor, opts vkattn.Options) (*AdditiveGradients, error) {
-	return engine.RunOnce(ctx, func() (*AdditiveGradCall, error) { return a.PrepareBackward(q, k, v, dO, opts) })
+	return engine.RunOnce(ctx, func() (*engine.Prepared[*AdditiveGradients], error) {
+		return a.prepareBackward((*engine.Tensor)(q), (*engine.Tensor)(k), (*engine.Tensor)(v), (*engine.Tensor)(dO), opts)
+	})
 }
 
 // PrepareBackward validates a backward call, allocates its gradients and
 // scratch buffers and records the whole pass (Backward's) without running
 // it.
 func (a *Additive) PrepareBackward(q, k, v, dO *vkattn.Tensor, opts vkattn.Options) (*AdditiveGradCall, error) {
+	c, err := a.prepareBackward((*engine.Tensor)(q), (*engine.Tensor)(k), (*engine.Tensor)(v), (*engine.Tensor)(dO), opts)
+	return (*AdditiveGradCall)(c), err
+}
+
+func (a *Additive) prepareBackward(q, k, v, dO *engine.Tensor, opts vkattn.Options) (*engine.Prepared[*AdditiveGradients], error) {
 	d := a.dev
 	dims, err := a.inputDims(q, k, v)
 	if err != nil {
@@ -85,9 +92,9 @@ func (a *Additive) PrepareBackward(q, k, v, dO *vkattn.Tensor, opts vkattn.Optio
 		return nil, err
 	}
 	b := engine.NewBuilder(d)
-	g, err := a.recordBackward(b, plan, &opts, [4]*vkattn.Tensor{q, k, v, dO}, &bounds)
+	g, err := a.recordBackward(b, plan, &opts, [4]*engine.Tensor{q, k, v, dO}, &bounds)
 	if err == nil {
-		err = b.CheckFinite([]*vkattn.Tensor{g.DWQ, g.DWK, g.DBias, g.DWA, g.DQ, g.DK, g.DV, g.DSinks},
+		err = b.CheckFinite(engineTensors(g.DWQ, g.DWK, g.DBias, g.DWA, g.DQ, g.DK, g.DV, g.DSinks),
 			[]string{"dW_q", "dW_k", "db", "dw_a", "dq", "dk", "dv", "the sinks' gradient"})
 	}
 	if err != nil {
@@ -99,12 +106,12 @@ func (a *Additive) PrepareBackward(q, k, v, dO *vkattn.Tensor, opts vkattn.Optio
 // recordBackward records the backward pass of the call planned as plan
 // over q, k, v and dO into b and returns its gradients, bounded by
 // bounds.
-func (a *Additive) recordBackward(b *engine.Builder, plan vkattn.Plan, opts *vkattn.Options, in [4]*vkattn.Tensor, bounds *additiveGradBounds) (*AdditiveGradients, error) {
+func (a *Additive) recordBackward(b *engine.Builder, plan engine.Plan, opts *vkattn.Options, in [4]*engine.Tensor, bounds *additiveGradBounds) (*AdditiveGradients, error) {
 	q, k, v, dO := in[0], in[1], in[2], in[3]
 	dm := plan.Dims
 	B, L, S, da := dm.B, dm.L, dm.S, a.da
-	g := &AdditiveGradients{Plan: plan}
-	output := func(dst **vkattn.Tensor, shape [4]int, bound float64) error {
+	g := &additiveGrads{}
+	output := func(dst **engine.Tensor, shape [4]int, bound float64) error {
 		t, err := b.Output(shape)
 		if err == nil {
 			engine.SetBound(t, bound)
@@ -112,21 +119,21 @@ func (a *Additive) recordBackward(b *engine.Builder, plan vkattn.Plan, opts *vka
 		}
 		return err
 	}
-	scratch := func(rows, width int) (*vkattn.Tensor, error) { return b.ScratchTensor([4]int{B, 1, rows, width}) }
+	scratch := func(rows, width int) (*engine.Tensor, error) { return b.ScratchTensor([4]int{B, 1, rows, width}) }
 
 	// The forward again, with the log-sum-exp.
 	qp, err := scratch(L, da)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.Linear(plan.Projections[0], q, a.wq, 0, a.bias, 0, qp, da); err != nil {
+	if err := b.Linear(plan.Projection(0), q, a.wq, 0, a.bias, 0, qp, da); err != nil {
 		return nil, err
 	}
 	kp, err := scratch(S, da)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.Linear(plan.Projections[1], k, a.wk, 0, nil, 0, kp, da); err != nil {
+	if err := b.Linear(plan.Projection(1), k, a.wk, 0, nil, 0, kp, da); err != nil {
 		return nil, err
 	}
 	tape, err := b.AttentionForBackward(plan, opts, engine.AttentionInputs{Q: engine.Buf(qp), K: engine.Buf(kp), V: engine.Buf(v), WA: engine.Buf(a.wa)}, nil)
@@ -169,9 +176,9 @@ func (a *Additive) recordBackward(b *engine.Builder, plan vkattn.Plan, opts *vka
 	// The projections: y = x W + b with W (in, out), the device's (out,
 	// in) transpose: dW = x^T dy, db and dw_a the column sums, dx = dy W^T.
 	for _, p := range []struct {
-		x, dy, w     *vkattn.Tensor
+		x, dy, w     *engine.Tensor
 		rows, inputs int
-		dW, dx       **vkattn.Tensor
+		dW, dx       **engine.Tensor
 		dWB, dxB     float64
 	}{{q, t.DQ, a.wq, B * L, a.dq, &g.DWQ, &g.DQ, bounds.dWQ, bounds.dq}, {k, t.DK, a.wk, B * S, a.dk, &g.DWK, &g.DK, bounds.dWK, bounds.dk}} {
 		if err := output(p.dW, [4]int{1, 1, p.inputs, da}, p.dWB); err != nil {
@@ -194,8 +201,8 @@ func (a *Additive) recordBackward(b *engine.Builder, plan vkattn.Plan, opts *vka
 	// Column sums: dw_a over the key rows' shares, db over dq_proj's
 	// rows, the sink's gradient over the rows' shares.
 	type colSum struct {
-		dst         **vkattn.Tensor
-		src         *vkattn.Tensor
+		dst         **engine.Tensor
+		src         *engine.Tensor
 		rows, width int
 		bound       float64
 	}
@@ -214,7 +221,15 @@ func (a *Additive) recordBackward(b *engine.Builder, plan vkattn.Plan, opts *vka
 			return nil, err
 		}
 	}
-	return g, nil
+	return &AdditiveGradients{DQ: (*vkattn.Tensor)(g.DQ), DK: (*vkattn.Tensor)(g.DK), DV: (*vkattn.Tensor)(g.DV),
+		DWQ: (*vkattn.Tensor)(g.DWQ), DWK: (*vkattn.Tensor)(g.DWK), DBias: (*vkattn.Tensor)(g.DBias), DWA: (*vkattn.Tensor)(g.DWA),
+		DSinks: (*vkattn.Tensor)(g.DSinks), Plan: plan.Plan}, nil
+}
+
+// additiveGrads are AdditiveGradients as the engine's tensors, while
+// recorded.
+type additiveGrads struct {
+	DQ, DK, DV, DWQ, DWK, DBias, DWA, DSinks *engine.Tensor
 }
 
 // additiveGradBounds bound an additive backward call's gradients.
@@ -230,7 +245,7 @@ type additiveGradBounds struct {
 // tanh, summed over L rows into each key row's share. It returns the
 // bounds of the gradients, the projections' (sums of rows for dW and db,
 // of d_a outputs for dx; gradBound) and dw_a's (over B*S key rows).
-func (a *Additive) checkBackwardRange(dm vkattn.Dims, opts *vkattn.Options, q, k, v, dO *vkattn.Tensor) (additiveGradBounds, error) {
+func (a *Additive) checkBackwardRange(dm vkattn.Dims, opts *vkattn.Options, q, k, v, dO *engine.Tensor) (additiveGradBounds, error) {
 	var g additiveGradBounds
 	oBound, err := a.checkRange(dm, opts, q, k, v)
 	if err != nil {

@@ -25,19 +25,20 @@ import (
 // projection output, the output projection, and the head-averaged weights
 // when asked. Nothing is transposed or copied between the steps.
 type MHA struct {
-	dev                *vkattn.Device
+	dev                *engine.Device
 	dModel, kdim, vdim int
 	kvOut              int // width of the K and V projections (grouped-query when < dModel)
 	packed             bool
 	// Weights in PyTorch's (out, in) layout; inW when packed, else qW, kW, vW.
-	inW, qW, kW, vW, inB, outW, outB *vkattn.Tensor
+	inW, qW, kW, vW, inB, outW, outB *engine.Tensor
 	wType                            vkattn.DType // element type of the weight matrices
 	closed                           atomic.Bool
 }
 
 // NewMHA checks the weights (errors name the tensor and both shapes) and
 // uploads them to d.
-func NewMHA(d *vkattn.Device, w *MHAWeights) (*MHA, error) {
+func NewMHA(dev *vkattn.Device, w *MHAWeights) (*MHA, error) {
+	d := (*engine.Device)(dev)
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
@@ -79,6 +80,7 @@ func (p MHAPlan) FLOPs() float64 {
 	return f
 }
 
+// String lists the layers and the per-head attention, one a line.
 func (p MHAPlan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "multi-head attention B=%d T=%d S=%d d=%d heads=%d (%.4g GFLOP), one submission:\n", p.B, p.T, p.S, p.DModel, p.Heads, p.FLOPs()/1e9)
@@ -110,7 +112,7 @@ func mhaOutputTime(o *MHAOutput) *time.Duration { return &o.GPUTime }
 // Close frees the output tensors.
 func (o *MHAOutput) Close() {
 	if o != nil {
-		engine.CloseTensors(o.Out, o.Weights, o.AvgWeights)
+		closeTensors(o.Out, o.Weights, o.AvgWeights)
 	}
 }
 
@@ -126,12 +128,14 @@ func (m *MHA) Forward(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHAOutput
 
 // ForwardContext is Forward with a context that can cancel the wait.
 func (m *MHA) ForwardContext(ctx context.Context, x, key, value *vkattn.Tensor, opts MHAOptions) (*MHAOutput, error) {
-	return engine.RunOnce(ctx, func() (*MHACall, error) { return m.Prepare(x, key, value, opts) })
+	return engine.RunOnce(ctx, func() (*engine.Prepared[*MHAOutput], error) {
+		return m.prepare((*engine.Tensor)(x), (*engine.Tensor)(key), (*engine.Tensor)(value), opts)
+	})
 }
 
 // mhaInput reads a layer's input tensor as (B, T, width): dense, of a
 // type the dense layers read (float32, float16 or bfloat16).
-func mhaInput(name string, t *vkattn.Tensor, width int, widthName string) (b, n int, err error) {
+func mhaInput(name string, t *engine.Tensor, width int, widthName string) (b, n int, err error) {
 	s := t.Shape()
 	if !engine.Dense(t) {
 		return 0, 0, core.Errorf(vkattn.ErrShape, "%s must be a dense tensor made by Upload, not a view", name)
@@ -151,8 +155,12 @@ func mhaInput(name string, t *vkattn.Tensor, width int, widthName string) (b, n 
 // mhaProblem is a validated MHA call.
 type mhaProblem struct {
 	plan MHAPlan
-	attn vkattn.Options // per-head attention options (weights wanted when NeedWeights)
-	self bool           // self-attention with packed weights: one fused projection
+	// The planner's plans behind plan's, which recording binds.
+	attention engine.Plan
+	layers    []engine.LayerPlan // the input projections
+	outProj   engine.LayerPlan
+	attn      vkattn.Options // per-head attention options (weights wanted when NeedWeights)
+	self      bool           // self-attention with packed weights: one fused projection
 	// layouts are where Q, K, V and O of every head lie inside the
 	// projection outputs and the concatenation.
 	layouts [4]pipelines.Layout
@@ -237,8 +245,9 @@ func (m *MHA) problem(dims [3][2]int, types [3]vkattn.DType, self bool, opts *MH
 	if err != nil {
 		return pr, err
 	}
-	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn, HeadMean: opts.NeedWeights}
-	layer := func(name string, in pipelines.LinearInput, x vkattn.DType) (LayerPlan, error) {
+	p := MHAPlan{B: B, T: T, S: S, DModel: d, Heads: h, Attention: attn.Plan, HeadMean: opts.NeedWeights}
+	pr.attention = attn
+	layer := func(name string, in pipelines.LinearInput, x vkattn.DType) (engine.LayerPlan, error) {
 		in.X, in.W, in.Float32Products = x, m.wType, opts.Attention.Float32Products
 		return engine.PlanLayer(m.dev, name, in)
 	}
@@ -247,7 +256,7 @@ func (m *MHA) problem(dims [3][2]int, types [3]vkattn.DType, self bool, opts *MH
 		if err != nil {
 			return pr, err
 		}
-		p.Projections = []LayerPlan{l}
+		pr.layers = []engine.LayerPlan{l}
 	} else {
 		for i, in := range []struct {
 			name                  string
@@ -259,12 +268,16 @@ func (m *MHA) problem(dims [3][2]int, types [3]vkattn.DType, self bool, opts *MH
 			if err != nil {
 				return pr, err
 			}
-			p.Projections = append(p.Projections, l)
+			pr.layers = append(pr.layers, l)
 		}
 	}
-	if p.OutProj, err = layer("out_proj", pipelines.LinearInput{Rows: B * T, Outputs: d, Inputs: d, Bias: m.outB != nil}, vkattn.Float32); err != nil {
+	if pr.outProj, err = layer("out_proj", pipelines.LinearInput{Rows: B * T, Outputs: d, Inputs: d, Bias: m.outB != nil}, vkattn.Float32); err != nil {
 		return pr, err
 	}
+	for _, l := range pr.layers {
+		p.Projections = append(p.Projections, l.LayerPlan)
+	}
+	p.OutProj = pr.outProj.LayerPlan
 	pr.plan = p
 	return pr, nil
 }
@@ -286,6 +299,11 @@ func (m *MHA) projOffset(i int) int {
 // and records the whole layer without running it. Change the inputs
 // between runs with Tensor.Write.
 func (m *MHA) Prepare(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHACall, error) {
+	c, err := m.prepare((*engine.Tensor)(x), (*engine.Tensor)(key), (*engine.Tensor)(value), opts)
+	return (*MHACall)(c), err
+}
+
+func (m *MHA) prepare(x, key, value *engine.Tensor, opts MHAOptions) (*engine.Prepared[*MHAOutput], error) {
 	d := m.dev
 	self := key == nil && value == nil
 	if (key == nil) != (value == nil) {
@@ -297,7 +315,7 @@ func (m *MHA) Prepare(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHACall, 
 	var dims [3][2]int
 	for i, in := range []struct {
 		name, widthName string
-		t               *vkattn.Tensor
+		t               *engine.Tensor
 		width           int
 	}{{"query", "embed_dim", x, m.dModel}, {"key", "kdim", key, m.kdim}, {"value", "vdim", value, m.vdim}} {
 		if err := engine.CheckInput(d, in.name, in.t); err != nil {
@@ -322,7 +340,7 @@ func (m *MHA) Prepare(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHACall, 
 
 	b := engine.NewBuilder(d)
 	out := &MHAOutput{Plan: p}
-	scratch := func(rows, width int) (*vkattn.Tensor, error) { return b.ScratchTensor([4]int{1, 1, rows, width}) }
+	scratch := func(rows, width int) (*engine.Tensor, error) { return b.ScratchTensor([4]int{1, 1, rows, width}) }
 
 	// Input projections; each head of Q, K and V is then a strided view of
 	// their output: (B, T, h, dh) read as (B, h, T, dh).
@@ -332,15 +350,15 @@ func (m *MHA) Prepare(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHACall, 
 		if err != nil {
 			return nil, b.Fail(err)
 		}
-		if err := b.Linear(p.Projections[0], x, m.inW, 0, m.inB, 0, qkv, 3*dm); err != nil {
+		if err := b.Linear(pr.layers[0], x, m.inW, 0, m.inB, 0, qkv, 3*dm); err != nil {
 			return nil, b.Fail(err)
 		}
 		q, k, v = engine.Buf(qkv), engine.Buf(qkv), engine.Buf(qkv)
 	} else {
-		inputs := []*vkattn.Tensor{x, key, value}
-		weights := []*vkattn.Tensor{m.qW, m.kW, m.vW}
+		inputs := []*engine.Tensor{x, key, value}
+		weights := []*engine.Tensor{m.qW, m.kW, m.vW}
 		bufs := []**vk.Buffer{&q, &k, &v}
-		for i, l := range p.Projections {
+		for i, l := range pr.layers {
 			w := weights[i]
 			if m.packed {
 				w = m.inW
@@ -363,25 +381,30 @@ func (m *MHA) Prepare(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHACall, 
 		return nil, b.Fail(err)
 	}
 	in := engine.AttentionInputs{Q: q, K: k, V: v, O: engine.Buf(concat)}
-	if _, out.Weights, err = b.Attention(p.Attention, &pr.attn, in, opts.KeyPadding, nil); err != nil {
+	_, weights, err := b.Attention(pr.attention, &pr.attn, in, opts.KeyPadding, nil)
+	if err != nil {
 		return nil, b.Fail(err)
 	}
-	if out.Weights != nil {
-		engine.SetBound(out.Weights, 1)
+	if weights != nil {
+		engine.SetBound(weights, 1)
 	}
-	if out.Out, err = b.Output([4]int{1, B, T, dm}); err != nil {
+	y, err := b.Output([4]int{1, B, T, dm})
+	if err != nil {
 		return nil, b.Fail(err)
 	}
-	engine.SetBound(out.Out, outBound)
-	if err := b.Linear(p.OutProj, concat, m.outW, 0, m.outB, 0, out.Out, dm); err != nil {
+	engine.SetBound(y, outBound)
+	if err := b.Linear(pr.outProj, concat, m.outW, 0, m.outB, 0, y, dm); err != nil {
 		return nil, b.Fail(err)
 	}
+	out.Out, out.Weights = (*vkattn.Tensor)(y), (*vkattn.Tensor)(weights)
 	if opts.NeedWeights {
-		if out.AvgWeights, err = b.Output([4]int{1, B, T, S}); err != nil {
+		avg, err := b.Output([4]int{1, B, T, S})
+		if err != nil {
 			return nil, b.Fail(err)
 		}
-		engine.SetBound(out.AvgWeights, 1)
-		if err := b.Add(engine.Kernels(d).HeadMean(engine.Buf(out.Weights), engine.Buf(out.AvgWeights), B, h, T*S)); err != nil {
+		engine.SetBound(avg, 1)
+		out.AvgWeights = (*vkattn.Tensor)(avg)
+		if err := b.Add(engine.Kernels(d).HeadMean(engine.Buf(weights), engine.Buf(avg), B, h, T*S)); err != nil {
 			return nil, b.Fail(err)
 		}
 	}
@@ -389,4 +412,4 @@ func (m *MHA) Prepare(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHACall, 
 }
 
 // MHACall is an MHA call recorded once and replayable, like Call.
-type MHACall = engine.Prepared[*MHAOutput]
+type MHACall engine.Prepared[*MHAOutput]

@@ -30,7 +30,7 @@ func (g *MHAGradients) Close() {
 	if g == nil {
 		return
 	}
-	engine.CloseTensors(g.DX, g.DKey, g.DValue)
+	closeTensors(g.DX, g.DKey, g.DValue)
 	for _, t := range g.Params {
 		t.Close()
 	}
@@ -42,19 +42,19 @@ var mhaParamNames = []string{"out_proj.weight", "out_proj.bias", "in_proj_weight
 
 // checked are the gradients each run checks for non-finite values, and
 // their names: the parameters' (mhaParamNames), then the inputs'.
-func (g *MHAGradients) checked() ([]*vkattn.Tensor, []string) {
+func (g *MHAGradients) checked() ([]*engine.Tensor, []string) {
 	var ts []*vkattn.Tensor
 	for _, name := range mhaParamNames {
 		ts = append(ts, g.Params[name])
 	}
-	return append(ts, g.DX, g.DKey, g.DValue), append(mhaParamNames[:len(mhaParamNames):len(mhaParamNames)], "dX", "dKey", "dValue")
+	return engineTensors(append(ts, g.DX, g.DKey, g.DValue)...), append(mhaParamNames[:len(mhaParamNames):len(mhaParamNames)], "dX", "dKey", "dValue")
 }
 
 func mhaGradTime(g *MHAGradients) *time.Duration { return &g.GPUTime }
 
 // MHAGradCall is an MHA backward call recorded once and replayable, like
 // MHACall: its gradients are rewritten by each Run.
-type MHAGradCall = engine.Prepared[*MHAGradients]
+type MHAGradCall engine.Prepared[*MHAGradients]
 
 // Backward returns the gradients of sum(Out * dY) for Out = m.Forward(x,
 // key, value, opts) (SEMANTICS.md §16): dY has Out's shape. The whole pass
@@ -74,20 +74,22 @@ func (m *MHA) Backward(x, key, value, dY *vkattn.Tensor, opts MHAOptions) (*MHAG
 
 // BackwardContext is Backward with a context that can cancel the wait.
 func (m *MHA) BackwardContext(ctx context.Context, x, key, value, dY *vkattn.Tensor, opts MHAOptions) (*MHAGradients, error) {
-	return engine.RunOnce(ctx, func() (*MHAGradCall, error) { return m.PrepareBackward(x, key, value, dY, opts) })
+	return engine.RunOnce(ctx, func() (*engine.Prepared[*MHAGradients], error) {
+		return m.prepareBackward((*engine.Tensor)(x), (*engine.Tensor)(key), (*engine.Tensor)(value), (*engine.Tensor)(dY), opts)
+	})
 }
 
 // mhaGradInputs are a backward call's checked inputs: the tensors (key
 // and value x for self-attention) and each one's (B, rows).
 type mhaGradInputs struct {
-	x, key, value, dY *vkattn.Tensor
+	x, key, value, dY *engine.Tensor
 	dims              [3][2]int
 	self              bool
 }
 
 // gradInputs checks a backward call's tensors as Prepare checks a
 // forward's, and dY against Out's shape.
-func (m *MHA) gradInputs(x, key, value, dY *vkattn.Tensor) (mhaGradInputs, error) {
+func (m *MHA) gradInputs(x, key, value, dY *engine.Tensor) (mhaGradInputs, error) {
 	in := mhaGradInputs{x: x, key: key, value: value, dY: dY, self: key == nil && value == nil}
 	if (key == nil) != (value == nil) {
 		return in, core.Errorf(vkattn.ErrShape, "give key and value for cross-attention, or neither for self-attention")
@@ -97,7 +99,7 @@ func (m *MHA) gradInputs(x, key, value, dY *vkattn.Tensor) (mhaGradInputs, error
 	}
 	for i, t := range []struct {
 		name, widthName string
-		t               *vkattn.Tensor
+		t               *engine.Tensor
 		width           int
 	}{{"query", "embed_dim", x, m.dModel}, {"key", "kdim", in.key, m.kdim}, {"value", "vdim", in.value, m.vdim}, {"dY", "embed_dim", dY, m.dModel}} {
 		if err := engine.CheckInput(m.dev, t.name, t.t); err != nil {
@@ -121,6 +123,11 @@ func (m *MHA) gradInputs(x, key, value, dY *vkattn.Tensor) (mhaGradInputs, error
 // and scratch buffers and records the whole pass (Backward's) without
 // running it. Change the inputs or dY between runs with Tensor.Write.
 func (m *MHA) PrepareBackward(x, key, value, dY *vkattn.Tensor, opts MHAOptions) (*MHAGradCall, error) {
+	c, err := m.prepareBackward((*engine.Tensor)(x), (*engine.Tensor)(key), (*engine.Tensor)(value), (*engine.Tensor)(dY), opts)
+	return (*MHAGradCall)(c), err
+}
+
+func (m *MHA) prepareBackward(x, key, value, dY *engine.Tensor, opts MHAOptions) (*engine.Prepared[*MHAGradients], error) {
 	in, err := m.gradInputs(x, key, value, dY)
 	if err != nil {
 		return nil, err
@@ -148,11 +155,11 @@ func (m *MHA) PrepareBackward(x, key, value, dY *vkattn.Tensor, opts MHAOptions)
 // Element offset and (row, k) strides of a dense row-major (rows, width)
 // matrix read along its rows (dY W: each row's sum) or down its columns
 // (dY^T X: the sum over the rows).
-func alongRows(t *vkattn.Tensor, width int, offset int) pipelines.GradOperand {
+func alongRows(t *engine.Tensor, width int, offset int) pipelines.GradOperand {
 	return pipelines.GradOperand{Offset: engine.Layout(t).Offset + offset, RowStride: width, KStride: 1, Type: t.DType()}
 }
 
-func downColumns(t *vkattn.Tensor, width int, offset int) pipelines.GradOperand {
+func downColumns(t *engine.Tensor, width int, offset int) pipelines.GradOperand {
 	return pipelines.GradOperand{Offset: engine.Layout(t).Offset + offset, RowStride: 1, KStride: width, Type: t.DType()}
 }
 
@@ -161,8 +168,8 @@ func downColumns(t *vkattn.Tensor, width int, offset int) pipelines.GradOperand 
 // dyCol of rows dyStride wide: dW into dW (at element dWAt), the bias's
 // into db (at dbAt; nil: none), and, where dx is not nil, dy W into (or,
 // with accumulate, added to) dx. W starts at element wAt of w.
-func linearGrads(b *engine.Builder, rows, inputs, out int, dy *vkattn.Tensor, dyCol, dyStride int, x, w *vkattn.Tensor, wAt int,
-	dW *vkattn.Tensor, dWAt int, db *vkattn.Tensor, dbAt int, dx *vkattn.Tensor, accumulate bool) error {
+func linearGrads(b *engine.Builder, rows, inputs, out int, dy *engine.Tensor, dyCol, dyStride int, x, w *engine.Tensor, wAt int,
+	dW *engine.Tensor, dWAt int, db *engine.Tensor, dbAt int, dx *engine.Tensor, accumulate bool) error {
 	// dW = dy^T x: the sum over the rows.
 	s := pipelines.GradShape{M: out, N: inputs, K: rows, A: downColumns(dy, dyStride, dyCol), B: downColumns(x, inputs, 0),
 		C: pipelines.RowLayout{Offset: dWAt, Stride: inputs}}
@@ -186,7 +193,7 @@ func linearGrads(b *engine.Builder, rows, inputs, out int, dy *vkattn.Tensor, dy
 // columnSums records into dst (from element at) the sums over rows of
 // the width columns of src from column col, rows stride apart: a bias's
 // gradient.
-func columnSums(b *engine.Builder, src *vkattn.Tensor, col, stride, rows, width int, dst *vkattn.Tensor, at int) error {
+func columnSums(b *engine.Builder, src *engine.Tensor, col, stride, rows, width int, dst *engine.Tensor, at int) error {
 	return b.Regroup(pipelines.RegroupShape{N: [4]int{1, 1, rows, width}, SrcType: src.DType(), Sum: true,
 		Src: pipelines.RegroupView{Offset: engine.Layout(src).Offset + col, Strides: [3]int{0, 0, stride}},
 		Dst: pipelines.RegroupView{Offset: at}}, src, dst)
@@ -194,14 +201,14 @@ func columnSums(b *engine.Builder, src *vkattn.Tensor, col, stride, rows, width 
 
 // headsToRows records the copy of heads (B, heads, n, dh), dense, into
 // the columns from col of rows (B*n, ...) stride wide: (B, n, heads, dh).
-func headsToRows(b *engine.Builder, heads *vkattn.Tensor, B, h, n, dh int, rows *vkattn.Tensor, col, stride int) error {
+func headsToRows(b *engine.Builder, heads *engine.Tensor, B, h, n, dh int, rows *engine.Tensor, col, stride int) error {
 	return b.Regroup(pipelines.RegroupShape{N: [4]int{B, h, n, dh}, SrcType: vkattn.Float32,
 		Src: pipelines.RegroupView{Strides: [3]int{h * n * dh, n * dh, dh}},
 		Dst: pipelines.RegroupView{Offset: col, Strides: [3]int{n * stride, dh, stride}}}, heads, rows)
 }
 
 // rowsToHeads is headsToRows' inverse for rows d = h*dh wide.
-func rowsToHeads(b *engine.Builder, rows *vkattn.Tensor, B, h, n, dh int, heads *vkattn.Tensor) error {
+func rowsToHeads(b *engine.Builder, rows *engine.Tensor, B, h, n, dh int, heads *engine.Tensor) error {
 	d := h * dh
 	return b.Regroup(pipelines.RegroupShape{N: [4]int{B, h, n, dh}, SrcType: vkattn.Float32,
 		Src: pipelines.RegroupView{Strides: [3]int{n * d, dh, d}},
@@ -216,16 +223,16 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 	kv := m.kvOut
 	dh := d / h
 	hkv := kv / dh
-	scratch := func(rows, width int) (*vkattn.Tensor, error) { return b.ScratchTensor([4]int{1, 1, rows, width}) }
-	g := &MHAGradients{Params: map[string]*vkattn.Tensor{}, Plan: p}
-	output := func(shape [4]int, bound float64) (*vkattn.Tensor, error) {
+	scratch := func(rows, width int) (*engine.Tensor, error) { return b.ScratchTensor([4]int{1, 1, rows, width}) }
+	g := &mhaGrads{Params: map[string]*engine.Tensor{}}
+	output := func(shape [4]int, bound float64) (*engine.Tensor, error) {
 		t, err := b.Output(shape)
 		if err == nil {
 			engine.SetBound(t, bound)
 		}
 		return t, err
 	}
-	param := func(name string, rows, cols int, bound float64) (*vkattn.Tensor, error) {
+	param := func(name string, rows, cols int, bound float64) (*engine.Tensor, error) {
 		t, err := output([4]int{1, 1, rows, cols}, bound)
 		if err == nil {
 			g.Params[name] = t
@@ -235,19 +242,19 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 
 	// The forward again, as Prepare records it, up to the heads' outputs
 	// concatenated, with the log-sum-exp the backward reads.
-	projected := [3]*vkattn.Tensor{}
-	inputs := [3]*vkattn.Tensor{in.x, in.key, in.value}
+	projected := [3]*engine.Tensor{}
+	inputs := [3]*engine.Tensor{in.x, in.key, in.value}
 	if pr.self {
 		qkv, err := scratch(B*T, 3*d)
 		if err != nil {
 			return nil, err
 		}
-		if err := b.Linear(p.Projections[0], in.x, m.inW, 0, m.inB, 0, qkv, 3*d); err != nil {
+		if err := b.Linear(pr.layers[0], in.x, m.inW, 0, m.inB, 0, qkv, 3*d); err != nil {
 			return nil, err
 		}
-		projected = [3]*vkattn.Tensor{qkv, qkv, qkv}
+		projected = [3]*engine.Tensor{qkv, qkv, qkv}
 	} else {
-		for i, l := range p.Projections {
+		for i, l := range pr.layers {
 			y, err := scratch(l.Rows, l.Outputs)
 			if err != nil {
 				return nil, err
@@ -262,7 +269,7 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 	if err != nil {
 		return nil, err
 	}
-	tape, err := b.AttentionForBackward(p.Attention, &pr.attn, engine.AttentionInputs{Q: engine.Buf(projected[0]), K: engine.Buf(projected[1]),
+	tape, err := b.AttentionForBackward(pr.attention, &pr.attn, engine.AttentionInputs{Q: engine.Buf(projected[0]), K: engine.Buf(projected[1]),
 		V: engine.Buf(projected[2]), O: engine.Buf(concat)}, opts.KeyPadding)
 	if err != nil {
 		return nil, err
@@ -273,7 +280,7 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 	if err != nil {
 		return nil, err
 	}
-	var dbo *vkattn.Tensor
+	var dbo *engine.Tensor
 	if m.outB != nil {
 		if dbo, err = param("out_proj.bias", 1, d, bounds.dbo); err != nil {
 			return nil, err
@@ -297,7 +304,7 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 	}
 	var heads engine.GradTargets
 	for _, t := range []struct {
-		dst      **vkattn.Tensor
+		dst      **engine.Tensor
 		heads, n int
 	}{{&heads.DQ, h, T}, {&heads.DK, hkv, S}, {&heads.DV, hkv, S}} {
 		if *t.dst, err = b.ScratchTensor([4]int{B, t.heads, t.n, dh}); err != nil {
@@ -309,13 +316,13 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 	}
 
 	// The input projections.
-	var dIn *vkattn.Tensor // in_proj_weight's gradient (packed)
+	var dIn *engine.Tensor // in_proj_weight's gradient (packed)
 	if m.packed {
 		if dIn, err = param("in_proj_weight", 3*d, d, bounds.dWIn); err != nil {
 			return nil, err
 		}
 	}
-	var dbIn *vkattn.Tensor
+	var dbIn *engine.Tensor
 	if m.inB != nil {
 		if dbIn, err = param("in_proj_bias", 1, d+2*kv, bounds.dbIn); err != nil {
 			return nil, err
@@ -331,12 +338,12 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 		if err != nil {
 			return nil, err
 		}
-		for i, t := range []*vkattn.Tensor{heads.DQ, heads.DK, heads.DV} {
+		for i, t := range []*engine.Tensor{heads.DQ, heads.DK, heads.DV} {
 			if err := headsToRows(b, t, B, h, T, dh, dQKV, i*d, 3*d); err != nil {
 				return nil, err
 			}
 		}
-		return g, linearGrads(b, B*T, d, 3*d, dQKV, 0, 3*d, in.x, m.inW, 0, dIn, 0, dbIn, 0, g.DX, false)
+		return g.public(p), linearGrads(b, B*T, d, 3*d, dQKV, 0, 3*d, in.x, m.inW, 0, dIn, 0, dbIn, 0, g.DX, false)
 	}
 	if !in.self {
 		if g.DKey, err = output(in.key.Shape(), bounds.dKey); err != nil {
@@ -347,11 +354,11 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 		}
 	}
 	for i, x := range []struct {
-		heads         *vkattn.Tensor
+		heads         *engine.Tensor
 		nh, rows, out int
 		inputs        int
 		name          string
-		dx            *vkattn.Tensor
+		dx            *engine.Tensor
 		dWBound       float64
 	}{{heads.DQ, h, T, d, m.dModel, "q_proj_weight", g.DX, bounds.dWq}, {heads.DK, hkv, S, kv, m.kdim, "k_proj_weight", g.DKey, bounds.dWk},
 		{heads.DV, hkv, S, kv, m.vdim, "v_proj_weight", g.DValue, bounds.dWv}} {
@@ -377,13 +384,29 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 			return nil, err
 		}
 	}
-	return g, nil
+	return g.public(p), nil
+}
+
+// mhaGrads are MHAGradients as the engine's tensors, while recorded.
+type mhaGrads struct {
+	DX, DKey, DValue *engine.Tensor
+	Params           map[string]*engine.Tensor
+}
+
+// public is g as the caller's MHAGradients of the call planned as p.
+func (g *mhaGrads) public(p MHAPlan) *MHAGradients {
+	out := &MHAGradients{DX: (*vkattn.Tensor)(g.DX), DKey: (*vkattn.Tensor)(g.DKey), DValue: (*vkattn.Tensor)(g.DValue),
+		Params: make(map[string]*vkattn.Tensor, len(g.Params)), Plan: p}
+	for name, t := range g.Params {
+		out.Params[name] = (*vkattn.Tensor)(t)
+	}
+	return out
 }
 
 // projWeight is the tensor holding projection i's weights (0 Q, 1 K, 2 V).
-func (m *MHA) projWeight(i int) *vkattn.Tensor {
+func (m *MHA) projWeight(i int) *engine.Tensor {
 	if m.packed {
 		return m.inW
 	}
-	return []*vkattn.Tensor{m.qW, m.kW, m.vW}[i]
+	return []*engine.Tensor{m.qW, m.kW, m.vW}[i]
 }

@@ -2,7 +2,6 @@ package nn
 
 import (
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/internal/engine"
 )
 
 // The layers' parameters and options (package core, shared with the
@@ -19,9 +18,9 @@ type (
 	// AdditiveWeights are the parameters of additive (Bahdanau) attention.
 	AdditiveWeights = core.AdditiveWeights
 	// LayerPlan is one dense layer of a layer's plan: an MHA projection,
-	// or additive attention's (vkattn.Plan.Projections).
-	LayerPlan = engine.LayerPlan
+	// or additive attention's (engine.Plan.Projections).
+	LayerPlan = core.LayerPlan
 	// LinearKernelPlan is the dense-layer kernel (Y = X W^T + b) the
 	// planner chose for a LayerPlan.
-	LinearKernelPlan = engine.LinearKernelPlan
+	LinearKernelPlan = core.LinearKernelPlan
 )

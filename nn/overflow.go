@@ -29,7 +29,7 @@ func checkLinear(name string, inputs int, x, w, b float64) (float64, error) {
 // checkRange bounds every step of an MHA call: the input projections, the
 // per-head scores and output sums, and out_proj, whose output bound it
 // returns.
-func (m *MHA) checkRange(p MHAPlan, attn *vkattn.Options, x, key, value *vkattn.Tensor) (float64, error) {
+func (m *MHA) checkRange(p MHAPlan, attn *vkattn.Options, x, key, value *engine.Tensor) (float64, error) {
 	qb, kb, vb, err := m.projectionBounds(x, key, value)
 	if err != nil {
 		return 0, err
@@ -44,7 +44,7 @@ func (m *MHA) checkRange(p MHAPlan, attn *vkattn.Options, x, key, value *vkattn.
 }
 
 // projectionBounds bounds the Q, K and V projections of x, key and value.
-func (m *MHA) projectionBounds(x, key, value *vkattn.Tensor) (qb, kb, vb float64, err error) {
+func (m *MHA) projectionBounds(x, key, value *engine.Tensor) (qb, kb, vb float64, err error) {
 	bias := engine.Bound(m.inB)
 	if qb, err = checkLinear("q projection", m.dModel, engine.Bound(x), engine.Bound(m.projWeight(0)), bias); err != nil {
 		return
@@ -112,7 +112,7 @@ func (m *MHA) checkBackwardRange(pr *mhaProblem, in *mhaGradInputs) (mhaGradBoun
 // checkRange bounds an additive call: the projections q W_q + b and k W_k,
 // their sum (tanh's argument), the scores |w_a . tanh(...)| <= sum |w_a|,
 // and the output sums. It returns O's bound.
-func (a *Additive) checkRange(dm vkattn.Dims, opts *vkattn.Options, q, k, v *vkattn.Tensor) (float64, error) {
+func (a *Additive) checkRange(dm vkattn.Dims, opts *vkattn.Options, q, k, v *engine.Tensor) (float64, error) {
 	qb, err := checkLinear("q W_q + b", a.dq, engine.Bound(q), engine.Bound(a.wq), engine.Bound(a.bias))
 	if err != nil {
 		return 0, err

@@ -7,7 +7,7 @@ import (
 
 // weightUpload is a layer's weight tensor and the field that keeps it.
 type weightUpload struct {
-	dst   **vkattn.Tensor
+	dst   **engine.Tensor
 	data  []float32
 	dtype vkattn.DType // what it is stored as (zero: float32)
 }
@@ -16,7 +16,7 @@ type weightUpload struct {
 // tensor, with its exact largest |value| as its bound (weights are never
 // written): all of them, or on an error none (what it had uploaded is
 // freed).
-func uploadWeights(d *vkattn.Device, ws []weightUpload) error {
+func uploadWeights(d *engine.Device, ws []weightUpload) error {
 	for i, u := range ws {
 		if u.data == nil {
 			continue

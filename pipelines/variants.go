@@ -218,3 +218,14 @@ type KernelSpec struct {
 	Push     uint32
 	Subgroup uint32
 }
+
+// VariantNamed is the variant whose Name is name (a public plan's
+// KernelPlan.Variant), and whether there is one.
+func VariantNamed(name string) (Variant, bool) {
+	for _, v := range Variants {
+		if v.Name() == name {
+			return v, true
+		}
+	}
+	return Variant{}, false
+}

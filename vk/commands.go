@@ -28,6 +28,7 @@ type Commands struct {
 	uses     map[*Buffer]struct{} // buffers the recorded commands use
 	err      error                // first recording error, returned by End
 	open     bool                 // between a Begin and its End: recording
+	foreign  bool                 // a host's command buffer (Device.Foreign)
 	// Guarded by dev.mu:
 	submitted bool // in flight: submitted and not yet seen finished
 	destroyed bool
@@ -153,6 +154,9 @@ func (c *Commands) live() error {
 
 // Begin starts recording (resetting the timestamp queries).
 func (c *Commands) Begin() error {
+	if c.foreign {
+		return c.errForeign("beginning")
+	}
 	c.mu.Lock()
 	c.err = nil
 	c.mu.Unlock()
@@ -327,6 +331,9 @@ func (c *Commands) Timestamp(i uint32) {
 
 // End finishes recording; it returns the first error of the recording.
 func (c *Commands) End() error {
+	if c.foreign {
+		return c.errForeign("ending")
+	}
 	return c.recording(func() error {
 		c.open = false
 		return check("vkEndCommandBuffer", vulkan.EndCommandBuffer(c.cmd))
@@ -350,6 +357,9 @@ func (c *Commands) Submit() error { return c.submitWith(nil, nil) }
 
 // submitWith is Submit waiting for and signalling semaphores (SubmitSignal).
 func (c *Commands) submitWith(wait, signal *Semaphore) error {
+	if c.foreign {
+		return c.errForeign("submitting")
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := c.dev
@@ -503,7 +513,7 @@ func (c *Commands) Elapsed(i, j uint32) (time.Duration, bool, error) {
 // still in flight (a cancelled Wait) it waits for it first. After the
 // device's Close it is a no-op.
 func (c *Commands) Close() {
-	if c == nil {
+	if c == nil || c.foreign {
 		return
 	}
 	c.mu.Lock()

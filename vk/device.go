@@ -77,6 +77,9 @@ type Device struct {
 	staging  stagingArea // for the transfers of unmapped buffers
 	spare    spares      // objects Close gave back, for reuse
 	discrete bool        // SetDiscreteMemory
+	// recordedForeign: commands were recorded into a host's command
+	// buffer (Foreign), work Close must wait for as a whole.
+	recordedForeign bool
 	// extensions are those the device was created with (nil if borrowed).
 	extensions []string
 }
@@ -466,9 +469,11 @@ func (d *Device) Close() error {
 	d.mu.Unlock()
 	// Nothing can enter now: the owner lists are ours alone.
 	var errs []error
-	if d.borrowed {
+	if d.borrowed && !d.recordedForeign {
 		// The owner's queues are theirs to synchronise: wait for this
-		// device's own submissions only.
+		// device's own submissions only. Once commands were recorded
+		// into the owner's command buffers, their work is waited for
+		// with the whole device's (vkDeviceWaitIdle below).
 		for c := range d.inFlight {
 			if err := check("vkWaitForFences", vulkan.WaitForFences(d.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, vulkan.MaxUint64)); err != nil {
 				errs = append(errs, err)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
 )
 
@@ -51,9 +50,15 @@ func poolSize() int { return max(2, min(runtime.NumCPU(), 4)) }
 // KernelOf names the kernel a plan compiles: what lavapipe compiles once
 // per variant and specialization (a plan without its problem's extents).
 func KernelOf(k vkattn.KernelPlan) pipelines.AttentionPlan {
-	p := engine.AttentionPlanOf(k)
-	return pipelines.AttentionPlan{Variant: p.Variant, KernelLayout: core.KernelLayout{DMax: p.DMax, Rows: p.Rows, KeyTile: p.KeyTile,
-		WorkGroup: p.WorkGroup, Masked: p.Masked, SharedLoads: p.SharedLoads, Splits: min(p.Splits, 1)}}
+	return pipelines.AttentionPlan{Variant: VariantOf(k), KernelLayout: core.KernelLayout{DMax: k.DMax, Rows: k.Rows, KeyTile: k.KeyTile,
+		WorkGroup: k.WorkGroup, Masked: k.Masked, SharedLoads: k.SharedLoads, Splits: min(k.Splits, 1)}}
+}
+
+// VariantOf is the kernel variant a plan names (the zero Variant for a
+// name no variant has).
+func VariantOf(k vkattn.KernelPlan) pipelines.Variant {
+	v, _ := pipelines.VariantNamed(k.Variant)
+	return v
 }
 
 // InCompileOrder runs case i of a sweep (run is a subtest body that calls

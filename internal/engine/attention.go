@@ -11,52 +11,6 @@ import (
 	"github.com/vkattn/vkattn/vk"
 )
 
-// Plan says what the device will run for a problem: which kernel variant,
-// load path, tiles and grid. Nothing is chosen silently.
-type Plan struct {
-	Dims   core.Dims
-	Device string
-	Kernel KernelPlan
-	// Projections are the dense layers that run first (additive attention's
-	// q W_q + b and k W_k); none for scaled dot-product attention.
-	Projections []LayerPlan
-	// RoPE, if not nil, rotates Q and K first (rope.comp, into float32
-	// copies the kernel reads); Q alone when RoPEQueryOnly (a KV cache's
-	// keys are rotated as they are appended).
-	RoPE          *core.RoPE
-	RoPEQueryOnly bool
-}
-
-// MatrixErrorBound is how far a call so planned may move its outputs from
-// float32 attention's, for its Q, K and V as stored and its score scale:
-// zero but on cooperative matrices, where P is rounded to float16 and
-// bfloat16 inputs are scaled into float16 (SEMANTICS.md §18).
-func (p Plan) MatrixErrorBound(q, k, v []float32, scale core.Scale) core.MatrixBound {
-	if p.Kernel.Matrix == 0 {
-		return core.MatrixBound{}
-	}
-	return core.MatrixErrorBound(p.Dims.S, p.Dims.DK, scale.For(p.Dims.DK), p.Kernel.Types, q, k, v)
-}
-
-func (p Plan) String() string {
-	kind := "attention"
-	if p.Kernel.Additive {
-		kind = "additive attention"
-	}
-	s := fmt.Sprintf("%s %v on %s: %v", kind, p.Dims, p.Device, p.Kernel)
-	for _, l := range p.Projections {
-		s += "; after " + l.String()
-	}
-	if r := p.RoPE; r != nil {
-		what := "Q and K"
-		if p.RoPEQueryOnly {
-			what = "Q"
-		}
-		s += fmt.Sprintf("; after rotating %s (RoPE theta %g, %d dims, %v pairs, scaling %v)", what, r.Theta, r.RotatedDims(p.Dims.DK), r.Style, r.Scaling)
-	}
-	return s
-}
-
 // Plan validates a problem given by its shapes (each rank 2-4, filled from
 // the left as in Upload) and returns what Attention would run on dense
 // float32 tensors of those shapes.
@@ -128,7 +82,7 @@ func (d *Device) plan(q, k, v [4]int, how PlanOf, opts *core.Options) (Plan, err
 	if err != nil {
 		return Plan{}, DeviceError(err)
 	}
-	p := Plan{Dims: dims, Device: d.String(), Kernel: kernelPlan(kp), RoPE: opts.RoPE}
+	p := Plan{Plan: core.Plan{Dims: dims, Device: d.String(), Kernel: kernelPlan(kp), RoPE: opts.RoPE}, kernel: kp}
 	if how.Cache != nil && how.Cache.RoPE != nil {
 		p.RoPE, p.RoPEQueryOnly = how.Cache.RoPE, true
 	}

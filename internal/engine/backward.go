@@ -141,7 +141,7 @@ func (b *Builder) Backward(plan Plan, opts *core.Options, in AttentionInputs, dO
 		return nil, err
 	}
 	x.O, x.LSE = o.buf, lse.buf
-	if err := b.Add(d.kernels.Attention(plan.Kernel.plan, x)); err != nil {
+	if err := b.Add(d.kernels.Attention(plan.kernel, x)); err != nil {
 		return nil, err
 	}
 	g := &Gradients{Plan: plan}
@@ -168,7 +168,7 @@ func (b *Builder) Backward(plan Plan, opts *core.Options, in AttentionInputs, dO
 	if g.keyWA != nil {
 		bx.DWA = g.keyWA.buf
 	}
-	if err := b.Add(d.kernels.AttentionBackward(plan.Kernel.plan, bx)); err != nil {
+	if err := b.Add(d.kernels.AttentionBackward(plan.kernel, bx)); err != nil {
 		return nil, err
 	}
 	return Finish(b, g, gradientsTime)

@@ -34,6 +34,10 @@ type Prepared[O interface{ Close() }] struct {
 	// after, if not nil, is asked after each Run's wait: a backward
 	// call's check that its gradients came out finite.
 	after func() error
+	// dev and recorded: the call was recorded into a host's command
+	// buffer (Record), whose work Close waits for with the device's.
+	dev      *Device
+	recorded bool
 }
 
 // Output is the call's output; its tensors belong to the call and are
@@ -81,6 +85,19 @@ func (c *Prepared[O]) run(ctx context.Context, submit func(*dispatch.Prepared) (
 	return t, nil
 }
 
+// Rewrap moves c's commands, scratch tensors and checks into a call whose
+// output is wrap(c's output), with gpuTime where its Run records the
+// device time; c is left closed and empty. The root package turns the
+// engine's calls into its own Call with it.
+func Rewrap[O, P interface{ Close() }](c *Prepared[O], wrap func(O) P, gpuTime func(P) *time.Duration) *Prepared[P] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := &Prepared[P]{commands: c.commands, scratch: c.scratch, out: wrap(c.out), gpuTime: gpuTime, check: c.check, after: c.after, dev: c.dev, recorded: c.recorded}
+	var none O
+	c.commands, c.scratch, c.out = nil, nil, none
+	return p
+}
+
 // SetCheck makes c ask check before each Run, which fails with its error.
 func SetCheck[O interface{ Close() }](c *Prepared[O], check func() error) { c.check = check }
 
@@ -93,6 +110,10 @@ func (c *Prepared[O]) Close() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.recorded && c.commands != nil {
+		// A host's submission may still use what the call frees.
+		c.dev.dev.WaitIdle()
+	}
 	c.commands.Close()
 	c.commands = nil
 	CloseTensors(c.scratch...)
@@ -198,7 +219,7 @@ type AttentionInputs struct{ Q, K, V, O, WA *vk.Buffer }
 // outputs are left to the caller.
 func (b *Builder) lower(plan Plan, opts *core.Options, in AttentionInputs, keyPadding *core.KeyPadding, cache *CacheRefs) (dispatch.AttentionArgs, error) {
 	x := dispatch.AttentionArgs{Q: in.Q, K: in.K, V: in.V, O: in.O, WA: in.WA}
-	dm, s := plan.Dims, &plan.Kernel.plan.Shape
+	dm, s := plan.Dims, &plan.kernel.Shape
 	if err := b.bindOptions(dm, s, opts, &x, cache); err != nil {
 		return x, err
 	}
@@ -221,7 +242,7 @@ func (b *Builder) lower(plan Plan, opts *core.Options, in AttentionInputs, keyPa
 // Attention binds the attention of plan over in, with the LSE and weights
 // opts asks for allocated as outputs (returned, nil when not asked for).
 func (b *Builder) Attention(plan Plan, opts *core.Options, in AttentionInputs, keyPadding *core.KeyPadding, cache *CacheRefs) (lse, weights *Tensor, err error) {
-	dm, s := plan.Dims, &plan.Kernel.plan.Shape
+	dm, s := plan.Dims, &plan.kernel.Shape
 	x, err := b.lower(plan, opts, in, keyPadding, cache)
 	if err != nil {
 		return nil, nil, err
@@ -238,7 +259,7 @@ func (b *Builder) Attention(plan Plan, opts *core.Options, in AttentionInputs, k
 		}
 		x.Weights = weights.buf
 	}
-	return lse, weights, b.Add(b.d.kernels.Attention(plan.Kernel.plan, x))
+	return lse, weights, b.Add(b.d.kernels.Attention(plan.kernel, x))
 }
 
 // AttentionCall finishes a call whose last step is the attention of plan
@@ -274,7 +295,7 @@ func (b *Builder) Linear(l LayerPlan, in, w *Tensor, wOffset int, bias *Tensor, 
 	if bias != nil {
 		bufs.Bias = bias.buf
 	}
-	return b.Add(b.d.kernels.Linear(l.Kernel.plan, shape, bufs))
+	return b.Add(b.d.kernels.Linear(l.linear, shape, bufs))
 }
 
 // Finish records the steps as one submission into a call whose output
@@ -287,7 +308,7 @@ func Finish[O interface{ Close() }](b *Builder, out O, gpuTime func(O) *time.Dur
 		b.abandon()
 		return nil, DeviceError(err)
 	}
-	c := &Prepared[O]{commands: commands, scratch: b.scratch, out: out, gpuTime: gpuTime, after: b.after}
+	c := &Prepared[O]{commands: commands, scratch: b.scratch, out: out, gpuTime: gpuTime, after: b.after, dev: b.d}
 	b.scratch, b.outputs, b.after = nil, nil, nil
 	return c, nil
 }

@@ -67,6 +67,14 @@ func Dense(t *Tensor) bool {
 	return t.owner == nil && t.offset == 0 && t.strides == [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}
 }
 
+// RowMajor reports whether t's rows lie one after another from its
+// offset, as a dense tensor of its shape would (a view over a host's
+// buffer, a prefix).
+func RowMajor(t *Tensor) bool {
+	s := t.shape
+	return t.strides == [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]}
+}
+
 // Bound is no less than any |value| t holds (its owner's bound); 0 for a
 // nil t (an absent bias).
 func Bound(t *Tensor) float64 { return t.magnitudeBound() }
@@ -114,3 +122,21 @@ func KeyShares(g *Gradients) *Tensor { return g.keyWA }
 // SinkGradients sums the rows' shares of each head's sink gradient of a
 // backward call whose options had sinks.
 func SinkGradients(g *Gradients) ([]float32, error) { return sinkGradients(g.rowSinks, g.Plan.Dims) }
+
+// The root package's conversions of the engine's results into its own
+// types, set by its init: kv and nn return the root's Call and Output.
+var (
+	publicCall   func(*Call) any
+	publicOutput func(*Output) any
+)
+
+// SetPublic records the root package's conversions (its init calls it).
+func SetPublic(call func(*Call) any, output func(*Output) any) {
+	publicCall, publicOutput = call, output
+}
+
+// PublicCall is c as the root package's *Call (C), which takes c over.
+func PublicCall[C any](c *Call) C { return publicCall(c).(C) }
+
+// PublicOutput is o as the root package's *Output (O).
+func PublicOutput[O any](o *Output) O { return publicOutput(o).(O) }

@@ -5,48 +5,47 @@ import (
 	"github.com/vkattn/vkattn/pipelines"
 )
 
-// KernelPlan is the attention kernel the planner chose for a call: which
-// SPIR-V variant, how it reads its inputs, and its layout (core.KernelLayout:
-// bounds, rows, tiles, splits, chunks and launch grid, as the planner
-// filled them). String says it in words, with why.
-type KernelPlan struct {
-	Variant  string        `json:"variant"`   // the SPIR-V variant, e.g. "attention_texel_vec4"
-	LoadPath core.LoadPath `json:"load_path"` // how the kernel reads Q, K, V and masks
-	Why      string        `json:"why"`       // why this load path and kernel
-	Types    [3]core.DType `json:"types"`     // element types of Q, K and V as the kernel reads them
-	// VFromK: V is K's leading columns (Tensor.Columns), read from K's
-	// rows; the tiled kernels stage K's tiles alone.
-	VFromK bool `json:"v_from_k,omitempty"`
-	core.KernelLayout
-	plan pipelines.AttentionPlan
+// Plan is a call's public plan (core.Plan, what users read) with the
+// planner's own plans behind it, which binding a call needs: the
+// attention kernel's and, for additive attention, its projections'.
+type Plan struct {
+	core.Plan
+	kernel pipelines.AttentionPlan
+	layers []LayerPlan
 }
+
+// LayerPlan is a dense layer's public plan with the planner's plan behind
+// it.
+type LayerPlan struct {
+	core.LayerPlan
+	linear pipelines.LinearPlan
+}
+
+// SetProjections makes ls the dense layers p runs first (additive
+// attention's), in its public plan too.
+func (p *Plan) SetProjections(ls ...LayerPlan) {
+	p.layers = ls
+	p.Projections = make([]core.LayerPlan, len(ls))
+	for i, l := range ls {
+		p.Projections[i] = l.LayerPlan
+	}
+}
+
+// Projection is the i-th dense layer SetProjections gave p.
+func (p *Plan) Projection(i int) LayerPlan { return p.layers[i] }
 
 // kernelPlan describes the planner's choice p.
-func kernelPlan(p pipelines.AttentionPlan) KernelPlan {
-	return KernelPlan{Variant: p.Variant.Name(), LoadPath: p.Path, Why: p.Why,
+func kernelPlan(p pipelines.AttentionPlan) core.KernelPlan {
+	return core.KernelPlan{Variant: p.Variant.Name(), LoadPath: p.Path, Why: p.Why,
 		Types: [3]core.DType{p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type}, VFromK: p.Shape.VFromK,
-		KernelLayout: p.KernelLayout, plan: p}
-}
-
-func (k KernelPlan) String() string { return k.plan.String() }
-
-// LinearKernelPlan is the dense-layer kernel (Y = X W^T + b) the planner
-// chose for a layer: its variant, load path and layout (core.LinearLayout).
-type LinearKernelPlan struct {
-	Variant  string
-	LoadPath core.LoadPath
-	Why      string
-	core.LinearLayout
-	plan pipelines.LinearPlan
+		KernelLayout: p.KernelLayout, Description: p.String()}
 }
 
 // linearKernelPlan describes the planner's choice p.
-func linearKernelPlan(p pipelines.LinearPlan) LinearKernelPlan {
-	return LinearKernelPlan{Variant: p.Variant.Name(), LoadPath: p.Path, Why: p.Why, LinearLayout: p.LinearLayout, plan: p}
+func linearKernelPlan(p pipelines.LinearPlan) core.LinearKernelPlan {
+	return core.LinearKernelPlan{Variant: p.Variant.Name(), LoadPath: p.Path, Why: p.Why, LinearLayout: p.LinearLayout, Description: p.String()}
 }
 
-func (k LinearKernelPlan) String() string { return k.plan.String() }
-
-// AttentionPlanOf is the planner's own plan behind k, for tests of what
+// AttentionPlanOf is the planner's own plan behind p, for tests of what
 // it chose.
-func AttentionPlanOf(k KernelPlan) pipelines.AttentionPlan { return k.plan }
+func AttentionPlanOf(p Plan) pipelines.AttentionPlan { return p.kernel }

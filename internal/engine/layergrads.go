@@ -28,7 +28,7 @@ type BackwardTape struct {
 // returns what the backward reads.
 func (b *Builder) AttentionForBackward(plan Plan, opts *core.Options, in AttentionInputs, keyPadding *core.KeyPadding) (*BackwardTape, error) {
 	dm := plan.Dims
-	if !plan.Kernel.plan.Shape.LSE {
+	if !plan.kernel.Shape.LSE {
 		return nil, errorf(core.ErrOption, "the backward pass needs a forward planned with its log-sum-exp")
 	}
 	x, err := b.lower(plan, opts, in, keyPadding, nil)
@@ -47,7 +47,7 @@ func (b *Builder) AttentionForBackward(plan Plan, opts *core.Options, in Attenti
 		return nil, err
 	}
 	x.LSE = lse.buf
-	if err := b.Add(b.d.kernels.Attention(plan.Kernel.plan, x)); err != nil {
+	if err := b.Add(b.d.kernels.Attention(plan.kernel, x)); err != nil {
 		return nil, err
 	}
 	return &BackwardTape{plan: plan, x: x}, nil
@@ -84,7 +84,7 @@ func (b *Builder) AttentionBackwardFrom(t *BackwardTape, dO *Tensor, g GradTarge
 		}
 		bx.DWA = g.KeyWA.buf
 	}
-	return b.Add(b.d.kernels.AttentionBackward(t.plan.Kernel.plan, bx))
+	return b.Add(b.d.kernels.AttentionBackward(t.plan.kernel, bx))
 }
 
 // GradProduct records the gradient product s (C (+)= A B^T) over the

@@ -301,6 +301,43 @@ func (pr *Prepared) recordWith(before, after func(*vk.Commands) error) error {
 	return nil
 }
 
+// RecordInto records the whole sequence into c, a host program's command
+// buffer (vk.Device.Foreign): a barrier that makes earlier compute and
+// transfer writes visible, before's transfers, the parameter blocks, every
+// dispatch (all parts: the host's submission carries them at once), after's
+// transfers and a closing barrier. Nothing is submitted; no timestamps.
+func (pr *Prepared) RecordInto(c *vk.Commands, before, after func(*vk.Commands) error) error {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.cmds == nil {
+		return fmt.Errorf("dispatch: %w: prepared call", vk.ErrClosed)
+	}
+	c.Barrier()
+	if before != nil {
+		if err := before(c); err != nil {
+			return err
+		}
+	}
+	for _, s := range pr.steps {
+		if err := s.recordUpdates(c); err != nil {
+			return err
+		}
+	}
+	c.Barrier()
+	for _, part := range pr.parts {
+		if err := recordDispatches(c, part); err != nil {
+			return err
+		}
+	}
+	if after != nil {
+		if err := after(c); err != nil {
+			return err
+		}
+		c.Barrier()
+	}
+	return c.Done()
+}
+
 // Run submits the recorded sequence and waits for it; it returns the device
 // time when the device has timestamps (0 otherwise). A done ctx submits
 // nothing; a ctx done while waiting returns at once (within a fence slice)
