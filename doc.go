@@ -75,23 +75,31 @@
 // additive attention (nn.NewAdditive) on the device, forward and
 // backward. Both build on the Device and Tensor of this package.
 //
-// # A host program's device
+// # Inside your own Vulkan program
 //
-// A program that already drives Vulkan through vulkan-go can run vkattn on
-// its own device and read the results where they are:
+// A program that already drives Vulkan through vulkan-go runs vkattn on
+// its own device (OpenOn), lets vkattn read and write its buffers in
+// place (TensorOver) and records vkattn's work into its own command
+// buffer (Record), so a whole decoder step is one submission and one wait:
 //
 //	dev, err := vkattn.OpenOn(vkattn.SharedDevice{
 //		Instance: inst, PhysicalDevice: gpu, Device: device, // the host's vulkan-go handles
-//		QueueFamily: family, QueueIndex: 0,                  // a compute queue vkattn submits on
-//		SubgroupSizeControl: true, FullSubgroups: true,      // what the host enabled, if it did
+//		QueueFamily: family, QueueIndex: 0,                  // a compute queue vkattn may submit on
 //	}, vkattn.Config{})
-//	out, err := dev.Attention(q, k, v, vkattn.Options{WantWeights: true})
-//	buf, err := out.Weights.Buffer() // buf.Handle is the VkBuffer; Offset, Strides, Bytes say where
-//	dev.Close()                      // frees what vkattn made; the device stays the host's
+//	q, err := dev.TensorOver(vkattn.BufferRegion{Buffer: qBuf, Size: qSize,
+//		Usage: qUsage, Shape: []int{1, 8, 1, 16}, Type: vkattn.Float32, Bound: 1e4}) // no copy
+//	step, err := cache.PrepareStep(8, vkattn.Options{})  // a kv.Cache on dev
+//	// between the host's vkBeginCommandBuffer and vkEndCommandBuffer, after its own dispatches:
+//	err = step.Record(vkattn.CommandBuffer{Device: device, Buffer: cmd}, k, v, q, o)
 //
-// The host does not submit to that queue while a vkattn call runs
-// (Vulkan's rule for one queue) and closes its device after vkattn's
-// Close (SEMANTICS.md §19). The viewer (vkattn view) draws this way.
+// vkattn's commands begin and end with barriers, so the host's writes of
+// Q, K and V are visible to them and their O to the host's next kernel;
+// their parameters travel inside the command buffer. The host keeps the
+// tensors open until its submission has finished, and closes its device
+// after vkattn's Close. SEMANTICS.md §19 is the contract, and
+// examples/decoder a Llama-style decoder run this way, a token per
+// submission. Tensor.Buffer goes the other way: it says where a vkattn
+// tensor lies, for the host's kernels to read (the viewer draws so).
 //
 // # Goroutines, cancellation and Close
 //
@@ -138,9 +146,8 @@
 //
 // # The types
 //
-// Device, Tensor, Call, Output, Plan and the other types of the device
-// are defined in the module's internal/engine, which packages kv and nn
-// build on too; the names here are aliases of them, the same types, and
-// their methods are documented there (go doc
-// github.com/vkattn/vkattn/internal/engine.Device).
+// Device, Tensor and Call are named types over those of the module's
+// internal engine, which packages kv and nn build on too; every method a
+// program can call is declared and documented here. Plans, Config and
+// Stats are package core's, which documents their fields.
 package vkattn
