@@ -15,6 +15,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -425,5 +426,80 @@ func TestRecordRefusals(t *testing.T) {
 	}
 	if _, err := ocall.Run(context.Background()); err != nil {
 		t.Errorf("the own device's call after the refusal: %v", err)
+	}
+}
+
+// TestLayerCallRecorded: an MHA layer's prepared call recorded into the
+// host's command buffer writes what its Run writes, bit for bit (the
+// layer's own results are checked against PyTorch in package nn), with no
+// submission of vkattn's own.
+func TestLayerCallRecorded(t *testing.T) {
+	h := newHost(t)
+	cmds := h.newCommands(t)
+	d, err := vkattn.OpenOn(h.shared(), vkattn.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const B, T, dm = 2, 3, 8
+	r := rand.New(rand.NewPCG(5, 9))
+	values := func(n int) []float32 {
+		xs := make([]float32, n)
+		for i := range xs {
+			xs[i] = float32(r.NormFloat64())
+		}
+		return xs
+	}
+	m, err := nn.NewMHA(d, &nn.MHAWeights{DModel: dm, KDim: dm, VDim: dm, InProjWeight: values(3 * dm * dm),
+		InProjBias: values(3 * dm), OutProjWeight: values(dm * dm), OutProjBias: values(dm)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	x, err := d.Upload([]int{B, T, dm}, values(B*T*dm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, err := m.Prepare(x, nil, nil, nn.MHAOptions{Heads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Close()
+	if _, err := call.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ran, err := call.Output().Out.Download()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Write(values(B * T * dm)); err != nil { // then back: the recording must compute anew
+		t.Fatal(err)
+	}
+	if _, err := call.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r = rand.New(rand.NewPCG(5, 9))
+	for range 3*dm*dm + 3*dm + dm*dm + dm { // the weights' draws, to draw x again
+		r.NormFloat64()
+	}
+	if err := x.Write(values(B * T * dm)); err != nil {
+		t.Fatal(err)
+	}
+	before := d.Stats()
+	if err := call.Record(cmds.begin(t)); err != nil {
+		t.Fatal(err)
+	}
+	cmds.submit(t)
+	if s := d.Stats().Since(before); s.Submits != 0 || s.Waits != 0 {
+		t.Errorf("recording: %d submissions and %d waits of vkattn's own, want none", s.Submits, s.Waits)
+	}
+	recorded, err := call.Output().Out.Download()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ran {
+		if ran[i] != recorded[i] {
+			t.Fatalf("out[%d]: recorded %g, run %g", i, recorded[i], ran[i])
+		}
 	}
 }
