@@ -257,6 +257,12 @@ func TestMergeRefusals(t *testing.T) {
 	nan := make([]float32, 48)
 	nan[7] = float32(math.NaN())
 	nanO := devtest.Upload(t, devtest.Dev, []int{2, 3, 8}, nan)
+	lseOf := func(x float64) *vkattn.Tensor {
+		xs := make([]float32, 6)
+		xs[4] = float32(x)
+		return devtest.Upload(t, devtest.Dev, []int{2, 3, 1}, xs)
+	}
+	nanLSE, infLSE, noKeys := lseOf(math.NaN()), lseOf(math.Inf(1)), lseOf(math.Inf(-1))
 	closed := o(2, 3, 1)
 	closed.Close()
 	other := devtest.SmallBindings(t, vkattn.Config{})
@@ -284,11 +290,17 @@ func TestMergeRefusals(t *testing.T) {
 		{Name: "LSE with a width", Err: vkattn.ErrShape, Run: merge(ok, vkattn.Part{O: ok.O, LSE: wide})},
 		{Name: "float16 O", Err: vkattn.ErrOption, Run: merge(ok, vkattn.Part{O: half, LSE: ok.LSE})},
 		{Name: "NaN in O", Err: vkattn.ErrNonFinite, Run: merge(ok, vkattn.Part{O: nanO, LSE: ok.LSE})},
+		{Name: "NaN in LSE", Err: vkattn.ErrNonFinite, Run: merge(ok, vkattn.Part{O: ok.O, LSE: nanLSE})},
+		{Name: "+Inf in LSE", Err: vkattn.ErrNonFinite, Run: merge(ok, vkattn.Part{O: ok.O, LSE: infLSE})},
 		{Name: "closed LSE", Err: vkattn.ErrClosed, Run: merge(ok, vkattn.Part{O: ok.O, LSE: closed})},
 		{Name: "LSE of another device", Err: vkattn.ErrDevice, Run: merge(ok, vkattn.Part{O: ok.O, LSE: foreign})},
 	})
 	if after := devtest.Dev.Stats(); after.Since(before).Allocations != 0 {
 		t.Errorf("refused merges allocated %d buffers", after.Since(before).Allocations)
+	}
+	// -Inf is a row that saw no key: merged, not refused.
+	if err := merge(ok, vkattn.Part{O: ok.O, LSE: noKeys})(); err != nil {
+		t.Errorf("a part with a -Inf LSE row: %v", err)
 	}
 	if _, err := devtest.Dev.Merge(nil); !errors.Is(err, vkattn.ErrOption) {
 		t.Errorf("Merge(nil): %v", err)

@@ -428,7 +428,12 @@ func (o *Output) Close() {
 
 // Part is the output's O and LSE as a part of a merge; LSE is nil unless
 // the call asked for it (Options.WantLSE), which Merge refuses.
-func (o *Output) Part() Part { return Part{O: o.O, LSE: o.LSE} }
+func (o *Output) Part() Part {
+	if o == nil {
+		return Part{}
+	}
+	return Part{O: o.O, LSE: o.LSE}
+}
 
 // Close frees the gradient tensors.
 func (g *Gradients) Close() {

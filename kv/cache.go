@@ -274,10 +274,18 @@ func New(dev *vkattn.Device, cfg Config) (*Cache, error) {
 }
 
 // Config is the cache's configuration.
-func (c *Cache) Config() Config { return c.cfg }
+func (c *Cache) Config() Config {
+	if c == nil {
+		return Config{}
+	}
+	return c.cfg
+}
 
 // Lengths are the current sequence lengths.
 func (c *Cache) Lengths() []int {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.lens)
@@ -291,6 +299,9 @@ func (c *Cache) Lengths() []int {
 // or beyond the cache's bound of 2^32, which calls prepared on it were
 // checked against (ErrOverflow). Nothing is written when it fails.
 func (c *Cache) Append(k, v []float32, n int) error {
+	if c == nil {
+		return errNoCache
+	}
 	return c.append(c.everySequence(), k, v, n)
 }
 
@@ -306,6 +317,9 @@ func (c *Cache) Append(k, v []float32, n int) error {
 // Append rotates them) go through the host once, rounded as Append
 // rounds.
 func (c *Cache) AppendTensors(k, v *vkattn.Tensor) error {
+	if c == nil {
+		return errNoCache
+	}
 	return c.appendTensors((*engine.Tensor)(k), (*engine.Tensor)(v))
 }
 
@@ -531,6 +545,9 @@ func (c *Cache) everySequence() []int {
 // AppendTo adds n tokens to sequence b alone: k is (HKV, n, DK) and v
 // (HKV, n, DV). Sequences so get different lengths.
 func (c *Cache) AppendTo(b int, k, v []float32, n int) error {
+	if c == nil {
+		return errNoCache
+	}
 	if b < 0 || b >= c.cfg.B {
 		return core.Errorf(vkattn.ErrShape, "sequence %d of a cache of %d", b, c.cfg.B)
 	}
@@ -825,6 +842,9 @@ func (c *Cache) syncPages(putInts func(t *engine.Tensor, off int, xs []int) erro
 // a rolling cache a length whose next token's window reaches positions
 // already let go is ErrOption (SEMANTICS.md §22).
 func (c *Cache) Truncate(lens []int) error {
+	if c == nil {
+		return errNoCache
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usable(); err != nil {
@@ -866,6 +886,9 @@ func (c *Cache) Truncate(lens []int) error {
 // a paged cache shares pages (ErrOption otherwise); src == dst changes
 // nothing.
 func (c *Cache) Fork(src, dst int) error {
+	if c == nil {
+		return errNoCache
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usable(); err != nil {
@@ -899,6 +922,9 @@ func (c *Cache) Fork(src, dst int) error {
 // PagesInUse is how many pages of a paged cache's pool sequences hold
 // (shared pages counted once); 0 for a contiguous cache.
 func (c *Cache) PagesInUse() int {
+	if c == nil {
+		return 0
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.pt == nil {
@@ -908,7 +934,12 @@ func (c *Cache) PagesInUse() int {
 }
 
 // Reset empties every sequence.
-func (c *Cache) Reset() error { return c.Truncate(make([]int, c.cfg.B)) }
+func (c *Cache) Reset() error {
+	if c == nil {
+		return errNoCache
+	}
+	return c.Truncate(make([]int, c.cfg.B))
+}
 
 // syncLengths writes the key lengths to the device with putInts: the
 // positions each sequence holds (of a rolling cache, from its first kept
@@ -945,6 +976,9 @@ func (c *Cache) Attention(q *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output
 
 // AttentionContext is Attention with a context that can cancel the wait.
 func (c *Cache) AttentionContext(ctx context.Context, q *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output, error) {
+	if c == nil {
+		return nil, errNoCache
+	}
 	out, err := engine.RunOnce(ctx, func() (*engine.Call, error) { return c.prepare((*engine.Tensor)(q), opts) })
 	if err != nil {
 		return nil, err
@@ -956,6 +990,9 @@ func (c *Cache) AttentionContext(ctx context.Context, q *vkattn.Tensor, opts vka
 // Run reads the cache as it is then: a decode step appends its token,
 // writes its query into q and runs the call again.
 func (c *Cache) Prepare(q *vkattn.Tensor, opts vkattn.Options) (*vkattn.Call, error) {
+	if c == nil {
+		return nil, errNoCache
+	}
 	call, err := c.prepare((*engine.Tensor)(q), opts)
 	if err != nil {
 		return nil, err
@@ -1208,6 +1245,9 @@ func (c *Cache) usable() error {
 	}
 	return engine.CheckOpen(c.dev)
 }
+
+// errNoCache refuses the methods of a nil *Cache.
+var errNoCache = core.Errorf(vkattn.ErrClosed, "no KV cache: the *Cache is nil")
 
 // Close frees the cache; close the calls prepared on it first.
 func (c *Cache) Close() {

@@ -71,6 +71,9 @@ func stepBucket(n, capacity, pageSize int) int {
 // (a multiple of the cache's HKV) with opts, as Cache.Attention takes
 // them; a step returns O only, so WantLSE and WantWeights are refused.
 func (c *Cache) PrepareStep(heads int, opts vkattn.Options) (*DecodeStep, error) {
+	if c == nil {
+		return nil, errNoCache
+	}
 	cfg := c.cfg
 	if err := engine.CheckOpen(c.dev); err != nil {
 		return nil, err
@@ -165,6 +168,9 @@ func (s *DecodeStep) callFor(kept []int) (*engine.Call, error) {
 // token is appended); a failure before the submission leaves the cache as
 // it was.
 func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Duration, error) {
+	if s == nil {
+		return 0, core.Errorf(vkattn.ErrClosed, "no decode step: the *DecodeStep is nil")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -280,18 +286,22 @@ func (c *Cache) stepKeptLocked() []int {
 
 // Plan is the plan of the attention the next Run would launch.
 func (s *DecodeStep) Plan() (vkattn.Plan, error) {
+	if s == nil {
+		return vkattn.Plan{}, core.Errorf(vkattn.ErrClosed, "no decode step: the *DecodeStep is nil")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return vkattn.Plan{}, core.Errorf(vkattn.ErrClosed, "decode step used after Close")
 	}
-	if err := engine.CheckOpen(s.cache.dev); err != nil {
-		return vkattn.Plan{}, err
-	}
 	c := s.cache
 	c.mu.Lock()
+	err := c.usable()
 	kept := c.stepKeptLocked()
 	c.mu.Unlock()
+	if err != nil {
+		return vkattn.Plan{}, err
+	}
 	call, err := s.callFor(kept)
 	if err != nil {
 		return vkattn.Plan{}, err

@@ -32,6 +32,12 @@ type Additive struct {
 // and uploads them to d.
 func NewAdditive(dev *vkattn.Device, w *AdditiveWeights) (*Additive, error) {
 	d := (*engine.Device)(dev)
+	if err := engine.CheckOpen(d); err != nil {
+		return nil, err
+	}
+	if w == nil {
+		return nil, core.Errorf(vkattn.ErrShape, "nil weights")
+	}
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
@@ -61,6 +67,9 @@ func (a *Additive) Plan(q, k, v []int, opts vkattn.Options) (vkattn.Plan, error)
 }
 
 func (a *Additive) planShapes(q, k, v []int, opts vkattn.Options) (engine.Plan, error) {
+	if a == nil {
+		return engine.Plan{}, errNoLayer
+	}
 	var dims [3][3]int
 	for i, s := range [][]int{q, k, v} {
 		name := []string{"query", "key", "value"}[i]
@@ -167,6 +176,9 @@ func (a *Additive) Prepare(q, k, v *vkattn.Tensor, opts vkattn.Options) (*vkattn
 }
 
 func (a *Additive) prepare(q, k, v *engine.Tensor, opts vkattn.Options) (*engine.Call, error) {
+	if a == nil {
+		return nil, errNoLayer
+	}
 	d := a.dev
 	dims, err := a.inputDims(q, k, v)
 	if err != nil {

@@ -68,6 +68,9 @@ func (a *Additive) PrepareBackward(q, k, v, dO *vkattn.Tensor, opts vkattn.Optio
 }
 
 func (a *Additive) prepareBackward(q, k, v, dO *engine.Tensor, opts vkattn.Options) (*engine.Prepared[*AdditiveGradients], error) {
+	if a == nil {
+		return nil, errNoLayer
+	}
 	d := a.dev
 	dims, err := a.inputDims(q, k, v)
 	if err != nil {

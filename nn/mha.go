@@ -39,6 +39,12 @@ type MHA struct {
 // uploads them to d.
 func NewMHA(dev *vkattn.Device, w *MHAWeights) (*MHA, error) {
 	d := (*engine.Device)(dev)
+	if err := engine.CheckOpen(d); err != nil {
+		return nil, err
+	}
+	if w == nil {
+		return nil, core.Errorf(vkattn.ErrShape, "nil weights")
+	}
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
@@ -171,6 +177,9 @@ type mhaProblem struct {
 // Forward would run on float32 inputs (half inputs may put dense layers on
 // the cooperative matrices: the call's own plan says so).
 func (m *MHA) Plan(xShape, keyShape, valueShape []int, opts MHAOptions) (MHAPlan, error) {
+	if m == nil {
+		return MHAPlan{}, errNoLayer
+	}
 	shapes := [3][]int{xShape, keyShape, valueShape}
 	if keyShape == nil && valueShape == nil {
 		shapes[1], shapes[2] = xShape, xShape
@@ -304,6 +313,9 @@ func (m *MHA) Prepare(x, key, value *vkattn.Tensor, opts MHAOptions) (*MHACall, 
 }
 
 func (m *MHA) prepare(x, key, value *engine.Tensor, opts MHAOptions) (*engine.Prepared[*MHAOutput], error) {
+	if m == nil {
+		return nil, errNoLayer
+	}
 	d := m.dev
 	self := key == nil && value == nil
 	if (key == nil) != (value == nil) {

@@ -128,6 +128,9 @@ func (m *MHA) PrepareBackward(x, key, value, dY *vkattn.Tensor, opts MHAOptions)
 }
 
 func (m *MHA) prepareBackward(x, key, value, dY *engine.Tensor, opts MHAOptions) (*engine.Prepared[*MHAGradients], error) {
+	if m == nil {
+		return nil, errNoLayer
+	}
 	in, err := m.gradInputs(x, key, value, dY)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/engine"
 )
 
@@ -21,3 +22,6 @@ func closeTensors(ts ...*vkattn.Tensor) {
 		t.Close()
 	}
 }
+
+// errNoLayer refuses the methods of a nil layer.
+var errNoLayer = core.Errorf(vkattn.ErrClosed, "no layer: the *MHA or *Additive is nil")

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 
@@ -203,6 +204,11 @@ func readPart(name string) (mergePart, error) {
 	}
 	if i := vkattn.FirstNonFinite(p.o); i >= 0 {
 		return p, fmt.Errorf("%s: O value %d is %v: %w", name, i, p.o[i], vkattn.ErrNonFinite)
+	}
+	for i, x := range p.lse {
+		if x != x || math.IsInf(float64(x), 1) {
+			return p, fmt.Errorf("%s: LSE value %d is %v (a log-sum-exp is finite, or -inf on a row that saw no key): %w", name, i, x, vkattn.ErrNonFinite)
+		}
 	}
 	return p, checkPartShapes(p)
 }

@@ -124,6 +124,12 @@ func TestMergeCommandRefusals(t *testing.T) {
 	checkRefused(t, []string{"merge", "-o", o, a, part("b.npz", []int{2, 4, 4}, []int{2, 4}, false)}, exitFail, "share their shapes", o)
 	checkRefused(t, []string{"merge", "-o", o, a, part("c.npz", []int{2, 3, 4}, []int{3, 2}, false)}, exitFail, "want (2, 3)", o)
 	checkRefused(t, []string{"merge", "-o", o, a, part("d.npz", []int{2, 3, 4}, []int{2, 3}, true)}, exitFail, "NaN", o)
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+		lse := make([]float32, 6)
+		lse[4] = bad
+		badLSE := saveNPZ(t, path("f.npz"), output{"o", "", []int{2, 3, 4}, make([]float32, 24)}, output{"lse", "", []int{2, 3}, lse})
+		checkRefused(t, []string{"merge", "-o", o, "--lse", path("ml.npy"), a, badLSE}, exitFail, "LSE value 4 is", o)
+	}
 	noLSE := saveNPZ(t, path("e.npz"), output{"o", "", []int{2, 3, 4}, make([]float32, 24)})
 	checkRefused(t, []string{"merge", "-o", o, a, noLSE}, exitFail, "lse", o)
 	if out, _, code := cli(t, "merge", "-h"); code != exitOK || !strings.Contains(out, "Example") || !strings.Contains(out, "Flags:") {

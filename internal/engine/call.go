@@ -42,7 +42,13 @@ type Prepared[O interface{ Close() }] struct {
 
 // Output is the call's output; its tensors belong to the call and are
 // freed by Close.
-func (c *Prepared[O]) Output() O { return c.out }
+func (c *Prepared[O]) Output() O {
+	if c == nil {
+		var none O
+		return none
+	}
+	return c.out
+}
 
 // Run executes the recorded commands and waits for them. It returns the
 // device time (0 without timestamps), also kept in Output().GPUTime. A
@@ -50,6 +56,9 @@ func (c *Prepared[O]) Output() O { return c.out }
 // submissions (SEMANTICS.md §2), submits no more, and the one in flight
 // finishes before the next Run or Close.
 func (c *Prepared[O]) Run(ctx context.Context) (time.Duration, error) {
+	if c == nil {
+		return 0, errorf(core.ErrClosed, "no call: the call is nil")
+	}
 	if c.check != nil {
 		if err := c.check(); err != nil {
 			return 0, err

@@ -175,6 +175,9 @@ func (d *Device) SaveTuning(t core.Tuning) (string, error) {
 
 // Tuning is the tuning the planner uses on d.
 func (d *Device) Tuning() core.Tuning {
+	if d == nil {
+		return core.Tuning{}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.tuning.Clone()
@@ -197,23 +200,45 @@ func (d *Device) SetTuning(t core.Tuning) error {
 
 // PlannedAs is the vendor d plans as (Config.PlanAs or VKATTN_PLAN_AS),
 // or "" when it plans as its own driver's quirk table or tuning says.
-func (d *Device) PlannedAs() string { return d.plannedAs }
+func (d *Device) PlannedAs() string {
+	if d == nil {
+		return ""
+	}
+	return d.plannedAs
+}
 
 // Memory is how d places its buffers (Config.Memory, implied by PlanAs).
-func (d *Device) Memory() MemoryModel { return d.memory }
+func (d *Device) Memory() MemoryModel {
+	if d == nil {
+		return AutoMemory
+	}
+	return d.memory
+}
 
 // Info describes the open device.
-func (d *Device) Info() core.DeviceInfo { return d.dev.Info.DeviceInfo }
+func (d *Device) Info() core.DeviceInfo {
+	if d == nil {
+		return core.DeviceInfo{}
+	}
+	return d.dev.Info.DeviceInfo
+}
 
 // Stats returns the device's counts.
 func (d *Device) Stats() Stats {
+	if d == nil {
+		return Stats{}
+	}
 	a := d.dev.AllocStats()
 	return Stats{Live: a.Live, Peak: a.Peak, Largest: a.Largest, Allocations: a.Count, Pools: a.Pools,
 		Commands: a.Commands, Submits: a.Submits, Waits: a.Waits, StagingBytes: a.StagingBytes}
 }
 
 // ResetAllocStats restarts peak and largest-allocation tracking.
-func (d *Device) ResetAllocStats() { d.dev.ResetAllocStats() }
+func (d *Device) ResetAllocStats() {
+	if d != nil {
+		d.dev.ResetAllocStats()
+	}
+}
 
 // Close frees every tensor, kernel and buffer made on the device and the
 // device itself. Safe to call more than once.
@@ -241,6 +266,9 @@ func (d *Device) Close() error {
 }
 
 func (d *Device) checkOpen() error {
+	if d == nil {
+		return errorf(core.ErrClosed, "no device: the *Device is nil")
+	}
 	if d.closed.Load() {
 		return errorf(core.ErrClosed, "device %s is closed", d.dev.Info.Name)
 	}
@@ -256,6 +284,9 @@ func ValidationMessages() []string { return vk.ValidationMessages() }
 func LiveObjects() int64 { return vk.LiveObjects() }
 
 func (d *Device) String() string {
+	if d == nil {
+		return "no device"
+	}
 	i := d.dev.Info
 	return fmt.Sprintf("%s (%s, %s)", i.Name, i.Type, i.DriverName)
 }

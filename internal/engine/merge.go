@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines/dispatch"
@@ -94,6 +95,12 @@ func (d *Device) checkParts(parts []Part) ([4]int, error) {
 			return shape, errorf(core.ErrClosed, "%s LSE was closed", name)
 		case lse.dev != d:
 			return shape, errorf(core.ErrDevice, "%s LSE lives on %s, not on %s", name, lse.dev.ident(), d.ident())
+		case !lse.finite:
+			// Uploaded with a value that is not finite: -Inf is a row
+			// with no visible key, NaN and +Inf would merge into NaN rows.
+			if err := checkLSE(name, lse); err != nil {
+				return shape, err
+			}
 		}
 		for _, t := range []struct {
 			what string
@@ -114,4 +121,20 @@ func (d *Device) checkParts(parts []Part) ([4]int, error) {
 		}
 	}
 	return shape, nil
+}
+
+// checkLSE refuses an LSE tensor holding NaN or +Inf (ErrNonFinite); it
+// reads the values back, which only LSEs uploaded with non-finite values
+// cost (those the device writes are finite or -Inf).
+func checkLSE(name string, lse *Tensor) error {
+	xs, err := lse.Download()
+	if err != nil {
+		return err
+	}
+	for i, x := range xs {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 1) {
+			return errorf(core.ErrNonFinite, "%s LSE value %d is %v: a log-sum-exp is finite, or -Inf on a row with no visible key", name, i, x)
+		}
+	}
+	return nil
 }

@@ -176,8 +176,8 @@ func Magnitude(data []float32) (most float64, finite bool) {
 // (ErrNonFinite), and so is a value beyond the tensor's bound, the larger
 // of 2^32 and the largest |value| it was uploaded with (ErrOverflow).
 func (t *Tensor) Write(data []float32) error {
-	if t.root().closed.Load() {
-		return errorf(core.ErrClosed, "tensor used after Close")
+	if err := t.usable(); err != nil {
+		return err
 	}
 	s := t.shape
 	if t.owner != nil || t.strides != [3]int{s[1] * s[2] * s[3], s[2] * s[3], s[3]} {
@@ -281,15 +281,28 @@ func (d *Device) newTensor(s [4]int, dt core.DType) (*Tensor, error) {
 }
 
 // Shape is the tensor's four logical axes.
-func (t *Tensor) Shape() [4]int { return t.shape }
+func (t *Tensor) Shape() [4]int {
+	if t == nil {
+		return [4]int{}
+	}
+	return t.shape
+}
 
 // DType is the element type the tensor is stored in.
-func (t *Tensor) DType() core.DType { return t.dtype }
+func (t *Tensor) DType() core.DType {
+	if t == nil {
+		return core.Float32
+	}
+	return t.dtype
+}
 
 // SwapAxes12 returns a view that reads this tensor's axes 1 and 2 swapped:
 // data uploaded as (B, L, H, d) becomes the (B, H, L, d) tensor attention
 // expects, without a copy. The view shares the data and is freed with it.
 func (t *Tensor) SwapAxes12() *Tensor {
+	if t == nil {
+		return nil
+	}
 	v := &Tensor{dev: t.dev, buf: t.buf, owner: t.root(), dtype: t.dtype, shape: t.shape, offset: t.offset, strides: t.strides, finite: t.finite}
 	v.shape[1], v.shape[2] = t.shape[2], t.shape[1]
 	v.strides[1], v.strides[2] = t.strides[2], t.strides[1]
@@ -334,6 +347,18 @@ func leadingColumnsOf(v, k *Tensor) bool {
 		[3]int(v.shape[:3]) == [3]int(k.shape[:3]) && v.shape[3] <= k.shape[3]
 }
 
+// usable is ErrShape for a nil tensor and ErrClosed once t (its owner)
+// is closed.
+func (t *Tensor) usable() error {
+	if t == nil {
+		return errorf(core.ErrShape, "nil tensor")
+	}
+	if t.root().closed.Load() {
+		return errorf(core.ErrClosed, "tensor used after Close")
+	}
+	return nil
+}
+
 func (t *Tensor) root() *Tensor {
 	if t.owner != nil {
 		return t.owner
@@ -356,8 +381,8 @@ func (t *Tensor) layout() pipelines.Layout {
 // Download copies the tensor to the host as dense row-major (B,H,L,d)
 // float32 data; halves widen exactly.
 func (t *Tensor) Download() ([]float32, error) {
-	if t.root().closed.Load() {
-		return nil, errorf(core.ErrClosed, "tensor used after Close")
+	if err := t.usable(); err != nil {
+		return nil, err
 	}
 	s := t.shape
 	out := make([]float32, s[0]*s[1]*s[2]*s[3])
@@ -384,8 +409,8 @@ func (t *Tensor) Download() ([]float32, error) {
 // device (a q8_0 or q4_0 tensor its 32-value block), for a value shown
 // alone.
 func (t *Tensor) At(b, h, l, i int) (float32, error) {
-	if t.root().closed.Load() {
-		return 0, errorf(core.ErrClosed, "tensor used after Close")
+	if err := t.usable(); err != nil {
+		return 0, err
 	}
 	s := t.shape
 	if b < 0 || b >= s[0] || h < 0 || h >= s[1] || l < 0 || l >= s[2] || i < 0 || i >= s[3] {
