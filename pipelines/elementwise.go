@@ -25,10 +25,10 @@ func Grid(dev core.DeviceInfo, what string, n int) (cols, rows int, err error) {
 }
 
 // mergeBindingTypes are attention_merge.comp's bindings: the part's O and
-// LSE, the merged O and LSE.
+// LSE, the merged O and LSE, the compensated sums.
 func mergeBindingTypes() []core.BindingType {
 	return []core.BindingType{mergeBindPartO: core.StorageBuffer, mergeBindPartLSE: core.StorageBuffer,
-		mergeBindO: core.StorageBuffer, mergeBindLSE: core.StorageBuffer}
+		mergeBindO: core.StorageBuffer, mergeBindLSE: core.StorageBuffer, mergeBindSums: core.StorageBuffer}
 }
 
 // q8StoreBindingTypes are q8_store.comp's bindings: X, Y, the rows'

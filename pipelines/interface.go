@@ -86,7 +86,7 @@ const (
 	headMeanBindW, headMeanBindMean                                                                            = 0, 1
 	ropeBindX, ropeBindY, ropeBindTable, ropeBindLengths                                                       = 0, 1, 2, 3
 	q8BindX, q8BindY, q8BindRows                                                                               = 0, 1, 2
-	mergeBindPartO, mergeBindPartLSE, mergeBindO, mergeBindLSE                                                 = 0, 1, 2, 3
+	mergeBindPartO, mergeBindPartLSE, mergeBindO, mergeBindLSE, mergeBindSums                                  = 0, 1, 2, 3, 4
 	GradBindParams, gradBindA, gradBindB, gradBindC                                                            = 0, 1, 2, 3
 	regroupBindSrc, regroupBindDst                                                                             = 0, 1
 )
@@ -132,6 +132,7 @@ var shaderInterface = []interfaceSection{
 	{"attention_merge.comp bindings", false, []glslName{
 		{"MBIND_PART_O", mergeBindPartO, "the part being merged in"}, {"MBIND_PART_LSE", mergeBindPartLSE, ""},
 		{"MBIND_O", mergeBindO, "the merged output, summed part by part"}, {"MBIND_LSE", mergeBindLSE, ""},
+		{"MBIND_SUMS", mergeBindSums, "each row's sum and its compensation, then each element's compensation"},
 	}},
 	{"linear_grad.comp bindings", false, []glslName{
 		{"GBIND_PARAMS", GradBindParams, ""}, {"GBIND_A", gradBindA, ""}, {"GBIND_B", gradBindB, ""},
@@ -318,7 +319,7 @@ func familyBindings(v Variant) []bindingUse {
 		return u
 	case FamilyMerge:
 		u := uses(mergeBindingTypes())
-		u[mergeBindO].use, u[mergeBindLSE].use = readWrite, readWrite // accumulated part by part
+		u[mergeBindO].use, u[mergeBindLSE].use, u[mergeBindSums].use = readWrite, readWrite, readWrite // accumulated part by part
 		return u
 	case FamilyLinearGrad:
 		u := uses(gradBindingTypes(GradPlan{Path: v.Path, Vec4: v.Vec4}))

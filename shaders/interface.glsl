@@ -63,6 +63,7 @@
 #define MBIND_PART_LSE 1
 #define MBIND_O 2 // the merged output, summed part by part
 #define MBIND_LSE 3
+#define MBIND_SUMS 4 // each row's sum and its compensation, then each element's compensation
 
 // linear_grad.comp bindings
 #define GBIND_PARAMS 0

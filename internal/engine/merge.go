@@ -66,7 +66,11 @@ func (d *Device) PrepareMerge(parts []Part) (*Call, error) {
 	if out.LSE, err = b.Output([4]int{B, H, L, 1}); err != nil {
 		return nil, b.Fail(err)
 	}
-	x.O, x.LSE = out.O.buf, out.LSE.buf
+	sums, err := b.ScratchTensor([4]int{1, 1, 1, dispatch.MergeSums(B*H*L, DV)})
+	if err != nil {
+		return nil, b.Fail(err)
+	}
+	x.O, x.LSE, x.Sums = out.O.buf, out.LSE.buf, sums.buf
 	if err := b.Add(d.kernels.Merge(x)); err != nil {
 		return nil, b.Fail(err)
 	}

@@ -16,16 +16,22 @@ type MergePart struct {
 
 // MergeArgs are the parts of a merge (attention_merge.comp) and its
 // outputs: O, dense float32 (B, Heads, L, DV), and LSE, dense (B, Heads,
-// L).
+// L); Sums is float32 scratch of 2 per row plus one per element of O (the
+// compensated sums).
 type MergeArgs struct {
 	Parts          []MergePart
 	B, Heads, L, D int // D: the width of O's rows (d_v)
-	O, LSE         *vk.Buffer
+	O, LSE, Sums   *vk.Buffer
 }
 
-// Merge binds the merge of a.Parts (at least one) into a.O and a.LSE: an
-// LSE pass per part, then an O pass per part, which reads the finished
-// LSE (see attention_merge.comp).
+// MergeSums is how many floats MergeArgs.Sums holds for rows rows of O of
+// width d.
+func MergeSums(rows, d int) int { return rows * (2 + d) }
+
+// Merge binds the merge of a.Parts (at least one) into a.O and a.LSE: a
+// maximum pass and a sum pass per part (one invocation per row), an O pass
+// per part (one per element), then one pass that makes the LSE (see
+// attention_merge.comp).
 func (ks *Kernels) Merge(a MergeArgs) (*Step, error) {
 	dev := ks.dev.Info.DeviceInfo
 	if len(a.Parts) == 0 {
@@ -45,14 +51,18 @@ func (ks *Kernels) Merge(a MergeArgs) (*Step, error) {
 	}
 	rows := a.B * a.Heads * a.L
 	st := &Step{}
-	for pass, n := range []int{rows, elems} {
+	for pass, n := range []int{rows, rows, elems, rows} {
 		cols, gridRows, err := pipelines.Grid(dev, "merge", n)
 		if err != nil {
 			st.Close()
 			return nil, err
 		}
-		for i, p := range a.Parts {
-			set, err := ks.bind(k, p.O, p.LSE, a.O, a.LSE)
+		parts := a.Parts
+		if pass == 3 {
+			parts = parts[:1] // the LSE once, from the maximum and the sum
+		}
+		for i, p := range parts {
+			set, err := ks.bind(k, p.O, p.LSE, a.O, a.LSE, a.Sums)
 			if err != nil {
 				st.Close()
 				return nil, err
