@@ -135,3 +135,26 @@ func TestDecodeGPUPlans(t *testing.T) {
 		return pick(r, []int{8, 64}), pick(r, []int{8, 64})
 	}, 2)
 }
+
+// TestWideHeadsWithNarrowV: multi-head latent attention's d_k 576 (and a
+// 300-wide head) with d_v of 16 and fewer runs on the tiled kernels of a
+// GPU plan and agrees with the float64 reference, where a d_v of 16 or
+// less once left too few lanes a row for the registers planned (a
+// narrower V must never need more than a wider one).
+func TestWideHeadsWithNarrowV(t *testing.T) {
+	d := devtest.NVIDIADev
+	r := rand.New(rand.NewSource(57))
+	for _, w := range [][2]int{{576, 16}, {576, 4}, {300, 8}} {
+		p := devtest.NewProblem(r, 1, 4, 1, 2, 40, w[0], w[1])
+		p.Opts.Causal = vkattn.CausalBottomRight
+		if w[0] == 576 && d.Info().Limits.MaxSubgroupSize < 8 {
+			// 4-lane subgroups: 576 floats of q a row over 4 lanes
+			// exceed a lane's registers whatever d_v (SEMANTICS.md §2).
+			if _, err := d.Plan(p.QS[:], p.KS[:], p.VS[:], p.Opts); !errors.Is(err, vkattn.ErrTooLarge) {
+				t.Errorf("d_k %d d_v %d on %d-lane subgroups: %v, want ErrTooLarge", w[0], w[1], d.Info().Limits.MaxSubgroupSize, err)
+			}
+			continue
+		}
+		devtest.CheckAgainstReference(t, d, p)
+	}
+}

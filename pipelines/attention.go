@@ -380,7 +380,11 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	wide := width > core.MaxRowWidth
 	p.DMax, p.DVMax = core.DMaxOf(width), core.DMaxOf(width)
 	if wide {
-		p.DVMax = core.DMaxOf(dv)
+		// At least 32: the lanes of a row split d_v's bound in whole vec4
+		// slots, and 16 leaves four lanes a row, whose share of a wide
+		// d_k then overflows a lane's registers (a narrower V must never
+		// need more than a wider one).
+		p.DVMax = max(core.DMaxOf(dv), 32)
 	}
 	if wide && force == core.TexelLoadPath {
 		return p, Limitf("head width %d (d_k=%d, d_v=%d) runs on the tiled kernels only (rows wider than %d do not fit one invocation's registers), which read storage buffers, not the forced texel load path", width, dk, dv, core.MaxRowWidth)

@@ -185,7 +185,7 @@ func attentionSweep() []attentionCase {
 	// chunks make them slow to plan on small devices).
 	all := [][2]int{{1, 1}, {3, 3}, {16, 16}, {31, 31}, {33, 33}, {64, 64}, {65, 65}, {100, 100}, {128, 128},
 		{129, 129}, {200, 200}, {255, 255}, {256, 256}, {64, 128}, {256, 8}, {257, 64}, {300, 300}, {513, 513},
-		{576, 512}, {576, 576}, {32, 576}}
+		{576, 512}, {576, 576}, {32, 576}, {576, 16}, {576, 1}, {513, 8}}
 	few := [][2]int{{1, 1}, {64, 64}, {129, 129}, {256, 256}, {576, 512}}
 	geometries := []struct {
 		name            string
@@ -602,6 +602,45 @@ func TestPlanSaysWhyNotMatrices(t *testing.T) {
 		}
 		if p.Variant.Family == FamilyCoopmat || !strings.Contains(p.Why, "cooperative matrices not used") {
 			t.Errorf("size control %v, %d B of shared memory: %v; want another kernel and why", dev.SubgroupSizeControl, dev.Limits.MaxSharedMemory, p)
+		}
+	}
+}
+
+// TestNarrowerVPlansWhereWiderDoes: a narrower V never needs more than a
+// wider one: wherever a wide head (d_k past the row kernels) plans with
+// a d_v near 512, it plans with every d_v below read the same way, on
+// every real device and tuning (d_v <= 16 once left too few lanes a row
+// to split d_k).
+func TestNarrowerVPlansWhereWiderDoes(t *testing.T) {
+	for _, dev := range realDevices() {
+		if dev.LoopBudget() > 0 {
+			continue // there the keys an invocation loops over follow the lanes, and §20's limit refuses some calls
+		}
+		for _, tn := range tuningsFor(t, dev) {
+			for _, dk := range []int{576, 513, 300} {
+				for _, shape := range [][3]int{{1, 1, 64}, {128, 1, 4096}} { // H, L, S: MLA decode-like and one head
+					plan := func(dv int) error {
+						in := PlanInput{AttentionShape: DenseShape(1, shape[0], 1, shape[1], shape[2], dk, dv)}
+						tuning := tn.tuning
+						in.Tuning = &tuning
+						_, err := PlanAttention(dev, in)
+						return err
+					}
+					// Against the widest d_v read the same way (vec4 rows
+					// or not: scalar rows have no split-K to stay within
+					// a loop limit).
+					wide := map[int]bool{}
+					for r := range 4 {
+						wide[r] = plan(508+r) == nil
+					}
+					for dv := 1; dv < 508; dv++ {
+						if err := plan(dv); err != nil && wide[dv%4] {
+							t.Errorf("%s %s: d_k %d plans with d_v %d but not %d: %v", dev.Name, tn.name, dk, 508+dv%4, dv, err)
+							break
+						}
+					}
+				}
+			}
 		}
 	}
 }
