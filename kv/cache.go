@@ -569,8 +569,10 @@ func (c *Cache) append(seqs []int, k, v []float32, n int) error {
 		data []float32
 		w    int
 	}{{"k", k, cfg.DK}, {"v", v, cfg.DV}}[:len(c.stored())] {
-		if want := len(seqs) * cfg.HKV * n * x.w; len(x.data) != want {
-			return core.Errorf(vkattn.ErrShape, "append of %d tokens to %d sequences: %s has %d values, want %d (sequences x %d heads x %d tokens x %d)",
+		// In float64: a count of tokens no slice could hold must not
+		// wrap around into a small or negative want.
+		if want := float64(len(seqs)) * float64(cfg.HKV) * float64(n) * float64(x.w); float64(len(x.data)) != want {
+			return core.Errorf(vkattn.ErrShape, "append of %d tokens to %d sequences: %s has %d values, want %.0f (sequences x %d heads x %d tokens x %d)",
 				n, len(seqs), x.name, len(x.data), want, cfg.HKV, n, x.w)
 		}
 	}
@@ -860,7 +862,7 @@ func (c *Cache) Truncate(lens []int) error {
 		}
 		if start := c.start(b); n > 0 && max(0, n-c.cfg.Window+1) < start {
 			return core.Errorf(vkattn.ErrOption, "truncate sequence %d of a rolling cache to %d: the window of its next token reaches back to position %d, but the cache keeps positions from %d on (truncate to 0, or to at least %d)",
-				b, n, n-c.cfg.Window+1, start, start+c.cfg.Window-1)
+				b, n, max(0, n-c.cfg.Window+1), start, start+c.cfg.Window-1)
 		}
 	}
 	copy(c.lens, lens)
@@ -1119,6 +1121,9 @@ func checkRolling(cfg *Config) error {
 	// A decode step holds the window, the new token and up to a page
 	// less one position before the window.
 	least := cfg.Window + cfg.PageSize - 1
+	if least > math.MaxInt32 {
+		return core.Errorf(vkattn.ErrTooLarge, "a rolling KV cache of Window %d and pages of %d positions holds up to Window + PageSize - 1 = %d positions of a sequence: at most 2^31-1", cfg.Window, cfg.PageSize, least)
+	}
 	if cfg.Capacity == 0 {
 		cfg.Capacity = least
 	}

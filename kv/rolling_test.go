@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -257,6 +259,10 @@ func TestRollingKVCacheRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want ErrOption", c.name, err)
 		}
 	}
+	if cache, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, DK: D, DV: D, Window: math.MaxInt32, PageSize: page}); !errors.Is(err, vkattn.ErrTooLarge) || !strings.Contains(err.Error(), "Window") {
+		cache.Close()
+		t.Errorf("a window whose pages pass 2^31 positions: %v, want ErrTooLarge naming the Window", err)
+	}
 	cache, err := kv.New(devtest.Dev, kv.Config{B: 2, HKV: 1, DK: D, DV: D, Window: W, PageSize: page})
 	if err != nil {
 		t.Fatal(err)
@@ -326,6 +332,11 @@ func TestRollingKVCacheRefusals(t *testing.T) {
 		if err := cache.Truncate([]int{c.to, 20}); !errors.Is(err, c.want) || (c.want == nil && err != nil) {
 			t.Errorf("Truncate to %d: %v, want %v", c.to, err, c.want)
 		}
+	}
+	// The window of a token at position 2 reaches back to position 0
+	// (§22 clamps there), not to -5.
+	if err := cache.Truncate([]int{0, 2}); !errors.Is(err, vkattn.ErrOption) || !strings.Contains(err.Error(), "reaches back to position 0,") {
+		t.Errorf("Truncate to 2: %v, want ErrOption naming position 0", err)
 	}
 	if got := cache.Lengths(); got[0] != 0 || got[1] != 20 {
 		t.Errorf("lengths %v after the truncations, want [0 20]", got)

@@ -6,7 +6,9 @@ package kv_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -235,6 +237,10 @@ func TestKVCacheRefusals(t *testing.T) {
 	if got := cache.Lengths(); got[0] != 3 || got[1] != 3 {
 		t.Errorf("lengths %v after the refusals, want [3 3]", got)
 	}
+	// A count no slice holds is named as given, not wrapped around.
+	if err := cache.AppendTo(0, nil, nil, math.MaxInt); !errors.Is(err, vkattn.ErrShape) || strings.Contains(err.Error(), "want -") {
+		t.Errorf("AppendTo of MaxInt tokens: %v, want ErrShape with the count it wants", err)
+	}
 	if _, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 0, DK: 2, DV: 2}); !errors.Is(err, vkattn.ErrEmpty) {
 		t.Errorf("capacity 0: %v, want ErrEmpty", err)
 	}
@@ -314,12 +320,20 @@ func TestKVCacheClosedUnderAPreparedStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer step.Close()
+	decode, err := cache.PrepareStep(1, vkattn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer decode.Close()
 	cache.Close()
 	if _, err := step.Run(t.Context()); !errors.Is(err, vkattn.ErrClosed) {
 		t.Errorf("run after the cache's Close: %v, want ErrClosed", err)
 	}
 	if err := cache.Append(make([]float32, 4), make([]float32, 4), 1); !errors.Is(err, vkattn.ErrClosed) {
 		t.Errorf("append after Close: %v, want ErrClosed", err)
+	}
+	if _, err := decode.Plan(); !errors.Is(err, vkattn.ErrClosed) {
+		t.Errorf("a decode step's Plan after the cache's Close: %v, want ErrClosed", err)
 	}
 }
 

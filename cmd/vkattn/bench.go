@@ -280,6 +280,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usagef(stderr, "bench", "%v", err)
 	}
+	if f.backward && (types[1].Quantized() || types[2].Quantized()) {
+		return usagef(stderr, "bench", "--backward with --kv-dtype %v: the backward reads float K and V; say f32, f16 or bf16", types[1])
+	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	if f.backward && (f.suite == "decode-loop" || f.suite == "fork" || f.suite == "cascade") && !set["shape"] {

@@ -201,6 +201,8 @@ func TestBenchBackward(t *testing.T) {
 		t.Errorf("results %+v", rs)
 	}
 	checkRefused(t, []string{"bench", "--suite", "fork", "--backward"}, 2, "--backward times", "")
+	checkRefused(t, []string{"bench", "--backward", "--kv-dtype", "q8_0", "--shape", "1,1,1,8,8,32"}, 2, "the backward reads float K and V", "")
+	checkRefused(t, []string{"bench", "--backward", "--kv-dtype", "q4_0"}, 2, "the backward reads float K and V", "")
 }
 
 // bench --mha-train times an MHA layer's training step: its forward and

@@ -156,6 +156,10 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		// A longer page only allocates positions no token reaches.
 		return usagef(stderr, "decode", "--page %d: want at most T (T = %d)", f.page, T)
 	}
+	if f.windowCache > T {
+		// A rolling cache longer than the sequence lets nothing go.
+		return usagef(stderr, "decode", "--window-cache %d: want at most T (T = %d); leave it out to keep every position", f.windowCache, T)
+	}
 	opts := vkattn.Options{}
 	if f.scale.set {
 		opts.Scale = vkattn.CustomScale(f.scale.v)

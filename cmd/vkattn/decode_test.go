@@ -63,6 +63,7 @@ func TestDecode(t *testing.T) {
 	}
 	checkRefused(t, []string{"decode", "-q", q, "-k", k, "-v", v, "--prefill", "0"}, 2, "--prefill 0: want 1..T (T = 23)", "")
 	checkRefused(t, []string{"decode", "-q", q, "-k", k, "-v", v, "--page", "-1"}, 2, "--page -1", "")
+	checkRefused(t, []string{"decode", "-q", q, "-k", k, "-v", v, "--window-cache", "1099511627776", "--page", "4", "--window", "1,0"}, 2, "--window-cache 1099511627776: want at most T (T = 23)", "")
 	short := save(t, dir, "short.npy", [][]float32{{1, 2, 3, 4, 5, 6, 7, 8}})
 	checkRefused(t, []string{"decode", "-q", q, "-k", short, "-v", v}, 1, "one sequence length T", "")
 }
