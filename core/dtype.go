@@ -101,6 +101,20 @@ func ParseDType(s string) (DType, error) {
 	return Float32, Errorf(ErrOption, "element type %q: want f32, f16, bf16 (or q8_0, q4_0 for K and V)", s)
 }
 
+// SafeMagnitude is a magnitude below which every value of a block
+// quantizes within range: the block's scale (its largest magnitude over
+// 127 for q8_0, over 8 for q4_0) stays within float16's largest finite,
+// 65504. +Inf for the float types.
+func (t DType) SafeMagnitude() float64 {
+	switch t {
+	case Q8_0:
+		return 65504 * 127
+	case Q4_0:
+		return 65504 * 8
+	}
+	return math.Inf(1)
+}
+
 // maxFloat16 is the largest finite float16.
 const maxFloat16 = 65504
 

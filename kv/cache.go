@@ -312,7 +312,10 @@ func (c *Cache) Append(k, v []float32, n int) error {
 // are copied on the device, every row with the lengths and the page
 // table in one submission that the host does not wait for (calls on the
 // cache run after it); float tensors into a q8_0 or q4_0 cache are
-// quantized on the device the same way (SEMANTICS.md §8.2); others
+// quantized on the device the same way (SEMANTICS.md §8.2), a block past
+// the type's range ErrOverflow with nothing appended, as Append refuses
+// it (the host waits for that check where the tensors' bounds allow such
+// a block); others
 // (another type, a view) and the keys of a cache with RoPE (rotated as
 // Append rotates them) go through the host once, rounded as Append
 // rounds.
@@ -415,7 +418,23 @@ func (c *Cache) appendQuantized(srcs []*engine.Tensor, n int) error {
 	// numbers them: sequence by sequence, head by head, token by token.
 	dsts := [2][]int{make([]int, cfg.B*cfg.HKV*n), make([]int, cfg.B*cfg.HKV*n)}
 	var keep []closer
+	// A block whose scale passes float16's range is refused, as Append
+	// refuses it: the kernel reports it in status, which the host reads
+	// (one wait) unless the sources' bounds already rule it out.
+	status, err := engine.NewTensor(c.dev, [4]int{1, 1, 1, 1}, vkattn.Float32)
+	if err != nil {
+		c.restoreLocked(saved)
+		return err
+	}
+	keep = append(keep, status)
+	check := false
+	for _, src := range srcs {
+		check = check || engine.Bound(src) > cfg.DType.SafeMagnitude()
+	}
 	cmds, err := engine.VK(c.dev).Later(func(cmds *vk.Commands) error {
+		if err := cmds.Fill(engine.Buf(status), 0, 4, 0); err != nil {
+			return err
+		}
 		err := c.storeLocked(c.everySequence(), n, cacheWriter{
 			rows: func(i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
 				for r := 0; r < rows; r++ {
@@ -443,7 +462,7 @@ func (c *Cache) appendQuantized(srcs []*engine.Tensor, n int) error {
 			st, err := engine.Kernels(c.dev).Q8Store(dispatch.Q8StoreArgs{
 				X: engine.Buf(src), XType: src.DType(), XOffset: engine.Layout(src).Offset, XStrides: engine.Layout(src).Strides,
 				B: cfg.B, Heads: cfg.HKV, N: n, D: src.Shape()[3],
-				Y: engine.Buf(dst), YType: cfg.DType, Scales: engine.Layout(dst).Scales, RowDst: engine.Buf(rows),
+				Y: engine.Buf(dst), YType: cfg.DType, Scales: engine.Layout(dst).Scales, RowDst: engine.Buf(rows), Status: engine.Buf(status),
 			})
 			if err != nil {
 				return err
@@ -463,7 +482,32 @@ func (c *Cache) appendQuantized(srcs []*engine.Tensor, n int) error {
 		return engine.DeviceError(err)
 	}
 	c.pending, c.pendingKeep = cmds, keep
-	return nil
+	if !check {
+		return nil
+	}
+	if err := cmds.Wait(context.Background()); err != nil {
+		return engine.DeviceError(err)
+	}
+	var word [1]float32
+	err = engine.Buf(status).ReadFloat32(0, word[:])
+	c.settleLocked()
+	if err != nil {
+		return engine.DeviceError(err)
+	}
+	if math.Float32bits(word[0]) == 0 {
+		return nil
+	}
+	// Nothing appended: the lengths and the page table as they were.
+	c.restoreLocked(saved)
+	if c.pt != nil {
+		if err := c.syncPages(engine.WriteInts); err != nil {
+			return err
+		}
+	}
+	if err := c.syncLengths(engine.WriteInts); err != nil {
+		return err
+	}
+	return core.Errorf(vkattn.ErrOverflow, "AppendTensors: a block of %d values holds a magnitude past %v's range (its scale would pass float16's largest, 65504): nothing appended, as Append refuses it", core.Q8Block, cfg.DType)
 }
 
 // storeOnce is store with every write recorded into one submission (one

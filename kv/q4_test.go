@@ -107,3 +107,68 @@ func TestQ4QuantizeOnDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestQuantizedAppendTensorsRefusesOverflow: a block past the quantized
+// type's range is refused on the device path as Append refuses it on the
+// host (ErrOverflow, nothing appended), in q8_0 and q4_0, contiguous and
+// paged caches; the cache then takes the next token as before.
+func TestQuantizedAppendTensorsRefusesOverflow(t *testing.T) {
+	const D = 32
+	for _, c := range []struct {
+		dtype vkattn.DType
+		big   float32
+		page  int
+	}{{vkattn.Q4_0, 1e9, 0}, {vkattn.Q4_0, 524160, 4}, {vkattn.Q8_0, 3e38, 0}, {vkattn.Q8_0, 8321040, 4}} {
+		t.Run(fmt.Sprintf("%v/%g/page %d", c.dtype, c.big, c.page), func(t *testing.T) {
+			cache, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 8, DK: D, DV: D, DType: c.dtype, PageSize: c.page})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cache.Close()
+			row := make([]float32, D)
+			for i := range row {
+				row[i] = float32(i)
+			}
+			if err := cache.Append(row, row, 1); err != nil {
+				t.Fatal(err)
+			}
+			before, err := kv.CacheKeyBytes(cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := append([]float32{c.big}, row[1:]...)
+			if err := cache.Append(bad, row, 1); !errors.Is(err, vkattn.ErrOverflow) {
+				t.Fatalf("Append of a block holding %g: %v, want ErrOverflow", c.big, err)
+			}
+			bt := devtest.MustUploadAs(t, devtest.Dev, []int{1, 1, 1, D}, bad, vkattn.Float32)
+			defer bt.Close()
+			if err := cache.AppendTensors(bt, bt); !errors.Is(err, vkattn.ErrOverflow) {
+				t.Fatalf("AppendTensors of a block holding %g: %v, want ErrOverflow as Append", c.big, err)
+			}
+			if got := cache.Lengths(); got[0] != 1 {
+				t.Fatalf("lengths %v after the refusal, want [1]", got)
+			}
+			after, err := kv.CacheKeyBytes(cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The first token's quants (its row leads the keys) are as
+			// they were.
+			quants := D
+			if c.dtype == vkattn.Q4_0 {
+				quants = D / 2
+			}
+			if !bytes.Equal(after[:quants], before[:quants]) {
+				t.Errorf("the stored token changed under the refused append")
+			}
+			good := devtest.MustUploadAs(t, devtest.Dev, []int{1, 1, 1, D}, row, vkattn.Float32)
+			defer good.Close()
+			if err := cache.AppendTensors(good, good); err != nil {
+				t.Fatalf("the next append: %v", err)
+			}
+			if got := cache.Lengths(); got[0] != 2 {
+				t.Errorf("lengths %v after the next append, want [2]", got)
+			}
+		})
+	}
+}

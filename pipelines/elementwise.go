@@ -32,9 +32,9 @@ func mergeBindingTypes() []core.BindingType {
 }
 
 // q8StoreBindingTypes are q8_store.comp's bindings: X, Y, the rows'
-// destinations.
+// destinations, the overflow status.
 func q8StoreBindingTypes() []core.BindingType {
-	return []core.BindingType{q8BindX: core.StorageBuffer, q8BindY: core.StorageBuffer, q8BindRows: core.StorageBuffer}
+	return []core.BindingType{q8BindX: core.StorageBuffer, q8BindY: core.StorageBuffer, q8BindRows: core.StorageBuffer, q8BindStatus: core.StorageBuffer}
 }
 
 // RoPEKernel is the rotary embedding of rows of type t.

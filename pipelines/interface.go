@@ -85,7 +85,7 @@ const (
 	LinearBindParams, linearBindX, linearBindW, linearBindBias, linearBindY                                    = 0, 1, 2, 3, 4
 	headMeanBindW, headMeanBindMean                                                                            = 0, 1
 	ropeBindX, ropeBindY, ropeBindTable, ropeBindLengths                                                       = 0, 1, 2, 3
-	q8BindX, q8BindY, q8BindRows                                                                               = 0, 1, 2
+	q8BindX, q8BindY, q8BindRows, q8BindStatus                                                                 = 0, 1, 2, 3
 	mergeBindPartO, mergeBindPartLSE, mergeBindO, mergeBindLSE, mergeBindSums                                  = 0, 1, 2, 3, 4
 	GradBindParams, gradBindA, gradBindB, gradBindC                                                            = 0, 1, 2, 3
 	regroupBindSrc, regroupBindDst                                                                             = 0, 1
@@ -128,6 +128,7 @@ var shaderInterface = []interfaceSection{
 	{"q8_store.comp bindings", false, []glslName{
 		{"QBIND_X", q8BindX, ""}, {"QBIND_Y", q8BindY, "the q8_0 or q4_0 tensor: quants, then scales"},
 		{"QBIND_ROWS", q8BindRows, "each row's destination element"},
+		{"QBIND_STATUS", q8BindStatus, "set to 1 where a block's scale passed float16's range"},
 	}},
 	{"attention_merge.comp bindings", false, []glslName{
 		{"MBIND_PART_O", mergeBindPartO, "the part being merged in"}, {"MBIND_PART_LSE", mergeBindPartLSE, ""},
@@ -315,7 +316,7 @@ func familyBindings(v Variant) []bindingUse {
 		return uses(backwardRowsBindingTypes(true, core.Float32, core.Float32, core.Float32), BindDK, BindDV)
 	case FamilyQ8Store:
 		u := uses(q8StoreBindingTypes())
-		u[q8BindY].use = readWrite // quants written, scale words set half by half
+		u[q8BindY].use, u[q8BindStatus].use = readWrite, readWrite // quants written, scale words set half by half; the status or-ed
 		return u
 	case FamilyMerge:
 		u := uses(mergeBindingTypes())

@@ -57,6 +57,7 @@
 #define QBIND_X 0
 #define QBIND_Y 1 // the q8_0 or q4_0 tensor: quants, then scales
 #define QBIND_ROWS 2 // each row's destination element
+#define QBIND_STATUS 3 // set to 1 where a block's scale passed float16's range
 
 // attention_merge.comp bindings
 #define MBIND_PART_O 0 // the part being merged in

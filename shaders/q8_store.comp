@@ -41,6 +41,10 @@ layout(constant_id = Q8_SPEC_X_TYPE) const int X_TYPE = 0;
 layout(constant_id = Q8_SPEC_Y_TYPE) const int Y_TYPE = TYPE_Q8_0;
 layout(std430, binding = QBIND_Y) buffer YBuf { uint y[]; };
 layout(std430, binding = QBIND_ROWS) readonly buffer RowsBuf { int rowDst[]; };
+// status[0] gets 1 where a block's scale rounds past float16's largest
+// finite value (the scale is then clamped to it): the host refuses the
+// append, as it refuses such a block of its own (SEMANTICS.md §8.2).
+layout(std430, binding = QBIND_STATUS) buffer StatusBuf { uint status[]; };
 
 // The error a - 127 c, exactly, for c near a / 127: a - 128c and then
 // adding c back are exact (Sterbenz: each pair is within a factor 2).
@@ -115,9 +119,13 @@ uint toF16(float x) {
     }
     if (e >= -14) {
         // kept has 11 bits (12 if rounding carried: the exponent grows).
-        // Beyond float16's range the largest finite scale (SEMANTICS.md
-        // §8.2: the host refuses such blocks, the device saturates).
-        return min((uint(e + 15) << 10) + (kept - 0x400u), 0x7bffu);
+        // Beyond float16's range: the largest finite scale, and the
+        // status that makes the host refuse the append (SEMANTICS.md §8.2).
+        uint h = (uint(e + 15) << 10) + (kept - 0x400u);
+        if (h > 0x7bffu) {
+            atomicOr(status[0], 1u);
+        }
+        return min(h, 0x7bffu);
     }
     return kept; // a subnormal, or the smallest normal if it carried
 }

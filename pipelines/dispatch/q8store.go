@@ -21,6 +21,9 @@ type Q8StoreArgs struct {
 	YType       core.DType // Q8_0 or Q4_0; the zero value, Float32, is Q8_0
 	Scales      int
 	RowDst      *vk.Buffer // int32, one per row of X
+	// Status's first word is set to 1 where a block's scale passed
+	// float16's range (clamped to its largest finite value).
+	Status *vk.Buffer
 }
 
 // Q8Store binds the quantization of a's rows.
@@ -49,7 +52,7 @@ func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 	if err != nil {
 		return nil, err
 	}
-	set, err := ks.bind(k, a.X, a.Y, a.RowDst)
+	set, err := ks.bind(k, a.X, a.Y, a.RowDst, a.Status)
 	if err != nil {
 		return nil, err
 	}
