@@ -15,7 +15,7 @@ import (
 var sentinels = []error{
 	vkattn.ErrShape, vkattn.ErrHeads, vkattn.ErrMask, vkattn.ErrLengths, vkattn.ErrScale,
 	vkattn.ErrOption, vkattn.ErrEmpty, vkattn.ErrNonFinite, vkattn.ErrOverflow,
-	vkattn.ErrTooLarge, vkattn.ErrClosed, vkattn.ErrDevice, vkattn.ErrTuning,
+	vkattn.ErrTooLarge, vkattn.ErrClosed, vkattn.ErrDevice, vkattn.ErrDeviceLost, vkattn.ErrTuning,
 }
 
 // sentinelsIn lists the sentinels err wraps.

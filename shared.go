@@ -93,9 +93,12 @@ var (
 	ErrTooLarge = core.ErrTooLarge
 	// ErrClosed: the device or tensor was used after Close.
 	ErrClosed = core.ErrClosed
-	// ErrDevice: a tensor belongs to another device, or a host program's
-	// device (OpenOn) fails a Vulkan call vkattn needs on it.
+	// ErrDevice: a tensor belongs to another device, or a Vulkan call
+	// vkattn needs fails on the device.
 	ErrDevice = core.ErrDevice
+	// ErrDeviceLost: the device was lost; every later use of it fails
+	// with this error.
+	ErrDeviceLost = core.ErrDeviceLost
 	// ErrTuning: a tuning does not fit the device (SetTuning, SaveTuning).
 	ErrTuning = core.ErrTuning
 	// ErrCapacity: an append would take a KV cache sequence past its

@@ -35,9 +35,14 @@ var (
 	ErrTooLarge = sentinel("too large for device")
 	// ErrClosed: the device or tensor was used after Close.
 	ErrClosed = sentinel("use after Close")
-	// ErrDevice: a tensor belongs to another device, or a host program's
-	// device (OpenOn) fails a Vulkan call vkattn needs on it.
+	// ErrDevice: a tensor belongs to another device, or a Vulkan call
+	// vkattn needs fails on the device (VK_ERROR_INITIALIZATION_FAILED,
+	// ...; out of memory is ErrTooLarge, a lost device ErrDeviceLost).
 	ErrDevice = sentinel("wrong device")
+	// ErrDeviceLost: the device was lost (VK_ERROR_DEVICE_LOST: a driver
+	// reset, a GPU watchdog): its work is gone, and every later use of
+	// it fails at once with this error; Close still frees what it can.
+	ErrDeviceLost = sentinel("device lost")
 	// ErrTuning: a tuning does not fit the device (SetTuning, SaveTuning).
 	ErrTuning = sentinel("invalid tuning")
 	// ErrCapacity: an append would take a KV cache sequence past its

@@ -113,7 +113,7 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 		SharingMode: vulkan.SharingModeExclusive,
 	}
 	defer info.Free() // vulkan-go keeps the C copy of a struct until Free
-	err := check("vkCreateBuffer", vulkan.CreateBuffer(d.handle, &info, nil, &handle))
+	err := d.call("vkCreateBuffer", func() vulkan.Result { return vulkan.CreateBuffer(d.handle, &info, nil, &handle) })
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 			AllocationSize:  req.Size,
 			MemoryTypeIndex: typeIndex,
 		}
-		err = check("vkAllocateMemory", allocateMemory(d.handle, &alloc, &mem))
+		err = d.call("vkAllocateMemory", func() vulkan.Result { return allocateMemory(d.handle, &alloc, &mem) })
 		alloc.Free()
 		if !outOfMemory(err) {
 			break // allocated, or failed for another reason than a full heap
@@ -173,14 +173,14 @@ func (d *Device) newBuffer(size uint64, use bufferUse) (*Buffer, error) {
 	b.memory = mem
 	b.heap, b.bytes = d.memTypes.MemoryTypes[typeIndex].HeapIndex, uint64(req.Size)
 	objectCreated()
-	if err := check("vkBindBufferMemory", vulkan.BindBufferMemory(d.handle, handle, mem, 0)); err != nil {
+	if err := d.call("vkBindBufferMemory", func() vulkan.Result { return vulkan.BindBufferMemory(d.handle, handle, mem, 0) }); err != nil {
 		b.destroy()
 		return nil, err
 	}
 	flags := vulkan.MemoryPropertyFlagBits(d.memTypes.MemoryTypes[typeIndex].PropertyFlags)
 	if flags&hostBits == hostBits && (mapDeviceData && !d.discreteModel() || use == stagingData) {
 		var p unsafe.Pointer
-		if err := check("vkMapMemory", vulkan.MapMemory(d.handle, mem, 0, vulkan.DeviceSize(size), 0, &p)); err != nil {
+		if err := d.call("vkMapMemory", func() vulkan.Result { return vulkan.MapMemory(d.handle, mem, 0, vulkan.DeviceSize(size), 0, &p) }); err != nil {
 			b.destroy()
 			return nil, err
 		}
@@ -590,7 +590,7 @@ func (b *Buffer) texelView(format vulkan.Format, texelBytes, offset, size uint64
 		Range:  vulkan.DeviceSize(key.size),
 	}
 	defer info.Free()
-	err := check("vkCreateBufferView", vulkan.CreateBufferView(b.dev.handle, &info, nil, &view))
+	err := b.dev.call("vkCreateBufferView", func() vulkan.Result { return vulkan.CreateBufferView(b.dev.handle, &info, nil, &view) })
 	if err != nil {
 		return nil, err
 	}

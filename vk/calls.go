@@ -319,14 +319,14 @@ func result(r C.VkResult) vulkan.Result { return vulkan.Result(r) }
 // enumerateLayers lists the names of the installed instance layers.
 func enumerateLayers() ([]string, error) {
 	var n C.uint32_t
-	if err := check("vkEnumerateInstanceLayerProperties", result(C.vkattn_enumerate_layers(procAddr, &n, nil))); err != nil {
+	if err := call("vkEnumerateInstanceLayerProperties", func() vulkan.Result { return result(C.vkattn_enumerate_layers(procAddr, &n, nil)) }); err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, nil
 	}
 	props := make([]C.VkLayerProperties, n)
-	if err := check("vkEnumerateInstanceLayerProperties", result(C.vkattn_enumerate_layers(procAddr, &n, &props[0]))); err != nil {
+	if err := call("vkEnumerateInstanceLayerProperties", func() vulkan.Result { return result(C.vkattn_enumerate_layers(procAddr, &n, &props[0])) }); err != nil {
 		return nil, err
 	}
 	names := make([]string, n)
@@ -361,7 +361,9 @@ func createInstance(apiVersion, flags uint32, layers, extensions []string) (vulk
 	cExts, nExts, freeExts := cStrings(extensions)
 	defer freeExts()
 	var h C.VkInstance
-	err := check("vkCreateInstance", result(C.vkattn_create_instance(procAddr, C.uint32_t(apiVersion), C.uint32_t(flags), cLayers, nLayers, cExts, nExts, &h)))
+	err := call("vkCreateInstance", func() vulkan.Result {
+		return result(C.vkattn_create_instance(procAddr, C.uint32_t(apiVersion), C.uint32_t(flags), cLayers, nLayers, cExts, nExts, &h))
+	})
 	return vulkan.Instance(unsafe.Pointer(h)), err
 }
 
@@ -377,11 +379,11 @@ func extensionNames(props []C.VkExtensionProperties) []string {
 // instanceExtensions lists the instance extensions the loader and drivers offer.
 func instanceExtensions() ([]string, error) {
 	var n C.uint32_t
-	if err := check("vkEnumerateInstanceExtensionProperties", result(C.vkattn_enumerate_instance_extensions(procAddr, &n, nil))); err != nil || n == 0 {
+	if err := call("vkEnumerateInstanceExtensionProperties", func() vulkan.Result { return result(C.vkattn_enumerate_instance_extensions(procAddr, &n, nil)) }); err != nil || n == 0 {
 		return nil, err
 	}
 	props := make([]C.VkExtensionProperties, n)
-	if err := check("vkEnumerateInstanceExtensionProperties", result(C.vkattn_enumerate_instance_extensions(procAddr, &n, &props[0]))); err != nil {
+	if err := call("vkEnumerateInstanceExtensionProperties", func() vulkan.Result { return result(C.vkattn_enumerate_instance_extensions(procAddr, &n, &props[0])) }); err != nil {
 		return nil, err
 	}
 	return extensionNames(props[:n]), nil
@@ -391,11 +393,13 @@ func instanceExtensions() ([]string, error) {
 func deviceExtensions(inst vulkan.Instance, pd vulkan.PhysicalDevice) ([]string, error) {
 	ci, cpd := C.VkInstance(unsafe.Pointer(inst)), C.VkPhysicalDevice(unsafe.Pointer(pd))
 	var n C.uint32_t
-	if err := check("vkEnumerateDeviceExtensionProperties", result(C.vkattn_enumerate_device_extensions(procAddr, ci, cpd, &n, nil))); err != nil || n == 0 {
+	if err := call("vkEnumerateDeviceExtensionProperties", func() vulkan.Result { return result(C.vkattn_enumerate_device_extensions(procAddr, ci, cpd, &n, nil)) }); err != nil || n == 0 {
 		return nil, err
 	}
 	props := make([]C.VkExtensionProperties, n)
-	if err := check("vkEnumerateDeviceExtensionProperties", result(C.vkattn_enumerate_device_extensions(procAddr, ci, cpd, &n, &props[0]))); err != nil {
+	if err := call("vkEnumerateDeviceExtensionProperties", func() vulkan.Result {
+		return result(C.vkattn_enumerate_device_extensions(procAddr, ci, cpd, &n, &props[0]))
+	}); err != nil {
 		return nil, err
 	}
 	return extensionNames(props[:n]), nil
@@ -412,11 +416,11 @@ type queueFamily struct {
 func queueFamilies(inst vulkan.Instance, pd vulkan.PhysicalDevice) ([]queueFamily, error) {
 	ci, cpd := C.VkInstance(unsafe.Pointer(inst)), C.VkPhysicalDevice(unsafe.Pointer(pd))
 	var n C.uint32_t
-	if err := check("vkGetPhysicalDeviceQueueFamilyProperties", result(C.vkattn_queue_families(procAddr, ci, cpd, &n, nil))); err != nil || n == 0 {
+	if err := call("vkGetPhysicalDeviceQueueFamilyProperties", func() vulkan.Result { return result(C.vkattn_queue_families(procAddr, ci, cpd, &n, nil)) }); err != nil || n == 0 {
 		return nil, err
 	}
 	props := make([]C.VkQueueFamilyProperties, n)
-	if err := check("vkGetPhysicalDeviceQueueFamilyProperties", result(C.vkattn_queue_families(procAddr, ci, cpd, &n, &props[0]))); err != nil {
+	if err := call("vkGetPhysicalDeviceQueueFamilyProperties", func() vulkan.Result { return result(C.vkattn_queue_families(procAddr, ci, cpd, &n, &props[0])) }); err != nil {
 		return nil, err
 	}
 	families := make([]queueFamily, n)
@@ -433,7 +437,9 @@ func createDevice(inst vulkan.Instance, pd vulkan.PhysicalDevice, family uint32,
 	cExts, nExts, freeExts := cStrings(extensions)
 	defer freeExts()
 	var h C.VkDevice
-	if err := check("vkCreateDevice", result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), cExts, nExts, C.int(sizeControl), cBool(coopmat), &h))); err != nil {
+	if err := call("vkCreateDevice", func() vulkan.Result {
+		return result(C.vkattn_create_device(procAddr, ci, C.VkPhysicalDevice(unsafe.Pointer(pd)), C.uint32_t(family), cExts, nExts, C.int(sizeControl), cBool(coopmat), &h))
+	}); err != nil {
 		return nil, nil, err
 	}
 	dev := vulkan.Device(unsafe.Pointer(h))
@@ -460,8 +466,10 @@ func resolveDevice(inst vulkan.Instance, dev vulkan.Device) (*deviceCalls, error
 
 func (d *Device) createShaderModule(code []uint32) (vulkan.ShaderModule, error) {
 	var h C.VkShaderModule
-	err := check("vkCreateShaderModule", result(C.vkattn_create_shader_module(&d.calls.c, d.cDevice(),
-		(*C.uint32_t)(unsafe.Pointer(&code[0])), C.size_t(4*len(code)), &h)))
+	err := d.call("vkCreateShaderModule", func() vulkan.Result {
+		return result(C.vkattn_create_shader_module(&d.calls.c, d.cDevice(),
+			(*C.uint32_t)(unsafe.Pointer(&code[0])), C.size_t(4*len(code)), &h))
+	})
 	return vulkan.ShaderModule(unsafe.Pointer(h)), err
 }
 
@@ -474,15 +482,19 @@ func (d *Device) createSetLayout(types []uint32) (vulkan.DescriptorSetLayout, er
 			descriptorCount: 1, stageFlags: C.VK_SHADER_STAGE_COMPUTE_BIT}
 	}
 	var h C.VkDescriptorSetLayout
-	err := check("vkCreateDescriptorSetLayout", result(C.vkattn_create_set_layout(&d.calls.c, d.cDevice(),
-		first(bindings), C.uint32_t(len(bindings)), &h)))
+	err := d.call("vkCreateDescriptorSetLayout", func() vulkan.Result {
+		return result(C.vkattn_create_set_layout(&d.calls.c, d.cDevice(),
+			first(bindings), C.uint32_t(len(bindings)), &h))
+	})
 	return vulkan.DescriptorSetLayout(unsafe.Pointer(h)), err
 }
 
 func (d *Device) createPipelineLayout(set vulkan.DescriptorSetLayout, pushSize uint32) (vulkan.PipelineLayout, error) {
 	var h C.VkPipelineLayout
-	err := check("vkCreatePipelineLayout", result(C.vkattn_create_pipeline_layout(&d.calls.c, d.cDevice(),
-		C.VkDescriptorSetLayout(unsafe.Pointer(set)), C.uint32_t(pushSize), &h)))
+	err := d.call("vkCreatePipelineLayout", func() vulkan.Result {
+		return result(C.vkattn_create_pipeline_layout(&d.calls.c, d.cDevice(),
+			C.VkDescriptorSetLayout(unsafe.Pointer(set)), C.uint32_t(pushSize), &h))
+	})
 	return vulkan.PipelineLayout(unsafe.Pointer(h)), err
 }
 
@@ -497,10 +509,12 @@ func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan
 		entries[i] = C.VkSpecializationMapEntry{constantID: C.uint32_t(i), offset: C.uint32_t(4 * i), size: 4}
 	}
 	var h C.VkPipeline
-	err := check("vkCreateComputePipelines", result(C.vkattn_create_compute_pipeline(&d.calls.c, d.cDevice(),
-		C.VkPipelineCache(unsafe.Pointer(d.cache)), C.VkShaderModule(unsafe.Pointer(module)),
-		C.VkPipelineLayout(unsafe.Pointer(layout)), first(entries), (*C.int32_t)(unsafe.Pointer(first(spec))), C.uint32_t(len(spec)),
-		C.uint32_t(subgroupSize), fullFlag, &h)))
+	err := d.call("vkCreateComputePipelines", func() vulkan.Result {
+		return result(C.vkattn_create_compute_pipeline(&d.calls.c, d.cDevice(),
+			C.VkPipelineCache(unsafe.Pointer(d.cache)), C.VkShaderModule(unsafe.Pointer(module)),
+			C.VkPipelineLayout(unsafe.Pointer(layout)), first(entries), (*C.int32_t)(unsafe.Pointer(first(spec))), C.uint32_t(len(spec)),
+			C.uint32_t(subgroupSize), fullFlag, &h))
+	})
 	return vulkan.Pipeline(unsafe.Pointer(h)), err
 }
 
@@ -513,15 +527,19 @@ func (d *Device) createDescriptorPool(types []uint32) (vulkan.DescriptorPool, er
 		sizes[i] = C.VkDescriptorPoolSize{_type: C.VkDescriptorType(t), descriptorCount: 1}
 	}
 	var h C.VkDescriptorPool
-	err := check("vkCreateDescriptorPool", result(C.vkattn_create_descriptor_pool(&d.calls.c, d.cDevice(),
-		first(sizes), C.uint32_t(len(sizes)), &h)))
+	err := d.call("vkCreateDescriptorPool", func() vulkan.Result {
+		return result(C.vkattn_create_descriptor_pool(&d.calls.c, d.cDevice(),
+			first(sizes), C.uint32_t(len(sizes)), &h))
+	})
 	return vulkan.DescriptorPool(unsafe.Pointer(h)), err
 }
 
 func (d *Device) allocateSet(pool vulkan.DescriptorPool, layout vulkan.DescriptorSetLayout) (vulkan.DescriptorSet, error) {
 	var h C.VkDescriptorSet
-	err := check("vkAllocateDescriptorSets", result(C.vkattn_allocate_set(&d.calls.c, d.cDevice(),
-		C.VkDescriptorPool(unsafe.Pointer(pool)), C.VkDescriptorSetLayout(unsafe.Pointer(layout)), &h)))
+	err := d.call("vkAllocateDescriptorSets", func() vulkan.Result {
+		return result(C.vkattn_allocate_set(&d.calls.c, d.cDevice(),
+			C.VkDescriptorPool(unsafe.Pointer(pool)), C.VkDescriptorSetLayout(unsafe.Pointer(layout)), &h))
+	})
 	return vulkan.DescriptorSet(unsafe.Pointer(h)), err
 }
 
@@ -552,13 +570,17 @@ func (d *Device) updateSet(set vulkan.DescriptorSet, descs []descriptor) error {
 			image:  C.VkImageView(unsafe.Pointer(w.image)),
 		}
 	}
-	return check("vkUpdateDescriptorSets", result(C.vkattn_update_set(&d.calls.c, d.cDevice(),
-		C.VkDescriptorSet(unsafe.Pointer(set)), &b[0], C.uint32_t(len(b)))))
+	return d.call("vkUpdateDescriptorSets", func() vulkan.Result {
+		return result(C.vkattn_update_set(&d.calls.c, d.cDevice(),
+			C.VkDescriptorSet(unsafe.Pointer(set)), &b[0], C.uint32_t(len(b))))
+	})
 }
 
 func (d *Device) submit(cmd vulkan.CommandBuffer, fence vulkan.Fence) error {
-	return check("vkQueueSubmit", result(C.vkattn_submit(&d.calls.c, C.VkQueue(unsafe.Pointer(d.queue)),
-		C.VkCommandBuffer(unsafe.Pointer(cmd)), C.VkFence(unsafe.Pointer(fence)))))
+	return d.call("vkQueueSubmit", func() vulkan.Result {
+		return result(C.vkattn_submit(&d.calls.c, C.VkQueue(unsafe.Pointer(d.queue)),
+			C.VkCommandBuffer(unsafe.Pointer(cmd)), C.VkFence(unsafe.Pointer(fence))))
+	})
 }
 
 func (d *Device) barrier(cmd vulkan.CommandBuffer, srcStages, dstStages vulkan.PipelineStageFlags, srcAccess, dstAccess vulkan.AccessFlags) {

@@ -66,7 +66,7 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 		QueueFamilyIndex: d.Info.queueFamily,
 	}
 	defer poolInfo.Free() // vulkan-go keeps the C copy of each struct passed by pointer until Free
-	if err := check("vkCreateCommandPool", vulkan.CreateCommandPool(d.handle, &poolInfo, nil, &pool)); err != nil {
+	if err := d.call("vkCreateCommandPool", func() vulkan.Result { return vulkan.CreateCommandPool(d.handle, &poolInfo, nil, &pool) }); err != nil {
 		return fail(err)
 	}
 	c.pool = pool
@@ -79,7 +79,7 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 		CommandBufferCount: 1,
 	}
 	defer info.Free()
-	if err := check("vkAllocateCommandBuffers", vulkan.AllocateCommandBuffers(d.handle, &info, bufs)); err != nil {
+	if err := d.call("vkAllocateCommandBuffers", func() vulkan.Result { return vulkan.AllocateCommandBuffers(d.handle, &info, bufs) }); err != nil {
 		return fail(err)
 	}
 	c.cmd = bufs[0]
@@ -87,7 +87,7 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 	var fence vulkan.Fence
 	fenceInfo := vulkan.FenceCreateInfo{SType: vulkan.StructureTypeFenceCreateInfo}
 	defer fenceInfo.Free()
-	if err := check("vkCreateFence", vulkan.CreateFence(d.handle, &fenceInfo, nil, &fence)); err != nil {
+	if err := d.call("vkCreateFence", func() vulkan.Result { return vulkan.CreateFence(d.handle, &fenceInfo, nil, &fence) }); err != nil {
 		return fail(err)
 	}
 	c.fence = fence
@@ -100,7 +100,7 @@ func (d *Device) NewCommands(timestamps int) (*Commands, error) {
 			QueryCount: uint32(timestamps),
 		}
 		defer queryInfo.Free()
-		if err := check("vkCreateQueryPool", vulkan.CreateQueryPool(d.handle, &queryInfo, nil, &qp)); err != nil {
+		if err := d.call("vkCreateQueryPool", func() vulkan.Result { return vulkan.CreateQueryPool(d.handle, &queryInfo, nil, &qp) }); err != nil {
 			return fail(err)
 		}
 		c.queries = qp
@@ -167,7 +167,7 @@ func (c *Commands) Begin() error {
 		}
 		info := vulkan.CommandBufferBeginInfo{SType: vulkan.StructureTypeCommandBufferBeginInfo}
 		defer info.Free() // vulkan-go keeps its C copy until Free
-		if err := check("vkBeginCommandBuffer", vulkan.BeginCommandBuffer(c.cmd, &info)); err != nil {
+		if err := c.dev.call("vkBeginCommandBuffer", func() vulkan.Result { return vulkan.BeginCommandBuffer(c.cmd, &info) }); err != nil {
 			return err
 		}
 		c.open = true
@@ -335,8 +335,11 @@ func (c *Commands) End() error {
 		return c.errForeign("ending")
 	}
 	return c.recording(func() error {
-		c.open = false
-		return check("vkEndCommandBuffer", vulkan.EndCommandBuffer(c.cmd))
+		// Still recording if End fails: reset then returns the buffer to
+		// the initial state before the next Begin.
+		err := c.dev.call("vkEndCommandBuffer", func() vulkan.Result { return vulkan.EndCommandBuffer(c.cmd) })
+		c.open = err != nil
+		return err
 	})
 }
 
@@ -346,8 +349,9 @@ func (c *Commands) reset() error {
 	if !c.open {
 		return nil
 	}
-	c.open = false
-	return check("vkResetCommandBuffer", vulkan.ResetCommandBuffer(c.cmd, 0))
+	err := c.dev.call("vkResetCommandBuffer", func() vulkan.Result { return vulkan.ResetCommandBuffer(c.cmd, 0) })
+	c.open = err != nil
+	return err
 }
 
 // Submit queues the recorded commands. Commands still in flight from an
@@ -382,7 +386,7 @@ func (c *Commands) submitWith(wait, signal *Semaphore) error {
 			return fmt.Errorf("%w: a buffer of %d bytes the commands use", ErrClosed, b.size)
 		}
 	}
-	if err := check("vkResetFences", vulkan.ResetFences(d.handle, 1, []vulkan.Fence{c.fence})); err != nil {
+	if err := c.dev.call("vkResetFences", func() vulkan.Result { return vulkan.ResetFences(d.handle, 1, []vulkan.Fence{c.fence}) }); err != nil {
 		return err
 	}
 	var err error
@@ -450,7 +454,7 @@ func (c *Commands) wait(ctx context.Context) error {
 	d := c.dev
 	for waited := false; ; waited = true {
 		d.mu.Lock()
-		inFlight := c.submitted
+		inFlight, lost := c.submitted, d.lost.Load()
 		if inFlight && !waited {
 			d.allocLog.waits++
 		}
@@ -458,11 +462,17 @@ func (c *Commands) wait(ctx context.Context) error {
 		if !inFlight {
 			return nil
 		}
+		if lost {
+			// The submission will never finish: fail at once.
+			return fmt.Errorf("%w: device %s", ErrDeviceLost, d)
+		}
 		slice := fenceSlice
 		if dl, ok := ctx.Deadline(); ok {
 			slice = min(slice, max(time.Until(dl), time.Millisecond))
 		}
-		r := vulkan.WaitForFences(d.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, uint64(slice))
+		r := made("vkWaitForFences", func() vulkan.Result {
+			return vulkan.WaitForFences(d.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, uint64(slice))
+		})
 		switch r {
 		case vulkan.Success:
 			d.mu.Lock()
@@ -474,7 +484,9 @@ func (c *Commands) wait(ctx context.Context) error {
 				return fmt.Errorf("vk: waiting for the device: %w", err)
 			}
 		default:
-			return check("vkWaitForFences", r)
+			err := check("vkWaitForFences", r)
+			d.noteLost(err)
+			return err
 		}
 	}
 }
@@ -498,8 +510,10 @@ func (c *Commands) Elapsed(i, j uint32) (time.Duration, bool, error) {
 	var ticks [2]uint64
 	for n, q := range [2]uint32{i, j} {
 		var v uint64
-		err := check("vkGetQueryPoolResults", vulkan.GetQueryPoolResults(d.handle, c.queries, q, 1, 8,
-			unsafePointer(&v), 8, vulkan.QueryResultFlags(vulkan.QueryResult64Bit|vulkan.QueryResultWaitBit)))
+		err := c.dev.call("vkGetQueryPoolResults", func() vulkan.Result {
+			return vulkan.GetQueryPoolResults(d.handle, c.queries, q, 1, 8,
+				unsafePointer(&v), 8, vulkan.QueryResultFlags(vulkan.QueryResult64Bit|vulkan.QueryResultWaitBit))
+		})
 		if err != nil {
 			return 0, false, err
 		}

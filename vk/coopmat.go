@@ -80,8 +80,10 @@ func cooperativeMatrices(inst vulkan.Instance, pd vulkan.PhysicalDevice, exts []
 	props := make([]C.vkattn_coopmat_properties, maxMatrices)
 	n := C.uint32_t(len(props))
 	var usable C.int
-	err := check("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR", result(C.vkattn_coopmat_query(procAddr,
-		C.VkInstance(unsafe.Pointer(inst)), C.VkPhysicalDevice(unsafe.Pointer(pd)), &usable, &n, &props[0])))
+	err := call("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR", func() vulkan.Result {
+		return result(C.vkattn_coopmat_query(procAddr,
+			C.VkInstance(unsafe.Pointer(inst)), C.VkPhysicalDevice(unsafe.Pointer(pd)), &usable, &n, &props[0]))
+	})
 	if err != nil || usable == 0 {
 		return nil, err
 	}

@@ -77,6 +77,9 @@ type Device struct {
 	staging  stagingArea // for the transfers of unmapped buffers
 	spare    spares      // objects Close gave back, for reuse
 	discrete bool        // SetDiscreteMemory
+	// lost: a call returned VK_ERROR_DEVICE_LOST (noteLost); atomic, as
+	// calls made with mu held note it too.
+	lost atomic.Bool
 	// recordedForeign: commands were recorded into a host's command
 	// buffer (Foreign), work Close must wait for as a whole.
 	recordedForeign bool
@@ -99,6 +102,9 @@ func (d *Device) enter() error {
 	defer d.mu.Unlock()
 	if d.closed {
 		return fmt.Errorf("%w: device %s", ErrClosed, d)
+	}
+	if d.lost.Load() {
+		return fmt.Errorf("%w: device %s", ErrDeviceLost, d)
 	}
 	d.active++
 	return nil
@@ -386,7 +392,7 @@ func (d *Device) openPipelineCache() error {
 		PInitialData:    cdata,
 	}
 	defer info.Free()
-	err := check("vkCreatePipelineCache", vulkan.CreatePipelineCache(d.handle, &info, nil, &cache))
+	err := d.call("vkCreatePipelineCache", func() vulkan.Result { return vulkan.CreatePipelineCache(d.handle, &info, nil, &cache) })
 	if err != nil {
 		return err
 	}
@@ -402,14 +408,16 @@ func (d *Device) savePipelineCache() error {
 		return nil
 	}
 	var size uint
-	if err := check("vkGetPipelineCacheData", vulkan.GetPipelineCacheData(d.handle, d.cache, &size, nil)); err != nil {
+	if err := d.call("vkGetPipelineCacheData", func() vulkan.Result { return vulkan.GetPipelineCacheData(d.handle, d.cache, &size, nil) }); err != nil {
 		return err
 	}
 	if size == 0 {
 		return nil
 	}
 	buf := make([]byte, size)
-	if err := check("vkGetPipelineCacheData", vulkan.GetPipelineCacheData(d.handle, d.cache, &size, unsafe.Pointer(&buf[0]))); err != nil {
+	if err := d.call("vkGetPipelineCacheData", func() vulkan.Result {
+		return vulkan.GetPipelineCacheData(d.handle, d.cache, &size, unsafe.Pointer(&buf[0]))
+	}); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(d.cachePath), 0o755); err != nil {
@@ -440,7 +448,7 @@ func (d *Device) WaitIdle() error {
 	defer d.exit()
 	d.mu.Lock() // vkDeviceWaitIdle needs the queue externally synchronized
 	defer d.mu.Unlock()
-	err := check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle))
+	err := d.call("vkDeviceWaitIdle", func() vulkan.Result { return vulkan.DeviceWaitIdle(d.handle) })
 	if err == nil {
 		for c := range d.inFlight {
 			d.retireLocked(c)
@@ -475,11 +483,13 @@ func (d *Device) Close() error {
 		// into the owner's command buffers, their work is waited for
 		// with the whole device's (vkDeviceWaitIdle below).
 		for c := range d.inFlight {
-			if err := check("vkWaitForFences", vulkan.WaitForFences(d.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, vulkan.MaxUint64)); err != nil {
+			if err := d.call("vkWaitForFences", func() vulkan.Result {
+				return vulkan.WaitForFences(d.handle, 1, []vulkan.Fence{c.fence}, vulkan.True, vulkan.MaxUint64)
+			}); err != nil {
 				errs = append(errs, err)
 			}
 		}
-	} else if err := check("vkDeviceWaitIdle", vulkan.DeviceWaitIdle(d.handle)); err != nil {
+	} else if err := d.call("vkDeviceWaitIdle", func() vulkan.Result { return vulkan.DeviceWaitIdle(d.handle) }); err != nil {
 		errs = append(errs, err)
 	}
 	d.mu.Lock()

@@ -215,7 +215,7 @@ func NewInstance(cfg InstanceConfig) (*Instance, error) {
 			PfnCallback: onDebugReport,
 		}
 		var callback vulkan.DebugReportCallback
-		err := check("vkCreateDebugReportCallbackEXT", vulkan.CreateDebugReportCallback(handle, &cb, nil, &callback))
+		err := call("vkCreateDebugReportCallbackEXT", func() vulkan.Result { return vulkan.CreateDebugReportCallback(handle, &cb, nil, &callback) })
 		cb.Free() // vulkan-go keeps the C copy of a struct until Free
 		if err != nil {
 			inst.Close()
@@ -327,11 +327,11 @@ func (in *Instance) FindDevice(choice string) (int, error) {
 
 func (in *Instance) enumerate() ([]PhysicalDevice, error) {
 	var n uint32
-	if err := check("vkEnumeratePhysicalDevices", vulkan.EnumeratePhysicalDevices(in.handle, &n, nil)); err != nil {
+	if err := call("vkEnumeratePhysicalDevices", func() vulkan.Result { return vulkan.EnumeratePhysicalDevices(in.handle, &n, nil) }); err != nil {
 		return nil, err
 	}
 	handles := make([]vulkan.PhysicalDevice, n)
-	if err := check("vkEnumeratePhysicalDevices", vulkan.EnumeratePhysicalDevices(in.handle, &n, handles)); err != nil {
+	if err := call("vkEnumeratePhysicalDevices", func() vulkan.Result { return vulkan.EnumeratePhysicalDevices(in.handle, &n, handles) }); err != nil {
 		return nil, err
 	}
 	var out []PhysicalDevice

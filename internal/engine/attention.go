@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	vulkan "github.com/vulkan-go/vulkan"
+
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/vk"
@@ -116,13 +118,23 @@ func scalars(dims core.Dims, opts *core.Options, additive bool) pipelines.Scalar
 // ErrTooLarge, and a use of a closed device or buffer into ErrClosed.
 func DeviceError(err error) error {
 	var limit *pipelines.LimitError
+	var call *vk.Error
+	lost := errors.Is(err, vk.ErrDeviceLost) || errors.As(err, &call) && vulkan.Result(call.Result) == vulkan.ErrorDeviceLost
 	switch {
+	case err == nil || errors.Is(err, core.ErrTooLarge) || errors.Is(err, core.ErrClosed) || errors.Is(err, core.ErrDeviceLost) || errors.Is(err, core.ErrDevice):
+		return err
 	case errors.As(err, &limit):
 		return errorf(core.ErrTooLarge, "%s", limit.Msg)
-	case errors.Is(err, vk.ErrOutOfMemory) && !errors.Is(err, core.ErrTooLarge):
+	case lost:
+		return fmt.Errorf("%w (%w)", core.ErrDeviceLost, err)
+	case errors.Is(err, vk.ErrOutOfMemory):
 		return fmt.Errorf("%w (%w)", core.ErrTooLarge, err)
-	case errors.Is(err, vk.ErrClosed) && !errors.Is(err, core.ErrClosed):
+	case errors.Is(err, vk.ErrClosed):
 		return fmt.Errorf("%w (%w)", core.ErrClosed, err)
+	case call != nil && (vulkan.Result(call.Result) == vulkan.ErrorOutOfDeviceMemory || vulkan.Result(call.Result) == vulkan.ErrorOutOfHostMemory):
+		return fmt.Errorf("%w: out of memory (%w)", core.ErrTooLarge, err)
+	case call != nil:
+		return fmt.Errorf("%w: a Vulkan call failed (%w)", core.ErrDevice, err)
 	}
 	return err
 }

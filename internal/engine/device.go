@@ -111,17 +111,17 @@ func Open(cfg Config) (*Device, error) {
 	validation := cfg.Validation || os.Getenv("VKATTN_VALIDATION") == "1"
 	inst, err := vk.NewInstance(vk.InstanceConfig{Validation: validation})
 	if err != nil {
-		return nil, driverError(err)
+		return nil, DeviceError(driverError(err))
 	}
 	idx, err := inst.FindDevice(cfg.Device)
 	if err != nil {
 		inst.Close()
-		return nil, driverError(err)
+		return nil, DeviceError(driverError(err))
 	}
 	dev, err := inst.NewDevice(idx)
 	if err != nil {
 		inst.Close()
-		return nil, err
+		return nil, DeviceError(err)
 	}
 	return openOn(inst, dev, cfg), nil
 }
@@ -262,7 +262,7 @@ func (d *Device) Close() error {
 	err := d.dev.Close()
 	d.kernels.Close()
 	d.instance.Close()
-	return err
+	return DeviceError(err)
 }
 
 func (d *Device) checkOpen() error {
