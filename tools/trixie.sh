@@ -16,7 +16,9 @@
 # used as it is.
 # The Debian mirror is $VKATTN_DEBIAN_MIRROR, else the first one the
 # machine's own apt sources name for a Debian release (one-line .list and
-# deb822 .sources files), else deb.debian.org; the script says which.
+# deb822 .sources files); the script says which, and without either it
+# says to set VKATTN_DEBIAN_MIRROR (a folder already holding the pinned
+# version needs no mirror).
 set -euo pipefail
 
 # The pinned versions: the committed SPIR-V comes from this glslc.
@@ -83,9 +85,17 @@ elif found=$(apt_mirror) && [ -n "$found" ]; then
   MIRROR=${found%%$'\t'*}
   MIRROR_FROM="the apt sources, ${found#*$'\t'}"
 else
-  MIRROR=http://deb.debian.org/debian
-  MIRROR_FROM="no Debian mirror in the apt sources: the default"
+  MIRROR=
+  MIRROR_FROM="no Debian mirror in the apt sources and no VKATTN_DEBIAN_MIRROR: set it to a Debian mirror's URL (the one an apt source names)"
 fi
+
+# need_mirror stops where a download needs the mirror and none is known.
+need_mirror() {
+  if [ -z "$MIRROR" ]; then
+    echo "trixie.sh: $MIRROR_FROM" >&2
+    exit 1
+  fi
+}
 
 root=${VKATTN_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/vkattn-tools}
 lib=usr/lib/x86_64-linux-gnu
@@ -93,6 +103,7 @@ lib=usr/lib/x86_64-linux-gnu
 # fetch DIR PACKAGE=VERSION... downloads the packages (trixie and
 # trixie-backports) and unpacks them into DIR.
 fetch() {
+  need_mirror
   local dir=$1
   shift
   local apt="$root/apt"
@@ -155,6 +166,7 @@ lavapipe)
   echo "$dir"
   ;;
 mirror)
+  need_mirror
   echo "trixie.sh: Debian mirror $MIRROR ($MIRROR_FROM)" >&2
   echo "$MIRROR"
   ;;

@@ -13,8 +13,9 @@ import (
 // TestTrixieMirrorFromAptSources: tools/trixie.sh takes the Debian mirror
 // from the machine's apt sources (one-line and deb822 files, as apt-config
 // names them), skipping the security archive, other distributions,
-// disabled stanzas and source-only entries; without one it uses
-// deb.debian.org, and VKATTN_DEBIAN_MIRROR overrides both. It says which.
+// disabled stanzas and source-only entries; without one it fails saying
+// to set VKATTN_DEBIAN_MIRROR, which overrides the sources. It says
+// which.
 func TestTrixieMirrorFromAptSources(t *testing.T) {
 	if _, err := exec.LookPath("apt-config"); err != nil {
 		t.Skip("no apt-config: the apt sources cannot be redirected to the test's")
@@ -29,8 +30,8 @@ func TestTrixieMirrorFromAptSources(t *testing.T) {
 	}{
 		{name: "deb822, security first",
 			parts: map[string]string{"debian.sources": `Types: deb
-# http://snapshot.debian.org/archive/debian-security/20250520T000000Z
-URIs: http://security.debian.org/debian-security
+# http://snapshot.example.org/archive/debian-security/20250520T000000Z
+URIs: http://security.example.org/debian-security
 Suites: bookworm-security
 Components: main
 
@@ -45,10 +46,10 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 			list: `# deb http://commented.example.org/debian bookworm main
 deb-src http://src.example.org/debian bookworm main
 deb [arch=amd64 signed-by=/usr/share/keyrings/x.gpg] https://packages.example.com/apt stable-tools main
-deb http://archive.ubuntu.com/ubuntu jammy main
-deb [ arch=amd64 ] http://ftp.de.debian.org/debian/ trixie main
+deb http://ubuntu.example.org/ubuntu jammy main
+deb [ arch=amd64 ] http://ftp.example.de/debian/ trixie main
 `,
-			want: "http://ftp.de.debian.org/debian", wantMsg: "sources.list"},
+			want: "http://ftp.example.de/debian", wantMsg: "sources.list"},
 		{name: "disabled stanza, continuation lines",
 			parts: map[string]string{"a.sources": `Types: deb
 URIs: http://disabled.example.org/debian
@@ -65,10 +66,10 @@ Components: main
 `},
 			want: "http://cont.example.org/debian", wantMsg: "a.sources"},
 		{name: "no Debian mirror",
-			list: "deb http://archive.ubuntu.com/ubuntu noble main\n",
-			want: "http://deb.debian.org/debian", wantMsg: "default"},
+			list: "deb http://ubuntu.example.org/ubuntu noble main\n",
+			want: "", wantMsg: "set it to a Debian mirror"},
 		{name: "the variable first",
-			list: "deb http://ftp.de.debian.org/debian bookworm main\n",
+			list: "deb http://ftp.example.de/debian bookworm main\n",
 			env:  "http://local.example.org/debian",
 			want: "http://local.example.org/debian", wantMsg: "VKATTN_DEBIAN_MIRROR"},
 	} {
@@ -98,6 +99,13 @@ Components: main
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()
+			if c.want == "" {
+				// No mirror known: the script stops and says what to set.
+				if err == nil || !strings.Contains(stderr.String(), c.wantMsg) || !strings.Contains(stderr.String(), "VKATTN_DEBIAN_MIRROR") {
+					t.Errorf("with no mirror: %v, %q; want a failure saying to set VKATTN_DEBIAN_MIRROR", err, stderr.String())
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("trixie.sh mirror: %v\n%s", err, stderr.String())
 			}
