@@ -33,8 +33,7 @@ var TinyLlama = Config{Vocab: 256, DModel: 128, Layers: 2, Heads: 8, KVHeads: 2,
 // attnUsage is what vkattn needs of a buffer it reads or writes in place
 // (vkattn.BufferRegion's Usage): storage and texel-buffer views of it,
 // and copies from and to it.
-const attnUsage = vulkan.BufferUsageFlags(vulkan.BufferUsageStorageBufferBit | vulkan.BufferUsageUniformTexelBufferBit |
-	vulkan.BufferUsageTransferSrcBit | vulkan.BufferUsageTransferDstBit)
+const attnUsage = vkattn.HostBufferUsage
 
 // attnBound is the bound the host declares for every |value| of Q, K and
 // V it writes (vkattn.BufferRegion's Bound); Step checks each token's
