@@ -73,6 +73,9 @@ func (s *DecodeStep) Record(cmd vkattn.CommandBuffer, k, v, q, o *vkattn.Tensor)
 	if err := c.usable(); err != nil {
 		return err
 	}
+	// An append vkattn submitted itself (AppendTensors) finishes first:
+	// the host's submission may go to another queue, unordered with it.
+	c.settleLocked()
 	call, err := s.callFor(c.stepKeptLocked())
 	if err != nil {
 		return err
