@@ -96,10 +96,16 @@ func (c *Cache) appendTensors(k, v *engine.Tensor) error {
 		return c.Append(host[0], host[1], n)
 	}
 	return c.storeOnce(c.everySequence(), n, false, func(cmds *vk.Commands, i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
-		src := srcs[i]
-		return engine.EachSpan(cfg.DType, engine.Elements(src), engine.Layout(src).Offset+first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
-			return cmds.Copy(engine.Buf(src), from.Off, engine.Buf(dst), to.Off, to.N)
-		})
+		return copyRows(cmds, srcs[i], dst, dstElem, first, rows, w)
+	})
+}
+
+// copyRows records the copy of rows rows of w elements from row first of
+// src, a tensor of the cache's type whose rows lie one after another,
+// into dst from element dstElem: a device append's rows.
+func copyRows(cmds *vk.Commands, src, dst *engine.Tensor, dstElem, first, rows, w int) error {
+	return engine.EachSpan(src.DType(), engine.Elements(src), engine.Layout(src).Offset+first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
+		return cmds.Copy(engine.Buf(src), from.Off, engine.Buf(dst), to.Off, to.N)
 	})
 }
 

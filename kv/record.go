@@ -88,10 +88,7 @@ func (s *DecodeStep) Record(cmd vkattn.CommandBuffer, k, v, q, o *vkattn.Tensor)
 	out := call.Output().O
 	before := func(cmds *vk.Commands) error {
 		put := func(i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
-			src := ts[i]
-			return engine.EachSpan(cfg.DType, engine.Elements(src), engine.Layout(src).Offset+first*w, engine.Elements(dst), dstElem, rows*w, func(from, to engine.ByteSpan) error {
-				return cmds.Copy(engine.Buf(src), from.Off, engine.Buf(dst), to.Off, to.N)
-			})
+			return copyRows(cmds, ts[i], dst, dstElem, first, rows, w)
 		}
 		putInts := func(t *engine.Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) }
 		if err := c.storeLocked(c.everySequence(), 1, cacheWriter{rows: put, ints: putInts, page: c.recordPageCopy(cmds)}); err != nil {

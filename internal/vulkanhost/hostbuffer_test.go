@@ -359,6 +359,20 @@ func TestTensorOverRefusals(t *testing.T) {
 
 func zero() int { return 0 }
 
+// smallCall prepares a call of a (1, 1, 2, 4) Q, K and V on d.
+func smallCall(t *testing.T, d *vkattn.Device) *vkattn.Call {
+	t.Helper()
+	q, err := d.Upload([]int{1, 1, 2, 4}, []float32{1, 2, 3, 4, 5, 6, 7, 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, err := d.Prepare(q, q, q, vkattn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return call
+}
+
 // TestRecordRefusals: a recording into a command buffer of another device
 // than the one shared, on a device of vkattn's own, without a command
 // buffer, or of a closed call is refused, and the call still records and
@@ -371,14 +385,7 @@ func TestRecordRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	q, err := d.Upload([]int{1, 1, 2, 4}, []float32{1, 2, 3, 4, 5, 6, 7, 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	call, err := d.Prepare(q, q, q, vkattn.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	call := smallCall(t, d)
 	cmd := cmds.begin(t)
 	other := newHost(t)
 	for _, c := range []struct {
@@ -412,14 +419,7 @@ func TestRecordRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer own.Close()
-	oq, err := own.Upload([]int{1, 1, 2, 4}, []float32{1, 2, 3, 4, 5, 6, 7, 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ocall, err := own.Prepare(oq, oq, oq, vkattn.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ocall := smallCall(t, own)
 	defer ocall.Close()
 	if err := ocall.Record(cmd); !errors.Is(err, vkattn.ErrOption) {
 		t.Errorf("a call on a device of vkattn's own: error %v, want ErrOption", err)

@@ -5,11 +5,9 @@
 package vulkanhost_test
 
 import (
-	"bytes"
 	"errors"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"testing"
 
 	vulkan "github.com/vulkan-go/vulkan"
@@ -119,16 +117,7 @@ func (h *host) shared() vkattn.SharedDevice {
 // float64 reference), closes with nothing left alive, and the host's own
 // vulkan-go calls still work after it.
 func TestOpenOnAsTheFirstCall(t *testing.T) {
-	if os.Getenv("VKATTN_SUBPROCESS") != t.Name() {
-		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), "VKATTN_SUBPROCESS="+t.Name())
-		out, err := cmd.CombinedOutput()
-		if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
-			t.Fatalf("%s in a fresh process: %v\n%s", t.Name(), err, out)
-		}
-		if bytes.Contains(out, []byte("Validation Error")) {
-			t.Fatalf("Vulkan validation errors in the fresh process:\n%s", out)
-		}
+	if !inFreshProcess(t) {
 		return
 	}
 	h := newHost(t)
