@@ -294,6 +294,11 @@ static void vkattn_copy(const vkattn_device_calls *c, VkCommandBuffer cmd, VkBuf
 	VkBufferCopy region = {srcOffset, dstOffset, size};
 	c->cmdCopyBuffer(cmd, src, dst, 1, &region);
 }
+
+static void vkattn_copy_regions(const vkattn_device_calls *c, VkCommandBuffer cmd, VkBuffer src, VkBuffer dst,
+		uint32_t count, const VkBufferCopy *regions) {
+	c->cmdCopyBuffer(cmd, src, dst, count, regions);
+}
 */
 import "C"
 
@@ -593,6 +598,14 @@ func (d *Device) copyBuffer(cmd vulkan.CommandBuffer, src, dst vulkan.Buffer, sr
 	C.vkattn_copy(&d.calls.c, C.VkCommandBuffer(unsafe.Pointer(cmd)),
 		C.VkBuffer(unsafe.Pointer(src)), C.VkBuffer(unsafe.Pointer(dst)),
 		C.VkDeviceSize(srcOffset), C.VkDeviceSize(dstOffset), C.VkDeviceSize(size))
+}
+
+// copyRegions records one vkCmdCopyBuffer of every region (Region has
+// VkBufferCopy's layout: three 64-bit words).
+func (d *Device) copyRegions(cmd vulkan.CommandBuffer, src, dst vulkan.Buffer, regions []Region) {
+	C.vkattn_copy_regions(&d.calls.c, C.VkCommandBuffer(unsafe.Pointer(cmd)),
+		C.VkBuffer(unsafe.Pointer(src)), C.VkBuffer(unsafe.Pointer(dst)),
+		C.uint32_t(len(regions)), (*C.VkBufferCopy)(unsafe.Pointer(first(regions))))
 }
 
 func (d *Device) cDevice() C.VkDevice { return C.VkDevice(unsafe.Pointer(d.handle)) }

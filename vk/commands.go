@@ -3,6 +3,7 @@ package vk
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -213,6 +214,40 @@ func (c *Commands) Copy(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size ui
 			// stage are recorded for each submission.
 			c.dev.mu.Lock()
 			c.dev.allocLog.stagingBytes += size
+			c.dev.mu.Unlock()
+		}
+		return nil
+	})
+}
+
+// Region is one range of a CopyRegions: Size bytes from Src in the source
+// buffer to Dst in the destination.
+type Region struct{ Src, Dst, Size uint64 }
+
+// CopyRegions records a copy of every region from src to dst in one
+// command (vkCmdCopyBuffer with many regions): a scatter or gather of rows
+// costs one command, not one per row. Regions must lie inside the buffers,
+// have a positive size and, where src and dst are one buffer, not overlap.
+func (c *Commands) CopyRegions(src, dst *Buffer, regions []Region) error {
+	if len(regions) == 0 {
+		return nil
+	}
+	if len(regions) > math.MaxUint32 {
+		return fmt.Errorf("vk: %d copy regions in one command", len(regions))
+	}
+	staged := uint64(0)
+	for _, r := range regions {
+		if r.Size == 0 || r.Src+r.Size > src.size || r.Dst+r.Size > dst.size || r.Src+r.Size < r.Src || r.Dst+r.Size < r.Dst {
+			return fmt.Errorf("vk: copy region of %d bytes from %d to %d outside a %d- or %d-byte buffer", r.Size, r.Src, r.Dst, src.size, dst.size)
+		}
+		staged += r.Size
+	}
+	return c.recording(func() error {
+		c.uses[src], c.uses[dst] = struct{}{}, struct{}{}
+		c.dev.copyRegions(c.cmd, src.handle, dst.handle, regions)
+		if src.use == stagingData || dst.use == stagingData {
+			c.dev.mu.Lock()
+			c.dev.allocLog.stagingBytes += staged
 			c.dev.mu.Unlock()
 		}
 		return nil

@@ -117,6 +117,17 @@ func (d *Device) Foreign(dev vulkan.Device, cmd vulkan.CommandBuffer) (*vk.Comma
 // check follows its wait (a backward's) cannot be recorded. Once
 // recorded, c's Close waits for the device to go idle before freeing.
 func Record[O interface{ Close() }](c *Prepared[O], cmds *vk.Commands, before, after func(*vk.Commands) error) error {
+	return record(c, cmds, before, after, true)
+}
+
+// RecordOwn is Record into commands of vkattn's own, which the caller
+// submits and waits for (several calls in one submission): c's Close needs
+// no wait for the whole device then.
+func RecordOwn[O interface{ Close() }](c *Prepared[O], cmds *vk.Commands, before, after func(*vk.Commands) error) error {
+	return record(c, cmds, before, after, false)
+}
+
+func record[O interface{ Close() }](c *Prepared[O], cmds *vk.Commands, before, after func(*vk.Commands) error, foreign bool) error {
 	if c == nil {
 		return errorf(core.ErrClosed, "recording: nil call")
 	}
@@ -133,7 +144,7 @@ func Record[O interface{ Close() }](c *Prepared[O], cmds *vk.Commands, before, a
 	if c.after != nil {
 		return errorf(core.ErrOption, "recording: this call checks its results after the host's wait (a backward's finite gradients), which a recorded call cannot")
 	}
-	c.recorded = true
+	c.recorded = c.recorded || foreign
 	return DeviceError(c.commands.RecordInto(cmds, before, after))
 }
 
