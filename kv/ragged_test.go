@@ -77,3 +77,212 @@ func TestRaggedStep(t *testing.T) {
 		}
 	}
 }
+
+// raggedCase is one configuration random ragged schedules run on.
+type raggedCase struct {
+	plan             string
+	dt               vkattn.DType
+	page             int
+	rolling, rope    bool
+	b, hkv, heads, d int
+	opts             vkattn.Options
+}
+
+func (c raggedCase) String() string {
+	s := fmt.Sprintf("%v/B%d H%d HKV%d", c.dt, c.b, c.heads, c.hkv)
+	if c.page > 0 {
+		s += fmt.Sprintf("/page %d", c.page)
+	}
+	if c.rolling {
+		s += "/rolling"
+	}
+	if c.rope {
+		s += "/rope"
+	}
+	return s
+}
+
+// raggedCases are the configurations of TestRaggedSchedules: each plan
+// with each element type, the storage (contiguous, paged, rolling) turning
+// from case to case so that every plan and every type meets each, RoPE on
+// the float32 caches (whose keys the reference rotates in float64 as the
+// cache stores them; a half or quantized cache rounds keys rotated in
+// float32, a rounding TestKVCacheRoPE covers), and the batch, heads and
+// score variants drawn by r.
+func raggedCases(r *rand.Rand) []raggedCase {
+	var cases []raggedCase
+	for i, plan := range []string{"auto", "nvidia", "amd"} {
+		for j, dt := range []vkattn.DType{vkattn.Float32, vkattn.Float16, vkattn.Q8_0, vkattn.Q4_0} {
+			storage := (i + j) % 3
+			c := raggedCase{plan: plan, dt: dt, d: 32, b: []int{1, 3, 8, 32}[r.Intn(4)], hkv: 1 + r.Intn(2)}
+			c.heads = c.hkv * []int{1, 2, 4}[r.Intn(3)]
+			c.page = []int{0, 16, 16}[storage]
+			c.rolling = storage == 2
+			c.rope = dt == vkattn.Float32
+			if c.rolling {
+				c.opts.Window = &vkattn.Window{Left: 47, Right: 0}
+			} else if r.Intn(3) == 0 {
+				c.opts.Window = &vkattn.Window{Left: 1 + r.Intn(100), Right: 0}
+			}
+			if r.Intn(3) == 0 {
+				c.opts.Softcap = 15
+			}
+			cases = append(cases, c)
+		}
+	}
+	return cases
+}
+
+// raggedCounts draws one step's counts for sequences of lengths lens:
+// mostly none or one token, some short chunks, and in one step of 40 one
+// long chunk (up to 700 tokens), within the step's budget and chunk count
+// and each sequence's room.
+func raggedCounts(r *rand.Rand, lens []int, room func(b int) int, tokens, chunks int) []int {
+	counts := make([]int, len(lens))
+	long := -1
+	if r.Intn(40) == 0 {
+		long = r.Intn(len(lens))
+	}
+	total := 0
+	for b := range counts {
+		n := 0
+		switch p := r.Intn(100); {
+		case b == long:
+			n = 33 + r.Intn(668)
+		case p < 35:
+		case p < 80:
+			n = 1
+		default:
+			n = 2 + r.Intn(30)
+		}
+		if n > 1 && chunks == 0 {
+			n = 1
+		}
+		n = min(n, room(b), tokens-total)
+		if n > 1 {
+			chunks--
+		}
+		counts[b] = n
+		total += n
+	}
+	return counts
+}
+
+// 1,000 random schedules of ragged steps (sequences starting, growing by
+// none, one or many tokens a step, reset or forked between steps) on
+// lavapipe's plan and planned as NVIDIA and AMD, in float32, float16,
+// q8_0 and q4_0 caches, contiguous, paged and rolling, with grouped-query
+// heads, RoPE, windows and soft-capping: every step's outputs equal the
+// float64 reference of each sequence alone over its history.
+func TestRaggedSchedules(t *testing.T) {
+	const schedules, tokens, chunks = 1000, 768, 4
+	cases := raggedCases(rand.New(rand.NewSource(2026)))
+	// The plans are devices of their own: their cases run side by side,
+	// each drawing from a source of its own.
+	perCase := make([]int, len(cases))
+	for i := range perCase {
+		perCase[i] = (schedules*(i+1))/len(cases) - (schedules*i)/len(cases)
+	}
+	sum := 0
+	for _, n := range perCase {
+		sum += n
+	}
+	if sum != schedules {
+		t.Fatalf("%d schedules planned, want %d", sum, schedules)
+	}
+	for _, plan := range []string{"auto", "nvidia", "amd"} {
+		t.Run(plan, func(t *testing.T) {
+			t.Parallel()
+			for i, c := range cases {
+				if c.plan != plan {
+					continue
+				}
+				t.Run(c.String(), func(t *testing.T) { raggedCaseRun(t, c, perCase[i], rand.New(rand.NewSource(int64(i))), tokens, chunks) })
+			}
+		})
+	}
+}
+
+// raggedCaseRun runs n random schedules of case c.
+func raggedCaseRun(t *testing.T, c raggedCase, n int, r *rand.Rand, tokens, chunks int) {
+	d := devtest.EveryPlan()[c.plan]
+	cfg := kv.Config{B: c.b, HKV: c.hkv, Capacity: 1024, DK: c.d, DV: c.d, DType: c.dt, PageSize: c.page}
+	if c.rolling {
+		cfg.Window, cfg.Capacity = 48, 48+c.page-1+700
+	}
+	var rope *vkattn.RoPE
+	if c.rope {
+		rope = &vkattn.RoPE{Theta: 10000, Dims: 16, Style: vkattn.RoPEHalf}
+		cfg.RoPE = rope
+	}
+	cache, err := kv.New(d, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	step, err := cache.PrepareRagged(kv.RaggedConfig{Heads: c.heads, Tokens: tokens, Chunks: chunks, Options: c.opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer step.Close()
+	for s := range n {
+		if err := cache.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		hist := newHistory(c.b, c.hkv, c.d, c.d, c.dt)
+		for i := range 2 + r.Intn(3) {
+			lens := cache.Lengths()
+			switch {
+			case i > 0 && c.page > 0 && !c.rolling && c.b > 1 && r.Intn(4) == 0:
+				src, dst := r.Intn(c.b), r.Intn(c.b)
+				if err := cache.Fork(src, dst); err != nil {
+					t.Fatal(err)
+				}
+				hist.fork(src, dst)
+			case i > 0 && r.Intn(4) == 0:
+				b := r.Intn(c.b)
+				lens[b] = 0
+				if err := cache.Truncate(lens); err != nil {
+					t.Fatal(err)
+				}
+				hist.truncate(b, 0)
+			}
+			lens = cache.Lengths()
+			room := func(b int) int {
+				if c.rolling {
+					return 700
+				}
+				return cfg.Capacity - lens[b]
+			}
+			counts := raggedCounts(r, lens, room, tokens, chunks)
+			raggedSchedule(t, r, step, hist, counts, lens, c, rope, fmt.Sprintf("schedule %d step %d", s, i))
+		}
+	}
+}
+
+// raggedSchedule is raggedRun with the history of a cache that may rotate
+// keys and queries (RoPE) at their positions, lens the lengths before the
+// step.
+func raggedSchedule(t *testing.T, r *rand.Rand, step *kv.RaggedStep, hist *history, counts, lens []int, c raggedCase, rope *vkattn.RoPE, what string) {
+	t.Helper()
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	k, v := devtest.RandomValues(r, c.hkv*total*c.d), devtest.RandomValues(r, c.hkv*total*c.d)
+	q, o := devtest.RandomValues(r, c.heads*total*c.d), make([]float32, c.heads*total*c.d)
+	if _, err := step.Run(context.Background(), counts, k, v, q, o); err != nil {
+		t.Fatalf("%s, counts %v: %v", what, counts, err)
+	}
+	for b, n := range counts {
+		if n == 0 {
+			continue
+		}
+		kb, qb := packedRows(k, counts, b, c.hkv, c.d), packedRows(q, counts, b, c.heads, c.d)
+		if rope != nil {
+			kb, qb = devtest.RotatedFrom(kb, c.hkv, n, c.d, rope, lens[b]), devtest.RotatedFrom(qb, c.heads, n, c.d, rope, lens[b])
+		}
+		hist.add(b, kb, packedRows(v, counts, b, c.hkv, c.d), n)
+		devtest.Compare(t, fmt.Sprintf("%s, counts %v, sequence %d", what, counts, b), packedRows(o, counts, b, c.heads, c.d), hist.want(t, b, qb, c.heads, n, c.opts))
+	}
+}
