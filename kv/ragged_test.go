@@ -2,8 +2,11 @@ package kv_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
@@ -70,8 +73,31 @@ func TestRaggedStep(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer step.Close()
+				// Each mix twice: the second finds its calls prepared, and
+				// is one submission and one wait with no allocation.
 				for i, counts := range [][]int{{0, 1, 5, 1}, {3, 1, 0, 1}, {1, 1, 1, 1}, {7, 0, 2, 1}, {0, 17, 0, 0}} {
-					raggedRun(t, r, step, hist, counts, H, opts, fmt.Sprintf("step %d", i))
+					for again := range 2 {
+						before := d.Stats()
+						raggedRun(t, r, step, hist, counts, H, opts, fmt.Sprintf("step %d/%d", i, again))
+						s := d.Stats().Since(before)
+						if s.Submits != 1 || s.Waits != 1 {
+							t.Errorf("step %d/%d, counts %v: %d submissions, %d host waits; want 1 and 1", i, again, counts, s.Submits, s.Waits)
+						}
+						if again == 1 && (s.Allocations != 0 || s.Pools != 0 || s.Commands != 0) {
+							t.Errorf("step %d/%d, counts %v: %d allocations, %d descriptor pools, %d command buffers; want none", i, again, counts, s.Allocations, s.Pools, s.Commands)
+						}
+					}
+				}
+				// The plan says which rows went where.
+				p, err := step.Plan([]int{0, 1, 5, 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.Chunk == nil || p.Decode == nil || p.ChunkSequences != 1 || p.DecodeSequences != 2 || p.Chunk.Dims.L != p.ChunkRows || p.ChunkRows != 8 || p.Decode.Dims.L != 1 || p.Decode.Dims.B != B {
+					t.Errorf("plan of counts [0 1 5 1]: %+v", p)
+				}
+				if !strings.Contains(p.String(), "prefill part: 1 sequence(s)") || !strings.Contains(p.String(), "decode part: 2 sequence(s)") {
+					t.Errorf("plan of counts [0 1 5 1] reads %q", p)
 				}
 			})
 		}
@@ -197,7 +223,9 @@ func TestRaggedSchedules(t *testing.T) {
 				if c.plan != plan {
 					continue
 				}
-				t.Run(c.String(), func(t *testing.T) { raggedCaseRun(t, c, perCase[i], rand.New(rand.NewSource(int64(i))), tokens, chunks) })
+				t.Run(c.String(), func(t *testing.T) {
+					raggedCaseRun(t, c, perCase[i], rand.New(rand.NewSource(int64(i))), tokens, chunks)
+				})
 			}
 		})
 	}
@@ -285,4 +313,88 @@ func raggedSchedule(t *testing.T, r *rand.Rand, step *kv.RaggedStep, hist *histo
 		hist.add(b, kb, packedRows(v, counts, b, c.hkv, c.d), n)
 		devtest.Compare(t, fmt.Sprintf("%s, counts %v, sequence %d", what, counts, b), packedRows(o, counts, b, c.heads, c.d), hist.want(t, b, qb, c.heads, n, c.opts))
 	}
+}
+
+// A ragged step refuses what it cannot run and leaves every sequence as
+// it was: counts of the wrong number, negative, past the budget or the
+// chunk count, a step past one sequence's capacity or the pool's pages
+// (nothing appended for any sequence, and the next step still right),
+// packed data of the wrong size, options a step cannot return, and use
+// after Close.
+func TestRaggedStepRefusals(t *testing.T) {
+	const B, H, HKV, D = 3, 2, 1, 8
+	d := devtest.Dev
+	r := rand.New(rand.NewSource(9))
+	cfg := kv.Config{B: B, HKV: HKV, Capacity: 32, DK: D, DV: D, PageSize: 8, Pages: 6}
+	cache, hist := filledCache(t, d, r, cfg, 4, 30, 0)
+	for _, c := range []struct {
+		cfg  kv.RaggedConfig
+		want error
+	}{
+		{kv.RaggedConfig{Heads: 0, Tokens: 8}, vkattn.ErrHeads},
+		{kv.RaggedConfig{Heads: H, Tokens: 0}, vkattn.ErrEmpty},
+		{kv.RaggedConfig{Heads: H, Tokens: 8, Chunks: -1}, vkattn.ErrEmpty},
+		{kv.RaggedConfig{Heads: H, Tokens: 8, Options: vkattn.Options{WantLSE: true}}, vkattn.ErrOption},
+		{kv.RaggedConfig{Heads: H, Tokens: 8, Options: vkattn.Options{Causal: vkattn.CausalTopLeft}}, vkattn.ErrOption},
+		{kv.RaggedConfig{Heads: H, Tokens: 1 << 40}, vkattn.ErrTooLarge},
+	} {
+		if s, err := cache.PrepareRagged(c.cfg); !errors.Is(err, c.want) {
+			s.Close()
+			t.Errorf("PrepareRagged(%+v): %v, want %v", c.cfg, err, c.want)
+		}
+	}
+	step, err := cache.PrepareRagged(kv.RaggedConfig{Heads: H, Tokens: 8, Chunks: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(counts []int, kn, qn, on int) error {
+		_, err := step.Run(context.Background(), counts, make([]float32, kn), make([]float32, kn), make([]float32, qn), make([]float32, on))
+		return err
+	}
+	rows := func(n int) (int, int, int) { return HKV * n * D, H * n * D, H * n * D }
+	for _, c := range []struct {
+		counts []int
+		sizes  [3]int
+		want   error
+	}{
+		{[]int{1, 1}, [3]int{HKV * 2 * D, H * 2 * D, H * 2 * D}, vkattn.ErrLengths},
+		{[]int{1, -1, 1}, [3]int{0, 0, 0}, vkattn.ErrLengths},
+		{[]int{5, 0, 4}, [3]int{HKV * 9 * D, H * 9 * D, H * 9 * D}, vkattn.ErrLengths},  // past the budget
+		{[]int{2, 0, 2}, [3]int{HKV * 4 * D, H * 4 * D, H * 4 * D}, vkattn.ErrLengths},  // two chunks
+		{[]int{1, 3, 1}, [3]int{HKV * 5 * D, H * 5 * D, H * 5 * D}, vkattn.ErrCapacity}, // sequence 1 past 32
+		{[]int{1, 1, 1}, [3]int{HKV * 3 * D, H * 3 * D, H*3*D - 1}, vkattn.ErrShape},
+	} {
+		kn, qn, on := c.sizes[0], c.sizes[1], c.sizes[2]
+		if err := run(c.counts, kn, qn, on); !errors.Is(err, c.want) {
+			t.Errorf("counts %v: %v, want %v", c.counts, err, c.want)
+		}
+	}
+	if got := cache.Lengths(); !slices.Equal(got, []int{4, 30, 0}) {
+		t.Fatalf("lengths %v after refused steps, want [4 30 0]", got)
+	}
+	step.Close()
+	step, err = cache.PrepareRagged(kv.RaggedConfig{Heads: H, Tokens: 16, Chunks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer step.Close()
+	// The pool: 6 pages of 8, 5 held (1 + 4); 9 new tokens of sequence 2
+	// need 2 more.
+	kn, qn, on := rows(12)
+	if _, err := step.Run(context.Background(), []int{3, 0, 9}, make([]float32, kn), make([]float32, kn), make([]float32, qn), make([]float32, on)); !errors.Is(err, vkattn.ErrCapacity) {
+		t.Errorf("a step past the pool's pages: %v, want ErrCapacity", err)
+	}
+	if got, pages := cache.Lengths(), cache.PagesInUse(); !slices.Equal(got, []int{4, 30, 0}) || pages != 5 {
+		t.Fatalf("lengths %v, %d pages in use after a step past the pool, want [4 30 0] and 5", got, pages)
+	}
+	raggedRun(t, r, step, hist, []int{3, 1, 2}, H, vkattn.Options{}, "after the refusals")
+	step.Close()
+	if err := run([]int{1, 1, 1}, HKV*3*D, H*3*D, H*3*D); !errors.Is(err, vkattn.ErrClosed) {
+		t.Errorf("a step run after Close: %v, want ErrClosed", err)
+	}
+	var none *kv.RaggedStep
+	if _, err := none.Run(context.Background(), nil, nil, nil, nil, nil); !errors.Is(err, vkattn.ErrClosed) {
+		t.Errorf("a nil step: %v, want ErrClosed", err)
+	}
+	none.Close()
 }
