@@ -44,7 +44,9 @@
 // descriptor sets and command buffers a call frees are kept (buffers up
 // to 4 MiB, 64 MiB in all) for the next call and freed by Device.Close.
 // Device.AttentionVarlen takes packed sequences of different lengths
-// without padding (SEMANTICS.md §4.2).
+// without padding (SEMANTICS.md §4.2); over a KV cache, package kv's
+// ragged step does so for a server's users, each sequence bringing its
+// own number of new tokens a step (§4.3).
 //
 // # Element types
 //

@@ -33,7 +33,15 @@
 //	step, err := cache.PrepareStep(128, opts)
 //	_, err = step.Run(ctx, latent, nil, qTok, o)    // o: (B, 128, 1, 512)
 //
-// SEMANTICS.md §4.2 defines all of it, §2 the latent shapes, §17 the
+// A server that batches many users runs a ragged step: each sequence
+// brings its own number of new tokens (a prompt chunk, one decoded
+// token, or none), packed as the varlen API packs them, and one step
+// appends and attends them all in one submission:
+//
+//	step, err := cache.PrepareRagged(kv.RaggedConfig{Heads: 32, Tokens: 1024, Chunks: 4, Options: opts})
+//	_, err = step.Run(ctx, counts, k, v, q, o) // counts[b] new tokens; k (1, H_kv, total, d), q and o (1, 32, total, d)
+//
+// SEMANTICS.md §4.2 defines all of it, §4.3 the ragged step, §2 the latent shapes, §17 the
 // cache's RoPE, §8.2 its q8_0 and q4_0 storage and §22 the rolling cache.
 //
 // A cache is safe for concurrent use, and its device's Close frees it
