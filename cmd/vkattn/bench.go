@@ -17,7 +17,7 @@ import (
 	"github.com/vkattn/vkattn/tune"
 )
 
-const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all|decode-loop|fork|cascade|mha-train] [flags]
+const benchUsage = `Usage: vkattn bench [--suite prefill|decode|long|all|decode-loop|fork|cascade|serve|mha-train] [flags]
        vkattn bench --shape B,H,H_kv,L,S,d [--shape ...] [--causal] [flags]
        vkattn bench --mha-train B,L,E,H [flags]
 
@@ -55,6 +55,16 @@ Suites (B=1 and d_k = d_v = d throughout):
            attended once by all 32 rows, the suffixes in one call, merged
            (Device.Merge), against 8 full causal attentions; medians of
            the three calls together, of the merge alone and of the 8
+  serve    a server batching its users over one paged KV cache: 64
+           requests arriving at 20/s (Poisson; --seed), prompts of 64..512
+           tokens and outputs of 16..128, 16 slots, at most 256 new tokens
+           and 4 prompt chunks a step (chunked prefill), admission while
+           the pool's 384 pages of 16 hold every admitted request (f16,
+           H=8, H_kv=2, d=64); every step one ragged step (kv.RaggedStep),
+           then the same steps as one call per sequence; generated tokens/s,
+           step time and time to first token p50/p99, and per step
+           submissions, host waits and staged bytes (--plan-as nvidia:
+           a discrete GPU's plan and counters)
   mha-train  a training step of an nn.MHA self-attention layer (packed
            in_proj with biases, PyTorch's initialisation) at B=4, L=128,
            E=256, H=8: its forward, then its backward (MHA.PrepareBackward:
@@ -251,7 +261,7 @@ type benchResult struct {
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("bench", stderr)
 	var f benchFlags
-	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long, all, decode-loop, fork, cascade or mha-train")
+	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long, all, decode-loop, fork, cascade, serve or mha-train")
 	fs.Var(&f.shapes, "shape", "time `B,H,H_kv,L,S,d` instead of a suite (repeatable; ';' separates shapes)")
 	fs.Var(&f.causal, "causal", "bottom-right causal mask on every --shape (--causal=top-left for the other alignment)")
 	fs.IntVar(&f.reps, "reps", 5, "timed calls per shape, after one warm-up call")
@@ -285,7 +295,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if f.backward && (f.suite == "decode-loop" || f.suite == "fork" || f.suite == "cascade") && !set["shape"] {
+	if f.backward && (f.suite == "decode-loop" || f.suite == "fork" || f.suite == "cascade" || f.suite == "serve") && !set["shape"] {
 		return usagef(stderr, "bench", "--backward times the suites prefill, decode, long and all, or --shape")
 	}
 	if f.suite == "cascade" && !set["shape"] {
@@ -296,6 +306,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.suite == "fork" && !set["shape"] {
 		return runForkSuite(&f, stdout, stderr)
+	}
+	if f.suite == "serve" && !set["shape"] {
+		s := tune.DefaultServeSuite
+		serve := func(ctx context.Context, dev *vkattn.Device, _ int, seed uint64, _ *tune.Clock, tick func()) ([]tune.ServeResult, error) {
+			return s.Serve(ctx, dev, seed, tick)
+		}
+		return runCacheSuite(&f, stdout, stderr, "serve", 2, 2*s.Requests, serve, printServeTable)
 	}
 	if set["mha-train"] || (f.suite == "mha-train" && !set["shape"]) {
 		for _, other := range []string{"suite", "shape", "causal", "backward", "plot", "dtype", "kv-dtype", "fp32-products", "rope"} {
@@ -322,7 +339,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return usagef(stderr, "bench", "--causal applies to --shape; the suites say per shape whether they are causal")
 	default:
 		if cases = tune.SuiteCases(f.suite); cases == nil {
-			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all, decode-loop, fork, cascade or mha-train", f.suite)
+			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all, decode-loop, fork, cascade, serve or mha-train", f.suite)
 		}
 	}
 	for i := range cases {
