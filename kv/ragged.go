@@ -57,6 +57,9 @@ type RaggedStep struct {
 	cmds  *vk.Commands // the step's own: one submission per Run
 	stage *vk.Buffer   // host-visible: K, V and Q in, O out, packed
 	at    raggedLayout
+	// Host copies of the staging buffer's query and output areas, laid
+	// out as the calls read and write them.
+	hostQ, hostO []float32
 	// The calls' inputs: the decode call's queries (B, H, 1, DK) and the
 	// prefill call's (Chunks, H, maxRows, DK), and the lengths (key
 	// lengths, then query lengths) and page table each call reads.
@@ -69,11 +72,13 @@ type RaggedStep struct {
 }
 
 // raggedLayout is where each part lies in a ragged step's staging buffer
-// (bytes): the new tokens' K and V as the cache stores them, the queries
-// and the outputs, all packed (heads, tokens, d) as the varlen API packs
-// them.
+// (bytes): the new tokens' K and V as the cache stores them, packed
+// (heads, tokens, d) as Run takes them; the decode call's queries and
+// outputs, (B, H, d) as its tensors hold them (one copy each way); the
+// chunks' queries and outputs, chunk by chunk, head by head (a region per
+// chunk and head, the rows of the prefill call's items).
 type raggedLayout struct {
-	k, v, q, o, size uint64
+	k, v, qDecode, qChunks, oDecode, oChunks, size uint64
 }
 
 // chunkRows is the number of rows the prefill call of a step whose
@@ -162,9 +167,13 @@ func (c *Cache) PrepareRagged(cfg RaggedConfig) (*RaggedStep, error) {
 	if cc.Latent {
 		vRow = 0 // V is the keys' leading columns
 	}
-	at.q = at.v + align(uint64(cc.DType.StorageBytes(cfg.Tokens*cc.HKV*vRow)))
-	at.o = at.q + align(uint64(cfg.Tokens*cfg.Heads*cc.DK)*4)
-	at.size = at.o + uint64(cfg.Tokens*cfg.Heads*cc.DV)*4
+	at.qDecode = at.v + align(uint64(cc.DType.StorageBytes(cfg.Tokens*cc.HKV*vRow)))
+	at.qChunks = at.qDecode + uint64(cc.B*cfg.Heads*cc.DK)*4
+	at.oDecode = at.qChunks + uint64(cfg.Tokens*cfg.Heads*cc.DK)*4
+	at.oChunks = at.oDecode + uint64(cc.B*cfg.Heads*cc.DV)*4
+	at.size = at.oChunks + uint64(cfg.Tokens*cfg.Heads*cc.DV)*4
+	s.hostQ = make([]float32, (cc.B+cfg.Tokens)*cfg.Heads*cc.DK)
+	s.hostO = make([]float32, (cc.B+cfg.Tokens)*cfg.Heads*cc.DV)
 	vd := engine.VK(d)
 	if s.stage, err = vd.NewHostBuffer(at.size); err != nil {
 		return fail(engine.DeviceError(err))
@@ -245,6 +254,7 @@ type raggedShape struct {
 	counts, first  []int
 	total          int
 	decode, chunks []int // sequences of one token; of more, in order
+	chunkAt        []int // where chunk i's rows start in the chunk areas
 	longest        int   // the longest chunk
 }
 
@@ -255,6 +265,7 @@ func (s *RaggedStep) shape(counts []int) (raggedShape, error) {
 		return raggedShape{}, core.Errorf(vkattn.ErrLengths, "ragged step: %d counts for a cache of %d sequences", len(counts), cc.B)
 	}
 	sh := raggedShape{counts: counts, first: make([]int, cc.B)}
+	inChunks := 0 // the chunks' tokens so far
 	for b, n := range counts {
 		if n < 0 {
 			return raggedShape{}, core.Errorf(vkattn.ErrLengths, "ragged step: sequence %d brings %d tokens", b, n)
@@ -268,6 +279,8 @@ func (s *RaggedStep) shape(counts []int) (raggedShape, error) {
 		case n == 1:
 			sh.decode = append(sh.decode, b)
 		case n > 1:
+			sh.chunkAt = append(sh.chunkAt, s.cfg.Heads*inChunks)
+			inChunks += n
 			sh.chunks = append(sh.chunks, b)
 			sh.longest = max(sh.longest, n)
 		}
@@ -347,10 +360,12 @@ func (s *RaggedStep) Run(ctx context.Context, counts []int, k, v, q, o []float32
 			return 0, fmt.Errorf("values: %w", err)
 		}
 	}
-	rawQ, err := engine.Encode(s.decodeQ, q)
-	if err != nil {
-		return 0, fmt.Errorf("queries: %w", err)
+	if most, finite := engine.Magnitude(q); !finite {
+		return 0, core.Errorf(vkattn.ErrNonFinite, "ragged step: q holds NaN or Inf")
+	} else if bound := float64(engine.WriteHeadroom); most > bound {
+		return 0, core.Errorf(vkattn.ErrOverflow, "ragged step: q holds |x| = %g, beyond the %g the step's calls were checked for", most, bound)
 	}
+	qDecode, qChunks := s.packQueries(sh, q)
 	kept := c.keptAfterLocked(counts)
 	view := stepBucket(slices.Max(kept), cc.Capacity, cc.PageSize)
 	var calls []*engine.Call
@@ -373,9 +388,19 @@ func (s *RaggedStep) Run(ctx context.Context, counts []int, k, v, q, o []float32
 	for _, part := range []struct {
 		off uint64
 		raw []byte
-	}{{s.at.k, rawK}, {s.at.v, rawV}, {s.at.q, rawQ}} {
+	}{{s.at.k, rawK}, {s.at.v, rawV}} {
 		if len(part.raw) > 0 {
 			if err := s.stage.Write(part.off, part.raw); err != nil {
+				return 0, engine.DeviceError(err)
+			}
+		}
+	}
+	for _, part := range []struct {
+		off uint64
+		xs  []float32
+	}{{s.at.qDecode, qDecode}, {s.at.qChunks, qChunks}} {
+		if len(part.xs) > 0 {
+			if err := s.stage.WriteFloat32(part.off/4, part.xs); err != nil {
 				return 0, engine.DeviceError(err)
 			}
 		}
@@ -399,7 +424,62 @@ func (s *RaggedStep) Run(ctx context.Context, counts []int, k, v, q, o []float32
 	if err != nil {
 		return 0, engine.DeviceError(err)
 	}
-	return t, engine.DeviceError(s.stage.ReadFloat32(s.at.o/4, o))
+	return t, engine.DeviceError(s.unpackOutputs(sh, o))
+}
+
+// packQueries lays q's rows out as the calls read them: the decode
+// sequences' at (b, h) of a (B, H, DK) area, the chunks' chunk by chunk,
+// head by head. It returns the two areas (empty where no sequence goes).
+func (s *RaggedStep) packQueries(sh raggedShape, q []float32) (decode, chunks []float32) {
+	cc := s.cache.cfg
+	H, dk := s.cfg.Heads, cc.DK
+	if len(sh.decode) > 0 {
+		decode = s.hostQ[:cc.B*H*dk]
+	}
+	chunks = s.hostQ[cc.B*H*dk:][:(sh.total-len(sh.decode))*H*dk]
+	for h := range H {
+		for _, b := range sh.decode {
+			at := (h*sh.total + sh.first[b]) * dk
+			copy(decode[(b*H+h)*dk:], q[at:at+dk])
+		}
+		for i, b := range sh.chunks {
+			n := sh.counts[b]
+			at := (h*sh.total + sh.first[b]) * dk
+			copy(chunks[(sh.chunkAt[i]+h*n)*dk:], q[at:at+n*dk])
+		}
+	}
+	return decode, chunks
+}
+
+// unpackOutputs reads the outputs back from the staging buffer into o,
+// packed as Run returns them.
+func (s *RaggedStep) unpackOutputs(sh raggedShape, o []float32) error {
+	cc := s.cache.cfg
+	H, dv := s.cfg.Heads, cc.DV
+	decode := s.hostO[:cc.B*H*dv]
+	chunks := s.hostO[cc.B*H*dv:][:(sh.total-len(sh.decode))*H*dv]
+	if len(sh.decode) > 0 {
+		if err := s.stage.ReadFloat32(s.at.oDecode/4, decode); err != nil {
+			return err
+		}
+	}
+	if len(chunks) > 0 {
+		if err := s.stage.ReadFloat32(s.at.oChunks/4, chunks); err != nil {
+			return err
+		}
+	}
+	for h := range H {
+		for _, b := range sh.decode {
+			at := (h*sh.total + sh.first[b]) * dv
+			copy(o[at:at+dv], decode[(b*H+h)*dv:])
+		}
+		for i, b := range sh.chunks {
+			n := sh.counts[b]
+			at := (h*sh.total + sh.first[b]) * dv
+			copy(o[at:at+n*dv], chunks[(sh.chunkAt[i]+h*n)*dv:])
+		}
+	}
+	return nil
 }
 
 // record records a step into s.cmds: the appends (page copies, rows, page
@@ -472,45 +552,43 @@ func (s *RaggedStep) record(sh raggedShape, rows int, calls []*engine.Call) erro
 			return engine.DeviceError(err)
 		}
 	}
-	// The queries, from their packed rows to each call's.
+	// The queries into each call's: the decode sequences' in one copy,
+	// each chunk's a region per head (its item's last rows).
 	dk, dv, H := uint64(cc.DK), uint64(cc.DV), s.cfg.Heads
-	var toDecode, toChunk []vk.Region
-	for h := range H {
-		for _, b := range sh.decode {
-			toDecode = append(toDecode, vk.Region{Src: s.at.q + uint64(h*sh.total+sh.first[b])*dk*4, Dst: uint64(b*H+h) * dk * 4, Size: dk * 4})
-		}
-		for i, b := range sh.chunks {
-			row := (i*H+h)*s.maxRows + rows - sh.counts[b]
-			toChunk = append(toChunk, vk.Region{Src: s.at.q + uint64(h*sh.total+sh.first[b])*dk*4, Dst: uint64(row) * dk * 4, Size: uint64(sh.counts[b]) * dk * 4})
-		}
-	}
-	for _, x := range []struct {
-		t       *engine.Tensor
-		regions []vk.Region
-	}{{s.decodeQ, toDecode}, {s.chunkQ, toChunk}} {
-		if err := cmds.CopyRegions(s.stage, engine.Buf(x.t), x.regions); err != nil {
+	if len(sh.decode) > 0 {
+		if err := cmds.Copy(s.stage, s.at.qDecode, engine.Buf(s.decodeQ), 0, uint64(cc.B*H)*dk*4); err != nil {
 			return engine.DeviceError(err)
 		}
 	}
-	// The outputs, from each call's rows to the packed ones; the decode
-	// call, if any, is the last.
+	chunkRegions := func(area, width uint64, stride int) []vk.Region {
+		var regions []vk.Region
+		for i, b := range sh.chunks {
+			n := sh.counts[b]
+			for h := range H {
+				row := (i*H+h)*stride + rows - n
+				regions = append(regions, vk.Region{Src: area + uint64(sh.chunkAt[i]+h*n)*width*4, Dst: uint64(row) * width * 4, Size: uint64(n) * width * 4})
+			}
+		}
+		return regions
+	}
+	if err := cmds.CopyRegions(s.stage, engine.Buf(s.chunkQ), chunkRegions(s.at.qChunks, dk, s.maxRows)); err != nil {
+		return engine.DeviceError(err)
+	}
+	// The outputs back: the chunk call's first, the decode call's (the
+	// last call, if any) after.
 	gather := func(cmds *vk.Commands) error {
 		for i, call := range calls {
 			out := call.Output().O
 			base := uint64(engine.Layout(out).Offset) * 4
-			var regions []vk.Region
-			decode := i == len(calls)-1 && len(sh.decode) > 0
-			for h := range H {
-				if decode {
-					for _, b := range sh.decode {
-						regions = append(regions, vk.Region{Src: base + uint64(b*H+h)*dv*4, Dst: s.at.o + uint64(h*sh.total+sh.first[b])*dv*4, Size: dv * 4})
-					}
-					continue
+			if i == len(calls)-1 && len(sh.decode) > 0 {
+				if err := cmds.Copy(engine.Buf(out), base, s.stage, s.at.oDecode, uint64(cc.B*H)*dv*4); err != nil {
+					return err
 				}
-				for i, b := range sh.chunks {
-					row := (i*H+h)*rows + rows - sh.counts[b]
-					regions = append(regions, vk.Region{Src: base + uint64(row)*dv*4, Dst: s.at.o + uint64(h*sh.total+sh.first[b])*dv*4, Size: uint64(sh.counts[b]) * dv * 4})
-				}
+				continue
+			}
+			regions := chunkRegions(s.at.oChunks, dv, rows)
+			for j := range regions { // the other way: from the call's rows into the area
+				regions[j].Src, regions[j].Dst = base+regions[j].Dst, regions[j].Src
 			}
 			if err := cmds.CopyRegions(engine.Buf(out), s.stage, regions); err != nil {
 				return err
