@@ -45,7 +45,9 @@ var DefaultServeSuite = ServeSuite{
 // ServeResult is one way of running the suite's schedule: "ragged" (one
 // ragged step per step) or "per-sequence" (the same steps, one call per
 // sequence that brings tokens). Times are the host's wall clock around
-// each step, arrivals on the same clock; the counters are per step.
+// each step, arrivals on the same clock. The counters are per steady step
+// (one that prepared nothing: no device allocation), the allocations
+// those of the whole run (each shape's first step prepares its calls).
 type ServeResult struct {
 	Mode       string  `json:"mode"`
 	Steps      int     `json:"steps"`
@@ -57,10 +59,11 @@ type ServeResult struct {
 	StepP99NS  int64   `json:"step_p99_ns"`
 	TTFTP50NS  int64   `json:"ttft_p50_ns"` // time to first token: arrival to the end of the prompt's last step
 	TTFTP99NS  int64   `json:"ttft_p99_ns"`
+	Steady     int     `json:"steady_steps"`
 	Submits    float64 `json:"submits_per_step"`
 	Waits      float64 `json:"waits_per_step"`
 	Staged     float64 `json:"staging_bytes_per_step"`
-	Allocs     int     `json:"allocations"` // over the whole run, the steps' first shapes included
+	Allocs     int     `json:"allocations"`
 }
 
 // serveRequest is one request of the schedule.
@@ -112,16 +115,20 @@ func (s ServeSuite) Serve(ctx context.Context, dev *vkattn.Device, seed uint64, 
 	most := s.Budget
 	k, v, q := data(s.HKV*most*s.D), data(s.HKV*most*s.D), data(s.H*most*s.D)
 	o := make([]float32, s.H*most*s.D)
+	var count serveCounters
 	run := func(counts []int) (time.Duration, error) {
 		total := 0
 		for _, n := range counts {
 			total += n
 		}
+		before := dev.Stats()
 		start := time.Now()
 		_, err := step.Run(ctx, counts, k[:s.HKV*total*s.D], v[:s.HKV*total*s.D], q[:s.H*total*s.D], o[:s.H*total*s.D])
-		return time.Since(start), err
+		t := time.Since(start)
+		count.add(dev.Stats().Since(before))
+		return t, err
 	}
-	steps, ragged, err := s.schedule(ctx, dev, cache, reqs, run, tick)
+	steps, ragged, err := s.schedule(ctx, cache, reqs, run, &count, tick)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +136,7 @@ func (s ServeSuite) Serve(ctx context.Context, dev *vkattn.Device, seed uint64, 
 		return nil, err
 	}
 	// The same steps, a call per sequence: each sequence's tokens alone.
-	before := dev.Stats()
+	count = serveCounters{}
 	times := make([]time.Duration, len(steps))
 	one := make([]int, s.Slots)
 	clock := time.Duration(0)
@@ -147,6 +154,7 @@ func (s ServeSuite) Serve(ctx context.Context, dev *vkattn.Device, seed uint64, 
 			}
 			times[i] += t
 		}
+		count.endStep()
 		if err := emptySlots(cache, st.done); err != nil {
 			return nil, err
 		}
@@ -154,13 +162,13 @@ func (s ServeSuite) Serve(ctx context.Context, dev *vkattn.Device, seed uint64, 
 		ends[i] = clock
 		ticks(tick, len(st.done))
 	}
-	perSeq := s.result("per-sequence", reqs, steps, times, ends, dev.Stats().Since(before))
+	perSeq := s.result("per-sequence", reqs, steps, times, ends, count)
 	return []ServeResult{ragged, perSeq}, nil
 }
 
 // schedule serves reqs with ragged steps run by run and returns the steps
 // it took and their result.
-func (s ServeSuite) schedule(ctx context.Context, dev *vkattn.Device, cache *kv.Cache, reqs []serveRequest, run func([]int) (time.Duration, error), tick func()) ([]serveStep, ServeResult, error) {
+func (s ServeSuite) schedule(ctx context.Context, cache *kv.Cache, reqs []serveRequest, run func([]int) (time.Duration, error), count *serveCounters, tick func()) ([]serveStep, ServeResult, error) {
 	slot := slices.Repeat([]int{-1}, s.Slots) // the request each slot serves
 	prefilled, generated := make([]int, len(reqs)), make([]int, len(reqs))
 	pagesOf := func(i int) int { return (reqs[i].prompt + reqs[i].output + s.PageSize - 1) / s.PageSize }
@@ -168,7 +176,7 @@ func (s ServeSuite) schedule(ctx context.Context, dev *vkattn.Device, cache *kv.
 	var steps []serveStep
 	var times, ends []time.Duration
 	clock := time.Duration(0)
-	before := dev.Stats()
+	*count = serveCounters{}
 	for finished < len(reqs) {
 		if err := ctx.Err(); err != nil {
 			return nil, ServeResult{}, err
@@ -207,6 +215,7 @@ func (s ServeSuite) schedule(ctx context.Context, dev *vkattn.Device, cache *kv.
 		if err != nil {
 			return nil, ServeResult{}, err
 		}
+		count.endStep()
 		clock += t
 		st := serveStep{counts: counts, ready: ready}
 		times, ends = append(times, t), append(ends, clock)
@@ -232,7 +241,7 @@ func (s ServeSuite) schedule(ctx context.Context, dev *vkattn.Device, cache *kv.
 		}
 		ticks(tick, len(st.done))
 	}
-	return steps, s.result("ragged", reqs, steps, times, ends, dev.Stats().Since(before)), nil
+	return steps, s.result("ragged", reqs, steps, times, ends, *count), nil
 }
 
 // ticks calls tick n times (none if nil).
@@ -257,8 +266,8 @@ func emptySlots(cache *kv.Cache, slots []int) error {
 }
 
 // result sums up one run of the schedule.
-func (s ServeSuite) result(mode string, reqs []serveRequest, steps []serveStep, times, ends []time.Duration, st vkattn.Stats) ServeResult {
-	res := ServeResult{Mode: mode, Steps: len(steps), Allocs: st.Allocations}
+func (s ServeSuite) result(mode string, reqs []serveRequest, steps []serveStep, times, ends []time.Duration, count serveCounters) ServeResult {
+	res := ServeResult{Mode: mode, Steps: len(steps), Steady: count.steadySteps, Allocs: count.allocs}
 	var ttft []time.Duration
 	for _, rq := range reqs {
 		res.Generated += rq.output
@@ -270,9 +279,39 @@ func (s ServeSuite) result(mode string, reqs []serveRequest, steps []serveStep, 
 	res.TokensPerS = float64(res.Generated) / res.Seconds
 	res.StepP50NS, res.StepP99NS = int64(percentile(times, 0.5)), int64(percentile(times, 0.99))
 	res.TTFTP50NS, res.TTFTP99NS = int64(percentile(ttft, 0.5)), int64(percentile(ttft, 0.99))
-	n := float64(len(steps))
-	res.Submits, res.Waits, res.Staged = float64(st.Submits)/n, float64(st.Waits)/n, float64(st.StagingBytes)/n
+	if n := float64(count.steadySteps); n > 0 {
+		st := count.steady
+		res.Submits, res.Waits, res.Staged = float64(st.Submits)/n, float64(st.Waits)/n, float64(st.StagingBytes)/n
+	}
 	return res
+}
+
+// serveCounters sum the device's counters of a run's steps: all the
+// allocations, and the rest over the steady steps (those that allocated
+// nothing).
+type serveCounters struct {
+	step, steady        vkattn.Stats // the step so far (its calls), the steady steps'
+	steadySteps, allocs int
+}
+
+// add counts one call of the step under way.
+func (c *serveCounters) add(s vkattn.Stats) {
+	c.step.Allocations += s.Allocations
+	c.step.Submits += s.Submits
+	c.step.Waits += s.Waits
+	c.step.StagingBytes += s.StagingBytes
+}
+
+// endStep closes the step under way.
+func (c *serveCounters) endStep() {
+	c.allocs += c.step.Allocations
+	if c.step.Allocations == 0 {
+		c.steadySteps++
+		c.steady.Submits += c.step.Submits
+		c.steady.Waits += c.step.Waits
+		c.steady.StagingBytes += c.step.StagingBytes
+	}
+	c.step = vkattn.Stats{}
 }
 
 // percentile is the p-quantile of ts (nearest rank).

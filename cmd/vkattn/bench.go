@@ -63,7 +63,8 @@ Suites (B=1 and d_k = d_v = d throughout):
            H=8, H_kv=2, d=64); every step one ragged step (kv.RaggedStep),
            then the same steps as one call per sequence; generated tokens/s,
            step time and time to first token p50/p99, and per step
-           submissions, host waits and staged bytes (--plan-as nvidia:
+           submissions, host waits and staged bytes of the steps that
+           allocated nothing (--plan-as nvidia:
            a discrete GPU's plan and counters)
   mha-train  a training step of an nn.MHA self-attention layer (packed
            in_proj with biases, PyTorch's initialisation) at B=4, L=128,

@@ -44,11 +44,11 @@ func printCascadeTable(w io.Writer, device string, rs []tune.CascadeResult) {
 // printServeTable writes the serving results as a table.
 func printServeTable(w io.Writer, device string, rs []tune.ServeResult) {
 	fmt.Fprintf(w, "device: %s\n%v\n", device, tune.DefaultServeSuite)
-	rows := [][]string{{"mode", "steps", "tokens", "tokens/s", "step p50", "step p99", "TTFT p50", "TTFT p99", "submits/step", "waits/step", "staged KB/step", "allocations"}}
+	rows := [][]string{{"mode", "steps", "tokens", "tokens/s", "step p50", "step p99", "TTFT p50", "TTFT p99", "steady steps", "submits/step", "waits/step", "staged KB/step", "allocations"}}
 	for _, r := range rs {
 		rows = append(rows, []string{r.Mode, strconv.Itoa(r.Steps), strconv.Itoa(r.Generated), rate(r.TokensPerS),
 			durString(time.Duration(r.StepP50NS)), durString(time.Duration(r.StepP99NS)), durString(time.Duration(r.TTFTP50NS)), durString(time.Duration(r.TTFTP99NS)),
-			strconv.FormatFloat(r.Submits, 'f', 1, 64), strconv.FormatFloat(r.Waits, 'f', 1, 64), strconv.FormatFloat(r.Staged/1e3, 'f', 1, 64), strconv.Itoa(r.Allocs)})
+			strconv.Itoa(r.Steady), strconv.FormatFloat(r.Submits, 'f', 1, 64), strconv.FormatFloat(r.Waits, 'f', 1, 64), strconv.FormatFloat(r.Staged/1e3, 'f', 1, 64), strconv.Itoa(r.Allocs)})
 	}
 	printAligned(w, rows, map[int]bool{0: true})
 }
