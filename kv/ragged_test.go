@@ -398,3 +398,41 @@ func TestRaggedStepRefusals(t *testing.T) {
 	}
 	none.Close()
 }
+
+// A ragged step over a latent cache (SEMANTICS.md §2): the keys alone are
+// appended, V their leading columns, on lavapipe's plan and NVIDIA's.
+func TestRaggedStepLatent(t *testing.T) {
+	devtest.InParallel(t, devtest.OwnAndNVIDIA, func(t *testing.T, plan string) {
+		d := devtest.EveryPlan()[plan]
+		const B, H, DK, DV = 3, 4, 48, 32
+		r := rand.New(rand.NewSource(48))
+		cache, err := kv.New(d, kv.Config{B: B, HKV: 1, Capacity: 64, DK: DK, DV: DV, PageSize: 8, Latent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cache.Close()
+		hist := newHistory(B, 1, DK, DV, vkattn.Float32)
+		opts := vkattn.Options{Scale: vkattn.CustomScale(0.2)}
+		step, err := cache.PrepareRagged(kv.RaggedConfig{Heads: H, Tokens: 16, Options: opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer step.Close()
+		for i, counts := range [][]int{{5, 0, 9}, {1, 3, 1}, {1, 1, 0}} {
+			total := counts[0] + counts[1] + counts[2]
+			k, q := devtest.RandomValues(r, total*DK), devtest.RandomValues(r, H*total*DK)
+			o := make([]float32, H*total*DV)
+			if _, err := step.Run(t.Context(), counts, k, nil, q, o); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			for b, n := range counts {
+				if n == 0 {
+					continue
+				}
+				kb := packedRows(k, counts, b, 1, DK)
+				hist.add(b, kb, leading(kb, DK, DV), n)
+				devtest.Compare(t, fmt.Sprintf("step %d, sequence %d", i, b), packedRows(o, counts, b, H, DV), hist.want(t, b, packedRows(q, counts, b, H, DK), H, n, opts))
+			}
+		}
+	})
+}
