@@ -51,7 +51,7 @@ type DecodeRun struct {
 // token by token), gathering every token's output; clock follows the
 // calls. Steps are timed on the device (wall time without timestamps).
 func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Clock) (*DecodeRun, error) {
-	q, k, v, prefill, page, types, rope, opts := in.QShape, in.KShape, in.VShape, in.Prefill, in.Page, in.Types, in.RoPE, in.Opts
+	q, k, v, prefill, types, opts := in.QShape, in.KShape, in.VShape, in.Prefill, in.Types, in.Opts
 	B, H, T, DK, HKV, DV := q[0], q[1], q[2], q[3], k[1], v[3]
 	// Freed last to first on return; in the background after a signal
 	// (CloseAfter), so the command need not wait for the step in flight.
@@ -63,27 +63,12 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 			}
 		})
 	}()
-	cfg := kv.Config{B: B, HKV: HKV, Capacity: T, DK: DK, DV: DV, DType: types[1], PageSize: page, RoPE: rope, Latent: in.Latent}
-	if in.Window > 0 {
-		// Room for the window and the prefill, appended at once.
-		cfg.Window, cfg.Capacity = in.Window, in.Window+page-2+prefill
-	}
-	cache, err := kv.New(dev, cfg)
+	cache, kind, err := in.newCache(dev, prefill)
 	if err != nil {
 		return nil, err
 	}
 	frees = append(frees, cache.Close)
-	kind := "contiguous"
-	if page > 0 {
-		kind = fmt.Sprintf("paged (%d positions a page)", page)
-	}
-	if in.Window > 0 {
-		kind = fmt.Sprintf("rolling (the last %d positions in pages of %d)", in.Window, page)
-	}
-	if in.Latent {
-		kind = fmt.Sprintf("latent (V the keys' first %d columns), %s", DV, kind)
-	}
-	res := &DecodeRun{O: make([]float32, B*H*T*DV), Cache: kind + " " + types[1].String(), Steps: T - prefill}
+	res := &DecodeRun{O: make([]float32, B*H*T*DV), Cache: kind, Steps: T - prefill}
 	// tokens returns tokens [a, b) of a (B, heads, T, w) array as
 	// (B, heads, b-a, w), and place puts a (B, H, n, DV) output at token a.
 	tokens := func(x []float32, heads, w, a, b int) []float32 {
@@ -178,6 +163,32 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 	res.StepMedian = time.Duration(StatsOf(times).Median)
 	res.TokensPerSec = float64(B*len(times)) / wall.Seconds()
 	return res, nil
+}
+
+// newCache is the cache a decode of in runs through, room the most
+// tokens appended at once (a rolling cache holds them beside its window),
+// and its description: "contiguous f16", "paged (16 positions a page) f32".
+func (in DecodeInput) newCache(dev *vkattn.Device, room int) (*kv.Cache, string, error) {
+	q, k, v, page := in.QShape, in.KShape, in.VShape, in.Page
+	cfg := kv.Config{B: q[0], HKV: k[1], Capacity: q[2], DK: q[3], DV: v[3], DType: in.Types[1], PageSize: page, RoPE: in.RoPE, Latent: in.Latent}
+	if in.Window > 0 {
+		cfg.Window, cfg.Capacity = in.Window, in.Window+page-2+room
+	}
+	cache, err := kv.New(dev, cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	kind := "contiguous"
+	if page > 0 {
+		kind = fmt.Sprintf("paged (%d positions a page)", page)
+	}
+	if in.Window > 0 {
+		kind = fmt.Sprintf("rolling (the last %d positions in pages of %d)", in.Window, page)
+	}
+	if in.Latent {
+		kind = fmt.Sprintf("latent (V the keys' first %d columns), %s", v[3], kind)
+	}
+	return cache, kind + " " + in.Types[1].String(), nil
 }
 
 // Reference is the float64 reference of the decode (the whole sequence,

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vkattn/vkattn"
@@ -11,7 +15,7 @@ import (
 	"github.com/vkattn/vkattn/tune"
 )
 
-const decodeUsage = `Usage: vkattn decode -q Q.npy -k K.npy (-v V.npy | --latent N) [--prefill P] [flags] [-o O.npy]
+const decodeUsage = `Usage: vkattn decode -q Q.npy -k K.npy (-v V.npy | --latent N) [--prefill P | --schedule FILE] [flags] [-o O.npy]
 
 Runs a generation loop over a whole sequence through a KV cache on the
 device, as a Go program generating text does: the first P tokens go in as
@@ -24,6 +28,12 @@ Inputs (.npy, as for run): Q (B,H,T,d_k), K (B,H_kv,T,d_k), V (B,H_kv,T,d_v),
 rank 2 to 4 as for run; T is the sequence length, the cache's capacity.
 
   --prefill P          tokens of the prefill (default 1; 1 <= P <= T)
+  --schedule FILE      instead of a prefill and single tokens, the steps of a
+                       server batching its users (SEMANTICS.md §4.3): a line
+                       per step of B counts, the new tokens each sequence
+                       brings (0, 1 or a chunk; each sequence's counts sum to
+                       T), every step one ragged step (kv.RaggedStep); O is
+                       the same full causal attention
   --page N             a paged cache of N-position pages, N <= T (default: contiguous)
   --window-cache W     a rolling cache: it keeps only the last W positions of
                        the sequence (whole pages let go as the window moves
@@ -63,6 +73,7 @@ type decodeFlags struct {
 	latent      vFromKFlag
 	scale       optFloat
 	prefill     int
+	schedule    string
 	page        int
 	windowCache int
 	typeFlags
@@ -79,6 +90,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	var f decodeFlags
 	f.qkvFlags.register(fs, "(B,H,T,d_k), (H,T,d_k) or (T,d_k)", "(B,H_kv,T,d_k), ...", "(B,H_kv,T,d_v), ...")
 	fs.IntVar(&f.prefill, "prefill", 1, "tokens of the first step, a prefill (`P`)")
+	fs.StringVar(&f.schedule, "schedule", "", "run the ragged steps of `FILE` instead: a line per step of B counts of new tokens")
 	fs.IntVar(&f.page, "page", 0, "a paged cache of `N`-position pages (0: contiguous)")
 	fs.IntVar(&f.windowCache, "window-cache", 0, "a rolling cache keeping the last `W` positions (needs --page and --window L,R with L <= W-1)")
 	f.typeFlags.register(fs)
@@ -152,6 +164,17 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if f.prefill < 1 || f.prefill > T {
 		return usagef(stderr, "decode", "--prefill %d: want 1..T (T = %d)", f.prefill, T)
 	}
+	var schedule [][]int
+	if f.schedule != "" {
+		set := map[string]bool{}
+		fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+		if set["prefill"] {
+			return usagef(stderr, "decode", "--schedule gives every step's tokens, the prefill's too: leave out --prefill")
+		}
+		if schedule, err = readSchedule(f.schedule, q[0], T); err != nil {
+			return usagef(stderr, "decode", "--schedule %s: %v", f.schedule, err)
+		}
+	}
 	if f.page > T {
 		// A longer page only allocates positions no token reaches.
 		return usagef(stderr, "decode", "--page %d: want at most T (T = %d)", f.page, T)
@@ -185,7 +208,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer done()
-	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, f.page, f.windowCache, f.latent.n > 0, types, rope, opts, clock)
+	res, err := decodeLoop(ctx, dev, in, q, k, v, f.prefill, schedule, f.page, f.windowCache, f.latent.n > 0, types, rope, opts, clock)
 	if ctx.Err() != nil {
 		return failf(stderr, "decode", "interrupted: no output written")
 	}
@@ -219,9 +242,15 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	s := res.summary
-	fmt.Fprintf(stdout, "decode %v on %s: cache %s, %d steps after a prefill of %d\n", s.Dims, s.Device, s.Cache, s.Steps, s.Prefill)
-	fmt.Fprintf(stdout, "prefill: %s; steps: %s device time per step (median), %.1f tokens/s over %s wall\n",
-		time.Duration(s.PrefillNS), time.Duration(s.StepMedianNS), s.TokensPerSec, time.Duration(s.StepsWallNS))
+	if schedule != nil {
+		fmt.Fprintf(stdout, "decode %v on %s: cache %s, %d ragged steps (%s)\n", s.Dims, s.Device, s.Cache, s.Steps, f.schedule)
+		fmt.Fprintf(stdout, "steps: %s device time per step (median), %.1f tokens/s over %s wall\n",
+			time.Duration(s.StepMedianNS), s.TokensPerSec, time.Duration(s.StepsWallNS))
+	} else {
+		fmt.Fprintf(stdout, "decode %v on %s: cache %s, %d steps after a prefill of %d\n", s.Dims, s.Device, s.Cache, s.Steps, s.Prefill)
+		fmt.Fprintf(stdout, "prefill: %s; steps: %s device time per step (median), %.1f tokens/s over %s wall\n",
+			time.Duration(s.PrefillNS), time.Duration(s.StepMedianNS), s.TokensPerSec, time.Duration(s.StepsWallNS))
+	}
 	if f.explain {
 		fmt.Fprintf(stdout, "step plan: %s\n", s.StepPlan)
 	}
@@ -254,13 +283,22 @@ type decodeResult struct {
 	summary decodeSummary
 }
 
-// decodeLoop runs the prefill and the steps (tune.Decode), gathering
-// every token's output and the summary.
-func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill, page, window int, latent bool, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *tune.Clock) (*decodeResult, error) {
-	run, err := tune.Decode(ctx, dev, tune.DecodeInput{
+// decodeLoop runs the prefill and the steps (tune.Decode), or the ragged
+// steps of a schedule (tune.DecodeRagged; prefill 0 then), gathering every
+// token's output and the summary.
+func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill int, schedule [][]int, page, window int, latent bool, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *tune.Clock) (*decodeResult, error) {
+	input := tune.DecodeInput{
 		Q: in[0].F32, K: in[1].F32, V: in[2].F32, QShape: q, KShape: k, VShape: v,
 		Prefill: prefill, Page: page, Window: window, Latent: latent, Types: types, RoPE: rope, Opts: opts,
-	}, clock)
+	}
+	var run *tune.DecodeRun
+	var err error
+	if schedule != nil {
+		run, err = tune.DecodeRagged(ctx, dev, input, schedule, clock)
+		prefill = 0
+	} else {
+		run, err = tune.Decode(ctx, dev, input, clock)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -270,4 +308,35 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 		PrefillNS: int64(run.PrefillGPU), StepMedianNS: int64(run.StepMedian), StepsWallNS: int64(run.StepsWall),
 		TokensPerSec: run.TokensPerSec, StepPlan: run.StepPlan,
 	}}, nil
+}
+
+// readSchedule reads a --schedule file: a line per step of B counts of
+// new tokens, one per sequence, separated by spaces or commas; blank lines
+// and lines starting with # are skipped. Each sequence's counts must sum
+// to T.
+func readSchedule(path string, B, T int) ([][]int, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var schedule [][]int
+	for i, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		var counts []int
+		for _, field := range strings.FieldsFunc(line, func(r rune) bool { return r == ' ' || r == '\t' || r == ',' }) {
+			n, err := strconv.Atoi(field)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %q is not a count of tokens", i+1, field)
+			}
+			counts = append(counts, n)
+		}
+		schedule = append(schedule, counts)
+	}
+	if _, _, err := tune.CheckSchedule(schedule, B, T); err != nil {
+		return nil, err
+	}
+	return schedule, nil
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn/internal/testutil"
@@ -68,6 +70,40 @@ func TestDecode(t *testing.T) {
 	checkRefused(t, []string{"decode", "-q", q, "-k", short, "-v", v}, 1, "one sequence length T", "")
 }
 
+// decode --schedule runs the steps of a server batching two sequences
+// (chunks, single tokens and idle steps mixed) as ragged steps: the same O
+// as run --causal bottom-right, --check passing, contiguous and paged;
+// schedules that do not append every token once are usage errors.
+func TestDecodeSchedule(t *testing.T) {
+	withDevice(t)
+	dir := t.TempDir()
+	q, k, v := decodeFiles(t, dir, 11)
+	schedule := filepath.Join(dir, "steps.txt")
+	writeFile(t, schedule, "# sequence 0, sequence 1\n5 0\n1 9\n\n1,1\n0 1\n16 12\n")
+	ro := filepath.Join(dir, "ro.npy")
+	cliOK(t, "run", "-q", q, "-k", k, "-v", v, "--causal", "bottom-right", "--kv-dtype", "f16", "-o", ro)
+	for _, page := range []string{"0", "4"} {
+		o := filepath.Join(t.TempDir(), "o.npy")
+		out := cliOK(t, "decode", "-q", q, "-k", k, "-v", v, "--schedule", schedule, "--page", page, "--kv-dtype", "f16", "--check", "--json", "-o", o)
+		s := parseJSON[decodeSummary](t, out)
+		if s.Check == nil || !s.Check.Pass || s.Steps != 5 || s.Prefill != 0 || !strings.Contains(s.StepPlan, "prefill part: 1 sequence(s)") {
+			t.Errorf("page %s: summary %+v", page, s)
+		}
+		testutil.Near(t, "O from decode --schedule against run's", load(t, o).F32, load(t, ro).F32, 2e-5)
+	}
+	for _, c := range []struct{ text, want string }{
+		{"5 0\n", "sequence 0 brings 5 tokens over the schedule, want T = 23"},
+		{"5 0 1\n", "step 1 has 3 counts, want one per sequence (2)"},
+		{"23 -1\n0 24\n", "step 1: sequence 1 brings -1 tokens"},
+		{"23 x\n", `line 1: "x" is not a count of tokens`},
+	} {
+		bad := filepath.Join(t.TempDir(), "bad.txt")
+		writeFile(t, bad, c.text)
+		checkRefused(t, []string{"decode", "-q", q, "-k", k, "-v", v, "--schedule", bad}, 2, c.want, "")
+	}
+	checkRefused(t, []string{"decode", "-q", q, "-k", k, "-v", v, "--schedule", schedule, "--prefill", "3"}, 2, "leave out --prefill", "")
+}
+
 // bench --suite decode-loop on a small shape: every layout and type, a
 // cache as long as the length and one four times longer, on lavapipe's
 // own plan and memory and as NVIDIA with discrete memory: each step is one
@@ -125,5 +161,13 @@ func TestBenchFork(t *testing.T) {
 		if r.PagesInUse != 12 || r.PagesIndependent != 40 || !(r.StepsPerS > 0) || r.BytesInUse*40 != r.BytesIndependent*12 {
 			t.Errorf("%+v: want 12 pages in use against 40, a rate", r)
 		}
+	}
+}
+
+// writeFile writes text to path, failing the test if it cannot.
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
