@@ -304,14 +304,10 @@ func (s *RaggedStep) shape(counts []int) (raggedShape, error) {
 // pool's pages) leave every sequence as it was. A ctx done while waiting
 // returns at once and leaves the step running (its tokens appended).
 func (s *RaggedStep) Run(ctx context.Context, counts []int, k, v, q, o []float32) (time.Duration, error) {
-	if s == nil {
-		return 0, core.Errorf(vkattn.ErrClosed, "no ragged step: the *RaggedStep is nil")
+	if err := s.lock(); err != nil {
+		return 0, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return 0, core.Errorf(vkattn.ErrClosed, "ragged step used after Close")
-	}
 	sh, err := s.shape(counts)
 	if err != nil {
 		return 0, err
@@ -688,14 +684,10 @@ func (p RaggedPlan) String() string {
 // Plan is the plan of a step of counts as Run would launch it now, with
 // the sequences' current lengths (preparing its calls if need be).
 func (s *RaggedStep) Plan(counts []int) (RaggedPlan, error) {
-	if s == nil {
-		return RaggedPlan{}, core.Errorf(vkattn.ErrClosed, "no ragged step: the *RaggedStep is nil")
+	if err := s.lock(); err != nil {
+		return RaggedPlan{}, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return RaggedPlan{}, core.Errorf(vkattn.ErrClosed, "ragged step used after Close")
-	}
 	sh, err := s.shape(counts)
 	if err != nil {
 		return RaggedPlan{}, err
@@ -729,6 +721,15 @@ func (s *RaggedStep) Plan(counts []int) (RaggedPlan, error) {
 		p.Decode = &plan
 	}
 	return p, nil
+}
+
+// lock takes the step for a use; a nil or closed step is ErrClosed. The
+// caller unlocks s.mu.
+func (s *RaggedStep) lock() error {
+	if s == nil {
+		return core.Errorf(vkattn.ErrClosed, "no ragged step: the *RaggedStep is nil")
+	}
+	return lockOpen(&s.mu, &s.closed, "ragged step used")
 }
 
 // Close frees the step's calls, tensors, commands and staging buffer

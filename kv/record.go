@@ -27,14 +27,10 @@ import (
 // rows (ErrOption otherwise: those run with Run). Refusals leave the cache
 // as it was.
 func (s *DecodeStep) Record(cmd vkattn.CommandBuffer, k, v, q, o *vkattn.Tensor) error {
-	if s == nil {
-		return core.Errorf(vkattn.ErrClosed, "recording: nil decode step")
+	if err := s.lock("recorded"); err != nil {
+		return err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return core.Errorf(vkattn.ErrClosed, "decode step recorded after Close")
-	}
 	c := s.cache
 	cfg := c.cfg
 	switch {

@@ -168,14 +168,10 @@ func (s *DecodeStep) callFor(kept []int) (*engine.Call, error) {
 // token is appended); a failure before the submission leaves the cache as
 // it was.
 func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Duration, error) {
-	if s == nil {
-		return 0, core.Errorf(vkattn.ErrClosed, "no decode step: the *DecodeStep is nil")
+	if err := s.lock("used"); err != nil {
+		return 0, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return 0, core.Errorf(vkattn.ErrClosed, "decode step used after Close")
-	}
 	c := s.cache
 	cfg := c.cfg
 	vWant := cfg.B * cfg.HKV * cfg.DV
@@ -286,14 +282,10 @@ func (c *Cache) stepKeptLocked() []int {
 
 // Plan is the plan of the attention the next Run would launch.
 func (s *DecodeStep) Plan() (vkattn.Plan, error) {
-	if s == nil {
-		return vkattn.Plan{}, core.Errorf(vkattn.ErrClosed, "no decode step: the *DecodeStep is nil")
+	if err := s.lock("used"); err != nil {
+		return vkattn.Plan{}, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return vkattn.Plan{}, core.Errorf(vkattn.ErrClosed, "decode step used after Close")
-	}
 	c := s.cache
 	c.mu.Lock()
 	err := c.usable()
@@ -307,6 +299,26 @@ func (s *DecodeStep) Plan() (vkattn.Plan, error) {
 		return vkattn.Plan{}, err
 	}
 	return call.Output().Plan.Plan, nil
+}
+
+// lock takes the step for a use (the verb what says it in a refusal); a
+// nil or closed step is ErrClosed. The caller unlocks s.mu.
+func (s *DecodeStep) lock(what string) error {
+	if s == nil {
+		return core.Errorf(vkattn.ErrClosed, "no decode step: the *DecodeStep is nil")
+	}
+	return lockOpen(&s.mu, &s.closed, "decode step "+what)
+}
+
+// lockOpen locks mu unless closed is set (then it stays unlocked and the
+// thing named by what is ErrClosed).
+func lockOpen(mu *sync.Mutex, closed *bool, what string) error {
+	mu.Lock()
+	if *closed {
+		mu.Unlock()
+		return core.Errorf(vkattn.ErrClosed, "%s after Close", what)
+	}
+	return nil
 }
 
 // Close frees the step's calls, query and staging buffer; the cache stays.

@@ -141,15 +141,9 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 		if err := qs.Write(tokens(in.Q, H, DK, t, t+1)); err != nil {
 			return nil, err
 		}
-		stepStart := time.Now()
-		clock.Begin(false)
-		gpu, err := call.Run(ctx)
+		gpu, err := timedStep(clock, func() (time.Duration, error) { return call.Run(ctx) })
 		if err != nil {
 			return nil, err
-		}
-		clock.Done()
-		if gpu == 0 {
-			gpu = time.Since(stepStart)
 		}
 		times = append(times, gpu)
 		o, err := call.Output().O.Download()
@@ -163,6 +157,22 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 	res.StepMedian = time.Duration(StatsOf(times).Median)
 	res.TokensPerSec = float64(B*len(times)) / wall.Seconds()
 	return res, nil
+}
+
+// timedStep runs a decode step under clock and returns its device time,
+// or its wall time where the device has no timestamps.
+func timedStep(clock *Clock, run func() (time.Duration, error)) (time.Duration, error) {
+	start := time.Now()
+	clock.Begin(false)
+	gpu, err := run()
+	if err != nil {
+		return 0, err
+	}
+	clock.Done()
+	if gpu == 0 {
+		gpu = time.Since(start)
+	}
+	return gpu, nil
 }
 
 // newCache is the cache a decode of in runs through, room the most

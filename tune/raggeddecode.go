@@ -127,15 +127,11 @@ func DecodeRagged(ctx context.Context, dev *vkattn.Device, in DecodeInput, sched
 			vs = pack(in.V, HKV, DV, at, counts, total)
 		}
 		o := make([]float32, H*total*DV)
-		stepStart := time.Now()
-		clock.Begin(false)
-		gpu, err := step.Run(ctx, counts, pack(in.K, HKV, DK, at, counts, total), vs, pack(in.Q, H, DK, at, counts, total), o)
+		gpu, err := timedStep(clock, func() (time.Duration, error) {
+			return step.Run(ctx, counts, pack(in.K, HKV, DK, at, counts, total), vs, pack(in.Q, H, DK, at, counts, total), o)
+		})
 		if err != nil {
 			return nil, err
-		}
-		clock.Done()
-		if gpu == 0 {
-			gpu = time.Since(stepStart)
 		}
 		times = append(times, gpu)
 		place(o, at, counts, total)
