@@ -1,10 +1,15 @@
 # The two commands: `make test` (what CI runs) and `make demo`.
 GO ?= go
 
-.PHONY: test demo deps deps-viewer deps-windows vet shaders bench build dist
+.PHONY: test demo deps deps-viewer deps-windows vet shaders bench build dist hooks
 
-deps:
+deps: hooks
 	@tools/deps.sh
+
+# The repository's git hooks (tools/githooks: commit-msg refuses subjects
+# over 72 characters), in a git checkout.
+hooks:
+	@if git rev-parse --git-dir >/dev/null 2>&1; then git config core.hooksPath tools/githooks; fi
 
 # The viewer window (vkattn view) builds with the "viewer" tag, against the
 # X11 headers GLFW needs; everything else builds without them.
