@@ -299,33 +299,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if f.backward && (f.suite == "decode-loop" || f.suite == "fork" || f.suite == "cascade" || f.suite == "serve") && !set["shape"] {
 		return usagef(stderr, "bench", "--backward times the suites prefill, decode, long and all, or --shape")
 	}
-	if f.suite == "cascade" && !set["shape"] {
-		return runCacheSuite(&f, stdout, stderr, "cascade", 1, f.reps, tune.DefaultCascadeSuite.Cascade, printCascadeTable)
-	}
-	if f.suite == "decode-loop" && !set["shape"] {
-		return runDecodeLoopSuite(&f, stdout, stderr)
-	}
-	if f.suite == "fork" && !set["shape"] {
-		return runForkSuite(&f, stdout, stderr)
-	}
-	if f.suite == "serve" && !set["shape"] {
-		s := tune.DefaultServeSuite
-		serve := func(ctx context.Context, dev *vkattn.Device, _ int, seed uint64, _ *tune.Clock, tick func()) ([]tune.ServeResult, error) {
-			return s.Serve(ctx, dev, seed, tick)
-		}
-		return runCacheSuite(&f, stdout, stderr, "serve", 2, 2*s.Requests, serve, printServeTable)
-	}
-	if set["mha-train"] || (f.suite == "mha-train" && !set["shape"]) {
-		for _, other := range []string{"suite", "shape", "causal", "backward", "plot", "dtype", "kv-dtype", "fp32-products", "rope"} {
-			if set[other] && (other != "suite" || set["mha-train"]) {
-				return usagef(stderr, "bench", "--%s does not apply to an MHA training step (--suite mha-train, --mha-train): it runs float32 self-attention", other)
-			}
-		}
-		s := defaultTrainShape
-		if set["mha-train"] {
-			s = f.train
-		}
-		return runTrainBench(&f, s, stdout, stderr)
+	if code, ran := runOwnSuite(&f, set, stdout, stderr); ran {
+		return code
 	}
 
 	var cases []tune.Case
@@ -657,4 +632,39 @@ func runCacheSuite[T any](f *benchFlags, stdout, stderr io.Writer, name string, 
 		return failf(stderr, "bench", "%v", err)
 	}
 	return exitOK
+}
+
+// runOwnSuite runs the suites that are not a list of shapes (cascade,
+// decode-loop, fork, serve, mha-train, and --mha-train), if the flags ask
+// for one: ran reports whether they did.
+func runOwnSuite(f *benchFlags, set map[string]bool, stdout, stderr io.Writer) (code int, ran bool) {
+	if f.suite == "cascade" && !set["shape"] {
+		return runCacheSuite(f, stdout, stderr, "cascade", 1, f.reps, tune.DefaultCascadeSuite.Cascade, printCascadeTable), true
+	}
+	if f.suite == "decode-loop" && !set["shape"] {
+		return runDecodeLoopSuite(f, stdout, stderr), true
+	}
+	if f.suite == "fork" && !set["shape"] {
+		return runForkSuite(f, stdout, stderr), true
+	}
+	if f.suite == "serve" && !set["shape"] {
+		s := tune.DefaultServeSuite
+		serve := func(ctx context.Context, dev *vkattn.Device, _ int, seed uint64, _ *tune.Clock, tick func()) ([]tune.ServeResult, error) {
+			return s.Serve(ctx, dev, seed, tick)
+		}
+		return runCacheSuite(f, stdout, stderr, "serve", 2, 2*s.Requests, serve, printServeTable), true
+	}
+	if set["mha-train"] || (f.suite == "mha-train" && !set["shape"]) {
+		for _, other := range []string{"suite", "shape", "causal", "backward", "plot", "dtype", "kv-dtype", "fp32-products", "rope"} {
+			if set[other] && (other != "suite" || set["mha-train"]) {
+				return usagef(stderr, "bench", "--%s does not apply to an MHA training step (--suite mha-train, --mha-train): it runs float32 self-attention", other), true
+			}
+		}
+		s := defaultTrainShape
+		if set["mha-train"] {
+			s = f.train
+		}
+		return runTrainBench(f, s, stdout, stderr), true
+	}
+	return 0, false
 }

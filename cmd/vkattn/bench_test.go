@@ -147,7 +147,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"--shape", "1,2,1,0,16,8"}, "at least 1"},
 		{[]string{"--shape", ""}, "want B,H,H_kv,L,S,d"},
 		{[]string{"--suite", "decode", "--shape", "1,1,1,4,4,4"}, "mutually exclusive"},
-		{[]string{"--suite", "huge"}, "want prefill, decode, long, all, decode-loop, fork, cascade or mha-train"},
+		{[]string{"--suite", "huge"}, "want prefill, decode, long, all, decode-loop, fork, cascade, serve or mha-train"},
 		{[]string{"--suite", "cascade", "--backward"}, "--backward times the suites prefill, decode, long and all"},
 		{[]string{"--causal"}, "--causal applies to --shape"},
 		{[]string{"--shape", "1,1,1,4,4,4", "--causal=sideways"}, "top-left"},

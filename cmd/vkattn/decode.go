@@ -164,16 +164,9 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if f.prefill < 1 || f.prefill > T {
 		return usagef(stderr, "decode", "--prefill %d: want 1..T (T = %d)", f.prefill, T)
 	}
-	var schedule [][]int
-	if f.schedule != "" {
-		set := map[string]bool{}
-		fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-		if set["prefill"] {
-			return usagef(stderr, "decode", "--schedule gives every step's tokens, the prefill's too: leave out --prefill")
-		}
-		if schedule, err = readSchedule(f.schedule, q[0], T); err != nil {
-			return usagef(stderr, "decode", "--schedule %s: %v", f.schedule, err)
-		}
+	schedule, err := f.readSchedule(fs, q[0], T)
+	if err != nil {
+		return usagef(stderr, "decode", "%v", err)
 	}
 	if f.page > T {
 		// A longer page only allocates positions no token reaches.
@@ -241,8 +234,13 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	s := res.summary
-	if schedule != nil {
+	f.print(stdout, res.summary)
+	return exitOK
+}
+
+// print writes decode's summary as text.
+func (f *decodeFlags) print(stdout io.Writer, s decodeSummary) {
+	if f.schedule != "" {
 		fmt.Fprintf(stdout, "decode %v on %s: cache %s, %d ragged steps (%s)\n", s.Dims, s.Device, s.Cache, s.Steps, f.schedule)
 		fmt.Fprintf(stdout, "steps: %s device time per step (median), %.1f tokens/s over %s wall\n",
 			time.Duration(s.StepMedianNS), s.TokensPerSec, time.Duration(s.StepsWallNS))
@@ -254,13 +252,12 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if f.explain {
 		fmt.Fprintf(stdout, "step plan: %s\n", s.StepPlan)
 	}
-	if chk != nil {
-		fmt.Fprintln(stdout, chk.String())
+	if s.Check != nil {
+		fmt.Fprintln(stdout, s.Check.String())
 	}
 	if f.out != "" {
 		fmt.Fprintf(stdout, "wrote %s\n", f.out)
 	}
-	return exitOK
 }
 
 // decodeSummary is what decode reports (--json).
@@ -310,11 +307,28 @@ func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, 
 	}}, nil
 }
 
-// readSchedule reads a --schedule file: a line per step of B counts of
-// new tokens, one per sequence, separated by spaces or commas; blank lines
-// and lines starting with # are skipped. Each sequence's counts must sum
-// to T.
-func readSchedule(path string, B, T int) ([][]int, error) {
+// readSchedule reads the --schedule file (nil without one): a line per
+// step of B counts of new tokens, one per sequence, separated by spaces or
+// commas; blank lines and lines starting with # are skipped. Each
+// sequence's counts must sum to T; --prefill does not go with it.
+func (f *decodeFlags) readSchedule(fs *flag.FlagSet, B, T int) ([][]int, error) {
+	if f.schedule == "" {
+		return nil, nil
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["prefill"] {
+		return nil, fmt.Errorf("--schedule gives every step's tokens, the prefill's too: leave out --prefill")
+	}
+	schedule, err := parseSchedule(f.schedule, B, T)
+	if err != nil {
+		return nil, fmt.Errorf("--schedule %s: %w", f.schedule, err)
+	}
+	return schedule, nil
+}
+
+// parseSchedule reads the schedule file at path (see readSchedule).
+func parseSchedule(path string, B, T int) ([][]int, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/testutil"
 	"github.com/vkattn/vkattn/tune"
 )
@@ -169,5 +170,34 @@ func writeFile(t *testing.T, path, text string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// bench --suite serve on a small schedule, on lavapipe's plan and as
+// NVIDIA: both runs serve every request (the same tokens), the ragged run
+// is one submission and one host wait a steady step, the call per
+// sequence at least one a sequence.
+func TestBenchServe(t *testing.T) {
+	withDevice(t)
+	saved := tune.DefaultServeSuite
+	defer func() { tune.DefaultServeSuite = saved }()
+	tune.DefaultServeSuite = tune.ServeSuite{Requests: 8, Rate: 200, PromptMin: 8, PromptMax: 40, OutputMin: 2, OutputMax: 6,
+		Slots: 3, Budget: 24, Chunks: 2, H: 4, HKV: 2, D: 16, PageSize: 8, Pages: 12, DType: vkattn.Float16}
+	for _, plan := range []string{"lavapipe", "nvidia"} {
+		rs := parseJSON[[]tune.ServeResult](t, cliOK(t, "bench", "--suite", "serve", "--plan-as", plan, "--json", "--quiet"))
+		if len(rs) != 2 || rs[0].Mode != "ragged" || rs[1].Mode != "per-sequence" {
+			t.Fatalf("%s: results %+v", plan, rs)
+		}
+		for _, r := range rs {
+			if r.Generated != rs[0].Generated || r.Prefilled != rs[0].Prefilled || r.Steps != rs[0].Steps || r.Steady == 0 || !(r.TokensPerS > 0) || r.TTFTP99NS < r.TTFTP50NS {
+				t.Errorf("%s: %+v beside %+v", plan, r, rs[0])
+			}
+		}
+		if r := rs[0]; r.Submits != 1 || r.Waits != 1 {
+			t.Errorf("%s: a ragged step is %g submissions and %g waits, want 1 and 1", plan, r.Submits, r.Waits)
+		}
+		if r := rs[1]; r.Submits < 1 {
+			t.Errorf("%s: %g submissions a step one call per sequence", plan, r.Submits)
+		}
 	}
 }

@@ -1,0 +1,444 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
+	"github.com/vkattn/vkattn/internal/engine"
+	"github.com/vkattn/vkattn/vk"
+)
+
+// Running a ragged step: the step's shape, the appends and the calls
+// recorded into one command buffer, the queries and outputs moved between
+// the packed rows and the calls'.
+
+// raggedShape is one step's tokens: each sequence's count, where its rows
+// start in the packed tensors, and which sequences go to which call.
+type raggedShape struct {
+	counts, first  []int
+	total          int
+	decode, chunks []int // sequences of one token; of more, in order
+	chunkAt        []int // where chunk i's rows start in the chunk areas
+	longest        int   // the longest chunk
+}
+
+// shape checks a step's counts against the step's limits.
+func (s *RaggedStep) shape(counts []int) (raggedShape, error) {
+	cc := s.cache.cfg
+	if len(counts) != cc.B {
+		return raggedShape{}, core.Errorf(vkattn.ErrLengths, "ragged step: %d counts for a cache of %d sequences", len(counts), cc.B)
+	}
+	sh := raggedShape{counts: counts, first: make([]int, cc.B)}
+	inChunks := 0 // the chunks' tokens so far
+	for b, n := range counts {
+		if n < 0 {
+			return raggedShape{}, core.Errorf(vkattn.ErrLengths, "ragged step: sequence %d brings %d tokens", b, n)
+		}
+		sh.first[b] = sh.total
+		sh.total += n
+		if sh.total > s.cfg.Tokens {
+			return raggedShape{}, core.Errorf(vkattn.ErrLengths, "ragged step: %d or more new tokens, beyond the step's budget of %d (RaggedConfig.Tokens)", sh.total, s.cfg.Tokens)
+		}
+		switch {
+		case n == 1:
+			sh.decode = append(sh.decode, b)
+		case n > 1:
+			sh.chunkAt = append(sh.chunkAt, s.cfg.Heads*inChunks)
+			inChunks += n
+			sh.chunks = append(sh.chunks, b)
+			sh.longest = max(sh.longest, n)
+		}
+	}
+	if len(sh.chunks) > s.cfg.Chunks {
+		return raggedShape{}, core.Errorf(vkattn.ErrLengths, "ragged step: %d sequences bring more than one token, beyond the step's %d (RaggedConfig.Chunks)", len(sh.chunks), s.cfg.Chunks)
+	}
+	if sh.longest > s.maxRows {
+		return raggedShape{}, core.Errorf(vkattn.ErrCapacity, "ragged step: a chunk of %d tokens, more than the cache's %d positions", sh.longest, cc.Capacity)
+	}
+	return sh, nil
+}
+
+// Run appends counts[b] new tokens to sequence b and attends with their
+// queries: k (1, HKV, total, DK), v (1, HKV, total, DV) (a latent cache's
+// k alone: v empty) and q (1, H, total, DK) packed as the varlen API packs
+// them (sequence b's tokens are rows first[b] .. first[b]+counts[b]-1 of
+// each head, first the sum of the counts before b), o (1, H, total, DV)
+// the same; all row-major. Nothing runs for a step of no token. Refusals
+// (counts, the budget, ErrCapacity past a sequence's capacity or the
+// pool's pages) leave every sequence as it was. A ctx done while waiting
+// returns at once and leaves the step running (its tokens appended).
+func (s *RaggedStep) Run(ctx context.Context, counts []int, k, v, q, o []float32) (time.Duration, error) {
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	sh, err := s.shape(counts)
+	if err != nil {
+		return 0, err
+	}
+	c := s.cache
+	cc := c.cfg
+	H := s.cfg.Heads
+	vWant := cc.HKV * sh.total * cc.DV
+	if cc.Latent {
+		vWant = 0
+	}
+	for _, x := range []struct {
+		name string
+		data []float32
+		want int
+	}{{"k", k, cc.HKV * sh.total * cc.DK}, {"v", v, vWant}, {"q", q, H * sh.total * cc.DK}, {"o", o, H * sh.total * cc.DV}} {
+		if len(x.data) != x.want {
+			return 0, core.Errorf(vkattn.ErrShape, "ragged step of %d tokens: %s has %d values, want %d", sh.total, x.name, len(x.data), x.want)
+		}
+	}
+	if sh.total == 0 {
+		return 0, nil
+	}
+	// The previous step's submission, if a done ctx left it in flight.
+	if err := s.cmds.Wait(ctx); err != nil {
+		return 0, engine.DeviceError(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usable(); err != nil {
+		return 0, err
+	}
+	// With RoPE, keys and queries turn at their positions here: the
+	// queries of a step's calls are not rotated on the device.
+	k, q = c.rotateTokensLocked(sh, k, cc.HKV), c.rotateTokensLocked(sh, q, H)
+	rawK, err := c.encode(c.k, k)
+	if err != nil {
+		return 0, fmt.Errorf("keys: %w", err)
+	}
+	var rawV []byte
+	if !cc.Latent {
+		if rawV, err = c.encode(c.v, v); err != nil {
+			return 0, fmt.Errorf("values: %w", err)
+		}
+	}
+	if most, finite := engine.Magnitude(q); !finite {
+		return 0, core.Errorf(vkattn.ErrNonFinite, "ragged step: q holds NaN or Inf")
+	} else if bound := float64(engine.WriteHeadroom); most > bound {
+		return 0, core.Errorf(vkattn.ErrOverflow, "ragged step: q holds |x| = %g, beyond the %g the step's calls were checked for", most, bound)
+	}
+	qDecode, qChunks := s.packQueries(sh, q)
+	kept := c.keptAfterLocked(counts)
+	view := stepBucket(slices.Max(kept), cc.Capacity, cc.PageSize)
+	var calls []*engine.Call
+	var rows int
+	if len(sh.chunks) > 0 {
+		rows = chunkRows(sh.longest, s.maxRows)
+		call, err := s.chunkCall(rows, view)
+		if err != nil {
+			return 0, err
+		}
+		calls = append(calls, call)
+	}
+	if len(sh.decode) > 0 {
+		call, err := s.decodeCall(view)
+		if err != nil {
+			return 0, err
+		}
+		calls = append(calls, call)
+	}
+	for _, part := range []struct {
+		off uint64
+		raw []byte
+	}{{s.at.k, rawK}, {s.at.v, rawV}} {
+		if len(part.raw) > 0 {
+			if err := s.stage.Write(part.off, part.raw); err != nil {
+				return 0, engine.DeviceError(err)
+			}
+		}
+	}
+	for _, part := range []struct {
+		off uint64
+		xs  []float32
+	}{{s.at.qDecode, qDecode}, {s.at.qChunks, qChunks}} {
+		if len(part.xs) > 0 {
+			if err := s.stage.WriteFloat32(part.off/4, part.xs); err != nil {
+				return 0, engine.DeviceError(err)
+			}
+		}
+	}
+	saved := c.saveLocked()
+	if err := s.record(sh, rows, calls); err != nil {
+		c.restoreLocked(saved) // nothing submitted: nothing appended
+		return 0, err
+	}
+	if err := s.cmds.Submit(); err != nil {
+		c.restoreLocked(saved)
+		return 0, engine.DeviceError(err)
+	}
+	if err := s.cmds.Wait(ctx); err != nil {
+		if ctx.Err() == nil {
+			c.restoreLocked(saved) // the device failed
+		}
+		return 0, engine.DeviceError(err)
+	}
+	t, _, err := s.cmds.Elapsed(0, 1)
+	if err != nil {
+		return 0, engine.DeviceError(err)
+	}
+	return t, engine.DeviceError(s.unpackOutputs(sh, o))
+}
+
+// packQueries lays q's rows out as the calls read them: the decode
+// sequences' at (b, h) of a (B, H, DK) area, the chunks' chunk by chunk,
+// head by head. It returns the two areas (empty where no sequence goes).
+func (s *RaggedStep) packQueries(sh raggedShape, q []float32) (decode, chunks []float32) {
+	cc := s.cache.cfg
+	H, dk := s.cfg.Heads, cc.DK
+	if len(sh.decode) > 0 {
+		decode = s.hostQ[:cc.B*H*dk]
+	}
+	chunks = s.hostQ[cc.B*H*dk:][:(sh.total-len(sh.decode))*H*dk]
+	for h := range H {
+		for _, b := range sh.decode {
+			at := (h*sh.total + sh.first[b]) * dk
+			copy(decode[(b*H+h)*dk:], q[at:at+dk])
+		}
+		for i, b := range sh.chunks {
+			n := sh.counts[b]
+			at := (h*sh.total + sh.first[b]) * dk
+			copy(chunks[(sh.chunkAt[i]+h*n)*dk:], q[at:at+n*dk])
+		}
+	}
+	return decode, chunks
+}
+
+// unpackOutputs reads the outputs back from the staging buffer into o,
+// packed as Run returns them.
+func (s *RaggedStep) unpackOutputs(sh raggedShape, o []float32) error {
+	cc := s.cache.cfg
+	H, dv := s.cfg.Heads, cc.DV
+	decode := s.hostO[:cc.B*H*dv]
+	chunks := s.hostO[cc.B*H*dv:][:(sh.total-len(sh.decode))*H*dv]
+	if len(sh.decode) > 0 {
+		if err := s.stage.ReadFloat32(s.at.oDecode/4, decode); err != nil {
+			return err
+		}
+	}
+	if len(chunks) > 0 {
+		if err := s.stage.ReadFloat32(s.at.oChunks/4, chunks); err != nil {
+			return err
+		}
+	}
+	for h := range H {
+		for _, b := range sh.decode {
+			at := (h*sh.total + sh.first[b]) * dv
+			copy(o[at:at+dv], decode[(b*H+h)*dv:])
+		}
+		for i, b := range sh.chunks {
+			n := sh.counts[b]
+			at := (h*sh.total + sh.first[b]) * dv
+			copy(o[at:at+n*dv], chunks[(sh.chunkAt[i]+h*n)*dv:])
+		}
+	}
+	return nil
+}
+
+// record records a step into s.cmds: the appends (page copies, rows, page
+// table, lengths), the calls' lengths and page table, the queries'
+// scatter, the calls, and the outputs' gather into the staging buffer.
+// The caller holds s.mu and the cache's lock.
+func (s *RaggedStep) record(sh raggedShape, rows int, calls []*engine.Call) error {
+	c := s.cache
+	cc := c.cfg
+	cmds := s.cmds
+	if err := cmds.Begin(); err != nil {
+		return engine.DeviceError(err)
+	}
+	cmds.Timestamp(0)
+	if err := s.recordAppends(sh); err != nil {
+		return err
+	}
+	if err := s.recordTables(sh, rows); err != nil {
+		return err
+	}
+	// The queries into each call's: the decode sequences' in one copy,
+	// each chunk's a region per head (its item's last rows).
+	dk, dv, H := uint64(cc.DK), uint64(cc.DV), s.cfg.Heads
+	if len(sh.decode) > 0 {
+		if err := cmds.Copy(s.stage, s.at.qDecode, engine.Buf(s.decodeQ), 0, uint64(cc.B*H)*dk*4); err != nil {
+			return engine.DeviceError(err)
+		}
+	}
+	chunkRegions := func(area, width uint64, stride int) []vk.Region {
+		var regions []vk.Region
+		for i, b := range sh.chunks {
+			n := sh.counts[b]
+			for h := range H {
+				row := (i*H+h)*stride + rows - n
+				regions = append(regions, vk.Region{Src: area + uint64(sh.chunkAt[i]+h*n)*width*4, Dst: uint64(row) * width * 4, Size: uint64(n) * width * 4})
+			}
+		}
+		return regions
+	}
+	if err := cmds.CopyRegions(s.stage, engine.Buf(s.chunkQ), chunkRegions(s.at.qChunks, dk, s.maxRows)); err != nil {
+		return engine.DeviceError(err)
+	}
+	// The outputs back: the chunk call's first, the decode call's (the
+	// last call, if any) after.
+	gather := func(cmds *vk.Commands) error {
+		for i, call := range calls {
+			out := call.Output().O
+			base := uint64(engine.Layout(out).Offset) * 4
+			if i == len(calls)-1 && len(sh.decode) > 0 {
+				if err := cmds.Copy(engine.Buf(out), base, s.stage, s.at.oDecode, uint64(cc.B*H)*dv*4); err != nil {
+					return err
+				}
+				continue
+			}
+			regions := chunkRegions(s.at.oChunks, dv, rows)
+			for j := range regions { // the other way: from the call's rows into the area
+				regions[j].Src, regions[j].Dst = base+regions[j].Dst, regions[j].Src
+			}
+			if err := cmds.CopyRegions(engine.Buf(out), s.stage, regions); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i, call := range calls {
+		var after func(*vk.Commands) error
+		if i == len(calls)-1 {
+			after = gather
+		}
+		if err := engine.RecordOwn(call, cmds, nil, after); err != nil {
+			return err
+		}
+	}
+	cmds.Timestamp(1)
+	return engine.DeviceError(cmds.End())
+}
+
+// keptAfterLocked is the positions each sequence that brings tokens holds
+// after appending counts[b] of them (0 for the others): its length and
+// the new tokens, less what a rolling cache lets go first. The caller
+// holds c.mu.
+func (c *Cache) keptAfterLocked(counts []int) []int {
+	cfg := c.cfg
+	kept := make([]int, cfg.B)
+	for b, n := range counts {
+		if n == 0 {
+			continue
+		}
+		l := c.lens[b]
+		kept[b] = l + n - c.start(b)
+		if cfg.Window > 0 {
+			kept[b] = l + n - max(c.start(b), max(0, l-cfg.Window+1)/cfg.PageSize*cfg.PageSize)
+		}
+	}
+	return kept
+}
+
+// rotateTokensLocked is x, a step's packed rows of heads heads, rotated
+// by the cache's RoPE at each token's position (token t of sequence b at
+// Lengths()[b] + t, before the append); x itself without RoPE. The caller
+// holds c.mu.
+func (c *Cache) rotateTokensLocked(sh raggedShape, x []float32, heads int) []float32 {
+	if c.rope == nil {
+		return x
+	}
+	dk := c.cfg.DK
+	r := c.rope.r
+	rot := r.RotatedDims(dk)
+	inv := r.InvFreq(rot)
+	out := slices.Clone(x)
+	cs := make([]float32, rot)
+	for b, n := range sh.counts {
+		for t := range n {
+			core.CosSin(c.lens[b]+t, inv, cs)
+			for h := range heads {
+				row := (h*sh.total + sh.first[b] + t) * dk
+				core.RotatePairs(out[row:row+dk], rot, r.Style, cs)
+			}
+		}
+	}
+	return out
+}
+
+// recordAppends records the appends of a step's tokens into s.cmds from
+// the staging buffer: the page copies, rows, page table and lengths of one
+// store per distinct count (storeLocked numbers the rows of its sequences
+// sequence by sequence, head by head). The caller holds s.mu and the
+// cache's lock.
+func (s *RaggedStep) recordAppends(sh raggedShape) error {
+	c := s.cache
+	cc := c.cfg
+	cmds := s.cmds
+	putInts := func(t *engine.Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) }
+	page := c.recordPageCopy(cmds)
+	var byCount [][]int
+	for _, b := range append(slices.Clone(sh.decode), sh.chunks...) {
+		i := slices.IndexFunc(byCount, func(g []int) bool { return sh.counts[g[0]] == sh.counts[b] })
+		if i < 0 {
+			byCount = append(byCount, []int{b})
+		} else {
+			byCount[i] = append(byCount[i], b)
+		}
+	}
+	for _, seqs := range byCount {
+		n := sh.counts[seqs[0]]
+		put := func(i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
+			seq, h, t := first/n/cc.HKV, first/n%cc.HKV, first%n
+			from := (h*sh.total + sh.first[seqs[seq]] + t) * w
+			base := [2]uint64{s.at.k, s.at.v}[i]
+			return engine.EachSpan(cc.DType, cc.HKV*sh.total*w, from, engine.Elements(dst), dstElem, rows*w, func(src, to engine.ByteSpan) error {
+				return cmds.Copy(s.stage, base+src.Off, engine.Buf(dst), to.Off, to.N)
+			})
+		}
+		if err := c.storeLocked(seqs, n, cacheWriter{rows: put, ints: putInts, page: page}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordTables records each call's lengths and (the prefill's) page
+// table, after the appends: the sequences of the other kind read as
+// empty, their rows as padding. The caller holds s.mu and the cache's
+// lock.
+func (s *RaggedStep) recordTables(sh raggedShape, rows int) error {
+	c := s.cache
+	cc := c.cfg
+	kept := c.keptLocked()
+	decodeLens := make([]int, 2*cc.B)
+	for _, b := range sh.decode {
+		decodeLens[b], decodeLens[cc.B+b] = kept[b], 1
+	}
+	n := s.cfg.Chunks
+	chunkLens := make([]int, 2*n)
+	perItem := engine.Elements(s.chunkTable) / n
+	table := make([]int, n*perItem)
+	var all []int
+	if c.pt != nil {
+		all = c.pool.Table(perItem)
+	}
+	for i, b := range sh.chunks {
+		chunkLens[i], chunkLens[n+i] = kept[b], rows
+		if c.pt != nil {
+			copy(table[i*perItem:(i+1)*perItem], all[b*perItem:])
+		} else {
+			table[i] = b
+		}
+	}
+	for _, x := range []struct {
+		t  *engine.Tensor
+		xs []int
+	}{{s.decodeLens, decodeLens}, {s.chunkLens, chunkLens}, {s.chunkTable, table}} {
+		if err := updateInts(s.cmds, x.t, 0, x.xs); err != nil {
+			return engine.DeviceError(err)
+		}
+	}
+	return nil
+}
