@@ -2,9 +2,9 @@ package kv
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/engine"
 )
 
 // What a ragged step launches, said before it runs.
@@ -50,33 +50,29 @@ func (s *RaggedStep) Plan(counts []int) (RaggedPlan, error) {
 	if err != nil {
 		return RaggedPlan{}, err
 	}
+	if sh.total == 0 {
+		return RaggedPlan{}, nil
+	}
 	c := s.cache
 	c.mu.Lock()
-	err = c.usable()
-	kept := c.keptAfterLocked(counts)
-	c.mu.Unlock()
-	if err != nil || sh.total == 0 {
+	defer c.mu.Unlock()
+	if err := c.usable(); err != nil {
 		return RaggedPlan{}, err
 	}
-	view := stepBucket(slices.Max(kept), c.cfg.Capacity, c.cfg.PageSize)
-	var p RaggedPlan
-	if len(sh.chunks) > 0 {
-		p.ChunkSequences, p.ChunkRows = len(sh.chunks), chunkRows(sh.longest, s.maxRows)
-		call, err := s.chunkCall(p.ChunkRows, view)
-		if err != nil {
-			return RaggedPlan{}, err
-		}
+	rows, calls, err := s.calls(sh)
+	if err != nil {
+		return RaggedPlan{}, err
+	}
+	p := RaggedPlan{ChunkSequences: len(sh.chunks), ChunkRows: rows, DecodeSequences: len(sh.decode)}
+	planOf := func(call *engine.Call) *vkattn.Plan {
 		plan := call.Output().Plan.Plan
-		p.Chunk = &plan
+		return &plan
+	}
+	if len(sh.chunks) > 0 { // the prefill call first, the decode call last
+		p.Chunk = planOf(calls[0])
 	}
 	if len(sh.decode) > 0 {
-		p.DecodeSequences = len(sh.decode)
-		call, err := s.decodeCall(view)
-		if err != nil {
-			return RaggedPlan{}, err
-		}
-		plan := call.Output().Plan.Plan
-		p.Decode = &plan
+		p.Decode = planOf(calls[len(calls)-1])
 	}
 	return p, nil
 }

@@ -130,24 +130,9 @@ func (s *RaggedStep) Run(ctx context.Context, counts []int, k, v, q, o []float32
 		return 0, core.Errorf(vkattn.ErrOverflow, "ragged step: q holds |x| = %g, beyond the %g the step's calls were checked for", most, bound)
 	}
 	qDecode, qChunks := s.packQueries(sh, q)
-	kept := c.keptAfterLocked(counts)
-	view := stepBucket(slices.Max(kept), cc.Capacity, cc.PageSize)
-	var calls []*engine.Call
-	var rows int
-	if len(sh.chunks) > 0 {
-		rows = chunkRows(sh.longest, s.maxRows)
-		call, err := s.chunkCall(rows, view)
-		if err != nil {
-			return 0, err
-		}
-		calls = append(calls, call)
-	}
-	if len(sh.decode) > 0 {
-		call, err := s.decodeCall(view)
-		if err != nil {
-			return 0, err
-		}
-		calls = append(calls, call)
+	rows, calls, err := s.calls(sh)
+	if err != nil {
+		return 0, err
 	}
 	for _, part := range []struct {
 		off uint64
@@ -258,10 +243,17 @@ func (s *RaggedStep) record(sh raggedShape, rows int, calls []*engine.Call) erro
 		return engine.DeviceError(err)
 	}
 	cmds.Timestamp(0)
-	if err := s.recordAppends(sh); err != nil {
+	// The new rows from the staging buffer, packed as Run takes them.
+	err := s.recordAppends(cmds, sh, func(i int, dst *engine.Tensor, dstElem, from, n, w int) error {
+		base := [2]uint64{s.at.k, s.at.v}[i]
+		return engine.EachSpan(cc.DType, cc.HKV*sh.total*w, from*w, engine.Elements(dst), dstElem, n*w, func(src, to engine.ByteSpan) error {
+			return cmds.Copy(s.stage, base+src.Off, engine.Buf(dst), to.Off, to.N)
+		})
+	})
+	if err != nil {
 		return err
 	}
-	if err := s.recordTables(sh, rows); err != nil {
+	if err := s.recordTables(cmds, sh, rows); err != nil {
 		return err
 	}
 	// The queries into each call's: the decode sequences' in one copy,
@@ -272,18 +264,8 @@ func (s *RaggedStep) record(sh raggedShape, rows int, calls []*engine.Call) erro
 			return engine.DeviceError(err)
 		}
 	}
-	chunkRegions := func(area, width uint64, stride int) []vk.Region {
-		var regions []vk.Region
-		for i, b := range sh.chunks {
-			n := sh.counts[b]
-			for h := range H {
-				row := (i*H+h)*stride + rows - n
-				regions = append(regions, vk.Region{Src: area + uint64(sh.chunkAt[i]+h*n)*width*4, Dst: uint64(row) * width * 4, Size: uint64(n) * width * 4})
-			}
-		}
-		return regions
-	}
-	if err := cmds.CopyRegions(s.stage, engine.Buf(s.chunkQ), chunkRegions(s.at.qChunks, dk, s.maxRows)); err != nil {
+	inArea := func(i, b, h int) int { return sh.chunkAt[i] + h*sh.counts[b] }
+	if err := cmds.CopyRegions(s.stage, engine.Buf(s.chunkQ), s.chunkRegions(sh, rows, s.maxRows, cc.DK, s.at.qChunks, 0, inArea)); err != nil {
 		return engine.DeviceError(err)
 	}
 	// The outputs back: the chunk call's first, the decode call's (the
@@ -298,10 +280,7 @@ func (s *RaggedStep) record(sh raggedShape, rows int, calls []*engine.Call) erro
 				}
 				continue
 			}
-			regions := chunkRegions(s.at.oChunks, dv, rows)
-			for j := range regions { // the other way: from the call's rows into the area
-				regions[j].Src, regions[j].Dst = base+regions[j].Dst, regions[j].Src
-			}
+			regions := reversed(s.chunkRegions(sh, rows, rows, cc.DV, s.at.oChunks, base, inArea))
 			if err := cmds.CopyRegions(engine.Buf(out), s.stage, regions); err != nil {
 				return err
 			}
@@ -367,15 +346,14 @@ func (c *Cache) rotateTokensLocked(sh raggedShape, x []float32, heads int) []flo
 	return out
 }
 
-// recordAppends records the appends of a step's tokens into s.cmds from
-// the staging buffer: the page copies, rows, page table and lengths of one
-// store per distinct count (storeLocked numbers the rows of its sequences
-// sequence by sequence, head by head). The caller holds s.mu and the
-// cache's lock.
-func (s *RaggedStep) recordAppends(sh raggedShape) error {
+// recordAppends records the appends of a step's tokens into cmds: the
+// page copies, rows, page table and lengths of one store per distinct
+// count. put copies n rows of K (i 0) or V (i 1) of width w from packed
+// row from ((h*total + first[b] + t) for token t of sequence b, head h) to
+// element dstElem of dst. The caller holds s.mu and the cache's lock.
+func (s *RaggedStep) recordAppends(cmds *vk.Commands, sh raggedShape, put func(i int, dst *engine.Tensor, dstElem, from, n, w int) error) error {
 	c := s.cache
 	cc := c.cfg
-	cmds := s.cmds
 	putInts := func(t *engine.Tensor, off int, xs []int) error { return updateInts(cmds, t, off, xs) }
 	page := c.recordPageCopy(cmds)
 	var byCount [][]int
@@ -389,15 +367,13 @@ func (s *RaggedStep) recordAppends(sh raggedShape) error {
 	}
 	for _, seqs := range byCount {
 		n := sh.counts[seqs[0]]
-		put := func(i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
+		// storeLocked numbers the rows of its sequences sequence by
+		// sequence, head by head.
+		rowsOf := func(i int, dst *engine.Tensor, dstElem, first, rows, w int) error {
 			seq, h, t := first/n/cc.HKV, first/n%cc.HKV, first%n
-			from := (h*sh.total + sh.first[seqs[seq]] + t) * w
-			base := [2]uint64{s.at.k, s.at.v}[i]
-			return engine.EachSpan(cc.DType, cc.HKV*sh.total*w, from, engine.Elements(dst), dstElem, rows*w, func(src, to engine.ByteSpan) error {
-				return cmds.Copy(s.stage, base+src.Off, engine.Buf(dst), to.Off, to.N)
-			})
+			return put(i, dst, dstElem, h*sh.total+sh.first[seqs[seq]]+t, rows, w)
 		}
-		if err := c.storeLocked(seqs, n, cacheWriter{rows: put, ints: putInts, page: page}); err != nil {
+		if err := c.storeLocked(seqs, n, cacheWriter{rows: rowsOf, ints: putInts, page: page}); err != nil {
 			return err
 		}
 	}
@@ -408,7 +384,7 @@ func (s *RaggedStep) recordAppends(sh raggedShape) error {
 // table, after the appends: the sequences of the other kind read as
 // empty, their rows as padding. The caller holds s.mu and the cache's
 // lock.
-func (s *RaggedStep) recordTables(sh raggedShape, rows int) error {
+func (s *RaggedStep) recordTables(cmds *vk.Commands, sh raggedShape, rows int) error {
 	c := s.cache
 	cc := c.cfg
 	kept := c.keptLocked()
@@ -436,9 +412,62 @@ func (s *RaggedStep) recordTables(sh raggedShape, rows int) error {
 		t  *engine.Tensor
 		xs []int
 	}{{s.decodeLens, decodeLens}, {s.chunkLens, chunkLens}, {s.chunkTable, table}} {
-		if err := updateInts(s.cmds, x.t, 0, x.xs); err != nil {
+		if err := updateInts(cmds, x.t, 0, x.xs); err != nil {
 			return engine.DeviceError(err)
 		}
 	}
 	return nil
+}
+
+// calls are the calls a step of shape sh launches, the prefill's (if any)
+// first, and the rows of the prefill call's items, preparing them the
+// first time: over the view of the cache that holds what the sequences
+// will after the appends. The caller holds s.mu and the cache's lock.
+func (s *RaggedStep) calls(sh raggedShape) (rows int, calls []*engine.Call, err error) {
+	c := s.cache
+	cc := c.cfg
+	kept := c.keptAfterLocked(sh.counts)
+	view := stepBucket(slices.Max(kept), cc.Capacity, cc.PageSize)
+	if len(sh.chunks) > 0 {
+		rows = chunkRows(sh.longest, s.maxRows)
+		call, err := s.chunkCall(rows, view)
+		if err != nil {
+			return 0, nil, err
+		}
+		calls = append(calls, call)
+	}
+	if len(sh.decode) > 0 {
+		call, err := s.decodeCall(view)
+		if err != nil {
+			return 0, nil, err
+		}
+		calls = append(calls, call)
+	}
+	return rows, calls, nil
+}
+
+// chunkRegions are the copies of the chunks' rows of width w floats into
+// a call tensor from base whose items hold stride rows a head, of which
+// the step uses rows: chunk i (sequence b) of n tokens, head h, from row
+// at(i, b, h) of the other buffer from from, into the last n of its item's
+// rows.
+func (s *RaggedStep) chunkRegions(sh raggedShape, rows, stride, w int, from, base uint64, at func(i, b, h int) int) []vk.Region {
+	var regions []vk.Region
+	H, bytes := s.cfg.Heads, uint64(w)*4
+	for i, b := range sh.chunks {
+		n := sh.counts[b]
+		for h := range H {
+			row := (i*H+h)*stride + rows - n
+			regions = append(regions, vk.Region{Src: from + uint64(at(i, b, h))*bytes, Dst: base + uint64(row)*bytes, Size: uint64(n) * bytes})
+		}
+	}
+	return regions
+}
+
+// reversed is regions copied the other way.
+func reversed(regions []vk.Region) []vk.Region {
+	for i, r := range regions {
+		regions[i].Src, regions[i].Dst = r.Dst, r.Src
+	}
+	return regions
 }
