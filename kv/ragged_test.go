@@ -388,7 +388,17 @@ func TestRaggedStepRefusals(t *testing.T) {
 		t.Fatalf("lengths %v, %d pages in use after a step past the pool, want [4 30 0] and 5", got, pages)
 	}
 	raggedRun(t, r, step, hist, []int{3, 1, 2}, H, vkattn.Options{}, "after the refusals")
+	// Recording checks its tensors before it touches the cache.
+	if err := step.Record(vkattn.CommandBuffer{}, []int{1, 1, 1}, nil, nil, nil, nil); err == nil {
+		t.Error("a step recorded with nil tensors: no error")
+	}
+	if got := cache.Lengths(); !slices.Equal(got, []int{7, 31, 2}) {
+		t.Errorf("lengths %v after a refused recording, want [7 31 2]", got)
+	}
 	step.Close()
+	if err := step.Record(vkattn.CommandBuffer{}, []int{1, 1, 1}, nil, nil, nil, nil); !errors.Is(err, vkattn.ErrClosed) {
+		t.Errorf("a step recorded after Close: %v, want ErrClosed", err)
+	}
 	if err := run([]int{1, 1, 1}, HKV*3*D, H*3*D, H*3*D); !errors.Is(err, vkattn.ErrClosed) {
 		t.Errorf("a step run after Close: %v, want ErrClosed", err)
 	}

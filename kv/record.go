@@ -33,36 +33,9 @@ func (s *DecodeStep) Record(cmd vkattn.CommandBuffer, k, v, q, o *vkattn.Tensor)
 	defer s.mu.Unlock()
 	c := s.cache
 	cfg := c.cfg
-	switch {
-	case cfg.DType.Quantized(), c.rope != nil, cfg.Window > 0, cfg.Latent:
-		return core.Errorf(vkattn.ErrOption, "recording a decode step: a cache of %v storage%s is run with Run, which quantizes or rotates on the way; Record takes float caches without RoPE, a rolling window or latent rows",
-			cfg.DType, map[bool]string{true: " with RoPE, a window or latent rows"}[c.rope != nil || cfg.Window > 0 || cfg.Latent])
-	}
-	ts := [4]*engine.Tensor{(*engine.Tensor)(k), (*engine.Tensor)(v), (*engine.Tensor)(q), (*engine.Tensor)(o)}
-	for i, x := range [4]struct {
-		name  string
-		shape [4]int
-		dtype vkattn.DType
-	}{{"k", [4]int{cfg.B, cfg.HKV, 1, cfg.DK}, cfg.DType}, {"v", [4]int{cfg.B, cfg.HKV, 1, cfg.DV}, cfg.DType},
-		{"q", [4]int{cfg.B, s.heads, 1, cfg.DK}, vkattn.Float32}, {"o", [4]int{cfg.B, s.heads, 1, cfg.DV}, vkattn.Float32}} {
-		t := ts[i]
-		if err := engine.CheckInput(c.dev, x.name, t); err != nil {
-			return err
-		}
-		switch {
-		case t.Shape() != x.shape:
-			return core.Errorf(vkattn.ErrShape, "recording a decode step: %s has shape %v, want %v", x.name, t.Shape(), x.shape)
-		case t.DType() != x.dtype:
-			return core.Errorf(vkattn.ErrOption, "recording a decode step: %s is %v, want %v", x.name, t.DType(), x.dtype)
-		case !engine.RowMajor(t):
-			return core.Errorf(vkattn.ErrShape, "recording a decode step: %s is a strided view; its rows must lie one after another", x.name)
-		}
-	}
-	if most, limit := max(engine.Bound(ts[0]), engine.Bound(ts[1])), engine.Bound(c.k); most > limit {
-		return core.Errorf(vkattn.ErrOverflow, "recording a decode step: k or v may hold |x| up to %g, beyond the KV cache's bound %g", most, limit)
-	}
-	if b := engine.Bound(ts[2]); b > engine.WriteHeadroom {
-		return core.Errorf(vkattn.ErrOverflow, "recording a decode step: q may hold |x| up to %g, beyond the %g the step's calls were checked for", b, float64(engine.WriteHeadroom))
+	ts, err := c.recordedTensors("a decode step", [4]*vkattn.Tensor{k, v, q, o}, cfg.B, s.heads, 1)
+	if err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -100,4 +73,48 @@ func (s *DecodeStep) Record(cmd vkattn.CommandBuffer, k, v, q, o *vkattn.Tensor)
 		return err
 	}
 	return nil
+}
+
+// recordedTensors checks the tensors a recorded step of the cache reads
+// and writes (what names it in refusals): k (b, HKV, n, DK) and v (b,
+// HKV, n, DV) of the cache's element type and within its bound, q (b,
+// heads, n, DK) and o (b, heads, n, DV) float32, all vkattn's or the
+// host's (TensorOver) on the cache's device with rows one after another.
+// The cache must store floats without RoPE, a rolling window or latent
+// rows: the others quantize or rotate on the host.
+func (c *Cache) recordedTensors(what string, in [4]*vkattn.Tensor, b, heads, n int) ([4]*engine.Tensor, error) {
+	cfg := c.cfg
+	var ts [4]*engine.Tensor
+	switch {
+	case cfg.DType.Quantized(), c.rope != nil, cfg.Window > 0, cfg.Latent:
+		return ts, core.Errorf(vkattn.ErrOption, "recording %s: a cache of %v storage%s is run with Run, which quantizes or rotates on the way; Record takes float caches without RoPE, a rolling window or latent rows",
+			what, cfg.DType, map[bool]string{true: " with RoPE, a window or latent rows"}[c.rope != nil || cfg.Window > 0 || cfg.Latent])
+	}
+	for i, x := range [4]struct {
+		name  string
+		shape [4]int
+		dtype vkattn.DType
+	}{{"k", [4]int{b, cfg.HKV, n, cfg.DK}, cfg.DType}, {"v", [4]int{b, cfg.HKV, n, cfg.DV}, cfg.DType},
+		{"q", [4]int{b, heads, n, cfg.DK}, vkattn.Float32}, {"o", [4]int{b, heads, n, cfg.DV}, vkattn.Float32}} {
+		t := (*engine.Tensor)(in[i])
+		if err := engine.CheckInput(c.dev, x.name, t); err != nil {
+			return ts, err
+		}
+		switch {
+		case t.Shape() != x.shape:
+			return ts, core.Errorf(vkattn.ErrShape, "recording %s: %s has shape %v, want %v", what, x.name, t.Shape(), x.shape)
+		case t.DType() != x.dtype:
+			return ts, core.Errorf(vkattn.ErrOption, "recording %s: %s is %v, want %v", what, x.name, t.DType(), x.dtype)
+		case !engine.RowMajor(t):
+			return ts, core.Errorf(vkattn.ErrShape, "recording %s: %s is a strided view; its rows must lie one after another", what, x.name)
+		}
+		ts[i] = t
+	}
+	if most, limit := max(engine.Bound(ts[0]), engine.Bound(ts[1])), engine.Bound(c.k); most > limit {
+		return ts, core.Errorf(vkattn.ErrOverflow, "recording %s: k or v may hold |x| up to %g, beyond the KV cache's bound %g", what, most, limit)
+	}
+	if bound := engine.Bound(ts[2]); bound > engine.WriteHeadroom {
+		return ts, core.Errorf(vkattn.ErrOverflow, "recording %s: q may hold |x| up to %g, beyond the %g the step's calls were checked for", what, bound, float64(engine.WriteHeadroom))
+	}
+	return ts, nil
 }
