@@ -242,7 +242,7 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 	for i, c := range backwardCases() {
 		t.Run(c.name, func(t *testing.T) {
 			seed := int64(100 + i)
-			p := newProblem(seed, c.B, c.H, c.HKV, c.L, c.S, c.DK, c.DV)
+			p := newMaskProblem(seed, c.B, c.H, c.HKV, c.L, c.S, c.DK, c.DV)
 			checkBackwardFD(t, p, c.opts(rand.New(rand.NewSource(seed))), seed)
 		})
 	}
@@ -253,7 +253,7 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 // read.
 func TestBackwardDeadRowsExactlyZero(t *testing.T) {
 	const B, H, L, S, DK, DV = 2, 2, 5, 3, 3, 2
-	p := newProblem(7, B, H, 1, L, S, DK, DV)
+	p := newMaskProblem(7, B, H, 1, L, S, DK, DV)
 	rng := rand.New(rand.NewSource(8))
 	// Item 0: no keys at all. Item 1: rows 0-1 see no key (bottom-right,
 	// L > S), rows 4 on are padding.
@@ -316,7 +316,7 @@ func TestBackwardDeadRowsExactlyZero(t *testing.T) {
 
 // Without sinks DSinks is nil; with them it has one entry per query head.
 func TestBackwardSinksShape(t *testing.T) {
-	p := newProblem(9, 1, 2, 1, 2, 3, 2, 2)
+	p := newMaskProblem(9, 1, 2, 1, 2, 3, 2, 2)
 	dO := make([]float32, 2*2*2)
 	g, err := AttentionBackward(p.q, p.qs, p.k, p.ks, p.v, p.vs, dO, core.Options{})
 	if err != nil || g.DSinks != nil {
@@ -332,7 +332,7 @@ func TestBackwardSinksShape(t *testing.T) {
 }
 
 func TestBackwardErrors(t *testing.T) {
-	p := newProblem(10, 1, 2, 1, 2, 3, 2, 2)
+	p := newMaskProblem(10, 1, 2, 1, 2, 3, 2, 2)
 	dO := make([]float32, 1*2*2*2)
 	withAt := func(x []float32, i int, v float32) []float32 {
 		y := append([]float32(nil), x...)

@@ -294,8 +294,8 @@ type problem struct {
 	qs, ks, vs [4]int
 }
 
-// newProblem is a problem of standard normal inputs (random.QKV).
-func newProblem(seed int64, B, H, HKV, L, S, DK, DV int) problem {
+// newMaskProblem is a problem of standard normal inputs (random.QKV).
+func newMaskProblem(seed int64, B, H, HKV, L, S, DK, DV int) problem {
 	in, sh := random.QKV(rand.New(rand.NewSource(seed)), random.Normal, B, H, HKV, L, S, DK, DV)
 	return problem{q: in[0], k: in[1], v: in[2], qs: sh[0], ks: sh[1], vs: sh[2]}
 }
@@ -306,7 +306,7 @@ func (p problem) run(t *testing.T, opts core.Options) *Result {
 }
 
 func TestBoolMaskMeaning(t *testing.T) {
-	p := newProblem(3, 2, 2, 2, 3, 4, 4, 3)
+	p := newMaskProblem(3, 2, 2, 2, 3, 4, 4, 3)
 	rng := rand.New(rand.NewSource(4))
 	shape := core.MaskShape{2, 1, 3, 4} // broadcast over heads
 	allow := make([]bool, 2*3*4)
@@ -354,7 +354,7 @@ func TestBoolMaskMeaning(t *testing.T) {
 
 // Causal masks for L=2, S=4 against hand-written additive masks.
 func TestCausal(t *testing.T) {
-	p := newProblem(5, 1, 2, 1, 2, 4, 3, 2)
+	p := newMaskProblem(5, 1, 2, 1, 2, 4, 3, 2)
 	inf := negInf
 	shape := core.MaskShape{1, 1, 2, 4}
 	topLeft := []float32{
@@ -371,14 +371,14 @@ func TestCausal(t *testing.T) {
 		p.run(t, core.Options{Mask: &core.Mask{Shape: shape, Values: bottomRight}}))
 
 	// L == S: both alignments are the usual lower-triangular mask.
-	sq := newProblem(6, 1, 1, 1, 3, 3, 2, 2)
+	sq := newMaskProblem(6, 1, 1, 1, 3, 3, 2, 2)
 	tri := &core.Mask{Shape: core.MaskShape{1, 1, 3, 3}, Values: []float32{0, inf, inf, 0, 0, inf, 0, 0, 0}}
 	rt := sq.run(t, core.Options{Causal: core.CausalTopLeft})
 	same(t, "square top-left", rt, sq.run(t, core.Options{Mask: tri}))
 	same(t, "square bottom-right", rt, sq.run(t, core.Options{Causal: core.CausalBottomRight}))
 
 	// L > S bottom-right: query t sees j <= t-2, so rows 0 and 1 see nothing.
-	tall := newProblem(7, 1, 1, 1, 4, 2, 2, 2)
+	tall := newMaskProblem(7, 1, 1, 1, 4, 2, 2, 2)
 	r := tall.run(t, core.Options{Causal: core.CausalBottomRight})
 	for row := 0; row < 2; row++ {
 		if !math.IsInf(r.LSE[row], -1) {
@@ -391,7 +391,7 @@ func TestCausal(t *testing.T) {
 }
 
 func TestKeyLengths(t *testing.T) {
-	p := newProblem(8, 2, 2, 2, 3, 4, 3, 2)
+	p := newMaskProblem(8, 2, 2, 2, 3, 4, 3, 2)
 	r := p.run(t, core.Options{KeyLengths: []int{0, 2}})
 	// Batch 0 has no keys: every row zeros, LSE -Inf, weights 0.
 	n := 2 * 3 // rows per batch item
@@ -408,7 +408,7 @@ func TestKeyLengths(t *testing.T) {
 }
 
 func TestQueryLengths(t *testing.T) {
-	p := newProblem(9, 2, 2, 1, 3, 4, 3, 2)
+	p := newMaskProblem(9, 2, 2, 1, 3, 4, 3, 2)
 	full := p.run(t, core.Options{})
 	r := p.run(t, core.Options{QueryLengths: []int{1, 3}})
 	for b := 0; b < 2; b++ {
@@ -437,7 +437,7 @@ func TestQueryLengths(t *testing.T) {
 func TestGQA(t *testing.T) {
 	const B, H, L, S, DK, DV = 2, 4, 3, 5, 4, 3
 	for _, hkv := range []int{1, 2, 4} {
-		p := newProblem(10, B, H, hkv, L, S, DK, DV)
+		p := newMaskProblem(10, B, H, hkv, L, S, DK, DV)
 		rep := func(x []float32, w int) []float32 {
 			var y []float32
 			for b := 0; b < B; b++ {
@@ -472,7 +472,7 @@ func TestCustomScale(t *testing.T) {
 		mustRun(t, q, qs, k, ks, v, ks, core.Options{Scale: core.CustomScale(1 / math.Sqrt(2))}),
 		mustRun(t, q, qs, k, ks, v, ks, core.Options{}))
 	// Doubling the scale is doubling the query (exact in binary).
-	p := newProblem(11, 1, 2, 2, 3, 4, 4, 2)
+	p := newMaskProblem(11, 1, 2, 2, 3, 4, 4, 2)
 	q2 := append([]float32(nil), p.q...)
 	for i := range q2 {
 		q2[i] *= 2
@@ -485,7 +485,7 @@ func TestCustomScale(t *testing.T) {
 // them by hand; a broadcast mask equals its expansion.
 func TestCombinedAndBroadcast(t *testing.T) {
 	const B, H, L, S = 2, 2, 3, 5
-	p := newProblem(12, B, H, 1, L, S, 4, 3)
+	p := newMaskProblem(12, B, H, 1, L, S, 4, 3)
 	rng := rand.New(rand.NewSource(13))
 	add := make([]float32, H*S) // shape (1,H,1,S)
 	for i := range add {
@@ -549,7 +549,7 @@ func denseMask(B, H, L, S int, at func(b, h, l, j int) float32) *core.Mask {
 // that blocks wherever any of them blocks (SEMANTICS.md §4).
 func TestBoolMasksAND(t *testing.T) {
 	const B, H, L, S = 2, 3, 4, 5
-	p := newProblem(15, B, H, 1, L, S, 4, 3)
+	p := newMaskProblem(15, B, H, 1, L, S, 4, 3)
 	rng := rand.New(rand.NewSource(16))
 	bools := func(n int) []bool {
 		x := make([]bool, n)
@@ -595,7 +595,7 @@ func TestBoolMasksAND(t *testing.T) {
 
 // Large scores must not overflow: the row max is subtracted before exp.
 func TestStableSoftmax(t *testing.T) {
-	p := newProblem(14, 1, 1, 1, 4, 6, 4, 2)
+	p := newMaskProblem(14, 1, 1, 1, 4, 6, 4, 2)
 	for i := range p.q {
 		p.q[i] *= 1e4
 	}
@@ -611,7 +611,7 @@ func TestStableSoftmax(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	ok := newProblem(15, 1, 2, 1, 2, 3, 2, 2)
+	ok := newMaskProblem(15, 1, 2, 1, 2, 3, 2, 2)
 	cases := []struct {
 		name       string
 		q, k, v    []float32

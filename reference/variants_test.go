@@ -418,7 +418,7 @@ func TestVariantsMatchDense(t *testing.T) {
 	}
 	rng := rand.New(rand.NewSource(41))
 	for si, d := range shapes {
-		p := newProblem(int64(100+si), d.B, d.H, d.HKV, d.L, d.S, d.DK, d.DV)
+		p := newMaskProblem(int64(100+si), d.B, d.H, d.HKV, d.L, d.S, d.DK, d.DV)
 		for _, c := range cases {
 			name := fmt.Sprintf("%v/%s", d, c.name)
 			opts, sp := buildCase(rng, c, d)
@@ -461,9 +461,9 @@ func deadRows(sp denseSpec, d core.Dims) int {
 // with GQA (H=4, H_kv=2).
 func propertyProblems() []problem {
 	return []problem{
-		newProblem(51, 2, 4, 2, 3, 7, 4, 3),
-		newProblem(52, 2, 4, 2, 6, 3, 4, 2),
-		newProblem(53, 1, 4, 2, 5, 5, 3, 3),
+		newMaskProblem(51, 2, 4, 2, 3, 7, 4, 3),
+		newMaskProblem(52, 2, 4, 2, 6, 3, 4, 2),
+		newMaskProblem(53, 1, 4, 2, 5, 5, 3, 3),
 	}
 }
 
@@ -603,7 +603,7 @@ func TestSinksRows(t *testing.T) {
 
 // The reference refuses bad variants with CheckProblem's errors, unchanged.
 func TestVariantErrors(t *testing.T) {
-	p := newProblem(61, 1, 4, 2, 2, 3, 2, 2) // H = 4, H_kv = 2
+	p := newMaskProblem(61, 1, 4, 2, 2, 3, 2, 2) // H = 4, H_kv = 2
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	for _, c := range []struct {
 		name string

@@ -28,7 +28,7 @@ type problem struct {
 	contributionTops map[[2]int]float64
 }
 
-func newProblem(t *testing.T) *problem {
+func newPainterProblem(t *testing.T) *problem {
 	const B, H, HKV, L, S, d, dv = 2, 4, 2, 5, 7, 3, 2
 	p := &problem{B: B, H: H, HKV: HKV, L: L, S: S, dv: dv}
 	p.in, p.shapes = random.QKV(rand.New(rand.NewPCG(13, 5)), random.Normal, B, H, HKV, L, S, d, dv)
@@ -79,7 +79,7 @@ func TestPainterColoursMatchThePalette(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newProblem(t)
+	p := newPainterProblem(t)
 	var ts [3]*vkattn.Tensor
 	for i, data := range p.in {
 		if ts[i], err = vdev.Upload(p.shapes[i][:], data); err != nil {

@@ -49,8 +49,8 @@ const addB, addL, addS, addDQ, addDK, addDA, addDV = 2, 3, 5, 4, 3, 6, 2
 func newAdditiveCase(t *testing.T, r *rand.Rand) *additiveCase {
 	t.Helper()
 	c := &additiveCase{dir: t.TempDir(), q3: [3]int{addB, addL, addDQ}, k3: [3]int{addB, addS, addDK}, v3: [3]int{addB, addS, addDV}}
-	c.w = &nn.AdditiveWeights{DQ: addDQ, DK: addDK, DA: addDA, WQ: randomValues(r, addDQ*addDA), WK: randomValues(r, addDK*addDA),
-		Bias: randomValues(r, addDA), WA: randomValues(r, addDA)}
+	c.w = &nn.AdditiveWeights{DQ: addDQ, DK: addDK, DA: addDA, WQ: normalValues(r, addDQ*addDA), WK: normalValues(r, addDK*addDA),
+		Bias: normalValues(r, addDA), WA: normalValues(r, addDA)}
 	c.params = writeNPZ(t, c.dir, "p.npz", map[string]any{"W_q": rows(c.w.WQ, addDA), "W_k": rows(c.w.WK, addDA), "b": c.w.Bias, "w_a": rows(c.w.WA, 1)})
 	for _, x := range []struct {
 		path *string
@@ -58,7 +58,7 @@ func newAdditiveCase(t *testing.T, r *rand.Rand) *additiveCase {
 		name string
 		s    [3]int
 	}{{&c.q, &c.qd, "q.npy", c.q3}, {&c.k, &c.kd, "k.npy", c.k3}, {&c.v, &c.vd, "v.npy", c.v3}} {
-		*x.data = randomValues(r, x.s[0]*x.s[1]*x.s[2])
+		*x.data = normalValues(r, x.s[0]*x.s[1]*x.s[2])
 		*x.path = writeArray(t, c.dir, x.name, x.s[:], *x.data)
 	}
 	return c
@@ -177,7 +177,7 @@ func TestAdditiveGrads(t *testing.T) {
 	withDevice(t)
 	r := rand.New(rand.NewSource(161))
 	c := newAdditiveCase(t, r)
-	dO := randomValues(r, addB*addL*addDV)
+	dO := normalValues(r, addB*addL*addDV)
 	do := writeArray(t, c.dir, "do.npy", []int{addB, addL, addDV}, dO)
 	g := filepath.Join(c.dir, "g.npz")
 	cliOK(t, "additive", "-q", c.q, "-k", c.k, "-v", c.v, "--params", c.params, "--causal", "bottom-right", "--key-lengths", "5,2",

@@ -199,8 +199,8 @@ func randomCross(t *testing.T, r *rand.Rand, dir string, d, kdim int) (string, *
 	return path, w
 }
 
-// randomValues are n values standard normal (internal/random).
-func randomValues(r *rand.Rand, n int) []float32 { return random.Normal(r, n) }
+// normalValues are n standard normal values (internal/random).
+func normalValues(r *rand.Rand, n int) []float32 { return random.Normal(r, n) }
 
 // Cross-attention (key = value = KV, kdim 6 != d 8) against the reference,
 // plain and with key padding and PyTorch's 3-D (B*h,T,S) additive mask.
@@ -210,7 +210,7 @@ func TestMHACross(t *testing.T) {
 	dir := t.TempDir()
 	const B, T, S, d, kdim, h = 2, 3, 4, 8, 6, 2
 	params, w := randomCross(t, r, dir, d, kdim)
-	xd, kvd := randomValues(r, B*T*d), randomValues(r, B*S*kdim)
+	xd, kvd := normalValues(r, B*T*d), normalValues(r, B*S*kdim)
 	x := writeArray(t, dir, "x.npy", []int{B, T, d}, xd)
 	kv := writeArray(t, dir, "kv.npy", []int{B, S, kdim}, kvd)
 	o, wp := filepath.Join(dir, "out.npy"), filepath.Join(dir, "w.npy")
@@ -533,7 +533,7 @@ func TestMHAInputTypes(t *testing.T) {
 		}
 		return y
 	}
-	xd, kvd := randomValues(r, B*T*d), randomValues(r, B*S*kdim)
+	xd, kvd := normalValues(r, B*T*d), normalValues(r, B*S*kdim)
 	o := filepath.Join(dir, "out.npy")
 	for _, c := range []struct {
 		name  string
