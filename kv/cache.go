@@ -99,6 +99,37 @@ func New(dev *vkattn.Device, cfg Config) (*Cache, error) {
 	if err := engine.CheckOpen(d); err != nil {
 		return nil, err
 	}
+	perItem, err := checkConfig(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cache{dev: d, cfg: cfg, lens: make([]int, cfg.B)}
+	fail := func(err error) (*Cache, error) {
+		c.Close()
+		return nil, err
+	}
+	if err := c.allocate(perItem); err != nil {
+		return fail(err)
+	}
+	if err := c.newRoPE(); err != nil {
+		return fail(err)
+	}
+	// Key lengths 0; query lengths Capacity, so that no row is padding.
+	if err := engine.WriteInts(c.lengths, cfg.B, slices.Repeat([]int{cfg.Capacity}, cfg.B)); err != nil {
+		return fail(err)
+	}
+	if err := c.syncLengths(engine.WriteInts); err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// checkConfig refuses a configuration no cache can have and completes
+// cfg: a paged cache's Capacity rounded up to whole pages and its pool
+// (Pages 0: enough for every sequence), a rolling cache's Capacity, the
+// cache's own copy of its RoPE. It returns a paged cache's page-table
+// entries per sequence (0 when contiguous).
+func checkConfig(cfg *Config) (perItem int, err error) {
 	for _, x := range []struct {
 		name string
 		n    int
@@ -106,34 +137,34 @@ func New(dev *vkattn.Device, cfg Config) (*Cache, error) {
 		// A rolling cache's Capacity 0 is chosen below.
 		rollingCapacity := x.name == "Capacity" && cfg.Window > 0
 		if x.n <= 0 && x.name != "PageSize" && x.name != "Pages" && x.name != "Window" && !rollingCapacity {
-			return nil, core.Errorf(vkattn.ErrEmpty, "KV cache %s is %d: must be at least 1", x.name, x.n)
+			return 0, core.Errorf(vkattn.ErrEmpty, "KV cache %s is %d: must be at least 1", x.name, x.n)
 		}
 		// Every tensor of the cache holds at most 2^31 elements, so
 		// no one extent may exceed it (and products of two stay exact).
 		if x.n > math.MaxInt32 {
-			return nil, core.Errorf(vkattn.ErrTooLarge, "KV cache %s is %d: at most 2^31-1", x.name, x.n)
+			return 0, core.Errorf(vkattn.ErrTooLarge, "KV cache %s is %d: at most 2^31-1", x.name, x.n)
 		}
 	}
 	if !cfg.DType.ValidKV() {
-		return nil, core.Errorf(vkattn.ErrOption, "KV cache of element type %v: want f32, f16, bf16, q8_0 or q4_0", cfg.DType)
+		return 0, core.Errorf(vkattn.ErrOption, "KV cache of element type %v: want f32, f16, bf16, q8_0 or q4_0", cfg.DType)
 	}
 	// Calls over the cache would all be refused (the kernels take heads
 	// up to MaxHeadWidth): refuse the cache instead.
 	if cfg.DK > vkattn.MaxHeadWidth || cfg.DV > vkattn.MaxHeadWidth {
-		return nil, core.Errorf(vkattn.ErrTooLarge, "KV cache heads of DK = %d, DV = %d: the attention kernels take widths up to MaxHeadWidth = %d", cfg.DK, cfg.DV, vkattn.MaxHeadWidth)
+		return 0, core.Errorf(vkattn.ErrTooLarge, "KV cache heads of DK = %d, DV = %d: the attention kernels take widths up to MaxHeadWidth = %d", cfg.DK, cfg.DV, vkattn.MaxHeadWidth)
 	}
 	// Both quantized types have blocks of 32 (core.Q8Block, core.Q4Block).
 	if cfg.DType.Quantized() && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
-		return nil, core.Errorf(vkattn.ErrShape, "a %v KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", cfg.DType, core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
+		return 0, core.Errorf(vkattn.ErrShape, "a %v KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", cfg.DType, core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
 	}
-	if err := checkRolling(&cfg); err != nil {
-		return nil, err
+	if err := checkRolling(cfg); err != nil {
+		return 0, err
 	}
 	if cfg.Latent && cfg.DV > cfg.DK {
-		return nil, core.Errorf(vkattn.ErrShape, "a latent KV cache's V is the leading DV columns of its keys: DV = %d must be at most DK = %d", cfg.DV, cfg.DK)
+		return 0, core.Errorf(vkattn.ErrShape, "a latent KV cache's V is the leading DV columns of its keys: DV = %d must be at most DK = %d", cfg.DV, cfg.DK)
 	}
 	if cfg.Latent && cfg.RoPE != nil {
-		return nil, core.Errorf(vkattn.ErrOption, "a latent KV cache takes no RoPE: the cache's RoPE rotates a key's leading columns, which are V's; rotate the latent's trailing rotary columns (and the queries' own) before appending")
+		return 0, core.Errorf(vkattn.ErrOption, "a latent KV cache takes no RoPE: the cache's RoPE rotates a key's leading columns, which are V's; rotate the latent's trailing rotary columns (and the queries' own) before appending")
 	}
 	if r := cfg.RoPE; r != nil {
 		// A rolling cache's positions go on past its capacity: checked
@@ -143,15 +174,14 @@ func New(dev *vkattn.Device, cfg Config) (*Cache, error) {
 			at = vkattn.Dims{}
 		}
 		if err := r.Check(cfg.DK, at); err != nil {
-			return nil, err
+			return 0, err
 		}
 		if r.QueryPositions != nil || r.KeyPositions != nil {
-			return nil, core.Errorf(vkattn.ErrOption, "a KV cache places its tokens itself: its RoPE takes no explicit positions")
+			return 0, core.Errorf(vkattn.ErrOption, "a KV cache places its tokens itself: its RoPE takes no explicit positions")
 		}
 		r := *r
 		cfg.RoPE = &r // the cache's own copy
 	}
-	perItem := 0
 	if cfg.PageSize > 0 {
 		perItem = (cfg.Capacity + cfg.PageSize - 1) / cfg.PageSize
 		cfg.Capacity = perItem * cfg.PageSize
@@ -161,13 +191,17 @@ func New(dev *vkattn.Device, cfg Config) (*Cache, error) {
 	}
 	positions := max(float64(cfg.B)*float64(cfg.Capacity), float64(cfg.Pages)*float64(cfg.PageSize))
 	if n := positions * float64(cfg.HKV) * float64(max(cfg.DK, cfg.DV)); n > math.MaxInt32 {
-		return nil, core.Errorf(vkattn.ErrTooLarge, "KV cache of %.3g elements per tensor: at most 2^31", n)
+		return 0, core.Errorf(vkattn.ErrTooLarge, "KV cache of %.3g elements per tensor: at most 2^31", n)
 	}
-	c := &Cache{dev: d, cfg: cfg, lens: make([]int, cfg.B)}
-	fail := func(err error) (*Cache, error) {
-		c.Close()
-		return nil, err
-	}
+	return perItem, nil
+}
+
+// allocate makes the cache's storage on the device, zeroed there, and
+// (paged) its page table and pool of perItem pages a sequence, and the
+// lengths the kernels read.
+func (c *Cache) allocate(perItem int) error {
+	cfg := c.cfg
+	d := c.dev
 	var err error
 	// Allocated, not uploaded: the host never holds a copy of the cache,
 	// and one the heap cannot hold is refused before anything is written.
@@ -189,13 +223,13 @@ func New(dev *vkattn.Device, cfg Config) (*Cache, error) {
 	for _, x := range stored {
 		if cfg.PageSize == 0 {
 			if *x.dst, err = alloc(cfg.B, cfg.Capacity, x.w); err != nil {
-				return fail(err)
+				return err
 			}
 			continue
 		}
 		pool, err := alloc(cfg.Pages, cfg.PageSize, x.w)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		// The kernels see a (B, HKV, Capacity, D) tensor whose batch
 		// stride is the pool's page stride: the page table says which page.
@@ -204,7 +238,7 @@ func New(dev *vkattn.Device, cfg Config) (*Cache, error) {
 	if cfg.Latent {
 		// V: the keys' leading columns, which calls read from K's rows.
 		if c.v, err = c.k.Columns(0, cfg.DV); err != nil {
-			return fail(err)
+			return err
 		}
 	}
 	// Zeros, not garbage: the kernels load a few positions past a
@@ -221,53 +255,54 @@ func New(dev *vkattn.Device, cfg Config) (*Cache, error) {
 		return nil
 	})
 	if err != nil {
-		return fail(engine.DeviceError(err))
+		return engine.DeviceError(err)
 	}
 	if cfg.PageSize > 0 {
 		c.pt = &pageTable{size: cfg.PageSize, pages: cfg.Pages, perItem: perItem}
 		if c.pt.table, err = engine.NewTensor(d, [4]int{1, 1, cfg.B, perItem}, vkattn.Float32); err != nil {
-			return fail(err)
+			return err
 		}
 		c.pool = pages.New(cfg.Pages, cfg.PageSize, cfg.B)
 		if err := c.syncPages(engine.WriteInts); err != nil {
-			return fail(err)
+			return err
 		}
 	}
 	if c.lengths, err = engine.NewTensor(d, [4]int{1, 1, 1, 2 * cfg.B}, vkattn.Float32); err != nil {
-		return fail(err)
+		return err
 	}
-	if r := cfg.RoPE; r != nil && cfg.Window > 0 {
-		if err := c.newRollingRoPE(r); err != nil {
-			return fail(err)
+	return nil
+}
+
+// newRoPE makes the tables of a cache with RoPE: a rolling cache's (rows
+// that follow its window) or a row per position of the capacity, written
+// a piece at a time (the host holds no copy of the whole table).
+func (c *Cache) newRoPE() error {
+	cfg := c.cfg
+	r := cfg.RoPE
+	switch {
+	case r == nil:
+		return nil
+	case cfg.Window > 0:
+		return c.newRollingRoPE(r)
+	}
+	rot := r.RotatedDims(cfg.DK)
+	c.rope = &cacheRoPE{r: r}
+	var err error
+	if c.rope.table, err = engine.NewTensor(c.dev, [4]int{1, 1, 1, cfg.Capacity * rot}, vkattn.Float32); err != nil {
+		return err
+	}
+	const piece = 4096
+	positions := make([]int, 0, piece)
+	for p0 := 0; p0 < cfg.Capacity; p0 += piece {
+		positions = positions[:0]
+		for p := p0; p < min(p0+piece, cfg.Capacity); p++ {
+			positions = append(positions, p)
 		}
-	} else if r != nil {
-		rot := r.RotatedDims(cfg.DK)
-		c.rope = &cacheRoPE{r: r}
-		if c.rope.table, err = engine.NewTensor(d, [4]int{1, 1, 1, cfg.Capacity * rot}, vkattn.Float32); err != nil {
-			return fail(err)
-		}
-		// A row per position, written a piece at a time: the host holds
-		// no copy of the whole table.
-		const piece = 4096
-		positions := make([]int, 0, piece)
-		for p0 := 0; p0 < cfg.Capacity; p0 += piece {
-			positions = positions[:0]
-			for p := p0; p < min(p0+piece, cfg.Capacity); p++ {
-				positions = append(positions, p)
-			}
-			if err := engine.Buf(c.rope.table).WriteFloat32(uint64(p0*rot), engine.RoPETable(r, cfg.DK, positions)); err != nil {
-				return fail(engine.DeviceError(err))
-			}
+		if err := engine.Buf(c.rope.table).WriteFloat32(uint64(p0*rot), engine.RoPETable(r, cfg.DK, positions)); err != nil {
+			return engine.DeviceError(err)
 		}
 	}
-	// Key lengths 0; query lengths Capacity, so that no row is padding.
-	if err := engine.WriteInts(c.lengths, cfg.B, slices.Repeat([]int{cfg.Capacity}, cfg.B)); err != nil {
-		return fail(err)
-	}
-	if err := c.syncLengths(engine.WriteInts); err != nil {
-		return fail(err)
-	}
-	return c, nil
+	return nil
 }
 
 // Config is the cache's configuration.
