@@ -11,7 +11,6 @@ import (
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/pipelines"
-	"github.com/vkattn/vkattn/vk"
 )
 
 // MHA is a multi-head attention layer (PyTorch nn.MultiheadAttention with
@@ -356,35 +355,11 @@ func (m *MHA) prepare(x, key, value *engine.Tensor, opts MHAOptions) (*engine.Pr
 
 	// Input projections; each head of Q, K and V is then a strided view of
 	// their output: (B, T, h, dh) read as (B, h, T, dh).
-	var q, k, v *vk.Buffer
-	if pr.self {
-		qkv, err := scratch(B*T, 3*dm)
-		if err != nil {
-			return nil, b.Fail(err)
-		}
-		if err := b.Linear(pr.layers[0], x, m.inW, 0, m.inB, 0, qkv, 3*dm); err != nil {
-			return nil, b.Fail(err)
-		}
-		q, k, v = engine.Buf(qkv), engine.Buf(qkv), engine.Buf(qkv)
-	} else {
-		inputs := []*engine.Tensor{x, key, value}
-		weights := []*engine.Tensor{m.qW, m.kW, m.vW}
-		bufs := []**vk.Buffer{&q, &k, &v}
-		for i, l := range pr.layers {
-			w := weights[i]
-			if m.packed {
-				w = m.inW
-			}
-			y, err := scratch(l.Rows, l.Outputs)
-			if err != nil {
-				return nil, b.Fail(err)
-			}
-			if err := b.Linear(l, inputs[i], w, m.projOffset(i), m.inB, m.biasOffset(i), y, l.Outputs); err != nil {
-				return nil, b.Fail(err)
-			}
-			*bufs[i] = engine.Buf(y)
-		}
+	projected, err := m.recordProjections(b, &pr, [3]*engine.Tensor{x, key, value})
+	if err != nil {
+		return nil, b.Fail(err)
 	}
+	q, k, v := engine.Buf(projected[0]), engine.Buf(projected[1]), engine.Buf(projected[2])
 
 	// Attention writes each head's output into its columns of the
 	// concatenation (B, T, h*dh), the input of out_proj.
@@ -425,3 +400,29 @@ func (m *MHA) prepare(x, key, value *engine.Tensor, opts MHAOptions) (*engine.Pr
 
 // MHACall is an MHA call recorded once and replayable, like Call.
 type MHACall engine.Prepared[*MHAOutput]
+
+// recordProjections records the input projections of inputs (x, key,
+// value) into scratch tensors of b and returns them: Q, K and V, or one
+// (B*T, 3d) tensor three times for a packed self-attention (the fused
+// in_proj). The forward and the backward (which records the forward
+// again) share them.
+func (m *MHA) recordProjections(b *engine.Builder, pr *mhaProblem, inputs [3]*engine.Tensor) ([3]*engine.Tensor, error) {
+	var out [3]*engine.Tensor
+	for i, l := range pr.layers {
+		y, err := b.ScratchTensor([4]int{1, 1, l.Rows, l.Outputs})
+		if err != nil {
+			return out, err
+		}
+		if pr.self {
+			if err := b.Linear(l, inputs[0], m.inW, 0, m.inB, 0, y, l.Outputs); err != nil {
+				return out, err
+			}
+			return [3]*engine.Tensor{y, y, y}, nil
+		}
+		if err := b.Linear(l, inputs[i], m.projWeight(i), m.projOffset(i), m.inB, m.biasOffset(i), y, l.Outputs); err != nil {
+			return out, err
+		}
+		out[i] = y
+	}
+	return out, nil
+}

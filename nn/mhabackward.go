@@ -228,45 +228,16 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 	hkv := kv / dh
 	scratch := func(rows, width int) (*engine.Tensor, error) { return b.ScratchTensor([4]int{1, 1, rows, width}) }
 	g := &mhaGrads{Params: map[string]*engine.Tensor{}}
-	output := func(shape [4]int, bound float64) (*engine.Tensor, error) {
-		t, err := b.Output(shape)
-		if err == nil {
-			engine.SetBound(t, bound)
-		}
-		return t, err
-	}
 	param := func(name string, rows, cols int, bound float64) (*engine.Tensor, error) {
-		t, err := output([4]int{1, 1, rows, cols}, bound)
-		if err == nil {
-			g.Params[name] = t
-		}
-		return t, err
+		return g.param(b, name, rows, cols, bound)
 	}
 
 	// The forward again, as Prepare records it, up to the heads' outputs
 	// concatenated, with the log-sum-exp the backward reads.
-	projected := [3]*engine.Tensor{}
 	inputs := [3]*engine.Tensor{in.x, in.key, in.value}
-	if pr.self {
-		qkv, err := scratch(B*T, 3*d)
-		if err != nil {
-			return nil, err
-		}
-		if err := b.Linear(pr.layers[0], in.x, m.inW, 0, m.inB, 0, qkv, 3*d); err != nil {
-			return nil, err
-		}
-		projected = [3]*engine.Tensor{qkv, qkv, qkv}
-	} else {
-		for i, l := range pr.layers {
-			y, err := scratch(l.Rows, l.Outputs)
-			if err != nil {
-				return nil, err
-			}
-			if err := b.Linear(l, inputs[i], m.projWeight(i), m.projOffset(i), m.inB, m.biasOffset(i), y, l.Outputs); err != nil {
-				return nil, err
-			}
-			projected[i] = y
-		}
+	projected, err := m.recordProjections(b, pr, inputs)
+	if err != nil {
+		return nil, err
 	}
 	concat, err := scratch(B*T, d)
 	if err != nil {
@@ -318,42 +289,62 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 		return nil, err
 	}
 
-	// The input projections.
+	if err := m.recordInputGrads(b, pr, in, inputs, heads, g, bounds); err != nil {
+		return nil, err
+	}
+	return g.public(p), nil
+}
+
+// recordInputGrads records the gradients of the input projections from
+// the heads' dQ, dK and dV: their weights' and biases' (into g.Params),
+// and those of the inputs (g.DX, and a cross-attention's g.DKey and
+// g.DValue).
+func (m *MHA) recordInputGrads(b *engine.Builder, pr *mhaProblem, in *mhaGradInputs, inputs [3]*engine.Tensor, heads engine.GradTargets, g *mhaGrads, bounds *mhaGradBounds) error {
+	p := pr.plan
+	B, T, S, d, h := p.B, p.T, p.S, p.DModel, p.Heads
+	kv := m.kvOut
+	dh := d / h
+	hkv := kv / dh
+	scratch := func(rows, width int) (*engine.Tensor, error) { return b.ScratchTensor([4]int{1, 1, rows, width}) }
+	param := func(name string, rows, cols int, bound float64) (*engine.Tensor, error) {
+		return g.param(b, name, rows, cols, bound)
+	}
+	var err error
 	var dIn *engine.Tensor // in_proj_weight's gradient (packed)
 	if m.packed {
 		if dIn, err = param("in_proj_weight", 3*d, d, bounds.dWIn); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	var dbIn *engine.Tensor
 	if m.inB != nil {
 		if dbIn, err = param("in_proj_bias", 1, d+2*kv, bounds.dbIn); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if g.DX, err = output(in.x.Shape(), bounds.dX); err != nil {
-		return nil, err
+	if g.DX, err = g.output(b, in.x.Shape(), bounds.dX); err != nil {
+		return err
 	}
 	if pr.self {
 		// Q, K and V's gradients side by side, (B*T, 3d) as the fused
 		// projection's output: one product for in_proj_weight, one for x.
 		dQKV, err := scratch(B*T, 3*d)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for i, t := range []*engine.Tensor{heads.DQ, heads.DK, heads.DV} {
 			if err := headsToRows(b, t, B, h, T, dh, dQKV, i*d, 3*d); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		return g.public(p), linearGrads(b, B*T, d, 3*d, dQKV, 0, 3*d, in.x, m.inW, 0, dIn, 0, dbIn, 0, g.DX, false)
+		return linearGrads(b, B*T, d, 3*d, dQKV, 0, 3*d, in.x, m.inW, 0, dIn, 0, dbIn, 0, g.DX, false)
 	}
 	if !in.self {
-		if g.DKey, err = output(in.key.Shape(), bounds.dKey); err != nil {
-			return nil, err
+		if g.DKey, err = g.output(b, in.key.Shape(), bounds.dKey); err != nil {
+			return err
 		}
-		if g.DValue, err = output(in.value.Shape(), bounds.dValue); err != nil {
-			return nil, err
+		if g.DValue, err = g.output(b, in.value.Shape(), bounds.dValue); err != nil {
+			return err
 		}
 	}
 	for i, x := range []struct {
@@ -367,15 +358,15 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 		{heads.DV, hkv, S, kv, m.vdim, "v_proj_weight", g.DValue, bounds.dWv}} {
 		dy, err := scratch(B*x.rows, x.out)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := headsToRows(b, x.heads, B, x.nh, x.rows, dh, dy, 0, x.out); err != nil {
-			return nil, err
+			return err
 		}
 		dW, dWAt := dIn, m.projOffset(i)
 		if !m.packed {
 			if dW, err = param(x.name, x.out, x.inputs, x.dWBound); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		dx, accumulate := x.dx, false
@@ -384,10 +375,28 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 		}
 		if err := linearGrads(b, B*x.rows, x.inputs, x.out, dy, 0, x.out, inputs[i], m.projWeight(i), m.projOffset(i),
 			dW, dWAt, dbIn, m.biasOffset(i), dx, accumulate); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return g.public(p), nil
+	return nil
+}
+
+// output is a gradient output of b of shape, within bound.
+func (g *mhaGrads) output(b *engine.Builder, shape [4]int, bound float64) (*engine.Tensor, error) {
+	t, err := b.Output(shape)
+	if err == nil {
+		engine.SetBound(t, bound)
+	}
+	return t, err
+}
+
+// param is the gradient output of the parameter name, (rows, cols).
+func (g *mhaGrads) param(b *engine.Builder, name string, rows, cols int, bound float64) (*engine.Tensor, error) {
+	t, err := g.output(b, [4]int{1, 1, rows, cols}, bound)
+	if err == nil {
+		g.Params[name] = t
+	}
+	return t, err
 }
 
 // mhaGrads are MHAGradients as the engine's tensors, while recorded.
