@@ -262,21 +262,7 @@ type benchResult struct {
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("bench", stderr)
 	var f benchFlags
-	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long, all, decode-loop, fork, cascade, serve or mha-train")
-	fs.Var(&f.shapes, "shape", "time `B,H,H_kv,L,S,d` instead of a suite (repeatable; ';' separates shapes)")
-	fs.Var(&f.causal, "causal", "bottom-right causal mask on every --shape (--causal=top-left for the other alignment)")
-	fs.IntVar(&f.reps, "reps", 5, "timed calls per shape, after one warm-up call")
-	fs.Uint64Var(&f.seed, "seed", 1, "random `seed` for Q, K and V")
-	fs.BoolVar(&f.json, "json", false, "print a JSON array of results instead of the table")
-	fs.StringVar(&f.plot, "plot", "", "draw GFLOP/s against S to `FILE.png` (or .svg, .pdf)")
-	deviceFlag(fs, &f.device)
-	fs.StringVar(&f.loadPath, "load-path", "auto", "force the kernel's load `path`: auto, texel or storage")
-	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
-	fs.BoolVar(&f.backward, "backward", false, "time the gradients (Device.AttentionBackward: the forward and the backward) instead")
-	fs.Var(&f.train, "mha-train", "time an MHA layer's training step (forward and backward) of `B,L,E,H` instead (the suite mha-train: 4,128,256,8)")
-	fs.BoolVar(&f.fp32Products, "fp32-products", false, "half inputs: keep Q K^T and P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
-	f.typeFlags.register(fs)
-	f.ropeFlags.register(fs)
+	f.register(fs)
 	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {
 		return code
 	}
@@ -338,70 +324,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	dev, err := vkattn.Open(f.device.with(vkattn.Config{LoadPath: path}))
-	if err != nil {
-		return failf(stderr, "bench", "%v", err)
-	}
-	defer dev.Close()
-
-	// Plan every shape first: one the device cannot run fails before any
-	// time is spent on the others.
-	for _, c := range cases {
-		d := c.Dims
-		if _, err := dev.PlanAs([]int{d.B, d.H, d.L, d.DK}, []int{d.B, d.HKV, d.S, d.DK}, []int{d.B, d.HKV, d.S, d.DV},
-			c.Types, c.Options()); err != nil {
-			return failf(stderr, "bench", "%s: %v", c.Name(), err)
-		}
-	}
-
-	prog := newBenchProgress(stderr, f.quiet, len(cases)*(1+f.reps))
-	clock := &tune.Clock{}
-	ctx, stop := interruptible("bench", func() string {
-		prog.clear()
-		return clock.Estimate()
-	})
-	defer stop()
-	var results []benchResult
-	failed := 0
-	interrupted := false
-	for _, c := range cases {
-		prog.describe(c.Name())
-		r, err := benchOne(ctx, dev, c, f.reps, f.seed, clock, prog.add)
-		if err != nil {
-			prog.clear()
-			if ctx.Err() != nil {
-				interrupted = true
-				break
-			}
-			failf(stderr, "bench", "%s: %v", c.Name(), err)
-			failed++
-			continue
-		}
-		results = append(results, r)
-	}
-	prog.finish()
-	stop()
-
-	if err := emitResults(stdout, f.json, results, func() { printBenchTable(stdout, dev.String(), results) }); err != nil {
-		return failf(stderr, "bench", "%v", err)
-	}
-	if f.plot != "" && interrupted {
-		fmt.Fprintf(stderr, "vkattn bench: --plot %s not written: interrupted\n", f.plot)
-	} else if f.plot != "" && len(results) > 0 {
-		if err := writePlot(f.plot, dev.String(), results); err != nil {
-			return failf(stderr, "bench", "--plot: %v", err)
-		}
-		if !f.json {
-			fmt.Fprintf(stdout, "wrote %s\n", f.plot)
-		}
-	}
-	switch {
-	case interrupted:
-		return failf(stderr, "bench", "interrupted after %d of %d shapes", len(results), len(cases))
-	case failed > 0:
-		return failf(stderr, "bench", "%d of %d shapes failed", failed, len(cases))
-	}
-	return exitOK
+	return runShapes(&f, cases, path, stdout, stderr)
 }
 
 // benchOne measures c (tune.Bench) as a row of the table: clock and tick
@@ -667,4 +590,92 @@ func runOwnSuite(f *benchFlags, set map[string]bool, stdout, stderr io.Writer) (
 		return runTrainBench(f, s, stdout, stderr), true
 	}
 	return 0, false
+}
+
+// register adds bench's flags to fs.
+func (f *benchFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.suite, "suite", "prefill", "preset `suite`: prefill, decode, long, all, decode-loop, fork, cascade, serve or mha-train")
+	fs.Var(&f.shapes, "shape", "time `B,H,H_kv,L,S,d` instead of a suite (repeatable; ';' separates shapes)")
+	fs.Var(&f.causal, "causal", "bottom-right causal mask on every --shape (--causal=top-left for the other alignment)")
+	fs.IntVar(&f.reps, "reps", 5, "timed calls per shape, after one warm-up call")
+	fs.Uint64Var(&f.seed, "seed", 1, "random `seed` for Q, K and V")
+	fs.BoolVar(&f.json, "json", false, "print a JSON array of results instead of the table")
+	fs.StringVar(&f.plot, "plot", "", "draw GFLOP/s against S to `FILE.png` (or .svg, .pdf)")
+	deviceFlag(fs, &f.device)
+	fs.StringVar(&f.loadPath, "load-path", "auto", "force the kernel's load `path`: auto, texel or storage")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
+	fs.BoolVar(&f.backward, "backward", false, "time the gradients (Device.AttentionBackward: the forward and the backward) instead")
+	fs.Var(&f.train, "mha-train", "time an MHA layer's training step (forward and backward) of `B,L,E,H` instead (the suite mha-train: 4,128,256,8)")
+	fs.BoolVar(&f.fp32Products, "fp32-products", false, "half inputs: keep Q K^T and P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
+	f.typeFlags.register(fs)
+	f.ropeFlags.register(fs)
+}
+
+// runShapes times cases (the shapes of a suite or of --shape) on the
+// device the flags name and prints them (and --plot).
+func runShapes(f *benchFlags, cases []tune.Case, path vkattn.LoadPath, stdout, stderr io.Writer) int {
+	dev, err := vkattn.Open(f.device.with(vkattn.Config{LoadPath: path}))
+	if err != nil {
+		return failf(stderr, "bench", "%v", err)
+	}
+	defer dev.Close()
+
+	// Plan every shape first: one the device cannot run fails before any
+	// time is spent on the others.
+	for _, c := range cases {
+		d := c.Dims
+		if _, err := dev.PlanAs([]int{d.B, d.H, d.L, d.DK}, []int{d.B, d.HKV, d.S, d.DK}, []int{d.B, d.HKV, d.S, d.DV},
+			c.Types, c.Options()); err != nil {
+			return failf(stderr, "bench", "%s: %v", c.Name(), err)
+		}
+	}
+
+	prog := newBenchProgress(stderr, f.quiet, len(cases)*(1+f.reps))
+	clock := &tune.Clock{}
+	ctx, stop := interruptible("bench", func() string {
+		prog.clear()
+		return clock.Estimate()
+	})
+	defer stop()
+	var results []benchResult
+	failed := 0
+	interrupted := false
+	for _, c := range cases {
+		prog.describe(c.Name())
+		r, err := benchOne(ctx, dev, c, f.reps, f.seed, clock, prog.add)
+		if err != nil {
+			prog.clear()
+			if ctx.Err() != nil {
+				interrupted = true
+				break
+			}
+			failf(stderr, "bench", "%s: %v", c.Name(), err)
+			failed++
+			continue
+		}
+		results = append(results, r)
+	}
+	prog.finish()
+	stop()
+
+	if err := emitResults(stdout, f.json, results, func() { printBenchTable(stdout, dev.String(), results) }); err != nil {
+		return failf(stderr, "bench", "%v", err)
+	}
+	if f.plot != "" && interrupted {
+		fmt.Fprintf(stderr, "vkattn bench: --plot %s not written: interrupted\n", f.plot)
+	} else if f.plot != "" && len(results) > 0 {
+		if err := writePlot(f.plot, dev.String(), results); err != nil {
+			return failf(stderr, "bench", "--plot: %v", err)
+		}
+		if !f.json {
+			fmt.Fprintf(stdout, "wrote %s\n", f.plot)
+		}
+	}
+	switch {
+	case interrupted:
+		return failf(stderr, "bench", "interrupted after %d of %d shapes", len(results), len(cases))
+	case failed > 0:
+		return failf(stderr, "bench", "%d of %d shapes failed", failed, len(cases))
+	}
+	return exitOK
 }

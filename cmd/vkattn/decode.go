@@ -88,20 +88,7 @@ type decodeFlags struct {
 func runDecode(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("decode", stderr)
 	var f decodeFlags
-	f.qkvFlags.register(fs, "(B,H,T,d_k), (H,T,d_k) or (T,d_k)", "(B,H_kv,T,d_k), ...", "(B,H_kv,T,d_v), ...")
-	fs.IntVar(&f.prefill, "prefill", 1, "tokens of the first step, a prefill (`P`)")
-	fs.StringVar(&f.schedule, "schedule", "", "run the ragged steps of `FILE` instead: a line per step of B counts of new tokens")
-	fs.IntVar(&f.page, "page", 0, "a paged cache of `N`-position pages (0: contiguous)")
-	fs.IntVar(&f.windowCache, "window-cache", 0, "a rolling cache keeping the last `W` positions (needs --page and --window L,R with L <= W-1)")
-	f.typeFlags.register(fs)
-	f.variantFlags.register(fs)
-	f.ropeFlags.register(fs)
-	fs.StringVar(&f.out, "o", "", "write every token's output to `O.npy` (Q's shape, last axis d_v)")
-	deviceFlag(fs, &f.device)
-	f.checkFlags.register(fs, "the step's kernel variant, load path, tiles, grid")
-	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
-	f.latent.register(fs, "latent", "a latent cache: K's rows alone, V their first `N` columns, no -v (multi-head latent attention: 512 of 576)")
-	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
+	f.register(fs)
 	if ok, code := f.latent.parseInputs(fs, decodeUsage, args, stdout, stderr, &f.qkvFlags); !ok {
 		return code
 	}
@@ -208,34 +195,8 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failf(stderr, "decode", "%v", err)
 	}
-	var chk *golden.Check
-	if f.check {
-		ref, err := tune.DecodeInput{Q: in[0].F32, K: in[1].F32, V: in[2].F32, QShape: q, KShape: k, VShape: v,
-			Types: types, RoPE: rope, Opts: opts}.Reference()
-		if err != nil {
-			return failf(stderr, "decode", "reference: %v", err)
-		}
-		chk = &golden.Check{}
-		chk.Add("O", res.o, ref.O)
-	}
-	if chk != nil && !chk.OK() {
-		return failf(stderr, "decode", "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.Worst())
-	}
-	oShape := append(append([]int(nil), in[0].Shape[:len(in[0].Shape)-1]...), v[3])
-	if f.out != "" {
-		if err := writeNPYFiles([]output{{"O", f.out, oShape, res.o}}); err != nil {
-			return failf(stderr, "decode", "%v", err)
-		}
-	}
-	res.summary.Check = chk
-	if f.json {
-		if err := printJSON(stdout, res.summary); err != nil {
-			return failf(stderr, "decode", "%v", err)
-		}
-		return exitOK
-	}
-	f.print(stdout, res.summary)
-	return exitOK
+	return f.report(res, tune.DecodeInput{Q: in[0].F32, K: in[1].F32, V: in[2].F32, QShape: q, KShape: k, VShape: v,
+		Types: types, RoPE: rope, Opts: opts}, in[0].Shape, stdout, stderr)
 }
 
 // print writes decode's summary as text.
@@ -353,4 +314,55 @@ func parseSchedule(path string, B, T int) ([][]int, error) {
 		return nil, err
 	}
 	return schedule, nil
+}
+
+// register adds decode's flags to fs.
+func (f *decodeFlags) register(fs *flag.FlagSet) {
+	f.qkvFlags.register(fs, "(B,H,T,d_k), (H,T,d_k) or (T,d_k)", "(B,H_kv,T,d_k), ...", "(B,H_kv,T,d_v), ...")
+	fs.IntVar(&f.prefill, "prefill", 1, "tokens of the first step, a prefill (`P`)")
+	fs.StringVar(&f.schedule, "schedule", "", "run the ragged steps of `FILE` instead: a line per step of B counts of new tokens")
+	fs.IntVar(&f.page, "page", 0, "a paged cache of `N`-position pages (0: contiguous)")
+	fs.IntVar(&f.windowCache, "window-cache", 0, "a rolling cache keeping the last `W` positions (needs --page and --window L,R with L <= W-1)")
+	f.typeFlags.register(fs)
+	f.variantFlags.register(fs)
+	f.ropeFlags.register(fs)
+	fs.StringVar(&f.out, "o", "", "write every token's output to `O.npy` (Q's shape, last axis d_v)")
+	deviceFlag(fs, &f.device)
+	f.checkFlags.register(fs, "the step's kernel variant, load path, tiles, grid")
+	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
+	f.latent.register(fs, "latent", "a latent cache: K's rows alone, V their first `N` columns, no -v (multi-head latent attention: 512 of 576)")
+	fs.Var(&f.scale, "scale", "score scale `X` instead of 1/sqrt(d_k)")
+}
+
+// report checks a decode's output against the reference of input (with
+// --check), writes it (-o) and prints the summary; qShape is Q's shape as
+// the file gave it.
+func (f *decodeFlags) report(res *decodeResult, input tune.DecodeInput, qShape []int, stdout, stderr io.Writer) int {
+	var chk *golden.Check
+	if f.check {
+		ref, err := input.Reference()
+		if err != nil {
+			return failf(stderr, "decode", "reference: %v", err)
+		}
+		chk = &golden.Check{}
+		chk.Add("O", res.o, ref.O)
+	}
+	if chk != nil && !chk.OK() {
+		return failf(stderr, "decode", "check failed: the GPU result differs from the float64 reference (%s); no output written", chk.Worst())
+	}
+	oShape := append(append([]int(nil), qShape[:len(qShape)-1]...), input.VShape[3])
+	if f.out != "" {
+		if err := writeNPYFiles([]output{{"O", f.out, oShape, res.o}}); err != nil {
+			return failf(stderr, "decode", "%v", err)
+		}
+	}
+	res.summary.Check = chk
+	if f.json {
+		if err := printJSON(stdout, res.summary); err != nil {
+			return failf(stderr, "decode", "%v", err)
+		}
+		return exitOK
+	}
+	f.print(stdout, res.summary)
+	return exitOK
 }
