@@ -339,58 +339,11 @@ func PlanAttention(dev core.DeviceInfo, in PlanInput) (AttentionPlan, error) {
 	}
 	rowsPerGroup := p.Rows * p.WorkGroup
 	p.Grid = [3]uint32{uint32((l + rowsPerGroup - 1) / rowsPerGroup), uint32(h), uint32(b)}
-	// Decode-like problems (few query rows per KV head, many keys) leave
-	// most lanes idle and read K/V once per query head; split the keys over
-	// lanes instead and pack each KV head's query rows together.
-	packed := (h / in.HKV) * l
-	if p.Vec4 && !in.Weights && !p.Additive && packed <= max(2*p.Rows, 8) && in.S >= 256 {
-		p.SplitKeys = tuning.SplitKeys
-		p.splitKeys(ceilDiv(in.S, p.SplitKeys))
-		switch {
-		case p.Rows == 1 && p.Path == core.TexelLoadPath:
-			// One row a lane (no GQA): on lavapipe 1 key a step decoded
-			// H=32 S=4096 and 16384 faster than 2 (medians of two sets
-			// of 3 and 4 alternating rounds: f32 K/V 7-33%, f16 K/V -3
-			// to +11%); 4 keys were slower than 2.
-			p.KeyTile = 1
-		case p.DMax >= 128 && p.Path == core.TexelLoadPath:
-			// Packed GQA rows at d_max 128 on lavapipe (H=32 H_kv=8,
-			// S=4096 and 16384): 2 keys a step decoded f16 K/V 10-30%
-			// faster than 1 key and f32 as fast; 4 keys were no faster.
-			// The rows x keys x d_max/4 unrolled body compiles in 2.6 s
-			// (1 key 2.2 s, 4 keys 3.1 s).
-			p.KeyTile = min(p.KeyTile, 2)
-		}
-	}
+	p.planSplitK(&in, tuning)
 	if err := fitLoops(dev, &in, &p); err != nil {
 		return p, err
 	}
-	// Prefill lanes of a workgroup all read the same key row: let each
-	// subgroup fetch it once and share it by shuffles where the tuning
-	// asks for it, the device runs one subgroup width and its subgroups
-	// tile the workgroup.
-	if tuning.SharedLoads && p.Path == core.TexelLoadPath && p.Vec4 && p.Splits == 0 && !p.Additive && !in.kvQuant() {
-		if sg, why := sharedLoadWidth(dev); why != "" {
-			p.Why += "; shared K/V loads not used: " + why
-		} else if p.WorkGroup%sg == 0 {
-			p.SharedLoads = sg
-			p.Variant.Shared = true
-		}
-	}
-	// Lanes that fetch their own rows read half inputs eight a texel: half
-	// the fetches (on lavapipe each is a call gathering the lanes' texels;
-	// f16 K/V decode without GQA ran 1.5-1.8x faster, with GQA 0.9-1.2x
-	// in noisy rounds). Shared loads and the additive kernel keep four.
-	p.Halves8 = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && p.SharedLoads == 0 && in.halves8()
-	// q8_0 and q4_0 rows of whole blocks fetch each texel of quants and
-	// each block's scale once: a slot at a time fetched the texel four
-	// times and the scale eight, and q8_0 decode ran slower than float32.
-	p.QuantBlocks = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && in.quantBlocks()
-	// Prefill lanes read a mask value (additive, boolean) per key and row,
-	// each a texel fetch (on lavapipe a call): four keys a fetch where the
-	// mask allows, in steps of four keys from a multiple of 4.
-	steps4 := p.Path == core.TexelLoadPath && p.Splits == 0 && p.KeyTile%4 == 0
-	p.MaskVec4, p.BoolMaskVec4 = steps4 && in.Mask.vec4(), steps4 && in.BoolMask.vec4()
+	p.chooseTexelReads(dev, &in, tuning)
 	return p, finishPlan(dev, &p)
 }
 
@@ -519,3 +472,62 @@ func CheckRange(dev core.DeviceInfo, what string, size uint64, texel, vec4 bool,
 
 // ceilDiv is a/b rounded up, for positive b.
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// planSplitK makes a decode-like problem (few query rows per KV head, many
+// keys) split-K, where most lanes would idle and read K/V once per query
+// head: the keys split over lanes, each KV head's query rows packed.
+func (p *AttentionPlan) planSplitK(in *PlanInput, tuning *core.PathTuning) {
+	l, h := in.L, in.H
+	packed := (h / in.HKV) * l
+	if p.Vec4 && !in.Weights && !p.Additive && packed <= max(2*p.Rows, 8) && in.S >= 256 {
+		p.SplitKeys = tuning.SplitKeys
+		p.splitKeys(ceilDiv(in.S, p.SplitKeys))
+		switch {
+		case p.Rows == 1 && p.Path == core.TexelLoadPath:
+			// One row a lane (no GQA): on lavapipe 1 key a step decoded
+			// H=32 S=4096 and 16384 faster than 2 (medians of two sets
+			// of 3 and 4 alternating rounds: f32 K/V 7-33%, f16 K/V -3
+			// to +11%); 4 keys were slower than 2.
+			p.KeyTile = 1
+		case p.DMax >= 128 && p.Path == core.TexelLoadPath:
+			// Packed GQA rows at d_max 128 on lavapipe (H=32 H_kv=8,
+			// S=4096 and 16384): 2 keys a step decoded f16 K/V 10-30%
+			// faster than 1 key and f32 as fast; 4 keys were no faster.
+			// The rows x keys x d_max/4 unrolled body compiles in 2.6 s
+			// (1 key 2.2 s, 4 keys 3.1 s).
+			p.KeyTile = min(p.KeyTile, 2)
+		}
+	}
+}
+
+// chooseTexelReads picks how the texel row kernels read their inputs:
+// shared K/V rows, eight halves a fetch, whole quantized blocks, masks
+// four keys a fetch.
+func (p *AttentionPlan) chooseTexelReads(dev core.DeviceInfo, in *PlanInput, tuning *core.PathTuning) {
+	// Prefill lanes of a workgroup all read the same key row: let each
+	// subgroup fetch it once and share it by shuffles where the tuning
+	// asks for it, the device runs one subgroup width and its subgroups
+	// tile the workgroup.
+	if tuning.SharedLoads && p.Path == core.TexelLoadPath && p.Vec4 && p.Splits == 0 && !p.Additive && !in.kvQuant() {
+		if sg, why := sharedLoadWidth(dev); why != "" {
+			p.Why += "; shared K/V loads not used: " + why
+		} else if p.WorkGroup%sg == 0 {
+			p.SharedLoads = sg
+			p.Variant.Shared = true
+		}
+	}
+	// Lanes that fetch their own rows read half inputs eight a texel: half
+	// the fetches (on lavapipe each is a call gathering the lanes' texels;
+	// f16 K/V decode without GQA ran 1.5-1.8x faster, with GQA 0.9-1.2x
+	// in noisy rounds). Shared loads and the additive kernel keep four.
+	p.Halves8 = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && p.SharedLoads == 0 && in.halves8()
+	// q8_0 and q4_0 rows of whole blocks fetch each texel of quants and
+	// each block's scale once: a slot at a time fetched the texel four
+	// times and the scale eight, and q8_0 decode ran slower than float32.
+	p.QuantBlocks = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && in.quantBlocks()
+	// Prefill lanes read a mask value (additive, boolean) per key and row,
+	// each a texel fetch (on lavapipe a call): four keys a fetch where the
+	// mask allows, in steps of four keys from a multiple of 4.
+	steps4 := p.Path == core.TexelLoadPath && p.Splits == 0 && p.KeyTile%4 == 0
+	p.MaskVec4, p.BoolMaskVec4 = steps4 && in.Mask.vec4(), steps4 && in.BoolMask.vec4()
+}
