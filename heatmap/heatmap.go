@@ -251,28 +251,7 @@ func New(w Weights, o Options) (*Picture, error) {
 		pic.plots[r] = make([]*plot.Plot, cols)
 	}
 	for n, h := range heads {
-		p := plot.New()
-		p.Title.Text = fmt.Sprintf("head %d", h)
-		hm := plotter.NewHeatMap(grid{w: w, b: o.Batch, h: h}, pal)
-		hm.Min, hm.Max = 0, top
-		hm.Underflow, hm.Overflow = pal[0], pal[len(pal)-1]
-		hm.Rasterized = L*S > rasterCells
-		p.Add(hm)
-		p.X.Padding, p.Y.Padding = 0, 0
-		p.X.Min, p.X.Max = -0.5, float64(S)-0.5
-		p.Y.Min, p.Y.Max = -0.5, float64(L)-0.5
-		p.X.Tick.Marker = positionTicks(S, o.TokensK, false)
-		p.Y.Tick.Marker = positionTicks(L, o.TokensQ, true)
-		p.X.Label.Text, p.Y.Label.Text = "key position", "query position"
-		if o.TokensK != nil {
-			p.X.Label.Text = "key"
-			p.X.Tick.Label.Rotation = math.Pi / 2
-			p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
-		}
-		if o.TokensQ != nil {
-			p.Y.Label.Text = "query"
-		}
-		pic.plots[n/cols][n%cols] = p
+		pic.plots[n/cols][n%cols] = headPlot(w, o, h, top, pal)
 	}
 
 	// Lay out on a canvas of the picture's size; Write draws into the same
@@ -399,4 +378,32 @@ func (p *Picture) Write(w io.Writer, format string) error {
 	dc.FillText(sty, vg.Point{X: (p.Width - barWidth) / 2, Y: p.titleY}, p.title)
 	_, err := c.WriteTo(w)
 	return err
+}
+
+// headPlot is the panel of head h: its weights in pal's colours from 0 to
+// top, the positions (or tokens) on the axes.
+func headPlot(w Weights, o Options, h int, top float64, pal cellPalette) *plot.Plot {
+	L, S := w.Shape[2], w.Shape[3]
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("head %d", h)
+	hm := plotter.NewHeatMap(grid{w: w, b: o.Batch, h: h}, pal)
+	hm.Min, hm.Max = 0, top
+	hm.Underflow, hm.Overflow = pal[0], pal[len(pal)-1]
+	hm.Rasterized = L*S > rasterCells
+	p.Add(hm)
+	p.X.Padding, p.Y.Padding = 0, 0
+	p.X.Min, p.X.Max = -0.5, float64(S)-0.5
+	p.Y.Min, p.Y.Max = -0.5, float64(L)-0.5
+	p.X.Tick.Marker = positionTicks(S, o.TokensK, false)
+	p.Y.Tick.Marker = positionTicks(L, o.TokensQ, true)
+	p.X.Label.Text, p.Y.Label.Text = "key position", "query position"
+	if o.TokensK != nil {
+		p.X.Label.Text = "key"
+		p.X.Tick.Label.Rotation = math.Pi / 2
+		p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
+	}
+	if o.TokensQ != nil {
+		p.Y.Label.Text = "query"
+	}
+	return p
 }
