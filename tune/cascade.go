@@ -87,14 +87,7 @@ func (cs CascadeSuite) Cascade(ctx context.Context, dev *vkattn.Device, reps int
 	if err != nil {
 		return nil, err
 	}
-	own := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, rows, total}, Values: make([]bool, rows*total), Meaning: vkattn.TrueAllows}
-	for i := 0; i < n; i++ {
-		for t := 0; t < cs.Rows; t++ {
-			for j := 0; j < cs.Suffix; j++ {
-				own.Values[(i*cs.Rows+t)*total+i*cs.Suffix+j] = j <= t+cs.Suffix-cs.Rows
-			}
-		}
-	}
+	own := cs.ownSuffixes()
 	skt, err := upload(kv(total), sk)
 	if err != nil {
 		return nil, err
@@ -131,15 +124,7 @@ func (cs CascadeSuite) Cascade(ctx context.Context, dev *vkattn.Device, reps int
 			return nil, err
 		}
 	}
-	run := func(calls ...*vkattn.Call) (time.Duration, error) {
-		t0 := time.Now()
-		for _, c := range calls {
-			if _, err := c.Run(ctx); err != nil {
-				return 0, err
-			}
-		}
-		return time.Since(t0), nil
-	}
+	run := func(calls ...*vkattn.Call) (time.Duration, error) { return runCalls(ctx, calls) }
 	var cascade, merges, fulls []time.Duration
 	for i := 0; i < reps; i++ {
 		clock.Begin(i == 0)
@@ -162,4 +147,30 @@ func (cs CascadeSuite) Cascade(ctx context.Context, dev *vkattn.Device, reps int
 	res := CascadeResult{CascadeSuite: cs, CascadeNS: StatsOf(cascade).Median, MergeNS: StatsOf(merges).Median, FullNS: StatsOf(fulls).Median}
 	res.Speedup = float64(res.FullNS) / float64(res.CascadeNS)
 	return []CascadeResult{res}, nil
+}
+
+// ownSuffixes is the mask of the suffixes' call: each sequence's rows see
+// their own suffix, causally (bottom-right), and no other.
+func (cs CascadeSuite) ownSuffixes() vkattn.BoolMask {
+	rows, total := cs.Sequences*cs.Rows, cs.Sequences*cs.Suffix
+	own := vkattn.BoolMask{Shape: vkattn.MaskShape{1, 1, rows, total}, Values: make([]bool, rows*total), Meaning: vkattn.TrueAllows}
+	for i := 0; i < cs.Sequences; i++ {
+		for t := 0; t < cs.Rows; t++ {
+			for j := 0; j < cs.Suffix; j++ {
+				own.Values[(i*cs.Rows+t)*total+i*cs.Suffix+j] = j <= t+cs.Suffix-cs.Rows
+			}
+		}
+	}
+	return own
+}
+
+// runCalls runs calls one after another and returns the wall time.
+func runCalls(ctx context.Context, calls []*vkattn.Call) (time.Duration, error) {
+	t0 := time.Now()
+	for _, c := range calls {
+		if _, err := c.Run(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(t0), nil
 }
