@@ -120,6 +120,7 @@ test-coopmat: deps-viewer
 	  s=$$?; rm -rf $$t; exit $$s
 test-view: deps-viewer
 	$(TEST_ENV) $(GOTEST) -count=1 -timeout 10m -tags viewer -run 'TestView' ./cmd/vkattn
+	$(TEST_ENV) $(GOTEST) -count=1 -timeout 10m -tags viewer -run 'TestPresentationObjects' ./vk
 test-race: deps-viewer
 	$(BUILD) $(TEST_ENV) $(GOTEST) -race -count=1 -timeout 20m -run '$(RACE_TESTS)' $(RACE_PACKAGES)
 # Subgroup widths: the suite runs lavapipe's subgroups at 8 lanes, this
