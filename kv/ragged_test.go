@@ -56,7 +56,8 @@ func raggedRun(t *testing.T, r *rand.Rand, step *kv.RaggedStep, hist *history, c
 }
 
 // A ragged step appends each sequence's own number of tokens (none, one,
-// a chunk) and every new token attends causally over its sequence: on
+// a chunk) and every new token attends causally over its sequence, with
+// a window and soft-capping counted within the sequence: on
 // lavapipe's plan and the NVIDIA plan, contiguous and paged.
 func TestRaggedStep(t *testing.T) {
 	const B, H, HKV, D = 4, 4, 2, 16
@@ -67,7 +68,8 @@ func TestRaggedStep(t *testing.T) {
 				r := rand.New(rand.NewSource(5))
 				cfg := kv.Config{B: B, HKV: HKV, Capacity: 96, DK: D, DV: D, PageSize: page}
 				cache, hist := filledCache(t, d, r, cfg, 10, 0, 3, 20)
-				opts := vkattn.Options{}
+				// Score variants, counted within each sequence.
+				opts := vkattn.Options{Window: &vkattn.Window{Left: 12, Right: 0}, Softcap: 15}
 				step, err := cache.PrepareRagged(kv.RaggedConfig{Heads: H, Tokens: 24, Chunks: 2, Options: opts})
 				if err != nil {
 					t.Fatal(err)
@@ -133,8 +135,9 @@ func (c raggedCase) String() string {
 // from case to case so that every plan and every type meets each, RoPE on
 // the float32 caches (whose keys the reference rotates in float64 as the
 // cache stores them; a half or quantized cache rounds keys rotated in
-// float32, a rounding TestKVCacheRoPE covers), and the batch, heads and
-// score variants drawn by r.
+// float32, a rounding TestKVCacheRoPE covers), and the batch and heads
+// drawn by r; the score variants, which compile kernels of their own, are
+// TestRaggedStep's.
 func raggedCases(r *rand.Rand) []raggedCase {
 	var cases []raggedCase
 	for i, plan := range []string{"auto", "nvidia", "amd"} {
@@ -147,11 +150,6 @@ func raggedCases(r *rand.Rand) []raggedCase {
 			c.rope = dt == vkattn.Float32
 			if c.rolling {
 				c.opts.Window = &vkattn.Window{Left: 47, Right: 0}
-			} else if r.Intn(3) == 0 {
-				c.opts.Window = &vkattn.Window{Left: 1 + r.Intn(100), Right: 0}
-			}
-			if r.Intn(3) == 0 {
-				c.opts.Softcap = 15
 			}
 			cases = append(cases, c)
 		}
@@ -197,8 +195,8 @@ func raggedCounts(r *rand.Rand, lens []int, room func(b int) int, tokens, chunks
 // 1,000 random schedules of ragged steps (sequences starting, growing by
 // none, one or many tokens a step, reset or forked between steps) on
 // lavapipe's plan and planned as NVIDIA and AMD, in float32, float16,
-// q8_0 and q4_0 caches, contiguous, paged and rolling, with grouped-query
-// heads, RoPE, windows and soft-capping: every step's outputs equal the
+// q8_0 and q4_0 caches, contiguous, paged and rolling (with its window),
+// with grouped-query heads and RoPE: every step's outputs equal the
 // float64 reference of each sequence alone over its history.
 func TestRaggedSchedules(t *testing.T) {
 	const schedules, tokens, chunks = 1000, 768, 4
