@@ -25,8 +25,9 @@ type RaggedConfig struct {
 	// step (prompts prefilled chunk by chunk); 0 picks min(B, 4). The
 	// step's prefill part holds Chunks items of up to Tokens rows.
 	Chunks int
-	// Options apply as Cache.Attention takes them; a step returns O only,
-	// so WantLSE and WantWeights are refused.
+	// Options apply as Cache.Attention takes them; with WantLSE, RunLSE
+	// returns each new token's log-sum-exp too (for merges). WantWeights
+	// is refused.
 	Options vkattn.Options
 }
 
@@ -56,7 +57,7 @@ type RaggedStep struct {
 	at    raggedLayout
 	// Host copies of the staging buffer's query and output areas, laid
 	// out as the calls read and write them.
-	hostQ, hostO []float32
+	hostQ, hostO, hostLSE []float32
 	// The calls' inputs: the decode call's queries (B, H, 1, DK) and the
 	// prefill call's (Chunks, H, maxRows, DK), and the lengths (key
 	// lengths, then query lengths) and page table each call reads.
@@ -75,7 +76,7 @@ type RaggedStep struct {
 // chunks' queries and outputs, chunk by chunk, head by head (a region per
 // chunk and head, the rows of the prefill call's items).
 type raggedLayout struct {
-	k, v, qDecode, qChunks, oDecode, oChunks, size uint64
+	k, v, qDecode, qChunks, oDecode, oChunks, lseDecode, lseChunks, size uint64
 }
 
 // chunkRows is the number of rows the prefill call of a step whose
@@ -123,8 +124,8 @@ func (c *Cache) PrepareRagged(cfg RaggedConfig) (*RaggedStep, error) {
 			return nil, core.Errorf(vkattn.ErrTooLarge, "ragged step of %d query heads, %d tokens and %d chunks: %.3g elements in one tensor, at most 2^31", cfg.Heads, cfg.Tokens, cfg.Chunks, n)
 		}
 	}
-	if cfg.Options.WantLSE || cfg.Options.WantWeights {
-		return nil, core.Errorf(vkattn.ErrOption, "a ragged step returns O only: WantLSE and WantWeights are for Cache.Attention")
+	if cfg.Options.WantWeights {
+		return nil, core.Errorf(vkattn.ErrOption, "a ragged step returns O (and with WantLSE the log-sum-exp): WantWeights is for Cache.Attention")
 	}
 	if err := c.checkOptions(cfg.Options); err != nil {
 		return nil, err
@@ -168,7 +169,13 @@ func (c *Cache) PrepareRagged(cfg RaggedConfig) (*RaggedStep, error) {
 	at.qChunks = at.qDecode + uint64(cc.B*cfg.Heads*cc.DK)*4
 	at.oDecode = at.qChunks + uint64(cfg.Tokens*cfg.Heads*cc.DK)*4
 	at.oChunks = at.oDecode + uint64(cc.B*cfg.Heads*cc.DV)*4
-	at.size = at.oChunks + uint64(cfg.Tokens*cfg.Heads*cc.DV)*4
+	at.lseDecode = at.oChunks + uint64(cfg.Tokens*cfg.Heads*cc.DV)*4
+	at.size = at.lseDecode
+	if cfg.Options.WantLSE {
+		at.lseChunks = at.lseDecode + uint64(cc.B*cfg.Heads)*4
+		at.size = at.lseChunks + uint64(cfg.Tokens*cfg.Heads)*4
+		s.hostLSE = make([]float32, (cc.B+cfg.Tokens)*cfg.Heads)
+	}
 	s.hostQ = make([]float32, (cc.B+cfg.Tokens)*cfg.Heads*cc.DK)
 	s.hostO = make([]float32, (cc.B+cfg.Tokens)*cfg.Heads*cc.DV)
 	vd := engine.VK(d)
@@ -273,4 +280,22 @@ func (s *RaggedStep) Close() {
 	s.decode, s.chunk = nil, nil
 	engine.CloseTensors(s.decodeQ, s.chunkQ, s.decodeLens, s.chunkLens, s.chunkTable)
 	s.stage.Close()
+}
+
+// outPlane is one output a step returns, as its calls hold it and as it
+// travels: O, rows of DV, or the log-sum-exp, rows of 1.
+type outPlane struct {
+	width              int
+	decodeAt, chunksAt uint64    // the staging buffer's areas
+	host               []float32 // the host copy of both areas
+	of                 func(*engine.Output) *engine.Tensor
+}
+
+// planes are the outputs the step returns: O, and the LSE with WantLSE.
+func (s *RaggedStep) planes() []outPlane {
+	ps := []outPlane{{s.cache.cfg.DV, s.at.oDecode, s.at.oChunks, s.hostO, func(o *engine.Output) *engine.Tensor { return o.O }}}
+	if s.cfg.Options.WantLSE {
+		ps = append(ps, outPlane{1, s.at.lseDecode, s.at.lseChunks, s.hostLSE, func(o *engine.Output) *engine.Tensor { return o.LSE }})
+	}
+	return ps
 }

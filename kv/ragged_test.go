@@ -332,7 +332,7 @@ func TestRaggedStepRefusals(t *testing.T) {
 		{kv.RaggedConfig{Heads: 0, Tokens: 8}, vkattn.ErrHeads},
 		{kv.RaggedConfig{Heads: H, Tokens: 0}, vkattn.ErrEmpty},
 		{kv.RaggedConfig{Heads: H, Tokens: 8, Chunks: -1}, vkattn.ErrEmpty},
-		{kv.RaggedConfig{Heads: H, Tokens: 8, Options: vkattn.Options{WantLSE: true}}, vkattn.ErrOption},
+		{kv.RaggedConfig{Heads: H, Tokens: 8, Options: vkattn.Options{WantWeights: true}}, vkattn.ErrOption},
 		{kv.RaggedConfig{Heads: H, Tokens: 8, Options: vkattn.Options{Causal: vkattn.CausalTopLeft}}, vkattn.ErrOption},
 		{kv.RaggedConfig{Heads: H, Tokens: 1 << 40}, vkattn.ErrTooLarge},
 	} {
@@ -443,4 +443,56 @@ func TestRaggedStepLatent(t *testing.T) {
 			}
 		}
 	})
+}
+
+// With WantLSE a ragged step returns each new token's log-sum-exp beside
+// its output (RunLSE), packed as O, equal to the reference's, with sinks
+// and a window, on lavapipe's plan and NVIDIA's; Run leaves it out, RunLSE
+// on a step without WantLSE is ErrOption, and a recorded step, which
+// writes O alone, refuses WantLSE.
+func TestRaggedStepLSE(t *testing.T) {
+	const B, H, HKV, D = 3, 4, 2, 16
+	for _, plan := range devtest.OwnAndNVIDIA {
+		t.Run(plan, func(t *testing.T) {
+			d := devtest.EveryPlan()[plan]
+			r := rand.New(rand.NewSource(21))
+			cache, hist := filledCache(t, d, r, kv.Config{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, PageSize: 8}, 9, 0, 30)
+			opts := vkattn.Options{WantLSE: true, Sinks: []float32{0.5, -1, 2, 0}, Window: &vkattn.Window{Left: 6, Right: 0}}
+			step, err := cache.PrepareRagged(kv.RaggedConfig{Heads: H, Tokens: 16, Chunks: 2, Options: opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer step.Close()
+			for i, counts := range [][]int{{4, 1, 1}, {1, 0, 7}, {1, 1, 1}} {
+				total := counts[0] + counts[1] + counts[2]
+				k, v := devtest.RandomValues(r, HKV*total*D), devtest.RandomValues(r, HKV*total*D)
+				q, o, lse := devtest.RandomValues(r, H*total*D), make([]float32, H*total*D), make([]float32, H*total)
+				if _, err := step.RunLSE(context.Background(), counts, k, v, q, o, lse); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				for b, n := range counts {
+					if n == 0 {
+						continue
+					}
+					hist.add(b, packedRows(k, counts, b, HKV, D), packedRows(v, counts, b, HKV, D), n)
+					want := hist.reference(t, b, packedRows(q, counts, b, H, D), H, n, opts)
+					what := fmt.Sprintf("%s step %d, sequence %d", plan, i, b)
+					devtest.Compare(t, what+" O", packedRows(o, counts, b, H, D), want.O)
+					devtest.Compare(t, what+" LSE", packedRows(lse, counts, b, H, 1), want.LSE)
+				}
+			}
+			if err := step.Record(vkattn.CommandBuffer{}, []int{1, 1, 1}, nil, nil, nil, nil); !errors.Is(err, vkattn.ErrOption) {
+				t.Errorf("recording a step with WantLSE: %v, want ErrOption", err)
+			}
+			plain, err := cache.PrepareRagged(kv.RaggedConfig{Heads: H, Tokens: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer plain.Close()
+			x := make([]float32, 3*H*D)
+			if _, err := plain.RunLSE(context.Background(), []int{1, 1, 1}, x[:3*HKV*D], x[:3*HKV*D], x, x, make([]float32, 3*H)); !errors.Is(err, vkattn.ErrOption) {
+				t.Errorf("RunLSE on a step without WantLSE: %v, want ErrOption", err)
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/engine"
 	"github.com/vkattn/vkattn/vk"
 )
@@ -30,6 +31,9 @@ func (s *RaggedStep) Record(cmd vkattn.CommandBuffer, counts []int, k, v, q, o *
 	}
 	c := s.cache
 	H := s.cfg.Heads
+	if s.cfg.Options.WantLSE {
+		return core.Errorf(vkattn.ErrOption, "recording a ragged step: a recorded step writes O alone; prepare it without WantLSE")
+	}
 	ts, err := c.recordedTensors("a ragged step", [4]*vkattn.Tensor{k, v, q, o}, 1, H, sh.total)
 	if err != nil {
 		return err

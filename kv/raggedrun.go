@@ -72,6 +72,14 @@ func (s *RaggedStep) shape(counts []int) (raggedShape, error) {
 // pool's pages) leave every sequence as it was. A ctx done while waiting
 // returns at once and leaves the step running (its tokens appended).
 func (s *RaggedStep) Run(ctx context.Context, counts []int, k, v, q, o []float32) (time.Duration, error) {
+	return s.RunLSE(ctx, counts, k, v, q, o, nil)
+}
+
+// RunLSE is Run that also writes each new token's log-sum-exp into lse,
+// (1, H, total) packed as o (SEMANTICS.md §6: -Inf, or the head's sink,
+// for a row that sees no key), for merging with other partial
+// attentions; the step needs Options.WantLSE. A nil lse returns none.
+func (s *RaggedStep) RunLSE(ctx context.Context, counts []int, k, v, q, o, lse []float32) (time.Duration, error) {
 	if err := s.lock(); err != nil {
 		return 0, err
 	}
@@ -91,10 +99,16 @@ func (s *RaggedStep) Run(ctx context.Context, counts []int, k, v, q, o []float32
 		name string
 		data []float32
 		want int
-	}{{"k", k, cc.HKV * sh.total * cc.DK}, {"v", v, vWant}, {"q", q, H * sh.total * cc.DK}, {"o", o, H * sh.total * cc.DV}} {
+	}{{"k", k, cc.HKV * sh.total * cc.DK}, {"v", v, vWant}, {"q", q, H * sh.total * cc.DK}, {"o", o, H * sh.total * cc.DV}, {"lse", lse, H * sh.total}} {
+		if x.name == "lse" && lse == nil {
+			continue
+		}
 		if len(x.data) != x.want {
 			return 0, core.Errorf(vkattn.ErrShape, "ragged step of %d tokens: %s has %d values, want %d", sh.total, x.name, len(x.data), x.want)
 		}
+	}
+	if lse != nil && !s.cfg.Options.WantLSE {
+		return 0, core.Errorf(vkattn.ErrOption, "ragged step: an lse to fill, but the step was prepared without Options.WantLSE")
 	}
 	if sh.total == 0 {
 		return 0, nil
@@ -173,7 +187,15 @@ func (s *RaggedStep) Run(ctx context.Context, counts []int, k, v, q, o []float32
 	if err != nil {
 		return 0, engine.DeviceError(err)
 	}
-	return t, engine.DeviceError(s.unpackOutputs(sh, o))
+	outs := [][]float32{o, lse}
+	for i, p := range s.planes() {
+		if outs[i] != nil {
+			if err := s.unpack(sh, p, outs[i]); err != nil {
+				return t, engine.DeviceError(err)
+			}
+		}
+	}
+	return t, nil
 }
 
 // packQueries lays q's rows out as the calls read them: the decode
@@ -200,32 +222,32 @@ func (s *RaggedStep) packQueries(sh raggedShape, q []float32) (decode, chunks []
 	return decode, chunks
 }
 
-// unpackOutputs reads the outputs back from the staging buffer into o,
-// packed as Run returns them.
-func (s *RaggedStep) unpackOutputs(sh raggedShape, o []float32) error {
+// unpack reads output p back from the staging buffer into dst, packed
+// as Run returns it.
+func (s *RaggedStep) unpack(sh raggedShape, p outPlane, dst []float32) error {
 	cc := s.cache.cfg
-	H, dv := s.cfg.Heads, cc.DV
-	decode := s.hostO[:cc.B*H*dv]
-	chunks := s.hostO[cc.B*H*dv:][:(sh.total-len(sh.decode))*H*dv]
+	H, w := s.cfg.Heads, p.width
+	decode := p.host[:cc.B*H*w]
+	chunks := p.host[cc.B*H*w:][:(sh.total-len(sh.decode))*H*w]
 	if len(sh.decode) > 0 {
-		if err := s.stage.ReadFloat32(s.at.oDecode/4, decode); err != nil {
+		if err := s.stage.ReadFloat32(p.decodeAt/4, decode); err != nil {
 			return err
 		}
 	}
 	if len(chunks) > 0 {
-		if err := s.stage.ReadFloat32(s.at.oChunks/4, chunks); err != nil {
+		if err := s.stage.ReadFloat32(p.chunksAt/4, chunks); err != nil {
 			return err
 		}
 	}
 	for h := range H {
 		for _, b := range sh.decode {
-			at := (h*sh.total + sh.first[b]) * dv
-			copy(o[at:at+dv], decode[(b*H+h)*dv:])
+			at := (h*sh.total + sh.first[b]) * w
+			copy(dst[at:at+w], decode[(b*H+h)*w:])
 		}
 		for i, b := range sh.chunks {
 			n := sh.counts[b]
-			at := (h*sh.total + sh.first[b]) * dv
-			copy(o[at:at+n*dv], chunks[(sh.chunkAt[i]+h*n)*dv:])
+			at := (h*sh.total + sh.first[b]) * w
+			copy(dst[at:at+n*w], chunks[(sh.chunkAt[i]+h*n)*w:])
 		}
 	}
 	return nil
@@ -258,7 +280,7 @@ func (s *RaggedStep) record(sh raggedShape, rows int, calls []*engine.Call) erro
 	}
 	// The queries into each call's: the decode sequences' in one copy,
 	// each chunk's a region per head (its item's last rows).
-	dk, dv, H := uint64(cc.DK), uint64(cc.DV), s.cfg.Heads
+	dk, H := uint64(cc.DK), s.cfg.Heads
 	if len(sh.decode) > 0 {
 		if err := cmds.Copy(s.stage, s.at.qDecode, engine.Buf(s.decodeQ), 0, uint64(cc.B*H)*dk*4); err != nil {
 			return engine.DeviceError(err)
@@ -272,17 +294,19 @@ func (s *RaggedStep) record(sh raggedShape, rows int, calls []*engine.Call) erro
 	// last call, if any) after.
 	gather := func(cmds *vk.Commands) error {
 		for i, call := range calls {
-			out := call.Output().O
-			base := uint64(engine.Layout(out).Offset) * 4
-			if i == len(calls)-1 && len(sh.decode) > 0 {
-				if err := cmds.Copy(engine.Buf(out), base, s.stage, s.at.oDecode, uint64(cc.B*H)*dv*4); err != nil {
+			for _, p := range s.planes() {
+				out := p.of(call.Output())
+				base := uint64(engine.Layout(out).Offset) * 4
+				if i == len(calls)-1 && len(sh.decode) > 0 {
+					if err := cmds.Copy(engine.Buf(out), base, s.stage, p.decodeAt, uint64(cc.B*H*p.width)*4); err != nil {
+						return err
+					}
+					continue
+				}
+				regions := reversed(s.chunkRegions(sh, rows, rows, p.width, p.chunksAt, base, inArea))
+				if err := cmds.CopyRegions(engine.Buf(out), s.stage, regions); err != nil {
 					return err
 				}
-				continue
-			}
-			regions := reversed(s.chunkRegions(sh, rows, rows, cc.DV, s.at.oChunks, base, inArea))
-			if err := cmds.CopyRegions(engine.Buf(out), s.stage, regions); err != nil {
-				return err
 			}
 		}
 		return nil

@@ -52,6 +52,12 @@ func (h *history) truncate(b, n int) {
 // sequence alone, with opts' variants.
 func (h *history) want(t *testing.T, b int, q []float32, H, L int, opts vkattn.Options) []float64 {
 	t.Helper()
+	return h.reference(t, b, q, H, L, opts).O
+}
+
+// reference is want's whole reference result (O and the LSE).
+func (h *history) reference(t *testing.T, b int, q []float32, H, L int, opts vkattn.Options) *reference.Result {
+	t.Helper()
 	n := len(h.k[b][0]) / h.dk
 	var k, v []float32
 	for j := 0; j < h.hkv; j++ {
@@ -62,7 +68,7 @@ func (h *history) want(t *testing.T, b int, q []float32, H, L int, opts vkattn.O
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res.O
+	return res
 }
 
 // filledCache makes a cache of cfg and appends lengths[b] random tokens
