@@ -23,15 +23,7 @@ func checkBackward(t *testing.T, d *vkattn.Device, r *rand.Rand, p *devtest.Prob
 // checkBackwardOf is checkBackward with the given dO.
 func checkBackwardOf(t *testing.T, d *vkattn.Device, p *devtest.Problem, dO []float32) vkattn.Plan {
 	t.Helper()
-	q, k, v := p.Inputs(t, d)
-	dOT := p.Upload(t, d, dO, [4]int{p.QS[0], p.QS[1], p.QS[2], p.VS[3]}, vkattn.Float32)
-	for _, x := range []*vkattn.Tensor{q, k, v, dOT} {
-		defer x.Close()
-	}
-	g, err := d.AttentionBackward(q, k, v, dOT, p.Opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := runBackward(t, d, p, dO)
 	defer g.Close()
 	rq, rk, rv := p.Rounded()
 	want, err := reference.AttentionBackward(rq, p.QS, rk, p.KS, rv, p.VS, dO, p.Opts)
@@ -163,4 +155,20 @@ func TestAttentionBackwardDeterministic(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runBackward runs the backward of p on d with dO, the inputs freed when
+// it returns; the caller closes the gradients.
+func runBackward(t *testing.T, d *vkattn.Device, p *devtest.Problem, dO []float32) *vkattn.Gradients {
+	t.Helper()
+	q, k, v := p.Inputs(t, d)
+	dOT := p.Upload(t, d, dO, [4]int{p.QS[0], p.QS[1], p.QS[2], p.VS[3]}, vkattn.Float32)
+	for _, x := range []*vkattn.Tensor{q, k, v, dOT} {
+		defer x.Close()
+	}
+	g, err := d.AttentionBackward(q, k, v, dOT, p.Opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

@@ -119,14 +119,5 @@ func (s *RaggedStep) recordInto(cmds *vk.Commands, sh raggedShape, rows int, cal
 		}
 		return nil
 	}
-	for i, call := range calls {
-		var after func(*vk.Commands) error
-		if i == len(calls)-1 {
-			after = gather
-		}
-		if err := engine.Record(call, cmds, nil, after); err != nil {
-			return err
-		}
-	}
-	return nil
+	return recordCalls(cmds, calls, gather, engine.Record)
 }

@@ -311,14 +311,8 @@ func (s *RaggedStep) record(sh raggedShape, rows int, calls []*engine.Call) erro
 		}
 		return nil
 	}
-	for i, call := range calls {
-		var after func(*vk.Commands) error
-		if i == len(calls)-1 {
-			after = gather
-		}
-		if err := engine.RecordOwn(call, cmds, nil, after); err != nil {
-			return err
-		}
+	if err := recordCalls(cmds, calls, gather, engine.RecordOwn); err != nil {
+		return err
 	}
 	cmds.Timestamp(1)
 	return engine.DeviceError(cmds.End())
@@ -494,4 +488,21 @@ func reversed(regions []vk.Region) []vk.Region {
 		regions[i].Src, regions[i].Dst = r.Dst, r.Src
 	}
 	return regions
+}
+
+// recordCalls records calls one after another into cmds with record
+// (engine.RecordOwn, or engine.Record for a host's command buffer), gather
+// behind the last.
+func recordCalls(cmds *vk.Commands, calls []*engine.Call, gather func(*vk.Commands) error,
+	record func(*engine.Call, *vk.Commands, func(*vk.Commands) error, func(*vk.Commands) error) error) error {
+	for i, call := range calls {
+		var after func(*vk.Commands) error
+		if i == len(calls)-1 {
+			after = gather
+		}
+		if err := record(call, cmds, nil, after); err != nil {
+			return err
+		}
+	}
+	return nil
 }

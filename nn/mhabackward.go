@@ -222,10 +222,7 @@ func rowsToHeads(b *engine.Builder, rows *engine.Tensor, B, h, n, dh int, heads 
 // in into b and returns its gradients, bounded by bounds.
 func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInputs, opts *MHAOptions, bounds *mhaGradBounds) (*MHAGradients, error) {
 	p := pr.plan
-	B, T, S, d, h := p.B, p.T, p.S, p.DModel, p.Heads
-	kv := m.kvOut
-	dh := d / h
-	hkv := kv / dh
+	B, T, S, d, h, _, dh, hkv := m.extents(pr)
 	scratch := func(rows, width int) (*engine.Tensor, error) { return b.ScratchTensor([4]int{1, 1, rows, width}) }
 	g := &mhaGrads{Params: map[string]*engine.Tensor{}}
 	param := func(name string, rows, cols int, bound float64) (*engine.Tensor, error) {
@@ -300,11 +297,7 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 // and those of the inputs (g.DX, and a cross-attention's g.DKey and
 // g.DValue).
 func (m *MHA) recordInputGrads(b *engine.Builder, pr *mhaProblem, in *mhaGradInputs, inputs [3]*engine.Tensor, heads engine.GradTargets, g *mhaGrads, bounds *mhaGradBounds) error {
-	p := pr.plan
-	B, T, S, d, h := p.B, p.T, p.S, p.DModel, p.Heads
-	kv := m.kvOut
-	dh := d / h
-	hkv := kv / dh
+	B, T, S, d, h, kv, dh, hkv := m.extents(pr)
 	scratch := func(rows, width int) (*engine.Tensor, error) { return b.ScratchTensor([4]int{1, 1, rows, width}) }
 	param := func(name string, rows, cols int, bound float64) (*engine.Tensor, error) {
 		return g.param(b, name, rows, cols, bound)
@@ -421,4 +414,14 @@ func (m *MHA) projWeight(i int) *engine.Tensor {
 		return m.inW
 	}
 	return []*engine.Tensor{m.qW, m.kW, m.vW}[i]
+}
+
+// extents are a recorded backward's: batch, query and key lengths, model
+// width and heads, the K/V projections' width, a head's width, KV heads.
+func (m *MHA) extents(pr *mhaProblem) (B, T, S, d, h, kv, dh, hkv int) {
+	p := pr.plan
+	B, T, S, d, h = p.B, p.T, p.S, p.DModel, p.Heads
+	kv = m.kvOut
+	dh = d / h
+	return B, T, S, d, h, kv, dh, kv / dh
 }
