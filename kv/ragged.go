@@ -158,14 +158,8 @@ func (c *Cache) PrepareRagged(cfg RaggedConfig) (*RaggedStep, error) {
 			return fail(err)
 		}
 	}
-	align := func(n uint64) uint64 { return (n + 15) &^ 15 }
 	at := &s.at
-	at.v = align(uint64(cc.DType.StorageBytes(cfg.Tokens * cc.HKV * cc.DK)))
-	vRow := cc.DV
-	if cc.Latent {
-		vRow = 0 // V is the keys' leading columns
-	}
-	at.qDecode = at.v + align(uint64(cc.DType.StorageBytes(cfg.Tokens*cc.HKV*vRow)))
+	at.v, at.qDecode = c.kvStaging(cfg.Tokens)
 	at.qChunks = at.qDecode + uint64(cc.B*cfg.Heads*cc.DK)*4
 	at.oDecode = at.qChunks + uint64(cfg.Tokens*cfg.Heads*cc.DK)*4
 	at.oChunks = at.oDecode + uint64(cc.B*cfg.Heads*cc.DV)*4

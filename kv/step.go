@@ -99,15 +99,9 @@ func (c *Cache) PrepareStep(heads int, opts vkattn.Options) (*DecodeStep, error)
 	if s.q, err = engine.UploadBounded(c.dev, []int{cfg.B, heads, 1, cfg.DK}, make([]float32, cfg.B*heads*cfg.DK), vkattn.Float32, engine.WriteHeadroom); err != nil {
 		return fail(err)
 	}
-	align := func(n uint64) uint64 { return (n + 15) &^ 15 }
 	at := &s.at
-	at.v = align(uint64(cfg.DType.StorageBytes(cfg.B * cfg.HKV * cfg.DK)))
-	vRow := cfg.DV
-	if cfg.Latent {
-		vRow = 0 // V is the keys' leading columns: nothing of its own to stage
-	}
-	at.q = at.v + align(uint64(cfg.DType.StorageBytes(cfg.B*cfg.HKV*vRow)))
-	at.ints = at.q + align(uint64(cfg.B*heads*cfg.DK)*4)
+	at.v, at.q = c.kvStaging(cfg.B)
+	at.ints = at.q + align16(uint64(cfg.B*heads*cfg.DK)*4)
 	tables := cfg.B // key lengths
 	if c.pt != nil {
 		tables += cfg.B * c.pt.perItem
@@ -117,7 +111,7 @@ func (c *Cache) PrepareStep(heads int, opts vkattn.Options) (*DecodeStep, error)
 		// queries' rows.
 		tables += cfg.B * (2*c.rope.r.RotatedDims(cfg.DK) + 1)
 	}
-	at.o = at.ints + align(uint64(tables)*4)
+	at.o = at.ints + align16(uint64(tables)*4)
 	at.size = at.o + uint64(cfg.B*heads*cfg.DV)*4
 	if s.stage, err = engine.VK(c.dev).NewHostBuffer(at.size); err != nil {
 		return fail(engine.DeviceError(err))
@@ -131,6 +125,23 @@ func (c *Cache) PrepareStep(heads int, opts vkattn.Options) (*DecodeStep, error)
 	}
 	return s, nil
 }
+
+// kvStaging lays out n tokens' K and V of every KV head, as the cache
+// stores them, in a step's staging buffer: K from 0, V from the returned
+// offset, each from a multiple of 16 bytes; end is the first byte past
+// both (a latent cache stages no V).
+func (c *Cache) kvStaging(n int) (v, end uint64) {
+	cfg := c.cfg
+	v = align16(uint64(cfg.DType.StorageBytes(n * cfg.HKV * cfg.DK)))
+	vRow := cfg.DV
+	if cfg.Latent {
+		vRow = 0 // V is the keys' leading columns: nothing of its own to stage
+	}
+	return v, v + align16(uint64(cfg.DType.StorageBytes(n*cfg.HKV*vRow)))
+}
+
+// align16 rounds n bytes up to a multiple of 16.
+func align16(n uint64) uint64 { return (n + 15) &^ 15 }
 
 // callFor is the attention call of a step after which the sequences hold
 // kept positions (stepKeptLocked): over the view of the cache that holds
