@@ -484,17 +484,13 @@ func (p *AttentionPlan) planSplitK(in *PlanInput, tuning *core.PathTuning) {
 		p.splitKeys(ceilDiv(in.S, p.SplitKeys))
 		switch {
 		case p.Rows == 1 && p.Path == core.TexelLoadPath:
-			// One row a lane (no GQA): on lavapipe 1 key a step decoded
-			// H=32 S=4096 and 16384 faster than 2 (medians of two sets
-			// of 3 and 4 alternating rounds: f32 K/V 7-33%, f16 K/V -3
-			// to +11%); 4 keys were slower than 2.
+			// One row a lane (no GQA): 1 key a step decoded fastest on
+			// lavapipe (BENCHMARKS.md, "Decode (split-K)").
 			p.KeyTile = 1
 		case p.DMax >= 128 && p.Path == core.TexelLoadPath:
-			// Packed GQA rows at d_max 128 on lavapipe (H=32 H_kv=8,
-			// S=4096 and 16384): 2 keys a step decoded f16 K/V 10-30%
-			// faster than 1 key and f32 as fast; 4 keys were no faster.
-			// The rows x keys x d_max/4 unrolled body compiles in 2.6 s
-			// (1 key 2.2 s, 4 keys 3.1 s).
+			// Packed GQA rows at d_max 128: 2 keys a step beat 1 and 4
+			// on lavapipe, and the unrolled body compiles faster than
+			// 4's (BENCHMARKS.md, "The first call of each kernel family").
 			p.KeyTile = min(p.KeyTile, 2)
 		}
 	}
@@ -517,13 +513,12 @@ func (p *AttentionPlan) chooseTexelReads(dev core.DeviceInfo, in *PlanInput, tun
 		}
 	}
 	// Lanes that fetch their own rows read half inputs eight a texel: half
-	// the fetches (on lavapipe each is a call gathering the lanes' texels;
-	// f16 K/V decode without GQA ran 1.5-1.8x faster, with GQA 0.9-1.2x
-	// in noisy rounds). Shared loads and the additive kernel keep four.
+	// the fetches, each a call on lavapipe (BENCHMARKS.md, "Decode
+	// (split-K)"). Shared loads and the additive kernel keep four.
 	p.Halves8 = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && p.SharedLoads == 0 && in.halves8()
 	// q8_0 and q4_0 rows of whole blocks fetch each texel of quants and
-	// each block's scale once: a slot at a time fetched the texel four
-	// times and the scale eight, and q8_0 decode ran slower than float32.
+	// each block's scale once, not once per vec4 slot (the slot-at-a-time
+	// figures are in BENCHMARKS.md, "Decode (split-K)").
 	p.QuantBlocks = p.Vec4 && p.Path == core.TexelLoadPath && !p.Additive && in.quantBlocks()
 	// Prefill lanes read a mask value (additive, boolean) per key and row,
 	// each a texel fetch (on lavapipe a call): four keys a fetch where the
