@@ -45,9 +45,10 @@ type RaggedConfig struct {
 // step's own), so a 512-token chunk beside 63 single tokens costs about a
 // 512-row prefill and a 63-row decode, not 64 times 512 rows. Both calls
 // are recorded into one command buffer behind the appends. A call is
-// prepared the first time a step needs its shape (its prefill rows rounded
-// up as chunkRows does, the cache view as stepBucket); steady-state steps
-// allocate nothing.
+// prepared the first time a step needs its shape (the longest chunk
+// rounded up to a power of two up to 64 rows, then to a multiple of 64;
+// the view of the cache to a power of two of at least 256 positions, as a
+// decode step's): steady-state steps allocate nothing.
 type RaggedStep struct {
 	mu    sync.Mutex
 	cache *Cache
