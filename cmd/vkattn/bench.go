@@ -14,6 +14,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/harness"
 	"github.com/vkattn/vkattn/tune"
 )
 
@@ -289,18 +290,18 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 
-	var cases []tune.Case
+	var cases []harness.Case
 	switch {
 	case set["shape"] && set["suite"]:
 		return usagef(stderr, "bench", "--suite and --shape are mutually exclusive: a suite is a preset list of shapes")
 	case set["shape"]:
 		for _, d := range f.shapes.dims {
-			cases = append(cases, tune.Case{Dims: d, Causal: f.causal.c})
+			cases = append(cases, harness.Case{Dims: d, Causal: f.causal.c})
 		}
 	case set["causal"]:
 		return usagef(stderr, "bench", "--causal applies to --shape; the suites say per shape whether they are causal")
 	default:
-		if cases = tune.SuiteCases(f.suite); cases == nil {
+		if cases = harness.SuiteCases(f.suite); cases == nil {
 			return usagef(stderr, "bench", "--suite %q: want prefill, decode, long, all, decode-loop, fork, cascade, serve or mha-train", f.suite)
 		}
 	}
@@ -327,10 +328,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	return runShapes(&f, cases, path, stdout, stderr)
 }
 
-// benchOne measures c (tune.Bench) as a row of the table: clock and tick
+// benchOne measures c (harness.Bench) as a row of the table: clock and tick
 // follow the calls.
-func benchOne(ctx context.Context, dev *vkattn.Device, c tune.Case, reps int, seed uint64, clock *tune.Clock, tick func()) (benchResult, error) {
-	m, err := tune.Bench(ctx, dev, c, reps, seed, clock, tick)
+func benchOne(ctx context.Context, dev *vkattn.Device, c harness.Case, reps int, seed uint64, clock *tune.Clock, tick func()) (benchResult, error) {
+	m, err := harness.Bench(ctx, dev, c, reps, seed, clock, tick)
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -562,7 +563,7 @@ func runCacheSuite[T any](f *benchFlags, stdout, stderr io.Writer, name string, 
 // for one: ran reports whether they did.
 func runOwnSuite(f *benchFlags, set map[string]bool, stdout, stderr io.Writer) (code int, ran bool) {
 	if f.suite == "cascade" && !set["shape"] {
-		return runCacheSuite(f, stdout, stderr, "cascade", 1, f.reps, tune.DefaultCascadeSuite.Cascade, printCascadeTable), true
+		return runCacheSuite(f, stdout, stderr, "cascade", 1, f.reps, harness.DefaultCascadeSuite.Cascade, printCascadeTable), true
 	}
 	if f.suite == "decode-loop" && !set["shape"] {
 		return runDecodeLoopSuite(f, stdout, stderr), true
@@ -571,8 +572,8 @@ func runOwnSuite(f *benchFlags, set map[string]bool, stdout, stderr io.Writer) (
 		return runForkSuite(f, stdout, stderr), true
 	}
 	if f.suite == "serve" && !set["shape"] {
-		s := tune.DefaultServeSuite
-		serve := func(ctx context.Context, dev *vkattn.Device, _ int, seed uint64, _ *tune.Clock, tick func()) ([]tune.ServeResult, error) {
+		s := harness.DefaultServeSuite
+		serve := func(ctx context.Context, dev *vkattn.Device, _ int, seed uint64, _ *tune.Clock, tick func()) ([]harness.ServeResult, error) {
 			return s.Serve(ctx, dev, seed, tick)
 		}
 		return runCacheSuite(f, stdout, stderr, "serve", 2, 2*s.Requests, serve, printServeTable), true
@@ -613,7 +614,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 
 // runShapes times cases (the shapes of a suite or of --shape) on the
 // device the flags name and prints them (and --plot).
-func runShapes(f *benchFlags, cases []tune.Case, path vkattn.LoadPath, stdout, stderr io.Writer) int {
+func runShapes(f *benchFlags, cases []harness.Case, path vkattn.LoadPath, stdout, stderr io.Writer) int {
 	dev, err := vkattn.Open(f.device.with(vkattn.Config{LoadPath: path}))
 	if err != nil {
 		return failf(stderr, "bench", "%v", err)

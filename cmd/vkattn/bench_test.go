@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/vkattn/vkattn/internal/harness"
 	"github.com/vkattn/vkattn/tune"
 )
 
@@ -177,8 +178,8 @@ func TestBenchHelp(t *testing.T) {
 
 func TestBenchSuites(t *testing.T) {
 	count := map[string]int{}
-	for _, s := range append(tune.Suites, "all") {
-		for _, c := range tune.SuiteCases(s) {
+	for _, s := range append(harness.Suites, "all") {
+		for _, c := range harness.SuiteCases(s) {
 			count[s]++
 			d := c.Dims
 			if d.DK != d.DV || d.B != 1 || d.H%d.HKV != 0 {

@@ -6,11 +6,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/vkattn/vkattn/tune"
+	"github.com/vkattn/vkattn/internal/harness"
 )
 
 // printForkTable writes the fork results as a table.
-func printForkTable(w io.Writer, device string, rs []tune.ForkResult) {
+func printForkTable(w io.Writer, device string, rs []harness.ForkResult) {
 	fmt.Fprintf(w, "device: %s\n%d continuations of a %d-token prompt (H=%d H_kv=%d d=%d, pages of %d), forked, then decode steps of all of them\n",
 		device, cacheSuite.Sequences, cacheSuite.Prompt, cacheSuite.H, cacheSuite.HKV, cacheSuite.D, cacheSuite.Page)
 	rows := [][]string{{"dtype", "steps", "pages", "independent", "cache MB", "independent MB", "step", "steps/s"}}
@@ -30,7 +30,7 @@ func runForkSuite(f *benchFlags, stdout, stderr io.Writer) int {
 }
 
 // printCascadeTable writes the cascade results as a table.
-func printCascadeTable(w io.Writer, device string, rs []tune.CascadeResult) {
+func printCascadeTable(w io.Writer, device string, rs []harness.CascadeResult) {
 	fmt.Fprintf(w, "device: %s\n", device)
 	rows := [][]string{{"sequences", "rows", "prefix", "suffix", "H", "H_kv", "d", "cascade", "merge", "full", "speedup"}}
 	for _, r := range rs {
@@ -42,8 +42,8 @@ func printCascadeTable(w io.Writer, device string, rs []tune.CascadeResult) {
 }
 
 // printServeTable writes the serving results as a table.
-func printServeTable(w io.Writer, device string, rs []tune.ServeResult) {
-	fmt.Fprintf(w, "device: %s\n%v\n", device, tune.DefaultServeSuite)
+func printServeTable(w io.Writer, device string, rs []harness.ServeResult) {
+	fmt.Fprintf(w, "device: %s\n%v\n", device, harness.DefaultServeSuite)
 	rows := [][]string{{"mode", "steps", "tokens", "tokens/s", "step p50", "step p99", "TTFT p50", "TTFT p99", "steady steps", "submits/step", "waits/step", "staged KB/step", "allocations"}}
 	for _, r := range rs {
 		rows = append(rows, []string{r.Mode, strconv.Itoa(r.Steps), strconv.Itoa(r.Generated), rate(r.TokensPerS),

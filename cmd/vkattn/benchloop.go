@@ -6,15 +6,15 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/vkattn/vkattn/tune"
+	"github.com/vkattn/vkattn/internal/harness"
 )
 
 // cacheSuite is the shape of bench's decode-loop and fork suites (the
 // tests shrink it).
-var cacheSuite = tune.DefaultCacheSuite
+var cacheSuite = harness.DefaultCacheSuite
 
 // printLoopTable writes the decode-loop results as a table.
-func printLoopTable(w io.Writer, device string, rs []tune.LoopResult) {
+func printLoopTable(w io.Writer, device string, rs []harness.LoopResult) {
 	fmt.Fprintf(w, "device: %s\ndecode steps, H=%d H_kv=%d d=%d B=1: append one token, attend with its query, read O back (median of the timed steps; counts per step)\n", device, cacheSuite.H, cacheSuite.HKV, cacheSuite.D)
 	if len(rs) > 0 && rs[0].RoPE != "" {
 		fmt.Fprintf(w, "RoPE: %s (keys rotated on append, each query on the device)\n", rs[0].RoPE)

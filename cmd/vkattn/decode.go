@@ -12,6 +12,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/harness"
 	"github.com/vkattn/vkattn/tune"
 )
 
@@ -195,7 +196,7 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failf(stderr, "decode", "%v", err)
 	}
-	return f.report(res, tune.DecodeInput{Q: in[0].F32, K: in[1].F32, V: in[2].F32, QShape: q, KShape: k, VShape: v,
+	return f.report(res, harness.DecodeInput{Q: in[0].F32, K: in[1].F32, V: in[2].F32, QShape: q, KShape: k, VShape: v,
 		Types: types, RoPE: rope, Opts: opts}, in[0].Shape, stdout, stderr)
 }
 
@@ -241,21 +242,21 @@ type decodeResult struct {
 	summary decodeSummary
 }
 
-// decodeLoop runs the prefill and the steps (tune.Decode), or the ragged
-// steps of a schedule (tune.DecodeRagged; prefill 0 then), gathering every
+// decodeLoop runs the prefill and the steps (harness.Decode), or the ragged
+// steps of a schedule (harness.DecodeRagged; prefill 0 then), gathering every
 // token's output and the summary.
 func decodeLoop(ctx context.Context, dev *vkattn.Device, in [3]*npyArray, q, k, v [4]int, prefill int, schedule [][]int, page, window int, latent bool, types [3]vkattn.DType, rope *vkattn.RoPE, opts vkattn.Options, clock *tune.Clock) (*decodeResult, error) {
-	input := tune.DecodeInput{
+	input := harness.DecodeInput{
 		Q: in[0].F32, K: in[1].F32, V: in[2].F32, QShape: q, KShape: k, VShape: v,
 		Prefill: prefill, Page: page, Window: window, Latent: latent, Types: types, RoPE: rope, Opts: opts,
 	}
-	var run *tune.DecodeRun
+	var run *harness.DecodeRun
 	var err error
 	if schedule != nil {
-		run, err = tune.DecodeRagged(ctx, dev, input, schedule, clock)
+		run, err = harness.DecodeRagged(ctx, dev, input, schedule, clock)
 		prefill = 0
 	} else {
-		run, err = tune.Decode(ctx, dev, input, clock)
+		run, err = harness.Decode(ctx, dev, input, clock)
 	}
 	if err != nil {
 		return nil, err
@@ -310,7 +311,7 @@ func parseSchedule(path string, B, T int) ([][]int, error) {
 		}
 		schedule = append(schedule, counts)
 	}
-	if _, _, err := tune.CheckSchedule(schedule, B, T); err != nil {
+	if _, _, err := harness.CheckSchedule(schedule, B, T); err != nil {
 		return nil, err
 	}
 	return schedule, nil
@@ -337,7 +338,7 @@ func (f *decodeFlags) register(fs *flag.FlagSet) {
 // report checks a decode's output against the reference of input (with
 // --check), writes it (-o) and prints the summary; qShape is Q's shape as
 // the file gave it.
-func (f *decodeFlags) report(res *decodeResult, input tune.DecodeInput, qShape []int, stdout, stderr io.Writer) int {
+func (f *decodeFlags) report(res *decodeResult, input harness.DecodeInput, qShape []int, stdout, stderr io.Writer) int {
 	var chk *golden.Check
 	if f.check {
 		ref, err := input.Reference()

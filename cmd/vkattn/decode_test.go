@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/internal/harness"
 	"github.com/vkattn/vkattn/internal/testutil"
-	"github.com/vkattn/vkattn/tune"
 )
 
 // decodeTokens is the sequence length of decodeFiles.
@@ -114,7 +114,7 @@ func TestBenchDecodeLoop(t *testing.T) {
 	withDevice(t)
 	saved := cacheSuite
 	cacheSuite.H, cacheSuite.HKV, cacheSuite.D, cacheSuite.Page = 4, 2, 32, 64
-	cacheSuite.Cases = []tune.LoopCase{{Length: 300, Capacity: 300}, {Length: 300, Capacity: 1200}}
+	cacheSuite.Cases = []harness.LoopCase{{Length: 300, Capacity: 300}, {Length: 300, Capacity: 1200}}
 	defer func() { cacheSuite = saved }()
 	for _, planAs := range []string{"", "nvidia"} {
 		args := []string{"bench", "--suite", "decode-loop", "--reps", "3", "--quiet", "--json"}
@@ -122,7 +122,7 @@ func TestBenchDecodeLoop(t *testing.T) {
 			args = append(args, "--plan-as", planAs)
 		}
 		out := cliOK(t, args...)
-		rs := parseJSON[[]tune.LoopResult](t, out)
+		rs := parseJSON[[]harness.LoopResult](t, out)
 		if len(rs) != 16 {
 			t.Fatalf("%d results, want 16 (two capacities, contiguous and paged, f32, f16, q8_0 and q4_0)", len(rs))
 		}
@@ -154,7 +154,7 @@ func TestBenchFork(t *testing.T) {
 	cacheSuite.H, cacheSuite.HKV, cacheSuite.D, cacheSuite.Page, cacheSuite.Prompt = 4, 2, 32, 64, 300
 	defer func() { cacheSuite = saved }()
 	out := cliOK(t, "bench", "--suite", "fork", "--reps", "3", "--quiet", "--json")
-	rs := parseJSON[[]tune.ForkResult](t, out)
+	rs := parseJSON[[]harness.ForkResult](t, out)
 	if len(rs) != 4 {
 		t.Fatalf("%d results, want 4 (f32, f16, q8_0, q4_0)", len(rs))
 	}
@@ -179,12 +179,12 @@ func writeFile(t *testing.T, path, text string) {
 // sequence at least one a sequence.
 func TestBenchServe(t *testing.T) {
 	withDevice(t)
-	saved := tune.DefaultServeSuite
-	defer func() { tune.DefaultServeSuite = saved }()
-	tune.DefaultServeSuite = tune.ServeSuite{Requests: 8, Rate: 200, PromptMin: 8, PromptMax: 40, OutputMin: 2, OutputMax: 6,
+	saved := harness.DefaultServeSuite
+	defer func() { harness.DefaultServeSuite = saved }()
+	harness.DefaultServeSuite = harness.ServeSuite{Requests: 8, Rate: 200, PromptMin: 8, PromptMax: 40, OutputMin: 2, OutputMax: 6,
 		Slots: 3, Budget: 24, Chunks: 2, H: 4, HKV: 2, D: 16, PageSize: 8, Pages: 12, DType: vkattn.Float16}
 	for _, plan := range []string{"lavapipe", "nvidia"} {
-		rs := parseJSON[[]tune.ServeResult](t, cliOK(t, "bench", "--suite", "serve", "--plan-as", plan, "--json", "--quiet"))
+		rs := parseJSON[[]harness.ServeResult](t, cliOK(t, "bench", "--suite", "serve", "--plan-as", plan, "--json", "--quiet"))
 		if len(rs) != 2 || rs[0].Mode != "ragged" || rs[1].Mode != "per-sequence" {
 			t.Fatalf("%s: results %+v", plan, rs)
 		}

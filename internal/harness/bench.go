@@ -1,4 +1,4 @@
-package tune
+package harness
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/tune"
 )
 
 // Case is one attention problem to time (`vkattn bench`): its shape, causal
@@ -114,7 +115,7 @@ func (c Case) Bytes() int64 {
 type Measurement struct {
 	Plan              vkattn.Plan   // the forward's
 	ColdWall, ColdGPU time.Duration // the first call: Prepare, compile on a cache miss, run
-	Timing                          // the timed calls after it
+	tune.Timing                     // the timed calls after it
 	Reps              int
 	Cost              vkattn.Stats // of the timed calls, summed
 }
@@ -124,10 +125,10 @@ type Measurement struct {
 // follows the calls and tick (if not nil) is called after each. The
 // forward is prepared once and replayed (the timings are the dispatch and
 // its wait, not allocation); a backward call runs whole each time.
-func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint64, clock *Clock, tick func()) (*Measurement, error) {
+func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint64, clock *tune.Clock, tick func()) (*Measurement, error) {
 	tick = tickOf(tick)
 	r := rand.New(rand.NewPCG(seed, 0x7661747461)) // "vkatt"
-	in, err := UploadRandomAs(dev, r, c.Dims, c.Types)
+	in, err := tune.UploadRandomAs(dev, r, c.Dims, c.Types)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +146,7 @@ func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint6
 		CloseAfter(ctx, free)
 	}()
 	opts := c.Options()
-	var runner Runner
+	var runner tune.Runner
 	if c.Backward {
 		d := c.Dims
 		dO, err := dev.Upload([]int{d.B, d.H, d.L, d.DV}, random.Uniform(r, d.B*d.H*d.L*d.DV))
@@ -176,7 +177,7 @@ func Bench(ctx context.Context, dev *vkattn.Device, c Case, reps int, seed uint6
 		m.Plan = prepared.Output().Plan
 	}
 	before := dev.Stats()
-	if m.Timing, err = TimeRuns(ctx, runner, reps, func() { clock.Lap(); tick() }); err != nil {
+	if m.Timing, err = tune.TimeRuns(ctx, runner, reps, func() { clock.Lap(); tick() }); err != nil {
 		return nil, err
 	}
 	m.Cost = dev.Stats().Since(before)
@@ -204,7 +205,7 @@ func CloseAfter(ctx context.Context, free func()) {
 }
 
 // backwardRun is one Device.AttentionBackward of fixed inputs, as
-// TimeRuns times it: the forward and the backward, their outputs freed
+// tune.TimeRuns times it: the forward and the backward, their outputs freed
 // each time.
 type backwardRun struct {
 	dev         *vkattn.Device

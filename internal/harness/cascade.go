@@ -1,4 +1,4 @@
-package tune
+package harness
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/tune"
 )
 
 // CascadeSuite is the shape of `vkattn bench --suite cascade`: Sequences
@@ -40,7 +41,7 @@ type CascadeResult struct {
 
 // Cascade measures cs's cascade against its full attentions, reps times
 // each, alternating.
-func (cs CascadeSuite) Cascade(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *Clock, tick func()) ([]CascadeResult, error) {
+func (cs CascadeSuite) Cascade(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *tune.Clock, tick func()) ([]CascadeResult, error) {
 	tick = tickOf(tick)
 	randn := normals(rand.New(rand.NewPCG(seed, 0x63617363))) // "casc"
 	n, rows, total := cs.Sequences, cs.Sequences*cs.Rows, cs.Sequences*cs.Suffix
@@ -144,7 +145,7 @@ func (cs CascadeSuite) Cascade(ctx context.Context, dev *vkattn.Device, reps int
 		cascade, merges, fulls = append(cascade, t), append(merges, m), append(fulls, f)
 		tick()
 	}
-	res := CascadeResult{CascadeSuite: cs, CascadeNS: StatsOf(cascade).Median, MergeNS: StatsOf(merges).Median, FullNS: StatsOf(fulls).Median}
+	res := CascadeResult{CascadeSuite: cs, CascadeNS: tune.StatsOf(cascade).Median, MergeNS: tune.StatsOf(merges).Median, FullNS: tune.StatsOf(fulls).Median}
 	res.Speedup = float64(res.FullNS) / float64(res.CascadeNS)
 	return []CascadeResult{res}, nil
 }

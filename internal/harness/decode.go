@@ -1,4 +1,4 @@
-package tune
+package harness
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/kv"
 	"github.com/vkattn/vkattn/reference"
+	"github.com/vkattn/vkattn/tune"
 )
 
 // DecodeInput is a sequence to decode: Q (B, H, T, d_k), K (B, H_kv, T,
@@ -50,7 +51,7 @@ type DecodeRun struct {
 // prepared call (the bottom-right causal alignment of the whole sequence,
 // token by token), gathering every token's output; clock follows the
 // calls. Steps are timed on the device (wall time without timestamps).
-func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Clock) (*DecodeRun, error) {
+func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *tune.Clock) (*DecodeRun, error) {
 	q, k, v, prefill, types, opts := in.QShape, in.KShape, in.VShape, in.Prefill, in.Types, in.Opts
 	B, H, T, DK, HKV, DV := q[0], q[1], q[2], q[3], k[1], v[3]
 	// Freed last to first on return; in the background after a signal
@@ -154,14 +155,14 @@ func Decode(ctx context.Context, dev *vkattn.Device, in DecodeInput, clock *Cloc
 	}
 	wall := time.Since(start)
 	res.StepsWall = wall
-	res.StepMedian = time.Duration(StatsOf(times).Median)
+	res.StepMedian = time.Duration(tune.StatsOf(times).Median)
 	res.TokensPerSec = float64(B*len(times)) / wall.Seconds()
 	return res, nil
 }
 
 // timedStep runs a decode step under clock and returns its device time,
 // or its wall time where the device has no timestamps.
-func timedStep(clock *Clock, run func() (time.Duration, error)) (time.Duration, error) {
+func timedStep(clock *tune.Clock, run func() (time.Duration, error)) (time.Duration, error) {
 	start := time.Now()
 	clock.Begin(false)
 	gpu, err := run()

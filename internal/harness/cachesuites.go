@@ -1,4 +1,4 @@
-package tune
+package harness
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/kv"
+	"github.com/vkattn/vkattn/tune"
 )
 
 // CacheSuite is the shape of the KV-cache suites of `vkattn bench`: decode
@@ -78,7 +79,7 @@ type LoopResult struct {
 // cache length (the 1k step in a 1k and in a 32k cache, each layout and
 // type) are prepared together and their steps taken in turns, so that
 // the machine's drift falls on all of them alike.
-func (cs CacheSuite) DecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *Clock, tick func()) ([]LoopResult, error) {
+func (cs CacheSuite) DecodeLoop(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *tune.Clock, tick func()) ([]LoopResult, error) {
 	tick = tickOf(tick)
 	randn := normals(rand.New(rand.NewPCG(seed, 0x6c6f6f70))) // "loop"
 	var out []LoopResult
@@ -152,7 +153,7 @@ type loopCache struct {
 	dt                vkattn.DType
 }
 
-func (cs CacheSuite) newLoopRun(ctx context.Context, dev *vkattn.Device, c loopCache, randn func(int) []float32, clock *Clock, tick func()) (*loopRun, error) {
+func (cs CacheSuite) newLoopRun(ctx context.Context, dev *vkattn.Device, c loopCache, randn func(int) []float32, clock *tune.Clock, tick func()) (*loopRun, error) {
 	H, HKV, D := cs.H, cs.HKV, cs.D
 	s, dt := c.s, c.dt
 	l := &loopRun{res: LoopResult{Length: s, Capacity: c.capacity, Cache: "contiguous", DType: dt.String(), BytesPerToken: 2 * dt.StorageBytes(HKV*D)}, historyLength: s - 1, dt: dt}
@@ -196,7 +197,7 @@ func (cs CacheSuite) newLoopRun(ctx context.Context, dev *vkattn.Device, c loopC
 }
 
 // step takes one timed step, counting what it cost the device.
-func (l *loopRun) step(ctx context.Context, dev *vkattn.Device, clock *Clock, tick func()) error {
+func (l *loopRun) step(ctx context.Context, dev *vkattn.Device, clock *tune.Clock, tick func()) error {
 	if err := l.cache.Truncate([]int{l.historyLength}); err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func (l *loopRun) result(reps int) LoopResult {
 	res.Allocs = l.counted.Allocations / reps
 	res.Submits, res.Waits = float64(l.counted.Submits)/float64(reps), float64(l.counted.Waits)/float64(reps)
 	res.StagingBytes = float64(l.counted.StagingBytes) / float64(reps)
-	res.StepNS, res.GPUNS = StatsOf(l.steps).Median, StatsOf(l.gpus).Median
+	res.StepNS, res.GPUNS = tune.StatsOf(l.steps).Median, tune.StatsOf(l.gpus).Median
 	res.StepsPerS = 1 / time.Duration(res.StepNS).Seconds()
 	if res.GPUNS > 0 {
 		res.GBPS = float64(res.Length*res.BytesPerToken) / time.Duration(res.GPUNS).Seconds() / 1e9
@@ -258,7 +259,7 @@ type ForkResult struct {
 // --suite fork): the prompt goes into sequence 0 and is forked to the
 // others, which then share its pages; each step appends every sequence's
 // own token.
-func (cs CacheSuite) Fork(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *Clock, tick func()) ([]ForkResult, error) {
+func (cs CacheSuite) Fork(ctx context.Context, dev *vkattn.Device, reps int, seed uint64, clock *tune.Clock, tick func()) ([]ForkResult, error) {
 	tick = tickOf(tick)
 	randn := normals(rand.New(rand.NewPCG(seed, 0x666f726b))) // "fork"
 	B, H, HKV, D, page, prompt := cs.Sequences, cs.H, cs.HKV, cs.D, cs.Page, cs.Prompt
@@ -314,7 +315,7 @@ func (cs CacheSuite) Fork(ctx context.Context, dev *vkattn.Device, reps int, see
 			res.PagesInUse = cache.PagesInUse()
 			res.PagesIndependent = B * ((prompt + reps + page - 1) / page)
 			res.BytesInUse, res.BytesIndependent = int64(res.PagesInUse)*pageBytes, int64(res.PagesIndependent)*pageBytes
-			res.StepNS = StatsOf(times).Median
+			res.StepNS = tune.StatsOf(times).Median
 			res.StepsPerS = 1 / time.Duration(res.StepNS).Seconds()
 			return res, nil
 		}()

@@ -1,4 +1,4 @@
-package tune
+package harness
 
 import (
 	"context"

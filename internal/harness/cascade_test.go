@@ -1,17 +1,20 @@
-package tune
+package harness
 
 import (
 	"context"
 	"testing"
+
+	"github.com/vkattn/vkattn/internal/devtest"
+	"github.com/vkattn/vkattn/tune"
 )
 
 // The cascade suite times its three calls, the merge and the full
 // attentions, every rep, and reports their medians.
 func TestCascadeMeasuresBothWays(t *testing.T) {
-	dev := openDevice(t)
+	dev := devtest.Dev
 	cs := CascadeSuite{Prefix: 64, Suffix: 16, Sequences: 2, Rows: 2, H: 2, HKV: 1, D: 16}
 	ticks := 0
-	rs, err := cs.Cascade(context.Background(), dev, 2, 1, &Clock{}, func() { ticks++ })
+	rs, err := cs.Cascade(context.Background(), dev, 2, 1, &tune.Clock{}, func() { ticks++ })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package tune
+package harness
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/kv"
+	"github.com/vkattn/vkattn/tune"
 )
 
 // CheckSchedule checks a ragged schedule for a decode of B sequences of
@@ -54,7 +55,7 @@ func CheckSchedule(schedule [][]int, B, T int) (tokens, chunks int, err error) {
 // schedule must pass CheckSchedule. Steps are timed on the device (wall
 // time without timestamps); the first step of each shape prepares its
 // calls and is timed with the rest.
-func DecodeRagged(ctx context.Context, dev *vkattn.Device, in DecodeInput, schedule [][]int, clock *Clock) (*DecodeRun, error) {
+func DecodeRagged(ctx context.Context, dev *vkattn.Device, in DecodeInput, schedule [][]int, clock *tune.Clock) (*DecodeRun, error) {
 	q, k, v := in.QShape, in.KShape, in.VShape
 	B, H, T, DK, HKV, DV := q[0], q[1], q[2], q[3], k[1], v[3]
 	tokens, chunks, err := CheckSchedule(schedule, B, T)
@@ -140,7 +141,7 @@ func DecodeRagged(ctx context.Context, dev *vkattn.Device, in DecodeInput, sched
 		}
 	}
 	res.StepsWall = time.Since(start)
-	res.StepMedian = time.Duration(StatsOf(times).Median)
+	res.StepMedian = time.Duration(tune.StatsOf(times).Median)
 	res.TokensPerSec = float64(B*T) / res.StepsWall.Seconds()
 	return res, nil
 }
