@@ -44,7 +44,7 @@ GOTEST = $(GO) test -vet=off
 # The plain-Go packages whose tests are the same with and without cgo:
 # they run once, without it, before the suite, which leaves them out
 # (weights has tests that open a device, so it runs in both).
-CGO_FREE = ./core/... ./pipelines ./reference/... ./internal/golden/... ./internal/apidoc
+CGO_FREE = ./core/... ./pipelines ./reference/... ./internal/golden/... ./internal/verdict ./internal/apidoc
 
 # lavapipe compiles each kernel variant at its first dispatch, and a cold
 # run of the suite is mostly that (some 300 variants). GALLIVM_PERF=nopt

@@ -9,8 +9,8 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/devtest"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -235,10 +235,10 @@ func TestMergeOfOnePart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	if c := golden.Compare(devtest.Download(t, out.O), []float64{1, -2, 3, 0, 0, 0}, 0); !c.OK() {
+	if c := verdict.Compare(devtest.Download(t, out.O), []float64{1, -2, 3, 0, 0, 0}, 0); !c.OK() {
 		t.Errorf("O = %v, want %v", devtest.Download(t, out.O), o)
 	}
-	if c := golden.Compare(devtest.Download(t, out.LSE), []float64{0.25, math.Inf(-1)}, 0); !c.OK() {
+	if c := verdict.Compare(devtest.Download(t, out.LSE), []float64{0.25, math.Inf(-1)}, 0); !c.OK() {
 		t.Errorf("LSE = %v, want %v", devtest.Download(t, out.LSE), lse)
 	}
 }

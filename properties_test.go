@@ -9,7 +9,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/devtest"
-	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verdict"
 )
 
 // Properties of SEMANTICS.md §11, checked on the GPU output itself (not only
@@ -31,7 +31,7 @@ func TestWeightsAreADistribution(t *testing.T) {
 			}
 			sum += w
 		}
-		if !golden.Near(sum, 1, 1e-5) {
+		if !verdict.Near(sum, 1, 1e-5) {
 			t.Fatalf("row %d weights sum to %v, want 1", row, sum)
 		}
 	}
@@ -70,7 +70,7 @@ func TestPermutationEquivariance(t *testing.T) {
 	o, po := self(x), self(px)
 	for i, j := range perm {
 		for c := 0; c < d; c++ {
-			if !golden.Near(float64(po[i*d+c]), float64(o[j*d+c]), 1e-5) {
+			if !verdict.Near(float64(po[i*d+c]), float64(o[j*d+c]), 1e-5) {
 				t.Fatalf("permuted row %d [%d] = %v, row %d's %v", i, c, po[i*d+c], j, o[j*d+c])
 			}
 		}
@@ -91,7 +91,7 @@ func TestValueShift(t *testing.T) {
 	}
 	got := devtest.RunGPU(t, devtest.Dev, &shifted).O
 	for i := range got {
-		if !golden.Near(float64(got[i]), float64(base[i])+float64(u[i%d]), 2e-5) {
+		if !verdict.Near(float64(got[i]), float64(base[i])+float64(u[i%d]), 2e-5) {
 			t.Fatalf("output %d: shifted %v, base %v + u %v", i, got[i], base[i], u[i%d])
 		}
 	}
@@ -113,7 +113,7 @@ func TestZeroQueryUniformWeights(t *testing.T) {
 	p.Weights = true
 	got := devtest.RunGPU(t, devtest.Dev, p)
 	for i, w := range got.W {
-		if !golden.Near(float64(w), 1.0/s, 1e-6) {
+		if !verdict.Near(float64(w), 1.0/s, 1e-6) {
 			t.Fatalf("weight %d = %v, want 1/%d", i, w, s)
 		}
 	}
@@ -122,7 +122,7 @@ func TestZeroQueryUniformWeights(t *testing.T) {
 		for j := 0; j < s; j++ {
 			mean += float64(p.V[j*d+c]) / s
 		}
-		if !golden.Near(float64(got.O[c]), mean, 1e-6) {
+		if !verdict.Near(float64(got.O[c]), mean, 1e-6) {
 			t.Fatalf("output[%d] = %v, want mean %v", c, got.O[c], mean)
 		}
 	}

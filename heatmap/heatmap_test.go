@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verdict"
 )
 
 // render draws w with o as a PNG and decodes it.
@@ -217,7 +217,7 @@ func TestContributionWeighsByValueNorm(t *testing.T) {
 	}
 	want := []float32{0, 0.25, 1.25, 0.5, 0, 0, 0, 0}
 	for i := range want {
-		if !golden.Near(float64(c.Data[i]), float64(want[i]), 1e-6) {
+		if !verdict.Near(float64(c.Data[i]), float64(want[i]), 1e-6) {
 			t.Errorf("contribution %d = %v, want %v", i, c.Data[i], want[i])
 		}
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/internal/verdict"
 )
 
 // atanhHalf is a = atanh(1/2) = ln(3)/2, so tanh(a) = 1/2 and tanh(2a) =
@@ -299,7 +299,7 @@ func TestAdditiveProperties(t *testing.T) {
 		p0.w = &w0
 		r0 := p0.run(t, core.Options{})
 		for i, a := range r0.Weights {
-			if !golden.Near(a, 1.0/S, 1e-15) {
+			if !verdict.Near(a, 1.0/S, 1e-15) {
 				t.Fatalf("w_a = 0: weight %d is %v, want 1/%d", i, a, S)
 			}
 		}

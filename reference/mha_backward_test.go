@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/verdict"
 )
 
 // mhaFD is the central difference of loss with respect to element i of
@@ -93,7 +93,7 @@ func TestMHABackwardFD(t *testing.T) {
 				for k := 0; k < 12 && len(p.param) > 0; k++ {
 					i := r.Intn(len(p.param))
 					fd := mhaFD(p.param, i, loss)
-					if !golden.Near(p.grad[i], fd, 2e-3*math.Max(1, top)) {
+					if !verdict.Near(p.grad[i], fd, 2e-3*math.Max(1, top)) {
 						t.Errorf("%s[%d] = %.9g, finite difference %.9g", p.name, i, p.grad[i], fd)
 					}
 					checked++

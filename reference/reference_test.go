@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/internal/verdict"
 )
 
 var negInf = float32(math.Inf(-1))
@@ -214,7 +214,7 @@ func TestProperties(t *testing.T) {
 							t.Fatalf("%v: negative weight %v", causal, x)
 						}
 					}
-					if s := sum(w); !golden.Near(s, 1, 1e-12) {
+					if s := sum(w); !verdict.Near(s, 1, 1e-12) {
 						t.Fatalf("%v: row %d weights sum to %v", causal, row, s)
 					}
 					kv := b*HKV + h/(H/HKV)
@@ -252,12 +252,12 @@ func TestProperties(t *testing.T) {
 	// A zero query gives uniform weights and LSE log(S).
 	r := mustRun(t, make([]float32, len(q)), qs, k, ks, v, vs, core.Options{})
 	for i, w := range r.Weights {
-		if !golden.Near(w, 1.0/S, 1e-15) {
+		if !verdict.Near(w, 1.0/S, 1e-15) {
 			t.Fatalf("zero query: weight %d = %v, want 1/%d", i, w, S)
 		}
 	}
 	for i, x := range r.LSE {
-		if !golden.Near(x, math.Log(S), 1e-14) {
+		if !verdict.Near(x, math.Log(S), 1e-14) {
 			t.Fatalf("zero query: LSE %d = %v, want log %d", i, x, S)
 		}
 	}
@@ -601,7 +601,7 @@ func TestStableSoftmax(t *testing.T) {
 	}
 	r := p.run(t, core.Options{})
 	for row := 0; row < 4; row++ {
-		if s := sum(r.Weights[row*6 : row*6+6]); !golden.Near(s, 1, 1e-12) {
+		if s := sum(r.Weights[row*6 : row*6+6]); !verdict.Near(s, 1, 1e-12) {
 			t.Fatalf("row %d weights sum to %v", row, s)
 		}
 		if math.IsInf(r.LSE[row], 0) {

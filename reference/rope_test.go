@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/internal/verdict"
 )
 
 // The rotation as complex multiplication (RoFormer's formulation): pair i
@@ -121,14 +121,14 @@ func TestRoPEScaling(t *testing.T) {
 				t.Errorf("inv_freq %d (wavelength %.0f): scaled by %g, want 1", i, wavelen, ratio)
 			}
 		case wavelen > 8192:
-			if !golden.Near(ratio, 0.125, 1e-15) {
+			if !verdict.Near(ratio, 0.125, 1e-15) {
 				t.Errorf("inv_freq %d (wavelength %.0f): scaled by %g, want 1/8", i, wavelen, ratio)
 			}
 		default:
 			medium++
 			// smooth = 8192/wavelen/3 - 1/3; ratio = (1 - smooth)/8 + smooth.
 			smooth := (8192/wavelen - 1) / 3
-			if want := (1-smooth)/8 + smooth; !golden.Near(ratio, want, 1e-12) || !(ratio >= 0.125 && ratio <= 1) {
+			if want := (1-smooth)/8 + smooth; !verdict.Near(ratio, want, 1e-12) || !(ratio >= 0.125 && ratio <= 1) {
 				t.Errorf("inv_freq %d (wavelength %.0f): scaled by %g, want %g", i, wavelen, ratio, want)
 			}
 		}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/heatmap"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/vk"
 )
@@ -135,7 +135,7 @@ func TestPainterColoursMatchThePalette(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !golden.Near(float64(got), top, 1e-5*math.Max(1, top)) {
+		if !verdict.Near(float64(got), top, 1e-5*math.Max(1, top)) {
 			t.Errorf("%+v: scale top %v, reference %v", v, got, top)
 		}
 		for i := range p.L {
@@ -163,7 +163,7 @@ func TestPainterColoursMatchThePalette(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := p.value(v, c[0], c[1]); !golden.Near(float64(got), want, 1e-5) {
+			if want := p.value(v, c[0], c[1]); !verdict.Near(float64(got), want, 1e-5) {
 				t.Errorf("%+v: Value(%d,%d) = %v, reference %v", v, c[0], c[1], got, want)
 			}
 		}

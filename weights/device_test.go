@@ -13,9 +13,9 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/nn"
 	"github.com/x448/float16"
 )
@@ -111,7 +111,7 @@ func TestHalfMHAWeightsOnDevice(t *testing.T) {
 			continue
 		}
 		for i := range want {
-			if w := float64(want[i]); !golden.Near(float64(got[i]), w, 2e-5*max(1, math.Abs(w))) {
+			if w := float64(want[i]); !verdict.Near(float64(got[i]), w, 2e-5*max(1, math.Abs(w))) {
 				t.Fatalf("%s: out[%d] = %v, float32 weights give %v", f.name, i, got[i], want[i])
 			}
 		}

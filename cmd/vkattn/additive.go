@@ -7,6 +7,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/internal/verify"
 	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
@@ -180,7 +181,7 @@ func executeAdditive(f *additiveFlags, dev *vkattn.Device, p *additiveProblem, s
 
 	// O drops the kernel's head axis: Q's leading axes, then d_v.
 	oShape, wShape, lseShape := golden.OutputShapes(p.q.Shape, p.k3[1], p.v3[2])
-	var chk *golden.Check
+	var chk *verdict.Check
 	if f.check {
 		ref, err := reference.AdditiveAttention(p.q.F32, p.q3, p.k.F32, p.k3, p.v.F32, p.v3, p.w, p.opts)
 		if err != nil {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/harness"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/tune"
 )
 
@@ -224,17 +224,17 @@ func (f *decodeFlags) print(stdout io.Writer, s decodeSummary) {
 
 // decodeSummary is what decode reports (--json).
 type decodeSummary struct {
-	Device       string        `json:"device"`
-	Dims         vkattn.Dims   `json:"dims"`
-	Cache        string        `json:"cache"` // "contiguous f16", "paged (16) f32"
-	Prefill      int           `json:"prefill"`
-	Steps        int           `json:"steps"`
-	PrefillNS    int64         `json:"prefill_gpu_ns"`
-	StepMedianNS int64         `json:"step_gpu_median_ns"` // device time; wall time without timestamps
-	StepsWallNS  int64         `json:"steps_wall_ns"`      // append, query write and run, all steps
-	TokensPerSec float64       `json:"tokens_per_s"`       // B tokens a step over the steps' wall time
-	StepPlan     string        `json:"step_plan"`
-	Check        *golden.Check `json:"check,omitempty"`
+	Device       string         `json:"device"`
+	Dims         vkattn.Dims    `json:"dims"`
+	Cache        string         `json:"cache"` // "contiguous f16", "paged (16) f32"
+	Prefill      int            `json:"prefill"`
+	Steps        int            `json:"steps"`
+	PrefillNS    int64          `json:"prefill_gpu_ns"`
+	StepMedianNS int64          `json:"step_gpu_median_ns"` // device time; wall time without timestamps
+	StepsWallNS  int64          `json:"steps_wall_ns"`      // append, query write and run, all steps
+	TokensPerSec float64        `json:"tokens_per_s"`       // B tokens a step over the steps' wall time
+	StepPlan     string         `json:"step_plan"`
+	Check        *verdict.Check `json:"check,omitempty"`
 }
 
 type decodeResult struct {
@@ -339,13 +339,13 @@ func (f *decodeFlags) register(fs *flag.FlagSet) {
 // --check), writes it (-o) and prints the summary; qShape is Q's shape as
 // the file gave it.
 func (f *decodeFlags) report(res *decodeResult, input harness.DecodeInput, qShape []int, stdout, stderr io.Writer) int {
-	var chk *golden.Check
+	var chk *verdict.Check
 	if f.check {
 		ref, err := input.Reference()
 		if err != nil {
 			return failf(stderr, "decode", "reference: %v", err)
 		}
-		chk = &golden.Check{}
+		chk = &verdict.Check{}
 		chk.Add("O", res.o, ref.O)
 	}
 	if chk != nil && !chk.OK() {

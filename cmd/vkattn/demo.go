@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/train"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/internal/verify"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -208,7 +208,7 @@ func demoRandom(w io.Writer, dev *vkattn.Device) error {
 	if err != nil {
 		return err
 	}
-	chk := &golden.Check{}
+	chk := &verdict.Check{}
 	chk.Add("O", res.O, ref.O)
 	fmt.Fprintf(w, "plan: %v\n", res.Plan)
 	// The first call of a kernel variant compiles it (lavapipe compiles

@@ -7,6 +7,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/internal/verify"
 )
 
@@ -56,7 +57,7 @@ type gradSummary struct {
 	Plan   string               `json:"plan"` // the forward's
 	GPUNS  int64                `json:"gpu_ns"`
 	Grads  map[string]arrayJSON `json:"grads"` // dQ, dK, dV (and dSinks)
-	Check  *golden.GradCheck    `json:"check,omitempty"`
+	Check  *verdict.GradCheck   `json:"check,omitempty"`
 }
 
 func runGrad(args []string, stdout, stderr io.Writer) int {

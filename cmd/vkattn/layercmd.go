@@ -8,6 +8,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/internal/verify"
 )
 
@@ -162,7 +163,7 @@ func batchedShape(name, path string, shape []int) (b, t, width int, err error) {
 // finishOutputs writes outs and the staged files more, all or none,
 // unless the check failed, and reports what it wrote and the check's
 // verdict. A failed check writes nothing and exits 1.
-func finishOutputs(cmd string, outs []output, more []*pendingFile, chk *golden.Check, stdout, stderr io.Writer) int {
+func finishOutputs(cmd string, outs []output, more []*pendingFile, chk *verdict.Check, stdout, stderr io.Writer) int {
 	if chk == nil || chk.OK() {
 		if err := writeNPYFiles(outs, more...); err != nil {
 			return failf(stderr, cmd, "%v", err)
@@ -202,7 +203,7 @@ func layerGradients(cmd string, g *verify.Gradients, stdout, stderr io.Writer) (
 
 // finishLayer is finishOutputs with --grads (the gradients, nil without
 // it) as one .npz file among the outputs.
-func finishLayer(cmd string, outs []output, chk *golden.Check, gradsPath string, grads []output, stdout, stderr io.Writer) int {
+func finishLayer(cmd string, outs []output, chk *verdict.Check, gradsPath string, grads []output, stdout, stderr io.Writer) int {
 	var more []*pendingFile
 	if grads != nil && (chk == nil || chk.OK()) {
 		p, err := stageArraysNPZ(gradsPath, grads)

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/weights"
 )
@@ -113,13 +113,13 @@ func runMerge(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failf(stderr, "merge", "%v", err)
 	}
-	var chk *golden.Check
+	var chk *verdict.Check
 	if f.check {
 		want, err := mergeReference(parts)
 		if err != nil {
 			return failf(stderr, "merge", "reference: %v", err)
 		}
-		chk = &golden.Check{}
+		chk = &verdict.Check{}
 		chk.Add("O", o, want.O)
 		chk.Add("LSE", lse, want.LSE)
 		if !chk.OK() {

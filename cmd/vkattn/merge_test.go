@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -71,8 +71,8 @@ func TestMergeCommand(t *testing.T) {
 	if got := shapeString(o.Shape) + " " + shapeString(lse.Shape); got != shapeString([]int{H, L, D})+" "+shapeString([]int{H, L}) {
 		t.Errorf("shapes %s", got)
 	}
-	testutil.Near(t, "O", o.F32, want.O, golden.SweepTolerance)
-	testutil.Near(t, "LSE", lse.F32, want.LSE, golden.SweepTolerance)
+	testutil.Near(t, "O", o.F32, want.O, verdict.SweepTolerance)
+	testutil.Near(t, "LSE", lse.F32, want.LSE, verdict.SweepTolerance)
 
 	// The same parts as .npz files, with an empty part: LSE -Inf, O 0,
 	// its LSE given as (H, L, 1).
@@ -86,7 +86,7 @@ func TestMergeCommand(t *testing.T) {
 	}
 	empty := saveNPZ(t, path("empty.npz"), output{"o", "", []int{H, L, D}, make([]float32, H*L*D)}, output{"lse", "", []int{H, L, 1}, none})
 	cliOK(t, "merge", npz("part2.npz", 1), empty, npz("part1.npz", 0), "-o", path("o_npz.npy"))
-	testutil.Near(t, "O from .npz parts", load(t, path("o_npz.npy")).F32, want.O, golden.SweepTolerance)
+	testutil.Near(t, "O from .npz parts", load(t, path("o_npz.npy")).F32, want.O, verdict.SweepTolerance)
 
 	// Without -o: the first values on stdout.
 	if out := cliOK(t, "merge", empty); !strings.Contains(out, "O: [0 0 0 0") {

@@ -11,6 +11,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/heatmap"
 	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/internal/verify"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -373,7 +374,7 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 	}
 
 	oShape, wShape, lseShape := golden.OutputShapes(p.q.Shape, p.dims.S, p.dims.DV)
-	var chk *golden.Check
+	var chk *verdict.Check
 	if f.check {
 		ref, err := reference.Attention(p.q.F32, p.q4, p.k.F32, p.k4, p.v.F32, p.v4, p.opts)
 		if err != nil {
@@ -438,12 +439,12 @@ func execute(f *runFlags, p *problem, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// JSON summary types. Values use golden.Number so -inf (the log-sum-exp of
+// JSON summary types. Values use verdict.Number so -inf (the log-sum-exp of
 // a fully masked row) survives encoding.
 type arrayJSON struct {
-	Shape []int           `json:"shape"`
-	First []golden.Number `json:"first"` // up to 8 leading values
-	File  string          `json:"file,omitempty"`
+	Shape []int            `json:"shape"`
+	First []verdict.Number `json:"first"` // up to 8 leading values
+	File  string           `json:"file,omitempty"`
 }
 
 type runJSON struct {
@@ -459,11 +460,11 @@ type runJSON struct {
 	O         arrayJSON         `json:"O"`
 	LSE       *arrayJSON        `json:"LSE,omitempty"`
 	Weights   *arrayJSON        `json:"weights,omitempty"`
-	Check     *golden.Check     `json:"check,omitempty"`
+	Check     *verdict.Check    `json:"check,omitempty"`
 	Written   []string          `json:"written"`
 }
 
-func runSummary(p *problem, r *verify.Outputs, oShape, wShape, lseShape []int, outs []output, chk *golden.Check) runJSON {
+func runSummary(p *problem, r *verify.Outputs, oShape, wShape, lseShape []int, outs []output, chk *verdict.Check) runJSON {
 	s := runJSON{
 		Device:    r.Plan.Device,
 		Dims:      r.Plan.Dims,
@@ -502,10 +503,10 @@ func runSummary(p *problem, r *verify.Outputs, oShape, wShape, lseShape []int, o
 	return s
 }
 
-func first(x []float32, n int) []golden.Number {
-	out := make([]golden.Number, 0, min(n, len(x)))
+func first(x []float32, n int) []verdict.Number {
+	out := make([]verdict.Number, 0, min(n, len(x)))
 	for _, v := range x[:min(n, len(x))] {
-		out = append(out, golden.Number(v))
+		out = append(out, verdict.Number(v))
 	}
 	return out
 }

@@ -22,7 +22,7 @@ import (
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/heatmap"
-	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -320,7 +320,7 @@ func TestViewWindow(t *testing.T) {
 	if m == nil {
 		t.Fatalf("title %q does not name batch, head and the cell under the mouse", title)
 	}
-	if got, _ := strconv.ParseFloat(m[1], 64); !golden.Near(got, p.value(0, 0, 2, 3, false), 1e-3) {
+	if got, _ := strconv.ParseFloat(m[1], 64); !verdict.Near(got, p.value(0, 0, 2, 3, false), 1e-3) {
 		t.Errorf("title says weight %s at query 2, key 3; reference %.4f", m[1], p.value(0, 0, 2, 3, false))
 	}
 

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/kv"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -238,7 +238,7 @@ func CompareWithin(t *testing.T, what string, got []float32, want []float64, ext
 }
 
 // Tolerance is the sweep's error bound: |got - want| <= 2e-5 * max(1, |want|).
-const Tolerance = golden.SweepTolerance
+const Tolerance = verdict.SweepTolerance
 
 // Compare checks got against want element-wise under the sweep bound;
 // -Inf (log-sum-exp of fully masked rows) must be -Inf.
@@ -250,7 +250,7 @@ func Compare(t *testing.T, what string, got []float32, want []float64) {
 }
 
 // CloseTo is compare's check as an error, for goroutines other than the
-// test's: golden.Compare, the comparison the CLI's --check and verify use.
+// test's: verdict.Compare, the comparison the CLI's --check and verify use.
 func CloseTo(got []float32, want []float64) error { return testutil.Compare(got, want, Tolerance, 0) }
 
 // CheckAgainstReference runs p on d and on the reference and compares every output.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/x448/float16"
@@ -86,14 +86,14 @@ func CloseOwnDevice(t *testing.T, d *vkattn.Device, before int64) {
 }
 
 // CompareGrad checks a gradient against the float64 reference's under
-// golden.GradCheck: |got - want| <= 1e-4 * max(1, max|want|) over the
+// verdict.GradCheck: |got - want| <= 1e-4 * max(1, max|want|) over the
 // tensor.
 func CompareGrad(t *testing.T, what string, got []float32, want []float64) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}
-	var c golden.GradCheck
+	var c verdict.GradCheck
 	c.Add(what, got, want)
 	if !c.Pass {
 		t.Fatalf("%s (%.3g times the bound)", c.Worst(), float64(c.Ratio))

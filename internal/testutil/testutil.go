@@ -12,11 +12,11 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/vkattn/vkattn/internal/golden"
+	"github.com/vkattn/vkattn/internal/verdict"
 )
 
 // Near fails t unless got has want's length and every value is within
-// tol of want's: golden.Near, so |got - want| <= tol, or both the same
+// tol of want's: verdict.Near, so |got - want| <= tol, or both the same
 // infinity. A NaN on either side is never near, whatever tol: a test that
 // checks with Near fails on NaN. tol 0 asks for equal values. It returns
 // the largest |got - want| (0 for equal infinities), for a test to report.
@@ -27,7 +27,7 @@ func Near[G, W float32 | float64](t testing.TB, what string, got []G, want []W, 
 	}
 	for i := range got {
 		g, w := float64(got[i]), float64(want[i])
-		if !golden.Near(g, w, tol) {
+		if !verdict.Near(g, w, tol) {
 			t.Fatalf("%s[%d] = %v, want %v (tolerance %g)", what, i, got[i], want[i], tol)
 		}
 		if g != w {
@@ -37,12 +37,12 @@ func Near[G, W float32 | float64](t testing.TB, what string, got []G, want []W, 
 	return worst
 }
 
-// Compare is golden.CompareWithin(got, want, tol, extra) as an error
+// Compare is verdict.CompareWithin(got, want, tol, extra) as an error
 // naming the worst value, nil when every value is within its bound (NaN
 // never is). It returns an error rather than failing a test so that
 // goroutines other than the test's can use it.
 func Compare(got []float32, want []float64, tol, extra float64) error {
-	c := golden.CompareWithin(got, want, tol, extra)
+	c := verdict.CompareWithin(got, want, tol, extra)
 	switch {
 	case c.Got != c.Want:
 		return fmt.Errorf("%d values, want %d", c.Got, c.Want)

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/stats"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -99,8 +99,8 @@ func RunCall(dev *vkattn.Device, q, k Input, v *Input, prepare func(q, k, v *vka
 // call's inputs as stored and scale its score scale: a plan on cooperative
 // matrices is held to its stated bound (Plan.MatrixErrorBound) on top of
 // the float32 tolerance.
-func (o *Outputs) Check(ref *reference.Result, q, k, v []float32, scale vkattn.Scale) *golden.Check {
-	chk := &golden.Check{}
+func (o *Outputs) Check(ref *reference.Result, q, k, v []float32, scale vkattn.Scale) *verdict.Check {
+	chk := &verdict.Check{}
 	bound := o.Plan.MatrixErrorBound(q, k, v, scale)
 	chk.AddWithin("O", o.O, ref.O, bound.O)
 	if o.LSE != nil {
@@ -119,7 +119,7 @@ func (o *Outputs) Check(ref *reference.Result, q, k, v []float32, scale vkattn.S
 // heads (as Weights). With check it also compares them with
 // reference.MultiHeadAttention.
 func MHAForward(dev *vkattn.Device, layer *nn.MHA, w *nn.MHAWeights, x Input, kv *Input, opts nn.MHAOptions, average, check bool,
-	planned func(nn.MHAPlan)) (*Outputs, *golden.Check, error) {
+	planned func(nn.MHAPlan)) (*Outputs, *verdict.Check, error) {
 	ts, free, err := uploadAll(dev, &x, kv)
 	defer free()
 	if err != nil {
@@ -158,7 +158,7 @@ func MHAForward(dev *vkattn.Device, layer *nn.MHA, w *nn.MHAWeights, x Input, kv
 	if err != nil {
 		return nil, nil, fmt.Errorf("reference: %w", err)
 	}
-	chk := &golden.Check{}
+	chk := &verdict.Check{}
 	chk.Add("out", res.O, ref.Out)
 	switch {
 	case res.Weights == nil:
@@ -184,7 +184,7 @@ type Gradients struct {
 	Grads   []Gradient
 	Plan    vkattn.Plan   // the forward's (attention and additive attention)
 	GPUTime time.Duration // the backward call's device time
-	Check   *golden.GradCheck
+	Check   *verdict.GradCheck
 }
 
 // add appends a gradient and, under a check, its comparison with want.
@@ -218,7 +218,7 @@ func runBackward[G, R any](dev *vkattn.Device, ins []*Input, backward func([]*vk
 
 func newGradients(check bool) *Gradients {
 	if check {
-		return &Gradients{Check: &golden.GradCheck{}}
+		return &Gradients{Check: &verdict.GradCheck{}}
 	}
 	return &Gradients{}
 }

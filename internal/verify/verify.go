@@ -14,6 +14,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -40,7 +41,7 @@ func Run(dev *vkattn.Device, p *golden.Problem, types [3]vkattn.DType) (*Outputs
 
 // Case runs golden case c on dev and says in one line how far O, the
 // weights and the log-sum-exp (those it has) are from its expected values
-// (its tolerance) and from the float64 reference (golden.VerifyTolerance),
+// (its tolerance) and from the float64 reference (verdict.VerifyTolerance),
 // and whether both hold.
 func Case(dev *vkattn.Device, c *golden.Case) (string, bool) {
 	p, err := c.Problem()
@@ -61,7 +62,7 @@ func Case(dev *vkattn.Device, c *golden.Case) (string, bool) {
 	var worst []string
 	compare := func(what string, got []float32, want *golden.Array, refVals []float64) {
 		if want != nil {
-			d := golden.MaxAbsDiff(got, want.Float64())
+			d := verdict.MaxAbsDiff(got, want.Float64())
 			expErr = math.Max(expErr, d)
 			if !(d <= tol) {
 				ok = false
@@ -73,7 +74,7 @@ func Case(dev *vkattn.Device, c *golden.Case) (string, bool) {
 			worst = append(worst, fmt.Sprintf("%s has %d values, reference %d", what, len(got), len(refVals)))
 			return
 		}
-		cmp := golden.Compare(got, refVals, golden.VerifyTolerance)
+		cmp := verdict.Compare(got, refVals, verdict.VerifyTolerance)
 		refErr = math.Max(refErr, cmp.MaxAbs)
 		if !cmp.OK() {
 			ok = false
@@ -168,7 +169,7 @@ func RandomCase(rng *rand.Rand, i int) (*golden.Problem, [3]vkattn.DType, string
 }
 
 // Random runs a random case (RandomCase) and compares every output with
-// the float64 reference on the values as stored (golden.Check): the
+// the float64 reference on the values as stored (verdict.Check): the
 // kernel and the check in one line, and whether it holds.
 func Random(dev *vkattn.Device, p *golden.Problem, types [3]vkattn.DType) (string, bool) {
 	res, err := Run(dev, p, types)

@@ -13,8 +13,8 @@ import (
 	vulkan "github.com/vulkan-go/vulkan"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/nn"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -255,7 +255,7 @@ func TestTensorsOverHostBuffersRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := golden.Compare(got, want.O, golden.SweepTolerance); !c.OK() {
+	if c := verdict.Compare(got, want.O, verdict.SweepTolerance); !c.OK() {
 		t.Fatalf("recorded call over host buffers: worst [%d] %.3g times the bound", c.Worst, c.Ratio)
 	}
 	// The tensors read the host's memory as it is when the submission
@@ -274,7 +274,7 @@ func TestTensorsOverHostBuffersRecorded(t *testing.T) {
 	if want, err = reference.Attention(in[0], shapes[0], in[1], shapes[1], in[2], shapes[2], opts); err != nil {
 		t.Fatal(err)
 	}
-	if c := golden.Compare(got, want.O, golden.SweepTolerance); !c.OK() {
+	if c := verdict.Compare(got, want.O, verdict.SweepTolerance); !c.OK() {
 		t.Fatalf("recorded call after the host rewrote Q: worst [%d] %.3g times the bound", c.Worst, c.Ratio)
 	}
 	call.Close()

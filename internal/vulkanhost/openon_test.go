@@ -13,8 +13,8 @@ import (
 	vulkan "github.com/vulkan-go/vulkan"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/reference"
 )
 
@@ -153,8 +153,8 @@ func TestOpenOnAsTheFirstCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := golden.Compare(got, want.O, golden.SweepTolerance); !c.OK() {
-		t.Fatalf("O on the host's device: %d values (want %d), worst [%d] %.3g times the bound %g", c.Got, c.Want, c.Worst, c.Ratio, golden.SweepTolerance)
+	if c := verdict.Compare(got, want.O, verdict.SweepTolerance); !c.OK() {
+		t.Fatalf("O on the host's device: %d values (want %d), worst [%d] %.3g times the bound %g", c.Got, c.Want, c.Worst, c.Ratio, verdict.SweepTolerance)
 	}
 	closed = true
 	if err := d.Close(); err != nil {

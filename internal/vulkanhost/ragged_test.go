@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/random"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/kv"
 	"github.com/vkattn/vkattn/reference"
 )
@@ -91,7 +91,7 @@ func TestRaggedStepRecorded(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c := golden.Compare(rows(o, H), want.O, golden.SweepTolerance); !c.OK() {
+				if c := verdict.Compare(rows(o, H), want.O, verdict.SweepTolerance); !c.OK() {
 					t.Fatalf("%s: worst [%d] %.3g times the bound", fmt.Sprintf("step %d, sequence %d", i, b), c.Worst, c.Ratio)
 				}
 			}

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/internal/golden"
 	"github.com/vkattn/vkattn/internal/testutil"
+	"github.com/vkattn/vkattn/internal/verdict"
 	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/reference"
 	"github.com/vkattn/vkattn/vk"
@@ -354,10 +354,10 @@ func checkOutputs(t *testing.T, variant string, o, lse *vk.Buffer, ref *referenc
 	if err := lse.ReadFloat32(0, gotLSE); err != nil {
 		t.Fatal(err)
 	}
-	if err := testutil.Compare(gotO, ref.O, golden.SweepTolerance, 0); err != nil {
+	if err := testutil.Compare(gotO, ref.O, verdict.SweepTolerance, 0); err != nil {
 		t.Errorf("%s O: %v", variant, err)
 	}
-	if err := testutil.Compare(gotLSE, ref.LSE, golden.SweepTolerance, 0); err != nil {
+	if err := testutil.Compare(gotLSE, ref.LSE, verdict.SweepTolerance, 0); err != nil {
 		t.Errorf("%s LSE: %v", variant, err)
 	}
 }

@@ -1,4 +1,4 @@
-package golden
+package verdict
 
 import (
 	"encoding/json"
