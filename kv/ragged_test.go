@@ -496,3 +496,48 @@ func TestRaggedStepLSE(t *testing.T) {
 		})
 	}
 }
+
+// Ragged steps run from several goroutines at once take turns (every
+// step's tokens appended once), and a step whose context is already done
+// runs nothing and appends nothing.
+func TestRaggedStepConcurrentAndCancelled(t *testing.T) {
+	const B, H, HKV, D, steps = 2, 2, 1, 8, 6
+	cache, err := kv.New(devtest.Dev, kv.Config{B: B, HKV: HKV, Capacity: 64, DK: D, DV: D, PageSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	step, err := cache.PrepareRagged(kv.RaggedConfig{Heads: H, Tokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer step.Close()
+	counts := []int{1, 1}
+	errs := make(chan error, 2*steps)
+	for range 2 {
+		go func() {
+			k, q := make([]float32, B*HKV*D), make([]float32, B*H*D)
+			for range steps {
+				_, err := step.Run(context.Background(), counts, k, k, q, make([]float32, B*H*D))
+				errs <- err
+			}
+		}()
+	}
+	for range 2 * steps {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := cache.Lengths(); !slices.Equal(got, []int{2 * steps, 2 * steps}) {
+		t.Fatalf("lengths %v after %d steps from two goroutines, want [%d %d]", got, 2*steps, 2*steps, 2*steps)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	x := make([]float32, B*H*D)
+	if _, err := step.Run(ctx, counts, x[:B*HKV*D], x[:B*HKV*D], x, x); !errors.Is(err, context.Canceled) {
+		t.Errorf("a step with its context done: %v, want context.Canceled", err)
+	}
+	if got := cache.Lengths(); !slices.Equal(got, []int{2 * steps, 2 * steps}) {
+		t.Errorf("lengths %v after a cancelled step, want them unchanged", got)
+	}
+}
