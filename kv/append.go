@@ -426,21 +426,31 @@ func (c *Cache) encode(t *engine.Tensor, data []float32) ([]byte, error) {
 // the cache's RoPE at the positions they will be stored at (k itself
 // without RoPE). The caller holds c.mu.
 func (c *Cache) rotateKeysLocked(seqs []int, k []float32, n int) []float32 {
+	counts := slices.Repeat([]int{n}, len(seqs))
+	return c.rotateTokensLocked(k, seqs, counts, c.cfg.HKV, func(i, h, t int) int { return (i*c.cfg.HKV+h)*n + t })
+}
+
+// rotateTokensLocked is x with the rows of new tokens rotated by the
+// cache's RoPE at their positions (x itself without RoPE): counts[i]
+// tokens of sequence seqs[i], token t at Lengths()[seqs[i]] + t (before
+// the append), its row of head h (of heads) row(i, h, t). The caller
+// holds c.mu.
+func (c *Cache) rotateTokensLocked(x []float32, seqs, counts []int, heads int, row func(i, h, t int) int) []float32 {
 	if c.rope == nil {
-		return k
+		return x
 	}
-	cfg := c.cfg
+	dk := c.cfg.DK
 	r := c.rope.r
-	rot := r.RotatedDims(cfg.DK)
+	rot := r.RotatedDims(dk)
 	inv := r.InvFreq(rot)
-	out := slices.Clone(k)
+	out := slices.Clone(x)
 	cs := make([]float32, rot)
 	for i, b := range seqs {
-		for t := 0; t < n; t++ {
+		for t := range counts[i] {
 			core.CosSin(c.lens[b]+t, inv, cs)
-			for h := 0; h < cfg.HKV; h++ {
-				row := ((i*cfg.HKV+h)*n + t) * cfg.DK
-				core.RotatePairs(out[row:row+cfg.DK], rot, r.Style, cs)
+			for h := range heads {
+				at := row(i, h, t) * dk
+				core.RotatePairs(out[at:at+dk], rot, r.Style, cs)
 			}
 		}
 	}

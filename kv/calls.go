@@ -165,12 +165,19 @@ func checkCacheOptions(opts vkattn.Options) error {
 	return nil
 }
 
-// callRefs are what the cache adds to a call over it.
-func (c *Cache) callRefs() *engine.CacheRefs {
-	r := &engine.CacheRefs{Lengths: c.lengths}
+// pagedRefs are a call's references to the cache's pages (when paged),
+// reading the lengths in lengths.
+func (c *Cache) pagedRefs(lengths *engine.Tensor) *engine.CacheRefs {
+	r := &engine.CacheRefs{Lengths: lengths}
 	if pt := c.pt; pt != nil {
 		r.PageTable, r.PageSize, r.Pages, r.PerItem = pt.table, pt.size, pt.pages, pt.perItem
 	}
+	return r
+}
+
+// callRefs are what the cache adds to a call over it.
+func (c *Cache) callRefs() *engine.CacheRefs {
+	r := c.pagedRefs(c.lengths)
 	if c.rope != nil {
 		// The query rotation finds each sequence's table rows at the key
 		// lengths, or a rolling cache's own.

@@ -210,11 +210,7 @@ func (s *RaggedStep) decodeCall(view int) (*engine.Call, error) {
 		return call, nil
 	}
 	c := s.cache
-	refs := &engine.CacheRefs{Lengths: s.decodeLens}
-	if pt := c.pt; pt != nil {
-		refs.PageTable, refs.PageSize, refs.Pages, refs.PerItem = pt.table, pt.size, pt.pages, pt.perItem
-	}
-	call, err := engine.PrepareOver(c.dev, s.decodeQ, engine.Prefix(c.k, view), engine.Prefix(c.v, view), s.callOptions(c.cfg.B, view), refs)
+	call, err := engine.PrepareOver(c.dev, s.decodeQ, engine.Prefix(c.k, view), engine.Prefix(c.v, view), s.callOptions(c.cfg.B, view), c.pagedRefs(s.decodeLens))
 	if err != nil {
 		return nil, err
 	}

@@ -127,7 +127,9 @@ func (s *RaggedStep) RunLSE(ctx context.Context, counts []int, k, v, q, o, lse [
 	}
 	// With RoPE, keys and queries turn at their positions here: the
 	// queries of a step's calls are not rotated on the device.
-	k, q = c.rotateTokensLocked(sh, k, cc.HKV), c.rotateTokensLocked(sh, q, H)
+	packed := func(b, h, t int) int { return h*sh.total + sh.first[b] + t }
+	every := c.everySequence()
+	k, q = c.rotateTokensLocked(k, every, sh.counts, cc.HKV, packed), c.rotateTokensLocked(q, every, sh.counts, H, packed)
 	rawK, err := c.encode(c.k, k)
 	if err != nil {
 		return 0, fmt.Errorf("keys: %w", err)
@@ -138,10 +140,9 @@ func (s *RaggedStep) RunLSE(ctx context.Context, counts []int, k, v, q, o, lse [
 			return 0, fmt.Errorf("values: %w", err)
 		}
 	}
-	if most, finite := engine.Magnitude(q); !finite {
-		return 0, core.Errorf(vkattn.ErrNonFinite, "ragged step: q holds NaN or Inf")
-	} else if bound := float64(engine.WriteHeadroom); most > bound {
-		return 0, core.Errorf(vkattn.ErrOverflow, "ragged step: q holds |x| = %g, beyond the %g the step's calls were checked for", most, bound)
+	// The calls' query tensors (both of the step's bound) take q's rows.
+	if err := engine.CheckWrite(s.decodeQ, q); err != nil {
+		return 0, fmt.Errorf("queries: %w", err)
 	}
 	qDecode, qChunks := s.packQueries(sh, q)
 	rows, calls, err := s.calls(sh)
@@ -202,55 +203,61 @@ func (s *RaggedStep) RunLSE(ctx context.Context, counts []int, k, v, q, o, lse [
 // sequences' at (b, h) of a (B, H, DK) area, the chunks' chunk by chunk,
 // head by head. It returns the two areas (empty where no sequence goes).
 func (s *RaggedStep) packQueries(sh raggedShape, q []float32) (decode, chunks []float32) {
-	cc := s.cache.cfg
-	H, dk := s.cfg.Heads, cc.DK
-	if len(sh.decode) > 0 {
-		decode = s.hostQ[:cc.B*H*dk]
-	}
-	chunks = s.hostQ[cc.B*H*dk:][:(sh.total-len(sh.decode))*H*dk]
-	for h := range H {
-		for _, b := range sh.decode {
-			at := (h*sh.total + sh.first[b]) * dk
-			copy(decode[(b*H+h)*dk:], q[at:at+dk])
-		}
-		for i, b := range sh.chunks {
-			n := sh.counts[b]
-			at := (h*sh.total + sh.first[b]) * dk
-			copy(chunks[(sh.chunkAt[i]+h*n)*dk:], q[at:at+n*dk])
-		}
-	}
+	decode, chunks = sh.areas(s.hostQ, s.cache.cfg.B, s.cfg.Heads, s.cache.cfg.DK)
+	sh.moveRows(s.cfg.Heads, s.cache.cfg.DK, q, decode, chunks, false)
 	return decode, chunks
 }
 
 // unpack reads output p back from the staging buffer into dst, packed
 // as Run returns it.
 func (s *RaggedStep) unpack(sh raggedShape, p outPlane, dst []float32) error {
-	cc := s.cache.cfg
-	H, w := s.cfg.Heads, p.width
-	decode := p.host[:cc.B*H*w]
-	chunks := p.host[cc.B*H*w:][:(sh.total-len(sh.decode))*H*w]
-	if len(sh.decode) > 0 {
-		if err := s.stage.ReadFloat32(p.decodeAt/4, decode); err != nil {
-			return err
+	decode, chunks := sh.areas(p.host, s.cache.cfg.B, s.cfg.Heads, p.width)
+	for _, x := range []struct {
+		at   uint64
+		area []float32
+	}{{p.decodeAt, decode}, {p.chunksAt, chunks}} {
+		if len(x.area) > 0 {
+			if err := s.stage.ReadFloat32(x.at/4, x.area); err != nil {
+				return err
+			}
 		}
 	}
-	if len(chunks) > 0 {
-		if err := s.stage.ReadFloat32(p.chunksAt/4, chunks); err != nil {
-			return err
+	sh.moveRows(s.cfg.Heads, p.width, dst, decode, chunks, true)
+	return nil
+}
+
+// areas are the decode call's (B, H, w) area and the chunks' area of a
+// host copy laid out as the staging buffer's (the decode area empty when
+// no sequence brings one token).
+func (sh raggedShape) areas(host []float32, B, H, w int) (decode, chunks []float32) {
+	if len(sh.decode) > 0 {
+		decode = host[:B*H*w]
+	}
+	return decode, host[B*H*w:][:(sh.total-len(sh.decode))*H*w]
+}
+
+// moveRows copies each new token's rows of width w between packed, (H,
+// total, w) as Run takes them, and the areas: into them, or back into
+// packed when toPacked.
+func (sh raggedShape) moveRows(H, w int, packed, decode, chunks []float32, toPacked bool) {
+	move := func(p, area []float32) {
+		if toPacked {
+			copy(p, area)
+		} else {
+			copy(area, p)
 		}
 	}
 	for h := range H {
 		for _, b := range sh.decode {
 			at := (h*sh.total + sh.first[b]) * w
-			copy(dst[at:at+w], decode[(b*H+h)*w:])
+			move(packed[at:at+w], decode[(b*H+h)*w:])
 		}
 		for i, b := range sh.chunks {
 			n := sh.counts[b]
 			at := (h*sh.total + sh.first[b]) * w
-			copy(dst[at:at+n*w], chunks[(sh.chunkAt[i]+h*n)*w:])
+			move(packed[at:at+n*w], chunks[(sh.chunkAt[i]+h*n)*w:])
 		}
 	}
-	return nil
 }
 
 // record records a step into s.cmds: the appends (page copies, rows, page
@@ -336,32 +343,6 @@ func (c *Cache) keptAfterLocked(counts []int) []int {
 		}
 	}
 	return kept
-}
-
-// rotateTokensLocked is x, a step's packed rows of heads heads, rotated
-// by the cache's RoPE at each token's position (token t of sequence b at
-// Lengths()[b] + t, before the append); x itself without RoPE. The caller
-// holds c.mu.
-func (c *Cache) rotateTokensLocked(sh raggedShape, x []float32, heads int) []float32 {
-	if c.rope == nil {
-		return x
-	}
-	dk := c.cfg.DK
-	r := c.rope.r
-	rot := r.RotatedDims(dk)
-	inv := r.InvFreq(rot)
-	out := slices.Clone(x)
-	cs := make([]float32, rot)
-	for b, n := range sh.counts {
-		for t := range n {
-			core.CosSin(c.lens[b]+t, inv, cs)
-			for h := range heads {
-				row := (h*sh.total + sh.first[b] + t) * dk
-				core.RotatePairs(out[row:row+dk], rot, r.Style, cs)
-			}
-		}
-	}
-	return out
 }
 
 // recordAppends records the appends of a step's tokens into cmds: the

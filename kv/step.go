@@ -280,15 +280,7 @@ func (s *DecodeStep) Run(ctx context.Context, k, v, q, o []float32) (time.Durati
 // append: one more, less what a rolling cache then lets go. The caller
 // holds c.mu.
 func (c *Cache) stepKeptLocked() []int {
-	cfg := c.cfg
-	kept := make([]int, cfg.B)
-	for b, l := range c.lens {
-		kept[b] = l + 1
-		if cfg.Window > 0 {
-			kept[b] -= max(c.start(b), max(0, l-cfg.Window+1)/cfg.PageSize*cfg.PageSize)
-		}
-	}
-	return kept
+	return c.keptAfterLocked(slices.Repeat([]int{1}, c.cfg.B))
 }
 
 // Plan is the plan of the attention the next Run would launch.

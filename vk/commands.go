@@ -209,13 +209,7 @@ func (c *Commands) Copy(src *Buffer, srcOff uint64, dst *Buffer, dstOff, size ui
 	return c.recording(func() error {
 		c.uses[src], c.uses[dst] = struct{}{}, struct{}{}
 		c.dev.copyBuffer(c.cmd, src.handle, dst.handle, srcOff, dstOff, size)
-		if src.use == stagingData || dst.use == stagingData {
-			// Staged bytes are counted as recorded: commands that
-			// stage are recorded for each submission.
-			c.dev.mu.Lock()
-			c.dev.allocLog.stagingBytes += size
-			c.dev.mu.Unlock()
-		}
+		c.dev.countStaged(src, dst, size)
 		return nil
 	})
 }
@@ -245,13 +239,20 @@ func (c *Commands) CopyRegions(src, dst *Buffer, regions []Region) error {
 	return c.recording(func() error {
 		c.uses[src], c.uses[dst] = struct{}{}, struct{}{}
 		c.dev.copyRegions(c.cmd, src.handle, dst.handle, regions)
-		if src.use == stagingData || dst.use == stagingData {
-			c.dev.mu.Lock()
-			c.dev.allocLog.stagingBytes += staged
-			c.dev.mu.Unlock()
-		}
+		c.dev.countStaged(src, dst, staged)
 		return nil
 	})
+}
+
+// countStaged counts n bytes copied between src and dst as staged when
+// either is a staging buffer. They are counted as recorded: commands that
+// stage are recorded for each submission.
+func (d *Device) countStaged(src, dst *Buffer, n uint64) {
+	if src.use == stagingData || dst.use == stagingData {
+		d.mu.Lock()
+		d.allocLog.stagingBytes += n
+		d.mu.Unlock()
+	}
 }
 
 // Once records fn's commands (copies, updates) into one command buffer,

@@ -196,14 +196,24 @@ func (t *Tensor) Write(data []float32) error {
 // Encode checks values to be written into t (finite, within its bound,
 // fitting its type) and returns them as the device stores them.
 func Encode(t *Tensor, data []float32) ([]byte, error) {
-	most, finite := Magnitude(data)
-	if !finite {
-		return nil, errorf(core.ErrNonFinite, "Write data holds NaN or Inf")
-	}
-	if bound := t.root().bound; most > bound {
-		return nil, errorf(core.ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
+	if err := CheckWrite(t, data); err != nil {
+		return nil, err
 	}
 	return EncodeValues(t, data)
+}
+
+// CheckWrite refuses data that Write into t may not hold: NaN or Inf, or
+// values beyond t's bound, which calls prepared on t were checked
+// against.
+func CheckWrite(t *Tensor, data []float32) error {
+	most, finite := Magnitude(data)
+	if !finite {
+		return errorf(core.ErrNonFinite, "Write data holds NaN or Inf")
+	}
+	if bound := t.root().bound; most > bound {
+		return errorf(core.ErrOverflow, "Write data holds |x| = %g, beyond this tensor's bound %g (calls prepared on it were checked against that); upload a new tensor", most, bound)
+	}
+	return nil
 }
 
 // EncodeValues is data as t's element type stores it, checked against
