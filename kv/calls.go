@@ -8,6 +8,7 @@ import (
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/engine"
+	"github.com/vkattn/vkattn/pipelines"
 )
 
 // Attention over the cache: the options a call over it takes, the
@@ -161,6 +162,9 @@ func checkCacheOptions(opts vkattn.Options) error {
 	}
 	if opts.RoPE != nil {
 		return core.Errorf(vkattn.ErrOption, "a KV cache call rotates by the cache's RoPE (kv.Config.RoPE): Options.RoPE must be nil")
+	}
+	if v := pipelines.VariantsOf(&opts).Refused(true, false); v != "" {
+		return core.Errorf(vkattn.ErrOption, "a KV cache call does not take %s", v)
 	}
 	return nil
 }

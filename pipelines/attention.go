@@ -113,8 +113,8 @@ type AttentionShape struct {
 	KeyPadding              bool       // (B, S) 0 / -inf
 	LSE, Weights            bool       // outputs wanted
 	// The score variants of SEMANTICS.md §4.1 the call uses (their values
-	// are AttentionArgs).
-	Window, Softcap, ALiBi, Sinks bool
+	// are Scalars and AttentionArgs).
+	Variants ScoreVariants
 	// Paging > 0: K and V are pools of Pages pages of Paging positions
 	// (K.Strides and V.Strides are page, head and position strides), key j
 	// of item b at row j % Paging of page PageTable[b][j / Paging], with
@@ -127,37 +127,12 @@ type AttentionShape struct {
 	VFromK bool
 }
 
-// Score variant bits of attention.comp's VARIANTS constant.
-const (
-	variantWindow  = 1
-	variantSoftcap = 2
-	variantALiBi   = 4
-	variantSinks   = 8
-)
-
-// variants is the shape's VARIANTS specialization constant.
-func (s *AttentionShape) variants() int32 {
-	v := 0
-	for _, f := range []struct {
-		on  bool
-		bit int
-	}{{s.Window, variantWindow}, {s.Softcap, variantSoftcap}, {s.ALiBi, variantALiBi}, {s.Sinks, variantSinks}} {
-		if f.on {
-			v |= f.bit
-		}
-	}
-	return int32(v)
-}
-
 // DenseShape is the shape of a call of dense row-major tensors with no
 // masks, lengths or extra outputs.
 func DenseShape(b, h, hkv, l, s, dk, dv int) AttentionShape {
 	return AttentionShape{B: b, H: h, HKV: hkv, L: l, S: s, DK: dk, DV: dv,
 		Q: DenseLayout(b, h, l, dk), K: DenseLayout(b, hkv, s, dk), V: DenseLayout(b, hkv, s, dv), O: DenseLayout(b, h, l, dv)}
 }
-
-// masked reports whether the kernel needs its mask loads.
-func (s *AttentionShape) masked() bool { return s.Mask.Given || s.BoolMask.Given || s.KeyPadding }
 
 // vec4 reports whether mask m is given and can be read four keys a
 // texel: its keys contiguous and its rows starting on multiples of 4 (so
@@ -178,32 +153,6 @@ func (p *AttentionPlan) mask4Spec() int32 {
 		bits |= flagBoolMask
 	}
 	return bits
-}
-
-// maskSpec is the row kernels' MASKED specialization constant: the flag
-// bit of each mask the call has, so that only those masks' loads are
-// compiled in (lavapipe runs both sides of even a uniform branch).
-func (s *AttentionShape) maskSpec() int32 {
-	var bits int32
-	for _, m := range []struct {
-		given bool
-		flag  int32
-	}{{s.Mask.Given, flagMask}, {s.BoolMask.Given, flagBoolMask}, {s.KeyPadding, flagKeyPad}} {
-		if m.given {
-			bits |= m.flag
-		}
-	}
-	return bits
-}
-
-// anyMaskSpec is the GPU kernels' MASKED: every mask's loads where the
-// call has any (a GPU skips a uniform branch, so one variant serves every
-// mix), none where it has none.
-func (s *AttentionShape) anyMaskSpec() int32 {
-	if s.masked() {
-		return flagMask | flagBoolMask | flagKeyPad
-	}
-	return 0
 }
 
 // Scalars are the values of an attention call that its kernels read from

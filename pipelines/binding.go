@@ -203,14 +203,8 @@ func (p *attentionParams) encode() []byte {
 // extents, and its tensors' offsets within their windows).
 func newAttentionParams(p *AttentionPlan, cs *AttentionShape, c chunkParams) *attentionParams {
 	x := &p.Scalars
-	flags := 0
+	flags := cs.maskFlags()
 	m, bm := cs.Mask.Strides, cs.BoolMask.Strides
-	if cs.Mask.Given {
-		flags |= flagMask
-	}
-	if cs.BoolMask.Given {
-		flags |= flagBoolMask
-	}
 	// Key j is visible to query row t when j <= t + shift; a chunk's rows
 	// count from its first row l0.
 	shift := c.l0
@@ -230,10 +224,7 @@ func newAttentionParams(p *AttentionPlan, cs *AttentionShape, c chunkParams) *at
 	if cs.Weights {
 		flags |= flagWeights
 	}
-	if cs.KeyPadding {
-		flags |= flagKeyPad
-	}
-	if cs.Sinks {
+	if cs.Variants.Has(VariantSinks) {
 		flags |= flagSinks
 	}
 	if x.AlignToKeyLengths && cs.Lengths {

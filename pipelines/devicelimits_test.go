@@ -228,7 +228,7 @@ func attentionSweep() []attentionCase {
 			in.Mask = MaskLayout{Given: true, Strides: [4]int{s.H * s.L * s.S, s.L * s.S, s.S, 1}}
 			in.BoolMask = MaskLayout{Given: true, Strides: [4]int{0, 0, s.S, 1}}
 			in.KeyPadding, in.Lengths, in.LSE = true, true, true
-			in.Window, in.Softcap, in.ALiBi, in.Sinks = true, true, true, true
+			in.Variants = VariantWindow | VariantSoftcap | VariantALiBi | VariantSinks
 		}},
 		{"weights", false, func(in *PlanInput) { in.Weights, in.LSE = true, true }},
 		{"additive", true, func(in *PlanInput) { in.Additive, in.LSE = true, true }},

@@ -86,15 +86,7 @@ func (p AttentionPlan) maskNote() string {
 	if p.Masked {
 		note = "; mask loads compiled in"
 	}
-	var vs []string
-	for _, v := range []struct {
-		on   bool
-		name string
-	}{{p.Shape.Window, "sliding window"}, {p.Shape.Softcap, "soft-capping"}, {p.Shape.ALiBi, "ALiBi"}, {p.Shape.Sinks, "attention sinks"}} {
-		if v.on {
-			vs = append(vs, v.name)
-		}
-	}
+	vs := p.Shape.Variants.names()
 	if len(vs) > 0 {
 		note += "; " + strings.Join(vs, ", ") + " compiled in"
 	}

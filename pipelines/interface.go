@@ -91,6 +91,9 @@ const (
 	regroupBindSrc, regroupBindDst                                                                             = 0, 1
 )
 
+// The option tables' names (options.go).
+var variantNames, maskNames, headNames = optionNames()
+
 var shaderInterface = []interfaceSection{
 	{"attention.comp and attention_tiled.comp bindings (attention_common.glsl)", false, []glslName{
 		{"BIND_PARAMS", BindParams, "uniform Params (attention_params.glsl)"},
@@ -142,10 +145,12 @@ var shaderInterface = []interfaceSection{
 	{"regroup.comp bindings", false, []glslName{
 		{"XBIND_SRC", regroupBindSrc, ""}, {"XBIND_DST", regroupBindDst, "written, or added to"},
 	}},
+	{"per-head values of the score variants (BIND_HEADS; options.go)", true, headNames},
+	{"mask flag bits (Params flags, and the MASKED specialization constant; options.go)", true, maskNames},
 	{"Params flag bits (P.heads.z of attention_params.glsl)", true, []glslName{
-		{"FLAG_MASK", flagMask, ""}, {"FLAG_BOOLMASK", flagBoolMask, ""}, {"FLAG_CAUSAL", flagCausal, ""},
+		{"FLAG_CAUSAL", flagCausal, ""},
 		{"FLAG_LENGTHS", flagLengths, ""}, {"FLAG_LSE", flagLSE, ""}, {"FLAG_WEIGHTS", flagWeights, ""},
-		{"FLAG_KEYPAD", flagKeyPad, ""}, {"FLAG_SINKS", flagSinks, "the combine pass reads the sinks"},
+		{"FLAG_SINKS", flagSinks, "the combine pass reads the sinks"},
 		{"FLAG_ALIGN_CAUSAL", flagAlignCausal, "causal mask from each item's key length"},
 		{"FLAG_ALIGN_POS", flagAlignPos, "window and ALiBi positions from each item's key length"},
 	}},
@@ -160,12 +165,7 @@ var shaderInterface = []interfaceSection{
 		{"RFLAG_SUM", regroupFlagSum, "sum over i2 instead of copying"},
 		{"RFLAG_ACCUMULATE", regroupFlagAccumulate, "add to dst"},
 	}},
-	{"score-variant bits (the VARIANTS specialization constant)", true, []glslName{
-		{"VAR_WINDOW", variantWindow, "keys outside P.window's band are blocked"},
-		{"VAR_SOFTCAP", variantSoftcap, "s -> c tanh(s / c), c = P.variant.x"},
-		{"VAR_ALIBI", variantALiBi, "s += slope_h * (j - (t + S - L))"},
-		{"VAR_SINKS", variantSinks, "a logit per head joins the denominator"},
-	}},
+	{"score-variant bits (the VARIANTS specialization constant; options.go)", true, variantNames},
 	{"element types (core.DType, as typeSpec sets the *_TYPE specialization constants)", true, []glslName{
 		{"TYPE_F32", int(core.Float32), ""}, {"TYPE_F16", int(core.Float16), ""}, {"TYPE_BF16", int(core.BFloat16), ""},
 		{"TYPE_Q8_0", int(core.Q8_0), "K and V only"}, {"TYPE_Q4_0", int(core.Q4_0), "K and V only"},

@@ -76,14 +76,21 @@
 #define XBIND_SRC 0
 #define XBIND_DST 1 // written, or added to
 
-// Params flag bits (P.heads.z of attention_params.glsl)
+// per-head values of the score variants (BIND_HEADS; options.go)
+const int HEAD_SINK = 0; // a head's sink
+const int HEAD_SLOPE = 1; // a head's ALiBi slope
+const int HEAD_SLOTS = 2; // floats a head in the BIND_HEADS buffer
+
+// mask flag bits (Params flags, and the MASKED specialization constant; options.go)
 const int FLAG_MASK = 1;
 const int FLAG_BOOLMASK = 2;
+const int FLAG_KEYPAD = 64;
+
+// Params flag bits (P.heads.z of attention_params.glsl)
 const int FLAG_CAUSAL = 4;
 const int FLAG_LENGTHS = 8;
 const int FLAG_LSE = 16;
 const int FLAG_WEIGHTS = 32;
-const int FLAG_KEYPAD = 64;
 const int FLAG_SINKS = 128; // the combine pass reads the sinks
 const int FLAG_ALIGN_CAUSAL = 256; // causal mask from each item's key length
 const int FLAG_ALIGN_POS = 512; // window and ALiBi positions from each item's key length
@@ -99,7 +106,7 @@ const int GFLAG_ACCUMULATE = 2; // add to C
 const int RFLAG_SUM = 1; // sum over i2 instead of copying
 const int RFLAG_ACCUMULATE = 2; // add to dst
 
-// score-variant bits (the VARIANTS specialization constant)
+// score-variant bits (the VARIANTS specialization constant; options.go)
 const int VAR_WINDOW = 1; // keys outside P.window's band are blocked
 const int VAR_SOFTCAP = 2; // s -> c tanh(s / c), c = P.variant.x
 const int VAR_ALIBI = 4; // s += slope_h * (j - (t + S - L))

@@ -71,7 +71,7 @@ func (d *Device) plan(q, k, v [4]int, how PlanOf, opts *core.Options) (Plan, err
 	}
 	shape.Lengths = opts.KeyLengths != nil || opts.QueryLengths != nil
 	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, how.KeyPadding
-	shape.Window, shape.Softcap, shape.ALiBi, shape.Sinks = opts.Window != nil, opts.Softcap > 0, opts.ALiBi != nil, opts.Sinks != nil
+	shape.Variants = pipelines.VariantsOf(opts)
 	if c := how.Cache; c != nil && c.PageTable != nil {
 		shape.Paging, shape.Pages, shape.PagesPerItem = c.PageSize, c.Pages, c.PerItem
 	}

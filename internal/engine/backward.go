@@ -117,6 +117,9 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts core.Options) (*GradC
 // share and, for additive scores, each key row's share of dw_a).
 func (b *Builder) Backward(plan Plan, opts *core.Options, in AttentionInputs, dO *Tensor) (*GradCall, error) {
 	d, dm := b.d, plan.Dims
+	if v := plan.kernel.Shape.Variants.Refused(false, true); v != "" {
+		return nil, errorf(core.ErrOption, "the backward pass does not take %s", v)
+	}
 	oShape := [4]int{dm.B, dm.H, dm.L, dm.DV}
 	if dO.layout() != denseF32(oShape) {
 		// The kernels read dO dense in float32: a copy of any other.

@@ -392,17 +392,8 @@ func (b *Builder) bindOptions(dm core.Dims, s *pipelines.AttentionShape, opts *c
 		}
 		x.Lengths = t.buf
 	}
-	if s.Sinks || s.ALiBi {
-		t, err := b.upload(2*dm.H, func(h []float32) {
-			for i := 0; i < dm.H; i++ {
-				if opts.Sinks != nil {
-					h[2*i] = opts.Sinks[i]
-				}
-				if opts.ALiBi != nil {
-					h[2*i+1] = opts.ALiBi[i]
-				}
-			}
-		})
+	if heads := pipelines.HeadValues(opts, dm.H); heads != nil {
+		t, err := b.upload(len(heads), func(h []float32) { copy(h, heads) })
 		if err != nil {
 			return err
 		}
