@@ -68,8 +68,8 @@ func (c Chunk) flops(x *AttentionShape) float64 {
 
 // DispatchFLOPs is the most attention work one submission carries: a
 // cancelled call stops between submissions, and Windows ends a dispatch
-// that runs past about 2 s (TDR) as a lost device. lavapipe runs some 50
-// GFLOP/s on two cores (BENCHMARKS.md), so a CPU device's submission takes
+// that runs past about 2 s (TDR) as a lost device. At lavapipe's speed
+// on two cores (BENCHMARKS.md "Prefill") a CPU device's submission takes
 // under a second; GPUs run from about 1 TFLOP/s.
 func DispatchFLOPs(dev core.DeviceInfo) float64 {
 	if dev.Type == core.DeviceCPU {

@@ -10,16 +10,15 @@ import (
 // all its loops together, for devices that end an invocation's loops past
 // a budget (core.DeviceInfo.LoopBudget: lavapipe before Mesa 26). Each is
 // an upper bound of what the driver counts: loops whose trip count the
-// shader compiler knows are unrolled there (all of the row kernels' inner
-// loops were, measured), the others each count once per iteration. The
+// shader compiler knows are unrolled there (the row kernels' inner loops
+// are), the others each count once per iteration (the boundaries that
+// confirm each bound: BENCHMARKS.md "Loop budget"). The
 // planner splits a call's keys where that keeps every invocation within
 // the budget, and refuses it (a LimitError) where it cannot.
 
 // rowLoops bounds an invocation of the row kernels (attention.comp) over
-// keys keys: one iteration per step of KeyTile keys (measured: 262,140
-// keys at 4 a step ran whole, 262,144 lost keys), and the weights pass's
-// one per key and one more (measured: 52,427 keys ran whole with the
-// weights, 52,428 lost the last).
+// keys keys: one iteration per step of KeyTile keys, and the weights
+// pass's one per key and one more.
 func rowLoops(p *AttentionPlan, keys int, weights bool) int {
 	n := ceilDiv(keys, p.KeyTile)
 	if weights {
@@ -62,8 +61,7 @@ func combineLoops(splits, dv int) int {
 
 // backwardLoops bounds an invocation of the backward passes
 // (attention_backward.comp): per tile of staged rows the tile loop, the
-// loop over its rows and one more (measured: the passes lost work from
-// 18 iterations a 16-row tile, not 17); the query pass walks the keys, the
+// loop over its rows and one more; the query pass walks the keys, the
 // key pass the query rows of each head of its group.
 func backwardLoops(tile, keys, rows, group int) int {
 	perTile := func(n int) int { return ceilDiv(n, tile) * (tile + 2) }

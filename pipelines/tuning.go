@@ -49,22 +49,20 @@ var (
 	intelTuning  = withTiles(gpuTuning, core.TiledTuning{Rows: 16, Keys: 16, LanesPerRow: 8, RowsPerLane: 2, DecodeLanesPerRow: 16, SubgroupSize: 16, ComputeUnits: 32})
 )
 
-// cpuTuning is lavapipe's, measured (BENCHMARKS.md): texel fetches ~20x
-// faster than storage loads in loops; one subgroup per workgroup (8 lanes
-// at 256-bit vectors, widened to 16 at 512 by DefaultTuning);
-// as many rows as keep the unrolled body small (rows x d_max <= 256, 512
-// at d_max 128 where 4 rows beat 2 by 20-40% and let decode read K/V once
-// per KV head of 4 query heads); 4 keys per step (~30% less CPU than 1;
-// split-K at d_max 128 takes 1, PlanAttention);
-// 256 keys per split-K lane (~35% faster decode than 128); K/V rows shared
-// across the 8 lanes by shuffles (a texel fetch is a call with a per-lane
-// gather there; ~20% faster prefill). The storage path, slow there and
-// run only when forced (tests), keeps 1 key: its d_max 256 variant
-// compiled for ~60 s with 4. Heads past core.MaxRowWidth run the tiled
-// kernels (a row kernel of d_max 576 compiled for ~60 s, the tiled one in
-// ~3 s): a row over the 8 lanes of lavapipe's subgroup, 8-key tiles (4
-// where K and V are staged apart: 32 KiB of shared memory), and as many
-// workgroups as a CPU of 8 threads keeps busy.
+// cpuTuning is lavapipe's (each choice's figures: BENCHMARKS.md "Planner
+// settings on lavapipe"): texel fetches, not storage loads; one subgroup
+// per workgroup (8 lanes at 256-bit vectors, widened to 16 at 512 by
+// DefaultTuning); as many rows as keep the unrolled body small (rows x
+// d_max <= 256, 512 at d_max 128, where 4 rows let decode read K/V once
+// per KV head of 4 query heads); 4 keys per step (split-K at d_max 128
+// takes 1, PlanAttention); 256 keys per split-K lane; K/V rows shared
+// across the lanes by shuffles. The storage path, run only when forced,
+// keeps 1 key, which keeps its d_max 256 variant's compile short. Heads
+// past core.MaxRowWidth run the tiled kernels, which compile where a row
+// kernel that wide does not in reasonable time: a row over the 8 lanes
+// of lavapipe's subgroup, 8-key tiles (4 where K and V are staged apart:
+// 32 KiB of shared memory), and as many workgroups as a CPU of 8
+// threads keeps busy.
 var cpuTuning = core.Tuning{
 	Path:    core.TexelLoadPath,
 	Texel:   core.PathTuning{Rows: map[int]int{16: 8, 32: 8, 64: 4, 128: 4, 256: 1}, WorkGroup: 8, Keys: 4, SplitKeys: 256, SharedLoads: true},
@@ -159,13 +157,11 @@ type backwardTuning struct {
 	Step      int
 }
 
-// cpuBackward is lavapipe's, measured (BENCHMARKS.md, "Backward pass"):
-// as its forward, one subgroup a workgroup and the other side's
-// rows fetched once per subgroup and shared by shuffles; 4 rows a step
-// (2 and 8 were slower at d = 64). Own rows: 4 at d_max 64 and 2 at 128
-// (5-12% less CPU than 2 and 1, for twice the compile time); 2 at d_max
-// 16 and 32, where 4 ran no faster and compiled 2-3x longer; 1 at 256
-// (its two passes compile for ~26 s).
+// cpuBackward is lavapipe's (figures: BENCHMARKS.md "Planner settings on
+// lavapipe"): as its forward, one subgroup a workgroup and the other
+// side's rows fetched once per subgroup and shared by shuffles, 4 rows a
+// step; own rows 4 at d_max 64, 2 at 16, 32 and 128, 1 at 256, the most
+// that pays for its compile time.
 var cpuBackward = backwardTuning{Rows: map[int]int{16: 2, 32: 2, 64: 4, 128: 2, 256: 1}, WorkGroup: 8, Step: 4}
 
 // backwardQuirks are the drivers whose backward runs on the row kernels,
