@@ -209,5 +209,5 @@ func (a *Additive) prepare(q, k, v *engine.Tensor, opts vkattn.Options) (*engine
 	if err != nil {
 		return nil, b.Fail(err)
 	}
-	return b.AttentionCall(plan, &opts, engine.AttentionInputs{Q: engine.Buf(qp), K: engine.Buf(kp), V: engine.Buf(v), WA: engine.Buf(a.wa)}, oBound, nil)
+	return b.AttentionCall(plan, engine.AttentionInputs{Q: engine.Buf(qp), K: engine.Buf(kp), V: engine.Buf(v), WA: engine.Buf(a.wa)}, oBound)
 }

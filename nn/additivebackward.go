@@ -139,7 +139,7 @@ func (a *Additive) recordBackward(b *engine.Builder, plan engine.Plan, opts *vka
 	if err := b.Linear(plan.Projection(1), k, a.wk, 0, nil, 0, kp, da); err != nil {
 		return nil, err
 	}
-	tape, err := b.AttentionForBackward(plan, opts, engine.AttentionInputs{Q: engine.Buf(qp), K: engine.Buf(kp), V: engine.Buf(v), WA: engine.Buf(a.wa)}, nil)
+	tape, err := b.AttentionForBackward(plan, engine.AttentionInputs{Q: engine.Buf(qp), K: engine.Buf(kp), V: engine.Buf(v), WA: engine.Buf(a.wa)})
 	if err != nil {
 		return nil, err
 	}

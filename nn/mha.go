@@ -249,7 +249,7 @@ func (m *MHA) problem(dims [3][2]int, types [3]vkattn.DType, self bool, opts *MH
 		pr.layouts = [4]pipelines.Layout{{Strides: [3]int{T * d, dh, d}}, {Strides: [3]int{S * kv, dh, kv}}, {Strides: [3]int{S * kv, dh, kv}}}
 	}
 	pr.layouts[3] = pipelines.Layout{Strides: [3]int{T * d, dh, d}}
-	attn, err := engine.PlanCall(m.dev, [4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, engine.PlanOf{Layouts: &pr.layouts, KeyPadding: opts.KeyPadding != nil}, &pr.attn)
+	attn, err := engine.PlanCall(m.dev, [4]int{B, h, T, dh}, [4]int{B, hkv, S, dh}, [4]int{B, hkv, S, dh}, engine.PlanOf{Layouts: &pr.layouts, KeyPadding: opts.KeyPadding}, &pr.attn)
 	if err != nil {
 		return pr, err
 	}
@@ -368,7 +368,7 @@ func (m *MHA) prepare(x, key, value *engine.Tensor, opts MHAOptions) (*engine.Pr
 		return nil, b.Fail(err)
 	}
 	in := engine.AttentionInputs{Q: q, K: k, V: v, O: engine.Buf(concat)}
-	_, weights, err := b.Attention(pr.attention, &pr.attn, in, opts.KeyPadding, nil)
+	_, weights, err := b.Attention(pr.attention, in)
 	if err != nil {
 		return nil, b.Fail(err)
 	}

@@ -240,8 +240,8 @@ func (m *MHA) recordBackward(b *engine.Builder, pr *mhaProblem, in *mhaGradInput
 	if err != nil {
 		return nil, err
 	}
-	tape, err := b.AttentionForBackward(pr.attention, &pr.attn, engine.AttentionInputs{Q: engine.Buf(projected[0]), K: engine.Buf(projected[1]),
-		V: engine.Buf(projected[2]), O: engine.Buf(concat)}, opts.KeyPadding)
+	tape, err := b.AttentionForBackward(pr.attention, engine.AttentionInputs{Q: engine.Buf(projected[0]), K: engine.Buf(projected[1]),
+		V: engine.Buf(projected[2]), O: engine.Buf(concat)})
 	if err != nil {
 		return nil, err
 	}

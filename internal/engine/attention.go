@@ -38,15 +38,17 @@ func (d *Device) PlanAs(q, k, v []int, types [3]core.DType, opts core.Options) (
 }
 
 // PlanOf is what a call adds to its shapes for the planner: where Q, K, V
-// and O lie in their buffers (nil: dense), a key-padding mask (MHA), the
-// additive score variant (q and k are then the projections, width d_a),
-// the KV cache the call reads (nil: none), and whether V is K's leading
-// columns (Tensor.Columns), read from K's rows.
+// and O lie in their buffers (nil: dense), a key-padding mask (MHA; nil:
+// none), the additive score variant (q and k are then the projections,
+// width d_a), the KV cache the call reads (nil: none), and whether V is
+// K's leading columns (Tensor.Columns), read from K's rows. The plan
+// keeps the key padding and the cache: binding reads them there.
 type PlanOf struct {
-	Layouts              *[4]pipelines.Layout
-	KeyPadding, Additive bool
-	Cache                *CacheRefs
-	VFromK               bool
+	Layouts    *[4]pipelines.Layout
+	KeyPadding *core.KeyPadding
+	Additive   bool
+	Cache      *CacheRefs
+	VFromK     bool
 }
 
 // plan checks a problem of tensors of shapes q, k and v and plans its
@@ -70,7 +72,7 @@ func (d *Device) plan(q, k, v [4]int, how PlanOf, opts *core.Options) (Plan, err
 		shape.BoolMask = pipelines.MaskLayout{Given: true, Strides: broadcastStrides(boolMasksShape(opts.BoolMasks))}
 	}
 	shape.Lengths = opts.KeyLengths != nil || opts.QueryLengths != nil
-	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, how.KeyPadding
+	shape.LSE, shape.Weights, shape.KeyPadding = opts.WantLSE, opts.WantWeights, how.KeyPadding != nil
 	shape.Variants = pipelines.VariantsOf(opts)
 	if c := how.Cache; c != nil && c.PageTable != nil {
 		shape.Paging, shape.Pages, shape.PagesPerItem = c.PageSize, c.Pages, c.PerItem
@@ -84,7 +86,8 @@ func (d *Device) plan(q, k, v [4]int, how PlanOf, opts *core.Options) (Plan, err
 	if err != nil {
 		return Plan{}, DeviceError(err)
 	}
-	p := Plan{Plan: core.Plan{Dims: dims, Device: d.String(), Kernel: kernelPlan(kp), RoPE: opts.RoPE}, kernel: kp}
+	p := Plan{Plan: core.Plan{Dims: dims, Device: d.String(), Kernel: kernelPlan(kp), RoPE: opts.RoPE}, kernel: kp,
+		opts: *opts, keyPadding: how.KeyPadding, cache: how.Cache}
 	if how.Cache != nil && how.Cache.RoPE != nil {
 		p.RoPE, p.RoPEQueryOnly = how.Cache.RoPE, true
 	}
@@ -184,10 +187,25 @@ func (d *Device) prepare(q, k, v *Tensor, opts core.Options, cache *CacheRefs) (
 	if cache != nil && cache.RoPE != nil && opts.RoPE != nil {
 		return nil, errorf(core.ErrOption, "the KV cache rotates by its own RoPE (kv.Config.RoPE): Options.RoPE must be nil")
 	}
-	// With RoPE the attention reads rotated float32 copies of Q and K
-	// (of Q alone over a cache: its keys were rotated when appended).
+	b := &Builder{d: d}
+	plan, in, oBound, err := b.lowerCall(q, k, v, &opts, denseF32([4]int{q.shape[0], q.shape[1], q.shape[2], v.shape[3]}), cache)
+	if err != nil {
+		return nil, b.Fail(err)
+	}
+	return b.AttentionCall(plan, in, oBound)
+}
+
+// lowerCall is the one lowering of a call's Q, K and V, for a call of its
+// own, each sequence of a varlen call and the backward's forward: the
+// layouts its kernel reads them in (float32 copies rotated by RoPE where
+// it has one: Q and K by opts.RoPE, Q alone by a cache's, whose keys were
+// rotated when appended; V read from K's rows where it is a view of their
+// leading columns), its plan (which keeps opts and the cache for binding),
+// the rotations recorded into b, the buffers to bind and the bound of the
+// output's magnitudes. o is where O lies in its buffer.
+func (b *Builder) lowerCall(q, k, v *Tensor, opts *core.Options, o pipelines.Layout, cache *CacheRefs) (Plan, AttentionInputs, float64, error) {
 	rotQ, rotK := opts.RoPE != nil || (cache != nil && cache.RoPE != nil), opts.RoPE != nil
-	layouts := [4]pipelines.Layout{q.layout(), k.layout(), v.layout(), denseF32([4]int{q.shape[0], q.shape[1], q.shape[2], v.shape[3]})}
+	layouts := [4]pipelines.Layout{q.layout(), k.layout(), v.layout(), o}
 	if rotQ {
 		layouts[0] = denseF32(q.shape)
 	}
@@ -197,26 +215,24 @@ func (d *Device) prepare(q, k, v *Tensor, opts core.Options, cache *CacheRefs) (
 	// V read as K's leading columns where it is a view of them and K is
 	// read in place (not a rotated copy).
 	vFromK := !rotK && leadingColumnsOf(v, k)
-	plan, err := d.plan(q.shape, k.shape, v.shape, PlanOf{Layouts: &layouts, Cache: cache, VFromK: vFromK}, &opts)
+	plan, err := b.d.plan(q.shape, k.shape, v.shape, PlanOf{Layouts: &layouts, Cache: cache, VFromK: vFromK}, opts)
 	if err != nil {
-		return nil, err
+		return Plan{}, AttentionInputs{}, 0, err
 	}
-	dm := plan.Dims
-	b := &Builder{d: d}
 	switch {
 	case rotK:
-		q, k, err = b.rotateCall(dm, &opts, q, k)
+		q, k, err = b.rotateCall(plan.Dims, opts, q, k)
 	case rotQ:
 		q, err = b.rotated(q, cache.RoPE, cache.RoPETable, cache.RoPELengths)
 	}
 	if err != nil {
-		return nil, b.Fail(err)
+		return Plan{}, AttentionInputs{}, 0, err
 	}
-	oBound, err := attentionRange(dm, &opts, q, k, v)
+	oBound, err := attentionRange(plan.Dims, opts, q, k, v)
 	if err != nil {
-		return nil, b.Fail(err)
+		return Plan{}, AttentionInputs{}, 0, err
 	}
-	return b.AttentionCall(plan, &opts, AttentionInputs{Q: q.buf, K: k.buf, V: v.buf}, oBound, cache)
+	return plan, AttentionInputs{Q: q.buf, K: k.buf, V: v.buf}, oBound, nil
 }
 
 // checkInputs checks the three input tensors of a call, named names.

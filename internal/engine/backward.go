@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/pipelines/dispatch"
 )
 
@@ -80,26 +79,22 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts core.Options) (*GradC
 	}
 	opts.WantLSE, opts.WantWeights = true, false
 	oShape := [4]int{q.shape[0], q.shape[1], q.shape[2], v.shape[3]}
-	plan, err := d.plan(q.shape, k.shape, v.shape, PlanOf{Layouts: &[4]pipelines.Layout{q.layout(), k.layout(), v.layout(), denseF32(oShape)}}, &opts)
+	b := &Builder{d: d}
+	plan, in, oBound, err := b.lowerCall(q, k, v, &opts, denseF32(oShape), nil)
 	if err != nil {
-		return nil, err
+		return nil, b.Fail(err)
 	}
 	dm := plan.Dims
 	if dO.shape != oShape {
-		return nil, errorf(core.ErrShape, "dO has shape %v, want O's %v", dO.shape, oShape)
-	}
-	oBound, err := attentionRange(dm, &opts, q, k, v)
-	if err != nil {
-		return nil, err
+		return nil, b.Fail(errorf(core.ErrShape, "dO has shape %v, want O's %v", dO.shape, oShape))
 	}
 	scale := opts.Scale.For(dm.DK)
 	toQ, toK := scaledGrads(scale, q, k)
 	bounds, err := BackwardRange(dm, &opts, scale, dO.magnitudeBound(), v.magnitudeBound(), oBound, toQ, toK)
 	if err != nil {
-		return nil, err
+		return nil, b.Fail(err)
 	}
-	b := &Builder{d: d}
-	call, err := b.Backward(plan, &opts, AttentionInputs{Q: q.buf, K: k.buf, V: v.buf}, dO)
+	call, err := b.Backward(plan, in, dO)
 	if err != nil {
 		return nil, b.Fail(err)
 	}
@@ -115,7 +110,7 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts core.Options) (*GradC
 // buffers, the forward's O and LSE as scratch, the
 // backward, and its gradients as outputs (dQ, dK, dV, each row's sink
 // share and, for additive scores, each key row's share of dw_a).
-func (b *Builder) Backward(plan Plan, opts *core.Options, in AttentionInputs, dO *Tensor) (*GradCall, error) {
+func (b *Builder) Backward(plan Plan, in AttentionInputs, dO *Tensor) (*GradCall, error) {
 	d, dm := b.d, plan.Dims
 	if v := plan.kernel.Shape.Variants.Refused(false, true); v != "" {
 		return nil, errorf(core.ErrOption, "the backward pass does not take %s", v)
@@ -131,7 +126,7 @@ func (b *Builder) Backward(plan Plan, opts *core.Options, in AttentionInputs, dO
 			return nil, err
 		}
 	}
-	x, err := b.lower(plan, opts, in, nil, nil)
+	x, err := b.lower(plan, in)
 	if err != nil {
 		return nil, err
 	}

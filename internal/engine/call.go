@@ -222,14 +222,14 @@ type AttentionInputs struct{ Q, K, V, O, WA *vk.Buffer }
 
 // lower is the one place an attention call becomes its kernel's
 // arguments: in's buffers, and the masks, lengths and per-head values of
-// opts (already checked against the plan's dims) and key padding (if not
-// nil) uploaded into scratch tensors of the call, each where the plan's
-// shape, planned from the same options, has it. The LSE and weights
-// outputs are left to the caller.
-func (b *Builder) lower(plan Plan, opts *core.Options, in AttentionInputs, keyPadding *core.KeyPadding, cache *CacheRefs) (dispatch.AttentionArgs, error) {
+// the options the plan was made from (already checked against its dims)
+// and its key padding uploaded into scratch tensors of the call, each
+// where the plan's shape has it. The LSE and weights outputs are left to
+// the caller.
+func (b *Builder) lower(plan Plan, in AttentionInputs) (dispatch.AttentionArgs, error) {
 	x := dispatch.AttentionArgs{Q: in.Q, K: in.K, V: in.V, O: in.O, WA: in.WA}
-	dm, s := plan.Dims, &plan.kernel.Shape
-	if err := b.bindOptions(dm, s, opts, &x, cache); err != nil {
+	dm, s, keyPadding := plan.Dims, &plan.kernel.Shape, plan.keyPadding
+	if err := b.bindOptions(dm, s, &plan.opts, &x, plan.cache); err != nil {
 		return x, err
 	}
 	if s.KeyPadding {
@@ -250,9 +250,9 @@ func (b *Builder) lower(plan Plan, opts *core.Options, in AttentionInputs, keyPa
 
 // Attention binds the attention of plan over in, with the LSE and weights
 // opts asks for allocated as outputs (returned, nil when not asked for).
-func (b *Builder) Attention(plan Plan, opts *core.Options, in AttentionInputs, keyPadding *core.KeyPadding, cache *CacheRefs) (lse, weights *Tensor, err error) {
+func (b *Builder) Attention(plan Plan, in AttentionInputs) (lse, weights *Tensor, err error) {
 	dm, s := plan.Dims, &plan.kernel.Shape
-	x, err := b.lower(plan, opts, in, keyPadding, cache)
+	x, err := b.lower(plan, in)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -274,7 +274,7 @@ func (b *Builder) Attention(plan Plan, opts *core.Options, in AttentionInputs, k
 // AttentionCall finishes a call whose last step is the attention of plan
 // over in (without O): it allocates the outputs, O's bound oBound, and
 // records.
-func (b *Builder) AttentionCall(plan Plan, opts *core.Options, in AttentionInputs, oBound float64, cache *CacheRefs) (*Call, error) {
+func (b *Builder) AttentionCall(plan Plan, in AttentionInputs, oBound float64) (*Call, error) {
 	dm := plan.Dims
 	out := &Output{Plan: plan}
 	var err error
@@ -282,7 +282,7 @@ func (b *Builder) AttentionCall(plan Plan, opts *core.Options, in AttentionInput
 		return nil, b.Fail(err)
 	}
 	in.O = out.O.buf
-	if out.LSE, out.Weights, err = b.Attention(plan, opts, in, nil, cache); err != nil {
+	if out.LSE, out.Weights, err = b.Attention(plan, in); err != nil {
 		return nil, b.Fail(err)
 	}
 	out.setBounds(oBound)

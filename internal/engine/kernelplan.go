@@ -12,6 +12,11 @@ type Plan struct {
 	core.Plan
 	kernel pipelines.AttentionPlan
 	layers []LayerPlan
+	// What the call was planned from and binding reads, so that the two
+	// cannot disagree: its options, key padding and KV cache.
+	opts       core.Options
+	keyPadding *core.KeyPadding
+	cache      *CacheRefs
 }
 
 // LayerPlan is a dense layer's public plan with the planner's plan behind

@@ -26,12 +26,12 @@ type BackwardTape struct {
 // LSE) over in, key padding as lower uploads it, writing O where in.O
 // says (a dense scratch tensor when nil) and the LSE into scratch, and
 // returns what the backward reads.
-func (b *Builder) AttentionForBackward(plan Plan, opts *core.Options, in AttentionInputs, keyPadding *core.KeyPadding) (*BackwardTape, error) {
+func (b *Builder) AttentionForBackward(plan Plan, in AttentionInputs) (*BackwardTape, error) {
 	dm := plan.Dims
 	if !plan.kernel.Shape.LSE {
 		return nil, errorf(core.ErrOption, "the backward pass needs a forward planned with its log-sum-exp")
 	}
-	x, err := b.lower(plan, opts, in, keyPadding, nil)
+	x, err := b.lower(plan, in)
 	if err != nil {
 		return nil, err
 	}

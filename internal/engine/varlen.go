@@ -81,8 +81,6 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts core.
 			continue
 		}
 		qi, ki, vi := q.rowsView(cuSeqQ[i], l), k.rowsView(cuSeqK[i], s), v.rowsView(cuSeqK[i], s)
-		o := pipelines.Layout{Offset: cuSeqQ[i] * dv, Strides: [3]int{H * total * dv, total * dv, dv}}
-		layouts := [4]pipelines.Layout{qi.layout(), ki.layout(), vi.layout(), o}
 		seqOpts := opts
 		if r := opts.RoPE; r != nil {
 			// Each sequence's own positions: by default its queries end at
@@ -95,23 +93,15 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts core.
 				own.KeyPositions = r.KeyPositions[cuSeqK[i]:cuSeqK[i+1]]
 			}
 			seqOpts.RoPE = &own
-			layouts[0], layouts[1] = denseF32(qi.shape), denseF32(ki.shape)
 		}
-		plan, err := d.plan(qi.shape, ki.shape, vi.shape, PlanOf{Layouts: &layouts, VFromK: seqOpts.RoPE == nil && leadingColumnsOf(vi, ki)}, &seqOpts)
-		if err != nil {
-			return nil, b.Fail(fmt.Errorf("sequence %d: %w", i, err))
-		}
-		if seqOpts.RoPE != nil {
-			if qi, ki, err = b.rotateCall(plan.Dims, &seqOpts, qi, ki); err != nil {
-				return nil, b.Fail(err)
-			}
-		}
-		bound, err := attentionRange(plan.Dims, &seqOpts, qi, ki, vi)
+		o := pipelines.Layout{Offset: cuSeqQ[i] * dv, Strides: [3]int{H * total * dv, total * dv, dv}}
+		plan, in, bound, err := b.lowerCall(qi, ki, vi, &seqOpts, o, nil)
 		if err != nil {
 			return nil, b.Fail(fmt.Errorf("sequence %d: %w", i, err))
 		}
 		oBound = max(oBound, bound)
-		if _, _, err := b.Attention(plan, &seqOpts, AttentionInputs{Q: qi.buf, K: ki.buf, V: v.buf, O: out.O.buf}, nil, nil); err != nil {
+		in.O = out.O.buf
+		if _, _, err := b.Attention(plan, in); err != nil {
 			return nil, b.Fail(err)
 		}
 		if l*s > out.Plan.Dims.L*out.Plan.Dims.S {
