@@ -1,9 +1,6 @@
 package pipelines
 
 import (
-	"bytes"
-	"encoding/binary"
-
 	"github.com/vkattn/vkattn/core"
 )
 
@@ -159,9 +156,8 @@ type chunkParams struct {
 }
 
 // attentionParams is the std140 Params block of
-// shaders/attention_params.glsl, member for member (TestParamsMatchGLSL
-// checks names, types and order): every member is a 16-byte vec4 or
-// ivec4, so the packed little-endian encoding is the std140 layout.
+// shaders/attention_params.glsl, member for member (TestBlocksMatchGLSL
+// checks names, types, order and each SPIR-V's offsets).
 type attentionParams struct {
 	Dims    [4]int32 // L, S, d_k, d_v
 	Heads   [4]int32 // B, H/H_kv, flags, causal shift
@@ -193,11 +189,7 @@ func strides4(s [3]int) [4]int32 { return ivec4(s[0], s[1], s[2], 0) }
 func kvStrides4(l Layout) [4]int32 { return ivec4(l.Strides[0], l.Strides[1], l.Strides[2], l.Scales) }
 
 // encode is the block's bytes.
-func (p *attentionParams) encode() []byte {
-	var b bytes.Buffer
-	binary.Write(&b, binary.LittleEndian, p) // fixed-size fields: cannot fail
-	return b.Bytes()
-}
+func (p *attentionParams) encode() []byte { return encodeBlock(*p) }
 
 // newAttentionParams is the Params of a chunk whose shape is cs (its
 // extents, and its tensors' offsets within their windows).

@@ -142,7 +142,7 @@ var shaderInterface = []interfaceSection{
 	{"regroup.comp bindings", false, []glslName{
 		{"XBIND_SRC", regroupBindSrc, ""}, {"XBIND_DST", regroupBindDst, "written, or added to"},
 	}},
-	{"Params flag bits (P.heads.z of attention_params.glsl)", true, []glslName{
+	{"Params flag bits (paramFlags() of attention_params.glsl)", true, []glslName{
 		{"FLAG_MASK", flagMask, ""}, {"FLAG_BOOLMASK", flagBoolMask, ""}, {"FLAG_CAUSAL", flagCausal, ""},
 		{"FLAG_LENGTHS", flagLengths, ""}, {"FLAG_LSE", flagLSE, ""}, {"FLAG_WEIGHTS", flagWeights, ""},
 		{"FLAG_KEYPAD", flagKeyPad, ""}, {"FLAG_SINKS", flagSinks, "the combine pass reads the sinks"},

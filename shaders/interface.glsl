@@ -76,7 +76,7 @@
 #define XBIND_SRC 0
 #define XBIND_DST 1 // written, or added to
 
-// Params flag bits (P.heads.z of attention_params.glsl)
+// Params flag bits (paramFlags() of attention_params.glsl)
 const int FLAG_MASK = 1;
 const int FLAG_BOOLMASK = 2;
 const int FLAG_CAUSAL = 4;
