@@ -144,12 +144,10 @@ const linearFlagBias = 1
 // Kernel is the kernel of a dense-layer plan.
 func (p LinearPlan) Kernel() KernelSpec {
 	if p.Matrix > 0 {
-		spec := make([]int32, lincSpecCount)
-		spec[specLocalSize], spec[lincSpecMM], spec[lincSpecTile], spec[lincSpecSG] = int32(p.WorkGroup), int32(p.Matrix), int32(p.TileRows), int32(p.SubgroupSize)
+		spec := linearCoopSpec{WorkGroup: int32(p.WorkGroup), MM: int32(p.Matrix), Tile: int32(p.TileRows), SG: int32(p.SubgroupSize)}.constants()
 		return KernelSpec{Variant: p.Variant, Bindings: linearBindingTypes(p), Subgroup: uint32(p.SubgroupSize), Spec: spec}
 	}
-	spec := make([]int32, linSpecCount)
-	spec[specLocalSize], spec[linSpecXType], spec[linSpecWType] = int32(p.WorkGroup), typeSpec(p.X), typeSpec(p.W)
+	spec := linearSpec{WorkGroup: int32(p.WorkGroup), XType: typeSpec(p.X), WType: typeSpec(p.W)}.constants()
 	return KernelSpec{Variant: p.Variant, Bindings: linearBindingTypes(p), Spec: spec}
 }
 

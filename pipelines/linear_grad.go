@@ -192,8 +192,7 @@ func (p GradPlan) blocks(dev core.DeviceInfo, s *GradShape) (nm, nn, nk int, err
 
 // Kernel is the kernel of a gradient product's plan.
 func (p GradPlan) Kernel() KernelSpec {
-	spec := make([]int32, gradSpecCount)
-	spec[specLocalSize], spec[gradSpecAType], spec[gradSpecBType] = int32(p.WorkGroup), typeSpec(p.A), typeSpec(p.B)
+	spec := gradSpec{WorkGroup: int32(p.WorkGroup), AType: typeSpec(p.A), BType: typeSpec(p.B)}.constants()
 	return KernelSpec{Variant: p.Variant, Bindings: gradBindingTypes(p), Spec: spec}
 }
 

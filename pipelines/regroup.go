@@ -45,8 +45,7 @@ type RegroupBlock struct {
 
 // RegroupKernel is regroup.comp reading a source of type t.
 func RegroupKernel(t core.DType) KernelSpec {
-	spec := make([]int32, regroupSpecCount)
-	spec[specLocalSize], spec[regroupSpecSrcType] = regroupWorkGroup, typeSpec(t)
+	spec := regroupSpec{WorkGroup: regroupWorkGroup, SrcType: typeSpec(t)}.constants()
 	return KernelSpec{Variant: Variant{Family: FamilyRegroup}, Bindings: regroupBindingTypes(), Spec: spec, Push: blockSize(regroupPush{})}
 }
 

@@ -56,7 +56,7 @@ func (ks *Kernels) Close() {
 // constants and its push-constant size.
 type kernelKey struct {
 	variant  pipelines.Variant
-	spec     [maxSpec]int32
+	spec     [maxSpec]vk.SpecConstant
 	push     uint32
 	subgroup uint32 // required subgroup size (full subgroups); 0: any
 }
@@ -70,7 +70,7 @@ func (ks *Kernels) kernel(k pipelines.KernelSpec) (*vk.Kernel, error) {
 	return ks.build(kernelKey{variant: k.Variant, push: k.Push, subgroup: k.Subgroup}, k.Bindings, k.Spec)
 }
 
-func (ks *Kernels) build(key kernelKey, bindings []vk.BindingType, spec []int32) (*vk.Kernel, error) {
+func (ks *Kernels) build(key kernelKey, bindings []vk.BindingType, spec []vk.SpecConstant) (*vk.Kernel, error) {
 	v := key.variant
 	if len(spec) > maxSpec {
 		return nil, fmt.Errorf("dispatch: kernel %s takes %d specialization constants, at most %d", v, len(spec), maxSpec)
