@@ -68,6 +68,20 @@ type HeadMeanPush struct {
 	B, H, LS int32 // LS: L * S weights per head
 }
 
+// HeatColourPush is the push-constant block of heat_colour.comp, the
+// viewer's colouring of weights.
+type HeatColourPush struct {
+	WOffset, WRow uint32 // the head's (L, S) weights: element offset, elements between rows
+	VOffset, VRow uint32 // the value head's (S, d_v) rows, likewise
+	L, S, Dv      uint32
+	Mode          uint32 // 0: weights a_ij, 1: contributions a_ij * ||v_j||
+	Pass          uint32
+	Colours       uint32 // palette entries
+}
+
+// Bytes is the block's push-constant bytes.
+func (p HeatColourPush) Bytes() []byte { return encodeBlock(p) }
+
 // Bytes is the block's push-constant bytes.
 func (p MergePush) Bytes() []byte { return encodeBlock(p) }
 
