@@ -176,3 +176,34 @@ func TestBlocksMatchGLSL(t *testing.T) {
 		})
 	}
 }
+
+// TestEncodeBlockOffsets: encodeBlock puts a scalar at the next multiple
+// of 4 and an ivec4 or vec4 at the next multiple of 16, as std140 and
+// std430 lay them out (offsets derived by hand from those rules), and
+// writes little-endian values with zero padding.
+func TestEncodeBlockOffsets(t *testing.T) {
+	type mixed struct {
+		A int32
+		B [4]int32
+		C float32
+		D uint32
+		E [4]float32
+		F int32
+	}
+	offsets, size := blockLayout(reflect.TypeOf(mixed{}))
+	if want := []int{0, 16, 32, 36, 48, 64}; !reflect.DeepEqual(offsets, want) || size != 68 {
+		t.Errorf("offsets %v, size %d; want %v, 68", offsets, size, want)
+	}
+	got := encodeBlock(mixed{A: -2, B: [4]int32{1, 2, 3, 4}, C: 1.5, D: 7, E: [4]float32{0, 0, 0, -1}, F: 9})
+	want := make([]byte, 68)
+	put := func(at int, b ...byte) { copy(want[at:], b) }
+	put(0, 0xfe, 0xff, 0xff, 0xff)                          // -2
+	put(16, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0) // B
+	put(32, 0, 0, 0xc0, 0x3f)                               // 1.5 = 0x3fc00000
+	put(36, 7, 0, 0, 0)
+	put(60, 0, 0, 0x80, 0xbf) // E.w = -1 = 0xbf800000
+	put(64, 9, 0, 0, 0)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("encoded\n%x\nwant\n%x", got, want)
+	}
+}
