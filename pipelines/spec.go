@@ -70,13 +70,22 @@ func specID(name string) int {
 }
 
 // specConstants is a spec struct's fields (int32, tagged `spec:"NAME"`)
-// as (ID, value) pairs.
+// as (ID, value) pairs, entry i for ID i from 0 to the largest ID the
+// struct sets: the IDs between that it does not set get 0, which no
+// kernel reads (TestSpecConstantsByName: a family's source declares no
+// constant its struct leaves unset). Dense because Khronos' validation
+// layer (ShaderStageState::GetInt32ConstantValue, 1.4.309 and later)
+// reads the value of constant_id i from map entry i: with sparse entries
+// it checked the cooperative-matrix kernels against their default sizes.
 func specConstants(s any) []core.SpecConstant {
 	v := reflect.ValueOf(s)
-	out := make([]core.SpecConstant, 0, v.NumField())
+	var out []core.SpecConstant
 	for i := 0; i < v.NumField(); i++ {
 		id := specID(v.Type().Field(i).Tag.Get("spec"))
-		out = append(out, core.SpecConstant{ID: uint32(id), Value: int32(v.Field(i).Int())})
+		for len(out) <= id {
+			out = append(out, core.SpecConstant{ID: uint32(len(out))})
+		}
+		out[id].Value = int32(v.Field(i).Int())
 	}
 	return out
 }

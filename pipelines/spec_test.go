@@ -111,8 +111,8 @@ func TestSpecIDsOneMeaningEach(t *testing.T) {
 // TestSpecConstantsByName: each family's spec struct names, field by
 // field, a constant its GLSL source declares, with the ID the source
 // declares it at; the source declares no constant the struct leaves
-// unset; and every SpecId of each SPIR-V variant is an ID the struct
-// sets.
+// unset; every SpecId of each SPIR-V variant is an ID the struct sets;
+// and the struct's constants are dense, entry i for ID i.
 func TestSpecConstantsByName(t *testing.T) {
 	for _, v := range Variants {
 		if familyBindings(v) == nil {
@@ -135,13 +135,10 @@ func TestSpecConstantsByName(t *testing.T) {
 					}
 					set[specID(name)] = true
 				}
-				var got []int
-				for _, c := range specConstants(s) {
-					got = append(got, int(c.ID))
+				if len(set) != typ.NumField() {
+					t.Errorf("%s: two fields share an ID", typ.Name())
 				}
-				if len(got) != len(set) {
-					t.Errorf("%s sets IDs %v: one twice", typ.Name(), got)
-				}
+				checkSpecEntries(t, typ)
 			}
 			var unset []string
 			for name, id := range declared {
@@ -167,5 +164,23 @@ func TestSpecConstantsByName(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkSpecEntries: the constants of a spec struct of type typ, each
+// field given its own value, are entry i for ID i, each field's value at
+// its ID and 0 elsewhere.
+func checkSpecEntries(t *testing.T, typ reflect.Type) {
+	t.Helper()
+	v := reflect.New(typ).Elem()
+	want := map[int]int32{}
+	for i := 0; i < typ.NumField(); i++ {
+		v.Field(i).SetInt(int64(100 + i))
+		want[specID(typ.Field(i).Tag.Get("spec"))] = int32(100 + i)
+	}
+	for i, c := range specConstants(v.Interface()) {
+		if int(c.ID) != i || c.Value != want[i] {
+			t.Errorf("%s: entry %d is ID %d = %d, want ID %d = %d", typ.Name(), i, c.ID, c.Value, i, want[i])
+		}
 	}
 }
