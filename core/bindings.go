@@ -61,3 +61,10 @@ func (d DeviceInfo) CheckBindings(bindings []BindingType) error {
 	}
 	return nil
 }
+
+// SpecConstant is one specialization constant of a kernel: the shader's
+// constant_id and the 32-bit value it takes.
+type SpecConstant struct {
+	ID    uint32
+	Value int32
+}

@@ -210,20 +210,22 @@ func PlanBackward(dev core.DeviceInfo, p AttentionPlan) (BackwardPlan, error) {
 	plan := BackwardPlan{Forward: p, Chunks: chunks, Why: why}
 	if rows != nil {
 		plan.Rows, plan.WorkGroup, plan.Step = rows.Rows[bp.dMax], bp.wg, rows.Step
-		spec := make([]int32, bwrSpecCount)
-		spec[specLocalSize], spec[bwrSpecWG], spec[bwrSpecD4] = int32(plan.WorkGroup), int32(plan.WorkGroup), int32(bp.dMax/4)
-		spec[bwrSpecRows], spec[bwrSpecStep], spec[bwrSpecShare] = int32(plan.Rows), int32(plan.Step), int32(bp.share)
-		spec[bwrSpecMasked], spec[bwrSpecVariants] = s.maskSpec(), s.variants()
-		spec[bwrSpecQType], spec[bwrSpecKType], spec[bwrSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
+		spec := backwardRowsSpec{
+			WorkGroup: int32(plan.WorkGroup), WG: int32(plan.WorkGroup), D4: int32(bp.dMax / 4),
+			Rows: int32(plan.Rows), Step: int32(plan.Step), Share: int32(bp.share),
+			Masked: s.maskSpec(), Variants: s.variants(),
+			QType: typeSpec(s.Q.Type), KType: typeSpec(s.K.Type), VType: typeSpec(s.V.Type),
+		}.constants()
 		for i := range bp.families {
 			plan.Passes[i] = KernelSpec{Variant: bp.variant(i), Bindings: backwardRowsBindingTypes(i == 1, s.Q.Type, s.K.Type, s.V.Type), Spec: spec}
 		}
 		return plan, nil
 	}
-	spec := make([]int32, bwdSpecCount)
-	spec[specLocalSize], spec[bwdSpecMasked], spec[bwdSpecVariants] = backwardWorkGroup, s.anyMaskSpec(), s.variants()
-	spec[bwdSpecQType], spec[bwdSpecKType], spec[bwdSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-	spec[bwdSpecDMax], spec[bwdSpecTile] = int32(bp.dMax), int32(bp.tile)
+	spec := backwardSpec{
+		WorkGroup: backwardWorkGroup, Masked: s.anyMaskSpec(), Variants: s.variants(),
+		QType: typeSpec(s.Q.Type), KType: typeSpec(s.K.Type), VType: typeSpec(s.V.Type),
+		DMax: int32(bp.dMax), Tile: int32(bp.tile),
+	}.constants()
 	for i := range bp.families {
 		plan.Passes[i] = KernelSpec{Variant: bp.variant(i), Bindings: backwardBindingTypes(), Spec: spec}
 	}

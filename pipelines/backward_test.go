@@ -72,10 +72,10 @@ func TestBackwardPlansRowsOnLavapipe(t *testing.T) {
 			if pass.Variant.Name() != want[i] {
 				t.Errorf("%s: pass %d is %s, want %s", c.name, i, pass.Variant, want[i])
 			}
-			spec := pass.Spec
-			if spec[specLocalSize] != 8 || spec[bwrSpecWG] != 8 || spec[bwrSpecRows] != int32(c.rows) || spec[bwrSpecStep] != 4 || spec[bwrSpecShare] != 8 ||
-				spec[bwrSpecD4] != int32(core.DMaxOf(in.DK)/4) || spec[bwrSpecQType] != typeSpec(in.Q.Type) {
-				t.Errorf("%s: pass %d's constants %v", c.name, i, spec)
+			spec := func(name string) int32 { return specValue(t, pass.Spec, name) }
+			if spec(localSizeTag) != 8 || spec("WG") != 8 || spec("ROWS") != int32(c.rows) || spec("STEP") != 4 || spec("SHARE") != 8 ||
+				spec("D4") != int32(core.DMaxOf(in.DK)/4) || spec("Q_TYPE") != typeSpec(in.Q.Type) {
+				t.Errorf("%s: pass %d's constants %v", c.name, i, pass.Spec)
 			}
 			b := pass.Bindings
 			rowD := map[int]core.BindingType{0: core.StorageBuffer, 1: core.UniformTexelR32F}[i]

@@ -1,9 +1,6 @@
 package pipelines
 
 import (
-	"bytes"
-	"encoding/binary"
-
 	"github.com/vkattn/vkattn/core"
 )
 
@@ -48,29 +45,31 @@ func (p *AttentionPlan) Kernel() KernelSpec {
 	s := &p.Shape
 	bindings := attentionBindingTypes(*p)
 	if p.Variant.Family == FamilyCoopmat {
-		spec := make([]int32, coopSpecCount)
-		spec[specLocalSize], spec[coopSpecD4], spec[coopSpecBR], spec[coopSpecBC] = int32(p.WorkGroup), int32(p.DMax/4), int32(p.TileRows), int32(p.KeyTile)
-		spec[coopSpecMM], spec[coopSpecNSG], spec[coopSpecSG] = int32(p.Matrix), int32(p.WorkGroup/p.SubgroupSize), int32(p.SubgroupSize)
-		spec[coopSpecMasked], spec[coopSpecVariants] = s.anyMaskSpec(), s.variants()
-		spec[coopSpecQType], spec[coopSpecKType], spec[coopSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec}
+		spec := coopSpec{
+			WorkGroup: int32(p.WorkGroup), D4: int32(p.DMax / 4), BR: int32(p.TileRows), BC: int32(p.KeyTile),
+			MM: int32(p.Matrix), NSG: int32(p.WorkGroup / p.SubgroupSize), SG: int32(p.SubgroupSize),
+			Masked: s.anyMaskSpec(), Variants: s.variants(),
+			QType: typeSpec(s.Q.Type), KType: typeSpec(s.K.Type), VType: typeSpec(s.V.Type),
+		}
+		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec.constants()}
 	}
 	if p.Variant.Family == FamilyTiled {
-		spec := make([]int32, tiledSpecCount)
-		spec[specLocalSize], spec[tiledSpecD4] = int32(p.WorkGroup), int32(p.DMax/4)
-		spec[tiledSpecBR], spec[tiledSpecBC], spec[tiledSpecLPR], spec[tiledSpecRPL] = int32(p.TileRows), int32(p.KeyTile), int32(p.LanesPerRow), int32(p.RowsPerLane)
-		spec[tiledSpecMasked], spec[tiledSpecVariants], spec[tiledSpecPaged] = s.anyMaskSpec(), s.variants(), boolSpec(s.Paging > 0)
-		spec[tiledSpecQType], spec[tiledSpecKType], spec[tiledSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-		spec[tiledSpecDV4], spec[tiledSpecVInK] = int32(p.DVMax/4), boolSpec(s.VFromK)
-		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec}
+		spec := tiledSpec{
+			WorkGroup: int32(p.WorkGroup), D4: int32(p.DMax / 4), DV4: int32(p.DVMax / 4),
+			BR: int32(p.TileRows), BC: int32(p.KeyTile), LPR: int32(p.LanesPerRow), RPL: int32(p.RowsPerLane),
+			Masked: s.anyMaskSpec(), Variants: s.variants(), Paged: boolSpec(s.Paging > 0), VInK: boolSpec(s.VFromK),
+			QType: typeSpec(s.Q.Type), KType: typeSpec(s.K.Type), VType: typeSpec(s.V.Type),
+		}
+		return KernelSpec{Variant: p.Variant, Bindings: bindings, Subgroup: uint32(p.SubgroupSize), Spec: spec.constants()}
 	}
-	spec := make([]int32, attSpecCount)
-	spec[specLocalSize], spec[attSpecWG], spec[attSpecD4] = int32(p.WorkGroup), int32(p.WorkGroup), int32(p.DMax/4)
-	spec[attSpecRows], spec[attSpecKeys], spec[attSpecShare] = int32(p.Rows), int32(p.KeyTile), int32(max(p.SharedLoads, 1))
-	spec[attSpecMasked], spec[attSpecVariants], spec[attSpecPaged] = s.maskSpec(), s.variants(), boolSpec(s.Paging > 0)
-	spec[attSpecQType], spec[attSpecKType], spec[attSpecVType] = typeSpec(s.Q.Type), typeSpec(s.K.Type), typeSpec(s.V.Type)
-	spec[attSpecHalves8], spec[attSpecQuantBlocks], spec[attSpecMask4] = boolSpec(p.Halves8), boolSpec(p.QuantBlocks), p.mask4Spec()
-	return KernelSpec{Variant: p.Variant, Bindings: bindings, Spec: spec}
+	spec := rowSpec{
+		WorkGroup: int32(p.WorkGroup), WG: int32(p.WorkGroup), D4: int32(p.DMax / 4),
+		Rows: int32(p.Rows), Keys: int32(p.KeyTile), Share: int32(max(p.SharedLoads, 1)),
+		Masked: s.maskSpec(), Variants: s.variants(), Paged: boolSpec(s.Paging > 0),
+		QType: typeSpec(s.Q.Type), KType: typeSpec(s.K.Type), VType: typeSpec(s.V.Type),
+		Halves8: boolSpec(p.Halves8), QuantBlocks: boolSpec(p.QuantBlocks), Mask4: p.mask4Spec(),
+	}
+	return KernelSpec{Variant: p.Variant, Bindings: bindings, Spec: spec.constants()}
 }
 
 // attentionBindingTypes are the attention kernel's bindings for plan p:
@@ -159,9 +158,8 @@ type chunkParams struct {
 }
 
 // attentionParams is the std140 Params block of
-// shaders/attention_params.glsl, member for member (TestParamsMatchGLSL
-// checks names, types and order): every member is a 16-byte vec4 or
-// ivec4, so the packed little-endian encoding is the std140 layout.
+// shaders/attention_params.glsl, member for member (TestBlocksMatchGLSL
+// checks names, types, order and each SPIR-V's offsets).
 type attentionParams struct {
 	Dims    [4]int32 // L, S, d_k, d_v
 	Heads   [4]int32 // B, H/H_kv, flags, causal shift
@@ -193,11 +191,7 @@ func strides4(s [3]int) [4]int32 { return ivec4(s[0], s[1], s[2], 0) }
 func kvStrides4(l Layout) [4]int32 { return ivec4(l.Strides[0], l.Strides[1], l.Strides[2], l.Scales) }
 
 // encode is the block's bytes.
-func (p *attentionParams) encode() []byte {
-	var b bytes.Buffer
-	binary.Write(&b, binary.LittleEndian, p) // fixed-size fields: cannot fail
-	return b.Bytes()
-}
+func (p *attentionParams) encode() []byte { return encodeBlock(*p) }
 
 // newAttentionParams is the Params of a chunk whose shape is cs (its
 // extents, and its tensors' offsets within their windows).

@@ -39,17 +39,17 @@ func q8StoreBindingTypes() []core.BindingType {
 
 // RoPEKernel is the rotary embedding of rows of type t.
 func RoPEKernel(t core.DType) KernelSpec {
-	return KernelSpec{Variant: Variant{Family: FamilyRoPE}, Bindings: ropeBindingTypes(), Push: 12 * 4, Spec: []int32{ElementWorkGroup, typeSpec(t)}}
+	return KernelSpec{Variant: Variant{Family: FamilyRoPE}, Bindings: ropeBindingTypes(), Push: blockSize(RoPEPush{}), Spec: ropeSpec{WorkGroup: ElementWorkGroup, XType: typeSpec(t)}.constants()}
 }
 
 // MergeKernel is the merge of partial attentions.
 func MergeKernel() KernelSpec {
-	return KernelSpec{Variant: Variant{Family: FamilyMerge}, Bindings: mergeBindingTypes(), Push: 15 * 4, Spec: []int32{ElementWorkGroup}}
+	return KernelSpec{Variant: Variant{Family: FamilyMerge}, Bindings: mergeBindingTypes(), Push: blockSize(MergePush{}), Spec: mergeSpec{WorkGroup: ElementWorkGroup}.constants()}
 }
 
 // Q8StoreKernel is the quantization of rows of type x into y, q8_0 or
 // q4_0 (q8_store.comp reads the output type as a specialization
 // constant: one SPIR-V for both).
 func Q8StoreKernel(x, y core.DType) KernelSpec {
-	return KernelSpec{Variant: Variant{Family: FamilyQ8Store}, Bindings: q8StoreBindingTypes(), Push: 10 * 4, Spec: []int32{ElementWorkGroup, typeSpec(x), typeSpec(y)}}
+	return KernelSpec{Variant: Variant{Family: FamilyQ8Store}, Bindings: q8StoreBindingTypes(), Push: blockSize(Q8StorePush{}), Spec: q8StoreSpec{WorkGroup: ElementWorkGroup, XType: typeSpec(x), YType: typeSpec(y)}.constants()}
 }

@@ -14,7 +14,9 @@ import (
 // here. `go generate ./pipelines` writes shaders/interface.glsl from this
 // table, the shaders use its names (never a number), and
 // TestShaderInterface reads each embedded SPIR-V's decorations (Binding,
-// DescriptorSet, SpecId, read and write access) back against it.
+// DescriptorSet, read and write access) back against it. The
+// specialization-constant IDs are spec.go's (TestSpecConstantsByName), the
+// parameter blocks blocks.go's (TestBlocksMatchGLSL).
 
 // glslName is one named constant of the interface.
 type glslName struct {
@@ -31,53 +33,6 @@ type interfaceSection struct {
 	consts bool
 	names  []glslName
 }
-
-// Specialization-constant IDs. 0 is every kernel's workgroup size
-// (local_size_x_id); the rest are each family's own.
-const (
-	specLocalSize = 0
-
-	// attention.comp (the row kernels, additive too).
-	attSpecD4, attSpecRows, attSpecWG, attSpecKeys, attSpecMasked, attSpecShare = 1, 2, 3, 4, 5, 6
-	attSpecQType, attSpecKType, attSpecVType, attSpecVariants, attSpecPaged     = 7, 8, 9, 10, 11
-	attSpecHalves8, attSpecQuantBlocks, attSpecMask4                            = 12, 13, 14
-	attSpecCount                                                                = 15
-
-	// attention_tiled.comp.
-	tiledSpecD4, tiledSpecBR, tiledSpecBC, tiledSpecLPR, tiledSpecMasked = 1, 2, 3, 4, 5
-	tiledSpecQType, tiledSpecKType, tiledSpecVType, tiledSpecVariants    = 6, 7, 8, 9
-	tiledSpecPaged, tiledSpecRPL, tiledSpecDV4, tiledSpecVInK            = 10, 11, 12, 13
-	tiledSpecCount                                                       = 14
-
-	// attention_coopmat.comp.
-	coopSpecD4, coopSpecBR, coopSpecBC, coopSpecMM, coopSpecNSG, coopSpecSG = 1, 2, 3, 4, 5, 6
-	coopSpecMasked, coopSpecVariants, coopSpecQType, coopSpecKType          = 7, 8, 9, 10
-	coopSpecVType, coopSpecCount                                            = 11, 12
-
-	// linear.comp.
-	linSpecXType, linSpecWType, linSpecCount = 1, 2, 3
-
-	// linear_coopmat.comp.
-	lincSpecMM, lincSpecTile, lincSpecSG, lincSpecCount = 1, 2, 3, 4
-
-	// attention_backward.comp.
-	bwdSpecMasked, bwdSpecQType, bwdSpecKType, bwdSpecVType, bwdSpecVariants = 1, 2, 3, 4, 5
-	bwdSpecDMax, bwdSpecTile, bwdSpecCount                                   = 6, 7, 8
-
-	// attention_backward_rows.comp.
-	bwrSpecD4, bwrSpecRows, bwrSpecWG, bwrSpecStep, bwrSpecShare, bwrSpecMasked = 1, 2, 3, 4, 5, 6
-	bwrSpecQType, bwrSpecKType, bwrSpecVType, bwrSpecVariants, bwrSpecCount     = 7, 8, 9, 10, 11
-
-	// rope.comp.
-	ropeSpecXType, ropeSpecCount = 1, 2
-
-	// q8_store.comp: the input's type and the output's (q8_0 or q4_0).
-	q8SpecXType, q8SpecYType, q8SpecCount = 1, 2, 3
-
-	// linear_grad.comp and regroup.comp: their operands' types.
-	gradSpecAType, gradSpecBType, gradSpecCount = 1, 2, 3
-	regroupSpecSrcType, regroupSpecCount        = 1, 2
-)
 
 // The combine pass's, the dense layer's and the head mean's bindings.
 const (
@@ -147,7 +102,7 @@ var shaderInterface = []interfaceSection{
 	}},
 	{"per-head values of the score variants (BIND_HEADS; options.go)", true, headNames},
 	{"mask flag bits (Params flags, and the MASKED specialization constant; options.go)", true, maskNames},
-	{"Params flag bits (P.heads.z of attention_params.glsl)", true, []glslName{
+	{"Params flag bits (paramFlags() of attention_params.glsl)", true, []glslName{
 		{"FLAG_CAUSAL", flagCausal, ""},
 		{"FLAG_LENGTHS", flagLengths, ""}, {"FLAG_LSE", flagLSE, ""}, {"FLAG_WEIGHTS", flagWeights, ""},
 		{"FLAG_SINKS", flagSinks, "the combine pass reads the sinks"},
@@ -176,67 +131,7 @@ var shaderInterface = []interfaceSection{
 		{"Q4_BLOCK", core.Q4Block, "elements per block: 16 bytes of nibbles, one float16 scale"},
 		{"Q4_BLOCK_SHIFT", bits.TrailingZeros(uint(core.Q4Block)), "element i is in block i >> Q4_BLOCK_SHIFT"},
 	}},
-	{"attention.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"ATT_SPEC_D4", attSpecD4, "compile-time bound of d_k and d_v, in vec4s"},
-		{"ATT_SPEC_ROWS", attSpecRows, ""}, {"ATT_SPEC_WG", attSpecWG, ""}, {"ATT_SPEC_KEYS", attSpecKeys, ""},
-		{"ATT_SPEC_MASKED", attSpecMasked, ""}, {"ATT_SPEC_SHARE", attSpecShare, ""},
-		{"ATT_SPEC_Q_TYPE", attSpecQType, ""}, {"ATT_SPEC_K_TYPE", attSpecKType, ""}, {"ATT_SPEC_V_TYPE", attSpecVType, ""},
-		{"ATT_SPEC_VARIANTS", attSpecVariants, ""}, {"ATT_SPEC_PAGED", attSpecPaged, ""},
-		{"ATT_SPEC_HALVES8", attSpecHalves8, "half inputs read eight a texel (loads.glsl's HALVES8)"},
-		{"ATT_SPEC_QUANT_BLOCKS", attSpecQuantBlocks, "q8_0 and q4_0 rows of whole blocks (loads.glsl's QUANT_BLOCKS)"},
-		{"ATT_SPEC_MASK4", attSpecMask4, "the masks read four keys a fetch (their FLAG_* bits)"},
-	}},
-	{"attention_tiled.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"TILED_SPEC_D4", tiledSpecD4, "compile-time bound of d_k and d_v, in vec4s"}, {"TILED_SPEC_BR", tiledSpecBR, ""}, {"TILED_SPEC_BC", tiledSpecBC, ""},
-		{"TILED_SPEC_LPR", tiledSpecLPR, ""}, {"TILED_SPEC_MASKED", tiledSpecMasked, ""},
-		{"TILED_SPEC_Q_TYPE", tiledSpecQType, ""}, {"TILED_SPEC_K_TYPE", tiledSpecKType, ""}, {"TILED_SPEC_V_TYPE", tiledSpecVType, ""},
-		{"TILED_SPEC_VARIANTS", tiledSpecVariants, ""}, {"TILED_SPEC_PAGED", tiledSpecPaged, ""}, {"TILED_SPEC_RPL", tiledSpecRPL, ""},
-		{"TILED_SPEC_DV4", tiledSpecDV4, "compile-time bound of d_v, in vec4s (at most D4)"},
-		{"TILED_SPEC_V_IN_K", tiledSpecVInK, "V is the leading d_v columns of K's rows: only K is staged"},
-	}},
-	{"attention_coopmat.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"COOP_SPEC_D4", coopSpecD4, "compile-time bound of d_k and d_v, in vec4s"},
-		{"COOP_SPEC_BR", coopSpecBR, ""}, {"COOP_SPEC_BC", coopSpecBC, ""},
-		{"COOP_SPEC_MM", coopSpecMM, "the cooperative matrices' M = N = K"},
-		{"COOP_SPEC_NSG", coopSpecNSG, "subgroups per workgroup"}, {"COOP_SPEC_SG", coopSpecSG, "lanes per subgroup"},
-		{"COOP_SPEC_MASKED", coopSpecMasked, ""}, {"COOP_SPEC_VARIANTS", coopSpecVariants, ""},
-		{"COOP_SPEC_Q_TYPE", coopSpecQType, "element types of Q, K and V: float16 or bfloat16"},
-		{"COOP_SPEC_K_TYPE", coopSpecKType, ""}, {"COOP_SPEC_V_TYPE", coopSpecVType, ""},
-	}},
-	{"linear.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"LIN_SPEC_X_TYPE", linSpecXType, ""}, {"LIN_SPEC_W_TYPE", linSpecWType, ""},
-	}},
-	{"linear_coopmat.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"LINC_SPEC_MM", lincSpecMM, "the cooperative matrices' M = N = K"},
-		{"LINC_SPEC_TILE", lincSpecTile, "rows, outputs and inputs of a workgroup's step"},
-		{"LINC_SPEC_SG", lincSpecSG, "lanes per subgroup"},
-	}},
-	{"attention_backward.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"BWD_SPEC_MASKED", bwdSpecMasked, ""}, {"BWD_SPEC_Q_TYPE", bwdSpecQType, ""}, {"BWD_SPEC_K_TYPE", bwdSpecKType, ""},
-		{"BWD_SPEC_V_TYPE", bwdSpecVType, ""}, {"BWD_SPEC_VARIANTS", bwdSpecVariants, ""},
-		{"BWD_SPEC_DMAX", bwdSpecDMax, "compile-time bound of d_k and d_v"},
-		{"BWD_SPEC_TILE", bwdSpecTile, "rows of the other side staged per tile"},
-	}},
-	{"attention_backward_rows.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"BWR_SPEC_D4", bwrSpecD4, "compile-time bound of d_k and d_v, in vec4s"},
-		{"BWR_SPEC_ROWS", bwrSpecRows, "own rows per invocation"}, {"BWR_SPEC_WG", bwrSpecWG, "the workgroup size"},
-		{"BWR_SPEC_STEP", bwrSpecStep, "rows of the other side per loop iteration"},
-		{"BWR_SPEC_SHARE", bwrSpecShare, "lanes sharing each row's loads"}, {"BWR_SPEC_MASKED", bwrSpecMasked, ""},
-		{"BWR_SPEC_Q_TYPE", bwrSpecQType, ""}, {"BWR_SPEC_K_TYPE", bwrSpecKType, ""}, {"BWR_SPEC_V_TYPE", bwrSpecVType, ""},
-		{"BWR_SPEC_VARIANTS", bwrSpecVariants, ""},
-	}},
-	{"rope.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"ROPE_SPEC_X_TYPE", ropeSpecXType, ""},
-	}},
-	{"q8_store.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"Q8_SPEC_X_TYPE", q8SpecXType, ""}, {"Q8_SPEC_Y_TYPE", q8SpecYType, "TYPE_Q8_0 or TYPE_Q4_0"},
-	}},
-	{"linear_grad.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"GRAD_SPEC_A_TYPE", gradSpecAType, ""}, {"GRAD_SPEC_B_TYPE", gradSpecBType, ""},
-	}},
-	{"regroup.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"REGROUP_SPEC_SRC_TYPE", regroupSpecSrcType, ""},
-	}},
+	{"specialization-constant IDs, one per meaning in every family (spec.go; 0: the workgroup size)", false, specIDs},
 }
 
 // ShaderInterface is the text of shaders/interface.glsl.
@@ -332,39 +227,4 @@ func familyBindings(v Variant) []bindingUse {
 		return u
 	}
 	return nil
-}
-
-// specCount is how many specialization constants the Go side gives
-// variant v's kernel (IDs 0 to specCount-1); 0 for families it does not
-// build.
-func specCount(v Variant) int {
-	switch v.Family {
-	case FamilyAttention, FamilyAdditive:
-		return attSpecCount
-	case FamilyTiled:
-		return tiledSpecCount
-	case FamilyCoopmat:
-		return coopSpecCount
-	case FamilyLinear:
-		return linSpecCount
-	case FamilyLinearCoopmat:
-		return lincSpecCount
-	case FamilyRoPE:
-		return ropeSpecCount
-	case FamilyQ8Store:
-		return q8SpecCount
-	case FamilyBackwardQ, FamilyBackwardKV, FamilyAdditiveBackwardQ, FamilyAdditiveBackwardKV:
-		return bwdSpecCount
-	case FamilyBackwardRowsQ, FamilyBackwardRowsKV:
-		return bwrSpecCount
-	case FamilyMerge:
-		return 1 // the workgroup size only
-	case FamilyLinearGrad:
-		return gradSpecCount
-	case FamilyRegroup:
-		return regroupSpecCount
-	case FamilyCombine, FamilyHeadMean:
-		return 0
-	}
-	return -1
 }

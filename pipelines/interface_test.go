@@ -119,8 +119,8 @@ func TestElementTypeCodes(t *testing.T) {
 // back against the table: every descriptor is in set 0 at a binding the
 // Go side binds, of the kind it binds there (uniform block, storage
 // buffer, texel buffer), read-only where the Go side only reads it and
-// written only where the Go side expects output; every specialization
-// constant has an ID the Go side sets. A shader edited without the table
+// written only where the Go side expects output (TestSpecConstantsByName
+// checks the specialization constants). A shader edited without the table
 // fails here.
 func TestShaderInterface(t *testing.T) {
 	for _, v := range Variants {
@@ -151,12 +151,6 @@ func TestShaderInterface(t *testing.T) {
 					t.Errorf("binding %d is read and written in the shader; the table has it %s", d.binding, accessName(want[d.binding].use))
 				}
 			}
-			n := specCount(v)
-			for _, id := range m.specIDs() {
-				if id >= n {
-					t.Errorf("specialization constant %d: the Go side sets IDs 0..%d", id, n-1)
-				}
-			}
 		})
 	}
 }
@@ -183,6 +177,7 @@ func accessName(a access) string {
 type spirvModule struct {
 	decor      map[uint32]map[uint32][]uint32 // id -> decoration -> operands
 	allMembers map[uint32]map[uint32]int      // struct id -> decoration -> members carrying it
+	offsets    map[uint32]map[uint32]int      // struct id -> member -> Offset decoration
 	members    map[uint32]int                 // struct id -> member count
 	pointers   map[uint32][2]uint32           // pointer type id -> storage class, pointee
 	images     map[uint32][2]uint32           // image type id -> dim, sampled
@@ -207,9 +202,11 @@ const (
 	decNonReadable   = 25
 	decBinding       = 33
 	decDescriptorSet = 34
+	decOffset        = 35
 
 	scUniformConstant = 0
 	scUniform         = 2
+	scPushConstant    = 9
 	scStorageBuffer   = 12
 
 	dimBuffer = 5
@@ -226,7 +223,7 @@ func parseSPIRV(code []byte) (*spirvModule, error) {
 	if words[0] != 0x07230203 {
 		return nil, fmt.Errorf("not SPIR-V: magic %#x", words[0])
 	}
-	m := &spirvModule{decor: map[uint32]map[uint32][]uint32{}, allMembers: map[uint32]map[uint32]int{}, members: map[uint32]int{}, pointers: map[uint32][2]uint32{},
+	m := &spirvModule{decor: map[uint32]map[uint32][]uint32{}, allMembers: map[uint32]map[uint32]int{}, offsets: map[uint32]map[uint32]int{}, members: map[uint32]int{}, pointers: map[uint32][2]uint32{},
 		images: map[uint32][2]uint32{}, sampled: map[uint32]uint32{}, variables: map[uint32]uint32{}}
 	for i := 5; i < len(words); {
 		n, op := int(words[i]>>16), words[i]&0xffff
@@ -245,6 +242,12 @@ func parseSPIRV(code []byte) (*spirvModule, error) {
 				m.allMembers[ops[0]] = map[uint32]int{}
 			}
 			m.allMembers[ops[0]][ops[2]]++
+			if ops[2] == decOffset {
+				if m.offsets[ops[0]] == nil {
+					m.offsets[ops[0]] = map[uint32]int{}
+				}
+				m.offsets[ops[0]][ops[1]] = int(ops[3])
+			}
 		case opTypeStruct:
 			m.members[ops[0]] = len(ops) - 1
 		case opTypePointer:
@@ -338,4 +341,27 @@ func (m *spirvModule) specIDs() []int {
 	}
 	sort.Ints(ids)
 	return ids
+}
+
+// parameterBlocks are the member offsets, member by member, of each
+// Block-decorated struct that a Uniform or PushConstant variable points
+// to: the module's parameter and push-constant blocks.
+func (m *spirvModule) parameterBlocks() [][]int {
+	var out [][]int
+	for _, ptr := range m.variables {
+		class, pointee := m.pointers[ptr][0], m.pointers[ptr][1]
+		if _, block := m.decor[pointee][decBlock]; !block || class != scUniform && class != scPushConstant {
+			continue
+		}
+		offsets := make([]int, m.members[pointee])
+		for i := range offsets {
+			at, ok := m.offsets[pointee][uint32(i)]
+			if !ok {
+				at = -1
+			}
+			offsets[i] = at
+		}
+		out = append(out, offsets)
+	}
+	return out
 }

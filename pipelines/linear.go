@@ -1,7 +1,6 @@
 package pipelines
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/vkattn/vkattn/core"
@@ -145,12 +144,10 @@ const linearFlagBias = 1
 // Kernel is the kernel of a dense-layer plan.
 func (p LinearPlan) Kernel() KernelSpec {
 	if p.Matrix > 0 {
-		spec := make([]int32, lincSpecCount)
-		spec[specLocalSize], spec[lincSpecMM], spec[lincSpecTile], spec[lincSpecSG] = int32(p.WorkGroup), int32(p.Matrix), int32(p.TileRows), int32(p.SubgroupSize)
+		spec := linearCoopSpec{WorkGroup: int32(p.WorkGroup), MM: int32(p.Matrix), Tile: int32(p.TileRows), SG: int32(p.SubgroupSize)}.constants()
 		return KernelSpec{Variant: p.Variant, Bindings: linearBindingTypes(p), Subgroup: uint32(p.SubgroupSize), Spec: spec}
 	}
-	spec := make([]int32, linSpecCount)
-	spec[specLocalSize], spec[linSpecXType], spec[linSpecWType] = int32(p.WorkGroup), typeSpec(p.X), typeSpec(p.W)
+	spec := linearSpec{WorkGroup: int32(p.WorkGroup), XType: typeSpec(p.X), WType: typeSpec(p.W)}.constants()
 	return KernelSpec{Variant: p.Variant, Bindings: linearBindingTypes(p), Spec: spec}
 }
 
@@ -252,11 +249,11 @@ func (p LinearPlan) bindBlock(dev core.DeviceInfo, x *LinearShape, r0, nr, o0, n
 	if x.Bias {
 		flags |= linearFlagBias
 	}
-	b.Params = Int32Bytes([]int{
-		nr, no, x.Inputs, flags,
-		sp[0].lo - first[0], x.X.Stride, 0, 0,
-		sp[1].lo - first[1], x.W.Stride, 0, 0,
-		sp[2].lo - first[2], x.Y.Stride, sp[3].lo - first[3], 0,
+	b.Params = encodeBlock(linearParams{
+		Dims: ivec4(nr, no, x.Inputs, flags),
+		X:    ivec4(sp[0].lo-first[0], x.X.Stride, 0, 0),
+		W:    ivec4(sp[1].lo-first[1], x.W.Stride, 0, 0),
+		Y:    ivec4(sp[2].lo-first[2], x.Y.Stride, sp[3].lo-first[3], 0),
 	})
 	b.Groups = p.groups(nr, no)
 	return b, nil
@@ -286,15 +283,5 @@ func headMeanBindingTypes() []core.BindingType {
 
 // HeadMeanKernel is the mean over heads of attention weights.
 func HeadMeanKernel() KernelSpec {
-	return KernelSpec{Variant: Variant{Family: FamilyHeadMean}, Bindings: headMeanBindingTypes(), Push: 12}
-}
-
-// Int32Bytes encodes ints as little-endian int32s (std140 ivec4 rows when
-// the count is a multiple of 4).
-func Int32Bytes(ints []int) []byte {
-	out := make([]byte, 4*len(ints))
-	for i, v := range ints {
-		binary.LittleEndian.PutUint32(out[4*i:], uint32(int32(v)))
-	}
-	return out
+	return KernelSpec{Variant: Variant{Family: FamilyHeadMean}, Bindings: headMeanBindingTypes(), Push: blockSize(HeadMeanPush{})}
 }

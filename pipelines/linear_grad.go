@@ -192,8 +192,7 @@ func (p GradPlan) blocks(dev core.DeviceInfo, s *GradShape) (nm, nn, nk int, err
 
 // Kernel is the kernel of a gradient product's plan.
 func (p GradPlan) Kernel() KernelSpec {
-	spec := make([]int32, gradSpecCount)
-	spec[specLocalSize], spec[gradSpecAType], spec[gradSpecBType] = int32(p.WorkGroup), typeSpec(p.A), typeSpec(p.B)
+	spec := gradSpec{WorkGroup: int32(p.WorkGroup), AType: typeSpec(p.A), BType: typeSpec(p.B)}.constants()
 	return KernelSpec{Variant: p.Variant, Bindings: gradBindingTypes(p), Spec: spec}
 }
 
@@ -262,11 +261,11 @@ func (p GradPlan) bindBlock(dev core.DeviceInfo, s *GradShape, m0, nm, n0, nn, k
 	if s.Accumulate || k0 > 0 {
 		flags |= gradFlagAccumulate
 	}
-	b.Params = Int32Bytes([]int{
-		nm, nn, nk, flags,
-		at[0], aStride, 0, 0,
-		at[1], s.B.KStride, 0, 0,
-		at[2], s.C.Stride, 0, 0,
+	b.Params = encodeBlock(gradParams{
+		Dims: ivec4(nm, nn, nk, flags),
+		A:    ivec4(at[0], aStride, 0, 0),
+		B:    ivec4(at[1], s.B.KStride, 0, 0),
+		C:    ivec4(at[2], s.C.Stride, 0, 0),
 	})
 	b.Groups = p.groups(nm, nn)
 	return b, nil

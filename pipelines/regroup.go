@@ -45,9 +45,8 @@ type RegroupBlock struct {
 
 // RegroupKernel is regroup.comp reading a source of type t.
 func RegroupKernel(t core.DType) KernelSpec {
-	spec := make([]int32, regroupSpecCount)
-	spec[specLocalSize], spec[regroupSpecSrcType] = regroupWorkGroup, typeSpec(t)
-	return KernelSpec{Variant: Variant{Family: FamilyRegroup}, Bindings: regroupBindingTypes(), Spec: spec, Push: 13 * 4}
+	spec := regroupSpec{WorkGroup: regroupWorkGroup, SrcType: typeSpec(t)}.constants()
+	return KernelSpec{Variant: Variant{Family: FamilyRegroup}, Bindings: regroupBindingTypes(), Spec: spec, Push: blockSize(regroupPush{})}
 }
 
 // regroupBindingTypes are regroup.comp's bindings: Src, Dst.
@@ -152,11 +151,11 @@ func bindRegroup(dev core.DeviceInfo, s *RegroupShape, a0, na, c0, nc int, group
 	if s.Accumulate || (s.Sum && c0 > 0) {
 		flags |= regroupFlagAccumulate
 	}
-	b.Push = Int32Bytes([]int{
-		na, s.N[1], nc, s.N[3],
-		at[0], s.Src.Strides[0], s.Src.Strides[1], s.Src.Strides[2],
-		at[1], s.Dst.Strides[0], s.Dst.Strides[1], s.Dst.Strides[2],
-		flags,
+	b.Push = encodeBlock(regroupPush{
+		N:     ivec4(na, s.N[1], nc, s.N[3]),
+		Src:   ivec4(at[0], s.Src.Strides[0], s.Src.Strides[1], s.Src.Strides[2]),
+		Dst:   ivec4(at[1], s.Dst.Strides[0], s.Dst.Strides[1], s.Dst.Strides[2]),
+		Flags: int32(flags),
 	})
 	b.Groups = groups(na, nc)
 	return b, nil

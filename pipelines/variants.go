@@ -209,12 +209,12 @@ func Manifest() string {
 
 // KernelSpec is a kernel as the device builds it: its variant's SPIR-V,
 // the types of its bindings (binding i has type Bindings[i]), its
-// specialization constants (constant_id i gets Spec[i]), its push-constant
+// specialization constants (a family's spec struct's constants), its push-constant
 // bytes and the subgroup size it runs in whole (0: any).
 type KernelSpec struct {
 	Variant  Variant
 	Bindings []core.BindingType
-	Spec     []int32
+	Spec     []core.SpecConstant
 	Push     uint32
 	Subgroup uint32
 }

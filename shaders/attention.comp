@@ -44,31 +44,31 @@
 #include "interface.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = ATT_SPEC_D4) const int D4 = 16;  // compile-time bound of d_k and d_v, in vec4s
-layout(constant_id = ATT_SPEC_ROWS) const int ROWS = 2; // query rows per invocation
-layout(constant_id = ATT_SPEC_WG) const int WG = 8;   // = local_size_x; rows interleave by it
-layout(constant_id = ATT_SPEC_KEYS) const int KEYS = 4; // keys per online-softmax step
+layout(constant_id = SPEC_D4) const int D4 = 16;  // compile-time bound of d_k and d_v, in vec4s
+layout(constant_id = SPEC_ROWS) const int ROWS = 2; // query rows per invocation
+layout(constant_id = SPEC_WG) const int WG = 8;   // = local_size_x; rows interleave by it
+layout(constant_id = SPEC_KEYS) const int KEYS = 4; // keys per online-softmax step
 // MASKED: which of the additive, boolean and key-padding masks the call
 // has (their FLAG_* bits). The others' loads are compiled out: lavapipe
 // runs both sides of a branch, even a uniform one, and the three unused
 // loads per key took ~30% of the prefill time (two unused beside an
 // additive mask, half of a masked prefill's).
-layout(constant_id = ATT_SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks the call has (attention_common.glsl)
-layout(constant_id = ATT_SPEC_SHARE) const int SHARE = 1; // lanes sharing K/V row loads (SHARED_LOADS)
+layout(constant_id = SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks the call has (attention_common.glsl)
+layout(constant_id = SPEC_SHARE) const int SHARE = 1; // lanes sharing K/V row loads (SHARED_LOADS)
 // Element types of Q, K and V (TYPE_F32, TYPE_F16, TYPE_BF16 of interface.glsl).
-layout(constant_id = ATT_SPEC_Q_TYPE) const int Q_TYPE = 0;
-layout(constant_id = ATT_SPEC_K_TYPE) const int K_TYPE = 0;
-layout(constant_id = ATT_SPEC_V_TYPE) const int V_TYPE = 0;
+layout(constant_id = SPEC_Q_TYPE) const int Q_TYPE = 0;
+layout(constant_id = SPEC_K_TYPE) const int K_TYPE = 0;
+layout(constant_id = SPEC_V_TYPE) const int V_TYPE = 0;
 // VARIANTS: the score variants compiled in (SEMANTICS.md §4.1), a bit each;
 // like MASKED, unused ones cost nothing.
-layout(constant_id = ATT_SPEC_VARIANTS) const int VARIANTS = 0;
+layout(constant_id = SPEC_VARIANTS) const int VARIANTS = 0;
 // PAGED: K and V are read through a page table (attention_common.glsl).
-layout(constant_id = ATT_SPEC_PAGED) const bool PAGED = false;
+layout(constant_id = SPEC_PAGED) const bool PAGED = false;
 // MASK4 (texel path, not SPLIT_K; KEYS a multiple of 4): the FLAG_MASK
 // and FLAG_BOOLMASK bits of the masks that are four-float texel views,
 // read four keys a fetch in steps that start on multiples of 4 (a fetch a
 // key and row took more of a masked prefill's time than K and V).
-layout(constant_id = ATT_SPEC_MASK4) const int MASK4_SPEC = 0;
+layout(constant_id = SPEC_MASK4) const int MASK4_SPEC = 0;
 #ifdef TEXEL_LOADS
 #define MASK4 MASK4_SPEC
 #else
@@ -85,11 +85,11 @@ layout(constant_id = ATT_SPEC_MASK4) const int MASK4_SPEC = 0;
 #define UNPACK_HALVES
 #endif
 // Half inputs come eight a texel (loads.glsl's HALVES8).
-layout(constant_id = ATT_SPEC_HALVES8) const bool HALVES8_SPEC = false;
+layout(constant_id = SPEC_HALVES8) const bool HALVES8_SPEC = false;
 #define HALVES8 HALVES8_SPEC
 // q8_0 / q4_0 rows of whole blocks, read a texel and a scale once for the
 // slots sharing them (loads.glsl's QUANT_BLOCKS).
-layout(constant_id = ATT_SPEC_QUANT_BLOCKS) const bool QUANT_BLOCKS_SPEC = false;
+layout(constant_id = SPEC_QUANT_BLOCKS) const bool QUANT_BLOCKS_SPEC = false;
 #define QUANT_BLOCKS QUANT_BLOCKS_SPEC
 #include "loads.glsl"
 INPUT(BIND_Q, Qt)

@@ -47,13 +47,13 @@
 #include "interface.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = BWD_SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks read: all where the call has any (attention_common.glsl)
-layout(constant_id = BWD_SPEC_Q_TYPE) const int Q_TYPE = 0;
-layout(constant_id = BWD_SPEC_K_TYPE) const int K_TYPE = 0;
-layout(constant_id = BWD_SPEC_V_TYPE) const int V_TYPE = 0;
-layout(constant_id = BWD_SPEC_VARIANTS) const int VARIANTS = 0;
-layout(constant_id = BWD_SPEC_DMAX) const int DMAX = 64; // compile-time bound of d_k and d_v
-layout(constant_id = BWD_SPEC_TILE) const int TILE = 16; // rows of the other side staged at once
+layout(constant_id = SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks read: all where the call has any (attention_common.glsl)
+layout(constant_id = SPEC_Q_TYPE) const int Q_TYPE = 0;
+layout(constant_id = SPEC_K_TYPE) const int K_TYPE = 0;
+layout(constant_id = SPEC_V_TYPE) const int V_TYPE = 0;
+layout(constant_id = SPEC_VARIANTS) const int VARIANTS = 0;
+layout(constant_id = SPEC_DMAX) const int DMAX = 64; // compile-time bound of d_k and d_v
+layout(constant_id = SPEC_TILE) const int TILE = 16; // rows of the other side staged at once
 const bool PAGED = false;
 
 #include "attention_common.glsl"

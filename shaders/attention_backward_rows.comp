@@ -38,16 +38,16 @@
 #include "interface.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = BWR_SPEC_D4) const int D4 = 16;     // compile-time bound of d_k and d_v, in vec4s
-layout(constant_id = BWR_SPEC_ROWS) const int ROWS = 2;  // own rows per invocation
-layout(constant_id = BWR_SPEC_WG) const int WG = 8;      // = local_size_x; own rows interleave by it
-layout(constant_id = BWR_SPEC_STEP) const int STEP = 4;  // other-side rows per loop iteration
-layout(constant_id = BWR_SPEC_SHARE) const int SHARE = 8; // lanes sharing a row's loads
-layout(constant_id = BWR_SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks the call has (attention_common.glsl)
-layout(constant_id = BWR_SPEC_Q_TYPE) const int Q_TYPE = 0;
-layout(constant_id = BWR_SPEC_K_TYPE) const int K_TYPE = 0;
-layout(constant_id = BWR_SPEC_V_TYPE) const int V_TYPE = 0;
-layout(constant_id = BWR_SPEC_VARIANTS) const int VARIANTS = 0;
+layout(constant_id = SPEC_D4) const int D4 = 16;     // compile-time bound of d_k and d_v, in vec4s
+layout(constant_id = SPEC_ROWS) const int ROWS = 2;  // own rows per invocation
+layout(constant_id = SPEC_WG) const int WG = 8;      // = local_size_x; own rows interleave by it
+layout(constant_id = SPEC_STEP) const int STEP = 4;  // other-side rows per loop iteration
+layout(constant_id = SPEC_SHARE) const int SHARE = 8; // lanes sharing a row's loads
+layout(constant_id = SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks the call has (attention_common.glsl)
+layout(constant_id = SPEC_Q_TYPE) const int Q_TYPE = 0;
+layout(constant_id = SPEC_K_TYPE) const int K_TYPE = 0;
+layout(constant_id = SPEC_V_TYPE) const int V_TYPE = 0;
+layout(constant_id = SPEC_VARIANTS) const int VARIANTS = 0;
 const bool PAGED = false;
 
 #include "attention_common.glsl"

@@ -50,14 +50,14 @@ layout(std430, binding = CBIND_PARTIALS) readonly buffer Partials { float part[]
 layout(std430, binding = CBIND_O) writeonly buffer OBuf { float oData[]; };
 layout(std430, binding = CBIND_LSE) writeonly buffer LseBuf { float lseData[]; };
 layout(std430, binding = CBIND_LENGTHS) readonly buffer Lengths { int lengths[]; }; // as attention.comp's
-layout(std430, binding = CBIND_HEADS) readonly buffer HeadBuf { float headData[]; }; // sink of head h at 2h
+layout(std430, binding = CBIND_HEADS) readonly buffer HeadBuf { float headData[]; }; // sinkOf(h): pipelines/options.go
 
 void main() {
     int L = P.dims.x;
     int DV = P.dims.w;
     int B = P.heads.x;
     int H = P.split.w; // query heads
-    int splits = P.split.x;
+    int splits = splitCount();
     // Rows past the x axis's limit continue on y.
     int row = int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x);
     if (row >= B * H * L) {
@@ -84,11 +84,11 @@ void main() {
         }
     }
     sum = workgroupSum(sum);
-    int queryLen = (P.heads.z & FLAG_LENGTHS) != 0 ? lengths[P.chunk.w + P.chunk.z + b] : P.outs.z;
-    if ((P.heads.z & FLAG_SINKS) != 0 && P.outs.w + t < queryLen) {
+    int queryLen = (paramFlags() & FLAG_LENGTHS) != 0 ? lengths[callBatch() + firstItem() + b] : callRows();
+    if ((paramFlags() & FLAG_SINKS) != 0 && chunkFirstRow() + t < queryLen) {
         // The sink joins the denominator only; the outputs below are then
         // summed relative to the new maximum.
-        foldSink(mMax, sum, headData[2 * (P.window.w + h)]);
+        foldSink(mMax, sum, sinkOf(h));
     }
     float inv = sum > 0.0 ? 1.0 / sum : 0.0;
     int oBase = P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z;
@@ -102,7 +102,7 @@ void main() {
         }
         oData[oBase + i] = o * inv;
     }
-    if ((P.heads.z & FLAG_LSE) != 0 && lane == 0) {
-        lseData[P.outs.x + row] = lseOf(mMax, sum);
+    if ((paramFlags() & FLAG_LSE) != 0 && lane == 0) {
+        lseData[lseOffset() + row] = lseOf(mMax, sum);
     }
 }

@@ -44,9 +44,9 @@ layout(std430, binding = BIND_WEIGHTS) writeonly buffer WBuf { float wData[]; };
 #endif
 // Per query head: sink logit at 2h, ALiBi slope at 2h + 1.
 layout(std430, binding = BIND_HEADS) readonly buffer HeadBuf { float headData[]; };
-// PAGED: K and V live in a pool of pages of P.page.x positions (page p of
+// PAGED: K and V live in a pool of pages of pageSize() positions (page p of
 // KV head h at p * stride.x + h * stride.y); key j of item b is row
-// j % P.page.x of page table[b][j / P.page.x] (P.page.y entries per
+// j % pageSize() of page table[b][j / pageSize()] (pagesPerItem() entries per
 // item), as paged attention reads a block table.
 layout(std430, binding = BIND_PAGETABLE) readonly buffer PageTable { int pageOf[]; };
 
@@ -62,20 +62,20 @@ void beginItem(int bi) {
     S = P.dims.y;
     DK = P.dims.z;
     DV = P.dims.w;
-    flags = P.heads.z;
-    shift = P.heads.w;
+    flags = paramFlags();
+    shift = causalShift();
     b = bi;
     keyLen = S;
-    queryLen = P.outs.z; // the call's rows (L is this chunk's)
+    queryLen = callRows(); // the call's rows (L is this chunk's)
     if ((flags & FLAG_LENGTHS) != 0) {
-        keyLen = lengths[P.chunk.z + b];
-        queryLen = lengths[P.chunk.w + P.chunk.z + b];
+        keyLen = lengths[firstItem() + b];
+        queryLen = lengths[callBatch() + firstItem() + b];
     }
     // Bottom-right alignment to this item's key length: the chunk's first
-    // row l0 plus keyLen - L (P.outs.z is the call's L).
-    posShift = (flags & FLAG_ALIGN_POS) != 0 ? P.outs.w + keyLen - P.outs.z : P.window.z;
+    // row l0 plus keyLen - L (callRows() is the call's L).
+    posShift = (flags & FLAG_ALIGN_POS) != 0 ? chunkFirstRow() + keyLen - callRows() : positionShift();
     if ((flags & FLAG_ALIGN_CAUSAL) != 0) {
-        shift = P.outs.w + keyLen - P.outs.z;
+        shift = chunkFirstRow() + keyLen - callRows();
     }
 }
 
@@ -83,8 +83,8 @@ void beginItem(int bi) {
 // given strides), but for the head's offset.
 int keyRow(ivec4 stride, int j) {
     if (PAGED) {
-        int page = pageOf[(P.chunk.z + b) * P.page.y + j / P.page.x];
-        return page * stride.x + (j % P.page.x) * stride.z;
+        int page = pageOf[(firstItem() + b) * pagesPerItem() + j / pageSize()];
+        return page * stride.x + (j % pageSize()) * stride.z;
     }
     return b * stride.x + j * stride.z;
 }
@@ -118,32 +118,32 @@ float scoreWith(float qk, int given, float givenSum, int row, int head, float sl
     // the kernel is compiled to read; the others' loads are compiled out.
     float add = givenSum;
     if ((MASKED & ~given & FLAG_MASK) != 0 && (flags & FLAG_MASK) != 0) {
-        add += LOAD_M(P.chunk.x + b * P.mStride.x + head * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
+        add += LOAD_M(maskOffset() + b * P.mStride.x + head * P.mStride.y + row * P.mStride.z + jc * P.mStride.w);
     }
     if ((MASKED & ~given & FLAG_BOOLMASK) != 0 && (flags & FLAG_BOOLMASK) != 0) {
-        add += LOAD_B(P.chunk.y + b * P.bStride.x + head * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
+        add += LOAD_B(boolMaskOffset() + b * P.bStride.x + head * P.bStride.y + row * P.bStride.z + jc * P.bStride.w);
     }
     if ((MASKED & FLAG_KEYPAD) != 0 && (flags & FLAG_KEYPAD) != 0) {
-        add += LOAD_PAD((P.chunk.z + b) * S + jc);
+        add += LOAD_PAD((firstItem() + b) * S + jc);
     }
     // The dot product of the stored values, scaled once: equal dot
     // products give equal scores (SEMANTICS.md §7, exact ties). Scores
     // stay in natural units; only differences from the running max go
     // to base 2, so a finite mask as large as float32 allows (-FLT_MAX,
     // as models save "blocked") never overflows to -inf.
-    float e = qk * P.scaling.x;
+    float e = qk * scoreScale();
     if ((VARIANTS & VAR_SOFTCAP) != 0) {
-        e = softcap(e, P.variant.x);
+        e = softcap(e, softcapLimit());
     }
     // Window and ALiBi positions are bottom-right aligned: query row t
-    // sits at key position t + S - L (P.window.z holds S - L plus the
+    // sits at key position t + S - L (positionShift() holds S - L plus the
     // chunk's first row).
     int pos = row + posShift;
     if ((VARIANTS & VAR_ALIBI) != 0) {
         e += slope * float(j - pos);
     }
     if ((VARIANTS & VAR_WINDOW) != 0) {
-        ok = ok && (P.window.x < 0 || pos - j <= P.window.x) && (P.window.y < 0 || j - pos <= P.window.y);
+        ok = ok && (windowLeft() < 0 || pos - j <= windowLeft()) && (windowRight() < 0 || j - pos <= windowRight());
     }
     e += add;
     return (ok && e != NEG_INF) ? e : NEG_INF;
@@ -156,7 +156,7 @@ float scoreOf(float qk, int row, int head, float slope, int j, int keyEnd) {
 
 // slopeOf is query head h's ALiBi slope (0 without ALiBi).
 float slopeOf(int h) {
-    return (VARIANTS & VAR_ALIBI) != 0 ? headData[2 * (P.window.w + h) + 1] : 0.0;
+    return (VARIANTS & VAR_ALIBI) != 0 ? alibiSlopeOf(h) : 0.0;
 }
 
 // keyRange narrows [keyBegin, keyEnd) to the keys some query row in
@@ -167,11 +167,11 @@ void keyRange(int firstRow, int lastRow, inout int keyBegin, inout int keyEnd) {
         keyEnd = clamp(lastRow + shift + 1, 0, keyEnd);
     }
     if ((VARIANTS & VAR_WINDOW) != 0) {
-        if (P.window.y >= 0) {
-            keyEnd = clamp(lastRow + posShift + P.window.y + 1, 0, keyEnd);
+        if (windowRight() >= 0) {
+            keyEnd = clamp(lastRow + posShift + windowRight() + 1, 0, keyEnd);
         }
-        if (P.window.x >= 0) {
-            keyBegin = clamp(firstRow + posShift - P.window.x, keyBegin, max(keyEnd, keyBegin));
+        if (windowLeft() >= 0) {
+            keyBegin = clamp(firstRow + posShift - windowLeft(), keyBegin, max(keyEnd, keyBegin));
         }
     }
 }

@@ -34,17 +34,17 @@
 #include "interface.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = COOP_SPEC_D4) const int D4 = 16; // compile-time bound of d_k and d_v, in vec4s
-layout(constant_id = COOP_SPEC_BR) const int BR = 16; // query rows per workgroup
-layout(constant_id = COOP_SPEC_BC) const int BC = 16; // keys per tile
-layout(constant_id = COOP_SPEC_MM) const int MM = 16; // the matrices' M = N = K
-layout(constant_id = COOP_SPEC_NSG) const int NSG = 2; // subgroups per workgroup
-layout(constant_id = COOP_SPEC_SG) const int SG = 32;  // lanes per subgroup (full subgroups required)
-layout(constant_id = COOP_SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks read: all where the call has any (attention_common.glsl)
-layout(constant_id = COOP_SPEC_VARIANTS) const int VARIANTS = 0;
-layout(constant_id = COOP_SPEC_Q_TYPE) const int Q_TYPE = TYPE_F16; // or TYPE_BF16
-layout(constant_id = COOP_SPEC_K_TYPE) const int K_TYPE = TYPE_F16;
-layout(constant_id = COOP_SPEC_V_TYPE) const int V_TYPE = TYPE_F16;
+layout(constant_id = SPEC_D4) const int D4 = 16; // compile-time bound of d_k and d_v, in vec4s
+layout(constant_id = SPEC_BR) const int BR = 16; // query rows per workgroup
+layout(constant_id = SPEC_BC) const int BC = 16; // keys per tile
+layout(constant_id = SPEC_MM) const int MM = 16; // the matrices' M = N = K
+layout(constant_id = SPEC_NSG) const int NSG = 2; // subgroups per workgroup
+layout(constant_id = SPEC_SG) const int SG = 32;  // lanes per subgroup (full subgroups required)
+layout(constant_id = SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks read: all where the call has any (attention_common.glsl)
+layout(constant_id = SPEC_VARIANTS) const int VARIANTS = 0;
+layout(constant_id = SPEC_Q_TYPE) const int Q_TYPE = TYPE_F16; // or TYPE_BF16
+layout(constant_id = SPEC_K_TYPE) const int K_TYPE = TYPE_F16;
+layout(constant_id = SPEC_V_TYPE) const int V_TYPE = TYPE_F16;
 const bool PAGED = false;
 
 const int WG = NSG * SG;

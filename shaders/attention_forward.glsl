@@ -33,7 +33,7 @@ int H; // the call's query heads: a head's rows of LSE, weights and partials fol
 
 // padded: query row `row` of the chunk is past its item's query length
 // (its output is zeros, its log-sum-exp -inf).
-bool padded(int row) { return P.outs.w + row >= queryLen; }
+bool padded(int row) { return chunkFirstRow() + row >= queryLen; }
 
 // finishRow ends query row `row` of head `head` after its last key: folds
 // the head's sink into its max m and sum l, and returns the factor its
@@ -44,7 +44,7 @@ float finishRow(inout float m, inout float l, int head, int row) {
     bool pad = padded(row);
     float alpha = 1.0;
     if ((VARIANTS & VAR_SINKS) != 0 && !pad) {
-        alpha = foldSink(m, l, headData[2 * (P.window.w + head)]);
+        alpha = foldSink(m, l, sinkOf(head));
     }
     bool live = !pad && l > 0.0;
     float inv = live ? alpha / l : 0.0;
@@ -68,20 +68,20 @@ void storeOut(int oBase, int c, vec4 o) {
 }
 
 // rowIndex is query row `row` of head `head` in LSE and weights, whose
-// heads have the call's P.outs.z rows.
-int rowIndex(int head, int row) { return (b * H + head) * P.outs.z + row; }
+// heads have the call's callRows() rows.
+int rowIndex(int head, int row) { return (b * H + head) * callRows() + row; }
 
 // storeLSE writes a finished row's log-sum-exp, if the call wants it.
 void storeLSE(int head, int row, float m, float l) {
     if ((flags & FLAG_LSE) != 0) {
-        lseData[P.outs.x + rowIndex(head, row)] = lseOf(m, l);
+        lseData[lseOffset() + rowIndex(head, row)] = lseOf(m, l);
     }
 }
 
 // storeWeight writes the weight of key j (score s) of a finished row (max
 // m, sum l: 0 for a row with no softmax, whose weights are zeros).
 void storeWeight(int head, int row, int j, float s, float m, float l) {
-    wData[P.outs.y + rowIndex(head, row) * S + j] = l > 0.0 ? expFrom(s, m) / l : 0.0;
+    wData[weightsOffset() + rowIndex(head, row) * S + j] = l > 0.0 ? expFrom(s, m) / l : 0.0;
 }
 
 // Split-K (flash-decoding): each key split of a query row leaves a
@@ -92,7 +92,7 @@ void storeWeight(int head, int row, int j, float s, float m, float l) {
 
 // partialBase is where split `split`'s partial of query row `row` of head
 // `head` starts.
-int partialBase(int head, int row, int split) { return (((b * H + head) * L + row) * P.split.x + split) * (DV + 2); }
+int partialBase(int head, int row, int split) { return (((b * H + head) * L + row) * splitCount() + split) * (DV + 2); }
 
 // partialLive: a split's partial of query row `row`, whose sum is l, is
 // not the empty one.

@@ -37,3 +37,30 @@ layout(std140, binding = BIND_PARAMS) uniform Params {
     // shares dK's).
     ivec4 grads;
 } P;
+
+// Named reads of the members packed into the ivec4s above: kernels call
+// these, and the slot letters stay in this file.
+int paramFlags() { return P.heads.z; }     // FLAG_* bits
+int causalShift() { return P.heads.w; }    // key j is visible to row t when j <= t + shift
+int maskOffset() { return P.chunk.x; }     // the additive mask's element offset in its window
+int boolMaskOffset() { return P.chunk.y; } // the folded boolean masks', likewise
+int firstItem() { return P.chunk.z; }      // the chunk's first batch item
+int callBatch() { return P.chunk.w; }      // the call's batch size (query lengths follow the key lengths)
+int lseOffset() { return P.outs.x; }       // the chunk's LSE element offset in its window
+int weightsOffset() { return P.outs.y; }   // the chunk's weights element offset in its window
+int callRows() { return P.outs.z; }        // the call's query rows L (a head's rows in LSE and weights)
+int chunkFirstRow() { return P.outs.w; }   // the chunk's first query row
+int windowLeft() { return P.window.x; }    // keys at most this far left of a row's position (-1: unbounded)
+int windowRight() { return P.window.y; }   // keys at most this far right (-1: unbounded)
+int positionShift() { return P.window.z; } // the chunk's rows' bottom-right position shift
+int firstHead() { return P.window.w; }     // the chunk's first query head
+float scoreScale() { return P.scaling.x; }
+float softcapLimit() { return P.variant.x; } // the soft-cap c (0: none)
+int pageSize() { return P.page.x; }          // paged K/V: positions per page
+int pagesPerItem() { return P.page.y; }      // page-table entries per batch item
+int splitCount() { return P.split.x; }       // split-K: key splits
+
+// Per-head data (BIND_HEADS, CBIND_HEADS: the kernel declares headData):
+// query head h's sink logit and ALiBi slope, h counted from firstHead().
+#define sinkOf(h) headData[HEAD_SLOTS * (firstHead() + (h)) + HEAD_SINK]
+#define alibiSlopeOf(h) headData[HEAD_SLOTS * (firstHead() + (h)) + HEAD_SLOPE]

@@ -40,19 +40,19 @@
 #include "interface.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = TILED_SPEC_D4) const int D4 = 16;  // compile-time bound of d_k and d_v, in vec4s
-layout(constant_id = TILED_SPEC_BR) const int BR = 16;  // query rows per workgroup
-layout(constant_id = TILED_SPEC_BC) const int BC = 16;  // keys per tile
-layout(constant_id = TILED_SPEC_LPR) const int LPR = 8;  // lanes per row; divides D4 and the subgroup size
-layout(constant_id = TILED_SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks read: all where the call has any (attention_common.glsl)
-layout(constant_id = TILED_SPEC_Q_TYPE) const int Q_TYPE = 0;
-layout(constant_id = TILED_SPEC_K_TYPE) const int K_TYPE = 0;
-layout(constant_id = TILED_SPEC_V_TYPE) const int V_TYPE = 0;
-layout(constant_id = TILED_SPEC_VARIANTS) const int VARIANTS = 0;
-layout(constant_id = TILED_SPEC_PAGED) const bool PAGED = false;
-layout(constant_id = TILED_SPEC_RPL) const int RPL = 1; // query rows per lane group; divides BR
-layout(constant_id = TILED_SPEC_DV4) const int DV4 = 16; // compile-time bound of d_v, in vec4s; LPR divides it, at most D4
-layout(constant_id = TILED_SPEC_V_IN_K) const bool V_IN_K = false;
+layout(constant_id = SPEC_D4) const int D4 = 16;  // compile-time bound of d_k and d_v, in vec4s
+layout(constant_id = SPEC_BR) const int BR = 16;  // query rows per workgroup
+layout(constant_id = SPEC_BC) const int BC = 16;  // keys per tile
+layout(constant_id = SPEC_LPR) const int LPR = 8;  // lanes per row; divides D4 and the subgroup size
+layout(constant_id = SPEC_MASKED) const int MASKED = 67; // FLAG_* bits of the masks read: all where the call has any (attention_common.glsl)
+layout(constant_id = SPEC_Q_TYPE) const int Q_TYPE = 0;
+layout(constant_id = SPEC_K_TYPE) const int K_TYPE = 0;
+layout(constant_id = SPEC_V_TYPE) const int V_TYPE = 0;
+layout(constant_id = SPEC_VARIANTS) const int VARIANTS = 0;
+layout(constant_id = SPEC_PAGED) const bool PAGED = false;
+layout(constant_id = SPEC_RPL) const int RPL = 1; // query rows per lane group; divides BR
+layout(constant_id = SPEC_DV4) const int DV4 = 16; // compile-time bound of d_v, in vec4s; LPR divides it, at most D4
+layout(constant_id = SPEC_V_IN_K) const bool V_IN_K = false;
 
 const int GROUPS = BR / RPL;    // lane groups of LPR lanes
 const int WG = GROUPS * LPR;    // = local_size_x

@@ -86,7 +86,7 @@ const int FLAG_MASK = 1;
 const int FLAG_BOOLMASK = 2;
 const int FLAG_KEYPAD = 64;
 
-// Params flag bits (P.heads.z of attention_params.glsl)
+// Params flag bits (paramFlags() of attention_params.glsl)
 const int FLAG_CAUSAL = 4;
 const int FLAG_LENGTHS = 8;
 const int FLAG_LSE = 16;
@@ -125,92 +125,38 @@ const int Q8_BLOCK_SHIFT = 5; // element i is in block i >> Q8_BLOCK_SHIFT
 const int Q4_BLOCK = 32; // elements per block: 16 bytes of nibbles, one float16 scale
 const int Q4_BLOCK_SHIFT = 5; // element i is in block i >> Q4_BLOCK_SHIFT
 
-// attention.comp specialization-constant IDs (0: the workgroup size)
-#define ATT_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
-#define ATT_SPEC_ROWS 2
-#define ATT_SPEC_WG 3
-#define ATT_SPEC_KEYS 4
-#define ATT_SPEC_MASKED 5
-#define ATT_SPEC_SHARE 6
-#define ATT_SPEC_Q_TYPE 7
-#define ATT_SPEC_K_TYPE 8
-#define ATT_SPEC_V_TYPE 9
-#define ATT_SPEC_VARIANTS 10
-#define ATT_SPEC_PAGED 11
-#define ATT_SPEC_HALVES8 12 // half inputs read eight a texel (loads.glsl's HALVES8)
-#define ATT_SPEC_QUANT_BLOCKS 13 // q8_0 and q4_0 rows of whole blocks (loads.glsl's QUANT_BLOCKS)
-#define ATT_SPEC_MASK4 14 // the masks read four keys a fetch (their FLAG_* bits)
-
-// attention_tiled.comp specialization-constant IDs (0: the workgroup size)
-#define TILED_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
-#define TILED_SPEC_BR 2
-#define TILED_SPEC_BC 3
-#define TILED_SPEC_LPR 4
-#define TILED_SPEC_MASKED 5
-#define TILED_SPEC_Q_TYPE 6
-#define TILED_SPEC_K_TYPE 7
-#define TILED_SPEC_V_TYPE 8
-#define TILED_SPEC_VARIANTS 9
-#define TILED_SPEC_PAGED 10
-#define TILED_SPEC_RPL 11
-#define TILED_SPEC_DV4 12 // compile-time bound of d_v, in vec4s (at most D4)
-#define TILED_SPEC_V_IN_K 13 // V is the leading d_v columns of K's rows: only K is staged
-
-// attention_coopmat.comp specialization-constant IDs (0: the workgroup size)
-#define COOP_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
-#define COOP_SPEC_BR 2
-#define COOP_SPEC_BC 3
-#define COOP_SPEC_MM 4 // the cooperative matrices' M = N = K
-#define COOP_SPEC_NSG 5 // subgroups per workgroup
-#define COOP_SPEC_SG 6 // lanes per subgroup
-#define COOP_SPEC_MASKED 7
-#define COOP_SPEC_VARIANTS 8
-#define COOP_SPEC_Q_TYPE 9 // element types of Q, K and V: float16 or bfloat16
-#define COOP_SPEC_K_TYPE 10
-#define COOP_SPEC_V_TYPE 11
-
-// linear.comp specialization-constant IDs (0: the workgroup size)
-#define LIN_SPEC_X_TYPE 1
-#define LIN_SPEC_W_TYPE 2
-
-// linear_coopmat.comp specialization-constant IDs (0: the workgroup size)
-#define LINC_SPEC_MM 1 // the cooperative matrices' M = N = K
-#define LINC_SPEC_TILE 2 // rows, outputs and inputs of a workgroup's step
-#define LINC_SPEC_SG 3 // lanes per subgroup
-
-// attention_backward.comp specialization-constant IDs (0: the workgroup size)
-#define BWD_SPEC_MASKED 1
-#define BWD_SPEC_Q_TYPE 2
-#define BWD_SPEC_K_TYPE 3
-#define BWD_SPEC_V_TYPE 4
-#define BWD_SPEC_VARIANTS 5
-#define BWD_SPEC_DMAX 6 // compile-time bound of d_k and d_v
-#define BWD_SPEC_TILE 7 // rows of the other side staged per tile
-
-// attention_backward_rows.comp specialization-constant IDs (0: the workgroup size)
-#define BWR_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
-#define BWR_SPEC_ROWS 2 // own rows per invocation
-#define BWR_SPEC_WG 3 // the workgroup size
-#define BWR_SPEC_STEP 4 // rows of the other side per loop iteration
-#define BWR_SPEC_SHARE 5 // lanes sharing each row's loads
-#define BWR_SPEC_MASKED 6
-#define BWR_SPEC_Q_TYPE 7
-#define BWR_SPEC_K_TYPE 8
-#define BWR_SPEC_V_TYPE 9
-#define BWR_SPEC_VARIANTS 10
-
-// rope.comp specialization-constant IDs (0: the workgroup size)
-#define ROPE_SPEC_X_TYPE 1
-
-// q8_store.comp specialization-constant IDs (0: the workgroup size)
-#define Q8_SPEC_X_TYPE 1
-#define Q8_SPEC_Y_TYPE 2 // TYPE_Q8_0 or TYPE_Q4_0
-
-// linear_grad.comp specialization-constant IDs (0: the workgroup size)
-#define GRAD_SPEC_A_TYPE 1
-#define GRAD_SPEC_B_TYPE 2
-
-// regroup.comp specialization-constant IDs (0: the workgroup size)
-#define REGROUP_SPEC_SRC_TYPE 1
+// specialization-constant IDs, one per meaning in every family (spec.go; 0: the workgroup size)
+#define SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
+#define SPEC_DV4 2 // compile-time bound of d_v, in vec4s (at most D4)
+#define SPEC_ROWS 3 // rows per invocation
+#define SPEC_WG 4 // the workgroup size, as a constant the code can size arrays with
+#define SPEC_KEYS 5 // keys per online-softmax step
+#define SPEC_SHARE 6 // lanes sharing each row's loads
+#define SPEC_MASKED 7 // FLAG_* bits of the masks whose loads are compiled in
+#define SPEC_Q_TYPE 8 // element type of Q (TYPE_*)
+#define SPEC_K_TYPE 9 // element type of K
+#define SPEC_V_TYPE 10 // element type of V
+#define SPEC_VARIANTS 11 // VAR_* bits of the score variants compiled in
+#define SPEC_PAGED 12 // K and V read through a page table
+#define SPEC_HALVES8 13 // half inputs read eight a texel (loads.glsl's HALVES8)
+#define SPEC_QUANT_BLOCKS 14 // quantized rows of whole blocks (loads.glsl's QUANT_BLOCKS)
+#define SPEC_MASK4 15 // the masks read four keys a fetch (their FLAG_* bits)
+#define SPEC_BR 16 // query rows per workgroup
+#define SPEC_BC 17 // keys per tile
+#define SPEC_LPR 18 // lanes per row
+#define SPEC_RPL 19 // query rows per lane group
+#define SPEC_V_IN_K 20 // V is the leading d_v columns of K's rows: only K is staged
+#define SPEC_MM 21 // the cooperative matrices' M = N = K
+#define SPEC_NSG 22 // subgroups per workgroup
+#define SPEC_SG 23 // lanes per subgroup
+#define SPEC_DMAX 24 // compile-time bound of d_k and d_v
+#define SPEC_TILE 25 // rows staged per tile or step
+#define SPEC_STEP 26 // rows of the other side per loop iteration
+#define SPEC_X_TYPE 27 // element type of the input X
+#define SPEC_W_TYPE 28 // element type of the weights W
+#define SPEC_Y_TYPE 29 // element type of the output Y
+#define SPEC_A_TYPE 30 // element type of A
+#define SPEC_B_TYPE 31 // element type of B
+#define SPEC_SRC_TYPE 32 // element type of the source
 
 #endif

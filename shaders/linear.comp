@@ -36,8 +36,8 @@ INPUT(LBIND_W, Wt)
 #define Wt_SCALES 0
 // Element types of X and W (TYPE_F32, TYPE_F16, TYPE_BF16 of interface.glsl):
 // weights are read in the type they were stored in.
-layout(constant_id = LIN_SPEC_X_TYPE) const int X_TYPE = 0;
-layout(constant_id = LIN_SPEC_W_TYPE) const int W_TYPE = 0;
+layout(constant_id = SPEC_X_TYPE) const int X_TYPE = 0;
+layout(constant_id = SPEC_W_TYPE) const int W_TYPE = 0;
 layout(std430, binding = LBIND_BIAS) readonly buffer BiasBuf { float bias[]; };
 layout(std430, binding = LBIND_Y) writeonly buffer YBuf { float yData[]; };
 

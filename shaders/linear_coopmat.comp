@@ -20,9 +20,9 @@
 #include "interface.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = LINC_SPEC_MM) const int MM = 16;   // the matrices' M = N = K
-layout(constant_id = LINC_SPEC_TILE) const int TILE = 32; // rows, outputs and inputs per step
-layout(constant_id = LINC_SPEC_SG) const int SG = 32;   // lanes per subgroup (full subgroups required)
+layout(constant_id = SPEC_MM) const int MM = 16;   // the matrices' M = N = K
+layout(constant_id = SPEC_TILE) const int TILE = 32; // rows, outputs and inputs per step
+layout(constant_id = SPEC_SG) const int SG = 32;   // lanes per subgroup (full subgroups required)
 
 const int NB = TILE / MM; // accumulator blocks per side
 const int WG = NB * NB * SG;

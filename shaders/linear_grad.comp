@@ -46,8 +46,8 @@ INPUT(GBIND_B, Bt)
 #define Bt_SCALES 0
 // Element types of A and B (TYPE_F32, TYPE_F16, TYPE_BF16): a layer's
 // inputs and weights are read as they are stored.
-layout(constant_id = GRAD_SPEC_A_TYPE) const int A_TYPE = 0;
-layout(constant_id = GRAD_SPEC_B_TYPE) const int B_TYPE = 0;
+layout(constant_id = SPEC_A_TYPE) const int A_TYPE = 0;
+layout(constant_id = SPEC_B_TYPE) const int B_TYPE = 0;
 layout(std430, binding = GBIND_C) buffer CBuf { float cData[]; };
 
 void main() {

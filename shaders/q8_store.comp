@@ -37,8 +37,8 @@ layout(push_constant) uniform Push {
 #include "loads.glsl"
 INPUT(QBIND_X, Xt)
 #define Xt_SCALES 0 // never q8_0
-layout(constant_id = Q8_SPEC_X_TYPE) const int X_TYPE = 0;
-layout(constant_id = Q8_SPEC_Y_TYPE) const int Y_TYPE = TYPE_Q8_0;
+layout(constant_id = SPEC_X_TYPE) const int X_TYPE = 0;
+layout(constant_id = SPEC_Y_TYPE) const int Y_TYPE = TYPE_Q8_0;
 layout(std430, binding = QBIND_Y) buffer YBuf { uint y[]; };
 layout(std430, binding = QBIND_ROWS) readonly buffer RowsBuf { int rowDst[]; };
 // status[0] gets 1 where a block's scale rounds past float16's largest

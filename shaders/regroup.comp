@@ -30,7 +30,7 @@ layout(push_constant) uniform Push {
 #include "loads.glsl"
 INPUT(XBIND_SRC, St)
 #define St_SCALES 0 // never q8_0
-layout(constant_id = REGROUP_SPEC_SRC_TYPE) const int SRC_TYPE = 0;
+layout(constant_id = SPEC_SRC_TYPE) const int SRC_TYPE = 0;
 layout(std430, binding = XBIND_DST) buffer DstBuf { float dst[]; };
 
 void main() {

@@ -34,7 +34,7 @@ layout(push_constant) uniform Push {
 #include "loads.glsl"
 INPUT(RBIND_X, Xt)
 #define Xt_SCALES 0 // never q8_0
-layout(constant_id = ROPE_SPEC_X_TYPE) const int X_TYPE = 0;
+layout(constant_id = SPEC_X_TYPE) const int X_TYPE = 0;
 layout(std430, binding = RBIND_Y) writeonly buffer YBuf { float y[]; };
 layout(std430, binding = RBIND_TABLE) readonly buffer TableBuf { float table[]; };
 layout(std430, binding = RBIND_LENGTHS) readonly buffer LengthsBuf { int lengths[]; };

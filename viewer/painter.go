@@ -10,12 +10,12 @@
 package viewer
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/vkattn/vkattn"
 	"github.com/vkattn/vkattn/heatmap"
+	"github.com/vkattn/vkattn/pipelines"
 	"github.com/vkattn/vkattn/shaders"
 	"github.com/vkattn/vkattn/vk"
 )
@@ -54,9 +54,6 @@ func Shared(dev *vk.Device) vkattn.SharedDevice {
 		SubgroupSizeControl: h.SubgroupSizeControl, FullSubgroups: h.FullSubgroups, MemoryBudget: h.MemoryBudget,
 		CooperativeMatrix: h.CooperativeMatrix}
 }
-
-// pushSize is the colouring kernel's push-constant block: ten uint32s.
-const pushSize = 40
 
 // NewPainter prepares to draw weights (B,H,L,S), as Attention returns them
 // with WantWeights, and values (B,H_kv,S,d_v), the V of the same call, on
@@ -111,7 +108,7 @@ func NewPainter(dev *vk.Device, weights, values *vkattn.Tensor) (*Painter, error
 		Name:     "heat_colour",
 		SPIRV:    code,
 		Bindings: []vk.BindingType{vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageBuffer, vk.StorageImage},
-		PushSize: pushSize,
+		PushSize: uint32(len(pipelines.HeatColourPush{}.Bytes())),
 	})
 	if err != nil {
 		return nil, err
@@ -175,12 +172,10 @@ func (p *Painter) Record(c *vk.Commands, v View) error {
 		mode = 1
 	}
 	push := func(pass uint32) []byte {
-		b := make([]byte, pushSize)
-		for i, x := range []uint32{uint32(wOff), uint32(p.wStr[2]), uint32(vOff), uint32(p.vStr[2]),
-			uint32(p.L), uint32(p.S), uint32(p.DV), mode, pass, heatmap.PaletteSize} {
-			binary.LittleEndian.PutUint32(b[4*i:], x)
-		}
-		return b
+		return pipelines.HeatColourPush{
+			WOffset: uint32(wOff), WRow: uint32(p.wStr[2]), VOffset: uint32(vOff), VRow: uint32(p.vStr[2]),
+			L: uint32(p.L), S: uint32(p.S), Dv: uint32(p.DV), Mode: mode, Pass: pass, Colours: heatmap.PaletteSize,
+		}.Bytes()
 	}
 	// Every pixel is rewritten: the old picture may be discarded.
 	c.Transition(p.Image, vk.LayoutUndefined, vk.LayoutGeneral)

@@ -503,21 +503,24 @@ func (d *Device) createPipelineLayout(set vulkan.DescriptorSetLayout, pushSize u
 	return vulkan.PipelineLayout(unsafe.Pointer(h)), err
 }
 
-// createComputePipeline specializes constant_id i to the 4-byte spec[i].
-func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan.PipelineLayout, spec []int32, subgroupSize uint32, full bool) (vulkan.Pipeline, error) {
+// createComputePipeline specializes each constant_id spec[i].ID to the
+// 4-byte spec[i].Value.
+func (d *Device) createComputePipeline(module vulkan.ShaderModule, layout vulkan.PipelineLayout, spec []SpecConstant, subgroupSize uint32, full bool) (vulkan.Pipeline, error) {
 	fullFlag := C.int(0)
 	if full {
 		fullFlag = 1
 	}
 	entries := make([]C.VkSpecializationMapEntry, len(spec))
-	for i := range spec {
-		entries[i] = C.VkSpecializationMapEntry{constantID: C.uint32_t(i), offset: C.uint32_t(4 * i), size: 4}
+	values := make([]int32, len(spec))
+	for i, s := range spec {
+		entries[i] = C.VkSpecializationMapEntry{constantID: C.uint32_t(s.ID), offset: C.uint32_t(4 * i), size: 4}
+		values[i] = s.Value
 	}
 	var h C.VkPipeline
 	err := d.call("vkCreateComputePipelines", func() vulkan.Result {
 		return result(C.vkattn_create_compute_pipeline(&d.calls.c, d.cDevice(),
 			C.VkPipelineCache(unsafe.Pointer(d.cache)), C.VkShaderModule(unsafe.Pointer(module)),
-			C.VkPipelineLayout(unsafe.Pointer(layout)), first(entries), (*C.int32_t)(unsafe.Pointer(first(spec))), C.uint32_t(len(spec)),
+			C.VkPipelineLayout(unsafe.Pointer(layout)), first(entries), (*C.int32_t)(unsafe.Pointer(first(values))), C.uint32_t(len(values)),
 			C.uint32_t(subgroupSize), fullFlag, &h))
 	})
 	return vulkan.Pipeline(unsafe.Pointer(h)), err

@@ -60,7 +60,7 @@ func TestCallsSurviveGC(t *testing.T) {
 		for add := int32(0); add < 30; add++ {
 			k, err := dev.NewKernel(KernelSpec{
 				Name: "selftest", SPIRV: code, Bindings: []BindingType{StorageBuffer, StorageBuffer},
-				Spec: []int32{add}, PushSize: 8,
+				Spec: []SpecConstant{{ID: 0, Value: add}}, PushSize: 8,
 			})
 			if err != nil {
 				t.Fatal(err)

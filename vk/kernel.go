@@ -13,6 +13,9 @@ import (
 // so that planning code can count bindings without a driver).
 type BindingType = core.BindingType
 
+// SpecConstant is one specialization constant: constant_id and value.
+type SpecConstant = core.SpecConstant
+
 const (
 	UniformBuffer        = core.UniformBuffer
 	StorageBuffer        = core.StorageBuffer
@@ -52,13 +55,13 @@ func descriptorType(t BindingType) vulkan.DescriptorType {
 }
 
 // KernelSpec describes a compute kernel: its SPIR-V, its bindings (binding i
-// has type Bindings[i]), its specialization constants (constant_id i gets
-// Spec[i], as a 32-bit int) and the size of its push-constant block.
+// has type Bindings[i]), its specialization constants (each a constant_id
+// and a 32-bit value) and the size of its push-constant block.
 type KernelSpec struct {
 	Name     string
 	SPIRV    []byte
 	Bindings []BindingType
-	Spec     []int32
+	Spec     []SpecConstant
 	PushSize uint32 // bytes, a multiple of 4; 0 for none
 	// SubgroupSize > 0 requires the shader to run with subgroups of that
 	// size, and FullSubgroups requires every subgroup full (the workgroup

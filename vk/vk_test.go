@@ -41,7 +41,7 @@ func selftestKernel(t *testing.T, dev *Device) *Kernel {
 	}
 	k, err := dev.NewKernel(KernelSpec{
 		Name: "selftest", SPIRV: code, Bindings: []BindingType{StorageBuffer, StorageBuffer},
-		Spec: []int32{7}, PushSize: 8,
+		Spec: []SpecConstant{{ID: 0, Value: 7}}, PushSize: 8,
 	})
 	if err != nil {
 		t.Fatal(err)

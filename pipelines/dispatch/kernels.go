@@ -56,13 +56,10 @@ func (ks *Kernels) Close() {
 // constants and its push-constant size.
 type kernelKey struct {
 	variant  pipelines.Variant
-	spec     [maxSpec]int32
+	spec     string // the specialization constants, as fmt prints them
 	push     uint32
 	subgroup uint32 // required subgroup size (full subgroups); 0: any
 }
-
-// maxSpec is the most specialization constants a kernel takes.
-const maxSpec = 16
 
 // kernel returns the kernel k describes, building it from its variant's
 // SPIR-V on first use.
@@ -70,12 +67,9 @@ func (ks *Kernels) kernel(k pipelines.KernelSpec) (*vk.Kernel, error) {
 	return ks.build(kernelKey{variant: k.Variant, push: k.Push, subgroup: k.Subgroup}, k.Bindings, k.Spec)
 }
 
-func (ks *Kernels) build(key kernelKey, bindings []vk.BindingType, spec []int32) (*vk.Kernel, error) {
+func (ks *Kernels) build(key kernelKey, bindings []vk.BindingType, spec []vk.SpecConstant) (*vk.Kernel, error) {
 	v := key.variant
-	if len(spec) > maxSpec {
-		return nil, fmt.Errorf("dispatch: kernel %s takes %d specialization constants, at most %d", v, len(spec), maxSpec)
-	}
-	copy(key.spec[:], spec)
+	key.spec = fmt.Sprint(spec)
 	ks.mu.Lock()
 	if k, ok := ks.built[key]; ok {
 		ks.mu.Unlock()

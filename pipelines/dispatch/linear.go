@@ -51,6 +51,6 @@ func (ks *Kernels) HeadMean(weights, mean *vk.Buffer, b, h, n int) (*Step, error
 		return nil, err
 	}
 	st := &Step{owned: []closer{set}}
-	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(groups), 1, 1}, push: pipelines.Int32Bytes([]int{b, h, n})}}
+	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(groups), 1, 1}, push: pipelines.HeadMeanPush{B: int32(b), H: int32(h), LS: int32(n)}.Bytes()}}
 	return st, nil
 }

@@ -72,9 +72,12 @@ func (ks *Kernels) Merge(a MergeArgs) (*Step, error) {
 			if i == 0 {
 				first = 1
 			}
-			push := pipelines.Int32Bytes([]int{pass, first, a.Heads, a.L, a.D, n, cols * pipelines.ElementWorkGroup,
-				p.OOffset, p.OStrides[0], p.OStrides[1], p.OStrides[2],
-				p.LSEOffset, p.LSEStrides[0], p.LSEStrides[1], p.LSEStrides[2]})
+			push := pipelines.MergePush{
+				Pass: int32(pass), First: int32(first), Heads: int32(a.Heads), L: int32(a.L), DV: int32(a.D),
+				Total: int32(n), RowPitch: int32(cols * pipelines.ElementWorkGroup),
+				OOffset: int32(p.OOffset), OStrideB: int32(p.OStrides[0]), OStrideH: int32(p.OStrides[1]), OStrideL: int32(p.OStrides[2]),
+				LseOffset: int32(p.LSEOffset), LseStrideB: int32(p.LSEStrides[0]), LseStrideH: int32(p.LSEStrides[1]), LseStrideL: int32(p.LSEStrides[2]),
+			}.Bytes()
 			st.dispatches = append(st.dispatches, dispatch{kernel: k, set: set, groups: [3]uint32{uint32(cols), uint32(gridRows), 1}, push: push})
 		}
 	}

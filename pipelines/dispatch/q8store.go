@@ -62,7 +62,11 @@ func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 		set.Close()
 		return nil, err
 	}
-	push := pipelines.Int32Bytes([]int{a.Heads, a.N, a.D, a.XOffset, a.XStrides[0], a.XStrides[1], a.XStrides[2], blocks, a.Scales, cols * pipelines.ElementWorkGroup})
+	push := pipelines.Q8StorePush{
+		Heads: int32(a.Heads), N: int32(a.N), D: int32(a.D),
+		XOffset: int32(a.XOffset), XStrideB: int32(a.XStrides[0]), XStrideH: int32(a.XStrides[1]), XStrideN: int32(a.XStrides[2]),
+		Blocks: int32(blocks), Scales: int32(a.Scales), RowPitch: int32(cols * pipelines.ElementWorkGroup),
+	}.Bytes()
 	st := &Step{owned: []closer{set}}
 	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(cols), uint32(rows), 1}, push: push}}
 	return st, nil

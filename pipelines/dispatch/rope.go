@@ -49,14 +49,18 @@ func (ks *Kernels) RoPE(a RoPEArgs) (*Step, error) {
 		set.Close()
 		return nil, err
 	}
-	flag := func(b bool) int {
+	flag := func(b bool) int32 {
 		if b {
 			return 1
 		}
 		return 0
 	}
-	push := pipelines.Int32Bytes([]int{a.Heads, a.N, a.D, a.Rot, flag(a.Interleaved), flag(a.Lengths != nil),
-		a.XOffset, a.XStrides[0], a.XStrides[1], a.XStrides[2], n, cols * pipelines.ElementWorkGroup})
+	push := pipelines.RoPEPush{
+		Heads: int32(a.Heads), N: int32(a.N), D: int32(a.D), ROT: int32(a.Rot),
+		Interleaved: flag(a.Interleaved), FromLengths: flag(a.Lengths != nil),
+		XOffset: int32(a.XOffset), XStrideB: int32(a.XStrides[0]), XStrideH: int32(a.XStrides[1]), XStrideN: int32(a.XStrides[2]),
+		Total: int32(n), RowPitch: int32(cols * pipelines.ElementWorkGroup),
+	}.Bytes()
 	st := &Step{owned: []closer{set}}
 	st.dispatches = []dispatch{{kernel: k, set: set, groups: [3]uint32{uint32(cols), uint32(rows), 1}, push: push}}
 	return st, nil
