@@ -2,7 +2,6 @@ package pipelines
 
 import (
 	"fmt"
-	"math/bits"
 	"strings"
 
 	"github.com/vkattn/vkattn/core"
@@ -71,7 +70,7 @@ const (
 	// rope.comp.
 	ropeSpecXType, ropeSpecCount = 1, 2
 
-	// q8_store.comp: the input's type and the output's (q8_0 or q4_0).
+	// q8_store.comp: the input's type and the output's (quantized).
 	q8SpecXType, q8SpecYType, q8SpecCount = 1, 2, 3
 
 	// linear_grad.comp and regroup.comp: their operands' types.
@@ -166,16 +165,7 @@ var shaderInterface = []interfaceSection{
 		{"VAR_ALIBI", variantALiBi, "s += slope_h * (j - (t + S - L))"},
 		{"VAR_SINKS", variantSinks, "a logit per head joins the denominator"},
 	}},
-	{"element types (core.DType, as typeSpec sets the *_TYPE specialization constants)", true, []glslName{
-		{"TYPE_F32", int(core.Float32), ""}, {"TYPE_F16", int(core.Float16), ""}, {"TYPE_BF16", int(core.BFloat16), ""},
-		{"TYPE_Q8_0", int(core.Q8_0), "K and V only"}, {"TYPE_Q4_0", int(core.Q4_0), "K and V only"},
-	}},
-	{"q8_0 and q4_0 blocks (core.Q8Block, core.Q4Block)", true, []glslName{
-		{"Q8_BLOCK", core.Q8Block, "elements per block, each block one float16 scale"},
-		{"Q8_BLOCK_SHIFT", bits.TrailingZeros(uint(core.Q8Block)), "element i is in block i >> Q8_BLOCK_SHIFT"},
-		{"Q4_BLOCK", core.Q4Block, "elements per block: 16 bytes of nibbles, one float16 scale"},
-		{"Q4_BLOCK_SHIFT", bits.TrailingZeros(uint(core.Q4Block)), "element i is in block i >> Q4_BLOCK_SHIFT"},
-	}},
+	{"element types (core.DType, as typeSpec sets the *_TYPE specialization constants)", true, elementTypeNames()},
 	{"attention.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"ATT_SPEC_D4", attSpecD4, "compile-time bound of d_k and d_v, in vec4s"},
 		{"ATT_SPEC_ROWS", attSpecRows, ""}, {"ATT_SPEC_WG", attSpecWG, ""}, {"ATT_SPEC_KEYS", attSpecKeys, ""},
@@ -229,7 +219,7 @@ var shaderInterface = []interfaceSection{
 		{"ROPE_SPEC_X_TYPE", ropeSpecXType, ""},
 	}},
 	{"q8_store.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
-		{"Q8_SPEC_X_TYPE", q8SpecXType, ""}, {"Q8_SPEC_Y_TYPE", q8SpecYType, "TYPE_Q8_0 or TYPE_Q4_0"},
+		{"Q8_SPEC_X_TYPE", q8SpecXType, ""}, {"Q8_SPEC_Y_TYPE", q8SpecYType, "a quantized type (elements.glsl)"},
 	}},
 	{"linear_grad.comp specialization-constant IDs (0: the workgroup size)", false, []glslName{
 		{"GRAD_SPEC_A_TYPE", gradSpecAType, ""}, {"GRAD_SPEC_B_TYPE", gradSpecBType, ""},

@@ -112,12 +112,6 @@ const int TYPE_BF16 = 2;
 const int TYPE_Q8_0 = 3; // K and V only
 const int TYPE_Q4_0 = 4; // K and V only
 
-// q8_0 and q4_0 blocks (core.Q8Block, core.Q4Block)
-const int Q8_BLOCK = 32; // elements per block, each block one float16 scale
-const int Q8_BLOCK_SHIFT = 5; // element i is in block i >> Q8_BLOCK_SHIFT
-const int Q4_BLOCK = 32; // elements per block: 16 bytes of nibbles, one float16 scale
-const int Q4_BLOCK_SHIFT = 5; // element i is in block i >> Q4_BLOCK_SHIFT
-
 // attention.comp specialization-constant IDs (0: the workgroup size)
 #define ATT_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s
 #define ATT_SPEC_ROWS 2
@@ -197,7 +191,7 @@ const int Q4_BLOCK_SHIFT = 5; // element i is in block i >> Q4_BLOCK_SHIFT
 
 // q8_store.comp specialization-constant IDs (0: the workgroup size)
 #define Q8_SPEC_X_TYPE 1
-#define Q8_SPEC_Y_TYPE 2 // TYPE_Q8_0 or TYPE_Q4_0
+#define Q8_SPEC_Y_TYPE 2 // a quantized type (elements.glsl)
 
 // linear_grad.comp specialization-constant IDs (0: the workgroup size)
 #define GRAD_SPEC_A_TYPE 1
