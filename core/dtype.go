@@ -29,6 +29,11 @@ const (
 	// block's float16 scale (SEMANTICS.md §8.2). Rows must be whole
 	// blocks.
 	Q4_0
+	// IQ4_NL is ggml's iq4_nl, for K and V: blocks of IQ4NLBlock
+	// elements, each a 4-bit index into a fixed table of 16 non-linear
+	// levels (IQ4NLLevels) times the block's float16 scale (SEMANTICS.md
+	// §8.2). Rows must be whole blocks.
+	IQ4_NL
 )
 
 // Q8Block is the elements of one q8_0 block.
@@ -37,6 +42,10 @@ const Q8Block = 32
 // Q4Block is the elements of one q4_0 block: Q4Block/2 bytes of quants,
 // two a byte, and a float16 scale.
 const Q4Block = 32
+
+// IQ4NLBlock is the elements of one iq4_nl block: 16 bytes of 4-bit
+// indices and a float16 scale.
+const IQ4NLBlock = 32
 
 // DTypes is every element type, in order.
 var DTypes = []DType{Float32, Float16, BFloat16}

@@ -66,6 +66,10 @@ var QuantTypes = []QuantType{
 		DeviceQuantizer: "quantizeQ4_0", SafeMagnitude: 65504 * 8,
 		Quantize: QuantizeQ4_0, Dequantize: DequantizeQ4_0,
 		About: "ggml's 4-bit blocks of 32: (nibble - 8) times the block's float16 scale"},
+	{DType: IQ4_NL, Name: "iq4_nl", Block: IQ4NLBlock, QuantBits: 4, Layout: QuantNibbles, Dequant: DequantLevels,
+		Levels: IQ4NLLevels, DeviceQuantizer: "quantizeIQ4_NL", SafeMagnitude: iq4NLSafe,
+		Quantize: QuantizeIQ4NL, Dequantize: DequantizeIQ4NL,
+		About: "ggml's 4-bit non-linear blocks of 32: a level of a fixed 16-entry table times the block's float16 scale"},
 }
 
 // Quant is t's row of QuantTypes; ok is false for a float type.

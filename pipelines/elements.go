@@ -113,10 +113,11 @@ func writeDequant(b *strings.Builder, q core.QuantType) {
 		for i, l := range q.Levels {
 			levels[i] = fmt.Sprintf("%d.0", l)
 		}
-		table := "LEVELS_" + strings.ToUpper(n)
-		fmt.Fprintf(b, "const float %s[%d] = float[%d](%s);\n", table, len(levels), len(levels), strings.Join(levels, ", "))
-		fmt.Fprintf(b, "vec4 dequant4_%s(uint w, int shift) {\n    uvec4 n = nibbles4(w, shift);\n    return vec4(%[2]s[n.x], %[2]s[n.y], %[2]s[n.z], %[2]s[n.w]);\n}\n", n, table)
-		fmt.Fprintf(b, "float dequant1_%s(uint w, int bit) { return %s[bitfieldExtract(w, bit, 4)]; }\n", n, table)
+		// The table lives in a function, so kernels that never read the
+		// type carry none of it.
+		fmt.Fprintf(b, "float level_%s(uint n) {\n    const float levels[%d] = float[%d](%s);\n    return levels[n];\n}\n", n, len(levels), len(levels), strings.Join(levels, ", "))
+		fmt.Fprintf(b, "vec4 dequant4_%s(uint w, int shift) {\n    uvec4 n = nibbles4(w, shift);\n    return vec4(level_%[1]s(n.x), level_%[1]s(n.y), level_%[1]s(n.z), level_%[1]s(n.w));\n}\n", n)
+		fmt.Fprintf(b, "float dequant1_%s(uint w, int bit) { return level_%[1]s(bitfieldExtract(w, bit, 4)); }\n", n)
 	}
 }
 

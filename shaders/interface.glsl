@@ -111,6 +111,7 @@ const int TYPE_F16 = 1;
 const int TYPE_BF16 = 2;
 const int TYPE_Q8_0 = 3; // K and V only
 const int TYPE_Q4_0 = 4; // K and V only
+const int TYPE_IQ4_NL = 5; // K and V only
 
 // attention.comp specialization-constant IDs (0: the workgroup size)
 #define ATT_SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s

@@ -2,7 +2,8 @@
 #extension GL_GOOGLE_include_directive : require
 // Quantizes rows of X (any float type, any strides) into a tensor of the
 // quantized type Y_TYPE (SEMANTICS.md §8.2), exactly as ggml's
-// quantize_row_q8_0 and quantize_row_q4_0_ref do, on the device:
+// quantize_row_q8_0, quantize_row_q4_0_ref and quantize_row_iq4_nl_ref
+// do, on the device:
 // AppendTensors into a quantized KV cache. One invocation per block of
 // 32 (QUANT_BLOCK), by the function of this file that core.QuantTypes
 // names for the type (elements.glsl's STORE_QUANT_BLOCK): source row r (of (B, heads, N) rows of width
@@ -185,6 +186,106 @@ void quantizeQ4_0(int base, int dst) {
         y[(dst >> 3) + w] = word; // dst is a multiple of QUANT_BLOCK: whole words
     }
     storeScale(dst >> QUANT_BLOCK_SHIFT, toF16(dAbs) | (dNeg ? 0x8000u : 0u));
+}
+
+// The error a - c d for c near a / d: Dekker's exact product of c and d
+// (Veltkamp halves, no fused operations), then a - p exactly (p is within
+// a factor 2 of a).
+float errDiv(float a, float c, float d) {
+    precise float p = c * d;
+    precise float cs = c * 4097.0;
+    precise float ch = cs - (cs - c);
+    precise float cl = c - ch;
+    precise float ds = d * 4097.0;
+    precise float dh = ds - (ds - d);
+    precise float dl = d - dh;
+    precise float e = ((ch * dh - p) + ch * dl + cl * dh) + cl * dl;
+    precise float r = (a - p) - e;
+    return r;
+}
+
+// a / d rounded to nearest (a float32 quotient is never a tie).
+float divide(float a, float d) {
+    float c = a / d;
+    float best = c;
+    float bestErr = abs(errDiv(a, c, d));
+    for (int k = -3; k <= 3; k++) {
+        float x = uintBitsToFloat(uint(int(floatBitsToUint(c)) + k));
+        float e = abs(errDiv(a, x, d));
+        if (e < bestErr) {
+            best = x;
+            bestErr = e;
+        }
+    }
+    return best;
+}
+
+// The iq4_nl index of v: the level nearest to v, the upper of two equally
+// near (2v against the sum of two levels: both exact).
+uint iq4nlIndex(float v) {
+    uint l = 0u;
+    for (int i = 1; i < 16; i++) {
+        if (2.0 * v >= level_iq4_nl(uint(i - 1)) + level_iq4_nl(uint(i))) {
+            l = uint(i);
+        }
+    }
+    return l;
+}
+
+// The iq4_nl block of the 32 elements of X from base, to element dst of
+// Y, as ggml's quantize_row_iq4_nl_ref (core.QuantizeIQ4NL says each
+// step): d = max / -127 and id = 1 / d correctly rounded, each index the
+// level nearest to id * x, sumqx and sumq2 summed in element order with
+// every product rounded once (precise), and the scale sumqx / sumq2
+// correctly rounded. The scale's sign is d's (the largest element's term
+// outweighs the rest of both sums), set apart from its magnitude so a
+// driver that flushes subnormal products to zero still writes the sign
+// of a scale whose float16 is zero.
+void quantizeIQ4_NL(int base, int dst) {
+    float amax = 0.0;
+    float top = 0.0;
+    for (int i = 0; i < QUANT_BLOCK; i++) {
+        float x = AT(Xt, X_TYPE, base + i);
+        if (abs(x) > amax) {
+            amax = abs(x);
+            top = x;
+        }
+    }
+    uint idx[QUANT_BLOCK];
+    float scale = 0.0;
+    bool negative = false;
+    for (int i = 0; i < QUANT_BLOCK; i++) {
+        idx[i] = 0u;
+    }
+    if (amax >= 1e-15) { // ggml's GROUP_MAX_EPS; below it the scale is 0
+        negative = top > 0.0; // d = max / -127
+        float dAbs = div127(amax);
+        float d = negative ? -dAbs : dAbs;
+        float id = recip(d);
+        precise float sumqx = 0.0;
+        precise float sumq2 = 0.0;
+        for (int i = 0; i < QUANT_BLOCK; i++) {
+            float x = AT(Xt, X_TYPE, base + i);
+            precise float v = id * x;
+            idx[i] = iq4nlIndex(v);
+            float q = level_iq4_nl(idx[i]);
+            precise float w = x * x;
+            precise float wq = w * q;
+            precise float tx = wq * x;
+            precise float tq = wq * q;
+            sumqx = sumqx + tx;
+            sumq2 = sumq2 + tq;
+        }
+        scale = sumq2 > 0.0 ? abs(divide(sumqx, sumq2)) : 0.0;
+    }
+    for (int w = 0; w < QUANT_BLOCK / 8; w++) {
+        uint word = 0u;
+        for (int j = 0; j < 4; j++) {
+            word |= (idx[4 * w + j] | (idx[4 * w + j + QUANT_BLOCK / 2] << 4)) << (8 * j);
+        }
+        y[(dst >> 3) + w] = word; // dst is a multiple of QUANT_BLOCK: whole words
+    }
+    storeScale(dst >> QUANT_BLOCK_SHIFT, toF16(scale) | (negative ? 0x8000u : 0u));
 }
 
 // The q8_0 block of the 32 elements of X from base, to element dst of Y.

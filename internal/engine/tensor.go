@@ -48,8 +48,9 @@ func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
 
 // UploadAs is Upload into a tensor stored as element type t: float32 data
 // rounded to the nearest float16 or bfloat16 (ties to even), as ToFloat16
-// and ToBFloat16 do, or quantized to q8_0 or q4_0 as QuantizeQ8_0 and
-// QuantizeQ4_0 do (rows of whole blocks of 32, ErrShape otherwise). A NaN
+// and ToBFloat16 do, or quantized to q8_0, q4_0 or iq4_nl as ggml's
+// reference quantizers do (core.QuantTypes; rows of whole blocks of 32,
+// ErrShape otherwise). A NaN
 // or Inf is ErrNonFinite and a value beyond the type's range ErrOverflow,
 // both naming the element (a quantized type its block); nothing is
 // uploaded then.
