@@ -2,9 +2,11 @@ package main
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/devtest"
 )
 
@@ -18,4 +20,17 @@ func TestIQ4NLCommands(t *testing.T) {
 		return devtest.RoundAll(vkattn.IQ4_NL, x)
 	})
 	checkRefused(t, []string{"run", "-q", qPath, "-k", kPath, "-v", vPath, "--dtype", "iq4_nl"}, exitUsage, "--kv-dtype iq4_nl", "")
+}
+
+// The help of every command that takes --kv-dtype names every quantized
+// K/V type of core.QuantTypes, so a type added to the table is not left
+// out of the -h texts.
+func TestHelpNamesEveryQuantType(t *testing.T) {
+	for name, text := range map[string]string{"run": runUsage, "decode": decodeUsage, "bench": benchUsage} {
+		for _, q := range core.QuantTypes {
+			if !strings.Contains(text, q.Name) {
+				t.Errorf("vkattn %s -h does not name %s", name, q.Name)
+			}
+		}
+	}
 }
