@@ -59,3 +59,48 @@ func TestIQ4NLAttention(t *testing.T) {
 		}
 	}
 }
+
+// A Q view that starts off a multiple of four makes the kernels read every
+// input element by element (the scalar build, dequant1 of iq4_nl),
+// against the reference on the dequantized K and V. Planned as NVIDIA
+// only: the tiled kernel's scalar build compiles in seconds on lavapipe,
+// the row kernel's (the same load macros) in about four minutes.
+func TestIQ4NLScalarLoads(t *testing.T) {
+	r := rand.New(rand.NewSource(53))
+	const L, S = 5, 40
+	qWide := devtest.RandomValues(r, 2*L*65)
+	k, v := devtest.RandomValues(r, S*64), devtest.RandomValues(r, S*32)
+	q := make([]float32, 0, 2*L*64)
+	for row := range 2 * L {
+		q = append(q, qWide[row*65+1:row*65+65]...)
+	}
+	want, err := reference.Attention(q, [4]int{1, 2, L, 64}, devtest.RoundAll(vkattn.IQ4_NL, k), [4]int{1, 1, S, 64},
+		devtest.RoundAll(vkattn.IQ4_NL, v), [4]int{1, 1, S, 32}, vkattn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, plan := range []string{"nvidia"} {
+		t.Run(plan, func(t *testing.T) {
+			d := devtest.EveryPlan()[plan]
+			qt := devtest.MustUploadAs(t, d, []int{1, 2, L, 65}, qWide, vkattn.Float32)
+			defer qt.Close()
+			qv, err := qt.Columns(1, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kt := devtest.MustUploadAs(t, d, []int{1, 1, S, 64}, k, vkattn.IQ4_NL)
+			defer kt.Close()
+			vt := devtest.MustUploadAs(t, d, []int{1, 1, S, 32}, v, vkattn.IQ4_NL)
+			defer vt.Close()
+			out, err := d.Attention(qv, kt, vt, vkattn.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			if out.Plan.Kernel.Vec4 {
+				t.Fatalf("plan %s: want element-by-element loads", out.Plan)
+			}
+			devtest.Compare(t, "O", devtest.Download(t, out.O), want.O)
+		})
+	}
+}
