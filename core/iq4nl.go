@@ -33,9 +33,9 @@ const iq4NLEps = float32(1e-15)
 // array as the previous block left it there; every value is 0 either
 // way). quants are 16 bytes a block, element j's index in the low nibble
 // of byte j, element j+16's in the high one. A NaN or Inf is
-// ErrNonFinite; a block whose scale rounds beyond float16's range
-// ErrOverflow (never below SafeMagnitude); a length that is not whole
-// blocks ErrShape.
+// ErrNonFinite; a block whose scale rounds beyond float16's range, or
+// whose float32 sums overflow, ErrOverflow (never below SafeMagnitude); a
+// length that is not whole blocks ErrShape.
 func QuantizeIQ4NL(data []float32) (quants []byte, scales []uint16, err error) {
 	const block = IQ4NLBlock
 	if len(data)%block != 0 {
@@ -56,8 +56,10 @@ func QuantizeIQ4NL(data []float32) (quants []byte, scales []uint16, err error) {
 			}
 		}
 		scale := iq4NLBlock(x, amax, top, &idx)
+		// Past about 1.4e12 the float32 sums overflow: the scale is then
+		// Inf or NaN, refused as a scale past float16's range is.
 		h := float16.Fromfloat32(scale)
-		if h.IsInf(0) {
+		if !Finite32(scale) || h.IsInf(0) {
 			return nil, nil, Errorf(ErrOverflow, "iq4_nl block %d: scale %g is beyond float16 (a block's |x| below %d always fits)", b, scale, iq4NLSafe)
 		}
 		scales[b] = h.Bits()

@@ -125,9 +125,12 @@ func TestIQ4NLScaleBound(t *testing.T) {
 			t.Fatalf("a random block below SafeMagnitude: %v", err)
 		}
 	}
-	big := append([]float32{float32(IQ4_NL.SafeMagnitude()) * 1.2}, make([]float32, 31)...)
-	if _, _, err := QuantizeIQ4NL(big); !errors.Is(err, ErrOverflow) {
-		t.Errorf("a block whose scale passes float16: %v, want ErrOverflow", err)
+	for _, top := range []float32{float32(IQ4_NL.SafeMagnitude()) * 1.2, 3e38} { // the latter's sums overflow float32
+		big := append([]float32{top}, make([]float32, 31)...)
+		big[1] = top / 2
+		if _, _, err := QuantizeIQ4NL(big); !errors.Is(err, ErrOverflow) {
+			t.Errorf("a block of %g whose scale passes float16: %v, want ErrOverflow", top, err)
+		}
 	}
 	if _, _, err := QuantizeIQ4NL(make([]float32, 48)); !errors.Is(err, ErrShape) {
 		t.Errorf("48 values: %v, want ErrShape", err)
