@@ -50,8 +50,9 @@
 //
 // # Element types
 //
-// Q, K and V may each be float32, float16 or bfloat16, and K and V q8_0
-// or q4_0 (ggml's 8-bit and 4-bit blocks of 32, read directly):
+// Q, K and V may each be float32, float16 or bfloat16, and K and V q8_0,
+// q4_0 or iq4_nl (ggml's 8-bit, 4-bit and 4-bit non-linear blocks of 32,
+// read directly):
 // Device.UploadAs rounds or quantizes float32 data to the type,
 // Device.UploadBits stores bit patterns already held, Device.PlanAs plans
 // for given types.

@@ -128,10 +128,14 @@ const (
 	// row, each read as (q - 8) times the block's float16 scale
 	// (SEMANTICS.md §8.2).
 	Q4_0 = core.Q4_0
+	// IQ4_NL is ggml's iq4_nl for K and V: 4-bit indices in blocks of 32
+	// along a row into 16 fixed non-linear levels, times the block's
+	// float16 scale (SEMANTICS.md §8.2).
+	IQ4_NL = core.IQ4_NL
 )
 
 // ParseDType reads an element type: f32, f16 or bf16 (or float32, float16,
-// bfloat16), or q8_0 or q4_0.
+// bfloat16), or q8_0, q4_0 or iq4_nl.
 func ParseDType(s string) (DType, error) { return core.ParseDType(s) }
 
 // ToFloat16 rounds x to the nearest float16 (ties to even), subnormals

@@ -27,8 +27,8 @@ import (
 // no-op).
 type Device engine.Device
 
-// Tensor is data on a device, stored as float32, float16, bfloat16, q8_0
-// or q4_0 (DType), viewed as four axes (batch, heads, positions, width).
+// Tensor is data on a device, stored as float32, float16, bfloat16, q8_0,
+// q4_0 or iq4_nl (DType), viewed as four axes (batch, heads, positions, width).
 // The last axis is contiguous; the others have strides, so one buffer can
 // be read as (B,H,L,d) or as (B,L,H,d) without a copy. A tensor over a
 // host program's buffer (Device.TensorOver) is a view the host owns.
@@ -295,8 +295,9 @@ func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
 
 // UploadAs is Upload into a tensor stored as element type t: float32 data
 // rounded to the nearest float16 or bfloat16 (ties to even), as ToFloat16
-// and ToBFloat16 do, or quantized to q8_0 or q4_0 as QuantizeQ8_0 and
-// QuantizeQ4_0 do (rows of whole blocks of 32, ErrShape otherwise). A NaN
+// and ToBFloat16 do, or quantized to q8_0, q4_0 or iq4_nl as ggml's
+// reference quantizers do (core.QuantTypes; rows of whole blocks of 32,
+// ErrShape otherwise). A NaN
 // or Inf is ErrNonFinite and a value beyond the type's range ErrOverflow,
 // both naming the element (a quantized type its block); nothing is
 // uploaded then.

@@ -29,6 +29,11 @@ const (
 	// block's float16 scale (SEMANTICS.md §8.2). Rows must be whole
 	// blocks.
 	Q4_0
+	// IQ4_NL is ggml's iq4_nl, for K and V: blocks of IQ4NLBlock
+	// elements, each a 4-bit index into a fixed table of 16 non-linear
+	// levels (IQ4NLLevels) times the block's float16 scale (SEMANTICS.md
+	// §8.2). Rows must be whole blocks.
+	IQ4_NL
 )
 
 // Q8Block is the elements of one q8_0 block.
@@ -38,39 +43,44 @@ const Q8Block = 32
 // two a byte, and a float16 scale.
 const Q4Block = 32
 
+// IQ4NLBlock is the elements of one iq4_nl block: 16 bytes of 4-bit
+// indices and a float16 scale.
+const IQ4NLBlock = 32
+
 // DTypes is every element type, in order.
 var DTypes = []DType{Float32, Float16, BFloat16}
 
-// Bytes is the size of one element of a float type (Q8_0: 1, its
-// quant; Q4_0: 1 too, the unit its buffers are measured in, though a
-// quant is half a byte). StorageBytes is the size of n elements of any
-// type, scales included.
+// Bytes is the size of one element of a float type (a quantized type: 1,
+// the unit its buffers are measured in, though a 4-bit quant is half a
+// byte). StorageBytes is the size of n elements of any type, scales
+// included.
 func (t DType) Bytes() int {
-	switch t {
-	case Float32:
+	switch {
+	case t == Float32:
 		return 4
-	case Q8_0, Q4_0:
+	case t.Quantized():
 		return 1
 	}
 	return 2
 }
 
 // StorageBytes is the bytes n elements of type t take: n*Bytes(), and for
-// Q8_0 a float16 scale per block besides (34 bytes per 32 elements); for
-// Q4_0 half a byte per element and a scale per block (18 bytes per 32).
+// a quantized type its quants (QuantBits each) and a float16 scale per
+// block (q8_0: 34 bytes per 32 elements; q4_0: 18).
 func (t DType) StorageBytes(n int) int {
-	switch t {
-	case Q8_0:
-		return n + 2*((n+Q8Block-1)/Q8Block)
-	case Q4_0:
-		return (n+1)/2 + 2*((n+Q4Block-1)/Q4Block)
+	if q, ok := t.Quant(); ok {
+		return (n*q.QuantBits+7)/8 + 2*((n+q.Block-1)/q.Block)
 	}
 	return n * t.Bytes()
 }
 
-// Quantized reports whether t is a block-quantized type (Q8_0, Q4_0): a
-// buffer of its quants, then its float16 scales, one per block of 32.
-func (t DType) Quantized() bool { return t == Q8_0 || t == Q4_0 }
+// Quantized reports whether t is a block-quantized type (a row of
+// QuantTypes): a buffer of its quants, then its float16 scales, one per
+// block.
+func (t DType) Quantized() bool {
+	_, ok := t.Quant()
+	return ok
+}
 
 // Half reports whether t is a 16-bit float type (Float16, BFloat16).
 func (t DType) Half() bool { return t == Float16 || t == BFloat16 }
@@ -79,12 +89,12 @@ func (t DType) Half() bool { return t == Float16 || t == BFloat16 }
 // may have.
 func (t DType) Valid() bool { return t >= Float32 && t <= BFloat16 }
 
-// ValidKV reports whether K and V may be stored as t: a float type,
-// Q8_0 or Q4_0.
+// ValidKV reports whether K and V may be stored as t: a float type or a
+// quantized one.
 func (t DType) ValidKV() bool { return t.Valid() || t.Quantized() }
 
 // ParseDType reads an element type: f32, f16 or bf16 (or float32, float16,
-// bfloat16), or q8_0 or q4_0.
+// bfloat16), or a quantized type's name (q8_0, q4_0: QuantTypes).
 func ParseDType(s string) (DType, error) {
 	switch strings.ToLower(s) {
 	case "f32", "float32", "fp32":
@@ -93,24 +103,22 @@ func ParseDType(s string) (DType, error) {
 		return Float16, nil
 	case "bf16", "bfloat16":
 		return BFloat16, nil
-	case "q8_0":
-		return Q8_0, nil
-	case "q4_0":
-		return Q4_0, nil
 	}
-	return Float32, Errorf(ErrOption, "element type %q: want f32, f16, bf16 (or q8_0, q4_0 for K and V)", s)
+	for _, q := range QuantTypes {
+		if strings.EqualFold(s, q.Name) {
+			return q.DType, nil
+		}
+	}
+	return Float32, Errorf(ErrOption, "element type %q: want f32, f16, bf16 (or %s for K and V)", s, strings.Join(QuantNames(), ", "))
 }
 
 // SafeMagnitude is a magnitude below which every value of a block
-// quantizes within range: the block's scale (its largest magnitude over
-// 127 for q8_0, over 8 for q4_0) stays within float16's largest finite,
-// 65504. +Inf for the float types.
+// quantizes within range: the block's scale stays within float16's
+// largest finite, 65504 (QuantType.SafeMagnitude). +Inf for the float
+// types.
 func (t DType) SafeMagnitude() float64 {
-	switch t {
-	case Q8_0:
-		return 65504 * 127
-	case Q4_0:
-		return 65504 * 8
+	if q, ok := t.Quant(); ok {
+		return q.SafeMagnitude
 	}
 	return math.Inf(1)
 }
@@ -186,19 +194,12 @@ func Widen(t DType, h uint16) float32 {
 // them is the reference of the device's result. Errors as ToFloat16 and
 // ToBFloat16, naming the element.
 func Round(t DType, data []float32) ([]float32, error) {
-	if t == Q4_0 {
-		q, scales, err := QuantizeQ4_0(data)
+	if q, ok := t.Quant(); ok {
+		quants, scales, err := q.Quantize(data)
 		if err != nil {
 			return nil, err
 		}
-		return DequantizeQ4_0(q, scales), nil
-	}
-	if t == Q8_0 {
-		q, scales, err := QuantizeQ8_0(data)
-		if err != nil {
-			return nil, err
-		}
-		return DequantizeQ8_0(q, scales), nil
+		return q.Dequantize(quants, scales), nil
 	}
 	out := make([]float32, len(data))
 	if t == Float32 {

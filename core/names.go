@@ -38,7 +38,19 @@ var deviceTypeNames = names[DeviceType]{"DeviceType", "device type", []string{"o
 
 func (t DeviceType) String() string { return deviceTypeNames.of(t) }
 
-var dtypeNames = names[DType]{"DType", "element type", []string{"f32", "f16", "bf16", "q8_0", "q4_0"}}
+var dtypeNames = names[DType]{"DType", "element type", dtypeNameList()}
+
+// dtypeNameList is the float types' names, then QuantTypes' by value.
+func dtypeNameList() []string {
+	list := []string{"f32", "f16", "bf16"}
+	for _, q := range QuantTypes {
+		for len(list) <= int(q.DType) {
+			list = append(list, "")
+		}
+		list[q.DType] = q.Name
+	}
+	return list
+}
 
 func (t DType) String() string { return dtypeNames.of(t) }
 

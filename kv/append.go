@@ -241,7 +241,8 @@ func (c *Cache) appendQuantized(srcs []*engine.Tensor, n int) error {
 	if err := c.syncLengths(engine.WriteInts); err != nil {
 		return err
 	}
-	return core.Errorf(vkattn.ErrOverflow, "AppendTensors: a block of %d values holds a magnitude past %v's range (its scale would pass float16's largest, 65504): nothing appended, as Append refuses it", core.Q8Block, cfg.DType)
+	q, _ := cfg.DType.Quant()
+	return core.Errorf(vkattn.ErrOverflow, "AppendTensors: a block of %d values holds a magnitude past %v's range (its scale would pass float16's largest, 65504): nothing appended, as Append refuses it", q.Block, cfg.DType)
 }
 
 // storeOnce is store with every write recorded into one submission (one

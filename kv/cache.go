@@ -3,6 +3,7 @@ package kv
 import (
 	"math"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/vkattn/vkattn"
@@ -146,16 +147,15 @@ func checkConfig(cfg *Config) (perItem int, err error) {
 		}
 	}
 	if !cfg.DType.ValidKV() {
-		return 0, core.Errorf(vkattn.ErrOption, "KV cache of element type %v: want f32, f16, bf16, q8_0 or q4_0", cfg.DType)
+		return 0, core.Errorf(vkattn.ErrOption, "KV cache of element type %v: want f32, f16, bf16 or %s", cfg.DType, strings.Join(core.QuantNames(), ", "))
 	}
 	// Calls over the cache would all be refused (the kernels take heads
 	// up to MaxHeadWidth): refuse the cache instead.
 	if cfg.DK > vkattn.MaxHeadWidth || cfg.DV > vkattn.MaxHeadWidth {
 		return 0, core.Errorf(vkattn.ErrTooLarge, "KV cache heads of DK = %d, DV = %d: the attention kernels take widths up to MaxHeadWidth = %d", cfg.DK, cfg.DV, vkattn.MaxHeadWidth)
 	}
-	// Both quantized types have blocks of 32 (core.Q8Block, core.Q4Block).
-	if cfg.DType.Quantized() && (cfg.DK%core.Q8Block != 0 || cfg.DV%core.Q8Block != 0) {
-		return 0, core.Errorf(vkattn.ErrShape, "a %v KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", cfg.DType, core.Q8Block, cfg.DK, cfg.DV, core.Q8Block)
+	if q, ok := cfg.DType.Quant(); ok && (cfg.DK%q.Block != 0 || cfg.DV%q.Block != 0) {
+		return 0, core.Errorf(vkattn.ErrShape, "a %v KV cache stores blocks of %d along each head: DK = %d and DV = %d must be multiples of %d", cfg.DType, q.Block, cfg.DK, cfg.DV, q.Block)
 	}
 	if err := checkRolling(cfg); err != nil {
 		return 0, err

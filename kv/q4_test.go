@@ -110,15 +110,15 @@ func TestQ4QuantizeOnDevice(t *testing.T) {
 
 // TestQuantizedAppendTensorsRefusesOverflow: a block past the quantized
 // type's range is refused on the device path as Append refuses it on the
-// host (ErrOverflow, nothing appended), in q8_0 and q4_0, contiguous and
-// paged caches; the cache then takes the next token as before.
+// host (ErrOverflow, nothing appended), in q8_0, q4_0 and iq4_nl,
+// contiguous and paged caches; the cache then takes the next token as before.
 func TestQuantizedAppendTensorsRefusesOverflow(t *testing.T) {
 	const D = 32
 	for _, c := range []struct {
 		dtype vkattn.DType
 		big   float32
 		page  int
-	}{{vkattn.Q4_0, 1e9, 0}, {vkattn.Q4_0, 524160, 4}, {vkattn.Q8_0, 3e38, 0}, {vkattn.Q8_0, 8321040, 4}} {
+	}{{vkattn.Q4_0, 1e9, 0}, {vkattn.Q4_0, 524160, 4}, {vkattn.Q8_0, 3e38, 0}, {vkattn.Q8_0, 8321040, 4}, {vkattn.IQ4_NL, 1e9, 4}, {vkattn.IQ4_NL, 3e38, 0}} {
 		t.Run(fmt.Sprintf("%v/%g/page %d", c.dtype, c.big, c.page), func(t *testing.T) {
 			cache, err := kv.New(devtest.Dev, kv.Config{B: 1, HKV: 1, Capacity: 8, DK: D, DV: D, DType: c.dtype, PageSize: c.page})
 			if err != nil {
@@ -154,10 +154,8 @@ func TestQuantizedAppendTensorsRefusesOverflow(t *testing.T) {
 			}
 			// The first token's quants (its row leads the keys) are as
 			// they were.
-			quants := D
-			if c.dtype == vkattn.Q4_0 {
-				quants = D / 2
-			}
+			q, _ := c.dtype.Quant()
+			quants := q.QuantBytes(D)
 			if !bytes.Equal(after[:quants], before[:quants]) {
 				t.Errorf("the stored token changed under the refused append")
 			}

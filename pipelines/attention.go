@@ -22,27 +22,24 @@ type Layout struct {
 	Offset  int        // elements
 	Strides [3]int     // batch, head, position, in elements
 	Type    core.DType // element type
-	// Scales is where a q8_0 or q4_0 tensor's block scales start in its
-	// buffer, in halves: its quants (q8_0 a byte per element, q4_0 two
-	// elements a byte) fill the buffer's first 2*Scales bytes, the float16
-	// scales follow, one per block of 32.
+	// Scales is where a quantized tensor's block scales start in its
+	// buffer, in halves: its quants (core.QuantType.QuantBits each) fill
+	// the buffer's first 2*Scales bytes, the float16 scales follow, one
+	// per block.
 	Scales int
 }
 
-// kvQuant reports whether K or V is q8_0 or q4_0: the plan reads them
-// with a Q8_LOADS build.
+// kvQuant reports whether K or V is quantized: the plan reads them with a
+// QUANT_LOADS build.
 func (s *AttentionShape) kvQuant() bool { return s.K.Type.Quantized() || s.V.Type.Quantized() }
 
-// quantSpan is the whole buffer of a q8_0 or q4_0 layout, quants and
+// quantSpan is the whole buffer of a quantized layout, quants and
 // scales, in bytes (the unit of its spans): a kernel reads both, so it
 // binds all of it. Such buffers are allocated in whole 16-byte texels
 // (vec4 texel views read the last scales).
 func (l Layout) quantSpan() span {
-	quants := 2 * l.Scales // bytes
-	elements := quants
-	if l.Type == core.Q4_0 {
-		elements = 2 * quants
-	}
+	q, _ := l.Type.Quant()
+	elements := 2 * l.Scales * 8 / q.QuantBits // the quants' bytes, as elements
 	return span{0, (l.Type.StorageBytes(elements) + 15) &^ 15}
 }
 
@@ -66,10 +63,10 @@ func (s *AttentionShape) halves8() bool {
 	return rowsAlignedWhere(core.DType.Half, 8, rowLayout{s.Q, s.DK}, rowLayout{s.K, s.DK}, rowLayout{s.V, s.DV})
 }
 
-// quantBlocks reports whether K or V is q8_0 or q4_0 and each such input
-// has rows of whole blocks (core.Q8Block and core.Q4Block elements).
+// quantBlocks reports whether K or V is quantized and each such input has
+// rows of whole blocks (of every quantized type: core.QuantBlockMultiple).
 func (s *AttentionShape) quantBlocks() bool {
-	return rowsAlignedWhere(core.DType.Quantized, max(core.Q8Block, core.Q4Block), rowLayout{s.K, s.DK}, rowLayout{s.V, s.DV})
+	return rowsAlignedWhere(core.DType.Quantized, core.QuantBlockMultiple(), rowLayout{s.K, s.DK}, rowLayout{s.V, s.DV})
 }
 
 // rowLayout is an input's layout and the width of its rows.
@@ -381,7 +378,7 @@ func finishPlan(dev core.DeviceInfo, p *AttentionPlan) error {
 		}
 	}
 	p.Masked = p.Shape.masked()
-	p.Variant.Q8 = p.Shape.kvQuant()
+	p.Variant.Quant = p.Shape.kvQuant()
 	if err := dev.CheckBindings(attentionBindingTypes(*p)); err != nil {
 		return Limitf("%v", err)
 	}

@@ -189,7 +189,7 @@ func PlanBackward(dev core.DeviceInfo, p AttentionPlan) (BackwardPlan, error) {
 	case !s.LSE:
 		return BackwardPlan{}, Limitf("the backward pass needs the forward's log-sum-exp")
 	case s.kvQuant():
-		return BackwardPlan{}, Limitf("the backward pass reads float K and V, not q8_0 or q4_0")
+		return BackwardPlan{}, Limitf("the backward pass reads float K and V, not a quantized type %v", core.QuantNames())
 	}
 	rows, why := backwardRows(dev, &p)
 	if rows == nil {

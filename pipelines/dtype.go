@@ -16,7 +16,7 @@ func typeSpec(t core.DType) int32 { return int32(t) }
 
 // texelBinding is the view a kernel reads an input of type t through on
 // the texel path: raw words, widened by the shader.
-// q8_0 and q4_0 are read as words too: four or eight quants a word, the
+// Quantized types are read as words too: four or eight quants a word, the
 // scales two a word.
 func texelBinding(t core.DType, vec4 bool) core.BindingType {
 	words := t == core.Float32 || t.Quantized()
@@ -50,7 +50,7 @@ func namedTypes(names []string, ts ...core.DType) string {
 }
 
 // checkTypes refuses element types the attention kernel cannot read:
-// Q, K and V each in any of DTypes, K and V in q8_0 and q4_0 too (rows of
+// Q, K and V each in any of DTypes, K and V in core.QuantTypes too (rows of
 // whole blocks), outputs in float32.
 func (s *AttentionShape) checkTypes() error {
 	for _, in := range []struct {
@@ -60,7 +60,7 @@ func (s *AttentionShape) checkTypes() error {
 		w    int
 	}{{"Q", s.Q.Type, false, s.DK}, {"K", s.K.Type, true, s.DK}, {"V", s.V.Type, true, s.DV}} {
 		if !in.t.Valid() && !(in.kv && in.t.Quantized()) {
-			return fmt.Errorf("attention: %s has element type %v; the kernel reads %v (and q8_0, q4_0 for K and V)", in.what, in.t, DTypes)
+			return fmt.Errorf("attention: %s has element type %v; the kernel reads %v (and %s for K and V)", in.what, in.t, DTypes, strings.Join(core.QuantNames(), ", "))
 		}
 		if in.t.Quantized() && in.w%quantBlock(in.t) != 0 {
 			return fmt.Errorf("attention: %s in %v has rows of %d elements; %v rows are whole blocks of %d", in.what, in.t, in.w, in.t, quantBlock(in.t))
@@ -74,8 +74,6 @@ func (s *AttentionShape) checkTypes() error {
 
 // quantBlock is the elements of one block of the quantized type t.
 func quantBlock(t core.DType) int {
-	if t == core.Q4_0 {
-		return core.Q4Block
-	}
-	return core.Q8Block
+	q, _ := t.Quant()
+	return q.Block
 }

@@ -2,7 +2,6 @@ package pipelines
 
 import (
 	"fmt"
-	"math/bits"
 	"strings"
 
 	"github.com/vkattn/vkattn/core"
@@ -121,16 +120,7 @@ var shaderInterface = []interfaceSection{
 		{"RFLAG_ACCUMULATE", regroupFlagAccumulate, "add to dst"},
 	}},
 	{"score-variant bits (the VARIANTS specialization constant; options.go)", true, variantNames},
-	{"element types (core.DType, as typeSpec sets the *_TYPE specialization constants)", true, []glslName{
-		{"TYPE_F32", int(core.Float32), ""}, {"TYPE_F16", int(core.Float16), ""}, {"TYPE_BF16", int(core.BFloat16), ""},
-		{"TYPE_Q8_0", int(core.Q8_0), "K and V only"}, {"TYPE_Q4_0", int(core.Q4_0), "K and V only"},
-	}},
-	{"q8_0 and q4_0 blocks (core.Q8Block, core.Q4Block)", true, []glslName{
-		{"Q8_BLOCK", core.Q8Block, "elements per block, each block one float16 scale"},
-		{"Q8_BLOCK_SHIFT", bits.TrailingZeros(uint(core.Q8Block)), "element i is in block i >> Q8_BLOCK_SHIFT"},
-		{"Q4_BLOCK", core.Q4Block, "elements per block: 16 bytes of nibbles, one float16 scale"},
-		{"Q4_BLOCK_SHIFT", bits.TrailingZeros(uint(core.Q4Block)), "element i is in block i >> Q4_BLOCK_SHIFT"},
-	}},
+	{"element types (core.DType, as typeSpec sets the *_TYPE specialization constants)", true, elementTypeNames()},
 	{"specialization-constant IDs, one per meaning in every family (spec.go; 0: the workgroup size)", false, specIDs},
 }
 

@@ -93,8 +93,7 @@ func TestShadersDefineNoInterfaceConstant(t *testing.T) {
 }
 
 // TestElementTypeCodes: the TYPE_* constants the kernels compare their
-// element-type specialization constants with are what typeSpec sets, and
-// Q8_BLOCK_SHIFT and Q4_BLOCK_SHIFT are the log2 of Q8_BLOCK and Q4_BLOCK.
+// element-type specialization constants with are what typeSpec sets.
 func TestElementTypeCodes(t *testing.T) {
 	value := map[string]int{}
 	for _, s := range shaderInterface {
@@ -106,12 +105,6 @@ func TestElementTypeCodes(t *testing.T) {
 		if v, ok := value[name]; !ok || int32(v) != typeSpec(dt) {
 			t.Errorf("%s = %d (in the table: %v), typeSpec(%v) = %d", name, v, ok, dt, typeSpec(dt))
 		}
-	}
-	if block, shift := value["Q8_BLOCK"], value["Q8_BLOCK_SHIFT"]; block != core.Q8Block || 1<<shift != block {
-		t.Errorf("Q8_BLOCK %d, Q8_BLOCK_SHIFT %d: want %d = 1 << Q8_BLOCK_SHIFT", block, shift, core.Q8Block)
-	}
-	if block, shift := value["Q4_BLOCK"], value["Q4_BLOCK_SHIFT"]; block != core.Q4Block || 1<<shift != block {
-		t.Errorf("Q4_BLOCK %d, Q4_BLOCK_SHIFT %d: want %d = 1 << Q4_BLOCK_SHIFT", block, shift, core.Q4Block)
 	}
 }
 

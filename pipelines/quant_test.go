@@ -73,7 +73,7 @@ func TestQ4PlansAsQ8(t *testing.T) {
 					t.Fatalf("%s %s %v q4_0: %v", dev.Name, name, force, err)
 				}
 				what := dev.Name + " " + name + " " + force.String()
-				if !p4.Variant.Q8 || p4.Variant != p8.Variant || p4.Path != p8.Path || p4.Vec4 != p8.Vec4 || p4.Grid != p8.Grid ||
+				if !p4.Variant.Quant || p4.Variant != p8.Variant || p4.Path != p8.Path || p4.Vec4 != p8.Vec4 || p4.Grid != p8.Grid ||
 					p4.Splits != p8.Splits || p4.TileRows != p8.TileRows || p4.KeyTile != p8.KeyTile || p4.Chunks != p8.Chunks {
 					t.Errorf("%s: q4_0 plans %s (%v, grid %v, %d splits, %d chunks), q8_0 %s (%v, grid %v, %d splits, %d chunks)",
 						what, p4.Variant, p4.Path, p4.Grid, p4.Splits, p4.Chunks, p8.Variant, p8.Path, p8.Grid, p8.Splits, p8.Chunks)
@@ -134,7 +134,7 @@ func TestQ4Refused(t *testing.T) {
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
-		case c.want == "" && !p.Variant.Q8:
+		case c.want == "" && !p.Variant.Quant:
 			t.Errorf("%s: variant %s, want a Q8_LOADS build", c.name, p.Variant)
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)

@@ -23,7 +23,7 @@ const (
 	FamilyHeatmap                          // heat_colour.comp, the viewer's picture of weights
 	FamilyTiled                            // attention_tiled.comp, q.k scores, workgroup-tiled (GPUs)
 	FamilyRoPE                             // rope.comp, rotary position embeddings
-	FamilyQ8Store                          // q8_store.comp, quantization into a q8_0 or q4_0 tensor
+	FamilyQ8Store                          // q8_store.comp, quantization into a quantized tensor
 	FamilyBackwardQ                        // attention_backward.comp, dQ (and D, the sinks' shares)
 	FamilyBackwardKV                       // attention_backward.comp, dK and dV
 	FamilyAdditiveBackwardQ                // attention_backward.comp, additive scores: dq
@@ -80,7 +80,7 @@ type Variant struct {
 	Vec4   bool // inputs read as vec4s
 	SplitK bool // keys split over lanes (flash-decoding), merged by FamilyCombine
 	Shared bool // K/V rows fetched once per subgroup and shared by shuffles
-	Q8     bool // K or V in q8_0 or q4_0 (only these builds read them)
+	Quant  bool // K or V quantized (core.QuantTypes; only these builds read them)
 }
 
 // Name is the variant's SPIR-V name (shaders/<Name>.spv).
@@ -99,8 +99,8 @@ func (v Variant) Name() string {
 	if v.Shared {
 		name += "_shared"
 	}
-	if v.Q8 {
-		name += "_q8"
+	if v.Quant {
+		name += "_q8" // the name predates the other quantized types
 	}
 	return name
 }
@@ -122,8 +122,8 @@ func (v Variant) defines() []string {
 	if v.Shared {
 		d = append(d, "-DSHARED_LOADS=1")
 	}
-	if v.Q8 {
-		d = append(d, "-DQ8_LOADS=1")
+	if v.Quant {
+		d = append(d, "-DQUANT_LOADS=1")
 	}
 	if f := families[v.Family].define; f != "" {
 		d = append(d, f)
@@ -165,12 +165,13 @@ var Variants = func() []Variant {
 	vs = append(vs, tiled...)
 	// The cooperative-matrix kernels: float16 rows read by element.
 	vs = append(vs, Variant{Family: FamilyCoopmat, Path: core.StorageLoadPath}, Variant{Family: FamilyLinearCoopmat, Path: core.StorageLoadPath})
-	// q8_0 and q4_0 K and V: the scaled dot-product kernels again, reading
+	// Quantized K and V: the scaled dot-product kernels again, reading
 	// them (not the shared-loads build: the planner keeps them off it).
-	// One build reads both, by the K and V types' specialization constants.
+	// One build reads every type, by the K and V types' specialization
+	// constants.
 	for _, v := range slices.Clone(vs) {
 		if (v.Family == FamilyAttention || v.Family == FamilyTiled) && !v.Shared {
-			v.Q8 = true
+			v.Quant = true
 			vs = append(vs, v)
 		}
 	}

@@ -118,12 +118,7 @@ const int TYPE_F16 = 1;
 const int TYPE_BF16 = 2;
 const int TYPE_Q8_0 = 3; // K and V only
 const int TYPE_Q4_0 = 4; // K and V only
-
-// q8_0 and q4_0 blocks (core.Q8Block, core.Q4Block)
-const int Q8_BLOCK = 32; // elements per block, each block one float16 scale
-const int Q8_BLOCK_SHIFT = 5; // element i is in block i >> Q8_BLOCK_SHIFT
-const int Q4_BLOCK = 32; // elements per block: 16 bytes of nibbles, one float16 scale
-const int Q4_BLOCK_SHIFT = 5; // element i is in block i >> Q4_BLOCK_SHIFT
+const int TYPE_IQ4_NL = 5; // K and V only
 
 // specialization-constant IDs, one per meaning in every family (spec.go; 0: the workgroup size)
 #define SPEC_D4 1 // compile-time bound of d_k and d_v, in vec4s

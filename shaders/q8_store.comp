@@ -1,10 +1,12 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Quantizes rows of X (any float type, any strides) into a q8_0 or, by
-// Y_TYPE, a q4_0 tensor (SEMANTICS.md §8.2), exactly as ggml's
-// quantize_row_q8_0 and quantize_row_q4_0_ref do, on the device:
+// Quantizes rows of X (any float type, any strides) into a tensor of the
+// quantized type Y_TYPE (SEMANTICS.md §8.2), exactly as ggml's
+// quantize_row_q8_0, quantize_row_q4_0_ref and quantize_row_iq4_nl_ref
+// do, on the device:
 // AppendTensors into a quantized KV cache. One invocation per block of
-// 32 (Q8_BLOCK, Q4_BLOCK): source row r (of (B, heads, N) rows of width
+// 32 (QUANT_BLOCK), by the function of this file that core.QuantTypes
+// names for the type (elements.glsl's STORE_QUANT_BLOCK): source row r (of (B, heads, N) rows of width
 // D) goes to element rowDst[r] of Y, whose quants are its first bytes (a
 // byte each for q8_0, two a byte in ggml's order for q4_0) and whose
 // float16 scales start at half P.scales.
@@ -36,7 +38,7 @@ layout(push_constant) uniform Push {
 
 #include "loads.glsl"
 INPUT(QBIND_X, Xt)
-#define Xt_SCALES 0 // never q8_0
+#define Xt_SCALES 0 // never quantized
 layout(constant_id = SPEC_X_TYPE) const int X_TYPE = 0;
 layout(constant_id = SPEC_Y_TYPE) const int Y_TYPE = TYPE_Q8_0;
 layout(std430, binding = QBIND_Y) buffer YBuf { uint y[]; };
@@ -154,12 +156,12 @@ uint q4Quant(float x, float id) {
 }
 
 // The q4_0 block of the 32 elements of X from base, to element dst of Y.
-void storeQ4(int base, int dst) {
+void quantizeQ4_0(int base, int dst) {
     // max: the first element of largest |x|, its sign kept (+0 when all
     // are zeros).
     float amax = 0.0;
     float top = 0.0;
-    for (int i = 0; i < Q4_BLOCK; i++) {
+    for (int i = 0; i < QUANT_BLOCK; i++) {
         float x = AT(Xt, X_TYPE, base + i);
         if (amax < abs(x)) {
             amax = abs(x);
@@ -174,16 +176,138 @@ void storeQ4(int base, int dst) {
     // quants are 8 (ggml's 1/d is then huge or infinite).
     float idAbs = dAbs < 1.17549435e-38 ? 0.0 : recip(dAbs);
     float id = dNeg ? -idAbs : idAbs;
-    for (int w = 0; w < Q4_BLOCK / 8; w++) {
+    for (int w = 0; w < QUANT_BLOCK / 8; w++) {
         uint word = 0u;
         for (int j = 0; j < 4; j++) {
             uint lo = q4Quant(AT(Xt, X_TYPE, base + 4 * w + j), id);
-            uint hi = q4Quant(AT(Xt, X_TYPE, base + 4 * w + j + Q4_BLOCK / 2), id);
+            uint hi = q4Quant(AT(Xt, X_TYPE, base + 4 * w + j + QUANT_BLOCK / 2), id);
             word |= (lo | (hi << 4)) << (8 * j);
         }
-        y[(dst >> 3) + w] = word; // dst is a multiple of Q4_BLOCK: whole words
+        y[(dst >> 3) + w] = word; // dst is a multiple of QUANT_BLOCK: whole words
     }
-    storeScale(dst >> Q4_BLOCK_SHIFT, toF16(dAbs) | (dNeg ? 0x8000u : 0u));
+    storeScale(dst >> QUANT_BLOCK_SHIFT, toF16(dAbs) | (dNeg ? 0x8000u : 0u));
+}
+
+// The error a - c d for c near a / d: Dekker's exact product of c and d
+// (Veltkamp halves, no fused operations), then a - p exactly (p is within
+// a factor 2 of a).
+float errDiv(float a, float c, float d) {
+    precise float p = c * d;
+    precise float cs = c * 4097.0;
+    precise float ch = cs - (cs - c);
+    precise float cl = c - ch;
+    precise float ds = d * 4097.0;
+    precise float dh = ds - (ds - d);
+    precise float dl = d - dh;
+    precise float e = ((ch * dh - p) + ch * dl + cl * dh) + cl * dl;
+    precise float r = (a - p) - e;
+    return r;
+}
+
+// a / d rounded to nearest (a float32 quotient is never a tie).
+float divide(float a, float d) {
+    float c = a / d;
+    float best = c;
+    float bestErr = abs(errDiv(a, c, d));
+    for (int k = -3; k <= 3; k++) {
+        float x = uintBitsToFloat(uint(int(floatBitsToUint(c)) + k));
+        float e = abs(errDiv(a, x, d));
+        if (e < bestErr) {
+            best = x;
+            bestErr = e;
+        }
+    }
+    return best;
+}
+
+// The iq4_nl index of v: the level nearest to v, the upper of two equally
+// near (2v against the sum of two levels: both exact).
+uint iq4nlIndex(float v) {
+    uint l = 0u;
+    for (int i = 1; i < 16; i++) {
+        if (2.0 * v >= level_iq4_nl(uint(i - 1)) + level_iq4_nl(uint(i))) {
+            l = uint(i);
+        }
+    }
+    return l;
+}
+
+// The iq4_nl block of the 32 elements of X from base, to element dst of
+// Y, as ggml's quantize_row_iq4_nl_ref (core.QuantizeIQ4NL says each
+// step): d = max / -127 and id = 1 / d correctly rounded, each index the
+// level nearest to id * x, sumqx and sumq2 summed in element order with
+// every product rounded once (precise), and the scale sumqx / sumq2
+// correctly rounded. The scale's sign is d's (the largest element's term
+// outweighs the rest of both sums), set apart from its magnitude so a
+// driver that flushes subnormal products to zero still writes the sign
+// of a scale whose float16 is zero.
+void quantizeIQ4_NL(int base, int dst) {
+    float amax = 0.0;
+    float top = 0.0;
+    for (int i = 0; i < QUANT_BLOCK; i++) {
+        float x = AT(Xt, X_TYPE, base + i);
+        if (abs(x) > amax) {
+            amax = abs(x);
+            top = x;
+        }
+    }
+    uint idx[QUANT_BLOCK];
+    float scale = 0.0;
+    bool negative = false;
+    for (int i = 0; i < QUANT_BLOCK; i++) {
+        idx[i] = 0u;
+    }
+    if (amax >= 1e-15) { // ggml's GROUP_MAX_EPS; below it the scale is 0
+        negative = top > 0.0; // d = max / -127
+        float dAbs = div127(amax);
+        float d = negative ? -dAbs : dAbs;
+        float id = recip(d);
+        precise float sumqx = 0.0;
+        precise float sumq2 = 0.0;
+        for (int i = 0; i < QUANT_BLOCK; i++) {
+            float x = AT(Xt, X_TYPE, base + i);
+            precise float v = id * x;
+            idx[i] = iq4nlIndex(v);
+            float q = level_iq4_nl(idx[i]);
+            precise float w = x * x;
+            precise float wq = w * q;
+            precise float tx = wq * x;
+            precise float tq = wq * q;
+            sumqx = sumqx + tx;
+            sumq2 = sumq2 + tq;
+        }
+        scale = sumq2 > 0.0 ? abs(divide(sumqx, sumq2)) : 0.0;
+    }
+    for (int w = 0; w < QUANT_BLOCK / 8; w++) {
+        uint word = 0u;
+        for (int j = 0; j < 4; j++) {
+            word |= (idx[4 * w + j] | (idx[4 * w + j + QUANT_BLOCK / 2] << 4)) << (8 * j);
+        }
+        y[(dst >> 3) + w] = word; // dst is a multiple of QUANT_BLOCK: whole words
+    }
+    storeScale(dst >> QUANT_BLOCK_SHIFT, toF16(scale) | (negative ? 0x8000u : 0u));
+}
+
+// The q8_0 block of the 32 elements of X from base, to element dst of Y.
+void quantizeQ8_0(int base, int dst) {
+    float amax = 0.0;
+    for (int i = 0; i < QUANT_BLOCK; i++) {
+        amax = max(amax, abs(AT(Xt, X_TYPE, base + i)));
+    }
+    float d = amax == 0.0 ? 0.0 : div127(amax);
+    // A d below float32's normal range has the float16 scale 0; its
+    // quants are 0 (ggml's 1/d is then huge or infinite).
+    float id = d < 1.17549435e-38 ? 0.0 : recip(d);
+    for (int w = 0; w < QUANT_BLOCK / 4; w++) {
+        uint word = 0u;
+        for (int j = 0; j < 4; j++) {
+            precise float v = AT(Xt, X_TYPE, base + 4 * w + j) * id;
+            int q = int(roundHalfAway(v));
+            word |= uint(q & 0xff) << (8 * j);
+        }
+        y[(dst >> 2) + w] = word; // dst is a multiple of QUANT_BLOCK: whole words
+    }
+    storeScale(dst >> QUANT_BLOCK_SHIFT, toF16(d));
 }
 
 void main() {
@@ -191,34 +315,13 @@ void main() {
     if (blk >= P.blocks) {
         return;
     }
-    int perRow = P.D / Q8_BLOCK; // q4_0's blocks are as long (Q4_BLOCK)
+    int perRow = P.D / QUANT_BLOCK;
     int row = blk / perRow;
-    int first = (blk % perRow) * Q8_BLOCK;
+    int first = (blk % perRow) * QUANT_BLOCK;
     int t = row % P.N;
     int h = (row / P.N) % P.heads;
     int b = row / (P.N * P.heads);
     int base = P.xOffset + b * P.xStrideB + h * P.xStrideH + t * P.xStrideN + first;
-    if (Y_TYPE == TYPE_Q4_0) {
-        storeQ4(base, rowDst[row] + first);
-        return;
-    }
-    float amax = 0.0;
-    for (int i = 0; i < Q8_BLOCK; i++) {
-        amax = max(amax, abs(AT(Xt, X_TYPE, base + i)));
-    }
-    float d = amax == 0.0 ? 0.0 : div127(amax);
-    // A d below float32's normal range has the float16 scale 0; its
-    // quants are 0 (ggml's 1/d is then huge or infinite).
-    float id = d < 1.17549435e-38 ? 0.0 : recip(d);
-    int dst = rowDst[row] + first; // a multiple of Q8_BLOCK: whole words
-    for (int w = 0; w < Q8_BLOCK / 4; w++) {
-        uint word = 0u;
-        for (int j = 0; j < 4; j++) {
-            precise float v = AT(Xt, X_TYPE, base + 4 * w + j) * id;
-            int q = int(roundHalfAway(v));
-            word |= uint(q & 0xff) << (8 * j);
-        }
-        y[(dst >> 2) + w] = word;
-    }
-    storeScale(dst >> Q8_BLOCK_SHIFT, toF16(d));
+    // elements.glsl's dispatch: the quantizer core.QuantTypes names for Y_TYPE.
+    STORE_QUANT_BLOCK(Y_TYPE, base, rowDst[row] + first)
 }

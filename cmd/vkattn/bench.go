@@ -100,10 +100,10 @@ count of the backward, 2.5x.
 
 Element types: the random data is float32 unless
   --dtype f16|bf16      stores Q, K and V as that type
-  --kv-dtype f16|bf16|q8_0|q4_0
-                        stores K and V so (Q as --dtype, else float32); q8_0
-                        and q4_0 are ggml's 8-bit and 4-bit blocks of 32 with
-                        float16 scales
+  --kv-dtype f16|bf16|q8_0|q4_0|iq4_nl
+                        stores K and V so (Q as --dtype, else float32); q8_0,
+                        q4_0 and iq4_nl are ggml's 8-bit, 4-bit and 4-bit
+                        non-linear blocks of 32 with float16 scales
 The kernels widen on load and compute in float32, but for half (f16 or
 bf16) Q, K and V on a device with float16 cooperative matrices (vkattn
 devices lists them), which multiply on those with P rounded to float16

@@ -47,10 +47,11 @@ rank 2 to 4 as for run; T is the sequence length, the cache's capacity.
                        not 1/sqrt(576)); K's and Q's rotary columns rotated in
                        the files (no --rope)
   --scale X            score scale instead of 1/sqrt(d_k)
-  --kv-dtype f16|bf16|q8_0|q4_0
-                       the cache's element type (default f32; q8_0, q4_0:
-                       ggml's 8-bit and 4-bit blocks of 32 with float16
-                       scales, d_k and d_v multiples of 32); --dtype
+  --kv-dtype f16|bf16|q8_0|q4_0|iq4_nl
+                       the cache's element type (default f32; q8_0, q4_0,
+                       iq4_nl: ggml's 8-bit, 4-bit and 4-bit non-linear
+                       blocks of 32 with float16 scales, d_k and d_v
+                       multiples of 32); --dtype
                        f16|bf16 also stores Q so
   --window L,R, --softcap C, --alibi, --alibi-slopes A.npy, --sinks S.npy
                        the score variants, as for run

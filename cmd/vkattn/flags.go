@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/vkattn/vkattn"
+	"github.com/vkattn/vkattn/core"
 	"github.com/vkattn/vkattn/internal/verify"
 )
 
@@ -98,8 +99,8 @@ func (v *vFromKFlag) values(k *npyArray) (*npyArray, error) {
 	if v.n > w {
 		return nil, fmt.Errorf("%s %d: K %s has rows of %d; V is at most all of them: %w", v.name, v.n, k.Path, w, vkattn.ErrShape)
 	}
-	if k.Store.Quantized() && v.n%32 != 0 {
-		return nil, fmt.Errorf("%s %d: a %v K is read in blocks of 32; V's width must be a multiple of 32: %w", v.name, v.n, k.Store, vkattn.ErrShape)
+	if q, ok := k.Store.Quant(); ok && v.n%q.Block != 0 {
+		return nil, fmt.Errorf("%s %d: a %v K is read in blocks of %d; V's width must be a multiple of %d: %w", v.name, v.n, k.Store, q.Block, q.Block, vkattn.ErrShape)
 	}
 	a := &npyArray{Path: fmt.Sprintf("%s's leading %d columns", k.Path, v.n), DType: k.DType, Store: k.Store}
 	a.Shape = append(append([]int(nil), k.Shape[:len(k.Shape)-1]...), v.n)
@@ -284,7 +285,7 @@ type typeFlags struct{ dtype, kvDtype string }
 
 func (t *typeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.dtype, "dtype", "", "store Q, K and V on the device as `T`: f32, f16 or bf16 (default: as the file, f16 for <f2, else f32)")
-	fs.StringVar(&t.kvDtype, "kv-dtype", "", "store K and V as `T` (f32, f16, bf16, or q8_0, q4_0: ggml's 8-bit and 4-bit blocks of 32), overriding --dtype for them")
+	fs.StringVar(&t.kvDtype, "kv-dtype", "", "store K and V as `T` (f32, f16, bf16, or "+quantTypeList()+": ggml's quantized blocks of 32), overriding --dtype for them")
 }
 
 // types are the element types of Q, K and V: each input's own (files is
@@ -297,7 +298,7 @@ func (t *typeFlags) types(files [3]vkattn.DType) ([3]vkattn.DType, error) {
 		}
 		dt, err := vkattn.ParseDType(fl.v)
 		if err != nil {
-			return ts, fmt.Errorf("%s %q: want f32, f16 or bf16 (or q8_0, q4_0 for --kv-dtype)", fl.name, fl.v)
+			return ts, fmt.Errorf("%s %q: want f32, f16 or bf16 (or %s for --kv-dtype)", fl.name, fl.v, quantTypeList())
 		}
 		if dt.Quantized() && i == 0 {
 			return ts, fmt.Errorf("--dtype %v: %v stores K and V only; say --kv-dtype %v", dt, dt, dt)
@@ -308,3 +309,7 @@ func (t *typeFlags) types(files [3]vkattn.DType) ([3]vkattn.DType, error) {
 	}
 	return ts, nil
 }
+
+// quantTypeList names the quantized K/V element types (core.QuantTypes),
+// for help and errors: "q8_0, q4_0".
+func quantTypeList() string { return strings.Join(core.QuantNames(), ", ") }

@@ -23,8 +23,8 @@ Inputs as for run: Q (B,H,L,d_k), K (B,H_kv,S,d_k), V (B,H_kv,S,d_v), rank
 2 to 4, and DO with O's shape (Q's, last axis d_v). Every mask, length,
 causal and score-variant flag of run applies, as do --scale, --dtype and
 --kv-dtype f32, f16 or bf16 (the gradients are of the values as stored;
-they are float32). The backward reads float K and V: --kv-dtype q8_0 or q4_0
-is a usage error.
+they are float32). The backward reads float K and V: --kv-dtype q8_0, q4_0 or
+iq4_nl is a usage error.
 Under grouped-query attention dK and dV sum every query head of a group.
 Rows that are padding or see no key have output 0 and add nothing.
 
@@ -71,7 +71,7 @@ func runGrad(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.dsinks, "dsinks", "", "write dL/dsinks to `DS.npy` (H values; needs --sinks)")
 	fs.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 if it disagrees")
 	fs.BoolVar(&f.json, "json", false, "print a machine-readable JSON summary")
-	fs.Lookup("kv-dtype").Usage = "store K and V as `T`: f32, f16 or bf16 (not q8_0 or q4_0: the backward reads float K and V), overriding --dtype for them"
+	fs.Lookup("kv-dtype").Usage = "store K and V as `T`: f32, f16 or bf16 (not q8_0, q4_0 or iq4_nl: the backward reads float K and V), overriding --dtype for them"
 	if ok, code := parseFlags(fs, gradUsage, args, stdout, stderr); !ok {
 		return code
 	}

@@ -28,8 +28,8 @@ type npyArray struct {
 // are rounded to it (an error names the value that does not fit); a
 // float16 file stored as float16 keeps its bits as they are.
 func (a *npyArray) storeAs(t vkattn.DType) error {
-	if w := a.Shape[len(a.Shape)-1]; t.Quantized() && w%32 != 0 {
-		return fmt.Errorf("%v stores rows in blocks of 32 values; these rows have %d: %w", t, w, vkattn.ErrShape)
+	if q, ok := t.Quant(); ok && a.Shape[len(a.Shape)-1]%q.Block != 0 {
+		return fmt.Errorf("%v stores rows in blocks of %d values; these rows have %d: %w", t, q.Block, a.Shape[len(a.Shape)-1], vkattn.ErrShape)
 	}
 	a.Store = t
 	if t == vkattn.Float16 && a.F16 != nil {

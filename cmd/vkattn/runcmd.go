@@ -62,11 +62,13 @@ Element types: a float16 (<f2) input stays float16 on the device, others
 are stored as float32 (float64 narrowed), unless
   --dtype f16|bf16|f32     stores Q, K and V as that type (rounded to nearest even;
                            a value out of range is an error, never inf)
-  --kv-dtype f16|bf16|f32|q8_0|q4_0
+  --kv-dtype f16|bf16|f32|q8_0|q4_0|iq4_nl
                            stores K and V so, Q as --dtype or its file says; q8_0
                            is ggml's: int8 quants in blocks of 32 along a row (d_k
                            and d_v multiples of 32), a float16 scale each; q4_0
-                           ggml's 4-bit blocks of 32, (q - 8) times the scale
+                           ggml's 4-bit blocks of 32, (q - 8) times the scale;
+                           iq4_nl ggml's 4-bit non-linear blocks of 32, a level
+                           of a fixed 16-entry table times the scale
 The kernels widen on load and compute in float32; --check then compares
 with the reference on the rounded values. The exception: half (f16 or
 bf16) Q, K and V on a device with float16 cooperative matrices (vkattn

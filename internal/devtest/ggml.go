@@ -2,8 +2,12 @@ package devtest
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand"
+	"os"
+	"path/filepath"
+	"runtime"
 
 	"github.com/x448/float16"
 )
@@ -81,4 +85,45 @@ func Q4Data(r *rand.Rand, n int) []float32 {
 		x[i] = float32(r.NormFloat64() * math.Ldexp(1, i/32%9-4))
 	}
 	return x
+}
+
+// GGMLIQ4NL is testdata/iq4_nl, which tools/iq4nl_ref (a C reproduction of
+// ggml's quantize_row_iq4_nl_ref, written apart from package core) wrote:
+// x the inputs (whole blocks of 32), raw ggml's blocks of them as an
+// iq4_nl tensor holds them on the device (every block's 16 bytes of
+// indices, then the scales, little-endian), values their dequantized
+// values, a level of ggml's kvalues_iq4nl times the float16 scale.
+func GGMLIQ4NL() (x []float32, raw []byte, values []float32, err error) {
+	_, self, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(self), "..", "..", "testdata", "iq4_nl")
+	in, err := os.ReadFile(filepath.Join(dir, "input.f32"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	blocks, err := os.ReadFile(filepath.Join(dir, "blocks.bin"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	nb := len(blocks) / 18
+	if len(in) != 4*32*nb {
+		return nil, nil, nil, fmt.Errorf("testdata/iq4_nl: %d bytes of input for %d blocks", len(in), nb)
+	}
+	levels := [16]float32{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+	x = make([]float32, 32*nb)
+	values = make([]float32, 32*nb)
+	raw = make([]byte, 16*nb, 18*nb)
+	for i := range x {
+		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(in[4*i:]))
+	}
+	for b := range nb {
+		blk := blocks[18*b : 18*b+18]
+		raw = append(raw, blk[0], blk[1])
+		copy(raw[16*b:], blk[2:])
+		d := float16.Frombits(binary.LittleEndian.Uint16(blk)).Float32()
+		for j, q := range blk[2:] {
+			values[32*b+j] = d * levels[q&0xf]
+			values[32*b+j+16] = d * levels[q>>4]
+		}
+	}
+	return x, raw, values, nil
 }

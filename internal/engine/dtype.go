@@ -15,49 +15,24 @@ func halfBytes(bits []uint16) []byte {
 	return b
 }
 
-// q8Bytes is data quantized to q8_0 as the device stores it: the quants,
-// a byte each, then the float16 scales, one per block (the layout
-// byteSpans reads). It returns the largest |dequantized value| too.
-func q8Bytes(data []float32) ([]byte, float64, error) {
-	q, scales, err := core.QuantizeQ8_0(data)
-	if err != nil {
-		return nil, 0, err
-	}
-	raw := make([]byte, len(q), len(q)+2*len(scales))
-	for i, x := range q {
-		raw[i] = byte(x)
-	}
-	most, _ := Magnitude(core.DequantizeQ8_0(q, scales))
-	return append(raw, halfBytes(scales)...), most, nil
-}
-
-// q4Bytes is data quantized to q4_0 as the device stores it: every
-// block's 16 quant bytes (ggml's qs), then the float16 scales, one per
-// block (the layout byteSpans reads). It returns the largest
+// quantBytes is data quantized to the quantized type dt as the device
+// stores it: the quants (the table's layout), then the float16 scales,
+// one per block (the layout byteSpans reads). It returns the largest
 // |dequantized value| too.
-func q4Bytes(data []float32) ([]byte, float64, error) {
-	q, scales, err := core.QuantizeQ4_0(data)
+func quantBytes(dt core.DType, data []float32) ([]byte, float64, error) {
+	q, _ := dt.Quant()
+	quants, scales, err := q.Quantize(data)
 	if err != nil {
 		return nil, 0, err
 	}
-	most, _ := Magnitude(core.DequantizeQ4_0(q, scales))
-	return append(q, halfBytes(scales)...), most, nil
-}
-
-// quantBytes is q8Bytes or q4Bytes, as dt (Q8_0 or Q4_0) says.
-func quantBytes(dt core.DType, data []float32) ([]byte, float64, error) {
-	if dt == core.Q4_0 {
-		return q4Bytes(data)
-	}
-	return q8Bytes(data)
+	most, _ := Magnitude(q.Dequantize(quants, scales))
+	return append(quants, halfBytes(scales)...), most, nil
 }
 
 // quantBlock is the elements of one block of the quantized type dt.
 func quantBlock(dt core.DType) int {
-	if dt == core.Q4_0 {
-		return core.Q4Block
-	}
-	return core.Q8Block
+	q, _ := dt.Quant()
+	return q.Block
 }
 
 // ByteSpan is a byte range of a buffer or of an encoding of elements.
@@ -65,15 +40,12 @@ type ByteSpan struct{ Off, N uint64 }
 
 // byteSpans are where elements [e, e+n) lie in a buffer (or a host
 // encoding) of total elements of type dt: one range for the float types;
-// for q8_0 and q4_0 (e, n and total whole blocks) the quants' bytes (a
-// byte an element; q4_0 half a byte, blocks whole), then the scales'
-// halves after all total quants.
+// for a quantized type (e, n and total whole blocks) the quants' bytes,
+// then the scales' halves after all total quants.
 func byteSpans(dt core.DType, total, e, n int) []ByteSpan {
-	switch dt {
-	case core.Q8_0:
-		return []ByteSpan{{uint64(e), uint64(n)}, {uint64(total + 2*(e/core.Q8Block)), uint64(2 * (n / core.Q8Block))}}
-	case core.Q4_0:
-		return []ByteSpan{{uint64(e / 2), uint64(n / 2)}, {uint64(total/2 + 2*(e/core.Q4Block)), uint64(2 * (n / core.Q4Block))}}
+	if q, ok := dt.Quant(); ok {
+		return []ByteSpan{{uint64(q.QuantBytes(e)), uint64(q.QuantBytes(n))},
+			{uint64(q.QuantBytes(total) + 2*(e/q.Block)), uint64(2 * (n / q.Block))}}
 	}
 	b := uint64(dt.Bytes())
 	return []ByteSpan{{uint64(e) * b, uint64(n) * b}}

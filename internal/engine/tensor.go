@@ -48,8 +48,9 @@ func (d *Device) Upload(shape []int, data []float32) (*Tensor, error) {
 
 // UploadAs is Upload into a tensor stored as element type t: float32 data
 // rounded to the nearest float16 or bfloat16 (ties to even), as ToFloat16
-// and ToBFloat16 do, or quantized to q8_0 or q4_0 as QuantizeQ8_0 and
-// QuantizeQ4_0 do (rows of whole blocks of 32, ErrShape otherwise). A NaN
+// and ToBFloat16 do, or quantized to q8_0, q4_0 or iq4_nl as ggml's
+// reference quantizers do (core.QuantTypes; rows of whole blocks of 32,
+// ErrShape otherwise). A NaN
 // or Inf is ErrNonFinite and a value beyond the type's range ErrOverflow,
 // both naming the element (a quantized type its block); nothing is
 // uploaded then.
@@ -219,10 +220,10 @@ func CheckWrite(t *Tensor, data []float32) error {
 // EncodeValues is data as t's element type stores it, checked against
 // that type's range only (finiteness and t's bound are the caller's).
 func EncodeValues(t *Tensor, data []float32) ([]byte, error) {
-	switch t.dtype {
-	case core.Float32:
+	if t.dtype == core.Float32 {
 		return f32Bytes(data), nil // a view of data, copied by writeRaw
-	case core.Q8_0, core.Q4_0:
+	}
+	if t.dtype.Quantized() {
 		raw, _, err := quantBytes(t.dtype, data)
 		return raw, err
 	}
@@ -247,7 +248,7 @@ func Int32Words(xs []int) []byte {
 }
 
 // writeRaw stores encoded elements from element offset off of t's buffer
-// (q8_0 and q4_0: whole blocks, quants and scales, as quantBytes encodes
+// (a quantized type: whole blocks, quants and scales, as quantBytes encodes
 // them).
 func (t *Tensor) writeRaw(off int, raw []byte) error {
 	n := len(raw) / t.dtype.Bytes()
@@ -379,11 +380,8 @@ func (t *Tensor) root() *Tensor {
 // layout is where the tensor lies in its buffer, in kernel terms.
 func (t *Tensor) layout() pipelines.Layout {
 	l := pipelines.Layout{Offset: t.offset, Strides: t.strides, Type: t.dtype}
-	switch t.dtype {
-	case core.Q8_0:
-		l.Scales = t.elements() / 2 // a byte a quant: the scales follow n/2 halves
-	case core.Q4_0:
-		l.Scales = t.elements() / 4 // two quants a byte
+	if q, ok := t.dtype.Quant(); ok {
+		l.Scales = q.QuantBytes(t.elements()) / 2 // the scales follow the quants' bytes, in halves
 	}
 	return l
 }
@@ -461,15 +459,8 @@ func (t *Tensor) readRow(off int, dst []float32) error {
 		for i := range scales {
 			scales[i] = binary.LittleEndian.Uint16(raw[int(sp[0].N)+2*i:])
 		}
-		if t.dtype == core.Q4_0 {
-			copy(dst, core.DequantizeQ4_0(quants, scales))
-			return nil
-		}
-		q := make([]int8, len(quants))
-		for i, b := range quants {
-			q[i] = int8(b)
-		}
-		copy(dst, core.DequantizeQ8_0(q, scales))
+		q, _ := t.dtype.Quant()
+		copy(dst, q.Dequantize(quants, scales))
 		return nil
 	}
 	raw := make([]byte, 2*len(dst))

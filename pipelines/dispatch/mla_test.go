@@ -144,7 +144,7 @@ func TestMLAAttention(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Variant.Family != pipelines.FamilyTiled || p.Variant.SplitK != (c.l == 1) || p.Variant.Q8 != (c.kType == core.Q8_0) || p.DMax != dk || p.DVMax != dv {
+			if p.Variant.Family != pipelines.FamilyTiled || p.Variant.SplitK != (c.l == 1) || p.Variant.Quant != (c.kType == core.Q8_0) || p.DMax != dk || p.DVMax != dv {
 				t.Fatalf("plan %v; want the tiled kernels, split-K for decode, d_max %d and %d", p, dk, dv)
 			}
 			// The reference reads the values the device holds: the

@@ -320,7 +320,7 @@ func TestQ4Attention(t *testing.T) {
 			if (p.Variant.Family == pipelines.FamilyTiled) != (c.vendor != "") {
 				t.Fatalf("plan %s with %q's tuning", p.Variant, c.vendor)
 			}
-			if !p.Variant.Q8 || (p.Chunks > 1) != c.wantChunks || (p.Splits > 0) != c.split || (c.force != core.AutoLoadPath && p.Path != c.force) {
+			if !p.Variant.Quant || (p.Chunks > 1) != c.wantChunks || (p.Splits > 0) != c.split || (c.force != core.AutoLoadPath && p.Path != c.force) {
 				t.Fatalf("plan %s, %d chunks, %d splits; want a quantized build, chunks %v, split-K %v", p.Variant, p.Chunks, p.Splits, c.wantChunks, c.split)
 			}
 			o, err := dev.NewBuffer(uint64(4 * c.b * c.h * c.l * c.dv))

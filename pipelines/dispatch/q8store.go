@@ -6,7 +6,7 @@ import (
 	"github.com/vkattn/vkattn/vk"
 )
 
-// Q8StoreArgs are the buffers and extents of a q8_0 or q4_0 quantization
+// Q8StoreArgs are the buffers and extents of a quantization (a type of core.QuantTypes)
 // (q8_store.comp): rows of X, (B, Heads, N, D) at XOffset with XStrides
 // over (B, Heads, N), each quantized to element RowDst[r] of Y, a buffer
 // of YType whose scales start at half Scales.
@@ -18,7 +18,7 @@ type Q8StoreArgs struct {
 	B, Heads, N int
 	D           int // a multiple of the block (32)
 	Y           *vk.Buffer
-	YType       core.DType // Q8_0 or Q4_0; the zero value, Float32, is Q8_0
+	YType       core.DType // a quantized type; the zero value, Float32, is Q8_0
 	Scales      int
 	RowDst      *vk.Buffer // int32, one per row of X
 	// Status's first word is set to 1 where a block's scale passed
@@ -33,13 +33,11 @@ func (ks *Kernels) Q8Store(a Q8StoreArgs) (*Step, error) {
 		a.YType = core.Q8_0
 	}
 	if !a.YType.Quantized() {
-		return nil, pipelines.Limitf("quantization into %v: want q8_0 or q4_0", a.YType)
+		return nil, pipelines.Limitf("quantization into %v: want one of %v", a.YType, core.QuantNames())
 	}
 	what := a.YType.String() + " quantization"
-	block := core.Q8Block
-	if a.YType == core.Q4_0 {
-		block = core.Q4Block
-	}
+	q, _ := a.YType.Quant()
+	block := q.Block
 	if a.D%block != 0 || !a.XType.Valid() {
 		return nil, pipelines.Limitf("%s of rows of %d %v: want float rows of whole blocks of %d", what, a.D, a.XType, block)
 	}
