@@ -28,12 +28,7 @@ const int NB = TILE / MM; // accumulator blocks per side
 const int WG = NB * NB * SG;
 const int T4 = TILE / 4;  // vec4s per staged row
 
-layout(std140, binding = LBIND_PARAMS) uniform Params {
-    ivec4 dims; // rows M, outputs N, inputs K, flags
-    ivec4 x;    // X element offset, row stride
-    ivec4 w;    // W element offset, row stride
-    ivec4 y;    // Y element offset, row stride; bias element offset
-} P;
+#include "linear_params.glsl"
 
 #include "loads.glsl"
 INPUT(LBIND_X, Xt)
