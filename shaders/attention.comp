@@ -91,14 +91,7 @@ layout(constant_id = ATT_SPEC_HALVES8) const bool HALVES8_SPEC = false;
 // slots sharing them (loads.glsl's QUANT_BLOCKS).
 layout(constant_id = ATT_SPEC_QUANT_BLOCKS) const bool QUANT_BLOCKS_SPEC = false;
 #define QUANT_BLOCKS QUANT_BLOCKS_SPEC
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
-// Where a q8_0 K or V keeps its block scales (loads.glsl); Q is never q8_0.
-#define Qt_SCALES 0
-#define Kt_SCALES P.kStride.w
-#define Vt_SCALES P.vStride.w
+#include "attention_inputs.glsl"
 #ifdef ADDITIVE
 layout(std430, binding = BIND_WA) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
 vec4 wa[D4]; // w_a, zero past d_k

@@ -58,13 +58,7 @@ const bool PAGED = false;
 
 #include "attention_common.glsl"
 
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
-#define Qt_SCALES 0
-#define Kt_SCALES P.kStride.w
-#define Vt_SCALES P.vStride.w
+#include "attention_inputs.glsl"
 
 layout(std430, binding = BIND_DO) readonly buffer DOBuf { float dO[]; };
 #ifdef ADDITIVE

@@ -52,14 +52,8 @@ const bool PAGED = false;
 
 #include "attention_common.glsl"
 
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
+#include "attention_inputs.glsl"
 INPUT(BIND_DO, DOt) // dense float32 (B, H, L, d_v)
-#define Qt_SCALES 0
-#define Kt_SCALES 0
-#define Vt_SCALES 0
 #define DOt_SCALES 0
 
 #ifdef KV_PASS

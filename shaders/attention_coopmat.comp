@@ -52,13 +52,7 @@ const int DP = 4 * D4; // padded row width
 
 #include "attention_forward.glsl"
 
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
-#define Qt_SCALES 0
-#define Kt_SCALES 0
-#define Vt_SCALES 0
+#include "attention_inputs.glsl"
 
 shared float16_t qS[BR * DP]; // the block's query rows
 shared float16_t kS[BC * DP]; // a tile of keys

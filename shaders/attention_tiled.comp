@@ -62,14 +62,7 @@ const int VTILE = V_IN_K ? 1 : BC * DV4; // V's own tile (unused with V_IN_K)
 
 #include "attention_forward.glsl"
 
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
-// Where a q8_0 K or V keeps its block scales (loads.glsl); Q is never q8_0.
-#define Qt_SCALES 0
-#define Kt_SCALES P.kStride.w
-#define Vt_SCALES P.vStride.w
+#include "attention_inputs.glsl"
 
 shared vec4 kTile[BC * D4];
 shared vec4 vTile[VTILE];
