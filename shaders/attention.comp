@@ -156,22 +156,15 @@ void keyScores(int j, int keyEnd, float maskOf[ROWS]) {
 }
 
 void main() {
-    beginItem(int(gl_WorkGroupID.z));
-    int group = P.heads.y;
     int lane = int(gl_LocalInvocationID.x);
 
 #ifdef SPLIT_K
-    int rowBlocks = P.split.z;
-    hk = int(gl_WorkGroupID.y) / rowBlocks;
-    H = (int(gl_NumWorkGroups.y) / rowBlocks) * group;
-    int packed = group * L; // rows of all query heads of this KV head
+    // The invocation's rows: ROWS packed rows of KV head hk (the same for
+    // the workgroup), of its split of the keys (a lane's own).
+    int rowBase = initIndices(ROWS, false);
     int split = int(gl_WorkGroupID.x) * WG + lane;
     [[unroll]] for (int r = 0; r < ROWS; r++) {
-        int rho = (int(gl_WorkGroupID.y) % rowBlocks) * ROWS + r;
-        rowOK[r] = rho < packed && split < P.split.x;
-        rho = min(rho, packed - 1);
-        rowOf[r] = rho % L;
-        headOf[r] = hk * group + rho / L;
+        rowOK[r] = packedRow(rowBase + r, rowOf[r], headOf[r]) && split < P.split.x;
     }
     // Every lane walks the same number of keys (uniform trip count); keys
     // past its split or past the key length are masked.
@@ -186,10 +179,10 @@ void main() {
     int keyRot = min(lane, P.split.y - 1);
 #define KEY_AT(j) (keyBegin + ((j) - keyBegin + keyRot) - ((j) - keyBegin + keyRot >= P.split.y ? P.split.y : 0))
 #else
-    H = int(gl_NumWorkGroups.y);
+    // The invocation's rows: ROWS rows of query head h, interleaved with
+    // the other lanes' of the workgroup's block.
+    int rowBase = initIndices(ROWS * WG, true);
     int h = int(gl_WorkGroupID.y);
-    hk = h / group;
-    int rowBase = int(gl_WorkGroupID.x) * ROWS * WG;
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         int row = rowBase + r * WG + lane;
         rowOK[r] = row < L;

@@ -120,7 +120,7 @@ int blockExponent(uint top, int T) {
 }
 
 int lane;
-int rowBase, packed, group;
+int rowBase;
 int j0; // the tile's first key
 
 int qRowBase(int r) {
@@ -131,28 +131,19 @@ int kRowBase(int t) { return P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, 
 int vRowBase(int t) { return P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, min(j0 + t, S - 1)); }
 
 void main() {
-    beginItem(int(gl_WorkGroupID.z));
+    rowBase = initIndices(BR, false);
     lane = int(gl_LocalInvocationID.x);
     int sg = int(gl_SubgroupID);
-    group = P.heads.y;
-    packed = group * L;
-    hk = int(gl_WorkGroupID.y);
-    rowBase = int(gl_WorkGroupID.x) * BR;
-    H = int(gl_NumWorkGroups.y) * group;
 
     // Lane r < BR owns packed row rowBase + r: its softmax state and output.
     int r = min(lane, BR - 1);
-    int rho = min(rowBase + r, packed - 1);
-    bool rowOK = lane < BR && rowBase + r < packed;
-    int row = rho % L;
-    int head = hk * group + rho / L;
+    int row, head;
+    bool rowOK = packedRow(rowBase + r, row, head) && lane < BR;
     float slope = slopeOf(head);
 
-    int last = min(rowBase + BR, packed) - 1;
-    bool oneHead = rowBase / L == last / L;
     int keyBegin = 0;
     int keyEnd = keyLen;
-    keyRange(oneHead ? rowBase % L : 0, oneHead ? last % L : L - 1, keyBegin, keyEnd);
+    packedKeyRange(rowBase, BR, keyBegin, keyEnd);
 
     if (SCALED) {
         if (lane < 5) {

@@ -11,7 +11,52 @@
 
 #include "attention_common.glsl"
 
-int H; // the call's query heads: a head's rows of LSE, weights and partials follow the rows of b * H + head
+int H;      // the call's query heads: a head's rows of LSE, weights and partials follow the rows of b * H + head
+int group;  // query heads per KV head (GQA)
+int packed; // a KV head's packed rows: the rows of its group's query heads, head after head (group * L)
+
+// initIndices begins a forward workgroup, as ggml's init_indices begins
+// each of its flash-attention kernels: batch item z's dimensions and
+// lengths (beginItem), H, the group, the KV head hk of the workgroup's
+// rows, and (returned) the first of them. The rows come in blocks of
+// blockRows: a KV head's packed rows, y naming the KV head (and with
+// SPLIT_K the row block, P.split.z of them a KV head) and x the row block
+// (SPLIT_K: the key split); or, perQueryHead (the row kernel's grid
+// without SPLIT_K), query head y's rows, x naming the block.
+int initIndices(int blockRows, bool perQueryHead) {
+    beginItem(int(gl_WorkGroupID.z));
+    H = P.split.w;
+    group = P.heads.y;
+    packed = group * L;
+    int y = int(gl_WorkGroupID.y);
+#ifdef SPLIT_K
+    int rowBlocks = P.split.z;
+    hk = y / rowBlocks;
+    return (y % rowBlocks) * blockRows;
+#else
+    hk = perQueryHead ? y / group : y;
+    return int(gl_WorkGroupID.x) * blockRows;
+#endif
+}
+
+// packedRow sets row and head to packed row rho's query row and head
+// (clamped into range) and says whether the row exists.
+bool packedRow(int rho, out int row, out int head) {
+    bool exists = rho < packed;
+    rho = min(rho, packed - 1);
+    row = rho % L;
+    head = hk * group + rho / L;
+    return exists;
+}
+
+// packedKeyRange narrows [keyBegin, keyEnd) to the keys some row of the
+// block of blockRows packed rows from rowBase can see (keyRange of its
+// rows where they are one head's, of every row where they span heads).
+void packedKeyRange(int rowBase, int blockRows, inout int keyBegin, inout int keyEnd) {
+    int last = min(rowBase + blockRows, packed) - 1;
+    bool oneHead = rowBase / L == last / L;
+    keyRange(oneHead ? rowBase % L : 0, oneHead ? last % L : L - 1, keyBegin, keyEnd);
+}
 
 // ONLINE_SOFTMAX folds a step of n scores of one row, SCORE for t in
 // [0, n) (SCORE names the caller's variable t and is assigned to: scores

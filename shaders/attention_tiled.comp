@@ -122,37 +122,19 @@ void tileScores(int j0, int keyEnd) {
 }
 
 void main() {
-    beginItem(int(gl_WorkGroupID.z));
-    int group = P.heads.y;
-    int packed = group * L; // rows of all query heads of this KV head
-#ifdef SPLIT_K
-    int rowBlocks = P.split.z;
-    hk = int(gl_WorkGroupID.y) / rowBlocks;
-    int rowBase = (int(gl_WorkGroupID.y) % rowBlocks) * BR;
-    H = P.split.w;
-#else
-    hk = int(gl_WorkGroupID.y);
-    int rowBase = int(gl_WorkGroupID.x) * BR;
-    H = int(gl_NumWorkGroups.y) * group;
-#endif
+    int rowBase = initIndices(BR, false);
     // Lane group g of the workgroup holds rows g, g + GROUPS, ... of the block.
     int sgGroups = int(gl_SubgroupSize) / LPR;
     int lane = int(gl_SubgroupInvocationID);
     int g = int(gl_SubgroupID) * sgGroups + lane / LPR;
     part = lane % LPR;
     [[unroll]] for (int r = 0; r < RPL; r++) {
-        int rho = rowBase + r * GROUPS + g;
-        rowOK[r] = rho < packed;
-        rho = min(rho, packed - 1);
-        row[r] = rho % L;
-        head[r] = hk * group + rho / L;
+        rowOK[r] = packedRow(rowBase + r * GROUPS + g, row[r], head[r]);
         slope[r] = slopeOf(head[r]);
     }
 
     // Keys some row of the block can see; the bounds are the workgroup's
     // (uniform control flow around the barriers and shuffles).
-    int last = min(rowBase + BR, packed) - 1;
-    bool oneHead = rowBase / L == last / L;
     int keyBegin = 0;
     int keyEnd = keyLen;
 #ifdef SPLIT_K
@@ -160,7 +142,7 @@ void main() {
     keyBegin = split * P.split.y;
     keyEnd = min(keyBegin + P.split.y, keyLen);
 #endif
-    keyRange(oneHead ? rowBase % L : 0, oneHead ? last % L : L - 1, keyBegin, keyEnd);
+    packedKeyRange(rowBase, BR, keyBegin, keyEnd);
 
     [[unroll]] for (int r = 0; r < RPL; r++) {
         int qBase = P.offsets.x + b * P.qStride.x + head[r] * P.qStride.y + row[r] * P.qStride.z;

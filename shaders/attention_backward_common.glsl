@@ -1,0 +1,76 @@
+// What the two backward kernels share (attention_backward.comp, the
+// workgroup-tiled passes, and attention_backward_rows.comp, lavapipe's
+// row passes): the item and head a workgroup works on, where the rows of
+// Q, K, V, O and of the dense gradients start, the probabilities and the
+// soft-cap's derivative, the query rows that see a block of keys (the key
+// pass) and a query row's share of its head's sink gradient (the query
+// pass). Before including, a kernel includes attention_common.glsl.
+
+int H;     // the call's query heads
+int group; // query heads per KV head
+
+// beginBackward reads batch item z's dimensions and lengths (beginItem),
+// the call's query heads and the group.
+void beginBackward() {
+    beginItem(int(gl_WorkGroupID.z));
+    H = P.split.w;
+    group = P.heads.y;
+}
+
+int qBase(int h, int t) { return P.offsets.x + b * P.qStride.x + h * P.qStride.y + t * P.qStride.z; }
+int kBase(int j) { return P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, j); }
+int vBase(int j) { return P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, j); }
+int oBase(int h, int t) { return P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z; }
+// dO, dQ, the log-sum-exp, D and the sink shares are dense (B, H, L[, d]):
+// rowOf is a row of the chunk, the accessors add its window's offset
+// (P.outs.x, P.grads). dK, dV and dw_a's shares are dense (B, H_kv, S, d):
+// kvRowOf is key j's row of them, to which the kernels add P.grads.zw.
+int rowOf(int h, int t) { return (b * H + h) * L + t; }
+int kvRowOf(int j) { return (b * (H / group) + hk) * S + j; }
+
+// capGrad is d(score)/d(scaled dot product): the soft-cap's 1 - tanh^2.
+float capGrad(float qk) {
+    if ((VARIANTS & VAR_SOFTCAP) == 0) {
+        return 1.0;
+    }
+    float c = P.variant.x;
+    float y = softcap(qk * P.scaling.x, c) / c;
+    return 1.0 - y * y;
+}
+
+// probOf is P = exp(s - lse), 0 for a masked key and at most 1 as the
+// forward's weights are: a backward pass sums a score in its own order,
+// and at large scores the few ulps it may land above the forward's
+// maximum, the lse, made exp overflow to Inf and the gradients NaN.
+float probOf(float s, float lse) {
+    return s == NEG_INF ? 0.0 : min(exp(s - lse), 1.0);
+}
+
+// queryRange is [rowBegin, rowEnd), the item's query rows that can see a
+// key of [firstKey, lastKey] (causal mask, window): the key pass walks
+// only those.
+void queryRange(int firstKey, int lastKey, out int rowBegin, out int rowEnd) {
+    rowBegin = 0;
+    rowEnd = min(L, queryLen);
+    if ((flags & FLAG_CAUSAL) != 0) {
+        rowBegin = max(rowBegin, firstKey - shift);
+    }
+    if ((VARIANTS & VAR_WINDOW) != 0) {
+        if (P.window.x >= 0) {
+            rowEnd = min(rowEnd, lastKey + P.window.x - posShift + 1);
+        }
+        if (P.window.y >= 0) {
+            rowBegin = max(rowBegin, firstKey - P.window.y - posShift);
+        }
+    }
+}
+
+// sinkShare is a query row's share of its head's sink gradient,
+// dL/dsink = -P_sink D (the sink takes probability from the keys): 0
+// without sinks or for a row that is not live.
+float sinkShare(bool live, int h, float lse, float d) {
+    if ((VARIANTS & VAR_SINKS) == 0 || !live) {
+        return 0.0;
+    }
+    return -exp(headData[2 * (P.window.w + h)] - lse) * d;
+}
