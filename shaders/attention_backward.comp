@@ -69,14 +69,9 @@ layout(std430, binding = BIND_DWA) writeonly buffer DWaBuf { float dWa[]; };
 #endif
 #ifdef KV_PASS
 layout(std430, binding = BIND_ROWD) readonly buffer RowDBuf { float rowD[]; };
-layout(std430, binding = BIND_DK) writeonly buffer DKBuf { float dK[]; };
-layout(std430, binding = BIND_DV) writeonly buffer DVBuf { float dV[]; };
-#else
-layout(std430, binding = BIND_ROWD) writeonly buffer RowDBuf { float rowD[]; };
-layout(std430, binding = BIND_DQ) writeonly buffer DQBuf { float dQ[]; };
-layout(std430, binding = BIND_DSINK) writeonly buffer DSinkBuf { float dSink[]; };
 #endif
 
+#define GRAD_T float
 #include "attention_backward_common.glsl"
 
 #define LSE_AT(r) lseData[P.outs.x + (r)]

@@ -4,7 +4,21 @@
 // Q, K, V, O and of the dense gradients start, the probabilities and the
 // soft-cap's derivative, the query rows that see a block of keys (the key
 // pass) and a query row's share of its head's sink gradient (the query
-// pass). Before including, a kernel includes attention_common.glsl.
+// pass), and the bindings the passes write. Before including, a kernel
+// includes attention_common.glsl and defines GRAD_T, the type its
+// gradients are written as (float, or vec4: four elements a store).
+
+// The query pass writes dQ, and D and the sink shares for the key pass
+// and the host; the key pass writes dK and dV. (The key pass reads D as
+// the kernel chooses.)
+#ifdef KV_PASS
+layout(std430, binding = BIND_DK) writeonly buffer DKBuf { GRAD_T dK[]; };
+layout(std430, binding = BIND_DV) writeonly buffer DVBuf { GRAD_T dV[]; };
+#else
+layout(std430, binding = BIND_ROWD) writeonly buffer RowDBuf { float rowD[]; };
+layout(std430, binding = BIND_DQ) writeonly buffer DQBuf { GRAD_T dQ[]; };
+layout(std430, binding = BIND_DSINK) writeonly buffer DSinkBuf { float dSink[]; };
+#endif
 
 int H;     // the call's query heads
 int group; // query heads per KV head

@@ -58,18 +58,11 @@ INPUT(BIND_DO, DOt) // dense float32 (B, H, L, d_v)
 
 #ifdef KV_PASS
 layout(binding = BIND_ROWD) uniform samplerBuffer rowDt;
-layout(std430, binding = BIND_DK) writeonly buffer DKBuf { vec4 dK[]; };
-layout(std430, binding = BIND_DV) writeonly buffer DVBuf { vec4 dV[]; };
-#else
-layout(std430, binding = BIND_ROWD) writeonly buffer RowDBuf { float rowD[]; };
-layout(std430, binding = BIND_DQ) writeonly buffer DQBuf { vec4 dQ[]; };
-layout(std430, binding = BIND_DSINK) writeonly buffer DSinkBuf { float dSink[]; };
 #endif
 
+#define GRAD_T vec4 // dense gradient rows start at multiples of 4 elements (d_k, d_v and the offsets are)
 #include "attention_backward_common.glsl"
 
-// Dense gradient rows start at multiples of 4 elements (d_k, d_v and the
-// offsets are).
 #define LSE_AT(row) texelFetch(lseTexels, P.outs.x + (row)).r
 #define DO_BASE(row) (P.grads.x + (row) * DV)
 
