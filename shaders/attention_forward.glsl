@@ -1,13 +1,13 @@
 // The forward kernels' shared steps (attention.comp's row kernels,
-// attention_tiled.comp, attention_coopmat.comp): each keeps a row's
-// output accumulator where its layout wants it (registers, a lane's
-// slots, shared memory), and all of them fold scores into the online
-// softmax, finish a row and write its partial, output, log-sum-exp and
-// weights through these, so the arithmetic and its special cases (masked
-// keys, rows with no visible key, padded rows, sinks) are the same in
-// every kernel. The online softmax's scalar rules are softmax.glsl's.
-// Before including, a kernel defines what attention_common.glsl needs;
-// it sets H before a row is written.
+// attention_tiled.comp, attention_coopmat.comp): each begins with
+// initIndices (its item, KV head and rows), keeps a row's output
+// accumulator where its layout wants it (registers, a lane's slots,
+// shared memory), and all of them fold scores into the online softmax,
+// finish a row and write its partial, output, log-sum-exp and weights
+// through these, so the arithmetic and its special cases (masked keys,
+// rows with no visible key, padded rows, sinks) are the same in every
+// kernel. The online softmax's scalar rules are softmax.glsl's. Before
+// including, a kernel defines what attention_common.glsl needs.
 
 #include "attention_common.glsl"
 
