@@ -111,8 +111,9 @@ int rowBase;
 int j0; // the tile's first key
 
 int qRowBase(int r) {
-    int rho = min(rowBase + r, packed - 1);
-    return P.offsets.x + b * P.qStride.x + (hk * group + rho / L) * P.qStride.y + (rho % L) * P.qStride.z;
+    int row, head;
+    packedRow(rowBase + r, row, head);
+    return P.offsets.x + b * P.qStride.x + head * P.qStride.y + row * P.qStride.z;
 }
 int kRowBase(int t) { return P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, min(j0 + t, S - 1)); }
 int vRowBase(int t) { return P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, min(j0 + t, S - 1)); }
