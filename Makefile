@@ -1,7 +1,7 @@
 # The two commands: `make test` (what CI runs) and `make demo`.
 GO ?= go
 
-.PHONY: test demo deps deps-viewer deps-windows vet shaders bench build dist hooks
+.PHONY: test demo deps deps-viewer deps-windows vet shaders shader-duplicates bench build dist hooks
 
 deps: hooks
 	@tools/deps.sh
@@ -187,6 +187,12 @@ dist: deps-viewer deps-windows
 # Rebuild shaders/*.spv after editing a GLSL source or shaders/manifest.txt.
 shaders: deps
 	tools/glslc.sh
+
+# The runs of lines the shaders repeat, as the duplicates command lists
+# them (a developer's tool, not part of make test: where it is not
+# installed the script says so and exits 0).
+shader-duplicates:
+	@tools/shader-duplicates.sh
 
 # Every preset suite of the CLI harness (long takes minutes on lavapipe),
 # then the Go benchmarks.

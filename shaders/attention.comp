@@ -91,14 +91,7 @@ layout(constant_id = SPEC_HALVES8) const bool HALVES8_SPEC = false;
 // slots sharing them (loads.glsl's QUANT_BLOCKS).
 layout(constant_id = SPEC_QUANT_BLOCKS) const bool QUANT_BLOCKS_SPEC = false;
 #define QUANT_BLOCKS QUANT_BLOCKS_SPEC
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
-// Where a q8_0 K or V keeps its block scales (loads.glsl); Q is never q8_0.
-#define Qt_SCALES 0
-#define Kt_SCALES P.kStride.w
-#define Vt_SCALES P.vStride.w
+#include "attention_inputs.glsl"
 #ifdef ADDITIVE
 layout(std430, binding = BIND_WA) readonly buffer WaBuf { float waData[]; }; // w_a, d_k floats
 vec4 wa[D4]; // w_a, zero past d_k
@@ -133,7 +126,7 @@ const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per 
 // -inf. maskOf[r] is the sum of the MASK4 masks' values for row r.
 void keyScores(int j, int keyEnd, float maskOf[ROWS]) {
     int jc = min(j, S - 1); // clamp so loads stay in bounds; masked below
-    int kBase = P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, jc);
+    int kBase = kOffset() + hk * P.kStride.y + keyRow(P.kStride, jc);
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         sc[r] = 0.0;
     }
@@ -163,40 +156,33 @@ void keyScores(int j, int keyEnd, float maskOf[ROWS]) {
 }
 
 void main() {
-    beginItem(int(gl_WorkGroupID.z));
-    int group = P.heads.y;
     int lane = int(gl_LocalInvocationID.x);
 
 #ifdef SPLIT_K
-    int rowBlocks = P.split.z;
-    hk = int(gl_WorkGroupID.y) / rowBlocks;
-    H = (int(gl_NumWorkGroups.y) / rowBlocks) * group;
-    int packed = group * L; // rows of all query heads of this KV head
+    // The invocation's rows: ROWS packed rows of KV head hk (the same for
+    // the workgroup), of its split of the keys (a lane's own).
+    int rowBase = initIndices(ROWS, false);
     int split = int(gl_WorkGroupID.x) * WG + lane;
     [[unroll]] for (int r = 0; r < ROWS; r++) {
-        int rho = (int(gl_WorkGroupID.y) % rowBlocks) * ROWS + r;
-        rowOK[r] = rho < packed && split < P.split.x;
-        rho = min(rho, packed - 1);
-        rowOf[r] = rho % L;
-        headOf[r] = hk * group + rho / L;
+        rowOK[r] = packedRow(rowBase + r, rowOf[r], headOf[r]) && split < splitCount();
     }
     // Every lane walks the same number of keys (uniform trip count); keys
     // past its split or past the key length are masked.
-    int keyBegin = split * P.split.y;
-    int keyStop = keyBegin + P.split.y;
+    int keyBegin = split * splitKeys();
+    int keyStop = keyBegin + splitKeys();
     int keyEnd = min(keyStop, keyLen);
     // Lane i walks its split from its i-th key, wrapping around. Splits
     // start a multiple of 4 KiB apart, so lanes reading their splits in
     // step read rows in the same L1 sets: 16 lanes evicted each other's
     // lines before their next slots were read (lavapipe at 512 bits,
     // decode without GQA: 1.5x faster staggered).
-    int keyRot = min(lane, P.split.y - 1);
-#define KEY_AT(j) (keyBegin + ((j) - keyBegin + keyRot) - ((j) - keyBegin + keyRot >= P.split.y ? P.split.y : 0))
+    int keyRot = min(lane, splitKeys() - 1);
+#define KEY_AT(j) (keyBegin + ((j) - keyBegin + keyRot) - ((j) - keyBegin + keyRot >= splitKeys() ? splitKeys() : 0))
 #else
-    H = int(gl_NumWorkGroups.y);
+    // The invocation's rows: ROWS rows of query head h, interleaved with
+    // the other lanes' of the workgroup's block.
+    int rowBase = initIndices(ROWS * WG, true);
     int h = int(gl_WorkGroupID.y);
-    hk = h / group;
-    int rowBase = int(gl_WorkGroupID.x) * ROWS * WG;
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         int row = rowBase + r * WG + lane;
         rowOK[r] = row < L;
@@ -228,7 +214,7 @@ void main() {
 #endif
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         slope[r] = slopeOf(headOf[r]);
-        int qBase = P.offsets.x + b * P.qStride.x + headOf[r] * P.qStride.y + rowOf[r] * P.qStride.z;
+        int qBase = qOffset() + b * P.qStride.x + headOf[r] * P.qStride.y + rowOf[r] * P.qStride.z;
         [[unroll]] for (int c = 0; c < D4; c++) {
             q[r * D4 + c] = LOAD4(Qt, Q_TYPE, qBase, c, DK);
             acc[r * D4 + c] = vec4(0.0);
@@ -239,8 +225,8 @@ void main() {
     int maskRow[ROWS];
     int boolRow[ROWS];
     [[unroll]] for (int r = 0; r < ROWS; r++) {
-        maskRow[r] = P.chunk.x + b * P.mStride.x + headOf[r] * P.mStride.y + rowOf[r] * P.mStride.z;
-        boolRow[r] = P.chunk.y + b * P.bStride.x + headOf[r] * P.bStride.y + rowOf[r] * P.bStride.z;
+        maskRow[r] = maskOffset() + b * P.mStride.x + headOf[r] * P.mStride.y + rowOf[r] * P.mStride.z;
+        boolRow[r] = boolMaskOffset() + b * P.bStride.x + headOf[r] * P.bStride.y + rowOf[r] * P.bStride.z;
     }
     float m[ROWS];
     float l[ROWS];
@@ -294,7 +280,7 @@ void main() {
         }
         int vBase[KEYS];
         [[unroll]] for (int t = 0; t < KEYS; t++) {
-            vBase[t] = P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, min(KEY_AT(j0 + t), S - 1));
+            vBase[t] = vOffset() + hk * P.vStride.y + keyRow(P.vStride, min(KEY_AT(j0 + t), S - 1));
         }
 #ifdef SHARED_LOADS
         vec4 vOwn[KEYS][SLOTS];

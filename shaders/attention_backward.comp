@@ -58,13 +58,7 @@ const bool PAGED = false;
 
 #include "attention_common.glsl"
 
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
-#define Qt_SCALES 0
-#define Kt_SCALES P.kStride.w
-#define Vt_SCALES P.vStride.w
+#include "attention_inputs.glsl"
 
 layout(std430, binding = BIND_DO) readonly buffer DOBuf { float dO[]; };
 #ifdef ADDITIVE
@@ -75,47 +69,16 @@ layout(std430, binding = BIND_DWA) writeonly buffer DWaBuf { float dWa[]; };
 #endif
 #ifdef KV_PASS
 layout(std430, binding = BIND_ROWD) readonly buffer RowDBuf { float rowD[]; };
-layout(std430, binding = BIND_DK) writeonly buffer DKBuf { float dK[]; };
-layout(std430, binding = BIND_DV) writeonly buffer DVBuf { float dV[]; };
-#else
-layout(std430, binding = BIND_ROWD) writeonly buffer RowDBuf { float rowD[]; };
-layout(std430, binding = BIND_DQ) writeonly buffer DQBuf { float dQ[]; };
-layout(std430, binding = BIND_DSINK) writeonly buffer DSinkBuf { float dSink[]; };
 #endif
 
-int H;
+#define GRAD_T float
+#include "attention_backward_common.glsl"
 
-int qBase(int h, int t) { return P.offsets.x + b * P.qStride.x + h * P.qStride.y + t * P.qStride.z; }
-int kBase(int j) { return P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, j); }
-int vBase(int j) { return P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, j); }
-int oBase(int h, int t) { return P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z; }
-// dO, dQ, the log-sum-exp, D and the sink shares are dense (B, H, L[, d]):
-// rowOf is a row of the chunk, the accessors add its window's offset
-// (P.outs.x, P.grads; dK, dV and dw_a's shares add P.grads.zw).
-int rowOf(int h, int t) { return (b * H + h) * L + t; }
-#define LSE_AT(r) lseData[P.outs.x + (r)]
-#define ROWD_AT(r) rowD[P.outs.x + (r)]
-#define DSINK_AT(r) dSink[P.outs.x + (r)]
-#define DO_AT(r, i) dO[P.grads.x + (r) * DV + (i)]
-#define DQ_AT(r, i) dQ[P.grads.y + (r) * DK + (i)]
-
-// capGrad is d(score)/d(scaled dot product): the soft-cap's 1 - tanh^2.
-float capGrad(float qk) {
-    if ((VARIANTS & VAR_SOFTCAP) == 0) {
-        return 1.0;
-    }
-    float c = P.variant.x;
-    float y = softcap(qk * P.scaling.x, c) / c;
-    return 1.0 - y * y;
-}
-
-// probOf is P = exp(s - lse), at most 1 as the forward's weights are:
-// this pass sums a score in its own order, and at large scores the few
-// ulps it may land above the forward's maximum, the lse, made exp
-// overflow to Inf and the gradients NaN.
-float probOf(float s, float lse) {
-    return s == NEG_INF ? 0.0 : min(exp(s - lse), 1.0);
-}
+#define LSE_AT(r) lseData[lseOffset() + (r)]
+#define ROWD_AT(r) rowD[lseOffset() + (r)]
+#define DSINK_AT(r) dSink[lseOffset() + (r)]
+#define DO_AT(r, i) dO[dOOffset() + (r) * DV + (i)]
+#define DQ_AT(r, i) dQ[dQOffset() + (r) * DK + (i)]
 
 // SCORE_TERM is element i's term of the raw score of q and k (q . k, or
 // w_a . tanh(q + k)), given the staged row's element a and the own o.
@@ -138,11 +101,9 @@ shared float dTile[TILE];
 #endif
 
 void main() {
-    beginItem(int(gl_WorkGroupID.z));
-    H = P.split.w; // the call's query heads
-    int group = P.heads.y;
+    beginBackward();
     int lane = int(gl_LocalInvocationID.x);
-    float scale = P.scaling.x;
+    float scale = scoreScale();
     float own[DMAX];  // q_t, or k_j
     float other[DMAX]; // dO_t, or v_j
     float gradA[DMAX]; // dQ_t, or dK_j
@@ -172,19 +133,8 @@ void main() {
         gradB[i] = 0.0;
     }
     // The query rows that can see a key of this block.
-    int lastKey = min(first + WG - 1, S - 1);
-    int rowBegin = 0, rowEnd = min(L, queryLen);
-    if ((flags & FLAG_CAUSAL) != 0) {
-        rowBegin = max(rowBegin, first - shift);
-    }
-    if ((VARIANTS & VAR_WINDOW) != 0) {
-        if (P.window.x >= 0) {
-            rowEnd = min(rowEnd, lastKey + P.window.x - posShift + 1);
-        }
-        if (P.window.y >= 0) {
-            rowBegin = max(rowBegin, first - P.window.y - posShift);
-        }
-    }
+    int rowBegin, rowEnd;
+    queryRange(first, min(first + WG - 1, S - 1), rowBegin, rowEnd);
     for (int g = 0; g < group; g++) {
         int h = hk * group + g;
         float slope = slopeOf(h);
@@ -242,8 +192,8 @@ void main() {
         }
     }
     if (j < S) {
-        int outK = P.grads.z + ((b * (H / group) + hk) * S + j) * DK;
-        int outV = P.grads.w + ((b * (H / group) + hk) * S + j) * DV;
+        int outK = dKOffset() + kvRowOf(j) * DK;
+        int outV = dVOffset() + kvRowOf(j) * DV;
         [[unroll]] for (int i = 0; i < DMAX; i++) {
             if (i < DK) {
                 dK[outK + i] = gradA[i];
@@ -278,14 +228,9 @@ void main() {
         }
     }
     d = live ? d : 0.0;
-    float sinkGrad = 0.0;
-    if ((VARIANTS & VAR_SINKS) != 0 && live) {
-        // dL/dsink = -P_sink D: the sink takes probability from the keys.
-        sinkGrad = -exp(headData[2 * (P.window.w + h)] - lse) * d;
-    }
     if (t < L) {
         ROWD_AT(r) = d;
-        DSINK_AT(r) = sinkGrad;
+        DSINK_AT(r) = sinkShare(live, h, lse, d);
     }
     float slope = slopeOf(h);
     int keyBegin = 0, keyEnd = keyLen;

@@ -52,55 +52,19 @@ const bool PAGED = false;
 
 #include "attention_common.glsl"
 
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
+#include "attention_inputs.glsl"
 INPUT(BIND_DO, DOt) // dense float32 (B, H, L, d_v)
-#define Qt_SCALES 0
-#define Kt_SCALES 0
-#define Vt_SCALES 0
 #define DOt_SCALES 0
 
 #ifdef KV_PASS
 layout(binding = BIND_ROWD) uniform samplerBuffer rowDt;
-layout(std430, binding = BIND_DK) writeonly buffer DKBuf { vec4 dK[]; };
-layout(std430, binding = BIND_DV) writeonly buffer DVBuf { vec4 dV[]; };
-#else
-layout(std430, binding = BIND_ROWD) writeonly buffer RowDBuf { float rowD[]; };
-layout(std430, binding = BIND_DQ) writeonly buffer DQBuf { vec4 dQ[]; };
-layout(std430, binding = BIND_DSINK) writeonly buffer DSinkBuf { float dSink[]; };
 #endif
 
-int H;
+#define GRAD_T vec4 // dense gradient rows start at multiples of 4 elements (d_k, d_v and the offsets are)
+#include "attention_backward_common.glsl"
 
-int qBase(int h, int t) { return P.offsets.x + b * P.qStride.x + h * P.qStride.y + t * P.qStride.z; }
-int kBase(int j) { return P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, j); }
-int vBase(int j) { return P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, j); }
-int oBase(int h, int t) { return P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z; }
-// dO, dQ, the log-sum-exp, D and the sink shares are dense (B, H, L[, d]):
-// rowOf is a row of the chunk, the accessors add its window's offset
-// (P.outs.x, P.grads; dK and dV add P.grads.zw). Dense gradient rows
-// start at multiples of 4 elements (d_k, d_v and the offsets are).
-int rowOf(int h, int t) { return (b * H + h) * L + t; }
-#define LSE_AT(row) texelFetch(lseTexels, P.outs.x + (row)).r
-#define DO_BASE(row) (P.grads.x + (row) * DV)
-
-// capGrad is d(score)/d(scaled dot product): the soft-cap's 1 - tanh^2.
-float capGrad(float qk) {
-    if ((VARIANTS & VAR_SOFTCAP) == 0) {
-        return 1.0;
-    }
-    float c = P.variant.x;
-    float y = softcap(qk * P.scaling.x, c) / c;
-    return 1.0 - y * y;
-}
-
-// probOf is P = exp(s - lse), at most 1 as the forward's weights are
-// (attention_backward.comp says why); 0 for a masked key.
-float probOf(float s, float lse) {
-    return s == NEG_INF ? 0.0 : min(exp(s - lse), 1.0);
-}
+#define LSE_AT(row) texelFetch(lseTexels, lseOffset() + (row)).r
+#define DO_BASE(row) (dOOffset() + (row) * DV)
 
 const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per row
 
@@ -113,6 +77,27 @@ const int SLOTS = (D4 + SHARE - 1) / SHARE; // vec4 slots each lane fetches per 
 // Slot c of a row loaded by LOAD_SHARED into own.
 #define SLOT(own, c) subgroupShuffle(own[(c) / SHARE], (c) % SHARE)
 
+// STEP_DOTS declares qk and dp and sums into them, for step row u and own
+// row r at u * ROWS + r, the dot products of the step row's slots (aOwn[u]
+// and bOwn[u], fetched by LOAD_SHARED) with the own row's (ownA, ownB):
+// q_t . k_j and dO_t . v_j, in either pass (the products commute exactly,
+// so the sums are the same bits whichever side a row is on).
+#define STEP_DOTS(qk, dp, aOwn, bOwn)                                  \
+    float qk[STEP * ROWS], dp[STEP * ROWS];                            \
+    [[unroll]] for (int i_ = 0; i_ < STEP * ROWS; i_++) {              \
+        qk[i_] = 0.0;                                                  \
+        dp[i_] = 0.0;                                                  \
+    }                                                                  \
+    [[unroll]] for (int c_ = 0; c_ < D4; c_++) {                       \
+        [[unroll]] for (int u_ = 0; u_ < STEP; u_++) {                 \
+            vec4 a_ = SLOT(aOwn[u_], c_), o_ = SLOT(bOwn[u_], c_);     \
+            [[unroll]] for (int r_ = 0; r_ < ROWS; r_++) {             \
+                qk[u_ * ROWS + r_] += dot(ownA[r_ * D4 + c_], a_);     \
+                dp[u_ * ROWS + r_] += dot(ownB[r_ * D4 + c_], o_);     \
+            }                                                          \
+        }                                                              \
+    }
+
 vec4 ownA[ROWS * D4];  // q_t, or k_j
 vec4 ownB[ROWS * D4];  // dO_t, or v_j
 vec4 gradA[ROWS * D4]; // dQ_t, or dK_j
@@ -121,11 +106,9 @@ vec4 gradB[ROWS * D4]; // dV_j
 #endif
 
 void main() {
-    beginItem(int(gl_WorkGroupID.z));
-    H = P.split.w; // the call's query heads
-    int group = P.heads.y;
+    beginBackward();
     int lane = int(gl_LocalInvocationID.x);
-    float scale = P.scaling.x;
+    float scale = scoreScale();
     int first = int(gl_WorkGroupID.x) * ROWS * WG; // the workgroup's first own row
     int own[ROWS];                                 // each own row's index, clamped into range
 #ifdef KV_PASS
@@ -144,19 +127,8 @@ void main() {
         }
     }
     // The query rows that can see a key of this block.
-    int lastKey = min(first + ROWS * WG - 1, S - 1);
-    int rowBegin = 0, rowEnd = min(L, queryLen);
-    if ((flags & FLAG_CAUSAL) != 0) {
-        rowBegin = max(rowBegin, first - shift);
-    }
-    if ((VARIANTS & VAR_WINDOW) != 0) {
-        if (P.window.x >= 0) {
-            rowEnd = min(rowEnd, lastKey + P.window.x - posShift + 1);
-        }
-        if (P.window.y >= 0) {
-            rowBegin = max(rowBegin, first - P.window.y - posShift);
-        }
-    }
+    int rowBegin, rowEnd;
+    queryRange(first, min(first + ROWS * WG - 1, S - 1), rowBegin, rowEnd);
     // One loop over (head of the group, step of rows): the steps of each
     // head, head after head.
     int steps = rowEnd > rowBegin ? (rowEnd - rowBegin + STEP - 1) / STEP : 0;
@@ -173,25 +145,12 @@ void main() {
             int rr = rowOf(h, tc[u]);
             lse[u] = LSE_AT(rr);
             lse[u] = t < rowEnd ? lse[u] : NEG_INF; // past the rows: adds nothing
-            dRow[u] = texelFetch(rowDt, P.outs.x + rr).r;
+            dRow[u] = texelFetch(rowDt, lseOffset() + rr).r;
             int qb = qBase(h, tc[u]), ob = DO_BASE(rr);
             LOAD_SHARED(aOwn[u], Qt, Q_TYPE, qb, DK)
             LOAD_SHARED(bOwn[u], DOt, TYPE_F32, ob, DV)
         }
-        float qk[STEP * ROWS], dp[STEP * ROWS];
-        [[unroll]] for (int i = 0; i < STEP * ROWS; i++) {
-            qk[i] = 0.0;
-            dp[i] = 0.0;
-        }
-        [[unroll]] for (int c = 0; c < D4; c++) {
-            [[unroll]] for (int u = 0; u < STEP; u++) {
-                vec4 a = SLOT(aOwn[u], c), o = SLOT(bOwn[u], c);
-                [[unroll]] for (int r = 0; r < ROWS; r++) {
-                    qk[u * ROWS + r] += dot(a, ownA[r * D4 + c]);
-                    dp[u * ROWS + r] += dot(o, ownB[r * D4 + c]);
-                }
-            }
-        }
+        STEP_DOTS(qk, dp, aOwn, bOwn)
         // p and dS * scale per (row, key), 0 where the pair does not count
         // (a row with no visible key has lse = -inf and D = 0).
         float p[STEP * ROWS], ds[STEP * ROWS];
@@ -228,12 +187,11 @@ void main() {
             slope = slopeOf(h);
         }
     }
-    int outRow = (b * (H / group) + hk) * S;
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         int j = first + r * WG + lane;
         if (j < S) {
-            int outK = (P.grads.z + (outRow + j) * DK) >> 2;
-            int outV = (P.grads.w + (outRow + j) * DV) >> 2;
+            int outK = (dKOffset() + kvRowOf(j) * DK) >> 2;
+            int outV = (dVOffset() + kvRowOf(j) * DV) >> 2;
             [[unroll]] for (int c = 0; c < D4; c++) {
                 if (4 * c < DK) {
                     dK[outK + c] = gradA[r * D4 + c];
@@ -269,14 +227,9 @@ void main() {
             }
         }
         dRow[r] = live[r] ? d : 0.0;
-        float sinkGrad = 0.0;
-        if ((VARIANTS & VAR_SINKS) != 0 && live[r]) {
-            // dL/dsink = -P_sink D: the sink takes probability from the keys.
-            sinkGrad = -exp(headData[2 * (P.window.w + h)] - lse[r]) * dRow[r];
-        }
         if (t < L) {
-            rowD[P.outs.x + rr] = dRow[r];
-            dSink[P.outs.x + rr] = sinkGrad;
+            rowD[lseOffset() + rr] = dRow[r];
+            dSink[lseOffset() + rr] = sinkShare(live[r], h, lse[r], dRow[r]);
         }
     }
     int keyBegin = 0, keyEnd = keyLen;
@@ -288,20 +241,7 @@ void main() {
             LOAD_SHARED(aOwn[u], Kt, K_TYPE, kBase(j), DK)
             LOAD_SHARED(bOwn[u], Vt, V_TYPE, vBase(j), DV)
         }
-        float qk[STEP * ROWS], dp[STEP * ROWS];
-        [[unroll]] for (int i = 0; i < STEP * ROWS; i++) {
-            qk[i] = 0.0;
-            dp[i] = 0.0;
-        }
-        [[unroll]] for (int c = 0; c < D4; c++) {
-            [[unroll]] for (int u = 0; u < STEP; u++) {
-                vec4 a = SLOT(aOwn[u], c), o = SLOT(bOwn[u], c);
-                [[unroll]] for (int r = 0; r < ROWS; r++) {
-                    qk[u * ROWS + r] += dot(ownA[r * D4 + c], a);
-                    dp[u * ROWS + r] += dot(ownB[r * D4 + c], o);
-                }
-            }
-        }
+        STEP_DOTS(qk, dp, aOwn, bOwn)
         float ds[STEP * ROWS];
         [[unroll]] for (int u = 0; u < STEP; u++) {
             [[unroll]] for (int r = 0; r < ROWS; r++) {
@@ -328,7 +268,7 @@ void main() {
     [[unroll]] for (int r = 0; r < ROWS; r++) {
         int t = first + r * WG + lane;
         if (t < L) {
-            int outQ = (P.grads.y + rowOf(h, own[r]) * DK) >> 2;
+            int outQ = (dQOffset() + rowOf(h, own[r]) * DK) >> 2;
             [[unroll]] for (int c = 0; c < D4; c++) {
                 if (4 * c < DK) {
                     dQ[outQ + c] = gradA[r * D4 + c];

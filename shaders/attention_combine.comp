@@ -53,10 +53,10 @@ layout(std430, binding = CBIND_LENGTHS) readonly buffer Lengths { int lengths[];
 layout(std430, binding = CBIND_HEADS) readonly buffer HeadBuf { float headData[]; }; // sinkOf(h): pipelines/options.go
 
 void main() {
-    int L = P.dims.x;
-    int DV = P.dims.w;
-    int B = P.heads.x;
-    int H = P.split.w; // query heads
+    int L = rowsL();
+    int DV = widthV();
+    int B = chunkBatch();
+    int H = queryHeads(); // query heads
     int splits = splitCount();
     // Rows past the x axis's limit continue on y.
     int row = int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x);
@@ -91,7 +91,7 @@ void main() {
         foldSink(mMax, sum, sinkOf(h));
     }
     float inv = sum > 0.0 ? 1.0 / sum : 0.0;
-    int oBase = P.offsets.w + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z;
+    int oBase = oOffset() + b * P.oStride.x + h * P.oStride.y + t * P.oStride.z;
     for (int i = lane; i < DV; i += LANES) {
         float o = 0.0;
         for (int s = 0; s < splits; s++) {

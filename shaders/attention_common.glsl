@@ -1,12 +1,15 @@
 // What the fused attention kernels (attention.comp, attention_tiled.comp,
-// attention_coopmat.comp, attention_backward.comp) share: the Params
-// block, flags, the mask, length, output and per-head bindings, and the
-// rules that turn a dot product into a score. Before including, a kernel
-// defines its specialization constants MASKED, VARIANTS and PAGED, and
-// TEXEL_LOADS or not (how the masks are read). The bindings, flag bits
-// (FLAG_*) and score-variant bits (VAR_*; unused ones cost nothing) are
-// named in interface.glsl, which attention_params.glsl includes. The
-// forward kernels' steps after the scores are attention_forward.glsl's.
+// attention_coopmat.comp, attention_backward.comp,
+// attention_backward_rows.comp) share: the Params block, flags, the mask,
+// length, output and per-head bindings, and the rules that turn a dot
+// product into a score. Before including, a kernel defines its
+// specialization constants MASKED, VARIANTS and PAGED, and TEXEL_LOADS or
+// not (how the masks are read). The bindings, flag bits (FLAG_*) and
+// score-variant bits (VAR_*; unused ones cost nothing) are named in
+// interface.glsl, which attention_params.glsl includes. Q, K and V are
+// attention_inputs.glsl's; the forward kernels' index setup and steps
+// after the scores are attention_forward.glsl's, the backward kernels'
+// skeleton attention_backward_common.glsl's.
 
 #include "softmax.glsl"
 #include "attention_params.glsl"
@@ -58,10 +61,10 @@ int queryLen; // this item's query rows (of the whole call)
 // beginItem reads the dimensions and flags and this item's lengths, and
 // sets the causal shift and window/ALiBi positions of batch item bi.
 void beginItem(int bi) {
-    L = P.dims.x;
-    S = P.dims.y;
-    DK = P.dims.z;
-    DV = P.dims.w;
+    L = rowsL();
+    S = keysS();
+    DK = widthK();
+    DV = widthV();
     flags = paramFlags();
     shift = causalShift();
     b = bi;

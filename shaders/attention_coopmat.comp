@@ -1,10 +1,7 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_cooperative_matrix : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#include "coopmat.glsl"
 // Fused attention forward on the matrix units (VK_KHR_cooperative_matrix)
 // for half (float16 or bfloat16) Q, K and V: attention_tiled.comp's loop
 // order and workgroups (BR packed query rows of one KV head, BC keys per
@@ -31,9 +28,6 @@
 // round, and the products are scaled back in float32 (S before the
 // softmax; each tile's P V before it joins O).
 
-#include "interface.glsl"
-
-layout(local_size_x_id = 0) in;
 layout(constant_id = SPEC_D4) const int D4 = 16; // compile-time bound of d_k and d_v, in vec4s
 layout(constant_id = SPEC_BR) const int BR = 16; // query rows per workgroup
 layout(constant_id = SPEC_BC) const int BC = 16; // keys per tile
@@ -52,13 +46,7 @@ const int DP = 4 * D4; // padded row width
 
 #include "attention_forward.glsl"
 
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
-#define Qt_SCALES 0
-#define Kt_SCALES 0
-#define Vt_SCALES 0
+#include "attention_inputs.glsl"
 
 shared float16_t qS[BR * DP]; // the block's query rows
 shared float16_t kS[BC * DP]; // a tile of keys
@@ -69,10 +57,6 @@ shared float oS[BR * DP];     // the unnormalised output rows
 shared float alphaS[BR];      // each row's rescale of this tile
 shared uint topS[5];          // bits of the largest finite |x|: Q's, then K's and V's by tile parity
 
-#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, MM, MM, gl_MatrixUseA>
-#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, MM, MM, gl_MatrixUseB>
-#define MAT_C coopmat<float, gl_ScopeSubgroup, MM, MM, gl_MatrixUseAccumulator>
-
 // STAGE copies count rows of width n (row r from element baseOf(r) of
 // src) into dst as float16 times scale, zero past n.
 #define STAGE(dst, src, T, count, baseOf, n, scale)               \
@@ -82,10 +66,7 @@ shared uint topS[5];          // bits of the largest finite |x|: Q's, then K's a
             int r = i / D4;                                       \
             int c = i % D4;                                       \
             vec4 x = LOAD4(src, T, baseOf(r), c, n) * (scale);    \
-            dst[r * DP + 4 * c] = float16_t(x.x);                 \
-            dst[r * DP + 4 * c + 1] = float16_t(x.y);             \
-            dst[r * DP + 4 * c + 2] = float16_t(x.z);             \
-            dst[r * DP + 4 * c + 3] = float16_t(x.w);             \
+            STORE_HALF4(dst, r * DP + 4 * c, x)                   \
         }                                                         \
     }
 
@@ -126,39 +107,31 @@ int blockExponent(uint top, int T) {
 }
 
 int lane;
-int rowBase, packed, group;
+int rowBase;
 int j0; // the tile's first key
 
 int qRowBase(int r) {
-    int rho = min(rowBase + r, packed - 1);
-    return P.offsets.x + b * P.qStride.x + (hk * group + rho / L) * P.qStride.y + (rho % L) * P.qStride.z;
+    int row, head;
+    packedRow(rowBase + r, row, head);
+    return qOffset() + b * P.qStride.x + head * P.qStride.y + row * P.qStride.z;
 }
-int kRowBase(int t) { return P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, min(j0 + t, S - 1)); }
-int vRowBase(int t) { return P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, min(j0 + t, S - 1)); }
+int kRowBase(int t) { return kOffset() + hk * P.kStride.y + keyRow(P.kStride, min(j0 + t, S - 1)); }
+int vRowBase(int t) { return vOffset() + hk * P.vStride.y + keyRow(P.vStride, min(j0 + t, S - 1)); }
 
 void main() {
-    beginItem(int(gl_WorkGroupID.z));
+    rowBase = initIndices(BR, false);
     lane = int(gl_LocalInvocationID.x);
     int sg = int(gl_SubgroupID);
-    group = P.heads.y;
-    packed = group * L;
-    hk = int(gl_WorkGroupID.y);
-    rowBase = int(gl_WorkGroupID.x) * BR;
-    H = int(gl_NumWorkGroups.y) * group;
 
     // Lane r < BR owns packed row rowBase + r: its softmax state and output.
     int r = min(lane, BR - 1);
-    int rho = min(rowBase + r, packed - 1);
-    bool rowOK = lane < BR && rowBase + r < packed;
-    int row = rho % L;
-    int head = hk * group + rho / L;
+    int row, head;
+    bool rowOK = packedRow(rowBase + r, row, head) && lane < BR;
     float slope = slopeOf(head);
 
-    int last = min(rowBase + BR, packed) - 1;
-    bool oneHead = rowBase / L == last / L;
     int keyBegin = 0;
     int keyEnd = keyLen;
-    keyRange(oneHead ? rowBase % L : 0, oneHead ? last % L : L - 1, keyBegin, keyEnd);
+    packedKeyRange(rowBase, BR, keyBegin, keyEnd);
 
     if (SCALED) {
         if (lane < 5) {
@@ -209,13 +182,7 @@ void main() {
                 int bi = blk / (BC / MM);
                 int bj = blk % (BC / MM);
                 MAT_C acc = MAT_C(0.0);
-                [[unroll]] for (int kk = 0; kk < DP / MM; kk++) {
-                    MAT_A a;
-                    MAT_B kt;
-                    coopMatLoad(a, qS, bi * MM * DP + kk * MM, DP, gl_CooperativeMatrixLayoutRowMajor);
-                    coopMatLoad(kt, kS, bj * MM * DP + kk * MM, DP, gl_CooperativeMatrixLayoutColumnMajor);
-                    acc = coopMatMulAdd(a, kt, acc);
-                }
+                MUL_ADD_BLOCKS(acc, DP / MM, qS, bi * MM * DP, MM, DP, kS, bj * MM * DP, MM, DP, gl_CooperativeMatrixLayoutColumnMajor)
                 coopMatStore(acc, sS, bi * MM * BC + bj * MM, BC, gl_CooperativeMatrixLayoutRowMajor);
             }
         }
@@ -251,13 +218,7 @@ void main() {
                 if (V_TYPE == TYPE_BF16) {
                     pv = MAT_C(0.0);
                 }
-                [[unroll]] for (int kk = 0; kk < BC / MM; kk++) {
-                    MAT_A p;
-                    MAT_B v;
-                    coopMatLoad(p, pS, bi * MM * BC + kk * MM, BC, gl_CooperativeMatrixLayoutRowMajor);
-                    coopMatLoad(v, vS, kk * MM * DP + bd * MM, DP, gl_CooperativeMatrixLayoutRowMajor);
-                    pv = coopMatMulAdd(p, v, pv);
-                }
+                MUL_ADD_BLOCKS(pv, BC / MM, pS, bi * MM * BC, MM, BC, vS, bd * MM, MM * DP, DP, gl_CooperativeMatrixLayoutRowMajor)
                 if (V_TYPE == TYPE_BF16) {
                     acc = acc + pv * pow2(-vExp);
                 } else {

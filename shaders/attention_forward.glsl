@@ -1,17 +1,62 @@
 // The forward kernels' shared steps (attention.comp's row kernels,
-// attention_tiled.comp, attention_coopmat.comp): each keeps a row's
-// output accumulator where its layout wants it (registers, a lane's
-// slots, shared memory), and all of them fold scores into the online
-// softmax, finish a row and write its partial, output, log-sum-exp and
-// weights through these, so the arithmetic and its special cases (masked
-// keys, rows with no visible key, padded rows, sinks) are the same in
-// every kernel. The online softmax's scalar rules are softmax.glsl's.
-// Before including, a kernel defines what attention_common.glsl needs;
-// it sets H before a row is written.
+// attention_tiled.comp, attention_coopmat.comp): each begins with
+// initIndices (its item, KV head and rows), keeps a row's output
+// accumulator where its layout wants it (registers, a lane's slots,
+// shared memory), and all of them fold scores into the online softmax,
+// finish a row and write its partial, output, log-sum-exp and weights
+// through these, so the arithmetic and its special cases (masked keys,
+// rows with no visible key, padded rows, sinks) are the same in every
+// kernel. The online softmax's scalar rules are softmax.glsl's. Before
+// including, a kernel defines what attention_common.glsl needs.
 
 #include "attention_common.glsl"
 
-int H; // the call's query heads: a head's rows of LSE, weights and partials follow the rows of b * H + head
+int H;      // the call's query heads: a head's rows of LSE, weights and partials follow the rows of b * H + head
+int group;  // query heads per KV head (GQA)
+int packed; // a KV head's packed rows: the rows of its group's query heads, head after head (group * L)
+
+// initIndices begins a forward workgroup, as ggml's init_indices begins
+// each of its flash-attention kernels: batch item z's dimensions and
+// lengths (beginItem), H, the group, the KV head hk of the workgroup's
+// rows, and (returned) the first of them. The rows come in blocks of
+// blockRows: a KV head's packed rows, y naming the KV head (and with
+// SPLIT_K the row block, rowBlocks() of them a KV head) and x the row block
+// (SPLIT_K: the key split); or, perQueryHead (the row kernel's grid
+// without SPLIT_K), query head y's rows, x naming the block.
+int initIndices(int blockRows, bool perQueryHead) {
+    beginItem(int(gl_WorkGroupID.z));
+    H = queryHeads();
+    group = headGroup();
+    packed = group * L;
+    int y = int(gl_WorkGroupID.y);
+#ifdef SPLIT_K
+    int rowBlocks = rowBlocks();
+    hk = y / rowBlocks;
+    return (y % rowBlocks) * blockRows;
+#else
+    hk = perQueryHead ? y / group : y;
+    return int(gl_WorkGroupID.x) * blockRows;
+#endif
+}
+
+// packedRow sets row and head to packed row rho's query row and head
+// (clamped into range) and says whether the row exists.
+bool packedRow(int rho, out int row, out int head) {
+    bool exists = rho < packed;
+    rho = min(rho, packed - 1);
+    row = rho % L;
+    head = hk * group + rho / L;
+    return exists;
+}
+
+// packedKeyRange narrows [keyBegin, keyEnd) to the keys some row of the
+// block of blockRows packed rows from rowBase can see (keyRange of its
+// rows where they are one head's, of every row where they span heads).
+void packedKeyRange(int rowBase, int blockRows, inout int keyBegin, inout int keyEnd) {
+    int last = min(rowBase + blockRows, packed) - 1;
+    bool oneHead = rowBase / L == last / L;
+    keyRange(oneHead ? rowBase % L : 0, oneHead ? last % L : L - 1, keyBegin, keyEnd);
+}
 
 // ONLINE_SOFTMAX folds a step of n scores of one row, SCORE for t in
 // [0, n) (SCORE names the caller's variable t and is assigned to: scores
@@ -55,7 +100,7 @@ float finishRow(inout float m, inout float l, int head, int row) {
 }
 
 // outBase is where query row `row` of head `head` starts in O.
-int outBase(int head, int row) { return P.offsets.w + b * P.oStride.x + head * P.oStride.y + row * P.oStride.z; }
+int outBase(int head, int row) { return oOffset() + b * P.oStride.x + head * P.oStride.y + row * P.oStride.z; }
 
 // storeOut writes vec4 slot c (elements 4c..4c+3, those below d_v) of the
 // output row at oBase.

@@ -40,6 +40,16 @@ layout(std140, binding = BIND_PARAMS) uniform Params {
 
 // Named reads of the members packed into the ivec4s above: kernels call
 // these, and the slot letters stay in this file.
+int rowsL() { return P.dims.x; }          // the chunk's query rows
+int keysS() { return P.dims.y; }          // key positions S
+int widthK() { return P.dims.z; }         // d_k
+int widthV() { return P.dims.w; }         // d_v
+int qOffset() { return P.offsets.x; }     // element offsets of Q, K, V and O (strides: the *Stride
+int kOffset() { return P.offsets.y; }     // members, x, y, z over b, h, l or s)
+int vOffset() { return P.offsets.z; }
+int oOffset() { return P.offsets.w; }
+int chunkBatch() { return P.heads.x; }     // the chunk's batch items
+int headGroup() { return P.heads.y; }      // query heads a KV head serves, H / H_kv
 int paramFlags() { return P.heads.z; }     // FLAG_* bits
 int causalShift() { return P.heads.w; }    // key j is visible to row t when j <= t + shift
 int maskOffset() { return P.chunk.x; }     // the additive mask's element offset in its window
@@ -59,6 +69,13 @@ float softcapLimit() { return P.variant.x; } // the soft-cap c (0: none)
 int pageSize() { return P.page.x; }          // paged K/V: positions per page
 int pagesPerItem() { return P.page.y; }      // page-table entries per batch item
 int splitCount() { return P.split.x; }       // split-K: key splits
+int splitKeys() { return P.split.y; }        // split-K: keys per split
+int rowBlocks() { return P.split.z; }        // row blocks per KV head
+int queryHeads() { return P.split.w; }       // the call's query heads H
+int dOOffset() { return P.grads.x; }         // the backward: the chunk's dO, dQ, dK and dV element offsets
+int dQOffset() { return P.grads.y; }
+int dKOffset() { return P.grads.z; }
+int dVOffset() { return P.grads.w; }
 
 // Per-head data (BIND_HEADS, CBIND_HEADS: the kernel declares headData):
 // query head h's sink logit and ALiBi slope, h counted from firstHead().

@@ -33,7 +33,7 @@
 // Every option of attention.comp: masks, lengths, causal alignments,
 // score variants, paged K/V, LSE, weights (a second pass), half inputs,
 // chunked calls (the same Params block). Storage buffers only (the GPU
-// path). SPLIT_K: flash-decoding, a workgroup per block of P.split.y keys
+// path). SPLIT_K: flash-decoding, a workgroup per block of splitKeys() keys
 // (x) and row block of a KV head (y), writing the same partial results as
 // attention.comp's split-K for attention_combine.comp.
 
@@ -62,14 +62,7 @@ const int VTILE = V_IN_K ? 1 : BC * DV4; // V's own tile (unused with V_IN_K)
 
 #include "attention_forward.glsl"
 
-#include "loads.glsl"
-INPUT(BIND_Q, Qt)
-INPUT(BIND_K, Kt)
-INPUT(BIND_V, Vt)
-// Where a q8_0 K or V keeps its block scales (loads.glsl); Q is never q8_0.
-#define Qt_SCALES 0
-#define Kt_SCALES P.kStride.w
-#define Vt_SCALES P.vStride.w
+#include "attention_inputs.glsl"
 
 shared vec4 kTile[BC * D4];
 shared vec4 vTile[VTILE];
@@ -93,9 +86,9 @@ void loadTiles(int j0, bool withV) {
         int t = i / D4;
         int c = i % D4;
         int j = min(j0 + t, S - 1);
-        kTile[i] = LOAD4(Kt, K_TYPE, P.offsets.y + hk * P.kStride.y + keyRow(P.kStride, j), c, DK);
+        kTile[i] = LOAD4(Kt, K_TYPE, kOffset() + hk * P.kStride.y + keyRow(P.kStride, j), c, DK);
         if (withV && !V_IN_K && c < DV4) {
-            vTile[t * DV4 + c] = LOAD4(Vt, V_TYPE, P.offsets.z + hk * P.vStride.y + keyRow(P.vStride, j), c, DV);
+            vTile[t * DV4 + c] = LOAD4(Vt, V_TYPE, vOffset() + hk * P.vStride.y + keyRow(P.vStride, j), c, DV);
         }
     }
 }
@@ -129,48 +122,30 @@ void tileScores(int j0, int keyEnd) {
 }
 
 void main() {
-    beginItem(int(gl_WorkGroupID.z));
-    int group = P.heads.y;
-    int packed = group * L; // rows of all query heads of this KV head
-#ifdef SPLIT_K
-    int rowBlocks = P.split.z;
-    hk = int(gl_WorkGroupID.y) / rowBlocks;
-    int rowBase = (int(gl_WorkGroupID.y) % rowBlocks) * BR;
-    H = P.split.w;
-#else
-    hk = int(gl_WorkGroupID.y);
-    int rowBase = int(gl_WorkGroupID.x) * BR;
-    H = int(gl_NumWorkGroups.y) * group;
-#endif
+    int rowBase = initIndices(BR, false);
     // Lane group g of the workgroup holds rows g, g + GROUPS, ... of the block.
     int sgGroups = int(gl_SubgroupSize) / LPR;
     int lane = int(gl_SubgroupInvocationID);
     int g = int(gl_SubgroupID) * sgGroups + lane / LPR;
     part = lane % LPR;
     [[unroll]] for (int r = 0; r < RPL; r++) {
-        int rho = rowBase + r * GROUPS + g;
-        rowOK[r] = rho < packed;
-        rho = min(rho, packed - 1);
-        row[r] = rho % L;
-        head[r] = hk * group + rho / L;
+        rowOK[r] = packedRow(rowBase + r * GROUPS + g, row[r], head[r]);
         slope[r] = slopeOf(head[r]);
     }
 
     // Keys some row of the block can see; the bounds are the workgroup's
     // (uniform control flow around the barriers and shuffles).
-    int last = min(rowBase + BR, packed) - 1;
-    bool oneHead = rowBase / L == last / L;
     int keyBegin = 0;
     int keyEnd = keyLen;
 #ifdef SPLIT_K
     int split = int(gl_WorkGroupID.x);
-    keyBegin = split * P.split.y;
-    keyEnd = min(keyBegin + P.split.y, keyLen);
+    keyBegin = split * splitKeys();
+    keyEnd = min(keyBegin + splitKeys(), keyLen);
 #endif
-    keyRange(oneHead ? rowBase % L : 0, oneHead ? last % L : L - 1, keyBegin, keyEnd);
+    packedKeyRange(rowBase, BR, keyBegin, keyEnd);
 
     [[unroll]] for (int r = 0; r < RPL; r++) {
-        int qBase = P.offsets.x + b * P.qStride.x + head[r] * P.qStride.y + row[r] * P.qStride.z;
+        int qBase = qOffset() + b * P.qStride.x + head[r] * P.qStride.y + row[r] * P.qStride.z;
         [[unroll]] for (int u = 0; u < SLOTS; u++) {
             q[r * SLOTS + u] = LOAD4(Qt, Q_TYPE, qBase, u * LPR + part, DK);
         }

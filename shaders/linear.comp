@@ -22,12 +22,7 @@ layout(local_size_x_id = 0) in;
 const int TR = 4; // rows of X per invocation
 const int TC = 4; // outputs per invocation
 
-layout(std140, binding = LBIND_PARAMS) uniform Params {
-    ivec4 dims; // rows M, outputs N, inputs K, flags
-    ivec4 x;    // X element offset, row stride
-    ivec4 w;    // W element offset, row stride
-    ivec4 y;    // Y element offset, row stride; bias element offset
-} P;
+#include "linear_params.glsl"
 
 #include "loads.glsl"
 INPUT(LBIND_X, Xt)

@@ -1,10 +1,7 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_cooperative_matrix : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#include "coopmat.glsl"
 // Dense layer Y = X W^T + b on the matrix units (VK_KHR_cooperative_matrix)
 // for float16 X and W, linear.comp's layout and bindings (SEMANTICS.md
 // §18): each product of two halves is exact in float32 and the sums are
@@ -17,9 +14,6 @@
 // as W^T. The accumulators go through shared memory to add the bias and
 // store the rows and outputs that exist.
 
-#include "interface.glsl"
-
-layout(local_size_x_id = 0) in;
 layout(constant_id = SPEC_MM) const int MM = 16;   // the matrices' M = N = K
 layout(constant_id = SPEC_TILE) const int TILE = 32; // rows, outputs and inputs per step
 layout(constant_id = SPEC_SG) const int SG = 32;   // lanes per subgroup (full subgroups required)
@@ -28,12 +22,7 @@ const int NB = TILE / MM; // accumulator blocks per side
 const int WG = NB * NB * SG;
 const int T4 = TILE / 4;  // vec4s per staged row
 
-layout(std140, binding = LBIND_PARAMS) uniform Params {
-    ivec4 dims; // rows M, outputs N, inputs K, flags
-    ivec4 x;    // X element offset, row stride
-    ivec4 w;    // W element offset, row stride
-    ivec4 y;    // Y element offset, row stride; bias element offset
-} P;
+#include "linear_params.glsl"
 
 #include "loads.glsl"
 INPUT(LBIND_X, Xt)
@@ -49,10 +38,6 @@ shared float16_t xS[TILE * TILE]; // X's rows, this step's inputs
 shared float16_t wS[TILE * TILE]; // W's rows (outputs), this step's inputs
 shared float yS[TILE * TILE];     // the block of Y before the bias
 
-#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, MM, MM, gl_MatrixUseA>
-#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, MM, MM, gl_MatrixUseB>
-#define MAT_C coopmat<float, gl_ScopeSubgroup, MM, MM, gl_MatrixUseAccumulator>
-
 // stage copies TILE rows (row r from element first + min(r0 + r, last) *
 // stride), inputs k0 .. k0 + TILE of K, into dst as float16.
 #define STAGE(dst, src, T, first, stride, r0, last, k0, K)                        \
@@ -62,10 +47,7 @@ shared float yS[TILE * TILE];     // the block of Y before the bias
             int r = i / T4;                                                      \
             int c = i % T4;                                                      \
             vec4 v = LOAD4(src, T, (first) + min((r0) + r, last) * (stride), (k0) / 4 + c, K); \
-            dst[r * TILE + 4 * c] = float16_t(v.x);                              \
-            dst[r * TILE + 4 * c + 1] = float16_t(v.y);                          \
-            dst[r * TILE + 4 * c + 2] = float16_t(v.z);                          \
-            dst[r * TILE + 4 * c + 3] = float16_t(v.w);                          \
+            STORE_HALF4(dst, r * TILE + 4 * c, v)                                \
         }                                                                        \
     }
 
@@ -86,13 +68,8 @@ void main() {
         STAGE(xS, Xt, X_TYPE, P.x.x, P.x.y, row0, M - 1, k0, K)
         STAGE(wS, Wt, W_TYPE, P.w.x, P.w.y, col0, N - 1, k0, K)
         barrier();
-        [[unroll]] for (int kk = 0; kk < NB; kk++) {
-            MAT_A a;
-            MAT_B wt;
-            coopMatLoad(a, xS, bi * MM * TILE + kk * MM, TILE, gl_CooperativeMatrixLayoutRowMajor);
-            coopMatLoad(wt, wS, bj * MM * TILE + kk * MM, TILE, gl_CooperativeMatrixLayoutColumnMajor);
-            acc = coopMatMulAdd(a, wt, acc);
-        }
+        // W's slice read column-major is W^T.
+        MUL_ADD_BLOCKS(acc, NB, xS, bi * MM * TILE, MM, TILE, wS, bj * MM * TILE, MM, TILE, gl_CooperativeMatrixLayoutColumnMajor)
     }
     coopMatStore(acc, yS, bi * MM * TILE + bj * MM, TILE, gl_CooperativeMatrixLayoutRowMajor);
     barrier();
