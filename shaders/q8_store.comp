@@ -48,33 +48,10 @@ layout(std430, binding = QBIND_ROWS) readonly buffer RowsBuf { int rowDst[]; };
 // append, as it refuses such a block of its own (SEMANTICS.md §8.2).
 layout(std430, binding = QBIND_STATUS) buffer StatusBuf { uint status[]; };
 
-// The error a - 127 c, exactly, for c near a / 127: a - 128c and then
-// adding c back are exact (Sterbenz: each pair is within a factor 2).
-float err127(float a, float c) {
-    precise float r = a - c * 128.0;
-    precise float e = r + c;
-    return e;
-}
-
-// a / 127 rounded to nearest: the candidate with the least exact error.
-float div127(float a) {
-    float c = a / 127.0;
-    float best = c;
-    float bestErr = abs(err127(a, c));
-    for (int k = -3; k <= 3; k++) {
-        float x = uintBitsToFloat(uint(int(floatBitsToUint(c)) + k));
-        float e = abs(err127(a, x));
-        if (e < bestErr) {
-            best = x;
-            bestErr = e;
-        }
-    }
-    return best;
-}
-
-// The error 1 - c d for c near 1 / d: Dekker's exact product of c and d
-// (Veltkamp halves, no fused operations), then 1 - p exactly.
-float errRecip(float c, float d) {
+// The error a - c d for c near a / d: Dekker's exact product of c and d
+// (Veltkamp halves, no fused operations), then a - p exactly (p is within
+// a factor 2 of a).
+float errDiv(float a, float c, float d) {
     precise float p = c * d;
     precise float cs = c * 4097.0;
     precise float ch = cs - (cs - c);
@@ -83,18 +60,20 @@ float errRecip(float c, float d) {
     precise float dh = ds - (ds - d);
     precise float dl = d - dh;
     precise float e = ((ch * dh - p) + ch * dl + cl * dh) + cl * dl;
-    precise float r = (1.0 - p) - e;
+    precise float r = (a - p) - e;
     return r;
 }
 
-// 1 / d rounded to nearest.
-float recip(float d) {
-    float c = 1.0 / d;
+// a / d rounded to nearest (a float32 quotient is never a tie): the
+// candidate within 3 ulps of the device's quotient (Vulkan asks 2.5 ulps
+// of division) with the least exact error, as the host's division gives.
+float divide(float a, float d) {
+    float c = a / d;
     float best = c;
-    float bestErr = abs(errRecip(c, d));
+    float bestErr = abs(errDiv(a, c, d));
     for (int k = -3; k <= 3; k++) {
         float x = uintBitsToFloat(uint(int(floatBitsToUint(c)) + k));
-        float e = abs(errRecip(x, d));
+        float e = abs(errDiv(a, x, d));
         if (e < bestErr) {
             best = x;
             bestErr = e;
@@ -102,6 +81,9 @@ float recip(float d) {
     }
     return best;
 }
+
+float div127(float a) { return divide(a, 127.0); }
+float recip(float d) { return divide(1.0, d); }
 
 // The float16 bits nearest to x >= 0 (ties to even, subnormals kept).
 uint toF16(float x) {
@@ -186,38 +168,6 @@ void quantizeQ4_0(int base, int dst) {
         y[(dst >> 3) + w] = word; // dst is a multiple of QUANT_BLOCK: whole words
     }
     storeScale(dst >> QUANT_BLOCK_SHIFT, toF16(dAbs) | (dNeg ? 0x8000u : 0u));
-}
-
-// The error a - c d for c near a / d: Dekker's exact product of c and d
-// (Veltkamp halves, no fused operations), then a - p exactly (p is within
-// a factor 2 of a).
-float errDiv(float a, float c, float d) {
-    precise float p = c * d;
-    precise float cs = c * 4097.0;
-    precise float ch = cs - (cs - c);
-    precise float cl = c - ch;
-    precise float ds = d * 4097.0;
-    precise float dh = ds - (ds - d);
-    precise float dl = d - dh;
-    precise float e = ((ch * dh - p) + ch * dl + cl * dh) + cl * dl;
-    precise float r = (a - p) - e;
-    return r;
-}
-
-// a / d rounded to nearest (a float32 quotient is never a tie).
-float divide(float a, float d) {
-    float c = a / d;
-    float best = c;
-    float bestErr = abs(errDiv(a, c, d));
-    for (int k = -3; k <= 3; k++) {
-        float x = uintBitsToFloat(uint(int(floatBitsToUint(c)) + k));
-        float e = abs(errDiv(a, x, d));
-        if (e < bestErr) {
-            best = x;
-            bestErr = e;
-        }
-    }
-    return best;
 }
 
 // The iq4_nl index of v: the level nearest to v, the upper of two equally
