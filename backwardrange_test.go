@@ -36,7 +36,7 @@ func alternating(n int, x float32) []float32 {
 
 // TestBackwardOverflowIsRefused: finite inputs whose backward could
 // overflow float32 (Inf, then NaN gradients) are ErrOverflow naming the
-// quantity (SEMANTICS.md §8, §16), for the attention's backward and
+// quantity (SEMANTICS.md §9, §10), for the attention's backward and
 // additive attention's, while the forward of the same inputs runs.
 func TestBackwardOverflowIsRefused(t *testing.T) {
 	const l, s, d = 4, 8, 8

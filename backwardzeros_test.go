@@ -12,7 +12,7 @@ import (
 
 // Gradients that the semantics make exactly zero are exactly zero, element
 // by element, not merely small beside the tensor's largest (SEMANTICS.md
-// §16): dQ of padded query rows (QueryLengths) and of the rows of an item
+// §10): dQ of padded query rows (QueryLengths) and of the rows of an item
 // whose key length is 0; dK and dV of a key every query is masked from, and
 // of every key of that item. The rest agrees with the float64 reference.
 // Grouped-query heads, on lavapipe's plan and NVIDIA's.

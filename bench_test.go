@@ -18,7 +18,7 @@ type benchShape struct {
 
 // benchAttention times a prepared attention call (recorded once, replayed)
 // on random data and reports GFLOP/s with the
-// FLOP count of SEMANTICS.md §12 (4*B*H*L*S*d; half of it when causal, since fully
+// FLOP count of SEMANTICS.md §16 (4*B*H*L*S*d; half of it when causal, since fully
 // masked key tiles are skipped) over device time when the device has
 // timestamps, wall time otherwise; and GB/s of the bytes of Q, K and V
 // read and O written once each (their element sizes): what a decode step

@@ -11,7 +11,7 @@ import (
 )
 
 // The cooperative-matrix kernel against the float64 reference within its
-// stated bound (SEMANTICS.md §18): grouped-query heads, both causal
+// stated bound (SEMANTICS.md §9.3): grouped-query heads, both causal
 // alignments with L < S and L > S, every mask kind, key and query lengths
 // (a fully masked row), d_k != d_v, every score variant together, LSE,
 // strided views; float16 Q, K and V (bfloat16 in TestCoopmatBFloat16). Small shapes: each case is a kernel
@@ -67,7 +67,7 @@ func TestCoopmatAttention(t *testing.T) {
 }
 
 // Bfloat16 inputs reach the float16 matrices scaled by a power of two per
-// block (SEMANTICS.md §18): queries of ~1e6 (beyond float16's 65504), keys
+// block (SEMANTICS.md §9.3): queries of ~1e6 (beyond float16's 65504), keys
 // of ~1e-6 and ~1e-5 by tile (float16 subnormals unscaled) and values of
 // ~1e6 and ~1e5 by tile, so every block needs its own scale, and a float16
 // K beside them (scaled Q and V, exact K). Each must stay within the

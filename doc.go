@@ -32,8 +32,8 @@
 // read from K's rows (SEMANTICS.md §2; its scale is the model's, §3).
 // Options holds the masks (Mask, BoolMasks, Causal,
 // KeyLengths, QueryLengths: SEMANTICS.md §4), the score variants (Window,
-// Softcap, ALiBi, Sinks: §4.1), rotary embeddings (RoPE: §17) and the
-// extra outputs (WantLSE, WantWeights: §6). Device.Plan says which kernel
+// Softcap, ALiBi, Sinks: §4.1), rotary embeddings (RoPE: §5) and the
+// extra outputs (WantLSE, WantWeights: §7). Device.Plan says which kernel
 // variant, load path, tiles and grid a problem gets, without running it;
 // Plan.Explain says it in words.
 //
@@ -56,8 +56,8 @@
 // Device.UploadAs rounds or quantizes float32 data to the type,
 // Device.UploadBits stores bit patterns already held, Device.PlanAs plans
 // for given types.
-// The kernels widen on load and compute in float32 (SEMANTICS.md §8.1,
-// §8.2; §18 for the cooperative matrices that half inputs use where the
+// The kernels widen on load and compute in float32 (SEMANTICS.md §9.1,
+// §9.2; §9.3 for the cooperative matrices that half inputs use where the
 // device has them, and Options.Float32Products to keep them off).
 //
 // # Training: the backward pass
@@ -68,7 +68,7 @@
 // The probabilities are recomputed from the forward's log-sum-exp (nothing
 // L x S is stored), every mask, length and score variant applies, and the
 // sums run in a fixed order, so the gradients are the same bits run to run
-// (SEMANTICS.md §16).
+// (SEMANTICS.md §10).
 //
 // # The KV cache and the layers
 //
@@ -99,7 +99,7 @@
 // Q, K and V are visible to them and their O to the host's next kernel;
 // their parameters travel inside the command buffer. The host keeps the
 // tensors open until its submission has finished, and closes its device
-// after vkattn's Close. SEMANTICS.md §19 is the contract, and
+// after vkattn's Close. SEMANTICS.md §13 is the contract, and
 // examples/decoder a Llama-style decoder run this way, a token per
 // submission. Tensor.Buffer goes the other way: it says where a vkattn
 // tensor lies, for the host's kernels to read (the viewer draws so).
@@ -143,8 +143,8 @@
 //
 // Invalid input returns an error wrapping one of the sentinel errors,
 // re-exported from package core (test with errors.Is); nothing panics on
-// bad input. SEMANTICS.md §8.3 lists them and when each is returned, and
-// §8 what the float32 kernels refuse to compute and how tensors carry
+// bad input. SEMANTICS.md §9.4 lists them and when each is returned, and
+// §9 what the float32 kernels refuse to compute and how tensors carry
 // their magnitude bounds.
 //
 // # The types

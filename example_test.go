@@ -8,7 +8,7 @@ import (
 	"github.com/vkattn/vkattn/internal/train"
 )
 
-// The worked example of SEMANTICS.md §14: one query, three keys, and the same
+// The worked example of SEMANTICS.md §18: one query, three keys, and the same
 // with the third key masked out.
 func Example() {
 	dev, err := vkattn.Open(vkattn.Config{})
@@ -110,7 +110,7 @@ func ExampleDevice_AttentionBackward_training() {
 // by both sequences' last query rows together; each sequence's own suffix
 // by its own row (a mask keeps each row to its sequence's keys); the two
 // parts merged are each sequence's attention over its prefix and suffix
-// (SEMANTICS.md §21), as the last line checks for sequence 1.
+// (SEMANTICS.md §7.1), as the last line checks for sequence 1.
 func ExampleDevice_Merge() {
 	dev, err := vkattn.Open(vkattn.Config{})
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 )
 
 // TestGoldenCases runs every case in testdata/ (the worked examples of
-// SEMANTICS.md §14 and hand derivations from them; the numbers are copied, not
+// SEMANTICS.md §18 and hand derivations from them; the numbers are copied, not
 // computed by vkattn) on every plan (TestGoldenCases/<plan>/<case>) and
 // compares with the expected O, weights and log-sum-exp under each case's
 // tolerance (1e-5 unless the worked example gives fewer digits) and with

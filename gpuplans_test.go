@@ -35,7 +35,7 @@ func TestGPUPlansNameTiledKernels(t *testing.T) {
 			{"prefill d256", 2, 2, 64, 64, 256, 256, false, false, false},
 			{"odd widths", 2, 1, 17, 33, 33, 20, false, false, false},
 			{"decode GQA", 32, 8, 1, 4096, 128, 128, false, true, false},
-			{"decode with weights", 8, 2, 1, 1024, 64, 64, true, false, false}, // within lavapipe's loop budget (SEMANTICS.md §20)
+			{"decode with weights", 8, 2, 1, 1024, 64, 64, true, false, false}, // within lavapipe's loop budget (SEMANTICS.md §14)
 			{"MLA decode", 128, 1, 1, 4096, 576, 512, false, true, false},
 			{"MLA decode, V from K", 128, 1, 1, 4096, 576, 512, false, true, true},
 			{"MLA prefill, V from K", 128, 1, 16, 64, 576, 512, false, false, true},

@@ -8,7 +8,7 @@ import (
 	"github.com/vkattn/vkattn/vk"
 )
 
-// Inside a host program's own Vulkan work (SEMANTICS.md §19): the device
+// Inside a host program's own Vulkan work (SEMANTICS.md §13): the device
 // it shares, tensors over its buffers, and calls recorded into its command
 // buffers.
 
@@ -107,7 +107,7 @@ type BufferRegion struct {
 	Type DType
 	// Bound is the host's promise that every value it writes there is
 	// finite and at most Bound in magnitude: the float32 range checks of
-	// the calls that read the tensor (SEMANTICS.md §8) use it, and a value
+	// the calls that read the tensor (SEMANTICS.md §9) use it, and a value
 	// past it makes their results undefined.
 	Bound float64
 }
@@ -144,7 +144,7 @@ type CommandBuffer struct {
 
 // Record records the call's work into the host's command buffer instead
 // of submitting it: Run's commands, for the host to submit with its own
-// (SEMANTICS.md §19). It begins with a barrier that makes earlier compute
+// (SEMANTICS.md §13). It begins with a barrier that makes earlier compute
 // and transfer writes visible to its reads and ends with one that makes
 // its writes visible to later compute, transfer and host reads, so the
 // host needs no barrier of its own around it. Record puts the call's

@@ -308,10 +308,10 @@ func TestMergeRefusals(t *testing.T) {
 }
 
 // TestMergeOfManyParts: the merge's error does not grow with the number
-// of parts (SEMANTICS.md §21). n copies of one part merge to the part's O
+// of parts (SEMANTICS.md §7.1). n copies of one part merge to the part's O
 // exactly and to LSE + ln n; a plain running sum in float32 drifted by
 // about a rounding per part (1.4e-5 at 1,000 parts, 9.7e-5 at 5,000, past
-// §13's 2e-5). 400 random parts merge to the float64 merge of the same
+// §17's 2e-5). 400 random parts merge to the float64 merge of the same
 // values.
 func TestMergeOfManyParts(t *testing.T) {
 	r := rand.New(rand.NewSource(21))

@@ -67,7 +67,7 @@ func wrapsOne(err error) bool {
 
 // TestNilReceivers: no method of a nil device, tensor, call, output, KV
 // cache, decode step or layer panics; each refusal wraps a sentinel
-// (SEMANTICS.md §8.3: nothing panics on bad input).
+// (SEMANTICS.md §9.4: nothing panics on bad input).
 func TestNilReceivers(t *testing.T) {
 	for _, recv := range []any{(*vkattn.Device)(nil), (*vkattn.Tensor)(nil), (*vkattn.Call)(nil), (*vkattn.Output)(nil),
 		(*vkattn.Gradients)(nil), (*kv.Cache)(nil), (*kv.DecodeStep)(nil), (*nn.MHA)(nil), (*nn.Additive)(nil),

@@ -12,7 +12,7 @@ import (
 	"github.com/vkattn/vkattn/internal/verdict"
 )
 
-// Properties of SEMANTICS.md §11, checked on the GPU output itself (not only
+// Properties of SEMANTICS.md §15, checked on the GPU output itself (not only
 // against the reference).
 
 // TestWeightsAreADistribution: weights are >= 0 and each row sums to 1; each

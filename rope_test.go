@@ -138,7 +138,7 @@ func TestRoPERefusals(t *testing.T) {
 	})
 }
 
-// A RoPE whose table (SEMANTICS.md §17) would not be finite is ErrOption
+// A RoPE whose table (SEMANTICS.md §5) would not be finite is ErrOption
 // naming what makes it so, for a call (Options.RoPE) and for a KV cache,
 // rather than NaN outputs (a call) or a NaN table and keys (a cache):
 // frequencies theta^(-2i/n) beyond float64 (theta 5e-324 or 1e-320 with

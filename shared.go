@@ -79,7 +79,7 @@ var (
 	// ErrScale: the custom scale is NaN, infinite or beyond float32's range.
 	ErrScale = core.ErrScale
 	// ErrOption: an option holds a value outside its defined set, or
-	// options that cannot go together (SEMANTICS.md §8.3).
+	// options that cannot go together (SEMANTICS.md §9.4).
 	ErrOption = core.ErrOption
 	// ErrEmpty: an axis has extent zero.
 	ErrEmpty = core.ErrEmpty
@@ -122,15 +122,15 @@ const (
 	Float16  = core.Float16  // IEEE binary16: 11-bit significand, |x| <= 65504
 	BFloat16 = core.BFloat16 // the upper 16 bits of a float32: 8-bit significand, float32's range
 	// Q8_0 is ggml's q8_0 for K and V: int8 quants in blocks of 32 along a
-	// row, each block with a float16 scale (SEMANTICS.md §8.2).
+	// row, each block with a float16 scale (SEMANTICS.md §9.2).
 	Q8_0 = core.Q8_0
 	// Q4_0 is ggml's q4_0 for K and V: 4-bit quants in blocks of 32 along a
 	// row, each read as (q - 8) times the block's float16 scale
-	// (SEMANTICS.md §8.2).
+	// (SEMANTICS.md §9.2).
 	Q4_0 = core.Q4_0
 	// IQ4_NL is ggml's iq4_nl for K and V: 4-bit indices in blocks of 32
 	// along a row into 16 fixed non-linear levels, times the block's
-	// float16 scale (SEMANTICS.md §8.2).
+	// float16 scale (SEMANTICS.md §9.2).
 	IQ4_NL = core.IQ4_NL
 )
 
@@ -191,7 +191,7 @@ type (
 	TiledTuning = core.TiledTuning
 )
 
-// Rotary position embeddings (package core; SEMANTICS.md §17).
+// Rotary position embeddings (package core; SEMANTICS.md §5).
 type (
 	// RoPE rotates Q and K by their positions before the scores.
 	RoPE = core.RoPE

@@ -11,7 +11,7 @@ import (
 )
 
 // TestExactTiesStayExact: keys whose dot products with the query are equal
-// and exact in float32 get exactly equal weights (SEMANTICS.md §7), on every load
+// and exact in float32 get exactly equal weights (SEMANTICS.md §8), on every load
 // path and the split-K decode kernel. The numbers are derived by hand:
 // q = (37, 53, 0...), k_a = (300, 0, ...) and k_b = (53300, -37000, 0, ...)
 // both give q.k = 11100, exactly (every partial sum is an integer below

@@ -57,7 +57,7 @@ type Output struct {
 type Gradients struct {
 	DQ, DK, DV *Tensor
 	DSinks     []float32     // one per head with Options.Sinks; nil otherwise
-	Plan       Plan          // the forward's plan; the backward's passes follow from it (SEMANTICS.md §16)
+	Plan       Plan          // the forward's plan; the backward's passes follow from it (SEMANTICS.md §10)
 	GPUTime    time.Duration // forward and backward together; 0 without timestamps
 	e          *engine.Gradients
 }
@@ -262,7 +262,7 @@ func parts(ps []Part) []engine.Part {
 }
 
 // Merge computes, on the device, the attention over the union of the
-// parts' keys from the parts' outputs (SEMANTICS.md §21):
+// parts' keys from the parts' outputs (SEMANTICS.md §7.1):
 //
 //	LSE = ln sum_i exp(LSE_i)    O = sum_i exp(LSE_i - LSE) O_i
 //

@@ -61,7 +61,7 @@ func (d DeviceInfo) HasMatrix(m, n, k int, ab MatrixType) bool {
 
 // MatrixBound is how far the cooperative-matrix path may move a call's
 // outputs from float32 attention's on the same inputs, beyond the float32
-// path's own rounding (SEMANTICS.md §18).
+// path's own rounding (SEMANTICS.md §9.3).
 type MatrixBound struct {
 	O   float64 // each output
 	LSE float64 // each log-sum-exp

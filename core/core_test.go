@@ -124,7 +124,7 @@ func TestFirstNonFiniteFindsNaNAndBothInfinities(t *testing.T) {
 	}
 }
 
-// The cooperative-matrix bound (SEMANTICS.md §18) for max|q| = 2, max|k| =
+// The cooperative-matrix bound (SEMANTICS.md §9.3) for max|q| = 2, max|k| =
 // 1, max|v| = 4, three keys, d_k = 4 and scale 1/2, against the numbers
 // worked by hand from its formula: float16 inputs only round P; bfloat16
 // ones add e = 2^-28 max|x| + 2^-140 per value, eps = 2^-25 + 2^-54

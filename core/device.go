@@ -108,7 +108,7 @@ func (d DeviceInfo) CacheKey() string {
 // (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS) and drops the work past it:
 // measured on Mesa 22.3.6; Mesa 26.1 computed the same long loops whole.
 // Versions in between are taken to have it. The planner keeps every
-// kernel's loops within the budget (SEMANTICS.md §20).
+// kernel's loops within the budget (SEMANTICS.md §14).
 func (d DeviceInfo) LoopBudget() int {
 	if d.DriverID != DriverIDLavapipe {
 		return 0

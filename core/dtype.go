@@ -21,18 +21,18 @@ const (
 	BFloat16              // the upper 16 bits of a float32: 8-bit significand, float32's range
 	// Q8_0 is ggml's q8_0, for K and V (a KV cache, K and V of a call):
 	// blocks of Q8Block consecutive elements of a row, each an int8 times
-	// the block's float16 scale (SEMANTICS.md §8.2). Rows must be whole
+	// the block's float16 scale (SEMANTICS.md §9.2). Rows must be whole
 	// blocks.
 	Q8_0
 	// Q4_0 is ggml's q4_0, for K and V: blocks of Q4Block consecutive
 	// elements of a row, each a 4-bit quant q read as (q - 8) times the
-	// block's float16 scale (SEMANTICS.md §8.2). Rows must be whole
+	// block's float16 scale (SEMANTICS.md §9.2). Rows must be whole
 	// blocks.
 	Q4_0
 	// IQ4_NL is ggml's iq4_nl, for K and V: blocks of IQ4NLBlock
 	// elements, each a 4-bit index into a fixed table of 16 non-linear
 	// levels (IQ4NLLevels) times the block's float16 scale (SEMANTICS.md
-	// §8.2). Rows must be whole blocks.
+	// §9.2). Rows must be whole blocks.
 	IQ4_NL
 )
 

@@ -21,7 +21,7 @@ var (
 	// ErrScale: the custom scale is NaN, infinite or beyond float32's range.
 	ErrScale = sentinel("invalid scale")
 	// ErrOption: an option holds a value outside its defined set, or
-	// options that cannot go together (SEMANTICS.md §8.3).
+	// options that cannot go together (SEMANTICS.md §9.4).
 	ErrOption = sentinel("invalid option")
 	// ErrEmpty: an axis has extent zero.
 	ErrEmpty = sentinel("empty axis")

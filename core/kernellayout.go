@@ -31,7 +31,7 @@ type KernelLayout struct {
 	SubgroupSize int `json:"subgroup_size,omitempty"`
 	// Matrix > 0: the cooperative-matrix kernel, both products on Matrix x
 	// Matrix x Matrix float16 matrices with float32 accumulators
-	// (SEMANTICS.md §18).
+	// (SEMANTICS.md §9.3).
 	Matrix int `json:"matrix,omitempty"`
 	// Split-K decode (Splits > 0, flash-decoding): the keys in Splits
 	// blocks of SplitKeys, the query heads of a KV head packed in RowBlocks
@@ -83,7 +83,7 @@ type LinearLayout struct {
 	Grid               [3]uint32
 	X, W               DType // element types of the input and the weights
 	// Matrix > 0: the products on Matrix x Matrix x Matrix float16
-	// cooperative matrices (SEMANTICS.md §18), in workgroups of full
+	// cooperative matrices (SEMANTICS.md §9.3), in workgroups of full
 	// subgroups of SubgroupSize lanes.
 	Matrix, SubgroupSize int
 	// BlockRows x BlockOutputs is the block of Y one dispatch computes,

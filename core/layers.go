@@ -43,7 +43,7 @@ type MHAWeights struct {
 }
 
 // ParamCount is the number of weights and biases, 4d^2 + 4d for a
-// self-attention layer with biases (SEMANTICS.md §9: 288 for d = 8).
+// self-attention layer with biases (SEMANTICS.md §11: 288 for d = 8).
 func (w *MHAWeights) ParamCount() int {
 	return len(w.InProjWeight) + len(w.QProjWeight) + len(w.KProjWeight) + len(w.VProjWeight) +
 		len(w.InProjBias) + len(w.OutProjWeight) + len(w.OutProjBias)
@@ -182,7 +182,7 @@ type MHAOptions struct {
 }
 
 // AdditiveWeights are the parameters of additive (Bahdanau) attention,
-// SEMANTICS.md §10:
+// SEMANTICS.md §12:
 //
 //	e_{t,j} = tanh(q_t W_q + k_j W_k + b) . w_a
 //

@@ -25,7 +25,7 @@ type Plan struct {
 // MatrixErrorBound is how far a call so planned may move its outputs from
 // float32 attention's, for its Q, K and V as stored and its score scale:
 // zero but on cooperative matrices, where P is rounded to float16 and
-// bfloat16 inputs are scaled into float16 (SEMANTICS.md §18).
+// bfloat16 inputs are scaled into float16 (SEMANTICS.md §9.3).
 func (p Plan) MatrixErrorBound(q, k, v []float32, scale Scale) MatrixBound {
 	if p.Kernel.Matrix == 0 {
 		return MatrixBound{}
@@ -141,7 +141,7 @@ func (p Plan) Explain(opts Options) string {
 		if slices.Contains(k.Types[:], BFloat16) {
 			scaled = " (bfloat16 scaled by a power of two per block)"
 		}
-		row("matrices", "Q K^T and P V on %dx%dx%d cooperative matrices: float16 Q, K, V%s and P, float32 accumulators (SEMANTICS.md §18)", k.Matrix, k.Matrix, k.Matrix, scaled)
+		row("matrices", "Q K^T and P V on %dx%dx%d cooperative matrices: float16 Q, K, V%s and P, float32 accumulators (SEMANTICS.md §9.3)", k.Matrix, k.Matrix, k.Matrix, scaled)
 		row("tiles", "Br %d query rows (the query heads of a KV head packed) x Bc %d keys, tiles and output rows in %d B of shared memory", k.TileRows, k.KeyTile, k.SharedBytes)
 		row("subgroups", "%d full subgroups of %d lanes (VK_EXT_subgroup_size_control, enabled)", k.WorkGroup/k.SubgroupSize, k.SubgroupSize)
 	} else if k.TileRows > 0 {

@@ -135,12 +135,12 @@ type Options struct {
 	// the last L tokens of sequences of different lengths (a KV cache).
 	AlignToKeyLengths bool
 	// RoPE rotates Q and K by their positions before the scores
-	// (SEMANTICS.md §17); nil: none.
+	// (SEMANTICS.md §5); nil: none.
 	RoPE *RoPE
 	// Float32Products keeps float16 inputs off a device's cooperative
 	// matrices: P V in float32, as on every other device, at the float32
 	// path's accuracy. By default a device with float16 matrices computes
-	// float16 calls on them, with P rounded to float16 (SEMANTICS.md §18).
+	// float16 calls on them, with P rounded to float16 (SEMANTICS.md §9.3).
 	Float32Products bool
 }
 
@@ -163,7 +163,7 @@ type Dims struct {
 	DV  int `json:"d_v"`
 }
 
-// FLOPs is the cost of Q K^T and A V, 2*B*H*L*S*(DK+DV) (SEMANTICS.md §12).
+// FLOPs is the cost of Q K^T and A V, 2*B*H*L*S*(DK+DV) (SEMANTICS.md §16).
 func (d Dims) FLOPs() float64 {
 	return 2 * float64(d.B) * float64(d.H) * float64(d.L) * float64(d.S) * float64(d.DK+d.DV)
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // RoPE is a rotary position embedding applied to Q and K before the scores
-// (SEMANTICS.md §17): the first Dims of each row's d_k elements are
+// (SEMANTICS.md §5): the first Dims of each row's d_k elements are
 // rotated in pairs by the angle position * invFreq_i, the rest pass
 // through unchanged.
 type RoPE struct {
@@ -206,7 +206,7 @@ func (r *RoPE) Check(dk int, d Dims) error {
 }
 
 // maxPosition bounds |position| over the rows of a problem of extents d
-// (SEMANTICS.md §17): explicit positions as given; by default query row t
+// (SEMANTICS.md §5): explicit positions as given; by default query row t
 // sits at t + S - L, or t + KeyLengths[b] - L with KeyLengths[b] in
 // [0, S], so within [-L, S-1], and key j at j. Unknown extents (L = S = 0)
 // allow any position (known false).

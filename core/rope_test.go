@@ -7,7 +7,7 @@ import (
 )
 
 // RoPE.Check checks the table at the positions a problem uses (SEMANTICS.md
-// §17): with linear:1e-308 the largest frequency is 1e308, so position 1
+// §5): with linear:1e-308 the largest frequency is 1e308, so position 1
 // is the last whose angle is finite. Queries lie within [-L, S-1] and keys
 // within [0, S-1]; a KV cache of capacity C passes Dims{S: C}; unknown
 // extents allow positions up to 2^31-1; explicit positions count as given.

@@ -40,7 +40,7 @@ func (c *Cache) Append(k, v []float32, n int) error {
 // are copied on the device, every row with the lengths and the page
 // table in one submission that the host does not wait for (calls on the
 // cache run after it); float tensors into a q8_0 or q4_0 cache are
-// quantized on the device the same way (SEMANTICS.md §8.2), a block past
+// quantized on the device the same way (SEMANTICS.md §9.2), a block past
 // the type's range ErrOverflow with nothing appended, as Append refuses
 // it (the host waits for that check where the tensors' bounds allow such
 // a block); others
@@ -482,7 +482,7 @@ func (c *Cache) storeLocked(seqs []int, n int, w cacheWriter) error {
 	pool := c.pool
 	if cfg.Window > 0 && n > 0 {
 		// A rolling cache first lets go of the pages below the window of
-		// the first new token (SEMANTICS.md §22), in a copy of the pool
+		// the first new token (SEMANTICS.md §4.4), in a copy of the pool
 		// until the checks pass.
 		pool = c.pool.Clone()
 		for _, b := range seqs {

@@ -26,11 +26,11 @@ type Config struct {
 	PageSize, Pages int
 	// RoPE, if not nil, rotates keys as they are appended (each key once,
 	// at its position in its sequence) and the queries of every call over
-	// the cache at theirs (SEMANTICS.md §17). Its positions are the
+	// the cache at theirs (SEMANTICS.md §5). Its positions are the
 	// cache's: QueryPositions and KeyPositions must be nil.
 	RoPE *vkattn.RoPE
 	// Window > 0 makes a rolling cache for layers with a sliding window
-	// of Window positions (SEMANTICS.md §22): paged, it lets go of the
+	// of Window positions (SEMANTICS.md §4.4): paged, it lets go of the
 	// pages no window reaches any more, so its memory follows Window, not
 	// the sequences' lengths. Capacity then bounds the positions a
 	// sequence holds at once (0: Window + PageSize - 1, what a decode of

@@ -22,7 +22,7 @@ import (
 // Options other than KeyLengths, QueryLengths, Causal and
 // AlignToKeyLengths, which the cache sets, apply as for Device.Attention;
 // over a rolling cache a Window within the cache's is required, and its
-// reach checked (SEMANTICS.md §22).
+// reach checked (SEMANTICS.md §4.4).
 func (c *Cache) Attention(q *vkattn.Tensor, opts vkattn.Options) (*vkattn.Output, error) {
 	return c.AttentionContext(context.Background(), q, opts)
 }
@@ -116,7 +116,7 @@ func (c *Cache) start(b int) int {
 
 // reachLocked refuses (ErrOption) a call of l queries with window w over
 // a rolling cache whose first query's window reaches a position the cache
-// let go (SEMANTICS.md §22). The caller holds c.mu.
+// let go (SEMANTICS.md §4.4). The caller holds c.mu.
 func (c *Cache) reachLocked(l int, w *vkattn.Window) error {
 	if c.cfg.Window == 0 {
 		return nil

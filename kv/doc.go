@@ -41,8 +41,8 @@
 //	step, err := cache.PrepareRagged(kv.RaggedConfig{Heads: 32, Tokens: 1024, Chunks: 4, Options: opts})
 //	_, err = step.Run(ctx, counts, k, v, q, o) // counts[b] new tokens; k (1, H_kv, total, d), q and o (1, 32, total, d)
 //
-// SEMANTICS.md §4.2 defines all of it, §4.3 the ragged step, §2 the latent shapes, §17 the
-// cache's RoPE, §8.2 its q8_0 and q4_0 storage and §22 the rolling cache.
+// SEMANTICS.md §4.2 defines all of it, §4.3 the ragged step, §2 the latent shapes, §5 the
+// cache's RoPE, §9.2 its q8_0 and q4_0 storage and §4.4 the rolling cache.
 //
 // A cache is safe for concurrent use, and its device's Close frees it
 // with everything else made on the device. Errors wrap the sentinel

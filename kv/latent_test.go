@@ -148,7 +148,7 @@ func checkLatentPlan(t *testing.T, what string, p vkattn.Plan) {
 // A latent cache refuses V where it has none of its own: values given to
 // Append, AppendTo, AppendTensors and a decode step, a DV wider than DK
 // and a RoPE (which would rotate V's columns), each with the sentinel of
-// SEMANTICS.md §8.3 and nothing appended.
+// SEMANTICS.md §9.4 and nothing appended.
 func TestLatentKVCacheRefusals(t *testing.T) {
 	d := devtest.Dev
 	const B, H, DK, DV = 1, 4, 64, 32

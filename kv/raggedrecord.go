@@ -8,7 +8,7 @@ import (
 )
 
 // Record records a ragged step into a host program's command buffer
-// instead of running it (SEMANTICS.md §19.2), as DecodeStep.Record does a
+// instead of running it (SEMANTICS.md §13.2), as DecodeStep.Record does a
 // decode step: the appends of counts[b] new tokens of each sequence from
 // k (1, HKV, total, DK) and v (1, HKV, total, DV), the attention of their
 // queries q (1, H, total, DK) and the outputs into o (1, H, total, DV),

@@ -76,7 +76,7 @@ func (s *RaggedStep) Run(ctx context.Context, counts []int, k, v, q, o []float32
 }
 
 // RunLSE is Run that also writes each new token's log-sum-exp into lse,
-// (1, H, total) packed as o (SEMANTICS.md §6: -Inf, or the head's sink,
+// (1, H, total) packed as o (SEMANTICS.md §7: -Inf, or the head's sink,
 // for a row that sees no key), for merging with other partial
 // attentions; the step needs Options.WantLSE. A nil lse returns none.
 func (s *RaggedStep) RunLSE(ctx context.Context, counts []int, k, v, q, o, lse []float32) (time.Duration, error) {

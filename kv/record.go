@@ -8,7 +8,7 @@ import (
 )
 
 // Record records a step into a host program's command buffer instead of
-// running it (SEMANTICS.md §19): the append of the token's k (B, HKV, 1,
+// running it (SEMANTICS.md §13): the append of the token's k (B, HKV, 1,
 // DK) and v (B, HKV, 1, DV) to every sequence, the attention of its
 // queries q (B, H, 1, DK) over the cache and the write of the output into
 // o (B, H, 1, DV), all device tensors whose rows lie one after another

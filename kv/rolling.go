@@ -9,11 +9,11 @@ import (
 	"github.com/vkattn/vkattn/vk"
 )
 
-// The rolling cache (SEMANTICS.md §22): its capacity and, with RoPE, the
+// The rolling cache (SEMANTICS.md §4.4): its capacity and, with RoPE, the
 // table rows of positions that run on past the capacity.
 
 // checkRolling checks the pages of a cache's configuration and a rolling
-// cache's window, and sets a rolling cache's capacity (SEMANTICS.md §22).
+// cache's window, and sets a rolling cache's capacity (SEMANTICS.md §4.4).
 func checkRolling(cfg *Config) error {
 	if cfg.PageSize < 0 || cfg.Pages < 0 {
 		return core.Errorf(vkattn.ErrOption, "KV cache pages of %d positions, %d pages: want positive numbers (or 0)", cfg.PageSize, cfg.Pages)

@@ -1,4 +1,4 @@
-// The rolling KV cache of windowed layers (SEMANTICS.md §22).
+// The rolling KV cache of windowed layers (SEMANTICS.md §4.4).
 
 package kv_test
 
@@ -17,7 +17,7 @@ import (
 )
 
 // rollingModel is the host's account of a rolling cache: each sequence's
-// first kept position, as SEMANTICS.md §22 says an append moves it.
+// first kept position, as SEMANTICS.md §4.4 says an append moves it.
 type rollingModel struct {
 	window, page int
 	start        []int
@@ -334,7 +334,7 @@ func TestRollingKVCacheRefusals(t *testing.T) {
 		}
 	}
 	// The window of a token at position 2 reaches back to position 0
-	// (§22 clamps there), not to -5.
+	// (§4.4 clamps there), not to -5.
 	if err := cache.Truncate([]int{0, 2}); !errors.Is(err, vkattn.ErrOption) || !strings.Contains(err.Error(), "reaches back to position 0,") {
 		t.Errorf("Truncate to 2: %v, want ErrOption naming position 0", err)
 	}

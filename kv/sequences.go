@@ -20,7 +20,7 @@ func (c *Cache) syncPages(putInts func(t *engine.Tensor, off int, xs []int) erro
 // Truncate shortens the sequences to lens (speculative decoding rolls
 // back); a length beyond a sequence's current one is ErrCapacity, and in
 // a rolling cache a length whose next token's window reaches positions
-// already let go is ErrOption (SEMANTICS.md §22).
+// already let go is ErrOption (SEMANTICS.md §4.4).
 func (c *Cache) Truncate(lens []int) error {
 	if c == nil {
 		return errNoCache

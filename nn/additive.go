@@ -10,7 +10,7 @@ import (
 	"github.com/vkattn/vkattn/pipelines"
 )
 
-// Additive is additive (Bahdanau) attention, SEMANTICS.md §10, with its weights on
+// Additive is additive (Bahdanau) attention, SEMANTICS.md §12, with its weights on
 // a device:
 //
 //	e_{t,j} = tanh(q_t W_q + k_j W_k + b) . w_a + masks,  O = softmax_j(e) V

@@ -39,14 +39,14 @@ func additiveGradTime(g *AdditiveGradients) *time.Duration { return &g.GPUTime }
 type AdditiveGradCall engine.Prepared[*AdditiveGradients]
 
 // Backward returns the gradients of sum(O * dO) for O = a.Attention(q, k,
-// v, opts) (SEMANTICS.md §16): dO has O's (B, L, d_v). The whole pass runs
+// v, opts) (SEMANTICS.md §10): dO has O's (B, L, d_v). The whole pass runs
 // on the device as one submission: the projections q W_q + b and k W_k
 // and the attention's forward again, its backward
 // (attention_backward.comp with additive scores: the projections'
 // gradients and each key row's share of dw_a), then the projections'
 // gradients (dW = x^T dy, db and dw_a as column sums, dx = dy W^T) and the
 // sink's, float32 sums in a fixed order. A gradient whose sums went beyond
-// float32's range is ErrOverflow naming it (§8), checked on the device at
+// float32's range is ErrOverflow naming it (§9), checked on the device at
 // the end of the submission, also on each Run of PrepareBackward's call.
 func (a *Additive) Backward(q, k, v, dO *vkattn.Tensor, opts vkattn.Options) (*AdditiveGradients, error) {
 	return a.BackwardContext(context.Background(), q, k, v, dO, opts)

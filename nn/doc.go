@@ -5,7 +5,7 @@
 // A PyTorch nn.MultiheadAttention layer (batch first, eval mode) runs as
 // one submission: the input projections, every head's attention read
 // through strides out of the projection output, the output projection,
-// and the head-averaged weights when asked (SEMANTICS.md §9):
+// and the head-averaged weights when asked (SEMANTICS.md §11):
 //
 //	w, err := weights.LoadMHA("layer.safetensors", d, 0, 0) // or .npz; kdim, vdim 0 = d
 //	layer, err := nn.NewMHA(dev, w)                          // uploads the weights once
@@ -23,14 +23,14 @@
 // layer for replays and MHA.Plan says what runs. Additive (Bahdanau)
 // attention projects queries and keys once and scores the projections in
 // the attention kernel, so masks and outputs mean what they mean for
-// vkattn.Device.Attention (SEMANTICS.md §10):
+// vkattn.Device.Attention (SEMANTICS.md §12):
 //
 //	w, err := weights.LoadAdditive("additive.npz", dq, dk) // W_q (dq,da), W_k (dk,da), b, w_a
 //	add, err := nn.NewAdditive(dev, w)
 //	out, err := add.Attention(q, k, v, vkattn.Options{KeyLengths: lens})
 //
 // MHA.Backward and Additive.Backward give a layer's gradients, its
-// inputs' and every parameter's by name (SEMANTICS.md §16), as float32
+// inputs' and every parameter's by name (SEMANTICS.md §10), as float32
 // tensors on the device: the whole pass, the forward again, each head's
 // attention backward and the dense layers' gradients, runs as one
 // submission, and nothing comes back to the host until a gradient is

@@ -76,7 +76,7 @@ type MHAPlan struct {
 }
 
 // FLOPs is the layer's floating-point work: every dense layer plus the
-// attention count of SEMANTICS.md §12.
+// attention count of SEMANTICS.md §16.
 func (p MHAPlan) FLOPs() float64 {
 	f := p.Attention.Dims.FLOPs() + p.OutProj.FLOPs()
 	for _, l := range p.Projections {

@@ -44,7 +44,7 @@ func planMHA(t *testing.T, d *vkattn.Device, c *devtest.MHACase) nn.MHAPlan {
 	return plan
 }
 
-// SEMANTICS.md §9 walk-through, B=2, T=3, d=8, h=2: 288 parameters; X (2,3,8)
+// SEMANTICS.md §11 walk-through, B=2, T=3, d=8, h=2: 288 parameters; X (2,3,8)
 // -> one fused projection (6 rows x 24 outputs) -> per-head attention
 // (2,2,3,4) -> out_proj (6 x 8) -> (2,3,8), as the reference computes it.
 func TestMHASpecWalkthroughGPU(t *testing.T) {
@@ -176,7 +176,7 @@ func TestMHASweep(t *testing.T) {
 }
 
 // An MHA layer reads float16 and bfloat16 inputs as stored: its output is
-// that of the inputs' values (SEMANTICS.md §8.1), here for float32
+// that of the inputs' values (SEMANTICS.md §9.1), here for float32
 // weights on lavapipe's plan (linear.comp widening X) and, with float16
 // weights too, on NVIDIA's; cross-attention with a half key and value.
 func TestMHAHalfInputs(t *testing.T) {

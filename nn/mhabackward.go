@@ -57,7 +57,7 @@ func mhaGradTime(g *MHAGradients) *time.Duration { return &g.GPUTime }
 type MHAGradCall engine.Prepared[*MHAGradients]
 
 // Backward returns the gradients of sum(Out * dY) for Out = m.Forward(x,
-// key, value, opts) (SEMANTICS.md §16): dY has Out's shape. The whole pass
+// key, value, opts) (SEMANTICS.md §10): dY has Out's shape. The whole pass
 // runs on the device as one submission: the input projections and every
 // head's attention forward again (with the log-sum-exp), then
 // out_proj's gradients (dW = dY^T concat, db = the column sums of dY,
@@ -65,7 +65,7 @@ type MHAGradCall engine.Prepared[*MHAGradients]
 // and key padding) and the input projections' gradients, the packed
 // in_proj of self-attention as one product. Sums are float32 in a fixed
 // order (the same bits run to run). NeedWeights is ignored. A gradient
-// whose sums went beyond float32's range is ErrOverflow naming it (§8),
+// whose sums went beyond float32's range is ErrOverflow naming it (§9),
 // checked on the device at the end of the submission, also on each Run
 // of PrepareBackward's call.
 func (m *MHA) Backward(x, key, value, dY *vkattn.Tensor, opts MHAOptions) (*MHAGradients, error) {

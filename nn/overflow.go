@@ -59,7 +59,7 @@ func (m *MHA) projectionBounds(x, key, value *engine.Tensor) (qb, kb, vb float64
 // gradBound bounds a float32 sum of terms products of factors bounded by
 // a and b: a gradient product's, terms the length of its sum. It is not
 // checked against float32's range: a bound from the inputs' bounds (each
-// at least 2^32, §8) would refuse ordinary calls, so the gradients are
+// at least 2^32, §9) would refuse ordinary calls, so the gradients are
 // checked on the device after the call (engine.Builder.CheckFinite), and
 // a bound beyond the limit makes a call that reads the gradient refuse it.
 func gradBound(terms int, a, b float64) float64 { return float64(terms) * a * b }

@@ -230,7 +230,7 @@ func withMatrices(dev core.DeviceInfo, m int) core.DeviceInfo {
 
 // The planner puts float16 prefill on the cooperative matrices where the
 // device has a float16 shape with float32 accumulators, and keeps every
-// other call where it was (SEMANTICS.md §18); the tiles shrink to fit
+// other call where it was (SEMANTICS.md §9.3); the tiles shrink to fit
 // shared memory.
 func TestCoopmatPlanning(t *testing.T) {
 	lavapipe26 := withMatrices(lavapipeLike(), 8)

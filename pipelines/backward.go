@@ -85,7 +85,7 @@ func planBackward(dev core.DeviceInfo, p AttentionPlan) (backwardPlan, error) {
 }
 
 // checkBackwardLoops refuses a backward whose invocations would loop n
-// times on a device that ends loops earlier (SEMANTICS.md §20).
+// times on a device that ends loops earlier (SEMANTICS.md §14).
 func checkBackwardLoops(dev core.DeviceInfo, s *AttentionShape, n int) error {
 	if budget := dev.LoopBudget(); budget > 0 && n > budget {
 		group := s.H / s.HKV

@@ -614,7 +614,7 @@ func TestPlanSaysWhyNotMatrices(t *testing.T) {
 func TestNarrowerVPlansWhereWiderDoes(t *testing.T) {
 	for _, dev := range realDevices() {
 		if dev.LoopBudget() > 0 {
-			continue // there the keys an invocation loops over follow the lanes, and §20's limit refuses some calls
+			continue // there the keys an invocation loops over follow the lanes, and §14's limit refuses some calls
 		}
 		for _, tn := range tuningsFor(t, dev) {
 			for _, dk := range []int{576, 513, 300} {

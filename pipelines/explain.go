@@ -70,7 +70,7 @@ func (p AttentionPlan) typesNote() string {
 
 // matrixTypesNote names Q's, K's and V's types as the matrices read them:
 // float16 as stored, bfloat16 scaled into float16 by a power of two per
-// block (SEMANTICS.md §18).
+// block (SEMANTICS.md §9.3).
 func (p AttentionPlan) matrixTypesNote() string {
 	ts := []core.DType{p.Shape.Q.Type, p.Shape.K.Type, p.Shape.V.Type}
 	note := "; " + namedTypes([]string{"Q", "K", "V"}, ts...) + " as float16"

@@ -11,7 +11,7 @@ import (
 // kernel, fitted to the device's subgroups, registers and shared memory.
 
 // planCoopmat plans p on the cooperative-matrix kernel where the device
-// and the problem allow it (SEMANTICS.md §18): half Q, K and V, a
+// and the problem allow it (SEMANTICS.md §9.3): half Q, K and V, a
 // subgroup-scope float16 matrix with float32 accumulators, enough packed
 // query rows per KV head for a row block (decode keeps the split-K
 // kernels), no weights, no paged or additive attention, tiles that fit

@@ -220,7 +220,7 @@ func TestAdditiveMatchesSDPAWithScoresAsMask(t *testing.T) {
 	}
 }
 
-// SEMANTICS.md §11 properties on random problems.
+// SEMANTICS.md §15 properties on random problems.
 func TestAdditiveProperties(t *testing.T) {
 	const B, L, S, DQ, DK, DA, DV = 3, 5, 7, 4, 3, 8, 5
 	for seed := int64(20); seed < 25; seed++ {

@@ -10,7 +10,7 @@ import (
 )
 
 // Gradients are the float64 gradients of the loss sum(O * dO) (SEMANTICS.md
-// §16), dense row-major in the shapes of the inputs they belong to.
+// §10), dense row-major in the shapes of the inputs they belong to.
 type Gradients struct {
 	Dims core.Dims
 	// DQ is (B, H, L, DK).
@@ -29,7 +29,7 @@ type Gradients struct {
 // (B, H, L, DV). Masks, lengths, the window, the scale, the softcap and the
 // ALiBi slopes are constants here. Padded query rows and rows with no
 // visible key have output 0 whatever the inputs, so they contribute exactly
-// zero (SEMANTICS.md §16).
+// zero (SEMANTICS.md §10).
 //
 // RoPE is refused (core.ErrOption). It validates exactly as Attention does and returns that error unchanged;
 // dO of the wrong length is core.ErrShape, a NaN or Inf in it

@@ -11,7 +11,7 @@ import (
 	"github.com/vkattn/vkattn/internal/testutil"
 )
 
-// Tests of AttentionBackward (SEMANTICS.md §16) against central finite
+// Tests of AttentionBackward (SEMANTICS.md §10) against central finite
 // differences of the float64 forward: the loss is sum(O * dO) for a fixed
 // random dO, and every element of dQ, dK, dV and dSinks is compared.
 

@@ -1,5 +1,5 @@
 // Package reference is a float64, deliberately naive implementation of
-// vkattn's attention semantics (SEMANTICS.md §1–§6). Every GPU result is checked
+// vkattn's attention semantics (SEMANTICS.md §1–§7). Every GPU result is checked
 // against it, so it favours obvious correctness over speed: it materialises
 // every score row, applies every mask explicitly and always returns the
 // attention weights and the log-sum-exp.

@@ -7,7 +7,7 @@ import (
 	"github.com/vkattn/vkattn/core"
 )
 
-// Merge merges partial attentions in float64 (SEMANTICS.md §21): each part
+// Merge merges partial attentions in float64 (SEMANTICS.md §7.1): each part
 // is the attention of the same query rows over its own keys (O normalised
 // within the part, LSE), and the result is the attention over all of them,
 //

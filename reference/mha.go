@@ -47,7 +47,7 @@ type MHAResult struct {
 // x.
 //
 // A row whose every key is masked has zero weights and zero attention output
-// (SEMANTICS.md §5), so its layer output is OutProjBias (zeros without bias);
+// (SEMANTICS.md §6), so its layer output is OutProjBias (zeros without bias);
 // PyTorch returns NaN there. Query rows past opts.Attention.QueryLengths
 // likewise give OutProjBias.
 func MultiHeadAttention(x []float32, xShape []int, key []float32, keyShape []int, value []float32, valueShape []int, w *core.MHAWeights, opts core.MHAOptions) (*MHAResult, error) {
@@ -193,7 +193,7 @@ func linear(x []float64, rows, in int, w, b []float32, out int) []float64 {
 
 // splitHeads reads (B,T,h*dh) as (B,T,h,dh) and swaps the middle axes to
 // (B,h,T,dh). Reinterpreting the data as (B,h,T,dh) without the swap mixes
-// positions into heads: the bug SEMANTICS.md §9 warns about.
+// positions into heads: the bug SEMANTICS.md §11 warns about.
 func splitHeads(x []float32, B, T, h, dh int) []float32 { return swapAxes12(x, B, T, h, dh) }
 
 // mergeHeads is the inverse of splitHeads: (B,h,T,dh) -> (B,T,h*dh).

@@ -100,7 +100,7 @@ func naiveMHA(res *MHAResult, w *core.MHAWeights) []float64 {
 	return out
 }
 
-// SEMANTICS.md §9: B=2, T=3, d=8, h=2 walks X (2,3,8) -> QKV (2,3,24) -> Q,K,V
+// SEMANTICS.md §11: B=2, T=3, d=8, h=2 walks X (2,3,8) -> QKV (2,3,24) -> Q,K,V
 // each (2,2,3,4) -> scores (2,2,3,3) -> per-head out (2,2,3,4) -> concat
 // (2,3,8) -> W_O -> (2,3,8), with 4d^2 + 4d = 288 parameters.
 func TestMHASpecWalkthrough(t *testing.T) {
@@ -168,7 +168,7 @@ func TestMHASpecWalkthrough(t *testing.T) {
 	}
 }
 
-// SEMANTICS.md §9: reading the (B,T,d) projections as (B,h,T,dh) without swapping
+// SEMANTICS.md §11: reading the (B,T,d) projections as (B,h,T,dh) without swapping
 // the head and sequence axes mixes positions into heads. The result must
 // differ from the layer's, or the walk-through would not catch the bug.
 func TestMHAAxisSwapMatters(t *testing.T) {
@@ -268,7 +268,7 @@ func TestMHALayouts(t *testing.T) {
 }
 
 // Permuting the positions of X permutes the self-attention output alike
-// (SEMANTICS.md §11), through projections, heads and merge.
+// (SEMANTICS.md §15), through projections, heads and merge.
 func TestMHAPermutation(t *testing.T) {
 	const T, d, h = 5, 8, 4
 	r, w, x := randSelf(7, d, T*d)

@@ -88,7 +88,7 @@ func Attention(q []float32, qShape [4]int, k []float32, kShape [4]int, v []float
 // output (values holds the row's S value rows, dense) and returns its
 // log-sum-exp. Padded and fully masked rows keep zero output and weights;
 // they return -Inf, except that a fully masked row with a sink returns the
-// sink (SEMANTICS.md §4.1, §5). e and blocked are scratch of length S.
+// sink (SEMANTICS.md §4.1, §6). e and blocked are scratch of length S.
 func (res *Result) attendRow(opts *core.Options, b, h, t, row int, score func(j int) float64, values, e []float64, blocked []bool) float64 {
 	d := res.Dims
 	if opts.QueryLengths != nil && t >= opts.QueryLengths[b] {

@@ -68,7 +68,7 @@ func sum(xs []float64) float64 {
 	return s
 }
 
-// Golden values of seed 000, SEMANTICS.md §14 (B=L=1, S=3, d_k=d_v=2).
+// Golden values of seed 000, SEMANTICS.md §18 (B=L=1, S=3, d_k=d_v=2).
 func TestGoldenSeed000(t *testing.T) {
 	q := []float32{1, 0}
 	k := []float32{1, 0, 0, 1, 1, 1}
@@ -76,7 +76,7 @@ func TestGoldenSeed000(t *testing.T) {
 	qs, ks, vs := [4]int{1, 1, 1, 2}, [4]int{1, 1, 3, 2}, [4]int{1, 1, 3, 2}
 
 	r := mustRun(t, q, qs, k, ks, v, vs, core.Options{})
-	// Rounded values as SEMANTICS.md §14 prints them.
+	// Rounded values as SEMANTICS.md §18 prints them.
 	testutil.Near(t, "A", r.Weights, []float64{0.4011, 0.1978, 0.4011}, 1e-4)
 	testutil.Near(t, "O", r.O, []float64{1.6044, 1.5933}, 1e-4)
 	// Closed form: scaled scores [1/sqrt2, 0, 1/sqrt2].
@@ -84,14 +84,14 @@ func TestGoldenSeed000(t *testing.T) {
 	testutil.Near(t, "A exact", r.Weights, []float64{c / (2*c + 1), 1 / (2*c + 1), c / (2*c + 1)}, 1e-15)
 	testutil.Near(t, "LSE", r.LSE, []float64{math.Log(2*c + 1)}, 1e-15)
 
-	// SEMANTICS.md §14: with M = [0 0 -inf].
+	// SEMANTICS.md §18: with M = [0 0 -inf].
 	m := &core.Mask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []float32{0, 0, negInf}}
 	r = mustRun(t, q, qs, k, ks, v, vs, core.Options{Mask: m})
 	testutil.Near(t, "masked A", r.Weights, []float64{0.6698, 0.3302, 0}, 1e-4)
 	testutil.Near(t, "masked O", r.O, []float64{1.3395, 1.3210}, 1e-4)
 	testutil.Near(t, "masked LSE", r.LSE, []float64{math.Log(c + 1)}, 1e-15)
 
-	// SEMANTICS.md §14: weights (0.5, 0.25, 0.25) over the same V give (1.5, 1.5).
+	// SEMANTICS.md §18: weights (0.5, 0.25, 0.25) over the same V give (1.5, 1.5).
 	// A zero query makes the scores equal the additive mask [ln2 0 0].
 	m = &core.Mask{Shape: core.MaskShape{1, 1, 1, 3}, Values: []float32{float32(math.Ln2), 0, 0}}
 	r = mustRun(t, []float32{0, 0}, qs, k, ks, v, vs, core.Options{Mask: m})
@@ -99,7 +99,7 @@ func TestGoldenSeed000(t *testing.T) {
 	testutil.Near(t, "weighted O", r.O, []float64{1.5, 1.5}, 1e-6)
 }
 
-// seed003 builds the seed 003 self-attention problem (SEMANTICS.md §14) from X and
+// seed003 builds the seed 003 self-attention problem (SEMANTICS.md §18) from X and
 // the projection matrices (T=3, widths 2).
 func seed003(wv []float32) (q, k, v []float32) {
 	x := []float32{1, 0, 0, 1, 1, 1}
@@ -108,7 +108,7 @@ func seed003(wv []float32) (q, k, v []float32) {
 	return matmul(x, 3, 2, wq, 2), matmul(x, 3, 2, wk, 2), matmul(x, 3, 2, wv, 2)
 }
 
-// Golden values of seed 003, SEMANTICS.md §14.
+// Golden values of seed 003, SEMANTICS.md §18.
 func TestGoldenSeed003(t *testing.T) {
 	s := [4]int{1, 1, 3, 2}
 	wv := []float32{1, 0, 1, 2}
@@ -151,7 +151,7 @@ func TestGoldenSeed003(t *testing.T) {
 	testutil.Near(t, "zero-query O", rz.O[4:], []float64{4.0 / 3, 4.0 / 3}, 1e-15)
 }
 
-// SEMANTICS.md §14: Q, K (5,4), V (5,3): divisor sqrt(4) = 2, scores (5,5),
+// SEMANTICS.md §18: Q, K (5,4), V (5,3): divisor sqrt(4) = 2, scores (5,5),
 // output (5,3). Query t is [t 0 0 0] and only key 1 is [1 0 0 0] (the others
 // are zero), so row t's scores are [0 t/2 0 0 0] and its weights are
 // [1, e^(t/2), 1, 1, 1] / (4 + e^(t/2)). A divisor of sqrt(5) or sqrt(3)
@@ -189,7 +189,7 @@ func TestGoldenDivisor(t *testing.T) {
 	}
 }
 
-// Properties of SEMANTICS.md §11 on random inputs.
+// Properties of SEMANTICS.md §15 on random inputs.
 func TestProperties(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	const B, H, HKV, L, S, DK, DV = 2, 4, 2, 5, 7, 4, 3
@@ -264,7 +264,7 @@ func TestProperties(t *testing.T) {
 }
 
 // Permuting the positions of a self-attention input permutes the output
-// rows the same way (SEMANTICS.md §11). Q, K and V are row-wise projections of X,
+// rows the same way (SEMANTICS.md §15). Q, K and V are row-wise projections of X,
 // so permuting X permutes their rows.
 func TestPermutationEquivariance(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
@@ -582,7 +582,7 @@ func TestBoolMasksAND(t *testing.T) {
 	})
 	same(t, "boolean masks AND", p.run(t, opts), p.run(t, core.Options{Mask: full}))
 
-	// Seed 000 (SEMANTICS.md §14): allowing keys 1 and 2 and blocking key 2 leaves
+	// Seed 000 (SEMANTICS.md §18): allowing keys 1 and 2 and blocking key 2 leaves
 	// key 1: weights (1, 0, 0), output v_1 = (2, 0).
 	s := [4]int{1, 1, 3, 2}
 	r := mustRun(t, []float32{1, 0}, [4]int{1, 1, 1, 2}, []float32{1, 0, 0, 1, 1, 1}, s, []float32{2, 0, 0, 4, 2, 2}, s, core.Options{BoolMasks: []core.BoolMask{

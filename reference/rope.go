@@ -9,7 +9,7 @@ import (
 // RotateRoPE rotates the rows of x, dense (B, heads, n, d) with n rows per
 // head, by r in float64: row t of batch item b at pos(b, t), its first
 // r.RotatedDims(d) elements in pairs by the angles pos * invFreq_i, each
-// cos and sin in float64 (SEMANTICS.md §17), as Hugging Face's
+// cos and sin in float64 (SEMANTICS.md §5), as Hugging Face's
 // apply_rotary_pos_emb (style half) or GPT-J's rotate_every_two
 // (interleaved) compute them, without their float32 roundings.
 func RotateRoPE(x []float64, shape [4]int, r *core.RoPE, pos func(b, t int) int) {
@@ -36,7 +36,7 @@ func RotateRoPE(x []float64, shape [4]int, r *core.RoPE, pos func(b, t int) int)
 }
 
 // applyRoPE rotates widened Q and K of a problem d by opts.RoPE (nil:
-// nothing), at the positions SEMANTICS.md §17 gives them.
+// nothing), at the positions SEMANTICS.md §5 gives them.
 func applyRoPE(q64, k64 []float64, d core.Dims, opts *core.Options) {
 	r := opts.RoPE
 	if r == nil {

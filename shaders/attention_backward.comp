@@ -1,7 +1,7 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
-// The backward pass of scaled dot-product attention (SEMANTICS.md §16),
+// The backward pass of scaled dot-product attention (SEMANTICS.md §10),
 // FlashAttention-2's: nothing L x S is stored; each pass recomputes the
 // probabilities P = exp(s - lse) from the forward's log-sum-exp, with
 // the same scores, masks and variants as the forward (attention_common).

@@ -2,7 +2,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-// The backward pass of scaled dot-product attention (SEMANTICS.md §16) as
+// The backward pass of scaled dot-product attention (SEMANTICS.md §10) as
 // row kernels, for CPU drivers (lavapipe): the formulas and passes of
 // attention_backward.comp, laid out as the forward's row kernel
 // (attention.comp) is. Each invocation owns ROWS rows of its side in

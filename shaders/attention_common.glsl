@@ -130,7 +130,7 @@ float scoreWith(float qk, int given, float givenSum, int row, int head, float sl
         add += LOAD_PAD((firstItem() + b) * S + jc);
     }
     // The dot product of the stored values, scaled once: equal dot
-    // products give equal scores (SEMANTICS.md §7, exact ties). Scores
+    // products give equal scores (SEMANTICS.md §8, exact ties). Scores
     // stay in natural units; only differences from the running max go
     // to base 2, so a finite mask as large as float32 allows (-FLT_MAX,
     // as models save "blocked") never overflows to -inf.

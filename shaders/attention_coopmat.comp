@@ -6,7 +6,7 @@
 // for half (float16 or bfloat16) Q, K and V: attention_tiled.comp's loop
 // order and workgroups (BR packed query rows of one KV head, BC keys per
 // tile) with both products on cooperative matrices of MM x MM x MM,
-// float16 inputs and float32 accumulators (SEMANTICS.md §18):
+// float16 inputs and float32 accumulators (SEMANTICS.md §9.3):
 //
 //   S = Q K^T   in float32 from the float16 rows (each product exact);
 //   the online softmax of S, row by row in float32 (every option of the

@@ -1,6 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Merge of partial attentions (SEMANTICS.md §21): parts i, each the
+// Merge of partial attentions (SEMANTICS.md §7.1): parts i, each the
 // attention of the same query rows over its own keys, as (O_i normalised
 // within the part, LSE_i), become the attention over all their keys:
 //

@@ -112,7 +112,7 @@ void tileScores(int j0, int keyEnd) {
                 x += dot(q[r * SLOTS + u], k[u]);
             }
             // Every lane of the row ends with the whole sum (in the same
-            // order on each: equal dot products stay equal, SEMANTICS.md §7).
+            // order on each: equal dot products stay equal, SEMANTICS.md §8).
             [[unroll]] for (int o = 1; o < LPR; o *= 2) {
                 x += subgroupShuffleXor(x, o);
             }

@@ -4,7 +4,7 @@
 #include "coopmat.glsl"
 // Dense layer Y = X W^T + b on the matrix units (VK_KHR_cooperative_matrix)
 // for float16 X and W, linear.comp's layout and bindings (SEMANTICS.md
-// §18): each product of two halves is exact in float32 and the sums are
+// §9.3): each product of two halves is exact in float32 and the sums are
 // float32, so Y is what linear.comp computes, summed in another order.
 //
 // A workgroup computes a TILE x TILE block of Y with NSG = (TILE / MM)^2

@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // Quantizes rows of X (any float type, any strides) into a tensor of the
-// quantized type Y_TYPE (SEMANTICS.md §8.2), exactly as ggml's
+// quantized type Y_TYPE (SEMANTICS.md §9.2), exactly as ggml's
 // quantize_row_q8_0, quantize_row_q4_0_ref and quantize_row_iq4_nl_ref
 // do, on the device:
 // AppendTensors into a quantized KV cache. One invocation per block of
@@ -45,7 +45,7 @@ layout(std430, binding = QBIND_Y) buffer YBuf { uint y[]; };
 layout(std430, binding = QBIND_ROWS) readonly buffer RowsBuf { int rowDst[]; };
 // status[0] gets 1 where a block's scale rounds past float16's largest
 // finite value (the scale is then clamped to it): the host refuses the
-// append, as it refuses such a block of its own (SEMANTICS.md §8.2).
+// append, as it refuses such a block of its own (SEMANTICS.md §9.2).
 layout(std430, binding = QBIND_STATUS) buffer StatusBuf { uint status[]; };
 
 // The error a - c d for c near a / d: Dekker's exact product of c and d
@@ -104,7 +104,7 @@ uint toF16(float x) {
     if (e >= -14) {
         // kept has 11 bits (12 if rounding carried: the exponent grows).
         // Beyond float16's range: the largest finite scale, and the
-        // status that makes the host refuse the append (SEMANTICS.md §8.2).
+        // status that makes the host refuse the append (SEMANTICS.md §9.2).
         uint h = (uint(e + 15) << 10) + (kept - 0x400u);
         if (h > 0x7bffu) {
             atomicOr(status[0], 1u);

@@ -1,6 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Rotary position embedding (SEMANTICS.md §17): rows of X (any element
+// Rotary position embedding (SEMANTICS.md §5): rows of X (any element
 // type, any strides) rotated into dense float32 rows of Y. The first ROT
 // elements of a row turn in pairs by the angles of the row's position,
 // whose cos and sin the host computed in float64 and rounded to float32:

@@ -15,12 +15,12 @@
 #              (verify --random: odd shapes, d up to 256, GQA, decode, every
 #              mask kind, lengths, f16/bf16, LSE, weights) on the device's
 #              own plans, each against the reference
-#   demo       demo.txt: SEMANTICS.md §14's worked examples and one seeded
+#   demo       demo.txt: SEMANTICS.md §18's worked examples and one seeded
 #              random problem (B=2 H=4 L=S=128 d=64) against the reference
 #   bench      bench.json: bench --suite all --json (prefill, decode, long)
 #   bench-f16  bench-f16.json: the same with Q, K, V stored as f16 (on the
 #              cooperative matrices where the device has float16 ones:
-#              SEMANTICS.md §18; its kernel column says)
+#              SEMANTICS.md §9.3; its kernel column says)
 #   bench-f16-fp32  bench-f16-fp32.json: f16 again with --fp32-products (the
 #              float32 products, beside the matrices' and PyTorch's fp16)
 #   bench-bf16  bench-bf16.json: Q, K, V stored as bf16 (on the float16
@@ -33,7 +33,7 @@
 #   mha-f16    mha-f16.out: a float16 self-attention layer (d=512, h=8,
 #              T=1024, tools/mha_inputs.py) through `mha --explain --check`:
 #              its plan (in_proj on the cooperative matrices where the
-#              device has float16 ones: SEMANTICS.md §18), GPU time, check
+#              device has float16 ones: SEMANTICS.md §9.3), GPU time, check
 #   mha-f16-fp32  mha-f16-fp32.out: the same with --fp32-products
 #   torch      torch.json: tools/torch_sdpa.py, only where
 #              torch.cuda.is_available() holds (else logged as skipped)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch parity data for vkattn's multi-head attention (SEMANTICS.md §9).
+"""PyTorch parity data for vkattn's multi-head attention (SEMANTICS.md §11).
 
 Builds small torch.nn.MultiheadAttention layers (batch_first=True, eval mode,
 dropout 0) with fixed seeds, runs them, and writes under testdata/mha/:
@@ -138,7 +138,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     print("torch", torch.__version__, "numpy", np.__version__, file=sys.stderr)
 
-    # (a) SEMANTICS.md §9 walk-through: self-attention, packed in_proj_weight.
+    # (a) SEMANTICS.md §11 walk-through: self-attention, packed in_proj_weight.
     make_case("self", seed=1, d=8, h=2, B=2, T=3, S=3)
 
     # (b) cross-attention, kdim and vdim differ from d: separate

@@ -23,7 +23,7 @@ passes are numpy ufuncs, on one thread.
 
 FLOP count: bench.go's convention, so the numbers sit beside
 `vkattn bench --json` ones: 4*B*H*L*S*d (2*B*H*L*S*(d_k+d_v), SEMANTICS.md
-§12: Q K^T and P V, 2 flops per multiply-add), HALVED for every causal row
+§16: Q K^T and P V, 2 flops per multiply-add), HALVED for every causal row
 (bench.go's benchFLOPs halves whenever a causal mask is set, whatever L and
 S are, because the kernel skips fully masked key tiles). numpy does not
 skip anything: it computes the full L x S scores even when causal, so

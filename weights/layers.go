@@ -115,11 +115,11 @@ func LoadAdditive(path string, dQ, dK int) (*core.AdditiveWeights, error) {
 }
 
 // Additive picks additive (Bahdanau) attention weights out of ts
-// (SEMANTICS.md §10), each name preceded by prefix:
+// (SEMANTICS.md §12), each name preceded by prefix:
 //
 //	W_q (dQ, d_a), W_k (dK, d_a), b (d_a) optional, w_a (d_a) or (d_a, 1)
 //
-// d_a is read from W_q. W_q and W_k are (in, out), as SEMANTICS.md §10
+// d_a is read from W_q. W_q and W_k are (in, out), as SEMANTICS.md §12
 // writes q W_q, not PyTorch's (out, in). Errors are those of MHA.
 func Additive(ts map[string]Tensor, prefix string, dQ, dK int) (*core.AdditiveWeights, error) {
 	return additive(tensorMap(ts), prefix, dQ, dK)
@@ -153,7 +153,7 @@ func additive(src source, prefix string, dQ, dK int) (*core.AdditiveWeights, err
 	case err != nil:
 		return nil, err
 	case ok && len(wa.shape) == 2:
-		w.WA = g.get("w_a", da, 1) // the column (d_a, 1) of SEMANTICS.md §10
+		w.WA = g.get("w_a", da, 1) // the column (d_a, 1) of SEMANTICS.md §12
 	default:
 		w.WA = g.get("w_a", da)
 	}

@@ -24,7 +24,7 @@ var parityCases = []struct {
 	heads              int
 	dModel, kdim, vdim int
 }{
-	{"self", 2, 8, 8, 8},         // SEMANTICS.md §9 walk-through shapes, packed weights
+	{"self", 2, 8, 8, 8},         // SEMANTICS.md §11 walk-through shapes, packed weights
 	{"cross", 2, 8, 5, 6},        // kdim, vdim != d: q/k/v_proj_weight
 	{"padcausal", 3, 12, 12, 12}, // key padding + causal boolean attn_mask
 	{"mask3d", 4, 16, 16, 16},    // (B*h,T,S) additive attn_mask + key padding, no biases

@@ -85,7 +85,7 @@ with ';' ("1,8,8,512,512,64;1,8,8,1024,1024,64"), or list 6n integers.
 
 Rates, both from the median (GPU time; wall time where the device has no
 timestamps, which the "timing" column/field says):
-  GFLOP/s  SEMANTICS.md §12 count 2*B*H*L*S*(d_k+d_v) = 4*B*H*L*S*d over the median
+  GFLOP/s  SEMANTICS.md §16 count 2*B*H*L*S*(d_k+d_v) = 4*B*H*L*S*d over the median
            time, halved for causal rows: the kernel skips key tiles that are
            fully masked, so a causal L = S problem does about half the work
   GB/s     bytes of Q, K, V read plus O written over the median time, at
@@ -107,7 +107,7 @@ Element types: the random data is float32 unless
 The kernels widen on load and compute in float32, but for half (f16 or
 bf16) Q, K and V on a device with float16 cooperative matrices (vkattn
 devices lists them), which multiply on those with P rounded to float16
-(SEMANTICS.md §18); --fp32-products keeps them in float32 too.
+(SEMANTICS.md §9.3); --fp32-products keeps them in float32 too.
 
 Rotary position embeddings: --rope THETA (with --rope-dims, --rope-style,
 --rope-scale as for run) rotates Q and K of every shape first (rope.comp;
@@ -246,7 +246,7 @@ type benchResult struct {
 	GPU               tune.Stats  `json:"gpu_ns"` // all 0 without device timestamps
 	Wall              tune.Stats  `json:"wall_ns"`
 	Timing            string      `json:"timing"`             // "gpu" or "wall": the median the rates divide by
-	FLOPs             float64     `json:"flops"`              // SEMANTICS.md §12, halved when causal
+	FLOPs             float64     `json:"flops"`              // SEMANTICS.md §16, halved when causal
 	Bytes             int64       `json:"bytes"`              // Q, K, V read + O written, at their element sizes
 	DTypes            [3]string   `json:"dtypes"`             // element types of Q, K and V
 	Backward          bool        `json:"backward,omitempty"` // Device.AttentionBackward timed: forward and backward
@@ -607,7 +607,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
 	fs.BoolVar(&f.backward, "backward", false, "time the gradients (Device.AttentionBackward: the forward and the backward) instead")
 	fs.Var(&f.train, "mha-train", "time an MHA layer's training step (forward and backward) of `B,L,E,H` instead (the suite mha-train: 4,128,256,8)")
-	fs.BoolVar(&f.fp32Products, "fp32-products", false, "half inputs: keep Q K^T and P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
+	fs.BoolVar(&f.fp32Products, "fp32-products", false, "half inputs: keep Q K^T and P V in float32, off the device's cooperative matrices (SEMANTICS.md §9.3)")
 	f.typeFlags.register(fs)
 	f.ropeFlags.register(fs)
 }

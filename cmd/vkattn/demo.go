@@ -19,7 +19,7 @@ import (
 
 const demoUsage = `Usage: vkattn demo [--device N]
 
-Prints the worked examples of SEMANTICS.md §14 (seeds 000 and 003) computed on the
+Prints the worked examples of SEMANTICS.md §18 (seeds 000 and 003) computed on the
 device: inputs, the attention weights A (asked for with WantWeights) and the
 output O, each next to the values SEMANTICS.md gives. Then runs one larger random
 problem (B=2, H=4, L=S=128, d=64, fixed seed) and prints its largest
@@ -38,15 +38,15 @@ Example:
   vkattn demo --device 1
 `
 
-// demoExample is one worked example of SEMANTICS.md §14.
+// demoExample is one worked example of SEMANTICS.md §18.
 type demoExample struct {
-	title, spec string // spec: what SEMANTICS.md §14 says the result is
+	title, spec string // spec: what SEMANTICS.md §18 says the result is
 	q, k, v     [][]float32
 	mask        []float32 // additive, over the S keys; nil if none
 	note        string
 }
 
-// The inputs of SEMANTICS.md §14's two seeds, which the variations below
+// The inputs of SEMANTICS.md §18's two seeds, which the variations below
 // change one part of.
 var (
 	seed000Q = [][]float32{{1, 0}}
@@ -235,7 +235,7 @@ func matrix(rows [][]float32) *npyArray {
 }
 
 // formatRows prints row-major values as [[a b] [c d]], or [a b] for one row;
-// inputs in shortest form, results with 6 decimals as in SEMANTICS.md §14.
+// inputs in shortest form, results with 6 decimals as in SEMANTICS.md §18.
 func formatRows(x []float32, width int, result bool) string {
 	var rows []string
 	for i := 0; i < len(x); i += width {

@@ -236,7 +236,7 @@ func (v *variantFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&v.sinks, "sinks", "", "attention sinks `S.npy`: one logit per query head (H values) that joins the softmax denominator")
 	fs.BoolVar(&v.alibi, "alibi", false, "ALiBi position bias with the published slopes 2^(-8(h+1)/H)")
 	fs.StringVar(&v.alibiSlopes, "alibi-slopes", "", "ALiBi with the given slopes `A.npy` (H values)")
-	fs.BoolVar(&v.fp32Products, "fp32-products", false, "half inputs: keep Q K^T and P V in float32, off the device's cooperative matrices (SEMANTICS.md §18)")
+	fs.BoolVar(&v.fp32Products, "fp32-products", false, "half inputs: keep Q K^T and P V in float32, off the device's cooperative matrices (SEMANTICS.md §9.3)")
 }
 
 // setIn sets the variants in opts for h query heads, reading the files.

@@ -14,7 +14,7 @@ import (
 const gradUsage = `Usage: vkattn grad -q Q.npy -k K.npy -v V.npy --dout DO.npy --dq DQ.npy --dk DK.npy --dv DV.npy [flags]
 
 Computes on the device the gradients of L = sum(O * dO) for
-O = attention(Q, K, V) as vkattn run computes it (SEMANTICS.md §16): the
+O = attention(Q, K, V) as vkattn run computes it (SEMANTICS.md §10): the
 forward (O and its log-sum-exp), then FlashAttention-2's backward, which
 recomputes the probabilities from the log-sum-exp (nothing L x S is
 stored) and sums in a fixed order (the same bits run to run).

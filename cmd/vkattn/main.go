@@ -2,7 +2,7 @@
 // list devices, run a problem stored as .npy files, run a PyTorch
 // nn.MultiheadAttention layer or additive (Bahdanau) attention with weights
 // from a .npz or .safetensors file, verify the golden cases, show the worked
-// examples of SEMANTICS.md §14, benchmark the kernel and tune its launch shapes for
+// examples of SEMANTICS.md §18, benchmark the kernel and tune its launch shapes for
 // the device.
 //
 //	vkattn devices [--json]
@@ -62,7 +62,7 @@ Commands:
   mha       run a PyTorch nn.MultiheadAttention layer (weights from .npz/.safetensors)
   additive  run additive (Bahdanau) attention with weights W_q, W_k, b, w_a
   verify    run the golden cases in testdata/ and compare
-  demo      print the worked examples of SEMANTICS.md §14 and a larger random problem
+  demo      print the worked examples of SEMANTICS.md §18 and a larger random problem
   decode    a generation loop through a KV cache: prefill, then one token a step
   bench     time attention on preset suites or given shapes (GFLOP/s, GB/s, plot)
   tune      measure the kernel's launch shapes on this device and save the fastest

@@ -82,7 +82,7 @@ func save(t *testing.T, dir, name string, v any) string {
 	return path
 }
 
-// seed000 writes the seed 000 inputs (SEMANTICS.md §14) and returns their paths.
+// seed000 writes the seed 000 inputs (SEMANTICS.md §18) and returns their paths.
 func seed000(t *testing.T, dir string) (q, k, v string) {
 	q = save(t, dir, "q.npy", [][]float32{{1, 0}})
 	k = save(t, dir, "k.npy", [][]float32{{1, 0}, {0, 1}, {1, 1}})
@@ -147,7 +147,7 @@ func TestRunMask(t *testing.T) {
 
 // TestAllowBlockPolarity: --allow keeps the keys where a mask is true,
 // --block drops them; the flags repeat and mix, and a key is visible only
-// where every bool mask allows it (seed 000, SEMANTICS.md §14: O is then
+// where every bool mask allows it (seed 000, SEMANTICS.md §18: O is then
 // the one value row left).
 func TestAllowBlockPolarity(t *testing.T) {
 	withDevice(t)
@@ -158,7 +158,7 @@ func TestAllowBlockPolarity(t *testing.T) {
 	ftt := save(t, dir, "ftt.npy", [][]bool{{false, true, true}})
 	ftf := save(t, dir, "ftf.npy", [][]bool{{false, true, false}})
 	o := filepath.Join(dir, "o.npy")
-	masked := []float64{1.3395, 1.3210} // SEMANTICS.md §14: M = [0 0 -inf]
+	masked := []float64{1.3395, 1.3210} // SEMANTICS.md §18: M = [0 0 -inf]
 	for _, c := range []struct {
 		name  string
 		masks []string

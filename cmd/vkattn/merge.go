@@ -19,7 +19,7 @@ import (
 const mergeUsage = `Usage: vkattn merge [-o O.npy] [--lse LSE.npy] PART.npz... [flags]
 
 Merges partial attentions into the attention over all their keys, on the
-device (SEMANTICS.md §21). A part is the attention of the same queries
+device (SEMANTICS.md §7.1). A part is the attention of the same queries
 over some of the keys, with its log-sum-exp: what 'vkattn run -o O.npy
 --lse LSE.npy' writes for K and V holding those keys. The merge is
 
@@ -39,7 +39,7 @@ it) or with 1 in its place. Every part has the same shapes.
 What each part sees is up to the calls that made it: masks and causal
 alignment count within a part's own keys. For queries that are the last
 tokens of a sequence, a prefix part is NotCausal and the suffix part
---causal bottom-right; see SEMANTICS.md §21 for the rest (sinks: give
+--causal bottom-right; see SEMANTICS.md §7.1 for the rest (sinks: give
 them to one part only).
 
 Without -o the first values of O are printed.

@@ -124,7 +124,7 @@ func runMHA(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.dout, "dout", "", "the gradient of the loss with respect to attn_output, `DY.npy` (OUT's shape); with --grads")
 	fs.StringVar(&f.grads, "grads", "", "write the gradients of sum(OUT * DY) to `G.npz`: x, kv and every parameter by name")
 	fs.StringVar(&f.dtype, "dtype", "", "store X and KV on the device as `T`: f32, f16 or bf16 (default: as the file, f16 for <f2, else f32)")
-	fs.BoolVar(&f.fp32Products, "fp32-products", false, "float16 inputs and weights: keep the projections off the device's cooperative matrices (SEMANTICS.md §18)")
+	fs.BoolVar(&f.fp32Products, "fp32-products", false, "float16 inputs and weights: keep the projections off the device's cooperative matrices (SEMANTICS.md §9.3)")
 	deviceFlag(fs, &f.device)
 	f.checkFlags.register(fs, "dense layers, attention kernel, masks")
 	if ok, code := parseFlags(fs, mhaUsage, args, stdout, stderr); !ok {

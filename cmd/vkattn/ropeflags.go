@@ -7,7 +7,7 @@ import (
 	"github.com/vkattn/vkattn"
 )
 
-// ropeFlags are --rope and its companions (SEMANTICS.md §17): run and
+// ropeFlags are --rope and its companions (SEMANTICS.md §5): run and
 // decode rotate Q and K, bench its shapes and caches.
 type ropeFlags struct {
 	theta optFloat

@@ -56,7 +56,7 @@ Score variants (SEMANTICS.md §4.1), with every mask above:
   --alibi-slopes A.npy the same with your slopes (H values)
   --sinks S.npy        one logit per query head joins the softmax denominator
 
-Rotary position embeddings (SEMANTICS.md §17), on Q and K before the scores:
+Rotary position embeddings (SEMANTICS.md §5), on Q and K before the scores:
 ` + ropeFlagsUsage + `
 Element types: a float16 (<f2) input stays float16 on the device, others
 are stored as float32 (float64 narrowed), unless
@@ -74,7 +74,7 @@ with the reference on the rounded values. The exception: half (f16 or
 bf16) Q, K and V on a device with float16 cooperative matrices (vkattn
 devices lists them) multiply on those, P rounded to float16 and bfloat16
 scaled into float16 by a power of two per block, and --check allows the
-bound SEMANTICS.md §18 states; --fp32-products keeps float32 products.
+bound SEMANTICS.md §9.3 states; --fp32-products keeps float32 products.
 
 ` + outputRule + `--json, whose summary cannot move, is refused with such a stream.
 Outputs:

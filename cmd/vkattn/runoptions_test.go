@@ -1,5 +1,5 @@
 // run's options beyond the plain call: element types (--dtype,
-// --kv-dtype) and the score variants (SEMANTICS.md §4.1, §8.1).
+// --kv-dtype) and the score variants (SEMANTICS.md §4.1, §9.1).
 
 package main
 
@@ -58,7 +58,7 @@ func runSummaryOf(t *testing.T, args ...string) (dtypes [3]string, pass bool, o 
 
 // Half inputs through the CLI: a float16 .npy stays float16 on the device,
 // --dtype and --kv-dtype round float32 inputs, and the seed 000 example
-// (SEMANTICS.md §14, its values exact in both half types) gives its
+// (SEMANTICS.md §18, its values exact in both half types) gives its
 // published output either way.
 func TestRunHalfInputs(t *testing.T) {
 	withDevice(t)

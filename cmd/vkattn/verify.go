@@ -17,7 +17,7 @@ import (
 
 const verifyUsage = `Usage: vkattn verify [--dir testdata] [--device N] [--plan-as VENDOR] [--run NAME] [--random N [--seed S]]
 
-Runs every golden case in DIR/*.json (the worked examples of SEMANTICS.md §14 and
+Runs every golden case in DIR/*.json (the worked examples of SEMANTICS.md §18 and
 variants derived from them by hand; see testdata/README.md) on the device and
 compares the GPU output, and the weights and log-sum-exp where a case has
 them, with

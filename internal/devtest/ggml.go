@@ -57,7 +57,7 @@ func GGMLQ4_0(x []float32) (raw []byte, values []float32) {
 }
 
 // Q4Data is n values (whole blocks, at least 8) for q4_0 tests: first
-// the blocks SEMANTICS.md §8.2 works out by hand (halves and the float32
+// the blocks SEMANTICS.md §9.2 works out by hand (halves and the float32
 // sum rounding up, max's sign and its first occurrence, zeros and -0s, a
 // scale rounding in float16, a float16-subnormal scale, the largest
 // scale), then random blocks of several magnitudes.

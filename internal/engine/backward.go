@@ -9,13 +9,13 @@ import (
 )
 
 // Gradients are the gradients of sum(O * dO) for O = attention(q, k, v,
-// opts) (SEMANTICS.md §16): dense float32 tensors of Q's, K's and V's
+// opts) (SEMANTICS.md §10): dense float32 tensors of Q's, K's and V's
 // shapes, and dSinks[h] when opts has sinks. Close them to free the
 // device memory.
 type Gradients struct {
 	DQ, DK, DV *Tensor
 	DSinks     []float32
-	Plan       Plan          // the forward's plan; the backward's passes follow from it (SEMANTICS.md §16)
+	Plan       Plan          // the forward's plan; the backward's passes follow from it (SEMANTICS.md §10)
 	GPUTime    time.Duration // forward and backward together; 0 without timestamps
 	rowSinks   *Tensor       // each row's share of its head's sink gradient
 	keyWA      *Tensor       // additive scores: each key row's share of dw_a

@@ -11,7 +11,7 @@ import (
 
 // What a host program that shares its device (OpenOn) adds: tensors over
 // its own buffers and vkattn's work recorded into its command buffers.
-// SEMANTICS.md §19 states the contract.
+// SEMANTICS.md §13 states the contract.
 
 // HostUsage is the usage a host's buffer must have been created with for
 // vkattn to read, write and copy it: storage and uniform texel bindings

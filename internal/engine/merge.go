@@ -9,7 +9,7 @@ import (
 	"github.com/vkattn/vkattn/pipelines/dispatch"
 )
 
-// Part is one partial attention (SEMANTICS.md §21): the attention of some
+// Part is one partial attention (SEMANTICS.md §7.1): the attention of some
 // query rows over a subset of the keys, as Attention returns it with
 // Options.WantLSE: O (B, H, L, d_v) normalised within the part and LSE
 // (B, H, L, 1), -Inf on rows that saw no key.
@@ -20,7 +20,7 @@ type Part struct{ O, LSE *Tensor }
 func (o *Output) Part() Part { return Part{O: o.O, LSE: o.LSE} }
 
 // Merge computes, on the device, the attention over the union of the
-// parts' keys from the parts' outputs (SEMANTICS.md §21):
+// parts' keys from the parts' outputs (SEMANTICS.md §7.1):
 //
 //	LSE = ln sum_i exp(LSE_i)    O = sum_i exp(LSE_i - LSE) O_i
 //

@@ -80,7 +80,7 @@ func scaledGrads(scale float64, q, k *Tensor) (toQ, toK GradFactor) {
 // GradBounds bound a backward call's float32 quantities.
 type GradBounds struct{ DS, DQ, DK, DV float64 }
 
-// BackwardRange refuses a backward call (SEMANTICS.md §16) whose float32
+// BackwardRange refuses a backward call (SEMANTICS.md §10) whose float32
 // intermediates in attention_backward.comp could overflow, which gives Inf
 // and then NaN gradients, never an error, on the device. dO, v and o bound
 // |dO|, |V| and the forward's |O|; toQ and toK are what dS is multiplied by

@@ -55,7 +55,7 @@ func (b *Builder) rotated(x *Tensor, r *core.RoPE, table, lengths *Tensor) (*Ten
 }
 
 // rotateCall binds the rotations of a call's Q and K by opts.RoPE, at the
-// positions of SEMANTICS.md §17 in the problem dm, and returns the copies
+// positions of SEMANTICS.md §5 in the problem dm, and returns the copies
 // its attention reads instead.
 func (b *Builder) rotateCall(dm core.Dims, opts *core.Options, q, k *Tensor) (*Tensor, *Tensor, error) {
 	r := opts.RoPE

@@ -70,7 +70,7 @@ func (d *Device) PrepareVarlen(q, k, v *Tensor, cuSeqQ, cuSeqK []int, opts core.
 		return nil, b.Fail(err)
 	}
 	// Zeros first: a sequence with queries but no keys has no dispatch,
-	// and its rows are fully masked (SEMANTICS.md §5).
+	// and its rows are fully masked (SEMANTICS.md §6).
 	if err := out.O.writeRaw(0, f32Bytes(make([]float32, H*total*dv))); err != nil {
 		return nil, b.Fail(err)
 	}

@@ -24,7 +24,7 @@ import (
 func TestMain(m *testing.M) { devtest.Main(m) }
 
 // results are the failures injected, each with the sentinel a caller
-// gets for it (SEMANTICS.md §8.3).
+// gets for it (SEMANTICS.md §9.4).
 var results = []struct {
 	result vulkan.Result
 	want   error

@@ -1,7 +1,7 @@
 // Package golden loads the golden attention cases kept as JSON in testdata/.
 //
 // A golden case is a small attention problem together with outputs whose
-// numbers come from outside this code base (SEMANTICS.md §14 and hand derivations
+// numbers come from outside this code base (SEMANTICS.md §18 and hand derivations
 // written next to them), so the GPU kernels and the float64 reference are
 // both checked against something neither of them computed.
 //
@@ -9,7 +9,7 @@
 //
 //	{
 //	  "name": "seed000_plain",
-//	  "source": "SEMANTICS.md §14, seed 000",
+//	  "source": "SEMANTICS.md §18, seed 000",
 //	  "q": {"shape": [1, 2], "values": [1, 0]},
 //	  "k": {"shape": [3, 2], "values": [1, 0, 0, 1, 1, 1]},
 //	  "v": {"shape": [3, 2], "values": [2, 0, 0, 4, 2, 2]},

@@ -36,7 +36,7 @@ func TestLoadAll(t *testing.T) {
 			t.Errorf("%s holds no case", f)
 		}
 	}
-	// Every worked example of SEMANTICS.md §14 must be present.
+	// Every worked example of SEMANTICS.md §18 must be present.
 	for _, name := range []string{
 		"seed000_plain", "seed000_mask", "seed000_weights_half_quarter_quarter",
 		"seed003_self_attention", "seed003_zero_values", "seed003_values_shifted",
@@ -47,7 +47,7 @@ func TestLoadAll(t *testing.T) {
 			found = found || c.Name == name
 		}
 		if !found {
-			t.Errorf("SEMANTICS.md §14 example %s is missing", name)
+			t.Errorf("SEMANTICS.md §18 example %s is missing", name)
 		}
 	}
 }

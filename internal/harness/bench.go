@@ -86,7 +86,7 @@ func (c Case) Name() string {
 	return s
 }
 
-// FLOPs is the count of SEMANTICS.md §12, halved when causal: the kernel
+// FLOPs is the count of SEMANTICS.md §16, halved when causal: the kernel
 // skips fully masked key tiles, so about half the work is done for L = S.
 // A backward call counts 3.5 times it: its forward (O and the LSE), then
 // FlashAttention's count of the backward, 2.5 times the forward (the

@@ -26,7 +26,7 @@ type CascadeSuite struct {
 var DefaultCascadeSuite = CascadeSuite{Prefix: 4096, Suffix: 256, Sequences: 8, Rows: 4, H: 8, HKV: 2, D: 64}
 
 // CascadeResult compares cascade inference with attending each sequence
-// in full (SEMANTICS.md §21).
+// in full (SEMANTICS.md §7.1).
 type CascadeResult struct {
 	CascadeSuite
 	// CascadeNS: the prefix attended once by every sequence's rows, the

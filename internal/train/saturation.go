@@ -22,7 +22,7 @@ type SaturationRow struct {
 }
 
 // Saturation measures the 1/sqrt(d_k) argument at one d_k, with the scale or
-// without (SEMANTICS.md §16): standard-normal Q, K, V and dO, H=8 heads of
+// without (SEMANTICS.md §10): standard-normal Q, K, V and dO, H=8 heads of
 // L=S=128 positions, the weights and output from the device's forward,
 // dQ from its backward, the gradient reaching the scores from the
 // weights (P * (dO . v_j - dO . O)).

@@ -23,7 +23,7 @@ type Check struct {
 func (c *Check) Add(name string, got []float32, want []float64) { c.AddWithin(name, got, want, 0) }
 
 // AddWithin is Add allowing extra more absolute error: the stated bound of
-// the cooperative-matrix path (SEMANTICS.md §18).
+// the cooperative-matrix path (SEMANTICS.md §9.3).
 func (c *Check) AddWithin(name string, got []float32, want []float64, extra float64) {
 	c.extra = math.Max(c.extra, extra)
 	cmp := CompareWithin(got, want, CheckTolerance, extra)
@@ -50,7 +50,7 @@ func (c *Check) String() string {
 	}
 	limit := fmt.Sprintf("%g * max(1,|ref|)", CheckTolerance)
 	if c.extra > 0 {
-		limit += fmt.Sprintf(" + %.3g (the cooperative-matrix bound, SEMANTICS.md §18)", c.extra)
+		limit += fmt.Sprintf(" + %.3g (the cooperative-matrix bound, SEMANTICS.md §9.3)", c.extra)
 	}
 	return fmt.Sprintf("check vs float64 reference: max abs err %.3g, max rel err %.3g (where |ref| >= %g); limit %s: %s",
 		float64(c.MaxAbs), float64(c.MaxRel), RelFloor, limit, verdict)

@@ -3,7 +3,7 @@ package verdict
 import "math"
 
 // Tolerances of the comparisons with the float64 reference
-// (SEMANTICS.md §13). Each is a tol of Compare's one rule,
+// (SEMANTICS.md §17). Each is a tol of Compare's one rule,
 //
 //	|got - ref| <= tol * max(1, |ref|)
 //
@@ -31,7 +31,7 @@ const RelFloor = 1e-3
 type Comparison struct {
 	Tolerance float64
 	// Extra is an absolute allowance beyond the tolerance (a path's stated
-	// error bound: SEMANTICS.md §18); 0 for most comparisons.
+	// error bound: SEMANTICS.md §9.3); 0 for most comparisons.
 	Extra     float64
 	Got, Want int // the lengths compared; unequal lengths fail
 	// MaxAbs is the largest |got - ref|: 0 for equal values (equal

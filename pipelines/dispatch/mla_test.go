@@ -58,7 +58,7 @@ func tensorBytes(t *testing.T, tp core.DType, data []float32) (raw []byte, scale
 
 // TestMLAAttention runs multi-head latent attention (DeepSeek V2/V3's
 // absorbed decode form) on the device and checks O and the log-sum-exp
-// against the float64 reference at §13's sweep tolerance: 128 query heads
+// against the float64 reference at §17's sweep tolerance: 128 query heads
 // over one latent KV head, d_k 576 (512 latent and 64 rotary columns), V
 // the latent's 512 leading columns read from K's buffer with K's row
 // stride (as V's own strided view, and as K's tile where the plan knows V

@@ -97,7 +97,7 @@ func run(t *testing.T, ks *Kernels, steps ...*Step) {
 	}
 }
 
-// q4Blocks are blocks whose quants SEMANTICS.md §8.2 works out by hand
+// q4Blocks are blocks whose quants SEMANTICS.md §9.2 works out by hand
 // (core's tests check the host on them): halves and the float32 sum
 // rounding up, max's sign and its first occurrence, zeros and -0s, a
 // scale rounding in float16, a float16 subnormal scale, the largest
@@ -234,7 +234,7 @@ func TestQ4StoreMatchesHost(t *testing.T) {
 // plans (prefill with GQA, split-K decode, the storage path, and the
 // prefill chunked by batch items) and on NVIDIA's tuning (the tiled
 // kernel, as VKATTN_PLAN_AS=nvidia plans), and checks O and the log-sum-exp against
-// the float64 reference on the dequantized values, at §13's sweep
+// the float64 reference on the dequantized values, at §17's sweep
 // tolerance.
 func TestQ4Attention(t *testing.T) {
 	dev, ks := openKernels(t)
