@@ -34,7 +34,7 @@ func gpuLike() core.DeviceInfo {
 }
 
 // TestQ4PlansAsQ8: q4_0 K and V plan exactly as q8_0 do (the same
-// variant, the Q8_LOADS build, tiles, grid, split-K and chunks) on every
+// variant, the QUANT_LOADS build, tiles, grid, split-K and chunks) on every
 // load path, lavapipe's and a GPU's, prefill, GQA, decode and paged; the
 // kernels differ only in the K and V type constants, and both bind K and
 // V as words through texel views. A q4_0 K binding is the whole buffer:
@@ -135,7 +135,7 @@ func TestQ4Refused(t *testing.T) {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
 		case c.want == "" && !p.Variant.Quant:
-			t.Errorf("%s: variant %s, want a Q8_LOADS build", c.name, p.Variant)
+			t.Errorf("%s: variant %s, want a QUANT_LOADS build", c.name, p.Variant)
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
 		}

@@ -8,7 +8,7 @@ INPUT(BIND_Q, Qt)
 INPUT(BIND_K, Kt)
 INPUT(BIND_V, Vt)
 // Where a quantized K or V keeps its block scales (loads.glsl; read only
-// by the kernels compiled with Q8_LOADS); Q is never quantized.
+// by the kernels compiled with QUANT_LOADS); Q is never quantized.
 #define Qt_SCALES 0
 #define Kt_SCALES P.kStride.w
 #define Vt_SCALES P.vStride.w
