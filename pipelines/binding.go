@@ -218,9 +218,7 @@ func newAttentionParams(p *AttentionPlan, cs *AttentionShape, c chunkParams) *at
 	if cs.Weights {
 		flags |= flagWeights
 	}
-	if cs.Variants.Has(VariantSinks) {
-		flags |= flagSinks
-	}
+	flags |= cs.Variants.flags()
 	if x.AlignToKeyLengths && cs.Lengths {
 		flags |= flagAlignPos
 		if x.Causal == core.CausalBottomRight {

@@ -100,11 +100,10 @@ var shaderInterface = []interfaceSection{
 		{"XBIND_SRC", regroupBindSrc, ""}, {"XBIND_DST", regroupBindDst, "written, or added to"},
 	}},
 	{"per-head values of the score variants (BIND_HEADS; options.go)", true, headNames},
-	{"mask flag bits (Params flags, and the MASKED specialization constant; options.go)", true, maskNames},
+	{"the options' flag bits (Params flags; the masks' the MASKED specialization constant too; options.go)", true, maskNames},
 	{"Params flag bits (paramFlags() of attention_params.glsl)", true, []glslName{
 		{"FLAG_CAUSAL", flagCausal, ""},
 		{"FLAG_LENGTHS", flagLengths, ""}, {"FLAG_LSE", flagLSE, ""}, {"FLAG_WEIGHTS", flagWeights, ""},
-		{"FLAG_SINKS", flagSinks, "the combine pass reads the sinks"},
 		{"FLAG_ALIGN_CAUSAL", flagAlignCausal, "causal mask from each item's key length"},
 		{"FLAG_ALIGN_POS", flagAlignPos, "window and ALiBi positions from each item's key length"},
 	}},

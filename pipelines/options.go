@@ -36,6 +36,11 @@ type scoreVariant struct {
 	backward bool
 	perHead  func(*core.Options) []float32
 	slot     int
+	// A Params flag the kernels test beside the VARIANTS bit (the
+	// combine pass, which has no VARIANTS constant, reads the sinks by
+	// it), and its GLSL name; 0 and "" for none.
+	flag     int
+	flagGLSL string
 }
 
 // Slots of a head's values in the BindHeads buffer: attention_params.glsl
@@ -48,13 +53,14 @@ const (
 // block (Scalars, newAttentionParams) and the per-head buffer (BindHeads).
 var scoreVariants = []scoreVariant{
 	{VariantWindow, "VAR_WINDOW", "keys outside P.window's band are blocked", "sliding window",
-		func(o *core.Options) bool { return o.Window != nil }, true, true, nil, 0},
+		func(o *core.Options) bool { return o.Window != nil }, true, true, nil, 0, 0, ""},
 	{VariantSoftcap, "VAR_SOFTCAP", "s -> c tanh(s / c), c = P.variant.x", "soft-capping",
-		func(o *core.Options) bool { return o.Softcap > 0 }, true, true, nil, 0},
+		func(o *core.Options) bool { return o.Softcap > 0 }, true, true, nil, 0, 0, ""},
 	{VariantALiBi, "VAR_ALIBI", "s += slope_h * (j - (t + S - L))", "ALiBi",
-		func(o *core.Options) bool { return o.ALiBi != nil }, true, true, func(o *core.Options) []float32 { return o.ALiBi }, headSlope},
+		func(o *core.Options) bool { return o.ALiBi != nil }, true, true, func(o *core.Options) []float32 { return o.ALiBi }, headSlope, 0, ""},
 	{VariantSinks, "VAR_SINKS", "a logit per head joins the denominator", "attention sinks",
-		func(o *core.Options) bool { return o.Sinks != nil }, true, true, func(o *core.Options) []float32 { return o.Sinks }, headSink},
+		func(o *core.Options) bool { return o.Sinks != nil }, true, true, func(o *core.Options) []float32 { return o.Sinks }, headSink,
+		flagSinks, "FLAG_SINKS"},
 }
 
 // VariantsOf is the set of score variants opts uses.
@@ -129,6 +135,17 @@ var callMasks = []callMask{
 	{flagKeyPad, "FLAG_KEYPAD", func(s *AttentionShape) bool { return s.KeyPadding }},
 }
 
+// flags are the Params flags of the variants of the set.
+func (v ScoreVariants) flags() int {
+	flags := 0
+	for _, s := range scoreVariants {
+		if v.Has(s.bit) {
+			flags |= s.flag
+		}
+	}
+	return flags
+}
+
 // maskFlags are the flag bits of the masks the shape has.
 func (s *AttentionShape) maskFlags() int {
 	flags := 0
@@ -172,6 +189,11 @@ func optionNames() (variants, masks, heads []glslName) {
 	}
 	for _, m := range callMasks {
 		masks = append(masks, glslName{m.glsl, m.flag, ""})
+	}
+	for _, s := range scoreVariants {
+		if s.flag != 0 {
+			masks = append(masks, glslName{s.flagGLSL, s.flag, "the " + s.name + ": the combine pass reads them"})
+		}
 	}
 	return variants, masks, heads
 }

@@ -54,6 +54,9 @@ func TestScoreVariantTable(t *testing.T) {
 	if got := (VariantWindow | VariantSinks).names(); !slices.Equal(got, []string{"sliding window", "attention sinks"}) {
 		t.Errorf("names = %q", got)
 	}
+	if got := (VariantWindow | VariantSinks).flags(); got != flagSinks {
+		t.Errorf("the Params flags of a window and sinks = %#x, want FLAG_SINKS %#x", got, flagSinks)
+	}
 	if r := all.Refused(true, true); r != "" {
 		t.Errorf("a cache call or the backward pass refuses %s", r)
 	}

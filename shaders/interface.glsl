@@ -81,17 +81,17 @@ const int HEAD_SINK = 0; // a head's sink
 const int HEAD_SLOPE = 1; // a head's ALiBi slope
 const int HEAD_SLOTS = 2; // floats a head in the BIND_HEADS buffer
 
-// mask flag bits (Params flags, and the MASKED specialization constant; options.go)
+// the options' flag bits (Params flags; the masks' the MASKED specialization constant too; options.go)
 const int FLAG_MASK = 1;
 const int FLAG_BOOLMASK = 2;
 const int FLAG_KEYPAD = 64;
+const int FLAG_SINKS = 128; // the attention sinks: the combine pass reads them
 
 // Params flag bits (paramFlags() of attention_params.glsl)
 const int FLAG_CAUSAL = 4;
 const int FLAG_LENGTHS = 8;
 const int FLAG_LSE = 16;
 const int FLAG_WEIGHTS = 32;
-const int FLAG_SINKS = 128; // the combine pass reads the sinks
 const int FLAG_ALIGN_CAUSAL = 256; // causal mask from each item's key length
 const int FLAG_ALIGN_POS = 512; // window and ALiBi positions from each item's key length
 
