@@ -99,9 +99,11 @@ func (d *Device) checkParts(parts []Part) ([4]int, error) {
 			return shape, errorf(core.ErrClosed, "%s LSE was closed", name)
 		case lse.dev != d:
 			return shape, errorf(core.ErrDevice, "%s LSE lives on %s, not on %s", name, lse.dev.ident(), d.ident())
-		case !lse.finite:
+		case !lse.finite && !lse.root().lse:
 			// Uploaded with a value that is not finite: -Inf is a row
 			// with no visible key, NaN and +Inf would merge into NaN rows.
+			// A call's own LSE output is not read: it may not have run
+			// yet, and it holds no NaN or +Inf once it has.
 			if err := checkLSE(name, lse); err != nil {
 				return shape, err
 			}
@@ -129,7 +131,7 @@ func (d *Device) checkParts(parts []Part) ([4]int, error) {
 
 // checkLSE refuses an LSE tensor holding NaN or +Inf (ErrNonFinite); it
 // reads the values back, which only LSEs uploaded with non-finite values
-// cost (those the device writes are finite or -Inf).
+// cost (those the device writes are finite or -Inf, Tensor.lse).
 func checkLSE(name string, lse *Tensor) error {
 	xs, err := lse.Download()
 	if err != nil {

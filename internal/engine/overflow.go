@@ -165,7 +165,7 @@ func attentionRange(dm core.Dims, opts *core.Options, q, k, v *Tensor) (float64,
 func (o *Output) setBounds(oBound float64) {
 	o.O.bound = oBound
 	if o.LSE != nil {
-		o.LSE.finite = false
+		o.LSE.finite, o.LSE.lse = false, true
 	}
 	if o.Weights != nil {
 		o.Weights.bound = 1

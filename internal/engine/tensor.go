@@ -25,8 +25,14 @@ type Tensor struct {
 	shape   [4]int
 	offset  int
 	strides [3]int
-	finite  bool        // every value is finite (checked at upload)
-	closed  atomic.Bool // on the owner: Close or the device's Close ran
+	finite  bool // every value is finite (checked at upload)
+	// lse: a log-sum-exp the device writes, finite or -Inf (a fully
+	// masked row), never NaN or +Inf; Write keeps it so (it refuses
+	// non-finite values). Merge trusts it without reading it back, which
+	// matters before the call that writes it has run. Read it through
+	// root().
+	lse    bool
+	closed atomic.Bool // on the owner: Close or the device's Close ran
 	// bound is no less than any |value| the owner holds, now or after a
 	// Write (Write refuses more), so calls prepared on it stay in float32
 	// range (checkScores); +Inf when unknown. Read it through root().
