@@ -366,14 +366,22 @@ const q4MaxLimit = 65520 * 8
 // block's float16 scale, exact in float32; as many whole blocks as both
 // quants and scales hold.
 func DequantizeQ4_0(quants []byte, scales []uint16) []float32 {
-	out := make([]float32, min(len(quants)/(Q4Block/2), len(scales))*Q4Block)
+	return dequantizeNibbles(quants, scales, Q4Block, func(q byte) float32 { return float32(int(q) - 8) })
+}
+
+// dequantizeNibbles is the values of blocks of block 4-bit quants (byte j
+// of a block holds element j in its low nibble and element j + block/2 in
+// its high one), each the level of its nibble times the block's float16
+// scale; as many whole blocks as both quants and scales hold.
+func dequantizeNibbles(quants []byte, scales []uint16, block int, level func(byte) float32) []float32 {
+	out := make([]float32, min(len(quants)/(block/2), len(scales))*block)
 	for i := range out {
-		b, j := i/Q4Block, i%Q4Block
-		q := quants[b*Q4Block/2+j%(Q4Block/2)]
-		if j >= Q4Block/2 {
+		b, j := i/block, i%block
+		q := quants[b*block/2+j%(block/2)]
+		if j >= block/2 {
 			q >>= 4
 		}
-		out[i] = float32(int(q&0xf)-8) * Widen(Float16, scales[b])
+		out[i] = level(q&0xf) * Widen(Float16, scales[b])
 	}
 	return out
 }

@@ -111,14 +111,5 @@ func iq4NLNearest(v float32) byte {
 // nibble times the block's float16 scale, exact in float32; as many whole
 // blocks as both quants and scales hold.
 func DequantizeIQ4NL(quants []byte, scales []uint16) []float32 {
-	out := make([]float32, min(len(quants)/(IQ4NLBlock/2), len(scales))*IQ4NLBlock)
-	for i := range out {
-		b, j := i/IQ4NLBlock, i%IQ4NLBlock
-		q := quants[b*IQ4NLBlock/2+j%(IQ4NLBlock/2)]
-		if j >= IQ4NLBlock/2 {
-			q >>= 4
-		}
-		out[i] = Widen(Float16, scales[b]) * float32(IQ4NLLevels[q&0xf])
-	}
-	return out
+	return dequantizeNibbles(quants, scales, IQ4NLBlock, func(q byte) float32 { return float32(IQ4NLLevels[q]) })
 }

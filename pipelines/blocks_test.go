@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"unicode"
-
-	"github.com/vkattn/vkattn/shaders"
 )
 
 // shaderFile reads a file of shaders/, which the tests hold the tables here
@@ -133,14 +131,7 @@ func TestBlocksMatchGLSL(t *testing.T) {
 			continue // the vk layer's own, below this package
 		}
 		t.Run(v.Name(), func(t *testing.T) {
-			code, err := shaders.SPIRV(v.Name())
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := parseSPIRV(code)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := variantModule(t, v)
 			spirv := m.parameterBlocks()
 			if block == nil {
 				if len(spirv) != 0 {

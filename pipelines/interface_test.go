@@ -122,14 +122,7 @@ func TestShaderInterface(t *testing.T) {
 			continue // the vk layer's selftest, the viewer's heat map
 		}
 		t.Run(v.Name(), func(t *testing.T) {
-			code, err := shaders.SPIRV(v.Name())
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := parseSPIRV(code)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := variantModule(t, v)
 			for _, d := range m.descriptors() {
 				switch {
 				case d.set != 0:
@@ -146,6 +139,20 @@ func TestShaderInterface(t *testing.T) {
 			}
 		})
 	}
+}
+
+// variantModule parses the embedded SPIR-V of variant v.
+func variantModule(t *testing.T, v Variant) *spirvModule {
+	t.Helper()
+	code, err := shaders.SPIRV(v.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := parseSPIRV(code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // kindOf is the SPIR-V descriptor kind a vk binding type declares.

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/vkattn/vkattn/core"
-	"github.com/vkattn/vkattn/shaders"
 )
 
 // specValue is the value spec gives the GLSL constant named name.
@@ -150,14 +149,7 @@ func TestSpecConstantsByName(t *testing.T) {
 			if len(unset) > 0 {
 				t.Errorf("%s declares %s; the Go side does not set them", families[v.Family].source, strings.Join(unset, ", "))
 			}
-			code, err := shaders.SPIRV(v.Name())
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := parseSPIRV(code)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := variantModule(t, v)
 			for _, id := range m.specIDs() {
 				if !set[id] {
 					t.Errorf("the SPIR-V has SpecId %d, which the Go side does not set", id)
