@@ -247,12 +247,9 @@ func QuantizeQ8_0(data []float32) (quants []int8, scales []uint16, err error) {
 	scales = make([]uint16, len(data)/Q8Block)
 	for b := range scales {
 		block := data[b*Q8Block : (b+1)*Q8Block]
-		var amax float32
-		for i, x := range block {
-			if !Finite32(x) {
-				return nil, nil, FiniteElement(x, fmt.Sprintf("element %d: ", b*Q8Block+i))
-			}
-			amax = max(amax, float32(math.Abs(float64(x))))
+		amax, _, err := blockPeak(block, b*Q8Block)
+		if err != nil {
+			return nil, nil, err
 		}
 		if amax >= q8AmaxLimit {
 			return nil, nil, Errorf(ErrOverflow, "q8_0 block %d: largest |x| %g needs a scale beyond float16 (a block's |x| must be below 65520*127 = %d)", b, amax, q8AmaxLimit)
@@ -271,6 +268,21 @@ func QuantizeQ8_0(data []float32) (quants []int8, scales []uint16, err error) {
 		}
 	}
 	return quants, scales, nil
+}
+
+// blockPeak is a block's largest |x| and the first element of that
+// magnitude (ggml's amax and max), or the error of its first element that
+// is not finite; first is the block's first element in the data.
+func blockPeak(block []float32, first int) (amax, top float32, err error) {
+	for i, x := range block {
+		if !Finite32(x) {
+			return 0, 0, FiniteElement(x, fmt.Sprintf("element %d: ", first+i))
+		}
+		if a := float32(math.Abs(float64(x))); amax < a { // strictly: the first of equal magnitudes
+			amax, top = a, x
+		}
+	}
+	return amax, top, nil
 }
 
 // q8AmaxLimit bounds a q8_0 block's largest |x|: below it the scale
@@ -318,14 +330,9 @@ func QuantizeQ4_0(data []float32) (quants []byte, scales []uint16, err error) {
 	scales = make([]uint16, len(data)/Q4Block)
 	for b := range scales {
 		block := data[b*Q4Block : (b+1)*Q4Block]
-		var amax, top float32
-		for i, x := range block {
-			if !Finite32(x) {
-				return nil, nil, FiniteElement(x, fmt.Sprintf("element %d: ", b*Q4Block+i))
-			}
-			if a := float32(math.Abs(float64(x))); amax < a { // strictly: the first of equal magnitudes
-				amax, top = a, x
-			}
+		amax, top, err := blockPeak(block, b*Q4Block)
+		if err != nil {
+			return nil, nil, err
 		}
 		if amax >= q4MaxLimit {
 			return nil, nil, Errorf(ErrOverflow, "q4_0 block %d: largest |x| %g needs a scale beyond float16 (a block's |x| must be below 65520*8 = %d)", b, amax, q4MaxLimit)

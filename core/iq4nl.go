@@ -1,11 +1,6 @@
 package core
 
-import (
-	"fmt"
-	"math"
-
-	"github.com/x448/float16"
-)
+import "github.com/x448/float16"
 
 // IQ4NLLevels are iq4_nl's 16 values (ggml's kvalues_iq4nl): element
 // values are a level times the block's float16 scale.
@@ -46,14 +41,9 @@ func QuantizeIQ4NL(data []float32) (quants []byte, scales []uint16, err error) {
 	var idx [block]byte
 	for b := range scales {
 		x := data[b*block : (b+1)*block]
-		var amax, top float32
-		for i, v := range x {
-			if !Finite32(v) {
-				return nil, nil, FiniteElement(v, fmt.Sprintf("element %d: ", b*block+i))
-			}
-			if a := float32(math.Abs(float64(v))); a > amax { // strictly: the first of equal magnitudes
-				amax, top = a, v
-			}
+		amax, top, err := blockPeak(x, b*block)
+		if err != nil {
+			return nil, nil, err
 		}
 		scale := iq4NLBlock(x, amax, top, &idx)
 		// Past about 1.4e12 the float32 sums overflow: the scale is then

@@ -1,7 +1,5 @@
 package pipelines
 
-//go:generate go run ../tools/elements ../shaders/elements.glsl
-
 import (
 	"fmt"
 	"math/bits"

@@ -80,13 +80,17 @@ func VariantsOf(opts *core.Options) ScoreVariants {
 func HeadValues(opts *core.Options, heads int) []float32 {
 	var h []float32
 	for _, s := range scoreVariants {
-		if s.perHead == nil || s.perHead(opts) == nil {
+		var vals []float32
+		if s.perHead != nil {
+			vals = s.perHead(opts)
+		}
+		if vals == nil {
 			continue
 		}
 		if h == nil {
 			h = make([]float32, headSlots*heads)
 		}
-		for i, x := range s.perHead(opts)[:heads] {
+		for i, x := range vals[:heads] {
 			h[headSlots*i+s.slot] = x
 		}
 	}

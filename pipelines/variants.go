@@ -8,7 +8,7 @@ import (
 	"github.com/vkattn/vkattn/core"
 )
 
-//go:generate go run ../tools/manifest ../shaders/manifest.txt ../shaders/interface.glsl
+//go:generate go run ../tools/manifest ../shaders/manifest.txt ../shaders/interface.glsl ../shaders/elements.glsl
 
 // Family is a kernel family: one GLSL source in shaders/.
 type Family int

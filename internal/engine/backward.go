@@ -63,6 +63,16 @@ func (d *Device) AttentionBackwardContext(ctx context.Context, q, k, v, dO *Tens
 	return g, nil
 }
 
+// checkBackward refuses (ErrOption) a forward plan with a score variant
+// the backward pass does not take: both ways into the backward, a call's
+// (Builder.Backward) and a layer's (AttentionForBackward), ask it.
+func checkBackward(plan Plan) error {
+	if v := plan.kernel.Shape.Variants.Refused(false, true); v != "" {
+		return errorf(core.ErrOption, "the backward pass does not take %s", v)
+	}
+	return nil
+}
+
 // GradCall is a backward call recorded once.
 type GradCall = Prepared[*Gradients]
 
@@ -112,8 +122,8 @@ func (d *Device) prepareBackward(q, k, v, dO *Tensor, opts core.Options) (*GradC
 // share and, for additive scores, each key row's share of dw_a).
 func (b *Builder) Backward(plan Plan, in AttentionInputs, dO *Tensor) (*GradCall, error) {
 	d, dm := b.d, plan.Dims
-	if v := plan.kernel.Shape.Variants.Refused(false, true); v != "" {
-		return nil, errorf(core.ErrOption, "the backward pass does not take %s", v)
+	if err := checkBackward(plan); err != nil {
+		return nil, err
 	}
 	oShape := [4]int{dm.B, dm.H, dm.L, dm.DV}
 	if dO.layout() != denseF32(oShape) {

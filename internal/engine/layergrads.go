@@ -31,6 +31,9 @@ func (b *Builder) AttentionForBackward(plan Plan, in AttentionInputs) (*Backward
 	if !plan.kernel.Shape.LSE {
 		return nil, errorf(core.ErrOption, "the backward pass needs a forward planned with its log-sum-exp")
 	}
+	if err := checkBackward(plan); err != nil {
+		return nil, err
+	}
 	x, err := b.lower(plan, in)
 	if err != nil {
 		return nil, err

@@ -1,8 +1,10 @@
-// Command manifest writes shaders/manifest.txt from the variant table
-// pipelines.Variants, and shaders/interface.glsl from the shader
-// interface table (`go generate ./pipelines` runs it):
+// Command manifest writes the files of shaders/ generated from package
+// pipelines' tables (`go generate ./pipelines` runs it): manifest.txt from
+// the variant table pipelines.Variants, interface.glsl from the shader
+// interface table, elements.glsl from the quantized element types'
+// table, core.QuantTypes:
 //
-//	go run ./tools/manifest shaders/manifest.txt shaders/interface.glsl
+//	go run ./tools/manifest shaders/manifest.txt shaders/interface.glsl shaders/elements.glsl
 package main
 
 import (
@@ -13,13 +15,19 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: manifest shaders/manifest.txt shaders/interface.glsl")
+	if len(os.Args) != 4 {
+		fmt.Fprintln(os.Stderr, "usage: manifest shaders/manifest.txt shaders/interface.glsl shaders/elements.glsl")
 		os.Exit(2)
+	}
+	elements, err := pipelines.ElementsGLSL()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manifest:", err)
+		os.Exit(1)
 	}
 	for _, f := range []struct{ path, text string }{
 		{os.Args[1], pipelines.Manifest()},
 		{os.Args[2], pipelines.ShaderInterface()},
+		{os.Args[3], elements},
 	} {
 		if err := os.WriteFile(f.path, []byte(f.text), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "manifest:", err)
